@@ -1,0 +1,39 @@
+# Two entry points: `make demo` (main job) and `make test` (what CI runs). Both set up .venv first.
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+RUN    ?= runs/demo
+export WANDB_MODE ?= offline
+export PYTHONUNBUFFERED := 1
+
+.PHONY: setup demo test lint unit clean
+
+setup: $(STAMP)
+
+# torch first and pinned: an unpinned resolve would pull the multi-GB CUDA build.
+$(STAMP): pyproject.toml constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -c constraints.txt torch==2.13.0
+	$(BIN)/python -m pip install -q -c constraints.txt -e ".[dev,wandb]"
+	touch $@
+
+demo: setup
+	rm -rf $(RUN)
+	$(BIN)/ocr-train experiment=synthetic_debug hydra.run.dir=$(RUN)
+	$(BIN)/ocr-test experiment=synthetic_debug hydra.run.dir=$(RUN)/test \
+		checkpoint_path=$(RUN)/checkpoints/last.ckpt split=val
+	$(BIN)/ocr-test experiment=synthetic_debug hydra.run.dir=$(RUN)/test-heldout \
+		checkpoint_path=$(RUN)/checkpoints/last.ckpt split=test
+
+lint: setup
+	$(BIN)/ruff check ocr tests benchmarks
+	$(BIN)/ruff format --check ocr tests benchmarks
+	$(BIN)/mypy
+
+test: setup lint
+	$(BIN)/pytest -q
+
+clean:
+	rm -rf $(VENV) runs outputs .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,1 @@
+"""Hydra config groups (a package so they ship with the wheel)."""
