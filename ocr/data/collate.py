@@ -1,0 +1,139 @@
+"""Batch collation with DB target generation (runs inside DataLoader workers)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from ocr.data.targets import DBTargets, make_db_targets, validate_target_params
+
+ITEM_KEYS = frozenset({"image", "polygons", "word_ids", "filename", "inverse_matrix", "raw_size"})
+MAP_KEYS = ("prob_maps", "prob_masks", "thresh_maps", "thresh_masks")
+
+
+class DBCollateFN:
+    """Stack dataset items into a batch and, for training/validation, build the DB target maps.
+
+    Each item is a dict with exactly the keys ``image`` (float32 tensor ``(3, H, W)``), ``polygons``
+    (list of float ``(N, 2)`` arrays in canvas pixels), ``word_ids`` (list of str, one per polygon),
+    ``filename`` (str), ``inverse_matrix`` (float64 ``(3, 3)``: canvas -> raw image) and
+    ``raw_size`` (``(w, h)`` of the raw image). The batch holds ``images`` ``(B, 3, H, W)``,
+    ``prob_maps``/``prob_masks``/``thresh_maps``/``thresh_masks`` float32 ``(B, H, W)`` (not in
+    inference mode), ``polygons`` and ``word_ids`` (lists of the items' lists, unchanged),
+    ``filenames``, ``inverse_matrices`` float64 ``(B, 3, 3)`` and ``raw_sizes`` (list of
+    ``(w, h)``).
+    Picklable, so DataLoader workers can use it.
+
+    Args:
+        shrink_ratio: DB shrink ratio ``r`` (offset ``D = A(1 - r^2)/L`` pixels), in ``(0, 1)``.
+            Default 0.4.
+        thresh_min: threshold-map value away from text borders, in ``[0, thresh_max)``. Default 0.3.
+        thresh_max: threshold-map value on text borders, in ``(thresh_min, 1]``. Default 0.7.
+        inference_mode: skip target generation entirely (test/predict: no loss). Default False.
+    """
+
+    def __init__(
+        self,
+        shrink_ratio: float = 0.4,
+        thresh_min: float = 0.3,
+        thresh_max: float = 0.7,
+        inference_mode: bool = False,
+    ) -> None:
+        validate_target_params(shrink_ratio, thresh_min, thresh_max)
+        self.shrink_ratio = float(shrink_ratio)
+        self.thresh_min = float(thresh_min)
+        self.thresh_max = float(thresh_max)
+        self.inference_mode = bool(inference_mode)
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(shrink_ratio={self.shrink_ratio}, "
+            f"thresh_min={self.thresh_min}, thresh_max={self.thresh_max}, "
+            f"inference_mode={self.inference_mode})"
+        )
+
+    def __call__(self, batch: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        if len(batch) == 0:
+            raise ValueError("DBCollateFN got an empty batch")
+        for index, item in enumerate(batch):
+            _check_item(item, index)
+        filenames = [str(item["filename"]) for item in batch]
+        shapes = [tuple(item["image"].shape) for item in batch]
+        if len(set(shapes)) != 1:
+            listing = ", ".join(
+                f"{name} {shape}" for name, shape in zip(filenames, shapes, strict=True)
+            )
+            raise ValueError(f"images in one batch must have the same size, got: {listing}")
+        _, height, width = shapes[0]
+
+        out: dict[str, Any] = {
+            "images": torch.stack([item["image"] for item in batch]),
+            "polygons": [item["polygons"] for item in batch],
+            "word_ids": [item["word_ids"] for item in batch],
+            "filenames": filenames,
+            "inverse_matrices": torch.from_numpy(
+                np.stack([np.asarray(item["inverse_matrix"], dtype=np.float64) for item in batch])
+            ),
+            "raw_sizes": [(int(item["raw_size"][0]), int(item["raw_size"][1])) for item in batch],
+        }
+        if self.inference_mode:
+            return out
+
+        # One (B, H, W) array per map, filled in place per sample: from_numpy then shares it.
+        maps = {key: np.empty((len(batch), height, width), np.float32) for key in MAP_KEYS}
+        for b, item in enumerate(batch):
+            views = DBTargets(*(maps[key][b] for key in MAP_KEYS))
+            try:
+                make_db_targets(
+                    item["polygons"],
+                    height,
+                    width,
+                    shrink_ratio=self.shrink_ratio,
+                    thresh_min=self.thresh_min,
+                    thresh_max=self.thresh_max,
+                    out=views,
+                )
+            except ValueError as err:
+                raise ValueError(f"{filenames[b]}: {err}") from err
+        out.update({key: torch.from_numpy(array) for key, array in maps.items()})
+        return out
+
+
+def _check_item(item: Mapping[str, Any], index: int) -> None:
+    """Clear errors for items that do not follow the dataset contract."""
+    if not isinstance(item, Mapping):
+        raise TypeError(f"batch item {index}: expected a dict, got {type(item).__name__}")
+    name = item.get("filename", f"<batch item {index}>")
+    keys = set(item)
+    if keys != ITEM_KEYS:
+        missing, extra = sorted(ITEM_KEYS - keys), sorted(keys - ITEM_KEYS)
+        raise ValueError(
+            f"{name}: batch item keys differ from the contract: "
+            f"missing {missing}, unexpected {extra}"
+        )
+    image = item["image"]
+    if (
+        not isinstance(image, torch.Tensor)
+        or image.dtype != torch.float32
+        or image.ndim != 3
+        or image.shape[0] != 3
+    ):
+        desc = (
+            f"{image.dtype} {tuple(image.shape)}"
+            if isinstance(image, torch.Tensor)
+            else type(image).__name__
+        )
+        raise ValueError(f"{name}: 'image' must be a float32 tensor of shape (3, H, W), got {desc}")
+    if len(item["polygons"]) != len(item["word_ids"]):
+        raise ValueError(
+            f"{name}: {len(item['polygons'])} polygons but {len(item['word_ids'])} word_ids"
+        )
+    if np.shape(item["inverse_matrix"]) != (3, 3):
+        raise ValueError(
+            f"{name}: 'inverse_matrix' must be (3, 3), got shape {np.shape(item['inverse_matrix'])}"
+        )
+    if len(item["raw_size"]) != 2:
+        raise ValueError(f"{name}: 'raw_size' must be (w, h), got {item['raw_size']!r}")
