@@ -1,0 +1,202 @@
+"""LightningDataModule for receipt text detection.
+
+Folder layout (the receipt competition's)::
+
+    dataset_dir/
+      images/{train,val,test}/<file>   images of each split
+      jsons/{train,val,test}.json      annotations (test may have no words)
+
+With ``synthetic`` set, the folder is generated on first use by ``ocr.data.synth`` into a cache
+folder keyed by the generator's parameters, so a changed spec never reuses stale data.
+``prepare_data`` runs on one process per node (Lightning's contract), so DDP ranks do not race.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import cv2
+import lightning as L
+import torch
+from lightning.fabric.utilities.seed import pl_worker_init_function
+from torch.utils.data import DataLoader
+
+from ocr.data.collate import DBCollateFN
+from ocr.data.dataset import ReceiptDataset
+from ocr.data.transforms import ReceiptTransform
+
+DEFAULT_CACHE_ROOT = "~/.cache/receipt-ocr"
+
+
+def default_cache_root() -> Path:
+    """``$OCR_CACHE_DIR`` or ``~/.cache/receipt-ocr``."""
+    return Path(os.environ.get("OCR_CACHE_DIR", DEFAULT_CACHE_ROOT)).expanduser()
+
+
+def synthetic_dataset_dir(spec: Mapping[str, Any], cache_root: str | Path | None = None) -> Path:
+    """Cache folder for a synthetic spec: the hash covers every generator parameter."""
+    root = Path(cache_root).expanduser() if cache_root else default_cache_root()
+    # `workers` changes how fast the data is made, not what is made.
+    content = {k: v for k, v in dict(spec).items() if k != "workers"}
+    digest = hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()[:12]
+    return root / f"synthetic-{digest}"
+
+
+def worker_init(worker_id: int) -> None:
+    """DataLoader worker set-up: one OpenCV thread per worker (the workers already run in
+    parallel; OpenCV's own pool would oversubscribe the cores), then Lightning's per-worker seeding
+    when ``seed_everything(workers=True)`` asked for it (a custom ``worker_init_fn`` replaces
+    Lightning's, so it is chained here)."""
+    cv2.setNumThreads(1)
+    if int(os.environ.get("PL_SEED_WORKERS", "0")):
+        pl_worker_init_function(worker_id)
+
+
+class ReceiptDataModule(L.LightningDataModule):
+    """Receipt detection data: datasets, transforms, DB collate and DataLoaders.
+
+    Args:
+        dataset_dir: folder with ``images/`` and ``jsons/`` (see module docstring). May be ``None``
+            when ``synthetic`` is given: a cache folder is derived from the spec.
+        canvas_size: side of the square model input in pixels (multiple of 32). Default 640.
+        batch_size: training batch size (samples). Default 8.
+        eval_batch_size: validation/test/predict batch size; ``None`` uses ``batch_size``.
+        num_workers: DataLoader worker processes. Default 2.
+        pin_memory: page-locked host memory for faster host-to-GPU copies; ``None`` = only when
+            CUDA is available.
+        persistent_workers: keep workers alive between epochs (only with ``num_workers > 0``).
+        prefetch_factor: batches prefetched per worker; ``None`` keeps PyTorch's default.
+        augment: keyword arguments of the training ``ReceiptTransform`` (rotation, scale, ...).
+        collate: keyword arguments of ``DBCollateFN`` (shrink_ratio, thresh_min, thresh_max).
+        synthetic: ``ocr.data.synth.generate_dataset`` arguments (``splits``, ``seed``, ...), or
+            ``None`` for a real dataset.
+        cache_root: where synthetic datasets are cached; ``None`` = ``$OCR_CACHE_DIR`` or
+            ``~/.cache/receipt-ocr``.
+        splits: names of the train/val/test/predict splits (file stems under ``jsons/``).
+    """
+
+    def __init__(
+        self,
+        dataset_dir: str | Path | None = None,
+        canvas_size: int = 640,
+        batch_size: int = 8,
+        eval_batch_size: int | None = None,
+        num_workers: int = 2,
+        pin_memory: bool | None = None,
+        persistent_workers: bool = False,
+        prefetch_factor: int | None = None,
+        augment: Mapping[str, Any] | None = None,
+        collate: Mapping[str, Any] | None = None,
+        synthetic: Mapping[str, Any] | None = None,
+        cache_root: str | Path | None = None,
+        splits: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__()
+        if dataset_dir is None and synthetic is None:
+            raise ValueError("data.dataset_dir is required unless data.synthetic is set")
+        if batch_size <= 0:
+            raise ValueError(f"data.batch_size must be positive, got {batch_size!r}")
+        if num_workers < 0:
+            raise ValueError(f"data.num_workers must be >= 0, got {num_workers!r}")
+        self.synthetic = dict(synthetic) if synthetic is not None else None
+        if dataset_dir is not None:
+            self.dataset_dir = Path(dataset_dir).expanduser()
+        else:
+            assert self.synthetic is not None
+            self.dataset_dir = synthetic_dataset_dir(self.synthetic, cache_root)
+        self.canvas_size = int(canvas_size)
+        self.batch_size = int(batch_size)
+        self.eval_batch_size = int(eval_batch_size or batch_size)
+        self.num_workers = int(num_workers)
+        self.pin_memory = torch.cuda.is_available() if pin_memory is None else bool(pin_memory)
+        self.persistent_workers = bool(persistent_workers) and self.num_workers > 0
+        self.prefetch_factor = prefetch_factor
+        self.augment = dict(augment or {})
+        self.collate_kwargs = dict(collate or {})
+        self.splits = {"train": "train", "val": "val", "test": "test", "predict": "test"}
+        self.splits.update(splits or {})
+        self.datasets: dict[str, ReceiptDataset] = {}
+        # Built eagerly so a bad transform argument fails at start-up, not in a worker.
+        self.train_transform = ReceiptTransform(
+            canvas_size=self.canvas_size, train=True, **self.augment
+        )
+        self.eval_transform = ReceiptTransform(canvas_size=self.canvas_size, train=False)
+
+    # -- preparation -------------------------------------------------------------------------
+    def prepare_data(self) -> None:
+        if self.synthetic is None:
+            return
+        from ocr.data.synth import dataset_is_complete, generate_dataset
+
+        spec = dict(self.synthetic)
+        if dataset_is_complete(self.dataset_dir, spec):
+            return
+        generate_dataset(self.dataset_dir, **spec)
+
+    def split_paths(self, stage: str) -> tuple[Path, Path]:
+        """(image folder, annotation file) of a stage's split."""
+        name = self.splits[stage]
+        return self.dataset_dir / "images" / name, self.dataset_dir / "jsons" / f"{name}.json"
+
+    def _dataset(self, stage: str) -> ReceiptDataset:
+        if stage not in self.datasets:
+            image_dir, ann = self.split_paths(stage)
+            if not ann.is_file():
+                raise FileNotFoundError(
+                    f"annotation file for the {stage!r} split not found: {ann} "
+                    f"(data.dataset_dir={self.dataset_dir})"
+                )
+            transform = self.train_transform if stage == "train" else self.eval_transform
+            self.datasets[stage] = ReceiptDataset(
+                image_dir, ann, transform, require_words=stage in ("train", "val")
+            )
+        return self.datasets[stage]
+
+    def setup(self, stage: str | None = None) -> None:
+        wanted = {
+            "fit": ("train", "val"),
+            "validate": ("val",),
+            "test": ("test",),
+            "predict": ("predict",),
+            None: ("train", "val"),
+        }[stage]
+        for name in wanted:
+            self._dataset(name)
+
+    # -- loaders -----------------------------------------------------------------------------
+    def _loader(self, stage: str, *, shuffle: bool, inference: bool) -> DataLoader:
+        batch_size = self.batch_size if stage == "train" else self.eval_batch_size
+        extra: dict[str, Any] = {}
+        if self.num_workers > 0:
+            extra["persistent_workers"] = self.persistent_workers
+            if self.prefetch_factor is not None:
+                extra["prefetch_factor"] = self.prefetch_factor
+        return DataLoader(
+            self._dataset(stage),
+            batch_size=batch_size,
+            shuffle=shuffle,
+            num_workers=self.num_workers,
+            pin_memory=self.pin_memory,
+            collate_fn=DBCollateFN(**self.collate_kwargs, inference_mode=inference),
+            drop_last=False,
+            worker_init_fn=worker_init if self.num_workers > 0 else None,
+            **extra,
+        )
+
+    def train_dataloader(self) -> DataLoader:
+        return self._loader("train", shuffle=True, inference=False)
+
+    def val_dataloader(self) -> DataLoader:
+        return self._loader("val", shuffle=False, inference=False)
+
+    def test_dataloader(self) -> DataLoader:
+        # No loss is computed at test time, so no DB targets are generated.
+        return self._loader("test", shuffle=False, inference=True)
+
+    def predict_dataloader(self) -> DataLoader:
+        return self._loader("predict", shuffle=False, inference=True)

@@ -1,0 +1,211 @@
+"""The LightningModule: DBNet training, validation with postprocess + detection metric, and
+test/predict that write predictions in the annotation JSON format (raw image frame)."""
+
+from __future__ import annotations
+
+import inspect
+import warnings
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import numpy as np
+import torch
+from torch import nn
+
+from ocr.metrics.detection import DetectionMetric
+from ocr.models.dbnet import DBNet
+from ocr.models.loss import DBLoss
+from ocr.models.postprocess import DBPostProcessor
+
+OptimizerFactory = Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer]
+SchedulerFactory = Callable[..., Any]
+
+
+def to_raw_frame(polygons: list[np.ndarray], inverse_matrix: np.ndarray) -> list[np.ndarray]:
+    """Map canvas-pixel polygons back to the annotation (stored image) frame."""
+    out = []
+    for poly in polygons:
+        pts = np.asarray(poly, dtype=np.float64)
+        homo = np.concatenate([pts, np.ones((len(pts), 1))], axis=1) @ inverse_matrix.T
+        out.append(homo[:, :2] / homo[:, 2:3])
+    return out
+
+
+class OCRLightningModule(L.LightningModule):
+    """DBNet text detection.
+
+    Args:
+        net: the detector (``DBNet``); Hydra passes an instantiated module.
+        loss: ``DBLoss``; default ``DBLoss()``.
+        postprocess: ``DBPostProcessor`` turning probability maps into boxes; default settings
+            when ``None``.
+        optimizer: factory ``params -> Optimizer`` (Hydra ``_partial_: true``); default AdamW
+            with lr 1e-3.
+        scheduler: optional factory ``optimizer -> LRScheduler``; when it takes ``total_steps``
+            (OneCycleLR) or ``total_iters`` (PolynomialLR) and they are not given, the trainer's
+            estimated number of optimizer steps is filled in. Stepped every optimizer step.
+        iou_threshold: IoU at which a prediction matches a ground-truth word. Default 0.5.
+        predictions_path: where ``test`` writes its predictions JSON; ``None`` = not written.
+    """
+
+    def __init__(
+        self,
+        net: DBNet,
+        loss: DBLoss | None = None,
+        postprocess: DBPostProcessor | None = None,
+        optimizer: OptimizerFactory | None = None,
+        scheduler: SchedulerFactory | None = None,
+        iou_threshold: float = 0.5,
+        predictions_path: str | None = None,
+    ) -> None:
+        super().__init__()
+        self.net = net
+        self.loss_fn = loss if loss is not None else DBLoss()
+        self.postprocess = postprocess if postprocess is not None else DBPostProcessor()
+        self.optimizer_factory = optimizer
+        self.scheduler_factory = scheduler
+        self.val_metric = DetectionMetric(iou_threshold=iou_threshold)
+        self.test_metric = DetectionMetric(iou_threshold=iou_threshold)
+        self.predictions_path = predictions_path
+        # Resolved Hydra config of this module, stored in checkpoints so ``ocr-test`` can rebuild
+        # the exact architecture from the checkpoint alone.
+        self.ocr_config: dict[str, Any] | None = None
+        self._test_predictions: dict[str, dict[str, np.ndarray]] = {}
+        self._test_has_gt = False
+
+    # -- steps -------------------------------------------------------------------------------
+    def forward(self, images: torch.Tensor) -> dict[str, torch.Tensor]:
+        return self.net(images)
+
+    def training_step(self, batch: Mapping[str, Any], batch_idx: int) -> torch.Tensor:
+        pred = self.net(batch["images"])
+        loss, parts = self.loss_fn(pred, batch)
+        bs = batch["images"].shape[0]
+        self.log("train/loss", loss, prog_bar=True, batch_size=bs)
+        self.log_dict({f"train/{k}": v for k, v in parts.items()}, batch_size=bs)
+        return loss
+
+    def _detect(
+        self, pred: Mapping[str, torch.Tensor]
+    ) -> list[tuple[list[np.ndarray], list[float]]]:
+        return self.postprocess(pred["prob_map"])
+
+    def validation_step(self, batch: Mapping[str, Any], batch_idx: int) -> None:
+        pred = self.net(batch["images"])
+        bs = batch["images"].shape[0]
+        if "prob_maps" in batch:
+            if "binary_map" not in pred:
+                pred = dict(
+                    pred, binary_map=self.net.binarize(pred["prob_map"], pred["thresh_map"])
+                )
+            loss, parts = self.loss_fn(pred, batch)
+            self.log("val/loss", loss, prog_bar=True, batch_size=bs, sync_dist=True)
+            self.log_dict({f"val/{k}": v for k, v in parts.items()}, batch_size=bs, sync_dist=True)
+        detections = self._detect(pred)
+        self.val_metric.update([boxes for boxes, _ in detections], batch["polygons"])
+
+    def on_validation_epoch_end(self) -> None:
+        scores = self.val_metric.compute()
+        self.log_dict({f"val/{k}": v for k, v in scores.items()}, prog_bar=True)
+        self.val_metric.reset()
+
+    def test_step(self, batch: Mapping[str, Any], batch_idx: int) -> None:
+        pred = self.net(batch["images"])
+        detections = self._detect(pred)
+        gts = batch["polygons"]
+        self._test_has_gt = self._test_has_gt or any(len(g) > 0 for g in gts)
+        self.test_metric.update([boxes for boxes, _ in detections], gts)
+        inverse = batch["inverse_matrices"].cpu().numpy()
+        for i, (boxes, _scores) in enumerate(detections):
+            raw = to_raw_frame(boxes, inverse[i])
+            self._test_predictions[batch["filenames"][i]] = {
+                f"{k + 1:04d}": p for k, p in enumerate(raw)
+            }
+
+    def on_test_epoch_start(self) -> None:
+        self._test_predictions = {}
+        self._test_has_gt = False
+
+    def on_test_epoch_end(self) -> None:
+        has_gt = torch.tensor(float(self._test_has_gt), device=self.device)
+        if self.trainer.world_size > 1:
+            has_gt = self.trainer.strategy.reduce(has_gt, reduce_op="max")
+        if has_gt.item() > 0:
+            scores = self.test_metric.compute()
+            self.log_dict({f"test/{k}": v for k, v in scores.items()})
+        else:
+            warnings.warn(
+                "the test split has no ground-truth words: no metric, predictions only",
+                stacklevel=1,
+            )
+        self.test_metric.reset()
+        predictions = self._gather_predictions()
+        if self.predictions_path and self.trainer.is_global_zero:
+            from ocr.data.annotations import write_annotations
+
+            write_annotations(Path(self.predictions_path), predictions)
+
+    def _gather_predictions(self) -> dict[str, dict[str, np.ndarray]]:
+        if self.trainer.world_size <= 1 or not torch.distributed.is_initialized():
+            return self._test_predictions
+        # One object gather at epoch end; keyed by file name, so the padding duplicates of a
+        # DistributedSampler collapse.
+        shards: list[Any] = [None] * self.trainer.world_size
+        torch.distributed.all_gather_object(shards, self._test_predictions)
+        merged: dict[str, dict[str, np.ndarray]] = {}
+        for shard in shards:
+            merged.update(shard)
+        return merged
+
+    def predict_step(self, batch: Mapping[str, Any], batch_idx: int) -> list[dict[str, Any]]:
+        pred = self.net(batch["images"])
+        inverse = batch["inverse_matrices"].cpu().numpy()
+        out = []
+        for i, (boxes, scores) in enumerate(self._detect(pred)):
+            out.append(
+                {
+                    "filename": batch["filenames"][i],
+                    "polygons": to_raw_frame(boxes, inverse[i]),
+                    "scores": scores,
+                }
+            )
+        return out
+
+    # -- optimisation ------------------------------------------------------------------------
+    def configure_optimizers(self) -> Any:
+        if self.optimizer_factory is None:
+            optimizer: torch.optim.Optimizer = torch.optim.AdamW(self.parameters(), lr=1e-3)
+        else:
+            optimizer = self.optimizer_factory(self.parameters())
+        if self.scheduler_factory is None:
+            return optimizer
+        kwargs: dict[str, Any] = {}
+        params = _accepted_params(self.scheduler_factory)
+        total = int(self.trainer.estimated_stepping_batches)
+        for name in ("total_steps", "total_iters"):
+            if name in params and not _bound(self.scheduler_factory, name):
+                kwargs[name] = total
+        scheduler = self.scheduler_factory(optimizer, **kwargs)
+        return {
+            "optimizer": optimizer,
+            "lr_scheduler": {"scheduler": scheduler, "interval": "step", "frequency": 1},
+        }
+
+    # -- checkpoints -------------------------------------------------------------------------
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        if self.ocr_config is not None:
+            checkpoint["ocr_config"] = self.ocr_config
+
+
+def _accepted_params(factory: Callable[..., Any]) -> set[str]:
+    func = getattr(factory, "func", factory)
+    try:
+        return set(inspect.signature(func).parameters)
+    except (TypeError, ValueError):
+        return set()
+
+
+def _bound(factory: Callable[..., Any], name: str) -> bool:
+    return name in getattr(factory, "keywords", {})

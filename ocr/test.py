@@ -1,0 +1,79 @@
+"""``ocr-test``: evaluate a checkpoint and write predictions (``python -m ocr.test``).
+
+The architecture is rebuilt from the config stored in the checkpoint (so the weights always fit);
+data, trainer and loggers come from the composed config, like ``ocr-train``::
+
+    ocr-test experiment=synthetic_debug checkpoint_path=outputs/.../checkpoints/last.ckpt
+    ocr-test experiment=synthetic_debug checkpoint_path=... split=val   # reproduce val H-mean
+
+Predictions go to ``predictions_path`` (default ``<run dir>/predictions.json``) in the
+annotation JSON format, in the coordinates of the stored images.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import hydra
+import lightning as L
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from ocr.runtime import build_callbacks, build_loggers, register_resolvers, summarize_metrics
+
+log = logging.getLogger(__name__)
+register_resolvers()
+
+
+def load_checkpoint(path: str | Path) -> dict[str, Any]:
+    """Read a Lightning checkpoint with a clear error when it is missing or not a checkpoint."""
+    p = Path(path).expanduser()
+    if not p.is_file():
+        raise FileNotFoundError(f"checkpoint_path: no such file: {p}")
+    try:
+        ckpt = torch.load(p, map_location="cpu", weights_only=False)
+    except Exception as exc:  # torch raises several unrelated types for a bad file
+        raise ValueError(f"checkpoint_path: {p} is not a readable checkpoint ({exc})") from exc
+    if not isinstance(ckpt, dict) or "state_dict" not in ckpt:
+        raise ValueError(f"checkpoint_path: {p} has no 'state_dict' (not a Lightning checkpoint)")
+    return ckpt
+
+
+def run_test(cfg: DictConfig) -> dict[str, float]:
+    """Evaluate ``cfg.checkpoint_path`` on the test split; returns the logged metrics."""
+    if not cfg.get("checkpoint_path"):
+        raise ValueError("checkpoint_path is required, e.g. ocr-test checkpoint_path=last.ckpt")
+    L.seed_everything(cfg.seed, workers=True)
+    ckpt = load_checkpoint(cfg.checkpoint_path)
+    model_cfg = cfg.model
+    if "ocr_config" in ckpt:
+        stored = OmegaConf.create(ckpt["ocr_config"])
+        # Architecture from the checkpoint; evaluation knobs (postprocess, IoU) from the CLI.
+        model_cfg = OmegaConf.merge(cfg.model, {"net": stored.net})
+    module: Any = hydra.utils.instantiate(model_cfg)
+    module.load_state_dict(ckpt["state_dict"])
+    module.predictions_path = cfg.get("predictions_path")
+    datamodule: Any = hydra.utils.instantiate(cfg.data)
+    # `split=val` evaluates another split with the same (target-free) test loop.
+    datamodule.splits["test"] = cfg.get("split") or datamodule.splits["test"]
+    trainer: L.Trainer = hydra.utils.instantiate(
+        cfg.trainer, callbacks=build_callbacks(cfg), logger=build_loggers(cfg)
+    )
+    results = trainer.test(module, datamodule=datamodule)
+    metrics = {k: float(v) for k, v in (results[0] if results else {}).items()}
+    if trainer.is_global_zero:
+        summarize_metrics("test finished", metrics, trainer)
+        if module.predictions_path:
+            print(f"predictions: {module.predictions_path}")
+    return metrics
+
+
+@hydra.main(version_base="1.3", config_path="configs", config_name="test")
+def main(cfg: DictConfig) -> None:
+    run_test(cfg)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,54 @@
+"""``ocr-train``: Hydra entry point for training (``python -m ocr.train`` works too).
+
+Examples::
+
+    ocr-train experiment=synthetic_debug
+    ocr-train preset=example data.dataset_dir=/data/receipts trainer.devices=4
+    ocr-train experiment=synthetic_debug ckpt_path=outputs/.../checkpoints/last.ckpt   # resume
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import hydra
+import lightning as L
+from lightning.pytorch.callbacks import ModelCheckpoint
+from omegaconf import DictConfig, OmegaConf
+
+from ocr.runtime import build_callbacks, build_loggers, register_resolvers, summarize_metrics
+
+log = logging.getLogger(__name__)
+register_resolvers()
+
+
+def run_train(cfg: DictConfig) -> dict[str, float]:
+    """Train (and optionally test) from a composed config; returns the final metrics."""
+    L.seed_everything(cfg.seed, workers=True)
+    datamodule: L.LightningDataModule = hydra.utils.instantiate(cfg.data)
+    module: Any = hydra.utils.instantiate(cfg.model)
+    module.ocr_config = OmegaConf.to_container(cfg.model, resolve=True)
+    trainer: L.Trainer = hydra.utils.instantiate(
+        cfg.trainer, callbacks=build_callbacks(cfg), logger=build_loggers(cfg)
+    )
+    trainer.fit(module, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"))
+    metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if v.numel() == 1}
+    if cfg.get("test_after_fit"):
+        trainer.test(module, datamodule=datamodule, ckpt_path="best")
+        metrics.update({k: float(v) for k, v in trainer.callback_metrics.items() if v.numel() == 1})
+    if trainer.is_global_zero:
+        summarize_metrics("training finished", metrics, trainer)
+        ckpt_cb = trainer.checkpoint_callback
+        if isinstance(ckpt_cb, ModelCheckpoint) and ckpt_cb.best_model_path:
+            print(f"best checkpoint: {ckpt_cb.best_model_path}")
+    return metrics
+
+
+@hydra.main(version_base="1.3", config_path="configs", config_name="train")
+def main(cfg: DictConfig) -> None:
+    run_train(cfg)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,147 @@
+"""End to end through the console entry points, as a user runs them: tiny synthetic data,
+``ocr-train`` (checkpoint, metrics, resume), then ``ocr-test`` reproducing the validation H-mean
+and writing predictions the annotation reader loads."""
+
+from __future__ import annotations
+
+import csv
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from ocr.data.annotations import load_annotations
+from ocr.data.synth import generate_dataset
+
+pytestmark = pytest.mark.slow
+
+TINY = [
+    "experiment=synthetic_debug",
+    "data.synthetic=null",
+    "data.canvas_size=128",
+    "data.batch_size=4",
+    "data.num_workers=0",
+    "data.persistent_workers=false",
+    "callbacks=none",
+    "trainer.accelerator=cpu",
+    "trainer.devices=1",
+    "trainer.enable_progress_bar=false",
+    "trainer.num_sanity_val_steps=0",
+    "trainer.log_every_n_steps=1",
+]
+
+
+def _run(module: str, *overrides: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, WANDB_MODE="offline", PYTHONUNBUFFERED="1")
+    proc = subprocess.run(
+        [sys.executable, "-m", module, *overrides],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    return proc
+
+
+@pytest.fixture(scope="module")
+def tiny_dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("synth")
+    generate_dataset(out, splits={"train": 8, "val": 4, "test": 4}, seed=3)
+    return out
+
+
+@pytest.fixture(scope="module")
+def trained_run(tiny_dataset: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    run = tmp_path_factory.mktemp("run")
+    proc = _run(
+        "ocr.train",
+        *TINY,
+        f"data.dataset_dir={tiny_dataset}",
+        "trainer.max_epochs=2",
+        "+callbacks.ckpt._target_=lightning.pytorch.callbacks.ModelCheckpoint",
+        f"+callbacks.ckpt.dirpath={run}/checkpoints",
+        "+callbacks.ckpt.save_last=true",
+        f"hydra.run.dir={run}",
+        cwd=run,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    assert "VAL H-mean" in proc.stdout
+    return run
+
+
+def _val_rows(run: Path) -> list[dict[str, str]]:
+    with open(run / "csv" / "metrics.csv") as fh:
+        return [row for row in csv.DictReader(fh) if row.get("val/hmean")]
+
+
+def test_train_writes_checkpoint_metrics_and_config(trained_run: Path) -> None:
+    ckpt = torch.load(trained_run / "checkpoints" / "last.ckpt", weights_only=False)
+    assert ckpt["epoch"] == 1
+    assert ckpt["ocr_config"]["net"]["_target_"] == "ocr.models.dbnet.DBNet"
+    rows = _val_rows(trained_run)
+    assert [int(r["epoch"]) for r in rows] == [0, 1]
+    for r in rows:
+        assert 0.0 <= float(r["val/hmean"]) <= 1.0
+    assert (trained_run / "tensorboard").is_dir()
+
+
+def test_ocr_test_reproduces_val_hmean_and_writes_loadable_predictions(
+    trained_run: Path, tiny_dataset: Path, tmp_path: Path
+) -> None:
+    proc = _run(
+        "ocr.test",
+        *TINY,
+        f"data.dataset_dir={tiny_dataset}",
+        f"checkpoint_path={trained_run}/checkpoints/last.ckpt",
+        "split=val",
+        f"hydra.run.dir={tmp_path}",
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    last_val = float(_val_rows(trained_run)[-1]["val/hmean"])
+    with open(tmp_path / "csv" / "metrics.csv") as fh:
+        test_rows = [r for r in csv.DictReader(fh) if r.get("test/hmean")]
+    assert len(test_rows) == 1
+    assert float(test_rows[0]["test/hmean"]) == pytest.approx(last_val, abs=1e-6)
+    preds = load_annotations(tmp_path / "predictions.json")
+    gt = load_annotations(tiny_dataset / "jsons" / "val.json")
+    assert sorted(p.file_name for p in preds) == sorted(g.file_name for g in gt)
+
+
+def test_resume_from_last_checkpoint_continues_epochs(
+    trained_run: Path, tiny_dataset: Path, tmp_path: Path
+) -> None:
+    proc = _run(
+        "ocr.train",
+        *TINY,
+        f"data.dataset_dir={tiny_dataset}",
+        "trainer.max_epochs=3",
+        f"ckpt_path={trained_run}/checkpoints/last.ckpt",
+        "+callbacks.ckpt._target_=lightning.pytorch.callbacks.ModelCheckpoint",
+        f"+callbacks.ckpt.dirpath={tmp_path}/checkpoints",
+        "+callbacks.ckpt.save_last=true",
+        f"hydra.run.dir={tmp_path}",
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    assert [int(r["epoch"]) for r in _val_rows(tmp_path)] == [2]
+    ckpt = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=False)
+    assert ckpt["epoch"] == 2
+
+
+def test_ocr_test_missing_checkpoint_is_a_clear_error(tiny_dataset: Path, tmp_path: Path) -> None:
+    missing = tmp_path / "nope.ckpt"
+    proc = _run(
+        "ocr.test",
+        *TINY,
+        f"data.dataset_dir={tiny_dataset}",
+        f"checkpoint_path={missing}",
+        f"hydra.run.dir={tmp_path}",
+        cwd=tmp_path,
+    )
+    assert proc.returncode != 0
+    assert f"no such file: {missing}" in proc.stderr
