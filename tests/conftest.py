@@ -16,13 +16,15 @@ os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("WANDB_SILENT", "true")
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-SHARED_FIXTURES = Path(os.environ.get("OCR_SHARED_FIXTURES", REPO_ROOT.parent / "shared" / "fixtures"))
+SHARED_FIXTURES = Path(
+    os.environ.get("OCR_SHARED_FIXTURES", REPO_ROOT.parent / "shared" / "fixtures")
+)
 
 
 def _shared(sub: str) -> Path:
     path = SHARED_FIXTURES / sub
     if not path.exists():
-        msg = f"shared fixtures not found at {path} (expected ../shared/fixtures beside the checkout)"
+        msg = f"shared fixtures not found at {path} (expected ../shared/fixtures beside the repo)"
         if os.environ.get("CI", "").lower() == "true":
             pytest.fail(msg + "; CI=true requires them")
         pytest.skip(msg)
