@@ -82,8 +82,7 @@ def summarize_metrics(title: str, metrics: Mapping[str, float], trainer: L.Train
         if key.startswith(("val/", "test/")):
             table.add_row(key, f"{metrics[key]:.4f}")
     Console().print(table)
-    for key in ("val/hmean", "test/hmean"):
-        if key in metrics:
-            print(f"{key.split('/')[0].upper()} H-mean: {metrics[key]:.4f}")
+    if "val/hmean" in metrics:
+        print(f"VAL H-mean: {metrics['val/hmean']:.4f}")
     if trainer.log_dir:
         print(f"run directory: {trainer.default_root_dir}")

@@ -64,7 +64,10 @@ def run_test(cfg: DictConfig) -> dict[str, float]:
     results = trainer.test(module, datamodule=datamodule)
     metrics = {k: float(v) for k, v in (results[0] if results else {}).items()}
     if trainer.is_global_zero:
-        summarize_metrics("test finished", metrics, trainer)
+        split = datamodule.splits["test"]
+        summarize_metrics(f"ocr-test on split '{split}'", metrics, trainer)
+        if "test/hmean" in metrics:
+            print(f"H-mean on split '{split}': {metrics['test/hmean']:.4f}")
         if module.predictions_path:
             print(f"predictions: {module.predictions_path}")
     return metrics
