@@ -152,11 +152,18 @@ def write_annotations(
                 )
             entry[str(word_id)] = {"points": arr.tolist()}
         doc["images"][file_name] = {"words": entry}
+    write_json_atomic(path, doc, ensure_ascii=False, allow_nan=False)
+
+
+def write_json_atomic(path: str | os.PathLike[str], doc: Any, **dump_kwargs: Any) -> None:
+    """Write JSON through a temporary file in the same folder + ``os.replace``: a reader never
+    sees a half-written file, and an interrupted write leaves the old file intact."""
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(doc, f, ensure_ascii=False, allow_nan=False)
+            json.dump(doc, f, **dump_kwargs)
             f.write("\n")
             f.flush()
             os.fsync(f.fileno())

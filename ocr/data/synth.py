@@ -42,7 +42,6 @@ import multiprocessing
 import os
 import re
 import sys
-import tempfile
 import time
 import zlib
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -54,7 +53,7 @@ import cv2
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
-from ocr.data.annotations import write_annotations
+from ocr.data.annotations import write_annotations, write_json_atomic
 
 __all__ = [
     "DEFAULT_SPLITS",
@@ -845,20 +844,6 @@ def _run_tasks(tasks: list[_Task], workers: int) -> Iterator[tuple[str, int, lis
         yield from pool.imap_unordered(_render_task, tasks, chunksize=4)
 
 
-def _write_json_atomic(path: Path, doc: Mapping[str, Any]) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(doc, f, indent=2, sort_keys=True)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def generate_dataset(
     out_dir: str | os.PathLike[str],
     *,
@@ -925,7 +910,7 @@ def generate_dataset(
         "images": dict(split_counts),
         "words": word_counts,
     }
-    _write_json_atomic(out / MANIFEST_NAME, manifest)
+    write_json_atomic(out / MANIFEST_NAME, manifest, indent=2, sort_keys=True)
     return out
 
 
