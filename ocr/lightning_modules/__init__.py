@@ -1,1 +1,1 @@
-"""lightning_modules."""
+"""LightningModule and callbacks (thin adapters over ocr.perf)."""

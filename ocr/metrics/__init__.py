@@ -1,1 +1,1 @@
-"""metrics."""
+"""Detection metrics."""

@@ -1,1 +1,1 @@
-"""models."""
+"""DBNet detector, DB loss and postprocess."""

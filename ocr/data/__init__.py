@@ -1,0 +1,1 @@
+"""Receipt data: annotations, synthetic generator, transforms, dataset, DB targets, collate."""
