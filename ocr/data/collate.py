@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -9,6 +10,7 @@ import numpy as np
 import torch
 
 from ocr.data.targets import DBTargets, make_db_targets, validate_target_params
+from ocr.perf.worker import report_part
 
 ITEM_KEYS = frozenset({"image", "polygons", "word_ids", "filename", "inverse_matrix", "raw_size"})
 MAP_KEYS = ("prob_maps", "prob_masks", "thresh_maps", "thresh_masks")
@@ -82,6 +84,7 @@ class DBCollateFN:
         if self.inference_mode:
             return out
 
+        targets_start = time.perf_counter_ns()
         # One (B, H, W) array per map, filled in place per sample: from_numpy then shares it.
         maps = {key: np.empty((len(batch), height, width), np.float32) for key in MAP_KEYS}
         for b, item in enumerate(batch):
@@ -99,6 +102,7 @@ class DBCollateFN:
             except ValueError as err:
                 raise ValueError(f"{filenames[b]}: {err}") from err
         out.update({key: torch.from_numpy(array) for key, array in maps.items()})
+        report_part("targets", time.perf_counter_ns() - targets_start)
         return out
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +21,7 @@ from ocr.data.annotations import (
     load_annotations,
 )
 from ocr.data.transforms import ImageLoadError, ReceiptTransform, apply_matrix, load_image
+from ocr.perf.worker import report_part
 
 __all__ = ["ReceiptDataset"]
 
@@ -132,9 +134,11 @@ class ReceiptDataset(Dataset[dict[str, Any]]):
 
     def __getitem__(self, index: int) -> dict[str, Any]:
         sample = self._samples[index]
+        decode_start = time.perf_counter_ns()
         image, raw_to_image, raw_size = load_image(
             sample.path, min_longest_side=self.transform.min_source_side
         )
+        report_part("decode", time.perf_counter_ns() - decode_start)
         if raw_size != sample.raw_size:
             raise ImageLoadError(
                 f"image {sample.path} changed since the dataset was built: "
@@ -147,7 +151,9 @@ class ReceiptDataset(Dataset[dict[str, Any]]):
         else:
             rng = np.random.default_rng(0)  # unused: evaluation is deterministic
         polygons = [apply_matrix(raw_to_image, p) for p in sample.polygons]
+        transform_start = time.perf_counter_ns()
         tensor, canvas_polygons, image_to_canvas = self.transform(image, polygons, rng)
+        report_part("transform", time.perf_counter_ns() - transform_start)
         inverse = np.linalg.inv(image_to_canvas @ raw_to_image)
         return {
             "image": tensor,

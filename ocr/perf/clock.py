@@ -1,0 +1,176 @@
+"""Exclusive phase accounting for one epoch: every nanosecond belongs to exactly one phase.
+
+A :class:`PhaseClock` always has exactly one open phase while it runs. :meth:`PhaseClock.switch`
+closes the open interval at ``now()`` and opens the next one at the same instant, so the
+per-phase totals telescope to ``stop - start``: they sum to the wall time exactly, by
+construction, whatever the callers do. Time nobody claimed stays in ``unattributed``.
+
+One clock is made "active" process-wide (:func:`set_active_clock`) so code far from the
+callbacks (the LightningModule's postprocess and metric) can claim its time with
+:func:`perf_phase` without a reference to the clock.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+__all__ = [
+    "PHASES",
+    "PhaseClock",
+    "PhaseTotals",
+    "active_clock",
+    "perf_phase",
+    "set_active_clock",
+]
+
+PHASES: tuple[str, ...] = (
+    "data_wait",
+    "forward",
+    "backward",
+    "optimizer",
+    "postprocess",
+    "metric",
+    "callbacks",
+    "unattributed",
+)
+_PHASE_SET = frozenset(PHASES)
+
+
+def _check_phase(phase: str) -> None:
+    if phase not in _PHASE_SET:
+        raise ValueError(f"unknown phase {phase!r}; expected one of {', '.join(PHASES)}")
+
+
+@dataclass(frozen=True)
+class PhaseTotals:
+    """Totals of one closed clock window.
+
+    Args:
+        wall_ns: wall time from ``start()`` to ``stop()`` (or to the ``peek()``), in ns.
+        phases_ns: phase name -> ns spent in it; every name of :data:`PHASES` is present and the
+            values sum to ``wall_ns`` exactly.
+    """
+
+    wall_ns: int
+    phases_ns: dict[str, int]
+
+    def seconds(self) -> dict[str, float]:
+        """``phases_ns`` in seconds (same keys)."""
+        return {name: ns / 1e9 for name, ns in self.phases_ns.items()}
+
+    @property
+    def wall_s(self) -> float:
+        """``wall_ns`` in seconds."""
+        return self.wall_ns / 1e9
+
+
+class PhaseClock:
+    """Exclusive phase accounting: while running, exactly one phase is open; switch() closes the
+    open interval and opens another, so per-phase totals sum EXACTLY to wall time by construction.
+
+    Not thread-safe: one clock is driven from the training loop's thread.
+
+    Args:
+        now: monotonic time source returning integer nanoseconds. Default
+            ``time.perf_counter_ns``; tests pass a fake.
+
+    Attributes:
+        running: True between ``start()`` and ``stop()``.
+        current: the open phase while running, else None.
+    """
+
+    def __init__(self, now: Callable[[], int] = time.perf_counter_ns) -> None:
+        self._now = now
+        self._totals: dict[str, int] = dict.fromkeys(PHASES, 0)
+        self._start_ns = 0
+        self._since_ns = 0
+        self.running = False
+        self.current: str | None = None
+
+    def __repr__(self) -> str:
+        state = f"running, in {self.current!r}" if self.running else "stopped"
+        return f"{type(self).__name__}({state})"
+
+    def start(self, phase: str = "unattributed") -> None:
+        """Reset the totals and open ``phase`` (restarts a running clock, dropping its totals)."""
+        _check_phase(phase)
+        self._totals = dict.fromkeys(PHASES, 0)
+        self._start_ns = self._since_ns = self._now()
+        self.current = phase
+        self.running = True
+
+    def switch(self, phase: str) -> str:
+        """Close the open phase and open ``phase``; return the phase that was open.
+
+        Returns ``""`` and does nothing when the clock is not running, so callers never need to
+        check. Switching to the open phase only closes and reopens the same interval.
+        """
+        _check_phase(phase)  # also when stopped: a typo must fail in tests, not only in runs
+        if not self.running:
+            return ""
+        now = self._now()
+        previous = self.current
+        assert previous is not None  # invariant while running
+        self._totals[previous] += now - self._since_ns
+        self._since_ns = now
+        self.current = phase
+        return previous
+
+    def peek(self) -> PhaseTotals:
+        """Totals so far, with the open phase counted up to now; the clock keeps running."""
+        if not self.running:
+            raise RuntimeError("PhaseClock.peek() called on a clock that is not running")
+        now = self._now()
+        totals = dict(self._totals)
+        assert self.current is not None
+        totals[self.current] += now - self._since_ns
+        return PhaseTotals(wall_ns=now - self._start_ns, phases_ns=totals)
+
+    def stop(self) -> PhaseTotals:
+        """Close the open phase and return the window's totals; the clock is stopped after."""
+        if not self.running:
+            raise RuntimeError("PhaseClock.stop() called on a clock that is not running")
+        now = self._now()
+        assert self.current is not None
+        self._totals[self.current] += now - self._since_ns
+        self.running = False
+        self.current = None
+        return PhaseTotals(wall_ns=now - self._start_ns, phases_ns=dict(self._totals))
+
+
+_active: PhaseClock | None = None
+
+
+def set_active_clock(clock: PhaseClock | None) -> None:
+    """Make ``clock`` the process-wide clock that :func:`perf_phase` charges (None: no clock)."""
+    global _active
+    _active = clock
+
+
+def active_clock() -> PhaseClock | None:
+    """The clock set by :func:`set_active_clock`, or None."""
+    return _active
+
+
+@contextmanager
+def perf_phase(name: str) -> Iterator[None]:
+    """Charge the block to phase ``name`` on the active clock, then reopen the previous phase.
+
+    Nests: an inner block returns to the outer block's phase. Without an active, running clock it
+    does nothing but check the name. The previous phase is reopened even if the block raises;
+    not if the clock was stopped inside the block.
+    """
+    _check_phase(name)
+    clock = _active
+    if clock is None or not clock.running:
+        yield
+        return
+    previous = clock.switch(name)
+    try:
+        yield
+    finally:
+        if clock.running:
+            clock.switch(previous)

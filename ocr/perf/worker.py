@@ -1,0 +1,465 @@
+"""Time DataLoader work where it happens (in the worker) and carry the timing back with the batch.
+
+Work done in DataLoader workers overlaps the training step, so the training loop cannot see it.
+:class:`InstrumentedLoader` makes every batch report how long its items took to fetch
+(``dataset[i]``: read, decode, augment), how long the collate function took, and any finer parts
+user code reported with :func:`report_part`, measured in the process that did the work.
+
+How, for any map-style dataset and any collate function (checked against torch 2.13):
+
+* ``loader.collate_fn`` is replaced by a picklable wrapper that times the collate call, drains
+  this process's accumulator (fetch time and parts since the previous batch) and returns
+  ``TimedBatch(batch, WorkerTiming)``.
+* In worker processes a chained ``worker_init_fn`` turns the accumulator on and swaps the
+  worker's copy of the dataset to a cached subclass whose ``__getitem__`` / ``__getitems__`` add
+  their duration to it (the loader's ``dataset`` cannot be reassigned, and the worker's fetcher
+  holds the dataset object itself). The main process's dataset is never touched. A dataset whose
+  class cannot be swapped (a plain ``list``) or an iterable dataset still yields collate and part
+  times; its batches say ``fetch_timed=False``.
+* With ``num_workers=0`` fetch and collate run inside the consumer's ``next()``: the fetch time is
+  the interval from the start of ``next()`` to the start of collate (index sampling included).
+* ``loader.__class__`` is swapped to a cached subclass whose ``__iter__`` wraps the iterator. The
+  wrapper's ``__next__`` switches the clock to ``data_wait`` for exactly the blocking wait, hands
+  the timing to ``on_batch`` and returns the plain batch, so nothing downstream ever sees a
+  ``TimedBatch``. ``pin_memory`` pins through it (it is a NamedTuple).
+
+With ``persistent_workers`` the workers keep the collate function and ``worker_init_fn`` they
+were started with, so instrumenting and restoring drop the loader's cached iterator: its workers
+shut down when its last user lets go of it (an epoch in progress finishes with it), and the next
+epoch starts workers with the current settings.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from torch.utils.data import DataLoader, IterableDataset, get_worker_info
+from torch.utils.data.dataloader import _BaseDataLoaderIter
+
+from ocr.perf.clock import PhaseClock
+
+__all__ = ["InstrumentedLoader", "TimedBatch", "WorkerTiming", "report_part"]
+
+_now = time.perf_counter_ns
+
+
+@dataclass(slots=True)
+class WorkerTiming:
+    """Where one batch's data-loading time went, measured in the process that built it.
+
+    Args:
+        fetch_ns: time in the dataset's ``__getitem__`` / ``__getitems__`` for this batch's items
+            (read, decode, augment), in ns. With ``num_workers=0``: from the start of ``next()``
+            to the start of collate.
+        collate_ns: time in the collate function, in ns (includes any reported parts of it).
+        parts_ns: finer parts reported with :func:`report_part` while this batch was built
+            (e.g. ``decode``, ``transform``, ``targets``), name -> ns; they overlap
+            ``fetch_ns``/``collate_ns``, they do not add to them.
+        samples: dataset items in the batch (1 without automatic batching).
+        worker_id: the DataLoader worker that built it; -1 for the main process.
+        fetch_timed: False when the fetch could not be timed (see the module docstring);
+            ``fetch_ns`` is then 0, not a measurement. Default True.
+    """
+
+    fetch_ns: int
+    collate_ns: int
+    parts_ns: dict[str, int]
+    samples: int
+    worker_id: int
+    fetch_timed: bool = True
+
+
+class TimedBatch(NamedTuple):
+    """What the wrapped collate function returns: the batch and its timing."""
+
+    batch: Any
+    timing: WorkerTiming
+
+
+# -- the per-process accumulator ---------------------------------------------------------------
+
+
+class _Accumulator:
+    """Timing collected in this process since the previous batch was collated."""
+
+    __slots__ = ("active", "depth", "fetch_ns", "fetch_start_ns", "fetch_timed", "parts")
+
+    def __init__(self) -> None:
+        self.active = False  # True in instrumented workers and inside an in-process next()
+        self.depth = 0  # nesting of timed dataset calls (__getitems__ calling self[i])
+        self.fetch_ns = 0
+        self.fetch_start_ns: int | None = None  # set in-process: fetch = collate start - this
+        self.fetch_timed = False
+        self.parts: dict[str, int] = {}
+
+    def save(self) -> tuple[Any, ...]:
+        return (
+            self.active,
+            self.depth,
+            self.fetch_ns,
+            self.fetch_start_ns,
+            self.fetch_timed,
+            self.parts,
+        )
+
+    def load(self, state: tuple[Any, ...]) -> None:
+        (
+            self.active,
+            self.depth,
+            self.fetch_ns,
+            self.fetch_start_ns,
+            self.fetch_timed,
+            self.parts,
+        ) = state
+
+
+# Process-global rather than thread-local: a dataset may decode in helper threads and report
+# from them. Each worker process has its own copy.
+_ACC = _Accumulator()
+
+
+def report_part(name: str, ns: int) -> None:
+    """Add ``ns`` nanoseconds to part ``name`` of the batch being built in this process.
+
+    Called by user code inside ``__getitem__`` or a collate function. A no-op (one attribute
+    test) unless this process is building a batch for an :class:`InstrumentedLoader`, so nothing
+    accumulates un-instrumented.
+    """
+    acc = _ACC
+    if acc.active:
+        parts = acc.parts
+        parts[name] = parts.get(name, 0) + ns
+
+
+# -- worker side -------------------------------------------------------------------------------
+
+
+class _TimedCollate:
+    """Picklable collate wrapper: times ``collate_fn`` and attaches this batch's timing.
+
+    Called outside an instrumented context (e.g. directly by user code) it returns the plain
+    batch, so the wrapper is transparent there.
+    """
+
+    def __init__(self, collate_fn: Callable[[Any], Any], auto_collation: bool) -> None:
+        self.collate_fn = collate_fn
+        self.auto_collation = auto_collation
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.collate_fn!r})"
+
+    def __call__(self, data: Any) -> Any:
+        acc = _ACC
+        if not acc.active:
+            return self.collate_fn(data)
+        start = _now()
+        batch = self.collate_fn(data)
+        end = _now()
+        if acc.fetch_start_ns is not None:
+            fetch_ns, fetch_timed = start - acc.fetch_start_ns, True
+        else:
+            fetch_ns, fetch_timed = acc.fetch_ns, acc.fetch_timed
+        parts, acc.parts, acc.fetch_ns = acc.parts, {}, 0
+        if self.auto_collation:
+            try:
+                samples = len(data)
+            except TypeError:
+                samples = 0
+        else:
+            samples = 1
+        info = get_worker_info()
+        timing = WorkerTiming(
+            fetch_ns=fetch_ns,
+            collate_ns=end - start,
+            parts_ns=parts,
+            samples=samples,
+            worker_id=-1 if info is None else info.id,
+            fetch_timed=fetch_timed,
+        )
+        return TimedBatch(batch, timing)
+
+
+class _TimedWorkerInit:
+    """Picklable ``worker_init_fn``: turns timing on in the worker, then calls the original."""
+
+    def __init__(self, worker_init_fn: Callable[[int], None] | None, map_style: bool) -> None:
+        self.worker_init_fn = worker_init_fn
+        self.map_style = map_style
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.worker_init_fn!r})"
+
+    def __call__(self, worker_id: int) -> None:
+        acc = _ACC
+        acc.load((True, 0, 0, None, False, {}))
+        info = get_worker_info()
+        if self.map_style and info is not None:
+            acc.fetch_timed = _time_fetches(info.dataset)
+        if self.worker_init_fn is not None:
+            self.worker_init_fn(worker_id)
+
+
+def _timed_method(method: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(method)
+    def timed(self: Any, *args: Any, **kwargs: Any) -> Any:
+        acc = _ACC
+        if acc.depth:  # nested (e.g. __getitems__ calling self[i]): the outer call times it
+            return method(self, *args, **kwargs)
+        acc.depth = 1
+        start = _now()
+        try:
+            return method(self, *args, **kwargs)
+        finally:
+            acc.fetch_ns += _now() - start
+            acc.depth = 0
+
+    return timed
+
+
+_TIMED_DATASET_CLASSES: dict[type, type] = {}
+
+
+def _time_fetches(dataset: Any) -> bool:
+    """Swap this process's ``dataset`` to a timing subclass; False if its class cannot be."""
+    cls = type(dataset)
+    if getattr(cls, "_ocr_perf_timed", False):
+        return True
+    timed_cls = _TIMED_DATASET_CLASSES.get(cls)
+    if timed_cls is None:
+        getitem = getattr(cls, "__getitem__", None)
+        if getitem is None:
+            return False
+        namespace: dict[str, Any] = {
+            "__slots__": (),  # same layout as cls, so __class__ assignment is allowed
+            "__module__": __name__,
+            "_ocr_perf_timed": True,
+            "__getitem__": _timed_method(getitem),
+        }
+        getitems = getattr(cls, "__getitems__", None)
+        if getitems:  # the fetcher only calls it when truthy, so mirror that
+            namespace["__getitems__"] = _timed_method(getitems)
+        try:
+            timed_cls = type(f"Timed{cls.__name__}", (cls,), namespace)
+        except TypeError:  # a final / builtin class
+            return False
+        _TIMED_DATASET_CLASSES[cls] = timed_cls
+    try:
+        dataset.__class__ = timed_cls
+    except TypeError:  # builtins (list, tuple) and C types refuse __class__ assignment
+        return False
+    return True
+
+
+# -- main-process side -------------------------------------------------------------------------
+
+
+class _TimedIterator(_BaseDataLoaderIter):
+    """Wraps a DataLoader iterator: charges the wait to ``data_wait`` and unwraps the timing.
+
+    Subclasses ``_BaseDataLoaderIter`` (without running its ``__init__``) so code that treats
+    DataLoader iterators specially (Lightning's CombinedLoader state) still recognises it; every
+    other attribute is the wrapped iterator's.
+    """
+
+    def __init__(
+        self, inner: _BaseDataLoaderIter, handle: InstrumentedLoader | None, in_process: bool
+    ) -> None:
+        self._inner = inner
+        self._handle = handle
+        self._in_process = in_process
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "_inner":  # not yet set (e.g. half-built): avoid infinite recursion
+            raise AttributeError(name)
+        return getattr(self._inner, name)
+
+    def __iter__(self) -> _TimedIterator:
+        return self
+
+    def __len__(self) -> int:
+        return len(self._inner)
+
+    def _reset(self, *args: Any, **kwargs: Any) -> None:
+        self._inner._reset(*args, **kwargs)
+
+    def __next__(self) -> Any:
+        handle = self._handle
+        if handle is not None and not handle._delivering:
+            handle = None
+        clock = handle._clock if handle is not None else None
+        previous = clock.switch("data_wait") if clock is not None else ""
+        try:
+            if self._in_process:
+                saved = _ACC.save()
+                _ACC.load((True, 0, 0, _now(), True, {}))
+                try:
+                    item = next(self._inner)
+                finally:
+                    _ACC.load(saved)
+            else:
+                item = next(self._inner)
+            if type(item) is TimedBatch:
+                timing = item.timing
+                item = item.batch
+                if handle is not None:
+                    handle._deliver(timing)
+        finally:
+            if previous:
+                assert clock is not None
+                clock.switch(previous)
+        return item
+
+
+def _instrumented_iter(self: DataLoader) -> _BaseDataLoaderIter:
+    base: type[DataLoader] = type(self)._ocr_perf_base  # type: ignore[attr-defined]
+    inner = base.__iter__(self)
+    return _TimedIterator(inner, _HANDLES.get(self), in_process=self.num_workers == 0)
+
+
+_INSTRUMENTED_LOADER_CLASSES: dict[type, type] = {}
+# Loader -> its live handle. Weak, so a loader copied or re-created from an instrumented one
+# (Lightning re-instantiates loaders by type) just unwraps batches and reports to nobody.
+_HANDLES: weakref.WeakKeyDictionary[DataLoader, InstrumentedLoader] = weakref.WeakKeyDictionary()
+
+
+def _instrumented_class(base: type[DataLoader]) -> type[DataLoader]:
+    cls = _INSTRUMENTED_LOADER_CLASSES.get(base)
+    if cls is None:
+        cls = type(
+            f"Instrumented{base.__name__}",
+            (base,),
+            {
+                "__slots__": (),
+                "__module__": __name__,
+                "__doc__": base.__doc__,
+                "__iter__": _instrumented_iter,
+                "_ocr_perf_base": base,
+            },
+        )
+        _INSTRUMENTED_LOADER_CLASSES[base] = cls
+    return cls
+
+
+def _drop_cached_iterator(loader: DataLoader) -> None:
+    # Persistent workers were started with the old collate / worker_init_fn. Not shut down here:
+    # an epoch may still be using that iterator; its workers stop when it is garbage.
+    if getattr(loader, "_iterator", None) is not None:
+        loader._iterator = None
+
+
+class InstrumentedLoader:
+    """Instrument a DataLoader in place so each batch reports its worker-side timing.
+
+    The loader keeps working as before for its users (same batches, same workers, same
+    ``pin_memory``); until :meth:`restore`, each batch taken from it calls ``on_batch`` with its
+    :class:`WorkerTiming`, and the blocking wait in ``next()`` is charged to ``data_wait`` on
+    ``clock`` while that clock runs. Iterators created before instrumenting are not affected.
+
+    Args:
+        loader: the ``torch.utils.data.DataLoader`` to instrument (any map-style dataset, any
+            collate function; iterable datasets get collate/part timing only). Must not already
+            be instrumented.
+        on_batch: called in the consumer's thread, once per batch, with that batch's timing.
+            Keep it cheap; it runs inside the ``data_wait`` window.
+        clock: the phase clock to charge the wait to; None (default) charges nothing.
+        on_error: if given, an exception raised by ``on_batch`` is passed to it and ``on_batch``
+            is not called again (the loader keeps serving batches); if None (default) the
+            exception propagates to the consumer of the loader.
+    """
+
+    def __init__(
+        self,
+        loader: DataLoader,
+        on_batch: Callable[[WorkerTiming], None],
+        clock: PhaseClock | None = None,
+        *,
+        on_error: Callable[[BaseException], None] | None = None,
+    ) -> None:
+        if not isinstance(loader, DataLoader):
+            raise TypeError(
+                "InstrumentedLoader needs a torch.utils.data.DataLoader, "
+                f"got {type(loader).__name__}"
+            )
+        if getattr(type(loader), "_ocr_perf_base", None) is not None:
+            raise ValueError(
+                f"this {type(loader).__name__} is already instrumented; restore() the other "
+                "InstrumentedLoader first"
+            )
+        if not callable(on_batch):
+            raise TypeError(f"on_batch must be callable, got {type(on_batch).__name__}")
+        self._loader: DataLoader | None = loader
+        self._on_batch = on_batch
+        self._clock = clock
+        self._on_error = on_error
+        self._delivering = True
+        self._original_class = type(loader)
+        self._original_collate = loader.collate_fn
+        self._original_worker_init = loader.worker_init_fn
+        self._collate = _TimedCollate(loader.collate_fn, loader.batch_sampler is not None)
+        self._worker_init = _TimedWorkerInit(
+            loader.worker_init_fn, map_style=not isinstance(loader.dataset, IterableDataset)
+        )
+        # The class first: it is the only step that can fail, and nothing needs undoing then.
+        loader.__class__ = _instrumented_class(type(loader))
+        loader.collate_fn = self._collate
+        loader.worker_init_fn = self._worker_init
+        _HANDLES[loader] = self
+        _drop_cached_iterator(loader)
+
+    def __repr__(self) -> str:
+        state = "active" if self.active else "restored"
+        return f"{type(self).__name__}({self._original_class.__name__}, {state})"
+
+    @property
+    def loader(self) -> DataLoader | None:
+        """The instrumented loader; None after :meth:`restore`."""
+        return self._loader
+
+    @property
+    def active(self) -> bool:
+        """True until :meth:`restore`."""
+        return self._loader is not None
+
+    @property
+    def clock(self) -> PhaseClock | None:
+        """The clock charged with ``data_wait`` (settable, e.g. to move to another stage's)."""
+        return self._clock
+
+    @clock.setter
+    def clock(self, clock: PhaseClock | None) -> None:
+        self._clock = clock
+
+    def _deliver(self, timing: WorkerTiming) -> None:
+        if self._on_error is None:
+            self._on_batch(timing)
+            return
+        try:
+            self._on_batch(timing)
+        except Exception as exc:
+            self._delivering = False
+            self._on_error(exc)
+
+    def restore(self) -> None:
+        """Undo everything: loader class, collate function, ``worker_init_fn``; idempotent.
+
+        An iterator in use keeps serving plain batches to the end; it no longer reports.
+        Attributes someone else replaced after instrumenting are left as they are now.
+        """
+        loader = self._loader
+        if loader is None:
+            return
+        self._loader = None
+        self._delivering = False
+        _HANDLES.pop(loader, None)
+        if getattr(type(loader), "_ocr_perf_base", None) is self._original_class:
+            loader.__class__ = self._original_class
+        if loader.collate_fn is self._collate:
+            loader.collate_fn = self._original_collate
+        if loader.worker_init_fn is self._worker_init:
+            loader.worker_init_fn = self._original_worker_init
+        _drop_cached_iterator(loader)

@@ -1,0 +1,176 @@
+"""StreamingStats against numpy: exact moments, quantiles within 1 %, bounded memory, merge."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from ocr.perf.stats import StreamingStats
+
+QS = (0.0, 0.01, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99, 1.0)
+
+
+def _data(kind: str) -> np.ndarray:
+    rng = np.random.default_rng(1234)
+    if kind == "lognormal":
+        return rng.lognormal(mean=-3.0, sigma=1.0, size=20_000)
+    if kind == "uniform":
+        return rng.uniform(0.0, 2.0, size=20_000)
+    if kind == "constant":
+        return np.full(5_000, 0.437)
+    if kind == "single":
+        return np.array([0.3125])
+    if kind == "few":
+        return rng.exponential(0.2, size=7)
+    raise AssertionError(kind)
+
+
+KINDS = ("lognormal", "uniform", "constant", "single", "few")
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_matches_numpy(kind: str) -> None:
+    data = _data(kind)
+    stats = StreamingStats()
+    for v in data:
+        stats.add(float(v))
+    assert stats.count == data.size
+    # Exact moments: 1e-9 relative (absolute near zero: numpy's own std of a constant is not 0).
+    assert stats.mean == pytest.approx(float(np.mean(data)), rel=1e-9)
+    assert stats.std == pytest.approx(float(np.std(data)), rel=1e-9, abs=1e-12)
+    assert stats.total == pytest.approx(float(np.sum(data)), rel=1e-9)
+    assert stats.min == float(data.min())
+    assert stats.max == float(data.max())
+    expected = np.quantile(data, QS)
+    got = stats.quantiles(QS)
+    for q, e, g in zip(QS, expected, got, strict=True):
+        assert g == pytest.approx(float(e), rel=0.01), f"q={q}"
+    for q in (0.5, 0.95, 0.99):
+        assert stats.quantile(q) == pytest.approx(float(np.quantile(data, q)), rel=0.01)
+
+    summary = stats.summary()
+    assert list(summary) == ["count", "mean", "median", "p95", "p99", "std", "min", "max"]
+    assert all(isinstance(v, float) for v in summary.values())
+    assert summary["count"] == data.size
+    assert summary["median"] == pytest.approx(float(np.median(data)), rel=0.01)
+    assert summary["p95"] == pytest.approx(float(np.quantile(data, 0.95)), rel=0.01)
+    assert summary["p99"] == pytest.approx(float(np.quantile(data, 0.99)), rel=0.01)
+    assert summary["std"] == stats.std
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_add_many_equals_adding_one_by_one(kind: str) -> None:
+    data = _data(kind)
+    one, many = StreamingStats(), StreamingStats()
+    for v in data:
+        one.add(float(v))
+    many.add_many(data)
+    assert many.count == one.count
+    assert many.mean == pytest.approx(one.mean, rel=1e-12)
+    assert many.std == pytest.approx(one.std, rel=1e-9, abs=1e-12)
+    assert (many.min, many.max) == (one.min, one.max)
+    assert many.quantiles(QS) == pytest.approx(one.quantiles(QS), rel=1e-12)
+
+
+def test_values_below_min_value_and_zeros() -> None:
+    data = np.array([0.0, 0.0, 1e-12, 0.5, 0.5, 2.0])
+    stats = StreamingStats()
+    stats.add_many(data)
+    assert stats.min == 0.0
+    assert stats.quantile(0.2) == pytest.approx(float(np.quantile(data, 0.2)), abs=1e-9)
+    assert stats.quantile(0.5) == pytest.approx(float(np.quantile(data, 0.5)), rel=0.01, abs=1e-9)
+    assert stats.mean == pytest.approx(float(data.mean()), rel=1e-12)
+
+
+def test_memory_is_bounded_by_the_range_not_the_count() -> None:
+    rng = np.random.default_rng(0)
+    stats = StreamingStats()
+    # Values in [0.01, 1] s can fall in at most log(100)/log(gamma) + 1 buckets.
+    bound = math.ceil(math.log(100) / math.log((1.005) / (0.995))) + 1
+    values = rng.uniform(0.01, 1.0, size=1_000_000).tolist()
+    for v in values[:20_000]:
+        stats.add(v)
+    after_small = stats.num_buckets
+    for v in values[20_000:]:
+        stats.add(v)
+    assert stats.count == 1_000_000
+    assert after_small <= stats.num_buckets <= bound
+
+    wild = StreamingStats()
+    wild.add_many(10.0 ** rng.uniform(-15, 15, size=1_000_000))  # far beyond min/max_value
+    wild.add_many(np.array([0.0, 1e18]))
+    assert wild.num_buckets <= wild.max_buckets < 10_000
+    assert wild.max == 1e18
+    assert wild.quantile(1.0) == 1e18
+
+
+def test_merge_equals_adding_everything() -> None:
+    data = _data("lognormal")
+    parts = np.array_split(data, [3, 5000, 12000])
+    merged = StreamingStats()
+    for part in parts:
+        piece = StreamingStats()
+        for v in part:
+            piece.add(float(v))
+        merged.merge(piece)
+    merged.merge(StreamingStats())  # merging an empty one changes nothing
+    whole = StreamingStats()
+    for v in data:
+        whole.add(float(v))
+    assert merged.count == whole.count
+    assert merged.mean == pytest.approx(whole.mean, rel=1e-12)
+    assert merged.std == pytest.approx(whole.std, rel=1e-9)
+    assert merged.total == pytest.approx(whole.total, rel=1e-12)
+    assert (merged.min, merged.max) == (whole.min, whole.max)
+    assert merged.quantiles(QS) == whole.quantiles(QS)  # same buckets, same answers
+
+    into_empty = StreamingStats()
+    into_empty.merge(whole)
+    assert into_empty.summary() == whole.summary()
+
+
+def test_empty_summary_is_nan_with_count_zero() -> None:
+    stats = StreamingStats()
+    summary = stats.summary()
+    assert summary["count"] == 0.0
+    assert all(math.isnan(v) for k, v in summary.items() if k != "count")
+    assert math.isnan(stats.quantile(0.5))
+    assert stats.total == 0.0
+    assert stats.num_buckets == 0
+
+
+def test_reset_forgets_everything() -> None:
+    stats = StreamingStats()
+    stats.add_many([0.1, 0.2, 0.3])
+    stats.reset()
+    assert stats.count == 0
+    assert math.isnan(stats.summary()["mean"])
+    stats.add(2.0)
+    assert stats.summary()["median"] == 2.0
+
+
+@pytest.mark.parametrize("bad", [-1.0, math.nan, math.inf, -1e-300])
+def test_invalid_values_are_rejected(bad: float) -> None:
+    stats = StreamingStats()
+    with pytest.raises(ValueError, match="finite value >= 0"):
+        stats.add(bad)
+    with pytest.raises(ValueError, match="at index 1"):
+        stats.add_many([0.5, bad])
+    assert stats.count == 0  # nothing half-added
+
+
+def test_invalid_arguments() -> None:
+    stats = StreamingStats()
+    stats.add(1.0)
+    with pytest.raises(ValueError, match="q must be in"):
+        stats.quantile(1.5)
+    with pytest.raises(ValueError, match="different settings"):
+        stats.merge(StreamingStats(relative_accuracy=0.01))
+    with pytest.raises(TypeError, match="StreamingStats"):
+        stats.merge([1.0, 2.0])  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="relative_accuracy"):
+        StreamingStats(relative_accuracy=0.0)
+    with pytest.raises(ValueError, match="min_value"):
+        StreamingStats(min_value=2.0, max_value=1.0)
