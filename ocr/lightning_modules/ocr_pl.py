@@ -18,6 +18,7 @@ from ocr.metrics.detection import DetectionMetric
 from ocr.models.dbnet import DBNet
 from ocr.models.loss import DBLoss
 from ocr.models.postprocess import DBPostProcessor
+from ocr.perf.clock import perf_phase
 
 OptimizerFactory = Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer]
 SchedulerFactory = Callable[..., Any]
@@ -103,20 +104,25 @@ class OCRLightningModule(L.LightningModule):
             loss, parts = self.loss_fn(pred, batch)
             self.log("val/loss", loss, prog_bar=True, batch_size=bs, sync_dist=True)
             self.log_dict({f"val/{k}": v for k, v in parts.items()}, batch_size=bs, sync_dist=True)
-        detections = self._detect(pred)
-        self.val_metric.update([boxes for boxes, _ in detections], batch["polygons"])
+        with perf_phase("postprocess"):
+            detections = self._detect(pred)
+        with perf_phase("metric"):
+            self.val_metric.update([boxes for boxes, _ in detections], batch["polygons"])
 
     def on_validation_epoch_end(self) -> None:
-        scores = self.val_metric.compute()
+        with perf_phase("metric"):
+            scores = self.val_metric.compute()
         self.log_dict({f"val/{k}": v for k, v in scores.items()}, prog_bar=True)
         self.val_metric.reset()
 
     def test_step(self, batch: Mapping[str, Any], batch_idx: int) -> None:
         pred = self.net(batch["images"])
-        detections = self._detect(pred)
+        with perf_phase("postprocess"):
+            detections = self._detect(pred)
         gts = batch["polygons"]
         self._test_has_gt = self._test_has_gt or any(len(g) > 0 for g in gts)
-        self.test_metric.update([boxes for boxes, _ in detections], gts)
+        with perf_phase("metric"):
+            self.test_metric.update([boxes for boxes, _ in detections], gts)
         inverse = batch["inverse_matrices"].cpu().numpy()
         for i, (boxes, _scores) in enumerate(detections):
             raw = to_raw_frame(boxes, inverse[i])
@@ -133,7 +139,8 @@ class OCRLightningModule(L.LightningModule):
         if self.trainer.world_size > 1:
             has_gt = self.trainer.strategy.reduce(has_gt, reduce_op="max")
         if has_gt.item() > 0:
-            scores = self.test_metric.compute()
+            with perf_phase("metric"):
+                scores = self.test_metric.compute()
             self.log_dict({f"test/{k}": v for k, v in scores.items()})
         else:
             warnings.warn(

@@ -1,0 +1,6 @@
+"""Lightning callbacks: thin adapters from Lightning hooks to ``ocr.perf`` and the loggers."""
+
+from ocr.lightning_modules.callbacks.performance_profiler import PerformanceProfilerCallback
+from ocr.lightning_modules.callbacks.throughput_monitor import ThroughputMonitorCallback
+
+__all__ = ["PerformanceProfilerCallback", "ThroughputMonitorCallback"]

@@ -1,0 +1,203 @@
+"""Where every second of a train / validation / test epoch goes, as metrics and a table."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+import lightning as L
+from rich.console import Console
+from rich.table import Table
+
+from ocr.lightning_modules.callbacks._shared import (
+    EpochReport,
+    IntervalProgress,
+    RecorderCallback,
+    log_to_loggers,
+)
+from ocr.perf.clock import PHASES
+
+__all__ = ["PerformanceProfilerCallback", "performance_metrics"]
+
+_BATCH_STATS = ("mean", "median", "p95", "p99", "std")
+# Memory gauges: snapshot key -> metric name (GiB or percent).
+_MEMORY_KEYS = {
+    "cuda_allocated_gb": "gpu_memory_gb",
+    "cuda_reserved_gb": "gpu_memory_reserved_gb",
+    "system_memory_percent": "cpu_memory_percent",
+    "process_rss_gb": "process_rss_gb",
+}
+_SPREAD_FIGURES = (
+    "epoch_time",
+    *(f"{phase}_time" for phase in PHASES),
+    "worker_fetch_time",
+    "worker_collate_time",
+    "batch_mean",
+)
+
+
+def performance_metrics(report: EpochReport, memory: bool = True) -> dict[str, float]:
+    """The metrics of one stage epoch (``stage`` = ``train``, ``val`` or ``test``):
+
+    - ``performance/{stage}_epoch_time`` and ``performance/{stage}_{phase}_time`` (seconds; the
+      phases sum to the epoch time), ``performance/{stage}_worker_{part}_time`` (seconds summed
+      over the epoch, measured in the DataLoader workers: ``fetch``, ``collate``, finer parts),
+    - ``performance/{stage}_batch_{mean,median,p95,p99,std}`` (seconds) and
+      ``performance/{stage}_num_batches``,
+    - on CUDA ``performance/{stage}_gpu_{phase}_time`` (GPU stream seconds per phase),
+    - with ``memory``: ``performance/gpu_memory_gb``, ``performance/gpu_memory_reserved_gb``
+      (CUDA only), ``performance/cpu_memory_percent`` (host memory in use, %) and
+      ``performance/process_rss_gb`` at the epoch's end; validation keeps these historical
+      unprefixed names, train and test insert the stage (``performance/test_gpu_memory_gb``),
+    - under DDP, for the epoch time, each phase, worker fetch/collate and the mean batch time:
+      ``..._min``, ``..._median``, ``..._max`` over ranks and ``..._slowest_rank`` (the rank with
+      the largest value; names never contain a rank number). The plain keys are rank zero's own
+      figures, so they still sum.
+    """
+    stage = report.stage
+    head = f"performance/{stage}_"
+    out: dict[str, float] = {"epoch": float(report.epoch), f"{head}epoch_time": report.wall_s}
+    for phase, seconds in report.phases_s.items():
+        out[f"{head}{phase}_time"] = seconds
+    for part, seconds in report.worker_s.items():
+        out[f"{head}worker_{part}_time"] = seconds
+    for stat in _BATCH_STATS:
+        out[f"{head}batch_{stat}"] = report.batch_stats[stat]
+    out[f"{head}num_batches"] = float(report.num_batches)
+    for phase, seconds in report.gpu_phases_s.items():
+        out[f"{head}gpu_{phase}_time"] = seconds
+    if memory:
+        mem_head = "performance/" if stage == "val" else head
+        for key, name in _MEMORY_KEYS.items():
+            if key in report.memory:
+                out[f"{mem_head}{name}"] = report.memory[key]
+    for figure in _SPREAD_FIGURES:
+        spread = report.spreads.get(figure)
+        if spread is not None:
+            for stat, value in spread.items():
+                out[f"{head}{figure}_{stat}"] = value
+    return out
+
+
+def render_table(report: EpochReport) -> Table:
+    """The end-of-epoch table: phases with their share of the epoch, worker parts, batch-time
+    statistics and memory; with the max over ranks under DDP."""
+    ddp = bool(report.spreads)
+    table = Table(
+        title=(
+            f"{report.stage} epoch {report.epoch}: {report.wall_s:.3f} s, "
+            f"{report.num_batches} batches, {report.samples} samples"
+        ),
+        title_justify="left",
+    )
+    table.add_column("where the time went")
+    table.add_column("seconds", justify="right")
+    table.add_column("share", justify="right")
+    if ddp:
+        table.add_column("max over ranks (rank)", justify="right")
+
+    def spread_cell(figure: str) -> list[str]:
+        if not ddp:
+            return []
+        spread = report.spreads.get(figure)
+        if spread is None or math.isnan(spread["max"]):
+            return [""]
+        return [f"{spread['max']:.3f} ({int(spread['slowest_rank'])})"]
+
+    wall = report.wall_s
+    for phase in PHASES:
+        seconds = report.phases_s.get(phase, 0.0)
+        share = f"{100 * seconds / wall:.1f} %" if wall > 0 else ""
+        table.add_row(phase, f"{seconds:.3f}", share, *spread_cell(f"{phase}_time"))
+    table.add_row("epoch", f"{wall:.3f}", "100 %", *spread_cell("epoch_time"), end_section=True)
+    for part, seconds in report.worker_s.items():
+        # Worker time overlaps the step: shown, but not a share of the epoch.
+        cells = spread_cell(f"worker_{part}_time")
+        table.add_row(f"worker {part}", f"{seconds:.3f}", "overlaps", *cells)
+    if report.worker_s:
+        table.rows[-1].end_section = True
+    stats = report.batch_stats
+    if report.num_batches:
+        for stat in _BATCH_STATS:
+            table.add_row(f"batch {stat}", f"{stats[stat]:.4f}", "", *([""] if ddp else []))
+        table.rows[-1].end_section = True
+    for key, name in _MEMORY_KEYS.items():
+        if key in report.memory:
+            unit = "%" if key.endswith("percent") else "GiB"
+            table.add_row(name, f"{report.memory[key]:.2f} {unit}", "", *([""] if ddp else []))
+    return table
+
+
+class PerformanceProfilerCallback(RecorderCallback):
+    """Attribute every second of each train / validation / test epoch to a named phase and log
+    per-batch and per-epoch timing, DataLoader worker time and memory.
+
+    Each epoch's wall time is split into ``data_wait``, ``forward``, ``backward``,
+    ``optimizer``, ``postprocess``, ``metric``, ``callbacks`` and ``unattributed``, which sum to
+    it; validation inside ``fit`` is its own ``val`` epoch, excluded from the train epoch's time.
+    Work done in DataLoader workers (fetch, collate, parts such as DB target generation) is timed
+    in the worker and reported even though it overlaps compute. Metric names:
+    :func:`performance_metrics`. Logged through ``trainer.loggers`` from rank zero (no logger:
+    nothing logged); under DDP one gather per epoch adds min / median / max and the slowest rank.
+    Never synchronises CUDA unless asked. An internal error becomes one warning and turns the
+    callback off; training continues.
+
+    Example::
+
+        trainer = Trainer(callbacks=[PerformanceProfilerCallback(verbose=True)])
+
+    Args:
+        enabled: record anything at all; ``False`` makes every hook return at once.
+            Default ``True``.
+        log_interval: every this many training batches, log ``performance/train_batch_time``
+            (mean seconds per batch since the previous such log, data wait included) at the
+            current step. ``0``: epoch ends only. In batches. Default ``10``.
+        profile_memory: log memory gauges at each epoch end (process RSS, host memory %, CUDA
+            allocated / reserved when CUDA is in use); memory is also sampled at most once a
+            second during an epoch (~0.1 ms per sample) for the epoch's peak. Default ``True``.
+        verbose: print a table of the epoch (phases and their share, worker parts, batch-time
+            statistics, memory) at each recorded epoch end, on rank zero. Default ``False``.
+        stages: stages to record, any of ``"train"``, ``"validate"`` (or ``"val"``),
+            ``"test"``. Default all three.
+        sync_cuda: call ``torch.cuda.synchronize()`` at every phase switch so the host phases
+            include their GPU work (exact, but slows training); without it the GPU time per
+            phase comes from CUDA events read without blocking. No effect without CUDA.
+            Default ``False``.
+    """
+
+    def __init__(
+        self,
+        enabled: bool = True,
+        log_interval: int = 10,
+        profile_memory: bool = True,
+        verbose: bool = False,
+        stages: Iterable[str] = ("train", "validate", "test"),
+        sync_cuda: bool = False,
+    ) -> None:
+        super().__init__(
+            enabled=enabled,
+            log_interval=log_interval,
+            stages=stages,
+            sync_cuda=sync_cuda,
+            track_memory=profile_memory,
+        )
+        self.profile_memory = bool(profile_memory)
+        self.verbose = bool(verbose)
+        self._anchor: tuple[int, int, float] = (-1, 0, 0.0)  # epoch, batches, elapsed_s
+
+    def _on_report(self, trainer: L.Trainer, report: EpochReport) -> None:
+        log_to_loggers(trainer, performance_metrics(report, memory=self.profile_memory))
+        if self.verbose and trainer.is_global_zero:
+            Console().print(render_table(report))
+
+    def _on_interval(self, trainer: L.Trainer, progress: IntervalProgress) -> None:
+        if progress.stage != "train":
+            return  # the step does not advance during evaluation: nothing to plot against
+        epoch, batches, elapsed = self._anchor
+        if epoch != progress.epoch or batches > progress.num_batches:
+            batches, elapsed = 0, 0.0
+        self._anchor = (progress.epoch, progress.num_batches, progress.elapsed_s)
+        n = progress.num_batches - batches
+        if n > 0:
+            mean = (progress.elapsed_s - elapsed) / n
+            log_to_loggers(trainer, {"performance/train_batch_time": mean})

@@ -1,0 +1,674 @@
+"""PerformanceProfilerCallback and ThroughputMonitorCallback on tiny CPU Trainers.
+
+Planted delays must land in their own phase (within 15 %), each epoch's phases must sum to its
+wall time, throughput must match an independent measurement, and the callbacks must survive
+being disabled, a missing wandb, an empty validation set, their own failures, a resumed run, no
+logger, DDP, and our own LightningModule driven through ``ocr-train``.
+"""
+
+from __future__ import annotations
+
+import csv
+import importlib
+import os
+import re
+import subprocess
+import sys
+import textwrap
+import time
+import warnings
+from collections import defaultdict
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import pytest
+import torch
+from lightning.fabric.utilities.seed import pl_worker_init_function
+from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.loggers import CSVLogger, Logger
+from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import default_collate as torch_default_collate
+
+from ocr.data.synth import generate_dataset
+from ocr.lightning_modules.callbacks import (
+    PerformanceProfilerCallback,
+    ThroughputMonitorCallback,
+    _shared,
+)
+from ocr.lightning_modules.callbacks._shared import PerfCallbackWarning, StageRecorder
+from ocr.perf.clock import PHASES, active_clock, perf_phase
+
+pytestmark = pytest.mark.slow
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+TOL = 0.15  # planted delays: relative tolerance of the attribution
+
+
+# -- tiny pieces ---------------------------------------------------------------------------------
+
+
+def planted_sleep(seconds: float) -> float:
+    """Sleep and return how long it really took: the truth the attribution is compared with
+    (under CPU contention a sleep overruns; the measurement must follow the real time)."""
+    start = time.perf_counter()
+    time.sleep(seconds)
+    return time.perf_counter() - start
+
+
+class SleepyDataset(Dataset[tuple[torch.Tensor, ...]]):
+    """``n`` items ``(x, y, slept)``: random regression pairs, after ``delay`` seconds of sleep
+    in ``__getitem__``; ``slept`` carries the real sleep back with the batch."""
+
+    def __init__(self, n: int, delay: float = 0.0) -> None:
+        self.n = n
+        self.delay = delay
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, ...]:
+        slept = planted_sleep(self.delay) if self.delay else 0.0
+        g = torch.Generator().manual_seed(index)
+        return torch.randn(4, generator=g), torch.randn(1, generator=g), torch.tensor(slept)
+
+
+class SleepyCollate:
+    """Picklable collate function sleeping ``delay`` seconds per batch; appends its real sleep
+    to the batch."""
+
+    def __init__(self, delay: float) -> None:
+        self.delay = delay
+
+    def __call__(self, items: list[Any]) -> Any:
+        slept = planted_sleep(self.delay)
+        return (*torch_default_collate(items), torch.tensor(slept))
+
+
+class TinyModule(L.LightningModule):
+    """Linear regression with optional planted delays: ``train_delay`` inside training_step,
+    ``metric_delay`` per validation batch and ``epoch_metric_delay`` at validation epoch end,
+    both inside ``perf_phase("metric")`` (as OCRLightningModule does).
+
+    ``truth[(stage, epoch, part)]`` sums the real planted sleeps: ``fetch`` and ``collate`` as
+    carried by the batches, ``forward`` and ``metric`` measured here.
+    """
+
+    def __init__(
+        self, train_delay: float = 0.0, metric_delay: float = 0.0, epoch_metric_delay: float = 0.0
+    ) -> None:
+        super().__init__()
+        self.net = torch.nn.Linear(4, 1)
+        self.train_delay = train_delay
+        self.metric_delay = metric_delay
+        self.epoch_metric_delay = epoch_metric_delay
+        self.truth: defaultdict[tuple[str, int, str], float] = defaultdict(float)
+
+    def _loss(self, stage: str, batch: Any) -> torch.Tensor:
+        x, y, fetch_slept, *collate_slept = batch
+        key = (stage, self.current_epoch)
+        self.truth[(*key, "fetch")] += float(fetch_slept.sum())
+        if collate_slept:
+            self.truth[(*key, "collate")] += float(collate_slept[0])
+        return torch.nn.functional.mse_loss(self.net(x), y)
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        if self.train_delay:
+            self.truth[("train", self.current_epoch, "forward")] += planted_sleep(self.train_delay)
+        return self._loss("train", batch)
+
+    def _evaluate(self, stage: str, batch: Any) -> None:
+        self.log(f"{stage}/loss", self._loss(stage, batch))
+        with perf_phase("metric"):
+            if self.metric_delay:
+                slept = planted_sleep(self.metric_delay)
+                self.truth[(stage, self.current_epoch, "metric")] += slept
+
+    def validation_step(self, batch: Any, batch_idx: int) -> None:
+        self._evaluate("val", batch)
+
+    def test_step(self, batch: Any, batch_idx: int) -> None:
+        self._evaluate("test", batch)
+
+    def on_validation_epoch_end(self) -> None:
+        with perf_phase("metric"):
+            if self.epoch_metric_delay:
+                slept = planted_sleep(self.epoch_metric_delay)
+                self.truth[("val", self.current_epoch, "metric")] += slept
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+
+class MemoryLogger(Logger):
+    """Keeps every ``log_metrics`` call in memory."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[tuple[dict[str, float], int | None]] = []
+
+    @property
+    def name(self) -> str:
+        return "memory"
+
+    @property
+    def version(self) -> str:
+        return "0"
+
+    def log_hyperparams(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
+        self.calls.append((dict(metrics), step))
+
+    def metric_names(self) -> set[str]:
+        return {k for metrics, _ in self.calls for k in metrics}
+
+    def epochs(self, stage: str) -> list[dict[str, float]]:
+        """The epoch-end rows of the performance profiler for ``stage``, in order."""
+        return [m for m, _ in self.calls if f"performance/{stage}_epoch_time" in m]
+
+    def throughput(self, stage: str) -> list[dict[str, float]]:
+        """The epoch-end rows of the throughput monitor for ``stage``, in order."""
+        return [m for m, _ in self.calls if f"throughput/{stage}_data_wait_share" in m]
+
+
+def trainer(
+    tmp_path: Path, callbacks: list[L.Callback], logger: Any = None, **kwargs: Any
+) -> L.Trainer:
+    options: dict[str, Any] = {
+        "accelerator": "cpu",
+        "devices": 1,
+        "max_epochs": 1,
+        "logger": MemoryLogger() if logger is None else logger,
+        "enable_progress_bar": False,
+        "enable_model_summary": False,
+        "enable_checkpointing": False,
+        "num_sanity_val_steps": 0,
+        "default_root_dir": tmp_path,
+        "callbacks": callbacks,
+    }
+    options.update(kwargs)
+    return L.Trainer(**options)
+
+
+def loader(n: int, batch_size: int = 4, delay: float = 0.0, **kwargs: Any) -> DataLoader:
+    return DataLoader(SleepyDataset(n, delay), batch_size=batch_size, **kwargs)
+
+
+def assert_phases_sum(row: dict[str, float], stage: str) -> None:
+    total = sum(row[f"performance/{stage}_{phase}_time"] for phase in PHASES)
+    wall = row[f"performance/{stage}_epoch_time"]
+    assert wall > 0
+    assert total == pytest.approx(wall, rel=0.05)
+
+
+def assert_near(value: float, planted: float) -> None:
+    assert planted > 0
+    assert value == pytest.approx(planted, rel=TOL), f"{value:.4f} s vs planted {planted:.4f} s"
+
+
+@pytest.fixture(autouse=True)
+def _no_leaked_clock() -> Iterator[None]:
+    yield
+    assert active_clock() is None, "a run left its phase clock active"
+
+
+# -- planted delays ------------------------------------------------------------------------------
+
+
+def test_getitem_delay_without_workers_is_data_wait_and_worker_fetch(tmp_path: Path) -> None:
+    log, module = MemoryLogger(), TinyModule()
+    t = trainer(tmp_path, [PerformanceProfilerCallback()], log, limit_val_batches=0)
+    t.fit(module, loader(12, delay=0.02))
+    (row,) = log.epochs("train")
+    assert_phases_sum(row, "train")
+    planted = module.truth[("train", 0, "fetch")]
+    assert_near(row["performance/train_data_wait_time"], planted)
+    assert_near(row["performance/train_worker_fetch_time"], planted)
+    assert row["performance/train_forward_time"] < TOL * planted
+    assert row["performance/train_num_batches"] == 3
+    assert row["epoch"] == 0
+
+
+def test_collate_delay_with_two_workers_is_worker_collate_time(tmp_path: Path) -> None:
+    log, module = MemoryLogger(), TinyModule()
+    data = DataLoader(SleepyDataset(16), batch_size=4, num_workers=2, collate_fn=SleepyCollate(0.1))
+    t = trainer(tmp_path, [PerformanceProfilerCallback()], log, limit_val_batches=0)
+    t.fit(module, data)
+    (row,) = log.epochs("train")
+    assert_phases_sum(row, "train")
+    planted = module.truth[("train", 0, "collate")]
+    assert_near(row["performance/train_worker_collate_time"], planted)
+    assert row["performance/train_worker_fetch_time"] < TOL * planted
+
+
+def test_training_step_is_forward_and_validation_metric_is_metric(tmp_path: Path) -> None:
+    log, module = MemoryLogger(), TinyModule(0.03, metric_delay=0.03, epoch_metric_delay=0.04)
+    t = trainer(tmp_path, [PerformanceProfilerCallback()], log, max_epochs=2)
+    t.fit(module, loader(16), loader(8))  # 4 training and 2 validation batches per epoch
+    train_rows, val_rows = log.epochs("train"), log.epochs("val")
+    assert [r["epoch"] for r in train_rows] == [0, 1]
+    assert [r["epoch"] for r in val_rows] == [0, 1]
+    for epoch, row in enumerate(train_rows):
+        assert_phases_sum(row, "train")
+        assert_near(
+            row["performance/train_forward_time"], module.truth[("train", epoch, "forward")]
+        )
+        # Validation is its own window: none of its metric time leaks into training.
+        assert row["performance/train_metric_time"] == 0.0
+    for epoch, row in enumerate(val_rows):
+        assert_phases_sum(row, "val")
+        # Per-batch metric work and the epoch-end compute (after the callbacks' epoch end).
+        assert_near(row["performance/val_metric_time"], module.truth[("val", epoch, "metric")])
+        assert row["performance/val_num_batches"] == 2
+        for stat in ("mean", "median", "p95", "p99", "std"):
+            assert row[f"performance/val_batch_{stat}"] >= 0
+        assert row["performance/cpu_memory_percent"] > 0
+    # CPU only: no GPU figures.
+    assert not [k for k in log.metric_names() if "gpu" in k]
+
+
+def test_standalone_validate_and_test_are_recorded(tmp_path: Path) -> None:
+    log, module = MemoryLogger(), TinyModule(metric_delay=0.02)
+    t = trainer(tmp_path, [PerformanceProfilerCallback(), ThroughputMonitorCallback()], log)
+    t.validate(module, loader(8), verbose=False)
+    t.test(module, loader(12), verbose=False)
+    (val,) = log.epochs("val")
+    assert_phases_sum(val, "val")
+    assert_near(val["performance/val_metric_time"], module.truth[("val", 0, "metric")])
+    (row,) = log.epochs("test")
+    assert_phases_sum(row, "test")
+    assert row["performance/test_num_batches"] == 3
+    assert_near(row["performance/test_metric_time"], module.truth[("test", 0, "metric")])
+    assert "performance/test_cpu_memory_percent" in row
+    (tput,) = log.throughput("test")
+    assert tput["throughput/test_samples_per_sec"] > 0
+    assert not log.epochs("train")
+
+
+# -- throughput ----------------------------------------------------------------------------------
+
+
+class EpochTimer(L.Callback):
+    """Independent epoch timestamps."""
+
+    def __init__(self) -> None:
+        self.starts: list[int] = []
+        self.ends: list[int] = []
+
+    def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.starts.append(time.perf_counter_ns())
+
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.ends.append(time.perf_counter_ns())
+
+
+def test_throughput_matches_independent_timing_with_variable_batches(tmp_path: Path) -> None:
+    log = MemoryLogger()
+    timer = EpochTimer()
+    n = 23  # batches of 5, 5, 5, 5, 3
+    t = trainer(
+        tmp_path,
+        [timer, ThroughputMonitorCallback(log_interval=2)],
+        log,
+        max_epochs=2,
+        limit_val_batches=0,
+    )
+    t.fit(TinyModule(train_delay=0.03), loader(n, batch_size=5, delay=0.004))
+    rows = log.throughput("train")
+    assert [r["epoch"] for r in rows] == [0, 1]  # from the first epoch on
+    for row, start, end in zip(rows, timer.starts, timer.ends, strict=True):
+        seconds = (end - start) / 1e9
+        assert row["throughput/train_samples_per_sec"] == pytest.approx(n / seconds, rel=0.02)
+        assert row["throughput/train_batches_per_sec"] == pytest.approx(5 / seconds, rel=0.02)
+        assert 0.0 < row["throughput/train_data_wait_share"] < 1.0
+        assert row["performance/train_peak_rss_gb"] > 0
+    # In-epoch progress every 2 batches, logged at the optimizer steps.
+    running = [s for m, s in log.calls if "throughput/train_samples_per_sec" in m and len(m) == 2]
+    assert running[:2] == [2, 4]
+
+
+# -- behaviour -----------------------------------------------------------------------------------
+
+
+class Probe(L.Callback):
+    """Records what the training loop sees while it runs."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[type, Any, Any, bool]] = []
+        self.worker_init: list[Any] = []
+
+    def on_train_batch_start(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int
+    ) -> None:
+        dl = trainer.train_dataloader
+        patched = "process_dataloader" in vars(trainer.strategy)
+        self.seen.append((type(dl), dl.collate_fn, active_clock(), patched))
+        self.worker_init.append(dl.worker_init_fn)
+
+
+def test_disabled_does_no_work(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("a disabled callback attached a recorder")
+
+    monkeypatch.setattr(StageRecorder, "attach", refuse)
+    log, probe = MemoryLogger(), Probe()
+    callbacks = [
+        PerformanceProfilerCallback(enabled=False, verbose=True),
+        ThroughputMonitorCallback(enabled=False),
+        probe,
+    ]
+    data = loader(8)
+    original_collate = data.collate_fn
+    t = trainer(tmp_path, callbacks, log, limit_val_batches=0)
+    t.fit(TinyModule(), data)
+    assert probe.seen == [(DataLoader, original_collate, None, False)] * 2
+    assert not [k for k in log.metric_names() if k.startswith(("performance/", "throughput/"))]
+
+
+def test_loaders_are_instrumented_while_running_and_restored_after(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PL_SEED_WORKERS", "1")  # what seed_everything(workers=True) sets
+    probe = Probe()
+    data = loader(8)
+    t = trainer(tmp_path, [PerformanceProfilerCallback(), probe], limit_val_batches=0)
+    t.fit(TinyModule(), data)
+    loader_type, collate, clock, patched = probe.seen[0]
+    assert loader_type is not DataLoader
+    assert issubclass(loader_type, DataLoader)
+    assert collate is not torch_default_collate
+    assert clock is not None
+    assert patched
+    # Lightning's per-worker seeding is chained by the instrumentation, not hidden by it.
+    assert probe.worker_init[0].worker_init_fn.func is pl_worker_init_function
+    final = t.train_dataloader
+    assert type(final) is DataLoader
+    assert final.collate_fn is torch_default_collate
+    assert final.worker_init_fn.func is pl_worker_init_function
+    assert "process_dataloader" not in vars(t.strategy)
+
+
+def test_works_without_wandb(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "wandb", None)  # `import wandb` raises ImportError
+    for name in list(sys.modules):
+        if name.startswith("ocr.lightning_modules.callbacks"):
+            monkeypatch.delitem(sys.modules, name)
+    fresh = importlib.import_module("ocr.lightning_modules.callbacks")
+    with pytest.raises(ImportError):
+        import wandb  # noqa: F401
+    csv_logger = CSVLogger(tmp_path, name="csv", version="")
+    t = trainer(
+        tmp_path,
+        [fresh.PerformanceProfilerCallback(), fresh.ThroughputMonitorCallback()],
+        csv_logger,
+    )
+    t.fit(TinyModule(), loader(8), loader(4))
+    with open(tmp_path / "csv" / "metrics.csv") as fh:
+        header = next(csv.reader(fh))
+    assert "performance/val_epoch_time" in header
+    assert "throughput/train_samples_per_sec" in header
+
+
+def test_empty_validation_set(tmp_path: Path) -> None:
+    log = MemoryLogger()
+    callbacks = [PerformanceProfilerCallback(), ThroughputMonitorCallback()]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        t = trainer(tmp_path, callbacks, log)
+        t.fit(TinyModule(), loader(8), loader(0))
+    assert not [w for w in caught if issubclass(w.category, PerfCallbackWarning)]
+    assert len(log.epochs("train")) == 1
+    assert len(log.throughput("train")) == 1
+    assert not log.epochs("val")
+    assert not log.throughput("val")
+
+
+def test_internal_error_warns_once_and_training_completes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken_snapshot() -> dict[str, float]:
+        raise RuntimeError("planted failure")
+
+    monkeypatch.setattr(_shared, "memory_snapshot", broken_snapshot)
+    log, probe = MemoryLogger(), Probe()
+    profiler, throughput = PerformanceProfilerCallback(), ThroughputMonitorCallback()
+    t = trainer(tmp_path, [profiler, throughput, probe], log, max_epochs=2)
+    with pytest.warns(PerfCallbackWarning, match="planted failure") as record:
+        t.fit(TinyModule(), loader(8), loader(4))
+    assert len([w for w in record if issubclass(w.category, PerfCallbackWarning)]) == 1
+    assert t.current_epoch == 2
+    assert t.global_step == 4
+    assert not [k for k in log.metric_names() if k.startswith(("performance/", "throughput/"))]
+    assert not profiler._enabled_run
+    assert not throughput._enabled_run
+    assert profiler._drive is None
+    assert throughput._drive is None
+    assert type(t.train_dataloader) is DataLoader  # instrumentation undone
+    # The first batch of the second epoch ran with a plain loader and no clock.
+    assert probe.seen[-1][0] is DataLoader
+    assert probe.seen[-1][2] is None
+
+
+class FailingLogger(MemoryLogger):
+    """Raises on the profiler's train epoch rows only."""
+
+    def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
+        if "performance/train_epoch_time" in metrics:
+            raise OSError("disk full")
+        super().log_metrics(metrics, step)
+
+
+def test_own_failure_turns_off_only_that_callback(tmp_path: Path) -> None:
+    log = FailingLogger()
+    profiler, throughput = PerformanceProfilerCallback(), ThroughputMonitorCallback()
+    t = trainer(tmp_path, [profiler, throughput], log, max_epochs=2, limit_val_batches=0)
+    with pytest.warns(PerfCallbackWarning, match="PerformanceProfilerCallback failed") as record:
+        t.fit(TinyModule(), loader(8))
+    assert len([w for w in record if issubclass(w.category, PerfCallbackWarning)]) == 1
+    assert not profiler._enabled_run
+    assert [r["epoch"] for r in log.throughput("train")] == [0, 1]  # the other one goes on
+
+
+def test_resume_mid_epoch_and_from_epoch_end(tmp_path: Path) -> None:
+    ckpt_dir = tmp_path / "ckpt"
+    first = trainer(
+        tmp_path,
+        [ModelCheckpoint(dirpath=ckpt_dir, every_n_train_steps=2, save_top_k=-1)],
+        max_epochs=1,
+        limit_val_batches=0,
+        enable_checkpointing=True,
+    )
+    first.fit(TinyModule(), loader(16))  # 4 steps: checkpoints at steps 2 and 4
+    mid = next(p for p in ckpt_dir.glob("*.ckpt") if "step=2" in p.name)
+
+    log = MemoryLogger()
+    resumed = trainer(tmp_path, [PerformanceProfilerCallback()], log, max_epochs=2)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*resuming from a checkpoint that ended")
+        resumed.fit(TinyModule(), loader(16), ckpt_path=mid)
+    rows = log.epochs("train")
+    # Lightning skips on_train_epoch_start when resuming mid-epoch: the window opens at the
+    # first batch instead, and the epoch number is the resumed one.
+    assert [r["epoch"] for r in rows] == [0, 1]
+    assert rows[0]["performance/train_num_batches"] == 2
+    assert rows[1]["performance/train_num_batches"] == 4
+    for row in rows:
+        assert_phases_sum(row, "train")
+
+    # From the checkpoint of the epoch's last step: the next run starts at epoch 1.
+    end = next(p for p in ckpt_dir.glob("*.ckpt") if "step=4" in p.name)
+    log2 = MemoryLogger()
+    again = trainer(tmp_path, [PerformanceProfilerCallback()], log2, max_epochs=2)
+    again.fit(TinyModule(), loader(16), ckpt_path=end)
+    rows = log2.epochs("train")
+    assert [r["epoch"] for r in rows] == [1]
+    assert rows[0]["performance/train_num_batches"] == 4
+    assert_phases_sum(rows[0], "train")
+
+
+def test_no_logger_prints_the_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    t = trainer(tmp_path, [PerformanceProfilerCallback(verbose=True)], logger=False)
+    t.fit(TinyModule(), loader(8), loader(4))
+    out = capsys.readouterr().out
+    assert "train epoch 0" in out
+    assert "val epoch 0" in out
+    assert "data_wait" in out
+    assert "worker fetch" in out
+
+
+# -- DDP -----------------------------------------------------------------------------------------
+
+DDP_SCRIPT = """
+import sys, time
+import lightning as L
+import torch
+from lightning.pytorch.loggers import CSVLogger
+from torch.utils.data import DataLoader, TensorDataset
+
+import ocr.lightning_modules.callbacks._shared as shared
+from ocr.lightning_modules.callbacks import PerformanceProfilerCallback, ThroughputMonitorCallback
+
+DELAY = {delay}
+
+
+class Module(L.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.net = torch.nn.Linear(4, 1)
+
+    def training_step(self, batch, batch_idx):
+        if self.global_rank == 1 and self.current_epoch == 0:
+            time.sleep(DELAY)  # the planted slow rank
+        x, y = batch
+        return torch.nn.functional.mse_loss(self.net(x), y)
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+
+real_snapshot = shared.memory_snapshot
+
+
+def snapshot_failing_on_rank_1_from_epoch_2():
+    # Epoch 0 closes when epoch 1 starts; epoch 1's close is the first to fail.
+    if trainer.global_rank == 1 and trainer.current_epoch >= 2:
+        raise RuntimeError("planted failure on one rank")
+    return real_snapshot()
+
+
+if __name__ == "__main__":
+    torch.set_num_threads(1)
+    shared.memory_snapshot = snapshot_failing_on_rank_1_from_epoch_2
+    data = TensorDataset(torch.randn(32, 4), torch.randn(32, 1))
+    trainer = L.Trainer(
+        accelerator="cpu", devices=2, strategy="ddp", max_epochs=3, limit_val_batches=0,
+        logger=CSVLogger(sys.argv[1], name="csv", version=""), enable_progress_bar=False,
+        enable_model_summary=False, enable_checkpointing=False,
+        callbacks=[PerformanceProfilerCallback(), ThroughputMonitorCallback()],
+    )
+    trainer.fit(Module(), DataLoader(data, batch_size=4))
+    print(f"rank {{trainer.global_rank}} finished at epoch {{trainer.current_epoch}}")
+"""
+
+
+def test_ddp_two_ranks_names_the_slow_rank_and_a_rank_failure_stops_all(tmp_path: Path) -> None:
+    delay, steps = 0.05, 4  # 32 samples / 2 ranks / batch 4
+    script = tmp_path / "ddp_run.py"
+    script.write_text(textwrap.dedent(DDP_SCRIPT.format(delay=delay)))
+    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), WANDB_MODE="offline")
+    proc = subprocess.run(
+        [sys.executable, str(script), str(tmp_path)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,  # a rank left blocked in a gather would hang here
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    assert "rank 0 finished at epoch 3" in proc.stdout
+    assert "rank 1 finished at epoch 3" in proc.stdout
+    with open(tmp_path / "csv" / "metrics.csv") as fh:
+        rows = list(csv.DictReader(fh))
+    perf = [r for r in rows if r.get("performance/train_epoch_time")]
+    # Epoch 1 failed on rank 1: at its gather every rank turned recording off.
+    assert [float(r["epoch"]) for r in perf] == [0]
+    assert "failed on rank(s) [1]" in proc.stderr
+    row = {k: float(v) for k, v in perf[0].items() if v}
+    head = "performance/train_forward_time"
+    assert row[f"{head}_slowest_rank"] == 1
+    assert row[f"{head}_max"] - row[f"{head}_min"] == pytest.approx(steps * delay, rel=0.3)
+    for figure in ("epoch_time", "data_wait_time", "forward_time", "backward_time"):
+        for stat in ("min", "median", "max", "slowest_rank"):
+            assert f"performance/train_{figure}_{stat}" in row
+    assert not [k for k in rows[0] if re.search(r"rank_?\d", k)]  # no rank numbers in names
+    tput = [r for r in rows if r.get("throughput/train_data_wait_share")]
+    assert len(tput) == 1
+    # The plain rate covers both ranks: more than any single rank's own rate.
+    samples = float(tput[0]["throughput/train_samples_per_sec"])
+    assert samples > float(tput[0]["throughput/train_samples_per_sec_max"])
+
+
+# -- our module through ocr-train ----------------------------------------------------------------
+
+
+def test_ocr_train_cli_with_performance_profiler(tmp_path: Path) -> None:
+    dataset = tmp_path / "synth"
+    generate_dataset(dataset, splits={"train": 8, "val": 4, "test": 4}, seed=3)
+    run = tmp_path / "run"
+    overrides = [
+        "experiment=synthetic_debug",
+        "callbacks=performance_profiler",
+        "callbacks.performance_profiler.verbose=true",
+        "data.synthetic=null",
+        f"data.dataset_dir={dataset}",
+        "data.canvas_size=128",
+        "data.batch_size=4",
+        "data.num_workers=0",
+        "data.persistent_workers=false",
+        "trainer.accelerator=cpu",
+        "trainer.devices=1",
+        "trainer.max_epochs=1",
+        "trainer.enable_progress_bar=false",
+        "trainer.num_sanity_val_steps=0",
+        "trainer.log_every_n_steps=1",
+        f"hydra.run.dir={run}",
+    ]
+    env = dict(os.environ, WANDB_MODE="offline", PYTHONUNBUFFERED="1")
+    proc = subprocess.run(
+        [sys.executable, "-m", "ocr.train", *overrides],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    assert "val epoch 0" in proc.stdout
+    assert "where the time went" in proc.stdout
+    with open(run / "csv" / "metrics.csv") as fh:
+        rows = list(csv.DictReader(fh))
+    val = next(r for r in rows if r.get("performance/val_epoch_time"))
+    for key in (
+        "performance/val_epoch_time",
+        "performance/val_batch_mean",
+        "performance/val_batch_median",
+        "performance/val_batch_p95",
+        "performance/val_batch_p99",
+        "performance/val_batch_std",
+        "performance/val_num_batches",
+        "performance/cpu_memory_percent",
+        "performance/val_worker_fetch_time",
+        "performance/val_worker_collate_time",
+        "performance/val_worker_targets_time",
+    ):
+        assert val.get(key), key
+    # OCRLightningModule claims its postprocess and metric time.
+    assert float(val["performance/val_postprocess_time"]) > 0
+    assert float(val["performance/val_metric_time"]) > 0
+    total = sum(float(val[f"performance/val_{p}_time"]) for p in PHASES)
+    assert total == pytest.approx(float(val["performance/val_epoch_time"]), rel=0.05)
+    train = next(r for r in rows if r.get("performance/train_epoch_time"))
+    assert float(train["performance/train_backward_time"]) > 0
