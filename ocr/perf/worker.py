@@ -317,8 +317,17 @@ class _TimedIterator(_BaseDataLoaderIter):
 
 def _instrumented_iter(self: DataLoader) -> _BaseDataLoaderIter:
     base: type[DataLoader] = type(self)._ocr_perf_base  # type: ignore[attr-defined]
-    inner = base.__iter__(self)
-    return _TimedIterator(inner, _HANDLES.get(self), in_process=self.num_workers == 0)
+    handle = _HANDLES.get(self)
+    clock = handle._clock if handle is not None and handle._delivering else None
+    # Creating the iterator starts the worker processes (or resets persistent ones) while the
+    # loop is blocked: that is waiting for data too, not unattributed time.
+    previous = clock.switch("data_wait") if clock is not None else ""
+    try:
+        inner = base.__iter__(self)
+    finally:
+        if previous:
+            clock.switch(previous)  # type: ignore[union-attr]
+    return _TimedIterator(inner, handle, in_process=self.num_workers == 0)
 
 
 _INSTRUMENTED_LOADER_CLASSES: dict[type, type] = {}

@@ -242,6 +242,27 @@ def test_data_wait_is_exactly_the_time_inside_next_with_a_fake_clock() -> None:
     assert totals.wall_ns == 330
 
 
+def test_iterator_creation_is_charged_to_data_wait() -> None:
+    # Creating the iterator (worker start-up, persistent-worker reset) blocks the loop: it is
+    # data_wait, not unattributed time.
+    ticks = [0]
+
+    class SlowStartLoader(DataLoader):
+        def __iter__(self) -> Any:
+            ticks[0] += 1_000
+            return super().__iter__()
+
+    loader = SlowStartLoader(ToyDataset(4), batch_size=2)
+    clock = PhaseClock(now=lambda: ticks[0])
+    InstrumentedLoader(loader, lambda t: None, clock)
+    clock.start("unattributed")
+    batches = list(loader)
+    totals = clock.stop()
+    assert len(batches) == 2
+    assert totals.phases_ns["data_wait"] == 1_000
+    assert totals.phases_ns["unattributed"] == 0
+
+
 def test_a_stopped_clock_is_left_alone() -> None:
     loader = DataLoader(ToyDataset(4), batch_size=2)
     clock = PhaseClock()
