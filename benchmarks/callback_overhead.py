@@ -1,0 +1,195 @@
+"""Overhead of the performance callbacks, side by side with Lightning's built-in monitors.
+
+Two workloads, every configuration interleaved in each repetition (the machine is shared and
+noisy, so only figures measured side by side in one run are compared):
+
+1. a tiny model (step of about 2 ms) on in-memory tensors: steady-state microseconds per training
+   step added over no callback, for our two callbacks (alone and together), Lightning's
+   ``ThroughputMonitor`` and ``DeviceStatsMonitor``;
+2. ``experiment=synthetic_debug`` (one short epoch each): percent of epoch time added by
+   ``callbacks=monitoring`` (both callbacks).
+
+Prints figures only; never passes or fails on a time.
+
+    python benchmarks/callback_overhead.py [--reps 5] [--steps 1500] [--skip-synthetic]
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import statistics
+import tempfile
+import time
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import lightning as L
+import torch
+from lightning.pytorch.callbacks import Callback, DeviceStatsMonitor, ThroughputMonitor
+from lightning.pytorch.loggers import CSVLogger
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from ocr.lightning_modules.callbacks import PerformanceProfilerCallback, ThroughputMonitorCallback
+
+WARMUP_STEPS = 100
+
+
+class StepClock(Callback):
+    """First in the callback list of every configuration: times steps ``warmup``..end of the
+    first training epoch (steady state: no start-up, no compilation, no worker spawn)."""
+
+    def __init__(self, warmup: int = WARMUP_STEPS) -> None:
+        self.warmup = warmup
+        self.start_ns = 0
+        self.end_ns = 0
+        self.steps = 0
+
+    def on_train_batch_start(self, trainer: L.Trainer, *args: Any) -> None:
+        if trainer.global_step == self.warmup:
+            self.start_ns = time.perf_counter_ns()
+
+    def on_train_epoch_end(self, trainer: L.Trainer, *args: Any) -> None:
+        self.end_ns = time.perf_counter_ns()
+        self.steps = trainer.global_step - self.warmup
+
+    def per_step_s(self) -> float:
+        return (self.end_ns - self.start_ns) / self.steps / 1e9
+
+
+class Tiny(L.LightningModule):
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(width, width), nn.ReLU(), nn.Linear(width, 1))
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        x, y = batch
+        return nn.functional.mse_loss(self.net(x).squeeze(-1), y)
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD(self.parameters(), lr=1e-3)
+
+
+class Empty(Callback):
+    """Lightning's own cost of dispatching every hook to a callback that does nothing."""
+
+
+CONFIGS: dict[str, Callable[[], list[Callback]]] = {
+    "no callback": lambda: [],
+    "two empty callbacks": lambda: [Empty(), Empty()],
+    "PerformanceProfilerCallback": lambda: [PerformanceProfilerCallback()],
+    "ThroughputMonitorCallback": lambda: [ThroughputMonitorCallback()],
+    "both (ours)": lambda: [PerformanceProfilerCallback(), ThroughputMonitorCallback()],
+    "Lightning ThroughputMonitor": lambda: [ThroughputMonitor(batch_size_fn=lambda b: len(b[0]))],
+    "Lightning DeviceStatsMonitor": lambda: [DeviceStatsMonitor(cpu_stats=True)],
+}
+
+
+def tiny_run(make: Callable[[], list[Callback]], steps: int, width: int, logdir: str) -> float:
+    """Microseconds per steady-state training step."""
+    n = (steps + WARMUP_STEPS) * 16
+    data = TensorDataset(torch.randn(n, width), torch.randn(n))
+    clock = StepClock()
+    trainer = L.Trainer(
+        accelerator="cpu",
+        devices=1,
+        max_epochs=1,
+        logger=CSVLogger(logdir),
+        callbacks=[clock, *make()],
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        enable_checkpointing=False,
+        num_sanity_val_steps=0,
+        limit_val_batches=0,
+        log_every_n_steps=50,
+    )
+    trainer.fit(Tiny(width), DataLoader(data, batch_size=16))
+    return clock.per_step_s() * 1e6
+
+
+def synthetic_epoch(monitoring: bool, batches: int) -> float:
+    """Seconds per steady-state training step of synthetic_debug (after 3 warm-up steps)."""
+    from hydra import compose, initialize_config_module
+    from hydra.utils import instantiate
+
+    from ocr.runtime import register_resolvers
+
+    register_resolvers()
+    with initialize_config_module("ocr.configs", version_base="1.3"):
+        cfg = compose("train", overrides=["experiment=synthetic_debug"])
+    clock = StepClock(warmup=3)
+    callbacks: list[Callback] = [clock]
+    if monitoring:
+        callbacks += [PerformanceProfilerCallback(), ThroughputMonitorCallback()]
+    with tempfile.TemporaryDirectory() as tmp:
+        datamodule = instantiate(cfg.data)
+        module = instantiate(cfg.model)
+        trainer = L.Trainer(
+            accelerator="cpu",
+            devices=1,
+            max_epochs=1,
+            limit_train_batches=batches,
+            limit_val_batches=0,
+            num_sanity_val_steps=0,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            enable_checkpointing=False,
+            logger=CSVLogger(tmp),
+            callbacks=callbacks,
+        )
+        trainer.fit(module, datamodule=datamodule)
+        return clock.per_step_s()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=1500)
+    parser.add_argument("--width", type=int, default=256)
+    parser.add_argument("--synthetic-batches", type=int, default=30)
+    parser.add_argument("--skip-synthetic", action="store_true")
+    args = parser.parse_args()
+    os.environ.setdefault("WANDB_MODE", "offline")
+    warnings.filterwarnings("ignore")
+    logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
+    torch.set_num_threads(1)  # a 2 ms step on one thread: less scheduler noise
+
+    results: dict[str, list[float]] = {name: [] for name in CONFIGS}
+    with tempfile.TemporaryDirectory() as logdir:
+        for rep in range(args.reps):
+            for name, make in CONFIGS.items():
+                results[name].append(tiny_run(make, args.steps, args.width, logdir))
+            print(f"rep {rep + 1}/{args.reps} done", flush=True)
+    # Noise on a shared machine only ever adds time: the minimum over repetitions is the
+    # steadiest estimate; the median is printed beside it.
+    base_min = min(results["no callback"])
+    base_med = statistics.median(results["no callback"])
+    print(f"\nTiny model, {args.steps} steady-state steps x {args.reps} reps:")
+    print(f"{'configuration':30} {'min us/step':>12} {'added':>7} {'median':>8} {'added':>7}")
+    for name, values in results.items():
+        lo, med = min(values), statistics.median(values)
+        print(f"{name:30} {lo:12.1f} {lo - base_min:7.1f} {med:8.1f} {med - base_med:7.1f}")
+
+    if args.skip_synthetic:
+        return
+    torch.set_num_threads(os.cpu_count() or 1)
+    times: dict[bool, list[float]] = {False: [], True: []}
+    synthetic_epoch(False, 2)  # generate/cache the data and warm imports outside the timing
+    for _ in range(args.reps):
+        for monitoring in (False, True):
+            times[monitoring].append(synthetic_epoch(monitoring, args.synthetic_batches))
+    off, on = statistics.median(times[False]), statistics.median(times[True])
+    print(
+        f"\nsynthetic_debug, training steps 3..{args.synthetic_batches} x {args.reps} reps "
+        "(median s/step):"
+    )
+    print(f"  no monitors          {off * 1e3:8.1f} ms/step")
+    print(f"  callbacks=monitoring {on * 1e3:8.1f} ms/step")
+    print(f"  overhead             {100 * (on - off) / off:+8.2f} %")
+
+
+if __name__ == "__main__":
+    main()
