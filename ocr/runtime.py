@@ -74,7 +74,8 @@ def make_wandb_logger(offline: bool | None = None, **kwargs: Any) -> Any:
 
 
 def summarize_metrics(title: str, metrics: Mapping[str, float], trainer: L.Trainer) -> None:
-    """Print the key metrics as a table (rank zero only; callers check)."""
+    """Print the key metrics as a table. Rank zero only (callers check), so nothing here may
+    touch a collective."""
     table = Table(title=title)
     table.add_column("metric")
     table.add_column("value", justify="right")
@@ -84,5 +85,5 @@ def summarize_metrics(title: str, metrics: Mapping[str, float], trainer: L.Train
     Console().print(table)
     if "val/hmean" in metrics:
         print(f"VAL H-mean: {metrics['val/hmean']:.4f}")
-    if trainer.log_dir:
-        print(f"run directory: {trainer.default_root_dir}")
+    # Not trainer.log_dir: under DDP it is a broadcast, and this runs on rank zero only.
+    print(f"run directory: {trainer.default_root_dir}")

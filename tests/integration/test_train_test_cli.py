@@ -142,3 +142,35 @@ def test_ocr_test_missing_checkpoint_is_a_clear_error(tiny_dataset: Path, tmp_pa
     )
     assert proc.returncode != 0
     assert f"no such file: {missing}" in proc.stderr
+
+
+def test_ddp_two_cpu_ranks_train_and_test_gather_predictions(
+    tiny_dataset: Path, tmp_path: Path
+) -> None:
+    # Lightning re-executes the command line for rank 1 (so this goes through the CLI); rank-zero
+    # code must not touch a collective, and ocr-test gathers predictions from every rank.
+    ddp = [
+        *TINY,
+        f"data.dataset_dir={tiny_dataset}",
+        "data.batch_size=1",
+        "trainer.devices=2",
+        "trainer.strategy=ddp",
+    ]
+    run = tmp_path / "run"
+    proc = _run("ocr.train", *ddp, "trainer.max_epochs=1", f"hydra.run.dir={run}", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    assert (run / "checkpoints" / "last.ckpt").is_file()
+    out = tmp_path / "test"
+    proc = _run(
+        "ocr.test",
+        *ddp,
+        f"checkpoint_path={run}/checkpoints/last.ckpt",
+        "split=val",
+        f"hydra.run.dir={out}",
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    preds = load_annotations(out / "predictions.json")
+    gt = load_annotations(tiny_dataset / "jsons" / "val.json")
+    # Each rank saw half of the images; the file holds all of them.
+    assert sorted(p.file_name for p in preds) == sorted(g.file_name for g in gt)
