@@ -108,7 +108,9 @@ class PhaseClock:
         Returns ``""`` and does nothing when the clock is not running, so callers never need to
         check. Switching to the open phase only closes and reopens the same interval.
         """
-        _check_phase(phase)  # also when stopped: a typo must fail in tests, not only in runs
+        # Hot path (several calls per training step): the check is inlined, not _check_phase().
+        if phase not in _PHASE_SET:  # also when stopped: a typo must fail in tests, not in runs
+            _check_phase(phase)
         if not self.running:
             return ""
         now = self._now()

@@ -173,15 +173,13 @@ class _TimedCollate:
         else:
             samples = 1
         info = get_worker_info()
+        # Positional arguments and tuple.__new__: this runs once per batch on the consumer's
+        # thread with num_workers=0, where keyword handling and NamedTuple.__new__ (a Python
+        # function) are measurable.
         timing = WorkerTiming(
-            fetch_ns=fetch_ns,
-            collate_ns=end - start,
-            parts_ns=parts,
-            samples=samples,
-            worker_id=-1 if info is None else info.id,
-            fetch_timed=fetch_timed,
+            fetch_ns, end - start, parts, samples, -1 if info is None else info.id, fetch_timed
         )
-        return TimedBatch(batch, timing)
+        return tuple.__new__(TimedBatch, (batch, timing))
 
 
 class _TimedWorkerInit:
@@ -288,6 +286,7 @@ class _TimedIterator(_BaseDataLoaderIter):
         self._inner._reset(*args, **kwargs)
 
     def __next__(self) -> Any:
+        # Runs once per batch on the training loop's thread: kept flat and allocation-light.
         handle = self._handle
         if handle is not None and not handle._delivering:
             handle = None
@@ -295,17 +294,31 @@ class _TimedIterator(_BaseDataLoaderIter):
         previous = clock.switch("data_wait") if clock is not None else ""
         try:
             if self._in_process:
-                saved = _ACC.save()
-                _ACC.load((True, 0, 0, _now(), True, {}))
+                acc = _ACC
+                # Nested inside another batch being built in this process: keep its state.
+                saved = acc.save() if acc.active else None
+                acc.active = True
+                acc.depth = 0
+                acc.fetch_ns = 0
+                acc.fetch_timed = True
+                acc.parts = {}
+                acc.fetch_start_ns = _now()
                 try:
                     item = next(self._inner)
                 finally:
-                    _ACC.load(saved)
+                    if saved is None:  # back to the idle state
+                        acc.active = False
+                        acc.fetch_start_ns = None
+                        acc.fetch_timed = False
+                        acc.fetch_ns = 0
+                        acc.depth = 0
+                        acc.parts = {}
+                    else:
+                        acc.load(saved)
             else:
                 item = next(self._inner)
             if type(item) is TimedBatch:
-                timing = item.timing
-                item = item.batch
+                item, timing = item
                 if handle is not None:
                     handle._deliver(timing)
         finally:

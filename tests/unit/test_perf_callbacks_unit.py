@@ -12,8 +12,10 @@ from rich.console import Console
 
 from ocr.lightning_modules.callbacks import PerformanceProfilerCallback, ThroughputMonitorCallback
 from ocr.lightning_modules.callbacks._shared import (
+    _BATCH_TIMES_CHUNK,
     CudaPhaseEvents,
     EpochReport,
+    _Epoch,
     _EventClock,
     log_to_loggers,
     normalize_stages,
@@ -25,6 +27,7 @@ from ocr.lightning_modules.callbacks.performance_profiler import (
 from ocr.lightning_modules.callbacks.throughput_monitor import throughput_metrics
 from ocr.perf.clock import PHASES
 from ocr.perf.ranks import rank_spread
+from ocr.perf.stats import StreamingStats
 
 
 def report(stage: str = "val", **overrides: Any) -> EpochReport:
@@ -172,6 +175,31 @@ def test_log_to_loggers_rank_zero_only_and_drops_non_finite() -> None:
     log_to_loggers(fake_trainer(True, [c]), {"y": math.nan})
     assert c.calls == []
     log_to_loggers(fake_trainer(True, []), {"x": 1.0})  # no logger
+
+
+def test_log_to_loggers_at_an_explicit_step() -> None:
+    a = FakeLogger()
+    log_to_loggers(fake_trainer(True, [a]), {"x": 2.0}, step=40)
+    assert a.calls == [({"x": 2.0}, 40)]
+
+
+def test_buffered_batch_times_summarise_like_one_add_per_batch() -> None:
+    # Batch times wait in a list and are folded in chunks; the summary must not change.
+    epoch = _Epoch(stage="train", epoch=0, segment_start_ns=0)
+    reference = StreamingStats()
+    durations_ns = [1_000_000 + 37_013 * (i % 53) for i in range(_BATCH_TIMES_CHUNK + 77)]
+    for i, ns in enumerate(durations_ns):
+        epoch.pending_ns.append(ns)
+        reference.add(ns / 1e9)
+        if len(epoch.pending_ns) >= _BATCH_TIMES_CHUNK:
+            epoch.flush_batch_times()
+            assert epoch.pending_ns == []
+            assert epoch.batch_times.count == i + 1
+    epoch.flush_batch_times()
+    got, want = epoch.batch_times.summary(), reference.summary()
+    assert got.keys() == want.keys()
+    for key in want:
+        assert got[key] == pytest.approx(want[key], rel=1e-12), key
 
 
 # -- CUDA events (fakes) -------------------------------------------------------------------------

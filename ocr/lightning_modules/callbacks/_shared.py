@@ -43,9 +43,10 @@ import weakref
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 import lightning as L
+import numpy as np
 import torch
 from lightning.fabric.utilities.data import _auto_add_worker_init_fn
 from lightning.pytorch.callbacks import Callback
@@ -94,6 +95,10 @@ _FIGURES = _DURATION_FIGURES + _OTHER_FIGURES
 # In-epoch memory samples (for the RSS peak) at most this often: a snapshot costs ~100 us, too
 # much for every step of a fast model; RSS moves slowly. The CUDA peak is exact regardless.
 _MEMORY_PERIOD_NS = 1_000_000_000
+# Batch times wait in a plain list and are folded into the epoch's StreamingStats (vectorised) in
+# chunks of this many, and at the close: a per-batch StreamingStats.add() costs several
+# microseconds on the hot path once the training step has evicted it from the CPU caches.
+_BATCH_TIMES_CHUNK = 1024
 # Drain CUDA events with a blocking read past this many pending switches (a GPU running far
 # behind the host); bounds the event memory of very long epochs.
 _MAX_PENDING_EVENTS = 4096
@@ -122,16 +127,22 @@ def normalize_stages(stages: Iterable[str], owner: str) -> frozenset[str]:
     return frozenset(out)
 
 
-def log_to_loggers(trainer: L.Trainer, metrics: Mapping[str, float]) -> None:
-    """Log ``metrics`` through every logger of ``trainer`` at ``trainer.global_step``, from rank
-    zero only; non-finite values (an empty stage's statistics) are left out. No logger: no-op."""
-    if not trainer.is_global_zero or not trainer.loggers:
+def log_to_loggers(
+    trainer: L.Trainer, metrics: Mapping[str, float], step: int | None = None
+) -> None:
+    """Log ``metrics`` through every logger of ``trainer`` at ``step`` (default
+    ``trainer.global_step``), from rank zero only; non-finite values (an empty stage's
+    statistics) are left out. No logger: no-op."""
+    loggers = trainer.loggers
+    if not loggers or not trainer.is_global_zero:
         return
     clean = {k: float(v) for k, v in metrics.items() if math.isfinite(v)}
     if not clean:
         return
-    for logger in trainer.loggers:
-        logger.log_metrics(clean, step=trainer.global_step)
+    if step is None:
+        step = trainer.global_step
+    for logger in loggers:
+        logger.log_metrics(clean, step=step)
 
 
 @dataclass(frozen=True)
@@ -291,6 +302,7 @@ class _Epoch:
     closed_ns: int = 0  # wall time of the closed segments (train around validation)
     paused: bool = False
     batch_times: StreamingStats = field(default_factory=StreamingStats)
+    pending_ns: list[int] = field(default_factory=list)  # batch times not yet in batch_times
     last_batch_end_ns: int = 0  # window-time (pauses excluded) of the previous batch end
     num_batches: int = 0
     samples: int = 0
@@ -299,6 +311,12 @@ class _Epoch:
 
     def elapsed_ns(self, now: int) -> int:
         return self.closed_ns if self.paused else self.closed_ns + now - self.segment_start_ns
+
+    def flush_batch_times(self) -> None:
+        pending = self.pending_ns
+        if pending:
+            self.batch_times.add_many(np.asarray(pending, dtype=np.float64) / 1e9)
+            pending.clear()
 
 
 @dataclass
@@ -670,6 +688,7 @@ class StageRecorder:
             set_active_clock(None)
         wall_s = wall_ns / 1e9
         phases_s = {name: ns / 1e9 for name, ns in epoch.phases_ns.items()}
+        epoch.flush_batch_times()
         stats = epoch.batch_times.summary()
         partial = {
             "stage": epoch.stage,
@@ -783,7 +802,9 @@ class StageRecorder:
                 self._fail(exc)
 
     def phase(self, name: str) -> None:
-        if self.measuring:
+        # Skipping a switch to the phase already open changes no total (on_after_backward and
+        # on_before_optimizer_step both open "optimizer"); it saves a clock read per step.
+        if self.measuring and self.clock.current != name:
             try:
                 self.clock.switch(name)
             except Exception as exc:
@@ -800,34 +821,38 @@ class StageRecorder:
             self.clock.switch("callbacks")
             now = self._now()
             elapsed = epoch.elapsed_ns(now)
-            epoch.batch_times.add((elapsed - epoch.last_batch_end_ns) / 1e9)
+            pending = epoch.pending_ns
+            pending.append(elapsed - epoch.last_batch_end_ns)
+            if len(pending) >= _BATCH_TIMES_CHUNK:
+                epoch.flush_batch_times()
             epoch.last_batch_end_ns = elapsed
             epoch.num_batches += 1
-            if state.timing_samples:
-                epoch.samples += state.timing_samples.popleft()
-            else:
-                epoch.samples += _batch_size(batch)
+            samples = state.timing_samples
+            epoch.samples += samples.popleft() if samples else _batch_size(batch)
             if self._events is not None:
                 self._events.drain()
             if self._track_memory and now - self._memory_ns >= _MEMORY_PERIOD_NS:
                 self._sample_memory(epoch)
             interval = self._interval
-            if interval and stage == "train" and epoch.num_batches % interval == 0:
+            if interval and epoch.num_batches % interval == 0 and stage == "train":
                 self._on_interval(epoch, elapsed)
         except Exception as exc:
             self._fail(exc)
 
     def _on_interval(self, epoch: _Epoch, elapsed_ns: int) -> None:
+        trainer = self._trainer_ref()
+        assert trainer is not None
         progress = IntervalProgress(
-            stage=epoch.stage,
-            epoch=epoch.epoch,
-            num_batches=epoch.num_batches,
-            samples=epoch.samples,
-            elapsed_s=elapsed_ns / 1e9,
-            world_size=self.world_size,
+            epoch.stage,
+            epoch.epoch,
+            epoch.num_batches,
+            epoch.samples,
+            elapsed_ns / 1e9,
+            self.world_size,
+            trainer.global_step,
         )
-        for sub in list(self.subscribers):
-            sub._receive_interval(progress)
+        for sub in tuple(self.subscribers):
+            sub._receive_interval(trainer, progress)
 
     def _sample_memory(self, epoch: _Epoch) -> dict[str, float]:
         snap = memory_snapshot()
@@ -837,10 +862,10 @@ class StageRecorder:
         return snap
 
 
-@dataclass(frozen=True)
-class IntervalProgress:
+class IntervalProgress(NamedTuple):
     """Progress of an open training epoch, every ``gcd`` of the subscribers' ``log_interval``
-    batches.
+    batches. (A NamedTuple rather than a frozen dataclass: it is built on the training hot path,
+    and a frozen dataclass's ``__init__`` costs several times more.)
 
     Args:
         stage: ``"train"``, ``"val"`` or ``"test"``.
@@ -849,6 +874,7 @@ class IntervalProgress:
         samples: samples in them (this rank).
         elapsed_s: window time so far (seconds, pauses excluded).
         world_size: number of ranks.
+        step: ``trainer.global_step`` when it was taken (the step to log at).
     """
 
     stage: str
@@ -857,6 +883,7 @@ class IntervalProgress:
     samples: int
     elapsed_s: float
     world_size: int
+    step: int
 
 
 def _nanmax(current: float, value: float | None) -> float:
@@ -928,13 +955,14 @@ class RecorderCallback(Callback):
         except Exception as exc:
             self._fail(exc)
 
-    def _receive_interval(self, progress: IntervalProgress) -> None:
-        if not self._enabled_run or progress.stage not in self.stages:
+    def _receive_interval(self, trainer: L.Trainer, progress: IntervalProgress) -> None:
+        interval = self.log_interval
+        if interval == 0 or progress.num_batches % interval or not self._enabled_run:
             return
-        if self.log_interval == 0 or progress.num_batches % self.log_interval:
+        if progress.stage not in self.stages:
             return
         try:
-            self._on_interval(self._trainer, progress)
+            self._on_interval(trainer, progress)
         except Exception as exc:
             self._fail(exc)
 

@@ -200,4 +200,4 @@ class PerformanceProfilerCallback(RecorderCallback):
         n = progress.num_batches - batches
         if n > 0:
             mean = (progress.elapsed_s - elapsed) / n
-            log_to_loggers(trainer, {"performance/train_batch_time": mean})
+            log_to_loggers(trainer, {"performance/train_batch_time": mean}, progress.step)

@@ -115,4 +115,5 @@ class ThroughputMonitorCallback(RecorderCallback):
                     progress.num_batches * scale, progress.elapsed_s
                 ),
             },
+            progress.step,
         )
