@@ -1,0 +1,115 @@
+"""``ocr-perf``: analyse and compare torch.profiler traces from the command line.
+
+Exit codes: 0 success, 1 ``compare`` found a regression beyond ``--fail-on-regression``, 2 bad
+input (missing, unreadable, truncated or malformed trace, bad arguments).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = ["main"]
+
+EXIT_OK = 0
+EXIT_REGRESSION = 1
+EXIT_BAD_INPUT = 2
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def _non_negative(text: str) -> float:
+    value = float(text)
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
+    return value
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="ocr-perf", description="Analyse torch.profiler Chrome traces (.json / .json.gz)."
+    )
+    sub = p.add_subparsers(dest="command", required=True)
+    a = sub.add_parser("analyze", help="top ops, step breakdown and findings of a trace")
+    a.add_argument("trace", type=Path, help="trace file or directory of traces")
+    a.add_argument("--top-k", type=_positive_int, default=15, help="rows per op table (15)")
+    a.add_argument("--json", type=Path, metavar="OUT", help="write the full report as JSON")
+    a.add_argument("--markdown", type=Path, metavar="OUT", help="write a Markdown summary")
+    c = sub.add_parser("compare", help="compare two traces (files or directories)")
+    c.add_argument("a", type=Path, help="baseline trace or directory")
+    c.add_argument("b", type=Path, help="candidate trace or directory")
+    c.add_argument("--top-k", type=_positive_int, default=15, help="op rows to show (15)")
+    c.add_argument("--json", type=Path, metavar="OUT", help="write the comparison as JSON")
+    c.add_argument(
+        "--fail-on-regression",
+        type=_non_negative,
+        metavar="PCT",
+        help="exit 1 when the median step time is significantly more than PCT %% slower",
+    )
+    return p
+
+
+def _write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+
+
+def _dump(obj: Any) -> str:
+    return json.dumps(obj, indent=2, allow_nan=False, default=str)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``ocr-perf``; returns the exit code."""
+    args = _parser().parse_args(argv)
+    # Imported here so that `ocr-perf --help` and argument errors stay instant.
+    from rich.console import Console
+
+    from ocr.perf.trace import TraceError, analyze_trace
+    from ocr.perf.trace.compare import compare_reports
+    from ocr.perf.trace.render import print_analysis, print_comparison, to_markdown
+
+    console = Console()
+    try:
+        if args.command == "analyze":
+            report = analyze_trace(args.trace, top_k=args.top_k)
+            print_analysis(report, console)
+            if args.json:
+                _write(args.json, _dump(report))
+            if args.markdown:
+                _write(args.markdown, to_markdown(report))
+            return EXIT_OK
+        threshold = 5.0 if args.fail_on_regression is None else args.fail_on_regression
+        result = compare_reports(
+            analyze_trace(args.a, top_k=None),
+            analyze_trace(args.b, top_k=None),
+            threshold_pct=threshold,
+            top_k=args.top_k,
+        )
+        print_comparison(result, console)
+        if args.json:
+            _write(args.json, _dump(result))
+        if args.fail_on_regression is not None and result["verdict"]["verdict"] == "regression":
+            return EXIT_REGRESSION
+        if result["verdict"]["verdict"] == "not comparable":
+            print(f"ocr-perf: error: {result['verdict']['note']}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+        return EXIT_OK
+    except TraceError as exc:
+        print(f"ocr-perf: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except OSError as exc:
+        print(f"ocr-perf: error: cannot write output: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

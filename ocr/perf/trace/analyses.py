@@ -1,0 +1,664 @@
+"""Pure, vectorised analyses over an :class:`~ocr.perf.trace.load.EventTable`.
+
+Everything here takes the table (and earlier results) and returns plain data; nothing reads files
+or prints. Times inside are int64 ns; the JSON-facing dicts use milliseconds.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ocr.perf.trace.load import EventTable, Kind
+
+__all__ = [
+    "GPU_PARTS",
+    "PHASES",
+    "StepTable",
+    "classify_phase",
+    "compute_steps",
+    "device_ops",
+    "host_ops",
+    "memory_report",
+    "step_statistics",
+    "union_in_windows",
+]
+
+#: Phases of a step's wall time on its host thread (they partition it).
+PHASES = ("data_loading", "forward", "backward", "optimizer", "hooks", "other")
+#: Parts of a step's wall time seen from the GPU (they partition it too).
+GPU_PARTS = ("kernel", "memcpy", "memset", "idle")
+
+_P_DATA, _P_FWD, _P_BWD, _P_OPT, _P_HOOKS, _P_OTHER = range(6)
+
+_STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
+_BACKWARD_OP = re.compile(r"^autograd::engine::evaluate_function: |Backward\d*$|AccumulateGrad$")
+_HASH_MARKER = re.compile(r"^#+\s*(forward|backward|optimizer|data\w*)\s*#+$", re.IGNORECASE)
+
+
+def classify_phase(name: str) -> int:
+    """Phase code (index into :data:`PHASES`) of an explicit marker span, or ``-1``.
+
+    Covers torch's own annotations (``enumerate(DataLoader)#...``, ``Optimizer.step#...``),
+    ``## forward ##``-style user annotations and Lightning's ``[pl][profile]`` spans. Loop
+    containers (``run_training_batch``, ``run_training_epoch``) are not markers: time in them that
+    no inner marker claims is "other".
+    """
+    if name.startswith("enumerate(DataLoader)#"):
+        return _P_DATA
+    if name.startswith(("Optimizer.step#", "Optimizer.zero_grad#")):
+        return _P_OPT
+    m = _HASH_MARKER.match(name)
+    if m:
+        word = m.group(1).lower()
+        if word.startswith("data"):
+            return _P_DATA
+        return {"forward": _P_FWD, "backward": _P_BWD, "optimizer": _P_OPT}[word]
+    if name.startswith("[pl][module]"):
+        return _P_FWD
+    if not name.startswith("[pl][profile]"):
+        return -1
+    tail = name.rsplit(".", 1)[-1] if "." in name else name
+    if name.endswith(("_dataloader_next", "_next")) and "Loop]" in name:
+        return _P_DATA
+    if tail in ("batch_to_device", "transfer_batch_to_device") or tail.endswith("_batch_transfer"):
+        return _P_DATA
+    if tail in ("training_step", "validation_step", "test_step", "predict_step", "forward"):
+        return _P_FWD
+    if tail == "backward":
+        return _P_BWD
+    if tail in ("optimizer_step", "optimizer_zero_grad", "configure_gradient_clipping"):
+        return _P_OPT
+    if "[Callback]" in name or tail.startswith("on_") or "[LightningModule]" in name:
+        return _P_HOOKS
+    if "[Strategy]" in name or "[LightningDataModule]" in name:
+        return _P_HOOKS
+    return -1
+
+
+def _stage_of(name: str) -> str | None:
+    if name.endswith(".validation_step") or name.endswith("].val_next"):
+        return "validation"
+    if name.endswith(".test_step") or name.endswith("].test_next"):
+        return "test"
+    if name.endswith(".predict_step") or name.endswith("].predict_next"):
+        return "predict"
+    return None
+
+
+def union_in_windows(
+    starts: np.ndarray, ends: np.ndarray, win_start: np.ndarray, win_end: np.ndarray
+) -> np.ndarray:
+    """Length of the union of intervals ``[starts, ends)`` inside each window (int64 ns each)."""
+    out = np.zeros(win_start.shape[0], np.int64)
+    if starts.size == 0 or win_start.size == 0:
+        return out
+    order = np.argsort(starts, kind="stable")
+    s, e = starts[order], ends[order]
+    run_end = np.maximum.accumulate(e)
+    new = np.ones(s.size, bool)
+    new[1:] = s[1:] > run_end[:-1]
+    group = np.cumsum(new) - 1
+    ms = s[new]
+    me = np.zeros(ms.size, np.int64)
+    np.maximum.at(me, group, e)
+    before = np.concatenate(([0], np.cumsum(me - ms)))
+
+    def covered(t: np.ndarray) -> np.ndarray:
+        k = np.searchsorted(ms, t, side="right") - 1
+        inside = np.where(k >= 0, np.clip(t - ms[np.maximum(k, 0)], 0, None), 0)
+        inside = np.minimum(
+            inside, np.where(k >= 0, me[np.maximum(k, 0)] - ms[np.maximum(k, 0)], 0)
+        )
+        return before[np.maximum(k, 0)] * (k >= 0) + inside
+
+    return covered(win_end) - covered(win_start)
+
+
+@dataclass
+class StepTable:
+    """Steps (``ProfilerStep#N`` spans) and their breakdowns, one row per step.
+
+    Args:
+        label: unique label per step (``ProfilerStep#2``, a repeat becomes ``ProfilerStep#2 (2)``).
+        number: N of ``ProfilerStep#N``.
+        src, thread: source index and host thread of the step span.
+        start, end: window in ns (table time).
+        stage: ``train``, ``validation``, ``test`` or ``predict``.
+        phases: (n_steps, len(PHASES)) ns, each row sums to the step's wall time.
+        gpu: (n_steps, len(GPU_PARTS)) ns or ``None`` without device events.
+        runtime_ns: host time in CUDA runtime calls inside the step (overlaps the phases).
+        seg_key, seg_start, seg_end, seg_phase, seg_step: the phase segments, keyed by
+            ``src * 2**20 + pid code`` so events of any thread of the process can be placed.
+    """
+
+    label: list[str]
+    number: np.ndarray
+    src: np.ndarray
+    thread: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    stage: list[str]
+    phases: np.ndarray
+    gpu: np.ndarray | None
+    runtime_ns: np.ndarray
+    seg_key: np.ndarray
+    seg_start: np.ndarray
+    seg_end: np.ndarray
+    seg_phase: np.ndarray
+    seg_step: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.label)
+
+    @property
+    def wall(self) -> np.ndarray:
+        """Wall time per step (ns)."""
+        return self.end - self.start
+
+
+def _process_key(table: EventTable) -> np.ndarray:
+    """Per thread code: ``src * 2**20 + pid code`` (threads of one process share it)."""
+    pid_codes: dict[tuple[int, str], int] = {}
+    return np.fromiter(
+        (
+            src * (1 << 20) + pid_codes.setdefault((src, pid), len(pid_codes))
+            for src, pid, _ in table.thread_keys
+        ),
+        np.int64,
+        len(table.thread_keys),
+    )
+
+
+def _find_steps(table: EventTable, warnings: list[str]) -> list[int]:
+    """Event indices of the step spans after dropping exact duplicates and nested repeats."""
+    is_step_name = table.name_ids(lambda n: _STEP_NAME.match(n) is not None)
+    host = np.isin(table.kind, Kind.HOST)
+    idx = np.flatnonzero(is_step_name[table.name] & host & (table.dur > 0))
+    if idx.size == 0:
+        return []
+    order = np.lexsort((-table.dur[idx], table.start[idx], table.thread[idx]))
+    idx = idx[order]
+    kept: list[int] = []
+    dropped = 0
+    last_end: dict[int, int] = {}
+    for i in idx.tolist():
+        t = int(table.thread[i])
+        e = int(table.start[i] + table.dur[i])
+        if t in last_end and e <= last_end[t]:
+            dropped += 1  # exact duplicate or a step span inside another one
+            continue
+        kept.append(i)
+        last_end[t] = max(e, last_end.get(t, e))
+    if dropped:
+        warnings.append(f"ignored {dropped} ProfilerStep spans nested in or equal to another one")
+    kept.sort(key=lambda i: (int(table.src[i]), int(table.start[i])))
+    return kept
+
+
+def _marker_arrays(table: EventTable) -> tuple[np.ndarray, ...]:
+    phase_of_name = np.fromiter(
+        (classify_phase(n) for n in table.names), np.int64, len(table.names)
+    )
+    host = np.isin(table.kind, (Kind.CPU_OP, Kind.USER_ANNOTATION))
+    mk = np.flatnonzero((phase_of_name[table.name] >= 0) & host & (table.dur > 0))
+    order = np.lexsort((table.start[mk], table.thread[mk]))
+    mk = mk[order]
+    return mk, phase_of_name
+
+
+def compute_steps(table: EventTable, warnings: list[str]) -> StepTable:
+    """Find the steps and split each one's wall time into :data:`PHASES` (host view) and, when the
+    process has device events, :data:`GPU_PARTS` (device view).
+
+    Phases come from marker spans on the step's thread: at every instant the innermost marker
+    (latest start; explicit markers beat inferred ones) names the phase; unclaimed time is
+    "other". Without explicit markers, backward is inferred from autograd ops (any thread of the
+    process, e.g. ``pt_autograd_0`` on GPU) and forward as the time between the last data-loading
+    span and the start of backward (or of the optimizer).
+    """
+    steps = _find_steps(table, warnings)
+    n = len(steps)
+    pkey_of_thread = _process_key(table)
+    empty = np.zeros(0, np.int64)
+    if n == 0:
+        return StepTable(
+            [],
+            empty,
+            empty,
+            empty,
+            empty,
+            empty,
+            [],
+            np.zeros((0, len(PHASES)), np.int64),
+            None,
+            empty,
+            empty,
+            empty,
+            empty,
+            empty,
+            empty,
+        )
+    sidx = np.asarray(steps, np.int64)
+    st_start = table.start[sidx]
+    st_end = st_start + table.dur[sidx]
+    st_thread = table.thread[sidx]
+    st_src = table.src[sidx]
+    numbers = np.fromiter(
+        (
+            int(_STEP_NAME.match(table.names[table.name[i]]).group(1))  # type: ignore[union-attr]
+            for i in steps
+        ),
+        np.int64,
+        n,
+    )
+    labels: list[str] = []
+    seen: dict[tuple[int, int], int] = {}
+    for i in range(n):
+        k = (int(st_src[i]), int(numbers[i]))
+        seen[k] = seen.get(k, 0) + 1
+        base = f"ProfilerStep#{numbers[i]}"
+        labels.append(base if seen[k] == 1 else f"{base} ({seen[k]})")
+
+    mk, phase_of_name = _marker_arrays(table)
+    mk_thread = table.thread[mk]
+    mk_start = table.start[mk]
+    mk_end = mk_start + table.dur[mk]
+    mk_phase = phase_of_name[table.name[mk]]
+    max_mk = int((mk_end - mk_start).max()) if mk.size else 0
+
+    is_bwd_name = table.name_ids(lambda x: _BACKWARD_OP.search(x) is not None)
+    bwd = np.flatnonzero(is_bwd_name[table.name] & (table.kind == Kind.CPU_OP) & (table.dur > 0))
+    bwd_pkey = pkey_of_thread[table.thread[bwd]]
+    bwd_start = table.start[bwd]
+    bwd_end = bwd_start + table.dur[bwd]
+    stage_names = {
+        code: stg for code, nm in enumerate(table.names) if (stg := _stage_of(nm)) is not None
+    }
+
+    phases = np.zeros((n, len(PHASES)), np.int64)
+    stages: list[str] = []
+    seg_key, seg_s, seg_e, seg_p, seg_step = [], [], [], [], []
+    for i in range(n):
+        s, e, t = int(st_start[i]), int(st_end[i]), int(st_thread[i])
+        lo = np.searchsorted(mk_thread, t, side="left")
+        hi = np.searchsorted(mk_thread, t, side="right")
+        a = lo + np.searchsorted(mk_start[lo:hi], s - max_mk, side="left")
+        b = lo + np.searchsorted(mk_start[lo:hi], e, side="left")
+        sel = np.arange(a, b)
+        sel = sel[mk_end[sel] > s]
+        m_s = np.maximum(mk_start[sel], s)
+        m_e = np.minimum(mk_end[sel], e)
+        m_p = mk_phase[sel]
+        prio_s = mk_start[sel]  # innermost = latest start (true start, not clipped)
+        level = np.ones(sel.size, np.int64)
+        stage = "train"
+        for code in table.name[mk[sel]].tolist():
+            if code in stage_names:
+                stage = stage_names[code]
+                break
+        # inferred markers (level 0) where the trace has no explicit ones
+        inf_s: list[int] = []
+        inf_e: list[int] = []
+        inf_p: list[int] = []
+        pk = int(pkey_of_thread[t])
+        bsel = (bwd_pkey == pk) & (bwd_start < e) & (bwd_end > s)
+        has_bwd = bool((m_p == _P_BWD).any())
+        b_start = None
+        if bsel.any() and not has_bwd:
+            b_start = max(int(bwd_start[bsel].min()), s)
+            inf_s.append(b_start)
+            inf_e.append(min(int(bwd_end[bsel].max()), e))
+            inf_p.append(_P_BWD)
+        elif has_bwd:
+            b_start = int(m_s[m_p == _P_BWD].min())
+        if not (m_p == _P_FWD).any():
+            data_end = m_e[m_p == _P_DATA]
+            f_from = int(
+                data_end[data_end <= (b_start if b_start is not None else e)].max(initial=s)
+            )
+            opt_s = m_s[(m_p == _P_OPT) & (m_s >= f_from)]
+            f_to = b_start if b_start is not None else int(opt_s.min(initial=e))
+            if (b_start is not None or (m_p == _P_DATA).any()) and f_to > f_from:
+                inf_s.append(f_from)
+                inf_e.append(f_to)
+                inf_p.append(_P_FWD)
+        all_s = np.concatenate([m_s, np.asarray(inf_s, np.int64)])
+        all_e = np.concatenate([m_e, np.asarray(inf_e, np.int64)])
+        all_p = np.concatenate([m_p, np.asarray(inf_p, np.int64)])
+        all_prio = np.concatenate([prio_s, np.asarray(inf_s, np.int64)])
+        all_level = np.concatenate([level, np.zeros(len(inf_s), np.int64)])
+        bounds = np.unique(np.concatenate([[s, e], all_s, all_e]))
+        bounds = bounds[(bounds >= s) & (bounds <= e)]
+        left, right = bounds[:-1], bounds[1:]
+        phase = np.full(left.size, _P_OTHER, np.int64)
+        if all_s.size and left.size:
+            cover = (all_s[None, :] <= left[:, None]) & (all_e[None, :] > left[:, None])
+            # rank: level first, then latest start, then shortest span
+            rank = np.lexsort((-(all_e - all_prio), all_prio, all_level))
+            score = np.empty(rank.size, np.int64)
+            score[rank] = np.arange(rank.size)
+            scored = np.where(cover, score[None, :], -1)
+            best = scored.argmax(axis=1)
+            got = scored.max(axis=1) >= 0
+            phase = np.where(got, all_p[best], _P_OTHER)
+        phases[i] = np.bincount(phase, weights=right - left, minlength=len(PHASES)).astype(np.int64)
+        stages.append(stage)
+        seg_key.append(np.full(left.size, pk, np.int64))
+        seg_s.append(left)
+        seg_e.append(right)
+        seg_p.append(phase)
+        seg_step.append(np.full(left.size, i, np.int64))
+
+    # device view, per source: union of device activity clipped to each step window
+    gpu: np.ndarray | None = None
+    dev = np.isin(table.kind, Kind.DEVICE)
+    if dev.any():
+        gpu = np.zeros((n, len(GPU_PARTS)), np.int64)
+        ends = table.start + table.dur
+        for src in np.unique(st_src).tolist():
+            rows = np.flatnonzero(st_src == src)
+            ws, we = st_start[rows], st_end[rows]
+            in_src = dev & (table.src == src)
+            # priority kernel > memcpy > memset where streams overlap: nested unions
+            busy = [
+                union_in_windows(table.start[m], ends[m], ws, we)
+                for m in (
+                    in_src & (table.kind == Kind.KERNEL),
+                    in_src & np.isin(table.kind, (Kind.KERNEL, Kind.MEMCPY)),
+                    in_src,
+                )
+            ]
+            k_only, kc, kcs = busy
+            gpu[rows] = np.stack([k_only, kc - k_only, kcs - kc, (we - ws) - kcs], axis=1)
+
+    runtime = np.zeros(n, np.int64)
+    rt = np.flatnonzero(table.kind == Kind.RUNTIME)
+    if rt.size:
+        rt_key = pkey_of_thread[table.thread[rt]]
+        for i in range(n):
+            m = rt_key == pkey_of_thread[st_thread[i]]
+            rs = np.maximum(table.start[rt[m]], st_start[i])
+            re_ = np.minimum(table.start[rt[m]] + table.dur[rt[m]], st_end[i])
+            runtime[i] = int(np.clip(re_ - rs, 0, None).sum())
+
+    return StepTable(
+        label=labels,
+        number=numbers,
+        src=st_src,
+        thread=st_thread,
+        start=st_start,
+        end=st_end,
+        stage=stages,
+        phases=phases,
+        gpu=gpu,
+        runtime_ns=runtime,
+        seg_key=np.concatenate(seg_key),
+        seg_start=np.concatenate(seg_s),
+        seg_end=np.concatenate(seg_e),
+        seg_phase=np.concatenate(seg_p),
+        seg_step=np.concatenate(seg_step),
+    )
+
+
+def locate(
+    steps: StepTable, table: EventTable, events: np.ndarray, by_source: bool = False
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(step index, phase code)`` of each event by its start time; -1 where the event lies
+    outside every step. Host events are matched to steps of their own process; with
+    ``by_source`` (device events, whose pid is the GPU index) to steps of their source file."""
+    step_of = np.full(events.size, -1, np.int64)
+    phase_of = np.full(events.size, -1, np.int64)
+    if len(steps) == 0 or events.size == 0 or steps.seg_start.size == 0:
+        return step_of, phase_of
+    if by_source:
+        seg_keys = steps.seg_key >> 20
+        pkey_raw = table.src[events]
+    else:
+        seg_keys = steps.seg_key
+        pkey_raw = _process_key(table)[table.thread[events]]
+    t = table.start[events]
+    # one axis, process major and time minor; dense process ranks keep the product in int64
+    keys, inverse = np.unique(np.concatenate([seg_keys, pkey_raw]), return_inverse=True)
+    seg_rank = inverse[: seg_keys.size]
+    pkey = inverse[seg_keys.size :]
+    scale = int(max(int(steps.seg_end.max()), int(t.max()))) + 1
+    if keys.size * scale >= 2**62:
+        raise OverflowError("trace spans too long to place events on one int64 axis")
+    seg = seg_rank * scale + steps.seg_start
+    order = np.argsort(seg, kind="stable")
+    seg_sorted = seg[order]
+    q = pkey * scale + t
+    k = np.searchsorted(seg_sorted, q, side="right") - 1
+    ok = k >= 0
+    j = order[np.maximum(k, 0)]
+    ok &= (seg_rank[j] == pkey) & (t < steps.seg_end[j])
+    step_of[ok] = steps.seg_step[j[ok]]
+    phase_of[ok] = steps.seg_phase[j[ok]]
+    return step_of, phase_of
+
+
+def _ms(ns: float) -> float:
+    return round(float(ns) / 1e6, 6)
+
+
+def host_ops(
+    table: EventTable, kinds: tuple[int, ...], top_k: int | None, n_steps: int
+) -> list[dict[str, Any]]:
+    """Per-name aggregates of host events of ``kinds``: calls, self and total time, share of all
+    host self time; sorted by self time. ``ProfilerStep#N`` names are pooled as
+    ``ProfilerStep*`` (as torch's ``key_averages`` does)."""
+    host = np.isin(table.kind, Kind.HOST)
+    total_self = float(table.self_ns[host].sum()) or 1.0
+    sel = np.isin(table.kind, kinds)
+    step_alias = table.name_ids(lambda n: _STEP_NAME.match(n) is not None)
+    names = table.name[sel]
+    pooled = "ProfilerStep*"
+    alias_code = len(table.names)
+    names = np.where(step_alias[names], alias_code, names)
+    size = alias_code + 1
+    calls = np.bincount(names, minlength=size)
+    self_ns = np.bincount(names, weights=table.self_ns[sel], minlength=size)
+    # total time: nested calls of the same name are not double counted (only the outermost)
+    parent = table.parent[sel]
+    par_name = np.where(parent >= 0, table.name[np.maximum(parent, 0)], -1)
+    par_name = np.where((par_name >= 0) & step_alias[np.maximum(par_name, 0)], alias_code, par_name)
+    outer = par_name != names
+    total_ns = np.bincount(names[outer], weights=table.dur[sel][outer], minlength=size)
+    order = np.argsort(-self_ns, kind="stable")
+    order = order[calls[order] > 0]
+    if top_k is not None:
+        order = order[:top_k]
+    rows = []
+    for c in order.tolist():
+        rows.append(
+            {
+                "name": pooled if c == alias_code else table.names[c],
+                "calls": int(calls[c]),
+                "self_ms": _ms(self_ns[c]),
+                "total_ms": _ms(total_ns[c]),
+                "self_pct": round(float(100.0 * self_ns[c] / total_self), 3),
+                "self_ms_per_step": _ms(self_ns[c] / n_steps) if n_steps else None,
+            }
+        )
+    return rows
+
+
+def device_ops(table: EventTable, top_k: int | None, n_steps: int) -> list[dict[str, Any]]:
+    """Per-name aggregates of kernels, memcpy and memset: calls, total (= self) time, mean, share
+    of device busy time, and the CPU op that launched them most often (via ``correlation``)."""
+    dev = np.flatnonzero(np.isin(table.kind, Kind.DEVICE))
+    if dev.size == 0:
+        return []
+    total = float(table.dur[dev].sum()) or 1.0
+    names = table.name[dev]
+    size = len(table.names)
+    calls = np.bincount(names, minlength=size)
+    dur = np.bincount(names, weights=table.dur[dev], minlength=size)
+    launcher = _launchers(table, dev)
+    order = np.argsort(-dur, kind="stable")
+    order = order[calls[order] > 0]
+    if top_k is not None:
+        order = order[:top_k]
+    kind_of: dict[int, int] = {}
+    for c, k in zip(names.tolist(), table.kind[dev].tolist(), strict=True):
+        kind_of.setdefault(c, k)
+    rows = []
+    for c in order.tolist():
+        launched = launcher[names == c]
+        launched = launched[launched >= 0]
+        by = table.names[int(np.bincount(launched).argmax())] if launched.size else None
+        rows.append(
+            {
+                "name": table.names[c],
+                "kind": {Kind.KERNEL: "kernel", Kind.MEMCPY: "memcpy", Kind.MEMSET: "memset"}[
+                    kind_of[c]
+                ],
+                "calls": int(calls[c]),
+                "total_ms": _ms(dur[c]),
+                "self_ms": _ms(dur[c]),
+                "mean_us": round(float(dur[c]) / float(calls[c]) / 1e3, 3),
+                "share_pct": round(float(100.0 * dur[c] / total), 3),
+                "self_ms_per_step": _ms(dur[c] / n_steps) if n_steps else None,
+                "launched_by": by,
+            }
+        )
+    return rows
+
+
+def _launchers(table: EventTable, dev: np.ndarray) -> np.ndarray:
+    """Name code of the CPU op that launched each device event (runtime call's parent op), -1
+    where unknown. Joined on (source, correlation id)."""
+    out = np.full(dev.size, -1, np.int64)
+    rt = np.flatnonzero((table.kind == Kind.RUNTIME) & (table.correlation >= 0))
+    if rt.size == 0:
+        return out
+    scale = int(max(table.correlation.max(), 0)) + 1
+    rkey = table.src[rt] * scale + table.correlation[rt]
+    order = np.argsort(rkey)
+    rkey = rkey[order]
+    dkey = table.src[dev] * scale + table.correlation[dev]
+    k = np.clip(np.searchsorted(rkey, dkey), 0, rkey.size - 1)
+    hit = (rkey[k] == dkey) & (table.correlation[dev] >= 0)
+    par = table.parent[rt[order][k]]
+    ok = hit & (par >= 0)
+    out[ok] = table.name[par[ok]]
+    return out
+
+
+def memory_report(
+    table: EventTable, steps: StepTable, points: int = 200
+) -> tuple[list[dict[str, Any]], dict[str, list[list[float]]]]:
+    """Peak memory per (source, device) and a downsampled timeline of allocated bytes.
+
+    Uses ``Total Allocated``/``Total Reserved`` where the trace writes them; older traces only have
+    per-event ``Bytes``, so the running sum is used and the peak is marked ``estimated`` (growth
+    since profiling started; allocations made before are unknown)."""
+    mem = table.memory
+    peaks: list[dict[str, Any]] = []
+    timeline: dict[str, list[list[float]]] = {}
+    if len(mem) == 0:
+        return peaks, timeline
+    dev_key = mem.src * 1_000_000 + mem.device_type * 1000 + (mem.device_id + 1)
+    for key in np.unique(dev_key).tolist():
+        rows = np.flatnonzero(dev_key == key)
+        rows = rows[np.argsort(mem.ts[rows], kind="stable")]
+        src = int(mem.src[rows[0]])
+        dtype, did = int(mem.device_type[rows[0]]), int(mem.device_id[rows[0]])
+        device = "cpu" if dtype == 0 else (f"cuda:{did}" if dtype == 1 else f"type{dtype}:{did}")
+        alloc = mem.total_allocated[rows]
+        estimated = bool((alloc < 0).any())
+        if estimated:
+            alloc = np.cumsum(mem.nbytes[rows])
+            alloc = alloc - min(0, int(alloc.min()))
+        reserved = mem.total_reserved[rows]
+        k = int(np.argmax(alloc))
+        t_peak = int(mem.ts[rows[k]])
+        label = f"{device}" if len(table.sources) == 1 else f"{device}@{src}"
+        capacity = None
+        if dtype == 1:
+            for d in table.sources[src].device_properties:
+                if d.get("id") == did and isinstance(d.get("totalGlobalMem"), int | float):
+                    capacity = int(d["totalGlobalMem"])
+        step_label = None
+        phase = None
+        if len(steps):
+            inside = np.flatnonzero(
+                (steps.src == src) & (steps.start <= t_peak) & (steps.end > t_peak)
+            )
+            if inside.size:
+                si = int(inside[0])
+                step_label = steps.label[si]
+                seg = np.flatnonzero(
+                    (steps.seg_step == si) & (steps.seg_start <= t_peak) & (steps.seg_end > t_peak)
+                )
+                if seg.size:
+                    phase = PHASES[int(steps.seg_phase[seg[0]])]
+        peak_reserved = int(reserved.max()) if (reserved >= 0).any() else None
+        peaks.append(
+            {
+                "device": device,
+                "source": src,
+                "peak_allocated_bytes": int(alloc[k]),
+                "peak_reserved_bytes": peak_reserved,
+                "estimated": estimated,
+                "at_ms": _ms(t_peak),
+                "step": step_label,
+                "phase": phase,
+                "capacity_bytes": capacity,
+                "pct_of_capacity": (
+                    round(100.0 * max(int(alloc[k]), peak_reserved or 0) / capacity, 2)
+                    if capacity
+                    else None
+                ),
+                "events": int(rows.size),
+            }
+        )
+        # downsample keeping each bin's maximum so the peak survives
+        bins = np.minimum(
+            ((mem.ts[rows] - mem.ts[rows[0]]) * points) // max(1, int(np.ptp(mem.ts[rows])) + 1),
+            points - 1,
+        )
+        hi = np.full(points, -1, np.int64)
+        np.maximum.at(hi, bins, alloc)
+        t_bin = np.zeros(points, np.int64)
+        np.maximum.at(t_bin, bins, mem.ts[rows])
+        used = hi >= 0
+        timeline[label] = [[_ms(t), int(v)] for t, v in zip(t_bin[used], hi[used], strict=True)]
+    return peaks, timeline
+
+
+def step_statistics(wall_ns: np.ndarray, labels: list[str]) -> dict[str, Any]:
+    """Summary of step wall times (ms) with robust outliers (|modified z| > 3.5, MAD based)."""
+    if wall_ns.size == 0:
+        return {"count": 0}
+    ms = wall_ns.astype(np.float64) / 1e6
+    med = float(np.median(ms))
+    mad = float(np.median(np.abs(ms - med)))
+    outliers = []
+    if mad > 0:
+        z = 0.6745 * (ms - med) / mad
+        # a tight distribution makes tiny deviations "significant": also ask for 10 % off median
+        far = np.abs(ms - med) > 0.1 * med
+        for i in np.flatnonzero((np.abs(z) > 3.5) & far).tolist():
+            outliers.append(
+                {"step": labels[i], "ms": round(float(ms[i]), 4), "robust_z": round(float(z[i]), 2)}
+            )
+    mean = float(ms.mean())
+    std = float(ms.std())
+    return {
+        "count": int(ms.size),
+        "mean_ms": round(mean, 4),
+        "median_ms": round(med, 4),
+        "std_ms": round(std, 4),
+        "cv": round(std / mean, 4) if mean > 0 else math.nan,
+        "min_ms": round(float(ms.min()), 4),
+        "p90_ms": round(float(np.quantile(ms, 0.9)), 4),
+        "max_ms": round(float(ms.max()), 4),
+        "total_ms": round(float(ms.sum()), 4),
+        "outliers": outliers,
+    }

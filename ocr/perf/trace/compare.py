@@ -1,0 +1,230 @@
+"""Compare two analysed traces: per-op, per-phase and per-step deltas plus a noise-aware verdict.
+
+The verdict looks at the distributions of step wall times, never at two sums: the relative change
+of the median, a one-sided Mann-Whitney U test (exact for small samples) and a seeded bootstrap
+confidence interval of the median ratio. A change counts only when it is beyond the threshold
+*and* the step distributions say it is not noise.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ocr.perf.trace.analyses import GPU_PARTS, PHASES
+from ocr.perf.trace.report import analyze_trace
+
+__all__ = ["MIN_STEPS", "compare_reports", "compare_traces", "mann_whitney_greater"]
+
+#: Fewer steps than this per side: the verdict rests on the point estimate alone.
+MIN_STEPS = 4
+_ALPHA = 0.05
+_BOOTSTRAP = 2000
+
+
+@lru_cache(maxsize=256)
+def _u_distribution(m: int, n: int) -> tuple[int, ...]:
+    """Counts of each U value (0..m*n) over all C(m+n, m) orderings without ties."""
+    if m == 0 or n == 0:
+        return (1,)
+    a = _u_distribution(m - 1, n)  # largest value from the first sample: it beats all n
+    b = _u_distribution(m, n - 1)
+    out = [0] * (m * n + 1)
+    for u, c in enumerate(a):
+        out[u + n] += c
+    for u, c in enumerate(b):
+        out[u] += c
+    return tuple(out)
+
+
+def mann_whitney_greater(x: np.ndarray, y: np.ndarray) -> float:
+    """One-sided p-value that ``y`` tends to be larger than ``x`` (Mann-Whitney U).
+
+    Exact without ties for up to 20 values per side, otherwise the normal approximation with tie
+    and continuity corrections.
+    """
+    m, n = int(x.size), int(y.size)
+    if m == 0 or n == 0:
+        return math.nan
+    diff = y[None, :] - x[:, None]
+    u = float((diff > 0).sum() + 0.5 * (diff == 0).sum())  # pairs where y beats x
+    ties = bool((diff == 0).any()) or np.unique(np.concatenate([x, y])).size < m + n
+    if not ties and m <= 20 and n <= 20:
+        dist = _u_distribution(n, m)  # U counted for y over x
+        total = sum(dist)
+        return sum(dist[int(u) :]) / total
+    allv = np.concatenate([x, y])
+    _, counts = np.unique(allv, return_counts=True)
+    nn = m + n
+    tie_term = float((counts**3 - counts).sum()) / (nn * (nn - 1))
+    sigma = math.sqrt(m * n / 12.0 * ((nn + 1) - tie_term))
+    if sigma == 0:
+        return 1.0
+    z = (u - m * n / 2.0 - 0.5) / sigma
+    return 0.5 * math.erfc(z / math.sqrt(2))
+
+
+def _bootstrap_ratio_ci(a: np.ndarray, b: np.ndarray, seed: int = 0) -> tuple[float, float]:
+    """95 % bootstrap interval of median(b) / median(a) - 1, in percent."""
+    rng = np.random.default_rng(seed)
+    ma = np.median(a[rng.integers(0, a.size, (_BOOTSTRAP, a.size))], axis=1)
+    mb = np.median(b[rng.integers(0, b.size, (_BOOTSTRAP, b.size))], axis=1)
+    ratio = 100.0 * (mb / np.where(ma > 0, ma, np.nan) - 1.0)
+    lo, hi = np.nanquantile(ratio, [0.025, 0.975])
+    return float(lo), float(hi)
+
+
+def _step_walls(report: dict[str, Any], stage: str) -> np.ndarray:
+    return np.asarray(
+        [s["wall_ns"] for s in report["steps"] if s["stage"] == stage], dtype=np.float64
+    )
+
+
+def _verdict(a: np.ndarray, b: np.ndarray, threshold_pct: float) -> dict[str, Any]:
+    med_a, med_b = float(np.median(a)), float(np.median(b))
+    change = 100.0 * (med_b / med_a - 1.0) if med_a > 0 else math.nan
+    out: dict[str, Any] = {
+        "steps_a": int(a.size),
+        "steps_b": int(b.size),
+        "median_a_ms": round(med_a / 1e6, 4),
+        "median_b_ms": round(med_b / 1e6, 4),
+        "change_pct": round(change, 3),
+        "threshold_pct": threshold_pct,
+    }
+    if min(a.size, b.size) < MIN_STEPS:
+        out.update(p_slower=None, p_faster=None, ci95_pct=None, confidence="low")
+        out["note"] = (
+            f"fewer than {MIN_STEPS} steps on a side: no noise check, verdict from the medians"
+        )
+        if change > threshold_pct:
+            out["verdict"] = "regression"
+        elif change < -threshold_pct:
+            out["verdict"] = "improvement"
+        else:
+            out["verdict"] = "no significant change"
+        return out
+    p_slower = mann_whitney_greater(a, b)
+    p_faster = mann_whitney_greater(b, a)
+    lo, hi = _bootstrap_ratio_ci(a, b)
+    out.update(
+        p_slower=round(p_slower, 5),
+        p_faster=round(p_faster, 5),
+        ci95_pct=[round(lo, 3), round(hi, 3)],
+        confidence="normal",
+    )
+    if change > threshold_pct and p_slower < _ALPHA and lo > 0:
+        out["verdict"] = "regression"
+    elif change < -threshold_pct and p_faster < _ALPHA and hi < 0:
+        out["verdict"] = "improvement"
+    elif abs(change) > threshold_pct:
+        out["verdict"] = "inconclusive"
+        out["note"] = "the change exceeds the threshold but is within step-to-step noise"
+    else:
+        out["verdict"] = "no significant change"
+    return out
+
+
+def _op_rows(report: dict[str, Any]) -> dict[str, tuple[str, float]]:
+    """name -> (table, time per step or in total, ms) for every CPU op and device op."""
+    rows: dict[str, tuple[str, float]] = {}
+    for table, key in (("cpu", "top_cpu_ops"), ("cuda", "top_cuda_ops")):
+        for r in report[key]:
+            v = r["self_ms_per_step"] if r["self_ms_per_step"] is not None else r["self_ms"]
+            rows[f"{table}:{r['name']}"] = (table, float(v))
+    return rows
+
+
+def _delta(a: float | None, b: float | None) -> dict[str, Any]:
+    out: dict[str, Any] = {"a": a, "b": b}
+    if a is not None and b is not None:
+        out["delta"] = round(b - a, 4)
+        out["delta_pct"] = round(100.0 * (b / a - 1.0), 3) if a else None
+    return out
+
+
+def compare_reports(
+    a: dict[str, Any], b: dict[str, Any], threshold_pct: float = 5.0, top_k: int = 20
+) -> dict[str, Any]:
+    """Compare two reports from :func:`~ocr.perf.trace.analyze_trace` (best made with
+    ``top_k=None`` so every op can be matched). ``verdict`` is that of the primary stage (train
+    when both have it)."""
+    stages = [s for s in a["summary"]["stages"] if s in b["summary"]["stages"]]
+    per_stage: dict[str, Any] = {}
+    for stage in stages:
+        wa, wb = _step_walls(a, stage), _step_walls(b, stage)
+        sa, sb = a["step_stats"][stage], b["step_stats"][stage]
+        pa, pb = a["phase_summary"][stage], b["phase_summary"][stage]
+        entry: dict[str, Any] = {
+            "verdict": _verdict(wa, wb, threshold_pct),
+            "step_stats": {
+                k: _delta(sa.get(k), sb.get(k))
+                for k in ("mean_ms", "median_ms", "p90_ms", "min_ms", "max_ms", "std_ms")
+            },
+            "phases_ms": {
+                p: _delta(pa["phases"][p]["mean_ms"], pb["phases"][p]["mean_ms"]) for p in PHASES
+            },
+            "steps": [
+                {"index": i, **_delta(round(x / 1e6, 4), round(y / 1e6, 4))}
+                for i, (x, y) in enumerate(zip(wa.tolist(), wb.tolist(), strict=False))
+            ],
+        }
+        if "gpu" in pa and "gpu" in pb:
+            entry["gpu_ms"] = {
+                p: _delta(pa["gpu"][p]["mean_ms"], pb["gpu"][p]["mean_ms"]) for p in GPU_PARTS
+            }
+        per_stage[stage] = entry
+
+    ops_a, ops_b = _op_rows(a), _op_rows(b)
+    op_deltas: list[dict[str, Any]] = []
+    for key in set(ops_a) | set(ops_b):
+        va = ops_a.get(key, (None, 0.0))[1]
+        vb = ops_b.get(key, (None, 0.0))[1]
+        table = (ops_a.get(key) or ops_b[key])[0]
+        op_deltas.append(
+            {
+                "name": key.split(":", 1)[1],
+                "table": table,
+                "a_ms": round(va, 4),
+                "b_ms": round(vb, 4),
+                "delta_ms": round(vb - va, 4),
+                "delta_pct": round(100.0 * (vb / va - 1.0), 2) if va else None,
+                "only_in": "a" if key not in ops_b else ("b" if key not in ops_a else None),
+            }
+        )
+    op_deltas.sort(key=lambda r: (-abs(r["delta_ms"]), -r["a_ms"], r["name"]))
+    if not stages:
+        verdict: dict[str, Any] = {
+            "verdict": "not comparable",
+            "note": "the traces share no stage with steps (ProfilerStep spans)",
+        }
+        primary = None
+    else:
+        primary = "train" if "train" in stages else stages[0]
+        verdict = per_stage[primary]["verdict"]
+    return {
+        "a": a.get("input"),
+        "b": b.get("input"),
+        "primary_stage": primary,
+        "verdict": verdict,
+        "stages": per_stage,
+        "ops": op_deltas[:top_k],
+        "ops_basis": "self ms per step (total self ms when a trace has no steps)",
+        "dataloader_time_pct": _delta(a["dataloader_time_pct"], b["dataloader_time_pct"]),
+        "findings": {
+            "a": [f["id"] for f in a["findings"]],
+            "b": [f["id"] for f in b["findings"]],
+        },
+    }
+
+
+def compare_traces(
+    a: str | Path, b: str | Path, threshold_pct: float = 5.0, top_k: int = 20
+) -> dict[str, Any]:
+    """Analyse two traces (files or directories) and compare them (see :func:`compare_reports`)."""
+    return compare_reports(
+        analyze_trace(a, top_k=None), analyze_trace(b, top_k=None), threshold_pct, top_k
+    )

@@ -1,0 +1,356 @@
+"""Rules that turn the measured figures of a trace into findings with evidence and advice.
+
+Each rule reads :class:`TraceMetrics` (figures already computed by the report builder) and
+returns at most one finding. A finding always carries its evidence figures, the threshold it
+crossed and a concrete suggestion; CUDA-specific rules stay silent on CPU-only traces and the CPU
+rules phrase their advice for CPU runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+__all__ = ["THRESHOLDS", "Finding", "TraceMetrics", "evaluate"]
+
+#: Thresholds of the rules (percent of step wall time unless noted).
+THRESHOLDS: dict[str, float] = {
+    "data_loading_warn_pct": 10.0,
+    "data_loading_critical_pct": 30.0,
+    "gpu_busy_warn_pct": 60.0,
+    "gpu_busy_critical_pct": 30.0,
+    "memory_capacity_pct": 90.0,
+    "sync_time_pct": 2.0,
+    "sync_calls_per_step": 5.0,
+    "tiny_kernel_us": 10.0,
+    "tiny_kernel_share_pct": 50.0,
+    "kernels_per_step": 500.0,
+    "tiny_op_us": 10.0,
+    "tiny_op_share_pct": 60.0,
+    "cpu_ops_per_step": 1000.0,
+    "optimizer_ops_per_step": 20.0,
+}
+
+
+@dataclass
+class TraceMetrics:
+    """Figures the rules look at; ``None`` where the trace cannot tell.
+
+    Args:
+        has_gpu: the trace has kernels/memcpy/memset.
+        n_steps: number of steps (``ProfilerStep#N`` spans).
+        step_wall_ms: total wall time of all steps (ms).
+        data_loading_pct: share of step wall time in data loading (%).
+        data_loading_ms_per_step: mean data loading per step (ms).
+        loader_kinds: DataLoader iterator classes seen (``_SingleProcessDataLoaderIter``, ...).
+        gpu_busy_pct: device busy share of step wall time (%), GPU traces only.
+        gpu_idle_ms_per_step: mean GPU idle per step (ms).
+        memory_peak_pct: highest device memory peak in % of ``totalGlobalMem``.
+        memory_peak_device: that device.
+        sync_calls_per_step: host-side sync calls per step (``aten::item`` /
+            ``_local_scalar_dense`` and ``cuda*Synchronize``).
+        sync_ms_per_step: host time in them per step (ms, outermost calls only).
+        sync_top: the sync call names with counts.
+        kernels_per_step: device kernels per step.
+        tiny_kernel_pct: kernels shorter than ``tiny_kernel_us`` (%).
+        median_kernel_us: median kernel duration (µs).
+        launch_ms_per_step: host time in ``cudaLaunchKernel`` per step (ms).
+        cpu_ops_per_step: CPU ops per step.
+        tiny_op_pct: CPU ops shorter than ``tiny_op_us`` (%).
+        median_op_us: median CPU op duration (µs).
+        optimizer_names: optimizers seen (from ``Optimizer.step#X.step``).
+        optimizer_ops_per_step: CPU ops in the optimizer phase per step.
+        optimizer_multi_tensor_ops: ``_foreach_``/``_fused_`` ops in the optimizer phase.
+        optimizer_ms_per_step: optimizer phase per step (ms).
+    """
+
+    has_gpu: bool
+    n_steps: int
+    step_wall_ms: float
+    data_loading_pct: float
+    data_loading_ms_per_step: float | None = None
+    loader_kinds: list[str] = field(default_factory=list)
+    gpu_busy_pct: float | None = None
+    gpu_idle_ms_per_step: float | None = None
+    memory_peak_pct: float | None = None
+    memory_peak_device: str | None = None
+    sync_calls_per_step: float | None = None
+    sync_ms_per_step: float | None = None
+    sync_top: dict[str, int] = field(default_factory=dict)
+    kernels_per_step: float | None = None
+    tiny_kernel_pct: float | None = None
+    median_kernel_us: float | None = None
+    launch_ms_per_step: float | None = None
+    cpu_ops_per_step: float | None = None
+    tiny_op_pct: float | None = None
+    median_op_us: float | None = None
+    optimizer_names: list[str] = field(default_factory=list)
+    optimizer_ops_per_step: float | None = None
+    optimizer_multi_tensor_ops: int = 0
+    optimizer_ms_per_step: float | None = None
+
+
+@dataclass
+class Finding:
+    """One diagnosis.
+
+    Args:
+        id: stable identifier (``data_loading``, ``low_gpu_utilisation``, ...).
+        severity: ``critical``, ``warning`` or ``info``.
+        title: one line for people.
+        evidence: the figures that triggered it.
+        threshold: the rule's threshold(s), same units as the evidence.
+        suggestion: what to try.
+    """
+
+    id: str
+    severity: str
+    title: str
+    evidence: dict[str, Any]
+    threshold: dict[str, float]
+    suggestion: str
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return asdict(self)
+
+
+def _r(x: float | None, nd: int = 2) -> float | None:
+    return None if x is None else round(float(x), nd)
+
+
+def _data_loading(m: TraceMetrics) -> Finding | None:
+    pct = m.data_loading_pct
+    if m.n_steps == 0 or pct < THRESHOLDS["data_loading_warn_pct"]:
+        return None
+    single = any("SingleProcess" in k for k in m.loader_kinds)
+    if single:
+        how = (
+            "The DataLoader runs in the main process (num_workers=0): set num_workers > 0 "
+            "(start near the number of free cores), persistent_workers=True and prefetch_factor"
+        )
+    else:
+        how = (
+            "Workers cannot keep up: raise num_workers or prefetch_factor, make __getitem__ "
+            "cheaper (decode/resize once, cache), or move augmentation to the device"
+        )
+    if m.has_gpu:
+        how += "; use pin_memory=True with non_blocking=True copies."
+    else:
+        how += (
+            "; on CPU the workers share cores with the compute threads, so balance num_workers "
+            "against torch.set_num_threads."
+        )
+    critical = pct >= THRESHOLDS["data_loading_critical_pct"]
+    return Finding(
+        id="data_loading",
+        severity="critical" if critical else "warning",
+        title=f"Data loading takes {pct:.1f}% of the step time",
+        evidence={
+            "data_loading_pct": _r(pct),
+            "data_loading_ms_per_step": _r(m.data_loading_ms_per_step, 3),
+            "loader": m.loader_kinds,
+            "steps": m.n_steps,
+        },
+        threshold={
+            "warning_pct": THRESHOLDS["data_loading_warn_pct"],
+            "critical_pct": THRESHOLDS["data_loading_critical_pct"],
+        },
+        suggestion=how,
+    )
+
+
+def _gpu_utilisation(m: TraceMetrics) -> Finding | None:
+    if not m.has_gpu or m.gpu_busy_pct is None or m.gpu_busy_pct >= THRESHOLDS["gpu_busy_warn_pct"]:
+        return None
+    critical = m.gpu_busy_pct < THRESHOLDS["gpu_busy_critical_pct"]
+    causes = []
+    if m.data_loading_pct >= THRESHOLDS["data_loading_warn_pct"]:
+        causes.append("the GPU waits for input (see data_loading)")
+    if (m.sync_calls_per_step or 0) >= THRESHOLDS["sync_calls_per_step"]:
+        causes.append("host sync points stall the launch queue")
+    if m.tiny_kernel_pct and m.tiny_kernel_pct >= THRESHOLDS["tiny_kernel_share_pct"]:
+        causes.append("kernels are too small to cover launch latency")
+    why = ("; likely: " + ", ".join(causes)) if causes else ""
+    return Finding(
+        id="low_gpu_utilisation",
+        severity="critical" if critical else "warning",
+        title=f"GPU busy only {m.gpu_busy_pct:.1f}% of the step time{why}",
+        evidence={
+            "gpu_busy_pct": _r(m.gpu_busy_pct),
+            "gpu_idle_ms_per_step": _r(m.gpu_idle_ms_per_step, 3),
+        },
+        threshold={
+            "warning_below_pct": THRESHOLDS["gpu_busy_warn_pct"],
+            "critical_below_pct": THRESHOLDS["gpu_busy_critical_pct"],
+        },
+        suggestion=(
+            "Keep the GPU fed: fix input loading first, remove per-step host syncs, raise the "
+            "batch size, and fuse small ops (torch.compile, CUDA graphs, channels_last + AMP)."
+        ),
+    )
+
+
+def _memory(m: TraceMetrics) -> Finding | None:
+    if not m.has_gpu or m.memory_peak_pct is None:
+        return None
+    if m.memory_peak_pct < THRESHOLDS["memory_capacity_pct"]:
+        return None
+    return Finding(
+        id="memory_near_capacity",
+        severity="warning",
+        title=f"Device memory peaks at {m.memory_peak_pct:.1f}% of {m.memory_peak_device}",
+        evidence={"peak_pct_of_capacity": _r(m.memory_peak_pct), "device": m.memory_peak_device},
+        threshold={"pct_of_capacity": THRESHOLDS["memory_capacity_pct"]},
+        suggestion=(
+            "Little headroom for fragmentation or larger inputs: use AMP (bf16/fp16), activation "
+            "checkpointing, a smaller batch with gradient accumulation, or "
+            "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True."
+        ),
+    )
+
+
+def _sync(m: TraceMetrics) -> Finding | None:
+    if not m.has_gpu or m.sync_calls_per_step is None or m.n_steps == 0:
+        return None
+    pct = (
+        100.0 * (m.sync_ms_per_step or 0.0) * m.n_steps / m.step_wall_ms if m.step_wall_ms else 0.0
+    )
+    if (
+        pct < THRESHOLDS["sync_time_pct"]
+        and m.sync_calls_per_step < THRESHOLDS["sync_calls_per_step"]
+    ):
+        return None
+    return Finding(
+        id="host_sync",
+        severity="warning",
+        title=(
+            f"{m.sync_calls_per_step:.1f} host-device sync points per step "
+            f"({pct:.1f}% of the step time)"
+        ),
+        evidence={
+            "sync_calls_per_step": _r(m.sync_calls_per_step),
+            "sync_ms_per_step": _r(m.sync_ms_per_step, 3),
+            "sync_pct_of_step": _r(pct),
+            "calls": m.sync_top,
+        },
+        threshold={
+            "time_pct": THRESHOLDS["sync_time_pct"],
+            "calls_per_step": THRESHOLDS["sync_calls_per_step"],
+        },
+        suggestion=(
+            "Each .item(), .cpu(), print(tensor), bool(tensor) or blocking copy waits for the GPU: "
+            "accumulate metrics on the device and read them once per N steps, use "
+            "non_blocking=True copies from pinned memory, and avoid data-dependent Python branches."
+        ),
+    )
+
+
+def _tiny_kernels(m: TraceMetrics) -> Finding | None:
+    if not m.has_gpu or m.kernels_per_step is None or m.tiny_kernel_pct is None:
+        return None
+    if (
+        m.tiny_kernel_pct < THRESHOLDS["tiny_kernel_share_pct"]
+        or m.kernels_per_step < THRESHOLDS["kernels_per_step"]
+    ):
+        return None
+    return Finding(
+        id="launch_overhead",
+        severity="warning",
+        title=(
+            f"{m.kernels_per_step:.0f} kernels per step, {m.tiny_kernel_pct:.0f}% shorter than "
+            f"{THRESHOLDS['tiny_kernel_us']:.0f} µs: launch overhead"
+        ),
+        evidence={
+            "kernels_per_step": _r(m.kernels_per_step, 1),
+            "tiny_kernel_pct": _r(m.tiny_kernel_pct),
+            "median_kernel_us": _r(m.median_kernel_us),
+            "launch_ms_per_step": _r(m.launch_ms_per_step, 3),
+        },
+        threshold={
+            "tiny_kernel_us": THRESHOLDS["tiny_kernel_us"],
+            "tiny_share_pct": THRESHOLDS["tiny_kernel_share_pct"],
+            "kernels_per_step": THRESHOLDS["kernels_per_step"],
+        },
+        suggestion=(
+            "Fuse small kernels: torch.compile (mode='reduce-overhead' adds CUDA graphs), fused or "
+            "foreach optimizers, larger batches; avoid Python loops over tensors."
+        ),
+    )
+
+
+def _tiny_cpu_ops(m: TraceMetrics) -> Finding | None:
+    if m.has_gpu or m.cpu_ops_per_step is None or m.tiny_op_pct is None:
+        return None
+    if (
+        m.tiny_op_pct < THRESHOLDS["tiny_op_share_pct"]
+        or m.cpu_ops_per_step < THRESHOLDS["cpu_ops_per_step"]
+    ):
+        return None
+    return Finding(
+        id="dispatch_overhead",
+        severity="info",
+        title=(
+            f"{m.cpu_ops_per_step:.0f} CPU ops per step, {m.tiny_op_pct:.0f}% shorter than "
+            f"{THRESHOLDS['tiny_op_us']:.0f} µs: per-op dispatch overhead"
+        ),
+        evidence={
+            "cpu_ops_per_step": _r(m.cpu_ops_per_step, 1),
+            "tiny_op_pct": _r(m.tiny_op_pct),
+            "median_op_us": _r(m.median_op_us),
+        },
+        threshold={
+            "tiny_op_us": THRESHOLDS["tiny_op_us"],
+            "tiny_share_pct": THRESHOLDS["tiny_op_share_pct"],
+            "ops_per_step": THRESHOLDS["cpu_ops_per_step"],
+        },
+        suggestion=(
+            "On CPU many tiny ops cost more in dispatch than in math: torch.compile the model, "
+            "batch work instead of looping over samples, use channels_last for convolutions, and "
+            "check torch.get_num_threads() matches the physical cores."
+        ),
+    )
+
+
+def _optimizer(m: TraceMetrics) -> Finding | None:
+    if not m.optimizer_names or m.optimizer_ops_per_step is None:
+        return None
+    if m.optimizer_multi_tensor_ops > 0:
+        return None
+    if m.optimizer_ops_per_step < THRESHOLDS["optimizer_ops_per_step"]:
+        return None
+    if m.has_gpu:
+        how = (
+            "Pass foreach=True (or fused=True for Adam/AdamW/SGD on CUDA) to the optimizer: one "
+            "multi-tensor kernel instead of one launch per parameter."
+        )
+    else:
+        how = (
+            "Pass fused=True (Adam/AdamW/SGD support it on CPU since torch 2.4) or foreach=True; "
+            "the default on CPU is the per-parameter loop."
+        )
+    return Finding(
+        id="optimizer_not_multi_tensor",
+        severity="warning" if m.has_gpu else "info",
+        title=(
+            f"{', '.join(m.optimizer_names)} steps parameter by parameter "
+            f"({m.optimizer_ops_per_step:.0f} ops per step, no _foreach_/_fused_ ops)"
+        ),
+        evidence={
+            "optimizer": m.optimizer_names,
+            "optimizer_ops_per_step": _r(m.optimizer_ops_per_step, 1),
+            "optimizer_ms_per_step": _r(m.optimizer_ms_per_step, 3),
+        },
+        threshold={"ops_per_step": THRESHOLDS["optimizer_ops_per_step"]},
+        suggestion=how,
+    )
+
+
+_RULES = (_data_loading, _gpu_utilisation, _memory, _sync, _tiny_kernels, _tiny_cpu_ops, _optimizer)
+_SEVERITY_ORDER = {"critical": 0, "warning": 1, "info": 2}
+
+
+def evaluate(metrics: TraceMetrics) -> list[Finding]:
+    """All findings that fire, most severe first."""
+    found = [f for rule in _RULES if (f := rule(metrics)) is not None]
+    return sorted(found, key=lambda f: _SEVERITY_ORDER[f.severity])

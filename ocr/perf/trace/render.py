@@ -1,0 +1,237 @@
+"""Console (rich) and Markdown rendering of analysis and comparison reports."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from ocr.perf.trace.analyses import GPU_PARTS, PHASES
+
+__all__ = ["print_analysis", "print_comparison", "to_markdown"]
+
+_SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
+_VERDICT_STYLE = {
+    "regression": "bold red",
+    "improvement": "bold green",
+    "inconclusive": "yellow",
+    "no significant change": "green",
+}
+
+
+def _short(name: str, width: int = 70) -> str:
+    return name if len(name) <= width else name[: width - 1] + "…"
+
+
+def _fmt(v: Any, nd: int = 3) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:,.{nd}f}"
+    return str(v)
+
+
+def _op_table(title: str, rows: list[dict[str, Any]], device: bool, width: int) -> Table:
+    # numbers never wrap; the name column gets what is left of the console width
+    name_w = max(16, min(60, width - (75 if device else 60)))
+    t = Table(title=title, title_justify="left", header_style="bold")
+    t.add_column("#", justify="right", no_wrap=True)
+    t.add_column("name", no_wrap=True, overflow="ellipsis", max_width=name_w)
+    num = {"justify": "right", "no_wrap": True, "min_width": 5}
+    t.add_column("calls", **num)  # type: ignore[arg-type]
+    t.add_column("self ms" if not device else "total ms", **num)  # type: ignore[arg-type]
+    if not device:
+        t.add_column("total ms", **num)  # type: ignore[arg-type]
+    t.add_column("%", **num)  # type: ignore[arg-type]
+    t.add_column("ms/step", **num)  # type: ignore[arg-type]
+    if device:
+        t.add_column("launched by", no_wrap=True, overflow="ellipsis", max_width=16)
+    for i, r in enumerate(rows, 1):
+        cells = [str(i), _short(r["name"], name_w), str(r["calls"])]
+        if device:
+            cells += [_fmt(r["total_ms"]), _fmt(r["share_pct"], 1), _fmt(r["self_ms_per_step"])]
+            cells.append(_short(r.get("launched_by") or "-", 32))
+        else:
+            cells += [
+                _fmt(r["self_ms"]),
+                _fmt(r["total_ms"]),
+                _fmt(r["self_pct"], 1),
+                _fmt(r["self_ms_per_step"]),
+            ]
+        t.add_row(*cells)
+    return t
+
+
+def print_analysis(report: dict[str, Any], console: Console | None = None) -> None:
+    """Top-k tables (ms and %), the step breakdown per stage, step statistics and findings."""
+    con = console or Console()
+    s = report["summary"]
+    files = ", ".join(
+        src["path"].rsplit("/", 1)[-1]
+        + (f" (rank {src['rank']})" if src["rank"] is not None else "")
+        for src in report["sources"]
+    )
+    con.print(
+        f"[bold]Trace[/bold] {files}: {s['events']:,} events, {s['span_ms']:.1f} ms, "
+        f"{s['n_steps']} steps, {'GPU: ' + ', '.join(s['devices']) if s['has_gpu'] else 'CPU only'}"
+    )
+    con.print(_op_table("Top CPU ops by self time", report["top_cpu_ops"], False, con.width))
+    if report["top_cuda_ops"]:
+        con.print(_op_table("Top device kernels / copies", report["top_cuda_ops"], True, con.width))
+    for stage, ps in report["phase_summary"].items():
+        t = Table(
+            title=(
+                f"Step breakdown — {stage} ({ps['steps']} steps, mean {ps['mean_wall_ms']:.3f} ms)"
+            ),
+            title_justify="left",
+            header_style="bold",
+        )
+        t.add_column("phase")
+        t.add_column("mean ms", justify="right")
+        t.add_column("% of step", justify="right")
+        for p in PHASES:
+            t.add_row(p, _fmt(ps["phases"][p]["mean_ms"]), _fmt(ps["phases"][p]["pct"], 1))
+        if "gpu" in ps:
+            t.add_section()
+            for p in GPU_PARTS:
+                t.add_row(f"gpu {p}", _fmt(ps["gpu"][p]["mean_ms"]), _fmt(ps["gpu"][p]["pct"], 1))
+            t.add_row("host cuda runtime", _fmt(ps["cuda_runtime_mean_ms"]), "")
+        con.print(t)
+        st = report["step_stats"][stage]
+        con.print(
+            f"  step ms: median {st['median_ms']:.3f}, mean {st['mean_ms']:.3f}, p90 "
+            f"{st['p90_ms']:.3f}, min {st['min_ms']:.3f}, max {st['max_ms']:.3f}, cv {st['cv']:.3f}"
+        )
+        for o in st["outliers"]:
+            con.print(
+                f"  [yellow]outlier[/yellow] {o['step']}: {o['ms']:.3f} ms (z {o['robust_z']})"
+            )
+    basis = "step time" if s["n_steps"] else "traced host time (no ProfilerStep spans)"
+    con.print(f"Data loading: {report['dataloader_time_pct']:.1f}% of {basis}")
+    for m in report["memory_peaks"]:
+        cap = f" ({m['pct_of_capacity']:.1f}% of device)" if m["pct_of_capacity"] else ""
+        est = " (growth during profiling)" if m["estimated"] else ""
+        where = f" in {m['step']}/{m['phase']}" if m["step"] else ""
+        con.print(
+            f"Memory peak {m['device']}: {m['peak_allocated_bytes'] / 2**20:,.1f} MiB"
+            f"{est}{cap}{where}"
+        )
+    if report["findings"]:
+        con.print("[bold]Findings[/bold]")
+        for f in report["findings"]:
+            style = _SEVERITY_STYLE.get(f["severity"], "bold")
+            con.print(f"[{style}]{f['severity'].upper()}[/{style}] {f['title']}")
+            ev = ", ".join(f"{k}={v}" for k, v in f["evidence"].items())
+            th = ", ".join(f"{k}={v}" for k, v in f["threshold"].items())
+            con.print(f"    evidence: {ev}\n    threshold: {th}\n    → {f['suggestion']}")
+    else:
+        con.print("[green]No findings above the thresholds.[/green]")
+    for w in report["warnings"]:
+        con.print(f"[dim]note: {w}[/dim]")
+
+
+def print_comparison(result: dict[str, Any], console: Console | None = None) -> None:
+    """Verdict, per-stage step and phase deltas, and the largest per-op changes."""
+    con = console or Console()
+    v = result["verdict"]
+    style = _VERDICT_STYLE.get(v["verdict"], "bold")
+    con.print(f"[bold]A[/bold] {result['a']}\n[bold]B[/bold] {result['b']}")
+    if "median_a_ms" in v:
+        extra = ""
+        if v.get("p_slower") is not None:
+            extra = (
+                f", p(slower)={v['p_slower']:.4f}, 95% CI [{v['ci95_pct'][0]:+.1f}%, "
+                f"{v['ci95_pct'][1]:+.1f}%]"
+            )
+        con.print(
+            f"[{style}]{v['verdict'].upper()}[/{style}] ({result['primary_stage']}): median step "
+            f"{v['median_a_ms']:.3f} → {v['median_b_ms']:.3f} ms ({v['change_pct']:+.2f}%, "
+            f"threshold {v['threshold_pct']}%{extra})"
+        )
+    else:
+        con.print(f"[{style}]{v['verdict'].upper()}[/{style}]")
+    if v.get("note"):
+        con.print(f"  [dim]{v['note']}[/dim]")
+    for stage, entry in result["stages"].items():
+        t = Table(title=f"{stage}: mean ms per step", title_justify="left", header_style="bold")
+        t.add_column("part")
+        t.add_column("A", justify="right")
+        t.add_column("B", justify="right")
+        t.add_column("Δ ms", justify="right")
+        t.add_column("Δ %", justify="right")
+        rows = [("step " + k.removesuffix("_ms"), d) for k, d in entry["step_stats"].items()]
+        rows += list(entry["phases_ms"].items())
+        rows += [("gpu " + k, d) for k, d in entry.get("gpu_ms", {}).items()]
+        for name, d in rows:
+            t.add_row(
+                name, _fmt(d["a"]), _fmt(d["b"]), _fmt(d.get("delta")), _fmt(d.get("delta_pct"), 1)
+            )
+        con.print(t)
+    t = Table(title="Largest op changes (ms per step)", title_justify="left", header_style="bold")
+    for col in ("op", "table", "A", "B", "Δ ms", "Δ %"):
+        t.add_column(col, justify="left" if col in ("op", "table") else "right")
+    for r in result["ops"]:
+        t.add_row(
+            _short(r["name"], 60),
+            r["table"],
+            _fmt(r["a_ms"]),
+            _fmt(r["b_ms"]),
+            _fmt(r["delta_ms"]),
+            _fmt(r["delta_pct"], 1),
+        )
+    con.print(t)
+
+
+def to_markdown(report: dict[str, Any]) -> str:
+    """The analysis as Markdown (tables for ops and phases, a list of findings)."""
+    out = ["# Trace analysis", ""]
+    s = report["summary"]
+    out.append(
+        f"{s['events']:,} events, {s['span_ms']:.1f} ms, {s['n_steps']} steps, "
+        f"{'GPU' if s['has_gpu'] else 'CPU only'}; data loading "
+        f"{report['dataloader_time_pct']:.1f}% of step time."
+    )
+    out += ["", "## Top CPU ops (self time)", "", "| op | calls | self ms | total ms | % |"]
+    out.append("|---|---:|---:|---:|---:|")
+    for r in report["top_cpu_ops"]:
+        name = r["name"].replace("|", "\\|")
+        out.append(
+            f"| `{name}` | {r['calls']} | {r['self_ms']:.3f} | {r['total_ms']:.3f} "
+            f"| {r['self_pct']:.1f} |"
+        )
+    if report["top_cuda_ops"]:
+        out += [
+            "",
+            "## Top device ops",
+            "",
+            "| op | kind | calls | ms | % |",
+            "|---|---|---:|---:|---:|",
+        ]
+        for r in report["top_cuda_ops"]:
+            name = _short(r["name"], 90).replace("|", "\\|")
+            out.append(
+                f"| `{name}` | {r['kind']} | {r['calls']} | {r['total_ms']:.3f} "
+                f"| {r['share_pct']:.1f} |"
+            )
+    for stage, ps in report["phase_summary"].items():
+        out += [
+            "",
+            f"## Step breakdown: {stage} ({ps['steps']} steps)",
+            "",
+            "| part | mean ms | % |",
+        ]
+        out.append("|---|---:|---:|")
+        for p in PHASES:
+            out.append(f"| {p} | {ps['phases'][p]['mean_ms']:.3f} | {ps['phases'][p]['pct']:.1f} |")
+        for p in GPU_PARTS if "gpu" in ps else ():
+            out.append(f"| gpu {p} | {ps['gpu'][p]['mean_ms']:.3f} | {ps['gpu'][p]['pct']:.1f} |")
+    out += ["", "## Findings", ""]
+    if not report["findings"]:
+        out.append("None above the thresholds.")
+    for f in report["findings"]:
+        out.append(
+            f"- **{f['severity']}** {f['title']}. Evidence: {f['evidence']}. "
+            f"Threshold: {f['threshold']}. Suggestion: {f['suggestion']}"
+        )
+    return "\n".join(out) + "\n"

@@ -1,0 +1,70 @@
+"""Comparison: the U test, the verdict and the deltas on traces with a planted regression."""
+
+from __future__ import annotations
+
+from math import comb
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ocr.perf.trace import compare_traces
+from ocr.perf.trace.compare import mann_whitney_greater
+from tests.unit.perf_trace.synth import make_trace, write
+
+
+def test_mann_whitney_exact_small_samples() -> None:
+    a = np.array([1.0, 2.0, 3.0, 4.0])
+    b = np.array([5.0, 6.0, 7.0, 8.0])
+    assert mann_whitney_greater(a, b) == pytest.approx(1 / comb(8, 4))
+    assert mann_whitney_greater(b, a) == pytest.approx(1.0)
+    # interleaved samples: no evidence either way
+    assert 0.3 < mann_whitney_greater(np.array([1.0, 3, 5, 7]), np.array([2.0, 4, 6, 8])) < 0.6
+
+
+def test_mann_whitney_normal_approximation_with_ties() -> None:
+    rng = np.random.default_rng(0)
+    a = np.round(rng.normal(10, 1, 40))
+    assert mann_whitney_greater(a, a + 3) < 1e-6
+    assert mann_whitney_greater(a, a.copy()) > 0.3
+
+
+@pytest.fixture
+def pair(tmp_path: Path) -> tuple[Path, Path, Path]:
+    base = write(make_trace(seed=1, conv_us=400), tmp_path / "base.json")
+    again = write(make_trace(seed=2, conv_us=400), tmp_path / "again.json")
+    slow = write(make_trace(seed=3, conv_us=600), tmp_path / "slow.json.gz")
+    return base, again, slow
+
+
+def test_planted_regression_is_found_and_attributed(pair: tuple[Path, Path, Path]) -> None:
+    base, _, slow = pair
+    result = compare_traces(base, slow, threshold_pct=10)
+    v = result["verdict"]
+    assert v["verdict"] == "regression"
+    assert v["change_pct"] > 20
+    assert v["p_slower"] < 0.05
+    assert v["ci95_pct"][0] > 0
+    assert result["ops"][0]["name"] == "aten::mkldnn_convolution"
+    assert result["ops"][0]["delta_ms"] == pytest.approx(0.2, rel=0.05)
+    phases = result["stages"]["train"]["phases_ms"]
+    assert phases["forward"]["delta"] == pytest.approx(0.2, rel=0.05)
+    assert abs(phases["backward"]["delta"]) < 0.02
+    assert len(result["stages"]["train"]["steps"]) == 6
+
+
+def test_same_workload_is_not_a_regression(pair: tuple[Path, Path, Path]) -> None:
+    base, again, slow = pair
+    assert compare_traces(base, again, threshold_pct=5)["verdict"]["verdict"] == (
+        "no significant change"
+    )
+    assert compare_traces(slow, base, threshold_pct=10)["verdict"]["verdict"] == "improvement"
+
+
+def test_few_steps_fall_back_to_the_point_estimate(tmp_path: Path) -> None:
+    a = write(make_trace(n_steps=2, seed=1), tmp_path / "a.json")
+    b = write(make_trace(n_steps=2, seed=2, conv_us=800), tmp_path / "b.json")
+    v = compare_traces(a, b, threshold_pct=10)["verdict"]
+    assert v["confidence"] == "low"
+    assert v["verdict"] == "regression"
+    assert v["p_slower"] is None
