@@ -44,19 +44,30 @@ polygon ``P`` (float ``(N, 2)``, ``(x, y)`` canvas pixels) is applied in order:
    the float32 sum can overshoot by one ulp (``0.4f + 0.3f == 0.70000005f``), and the clip keeps the
    documented range exact.
 
-The per-polygon geometry (steps 1-4: :func:`normalize_polygon`, :func:`offset_distance`,
-:func:`offset_polygon`) is kept in small functions so that a compiled border kernel can reuse it.
+Implementation (same maps, faster): :func:`make_db_targets` runs steps 1-2 for all polygons at once
+(one float64 conversion, one compiled pass, shapely's vectorised area/length: the same GEOS
+computation as ``Polygon(P).area``), pyclipper and ``cv2.fillPoly`` per polygon and path, and step 5
+in a compiled numba kernel (``ocr/data/_targets_kernel.py``: all edges fused per pixel, only where
+an edge can matter) that also applies step 6 as it goes: the scaling is monotonic, so ``fmax`` of
+scaled values equals the scaled ``fmax`` and ``thresh_map`` can start at ``f32(thresh_min)``. The
+kernels compile on first use or in :func:`warm_up`, and numba caches them on disk. The
+single-polygon functions (:func:`normalize_polygon`, :func:`offset_distance`,
+:func:`offset_polygon`, :func:`polygon_geometry`) spell out steps 1-4 for one polygon.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
+from types import ModuleType
+from typing import Any, cast
 
 import cv2
 import numpy as np
 import numpy.typing as npt
 import pyclipper
+import shapely
 from shapely.geometry import Polygon
 
 __all__ = [
@@ -69,6 +80,7 @@ __all__ = [
     "offset_polygon",
     "polygon_geometry",
     "validate_target_params",
+    "warm_up",
 ]
 
 FloatArray = npt.NDArray[np.float64]
@@ -174,17 +186,11 @@ def offset_polygon(rounded: IntArray, distance: float) -> tuple[list[IntArray], 
 
     ``dilated`` is left empty when the shrink is empty: an ignored word gets no border.
     """
-    offset = pyclipper.PyclipperOffset()
-    offset.AddPath(
-        [(int(x), int(y)) for x, y in rounded.tolist()],
-        pyclipper.JT_ROUND,
-        pyclipper.ET_CLOSEDPOLYGON,
+    shrunk, dilated = _offset_paths(rounded.tolist(), distance)
+    return (
+        [np.asarray(path, dtype=np.int32) for path in shrunk],
+        [np.asarray(path, dtype=np.int32) for path in dilated],
     )
-    shrunk = [np.asarray(path, dtype=np.int32) for path in offset.Execute(-distance)]
-    dilated: list[IntArray] = []
-    if shrunk:
-        dilated = [np.asarray(path, dtype=np.int32) for path in offset.Execute(distance)]
-    return shrunk, dilated
 
 
 def polygon_geometry(
@@ -208,40 +214,15 @@ def border_values(
     """``float32(1 - min_k clip(dist_k / D, 0, 1))`` on the grid ``ys x xs``, shape ``(h, w)``.
 
     ``polygon`` and the grid are in the same (box-relative) float64 frame; see step 5 of the module
-    docstring for the exact arithmetic. All edges are evaluated at once as ``(E, h, w)`` arrays.
+    docstring for the exact arithmetic. Runs the compiled kernel that :func:`make_db_targets` uses.
     """
-    p1 = polygon
-    p2 = np.roll(polygon, -1, axis=0)
-    # Squared coordinate differences are separable: (E, w) and (E, h), broadcast to (E, h, w).
-    dx1 = xs[None, :] - p1[:, 0:1]
-    dy1 = ys[None, :] - p1[:, 1:2]
-    dx2 = xs[None, :] - p2[:, 0:1]
-    dy2 = ys[None, :] - p2[:, 1:2]
-    d1 = (dx1 * dx1)[:, None, :] + (dy1 * dy1)[:, :, None]
-    d2 = (dx2 * dx2)[:, None, :] + (dy2 * dy2)[:, :, None]
-    ex = p1[:, 0] - p2[:, 0]
-    ey = p1[:, 1] - p2[:, 1]
-    d = (ex * ex + ey * ey)[:, None, None]
-    prod = d1 * d2
-    # In-place ufuncs: the same operations in the same order, without a temporary per step.
-    # prod == 0 only on a vertex, where cosin is 0/0 = NaN; fmax maps NaN and rounding negatives
-    # (pixels on an edge line) to 0.
-    cosin = d - d1
-    cosin -= d2
-    with np.errstate(invalid="ignore", divide="ignore"):
-        cosin /= 2.0 * np.sqrt(prod)
-    dist = cosin * cosin
-    np.subtract(1.0, dist, out=dist)
-    np.fmax(dist, 0.0, out=dist)
-    dist *= prod
-    dist /= d
-    np.sqrt(dist, out=dist)
-    # Acute angle at the pixel (cosin < 0; NaN compares False): distance to the nearer end point.
-    nearer = np.minimum(d1, d2, out=d1)
-    np.copyto(dist, np.sqrt(nearer, out=nearer), where=cosin < 0.0)
-    dist /= distance
-    nearest = np.clip(dist, 0.0, 1.0, out=dist).min(axis=0)
-    return (1.0 - nearest).astype(np.float32)
+    kernel = _kernel()
+    return kernel.border_grid(
+        np.ascontiguousarray(polygon, dtype=np.float64),
+        float(distance),
+        np.ascontiguousarray(xs, dtype=np.float64),
+        np.ascontiguousarray(ys, dtype=np.float64),
+    )
 
 
 def _check_out(out: DBTargets, height: int, width: int) -> None:
@@ -294,53 +275,190 @@ def make_db_targets(
     height, width = int(height), int(width)
     validate_target_params(shrink_ratio, thresh_min, thresh_max)
     if out is None:
-        out = DBTargets(
-            prob_map=np.zeros((height, width), np.float32),
-            prob_mask=np.ones((height, width), np.float32),
-            thresh_map=np.zeros((height, width), np.float32),
-            thresh_mask=np.zeros((height, width), np.float32),
-        )
+        # One zeroed block for the four maps: one allocation instead of four, which numpy
+        # (>= 4 MiB) backs with huge pages, and fresh zero pages need no fill.
+        block = np.zeros((4, height, width), np.float32)
+        out = DBTargets(block[0], block[1], block[2], block[3])
     else:
         _check_out(out, height, width)
         out.prob_map.fill(0.0)
-        out.prob_mask.fill(1.0)
-        out.thresh_map.fill(0.0)
         out.thresh_mask.fill(0.0)
+    out.prob_mask.fill(1.0)
+    low = np.float32(thresh_min)  # the scaled 0: the kernel fmaxes scaled values into it
+    out.thresh_map.fill(low)
 
-    for index, points in enumerate(polygons):
-        geometry = polygon_geometry(points, shrink_ratio, index)
-        if geometry is None:
+    prepared = _prepare_polygons(polygons, shrink_ratio)
+    kernel = _kernel()
+    # Paths are kept as flat coordinate lists (ints are not tracked by the garbage collector;
+    # holding pyclipper's nested lists would trigger collections) plus their lengths.
+    shrunk = _FlatPaths()
+    dilated = _FlatPaths()
+    owners: list[int] = []
+    ignored: list[int] = []
+    offset = pyclipper.PyclipperOffset()  # reused: Clear() is cheaper than a new instance
+    starts = prepared.starts.tolist()
+    for k, distance in enumerate(prepared.distances.tolist()):
+        subject = prepared.subjects[starts[k] : starts[k + 1]]
+        shrunk_k, dilated_k = _offset_paths(subject, distance, offset)
+        if not shrunk_k:
+            ignored.append(k)
             continue
-        if geometry.ignored:
-            cv2.fillPoly(out.prob_mask, [geometry.rounded], 0.0)
-            continue
-        for path in geometry.shrunk:
-            cv2.fillPoly(out.prob_map, [path], 1.0)
-        for path in geometry.dilated:
-            _draw_border(out, geometry, path, height, width)
+        shrunk.add(shrunk_k)
+        dilated.add(dilated_k)
+        owners += [k] * len(dilated_k)
 
-    scaled = out.thresh_map
-    scaled *= np.float32(thresh_max - thresh_min)
-    scaled += np.float32(thresh_min)
-    np.clip(scaled, np.float32(thresh_min), np.float32(thresh_max), out=scaled)
+    # Every fill of one map writes the same constant, so they can be grouped by map; each path
+    # still gets its own fillPoly call (one call with several paths would fill even-odd).
+    for k in ignored:
+        cv2.fillPoly(out.prob_mask, [prepared.rounded[starts[k] : starts[k + 1]]], 0.0)
+    points, path_starts = shrunk.arrays()
+    for begin, end in itertools.pairwise(path_starts.tolist()):
+        cv2.fillPoly(out.prob_map, [points[begin:end]], 1.0)
+    points, path_starts = dilated.arrays()
+    for begin, end in itertools.pairwise(path_starts.tolist()):
+        cv2.fillPoly(out.thresh_mask, [points[begin:end]], 1.0)
+    if owners:
+        kernel.draw_borders(
+            out.thresh_map,
+            prepared.vertices,
+            prepared.starts,
+            prepared.distances,
+            points,
+            path_starts,
+            np.array(owners, dtype=np.int64),
+            np.float32(thresh_max - thresh_min),
+            low,
+            np.float32(thresh_max),
+        )
     return out
 
 
-def _draw_border(
-    out: DBTargets, geometry: PolygonGeometry, path: IntArray, height: int, width: int
-) -> None:
-    """Step 5 for one dilated path: fill ``thresh_mask``, fmax border values into ``thresh_map``."""
-    cv2.fillPoly(out.thresh_mask, [path], 1.0)
-    xmin, ymin = (int(v) for v in path.min(axis=0))
-    xmax, ymax = (int(v) for v in path.max(axis=0))
-    # Only the on-canvas part of the box is evaluated.
-    x0, x1 = max(xmin, 0), min(xmax, width - 1)
-    y0, y1 = max(ymin, 0), min(ymax, height - 1)
-    if x0 > x1 or y0 > y1:
-        return
-    relative = geometry.polygon - np.array([xmin, ymin], dtype=np.float64)
-    xs = np.arange(x0 - xmin, x1 - xmin + 1, dtype=np.float64)
-    ys = np.arange(y0 - ymin, y1 - ymin + 1, dtype=np.float64)
-    values = border_values(relative, geometry.distance, xs, ys)
-    region = out.thresh_map[y0 : y1 + 1, x0 : x1 + 1]
-    np.fmax(values, region, out=region)
+@dataclass(frozen=True, slots=True)
+class _Prepared:
+    """Steps 1-2 and the rounding of step 3 for every kept polygon, stored back to back.
+
+    Args:
+        vertices: normalised vertices, float64 ``(T, 2)``; polygon ``k`` is rows
+            ``starts[k]:starts[k + 1]``.
+        starts: int64 ``(K + 1,)`` row offsets into ``vertices``.
+        distances: offset distance ``D`` per polygon, float64 ``(K,)``.
+        rounded: ``np.round(vertices)`` as int32 ``(T, 2)``.
+        subjects: ``rounded`` as a list of ``[x, y]`` int lists (pyclipper's input).
+    """
+
+    vertices: FloatArray
+    starts: npt.NDArray[np.int64]
+    distances: FloatArray
+    rounded: IntArray
+    subjects: list[list[int]]
+
+
+def _prepare_polygons(polygons: Sequence[npt.ArrayLike], shrink_ratio: float) -> _Prepared:
+    """:func:`normalize_polygon` and :func:`offset_distance` for all polygons in a few array calls.
+
+    Degenerate polygons are dropped. Any invalid input is re-checked polygon by polygon so that
+    the error is the one :func:`normalize_polygon` raises for the first bad polygon.
+    """
+    counts: list[int] = []
+    try:
+        if all(
+            type(points) is np.ndarray
+            and points.ndim == 2
+            and points.shape[1] == 2
+            and points.dtype.kind in "biuf"
+            for points in polygons
+        ):
+            # Usual case, (N, 2) arrays: one conversion for all (a third of one per polygon).
+            stacked = cast("list[npt.NDArray[Any]]", polygons)
+            counts = [len(points) for points in stacked]
+            flat = np.concatenate(stacked, dtype=np.float64) if counts else np.empty((0, 2))
+        else:
+            arrays = [np.asarray(points, dtype=np.float64) for points in polygons]
+            if any(poly.ndim != 2 or poly.shape[1] != 2 for poly in arrays):
+                raise ValueError
+            counts = [len(poly) for poly in arrays]
+            flat = np.concatenate(arrays)
+        if not np.isfinite(flat).all() or (flat.size and np.abs(flat).max() > MAX_COORDINATE):
+            raise ValueError
+    except (ValueError, TypeError):
+        for index, points in enumerate(polygons):
+            normalize_polygon(points, index)
+        raise  # not reached: normalize_polygon raised for the same input
+    starts = np.zeros(len(counts) + 1, dtype=np.int64)
+    np.cumsum(counts, out=starts[1:])
+    vertices, starts = _kernel().normalize_flat(np.ascontiguousarray(flat), starts)
+    sizes = np.diff(starts)
+    enough = sizes >= 3
+    if not enough.all():
+        vertices = vertices[np.repeat(enough, sizes)]
+        sizes = sizes[enough]
+    # shapely's area and length, vectorised: the same GEOS computation as Polygon(p).area/.length.
+    shapes = shapely.polygons(
+        shapely.linearrings(vertices, indices=np.repeat(np.arange(len(sizes)), sizes))
+    )
+    area = shapely.area(shapes)
+    distances = area * (1.0 - shrink_ratio**2) / shapely.length(shapes)
+    positive = area > 0.0
+    if not positive.all():
+        vertices = vertices[np.repeat(positive, sizes)]
+        sizes = sizes[positive]
+        distances = distances[positive]
+    starts = np.zeros(len(sizes) + 1, dtype=np.int64)
+    np.cumsum(sizes, out=starts[1:])
+    rounded = np.round(vertices).astype(np.int32)
+    return _Prepared(np.ascontiguousarray(vertices), starts, distances, rounded, rounded.tolist())
+
+
+def _offset_paths(
+    subject: list[list[int]], distance: float, offset: pyclipper.PyclipperOffset | None = None
+) -> tuple[list[list[list[int]]], list[list[list[int]]]]:
+    """pyclipper ``(Execute(-D), Execute(+D))`` of one integer polygon; no dilation if no shrink.
+
+    ``offset``: an instance to reuse (cleared here; its arc tolerance must be the default).
+    """
+    if offset is None:
+        offset = pyclipper.PyclipperOffset()
+    else:
+        offset.Clear()
+    offset.AddPath(subject, pyclipper.JT_ROUND, pyclipper.ET_CLOSEDPOLYGON)
+    shrunk = offset.Execute(-distance)
+    return shrunk, (offset.Execute(distance) if shrunk else [])
+
+
+class _FlatPaths:
+    """Integer paths collected back to back: flat ``x, y, x, y, ...`` ints and path lengths."""
+
+    __slots__ = ("coordinates", "lengths")
+
+    def __init__(self) -> None:
+        self.coordinates: list[int] = []
+        self.lengths: list[int] = []
+
+    def add(self, paths: list[list[list[int]]]) -> None:
+        for path in paths:
+            self.lengths.append(len(path))
+            self.coordinates += itertools.chain.from_iterable(path)
+
+    def arrays(self) -> tuple[IntArray, npt.NDArray[np.int64]]:
+        """int32 ``(T, 2)`` points and int64 row offsets ``(paths + 1,)``."""
+        starts = np.zeros(len(self.lengths) + 1, dtype=np.int64)
+        np.cumsum(self.lengths, out=starts[1:])
+        return np.array(self.coordinates, dtype=np.int32).reshape(-1, 2), starts
+
+
+def _kernel() -> ModuleType:
+    """The compiled kernels, imported and compiled (or loaded from numba's cache) on first use:
+    inference never pays for numba's import."""
+    from ocr.data import _targets_kernel
+
+    _targets_kernel.warm_up()  # a flag check once done
+    return _targets_kernel
+
+
+def warm_up() -> None:
+    """Compile the target kernels now (or load them from numba's disk cache).
+
+    Call in the main process before DataLoader workers start (forked workers then inherit the
+    machine code); otherwise the first call of :func:`make_db_targets` in each process does it.
+    """
+    _kernel()
