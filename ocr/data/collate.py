@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ocr.data.targets import DBTargets, make_db_targets, validate_target_params
+from ocr.data.targets import DBTargets, make_db_targets, validate_target_params, warm_up
 from ocr.perf.worker import report_part
 
 ITEM_KEYS = frozenset({"image", "polygons", "word_ids", "filename", "inverse_matrix", "raw_size"})
@@ -49,6 +49,10 @@ class DBCollateFN:
         self.thresh_min = float(thresh_min)
         self.thresh_max = float(thresh_max)
         self.inference_mode = bool(inference_mode)
+        if not self.inference_mode:
+            # Compile (or load from numba's disk cache) the target kernels here, in the main
+            # process before DataLoader workers fork, so no worker stalls on its first batch.
+            warm_up()
 
     def __repr__(self) -> str:
         return (
