@@ -170,7 +170,7 @@ def test_num_lines_is_the_number_of_text_rows(n_lines: int) -> None:
         )
         centres = np.sort([p[:, 1].mean() for p in polygons])
         # Rows are >= 19 px apart (pitch >= 1.2 x 16 px); words of one row within a few px.
-        assert 1 + int((np.diff(centres) > 8).sum()) == n_lines
+        assert int((np.diff(centres) > 8).sum()) + 1 == n_lines
 
 
 def test_receipt_parameters_shape_the_output() -> None:

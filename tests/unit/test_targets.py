@@ -179,7 +179,7 @@ def test_pixel_on_edge_line_with_rounding_gives_zero_distance():
     d2 = (15 - b[0]) ** 2 + (18 - b[1]) ** 2
     d = (a[0] - b[0]) ** 2 + (a[1] - b[1]) ** 2
     cosin = ((d - d1) - d2) / (2 * math.sqrt(d1 * d2))
-    assert 1 - cosin * cosin < 0  # the unclamped formula would take sqrt of a negative: NaN
+    assert (1 - cosin * cosin) < 0  # the unclamped formula would take sqrt of a negative: NaN
     triangle = np.array([a, b, (12.0, 30.0)])
     value = border_values(triangle, 5.0, np.array([15.0]), np.array([18.0]))
     assert value.dtype == np.float32
