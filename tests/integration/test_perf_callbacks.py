@@ -393,6 +393,11 @@ def test_loaders_are_instrumented_while_running_and_restored_after(
 
 def test_works_without_wandb(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "wandb", None)  # `import wandb` raises ImportError
+    # The fresh import below rebinds the parent package's attribute, which Hydra's _locate
+    # walks; register it so teardown restores it along with sys.modules.
+    import ocr.lightning_modules as lightning_modules
+
+    monkeypatch.setattr(lightning_modules, "callbacks", lightning_modules.callbacks)
     for name in list(sys.modules):
         if name.startswith("ocr.lightning_modules.callbacks"):
             monkeypatch.delitem(sys.modules, name)
