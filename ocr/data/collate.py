@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
 from ocr.data.targets import DBTargets, make_db_targets, validate_target_params, warm_up
 from ocr.perf.worker import report_part
+
+if TYPE_CHECKING:
+    from ocr.data.cache import PolygonCache
 
 ITEM_KEYS = frozenset({"image", "polygons", "word_ids", "filename", "inverse_matrix", "raw_size"})
 MAP_KEYS = ("prob_maps", "prob_masks", "thresh_maps", "thresh_masks")
@@ -35,6 +38,8 @@ class DBCollateFN:
         thresh_min: threshold-map value away from text borders, in ``[0, thresh_max)``. Default 0.3.
         thresh_max: threshold-map value on text borders, in ``(thresh_min, 1]``. Default 0.7.
         inference_mode: skip target generation entirely (test/predict: no loss). Default False.
+        cache: a :class:`~ocr.data.cache.PolygonCache` to read the maps from and store them in
+            (shared by all workers through its folder); ``None`` computes every map. Default None.
     """
 
     def __init__(
@@ -43,12 +48,14 @@ class DBCollateFN:
         thresh_min: float = 0.3,
         thresh_max: float = 0.7,
         inference_mode: bool = False,
+        cache: PolygonCache | None = None,
     ) -> None:
         validate_target_params(shrink_ratio, thresh_min, thresh_max)
         self.shrink_ratio = float(shrink_ratio)
         self.thresh_min = float(thresh_min)
         self.thresh_max = float(thresh_max)
         self.inference_mode = bool(inference_mode)
+        self.cache = cache
         if not self.inference_mode:
             # Compile (or load from numba's disk cache) the target kernels here, in the main
             # process before DataLoader workers fork, so no worker stalls on its first batch.
@@ -58,7 +65,7 @@ class DBCollateFN:
         return (
             f"{type(self).__name__}(shrink_ratio={self.shrink_ratio}, "
             f"thresh_min={self.thresh_min}, thresh_max={self.thresh_max}, "
-            f"inference_mode={self.inference_mode})"
+            f"inference_mode={self.inference_mode}, cache={self.cache!r})"
         )
 
     def __call__(self, batch: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -91,10 +98,11 @@ class DBCollateFN:
         targets_start = time.perf_counter_ns()
         # One (B, H, W) array per map, filled in place per sample: from_numpy then shares it.
         maps = {key: np.empty((len(batch), height, width), np.float32) for key in MAP_KEYS}
+        make = make_db_targets if self.cache is None else self.cache.get_or_make
         for b, item in enumerate(batch):
             views = DBTargets(*(maps[key][b] for key in MAP_KEYS))
             try:
-                make_db_targets(
+                make(
                     item["polygons"],
                     height,
                     width,

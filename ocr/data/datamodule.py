@@ -26,6 +26,7 @@ import torch
 from lightning.fabric.utilities.seed import pl_worker_init_function
 from torch.utils.data import DataLoader
 
+from ocr.data.cache import polygon_cache_from_config
 from ocr.data.collate import DBCollateFN
 from ocr.data.dataset import ReceiptDataset
 from ocr.data.transforms import ReceiptTransform
@@ -78,6 +79,11 @@ class ReceiptDataModule(L.LightningDataModule):
         cache_root: where synthetic datasets are cached; ``None`` = ``$OCR_CACHE_DIR`` or
             ``~/.cache/receipt-ocr``.
         splits: names of the train/val/test/predict splits (file stems under ``jsons/``).
+        polygon_cache: ``{enabled, max_bytes, dir}`` of the DB target cache
+            (:func:`ocr.data.cache.polygon_cache_from_config`; ``dir`` ``None`` =
+            ``<cache_root>/polygon-cache``); ``None`` = no cache. The validation loader uses it;
+            the training loader only when its augmentation is geometrically deterministic
+            (random rotation, scale or translation give new polygons, hence new keys, every time).
     """
 
     def __init__(
@@ -95,6 +101,7 @@ class ReceiptDataModule(L.LightningDataModule):
         synthetic: Mapping[str, Any] | None = None,
         cache_root: str | Path | None = None,
         splits: Mapping[str, str] | None = None,
+        polygon_cache: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__()
         if dataset_dir is None and synthetic is None:
@@ -126,6 +133,13 @@ class ReceiptDataModule(L.LightningDataModule):
             canvas_size=self.canvas_size, train=True, **self.augment
         )
         self.eval_transform = ReceiptTransform(canvas_size=self.canvas_size, train=False)
+        # Validated here so a bad setting (e.g. `max_bytes: false`) fails at start-up.
+        self.polygon_cache = polygon_cache_from_config(
+            polygon_cache, Path(cache_root).expanduser() if cache_root else default_cache_root()
+        )
+        t = self.train_transform
+        random_geometry = t.rotate_deg > 0 or t.scale_range[0] != t.scale_range[1]
+        self.train_uses_cache = not (random_geometry or t.translate_frac > 0)
 
     # -- preparation -------------------------------------------------------------------------
     def prepare_data(self) -> None:
@@ -171,6 +185,8 @@ class ReceiptDataModule(L.LightningDataModule):
     # -- loaders -----------------------------------------------------------------------------
     def _loader(self, stage: str, *, shuffle: bool, inference: bool) -> DataLoader:
         batch_size = self.batch_size if stage == "train" else self.eval_batch_size
+        use_cache = not inference and (stage != "train" or self.train_uses_cache)
+        cache = self.polygon_cache if use_cache else None
         extra: dict[str, Any] = {}
         if self.num_workers > 0:
             extra["persistent_workers"] = self.persistent_workers
@@ -182,7 +198,7 @@ class ReceiptDataModule(L.LightningDataModule):
             shuffle=shuffle,
             num_workers=self.num_workers,
             pin_memory=self.pin_memory,
-            collate_fn=DBCollateFN(**self.collate_kwargs, inference_mode=inference),
+            collate_fn=DBCollateFN(**self.collate_kwargs, inference_mode=inference, cache=cache),
             drop_last=False,
             worker_init_fn=worker_init if self.num_workers > 0 else None,
             **extra,
