@@ -27,7 +27,7 @@ import pytest
 import torch
 from lightning.fabric.utilities.seed import pl_worker_init_function
 from lightning.pytorch.callbacks import ModelCheckpoint
-from lightning.pytorch.loggers import CSVLogger, Logger
+from lightning.pytorch.loggers import CSVLogger
 from torch.utils.data import DataLoader, Dataset
 from torch.utils.data import default_collate as torch_default_collate
 
@@ -39,6 +39,7 @@ from ocr.lightning_modules.callbacks import (
 )
 from ocr.lightning_modules.callbacks._shared import PerfCallbackWarning, StageRecorder
 from ocr.perf.clock import PHASES, active_clock, perf_phase
+from tests.memory_logger import MemoryLogger
 
 pytestmark = pytest.mark.slow
 
@@ -139,39 +140,6 @@ class TinyModule(L.LightningModule):
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         return torch.optim.SGD(self.parameters(), lr=0.01)
-
-
-class MemoryLogger(Logger):
-    """Keeps every ``log_metrics`` call in memory."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.calls: list[tuple[dict[str, float], int | None]] = []
-
-    @property
-    def name(self) -> str:
-        return "memory"
-
-    @property
-    def version(self) -> str:
-        return "0"
-
-    def log_hyperparams(self, *args: Any, **kwargs: Any) -> None:
-        pass
-
-    def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
-        self.calls.append((dict(metrics), step))
-
-    def metric_names(self) -> set[str]:
-        return {k for metrics, _ in self.calls for k in metrics}
-
-    def epochs(self, stage: str) -> list[dict[str, float]]:
-        """The epoch-end rows of the performance profiler for ``stage``, in order."""
-        return [m for m, _ in self.calls if f"performance/{stage}_epoch_time" in m]
-
-    def throughput(self, stage: str) -> list[dict[str, float]]:
-        """The epoch-end rows of the throughput monitor for ``stage``, in order."""
-        return [m for m, _ in self.calls if f"throughput/{stage}_data_wait_share" in m]
 
 
 def trainer(

@@ -20,6 +20,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from ocr.lightning_modules.callbacks import ProfilerCallback
 from ocr.lightning_modules.callbacks._shared import PerfCallbackWarning
 from ocr.perf.trace import analyze_trace
+from tests.memory_logger import MemoryLogger
 
 pytestmark = pytest.mark.slow
 
@@ -45,28 +46,6 @@ class TinyModule(L.LightningModule):
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         return torch.optim.SGD(self.parameters(), lr=0.01)
-
-
-class MemoryLogger(Logger):
-    """Keeps every logged metric in memory."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.metrics: list[tuple[dict[str, float], int | None]] = []
-
-    @property
-    def name(self) -> str:
-        return "memory"
-
-    @property
-    def version(self) -> str:
-        return "0"
-
-    def log_hyperparams(self, params: Any, *args: Any, **kwargs: Any) -> None:
-        pass
-
-    def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
-        self.metrics.append((dict(metrics), step))
 
 
 def _loader(n: int = 32) -> DataLoader[tuple[torch.Tensor, ...]]:
@@ -123,7 +102,7 @@ def test_profiles_exactly_the_chosen_epochs(tmp_path: Path) -> None:
     assert _profiler_off()
     assert cb._window is None
     assert cb.trace_paths == [out / "epoch_1.json", out / "epoch_2.json"]
-    logged = [m for m, _ in logger.metrics if "profiler/train_step_time_ms" in m]
+    logged = [m for m, _ in logger.calls if "profiler/train_step_time_ms" in m]
     assert len(logged) == 2
     for m in logged:
         assert m["profiler/train_step_time_ms"] > 0
