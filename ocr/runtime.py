@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import hydra
@@ -62,8 +63,8 @@ def wandb_offline_default() -> bool:
         return True
     if os.environ.get("WANDB_API_KEY"):
         return False
-    netrc = os.path.expanduser("~/.netrc")
-    return not (os.path.exists(netrc) and "api.wandb.ai" in open(netrc).read())
+    netrc = Path("~/.netrc").expanduser()
+    return not (netrc.is_file() and "api.wandb.ai" in netrc.read_text(errors="replace"))
 
 
 def make_wandb_logger(offline: bool | None = None, **kwargs: Any) -> Any:
