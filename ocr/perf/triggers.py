@@ -1,0 +1,40 @@
+"""Process-wide request for an on-demand profiler window.
+
+Whoever notices something worth profiling (an alert rule seeing a throughput drop, user code)
+calls :func:`request_profile`; ``ProfilerCallback`` in on-demand mode polls
+:func:`take_profile_request` at its step boundary (one attribute read when nothing is pending)
+and profiles the next steps. Decoupled this way, neither side imports the other.
+"""
+
+from __future__ import annotations
+
+import threading
+
+__all__ = ["pending_profile_request", "request_profile", "take_profile_request"]
+
+_lock = threading.Lock()
+_pending: str | None = None
+
+
+def request_profile(reason: str) -> None:
+    """Ask for a profiler window at the next step; ``reason`` (e.g. ``"throughput_drop: 31 %
+    below baseline"``) is recorded with the trace. A request made while another is pending
+    replaces its reason (one window serves both). Thread-safe."""
+    global _pending
+    with _lock:
+        _pending = str(reason) or "requested"
+
+
+def pending_profile_request() -> str | None:
+    """The pending request's reason, without taking it (``None`` when none is pending)."""
+    return _pending
+
+
+def take_profile_request() -> str | None:
+    """Take the pending request (its reason), or ``None``; cheap when none is pending."""
+    global _pending
+    if _pending is None:
+        return None
+    with _lock:
+        reason, _pending = _pending, None
+    return reason
