@@ -34,8 +34,12 @@ writers the folder can briefly exceed the bound by at most about ``n * max_bytes
 **Unwritable folder**: one warning, then the maps are computed without being stored (existing
 entries are still read).
 
-Statistics are per process (:meth:`PolygonCache.stats`); reporting them to the performance
-monitors (``performance/polygon_cache_hit_rate``) is not wired yet.
+Statistics are per process (:meth:`PolygonCache.stats`). Each :meth:`PolygonCache.get_or_make`
+also reports its outcome with :func:`ocr.perf.worker.report_count` (``polygon_cache_hits``,
+``polygon_cache_misses``, ``polygon_cache_corrupt``, ``polygon_cache_evictions``,
+``polygon_cache_bytes_written``): the counts travel back with the batch from whichever worker
+built it, so the performance monitors see the whole loader's hit rate
+(``performance/{stage}_polygon_cache_hit_rate``) even though every worker has its own counters.
 """
 
 from __future__ import annotations
@@ -56,6 +60,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ocr.data.targets import DBTargets, make_db_targets
+from ocr.perf.worker import report_count
 
 __all__ = [
     "FORMAT_VERSION",
@@ -252,9 +257,19 @@ class PolygonCache:
         params = {"shrink_ratio": shrink_ratio, "thresh_min": thresh_min, "thresh_max": thresh_max}
         key = self.key(polygons, height, width, **params)
         if self.get(key, out):
+            report_count("polygon_cache_hits")
             return True
+        corrupt, evictions, written = self.corrupt, self.evictions, self.bytes_written
         make_db_targets(polygons, height, width, out=out, **params)
         self.put(key, out)
+        # Carried back with the batch to the monitors (a no-op outside an instrumented loader).
+        report_count("polygon_cache_misses")
+        if self.corrupt != corrupt:
+            report_count("polygon_cache_corrupt", self.corrupt - corrupt)
+        if self.evictions != evictions:
+            report_count("polygon_cache_evictions", self.evictions - evictions)
+        if self.bytes_written != written:
+            report_count("polygon_cache_bytes_written", self.bytes_written - written)
         return False
 
     # -- statistics ------------------------------------------------------------------------------

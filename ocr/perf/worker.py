@@ -35,7 +35,7 @@ import functools
 import time
 import weakref
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
@@ -43,7 +43,7 @@ from torch.utils.data.dataloader import _BaseDataLoaderIter
 
 from ocr.perf.clock import PhaseClock
 
-__all__ = ["InstrumentedLoader", "TimedBatch", "WorkerTiming", "report_part"]
+__all__ = ["InstrumentedLoader", "TimedBatch", "WorkerTiming", "report_count", "report_part"]
 
 _now = time.perf_counter_ns
 
@@ -64,6 +64,8 @@ class WorkerTiming:
         worker_id: the DataLoader worker that built it; -1 for the main process.
         fetch_timed: False when the fetch could not be timed (see the module docstring);
             ``fetch_ns`` is then 0, not a measurement. Default True.
+        counts: event counters reported with :func:`report_count` while this batch was built
+            (e.g. ``polygon_cache_hits``), name -> count. Default empty.
     """
 
     fetch_ns: int
@@ -72,6 +74,7 @@ class WorkerTiming:
     samples: int
     worker_id: int
     fetch_timed: bool = True
+    counts: dict[str, int] = field(default_factory=dict)
 
 
 class TimedBatch(NamedTuple):
@@ -87,7 +90,15 @@ class TimedBatch(NamedTuple):
 class _Accumulator:
     """Timing collected in this process since the previous batch was collated."""
 
-    __slots__ = ("active", "depth", "fetch_ns", "fetch_start_ns", "fetch_timed", "parts")
+    __slots__ = (
+        "active",
+        "counts",
+        "depth",
+        "fetch_ns",
+        "fetch_start_ns",
+        "fetch_timed",
+        "parts",
+    )
 
     def __init__(self) -> None:
         self.active = False  # True in instrumented workers and inside an in-process next()
@@ -96,6 +107,7 @@ class _Accumulator:
         self.fetch_start_ns: int | None = None  # set in-process: fetch = collate start - this
         self.fetch_timed = False
         self.parts: dict[str, int] = {}
+        self.counts: dict[str, int] = {}
 
     def save(self) -> tuple[Any, ...]:
         return (
@@ -105,6 +117,7 @@ class _Accumulator:
             self.fetch_start_ns,
             self.fetch_timed,
             self.parts,
+            self.counts,
         )
 
     def load(self, state: tuple[Any, ...]) -> None:
@@ -115,6 +128,7 @@ class _Accumulator:
             self.fetch_start_ns,
             self.fetch_timed,
             self.parts,
+            self.counts,
         ) = state
 
 
@@ -134,6 +148,16 @@ def report_part(name: str, ns: int) -> None:
     if acc.active:
         parts = acc.parts
         parts[name] = parts.get(name, 0) + ns
+
+
+def report_count(name: str, n: int = 1) -> None:
+    """Add ``n`` to counter ``name`` of the batch being built in this process (e.g. cache hits);
+    carried back with the batch like :func:`report_part`, summed per epoch by the monitors. A
+    no-op unless this process is building a batch for an :class:`InstrumentedLoader`."""
+    acc = _ACC
+    if acc.active:
+        counts = acc.counts
+        counts[name] = counts.get(name, 0) + n
 
 
 # -- worker side -------------------------------------------------------------------------------
@@ -165,6 +189,7 @@ class _TimedCollate:
         else:
             fetch_ns, fetch_timed = acc.fetch_ns, acc.fetch_timed
         parts, acc.parts, acc.fetch_ns = acc.parts, {}, 0
+        counts, acc.counts = acc.counts, {}
         if self.auto_collation:
             try:
                 samples = len(data)
@@ -177,7 +202,13 @@ class _TimedCollate:
         # thread with num_workers=0, where keyword handling and NamedTuple.__new__ (a Python
         # function) are measurable.
         timing = WorkerTiming(
-            fetch_ns, end - start, parts, samples, -1 if info is None else info.id, fetch_timed
+            fetch_ns,
+            end - start,
+            parts,
+            samples,
+            -1 if info is None else info.id,
+            fetch_timed,
+            counts,
         )
         return tuple.__new__(TimedBatch, (batch, timing))
 
@@ -194,7 +225,7 @@ class _TimedWorkerInit:
 
     def __call__(self, worker_id: int) -> None:
         acc = _ACC
-        acc.load((True, 0, 0, None, False, {}))
+        acc.load((True, 0, 0, None, False, {}, {}))
         info = get_worker_info()
         if self.map_style and info is not None:
             acc.fetch_timed = _time_fetches(info.dataset)
@@ -302,6 +333,7 @@ class _TimedIterator(_BaseDataLoaderIter):
                 acc.fetch_ns = 0
                 acc.fetch_timed = True
                 acc.parts = {}
+                acc.counts = {}
                 acc.fetch_start_ns = _now()
                 try:
                     item = next(self._inner)
@@ -313,6 +345,7 @@ class _TimedIterator(_BaseDataLoaderIter):
                         acc.fetch_ns = 0
                         acc.depth = 0
                         acc.parts = {}
+                        acc.counts = {}
                     else:
                         acc.load(saved)
             else:

@@ -39,6 +39,8 @@ from ocr.lightning_modules.callbacks import (
 )
 from ocr.lightning_modules.callbacks._shared import PerfCallbackWarning, StageRecorder
 from ocr.perf.clock import PHASES, active_clock, perf_phase
+from ocr.perf.rundir import read_records, read_run_info
+from ocr.perf.worker import report_count
 from tests.memory_logger import MemoryLogger
 
 pytestmark = pytest.mark.slow
@@ -210,6 +212,58 @@ def test_collate_delay_with_two_workers_is_worker_collate_time(tmp_path: Path) -
     planted = module.truth[("train", 0, "collate")]
     assert_near(row["performance/train_worker_collate_time"], planted)
     assert row["performance/train_worker_fetch_time"] < TOL * planted
+
+
+class CountingCollate:
+    """Picklable collate that reports one ``items`` count per sample it collates."""
+
+    def __call__(self, items: list[Any]) -> Any:
+        report_count("items", len(items))
+        return torch_default_collate(items)
+
+
+def test_worker_counts_and_the_epochs_file(tmp_path: Path) -> None:
+    log, module = MemoryLogger(), TinyModule()
+    data = DataLoader(SleepyDataset(18), batch_size=4, num_workers=2, collate_fn=CountingCollate())
+    t = trainer(tmp_path, [ThroughputMonitorCallback()], log, max_epochs=2, limit_val_batches=0)
+    t.fit(module, data)
+    records = read_records(tmp_path / "perf" / "epochs.jsonl", "receipt-ocr/perf-epoch")
+    assert [(r["stage"], r["epoch"]) for r in records] == [("train", 0), ("train", 1)]
+    for r in records:
+        # Counted in the worker processes, carried back with the batches.
+        assert r["worker_counts"] == {"items": 18}
+        assert r["samples"] == 18
+        assert r["num_batches"] == 5
+        assert len(r["batch_times_s"]) == 5
+        assert r["batch_times_stride"] == 1
+        assert sum(r["batch_times_s"]) == pytest.approx(r["wall_s"], rel=0.2)
+        assert sum(r["phases_s"].values()) == pytest.approx(r["wall_s"], rel=1e-6)
+        assert r["num_workers"] == 2
+        assert r["batch_size"] == 4
+        assert r["device"] == "cpu"
+        assert r["samples_per_sec"] == pytest.approx(18 / r["wall_s"])
+    intervals = read_records(tmp_path / "perf" / "intervals.jsonl", "receipt-ocr/perf-interval")
+    assert intervals == []  # 5 batches per epoch, log_interval 10
+    assert read_run_info(tmp_path)["lightning_module"] == "TinyModule"
+
+
+def test_run_files_can_be_switched_off(tmp_path: Path) -> None:
+    t = trainer(
+        tmp_path,
+        [PerformanceProfilerCallback(write_run_files=False, log_interval=1)],
+        limit_val_batches=0,
+    )
+    t.fit(TinyModule(), loader(8))
+    assert not (tmp_path / "perf").exists()
+
+
+def test_unwritable_run_dir_is_one_warning(tmp_path: Path) -> None:
+    (tmp_path / "perf").write_text("a file where the folder should be")
+    t = trainer(tmp_path, [PerformanceProfilerCallback(log_interval=1)], limit_val_batches=0)
+    with pytest.warns(PerfCallbackWarning, match="cannot write the run files") as caught:
+        t.fit(TinyModule(), loader(8))
+    assert sum("run files" in str(w.message) for w in caught) == 1
+    assert t.state.finished
 
 
 def test_training_step_is_forward_and_validation_metric_is_metric(tmp_path: Path) -> None:
@@ -601,9 +655,11 @@ def test_ocr_train_cli_with_performance_profiler(tmp_path: Path) -> None:
         "data.batch_size=4",
         "data.num_workers=0",
         "data.persistent_workers=false",
+        "data.polygon_cache.enabled=true",
+        f"data.polygon_cache.dir={tmp_path / 'polygon-cache'}",
         "trainer.accelerator=cpu",
         "trainer.devices=1",
-        "trainer.max_epochs=1",
+        "trainer.max_epochs=2",
         "trainer.enable_progress_bar=false",
         "trainer.num_sanity_val_steps=0",
         "trainer.log_every_n_steps=1",
@@ -645,3 +701,21 @@ def test_ocr_train_cli_with_performance_profiler(tmp_path: Path) -> None:
     assert total == pytest.approx(float(val["performance/val_epoch_time"]), rel=0.05)
     train = next(r for r in rows if r.get("performance/train_epoch_time"))
     assert float(train["performance/train_backward_time"]) > 0
+    # The validation loader's PolygonCache: all misses in epoch 0, all hits in epoch 1.
+    rates = [
+        float(r["performance/val_polygon_cache_hit_rate"])
+        for r in rows
+        if r.get("performance/val_polygon_cache_hit_rate")
+    ]
+    assert rates == [0.0, 1.0]
+    # The run directory's record of the same epochs (read by ocr-perf report / baseline).
+    epochs = read_records(run / "perf" / "epochs.jsonl", "receipt-ocr/perf-epoch")
+    val_epochs = [e for e in epochs if e["stage"] == "val"]
+    assert [e["epoch"] for e in val_epochs] == [0, 1]
+    assert [e["worker_counts"].get("polygon_cache_hits", 0) for e in val_epochs] == [0, 4]
+    assert [e["worker_counts"].get("polygon_cache_misses", 0) for e in val_epochs] == [4, 0]
+    assert {e["stage"] for e in epochs} == {"train", "val"}
+    info = read_run_info(run)
+    assert info["lightning_module"] == "OCRLightningModule"
+    assert info["world_size"] == 1
+    assert (run / ".hydra" / "config.yaml").is_file()  # the configuration, for the report

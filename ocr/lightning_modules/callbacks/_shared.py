@@ -36,13 +36,16 @@ leaves its peers blocked in a collective) and, at that gather, every rank turns 
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import os
 import time
 import warnings
 import weakref
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, ClassVar, NamedTuple
 
 import lightning as L
@@ -56,6 +59,7 @@ from torch.utils.data import DataLoader
 from ocr.perf.clock import PHASES, PhaseClock, PhaseTotals, perf_phase, set_active_clock
 from ocr.perf.memory import memory_snapshot, reset_peak_memory
 from ocr.perf.ranks import rank_spread
+from ocr.perf.rundir import PERF_DIRNAME, JsonlWriter, write_run_info
 from ocr.perf.stats import StreamingStats
 from ocr.perf.worker import InstrumentedLoader, WorkerTiming
 
@@ -102,6 +106,10 @@ _BATCH_TIMES_CHUNK = 1024
 # Drain CUDA events with a blocking read past this many pending switches (a GPU running far
 # behind the host); bounds the event memory of very long epochs.
 _MAX_PENDING_EVENTS = 4096
+#: Batch times kept per epoch for the run directory's epochs.jsonl (every k-th beyond this).
+MAX_KEPT_BATCH_TIMES = 4096
+EPOCH_SCHEMA = "receipt-ocr/perf-epoch"
+INTERVAL_SCHEMA = "receipt-ocr/perf-interval"
 
 
 class PerfCallbackWarning(UserWarning):
@@ -174,6 +182,16 @@ class EpochReport:
         global_samples: samples over all ranks (== ``samples`` on one process).
         global_batches: batches over all ranks (== ``num_batches`` on one process).
         global_wall_s: the slowest rank's ``wall_s`` (== ``wall_s`` on one process).
+        worker_counts: event counters reported in the DataLoader with
+            ``ocr.perf.worker.report_count`` (ours: ``polygon_cache_hits``, ``_misses``,
+            ``_evictions``, ``_corrupt``, ``_bytes_written``), summed over the epoch (this rank).
+        batch_times_s: the batch times in order (seconds), every ``batch_times_stride``-th one
+            when the epoch had more than :data:`MAX_KEPT_BATCH_TIMES`.
+        batch_times_stride: see ``batch_times_s``.
+        num_workers: ``num_workers`` of the stage's DataLoader (None when not a DataLoader).
+        batch_size: samples in the epoch's first batch (0 when there was none).
+        device: ``"cuda"`` when CUDA phases were measured, else ``"cpu"``.
+        global_step: ``trainer.global_step`` at the close.
     """
 
     stage: str
@@ -193,6 +211,13 @@ class EpochReport:
     global_samples: int = 0
     global_batches: int = 0
     global_wall_s: float = 0.0
+    worker_counts: dict[str, int] = field(default_factory=dict)
+    batch_times_s: tuple[float, ...] = ()
+    batch_times_stride: int = 1
+    num_workers: int | None = None
+    batch_size: int = 0
+    device: str = "cpu"
+    global_step: int = 0
 
 
 # -- CUDA events ---------------------------------------------------------------------------------
@@ -308,6 +333,8 @@ class _Epoch:
     samples: int = 0
     peak_rss_gb: float = math.nan
     peak_gpu_gb: float = math.nan
+    first_batch_samples: int = 0
+    kept_chunks: list[np.ndarray] = field(default_factory=list)  # every batch time, in ns
 
     def elapsed_ns(self, now: int) -> int:
         return self.closed_ns if self.paused else self.closed_ns + now - self.segment_start_ns
@@ -315,8 +342,18 @@ class _Epoch:
     def flush_batch_times(self) -> None:
         pending = self.pending_ns
         if pending:
-            self.batch_times.add_many(np.asarray(pending, dtype=np.float64) / 1e9)
+            chunk = np.asarray(pending, dtype=np.int64)
+            self.kept_chunks.append(chunk)
+            self.batch_times.add_many(chunk / 1e9)
             pending.clear()
+
+    def kept_batch_times(self) -> tuple[tuple[float, ...], int]:
+        """All batch times (s) when at most ``MAX_KEPT_BATCH_TIMES``, else every k-th; and k."""
+        if not self.kept_chunks:
+            return (), 1
+        times = np.concatenate(self.kept_chunks)
+        stride = max(1, -(-len(times) // MAX_KEPT_BATCH_TIMES))
+        return tuple((times[::stride] / 1e9).tolist()), stride
 
 
 @dataclass
@@ -324,6 +361,8 @@ class _StageState:
     # Worker timings arrive with batches; they accumulate here and move into the epoch at its
     # close, so a batch prefetched before the window opened still counts for that epoch.
     worker_ns: dict[str, int] = field(default_factory=dict)
+    worker_counts: dict[str, int] = field(default_factory=dict)
+    num_workers: int | None = None
     # Sample counts of batches received but not yet finished (Lightning may prefetch one).
     timing_samples: deque[int] = field(default_factory=lambda: deque(maxlen=8))
     epoch: _Epoch | None = None
@@ -335,6 +374,10 @@ class _StageState:
         acc["collate"] = acc.get("collate", 0) + timing.collate_ns
         for name, ns in timing.parts_ns.items():
             acc[name] = acc.get(name, 0) + ns
+        if timing.counts:
+            counts = self.worker_counts
+            for name, n in timing.counts.items():
+                counts[name] = counts.get(name, 0) + n
         self.timing_samples.append(timing.samples)
 
 
@@ -360,6 +403,59 @@ class _Tap:
             recorder._states[stage].add_timing(timing)
         except Exception as exc:
             recorder._fail(exc)
+
+
+class RunFiles:
+    """Writes the recorder's part of the run directory (``ocr.perf.rundir``): ``perf/run.json``
+    at setup, one ``perf/epochs.jsonl`` line per stage epoch and ``perf/intervals.jsonl`` lines
+    at the training log interval; rank zero only. The first write error is one warning and turns
+    the writing off; measurement and logging go on.
+
+    Args:
+        run_dir: the run directory (``trainer.default_root_dir``).
+    """
+
+    def __init__(self, run_dir: str | os.PathLike[str]) -> None:
+        self.run_dir = Path(run_dir)
+        perf = self.run_dir / PERF_DIRNAME
+        self.epochs = JsonlWriter(perf / "epochs.jsonl", EPOCH_SCHEMA)
+        self.intervals = JsonlWriter(perf / "intervals.jsonl", INTERVAL_SCHEMA)
+        self.ok = True
+
+    def _guard(self, write: Callable[[], object]) -> None:
+        if not self.ok:
+            return
+        try:
+            write()
+        except (OSError, TypeError, ValueError) as exc:
+            self.ok = False
+            warnings.warn(
+                f"performance callbacks: cannot write the run files under {self.run_dir} "
+                f"({type(exc).__name__}: {exc}); metrics are still logged",
+                PerfCallbackWarning,
+                stacklevel=3,
+            )
+
+    def run_info(self, extra: Mapping[str, Any]) -> None:
+        self._guard(lambda: write_run_info(self.run_dir, extra))
+
+    def epoch(self, report: EpochReport) -> None:
+        record = dataclasses.asdict(report)
+        record["t"] = time.time()
+        record["samples_per_sec"] = (
+            report.global_samples / report.global_wall_s if report.global_wall_s > 0 else None
+        )
+        record["batches_per_sec"] = (
+            report.global_batches / report.global_wall_s if report.global_wall_s > 0 else None
+        )
+        self._guard(lambda: self.epochs.write(record))
+
+    def interval(self, progress: IntervalProgress) -> None:
+        self._guard(lambda: self.intervals.write({"t": time.time(), **progress._asdict()}))
+
+    def close(self) -> None:
+        self.epochs.close()
+        self.intervals.close()
 
 
 # -- the recorder --------------------------------------------------------------------------------
@@ -398,6 +494,7 @@ class StageRecorder:
         self._open: list[str] = []  # open windows, innermost last (train below val)
         self._loaders: dict[int, tuple[DataLoader, InstrumentedLoader, _Tap]] = {}
         self._patched_strategy: Any = None
+        self.files: RunFiles | None = None  # set at install when a subscriber wants run files
 
     # -- membership ------------------------------------------------------------------------
 
@@ -446,6 +543,9 @@ class StageRecorder:
         self._interval = math.gcd(*intervals) if intervals else 0
         self._track_memory = any(s.track_memory for s in subs)
         self._sync_cuda = any(s.sync_cuda for s in subs)
+        if self.files is not None and not any(s.write_run_files for s in subs):
+            self.files.close()
+            self.files = None
         if isinstance(self.clock, _EventClock) and self._device is not None:
             device = self._device
             self.clock.sync = (lambda: torch.cuda.synchronize(device)) if self._sync_cuda else None
@@ -460,6 +560,11 @@ class StageRecorder:
             self._events = CudaPhaseEvents()
             self.clock = _EventClock(self._events, None)
             self._configure()  # sets the clock's sync
+        if trainer.is_global_zero and any(s.write_run_files for s in self.subscribers):
+            self.files = RunFiles(trainer.default_root_dir)
+            self.files.run_info(
+                {"world_size": self.world_size, "device": str(trainer.strategy.root_device)}
+            )
         strategy = trainer.strategy
         original = strategy.process_dataloader
 
@@ -491,6 +596,7 @@ class StageRecorder:
         # after this hook; add it first so the instrumentation chains it instead of hiding it.
         _auto_add_worker_init_fn(loader, trainer.global_rank)
         tap = _Tap(self, stage)
+        self._states[stage].num_workers = int(loader.num_workers)
         self._loaders[id(loader)] = (loader, InstrumentedLoader(loader, tap, self.clock), tap)
 
     def _restore_loaders(self) -> None:
@@ -505,6 +611,8 @@ class StageRecorder:
         """Stop everything and undo the instrumentation (idempotent)."""
         self.measuring = False
         self.finished = True
+        if self.files is not None:
+            self.files.close()
         if self.clock.running:
             self.clock.stop()
         set_active_clock(None)
@@ -661,6 +769,8 @@ class StageRecorder:
             # that is open now, as "callbacks".
             with perf_phase("callbacks"):
                 report = self._gather_report(vector, partial)
+                if report is not None and self.files is not None:
+                    self.files.epoch(report)
                 if report is not None:
                     for sub in list(self.subscribers):
                         sub._receive_report(report)
@@ -680,6 +790,7 @@ class StageRecorder:
         if self._track_memory:
             memory = self._sample_memory(epoch)
         worker = {name: ns / 1e9 for name, ns in state.worker_ns.items()}
+        counts, state.worker_counts = state.worker_counts, {}
         state.worker_ns = {}
         state.timing_samples.clear()
         if outer is not None and outer.paused:
@@ -690,6 +801,8 @@ class StageRecorder:
         phases_s = {name: ns / 1e9 for name, ns in epoch.phases_ns.items()}
         epoch.flush_batch_times()
         stats = epoch.batch_times.summary()
+        kept, stride = epoch.kept_batch_times()
+        trainer = self._trainer_ref()
         partial = {
             "stage": epoch.stage,
             "epoch": epoch.epoch,
@@ -703,6 +816,13 @@ class StageRecorder:
             "memory": memory,
             "peak_rss_gb": epoch.peak_rss_gb,
             "peak_gpu_memory_gb": epoch.peak_gpu_gb,
+            "worker_counts": counts,
+            "batch_times_s": kept,
+            "batch_times_stride": stride,
+            "num_workers": state.num_workers,
+            "batch_size": epoch.first_batch_samples,
+            "device": "cuda" if self._events is not None else "cpu",
+            "global_step": int(trainer.global_step) if trainer is not None else 0,
         }
 
         def per_sec(count: int) -> float:
@@ -777,6 +897,7 @@ class StageRecorder:
         """Forget worker timings received outside a recorded window (the sanity check)."""
         state = self._states[stage]
         state.worker_ns = {}
+        state.worker_counts = {}
         state.timing_samples.clear()
 
     def abort(self) -> None:
@@ -828,7 +949,10 @@ class StageRecorder:
             epoch.last_batch_end_ns = elapsed
             epoch.num_batches += 1
             samples = state.timing_samples
-            epoch.samples += samples.popleft() if samples else _batch_size(batch)
+            n = samples.popleft() if samples else _batch_size(batch)
+            if not epoch.num_batches - 1:
+                epoch.first_batch_samples = n
+            epoch.samples += n
             if self._events is not None:
                 self._events.drain()
             if self._track_memory and now - self._memory_ns >= _MEMORY_PERIOD_NS:
@@ -851,6 +975,8 @@ class StageRecorder:
             self.world_size,
             trainer.global_step,
         )
+        if self.files is not None:
+            self.files.interval(progress)
         for sub in tuple(self.subscribers):
             sub._receive_interval(trainer, progress)
 
@@ -921,6 +1047,7 @@ class RecorderCallback(Callback):
         stages: Iterable[str],
         sync_cuda: bool,
         track_memory: bool,
+        write_run_files: bool = True,
     ) -> None:
         super().__init__()
         name = type(self).__name__
@@ -931,6 +1058,7 @@ class RecorderCallback(Callback):
         self.stages = normalize_stages(stages, name)
         self.sync_cuda = bool(sync_cuda)
         self.track_memory = bool(track_memory)
+        self.write_run_files = bool(write_run_files)
         # Set by the recorder: itself when this callback drives it, else None.
         self._drive: StageRecorder | None = None
         self._recorder: StageRecorder | None = None
@@ -1003,7 +1131,14 @@ class RecorderCallback(Callback):
         self._warned = False  # one warning per run
         try:
             self._enabled_run = True
-            self._recorder = StageRecorder.attach(trainer, self)
+            self._recorder = recorder = StageRecorder.attach(trainer, self)
+            if recorder.files is not None and self.write_run_files:
+                recorder.files.run_info(
+                    {
+                        "lightning_module": type(pl_module).__qualname__,
+                        "hparams": dict(getattr(pl_module, "hparams", {}) or {}),
+                    }
+                )
         except Exception as exc:
             self._fail(exc)
 

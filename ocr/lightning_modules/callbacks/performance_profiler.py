@@ -17,9 +17,16 @@ from ocr.lightning_modules.callbacks._shared import (
 )
 from ocr.perf.clock import PHASES
 
-__all__ = ["PerformanceProfilerCallback", "performance_metrics"]
+__all__ = ["PerformanceProfilerCallback", "cache_metrics", "performance_metrics"]
 
 _BATCH_STATS = ("mean", "median", "p95", "p99", "std")
+_CACHE_COUNTS = (
+    "polygon_cache_hits",
+    "polygon_cache_misses",
+    "polygon_cache_evictions",
+    "polygon_cache_corrupt",
+    "polygon_cache_bytes_written",
+)
 # Memory gauges: snapshot key -> metric name (GiB or percent).
 _MEMORY_KEYS = {
     "cuda_allocated_gb": "gpu_memory_gb",
@@ -53,6 +60,7 @@ def performance_metrics(report: EpochReport, memory: bool = True) -> dict[str, f
       ``..._min``, ``..._median``, ``..._max`` over ranks and ``..._slowest_rank`` (the rank with
       the largest value; names never contain a rank number). The plain keys are rank zero's own
       figures, so they still sum.
+    - when a PolygonCache was used: :func:`cache_metrics`.
     """
     stage = report.stage
     head = f"performance/{stage}_"
@@ -76,6 +84,27 @@ def performance_metrics(report: EpochReport, memory: bool = True) -> dict[str, f
         if spread is not None:
             for stat, value in spread.items():
                 out[f"{head}{figure}_{stat}"] = value
+    out.update(cache_metrics(report))
+    return out
+
+
+def cache_metrics(report: EpochReport) -> dict[str, float]:
+    """PolygonCache figures of one stage epoch, from the counts its workers reported (this rank):
+    ``performance/{stage}_polygon_cache_{hits,misses,evictions,corrupt,bytes_written}`` and
+    ``performance/{stage}_polygon_cache_hit_rate`` (0-1); validation also as the unprefixed
+    ``performance/polygon_cache_hit_rate``. Empty when no cache lookup happened."""
+    counts = report.worker_counts
+    hits = counts.get("polygon_cache_hits", 0)
+    lookups = hits + counts.get("polygon_cache_misses", 0)
+    if not lookups:
+        return {}
+    head = f"performance/{report.stage}_"
+    out = {f"{head}{name}": float(n) for name, n in counts.items() if name.startswith("polygon_")}
+    for name in _CACHE_COUNTS:
+        out.setdefault(f"{head}{name}", 0.0)
+    out[f"{head}polygon_cache_hit_rate"] = hits / lookups
+    if report.stage == "val":
+        out["performance/polygon_cache_hit_rate"] = hits / lookups
     return out
 
 
@@ -114,7 +143,15 @@ def render_table(report: EpochReport) -> Table:
         # Worker time overlaps the step: shown, but not a share of the epoch.
         cells = spread_cell(f"worker_{part}_time")
         table.add_row(f"worker {part}", f"{seconds:.3f}", "overlaps", *cells)
-    if report.worker_s:
+    cache = cache_metrics(report)
+    rate = cache.get(f"performance/{report.stage}_polygon_cache_hit_rate")
+    if rate is not None:
+        hits = int(cache[f"performance/{report.stage}_polygon_cache_hits"])
+        misses = int(cache[f"performance/{report.stage}_polygon_cache_misses"])
+        table.add_row(
+            "polygon cache hits", f"{hits}/{hits + misses}", f"{100 * rate:.1f} %", *spread_cell("")
+        )
+    if report.worker_s or rate is not None:
         table.rows[-1].end_section = True
     stats = report.batch_stats
     if report.num_batches:
@@ -163,6 +200,10 @@ class PerformanceProfilerCallback(RecorderCallback):
             include their GPU work (exact, but slows training); without it the GPU time per
             phase comes from CUDA events read without blocking. No effect without CUDA.
             Default ``False``.
+        write_run_files: write the run directory's ``perf/epochs.jsonl``,
+            ``perf/intervals.jsonl`` and ``perf/run.json`` (``trainer.default_root_dir``; format
+            in ``ocr.perf.rundir``), read by ``ocr-perf report`` and ``ocr-perf baseline``.
+            Default ``True``.
     """
 
     def __init__(
@@ -173,6 +214,7 @@ class PerformanceProfilerCallback(RecorderCallback):
         verbose: bool = False,
         stages: Iterable[str] = ("train", "validate", "test"),
         sync_cuda: bool = False,
+        write_run_files: bool = True,
     ) -> None:
         super().__init__(
             enabled=enabled,
@@ -180,6 +222,7 @@ class PerformanceProfilerCallback(RecorderCallback):
             stages=stages,
             sync_cuda=sync_cuda,
             track_memory=profile_memory,
+            write_run_files=write_run_files,
         )
         self.profile_memory = bool(profile_memory)
         self.verbose = bool(verbose)

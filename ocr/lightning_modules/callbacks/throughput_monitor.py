@@ -80,6 +80,9 @@ class ThroughputMonitorCallback(RecorderCallback):
             exact). Default ``True``.
         stages: stages to report, any of ``"train"``, ``"validate"`` (or ``"val"``), ``"test"``.
             Default all three.
+        write_run_files: write the run directory's ``perf/epochs.jsonl``,
+            ``perf/intervals.jsonl`` and ``perf/run.json`` (see ``PerformanceProfilerCallback``).
+            Default ``True``.
     """
 
     def __init__(
@@ -88,6 +91,7 @@ class ThroughputMonitorCallback(RecorderCallback):
         log_interval: int = 10,
         peak_memory: bool = True,
         stages: Iterable[str] = ("train", "validate", "test"),
+        write_run_files: bool = True,
     ) -> None:
         super().__init__(
             enabled=enabled,
@@ -95,6 +99,7 @@ class ThroughputMonitorCallback(RecorderCallback):
             stages=stages,
             sync_cuda=False,
             track_memory=peak_memory,
+            write_run_files=write_run_files,
         )
         self.peak_memory = bool(peak_memory)
 

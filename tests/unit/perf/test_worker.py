@@ -476,3 +476,30 @@ def test_receipt_pipeline_reports_its_parts(receipts_dir: Path, num_workers: int
     # Parts are measured inside the intervals they belong to.
     assert timing.parts_ns["decode"] + timing.parts_ns["transform"] <= timing.fetch_ns
     assert timing.parts_ns["targets"] <= timing.collate_ns
+
+
+class CountingDataset(Dataset[Any]):
+    """Reports one ``fetched`` count per item, and ``odd`` for odd indices."""
+
+    def __len__(self) -> int:
+        return 6
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        perf_worker.report_count("fetched")
+        if index % 2:
+            perf_worker.report_count("odd", 10)
+        return torch.tensor(index)
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_report_count_travels_with_each_batch(num_workers: int) -> None:
+    loader = DataLoader(CountingDataset(), batch_size=2, num_workers=num_workers)
+    timings: list[WorkerTiming] = []
+    InstrumentedLoader(loader, timings.append)
+    collect(loader)
+    assert [t.counts for t in timings] == [{"fetched": 2, "odd": 10}] * 3
+    # Outside instrumented work a count is dropped, never carried into a later batch.
+    perf_worker.report_count("fetched", 100)
+    assert perf_worker._ACC.counts == {}
+    # The counts survive pickling (worker -> main process).
+    assert pickle.loads(pickle.dumps(timings[0])).counts == {"fetched": 2, "odd": 10}
