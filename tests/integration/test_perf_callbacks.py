@@ -225,7 +225,13 @@ class CountingCollate:
 def test_worker_counts_and_the_epochs_file(tmp_path: Path) -> None:
     log, module = MemoryLogger(), TinyModule()
     data = DataLoader(SleepyDataset(18), batch_size=4, num_workers=2, collate_fn=CountingCollate())
-    t = trainer(tmp_path, [ThroughputMonitorCallback()], log, max_epochs=2, limit_val_batches=0)
+    t = trainer(
+        tmp_path,
+        [ThroughputMonitorCallback(log_interval=2)],
+        log,
+        max_epochs=2,
+        limit_val_batches=0,
+    )
     t.fit(module, data)
     records = read_records(tmp_path / "perf" / "epochs.jsonl", "receipt-ocr/perf-epoch")
     assert [(r["stage"], r["epoch"]) for r in records] == [("train", 0), ("train", 1)]
@@ -243,7 +249,14 @@ def test_worker_counts_and_the_epochs_file(tmp_path: Path) -> None:
         assert r["device"] == "cpu"
         assert r["samples_per_sec"] == pytest.approx(18 / r["wall_s"])
     intervals = read_records(tmp_path / "perf" / "intervals.jsonl", "receipt-ocr/perf-interval")
-    assert intervals == []  # 5 batches per epoch, log_interval 10
+    # Every 2nd of 5 batches, both epochs; written at each epoch's close.
+    assert [(i["epoch"], i["num_batches"], i["samples"]) for i in intervals] == [
+        (0, 2, 8),
+        (0, 4, 16),
+        (1, 2, 8),
+        (1, 4, 16),
+    ]
+    assert [i["step"] for i in intervals] == [2, 4, 7, 9]
     assert read_run_info(tmp_path)["lightning_module"] == "TinyModule"
 
 

@@ -420,6 +420,9 @@ class RunFiles:
         perf = self.run_dir / PERF_DIRNAME
         self.epochs = JsonlWriter(perf / "epochs.jsonl", EPOCH_SCHEMA)
         self.intervals = JsonlWriter(perf / "intervals.jsonl", INTERVAL_SCHEMA)
+        # Interval records wait here until the epoch closes: a write + flush every few steps
+        # would land on the training hot path.
+        self._pending_intervals: list[dict[str, Any]] = []
         self.ok = True
 
     def _guard(self, write: Callable[[], object]) -> None:
@@ -448,12 +451,20 @@ class RunFiles:
         record["batches_per_sec"] = (
             report.global_batches / report.global_wall_s if report.global_wall_s > 0 else None
         )
+        self.flush_intervals()
         self._guard(lambda: self.epochs.write(record))
 
     def interval(self, progress: IntervalProgress) -> None:
-        self._guard(lambda: self.intervals.write({"t": time.time(), **progress._asdict()}))
+        if self.ok:
+            self._pending_intervals.append({"t": time.time(), **progress._asdict()})
+
+    def flush_intervals(self) -> None:
+        pending, self._pending_intervals = self._pending_intervals, []
+        for record in pending:
+            self._guard(lambda r=record: self.intervals.write(r))  # type: ignore[misc]
 
     def close(self) -> None:
+        self.flush_intervals()
         self.epochs.close()
         self.intervals.close()
 
@@ -977,8 +988,15 @@ class StageRecorder:
         )
         if self.files is not None:
             self.files.interval(progress)
+        # One logger call for all subscribers: each log_metrics call costs more than building
+        # the metrics (it formats and writes every logger's row).
+        merged: dict[str, float] = {}
         for sub in tuple(self.subscribers):
-            sub._receive_interval(trainer, progress)
+            metrics = sub._receive_interval(progress)
+            if metrics:
+                merged.update(metrics)
+        if merged:
+            log_to_loggers(trainer, merged, progress.step)
 
     def _sample_memory(self, epoch: _Epoch) -> dict[str, float]:
         snap = memory_snapshot()
@@ -1033,7 +1051,7 @@ def _batch_size(batch: Any) -> int:
 class RecorderCallback(Callback):
     """Base of the performance callbacks: forwards Lightning hooks to the trainer's shared
     :class:`StageRecorder` when it drives it, and turns reports into logs in subclasses
-    (:meth:`_on_report`, :meth:`_on_interval`).
+    (:meth:`_on_report`, :meth:`_interval_metrics`).
 
     Hooks are thin on purpose: a non-driving or disabled callback returns after one attribute
     read; the driver makes one call into the recorder.
@@ -1070,8 +1088,10 @@ class RecorderCallback(Callback):
     def _on_report(self, trainer: L.Trainer, report: EpochReport) -> None:
         """Present a finished stage epoch (log, print)."""
 
-    def _on_interval(self, trainer: L.Trainer, progress: IntervalProgress) -> None:
-        """Present in-epoch progress (every ``log_interval`` batches)."""
+    def _interval_metrics(self, progress: IntervalProgress) -> Mapping[str, float] | None:
+        """In-epoch progress metrics (every ``log_interval`` batches), logged by the recorder at
+        ``progress.step`` in one call together with the other subscribers'."""
+        return None
 
     # -- plumbing --------------------------------------------------------------------------
 
@@ -1083,16 +1103,17 @@ class RecorderCallback(Callback):
         except Exception as exc:
             self._fail(exc)
 
-    def _receive_interval(self, trainer: L.Trainer, progress: IntervalProgress) -> None:
+    def _receive_interval(self, progress: IntervalProgress) -> Mapping[str, float] | None:
         interval = self.log_interval
         if interval == 0 or progress.num_batches % interval or not self._enabled_run:
-            return
+            return None
         if progress.stage not in self.stages:
-            return
+            return None
         try:
-            self._on_interval(trainer, progress)
+            return self._interval_metrics(progress)
         except Exception as exc:
             self._fail(exc)
+            return None
 
     @property
     def _trainer(self) -> L.Trainer:

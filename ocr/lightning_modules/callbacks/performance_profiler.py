@@ -233,14 +233,14 @@ class PerformanceProfilerCallback(RecorderCallback):
         if self.verbose and trainer.is_global_zero:
             Console().print(render_table(report))
 
-    def _on_interval(self, trainer: L.Trainer, progress: IntervalProgress) -> None:
+    def _interval_metrics(self, progress: IntervalProgress) -> dict[str, float] | None:
         if progress.stage != "train":
-            return  # the step does not advance during evaluation: nothing to plot against
+            return None  # the step does not advance during evaluation: nothing to plot against
         epoch, batches, elapsed = self._anchor
         if epoch != progress.epoch or batches > progress.num_batches:
             batches, elapsed = 0, 0.0
         self._anchor = (progress.epoch, progress.num_batches, progress.elapsed_s)
         n = progress.num_batches - batches
-        if n > 0:
-            mean = (progress.elapsed_s - elapsed) / n
-            log_to_loggers(trainer, {"performance/train_batch_time": mean}, progress.step)
+        if n <= 0:
+            return None
+        return {"performance/train_batch_time": (progress.elapsed_s - elapsed) / n}

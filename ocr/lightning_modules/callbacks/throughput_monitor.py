@@ -106,19 +106,13 @@ class ThroughputMonitorCallback(RecorderCallback):
     def _on_report(self, trainer: L.Trainer, report: EpochReport) -> None:
         log_to_loggers(trainer, throughput_metrics(report, peak_memory=self.peak_memory))
 
-    def _on_interval(self, trainer: L.Trainer, progress: IntervalProgress) -> None:
+    def _interval_metrics(self, progress: IntervalProgress) -> dict[str, float] | None:
         if progress.stage != "train":
-            return  # the step does not advance during evaluation
+            return None  # the step does not advance during evaluation
         scale = progress.world_size
-        log_to_loggers(
-            trainer,
-            {
-                "throughput/train_samples_per_sec": _rate(
-                    progress.samples * scale, progress.elapsed_s
-                ),
-                "throughput/train_batches_per_sec": _rate(
-                    progress.num_batches * scale, progress.elapsed_s
-                ),
-            },
-            progress.step,
-        )
+        return {
+            "throughput/train_samples_per_sec": _rate(progress.samples * scale, progress.elapsed_s),
+            "throughput/train_batches_per_sec": _rate(
+                progress.num_batches * scale, progress.elapsed_s
+            ),
+        }
