@@ -28,8 +28,8 @@ demo: setup
 		checkpoint_path=$(RUN)/checkpoints/last.ckpt split=test
 
 lint: setup
-	$(BIN)/ruff check ocr tests benchmarks
-	$(BIN)/ruff format --check ocr tests benchmarks
+	$(BIN)/ruff check ocr tests benchmarks scripts
+	$(BIN)/ruff format --check ocr tests benchmarks scripts
 	$(BIN)/mypy
 
 test: setup lint

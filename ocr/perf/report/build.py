@@ -1,0 +1,139 @@
+"""``build_report``: a run directory (and optionally a baseline) in, one :class:`Report` out."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ocr.perf.report.load import TRACE_DIRNAME, ReportInputError, RunData, load_run
+from ocr.perf.report.stages import StageSummary, summarize_stages
+from ocr.perf.report.verdict import THRESHOLDS, Finding, judge
+
+__all__ = ["Report", "build_report"]
+
+# Rows kept from the trace analysis for the report (the rest is in `ocr-perf analyze`).
+_TRACE_TOP_K = 15
+
+
+@dataclass
+class Report:
+    """Everything the page, the Markdown and the terminal summary show.
+
+    Args:
+        run: the run directory's files as read (:class:`~ocr.perf.report.load.RunData`).
+        stages: per-stage totals over the recorded epochs, train / val / test order.
+        findings: the verdict, ranked (first = the change most likely to help).
+        trace: the profiler trace analysis reduced to what the report shows (summary, top ops,
+            memory peaks and timeline, findings; file paths relative to the run), or ``None``.
+        trace_note: why there is no trace analysis (not recorded, unreadable), or ``None``.
+        baseline: ``ocr.perf.baseline.check_baseline``'s result, or ``None``.
+        baseline_name: the baseline file's name as given (no folder, so copies compare equal).
+        baseline_note: why there is no comparison (none given, gate unavailable, bad file).
+        thresholds: the verdict's thresholds used.
+    """
+
+    run: RunData
+    stages: dict[str, StageSummary]
+    findings: list[Finding]
+    trace: dict[str, Any] | None = None
+    trace_note: str | None = None
+    baseline: dict[str, Any] | None = None
+    baseline_name: str | None = None
+    baseline_note: str | None = None
+    thresholds: dict[str, float] = field(default_factory=lambda: dict(THRESHOLDS))
+
+
+def _relative(text: str, root: Path) -> str:
+    """Error messages and paths with the run directory replaced by ``<run>`` (a copied run must
+    give the same report)."""
+    for form in {str(root), str(root.resolve())}:
+        text = text.replace(form, "<run>")
+    return text
+
+
+def _analyze_traces(run: RunData) -> tuple[dict[str, Any] | None, str | None]:
+    if not run.trace_files:
+        return None, "no profiler trace recorded (attach ProfilerCallback: callbacks=profiler)"
+    from ocr.perf.trace import TraceError, analyze_trace
+
+    root = run.run_dir
+    try:
+        full = analyze_trace(root / TRACE_DIRNAME, top_k=_TRACE_TOP_K)
+    except (TraceError, OSError) as exc:
+        return None, _relative(f"profiler trace unreadable: {exc}", root)
+    sources = []
+    for s in full.get("sources", []):
+        item = dict(s)
+        if isinstance(item.get("path"), str):
+            item["path"] = _relative(item["path"], root)
+        sources.append(item)
+    keep = (
+        "summary",
+        "top_cpu_ops",
+        "top_cuda_ops",
+        "memory_peaks",
+        "memory_timeline",
+        "dataloader_time_pct",
+        "phase_summary",
+        "findings",
+    )
+    trace = {k: full.get(k) for k in keep}
+    trace["sources"] = sources
+    trace["warnings"] = [_relative(str(w), root) for w in full.get("warnings", [])]
+    return trace, None
+
+
+def _compare_baseline(
+    run_dir: Path, baseline: str | os.PathLike[str]
+) -> tuple[dict[str, Any] | None, str | None]:
+    path = Path(baseline)
+    if not path.exists():
+        raise ReportInputError(f"{path}: baseline not found")
+    try:
+        from ocr.perf.baseline import check_baseline, load_source
+    except ImportError:
+        return None, "the baseline gate (ocr.perf.baseline) is not available in this installation"
+    try:
+        reference = load_source(path)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ReportInputError(f"{path}: not a usable baseline: {exc}") from exc
+    try:
+        return check_baseline(reference, load_source(run_dir)), None
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        # The run may lack what the baseline compares: keep the rest of the report.
+        return None, _relative(f"cannot compare with {path.name}: {exc}", run_dir)
+
+
+def build_report(
+    run_dir: str | os.PathLike[str], baseline: str | os.PathLike[str] | None = None
+) -> Report:
+    """Read ``run_dir`` (and compare with ``baseline``, a baseline JSON, bench JSON or run dir,
+    when given) and judge it.
+
+    Raises :class:`~ocr.perf.report.load.ReportInputError` naming the file when the run
+    directory is missing, one of its files is malformed, or the baseline file is missing or
+    unusable. An unreadable trace or baseline only
+    leaves its section with a note.
+    """
+    run = load_run(run_dir)
+    stages = summarize_stages(run.epochs)
+    trace, trace_note = _analyze_traces(run)
+    result = note = name = None
+    if baseline is not None:
+        name = Path(baseline).name
+        result, note = _compare_baseline(run.run_dir, baseline)
+    else:
+        note = "no baseline given (ocr-perf report RUN --baseline FILE)"
+    findings = judge(run, stages, trace, result)
+    return Report(
+        run=run,
+        stages=stages,
+        findings=findings,
+        trace=trace,
+        trace_note=trace_note,
+        baseline=result,
+        baseline_name=name,
+        baseline_note=note,
+    )

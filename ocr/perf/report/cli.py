@@ -1,0 +1,94 @@
+"""``ocr-perf report RUN_DIR [-o report.html] [--markdown OUT] [--baseline FILE]``.
+
+Exit codes: 0 success, 2 bad input (missing run directory, malformed run file or baseline,
+unwritable output); the message names the file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = ["add_parser", "main", "run"]
+
+EXIT_OK = 0
+EXIT_BAD_INPUT = 2
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Add the ``report`` command to ``subparsers`` (from ``ArgumentParser.add_subparsers``)."""
+    p: argparse.ArgumentParser = subparsers.add_parser(
+        "report",
+        help="one HTML page (+ Markdown, terminal summary) of where a run's time went",
+        description=(
+            "Read what the performance callbacks wrote into RUN_DIR and write a self-contained "
+            "HTML report with a ranked verdict of bottlenecks."
+        ),
+    )
+    p.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="the run directory")
+    p.add_argument(
+        "-o",
+        "--output",
+        type=Path,
+        metavar="HTML",
+        help="where to write the page (default RUN_DIR/perf/report.html)",
+    )
+    p.add_argument("--markdown", type=Path, metavar="OUT", help="also write a Markdown version")
+    p.add_argument(
+        "--baseline",
+        type=Path,
+        metavar="FILE",
+        help="compare with a baseline JSON, bench JSON or another run directory",
+    )
+    p.set_defaults(func=run)
+    return p
+
+
+def run(args: argparse.Namespace) -> int:
+    """Build and write the report for parsed ``args``; print a terminal summary and the path."""
+    # Imported here so that `ocr-perf --help` stays instant (matplotlib, numpy).
+    from rich.console import Console
+
+    from ocr.perf.report import (
+        ReportInputError,
+        build_report,
+        print_summary,
+        to_markdown,
+        write_html,
+    )
+
+    try:
+        report = build_report(args.run_dir, baseline=args.baseline)
+    except ReportInputError as exc:
+        print(f"ocr-perf: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    output = args.output or Path(args.run_dir) / "perf" / "report.html"
+    try:
+        write_html(report, output)
+        if args.markdown:
+            args.markdown.parent.mkdir(parents=True, exist_ok=True)
+            args.markdown.write_text(to_markdown(report), encoding="utf-8")
+    except OSError as exc:
+        print(f"ocr-perf: error: cannot write output: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    console = Console()
+    print_summary(report, console)
+    console.print(f"Report: {output}", highlight=False, markup=False)
+    if args.markdown:
+        console.print(f"Markdown: {args.markdown}", highlight=False, markup=False)
+    return EXIT_OK
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Stand-alone entry point (``python -m ocr.perf.report.cli RUN_DIR ...``)."""
+    parser = argparse.ArgumentParser(prog="ocr-perf")
+    add_parser(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["report", *(sys.argv[1:] if argv is None else argv)])
+    return run(args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,203 @@
+"""Read a run directory (see :mod:`ocr.perf.rundir`) into one typed structure.
+
+Everything is optional: an absent file is "not recorded" (``None`` or an empty list plus a note),
+never an error. A malformed or newer-format file is an error naming the file (and line where the
+reader knows it): a report built from half-read data would mislead.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ocr.perf.rundir import PERF_DIRNAME, RunDirError, read_records, read_run_info
+
+__all__ = [
+    "ReportInputError",
+    "RunData",
+    "config_value",
+    "load_run",
+]
+
+EPOCH_SCHEMA = "receipt-ocr/perf-epoch"
+INTERVAL_SCHEMA = "receipt-ocr/perf-interval"
+RESOURCE_SCHEMA = "receipt-ocr/resource-sample"
+RESOURCE_SUMMARY_SCHEMA = "receipt-ocr/resource-summary"
+ALERT_SCHEMA = "receipt-ocr/alert"
+PROFILER_SCHEMA = "receipt-ocr/profiler-window"
+TRACE_DIRNAME = "profiler_traces"
+_TRACE_SUFFIXES = (".json", ".json.gz")
+
+
+class ReportInputError(ValueError):
+    """The run directory or one of its files cannot be used; the message names the file."""
+
+
+@dataclass
+class RunData:
+    """What a run directory holds, as read from its files (all optional).
+
+    Args:
+        run_dir: the run directory that was read.
+        run_info: ``perf/run.json`` (host, versions, hparams), or ``None`` when absent.
+        config: ``.hydra/config.yaml`` parsed, or ``None`` when absent.
+        config_text: that file's text as written (shown verbatim in the report).
+        overrides: ``.hydra/overrides.yaml`` (the command-line overrides), or ``[]``.
+        epochs: ``perf/epochs.jsonl`` records in file order.
+        intervals: ``perf/intervals.jsonl`` records.
+        resources: ``perf/resources.jsonl`` resource-sample records.
+        resource_summary: the last resource-summary record, or ``None``.
+        alerts: ``perf/alerts.jsonl`` records.
+        profiler_windows: ``perf/profiler.jsonl`` records.
+        trace_files: trace files under ``profiler_traces/``, relative to ``run_dir``, sorted.
+        notes: one sentence per thing that was not recorded (shown in the report).
+    """
+
+    run_dir: Path
+    run_info: dict[str, Any] | None = None
+    config: dict[str, Any] | None = None
+    config_text: str | None = None
+    overrides: list[str] = field(default_factory=list)
+    epochs: list[dict[str, Any]] = field(default_factory=list)
+    intervals: list[dict[str, Any]] = field(default_factory=list)
+    resources: list[dict[str, Any]] = field(default_factory=list)
+    resource_summary: dict[str, Any] | None = None
+    alerts: list[dict[str, Any]] = field(default_factory=list)
+    profiler_windows: list[dict[str, Any]] = field(default_factory=list)
+    trace_files: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def device(self) -> str:
+        """``"cuda"`` when an epoch ran on CUDA (or run.json lists CUDA devices), else ``"cpu"``."""
+        if any(e.get("device") == "cuda" for e in self.epochs):
+            return "cuda"
+        if not self.epochs and self.run_info and self.run_info.get("cuda_devices"):
+            return "cuda"
+        return "cpu"
+
+
+def config_value(config: dict[str, Any] | None, dotted: str) -> Any:
+    """``config["a"]["b"]`` for ``"a.b"``; ``None`` when any level is missing."""
+    node: Any = config
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _check_epochs(path: Path, records: list[dict[str, Any]]) -> None:
+    """The few fields every later step relies on; anything else is read defensively."""
+    for i, r in enumerate(records, start=1):
+        where = f"{path}: perf-epoch record {i}"
+        if r.get("stage") not in ("train", "val", "test"):
+            raise ReportInputError(
+                f"{where}: stage must be train, val or test, got {r.get('stage')!r}"
+            )
+        wall: Any = r.get("wall_s")
+        if not _is_number(wall) or not math.isfinite(wall) or wall < 0:
+            raise ReportInputError(f"{where}: wall_s must be a number >= 0, got {wall!r}")
+        for key in ("phases_s", "worker_s", "worker_counts", "batch_stats", "memory"):
+            value = r.get(key)
+            if value is not None and not isinstance(value, dict):
+                raise ReportInputError(
+                    f"{where}: {key} must be an object, got {type(value).__name__}"
+                )
+        times = r.get("batch_times_s")
+        if times is not None and not (
+            isinstance(times, list) and all(t is None or _is_number(t) for t in times)
+        ):
+            raise ReportInputError(f"{where}: batch_times_s must be a list of numbers")
+
+
+def _read(path: Path, schema: str) -> list[dict[str, Any]]:
+    try:
+        return read_records(path, schema)
+    except RunDirError as exc:
+        raise ReportInputError(str(exc)) from exc
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ReportInputError(f"{path}: cannot read: {exc}") from exc
+
+
+def load_run(run_dir: str | os.PathLike[str]) -> RunData:
+    """Read every performance file of ``run_dir``.
+
+    Raises :class:`ReportInputError` when ``run_dir`` is not a directory or a file in it is
+    malformed or of a newer format (the message names the file).
+    """
+    root = Path(run_dir)
+    if not root.is_dir():
+        raise ReportInputError(f"{root}: not a run directory (no such directory)")
+    perf = root / PERF_DIRNAME
+    data = RunData(run_dir=root)
+
+    try:
+        data.run_info = read_run_info(root)
+    except FileNotFoundError:
+        data.notes.append("perf/run.json: not recorded (machine and versions unknown)")
+    except RunDirError as exc:
+        raise ReportInputError(str(exc)) from exc
+
+    hydra = root / ".hydra"
+    config_path = hydra / "config.yaml"
+    if config_path.is_file():
+        try:
+            data.config_text = config_path.read_text(encoding="utf-8")
+            loaded = yaml.safe_load(data.config_text)
+        except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+            raise ReportInputError(f"{config_path}: not readable YAML: {exc}") from exc
+        if loaded is not None and not isinstance(loaded, dict):
+            raise ReportInputError(f"{config_path}: expected a mapping at the top level")
+        data.config = loaded or {}
+        overrides_path = hydra / "overrides.yaml"
+        if overrides_path.is_file():
+            try:
+                loaded_overrides = yaml.safe_load(overrides_path.read_text(encoding="utf-8"))
+            except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+                raise ReportInputError(f"{overrides_path}: not readable YAML: {exc}") from exc
+            if isinstance(loaded_overrides, list):
+                data.overrides = [str(o) for o in loaded_overrides]
+    else:
+        data.notes.append(".hydra/config.yaml: not recorded (advice names generic settings)")
+
+    epochs_path = perf / "epochs.jsonl"
+    data.epochs = _read(epochs_path, EPOCH_SCHEMA)
+    _check_epochs(epochs_path, data.epochs)
+    if not data.epochs:
+        data.notes.append(
+            "perf/epochs.jsonl: not recorded (attach PerformanceProfilerCallback or "
+            "ThroughputMonitorCallback, e.g. callbacks=monitoring)"
+        )
+    data.intervals = _read(perf / "intervals.jsonl", INTERVAL_SCHEMA)
+    resources_path = perf / "resources.jsonl"
+    data.resources = _read(resources_path, RESOURCE_SCHEMA)
+    summaries = _read(resources_path, RESOURCE_SUMMARY_SCHEMA)
+    data.resource_summary = summaries[-1] if summaries else None
+    if not data.resources:
+        data.notes.append(
+            "perf/resources.jsonl: not recorded (attach ResourceMonitorCallback for CPU / GPU / "
+            "memory / I/O over time)"
+        )
+    data.alerts = _read(perf / "alerts.jsonl", ALERT_SCHEMA)
+    data.profiler_windows = _read(perf / "profiler.jsonl", PROFILER_SCHEMA)
+
+    traces = root / TRACE_DIRNAME
+    if traces.is_dir():
+        data.trace_files = sorted(
+            p.relative_to(root).as_posix()
+            for p in traces.rglob("*")
+            if p.is_file() and p.name.endswith(_TRACE_SUFFIXES)
+        )
+    if not data.trace_files:
+        data.notes.append("profiler_traces/: no trace (attach ProfilerCallback for top ops)")
+    return data

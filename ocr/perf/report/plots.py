@@ -1,0 +1,317 @@
+"""Plots of the report as inline SVG strings (matplotlib, no pyplot state, no network).
+
+Output is deterministic: a fixed ``svg.hashsalt`` (element ids), no ``Date`` metadata and glyphs
+as paths, so the same run gives byte-identical SVG on any machine with the same matplotlib.
+"""
+
+from __future__ import annotations
+
+import io
+import itertools
+import math
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import matplotlib as mpl
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+
+from ocr.perf.clock import PHASES
+from ocr.perf.report.load import RunData
+from ocr.perf.report.stages import STAGE_LABELS, num
+
+__all__ = [
+    "PHASE_COLORS",
+    "batch_outliers",
+    "batch_times_plot",
+    "memory_timeline_plot",
+    "phase_plot",
+    "resources_plot",
+    "throughput_plot",
+]
+
+PHASE_COLORS = {
+    "data_wait": "#d62728",
+    "forward": "#1f77b4",
+    "backward": "#2ca02c",
+    "optimizer": "#9467bd",
+    "postprocess": "#ff7f0e",
+    "metric": "#e377c2",
+    "callbacks": "#8c564b",
+    "unattributed": "#7f7f7f",
+}
+_STAGE_COLORS = {"train": "#1f77b4", "val": "#ff7f0e", "test": "#2ca02c"}
+_RC: dict[str, Any] = {
+    "svg.hashsalt": "receipt-ocr-report",
+    "svg.fonttype": "path",
+    "font.size": 9,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+}
+_SEVERITY_COLORS = {"critical": "#d62728", "warning": "#ff7f0e"}
+
+
+@contextmanager
+def _style() -> Iterator[None]:
+    with mpl.rc_context(_RC):  # type: ignore[arg-type]
+        yield
+
+
+def _svg(fig: Figure) -> str:
+    buf = io.StringIO()
+    fig.savefig(buf, format="svg", metadata={"Date": None}, bbox_inches="tight")
+    text = buf.getvalue()
+    # inline <svg> in HTML: drop the XML prolog and DOCTYPE
+    return text[text.index("<svg") :]
+
+
+def _stage_records(run: RunData, stage: str) -> list[dict[str, Any]]:
+    return [e for e in run.epochs if e.get("stage") == stage]
+
+
+def _stages(run: RunData) -> list[str]:
+    present = {str(e.get("stage")) for e in run.epochs}
+    return [s for s in ("train", "val", "test") if s in present]
+
+
+def phase_plot(run: RunData) -> str | None:
+    """Stacked bars of seconds per phase for every epoch, one panel per stage."""
+    stages = _stages(run)
+    if not stages:
+        return None
+    with _style():
+        fig = Figure(figsize=(3.6 * len(stages) + 1.6, 3.2))
+        axes = fig.subplots(1, len(stages), squeeze=False)[0]
+        for ax, stage in zip(axes, stages, strict=True):
+            records = _stage_records(run, stage)
+            x = list(range(len(records)))
+            bottom = [0.0] * len(records)
+            for phase in PHASES:
+                values = [num((r.get("phases_s") or {}).get(phase)) for r in records]
+                ax.bar(x, values, bottom=bottom, color=PHASE_COLORS[phase], label=phase, width=0.7)
+                bottom = [b + v for b, v in zip(bottom, values, strict=True)]
+            ax.set_xticks(x, [str(r.get("epoch", i)) for i, r in enumerate(records)])
+            ax.set_xlabel("epoch")
+            ax.set_title(STAGE_LABELS[stage])
+        axes[0].set_ylabel("seconds")
+        handles, labels = axes[0].get_legend_handles_labels()
+        fig.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), frameon=False)
+        fig.tight_layout()
+        return _svg(fig)
+
+
+def _batch_times(records: list[dict[str, Any]]) -> list[tuple[Any, int, float]]:
+    """(epoch, batch index, seconds) of every stored batch time."""
+    out = []
+    for r in records:
+        stride = max(int(num(r.get("batch_times_stride"), 1)), 1)
+        for i, t in enumerate(r.get("batch_times_s") or []):
+            if isinstance(t, int | float) and math.isfinite(t):
+                out.append((r.get("epoch"), i * stride, float(t)))
+    return out
+
+
+def batch_outliers(run: RunData, stage: str, limit: int = 8) -> list[dict[str, Any]]:
+    """The slowest batches of ``stage`` that are outliers by a robust rule (modified z-score over
+    the median absolute deviation > 3.5, and at least 1.5x the median), slowest first."""
+    times = _batch_times(_stage_records(run, stage))
+    if len(times) < 5:
+        return []
+    values = sorted(t for _, _, t in times)
+    median = values[len(values) // 2]
+    mad = sorted(abs(v - median) for v in values)[len(values) // 2]
+    rows = []
+    for epoch, index, t in times:
+        z = 0.6745 * (t - median) / mad if mad > 0 else (math.inf if t > median else 0.0)
+        if z > 3.5 and t >= 1.5 * median:
+            rows.append(
+                {
+                    "epoch": epoch,
+                    "batch": index,
+                    "ms": round(1000.0 * t, 2),
+                    "x_median": round(t / median, 2) if median > 0 else None,
+                }
+            )
+    rows.sort(key=lambda r: (-r["ms"], str(r["epoch"]), r["batch"]))
+    return rows[:limit]
+
+
+def batch_times_plot(run: RunData) -> str | None:
+    """Histogram of batch times (ms) per stage with median and p95 marked."""
+    stages = [s for s in _stages(run) if _batch_times(_stage_records(run, s))]
+    if not stages:
+        return None
+    with _style():
+        fig = Figure(figsize=(3.6 * len(stages), 2.8))
+        axes = fig.subplots(1, len(stages), squeeze=False)[0]
+        for ax, stage in zip(axes, stages, strict=True):
+            ms = sorted(1000.0 * t for _, _, t in _batch_times(_stage_records(run, stage)))
+            ax.hist(ms, bins=min(40, max(5, len(ms) // 3)), color=_STAGE_COLORS[stage])
+            median = ms[len(ms) // 2]
+            p95 = ms[min(len(ms) - 1, math.ceil(0.95 * len(ms)) - 1)]
+            ax.axvline(median, color="black", linewidth=1, label=f"median {median:.0f} ms")
+            ax.axvline(p95, color="black", linestyle="--", linewidth=1, label=f"p95 {p95:.0f} ms")
+            ax.set_title(f"{STAGE_LABELS[stage]} ({len(ms)} batches)")
+            ax.set_xlabel("batch time (ms)")
+            ax.legend(frameon=False, fontsize=7)
+        axes[0].set_ylabel("batches")
+        fig.tight_layout()
+        return _svg(fig)
+
+
+def throughput_plot(run: RunData) -> str | None:
+    """Samples per second per epoch and stage; with interval records, the training rate over the
+    run's time as a second panel."""
+    stages = _stages(run)
+    rates: list[tuple[float, float]] = []
+    intervals = [r for r in run.intervals if r.get("stage", "train") == "train"]
+    t0 = min((num(r.get("t")) for r in intervals), default=0.0)
+    for prev, cur in itertools.pairwise(intervals):
+        if prev.get("epoch") != cur.get("epoch"):
+            continue
+        dt = num(cur.get("elapsed_s")) - num(prev.get("elapsed_s"))
+        ds = num(cur.get("samples")) - num(prev.get("samples"))
+        if dt > 0 and ds >= 0:
+            rates.append(((num(cur.get("t")) - t0) / 60.0, ds / dt))
+    if not stages and not rates:
+        return None
+    with _style():
+        panels = int(bool(stages)) + int(bool(rates))
+        fig = Figure(figsize=(4.6 * panels, 2.8))
+        axes = list(fig.subplots(1, panels, squeeze=False)[0])
+        if stages:
+            ax = axes.pop(0)
+            for stage in stages:
+                records = _stage_records(run, stage)
+                xs = [num(r.get("epoch"), i) for i, r in enumerate(records)]
+                ys = [num(r.get("samples_per_sec"), math.nan) for r in records]
+                ax.plot(xs, ys, marker="o", color=_STAGE_COLORS[stage], label=STAGE_LABELS[stage])
+            ax.set_xlabel("epoch")
+            ax.set_ylabel("samples / s")
+            ax.set_title("throughput per epoch")
+            ax.legend(frameon=False, fontsize=7)
+        if rates:
+            ax = axes.pop(0)
+            ax.plot([r[0] for r in rates], [r[1] for r in rates], color=_STAGE_COLORS["train"])
+            ax.set_xlabel("minutes since first interval")
+            ax.set_ylabel("samples / s")
+            ax.set_title("training throughput over time")
+        fig.tight_layout()
+        return _svg(fig)
+
+
+# (panel title, unit, [(metric name or prefix pattern, label)])
+_RESOURCE_PANELS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    (
+        "CPU",
+        "%",
+        (
+            "resources/process_cpu_percent",
+            "resources/workers_cpu_percent",
+            "resources/system_cpu_percent",
+            "resources/iowait_percent",
+        ),
+    ),
+    (
+        "memory",
+        "GiB",
+        ("resources/process_rss_gb", "resources/workers_uss_gb", "resources/gpu{i}_memory_used_gb"),
+    ),
+    ("system memory", "%", ("resources/system_memory_percent",)),
+    ("GPU", "%", ("resources/gpu{i}_util_percent",)),
+    (
+        "I/O",
+        "MB/s",
+        (
+            "resources/disk_read_mb_s",
+            "resources/disk_write_mb_s",
+            "resources/net_recv_mb_s",
+            "resources/net_sent_mb_s",
+        ),
+    ),
+)
+
+
+def _expand(name: str, present: set[str]) -> list[str]:
+    if "{i}" not in name:
+        return [name] if name in present else []
+    return [n for i in range(16) if (n := name.format(i=i)) in present]
+
+
+def resources_plot(run: RunData) -> str | None:
+    """CPU / memory / GPU / I/O over the run's time, one panel each (those with data), alerts as
+    vertical lines (red critical, orange warning; dotted when resolved)."""
+    if not run.resources:
+        return None
+    present = {k for r in run.resources for k in (r.get("metrics") or {})}
+    panels = []
+    for title, unit, names in _RESOURCE_PANELS:
+        series = [n for name in names for n in _expand(name, present)]
+        if series:
+            panels.append((title, unit, series))
+    if not panels:
+        return None
+    t0 = min(num(r.get("t")) for r in run.resources)
+    with _style():
+        fig = Figure(figsize=(8.5, 1.9 * len(panels) + 0.4))
+        axes = fig.subplots(len(panels), 1, sharex=True, squeeze=False)[:, 0]
+        for ax, (title, unit, series) in zip(axes, panels, strict=True):
+            for name in series:
+                pts = [
+                    ((num(r.get("t")) - t0) / 60.0, float(v))
+                    for r in run.resources
+                    if isinstance(v := (r.get("metrics") or {}).get(name), int | float)
+                ]
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], label=name.split("/", 1)[-1])
+            ax.set_ylabel(unit)
+            ax.set_title(title, loc="left")
+            ax.legend(frameon=False, fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+            _mark_alerts(ax, run, t0, label=ax is axes[0])
+        axes[-1].set_xlabel("minutes since the first sample")
+        fig.tight_layout()
+        return _svg(fig)
+
+
+def _mark_alerts(ax: Axes, run: RunData, t0: float, label: bool) -> None:
+    for alert in run.alerts:
+        x = (num(alert.get("t")) - t0) / 60.0
+        fired = alert.get("event") == "fired"
+        color = _SEVERITY_COLORS.get(str(alert.get("severity")), "#ff7f0e")
+        ax.axvline(x, color=color, linestyle="-" if fired else ":", linewidth=1.2, alpha=0.8)
+        if label and fired:
+            ax.annotate(
+                str(alert.get("rule", "")),
+                xy=(x, 1.0),
+                xycoords=("data", "axes fraction"),
+                rotation=90,
+                va="top",
+                ha="right",
+                fontsize=7,
+                color=color,
+            )
+
+
+def memory_timeline_plot(trace: dict[str, Any] | None) -> str | None:
+    """Allocated memory over the profiled window, one line per device (from the trace)."""
+    timeline = (trace or {}).get("memory_timeline") or {}
+    if not timeline:
+        return None
+    with _style():
+        fig = Figure(figsize=(7.0, 2.6))
+        ax = fig.subplots()
+        for device in sorted(timeline):
+            points = timeline[device]
+            if not points:
+                continue
+            start = points[0][0]
+            ax.plot(
+                [p[0] - start for p in points],
+                [p[1] / 2**30 for p in points],
+                label=device,
+            )
+        ax.set_xlabel("ms since the first allocation in the trace")
+        ax.set_ylabel("allocated (GiB)")
+        ax.legend(frameon=False, fontsize=7)
+        fig.tight_layout()
+        return _svg(fig)

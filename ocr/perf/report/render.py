@@ -1,0 +1,667 @@
+"""The report as a self-contained HTML page, as Markdown and as a short terminal summary.
+
+The HTML and the Markdown share one list of sections (title, paragraphs, tables, plot) so they
+never disagree. Nothing in them depends on when or where the report was made: times come from
+the run's own files (shown in UTC) and paths are relative to the run directory.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table as RichTable
+
+from ocr.perf.clock import PHASES
+from ocr.perf.report import plots
+from ocr.perf.report.build import Report
+from ocr.perf.report.stages import STAGE_LABELS, num
+
+__all__ = ["print_summary", "to_markdown", "write_html"]
+
+
+@dataclass
+class Table:
+    """Rows of already formatted cells under ``headers``; ``caption`` above it."""
+
+    headers: list[str]
+    rows: list[list[str]]
+    caption: str = ""
+
+
+@dataclass
+class Section:
+    """One part of the report: ``paragraphs`` and ``tables`` under ``title``, an optional
+    inline SVG ``plot`` (HTML only), ``pre`` verbatim text (the config)."""
+
+    id: str
+    title: str
+    paragraphs: list[str] = field(default_factory=list)
+    tables: list[Table] = field(default_factory=list)
+    plot: str | None = None
+    plot_alt: str = ""
+    pre: str | None = None
+
+
+# -- formatting ----------------------------------------------------------------------------------
+
+
+def _f(value: Any, nd: int = 2) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return "-"
+        return f"{value:,.{nd}f}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, list | tuple):
+        return ", ".join(_f(v, nd) for v in value)
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={_f(v, nd)}" for k, v in value.items())
+    return str(value)
+
+
+def _utc(t: Any) -> str:
+    if not isinstance(t, int | float) or isinstance(t, bool) or not math.isfinite(t):
+        return "-"
+    return datetime.fromtimestamp(float(t), UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _evidence(evidence: dict[str, Any]) -> str:
+    return "; ".join(f"{k} = {_f(v)}" for k, v in evidence.items() if v is not None)
+
+
+# -- sections ------------------------------------------------------------------------------------
+
+
+def _header(report: Report) -> Section:
+    info = report.run.run_info or {}
+    rows = []
+    for key, label in (
+        ("started_at", "started"),
+        ("hostname", "host"),
+        ("platform", "platform"),
+        ("cpu_count", "CPU cores"),
+        ("cuda_devices", "CUDA devices"),
+        ("world_size", "world size"),
+        ("python", "Python"),
+        ("torch_version", "torch"),
+        ("lightning_version", "Lightning"),
+        ("argv", "command"),
+    ):
+        if key in info:
+            value = _utc(info[key]) if key == "started_at" else info[key]
+            if key == "cuda_devices" and not value:
+                value = "none (CPU run)"
+            if key == "argv" and isinstance(value, list):
+                value = " ".join(str(v) for v in value)
+            rows.append([label, _f(value)])
+    total = sum(s.wall_s for s in report.stages.values())
+    paragraphs = [
+        f"Device: {report.run.device.upper()}. Recorded wall time: {total:,.2f} s over "
+        + (
+            ", ".join(
+                f"{s.epochs} {s.label} epoch(s) ({s.wall_s:,.2f} s)" for s in report.stages.values()
+            )
+            or "no epochs"
+        )
+        + "."
+    ]
+    return Section(
+        id="run",
+        title="Run",
+        paragraphs=paragraphs,
+        tables=[Table(["", "value"], rows)] if rows else [],
+    )
+
+
+def _verdict(report: Report) -> Section:
+    rows = []
+    for i, f in enumerate(report.findings, 1):
+        extra = (" Also: " + " | ".join(f.corroboration)) if f.corroboration else ""
+        rows.append(
+            [
+                str(i),
+                f.severity,
+                f"{f.score:.1f}",
+                f.title,
+                _evidence(f.evidence) + extra,
+                f.suggestion,
+            ]
+        )
+    lead = []
+    if report.findings:
+        top = report.findings[0]
+        lead.append(f"Most likely to help: {top.title}. Change: {top.suggestion}")
+    lead.append(
+        "Score = share of the run's recorded wall time (%) the cause accounts for; risks that "
+        "can end a run (critical alerts) score 100."
+    )
+    return Section(
+        id="verdict",
+        title="Verdict",
+        paragraphs=lead,
+        tables=[Table(["#", "severity", "score", "finding", "evidence", "change"], rows)],
+    )
+
+
+def _phases(report: Report) -> Section:
+    sec = Section(
+        id="phases",
+        title="Phase breakdown per epoch",
+        plot=plots.phase_plot(report.run),
+        plot_alt="stacked bars of seconds per phase for each epoch, per stage",
+    )
+    if not report.stages:
+        sec.paragraphs.append("Not recorded: perf/epochs.jsonl is absent or empty.")
+        return sec
+    stages = list(report.stages.values())
+    rows = []
+    for phase in PHASES:
+        row = [phase]
+        for s in stages:
+            row.append(f"{s.phases_s.get(phase, 0.0):,.3f} s ({s.share(phase):.1f} %)")
+        rows.append(row)
+    rows.append(["wall"] + [f"{s.wall_s:,.3f} s" for s in stages])
+    sec.tables.append(
+        Table(["phase"] + [s.label for s in stages], rows, "Seconds per phase, all epochs")
+    )
+    parts = sorted({p for s in stages for p in s.worker_s})
+    if parts:
+        wrows = []
+        for part in parts:
+            row = [part]
+            for s in stages:
+                secs = s.worker_s.get(part)
+                row.append(
+                    "-"
+                    if secs is None
+                    else f"{secs:,.3f} s ({1000.0 * secs / max(s.samples, 1):.2f} ms/sample)"
+                )
+            wrows.append(row)
+        wrows.append(["num_workers"] + [_f(s.num_workers) for s in stages])
+        sec.tables.append(
+            Table(
+                ["worker part"] + [s.label for s in stages],
+                wrows,
+                "DataLoader work timed in the workers (overlaps with the phases above)",
+            )
+        )
+    return sec
+
+
+def _batches(report: Report) -> Section:
+    sec = Section(
+        id="batches",
+        title="Batch-time distribution and outliers",
+        plot=plots.batch_times_plot(report.run),
+        plot_alt="histograms of batch times per stage",
+    )
+    rows = []
+    for e in report.run.epochs:
+        st = e.get("batch_stats") or {}
+        rows.append(
+            [
+                STAGE_LABELS.get(str(e["stage"]), str(e["stage"])),
+                _f(e.get("epoch")),
+                _f(int(num(st.get("count"), num(e.get("num_batches"))))),
+                *(
+                    f"{1000.0 * num(st.get(k), math.nan):,.1f}"
+                    for k in ("mean", "median", "p95", "p99", "max")
+                ),
+            ]
+        )
+    if rows:
+        sec.tables.append(
+            Table(
+                ["stage", "epoch", "batches", "mean ms", "median ms", "p95 ms", "p99 ms", "max ms"],
+                rows,
+            )
+        )
+    else:
+        sec.paragraphs.append("Not recorded.")
+    for stage in report.stages:
+        out = plots.batch_outliers(report.run, stage)
+        if out:
+            sec.tables.append(
+                Table(
+                    ["epoch", "batch", "ms", "x median"],
+                    [[_f(o["epoch"]), _f(o["batch"]), _f(o["ms"]), _f(o["x_median"])] for o in out],
+                    f"{STAGE_LABELS.get(stage, stage)}: outlier batches (robust z > 3.5)",
+                )
+            )
+    return sec
+
+
+def _throughput(report: Report) -> Section:
+    sec = Section(
+        id="throughput",
+        title="Throughput over time",
+        plot=plots.throughput_plot(report.run),
+        plot_alt="samples per second per epoch and over time",
+    )
+    rows = [
+        [
+            STAGE_LABELS.get(str(e["stage"]), str(e["stage"])),
+            _f(e.get("epoch")),
+            _f(num(e.get("wall_s"))),
+            _f(e.get("samples")),
+            _f(e.get("samples_per_sec")),
+            _f(e.get("batches_per_sec")),
+            _f(e.get("batch_size")),
+            _f(e.get("num_workers")),
+            _f(e.get("peak_rss_gb")),
+            _f(e.get("peak_gpu_memory_gb")),
+        ]
+        for e in report.run.epochs
+    ]
+    if rows:
+        sec.tables.append(
+            Table(
+                [
+                    "stage",
+                    "epoch",
+                    "wall s",
+                    "samples",
+                    "samples/s",
+                    "batches/s",
+                    "batch size",
+                    "workers",
+                    "peak RSS GiB",
+                    "peak GPU GiB",
+                ],
+                rows,
+            )
+        )
+    else:
+        sec.paragraphs.append("Not recorded.")
+    return sec
+
+
+def _resources(report: Report) -> Section:
+    run = report.run
+    sec = Section(
+        id="resources",
+        title="CPU, GPU, memory and I/O over time",
+        plot=plots.resources_plot(run),
+        plot_alt="resource samples over time with alerts marked",
+    )
+    if not run.resources:
+        sec.paragraphs.append(
+            "Not recorded: perf/resources.jsonl is absent (attach ResourceMonitorCallback)."
+        )
+    t0 = min((num(r.get("t")) for r in run.resources), default=None)
+    if run.alerts:
+        base = t0 if t0 is not None else min(num(a.get("t")) for a in run.alerts)
+        sec.tables.append(
+            Table(
+                ["min", "rule", "event", "severity", "message", "change"],
+                [
+                    [
+                        f"{(num(a.get('t')) - base) / 60.0:.2f}",
+                        _f(a.get("rule")),
+                        _f(a.get("event")),
+                        _f(a.get("severity")),
+                        _f(a.get("message")),
+                        _f(a.get("suggestion")),
+                    ]
+                    for a in run.alerts
+                ],
+                "Alerts",
+            )
+        )
+    else:
+        sec.paragraphs.append("No alerts recorded.")
+    summary = (run.resource_summary or {}).get("metrics") or {}
+    if summary:
+        sec.tables.append(
+            Table(
+                ["figure", "value"],
+                [[k, _f(v)] for k, v in sorted(summary.items())],
+                "Summary at fit end",
+            )
+        )
+    return sec
+
+
+def _trace(report: Report) -> Section:
+    trace = report.trace
+    sec = Section(
+        id="trace",
+        title="Profiler trace: memory timeline and top ops",
+        plot=plots.memory_timeline_plot(trace),
+        plot_alt="allocated memory over the profiled window",
+    )
+    windows = report.run.profiler_windows
+    if windows:
+        sec.tables.append(
+            Table(
+                ["stage", "epoch", "trigger", "reason", "steps", "traces"],
+                [
+                    [
+                        _f(w.get("stage")),
+                        _f(w.get("epoch")),
+                        _f(w.get("trigger")),
+                        _f(w.get("reason")),
+                        _f(w.get("steps")),
+                        _f(w.get("traces")),
+                    ]
+                    for w in windows
+                ],
+                "Profiler windows",
+            )
+        )
+    if trace is None:
+        sec.paragraphs.append(report.trace_note or "No trace.")
+        return sec
+    s = trace.get("summary") or {}
+    sec.paragraphs.append(
+        f"Files: {', '.join(report.run.trace_files)}. {s.get('n_steps', 0)} steps, "
+        f"{_f(s.get('events'))} events, "
+        + ("GPU: " + ", ".join(s.get("devices") or []) if s.get("has_gpu") else "CPU only")
+        + f"; data loading {_f(trace.get('dataloader_time_pct'), 1)} % of the step time."
+    )
+    peaks = trace.get("memory_peaks") or []
+    if peaks:
+        sec.tables.append(
+            Table(
+                ["device", "peak allocated GiB", "% of capacity", "step", "phase"],
+                [
+                    [
+                        _f(p.get("device")),
+                        _f(num(p.get("peak_allocated_bytes")) / 2**30, 3),
+                        _f(p.get("pct_of_capacity")),
+                        _f(p.get("step")),
+                        _f(p.get("phase")),
+                    ]
+                    for p in peaks
+                ],
+                "Memory peaks",
+            )
+        )
+    cpu = trace.get("top_cpu_ops") or []
+    if cpu:
+        sec.tables.append(
+            Table(
+                ["#", "op", "calls", "self ms", "total ms", "self %", "ms/step"],
+                [
+                    [
+                        str(i),
+                        str(r.get("name")),
+                        _f(r.get("calls")),
+                        _f(r.get("self_ms")),
+                        _f(r.get("total_ms")),
+                        _f(r.get("self_pct"), 1),
+                        _f(r.get("self_ms_per_step")),
+                    ]
+                    for i, r in enumerate(cpu, 1)
+                ],
+                "Top CPU ops by self time",
+            )
+        )
+    cuda = trace.get("top_cuda_ops") or []
+    if cuda:
+        sec.tables.append(
+            Table(
+                ["#", "kernel", "calls", "total ms", "%", "ms/step", "launched by"],
+                [
+                    [
+                        str(i),
+                        str(r.get("name")),
+                        _f(r.get("calls")),
+                        _f(r.get("total_ms")),
+                        _f(r.get("share_pct"), 1),
+                        _f(r.get("self_ms_per_step")),
+                        _f(r.get("launched_by")),
+                    ]
+                    for i, r in enumerate(cuda, 1)
+                ],
+                "Top CUDA kernels",
+            )
+        )
+    return sec
+
+
+def _cache(report: Report) -> Section:
+    sec = Section(id="cache", title="Cache statistics")
+    names = sorted({k for e in report.run.epochs for k in (e.get("worker_counts") or {})})
+    if not names:
+        sec.paragraphs.append(
+            "No worker counters recorded (polygon cache off or not instrumented)."
+        )
+        return sec
+    rows = []
+    for e in report.run.epochs:
+        counts = e.get("worker_counts") or {}
+        hits = num(counts.get("polygon_cache_hits"))
+        misses = num(counts.get("polygon_cache_misses"))
+        rate = f"{100.0 * hits / (hits + misses):.1f}" if hits + misses else "-"
+        rows.append(
+            [STAGE_LABELS.get(str(e["stage"]), str(e["stage"])), _f(e.get("epoch")), rate]
+            + [_f(counts.get(n)) for n in names]
+        )
+    sec.tables.append(Table(["stage", "epoch", "hit rate %", *names], rows))
+    return sec
+
+
+def _baseline(report: Report) -> Section:
+    sec = Section(id="baseline", title="Comparison with the baseline")
+    result = report.baseline
+    if result is None:
+        sec.paragraphs.append(report.baseline_note or "No baseline given.")
+        return sec
+    sec.paragraphs.append(f"Baseline {report.baseline_name}: verdict **{result.get('verdict')}**.")
+    sec.paragraphs.extend(str(n) for n in result.get("notes") or [])
+    sec.tables.append(
+        Table(
+            ["figure", "unit", "baseline", "current", "ratio", "threshold", "status"],
+            [
+                [
+                    _f(r.get("figure")),
+                    _f(r.get("unit")),
+                    _f(r.get("baseline"), 4),
+                    _f(r.get("current"), 4),
+                    _f(r.get("ratio"), 3),
+                    _f(r.get("threshold"), 3),
+                    _f(r.get("status")),
+                ]
+                for r in result.get("rows") or []
+            ],
+        )
+    )
+    return sec
+
+
+def _config(report: Report) -> Section:
+    run = report.run
+    sec = Section(id="config", title="Configuration")
+    if run.overrides:
+        sec.paragraphs.append("Overrides: " + " ".join(run.overrides))
+    if run.config_text is not None:
+        sec.paragraphs.append("From .hydra/config.yaml:")
+        sec.pre = run.config_text
+    elif run.run_info and run.run_info.get("hparams"):
+        sec.paragraphs.append("From perf/run.json (the LightningModule's hparams):")
+        sec.pre = json.dumps(run.run_info["hparams"], indent=2, sort_keys=True, default=str)
+    else:
+        sec.paragraphs.append("Not recorded (no .hydra/config.yaml, no hparams in perf/run.json).")
+    if run.notes:
+        sec.tables.append(
+            Table(["not recorded"], [[n] for n in run.notes], "What this run did not record")
+        )
+    return sec
+
+
+def sections(report: Report) -> list[Section]:
+    """The report's sections in page order (verdict first after the run's identity)."""
+    return [
+        _verdict(report),
+        _header(report),
+        _phases(report),
+        _batches(report),
+        _throughput(report),
+        _resources(report),
+        _trace(report),
+        _cache(report),
+        _baseline(report),
+        _config(report),
+    ]
+
+
+# -- Markdown ------------------------------------------------------------------------------------
+
+
+def _md_cell(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
+
+
+def _md_table(t: Table) -> list[str]:
+    lines = [f"*{t.caption}*", ""] if t.caption else []
+    lines.append("| " + " | ".join(_md_cell(h) for h in t.headers) + " |")
+    lines.append("|" + "|".join(" --- " for _ in t.headers) + "|")
+    lines.extend("| " + " | ".join(_md_cell(c) for c in row) + " |" for row in t.rows)
+    return [*lines, ""]
+
+
+def to_markdown(report: Report) -> str:
+    """The report as Markdown (tables, no plots)."""
+    lines = ["# Performance report", ""]
+    for sec in sections(report):
+        lines += [f"## {sec.title}", ""]
+        for p in sec.paragraphs:
+            lines += [p, ""]
+        if sec.id == "verdict":
+            for i, f in enumerate(report.findings, 1):
+                lines.append(f"{i}. **[{f.severity}, score {f.score:.1f}] {f.title}**  ")
+                lines.append(f"   Evidence: {_evidence(f.evidence) or '-'}  ")
+                for c in f.corroboration:
+                    lines.append(f"   Also: {c}  ")
+                lines.append(f"   Change: {f.suggestion}")
+            lines.append("")
+        else:
+            for t in sec.tables:
+                lines += _md_table(t)
+        if sec.pre is not None:
+            lines += ["```yaml", sec.pre.rstrip("\n"), "```", ""]
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
+# -- HTML ----------------------------------------------------------------------------------------
+
+_CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0 auto;max-width:1200px;
+padding:1rem 2rem;color:#222;line-height:1.4}
+h1{margin-bottom:.2rem}h2{border-bottom:1px solid #ddd;padding-bottom:.2rem;margin-top:2rem}
+table{border-collapse:collapse;margin:.5rem 0 1rem;font-size:.85rem}
+th,td{border:1px solid #ddd;padding:.25rem .5rem;text-align:left;vertical-align:top}
+th{background:#f4f4f4}caption{text-align:left;font-weight:600;padding:.2rem 0}
+.plot svg{max-width:100%;height:auto}
+pre{background:#f7f7f7;padding:.6rem;overflow:auto;font-size:.8rem}
+.sev-critical{color:#b00020;font-weight:700}.sev-warning{color:#b36b00;font-weight:700}
+.sev-info{color:#00639b;font-weight:700}nav a{margin-right:.8rem}
+.top{background:#fff6e5;border-left:4px solid #ff9800;padding:.5rem .8rem}
+"""
+
+
+def _html_table(t: Table, sev_col: int | None = None) -> str:
+    e = html.escape
+    out = ["<table>"]
+    if t.caption:
+        out.append(f"<caption>{e(t.caption)}</caption>")
+    out.append(
+        "<thead><tr>" + "".join(f"<th>{e(h)}</th>" for h in t.headers) + "</tr></thead><tbody>"
+    )
+    for row in t.rows:
+        cells = []
+        for i, c in enumerate(row):
+            cls = f' class="sev-{e(c)}"' if i == sev_col else ""
+            cells.append(f"<td{cls}>{e(c)}</td>")
+        out.append("<tr>" + "".join(cells) + "</tr>")
+    out.append("</tbody></table>")
+    return "\n".join(out)
+
+
+def to_html(report: Report) -> str:
+    """The report as one self-contained HTML page (inline CSS and SVG, no scripts, no network)."""
+    e = html.escape
+    secs = sections(report)
+    body = [
+        "<h1>Performance report</h1>",
+        "<nav>" + "".join(f'<a href="#{e(s.id)}">{e(s.title)}</a>' for s in secs) + "</nav>",
+    ]
+    for sec in secs:
+        body.append(f'<section id="{e(sec.id)}"><h2>{e(sec.title)}</h2>')
+        for i, p in enumerate(sec.paragraphs):
+            cls = ' class="top"' if sec.id == "verdict" and i == 0 and report.findings else ""
+            body.append(f"<p{cls}>{e(p)}</p>")
+        if sec.plot is not None:
+            label = e(sec.plot_alt)
+            body.append(f'<figure class="plot" role="img" aria-label="{label}">{sec.plot}</figure>')
+        for t in sec.tables:
+            body.append(_html_table(t, sev_col=1 if sec.id == "verdict" else None))
+        if sec.pre is not None:
+            body.append(f"<pre>{e(sec.pre)}</pre>")
+        body.append("</section>")
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        "<title>Performance report</title>"
+        f"<style>{_CSS}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n"
+    )
+
+
+def write_html(report: Report, path: str | os.PathLike[str]) -> Path:
+    """Write the page to ``path`` (creating its folder) and return the path."""
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(to_html(report), encoding="utf-8")
+    return out
+
+
+# -- terminal ------------------------------------------------------------------------------------
+
+_STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
+
+
+def print_summary(report: Report, console: Console | None = None, top: int = 3) -> None:
+    """A few lines: where the time went per stage and the ``top`` findings with their change."""
+    con = console or Console()
+    if report.stages:
+        t = RichTable(title="Where the time went", title_justify="left", header_style="bold")
+        t.add_column("stage")
+        t.add_column("epochs", justify="right")
+        t.add_column("wall s", justify="right")
+        t.add_column("largest phases")
+        t.add_column("samples/s", justify="right")
+        for s in report.stages.values():
+            biggest = sorted(PHASES, key=lambda p: -s.phases_s.get(p, 0.0))[:3]
+            rate = s.samples / s.wall_s if s.wall_s > 0 else 0.0
+            t.add_row(
+                s.label,
+                str(s.epochs),
+                f"{s.wall_s:,.2f}",
+                ", ".join(f"{p} {s.share(p):.0f} %" for p in biggest),
+                f"{rate:,.1f}",
+            )
+        con.print(t)
+    con.print("[bold]Verdict[/bold]")
+    for i, f in enumerate(report.findings[:top], 1):
+        style = _STYLE.get(f.severity, "")
+        con.print(
+            f"{i}. [{style}]{f.severity}[/{style}] (score {f.score:.1f}) {escape(f.title)}",
+            highlight=False,
+        )
+        con.print(f"   change: {f.suggestion}", markup=False, highlight=False)
+    if len(report.findings) > top:
+        con.print(f"   ... {len(report.findings) - top} more in the report", highlight=False)

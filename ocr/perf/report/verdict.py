@@ -1,0 +1,813 @@
+"""The verdict: one ranked list of findings from the step-time attribution, the resource samples,
+the alerts, any profiler trace and the baseline comparison.
+
+Ranking. Every finding has a ``score``: the share of the run's recorded wall time (all stages,
+in %) that its cause accounts for, so "61 % of validation is data wait" in a run where
+validation is half the time scores 30.5. Findings about risk rather than time (a run that may die:
+critical alerts such as ``nan_loss`` or ``disk_space``) score 100, since a dead run loses
+everything; warnings about risk score 10. Findings are sorted by score, then severity, then id.
+
+Advice names the run's own settings and their current values when ``.hydra/config.yaml`` was
+recorded (``data.num_workers`` now 2), and is phrased for the device the run used: CPU runs get
+CPU advice (cores shared by DataLoader workers and compute threads, no AMP / pinned memory).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from ocr.perf.report.load import RunData, config_value
+from ocr.perf.report.stages import StageSummary, num
+
+__all__ = ["THRESHOLDS", "Finding", "judge"]
+
+#: Thresholds of the verdict rules; percentages are of the stage's wall time unless noted.
+THRESHOLDS: dict[str, float] = {
+    "input_warn_pct": 20.0,  # data_wait share
+    "input_critical_pct": 40.0,
+    "metric_warn_pct": 15.0,  # metric phase share
+    "metric_critical_pct": 35.0,
+    "postprocess_warn_pct": 15.0,
+    "postprocess_critical_pct": 35.0,
+    "compute_pct": 50.0,  # forward + backward + optimizer share: compute-bound
+    "callbacks_warn_pct": 15.0,
+    "unattributed_warn_pct": 15.0,
+    "worker_part_dominant_pct": 50.0,  # a finer part (targets, decode) names the cause above this
+    "cache_hit_min_pct": 50.0,  # polygon cache hit rate after the first epoch
+    "straggler_ratio": 1.2,  # slowest rank's epoch time / median rank's
+    "cpu_saturated_pct": 90.0,  # median system CPU over the samples
+    "iowait_pct": 10.0,  # median iowait
+    "gpu_util_low_pct": 50.0,  # median GPU utilisation while training
+    "host_memory_pct": 90.0,  # max system memory
+    "risk_critical_score": 100.0,
+    "risk_warning_score": 10.0,
+}
+
+_SEVERITY_ORDER = {"critical": 0, "warning": 1, "info": 2}
+# Alert rules about a run that may die or produce garbage, rather than about its speed.
+_RISK_RULES = frozenset(
+    {
+        "nan_loss",
+        "disk_space",
+        "host_memory_leak",
+        "gpu_memory_near_oom",
+        "hang",
+        "thermal_throttle",
+    }
+)
+# Alert rules that corroborate a step-time finding rather than stand alone.
+_CORROBORATES = {"gpu_starvation": "input_bound", "straggler_rank": "straggler"}
+# Worker parts: finer parts inside fetch (dataset) and collate.
+_FETCH_PARTS = ("decode", "transform")
+_COLLATE_PARTS = ("targets",)
+_PART_WORDS = {
+    "fetch": "the dataset's __getitem__ (fetch)",
+    "decode": "image decoding",
+    "transform": "augmentation / transforms",
+    "collate": "the collate function",
+    "targets": "target generation",
+}
+
+
+@dataclass
+class Finding:
+    """One ranked diagnosis of the verdict.
+
+    Args:
+        id: rule identifier (``input_bound``, ``slow_metric``, ``compute_bound``, ...).
+        severity: ``critical``, ``warning`` or ``info``.
+        score: percent of the run's recorded wall time at stake (0-100; see the module doc).
+        title: one line naming the cause with its main figure.
+        evidence: the figures behind it (seconds, percent, ms per sample, counts).
+        threshold: the rule's thresholds, in the evidence's units.
+        suggestion: the concrete change, naming settings and current values where known.
+        stage: the stage it is about (``train``, ``val``, ``test``) or ``None``.
+        source: where it comes from: ``step-time``, ``resources``, ``alerts``, ``trace`` or
+            ``baseline``.
+    """
+
+    id: str
+    severity: str
+    score: float
+    title: str
+    evidence: dict[str, Any]
+    threshold: dict[str, float]
+    suggestion: str
+    stage: str | None = None
+    source: str = "step-time"
+    corroboration: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return asdict(self)
+
+
+# -- helpers -------------------------------------------------------------------------------------
+
+
+def _r(x: float | None, nd: int = 1) -> float | None:
+    return None if x is None or not math.isfinite(x) else round(float(x), nd)
+
+
+class _Advice:
+    """Names settings for advice: the Hydra key with its current value when the config is known,
+    a generic description otherwise."""
+
+    def __init__(self, run: RunData) -> None:
+        self.config = run.config
+        self.cpu_count = None
+        if run.run_info and isinstance(run.run_info.get("cpu_count"), int):
+            self.cpu_count = int(run.run_info["cpu_count"])
+
+    def value(self, key: str) -> Any:
+        return config_value(self.config, key)
+
+    def name(self, key: str, generic: str, current: Any = None) -> str:
+        """```data.num_workers` (now 2)`` or ``the DataLoader's num_workers (now 2)``."""
+        value = self.value(key) if self.config is not None else None
+        shown = value if value is not None else current
+        label = f"`{key}`" if self.config is not None and self.value(key) is not None else generic
+        return f"{label} (now {shown})" if shown is not None else label
+
+
+def _severity(pct: float, warn: float, critical: float) -> str:
+    return "critical" if pct >= critical else "warning"
+
+
+def _score(seconds: float, total_s: float) -> float:
+    return round(100.0 * seconds / total_s, 1) if total_s > 0 else 0.0
+
+
+# -- step-time rules -----------------------------------------------------------------------------
+
+
+def _worker_bottleneck(s: StageSummary) -> tuple[str | None, dict[str, Any]]:
+    """The worker part that explains the data wait, with per-sample / per-batch figures."""
+    w = s.worker_s
+    per_sample = max(s.samples, 1)
+    per_batch = max(s.num_batches, 1)
+    evidence: dict[str, Any] = {}
+    for part, secs in sorted(w.items()):
+        evidence[f"worker_{part}_ms_per_sample"] = _r(1000.0 * secs / per_sample, 2)
+    if "collate" in w:
+        evidence["worker_collate_ms_per_batch"] = _r(1000.0 * w["collate"] / per_batch, 2)
+    fetch, collate = w.get("fetch", 0.0), w.get("collate", 0.0)
+    if fetch <= 0 and collate <= 0:
+        return None, evidence
+    dominant_pct = THRESHOLDS["worker_part_dominant_pct"] / 100.0
+    children: tuple[str, ...]
+    if fetch >= collate:
+        part, parent, children = "fetch", fetch, _FETCH_PARTS
+    else:
+        part, parent, children = "collate", collate, _COLLATE_PARTS
+    best = max(children, key=lambda c: w.get(c, 0.0))
+    if w.get(best, 0.0) >= dominant_pct * parent:
+        part = best
+    return part, evidence
+
+
+def _suggested_workers(s: StageSummary, cpu_count: int | None) -> int | None:
+    """Workers needed so input keeps up with the main loop: serial worker seconds per batch /
+    main-loop seconds per batch (rounded up); capped at the cores when known."""
+    if s.num_batches == 0:
+        return None
+    worker_per_batch = (
+        s.worker_s.get("fetch", 0.0) + s.worker_s.get("collate", 0.0)
+    ) / s.num_batches
+    loop_per_batch = (s.wall_s - s.phases_s.get("data_wait", 0.0)) / s.num_batches
+    if worker_per_batch <= 0:
+        return None
+    needed = math.ceil(worker_per_batch / max(loop_per_batch, 1e-6))
+    if cpu_count:
+        needed = min(needed, cpu_count)
+    return max(needed, 1)
+
+
+def _input_bound(s: StageSummary, run: RunData, adv: _Advice, total_s: float) -> Finding | None:
+    pct = s.share("data_wait")
+    if s.wall_s <= 0 or pct < THRESHOLDS["input_warn_pct"]:
+        return None
+    part, evidence = _worker_bottleneck(s)
+    data_wait_s = s.phases_s.get("data_wait", 0.0)
+    title = f"input-bound: {pct:.0f} % of {s.label} wall time is data wait"
+    if part is not None:
+        secs = s.worker_s.get(part, 0.0)
+        if part == "collate":
+            title += (
+                f"; {_PART_WORDS[part]} takes {1000.0 * secs / max(s.num_batches, 1):.0f} ms/batch"
+                + (" in the workers" if s.num_workers else " in the main process")
+            )
+        else:
+            where = "worker-side " if s.num_workers else ""
+            ms = 1000.0 * secs / max(s.samples, 1)
+            title += f"; {where}{_PART_WORDS[part]} takes {ms:.0f} ms/sample"
+    workers = adv.name("data.num_workers", "the DataLoader's num_workers", s.num_workers)
+    advice: list[str] = []
+    cpu = run.device == "cpu"
+    want = _suggested_workers(s, adv.cpu_count)
+    if part == "targets":
+        cache_on = adv.value("data.polygon_cache.enabled")
+        if cache_on is not True:
+            advice.append(
+                "enable `data.polygon_cache.enabled=true`"
+                + (" (now false)" if cache_on is False else "")
+                + " so DB targets are computed once and read back"
+                + (
+                    " (training uses it only when augmentation keeps polygons fixed)"
+                    if s.stage == "train"
+                    else ""
+                )
+            )
+    elif part in ("fetch", "decode", "transform"):
+        advice.append(
+            f"make {_PART_WORDS[part]} cheaper (decode once at the training size, cache decoded "
+            "images, lighter augmentation)"
+        )
+    elif part == "collate":
+        advice.append(
+            "make the collate function cheaper: vectorise it or move per-sample work into "
+            "__getitem__"
+        )
+    if not s.num_workers:
+        n = max(2, min(want or 2, adv.cpu_count or 4))
+        advice.append(f"load in parallel: set {workers} to {n}")
+    elif want is not None and want > s.num_workers:
+        advice.append(f"raise {workers} to {want}")
+    elif adv.cpu_count and s.num_workers >= adv.cpu_count:
+        advice.append(
+            f"{workers} already uses all {adv.cpu_count} cores: more workers will not help"
+        )
+    if cpu:
+        advice.append(
+            "on CPU the workers share cores with the compute threads"
+            + (f" ({adv.cpu_count} cores here)" if adv.cpu_count else "")
+            + ", so balance workers against torch.set_num_threads"
+        )
+    else:
+        pin = adv.value("data.pin_memory")
+        if pin is not True:
+            advice.append(f"use pinned memory ({adv.name('data.pin_memory', 'pin_memory', pin)})")
+    evidence = {
+        "data_wait_pct": _r(pct),
+        "data_wait_s": _r(data_wait_s, 3),
+        "stage_wall_s": _r(s.wall_s, 3),
+        "worker_bottleneck": part,
+        "num_workers": s.num_workers,
+        "samples": s.samples,
+        **evidence,
+    }
+    return Finding(
+        id="input_bound",
+        severity=_severity(pct, THRESHOLDS["input_warn_pct"], THRESHOLDS["input_critical_pct"]),
+        score=_score(data_wait_s, total_s),
+        title=title,
+        evidence=evidence,
+        threshold={
+            "warning_pct": THRESHOLDS["input_warn_pct"],
+            "critical_pct": THRESHOLDS["input_critical_pct"],
+        },
+        suggestion="; ".join(advice) + ".",
+        stage=s.stage,
+    )
+
+
+def _slow_metric(s: StageSummary, run: RunData, adv: _Advice, total_s: float) -> Finding | None:
+    pct = s.share("metric")
+    if s.wall_s <= 0 or pct < THRESHOLDS["metric_warn_pct"]:
+        return None
+    secs = s.phases_s.get("metric", 0.0)
+    per_epoch = secs / max(s.epochs, 1)
+    advice = [
+        "the metric runs in the main loop and blocks it: vectorise its matching or accumulate "
+        "counts per batch and compute once per epoch"
+    ]
+    if s.stage == "val":
+        every = adv.name("trainer.check_val_every_n_epoch", "check_val_every_n_epoch")
+        advice.append(
+            f"validate less often ({every}) or on fewer batches (`trainer.limit_val_batches`)"
+        )
+    if run.device == "cpu":
+        advice.append(
+            "on CPU keep it out of the DataLoader workers' cores (it runs in the main process)"
+        )
+    return Finding(
+        id="slow_metric",
+        severity=_severity(pct, THRESHOLDS["metric_warn_pct"], THRESHOLDS["metric_critical_pct"]),
+        score=_score(secs, total_s),
+        title=(
+            f"slow metric: {pct:.0f} % of {s.label} wall time is metric computation "
+            f"({per_epoch:.2f} s per epoch)"
+        ),
+        evidence={
+            "metric_pct": _r(pct),
+            "metric_s": _r(secs, 3),
+            "metric_s_per_epoch": _r(per_epoch, 3),
+            "metric_ms_per_batch": _r(1000.0 * secs / max(s.num_batches, 1), 2),
+            "stage_wall_s": _r(s.wall_s, 3),
+        },
+        threshold={
+            "warning_pct": THRESHOLDS["metric_warn_pct"],
+            "critical_pct": THRESHOLDS["metric_critical_pct"],
+        },
+        suggestion="; ".join(advice) + ".",
+        stage=s.stage,
+    )
+
+
+def _slow_postprocess(
+    s: StageSummary, run: RunData, adv: _Advice, total_s: float
+) -> Finding | None:
+    pct = s.share("postprocess")
+    if s.wall_s <= 0 or pct < THRESHOLDS["postprocess_warn_pct"]:
+        return None
+    secs = s.phases_s.get("postprocess", 0.0)
+    cands = adv.name("model.postprocess.max_candidates", "the postprocessor's max_candidates")
+    box = adv.name("model.postprocess.box_thresh", "box_thresh")
+    return Finding(
+        id="slow_postprocess",
+        severity=_severity(
+            pct, THRESHOLDS["postprocess_warn_pct"], THRESHOLDS["postprocess_critical_pct"]
+        ),
+        score=_score(secs, total_s),
+        title=(
+            f"slow postprocessing: {pct:.0f} % of {s.label} wall time turns maps into boxes "
+            f"({1000.0 * secs / max(s.samples, 1):.1f} ms/sample)"
+        ),
+        evidence={
+            "postprocess_pct": _r(pct),
+            "postprocess_s": _r(secs, 3),
+            "postprocess_ms_per_sample": _r(1000.0 * secs / max(s.samples, 1), 2),
+        },
+        threshold={
+            "warning_pct": THRESHOLDS["postprocess_warn_pct"],
+            "critical_pct": THRESHOLDS["postprocess_critical_pct"],
+        },
+        suggestion=(
+            f"fewer contours per image: lower {cands} or raise {box}; "
+            "an untrained model yields many candidates, so early epochs are slowest."
+        ),
+        stage=s.stage,
+    )
+
+
+def _compute_bound(s: StageSummary, run: RunData, adv: _Advice, total_s: float) -> Finding | None:
+    phases: tuple[str, ...] = (
+        ("forward", "backward", "optimizer") if s.stage == "train" else ("forward",)
+    )
+    secs = sum(s.phases_s.get(p, 0.0) for p in phases)
+    pct = 100.0 * secs / s.wall_s if s.wall_s > 0 else 0.0
+    if pct < THRESHOLDS["compute_pct"]:
+        return None
+    ms_per_batch = 1000.0 * secs / max(s.num_batches, 1)
+    rate = s.samples / s.wall_s if s.wall_s > 0 else 0.0
+    canvas = adv.name("data.canvas_size", "the input size")
+    batch = adv.name("data.batch_size", "the batch size", s.batch_size)
+    if run.device == "cpu":
+        threads = f"{adv.cpu_count} cores here" if adv.cpu_count else "the physical cores"
+        suggestion = (
+            f"the model's own compute dominates on CPU: make it cheaper (smaller {canvas}, "
+            "narrower backbone `model.net.backbone.widths`), use torch.compile and channels_last, "
+            f"keep torch threads at {threads} minus the DataLoader workers; a GPU is the real fix."
+        )
+    else:
+        precision = adv.name("trainer.precision", "the precision")
+        suggestion = (
+            f"the GPU work dominates: mixed precision ({precision} -> 16-mixed or bf16-mixed), "
+            f"a larger {batch} if memory allows, torch.compile and channels_last."
+        )
+    return Finding(
+        id="compute_bound",
+        severity="info",
+        score=_score(secs, total_s),
+        title=(
+            f"compute-bound: {pct:.0f} % of {s.label} wall time is "
+            f"{' / '.join(phases)} ({ms_per_batch:.0f} ms/batch, {rate:.1f} samples/s)"
+        ),
+        evidence={
+            "compute_pct": _r(pct),
+            "compute_s": _r(secs, 3),
+            "compute_ms_per_batch": _r(ms_per_batch, 2),
+            "samples_per_sec": _r(rate, 2),
+            "device": run.device,
+        },
+        threshold={"compute_pct": THRESHOLDS["compute_pct"]},
+        suggestion=suggestion,
+        stage=s.stage,
+    )
+
+
+def _overheads(s: StageSummary, run: RunData, adv: _Advice, total_s: float) -> list[Finding]:
+    out: list[Finding] = []
+    pct = s.share("callbacks")
+    if s.wall_s > 0 and pct >= THRESHOLDS["callbacks_warn_pct"]:
+        secs = s.phases_s.get("callbacks", 0.0)
+        every = adv.name("trainer.log_every_n_steps", "log_every_n_steps")
+        tail = (
+            ""
+            if run.device == "cpu"
+            else "; the next batch's host-to-device copy lands here too: pin memory"
+        )
+        out.append(
+            Finding(
+                id="callback_overhead",
+                severity="warning",
+                score=_score(secs, total_s),
+                title=f"{pct:.0f} % of {s.label} wall time is spent in callbacks and logging",
+                evidence={"callbacks_pct": _r(pct), "callbacks_s": _r(secs, 3)},
+                threshold={"warning_pct": THRESHOLDS["callbacks_warn_pct"]},
+                suggestion=(
+                    f"log less often ({every}), checkpoint less often, and look for a slow "
+                    f"callback in the profiler trace{tail}."
+                ),
+                stage=s.stage,
+            )
+        )
+    pct = s.share("unattributed")
+    if s.wall_s > 0 and pct >= THRESHOLDS["unattributed_warn_pct"]:
+        secs = s.phases_s.get("unattributed", 0.0)
+        persistent = adv.value("data.persistent_workers")
+        advice = "worker start-up and epoch-start hooks land here"
+        if persistent is False or (persistent is None and s.num_workers):
+            setting = adv.name("data.persistent_workers", "persistent_workers")
+            advice += f"; keep workers alive between epochs ({setting} -> true)"
+        out.append(
+            Finding(
+                id="unattributed",
+                severity="warning",
+                score=_score(secs, total_s),
+                title=f"{pct:.0f} % of {s.label} wall time is not attributed to any phase",
+                evidence={"unattributed_pct": _r(pct), "unattributed_s": _r(secs, 3)},
+                threshold={"warning_pct": THRESHOLDS["unattributed_warn_pct"]},
+                suggestion=advice + "; a profiler window on an early epoch shows what it is.",
+                stage=s.stage,
+            )
+        )
+    return out
+
+
+def _cache(
+    run: RunData, stages: dict[str, StageSummary], adv: _Advice, total_s: float
+) -> list[Finding]:
+    """Polygon cache hit rate after the first epoch (the first fills it) and corrupt entries."""
+    out: list[Finding] = []
+    hits: dict[str, int] = defaultdict(int)
+    misses: dict[str, int] = defaultdict(int)
+    evictions = corrupt = 0
+    for e in run.epochs:
+        counts = e.get("worker_counts") or {}
+        corrupt += int(num(counts.get("polygon_cache_corrupt")))
+        evictions += int(num(counts.get("polygon_cache_evictions")))
+        if int(num(e.get("epoch"))) >= 1:
+            hits[e["stage"]] += int(num(counts.get("polygon_cache_hits")))
+            misses[e["stage"]] += int(num(counts.get("polygon_cache_misses")))
+    for stage, s in stages.items():
+        lookups = hits[stage] + misses[stage]
+        if lookups == 0:
+            continue
+        rate = 100.0 * hits[stage] / lookups
+        if rate >= THRESHOLDS["cache_hit_min_pct"]:
+            continue
+        targets_s = s.worker_s.get("targets", 0.0)
+        advice = "keys must not depend on augmentation, and all workers must share one cache"
+        if evictions:
+            advice = (
+                f"{evictions} evictions: raise "
+                f"{adv.name('data.polygon_cache.max_bytes', 'the cache size limit')}; " + advice
+            )
+        out.append(
+            Finding(
+                id="cache_misses",
+                severity="warning",
+                score=round(_score(targets_s, total_s) * (1 - rate / 100.0), 1),
+                title=(
+                    f"polygon cache hits only {rate:.0f} % of {s.label} lookups after the "
+                    "first epoch"
+                ),
+                evidence={
+                    "hit_rate_pct": _r(rate),
+                    "hits": hits[stage],
+                    "misses": misses[stage],
+                    "evictions": evictions,
+                    "worker_targets_s": _r(targets_s, 3),
+                },
+                threshold={"min_hit_rate_pct": THRESHOLDS["cache_hit_min_pct"]},
+                suggestion=advice + ".",
+                stage=stage,
+            )
+        )
+    if corrupt:
+        out.append(
+            Finding(
+                id="cache_corrupt",
+                severity="warning",
+                score=0.0,
+                title=f"{corrupt} corrupt polygon cache entries were read (and recomputed)",
+                evidence={"corrupt": corrupt},
+                threshold={"corrupt": 0.0},
+                suggestion=(
+                    "check the cache directory's disk; delete the cache folder if it persists."
+                ),
+            )
+        )
+    return out
+
+
+def _straggler(s: StageSummary, total_s: float) -> Finding | None:
+    spread = s.spreads.get("epoch_time")
+    if not isinstance(spread, dict):
+        return None
+    hi, med = num(spread.get("max")), num(spread.get("median"))
+    if med <= 0 or hi / med < THRESHOLDS["straggler_ratio"]:
+        return None
+    rank = spread.get("slowest_rank")
+    lost = (hi - med) / hi * s.wall_s
+    return Finding(
+        id="straggler",
+        severity="warning",
+        score=_score(lost, total_s),
+        title=f"straggler: rank {rank} takes {hi / med:.2f}x the median rank's {s.label} epoch",
+        evidence={"slowest_rank": rank, "max_s": _r(hi, 3), "median_s": _r(med, 3)},
+        threshold={"ratio": THRESHOLDS["straggler_ratio"]},
+        suggestion=(
+            "every rank waits for the slowest at each gradient sync: check that rank's host "
+            "(other jobs, thermal throttling, slower disk) and that data shards are balanced."
+        ),
+        stage=s.stage,
+    )
+
+
+# -- resources, alerts, trace, baseline ----------------------------------------------------------
+
+
+def _median_metric(run: RunData, name: str, phases: tuple[str, ...] | None = None) -> float | None:
+    values = [
+        float(v)
+        for r in run.resources
+        if (phases is None or r.get("phase") in phases)
+        and isinstance(v := (r.get("metrics") or {}).get(name), int | float)
+        and math.isfinite(v)
+    ]
+    return statistics.median(values) if values else None
+
+
+def _max_metric(run: RunData, name: str) -> float | None:
+    values = [
+        float(v)
+        for r in run.resources
+        if isinstance(v := (r.get("metrics") or {}).get(name), int | float) and math.isfinite(v)
+    ]
+    return max(values) if values else None
+
+
+def _resources(run: RunData, stages: dict[str, StageSummary], total_s: float) -> list[Finding]:
+    out: list[Finding] = []
+    if not run.resources:
+        return out
+    cpu = _median_metric(run, "resources/system_cpu_percent", ("train", "val", "test"))
+    if cpu is not None and cpu >= THRESHOLDS["cpu_saturated_pct"]:
+        out.append(
+            Finding(
+                id="cpu_saturated",
+                severity="info",
+                score=0.0,
+                title=f"CPU saturated: median system CPU {cpu:.0f} % while running",
+                evidence={"system_cpu_median_pct": _r(cpu)},
+                threshold={"median_pct": THRESHOLDS["cpu_saturated_pct"]},
+                suggestion=(
+                    "every core is busy: more DataLoader workers or torch threads cannot add "
+                    "speed; make the work cheaper or use a bigger machine."
+                ),
+                source="resources",
+            )
+        )
+    iowait = _median_metric(run, "resources/iowait_percent", ("train", "val", "test"))
+    if iowait is not None and iowait >= THRESHOLDS["iowait_pct"]:
+        out.append(
+            Finding(
+                id="io_wait",
+                severity="warning",
+                score=_r(iowait) or 0.0,
+                title=f"I/O wait: the CPUs stall on disk {iowait:.0f} % of the time (median)",
+                evidence={"iowait_median_pct": _r(iowait)},
+                threshold={"median_pct": THRESHOLDS["iowait_pct"]},
+                suggestion=(
+                    "the data sits on a slow disk: copy the dataset to local SSD / tmpfs, or "
+                    "cache decoded images; more workers only queue more reads."
+                ),
+                source="resources",
+            )
+        )
+    train = stages.get("train")
+    if run.device == "cuda" and train is not None:
+        utils = [
+            u
+            for i in range(16)
+            if (u := _median_metric(run, f"resources/gpu{i}_util_percent", ("train",))) is not None
+        ]
+        if utils and min(utils) < THRESHOLDS["gpu_util_low_pct"]:
+            util = min(utils)
+            out.append(
+                Finding(
+                    id="gpu_underused",
+                    severity="warning",
+                    score=round((100.0 - util) / 100.0 * _score(train.wall_s, total_s), 1),
+                    title=f"GPU underused: median utilisation {util:.0f} % while training",
+                    evidence={"gpu_util_median_pct": _r(util)},
+                    threshold={"median_below_pct": THRESHOLDS["gpu_util_low_pct"]},
+                    suggestion=(
+                        "keep the GPU fed: fix input first (see data wait), then raise the batch "
+                        "size and remove host syncs."
+                    ),
+                    stage="train",
+                    source="resources",
+                )
+            )
+    mem = _max_metric(run, "resources/system_memory_percent")
+    if mem is not None and mem >= THRESHOLDS["host_memory_pct"]:
+        out.append(
+            Finding(
+                id="host_memory_high",
+                severity="warning",
+                score=THRESHOLDS["risk_warning_score"],
+                title=f"host memory reached {mem:.0f} %",
+                evidence={"system_memory_max_pct": _r(mem)},
+                threshold={"max_pct": THRESHOLDS["host_memory_pct"]},
+                suggestion=(
+                    "close to swapping or the OOM killer: fewer DataLoader workers or a smaller "
+                    "prefetch_factor (each worker holds prefetch_factor batches)."
+                ),
+                source="resources",
+            )
+        )
+    return out
+
+
+def _alerts(run: RunData, findings: list[Finding]) -> list[Finding]:
+    by_rule: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for a in run.alerts:
+        by_rule[str(a.get("rule", "unknown"))].append(a)
+    out: list[Finding] = []
+    for rule in sorted(by_rule):
+        events = by_rule[rule]
+        fired = [a for a in events if a.get("event") == "fired"]
+        if not fired:
+            continue
+        last = fired[-1]
+        critical = any(a.get("severity") == "critical" for a in fired)
+        active = events[-1].get("event") == "fired"
+        target = _CORROBORATES.get(rule)
+        related = [f for f in findings if f.id == target]
+        note = f"alert {rule} fired {len(fired)}x: {last.get('message', '')}"
+        if related:
+            related[0].corroboration.append(note)
+            continue
+        risky = rule in _RISK_RULES
+        if risky:
+            score = THRESHOLDS["risk_critical_score" if critical else "risk_warning_score"]
+        else:
+            score = 20.0 if critical else THRESHOLDS["risk_warning_score"]
+        evidence = {k: v for k, v in (last.get("evidence") or {}).items()}
+        evidence.update({"times_fired": len(fired), "still_active_at_end": active})
+        out.append(
+            Finding(
+                id=f"alert:{rule}",
+                severity="critical" if critical else "warning",
+                score=score,
+                title=f"alert {rule}: {last.get('message', '(no message)')}",
+                evidence=evidence,
+                threshold={
+                    k: float(v)
+                    for k, v in (last.get("threshold") or {}).items()
+                    if isinstance(v, int | float)
+                },
+                suggestion=str(last.get("suggestion") or "see the alert's message."),
+                source="alerts",
+            )
+        )
+    return out
+
+
+def _trace(
+    trace: dict[str, Any] | None,
+    run: RunData,
+    findings: list[Finding],
+    total_s: float,
+    stages: dict[str, StageSummary],
+) -> list[Finding]:
+    """Findings of ``analyze_trace`` (or, without a readable trace, of the profiler windows'
+    summaries); data loading corroborates an input-bound finding instead of repeating it."""
+    raw: list[dict[str, Any]] = []
+    if trace is not None:
+        raw = list(trace.get("findings") or [])
+    else:
+        for window in run.profiler_windows:
+            raw.extend((window.get("summary") or {}).get("findings") or [])
+    seen: set[str] = set()
+    out: list[Finding] = []
+    train_share = _score(stages["train"].wall_s, total_s) if "train" in stages else 100.0
+    for f in raw:
+        fid = str(f.get("id", "trace"))
+        if fid in seen:
+            continue
+        seen.add(fid)
+        if fid == "data_loading":
+            related = [x for x in findings if x.id == "input_bound"]
+            if related:
+                related[0].corroboration.append(f"profiler trace: {f.get('title', '')}")
+                continue
+        severity = str(f.get("severity", "info"))
+        pct = num((f.get("evidence") or {}).get("data_loading_pct"), -1.0)
+        if fid == "data_loading" and pct >= 0:
+            score = round(pct * train_share / 100.0, 1)
+        else:
+            score = {"critical": 20.0, "warning": 5.0}.get(severity, 1.0)
+        out.append(
+            Finding(
+                id=f"trace:{fid}",
+                severity=severity if severity in _SEVERITY_ORDER else "info",
+                score=score,
+                title=str(f.get("title", fid)),
+                evidence=dict(f.get("evidence") or {}),
+                threshold=dict(f.get("threshold") or {}),
+                suggestion=str(f.get("suggestion", "")),
+                source="trace",
+            )
+        )
+    return out
+
+
+def _baseline(result: dict[str, Any] | None) -> list[Finding]:
+    if not result or result.get("verdict") != "regression":
+        return []
+    rows = [r for r in result.get("rows", []) if r.get("status") == "regression"]
+    worst = max(rows, key=lambda r: abs(num(r.get("ratio"), 1.0) - 1.0), default=None)
+    if worst is None:
+        return []
+    ratio = num(worst.get("ratio"), 1.0)
+    return [
+        Finding(
+            id="baseline_regression",
+            severity="warning",
+            score=round(min(100.0, abs(ratio - 1.0) * 100.0), 1),
+            title=(
+                f"regression against the baseline: {worst.get('figure')} {worst.get('current')} "
+                f"vs {worst.get('baseline')} {worst.get('unit', '')} ({ratio:.2f}x)".rstrip()
+            ),
+            evidence={
+                "regressed_figures": [r.get("figure") for r in rows],
+                "worst_ratio": _r(ratio, 3),
+            },
+            threshold={"threshold": num(worst.get("threshold"))},
+            suggestion=(
+                "compare this run's phase breakdown with the baseline's: the phase that grew "
+                "names the change to look at."
+            ),
+            source="baseline",
+        )
+    ]
+
+
+def judge(
+    run: RunData,
+    stages: dict[str, StageSummary],
+    trace: dict[str, Any] | None = None,
+    baseline_result: dict[str, Any] | None = None,
+) -> list[Finding]:
+    """The ranked verdict for a loaded run (see the module doc for the ranking)."""
+    adv = _Advice(run)
+    total_s = sum(s.wall_s for s in stages.values())
+    findings: list[Finding] = []
+    for s in stages.values():
+        for rule in (_input_bound, _slow_metric, _slow_postprocess, _compute_bound):
+            if (f := rule(s, run, adv, total_s)) is not None:
+                findings.append(f)
+        findings.extend(_overheads(s, run, adv, total_s))
+        if (f := _straggler(s, total_s)) is not None:
+            findings.append(f)
+    findings.extend(_cache(run, stages, adv, total_s))
+    findings.extend(_resources(run, stages, total_s))
+    findings.extend(_alerts(run, findings))
+    findings.extend(_trace(trace, run, findings, total_s, stages))
+    findings.extend(_baseline(baseline_result))
+    if not stages:
+        findings.append(
+            Finding(
+                id="not_recorded",
+                severity="info",
+                score=0.0,
+                title="no step-time attribution was recorded for this run",
+                evidence={},
+                threshold={},
+                suggestion=(
+                    "attach the performance callbacks (`ocr-train ... callbacks=monitoring`) so "
+                    "each epoch's time is attributed to phases."
+                ),
+                source="step-time",
+            )
+        )
+    findings.sort(key=lambda f: (-f.score, _SEVERITY_ORDER.get(f.severity, 3), f.id, f.stage or ""))
+    return findings
