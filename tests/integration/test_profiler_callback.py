@@ -201,6 +201,8 @@ def test_disabled_does_nothing(tmp_path: Path) -> None:
         ({"profile_steps": 0}, "profile_steps must be an integer >= 1"),
         ({"profile_epochs": [-1]}, "profile_epochs entries"),
         ({"stages": ["training"]}, "unknown stage 'training'"),
+        ({"check_every_n_steps": 0}, "check_every_n_steps must be an integer >= 1"),
+        ({"trigger_file": " "}, "trigger_file is an empty path"),
     ],
 )
 def test_bad_arguments_are_named(kwargs: dict[str, Any], match: str) -> None:
@@ -220,3 +222,5 @@ def test_hydra_config_composes(tmp_path: Path) -> None:
     assert cb.profile_epochs == frozenset({1})
     assert cb.activities == ("cpu", "cuda")
     assert cb.stages == frozenset({"train"})
+    assert cb.trigger_file == Path("PROFILE_NOW")
+    assert cb.profile_on_request is True

@@ -1,16 +1,27 @@
-"""``ProfilerCallback``: torch.profiler windows over chosen epochs, analysed as soon as they close.
+"""``ProfilerCallback``: torch.profiler windows over chosen epochs or on demand, analysed as soon
+as they close.
 
 Each profiled epoch of a stage gets one window: a ``torch.profiler.profile`` started at the
 stage's epoch start, stepped at every batch end (so a ``ProfilerStep`` span covers the step and the
 fetch of the next batch, as in a plain PyTorch loop) under the schedule ``skip_first / wait /
 warmup / active / repeat``, and stopped when the schedule is done or the stage's epoch ends. The
-trace goes to ``<output_dir>/epoch_{N}.json[.gz]`` and is analysed with
-:func:`ocr.perf.trace.analyze_trace`: rank zero prints the top-k tables and findings, every logger
-gets a few scalars.
+trace goes to ``<output_dir>/epoch_{N}.json[.gz]``.
+
+On demand, a window with the same schedule opens at a step boundary when a trigger file appears
+(``<run>/PROFILE_NOW`` by default; it is taken away, so one touch = one window) or when
+:func:`ocr.perf.triggers.take_profile_request` returns a reason (the alert engine's throughput-drop
+rule calls ``request_profile``). Both are polled every ``check_every_n_steps`` steps outside a
+window, never on every step. Its traces are ``ondemand_e{E}_s{STEP}.json[.gz]``.
+
+When a window closes, all its cycles are analysed together with :mod:`ocr.perf.trace`: rank zero
+prints the top-k tables and findings and appends one record to ``<run>/perf/profiler.jsonl``
+(schema ``receipt-ocr/profiler-window``), every logger gets a few scalars.
 
 Outside a window nothing is attached: the profiler object is stopped and dropped, and every hook
-returns after one attribute read. Any profiler failure (cannot start, unwritable directory, export
-error) is one :class:`PerfCallbackWarning`; the callback then turns itself off and training goes on.
+returns after an attribute read (plus a counter decrement in on-demand mode). Any profiler failure
+(cannot start, unwritable directory, export error) is one :class:`PerfCallbackWarning`; the
+callback then turns itself off and training goes on. A failure to write ``profiler.jsonl`` is one
+warning too; profiling goes on without the record.
 """
 
 from __future__ import annotations
@@ -35,7 +46,9 @@ from ocr.lightning_modules.callbacks._shared import (
     log_to_loggers,
     normalize_stages,
 )
-from ocr.perf.trace import analyze_trace
+from ocr.perf import triggers
+from ocr.perf.rundir import PERF_DIRNAME, JsonlWriter
+from ocr.perf.trace import analyze_table, load_traces
 from ocr.perf.trace.render import print_analysis
 
 __all__ = ["ProfilerCallback"]
@@ -45,6 +58,20 @@ log = logging.getLogger(__name__)
 # Analyzer stage names (``ocr.perf.trace``) for our metric stage names.
 _ANALYZER_STAGE = {"train": "train", "val": "validation", "test": "test"}
 _ACTIVITIES = {name.lower(): act for name, act in ProfilerActivity.__members__.items()}
+PROFILER_SCHEMA = "receipt-ocr/profiler-window"
+# Alert rules (ocr.perf.alerts) whose requests are recorded with trigger "alert": the engine
+# passes reasons such as "throughput_drop: 31 % below baseline".
+_ALERT_RULES = (
+    "gpu_starvation",
+    "host_memory_leak",
+    "nan_loss",
+    "disk_space",
+    "throughput_drop",
+    "gpu_memory_near_oom",
+    "thermal_throttle",
+    "straggler_rank",
+    "hang",
+)
 
 
 def _nonneg_int(owner: str, name: str, value: Any, minimum: int = 0) -> int:
@@ -53,13 +80,29 @@ def _nonneg_int(owner: str, name: str, value: Any, minimum: int = 0) -> int:
     return value
 
 
+def _trigger_kind(reason: str) -> str:
+    rule = reason.split(":", 1)[0].strip()
+    return "alert" if rule in _ALERT_RULES else "request"
+
+
 class _Window:
     """One open profiling window: the live profiler and the files its cycles wrote."""
 
-    def __init__(self, stage: str, epoch: int, prof: torch.profiler.profile) -> None:
+    def __init__(
+        self,
+        stage: str,
+        epoch: int,
+        prof: torch.profiler.profile,
+        basename: str,
+        trigger: str,
+        reason: str,
+    ) -> None:
         self.stage = stage
         self.epoch = epoch
         self.prof = prof
+        self.basename = basename  # trace file name without cycle, rank and extension
+        self.trigger = trigger  # "epoch" | "file" | "alert" | "request"
+        self.reason = reason
         self.steps = 0
         self.traces: list[Path] = []
         self.error: BaseException | None = None
@@ -97,10 +140,30 @@ class ProfilerCallback(Callback):
         log_top_k_ops: rows in the printed top-k operator tables (default 10).
         stages: which stages to profile, any of ``"train"``, ``"validate"`` (or ``"val"``),
             ``"test"`` (default ``("train",)``). Validation and test traces are named
-            ``val_epoch_{N}`` / ``test_epoch_{N}``.
+            ``val_epoch_{N}`` / ``test_epoch_{N}``. On-demand windows open only in these stages.
+        trigger_file: on-demand trigger: when this file exists, a window (same schedule) opens at
+            the next polled step boundary and the file is removed, so each touch gives one window.
+            A relative path is resolved under ``trainer.default_root_dir`` (the run directory).
+            Default ``None`` (no file polling); the Hydra config sets ``PROFILE_NOW``.
+        profile_on_request: also open a window when
+            :func:`ocr.perf.triggers.take_profile_request` returns a reason (default ``False``).
+        check_every_n_steps: steps (batches of a profiled stage) between two polls of the trigger
+            file and the request, outside windows (default 20; one ``os.stat`` per poll).
+
+    On-demand windows are named ``ondemand_e{E}_s{S}`` (training; ``S`` = ``global_step`` at the
+    trigger) or ``{val,test}_ondemand_e{E}_b{B}`` (``B`` = batch index); a trigger seen while a
+    window is open waits for it to close; a window that ends with its stage's epoch before
+    recording a step is opened again at the next step boundary. Under DDP every rank polls the file
+    at the same step counts and fires once per file (identified by inode and mtime); rank zero
+    removes it when its window closes.
 
     Under DDP every rank profiles itself and the file names get a ``_rank{R}`` suffix; only rank
-    zero prints and logs. Logged after each window (``{stage}`` = ``train``, ``val``, ``test``):
+    zero prints, logs and writes ``<run>/perf/profiler.jsonl`` (one record per window: ``t``,
+    ``stage``, ``epoch``, ``trigger`` (``"epoch"``, ``"file"``, ``"alert"``, ``"request"``),
+    ``reason``, ``steps`` (recorded), ``traces`` (relative to the run directory), ``summary``
+    (``top_cpu_ops``, ``findings``, ``dataloader_time_pct``, ``step_time_ms``)). All cycles of a
+    window (``repeat > 1``) are analysed together. Logged after each window (``{stage}`` =
+    ``train``, ``val``, ``test``):
     ``profiler/{stage}_step_time_ms`` (mean traced step), ``profiler/{stage}_dataloader_pct``,
     ``profiler/{stage}_top_op_self_ms`` (self time per step of the costliest CPU operator).
     """
@@ -124,6 +187,9 @@ class ProfilerCallback(Callback):
         tensorboard: bool = False,
         log_top_k_ops: int = 10,
         stages: Iterable[str] = ("train",),
+        trigger_file: str | os.PathLike[str] | None = None,
+        profile_on_request: bool = False,
+        check_every_n_steps: int = 20,
     ) -> None:
         super().__init__()
         owner = type(self).__name__
@@ -159,6 +225,11 @@ class ProfilerCallback(Callback):
         self.tensorboard = bool(tensorboard)
         self.log_top_k_ops = _nonneg_int(owner, "log_top_k_ops", log_top_k_ops, 1)
         self.stages = normalize_stages(stages, owner)
+        if trigger_file is not None and not str(trigger_file).strip():
+            raise ValueError(f"{owner}: trigger_file is an empty path; use null to disable it")
+        self.trigger_file = Path(trigger_file) if trigger_file is not None else None
+        self.profile_on_request = bool(profile_on_request)
+        self.check_every_n_steps = _nonneg_int(owner, "check_every_n_steps", check_every_n_steps, 1)
 
         self._active = False  # enabled and not failed, for the current run
         self._warned = False
@@ -166,8 +237,22 @@ class ProfilerCallback(Callback):
         self._dir: Path | None = None
         self._rank_suffix = ""
         self._torch_activities: list[ProfilerActivity] = []
+        # on-demand state
+        self._ondemand = False  # polling on (active and a trigger configured)
+        self._countdown = 0  # profiled-stage steps until the next poll
+        self._trigger_path: Path | None = None
+        self._pending: tuple[str, str] | None = None  # (trigger, reason) waiting for a window
+        self._taken_file: tuple[int, int] | None = None  # (inode, mtime_ns) of the last file taken
+        self._unlink_pending = False  # DDP: rank zero removes the taken file at window close
+        self._run_dir: Path | None = None
+        self._jsonl: JsonlWriter | None = None
+        self._is_zero = True
+        self._world_size = 1
+        self._jsonl_warned = False
         #: Trace files written in this run, in order (rank-local).
         self.trace_paths: list[Path] = []
+        #: One dict per closed window of this run (the profiler.jsonl record, on every rank).
+        self.windows: list[dict[str, Any]] = []
 
     # -- configuration -----------------------------------------------------------------------
 
@@ -198,22 +283,45 @@ class ProfilerCallback(Callback):
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         self._warned = False  # one warning per run
+        self._jsonl_warned = False
         self._active = self.enabled and bool(self.stages)
+        self._ondemand = False
+        self._pending = None
+        self._taken_file = None
+        self._unlink_pending = False
         if not self._active:
             return
         try:
+            run_dir = Path(trainer.default_root_dir)
+            self._run_dir = run_dir
             out = self.output_dir
             if not out.is_absolute():
-                out = Path(trainer.default_root_dir) / out
+                out = run_dir / out
             self._dir = out
+            self._world_size = trainer.world_size
+            self._is_zero = trainer.is_global_zero
             self._rank_suffix = f"_rank{trainer.global_rank}" if trainer.world_size > 1 else ""
             self._torch_activities = self._resolve_activities()
+            self._jsonl = (
+                JsonlWriter(run_dir / PERF_DIRNAME / "profiler.jsonl", PROFILER_SCHEMA)
+                if self._is_zero
+                else None
+            )
+            tf = self.trigger_file
+            self._trigger_path = None if tf is None else (tf if tf.is_absolute() else run_dir / tf)
+            self._ondemand = self._trigger_path is not None or self.profile_on_request
+            self._countdown = self.check_every_n_steps
         except Exception as exc:
             self._fail(exc)
 
     def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         self._close(trainer, analyse=True)
+        self._consume_taken_file()
         self._active = False
+        self._ondemand = False
+        self._pending = None
+        if self._jsonl is not None:
+            self._jsonl.close()
 
     def on_exception(
         self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
@@ -224,6 +332,7 @@ class ProfilerCallback(Callback):
     def _fail(self, exc: BaseException) -> None:
         """One warning per run, then off; a live profiler is stopped and dropped."""
         self._active = False
+        self._ondemand = False
         self._discard()
         if not self._warned:
             self._warned = True
@@ -236,12 +345,11 @@ class ProfilerCallback(Callback):
 
     # -- windows -----------------------------------------------------------------------------
 
-    def _trace_path(self, stage: str, epoch: int, cycle: int) -> Path:
+    def _trace_path(self, window: _Window, cycle: int) -> Path:
         assert self._dir is not None
-        prefix = "" if stage == "train" else f"{stage}_"
         suffix = f"_cycle{cycle}" if cycle else ""
         ext = ".json.gz" if self.gzip else ".json"
-        return self._dir / f"{prefix}epoch_{epoch}{suffix}{self._rank_suffix}{ext}"
+        return self._dir / f"{window.basename}{suffix}{self._rank_suffix}{ext}"
 
     def _open(self, trainer: L.Trainer, stage: str) -> None:
         if not self._active or stage not in self.stages:
@@ -252,6 +360,25 @@ class ProfilerCallback(Callback):
         self._close(trainer, analyse=True)  # a window left open (mid-epoch validation)
         if not self._active:
             return
+        prefix = "" if stage == "train" else f"{stage}_"
+        reason = "test stage" if stage == "test" else f"epoch {epoch} in profile_epochs"
+        self._start_window(stage, epoch, f"{prefix}epoch_{epoch}", "epoch", reason)
+
+    def _open_ondemand(self, trainer: L.Trainer, stage: str, batch_idx: int) -> None:
+        assert self._pending is not None
+        trigger, reason = self._pending
+        self._pending = None
+        epoch = trainer.current_epoch
+        if stage == "train":
+            name = f"ondemand_e{epoch}_s{trainer.global_step}"
+        else:
+            name = f"{stage}_ondemand_e{epoch}_b{batch_idx}"
+        log.info("%s: on-demand window (%s: %s)", type(self).__name__, trigger, reason)
+        self._start_window(stage, epoch, name, trigger, reason)
+
+    def _start_window(
+        self, stage: str, epoch: int, basename: str, trigger: str, reason: str
+    ) -> None:
         try:
             assert self._dir is not None
             # Fail before the window, not at export time after it (unwritable / not a directory).
@@ -273,7 +400,7 @@ class ProfilerCallback(Callback):
                 profile_memory=self.profile_memory,
                 with_stack=self.with_stack,
             )
-            self._window = _Window(stage, epoch, prof)
+            self._window = _Window(stage, epoch, prof, basename, trigger, reason)
             prof.start()
         except Exception as exc:
             self._fail(exc)
@@ -285,7 +412,7 @@ class ProfilerCallback(Callback):
         if window is None or window.discarded:
             return
         try:
-            path = self._trace_path(window.stage, window.epoch, len(window.traces))
+            path = self._trace_path(window, len(window.traces))
             prof.export_chrome_trace(str(path))
             window.traces.append(path)
             if self.tensorboard:
@@ -312,6 +439,64 @@ class ProfilerCallback(Callback):
         if self.repeat and window.steps >= total:
             self._close(trainer, analyse=True)
 
+    def _tick(self, trainer: L.Trainer, stage: str, batch_idx: int) -> None:
+        """Outside a window, at a step boundary of a profiled stage: poll every n-th step and open
+        an on-demand window when a trigger is pending."""
+        if stage not in self.stages:
+            return
+        self._countdown -= 1
+        if self._countdown <= 0:
+            self._countdown = self.check_every_n_steps
+            try:
+                self._poll()
+            except Exception as exc:
+                self._fail(exc)
+                return
+        if self._pending is not None:
+            self._open_ondemand(trainer, stage, batch_idx)
+
+    def _poll(self) -> None:
+        if self._pending is not None:
+            return
+        if self.profile_on_request:
+            reason = triggers.take_profile_request()
+            if reason is not None:
+                self._pending = (_trigger_kind(reason), reason)
+                return
+        path = self._trigger_path
+        if path is None:
+            return
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            return
+        identity = (st.st_ino, st.st_mtime_ns)
+        if identity == self._taken_file:
+            return  # DDP: already served, rank zero has not removed it yet
+        self._taken_file = identity
+        self._pending = ("file", f"trigger file {path}")
+        if self._world_size == 1:
+            self._remove_trigger_file()
+        else:
+            # Every rank must see this file at its own poll of the same step: rank zero removes
+            # it only when its window closes.
+            self._unlink_pending = self._is_zero
+
+    def _remove_trigger_file(self) -> None:
+        assert self._trigger_path is not None
+        try:
+            self._trigger_path.unlink()
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            # (inode, mtime) of the file taken keeps it from firing again
+            log.warning("%s: cannot remove %s (%s)", type(self).__name__, self._trigger_path, exc)
+
+    def _consume_taken_file(self) -> None:
+        if self._unlink_pending:
+            self._unlink_pending = False
+            self._remove_trigger_file()
+
     def _release(self) -> _Window | None:
         """Stop and drop the live profiler; the window (with its error, if any) is returned."""
         window = self._window
@@ -335,22 +520,31 @@ class ProfilerCallback(Callback):
         window = self._release()
         if window is None:
             return
+        if window.trigger != "epoch":
+            self._consume_taken_file()
         if window.error is not None:
             self._fail(window.error)
             return
         self.trace_paths.extend(window.traces)
+        if not window.traces:
+            if window.trigger != "epoch" and self._pending is None:
+                # the stage's epoch ended before a step was recorded: open again at the next one
+                self._pending = (window.trigger, window.reason)
+            return
         if not analyse:
             return
         try:
-            for path in window.traces:
-                self._report(trainer, window.stage, path)
-                if not self.export_chrome_trace:
+            self._report(trainer, window)
+            if not self.export_chrome_trace:
+                for path in window.traces:
                     path.unlink()
         except Exception as exc:
             self._fail(exc)
 
-    def _report(self, trainer: L.Trainer, stage: str, path: Path) -> None:
-        report = analyze_trace(path, top_k=self.log_top_k_ops)
+    def _report(self, trainer: L.Trainer, window: _Window) -> None:
+        stage = window.stage
+        # every cycle of the window in one table: the summary covers all of them
+        report = analyze_table(load_traces(window.traces), top_k=self.log_top_k_ops)
         if trainer.is_global_zero:
             print_analysis(report)
         steps = [
@@ -366,16 +560,60 @@ class ProfilerCallback(Callback):
                 per_step if per_step is not None else top[0]["self_ms"]
             )
         log_to_loggers(trainer, metrics)
+        record = {
+            "t": time.time(),
+            "stage": stage,
+            "epoch": window.epoch,
+            "trigger": window.trigger,
+            "reason": window.reason,
+            "steps": int(report["summary"]["n_steps"]),
+            "traces": [self._relative(p) for p in window.traces]
+            if self.export_chrome_trace
+            else [],
+            "summary": {
+                "top_cpu_ops": report["top_cpu_ops"],
+                "findings": report["findings"],
+                "dataloader_time_pct": report["dataloader_time_pct"],
+                "step_time_ms": metrics.get(f"profiler/{stage}_step_time_ms"),
+            },
+        }
+        self.windows.append(record)
+        self._write_record(record)
         log.info(
-            "%s: %s trace %s: %d steps, mean %.3f ms, data loading %.1f%%, %d findings",
+            "%s: %s window %s (%d trace(s)): %d steps, mean %.3f ms, data loading %.1f%%, "
+            "%d findings",
             type(self).__name__,
             stage,
-            path,
+            window.basename,
+            len(window.traces),
             len(steps),
             metrics.get(f"profiler/{stage}_step_time_ms", float("nan")),
             metrics[f"profiler/{stage}_dataloader_pct"],
             len(report["findings"]),
         )
+
+    def _relative(self, path: Path) -> str:
+        assert self._run_dir is not None
+        try:
+            return path.relative_to(self._run_dir).as_posix()
+        except ValueError:
+            return str(path)  # output_dir outside the run directory
+
+    def _write_record(self, record: dict[str, Any]) -> None:
+        if self._jsonl is None:
+            return
+        try:
+            self._jsonl.write(record)
+        except OSError as exc:
+            self._jsonl = None
+            if not self._jsonl_warned:
+                self._jsonl_warned = True
+                warnings.warn(
+                    f"{type(self).__name__}: cannot write the profiler record "
+                    f"({type(exc).__name__}: {exc}); traces are still written",
+                    PerfCallbackWarning,
+                    stacklevel=2,
+                )
 
     # -- hooks -------------------------------------------------------------------------------
 
@@ -393,6 +631,8 @@ class ProfilerCallback(Callback):
     ) -> None:
         if self._window is not None:
             self._step(trainer, "train")
+        elif self._ondemand:
+            self._tick(trainer, "train", batch_idx)
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if self._window is not None:
@@ -417,6 +657,8 @@ class ProfilerCallback(Callback):
     ) -> None:
         if self._window is not None:
             self._step(trainer, "val")
+        elif self._ondemand and not trainer.sanity_checking:
+            self._tick(trainer, "val", batch_idx)
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if self._window is not None:
@@ -437,6 +679,8 @@ class ProfilerCallback(Callback):
     ) -> None:
         if self._window is not None:
             self._step(trainer, "test")
+        elif self._ondemand:
+            self._tick(trainer, "test", batch_idx)
 
     def on_test_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if self._window is not None:

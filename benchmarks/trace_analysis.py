@@ -1,0 +1,460 @@
+"""Trace analysis speed and memory, side by side: ``ocr.perf.trace.analyze_trace`` vs plain
+``json.load`` vs Holistic Trace Analysis (HTA), plus ProfilerCallback's cost outside its windows.
+
+Inputs, all analysed in the same run:
+
+* ``cpu-30MB``: generated here. A real torch.profiler trace of a small CNN trained on the CPU
+  (shapes and memory recorded, DataLoader + SGD, 3 active steps) is recorded first; its step
+  events are then replicated (shifted in time, ``ProfilerStep#N``, correlation and flow ids
+  renumbered) until the file reaches ``--size-mb``. So the schema and the event mix are exactly
+  those of torch 2.13 on this machine; only the number of steps is synthetic.
+* ``gpu-2021`` / ``gpu-2024``: the real GPU traces of ``../shared/fixtures/traces`` (gunzipped into
+  a temporary directory; everyone reads the same plain ``.json``).
+
+Every tool runs in a fresh subprocess per input: peak memory is the increase of the process's
+peak RSS (``VmHWM`` over ``VmRSS`` after the imports) during the first run (a tool that used
+worker processes is flagged: their memory is not counted); times are wall seconds of ``--reps``
+runs (min and median; file cache warm). ``ours`` is
+``analyze_trace`` end to end (read, decode, columns, every analysis and finding). ``json.load``
+only decodes. HTA runs with ``--hta-python`` (its own virtualenv: it pulls pandas, jupyterlab, ...
+and is no dependency of ours): ``TraceAnalysis(trace_dir=...)`` (load and parse) plus
+``get_temporal_breakdown()``; a failure is reported as such.
+
+Then the callback overhead: a tight Lightning loop on a tiny model with no callback, with
+``ProfilerCallback(profile_epochs=[99])`` (never inside a window) and with on-demand polling on as
+well, interleaved over ``--overhead-reps`` repetitions; µs per steady-state step, min and median.
+
+Prints figures only; never passes or fails on a time.
+
+    python benchmarks/trace_analysis.py [--hta-python /work/hta-venv/bin/python] [--json OUT]
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import gzip
+import json
+import os
+import platform
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+FIXTURES = REPO.parent / "shared" / "fixtures" / "traces"
+GOAL_S, GOAL_HTA_RATIO, GOAL_MEM_RATIO = 0.5, 10.0, 3.0
+
+# Run in a fresh interpreter (ours / json.load: this one; HTA: --hta-python). Prints one JSON line.
+_WORKER = r"""
+import json, os, resource, statistics, sys, time
+
+def status_mb(field):
+    # VmHWM is this process image's own peak RSS (ru_maxrss survives exec: it would include the
+    # parent's RSS at fork)
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) / 1024
+    raise RuntimeError(field + " not in /proc/self/status")
+
+def rss_mb():
+    return status_mb("VmRSS")
+
+def peak_mb():
+    return status_mb("VmHWM")
+
+tool, path, reps = sys.argv[1], sys.argv[2], int(sys.argv[3])
+try:
+    if tool == "ours":
+        sys.path.insert(0, sys.argv[4])
+        from ocr.perf.trace import analyze_trace
+        def run():
+            analyze_trace(path)
+    elif tool == "json":
+        def run():
+            with open(path, "rb") as fh:
+                json.load(fh)
+    else:
+        import logging, warnings
+        warnings.filterwarnings("ignore")
+        logging.disable(logging.WARNING)
+        from hta.trace_analysis import TraceAnalysis
+        def run():
+            analyzer = TraceAnalysis(trace_dir=path)
+            analyzer.get_temporal_breakdown(visualize=False)
+except ImportError as exc:
+    print(json.dumps({"status": "not installed", "error": str(exc)}))
+    sys.exit(0)
+base = rss_mb()
+times = []
+try:
+    for i in range(reps):
+        t0 = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - t0)
+        if i == 0:
+            peak = peak_mb() - base
+except Exception as exc:
+    msg = f"{type(exc).__name__}: {exc}".replace("\n", " ")[:300]
+    print(json.dumps({"status": "failed", "error": msg}))
+    sys.exit(0)
+children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_utime > 0
+print(json.dumps({"status": "ok", "min_s": min(times), "median_s": statistics.median(times),
+                  "peak_mb": peak, "subprocesses": children}))
+"""
+
+
+# -- the generated trace ----------------------------------------------------------------------
+
+
+def record_cpu_trace(path: Path) -> None:
+    """A real torch.profiler trace: a small CNN trained on the CPU for 3 active steps."""
+    import warnings
+
+    import torch
+    from torch.profiler import ProfilerActivity, profile, schedule
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 16, 3, padding=1),
+        torch.nn.ReLU(),
+        torch.nn.Conv2d(16, 16, 3, padding=1),
+        torch.nn.ReLU(),
+        torch.nn.AdaptiveAvgPool2d(4),
+        torch.nn.Flatten(),
+        torch.nn.Linear(16 * 16, 4),
+    )
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    data = torch.utils.data.TensorDataset(torch.randn(64, 3, 32, 32), torch.randint(0, 4, (64,)))
+    loader = torch.utils.data.DataLoader(data, batch_size=8)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        with profile(
+            activities=[ProfilerActivity.CPU],
+            schedule=schedule(wait=0, warmup=1, active=3, repeat=1),
+            record_shapes=True,
+            profile_memory=True,
+            on_trace_ready=lambda p: p.export_chrome_trace(str(path)),
+        ) as prof:
+            for x, y in loader:
+                loss = torch.nn.functional.cross_entropy(model(x), y)
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+                prof.step()
+
+
+_STEP = re.compile(r"^ProfilerStep#(\d+)$")
+
+
+def replicate(src: Path, dst: Path, target_mb: float) -> int:
+    """Write ``src`` with its timed events repeated until ``dst`` is about ``target_mb``; returns
+    the number of copies. Copies are shifted by the recorded span, ``ProfilerStep`` numbers,
+    ``correlation`` / ``External id`` and flow ``id`` are offset so that every copy is new work."""
+    doc = json.loads(src.read_text())
+    events = doc["traceEvents"]
+    timed: list[dict[str, Any]] = []
+    fixed: list[dict[str, Any]] = []  # metadata: written once
+    for e in events:
+        is_timed = e.get("ph") != "M" and isinstance(e.get("ts"), int | float)
+        (timed if is_timed else fixed).append(e)
+    t_lo = min(e["ts"] for e in timed)
+    t_hi = max(e["ts"] + e.get("dur", 0) for e in timed)
+    period = (t_hi - t_lo) * 1.02
+    steps = [int(m.group(1)) for e in timed if (m := _STEP.match(str(e.get("name", ""))))]
+    n_steps = max(steps) - min(steps) + 1 if steps else 0
+    ids = [e.get("id", 0) for e in timed if isinstance(e.get("id"), int)]
+    id_span = max(ids, default=0) + 1
+    corr = [
+        e["args"].get(k, 0)
+        for e in timed
+        if isinstance(e.get("args"), dict)
+        for k in ("correlation", "External id")
+    ]
+    corr_span = max((c for c in corr if isinstance(c, int)), default=0) + 1
+    one_copy = len(json.dumps(timed))
+    copies = max(1, round(target_mb * 2**20 / one_copy))
+    out: list[dict[str, Any]] = list(fixed)
+    for k in range(copies):
+        for e in timed:
+            c = copy.copy(e)
+            c["ts"] = e["ts"] + k * period
+            m = _STEP.match(str(e.get("name", "")))
+            if m and k:
+                c["name"] = f"ProfilerStep#{int(m.group(1)) + k * n_steps}"
+            if isinstance(e.get("id"), int):
+                c["id"] = e["id"] + k * id_span
+            args = e.get("args")
+            if isinstance(args, dict) and ("correlation" in args or "External id" in args):
+                c["args"] = dict(args)
+                for key in ("correlation", "External id"):
+                    if isinstance(args.get(key), int):
+                        c["args"][key] = args[key] + k * corr_span
+            out.append(c)
+    doc["traceEvents"] = out
+    # torch writes one event per line; json.dumps' default separators are as wordy as torch's
+    with open(dst, "w") as fh:
+        json.dump(doc, fh)
+    return copies
+
+
+# -- measurement ------------------------------------------------------------------------------
+
+
+def run_tool(python: str, tool: str, path: Path, reps: int) -> dict[str, Any]:
+    target = path if tool != "hta" else path.parent  # HTA reads a trace directory
+    cmd = [python, "-c", _WORKER, tool, str(target), str(reps), str(REPO)]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return {"status": "failed", "error": f"{type(exc).__name__}: {exc}"}
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    if not lines:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
+        return {"status": "failed", "error": f"exit {proc.returncode}: {tail[0][:300]}"}
+    return dict(json.loads(lines[-1]))
+
+
+def callback_overhead(steps: int, reps: int) -> dict[str, dict[str, float]]:
+    """µs per steady-state training step: no callback vs ProfilerCallback outside its window."""
+    import logging
+    import warnings
+
+    import lightning as L
+    import torch
+    from lightning.pytorch.callbacks import Callback
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from ocr.lightning_modules.callbacks import ProfilerCallback
+
+    warnings.filterwarnings("ignore")
+    logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
+    warmup = 100
+
+    class Clock(Callback):
+        def on_train_batch_start(self, trainer: L.Trainer, *args: Any) -> None:
+            if trainer.global_step == warmup:
+                self.t0 = time.perf_counter_ns()
+
+        def on_train_epoch_end(self, trainer: L.Trainer, *args: Any) -> None:
+            self.us = (time.perf_counter_ns() - self.t0) / (trainer.global_step - warmup) / 1e3
+
+    class Tiny(L.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = torch.nn.Linear(32, 1)
+
+        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+            x, y = batch
+            return torch.nn.functional.mse_loss(self.net(x), y)
+
+        def configure_optimizers(self) -> torch.optim.Optimizer:
+            return torch.optim.SGD(self.parameters(), lr=1e-3)
+
+    configs: dict[str, Any] = {
+        "no callback": lambda: [],
+        "an empty Callback": lambda: [Callback()],  # Lightning's own per-hook dispatch cost
+        "ProfilerCallback, epochs=[99]": lambda: [ProfilerCallback(profile_epochs=[99])],
+        "  + on-demand polling": lambda: [
+            ProfilerCallback(
+                profile_epochs=[99], trigger_file="PROFILE_NOW", profile_on_request=True
+            )
+        ],
+    }
+    n = (steps + warmup) * 8
+    data = TensorDataset(torch.randn(n, 32), torch.randn(n, 1))
+    results: dict[str, list[float]] = {name: [] for name in configs}
+    torch.set_num_threads(1)
+    with tempfile.TemporaryDirectory() as root:
+        for _ in range(reps):
+            for name, make in configs.items():
+                clock = Clock()
+                trainer = L.Trainer(
+                    default_root_dir=root,
+                    accelerator="cpu",
+                    devices=1,
+                    max_epochs=1,
+                    logger=False,
+                    callbacks=[clock, *make()],
+                    enable_progress_bar=False,
+                    enable_model_summary=False,
+                    enable_checkpointing=False,
+                    num_sanity_val_steps=0,
+                    limit_val_batches=0,
+                )
+                trainer.fit(Tiny(), DataLoader(data, batch_size=8))
+                results[name].append(clock.us)
+    return {
+        name: {"min_us": min(v), "median_us": statistics.median(v)} for name, v in results.items()
+    }
+
+
+# -- main ---------------------------------------------------------------------------------------
+
+
+def analysis_table(
+    args: argparse.Namespace, rows: list[dict[str, Any]], figures: dict[str, float | None]
+) -> None:
+    """Generate the CPU trace, run every tool on every input, print the table (fills ``rows``
+    and ``figures``)."""
+    hta_missing = False
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        inputs: dict[str, Path] = {}
+        (work / "cpu").mkdir()
+        record_cpu_trace(work / "recorded.json")
+        copies = replicate(work / "recorded.json", work / "cpu" / "cpu_rank0.json", args.size_mb)
+        inputs["cpu-30MB"] = work / "cpu" / "cpu_rank0.json"
+        print(
+            f"generated {inputs['cpu-30MB'].stat().st_size / 2**20:.1f} MB: a real CPU trace "
+            f"({(work / 'recorded.json').stat().st_size / 2**20:.2f} MB, 3 steps) x {copies}"
+        )
+        for label, name in (
+            ("gpu-2021", "gpu_resnet50_2021.pt.trace.json.gz"),
+            ("gpu-2024", "gpu_ns_resolution_2024.pt.trace.json.gz"),
+        ):
+            if (FIXTURES / name).exists():
+                (work / label).mkdir()
+                dst = work / label / name.removesuffix(".gz")
+                with gzip.open(FIXTURES / name, "rb") as src, open(dst, "wb") as out:
+                    shutil.copyfileobj(src, out)
+                inputs[label] = dst
+
+        for label, path in inputs.items():
+            size_mb = path.stat().st_size / 2**20
+            results = {
+                "ours": run_tool(sys.executable, "ours", path, args.reps),
+                "json.load": run_tool(sys.executable, "json", path, args.reps),
+                "HTA": run_tool(args.hta_python, "hta", path, args.hta_reps),
+            }
+            hta_missing |= results["HTA"]["status"] == "not installed"
+            ours = results["ours"].get("min_s")
+            for tool, r in results.items():
+                ok = r["status"] == "ok"
+                status = r["status"] if ok else f"{r['status']}: {r.get('error', '')}"
+                if r.get("subprocesses"):
+                    status += " (used subprocesses: their memory not counted)"
+                row = {
+                    "trace": label,
+                    "mb": size_mb,
+                    "tool": tool,
+                    "status": status,
+                    "min_s": r.get("min_s"),
+                    "median_s": r.get("median_s"),
+                    "peak_mb": r.get("peak_mb"),
+                    "peak_x_file": r["peak_mb"] / size_mb if ok else None,
+                    "x_ours": r["min_s"] / ours if ok and ours else None,
+                }
+                rows.append(row)
+                key = f"{label}_{tool.replace('.', '_').lower()}"
+                figures[f"{key}_min_s"] = r.get("min_s")
+                figures[f"{key}_peak_mb"] = r.get("peak_mb")
+                if tool != "ours":
+                    figures[f"{key}_x_ours"] = r["min_s"] / ours if ok and ours else None
+            figures[f"{label}_mb"] = size_mb
+
+    def f(v: float | None, fmt: str) -> str:
+        return "-" if v is None else format(v, fmt)
+
+    print(
+        f"\n{'trace':9} {'MB':>5} {'tool':10} {'min s':>7} {'median s':>9} {'peak MB':>8} "
+        f"{'peak/file':>9} {'x ours':>7}  status"
+    )
+    for r in rows:
+        print(
+            f"{r['trace']:9} {r['mb']:5.1f} {r['tool']:10} {f(r['min_s'], '7.3f')} "
+            f"{f(r['median_s'], '9.3f')} {f(r['peak_mb'], '8.1f')} {f(r['peak_x_file'], '9.2f')} "
+            f"{f(r['x_ours'], '7.1f')}  {r['status']}"
+        )
+    if hta_missing:
+        print(
+            "\nHTA is not importable by --hta-python. Install it in a separate virtualenv "
+            "(it pulls pandas, plotly, jupyterlab; never into this project's):\n"
+            "  python -m venv /work/hta-venv && /work/hta-venv/bin/pip install "
+            "HolisticTraceAnalysis\n"
+            "  python benchmarks/trace_analysis.py --hta-python /work/hta-venv/bin/python"
+        )
+    print(
+        f"\ngoals: ours <= {GOAL_S} s per ~30 MB, >= {GOAL_HTA_RATIO:.0f}x faster than HTA, "
+        f"peak <= {GOAL_MEM_RATIO:.0f}x the file size"
+    )
+    for r in rows:
+        if r["tool"] == "ours" and r["min_s"] is not None:
+            hta = next(x for x in rows if x["trace"] == r["trace"] and x["tool"] == "HTA")
+            vs_hta = (
+                f"HTA {hta['x_ours']:.1f}x slower"
+                if hta["x_ours"]
+                else f"HTA n/a ({hta['status'][:70]})"
+            )
+            print(
+                f"  {r['trace']:9} {r['min_s']:.3f} s, peak {r['peak_x_file']:.2f}x file, {vs_hta}"
+            )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--hta-python", default=sys.executable, help="interpreter with HTA")
+    parser.add_argument("--size-mb", type=float, default=30.0, help="generated trace size")
+    parser.add_argument("--reps", type=int, default=5, help="runs of ours and json.load")
+    parser.add_argument("--hta-reps", type=int, default=2)
+    parser.add_argument("--overhead-steps", type=int, default=2000)
+    parser.add_argument("--overhead-reps", type=int, default=5)
+    parser.add_argument("--skip-overhead", action="store_true")
+    parser.add_argument("--only-overhead", action="store_true", help="skip the trace analysis")
+    parser.add_argument("--json", type=Path, help="write the figures as a receipt-ocr/bench file")
+    args = parser.parse_args()
+
+    rows: list[dict[str, Any]] = []
+    figures: dict[str, float | None] = {}
+    if not args.only_overhead:
+        analysis_table(args, rows, figures)
+
+    if not args.skip_overhead:
+        over = callback_overhead(args.overhead_steps, args.overhead_reps)
+        base = over["no callback"]
+        print(
+            f"\nProfilerCallback outside its windows: tiny model, {args.overhead_steps} steps x "
+            f"{args.overhead_reps} reps (interleaved)"
+        )
+        print(f"{'configuration':32} {'min us/step':>12} {'added':>7} {'median':>8} {'added':>7}")
+        for name, v in over.items():
+            print(
+                f"{name:32} {v['min_us']:12.1f} {v['min_us'] - base['min_us']:7.1f} "
+                f"{v['median_us']:8.1f} {v['median_us'] - base['median_us']:7.1f}"
+            )
+            key = re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_")
+            figures[f"overhead_{key}_min_us"] = v["min_us"]
+            figures[f"overhead_{key}_median_us"] = v["median_us"]
+
+    if args.json:
+        import torch
+
+        bench = {
+            "schema": "receipt-ocr/bench",
+            "v": 1,
+            "name": "trace_analysis",
+            "t": time.time(),
+            "machine": {
+                "hostname": platform.node(),
+                "platform": platform.platform(),
+                "python": platform.python_version(),
+                "cpu_count": os.cpu_count(),
+                "torch": torch.__version__,
+            },
+            "figures": figures,
+            "rows": rows,
+        }
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(bench, indent=2))
+        print(f"\nwrote {args.json}")
+
+
+if __name__ == "__main__":
+    main()
