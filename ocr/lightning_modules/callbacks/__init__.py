@@ -2,6 +2,12 @@
 
 from ocr.lightning_modules.callbacks.performance_profiler import PerformanceProfilerCallback
 from ocr.lightning_modules.callbacks.profiler_callback import ProfilerCallback
+from ocr.lightning_modules.callbacks.resource_monitor import ResourceMonitorCallback
 from ocr.lightning_modules.callbacks.throughput_monitor import ThroughputMonitorCallback
 
-__all__ = ["PerformanceProfilerCallback", "ProfilerCallback", "ThroughputMonitorCallback"]
+__all__ = [
+    "PerformanceProfilerCallback",
+    "ProfilerCallback",
+    "ResourceMonitorCallback",
+    "ThroughputMonitorCallback",
+]

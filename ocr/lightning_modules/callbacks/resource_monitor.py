@@ -1,0 +1,464 @@
+"""Host, worker, disk, network and GPU resources while training, with alerts that do not storm."""
+
+from __future__ import annotations
+
+import math
+import os
+import statistics
+import threading
+import time
+import warnings
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import torch
+from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.utilities import rank_zero_info
+from rich.console import Console
+from rich.table import Table
+
+from ocr.lightning_modules.callbacks._shared import log_to_loggers
+from ocr.perf.alerts import AlertEngine, AlertSink, JsonlSink, LogSink, WandbSink, build_rules
+from ocr.perf.resources import (
+    RESOURCE_SAMPLE_SCHEMA,
+    ResourceMonitor,
+    ResourceMonitorWarning,
+    ResourceSampler,
+    StepSignals,
+)
+from ocr.perf.rundir import PERF_DIRNAME, JsonlWriter
+
+__all__ = ["ResourceMonitorCallback"]
+
+# Figures of the printed summary, in this order (when sampled), then every GPU's.
+_SUMMARY_ROWS = (
+    "process_cpu_percent",
+    "process_rss_gb",
+    "process_tree_memory_gb",
+    "workers_count",
+    "workers_cpu_percent",
+    "workers_uss_gb",
+    "system_cpu_percent",
+    "iowait_percent",
+    "system_memory_percent",
+    "disk_read_mb_s",
+    "disk_write_mb_s",
+    "net_recv_mb_s",
+    "net_sent_mb_s",
+    "io_read_mb_s",
+    "data_wait_share",
+    "train_steps_per_s",
+    "checkpoint_dir_free_gb",
+    "cuda_max_reserved_gb",
+)
+
+
+def _device_selection(trainer: L.Trainer) -> tuple[list[str] | None, int | None]:
+    """(UUIDs of the GPUs this rank uses, torch device index) for the sampler. A CUDA rank: its
+    own device. Otherwise every device torch sees (``CUDA_VISIBLE_DEVICES`` applied), or
+    ``None`` (all NVML devices) when this torch has no CUDA."""
+    root = trainer.strategy.root_device
+    if root.type == "cuda":
+        index = root.index if root.index is not None else torch.cuda.current_device()
+        return [str(torch.cuda.get_device_properties(index).uuid)], index
+    if torch.cuda.is_available():
+        count = torch.cuda.device_count()
+        return [str(torch.cuda.get_device_properties(i).uuid) for i in range(count)], None
+    return None, None
+
+
+def _checkpoint_bytes(trainer: L.Trainer, pl_module: L.LightningModule, folder: Path) -> float:
+    """Estimated size of the next checkpoint: parameters, buffers and optimizer state, or the
+    newest ``*.ckpt`` in ``folder`` when larger (it also holds callbacks' and loops' state)."""
+    total = sum(t.numel() * t.element_size() for t in pl_module.parameters())
+    total += sum(t.numel() * t.element_size() for t in pl_module.buffers())
+    for optimizer in trainer.optimizers:
+        for state in optimizer.state.values():
+            for value in state.values():
+                if isinstance(value, torch.Tensor):
+                    total += value.numel() * value.element_size()
+    newest = 0
+    if folder.is_dir():
+        with os.scandir(folder) as entries:
+            stats = [e.stat() for e in entries if e.name.endswith(".ckpt") and e.is_file()]
+        if stats:
+            newest = max(stats, key=lambda st: st.st_mtime).st_size
+    return float(max(total, newest))
+
+
+class ResourceMonitorCallback(Callback):
+    """Samples host, DataLoader-worker, disk, network and GPU resources on a background thread
+    during ``fit``, logs them, and raises alerts that fire once with evidence and resolve.
+
+    The sampler thread (daemon, ``ocr-resource-monitor``) starts at ``on_fit_start`` and is
+    stopped and joined at the end of fit, on an exception (``on_exception``, which Lightning
+    also calls for ``KeyboardInterrupt``) and at ``teardown``. The training hooks only stamp
+    ``perf_counter_ns`` and counters (a few attribute writes per step); sampling, the rules and
+    file writes run on the thread. Metrics reach ``trainer.loggers`` (rank zero) from the
+    training thread at the next batch end after each logging interval: loggers are not
+    thread-safe. An internal error is one warning and the monitor turns off; training goes on.
+    It watches ``fit`` (a ``validate`` or ``test`` run on its own is not sampled). The alert
+    rules, their thresholds and defaults: ``ocr.perf.alerts`` and
+    ``configs/callbacks/resource_monitor.yaml``.
+
+    Metrics (``resources/<name>``; all names and meanings in ``ocr.perf.resources.METRIC_DOCS``):
+    ``process_cpu_percent``, ``process_rss_gb``, ``process_uss_gb``, ``process_pss_gb``,
+    ``process_threads``, ``process_open_fds``, ``process_tree_memory_gb``, ``workers_count``,
+    ``workers_cpu_percent``, ``workers_rss_gb``, ``workers_uss_gb``, ``workers_pss_gb``,
+    ``system_cpu_percent``, ``iowait_percent``, ``system_memory_percent``,
+    ``memory_available_gb``, ``memory_limit_gb``, ``disk_read_mb_s``, ``disk_write_mb_s``,
+    ``net_recv_mb_s``, ``net_sent_mb_s``, ``checkpoint_dir_free_gb``, ``io_read_mb_s``,
+    ``io_write_mb_s``, ``io_storage_read_mb_s``, ``io_{train,val,test,idle}_{read,write}_mb``
+    (per-phase I/O totals of the main process and workers), per GPU ``gpu{i}_util_percent``,
+    ``gpu{i}_memory_util_percent``, ``gpu{i}_memory_used_gb``, ``gpu{i}_memory_total_gb``,
+    ``gpu{i}_power_w``, ``gpu{i}_power_limit_w``, ``gpu{i}_temperature_c``,
+    ``gpu{i}_sm_clock_mhz``, ``gpu{i}_throttle_reasons``, ``gpu{i}_throttle_thermal``,
+    ``gpu{i}_throttle_power`` (``i`` numbers this rank's own devices), torch allocator
+    ``cuda_allocated_gb``, ``cuda_reserved_gb``, ``cuda_max_reserved_gb``, ``cuda_total_gb``,
+    ``cuda_alloc_retries``, ``cuda_ooms``, and training signals ``data_wait_share``,
+    ``train_steps_per_s``, ``step_time_median_s``, ``last_step_age_s``, ``loss_nonfinite``.
+    Rates, percentages and shares are averaged over the logging interval; gauges and totals are
+    the interval's last value. At fit end: ``resources/<name>_mean`` / ``_max`` over the run,
+    ``resources/samples`` and ``alerts/fired``, logged, written and printed.
+
+    Files (``<trainer.default_root_dir>/perf/``): ``resources.jsonl`` (rank zero; one
+    ``receipt-ocr/resource-sample`` line per logging interval and a closing
+    ``receipt-ocr/resource-summary``), ``alerts.jsonl`` (``receipt-ocr/alert`` events: rank
+    zero's, plus other ranks' per-rank rules with their rank).
+
+    Data wait (starvation rule) is measured here, not taken from the step-time recorder: the
+    time between a training batch's end and the next one's start over the step period (an
+    upper bound: other callbacks' batch hooks fall in the gap too), so the rule works with or
+    without the performance callbacks. DDP: every rank samples its own processes and device;
+    ``straggler_rank`` compares ranks' mean step time from one ``all_gather`` per training
+    epoch (every rank enters it at ``on_train_epoch_end``).
+
+    Args:
+        enabled: monitor at all; ``False`` makes every hook return at once. Default ``True``.
+        interval_s: seconds between samples. Default ``1.0``.
+        log_interval_s: seconds between logged / written records, independent of
+            ``interval_s``. Default ``10.0``.
+        rate_window_s: window of ``data_wait_share`` and ``train_steps_per_s``, seconds of
+            training. Default ``10.0``.
+        checkpoint_dir: folder whose free space is watched; default the checkpoint callback's
+            ``dirpath``, else ``trainer.default_root_dir``.
+        worker_refresh_s: seconds between scans for DataLoader worker processes. Default
+            ``5.0``.
+        memory_detail_s: seconds between USS/PSS reads (~3 ms per process); ``0``: RSS only.
+            Default ``5.0``.
+        alerts: evaluate the alert rules. Default ``True``.
+        rules: per-rule settings, rule name -> {setting: value} (``enabled``, ``hold_s``,
+            ``cooldown_s`` and each rule's thresholds; see ``ocr.perf.alerts``). Default: the
+            rules' defaults.
+        wandb_alerts: also send events with ``wandb.alert`` when a wandb run is active.
+            Default ``True``.
+        profile_on_throughput_drop: a ``throughput_drop`` firing requests a profiler window
+            (``ProfilerCallback`` in on-demand mode takes it). Default ``False``.
+        print_summary: print the run's resource summary at fit end (rank zero). Default
+            ``True``.
+    """
+
+    def __init__(
+        self,
+        enabled: bool = True,
+        interval_s: float = 1.0,
+        log_interval_s: float = 10.0,
+        rate_window_s: float = 10.0,
+        checkpoint_dir: str | None = None,
+        worker_refresh_s: float = 5.0,
+        memory_detail_s: float = 5.0,
+        alerts: bool = True,
+        rules: Mapping[str, Mapping[str, Any] | None] | None = None,
+        wandb_alerts: bool = True,
+        profile_on_throughput_drop: bool = False,
+        print_summary: bool = True,
+    ) -> None:
+        super().__init__()
+        name = type(self).__name__
+        for label, value in (
+            ("interval_s", interval_s),
+            ("log_interval_s", log_interval_s),
+            ("rate_window_s", rate_window_s),
+            ("worker_refresh_s", worker_refresh_s),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+                raise ValueError(f"{name}: {label} must be a number > 0 (seconds), got {value!r}")
+        if isinstance(memory_detail_s, bool) or not memory_detail_s >= 0:
+            raise ValueError(
+                f"{name}: memory_detail_s must be >= 0 seconds, got {memory_detail_s!r}"
+            )
+        self.enabled = bool(enabled)
+        self.interval_s = float(interval_s)
+        self.log_interval_s = float(log_interval_s)
+        self.rate_window_s = float(rate_window_s)
+        self.checkpoint_dir = checkpoint_dir
+        self.worker_refresh_s = float(worker_refresh_s)
+        self.memory_detail_s = float(memory_detail_s)
+        self.alerts = bool(alerts)
+        # Plain dicts (Hydra passes DictConfig); validated now so a typo fails before training.
+        self.rules = {str(k): dict(v or {}) for k, v in (rules or {}).items()}
+        build_rules(self.rules)
+        self.wandb_alerts = bool(wandb_alerts)
+        self.profile_on_throughput_drop = bool(profile_on_throughput_drop)
+        self.print_summary = bool(print_summary)
+        self.monitor: ResourceMonitor | None = None
+        self.summary: dict[str, float] = {}
+        self._signals: StepSignals | None = None
+        self._epoch_mark = (0, 0)  # (train ns, steps) at the last epoch gather
+        self._ckpt_dir = Path(".")
+
+    # -- life cycle ----------------------------------------------------------------------------
+
+    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if not self.enabled:
+            return
+        self.summary = {}
+        try:
+            self._start(trainer, pl_module)
+        except Exception as exc:
+            self._off(exc)
+
+    def _start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        perf_dir = Path(trainer.default_root_dir) / PERF_DIRNAME
+        ckpt = getattr(trainer.checkpoint_callback, "dirpath", None)
+        self._ckpt_dir = Path(self.checkpoint_dir or ckpt or trainer.default_root_dir)
+        uuids, cuda_index = _device_selection(trainer)
+        sampler = ResourceSampler(
+            checkpoint_dir=self._ckpt_dir,
+            device_uuids=uuids,
+            cuda_device=cuda_index,
+            worker_refresh_s=self.worker_refresh_s,
+            memory_detail_s=self.memory_detail_s,
+        )
+        zero = trainer.is_global_zero
+        engine = None
+        if self.alerts:
+            sinks: list[AlertSink] = [LogSink(), JsonlSink(perf_dir / "alerts.jsonl")]
+            if self.wandb_alerts and zero:
+                sinks.append(WandbSink())
+            engine = AlertEngine(
+                build_rules(self.rules),
+                sinks,
+                rank=trainer.global_rank,
+                all_rules=zero,
+                profile_on_throughput_drop=self.profile_on_throughput_drop,
+            )
+        signals = StepSignals()
+        signals.checkpoint_bytes = _checkpoint_bytes(trainer, pl_module, self._ckpt_dir)
+        monitor = ResourceMonitor(
+            sampler,
+            signals,
+            engine=engine,
+            writer=JsonlWriter(perf_dir / "resources.jsonl", RESOURCE_SAMPLE_SCHEMA)
+            if zero
+            else None,
+            interval_s=self.interval_s,
+            log_interval_s=self.log_interval_s,
+            rate_window_s=self.rate_window_s,
+            rank=trainer.global_rank,
+            context=lambda: (trainer.global_step, trainer.current_epoch),
+            main_thread_ident=threading.get_ident(),
+        )
+        self._epoch_mark = (0, 0)
+        self._signals, self.monitor = signals, monitor
+        if sampler.status.get("gpu", "").startswith("unavailable"):
+            rank_zero_info(f"ResourceMonitorCallback: gpu: {sampler.status['gpu']}")
+        monitor.start()
+
+    def _off(self, exc: BaseException) -> None:
+        """Own failure: one warning, then no more work for the run."""
+        warnings.warn(
+            f"ResourceMonitorCallback failed and is off for the rest of this run "
+            f"({type(exc).__name__}: {exc})",
+            ResourceMonitorWarning,
+            stacklevel=2,
+        )
+        monitor = self._stop()
+        if monitor is not None:
+            monitor.close()
+
+    def _stop(self) -> ResourceMonitor | None:
+        """Stop and join the sampler thread (idempotent); returns the monitor it stopped."""
+        monitor, self.monitor = self.monitor, None
+        self._signals = None
+        if monitor is not None:
+            monitor.stop()
+        return monitor
+
+    def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._finish(trainer, normal=True)
+
+    def on_exception(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
+    ) -> None:
+        self._finish(trainer, normal=False)
+
+    def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        self._finish(trainer, normal=False)
+
+    def _finish(self, trainer: L.Trainer, normal: bool) -> None:
+        monitor = self._stop()
+        if monitor is None:
+            return
+        try:
+            if normal and not monitor.failed:
+                monitor.signals.set_phase("idle")
+                monitor.tick()  # a run shorter than one interval is still sampled and judged
+            monitor.flush_interval()
+            if normal:
+                self._log_pending(trainer, monitor)
+            self.summary = monitor.write_summary()
+            if normal:
+                log_to_loggers(trainer, self.summary)
+                if self.print_summary and trainer.is_global_zero:
+                    self._print(monitor)
+        except Exception as exc:
+            warnings.warn(
+                f"ResourceMonitorCallback: the end-of-fit summary failed "
+                f"({type(exc).__name__}: {exc})",
+                ResourceMonitorWarning,
+                stacklevel=2,
+            )
+        finally:
+            monitor.close()
+
+    @staticmethod
+    def _log_pending(trainer: L.Trainer, monitor: ResourceMonitor) -> None:
+        pending = monitor.take_pending()
+        if pending:
+            log_to_loggers(trainer, pending)
+
+    def _print(self, monitor: ResourceMonitor) -> None:
+        summary = self.summary
+        names = [n for n in _SUMMARY_ROWS if f"resources/{n}_mean" in summary]
+        names += sorted(
+            k.removeprefix("resources/").removesuffix("_mean")
+            for k in summary
+            if k.startswith("resources/gpu") and k.endswith("_mean")
+        )
+        table = Table(title="Resources over the run", title_justify="left")
+        table.add_column("figure")
+        table.add_column("mean", justify="right")
+        table.add_column("max", justify="right")
+        for name in names:
+            mean, peak = summary[f"resources/{name}_mean"], summary[f"resources/{name}_max"]
+            table.add_row(name, f"{mean:.3g}", f"{peak:.3g}")
+        console = Console()
+        console.print(table)
+        io = ", ".join(
+            f"{phase} read {summary.get(f'resources/io_{phase}_read_mb', 0.0):.1f} MiB / "
+            f"wrote {summary.get(f'resources/io_{phase}_write_mb', 0.0):.1f} MiB"
+            for phase in ("train", "val")
+        )
+        console.print(f"I/O of main process + workers: {io}")
+        for source, status in sorted(monitor.sampler.status.items()):
+            console.print(f"{source}: {status.removeprefix('ok ')}")
+        if monitor.engine is not None:
+            fired = ", ".join(f"{rule} x{n}" for rule, n in sorted(monitor.engine.fired.items()))
+            console.print(f"alerts fired: {fired or 'none'}")
+
+    # -- phases --------------------------------------------------------------------------------
+
+    def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        signals = self._signals
+        if signals is not None:
+            signals.epoch = trainer.current_epoch
+            signals.set_phase("train")
+
+    def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        signals = self._signals
+        if signals is not None:
+            signals.set_phase("val")
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        signals = self._signals
+        if signals is not None:
+            # Back to the training epoch (its end: checkpointing), except after the sanity check.
+            signals.set_phase("idle" if trainer.sanity_checking else "train")
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        signals = self._signals
+        if signals is not None:
+            signals.set_phase("idle")
+
+    # -- steps (hot path: stamps only) ---------------------------------------------------------
+
+    def on_train_batch_start(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int
+    ) -> None:
+        signals = self._signals
+        if signals is not None:
+            signals.train_batch_start()
+
+    def on_train_batch_end(
+        self,
+        trainer: L.Trainer,
+        pl_module: L.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+    ) -> None:
+        signals = self._signals
+        if signals is None:
+            return
+        # The loss tensor is kept, not read: the sampler thread checks it is finite.
+        signals.train_batch_end(outputs.get("loss") if isinstance(outputs, dict) else outputs)
+        monitor = self.monitor
+        if monitor is not None and monitor.pending is not None:
+            self._log_pending(trainer, monitor)
+
+    def on_validation_batch_end(
+        self,
+        trainer: L.Trainer,
+        pl_module: L.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+        dataloader_idx: int = 0,
+    ) -> None:
+        signals = self._signals
+        if signals is None:
+            return
+        signals.eval_batch_end()
+        monitor = self.monitor
+        if monitor is not None and monitor.pending is not None:
+            self._log_pending(trainer, monitor)
+
+    # -- epoch ends ----------------------------------------------------------------------------
+
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        signals = self._signals
+        if signals is None:
+            return
+        try:
+            signals.checkpoint_bytes = _checkpoint_bytes(trainer, pl_module, self._ckpt_dir)
+            if trainer.world_size > 1:
+                self._gather_step_times(trainer, signals)
+        except Exception as exc:
+            self._off(exc)
+
+    def _gather_step_times(self, trainer: L.Trainer, signals: StepSignals) -> None:
+        """One all_gather per epoch of each rank's mean training step (every rank calls it)."""
+        train_ns = signals.train_time_ns(time.perf_counter_ns())
+        steps = signals.steps
+        mark_ns, mark_steps = self._epoch_mark
+        self._epoch_mark = (train_ns, steps)
+        mean_s = (train_ns - mark_ns) / 1e9 / (steps - mark_steps) if steps > mark_steps else 0.0
+        device = trainer.strategy.root_device
+        dtype = torch.float32 if device.type == "mps" else torch.float64
+        gathered = trainer.strategy.all_gather(torch.tensor([mean_s], dtype=dtype, device=device))
+        per_rank = [float(v) for v in gathered.reshape(-1).cpu().tolist()]
+        valid = {rank: v for rank, v in enumerate(per_rank) if math.isfinite(v) and v > 0}
+        if not trainer.is_global_zero or len(valid) < 2:
+            return
+        median = statistics.median(valid.values())
+        slowest = max(valid, key=valid.__getitem__)
+        signals.straggler = {
+            "ratio": valid[slowest] / median,
+            "rank": float(slowest),
+            "slowest_s": valid[slowest],
+            "median_s": median,
+            "epoch": float(trainer.current_epoch),
+        }

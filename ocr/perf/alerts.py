@@ -1,0 +1,1051 @@
+"""Alert rules that fire once, with evidence, and resolve: state kept client-side (works offline).
+
+Each :class:`Rule` turns one sample (flat ``resources/...`` values plus context) into a
+:class:`Check`: is the condition breached, is it cleared (hysteresis: the clear threshold lies
+on the safe side of the firing threshold), and the figures that explain it. A :class:`RuleState`
+turns checks into events:
+
+- ``fired`` once the condition has held for ``hold_s`` seconds, and not sooner than
+  ``cooldown_s`` after the rule's previous firing (quiet during the cool-down);
+- while firing, nothing more until the clear condition holds: then ``resolved``;
+- a sample without the rule's inputs (``Check`` is ``None``: another phase, no GPU) changes
+  nothing but restarts a pending hold.
+
+:class:`AlertEngine` runs the enabled rules over each sample and sends events to sinks: the log
+(:class:`LogSink`), ``<run>/perf/alerts.jsonl`` (:class:`JsonlSink`, schema
+``receipt-ocr/alert``) and ``wandb.alert`` when a wandb run exists (:class:`WandbSink`; never an
+error offline or without wandb). A failing sink is one warning and then off.
+
+Default rules (:data:`RULES`; settings and defaults in each class's ``DEFAULTS``, all of them
+overridable, every rule can be switched off with ``enabled: false``): ``gpu_starvation``,
+``gpu_memory_near_oom``, ``host_memory_leak``, ``throughput_drop``, ``nan_loss``,
+``disk_space``, ``thermal_throttle``, ``straggler_rank``, ``hang``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import re
+import statistics
+import sys
+import time
+import warnings
+from collections import Counter, deque
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from ocr.perf.rundir import JsonlWriter
+from ocr.perf.triggers import request_profile
+
+__all__ = [
+    "ALERT_SCHEMA",
+    "RULES",
+    "AlertEngine",
+    "AlertEvent",
+    "AlertSink",
+    "AlertWarning",
+    "Check",
+    "JsonlSink",
+    "LogSink",
+    "Rule",
+    "RuleContext",
+    "RuleState",
+    "ThresholdRule",
+    "WandbSink",
+    "build_rules",
+]
+
+ALERT_SCHEMA = "receipt-ocr/alert"
+_GB = float(1 << 30)
+_MB = float(1 << 20)
+_GPU_KEY = re.compile(r"^resources/gpu(\d+)_(\w+)$")
+
+
+class AlertWarning(UserWarning):
+    """An alert sink failed and is off for the run."""
+
+
+# -- the state machine ---------------------------------------------------------------------------
+
+
+class RuleState:
+    """Hold time, hysteresis and cool-down of one rule.
+
+    Args:
+        hold_s: seconds the condition must hold before the rule fires (0: at once).
+        cooldown_s: seconds after a firing during which the rule does not fire again.
+    """
+
+    def __init__(self, hold_s: float, cooldown_s: float) -> None:
+        self.hold_s = float(hold_s)
+        self.cooldown_s = float(cooldown_s)
+        self.firing = False
+        self.pending_since: float | None = None
+        self.last_fired: float | None = None
+
+    def update(self, t: float, breach: bool | None, clear: bool = False) -> str | None:
+        """Feed one observation at time ``t`` (seconds, monotonic). ``breach``: the firing
+        condition holds (``None``: no data); ``clear``: the clear condition holds. Returns
+        ``"fired"``, ``"resolved"`` or ``None``."""
+        if breach is None:
+            self.pending_since = None
+            return None
+        if self.firing:
+            if clear and not breach:
+                self.firing = False
+                self.pending_since = None
+                return "resolved"
+            return None
+        if not breach:
+            self.pending_since = None
+            return None
+        if self.pending_since is None:
+            self.pending_since = t
+        if t - self.pending_since < self.hold_s:
+            return None
+        if self.last_fired is not None and t - self.last_fired < self.cooldown_s:
+            return None  # cool-down: stay quiet, keep the hold so it fires when it ends
+        self.firing = True
+        self.last_fired = t
+        return "fired"
+
+
+# -- rules ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RuleContext:
+    """What a rule knows besides the sampled values.
+
+    Args:
+        phase: ``"train"``, ``"val"``, ``"test"`` or ``"idle"``.
+        step: the trainer's global step.
+        epoch: the current epoch.
+        extra: other inputs: ``checkpoint_bytes`` (estimated size of the next checkpoint,
+            bytes), ``straggler`` (``{"ratio", "rank", "slowest_s", "median_s", "epoch"}`` from
+            the last cross-rank gather), ``where`` (the training thread's current line).
+    """
+
+    phase: str = "train"
+    step: int = 0
+    epoch: int = 0
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Check:
+    """One evaluation of a rule.
+
+    Args:
+        breach: the firing condition holds.
+        clear: the clear (hysteresis) condition holds.
+        message: one sentence with the figures, for a firing.
+        resolve: one sentence with the figures, for a resolve.
+        evidence: the figures, name -> number or string.
+        threshold: the thresholds used, name -> number.
+        suggestion: a concrete change to make.
+    """
+
+    breach: bool
+    clear: bool
+    message: str
+    resolve: str
+    evidence: dict[str, float | str]
+    threshold: dict[str, float]
+    suggestion: str
+
+
+def _check_setting(rule: str, key: str, default: Any, value: Any) -> Any:
+    if isinstance(default, bool):
+        if not isinstance(value, bool):
+            raise ValueError(f"alert rule {rule!r}: {key} must be true or false, got {value!r}")
+        return value
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ValueError(f"alert rule {rule!r}: {key} must be a number, got {value!r}")
+    if value < 0:
+        raise ValueError(f"alert rule {rule!r}: {key} must be >= 0, got {value!r}")
+    return float(value)
+
+
+class Rule:
+    """Base of the alert rules. Subclasses set :attr:`name`, :attr:`severity`,
+    :attr:`per_rank`, :attr:`DEFAULTS` (their own settings) and implement :meth:`check`.
+
+    Every rule takes ``enabled`` (bool), ``hold_s`` (seconds the condition must hold) and
+    ``cooldown_s`` (seconds between two firings) besides its own settings; a setting not in
+    ``DEFAULTS`` is a ``ValueError`` naming the rule and the setting.
+
+    Attributes:
+        per_rank: evaluated on every rank (its own host memory / GPU); other rules run on rank
+            zero only.
+    """
+
+    name: ClassVar[str] = "rule"
+    severity: ClassVar[str] = "warning"
+    per_rank: ClassVar[bool] = False
+    COMMON: ClassVar[dict[str, Any]] = {"enabled": True, "hold_s": 0.0, "cooldown_s": 600.0}
+    DEFAULTS: ClassVar[dict[str, Any]] = {}
+
+    def __init__(self, **settings: Any) -> None:
+        defaults = {**self.COMMON, **self.DEFAULTS}
+        unknown = sorted(set(settings) - set(defaults))
+        if unknown:
+            raise ValueError(
+                f"alert rule {self.name!r}: unknown setting(s) {', '.join(unknown)}; expected "
+                f"some of {', '.join(sorted(defaults))}"
+            )
+        self.settings: dict[str, Any] = {
+            key: _check_setting(self.name, key, default, settings.get(key, default))
+            for key, default in defaults.items()
+        }
+        self.state = RuleState(self.settings["hold_s"], self.settings["cooldown_s"])
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.settings["enabled"])
+
+    def check(self, t: float, values: Mapping[str, float], ctx: RuleContext) -> Check | None:
+        """Evaluate one sample; ``None`` when the rule's inputs are absent."""
+        raise NotImplementedError
+
+    def step(
+        self, t: float, values: Mapping[str, float], ctx: RuleContext
+    ) -> tuple[str, Check] | None:
+        """Evaluate and advance the state machine: ``(event, check)`` or ``None``."""
+        check = self.check(t, values, ctx)
+        event = self.state.update(
+            t, None if check is None else check.breach, False if check is None else check.clear
+        )
+        if event is None or check is None:
+            return None
+        return event, check
+
+
+class ThresholdRule(Rule):
+    """A rule on one value: fires above (or below) ``threshold``, resolves past ``clear``.
+
+    Args:
+        name: the rule name in events.
+        signal: the value's name in the sample, e.g. ``"resources/process_cpu_percent"``.
+        above: ``True``: fire when the value exceeds ``threshold`` and resolve when it falls
+            below ``clear``; ``False``: the mirror image.
+        threshold: firing threshold (the value's unit).
+        clear: clear threshold (hysteresis), same unit.
+        severity: ``"warning"`` or ``"critical"``. Default ``"warning"``.
+        suggestion: the suggestion sent with the events. Default ``""``.
+        **settings: ``hold_s`` (default 0), ``cooldown_s`` (default 600), ``enabled``.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        signal: str,
+        *,
+        above: bool,
+        threshold: float,
+        clear: float,
+        severity: str = "warning",
+        suggestion: str = "",
+        **settings: Any,
+    ) -> None:
+        if severity not in ("warning", "critical"):
+            raise ValueError(f"alert rule {name!r}: severity must be warning or critical")
+        if (above and clear > threshold) or (not above and clear < threshold):
+            raise ValueError(
+                f"alert rule {name!r}: clear ({clear}) must be on the safe side of threshold "
+                f"({threshold})"
+            )
+        self.name = name  # type: ignore[misc]
+        self.severity = severity  # type: ignore[misc]
+        super().__init__(**settings)
+        self.signal = signal
+        self.above = above
+        self.threshold = float(threshold)
+        self.clear = float(clear)
+        self.suggestion = suggestion
+
+    def check(self, t: float, values: Mapping[str, float], ctx: RuleContext) -> Check | None:
+        value = values.get(self.signal)
+        if value is None or not math.isfinite(value):
+            return None
+        if self.above:
+            breach, clear, word = value > self.threshold, value < self.clear, "above"
+        else:
+            breach, clear, word = value < self.threshold, value > self.clear, "below"
+        return Check(
+            breach=breach,
+            clear=clear,
+            message=f"{self.signal} is {value:.4g}, {word} {self.threshold:.4g}",
+            resolve=f"{self.signal} is back to {value:.4g} (clear at {self.clear:.4g})",
+            evidence={self.signal: value},
+            threshold={"threshold": self.threshold, "clear": self.clear},
+            suggestion=self.suggestion,
+        )
+
+
+def _gpu_values(values: Mapping[str, float], field_name: str) -> dict[int, float]:
+    out = {}
+    for key, value in values.items():
+        m = _GPU_KEY.match(key)
+        if m is not None and m.group(2) == field_name and math.isfinite(value):
+            out[int(m.group(1))] = value
+    return out
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+class GpuStarvation(Rule):
+    """The training loop waits for data: data-wait share above ``data_wait_share`` (CPU or
+    GPU), or mean GPU utilisation of this process's devices below ``gpu_util_percent``, during
+    training. Resolves when the share is below ``data_wait_clear`` and utilisation above
+    ``gpu_util_clear``."""
+
+    name = "gpu_starvation"
+    DEFAULTS: ClassVar[dict[str, Any]] = {
+        "hold_s": 60.0,
+        "cooldown_s": 1800.0,
+        "data_wait_share": 0.3,
+        "data_wait_clear": 0.15,
+        "gpu_util_percent": 30.0,
+        "gpu_util_clear": 50.0,
+    }
+
+    def check(self, t: float, values: Mapping[str, float], ctx: RuleContext) -> Check | None:
+        if ctx.phase != "train":
+            return None
+        s = self.settings
+        share = values.get("resources/data_wait_share")
+        utils = _gpu_values(values, "util_percent")
+        util = statistics.fmean(utils.values()) if utils else None
+        if share is None and util is None:
+            return None
+        share_bad = share is not None and share > s["data_wait_share"]
+        util_bad = util is not None and util < s["gpu_util_percent"]
+        clear = (share is None or share < s["data_wait_clear"]) and (
+            util is None or util > s["gpu_util_clear"]
+        )
+        evidence: dict[str, float | str] = {}
+        parts = []
+        if share is not None:
+            evidence["data_wait_share"] = share
+            parts.append(f"the training loop waited for data {share:.0%} of the time")
+        if util is not None:
+            evidence["gpu_util_percent"] = util
+            parts.append(f"GPU utilisation is {util:.0f} %")
+        if "resources/workers_count" in values:
+            evidence["workers_count"] = values["resources/workers_count"]
+            evidence["workers_cpu_percent"] = values.get("resources/workers_cpu_percent", math.nan)
+        figures = " and ".join(parts)
+        return Check(
+            breach=share_bad or util_bad,
+            clear=clear,
+            message=(
+                f"GPU starved: {figures} (thresholds: data wait > "
+                f"{s['data_wait_share']:.0%}, GPU utilisation < {s['gpu_util_percent']:.0f} %)."
+            ),
+            resolve=f"Data supply keeps up again: {figures}.",
+            evidence=evidence,
+            threshold={
+                "data_wait_share": s["data_wait_share"],
+                "data_wait_clear": s["data_wait_clear"],
+                "gpu_util_percent": s["gpu_util_percent"],
+                "gpu_util_clear": s["gpu_util_clear"],
+            },
+            suggestion=(
+                "Raise the DataLoader's num_workers (with persistent_workers=true and "
+                "pin_memory=true on GPU), move decoding/augmentation/target generation into the "
+                "workers or cache it (PolygonCache), and check workers_cpu_percent: workers at "
+                "100 % each need more workers or cheaper transforms."
+            ),
+        )
+
+
+class GpuMemoryNearOom(Rule):
+    """GPU memory near its limit: used / total above ``used_fraction`` (NVML, all processes on
+    the device; else the torch allocator's reserved / total), or the allocator's retry count
+    rising by ``alloc_retries`` or more between two samples (0: ignore retries). Resolves below
+    ``clear_fraction`` without new retries."""
+
+    name = "gpu_memory_near_oom"
+    severity = "critical"
+    per_rank = True
+    DEFAULTS: ClassVar[dict[str, Any]] = {
+        "hold_s": 10.0,
+        "cooldown_s": 1800.0,
+        "used_fraction": 0.95,
+        "clear_fraction": 0.90,
+        "alloc_retries": 1.0,
+    }
+
+    def __init__(self, **settings: Any) -> None:
+        super().__init__(**settings)
+        self._retries: float | None = None
+
+    def check(self, t: float, values: Mapping[str, float], ctx: RuleContext) -> Check | None:
+        s = self.settings
+        used = _gpu_values(values, "memory_used_gb")
+        total = _gpu_values(values, "memory_total_gb")
+        fractions = {i: used[i] / total[i] for i in used if total.get(i)}
+        source = "NVML"
+        if not fractions and values.get("resources/cuda_total_gb"):
+            reserved = values.get("resources/cuda_reserved_gb", 0.0)
+            fractions = {0: reserved / values["resources/cuda_total_gb"]}
+            source = "torch reserved"
+        retries = values.get("resources/cuda_alloc_retries")
+        rise = 0.0
+        if retries is not None:
+            rise = 0.0 if self._retries is None else max(retries - self._retries, 0.0)
+            self._retries = retries
+        if not fractions and retries is None:
+            return None
+        device, fraction = max(fractions.items(), key=lambda kv: kv[1], default=(0, 0.0))
+        retry_bad = s["alloc_retries"] > 0 and rise >= s["alloc_retries"]
+        evidence: dict[str, float | str] = {
+            "gpu": float(device),
+            "memory_used_fraction": fraction,
+            "source": source,
+            "alloc_retries_rise": rise,
+        }
+        if device in used:
+            evidence["memory_used_gb"] = used[device]
+            evidence["memory_total_gb"] = total[device]
+        return Check(
+            breach=fraction > s["used_fraction"] or retry_bad,
+            clear=fraction < s["clear_fraction"] and rise == 0,
+            message=(
+                f"GPU {device} memory at {fraction:.0%} of its capacity ({source}), allocator "
+                f"retries +{rise:.0f} since the last sample: close to out-of-memory."
+            ),
+            resolve=f"GPU {device} memory back to {fraction:.0%} of capacity.",
+            evidence=evidence,
+            threshold={
+                "used_fraction": s["used_fraction"],
+                "clear_fraction": s["clear_fraction"],
+                "alloc_retries": s["alloc_retries"],
+            },
+            suggestion=(
+                "Lower the batch size or canvas size, enable mixed precision "
+                "(trainer.precision=16-mixed / bf16-mixed), or set "
+                "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True against fragmentation."
+            ),
+        )
+
+
+class HostMemoryLeak(Rule):
+    """Host memory of the run (main RSS + workers' USS) grows steadily: the least-squares slope
+    over the last ``window_s`` seconds exceeds ``min_growth_mb_per_min`` and, at that rate, the
+    memory still available runs out within ``horizon_h`` hours. Needs at least half a window of
+    samples. Resolves when growth falls below half the minimum or the projection exceeds twice
+    the horizon."""
+
+    name = "host_memory_leak"
+    per_rank = True
+    DEFAULTS: ClassVar[dict[str, Any]] = {
+        "hold_s": 120.0,
+        "cooldown_s": 3600.0,
+        "window_s": 600.0,
+        "min_growth_mb_per_min": 10.0,
+        "horizon_h": 2.0,
+    }
+
+    def __init__(self, **settings: Any) -> None:
+        super().__init__(**settings)
+        self._points: deque[tuple[float, float]] = deque()
+
+    def check(self, t: float, values: Mapping[str, float], ctx: RuleContext) -> Check | None:
+        s = self.settings
+        memory = values.get("resources/process_tree_memory_gb")
+        if memory is None:
+            return None
+        points = self._points
+        points.append((t, memory))
+        while points and points[0][0] < t - s["window_s"]:
+            points.popleft()
+        span = points[-1][0] - points[0][0]
+        if len(points) < 3 or span < s["window_s"] / 2:
+            return None
+        mean_t = statistics.fmean(p[0] for p in points)
+        mean_m = statistics.fmean(p[1] for p in points)
+        var = sum((p[0] - mean_t) ** 2 for p in points)
+        slope_gb_s = sum((p[0] - mean_t) * (p[1] - mean_m) for p in points) / var if var else 0.0
+        growth = slope_gb_s * 60 * _GB / _MB  # MiB per minute
+        available = values.get("resources/memory_available_gb", math.inf)
+        to_limit = available / slope_gb_s if slope_gb_s > 0 else math.inf
+        horizon = s["horizon_h"] * 3600
+        return Check(
+            breach=growth > s["min_growth_mb_per_min"] and to_limit < horizon,
+            clear=growth < s["min_growth_mb_per_min"] / 2 or to_limit > 2 * horizon,
+            message=(
+                f"Host memory of the run grows {growth:.0f} MiB/min ({points[0][1]:.2f} -> "
+                f"{points[-1][1]:.2f} GiB over {_duration(span)}); the {available:.1f} GiB still "
+                f"available run out in about {_duration(to_limit)} at this rate."
+            ),
+            resolve=f"Host memory growth stopped ({growth:.1f} MiB/min over {_duration(span)}).",
+            evidence={
+                "growth_mb_per_min": growth,
+                "memory_gb": points[-1][1],
+                "memory_gb_window_start": points[0][1],
+                "window_s": span,
+                "available_gb": available,
+                "time_to_limit_s": to_limit,
+                "process_rss_gb": values.get("resources/process_rss_gb", math.nan),
+                "workers_uss_gb": values.get("resources/workers_uss_gb", math.nan),
+            },
+            threshold={
+                "min_growth_mb_per_min": s["min_growth_mb_per_min"],
+                "horizon_h": s["horizon_h"],
+            },
+            suggestion=(
+                "Look for state that grows per sample in the Dataset, collate function or "
+                "LightningModule (lists of outputs, unbounded caches: bound PolygonCache "
+                "max_size); workers_uss_gb vs process_rss_gb shows which process grows."
+            ),
+        )
+
+
+class ThroughputDrop(Rule):
+    """Training steps/s fall ``drop`` (fraction) below the baseline: the median rate over
+    ``baseline_s`` seconds of training after ``warmup_s`` seconds of warm-up. Resolves when the
+    drop is below ``clear_drop``. When the engine is configured to, a firing requests a
+    profiler window (``ocr.perf.triggers.request_profile``)."""
+
+    name = "throughput_drop"
+    DEFAULTS: ClassVar[dict[str, Any]] = {
+        "hold_s": 60.0,
+        "cooldown_s": 1800.0,
+        "warmup_s": 60.0,
+        "baseline_s": 60.0,
+        "drop": 0.3,
+        "clear_drop": 0.15,
+    }
+
+    def __init__(self, **settings: Any) -> None:
+        super().__init__(**settings)
+        self._train_s = 0.0
+        self._last_t: float | None = None
+        self._rates: list[float] = []
+        self.baseline: float | None = None
+
+    def check(self, t: float, values: Mapping[str, float], ctx: RuleContext) -> Check | None:
+        s = self.settings
+        rate = values.get("resources/train_steps_per_s")
+        if ctx.phase != "train" or rate is None:
+            self._last_t = None  # training time counts only between training samples
+            return None
+        if self._last_t is not None:
+            self._train_s += t - self._last_t
+        self._last_t = t
+        if self.baseline is None:
+            if self._train_s >= s["warmup_s"]:
+                self._rates.append(rate)
+            if self._train_s >= s["warmup_s"] + s["baseline_s"] and self._rates:
+                self.baseline = statistics.median(self._rates)
+                self._rates = []
+            return None
+        if self.baseline <= 0:
+            return None
+        drop = 1.0 - rate / self.baseline
+        return Check(
+            breach=drop > s["drop"],
+            clear=drop < s["clear_drop"],
+            message=(
+                f"Training throughput dropped {drop:.0%}: {rate:.2f} steps/s against a "
+                f"baseline of {self.baseline:.2f} steps/s measured after warm-up."
+            ),
+            resolve=f"Training throughput recovered: {rate:.2f} steps/s "
+            f"(baseline {self.baseline:.2f}).",
+            evidence={
+                "steps_per_s": rate,
+                "baseline_steps_per_s": self.baseline,
+                "drop": drop,
+                "data_wait_share": values.get("resources/data_wait_share", math.nan),
+            },
+            threshold={"drop": s["drop"], "clear_drop": s["clear_drop"]},
+            suggestion=(
+                "Compare data_wait_share and GPU utilisation/clocks with the baseline period; "
+                "a profiler window (ProfilerCallback in on-demand mode) shows where the step "
+                "time went."
+            ),
+        )
+
+
+class NanLoss(Rule):
+    """The latest training loss is NaN or Inf. Resolves when it is finite again."""
+
+    name = "nan_loss"
+    severity = "critical"
+    DEFAULTS: ClassVar[dict[str, Any]] = {"hold_s": 0.0, "cooldown_s": 1800.0}
+
+    def check(self, t: float, values: Mapping[str, float], ctx: RuleContext) -> Check | None:
+        flag = values.get("resources/loss_nonfinite")
+        if flag is None:
+            return None
+        return Check(
+            breach=flag >= 1,
+            clear=flag < 1,
+            message=f"The training loss is NaN or Inf (step {ctx.step}, epoch {ctx.epoch}).",
+            resolve=f"The training loss is finite again (step {ctx.step}).",
+            evidence={"step": float(ctx.step), "epoch": float(ctx.epoch)},
+            threshold={"nonfinite": 1.0},
+            suggestion=(
+                "Lower the learning rate or add gradient clipping "
+                "(trainer.gradient_clip_val=1.0); with fp16 use bf16 or a loss scaler; "
+                "check inputs and targets for NaN (torch.autograd.set_detect_anomaly)."
+            ),
+        )
+
+
+class DiskSpace(Rule):
+    """Free space where checkpoints go is below ``min_free_gb`` plus ``checkpoints_ahead``
+    times the estimated checkpoint size. Resolves when free space exceeds ``clear_margin`` times
+    that need."""
+
+    name = "disk_space"
+    severity = "critical"
+    DEFAULTS: ClassVar[dict[str, Any]] = {
+        "hold_s": 0.0,
+        "cooldown_s": 3600.0,
+        "min_free_gb": 1.0,
+        "checkpoints_ahead": 2.0,
+        "clear_margin": 1.1,
+    }
+
+    def check(self, t: float, values: Mapping[str, float], ctx: RuleContext) -> Check | None:
+        s = self.settings
+        free = values.get("resources/checkpoint_dir_free_gb")
+        if free is None:
+            return None
+        ckpt_gb = float(ctx.extra.get("checkpoint_bytes", 0.0)) / _GB
+        need = s["min_free_gb"] + s["checkpoints_ahead"] * ckpt_gb
+        return Check(
+            breach=free < need,
+            clear=free > need * max(s["clear_margin"], 1.0),
+            message=(
+                f"Only {free:.2f} GiB free where checkpoints go; the next "
+                f"{s['checkpoints_ahead']:.0f} checkpoint(s) of ~{ckpt_gb:.2f} GiB plus a "
+                f"{s['min_free_gb']:.2f} GiB reserve need {need:.2f} GiB."
+            ),
+            resolve=f"Free space where checkpoints go is {free:.2f} GiB again "
+            f"(need {need:.2f} GiB).",
+            evidence={"free_gb": free, "checkpoint_gb": ckpt_gb, "needed_gb": need},
+            threshold={
+                "min_free_gb": s["min_free_gb"],
+                "checkpoints_ahead": s["checkpoints_ahead"],
+                "clear_margin": s["clear_margin"],
+            },
+            suggestion=(
+                "Free space or point the checkpoint dirpath elsewhere; keep fewer checkpoints "
+                "(ModelCheckpoint save_top_k) or save weights only (save_weights_only=true)."
+            ),
+        )
+
+
+class ThermalThrottle(Rule):
+    """A GPU of this process cuts its clocks for heat (HW slowdown, SW/HW thermal) or a power
+    brake; with ``include_power_cap`` also for running at its software power cap (usual under
+    full load, so off by default)."""
+
+    name = "thermal_throttle"
+    per_rank = True
+    DEFAULTS: ClassVar[dict[str, Any]] = {
+        "hold_s": 30.0,
+        "cooldown_s": 3600.0,
+        "include_power_cap": False,
+    }
+    _THERMAL = 0x8 | 0x20 | 0x40 | 0x80  # HW slowdown, SW thermal, HW thermal, HW power brake
+    _POWER_CAP = 0x4
+
+    def check(self, t: float, values: Mapping[str, float], ctx: RuleContext) -> Check | None:
+        masks = _gpu_values(values, "throttle_reasons")
+        if not masks:
+            return None
+        bad = self._THERMAL | (self._POWER_CAP if self.settings["include_power_cap"] else 0)
+        hit = {i: int(m) & bad for i, m in masks.items() if int(m) & bad}
+        temps = _gpu_values(values, "temperature_c")
+        clocks = _gpu_values(values, "sm_clock_mhz")
+        power = _gpu_values(values, "power_w")
+        device = min(hit) if hit else min(masks)
+        evidence: dict[str, float | str] = {
+            "gpu": float(device),
+            "reasons_mask": float(int(masks[device])),
+        }
+        for label, series in (
+            ("temperature_c", temps),
+            ("sm_clock_mhz", clocks),
+            ("power_w", power),
+        ):
+            if device in series:
+                evidence[label] = series[device]
+        return Check(
+            breach=bool(hit),
+            clear=not hit,
+            message=(
+                f"GPU {device} is throttling (clock-event reasons 0x{int(masks[device]):x}) at "
+                f"{temps.get(device, math.nan):.0f} C, SM clock "
+                f"{clocks.get(device, math.nan):.0f} MHz."
+            ),
+            resolve=f"GPU {device} no longer throttles.",
+            evidence=evidence,
+            threshold={"reasons_mask": float(bad)},
+            suggestion=(
+                "Check the machine's cooling and airflow, the GPU's power limit "
+                "(nvidia-smi -q -d PERFORMANCE) and other jobs on the same GPU."
+            ),
+        )
+
+
+class StragglerRank(Rule):
+    """One rank's mean training step (last epoch, from the epoch-end gather) is ``ratio``
+    times the median of all ranks or more. Resolves below ``clear_ratio``."""
+
+    name = "straggler_rank"
+    DEFAULTS: ClassVar[dict[str, Any]] = {
+        "hold_s": 0.0,
+        "cooldown_s": 0.0,
+        "ratio": 1.2,
+        "clear_ratio": 1.1,
+    }
+
+    def check(self, t: float, values: Mapping[str, float], ctx: RuleContext) -> Check | None:
+        info = ctx.extra.get("straggler")
+        if not info:
+            return None
+        s = self.settings
+        ratio = float(info["ratio"])
+        rank = int(info["rank"])
+        return Check(
+            breach=ratio > s["ratio"],
+            clear=ratio < s["clear_ratio"],
+            message=(
+                f"Rank {rank} is a straggler: {float(info['slowest_s']) * 1e3:.1f} ms per "
+                f"training step in epoch {int(info.get('epoch', ctx.epoch))}, {ratio:.2f}x the "
+                f"median rank ({float(info['median_s']) * 1e3:.1f} ms)."
+            ),
+            resolve=f"Ranks are in step again (slowest/median {ratio:.2f}).",
+            evidence={k: float(v) for k, v in info.items()},
+            threshold={"ratio": s["ratio"], "clear_ratio": s["clear_ratio"]},
+            suggestion=(
+                f"Check rank {rank}'s host (CPU contention, slower disk, thermal throttling) "
+                "and its data shard (larger images); its resources.jsonl and alerts show "
+                "which."
+            ),
+        )
+
+
+class Hang(Rule):
+    """No batch has completed for ``factor`` times the median step time (at least ``min_s``
+    seconds) while training, validating or testing. Resolves at the next completed batch."""
+
+    name = "hang"
+    severity = "critical"
+    DEFAULTS: ClassVar[dict[str, Any]] = {
+        "hold_s": 0.0,
+        "cooldown_s": 600.0,
+        "factor": 10.0,
+        "min_s": 300.0,
+    }
+
+    def check(self, t: float, values: Mapping[str, float], ctx: RuleContext) -> Check | None:
+        if ctx.phase not in ("train", "val", "test"):
+            return None
+        age = values.get("resources/last_step_age_s")
+        median = values.get("resources/step_time_median_s")
+        if age is None or median is None:
+            return None
+        s = self.settings
+        limit = max(s["factor"] * median, s["min_s"])
+        evidence: dict[str, float | str] = {
+            "seconds_since_last_batch": age,
+            "median_step_s": median,
+            "phase": ctx.phase,
+        }
+        if "where" in ctx.extra:
+            evidence["where"] = str(ctx.extra["where"])
+        where = f" The training thread is at {ctx.extra['where']}." if "where" in ctx.extra else ""
+        return Check(
+            breach=age > limit,
+            clear=age < limit,
+            message=(
+                f"No batch completed for {_duration(age)} during {ctx.phase} (median step "
+                f"{median * 1e3:.1f} ms, limit {_duration(limit)}).{where}"
+            ),
+            resolve=f"Batches complete again ({ctx.phase}).",
+            evidence=evidence,
+            threshold={"factor": s["factor"], "min_s": s["min_s"]},
+            suggestion=(
+                "Dump all stacks (py-spy dump --pid PID) to see where it waits: a DataLoader "
+                "worker that died or deadlocked (try num_workers=0), a collective that one rank "
+                "never entered, or a full disk during checkpointing."
+            ),
+        )
+
+
+RULES: dict[str, type[Rule]] = {
+    cls.name: cls
+    for cls in (
+        GpuStarvation,
+        GpuMemoryNearOom,
+        HostMemoryLeak,
+        ThroughputDrop,
+        NanLoss,
+        DiskSpace,
+        ThermalThrottle,
+        StragglerRank,
+        Hang,
+    )
+}
+
+
+def build_rules(settings: Mapping[str, Mapping[str, Any] | None] | None = None) -> list[Rule]:
+    """The default rules with ``settings`` (rule name -> its overrides) applied; rules with
+    ``enabled: false`` are left out. An unknown rule or setting is a ``ValueError`` naming it."""
+    settings = dict(settings or {})
+    unknown = sorted(set(settings) - set(RULES))
+    if unknown:
+        raise ValueError(
+            f"alert rules: unknown rule(s) {', '.join(unknown)}; expected some of "
+            f"{', '.join(RULES)}"
+        )
+    rules = []
+    for name, cls in RULES.items():
+        overrides = settings.get(name) or {}
+        if not isinstance(overrides, Mapping):
+            raise ValueError(f"alert rule {name!r}: settings must be a mapping, got {overrides!r}")
+        rule = cls(**{str(k): v for k, v in overrides.items()})
+        if rule.enabled:
+            rules.append(rule)
+    return rules
+
+
+# -- events and sinks ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AlertEvent:
+    """One ``fired`` or ``resolved`` event; :meth:`record` is its ``alerts.jsonl`` line.
+
+    Args:
+        t: unix time of the event, seconds.
+        rule: the rule name.
+        event: ``"fired"`` or ``"resolved"``.
+        severity: ``"warning"`` or ``"critical"``.
+        message: one readable sentence with figures.
+        evidence: figures behind it.
+        threshold: thresholds used.
+        suggestion: a concrete change to make.
+        step: global step. epoch: epoch. rank: global rank of the process that saw it.
+    """
+
+    t: float
+    rule: str
+    event: str
+    severity: str
+    message: str
+    evidence: dict[str, float | str]
+    threshold: dict[str, float]
+    suggestion: str
+    step: int
+    epoch: int
+    rank: int
+
+    def record(self) -> dict[str, Any]:
+        return {
+            "t": self.t,
+            "rule": self.rule,
+            "event": self.event,
+            "severity": self.severity,
+            "message": self.message,
+            "evidence": self.evidence,
+            "threshold": self.threshold,
+            "suggestion": self.suggestion,
+            "step": self.step,
+            "epoch": self.epoch,
+            "rank": self.rank,
+        }
+
+
+class AlertSink:
+    """Receives alert events. :meth:`emit` may raise; the engine then turns the sink off."""
+
+    name = "sink"
+
+    def emit(self, event: AlertEvent) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release resources (idempotent)."""
+
+
+class LogSink(AlertSink):
+    """Events as log records on ``logger`` (default ``ocr.perf.alerts``): critical firings at
+    ERROR, other events at WARNING (so they show on the console without logging set up)."""
+
+    name = "log"
+
+    def __init__(self, logger: logging.Logger | None = None) -> None:
+        self.logger = logger or logging.getLogger("ocr.perf.alerts")
+
+    def emit(self, event: AlertEvent) -> None:
+        level = (
+            logging.ERROR
+            if event.event == "fired" and event.severity == "critical"
+            else logging.WARNING
+        )
+        text = f"[alert {event.rule} {event.event}] {event.message}"
+        if event.event == "fired" and event.suggestion:
+            text += f" Suggestion: {event.suggestion}"
+        self.logger.log(level, "%s (rank %d, step %d)", text, event.rank, event.step)
+
+
+class JsonlSink(AlertSink):
+    """Events as ``receipt-ocr/alert`` lines in ``path`` (``<run>/perf/alerts.jsonl``)."""
+
+    name = "jsonl"
+
+    def __init__(self, path: Any) -> None:
+        self.writer = JsonlWriter(path, ALERT_SCHEMA)
+
+    def emit(self, event: AlertEvent) -> None:
+        self.writer.write(event.record())
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+class WandbSink(AlertSink):
+    """``wandb.alert`` for each event when wandb is imported and a run is active (offline runs
+    record it locally); otherwise nothing. Never imports wandb itself."""
+
+    name = "wandb"
+
+    def emit(self, event: AlertEvent) -> None:
+        wandb = sys.modules.get("wandb")
+        run = getattr(wandb, "run", None) if wandb is not None else None
+        if run is None:
+            return
+        levels = getattr(wandb, "AlertLevel", None)
+        level = None
+        if levels is not None:
+            level = (
+                levels.INFO
+                if event.event == "resolved"
+                else levels.ERROR
+                if event.severity == "critical"
+                else levels.WARN
+            )
+        text = event.message + (f"\n{event.suggestion}" if event.event == "fired" else "")
+        run.alert(title=f"{event.rule} {event.event}", text=text, level=level, wait_duration=0)
+
+
+class AlertEngine:
+    """Runs rules over samples and sends their events to sinks.
+
+    Args:
+        rules: the rules (:func:`build_rules`); default all default rules.
+        sinks: where events go. Default ``()``.
+        rank: global rank of this process (in every event). Default ``0``.
+        all_rules: evaluate every rule (rank zero, or one process); ``False``: only the
+            rules marked ``per_rank``. Default ``True``.
+        profile_on_throughput_drop: a ``throughput_drop`` firing calls
+            ``ocr.perf.triggers.request_profile(reason)``. Default ``False``.
+        max_history: events kept in :attr:`history`. Default ``1000``.
+    """
+
+    def __init__(
+        self,
+        rules: Sequence[Rule] | None = None,
+        sinks: Iterable[AlertSink] = (),
+        *,
+        rank: int = 0,
+        all_rules: bool = True,
+        profile_on_throughput_drop: bool = False,
+        max_history: int = 1000,
+    ) -> None:
+        rules = build_rules() if rules is None else list(rules)
+        self.rules = [r for r in rules if r.enabled and (all_rules or r.per_rank)]
+        self.sinks = list(sinks)
+        self.rank = rank
+        self.profile_on_throughput_drop = profile_on_throughput_drop
+        self.history: deque[AlertEvent] = deque(maxlen=max_history)
+        self.fired: Counter[str] = Counter()
+
+    @property
+    def fired_count(self) -> int:
+        """Events fired so far, all rules."""
+        return sum(self.fired.values())
+
+    @property
+    def firing(self) -> list[str]:
+        """Names of the rules firing now."""
+        return [r.name for r in self.rules if r.state.firing]
+
+    def update(
+        self,
+        values: Mapping[str, float],
+        *,
+        t: float | None = None,
+        phase: str = "train",
+        step: int = 0,
+        epoch: int = 0,
+        extra: Mapping[str, Any] | None = None,
+    ) -> list[AlertEvent]:
+        """Evaluate every rule on one sample taken at ``t`` (monotonic seconds; default now);
+        send and return the events."""
+        t = time.monotonic() if t is None else t
+        ctx = RuleContext(phase=phase, step=step, epoch=epoch, extra=extra or {})
+        events = []
+        for rule in self.rules:
+            result = rule.step(t, values, ctx)
+            if result is None:
+                continue
+            kind, check = result
+            event = AlertEvent(
+                t=time.time(),
+                rule=rule.name,
+                event=kind,
+                severity=rule.severity,
+                message=check.resolve if kind == "resolved" else check.message,
+                evidence=check.evidence,
+                threshold=check.threshold,
+                suggestion=check.suggestion,
+                step=step,
+                epoch=epoch,
+                rank=self.rank,
+            )
+            events.append(event)
+            if kind == "fired":
+                self.fired[rule.name] += 1
+                if rule.name == "throughput_drop" and self.profile_on_throughput_drop:
+                    request_profile(f"throughput_drop: {check.message}")
+        for event in events:
+            self.history.append(event)
+            self._send(event)
+        return events
+
+    def _send(self, event: AlertEvent) -> None:
+        for sink in list(self.sinks):
+            try:
+                sink.emit(event)
+            except Exception as exc:
+                self.sinks.remove(sink)
+                warnings.warn(
+                    f"alert sink {sink.name!r} failed and is off for this run "
+                    f"({type(exc).__name__}: {exc})",
+                    AlertWarning,
+                    stacklevel=3,
+                )
+
+    def close(self) -> None:
+        """Close every sink."""
+        for sink in self.sinks:
+            with contextlib.suppress(Exception):  # best effort: every event was flushed already
+                sink.close()
