@@ -98,6 +98,7 @@ def tiny_run(make: Callable[[], list[Callback]], steps: int, width: int, logdir:
         devices=1,
         max_epochs=1,
         logger=CSVLogger(logdir),
+        default_root_dir=logdir,  # the run files (perf/) go there, not into the working folder
         callbacks=[clock, *make()],
         enable_progress_bar=False,
         enable_model_summary=False,
@@ -138,6 +139,7 @@ def synthetic_epoch(monitoring: bool, batches: int) -> float:
             enable_model_summary=False,
             enable_checkpointing=False,
             logger=CSVLogger(tmp),
+            default_root_dir=tmp,
             callbacks=callbacks,
         )
         trainer.fit(module, datamodule=datamodule)
