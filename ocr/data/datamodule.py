@@ -67,7 +67,9 @@ class ReceiptDataModule(L.LightningDataModule):
         canvas_size: side of the square model input in pixels (multiple of 32). Default 640.
         batch_size: training batch size (samples). Default 8.
         eval_batch_size: validation/test/predict batch size; ``None`` uses ``batch_size``.
-        num_workers: DataLoader worker processes. Default 2.
+        num_workers: DataLoader worker processes. Default 2. With workers, OpenCV in the main
+            process runs on one thread from the first loader on (forked workers would otherwise
+            deadlock on OpenCV's inherited thread pool).
         pin_memory: page-locked host memory for faster host-to-GPU copies; ``None`` = only when
             CUDA is available.
         persistent_workers: keep workers alive between epochs (only with ``num_workers > 0``).
@@ -189,6 +191,11 @@ class ReceiptDataModule(L.LightningDataModule):
         cache = self.polygon_cache if use_cache else None
         extra: dict[str, Any] = {}
         if self.num_workers > 0:
+            # A worker forked after this process has used OpenCV's thread pool inherits the
+            # pool's locks mid-state and deadlocks on its first OpenCV call (seen with
+            # non-persistent workers after a validation epoch's postprocess). One thread here
+            # joins the pool and keeps it from coming back; the workers run in parallel anyway.
+            cv2.setNumThreads(1)
             extra["persistent_workers"] = self.persistent_workers
             if self.prefetch_factor is not None:
                 extra["prefetch_factor"] = self.prefetch_factor
