@@ -7,7 +7,7 @@ RUN    ?= runs/demo
 export WANDB_MODE ?= offline
 export PYTHONUNBUFFERED := 1
 
-.PHONY: setup demo test lint unit clean
+.PHONY: setup demo test lint unit clean baseline-doc
 
 setup: $(STAMP)
 
@@ -21,11 +21,18 @@ $(STAMP): pyproject.toml constraints.txt
 
 demo: setup
 	rm -rf $(RUN)
-	$(BIN)/ocr-train experiment=synthetic_debug hydra.run.dir=$(RUN)
+	$(BIN)/ocr-train experiment=synthetic_debug callbacks=monitoring hydra.run.dir=$(RUN)
 	$(BIN)/ocr-test experiment=synthetic_debug hydra.run.dir=$(RUN)/test \
 		checkpoint_path=$(RUN)/checkpoints/last.ckpt split=val
 	$(BIN)/ocr-test experiment=synthetic_debug hydra.run.dir=$(RUN)/test-heldout \
 		checkpoint_path=$(RUN)/checkpoints/last.ckpt split=test
+	$(BIN)/ocr-perf report $(RUN)
+
+# Regenerates docs/performance/baseline.md and the committed gate baseline (2-4 min; run it on
+# a quiet machine).
+baseline-doc: setup
+	$(BIN)/python benchmarks/baseline_doc.py \
+		--baseline-json tests/performance/baselines/synthetic_debug_val.json
 
 lint: setup
 	$(BIN)/ruff check ocr tests benchmarks scripts

@@ -1,7 +1,9 @@
-"""``ocr-perf``: analyse and compare torch.profiler traces from the command line.
+"""``ocr-perf``: analyse and compare torch.profiler traces; record baselines and check against
+them; write a run's report (``ocr-perf report RUN_DIR``).
 
-Exit codes: 0 success, 1 ``compare`` found a regression beyond ``--fail-on-regression``, 2 bad
-input (missing, unreadable, truncated or malformed trace, bad arguments).
+Exit codes: 0 success, 1 ``compare`` found a regression beyond ``--fail-on-regression`` or
+``check`` found a regression, 2 bad input (missing, unreadable, truncated or malformed trace,
+run directory or baseline, sources that are not comparable, bad arguments).
 """
 
 from __future__ import annotations
@@ -27,6 +29,13 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
 def _non_negative(text: str) -> float:
     value = float(text)
     if not value >= 0:
@@ -36,7 +45,9 @@ def _non_negative(text: str) -> float:
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="ocr-perf", description="Analyse torch.profiler Chrome traces (.json / .json.gz)."
+        prog="ocr-perf",
+        description="Analyse torch.profiler Chrome traces (.json / .json.gz); record performance "
+        "baselines and check runs against them.",
     )
     sub = p.add_subparsers(dest="command", required=True)
     a = sub.add_parser("analyze", help="top ops, step breakdown and findings of a trace")
@@ -55,7 +66,56 @@ def _parser() -> argparse.ArgumentParser:
         metavar="PCT",
         help="exit 1 when the median step time is significantly more than PCT %% slower",
     )
+    b = sub.add_parser(
+        "baseline",
+        help="record a performance baseline from a run directory or a bench JSON",
+        description="Summarise one stage of a run (<run>/perf/epochs.jsonl) or a benchmark's "
+        "--json output as a baseline JSON for `ocr-perf check`.",
+    )
+    b.add_argument("source", type=Path, help="run directory, bench JSON or baseline JSON")
+    b.add_argument("-o", "--output", type=Path, required=True, help="baseline JSON to write")
+    b.add_argument("--name", help="baseline name (default: the source's name)")
+    _add_source_options(b)
+    k = sub.add_parser(
+        "check",
+        help="compare a run / bench / baseline with a baseline; exit 1 on a regression",
+        description="Noise-aware comparison: medians over epochs against thresholds widened to "
+        "the baseline's own epoch-to-epoch spread, and a Mann-Whitney test of the batch times.",
+    )
+    k.add_argument("baseline", type=Path, help="baseline JSON (or any source)")
+    k.add_argument("current", type=Path, help="run directory, bench JSON or baseline JSON")
+    k.add_argument("--json", type=Path, metavar="OUT", help="write the comparison as JSON")
+    k.add_argument(
+        "--tolerance",
+        type=_non_negative,
+        metavar="PCT",
+        help="smallest change that counts, %% (points for hit rates); default 10 (2 points)",
+    )
+    k.add_argument(
+        "--allow-other-machine",
+        action="store_true",
+        help="compare even when device / CPU count differ (a warning instead of exit 2)",
+    )
+    _add_source_options(k)
+    from ocr.perf.report.cli import add_parser as add_report_parser  # argparse only: cheap
+
+    add_report_parser(sub)
     return p
+
+
+def _add_source_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--stage",
+        choices=("train", "val", "test"),
+        help="stage of a run directory (default: val if recorded, else train, else test)",
+    )
+    parser.add_argument(
+        "--skip-epochs",
+        type=_non_negative_int,
+        default=1,
+        metavar="N",
+        help="leading epochs of the stage to drop (start-up, JIT, cold cache); default 1",
+    )
 
 
 def _write(path: Path, text: str) -> None:
@@ -70,6 +130,10 @@ def _dump(obj: Any) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``ocr-perf``; returns the exit code."""
     args = _parser().parse_args(argv)
+    if args.command in ("baseline", "check"):
+        return _baseline_main(args)
+    if args.command == "report":
+        return int(args.func(args))
     # Imported here so that `ocr-perf --help` and argument errors stay instant.
     from rich.console import Console
 
@@ -109,6 +173,49 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as exc:
         print(f"ocr-perf: error: cannot write output: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
+
+
+def _baseline_main(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from ocr.perf.baseline import (
+        BaselineError,
+        check_baseline,
+        load_source,
+        make_baseline,
+        print_baseline,
+        print_check,
+        write_baseline,
+    )
+
+    console = Console()
+    options = {"stage": args.stage, "skip_epochs": args.skip_epochs}
+    try:
+        if args.command == "baseline":
+            baseline = make_baseline(args.source, name=args.name, **options)
+            print_baseline(baseline, console)
+            path = write_baseline(baseline, args.output)
+            console.print(f"baseline written to {path}")
+            return EXIT_OK
+        result = check_baseline(
+            load_source(args.baseline, **options),
+            load_source(args.current, **options),
+            args.tolerance,
+            allow_other_machine=args.allow_other_machine,
+        )
+        print_check(result, console)
+        if args.json:
+            _write(args.json, _dump(result))
+    except BaselineError as exc:
+        print(f"ocr-perf: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except OSError as exc:
+        print(f"ocr-perf: error: cannot write output: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    if result["verdict"] == "not comparable":
+        print(f"ocr-perf: error: not comparable: {'; '.join(result['notes'])}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    return EXIT_REGRESSION if result["verdict"] == "regression" else EXIT_OK
 
 
 if __name__ == "__main__":
