@@ -107,3 +107,36 @@ def test_console_script_runs(traces: dict[str, Path]) -> None:
     )
     assert proc.returncode == 1, proc.stderr
     assert "REGRESSION" in proc.stdout
+
+
+def test_report_subcommand(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from tests.unit.perf_report.runs import epoch_record, make_run
+
+    phases = {"data_wait": 3.0, "forward": 1.0, "backward": 1.0}
+    run = make_run(tmp_path / "run", [epoch_record("train", e, phases) for e in (0, 1)])
+    assert main(["report", str(run), "--markdown", str(tmp_path / "r.md")]) == 0
+    assert (run / "perf" / "report.html").is_file()
+    assert (tmp_path / "r.md").read_text().startswith("#")
+    assert main(["report", str(tmp_path / "missing")]) == 2
+    assert "missing" in capsys.readouterr().err
+
+
+def test_help_lists_every_command_and_imports_nothing_heavy() -> None:
+    code = (
+        "import sys, contextlib, io\n"
+        "from ocr.perf.cli import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()) as out:\n"
+        "    try:\n"
+        "        main(['--help'])\n"
+        "    except SystemExit:\n"
+        "        pass\n"
+        "heavy = [m for m in ('torch', 'matplotlib', 'numpy', 'lightning') if m in sys.modules]\n"
+        "print(out.getvalue())\n"
+        "print('HEAVY', heavy)\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    for command in ("analyze", "compare", "baseline", "check", "report"):
+        assert command in proc.stdout
+    assert "HEAVY []" in proc.stdout

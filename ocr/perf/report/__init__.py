@@ -9,10 +9,26 @@ HTML page, Markdown and a terminal summary. No Lightning; every input file is op
     write_html(report, "runs/demo/perf/report.html")
 """
 
-from ocr.perf.report.build import Report, build_report
-from ocr.perf.report.load import ReportInputError, RunData, load_run
-from ocr.perf.report.render import print_summary, to_html, to_markdown, write_html
-from ocr.perf.report.verdict import THRESHOLDS, Finding
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+# Lazy (PEP 562): `ocr-perf --help` imports ocr.perf.report.cli, which must not pay for
+# matplotlib and numpy.
+_EXPORTS = {
+    "Report": "ocr.perf.report.build",
+    "build_report": "ocr.perf.report.build",
+    "ReportInputError": "ocr.perf.report.load",
+    "RunData": "ocr.perf.report.load",
+    "load_run": "ocr.perf.report.load",
+    "print_summary": "ocr.perf.report.render",
+    "to_html": "ocr.perf.report.render",
+    "to_markdown": "ocr.perf.report.render",
+    "write_html": "ocr.perf.report.render",
+    "THRESHOLDS": "ocr.perf.report.verdict",
+    "Finding": "ocr.perf.report.verdict",
+}
 
 __all__ = [
     "THRESHOLDS",
@@ -27,3 +43,18 @@ __all__ = [
     "to_markdown",
     "write_html",
 ]
+
+if TYPE_CHECKING:
+    from ocr.perf.report.build import Report, build_report
+    from ocr.perf.report.load import ReportInputError, RunData, load_run
+    from ocr.perf.report.render import print_summary, to_html, to_markdown, write_html
+    from ocr.perf.report.verdict import THRESHOLDS, Finding
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'ocr.perf.report' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
