@@ -40,18 +40,9 @@ from ocr.perf.baseline import (  # noqa: E402
     make_baseline,
     write_baseline,
 )
+from ocr.perf.clock import PHASES  # noqa: E402
 from ocr.perf.rundir import read_records  # noqa: E402
 
-PHASES = (
-    "data_wait",
-    "forward",
-    "backward",
-    "optimizer",
-    "postprocess",
-    "metric",
-    "callbacks",
-    "unattributed",
-)
 COMMAND = "python benchmarks/baseline_doc.py"
 
 
