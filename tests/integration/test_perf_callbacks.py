@@ -260,6 +260,41 @@ def test_worker_counts_and_the_epochs_file(tmp_path: Path) -> None:
     assert read_run_info(tmp_path)["lightning_module"] == "TinyModule"
 
 
+class HookProbe(L.Callback):
+    """Records, at a training batch, which monitors Lightning would dispatch per-step hooks to."""
+
+    def __init__(self, *monitors: L.Callback) -> None:
+        self.monitors = monitors
+        self.seen: list[tuple[bool, ...]] = []
+
+    def on_train_batch_end(self, *args: Any) -> None:
+        self.seen.append(tuple(callable(m.on_train_batch_start) for m in self.monitors))
+
+
+def test_only_the_driving_monitor_is_dispatched_per_step(tmp_path: Path) -> None:
+    log = MemoryLogger()
+    perf, thr, off = (
+        PerformanceProfilerCallback(log_interval=2),
+        ThroughputMonitorCallback(log_interval=2),
+        ThroughputMonitorCallback(enabled=False),
+    )
+    probe = HookProbe(perf, thr, off)
+    t = trainer(tmp_path, [perf, thr, off, probe], log, limit_val_batches=0)
+    t.fit(TinyModule(), loader(8))
+    # The first monitor drives the shared recorder; the second and the disabled one are hidden
+    # from Lightning's per-step dispatch, yet the second still logs its metrics.
+    assert probe.seen == [(True, False, False)] * 2
+    assert log.epochs("train")[0]["performance/train_epoch_time"] > 0
+    assert log.throughput("train")[0]["throughput/train_samples_per_sec"] > 0
+    # Interval rows (every 2 batches): both monitors' keys in one logger call.
+    steps = [m for m, _ in log.calls if "performance/train_batch_time" in m]
+    assert len(steps) == 1
+    assert "throughput/train_batches_per_sec" in steps[0]
+    # After the run every hook is back (a later fit re-decides who drives).
+    assert all(callable(m.on_train_batch_start) for m in (perf, thr, off))
+    assert not {"on_train_batch_start", "on_before_backward"} & vars(thr).keys()
+
+
 def test_run_files_can_be_switched_off(tmp_path: Path) -> None:
     t = trainer(
         tmp_path,

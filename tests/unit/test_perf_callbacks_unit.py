@@ -306,3 +306,16 @@ def test_table_shows_phases_shares_workers_and_ddp_max() -> None:
     console = Console(width=120, record=True)
     console.print(render_table(report("train", spreads=spreads, world_size=2)))
     assert "3.000 (1)" in console.export_text()
+
+
+def test_unused_batch_hooks_are_hidden_from_lightning_dispatch() -> None:
+    from ocr.lightning_modules.callbacks import ProfilerCallback, ResourceMonitorCallback
+
+    monitor, profiler = ResourceMonitorCallback(), ProfilerCallback()
+    # Hooks the class overrides stay; the no-op ones are not callable, so Lightning skips them.
+    assert callable(monitor.on_train_batch_end)
+    assert monitor.on_before_backward is None
+    assert monitor.on_test_batch_start is None
+    assert callable(profiler.on_train_batch_end)
+    assert profiler.on_train_batch_start is None
+    assert profiler.on_after_backward is None

@@ -45,6 +45,7 @@ from ocr.lightning_modules.callbacks._shared import (
     PerfCallbackWarning,
     log_to_loggers,
     normalize_stages,
+    skip_unused_batch_hooks,
 )
 from ocr.perf import triggers
 from ocr.perf.rundir import PERF_DIRNAME, JsonlWriter
@@ -192,6 +193,7 @@ class ProfilerCallback(Callback):
         check_every_n_steps: int = 20,
     ) -> None:
         super().__init__()
+        skip_unused_batch_hooks(self)  # outside its windows: as close to no callback as it gets
         owner = type(self).__name__
         epochs = []
         for e in profile_epochs:
