@@ -51,7 +51,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ocr.perf.rundir import PERF_DIRNAME, RunDirError, read_records, read_run_info, to_jsonable
+from ocr.perf.rundir import (
+    PERF_DIRNAME,
+    RunDirError,
+    polygon_cache_hit_rate,
+    read_records,
+    read_run_info,
+    to_jsonable,
+)
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -171,17 +178,9 @@ def _epoch_figures(records: list[dict[str, Any]], where: str) -> dict[str, dict[
                     add(f"worker_{part}_ms_per_batch", "ms/batch", "lower", 1e3 * seconds / batches)
             if worker.get("targets") is not None and samples:
                 add("targets_ms_per_image", "ms/image", "lower", 1e3 * worker["targets"] / samples)
-            counts = rec.get("worker_counts") or {}
-            lookups = int(counts.get("polygon_cache_hits", 0)) + int(
-                counts.get("polygon_cache_misses", 0)
-            )
-            if lookups:
-                add(
-                    "polygon_cache_hit_rate",
-                    "fraction",
-                    "higher",
-                    int(counts["polygon_cache_hits"]) / lookups,
-                )
+            hit_rate = polygon_cache_hit_rate(rec.get("worker_counts") or {})
+            if hit_rate is not None:
+                add("polygon_cache_hit_rate", "fraction", "higher", hit_rate)
             if rec.get("peak_rss_gb") is not None:
                 add("peak_rss_gb", "GB", "lower", rec["peak_rss_gb"])
         except (KeyError, TypeError, ValueError, AttributeError) as exc:

@@ -40,6 +40,7 @@ __all__ = [
     "JsonlWriter",
     "RunDirError",
     "iter_records",
+    "polygon_cache_hit_rate",
     "read_records",
     "read_run_info",
     "run_info",
@@ -50,6 +51,20 @@ __all__ = [
 PERF_DIRNAME = "perf"
 RUN_SCHEMA = "receipt-ocr/run"
 RUN_VERSION = 1
+
+
+def polygon_cache_hit_rate(counts: Mapping[str, Any]) -> float | None:
+    """Hit rate (0-1) of the PolygonCache from an epoch record's ``worker_counts`` (or any sum of
+    them): ``polygon_cache_hits / (hits + polygon_cache_misses)``; ``None`` without a lookup.
+    Absent counters (the writers leave zeros out), ``None`` and non-numbers count as 0."""
+
+    def count(name: str) -> float:
+        value = counts.get(name)
+        return 0.0 if isinstance(value, bool) or not isinstance(value, int | float) else value
+
+    hits = count("polygon_cache_hits")
+    lookups = hits + count("polygon_cache_misses")
+    return hits / lookups if lookups else None
 
 
 class RunDirError(ValueError):

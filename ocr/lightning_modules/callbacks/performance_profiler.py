@@ -16,6 +16,7 @@ from ocr.lightning_modules.callbacks._shared import (
     log_to_loggers,
 )
 from ocr.perf.clock import PHASES
+from ocr.perf.rundir import polygon_cache_hit_rate
 
 __all__ = ["PerformanceProfilerCallback", "cache_metrics", "performance_metrics"]
 
@@ -94,17 +95,16 @@ def cache_metrics(report: EpochReport) -> dict[str, float]:
     ``performance/{stage}_polygon_cache_hit_rate`` (0-1); validation also as the unprefixed
     ``performance/polygon_cache_hit_rate``. Empty when no cache lookup happened."""
     counts = report.worker_counts
-    hits = counts.get("polygon_cache_hits", 0)
-    lookups = hits + counts.get("polygon_cache_misses", 0)
-    if not lookups:
+    rate = polygon_cache_hit_rate(counts)
+    if rate is None:
         return {}
     head = f"performance/{report.stage}_"
     out = {f"{head}{name}": float(n) for name, n in counts.items() if name.startswith("polygon_")}
     for name in _CACHE_COUNTS:
         out.setdefault(f"{head}{name}", 0.0)
-    out[f"{head}polygon_cache_hit_rate"] = hits / lookups
+    out[f"{head}polygon_cache_hit_rate"] = rate
     if report.stage == "val":
-        out["performance/polygon_cache_hit_rate"] = hits / lookups
+        out["performance/polygon_cache_hit_rate"] = rate
     return out
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 
 import lightning as L
@@ -12,13 +11,10 @@ from ocr.lightning_modules.callbacks._shared import (
     IntervalProgress,
     RecorderCallback,
     log_to_loggers,
+    per_second,
 )
 
 __all__ = ["ThroughputMonitorCallback", "throughput_metrics"]
-
-
-def _rate(count: float, seconds: float) -> float:
-    return count / seconds if seconds > 0 else math.nan
 
 
 def throughput_metrics(report: EpochReport, peak_memory: bool = True) -> dict[str, float]:
@@ -39,9 +35,9 @@ def throughput_metrics(report: EpochReport, peak_memory: bool = True) -> dict[st
     head = f"throughput/{stage}_"
     out: dict[str, float] = {
         "epoch": float(report.epoch),
-        f"{head}samples_per_sec": _rate(report.global_samples, report.global_wall_s),
-        f"{head}batches_per_sec": _rate(report.global_batches, report.global_wall_s),
-        f"{head}data_wait_share": _rate(report.phases_s.get("data_wait", 0.0), report.wall_s),
+        f"{head}samples_per_sec": per_second(report.global_samples, report.global_wall_s),
+        f"{head}batches_per_sec": per_second(report.global_batches, report.global_wall_s),
+        f"{head}data_wait_share": per_second(report.phases_s.get("data_wait", 0.0), report.wall_s),
     }
     for figure in ("samples_per_sec", "batches_per_sec"):
         for stat, value in report.spreads.get(figure, {}).items():
@@ -111,8 +107,10 @@ class ThroughputMonitorCallback(RecorderCallback):
             return None  # the step does not advance during evaluation
         scale = progress.world_size
         return {
-            "throughput/train_samples_per_sec": _rate(progress.samples * scale, progress.elapsed_s),
-            "throughput/train_batches_per_sec": _rate(
+            "throughput/train_samples_per_sec": per_second(
+                progress.samples * scale, progress.elapsed_s
+            ),
+            "throughput/train_batches_per_sec": per_second(
                 progress.num_batches * scale, progress.elapsed_s
             ),
         }

@@ -24,6 +24,7 @@ from ocr.perf.clock import PHASES
 from ocr.perf.report import plots
 from ocr.perf.report.build import Report
 from ocr.perf.report.stages import STAGE_LABELS, num
+from ocr.perf.rundir import polygon_cache_hit_rate
 
 __all__ = ["print_summary", "to_markdown", "write_html"]
 
@@ -444,9 +445,8 @@ def _cache(report: Report) -> Section:
     rows = []
     for e in report.run.epochs:
         counts = e.get("worker_counts") or {}
-        hits = num(counts.get("polygon_cache_hits"))
-        misses = num(counts.get("polygon_cache_misses"))
-        rate = f"{100.0 * hits / (hits + misses):.1f}" if hits + misses else "-"
+        hit_rate = polygon_cache_hit_rate(counts)
+        rate = "-" if hit_rate is None else f"{100.0 * hit_rate:.1f}"
         rows.append(
             [STAGE_LABELS.get(str(e["stage"]), str(e["stage"])), _f(e.get("epoch")), rate]
             + [_f(counts.get(n)) for n in names]

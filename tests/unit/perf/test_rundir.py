@@ -114,3 +114,14 @@ def test_bad_run_info_is_a_clear_error(tmp_path: Path) -> None:
 def test_to_jsonable_handles_nested_and_odd_values() -> None:
     out = to_jsonable({"a": [math.inf, {"b": np.int64(3)}], 4: object.__name__, "c": Path("p")})
     assert out == {"a": [None, {"b": 3}], "4": "object", "c": "p"}
+
+
+def test_polygon_cache_hit_rate_from_worker_counts() -> None:
+    from ocr.perf.rundir import polygon_cache_hit_rate
+
+    assert polygon_cache_hit_rate({"polygon_cache_hits": 3, "polygon_cache_misses": 1}) == 0.75
+    # Writers leave zero counters out; a null or a stray string counts as 0.
+    assert polygon_cache_hit_rate({"polygon_cache_hits": 4}) == 1.0
+    assert polygon_cache_hit_rate({"polygon_cache_misses": 2, "polygon_cache_hits": None}) == 0.0
+    assert polygon_cache_hit_rate({"polygon_cache_hits": "x", "items": 5}) is None
+    assert polygon_cache_hit_rate({}) is None
