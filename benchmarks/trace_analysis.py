@@ -10,6 +10,9 @@ Inputs, all analysed in the same run:
   those of torch 2.13 on this machine; only the number of steps is synthetic.
 * ``gpu-2021`` / ``gpu-2024``: the real GPU traces of ``../shared/fixtures/traces`` (gunzipped into
   a temporary directory; everyone reads the same plain ``.json``).
+* ``gpu-gen``: generated like ``cpu-30MB`` from the 2024 GPU fixture (kernels, memcpys, flows,
+  correlation ids renumbered per copy): a ~30 MB trace that HTA can read, since HTA fails on
+  CPU-only traces.
 
 Every tool runs in a fresh subprocess per input: peak memory is the increase of the process's
 peak RSS (``VmHWM`` over ``VmRSS`` after the imports) during the first run (a tool that used
@@ -326,6 +329,16 @@ def analysis_table(
                 with gzip.open(FIXTURES / name, "rb") as src, open(dst, "wb") as out:
                     shutil.copyfileobj(src, out)
                 inputs[label] = dst
+        if "gpu-2024" in inputs:
+            # a generated ~30 MB trace that HTA can read (it fails on CPU-only traces)
+            (work / "gpu-gen").mkdir()
+            dst = work / "gpu-gen" / "gpu_30mb.pt.trace.json"
+            copies = replicate(inputs["gpu-2024"], dst, args.size_mb)
+            inputs["gpu-gen"] = dst
+            print(
+                f"generated {dst.stat().st_size / 2**20:.1f} MB: the 2024 GPU fixture's steps "
+                f"x {copies}"
+            )
 
         for label, path in inputs.items():
             size_mb = path.stat().st_size / 2**20

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from ocr.perf.cli import main
+from ocr.perf.trace import load
 from ocr.perf.trace.load import Kind, TraceError, load_traces
 
 
@@ -199,3 +200,83 @@ def test_cli_exits_2_on_a_decode_error(tmp_path: Path, capsys: pytest.CaptureFix
     path.write_bytes(b'{"traceEvents": [{"ph": "X", "ts": 1, "dur": Infinity}]}')
     assert main(["analyze", str(path)]) == 2
     assert str(path) in capsys.readouterr().err
+
+
+def _same_tables(a: Any, b: Any) -> None:
+    for col in ("src", "kind", "name", "thread", "start", "dur", "correlation", "parent"):
+        np.testing.assert_array_equal(getattr(a, col), getattr(b, col), err_msg=col)
+    np.testing.assert_array_equal(a.self_ns, b.self_ns)
+    assert a.names == b.names
+    assert a.thread_keys == b.thread_keys
+    assert a.thread_names == b.thread_names
+    assert a.origin_ns == b.origin_ns
+    for col in ("ts", "nbytes", "total_allocated", "total_reserved", "device_type", "device_id"):
+        np.testing.assert_array_equal(getattr(a.memory, col), getattr(b.memory, col))
+
+
+def _generic_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(load, "_split_fast", lambda data: None)
+
+
+def _mixed_events() -> list[Any]:
+    mem = {"Bytes": 512, "Total Allocated": 1024, "Total Reserved": 2048, "Device Type": 1}
+    return [
+        {"ph": "M", "name": "thread_name", "pid": 1, "tid": 1, "args": {"name": "main"}},
+        _x("outer", 100, 50, args={"correlation": 9, "Input Dims": [[1]]}),
+        _x("inner", 110, 10),
+        {"ph": "s", "id": 1, "pid": 1, "tid": 1, "ts": 105, "cat": "ac2g", "name": "f"},
+        {"ph": "i", "name": "[memory]", "pid": 1, "tid": 1, "ts": 111, "args": mem},
+        {"ph": "I", "name": "[memory]", "pid": 1, "tid": 1, "ts": 112, "args": {"Bytes": -512}},
+        {"ph": "i", "name": "marker", "pid": 1, "tid": 1, "ts": 113},
+        {"ph": "C", "name": "counter", "pid": 1, "ts": 114, "args": {"v": 1}},
+        {"ts": 120, "name": "ph_last", "dur": 5, "cat": "cpu_op", "pid": 1, "tid": 1, "ph": "X"},
+    ]
+
+
+def test_tagged_decoder_takes_standard_phases(tmp_path: Path) -> None:
+    data = load._read_bytes(_write(tmp_path, _mixed_events()))
+    split = load._split_fast(data)
+    assert split is not None
+    _, n_events, n_bad, complete, memory, meta = split
+    assert (n_events, n_bad) == (9, 0)
+    assert [e.name for e in complete] == ["outer", "inner", "ph_last"]
+    assert [e.ts for e in memory] == [111, 112]
+    assert [e.args.name for e in meta] == ["main"]
+
+
+@pytest.mark.parametrize(
+    "odd",
+    [
+        {"ph": "Z", "name": "unknown phase", "ts": 1},
+        {"name": "no phase", "ts": 1},
+        {"ph": 7, "name": "numeric phase", "ts": 1},
+        None,
+        [1, 2],
+    ],
+    ids=["unknown-ph", "missing-ph", "numeric-ph", "null-entry", "list-entry"],
+)
+def test_odd_entries_take_the_generic_path_and_agree(tmp_path: Path, odd: Any) -> None:
+    path = _write(tmp_path, [*_mixed_events(), odd])
+    assert load._split_fast(load._read_bytes(path)) is None
+    fast_table = load_traces(_write(tmp_path, _mixed_events(), name="plain.json"))
+    odd_table = load_traces(path)
+    _same_tables(fast_table, odd_table)
+
+
+def test_both_decoders_build_the_same_table_on_real_traces(
+    recorded_cpu_trace: tuple[Path, dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = recorded_cpu_trace[0]
+    fast = load_traces(path)
+    assert len(fast) > 100
+    assert fast.memory.ts.size > 0
+    _generic_only(monkeypatch)
+    _same_tables(fast, load_traces(path))
+
+
+def test_both_decoders_agree_on_the_gpu_fixtures(
+    traces_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fast = load_traces(traces_dir)
+    _generic_only(monkeypatch)
+    _same_tables(fast, load_traces(traces_dir))
