@@ -295,6 +295,82 @@ def test_only_the_driving_monitor_is_dispatched_per_step(tmp_path: Path) -> None
     assert not {"on_train_batch_start", "on_before_backward"} & vars(thr).keys()
 
 
+class BackwardProbe(L.Callback):
+    """At a training batch: is the strategy's backward wrapped, and which of the driver's
+    backward / optimizer-step hooks would Lightning dispatch?"""
+
+    def __init__(self, driver: L.Callback) -> None:
+        self.driver = driver
+        self.seen: list[tuple[bool, bool, bool]] = []
+
+    def on_train_batch_end(self, trainer: L.Trainer, *args: Any) -> None:
+        self.seen.append(
+            (
+                "backward" in vars(trainer.strategy),
+                callable(self.driver.on_before_backward),
+                callable(self.driver.on_before_optimizer_step),
+            )
+        )
+
+
+class SlowBackwardModule(TinyModule):
+    """Planted delays in ``backward`` (Lightning's hook, inside ``strategy.backward``) and in
+    ``optimizer_step``; ``manual=True`` runs the same steps with manual optimisation."""
+
+    def __init__(self, backward_delay: float, step_delay: float, manual: bool = False) -> None:
+        super().__init__()
+        self.backward_delay = backward_delay
+        self.step_delay = step_delay
+        self.automatic_optimization = not manual
+
+    def backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
+        self.truth[("train", self.current_epoch, "backward")] += planted_sleep(self.backward_delay)
+        super().backward(loss, *args, **kwargs)
+
+    def _step_delay(self) -> None:
+        self.truth[("train", self.current_epoch, "optimizer")] += planted_sleep(self.step_delay)
+
+    def optimizer_step(self, *args: Any, **kwargs: Any) -> None:
+        super().optimizer_step(*args, **kwargs)
+        self._step_delay()
+
+    def training_step(self, batch: Any, batch_idx: int) -> Any:
+        loss = super().training_step(batch, batch_idx)
+        if self.automatic_optimization:
+            return loss
+        opt = self.optimizers()
+        assert not isinstance(opt, list)
+        opt.zero_grad()
+        self.manual_backward(loss)
+        opt.step()
+        self._step_delay()
+        return None
+
+
+@pytest.mark.parametrize("manual", [False, True], ids=["automatic", "manual"])
+def test_backward_and_optimizer_delays_with_the_wrapped_strategy_backward(
+    tmp_path: Path, manual: bool
+) -> None:
+    log, module = MemoryLogger(), SlowBackwardModule(0.03, 0.02, manual=manual)
+    perf = PerformanceProfilerCallback()
+    probe = BackwardProbe(perf)
+    t = trainer(tmp_path, [perf, probe], log, limit_val_batches=0)
+    t.fit(module, loader(16))
+    (row,) = log.epochs("train")
+    assert_phases_sum(row, "train")
+    assert_near(row["performance/train_backward_time"], module.truth[("train", 0, "backward")])
+    assert_near(row["performance/train_optimizer_time"], module.truth[("train", 0, "optimizer")])
+    assert row["performance/train_forward_time"] < TOL * module.truth[("train", 0, "backward")]
+    # While running: backward is wrapped, so the driver's backward hooks are not dispatched;
+    # on_before_optimizer_step is hidden only under automatic optimisation.
+    assert probe.seen == [(True, False, manual)] * 4
+    # After the run: the strategy's own backward and every hook are back.
+    assert "backward" not in vars(t.strategy)
+    assert callable(perf.on_before_backward)
+    assert callable(perf.on_before_optimizer_step)
+    assert not vars(perf).keys() & {"on_before_backward", "on_before_optimizer_step"}
+
+
 def test_run_files_can_be_switched_off(tmp_path: Path) -> None:
     t = trainer(
         tmp_path,

@@ -574,6 +574,7 @@ class StageRecorder:
         self._open: list[str] = []  # open windows, innermost last (train below val)
         self._loaders: dict[int, tuple[DataLoader, InstrumentedLoader, _Tap]] = {}
         self._patched_strategy: Any = None
+        self._wrapped_backward: Callable[..., Any] | None = None
         self.files: RunFiles | None = None  # set at install when a subscriber wants run files
 
     # -- membership ------------------------------------------------------------------------
@@ -616,6 +617,21 @@ class StageRecorder:
             self.driver = self.subscribers[0]
             self.driver._drive = self
             self.driver._restore_hooks()
+            hide_hooks(self.driver, self._redundant_hooks(), RecorderCallback)
+
+    def _redundant_hooks(self) -> tuple[str, ...]:
+        """Driver hooks whose work is done elsewhere: the backward hooks when the strategy's
+        backward is wrapped; ``on_before_optimizer_step`` under automatic optimisation, where
+        backward has always just opened the optimizer phase (manual optimisation keeps it: a
+        step may follow a plain ``loss.backward()``)."""
+        hooks: tuple[str, ...] = ()
+        if self._wrapped_backward is not None:
+            hooks += ("on_before_backward", "on_after_backward")
+            trainer = self._trainer_ref()
+            module = trainer.lightning_module if trainer is not None else None
+            if module is not None and module.automatic_optimization:
+                hooks += ("on_before_optimizer_step",)
+        return hooks
 
     def _configure(self) -> None:
         subs = self.subscribers
@@ -660,6 +676,25 @@ class StageRecorder:
 
         strategy.process_dataloader = process_dataloader  # type: ignore[method-assign]
         self._patched_strategy = strategy
+        self._wrap_backward(strategy)
+
+    def _wrap_backward(self, strategy: Any) -> None:
+        """Time backward by wrapping ``strategy.backward`` (automatic optimisation and
+        ``manual_backward`` both call it; the ``on_before/after_backward`` hooks run inside it).
+        One plain call instead of two hook dispatches, which cost ~1.5 µs each per step; the
+        driver's two hooks are hidden while the wrapper is in place."""
+        original = strategy.backward
+
+        def backward(*args: Any, **kwargs: Any) -> Any:
+            if self.measuring:
+                self.phase("backward")
+            out = original(*args, **kwargs)
+            if self.measuring:
+                self.phase("optimizer")
+            return out
+
+        strategy.backward = backward
+        self._wrapped_backward = backward
 
     def _instrument(self, loader: object) -> None:
         trainer = self._trainer_ref()
@@ -687,6 +722,9 @@ class StageRecorder:
         strategy, self._patched_strategy = self._patched_strategy, None
         if strategy is not None and "process_dataloader" in vars(strategy):
             del strategy.process_dataloader
+        wrapped, self._wrapped_backward = self._wrapped_backward, None
+        if strategy is not None and vars(strategy).get("backward") is wrapped is not None:
+            del strategy.backward
 
     def shutdown(self) -> None:
         """Stop everything and undo the instrumentation (idempotent)."""
