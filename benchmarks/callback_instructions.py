@@ -9,7 +9,9 @@ difference of the step counts is the instructions per training step, with the st
 callback" are then turned into microseconds with a rate measured here too: Lightning's own
 per-hook dispatch to two empty callbacks, run in a tight loop, timed natively (minimum of
 repeats) and counted under callgrind; the interpreter-bound code of a callback runs at about
-that rate. ``PYTHONHASHSEED=0`` keeps the runs repeatable.
+that rate when its caches are warm. A second column uses the more cautious rate of the whole
+no-callback step in place (instructions per step over its native time), which folds in the
+cache misses of a real loop. ``PYTHONHASHSEED=0`` keeps the runs repeatable.
 
 Prints figures only; never passes or fails on a count or a time. Needs ``valgrind`` on PATH
 (``apt-get install valgrind``); takes about 2-3 minutes per run, ``--jobs`` at a time.
@@ -106,6 +108,23 @@ def native_dispatch_us(repeats: int = 7, calls: int = 50_000) -> float:
     return best / calls * 1e6
 
 
+def native_step_us(steps: int, width: int, repeats: int) -> float:
+    """µs per steady-state step of the tiny model without callbacks, natively (minimum)."""
+    _quiet()
+    import torch
+
+    sys.path.insert(0, str(HERE))
+    import callback_overhead as bench
+
+    torch.set_num_threads(1)
+    best = float("inf")
+    with tempfile.TemporaryDirectory() as logdir:
+        for _ in range(repeats):
+            wall, _cpu = bench.tiny_run(bench.CONFIGS["no callback"], steps, width, logdir)
+            best = min(best, wall)
+    return best
+
+
 def count(args: list[str]) -> int:
     """Total instructions of ``python this_script.py ARGS`` under callgrind."""
     env = dict(os.environ, PYTHONHASHSEED="0", WANDB_MODE="offline")
@@ -172,14 +191,25 @@ def main() -> None:
         c: (totals[(c, args.hi)] - totals[(c, args.lo)]) / (args.hi - args.lo) for c in args.configs
     }
     base = per_step["no callback"]
+    # A second, more cautious rate: the whole step's, in place (torch kernels and Lightning's
+    # loop with its cache misses), from the native step time of the same model.
+    step_us = native_step_us(1000, args.width, repeats=3)
+    step_rate = base / step_us
+    print(
+        f"in-place rate: the no-callback step = {base:,.0f} instructions, {step_us:.1f} us "
+        f"natively (min of 3) -> {step_rate:,.0f} instructions/us"
+    )
     print(
         f"\nTiny model (width {args.width}), instructions per training step from runs of "
-        f"{args.lo} and {args.hi} steps:"
+        f"{args.lo} and {args.hi} steps; added us at the dispatch rate / at the in-place rate:"
     )
-    print(f"{'configuration':30} {'instr/step':>12} {'added':>10} {'~us added':>10}")
+    print(f"{'configuration':30} {'instr/step':>12} {'added':>10} {'~us':>7} {'~us':>7}")
     for config, value in per_step.items():
         added = value - base
-        print(f"{config:30} {value:12,.0f} {added:10,.0f} {added / rate:10.1f}")
+        print(
+            f"{config:30} {value:12,.0f} {added:10,.0f} {added / rate:7.1f} "
+            f"{added / step_rate:7.1f}"
+        )
 
 
 if __name__ == "__main__":

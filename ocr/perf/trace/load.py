@@ -295,13 +295,18 @@ _NO_ARGS = _Args()
 # skipped without building anything. About a third faster than decoding every entry generically.
 
 
-class _Complete(msgspec.Struct, gc=False, tag_field="ph", tag="X"):
+class _Timed(msgspec.Struct, gc=False):
+    """The keys of an event that the columns read besides ``args``; absent keys read ``None``."""
+
     cat: Any = None
     name: Any = None
     pid: Any = None
     tid: Any = None
     ts: Any = None
     dur: Any = None
+
+
+class _Complete(_Timed, gc=False, tag_field="ph", tag="X"):
     args: _Correlation | list[Any] | _Scalar = None
 
 
@@ -336,18 +341,12 @@ else:
     _Tagged = Union[(_Complete, _Instant, _InstantOld, _Meta, *_Skipped)]
 
 
-class _Event(msgspec.Struct, gc=False):
+class _Event(_Timed, gc=False):
     """Fallback path: one ``traceEvents`` entry that is a JSON object, whatever its ``ph`` (an
-    unknown phase, a missing or non-string ``ph``); absent keys read ``None``. ``args`` that is
-    not an object (``null``, a list: seen in hand-edited traces) stays as decoded."""
+    unknown phase, a missing or non-string ``ph``). ``args`` that is not an object (``null``, a
+    list: seen in hand-edited traces) stays as decoded."""
 
     ph: Any = None
-    cat: Any = None
-    name: Any = None
-    pid: Any = None
-    tid: Any = None
-    ts: Any = None
-    dur: Any = None
     args: _Args | list[Any] | _Scalar = None
 
 
