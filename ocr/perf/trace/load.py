@@ -22,6 +22,7 @@ import mmap
 import operator
 import os
 import re
+import stat
 import time
 import zlib
 from collections import defaultdict
@@ -396,10 +397,12 @@ def _read_bytes(path: Path) -> memoryview:
     """
     try:
         with open(path, "rb") as fh:
-            size = os.fstat(fh.fileno()).st_size
-            if size == 0:
-                raise TraceError(path, "file is empty")
-            buf: bytes | mmap.mmap = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+            st = os.fstat(fh.fileno())
+            buf: bytes | mmap.mmap
+            if stat.S_ISREG(st.st_mode) and st.st_size > 0:
+                buf = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+            else:  # a pipe (``<(zcat ...)``), a device, an empty file: read what comes
+                buf = fh.read()
     except OSError as exc:
         raise TraceError(path, f"cannot read: {exc.strerror or exc}") from exc
     if buf[:2] == b"\x1f\x8b":

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -280,3 +282,18 @@ def test_both_decoders_agree_on_the_gpu_fixtures(
     fast = load_traces(traces_dir)
     _generic_only(monkeypatch)
     _same_tables(fast, load_traces(traces_dir))
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs os.mkfifo (POSIX)")
+def test_a_pipe_is_read_like_a_file(tmp_path: Path) -> None:
+    """``ocr-perf analyze <(zcat trace.json.gz)``: a FIFO reports size 0 and cannot be mapped."""
+    plain = _write(tmp_path, _mixed_events())
+    fifo = tmp_path / "pipe.json"
+    os.mkfifo(fifo)
+    writer = threading.Thread(target=lambda: fifo.write_bytes(plain.read_bytes()))
+    writer.start()
+    try:
+        piped = load_traces(fifo)
+    finally:
+        writer.join(timeout=10)
+    _same_tables(load_traces(plain), piped)
