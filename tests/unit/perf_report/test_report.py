@@ -185,6 +185,28 @@ def test_cache_statistics_and_low_hit_rate(tmp_path: Path) -> None:
     assert "| validation | 1 | 7.5 | 5 | 3 | 37 |" in md  # per-epoch cache table
 
 
+def test_epoch_tables_list_epochs_in_order_training_first(tmp_path: Path) -> None:
+    # Lightning's order of closing: validation epoch e inside training epoch e
+    epochs = []
+    for e in range(2):
+        epochs.append(epoch_record("val", e, INPUT_VAL))
+        epochs.append(epoch_record("train", e, TRAIN))
+    epochs.append(epoch_record("test", 0, INPUT_VAL))
+    make_run(tmp_path, epochs, config=CONFIG)
+    md = to_markdown(build_report(tmp_path))
+    for section in ("Batch-time distribution", "Throughput"):
+        text = md[md.index(section) :]
+        table = text[: text.index("\n\n", text.index("| stage"))]
+        order = re.findall(r"^\| (training|validation|test) \| (\d+) \|", table, re.M)
+        assert order == [
+            ("training", "0"),
+            ("validation", "0"),
+            ("training", "1"),
+            ("validation", "1"),
+            ("test", "0"),
+        ], section
+
+
 def test_resources_are_plotted_with_alerts_marked(tmp_path: Path) -> None:
     input_bound_run(tmp_path)
     samples = [
