@@ -974,20 +974,24 @@ class ResourceMonitor:
             out["alerts/fired"] = float(self.engine.fired_count)
         return out
 
-    def write_summary(self, writer: JsonlWriter | None = None) -> dict[str, float]:
-        """Write the summary record (schema ``receipt-ocr/resource-summary``) and return it."""
+    def write_summary(
+        self, writer: JsonlWriter | None = None, run: str | None = None
+    ) -> dict[str, float]:
+        """Write the summary record (schema ``receipt-ocr/resource-summary``) and return it.
+        ``run`` names what was sampled (``"fit"``, ``"validate"``, ``"test"``): one run folder
+        may hold a fit and the test that follows it."""
         summary = self.summary()
         if writer is None and self.writer is not None:
             writer = JsonlWriter(self.writer.path, RESOURCE_SUMMARY_SCHEMA)
         if writer is not None:
-            self._write(
-                {
-                    "t": time.time(),
-                    "rank": self.rank,
-                    "status": dict(self.sampler.status),
-                    "metrics": summary,
-                },
-                writer,
-            )
+            record: dict[str, Any] = {
+                "t": time.time(),
+                "rank": self.rank,
+                "status": dict(self.sampler.status),
+                "metrics": summary,
+            }
+            if run is not None:
+                record["run"] = run
+            self._write(record, writer)
             writer.close()
         return summary

@@ -19,6 +19,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from ocr.lightning_modules.callbacks import ResourceMonitorCallback
 from ocr.perf.alerts import ALERT_SCHEMA, RULES
+from ocr.perf.report import build_report, to_markdown
 from ocr.perf.resources import RESOURCE_SAMPLE_SCHEMA, RESOURCE_SUMMARY_SCHEMA, THREAD_NAME
 from ocr.perf.rundir import read_records
 from tests.memory_logger import MemoryLogger
@@ -285,3 +286,57 @@ def test_hydra_groups_instantiate_the_callback_with_overrides() -> None:
     assert callback.interval_s == 2.0
     assert callback.rules["hang"]["enabled"] is False
     assert callback.rules["gpu_starvation"]["data_wait_share"] == 0.5
+
+
+@pytest.mark.parametrize("run", ["validate", "test"])
+def test_standalone_validate_and_test_are_sampled(tmp_path: Path, run: str) -> None:
+    logger = MemoryLogger()
+    trainer = L.Trainer(
+        accelerator="cpu",
+        devices=1,
+        logger=logger,
+        callbacks=[ResourceMonitorCallback(**FAST)],
+        default_root_dir=tmp_path,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
+    module = Tiny()
+    module.test_step = module.validation_step  # type: ignore[method-assign]
+    getattr(trainer, run)(module, DataLoader(Pairs(24, delay=0.01), batch_size=2))
+    assert not sampler_threads()
+    phase = "val" if run == "validate" else "test"
+    perf = tmp_path / "perf"
+    records = read_records(perf / "resources.jsonl", RESOURCE_SAMPLE_SCHEMA)
+    assert len(records) >= 2
+    assert phase in {r["phase"] for r in records}
+    assert "train" not in {r["phase"] for r in records}
+    (summary,) = read_records(perf / "resources.jsonl", RESOURCE_SUMMARY_SCHEMA)
+    assert summary["run"] == run
+    assert summary["metrics"]["resources/samples"] >= 2
+    assert "resources/process_rss_gb_max" in logger.metric_names()
+
+
+def test_a_test_after_the_fit_keeps_the_fit_summary_in_the_report(tmp_path: Path) -> None:
+    trainer = L.Trainer(
+        accelerator="cpu",
+        devices=1,
+        max_epochs=1,
+        logger=MemoryLogger(),
+        callbacks=[ResourceMonitorCallback(**FAST)],
+        default_root_dir=tmp_path,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        enable_checkpointing=False,
+        num_sanity_val_steps=0,
+    )
+    module = Tiny()
+    module.test_step = module.validation_step  # type: ignore[method-assign]
+    trainer.fit(module, DataLoader(Pairs(16, delay=0.01), batch_size=2))
+    trainer.test(module, DataLoader(Pairs(16, delay=0.01), batch_size=2))
+    assert not sampler_threads()
+    summaries = read_records(tmp_path / "perf" / "resources.jsonl", RESOURCE_SUMMARY_SCHEMA)
+    assert [s["run"] for s in summaries] == ["fit", "test"]
+    report = build_report(tmp_path)
+    assert report.run.resource_summary is not None
+    assert report.run.resource_summary["run"] == "fit"
+    assert "Summary at fit end" in to_markdown(report)

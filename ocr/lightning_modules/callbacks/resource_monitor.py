@@ -15,6 +15,7 @@ from typing import Any
 import lightning as L
 import torch
 from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities import rank_zero_info
 from rich.console import Console
 from rich.table import Table
@@ -33,6 +34,8 @@ from ocr.perf.rundir import PERF_DIRNAME, JsonlWriter
 __all__ = ["ResourceMonitorCallback"]
 
 # Figures of the printed summary, in this order (when sampled), then every GPU's.
+# trainer.validate / trainer.test: sampled like a fit of their own
+_STANDALONE = (TrainerFn.VALIDATING, TrainerFn.TESTING)
 _SUMMARY_ROWS = (
     "process_cpu_percent",
     "process_rss_gb",
@@ -213,6 +216,9 @@ class ResourceMonitorCallback(Callback):
     # -- life cycle ----------------------------------------------------------------------------
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._begin(trainer, pl_module)
+
+    def _begin(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if not self.enabled:
             return
         self.summary = {}
@@ -220,6 +226,19 @@ class ResourceMonitorCallback(Callback):
             self._start(trainer, pl_module)
         except Exception as exc:
             self._off(exc)
+
+    def _begin_standalone(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """``trainer.validate`` / ``trainer.test`` are sampled as runs of their own; the fit's
+        validation belongs to the fit's monitor."""
+        if self.monitor is None and trainer.state.fn in _STANDALONE:
+            self._begin(trainer, pl_module)
+
+    def _end_standalone(self, trainer: L.Trainer) -> bool:
+        """Finish a standalone validate / test run (True when this was one)."""
+        if trainer.state.fn not in _STANDALONE:
+            return False
+        self._finish(trainer, normal=True)
+        return True
 
     def _start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         perf_dir = Path(trainer.default_root_dir) / PERF_DIRNAME
@@ -310,7 +329,8 @@ class ResourceMonitorCallback(Callback):
             monitor.flush_interval()
             if normal:
                 self._log_pending(trainer, monitor)
-            self.summary = monitor.write_summary()
+            fn = trainer.state.fn
+            self.summary = monitor.write_summary(run=None if fn is None else str(fn.value))
             if normal:
                 log_to_loggers(trainer, self.summary)
                 if self.print_summary and trainer.is_global_zero:
@@ -351,7 +371,8 @@ class ResourceMonitorCallback(Callback):
         io = ", ".join(
             f"{phase} read {summary.get(f'resources/io_{phase}_read_mb', 0.0):.1f} MiB / "
             f"wrote {summary.get(f'resources/io_{phase}_write_mb', 0.0):.1f} MiB"
-            for phase in ("train", "val")
+            for phase in ("train", "val", "test")
+            if phase != "test" or summary.get("resources/io_test_read_mb")
         )
         console.print(f"I/O of main process + workers: {io}")
         for source, status in sorted(monitor.sampler.status.items()):
@@ -369,15 +390,27 @@ class ResourceMonitorCallback(Callback):
             signals.set_phase("train")
 
     def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._begin_standalone(trainer, pl_module)
         signals = self._signals
         if signals is not None:
             signals.set_phase("val")
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self._end_standalone(trainer):
+            return
         signals = self._signals
         if signals is not None:
             # Back to the training epoch (its end: checkpointing), except after the sanity check.
             signals.set_phase("idle" if trainer.sanity_checking else "train")
+
+    def on_test_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._begin_standalone(trainer, pl_module)
+        signals = self._signals
+        if signals is not None:
+            signals.set_phase("test")
+
+    def on_test_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._end_standalone(trainer)
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         signals = self._signals
@@ -426,6 +459,8 @@ class ResourceMonitorCallback(Callback):
         monitor = self.monitor
         if monitor is not None and monitor.pending is not None:
             self._log_pending(trainer, monitor)
+
+    on_test_batch_end = on_validation_batch_end
 
     # -- epoch ends ----------------------------------------------------------------------------
 

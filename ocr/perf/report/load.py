@@ -51,7 +51,8 @@ class RunData:
         epochs: ``perf/epochs.jsonl`` records in file order.
         intervals: ``perf/intervals.jsonl`` records.
         resources: ``perf/resources.jsonl`` resource-sample records.
-        resource_summary: the last resource-summary record, or ``None``.
+        resource_summary: the last resource-summary record of a fit (of any run when there is
+            none), or ``None``.
         alerts: ``perf/alerts.jsonl`` records.
         profiler_windows: ``perf/profiler.jsonl`` records.
         trace_files: trace files under ``profiler_traces/``, relative to ``run_dir``, sorted.
@@ -182,7 +183,9 @@ def load_run(run_dir: str | os.PathLike[str]) -> RunData:
     resources_path = perf / "resources.jsonl"
     data.resources = _read(resources_path, RESOURCE_SCHEMA)
     summaries = _read(resources_path, RESOURCE_SUMMARY_SCHEMA)
-    data.resource_summary = summaries[-1] if summaries else None
+    # a fit's summary over a later test's (train.py's test_after_fit shares the folder)
+    fits = [s for s in summaries if s.get("run", "fit") == "fit"]
+    data.resource_summary = (fits or summaries)[-1] if summaries else None
     if not data.resources:
         data.notes.append(
             "perf/resources.jsonl: not recorded (attach ResourceMonitorCallback for CPU / GPU / "

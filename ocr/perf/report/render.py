@@ -344,7 +344,7 @@ def _resources(report: Report) -> Section:
             Table(
                 ["figure", "value"],
                 [[k, _f(v)] for k, v in sorted(summary.items())],
-                "Summary at fit end",
+                f"Summary at {(run.resource_summary or {}).get('run', 'fit')} end",
             )
         )
     return sec
