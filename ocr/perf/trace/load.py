@@ -330,8 +330,9 @@ class _Meta(msgspec.Struct, gc=False, tag_field="ph", tag="M"):
     args: _Args | list[Any] | _Scalar = None
 
 
-# every other phase of the Chrome trace event format: decoded to an empty struct
-_SKIPPED_PHASES = "BEbensftCPONDRcvV()"
+# every other phase of the Chrome trace event format (the deprecated async S/T/p/F included):
+# decoded to an empty struct
+_SKIPPED_PHASES = "BEbensftSTpFCPONDRcvV()"
 _Skipped = tuple(
     msgspec.defstruct(f"_Skipped{i}", [], gc=False, tag_field="ph", tag=ph)
     for i, ph in enumerate(_SKIPPED_PHASES)

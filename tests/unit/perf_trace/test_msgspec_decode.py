@@ -297,3 +297,14 @@ def test_a_pipe_is_read_like_a_file(tmp_path: Path) -> None:
     finally:
         writer.join(timeout=10)
     _same_tables(load_traces(plain), piped)
+
+
+def test_every_phase_of_the_trace_event_format_takes_the_fast_path(tmp_path: Path) -> None:
+    phases = "XiIMBEbensftSTpFCPONDRcvV()"
+    events = [
+        {"ph": ph, "name": f"e{k}", "pid": 1, "tid": 1, "ts": 100 + k}
+        for k, ph in enumerate(phases)
+    ]
+    split = load._split_fast(load._read_bytes(_write(tmp_path, events)))
+    assert split is not None
+    assert [e.name for e in split[3]] == ["e0"]  # only the complete event becomes a row
