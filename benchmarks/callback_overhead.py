@@ -21,67 +21,18 @@ import logging
 import os
 import statistics
 import tempfile
-import time
 import warnings
 from collections.abc import Callable
-from typing import Any
 
 import lightning as L
 import torch
+from _tiny_loop import StepClock, fit_tiny
 from lightning.pytorch.callbacks import Callback, DeviceStatsMonitor, ThroughputMonitor
 from lightning.pytorch.loggers import CSVLogger
-from torch import nn
-from torch.utils.data import DataLoader, TensorDataset
 
 from ocr.lightning_modules.callbacks import PerformanceProfilerCallback, ThroughputMonitorCallback
 
 WARMUP_STEPS = 100
-
-
-class StepClock(Callback):
-    """First in the callback list of every configuration: times steps ``warmup``..end of the
-    first training epoch (steady state: no start-up, no compilation, no worker spawn).
-
-    Two clocks: wall time, and the main thread's CPU time. With ``num_workers=0`` and one torch
-    thread every step runs on the main thread, so its CPU time holds all the work, callbacks
-    included, but not the time the thread waited while another tenant of this shared VM ran:
-    the noise that made wall-clock differences of a few microseconds unreadable here.
-    """
-
-    def __init__(self, warmup: int = WARMUP_STEPS) -> None:
-        self.warmup = warmup
-        self.start_ns = self.end_ns = 0
-        self.start_cpu_ns = self.end_cpu_ns = 0
-        self.steps = 0
-
-    def on_train_batch_start(self, trainer: L.Trainer, *args: Any) -> None:
-        if trainer.global_step == self.warmup:
-            self.start_ns = time.perf_counter_ns()
-            self.start_cpu_ns = time.thread_time_ns()
-
-    def on_train_epoch_end(self, trainer: L.Trainer, *args: Any) -> None:
-        self.end_ns = time.perf_counter_ns()
-        self.end_cpu_ns = time.thread_time_ns()
-        self.steps = trainer.global_step - self.warmup
-
-    def per_step_s(self) -> float:
-        return (self.end_ns - self.start_ns) / self.steps / 1e9
-
-    def cpu_per_step_s(self) -> float:
-        return (self.end_cpu_ns - self.start_cpu_ns) / self.steps / 1e9
-
-
-class Tiny(L.LightningModule):
-    def __init__(self, width: int) -> None:
-        super().__init__()
-        self.net = nn.Sequential(nn.Linear(width, width), nn.ReLU(), nn.Linear(width, 1))
-
-    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
-        x, y = batch
-        return nn.functional.mse_loss(self.net(x).squeeze(-1), y)
-
-    def configure_optimizers(self) -> torch.optim.Optimizer:
-        return torch.optim.SGD(self.parameters(), lr=1e-3)
 
 
 class Empty(Callback):
@@ -103,24 +54,17 @@ def tiny_run(
     make: Callable[[], list[Callback]], steps: int, width: int, logdir: str
 ) -> tuple[float, float]:
     """Microseconds per steady-state training step: wall, main-thread CPU."""
-    n = (steps + WARMUP_STEPS) * 16
-    data = TensorDataset(torch.randn(n, width), torch.randn(n))
-    clock = StepClock()
-    trainer = L.Trainer(
-        accelerator="cpu",
-        devices=1,
-        max_epochs=1,
+    clock = fit_tiny(
+        make(),
+        steps=steps,
+        warmup=WARMUP_STEPS,
+        width=width,
+        hidden=width,
+        batch_size=16,
+        root=logdir,
         logger=CSVLogger(logdir),
-        default_root_dir=logdir,  # the run files (perf/) go there, not into the working folder
-        callbacks=[clock, *make()],
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        enable_checkpointing=False,
-        num_sanity_val_steps=0,
-        limit_val_batches=0,
         log_every_n_steps=50,
     )
-    trainer.fit(Tiny(width), DataLoader(data, batch_size=16))
     return clock.per_step_s() * 1e6, clock.cpu_per_step_s() * 1e6
 
 

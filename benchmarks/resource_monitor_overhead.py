@@ -28,14 +28,11 @@ import tempfile
 import threading
 import time
 import warnings
-from typing import Any
 
-import lightning as L
 import psutil
 import torch
+from _tiny_loop import fit_tiny
 from lightning.pytorch.callbacks import Callback
-from torch import nn
-from torch.utils.data import DataLoader, TensorDataset
 
 from ocr.lightning_modules.callbacks import ResourceMonitorCallback
 from ocr.perf.alerts import AlertEngine, build_rules
@@ -91,37 +88,6 @@ def sampler_cpu_by_thread(seconds: float) -> tuple[float, int]:
 # -- 2. per-step cost ----------------------------------------------------------------------------
 
 
-class StepClock(Callback):
-    """First callback: times steps WARMUP_STEPS..end of the first epoch."""
-
-    def __init__(self) -> None:
-        self.start_ns = self.end_ns = self.steps = 0
-
-    def on_train_batch_start(self, trainer: L.Trainer, *args: Any) -> None:
-        if trainer.global_step == WARMUP_STEPS:
-            self.start_ns = time.perf_counter_ns()
-
-    def on_train_epoch_end(self, trainer: L.Trainer, *args: Any) -> None:
-        self.end_ns = time.perf_counter_ns()
-        self.steps = trainer.global_step - WARMUP_STEPS
-
-    def us_per_step(self) -> float:
-        return (self.end_ns - self.start_ns) / self.steps / 1e3
-
-
-class Tiny(L.LightningModule):
-    def __init__(self) -> None:
-        super().__init__()
-        self.net = nn.Linear(16, 1)
-
-    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
-        x, y = batch
-        return nn.functional.mse_loss(self.net(x).squeeze(-1), y)
-
-    def configure_optimizers(self) -> torch.optim.Optimizer:
-        return torch.optim.SGD(self.parameters(), lr=1e-3)
-
-
 class Empty(Callback):
     """Lightning's own cost of dispatching every hook to one more callback."""
 
@@ -130,27 +96,22 @@ CONFIGS = ("none", "empty", "monitor")
 
 
 def one_run(steps: int, config: str) -> float:
+    """µs per steady-state step of a ``steps``-step epoch (the first WARMUP_STEPS untimed)."""
     torch.manual_seed(0)
-    data = TensorDataset(torch.randn(steps, 16), torch.randn(steps))
-    clock = StepClock()
-    callbacks: list[Callback] = [clock]
+    callbacks: list[Callback] = []
     if config == "empty":
         callbacks.append(Empty())
     elif config == "monitor":
         callbacks.append(ResourceMonitorCallback(print_summary=False))
     with tempfile.TemporaryDirectory() as root:
-        trainer = L.Trainer(
-            accelerator="cpu",
-            devices=1,
-            max_epochs=1,
-            logger=False,
-            callbacks=callbacks,
-            default_root_dir=root,
-            enable_checkpointing=False,
-            enable_progress_bar=False,
-            enable_model_summary=False,
+        clock = fit_tiny(
+            callbacks,
+            steps=steps - WARMUP_STEPS,
+            warmup=WARMUP_STEPS,
+            width=16,
+            batch_size=1,
+            root=root,
         )
-        trainer.fit(Tiny(), DataLoader(data, batch_size=1))
     return clock.us_per_step()
 
 

@@ -230,37 +230,14 @@ def callback_overhead(steps: int, reps: int) -> dict[str, dict[str, float]]:
     import logging
     import warnings
 
-    import lightning as L
     import torch
+    from _tiny_loop import fit_tiny
     from lightning.pytorch.callbacks import Callback
-    from torch.utils.data import DataLoader, TensorDataset
 
     from ocr.lightning_modules.callbacks import ProfilerCallback
 
     warnings.filterwarnings("ignore")
     logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
-    warmup = 100
-
-    class Clock(Callback):
-        def on_train_batch_start(self, trainer: L.Trainer, *args: Any) -> None:
-            if trainer.global_step == warmup:
-                self.t0 = time.perf_counter_ns()
-
-        def on_train_epoch_end(self, trainer: L.Trainer, *args: Any) -> None:
-            self.us = (time.perf_counter_ns() - self.t0) / (trainer.global_step - warmup) / 1e3
-
-    class Tiny(L.LightningModule):
-        def __init__(self) -> None:
-            super().__init__()
-            self.net = torch.nn.Linear(32, 1)
-
-        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
-            x, y = batch
-            return torch.nn.functional.mse_loss(self.net(x), y)
-
-        def configure_optimizers(self) -> torch.optim.Optimizer:
-            return torch.optim.SGD(self.parameters(), lr=1e-3)
-
     configs: dict[str, Any] = {
         "no callback": lambda: [],
         "an empty Callback": lambda: [Callback()],  # Lightning's own per-hook dispatch cost
@@ -271,29 +248,13 @@ def callback_overhead(steps: int, reps: int) -> dict[str, dict[str, float]]:
             )
         ],
     }
-    n = (steps + warmup) * 8
-    data = TensorDataset(torch.randn(n, 32), torch.randn(n, 1))
     results: dict[str, list[float]] = {name: [] for name in configs}
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory() as root:
         for _ in range(reps):
             for name, make in configs.items():
-                clock = Clock()
-                trainer = L.Trainer(
-                    default_root_dir=root,
-                    accelerator="cpu",
-                    devices=1,
-                    max_epochs=1,
-                    logger=False,
-                    callbacks=[clock, *make()],
-                    enable_progress_bar=False,
-                    enable_model_summary=False,
-                    enable_checkpointing=False,
-                    num_sanity_val_steps=0,
-                    limit_val_batches=0,
-                )
-                trainer.fit(Tiny(), DataLoader(data, batch_size=8))
-                results[name].append(clock.us)
+                clock = fit_tiny(make(), steps=steps, warmup=100, width=32, batch_size=8, root=root)
+                results[name].append(clock.us_per_step())
     return {
         name: {"min_us": min(v), "median_us": statistics.median(v)} for name, v in results.items()
     }

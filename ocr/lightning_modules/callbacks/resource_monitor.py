@@ -33,9 +33,9 @@ from ocr.perf.rundir import PERF_DIRNAME, JsonlWriter
 
 __all__ = ["ResourceMonitorCallback"]
 
-# Figures of the printed summary, in this order (when sampled), then every GPU's.
 # trainer.validate / trainer.test: sampled like a fit of their own
 _STANDALONE = (TrainerFn.VALIDATING, TrainerFn.TESTING)
+# Figures of the printed summary, in this order (when sampled), then every GPU's.
 _SUMMARY_ROWS = (
     "process_cpu_percent",
     "process_rss_gb",

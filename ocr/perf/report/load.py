@@ -15,6 +15,7 @@ from typing import Any
 
 import yaml
 
+from ocr.perf.report.stages import STAGE_ORDER
 from ocr.perf.rundir import PERF_DIRNAME, RunDirError, read_records, read_run_info
 
 __all__ = [
@@ -48,7 +49,8 @@ class RunData:
         config: ``.hydra/config.yaml`` parsed, or ``None`` when absent.
         config_text: that file's text as written (shown verbatim in the report).
         overrides: ``.hydra/overrides.yaml`` (the command-line overrides), or ``[]``.
-        epochs: ``perf/epochs.jsonl`` records in file order.
+        epochs: ``perf/epochs.jsonl`` records, the fit's epochs in order (training before
+            validation), then test.
         intervals: ``perf/intervals.jsonl`` records.
         resources: ``perf/resources.jsonl`` resource-sample records.
         resource_summary: the last resource-summary record of a fit (of any run when there is
@@ -95,6 +97,22 @@ def config_value(config: dict[str, Any] | None, dotted: str) -> Any:
 
 def _is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _in_epoch_order(records: list[dict[str, Any]], path: Path) -> list[dict[str, Any]]:
+    """Checked records (:func:`_check_epochs`, numbered as in the file) in reading order: the
+    fit's epochs by number, training before validation, then test (a run of its own). The file
+    holds them in closing order, where a validation epoch closes inside its training epoch;
+    records of one epoch and stage (a resumed run) keep their file order."""
+    _check_epochs(path, records)
+    rank = {stage: i for i, stage in enumerate(STAGE_ORDER)}
+
+    def key(r: dict[str, Any]) -> tuple[bool, float, int]:
+        epoch: Any = r.get("epoch")
+        number = float(epoch) if _is_number(epoch) else math.inf
+        return r["stage"] == "test", number, rank[r["stage"]]
+
+    return sorted(records, key=key)
 
 
 def _check_epochs(path: Path, records: list[dict[str, Any]]) -> None:
@@ -172,8 +190,7 @@ def load_run(run_dir: str | os.PathLike[str]) -> RunData:
         data.notes.append(".hydra/config.yaml: not recorded (advice names generic settings)")
 
     epochs_path = perf / "epochs.jsonl"
-    data.epochs = _read(epochs_path, EPOCH_SCHEMA)
-    _check_epochs(epochs_path, data.epochs)
+    data.epochs = _in_epoch_order(_read(epochs_path, EPOCH_SCHEMA), epochs_path)
     if not data.epochs:
         data.notes.append(
             "perf/epochs.jsonl: not recorded (attach PerformanceProfilerCallback or "

@@ -23,7 +23,7 @@ from rich.table import Table as RichTable
 from ocr.perf.clock import PHASES
 from ocr.perf.report import plots
 from ocr.perf.report.build import Report
-from ocr.perf.report.stages import STAGE_LABELS, STAGE_ORDER, num
+from ocr.perf.report.stages import STAGE_LABELS, num
 from ocr.perf.rundir import polygon_cache_hit_rate
 
 __all__ = ["print_summary", "to_markdown", "write_html"]
@@ -202,20 +202,6 @@ def _phases(report: Report) -> Section:
     return sec
 
 
-def _in_epoch_order(report: Report) -> list[dict[str, Any]]:
-    """Epoch records for the per-epoch tables: the fit's epochs by number, training before
-    validation, then test (a run of its own). The file holds them in closing order, where a
-    validation epoch closes inside its training epoch; records of one epoch and stage (a resumed
-    run) keep their file order."""
-    rank = {stage: i for i, stage in enumerate(STAGE_ORDER)}
-
-    def key(e: dict[str, Any]) -> tuple[bool, float, int]:
-        stage = str(e.get("stage"))
-        return stage == "test", num(e.get("epoch"), math.inf), rank.get(stage, len(rank))
-
-    return sorted(report.run.epochs, key=key)
-
-
 def _batches(report: Report) -> Section:
     sec = Section(
         id="batches",
@@ -224,7 +210,7 @@ def _batches(report: Report) -> Section:
         plot_alt="histograms of batch times per stage",
     )
     rows = []
-    for e in _in_epoch_order(report):
+    for e in report.run.epochs:
         st = e.get("batch_stats") or {}
         rows.append(
             [
@@ -279,7 +265,7 @@ def _throughput(report: Report) -> Section:
             _f(e.get("peak_rss_gb")),
             _f(e.get("peak_gpu_memory_gb")),
         ]
-        for e in _in_epoch_order(report)
+        for e in report.run.epochs
     ]
     if rows:
         sec.tables.append(
@@ -338,13 +324,14 @@ def _resources(report: Report) -> Section:
         )
     else:
         sec.paragraphs.append("No alerts recorded.")
-    summary = (run.resource_summary or {}).get("metrics") or {}
+    resource_summary = run.resource_summary or {}
+    summary = resource_summary.get("metrics") or {}
     if summary:
         sec.tables.append(
             Table(
                 ["figure", "value"],
                 [[k, _f(v)] for k, v in sorted(summary.items())],
-                f"Summary at {(run.resource_summary or {}).get('run', 'fit')} end",
+                f"Summary at {resource_summary.get('run', 'fit')} end",
             )
         )
     return sec
@@ -457,7 +444,7 @@ def _cache(report: Report) -> Section:
         )
         return sec
     rows = []
-    for e in _in_epoch_order(report):
+    for e in report.run.epochs:
         counts = e.get("worker_counts") or {}
         hit_rate = polygon_cache_hit_rate(counts)
         rate = "-" if hit_rate is None else f"{100.0 * hit_rate:.1f}"
