@@ -14,6 +14,7 @@ import pytest
 import torch
 from hydra import compose, initialize_config_module
 from hydra.utils import instantiate
+from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import Logger
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -56,23 +57,28 @@ def _loader(n: int = 32) -> DataLoader[tuple[torch.Tensor, ...]]:
 
 
 def _fit(
-    root: Path, callback: ProfilerCallback, epochs: int = 4, logger: Logger | None = None
+    root: Path,
+    *callbacks: Callback,
+    epochs: int = 4,
+    logger: Logger | None = None,
+    validate: bool = True,
 ) -> TinyModule:
+    """Train TinyModule for ``epochs`` (8 batches each; 2 validation batches when ``validate``)."""
     module = TinyModule()
     trainer = L.Trainer(
         default_root_dir=root,
         max_epochs=epochs,
         accelerator="cpu",
         devices=1,
-        callbacks=[callback],
+        callbacks=list(callbacks),
         logger=logger if logger is not None else False,
         enable_checkpointing=False,
         enable_progress_bar=False,
         enable_model_summary=False,
-        limit_val_batches=2,
+        limit_val_batches=2 if validate else 0,
         num_sanity_val_steps=0,
     )
-    trainer.fit(module, _loader(), _loader(8))
+    trainer.fit(module, _loader(), _loader(8) if validate else None)
     assert trainer.current_epoch == epochs  # training completed
     return module
 

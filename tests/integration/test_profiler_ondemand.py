@@ -21,7 +21,7 @@ from ocr.lightning_modules.callbacks._shared import PerfCallbackWarning
 from ocr.perf import triggers
 from ocr.perf.rundir import read_records
 from ocr.perf.trace import analyze_trace
-from tests.integration.test_profiler_callback import TinyModule, _loader, _profiler_off
+from tests.integration.test_profiler_callback import _fit, _profiler_off
 
 pytestmark = pytest.mark.slow
 
@@ -43,26 +43,6 @@ class AtStep(Callback):
             action(trainer)
 
 
-def _fit(root: Path, callbacks: list[Callback], epochs: int) -> TinyModule:
-    module = TinyModule()
-    trainer = L.Trainer(
-        default_root_dir=root,
-        max_epochs=epochs,
-        accelerator="cpu",
-        devices=1,
-        callbacks=callbacks,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        limit_val_batches=0,
-        num_sanity_val_steps=0,
-    )
-    trainer.fit(module, _loader())  # 8 batches per epoch
-    assert trainer.current_epoch == epochs
-    return module
-
-
 @pytest.fixture(autouse=True)
 def _no_stale_request() -> None:
     triggers.take_profile_request()  # a request left by another test must not leak in
@@ -81,7 +61,7 @@ def test_trigger_file_gives_exactly_one_window(tmp_path: Path) -> None:
     )
     with warnings.catch_warnings():
         warnings.simplefilter("error", PerfCallbackWarning)
-        module = _fit(tmp_path, [toucher, cb], epochs=2)
+        module = _fit(tmp_path, toucher, cb, epochs=2, validate=False)
     assert not trigger.exists()  # consumed: it fired once, not at every later poll
     out = tmp_path / "profiler_traces"
     assert sorted(p.name for p in out.iterdir()) == ["ondemand_e0_s4.json"]
@@ -116,7 +96,7 @@ def test_requests_and_epochs_together(tmp_path: Path) -> None:
     )
     with warnings.catch_warnings():
         warnings.simplefilter("error", PerfCallbackWarning)
-        module = _fit(tmp_path, [AtStep(actions), cb], epochs=3)
+        module = _fit(tmp_path, AtStep(actions), cb, epochs=3, validate=False)
     out = tmp_path / "profiler_traces"
     assert sorted(p.name for p in out.iterdir()) == [
         "epoch_1.json",
@@ -144,7 +124,7 @@ def test_window_cut_by_epoch_end_before_recording_opens_again(tmp_path: Path) ->
         profile_epochs=[], profile_steps=2, warmup_steps=1, profile_on_request=True,
         check_every_n_steps=1,
     )  # fmt: skip
-    module = _fit(tmp_path, [AtStep(actions), cb], epochs=2)
+    module = _fit(tmp_path, AtStep(actions), cb, epochs=2, validate=False)
     assert sorted(p.name for p in (tmp_path / "profiler_traces").iterdir()) == [
         "ondemand_e1_s9.json"
     ]
@@ -155,7 +135,7 @@ def test_window_cut_by_epoch_end_before_recording_opens_again(tmp_path: Path) ->
 
 def test_repeat_cycles_are_summarised_together(tmp_path: Path) -> None:
     cb = ProfilerCallback(profile_epochs=[0], profile_steps=2, warmup_steps=1, repeat=2)
-    module = _fit(tmp_path, [cb], epochs=1)
+    module = _fit(tmp_path, cb, epochs=1, validate=False)
     out = tmp_path / "profiler_traces"
     assert sorted(p.name for p in out.iterdir()) == ["epoch_0.json", "epoch_0_cycle1.json"]
     (record,) = read_records(tmp_path / "perf" / "profiler.jsonl", SCHEMA)
@@ -181,7 +161,7 @@ def test_unwritable_record_is_one_warning_and_traces_go_on(tmp_path: Path) -> No
     (tmp_path / "perf").write_text("a file where the perf directory should be")
     cb = ProfilerCallback(profile_epochs=[0, 1], profile_steps=2, warmup_steps=0)
     with pytest.warns(PerfCallbackWarning, match="profiler record") as record:
-        _fit(tmp_path, [cb], epochs=2)
+        _fit(tmp_path, cb, epochs=2, validate=False)
     assert len([w for w in record if issubclass(w.category, PerfCallbackWarning)]) == 1
     assert sorted(p.name for p in (tmp_path / "profiler_traces").iterdir()) == [
         "epoch_0.json",
