@@ -1,0 +1,171 @@
+"""Listen to Lightning's profiler action stream while keeping the user's profiler.
+
+Lightning calls ``trainer.profiler.start(name)`` / ``stop(name)`` (through ``profile(name)``)
+around every callback hook, LightningModule and DataModule hook, strategy call
+(``training_step``, ``backward``, ``batch_to_device``...), data fetch, manual optimizer step and
+checkpoint save (``ocr.perf.actions`` lists the names). That is the public
+``lightning.pytorch.profilers.Profiler`` interface, and it names everything that runs.
+
+:class:`ActionStream` is a ``Profiler`` that wraps the trainer's own one (``PassThroughProfiler``
+by default, or whatever the user passed as ``Trainer(profiler=...)``): every call reaches the
+user's profiler exactly as before (its ``setup``, ``describe``, ``summary`` and ``teardown``
+too), and each start/stop is also handed to the listeners (:class:`ActionListener`). It is put in
+``trainer.profiler`` by the first :func:`add_listener` (from a callback's ``setup``, after Lightning
+has set up the user's profiler) and taken out by the last :func:`remove_listener` (from
+``teardown``, before Lightning calls the user's profiler's ``describe()``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import lightning as L
+from lightning.pytorch.profilers import PassThroughProfiler, Profiler
+
+__all__ = ["ActionListener", "ActionStream", "add_listener", "remove_listener"]
+
+
+class ActionListener(Protocol):
+    """Receives every action start and stop, in order, on the training loop's thread. Must not
+    raise (it runs inside Lightning's hot loop) and should be cheap: it runs dozens of times per
+    training step."""
+
+    def action_start(self, name: str) -> None: ...
+
+    def action_stop(self, name: str) -> None: ...
+
+
+class _Span:
+    """``profile(name)``'s context manager: a slotted class is cheaper per use than a
+    ``contextlib.contextmanager`` generator, and this runs for every hook of every callback."""
+
+    __slots__ = ("_name", "_stream")
+
+    def __init__(self, stream: ActionStream, name: str) -> None:
+        self._stream = stream
+        self._name = name
+
+    def __enter__(self) -> str:
+        self._stream.start(self._name)
+        return self._name
+
+    def __exit__(self, *exc: object) -> None:
+        self._stream.stop(self._name)
+
+
+class ActionStream(Profiler):
+    """A Lightning ``Profiler`` that forwards everything to ``inner`` and tells listeners.
+
+    Args:
+        inner: the trainer's profiler before this one was put in its place.
+    """
+
+    def __init__(self, inner: Profiler) -> None:
+        super().__init__()
+        self.inner = inner
+        self._listeners: tuple[ActionListener, ...] = ()
+        # The default PassThroughProfiler does nothing: skip the two calls per action.
+        passthrough = type(inner) is PassThroughProfiler
+        self._inner_start = None if passthrough else inner.start
+        self._inner_stop = None if passthrough else inner.stop
+        # A profiler that overrides profile() itself (not only start/stop) gets its own
+        # context manager, so it sees exactly what it would have seen without us.
+        self._inner_profile = type(inner).profile is not Profiler.profile
+
+    @property
+    def listeners(self) -> tuple[ActionListener, ...]:
+        return self._listeners
+
+    def add(self, listener: ActionListener) -> None:
+        if listener not in self._listeners:
+            self._listeners = (*self._listeners, listener)
+
+    def remove(self, listener: ActionListener) -> None:
+        self._listeners = tuple(item for item in self._listeners if item is not listener)
+
+    # -- the Profiler interface ------------------------------------------------------------
+
+    def start(self, action_name: str) -> None:
+        if self._inner_start is not None:
+            self._inner_start(action_name)
+        for listener in self._listeners:
+            listener.action_start(action_name)
+
+    def stop(self, action_name: str) -> None:
+        for listener in reversed(self._listeners):
+            listener.action_stop(action_name)
+        if self._inner_stop is not None:
+            self._inner_stop(action_name)
+
+    def profile(self, action_name: str) -> Any:
+        if self._inner_profile:
+            return _WrappedSpan(self, action_name)
+        return _Span(self, action_name)
+
+    def summary(self) -> str:
+        return self.inner.summary()
+
+    def describe(self) -> None:
+        self.inner.describe()
+
+    def setup(self, stage: str, local_rank: int | None = None, log_dir: str | None = None) -> None:
+        self.inner.setup(stage=stage, local_rank=local_rank, log_dir=log_dir)
+
+    def teardown(self, stage: str | None) -> None:
+        self.inner.teardown(stage)
+
+    def __del__(self) -> None:
+        # Profiler.__del__ calls teardown(), which would close the user's profiler's output
+        # file when this wrapper is collected: the user's profiler is not ours to close.
+        pass
+
+    def __getattr__(self, name: str) -> Any:
+        # Attributes of the user's profiler (e.g. PyTorchProfiler's) stay reachable through
+        # trainer.profiler. Only called for names this object does not have.
+        if name == "inner":
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
+
+class _WrappedSpan:
+    __slots__ = ("_cm", "_name", "_stream")
+
+    def __init__(self, stream: ActionStream, name: str) -> None:
+        self._stream = stream
+        self._name = name
+        self._cm: Any = None
+
+    def __enter__(self) -> str:
+        stream = self._stream
+        self._cm = stream.inner.profile(self._name)
+        self._cm.__enter__()
+        for listener in stream.listeners:
+            listener.action_start(self._name)
+        return self._name
+
+    def __exit__(self, *exc: Any) -> Any:
+        for listener in reversed(self._stream.listeners):
+            listener.action_stop(self._name)
+        return self._cm.__exit__(*exc)
+
+
+def add_listener(trainer: L.Trainer, listener: ActionListener) -> ActionStream:
+    """Make ``listener`` receive ``trainer``'s actions; the first one puts an
+    :class:`ActionStream` in front of the trainer's profiler."""
+    stream = trainer.profiler
+    if not isinstance(stream, ActionStream):
+        stream = ActionStream(trainer.profiler)
+        trainer.profiler = stream
+    stream.add(listener)
+    return stream
+
+
+def remove_listener(trainer: L.Trainer, listener: ActionListener) -> None:
+    """Stop ``listener``; the last one out gives the trainer its own profiler back (only when
+    nobody replaced ours in the meantime: their profiler is left alone)."""
+    stream = trainer.profiler
+    if not isinstance(stream, ActionStream):
+        return
+    stream.remove(listener)
+    if not stream.listeners:
+        trainer.profiler = stream.inner

@@ -1,0 +1,169 @@
+"""What a Lightning profiler action is: the phase its time belongs to and who spent it.
+
+Lightning names every unit of work it runs through its profiler interface
+(``trainer.profiler.start(name)`` / ``stop(name)``, and the same names appear as spans in traces
+recorded by ``PyTorchProfiler``, prefixed ``[pl][profile]``). Both the live phase clock and the
+trace analyzer classify those names here, so the two can never disagree on what a name means.
+
+Names seen in Lightning 2.6 (see ``tests/unit/perf/test_actions.py`` and the seam tests):
+
+- ``[Callback]{state_key}.{hook}`` -> ``callbacks`` (owner: the callback's class name);
+  checkpoint hooks (``on_save_checkpoint``, ``state_dict``...) -> ``checkpoint``.
+- ``[LightningModule]{Class}.{hook}`` and ``[LightningDataModule]{Class}.{hook}`` ->
+  ``module_hooks`` (owner ``Class.hook``), except the batch transfer hooks -> ``transfer``, the
+  optimizer hooks (``optimizer_step``, ``optimizer_zero_grad``, ``configure_gradient_clipping``,
+  ``lr_scheduler_step``) -> ``optimizer`` and the checkpoint hooks -> ``checkpoint``.
+- ``[Strategy]{Class}.training_step`` (``validation_step``, ``test_step``, ``predict_step``) ->
+  ``forward``; ``.batch_to_device`` -> ``transfer``; ``.backward`` -> ``backward``.
+- ``[_TrainingEpochLoop].train_dataloader_next``, ``[_EvaluationLoop].val_next`` /
+  ``test_next`` -> ``data_wait``.
+- ``optimizer_step`` (manual optimization) -> ``optimizer``; ``save_checkpoint`` ->
+  ``checkpoint``.
+- ``run_training_epoch``, ``run_training_batch``, the strategy's other hooks and names we do not
+  know are transparent: their time stays with the enclosing action.
+
+Nested actions: the innermost one that is not transparent owns the time (Lightning runs
+``training_step`` and ``backward`` inside ``optimizer_step``'s closure: they are forward and
+backward, not optimizer).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+__all__ = [
+    "CALLBACK",
+    "DATAMODULE",
+    "LOOP",
+    "MODULE",
+    "OTHER",
+    "STRATEGY",
+    "Action",
+    "callback_class_name",
+    "classify_action",
+    "strip_trace_prefix",
+]
+
+CALLBACK = "callback"
+MODULE = "module"
+DATAMODULE = "datamodule"
+STRATEGY = "strategy"
+LOOP = "loop"
+OTHER = "other"
+
+# LightningModule / LightningDataModule hooks whose work is not the module's "own hook" work but
+# one of the step's phases.
+_TRANSFER_HOOKS = frozenset(
+    {"on_before_batch_transfer", "transfer_batch_to_device", "on_after_batch_transfer"}
+)
+_OPTIMIZER_HOOKS = frozenset(
+    {"optimizer_step", "optimizer_zero_grad", "configure_gradient_clipping", "lr_scheduler_step"}
+)
+_CHECKPOINT_HOOKS = frozenset(
+    {"on_save_checkpoint", "on_load_checkpoint", "state_dict", "load_state_dict"}
+)
+_STEP_HOOKS = frozenset({"training_step", "validation_step", "test_step", "predict_step"})
+_PREFIXES = (
+    ("[Callback]", CALLBACK),
+    ("[LightningModule]", MODULE),
+    ("[LightningDataModule]", DATAMODULE),
+    ("[Strategy]", STRATEGY),
+)
+_TRACE_PREFIX = "[pl][profile]"
+
+
+@dataclass(frozen=True, slots=True)
+class Action:
+    """The meaning of one action name.
+
+    Args:
+        name: the action name as Lightning formats it.
+        phase: the phase (``ocr.perf.clock.PHASES``) its own time belongs to; ``""`` for a
+            transparent action whose time stays with the enclosing one.
+        kind: ``"callback"``, ``"module"``, ``"datamodule"``, ``"strategy"``, ``"loop"`` (data
+            fetch) or ``"other"``.
+        owner: who spent it, for the per-callback and per-hook split: the callback's class name
+            for callbacks (:func:`callback_class_name`), ``Class.hook`` for LightningModule and
+            DataModule hooks, ``""`` otherwise.
+        hook: the hook or method name (``on_validation_epoch_end``, ``training_step``,
+            ``train_dataloader_next``, ``save_checkpoint``...).
+        target: the text between the prefix and the hook: a callback's full ``state_key``
+            (two instances of one class differ here when their state keys do), the module's or
+            strategy's class name; ``""`` for unprefixed names.
+    """
+
+    name: str
+    phase: str
+    kind: str
+    owner: str
+    hook: str
+    target: str = ""
+
+
+def strip_trace_prefix(name: str) -> str:
+    """An action name as recorded in a ``PyTorchProfiler`` trace (``[pl][profile]...``) -> the
+    plain action name; other names unchanged."""
+    return name[len(_TRACE_PREFIX) :] if name.startswith(_TRACE_PREFIX) else name
+
+
+def callback_class_name(state_key: str) -> str:
+    """The class name inside a callback's ``state_key``: ``ModelCheckpoint{'monitor': ...}`` ->
+    ``ModelCheckpoint``; a qualified name keeps its last part (``f.<locals>.Slow`` -> ``Slow``)."""
+    brace = state_key.find("{")
+    base = state_key if brace < 0 else state_key[:brace]
+    return base.rsplit(".", 1)[-1]
+
+
+def _split_hook(rest: str) -> tuple[str, str]:
+    """``{owner}.{hook}`` -> (owner, hook). The owner of a callback may embed a dict repr with
+    dots in it (``ModelCheckpoint{'dirpath': '/a/b.c'}``); the hook never has one."""
+    owner, dot, hook = rest.rpartition(".")
+    return (owner, hook) if dot else (rest, "")
+
+
+@lru_cache(maxsize=4096)
+def classify_action(name: str) -> Action:
+    """Classify one action name (see the module docstring). Pure; cached, because the same few
+    hundred names recur at every step."""
+    name = strip_trace_prefix(name)
+    for prefix, kind in _PREFIXES:
+        if name.startswith(prefix):
+            owner, hook = _split_hook(name[len(prefix) :])
+            return _classify_prefixed(name, kind, owner, hook)
+    if name.startswith("[") and name.endswith("_next"):
+        # [_TrainingEpochLoop].train_dataloader_next, [_EvaluationLoop].val_next / test_next
+        return Action(name, "data_wait", LOOP, "", name.rpartition(".")[2])
+    if name == "optimizer_step":
+        return Action(name, "optimizer", OTHER, "", name)
+    if name == "save_checkpoint":
+        return Action(name, "checkpoint", OTHER, "", name)
+    return Action(name, "", OTHER, "", name)
+
+
+def _classify_prefixed(name: str, kind: str, owner: str, hook: str) -> Action:
+    if kind == CALLBACK:
+        phase = "checkpoint" if hook in _CHECKPOINT_HOOKS else "callbacks"
+        return Action(name, phase, kind, callback_class_name(owner), hook, owner)
+    if kind == STRATEGY:
+        if hook in _STEP_HOOKS:
+            phase = "forward"
+        elif hook == "batch_to_device":
+            phase = "transfer"
+        elif hook == "backward":
+            phase = "backward"
+        elif hook == "optimizer_step":
+            phase = "optimizer"
+        else:
+            phase = ""  # Lightning's own per-stage bookkeeping: not the user's work
+        return Action(name, phase, kind, "", hook, owner)
+    # LightningModule / LightningDataModule hooks.
+    if hook in _TRANSFER_HOOKS:
+        phase = "transfer"
+    elif hook in _OPTIMIZER_HOOKS:
+        phase = "optimizer"
+    elif hook in _CHECKPOINT_HOOKS:
+        phase = "checkpoint"
+    else:
+        phase = "module_hooks"
+    return Action(name, phase, kind, f"{owner}.{hook}", hook, owner)
