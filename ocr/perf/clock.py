@@ -15,7 +15,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 __all__ = [
     "PHASES",
@@ -28,12 +28,16 @@ __all__ = [
 
 PHASES: tuple[str, ...] = (
     "data_wait",
+    "transfer",
     "forward",
     "backward",
     "optimizer",
+    "sync_wait",
     "postprocess",
     "metric",
+    "module_hooks",
     "callbacks",
+    "checkpoint",
     "unattributed",
 )
 _PHASE_SET = frozenset(PHASES)
@@ -52,10 +56,13 @@ class PhaseTotals:
         wall_ns: wall time from ``start()`` to ``stop()`` (or to the ``peek()``), in ns.
         phases_ns: phase name -> ns spent in it; every name of :data:`PHASES` is present and the
             values sum to ``wall_ns`` exactly.
+        owners_ns: ``(phase, owner)`` -> ns, for the intervals opened with an owner (a callback's
+            class, ``Module.hook``); a finer split of ``phases_ns``, not in addition to it.
     """
 
     wall_ns: int
     phases_ns: dict[str, int]
+    owners_ns: dict[tuple[str, str], int] = field(default_factory=dict)
 
     def seconds(self) -> dict[str, float]:
         """``phases_ns`` in seconds (same keys)."""
@@ -77,18 +84,24 @@ class PhaseClock:
         now: monotonic time source returning integer nanoseconds. Default
             ``time.perf_counter_ns``; tests pass a fake.
 
+    Each interval may also carry an *owner* (who spent it: a callback's class name, a module's
+    ``Class.hook``), kept as a finer split of its phase.
+
     Attributes:
         running: True between ``start()`` and ``stop()``.
         current: the open phase while running, else None.
+        current_owner: the open interval's owner (``""`` for none).
     """
 
     def __init__(self, now: Callable[[], int] = time.perf_counter_ns) -> None:
         self._now = now
         self._totals: dict[str, int] = dict.fromkeys(PHASES, 0)
+        self._owned: dict[tuple[str, str], int] = {}
         self._start_ns = 0
         self._since_ns = 0
         self.running = False
         self.current: str | None = None
+        self.current_owner = ""
 
     def __repr__(self) -> str:
         state = f"running, in {self.current!r}" if self.running else "stopped"
@@ -98,17 +111,20 @@ class PhaseClock:
         """Reset the totals and open ``phase`` (restarts a running clock, dropping its totals)."""
         _check_phase(phase)
         self._totals = dict.fromkeys(PHASES, 0)
+        self._owned = {}
         self._start_ns = self._since_ns = self._now()
         self.current = phase
+        self.current_owner = ""
         self.running = True
 
-    def switch(self, phase: str) -> str:
-        """Close the open phase and open ``phase``; return the phase that was open.
+    def switch(self, phase: str, owner: str = "") -> str:
+        """Close the open interval and open ``phase`` (owned by ``owner``); return the phase that
+        was open.
 
         Returns ``""`` and does nothing when the clock is not running, so callers never need to
         check. Switching to the open phase only closes and reopens the same interval.
         """
-        # Hot path (several calls per training step): the check is inlined, not _check_phase().
+        # Hot path (dozens of calls per training step): the check is inlined.
         if phase not in _PHASE_SET:  # also when stopped: a typo must fail in tests, not in runs
             _check_phase(phase)
         if not self.running:
@@ -116,10 +132,34 @@ class PhaseClock:
         now = self._now()
         previous = self.current
         assert previous is not None  # invariant while running
-        self._totals[previous] += now - self._since_ns
+        elapsed = now - self._since_ns
+        self._totals[previous] += elapsed
+        if self.current_owner:
+            key = (previous, self.current_owner)
+            self._owned[key] = self._owned.get(key, 0) + elapsed
         self._since_ns = now
         self.current = phase
+        self.current_owner = owner
         return previous
+
+    def switch_since(self, phase: str, at_ns: int) -> None:
+        """Charge the open interval from ``at_ns`` on to ``phase`` (no owner), as if the switch
+        had happened then: for a wait recognised only after it ended (the gradient all-reduce
+        wait is known once backward returns). ``at_ns`` is clamped to the open interval."""
+        _check_phase(phase)
+        if not self.running:
+            return
+        at_ns = min(max(at_ns, self._since_ns), self._now())
+        previous = self.current
+        assert previous is not None
+        elapsed = at_ns - self._since_ns
+        self._totals[previous] += elapsed
+        if self.current_owner:
+            key = (previous, self.current_owner)
+            self._owned[key] = self._owned.get(key, 0) + elapsed
+        self._since_ns = at_ns
+        self.current = phase
+        self.current_owner = ""
 
     def peek(self) -> PhaseTotals:
         """Totals so far, with the open phase counted up to now; the clock keeps running."""
@@ -127,9 +167,13 @@ class PhaseClock:
             raise RuntimeError("PhaseClock.peek() called on a clock that is not running")
         now = self._now()
         totals = dict(self._totals)
+        owned = dict(self._owned)
         assert self.current is not None
         totals[self.current] += now - self._since_ns
-        return PhaseTotals(wall_ns=now - self._start_ns, phases_ns=totals)
+        if self.current_owner:
+            key = (self.current, self.current_owner)
+            owned[key] = owned.get(key, 0) + now - self._since_ns
+        return PhaseTotals(wall_ns=now - self._start_ns, phases_ns=totals, owners_ns=owned)
 
     def stop(self) -> PhaseTotals:
         """Close the open phase and return the window's totals; the clock is stopped after."""
@@ -138,9 +182,15 @@ class PhaseClock:
         now = self._now()
         assert self.current is not None
         self._totals[self.current] += now - self._since_ns
+        if self.current_owner:
+            key = (self.current, self.current_owner)
+            self._owned[key] = self._owned.get(key, 0) + now - self._since_ns
         self.running = False
         self.current = None
-        return PhaseTotals(wall_ns=now - self._start_ns, phases_ns=dict(self._totals))
+        self.current_owner = ""
+        return PhaseTotals(
+            wall_ns=now - self._start_ns, phases_ns=dict(self._totals), owners_ns=self._owned
+        )
 
 
 _active: PhaseClock | None = None
@@ -163,16 +213,18 @@ def perf_phase(name: str) -> Iterator[None]:
 
     Nests: an inner block returns to the outer block's phase. Without an active, running clock it
     does nothing but check the name. The previous phase is reopened even if the block raises;
-    not if the clock was stopped inside the block.
+    not if the clock was stopped inside the block. The block keeps the owner of the interval it
+    interrupts (a module hook's metric work stays named after the hook).
     """
     _check_phase(name)
     clock = _active
     if clock is None or not clock.running:
         yield
         return
-    previous = clock.switch(name)
+    owner = clock.current_owner
+    previous = clock.switch(name, owner)
     try:
         yield
     finally:
         if clock.running:
-            clock.switch(previous)
+            clock.switch(previous, owner)

@@ -321,7 +321,8 @@ class _TimedIterator(_BaseDataLoaderIter):
         handle = self._handle
         if handle is not None and not handle._delivering:
             handle = None
-        clock = handle._clock if handle is not None else None
+        clock = handle._next_clock if handle is not None else None
+        owner = clock.current_owner if clock is not None else ""
         previous = clock.switch("data_wait") if clock is not None else ""
         try:
             if self._in_process:
@@ -357,7 +358,7 @@ class _TimedIterator(_BaseDataLoaderIter):
         finally:
             if previous:
                 assert clock is not None
-                clock.switch(previous)
+                clock.switch(previous, owner)
         return item
 
 
@@ -367,12 +368,13 @@ def _instrumented_iter(self: DataLoader) -> _BaseDataLoaderIter:
     clock = handle._clock if handle is not None and handle._delivering else None
     # Creating the iterator starts the worker processes (or resets persistent ones) while the
     # loop is blocked: that is waiting for data too, not unattributed time.
+    owner = clock.current_owner if clock is not None else ""
     previous = clock.switch("data_wait") if clock is not None else ""
     try:
         inner = base.__iter__(self)
     finally:
         if previous:
-            clock.switch(previous)  # type: ignore[union-attr]
+            clock.switch(previous, owner)  # type: ignore[union-attr]
     return _TimedIterator(inner, handle, in_process=self.num_workers == 0)
 
 
@@ -422,6 +424,9 @@ class InstrumentedLoader:
         on_batch: called in the consumer's thread, once per batch, with that batch's timing.
             Keep it cheap; it runs inside the ``data_wait`` window.
         clock: the phase clock to charge the wait to; None (default) charges nothing.
+        charge_next: False leaves the wait in ``next()`` to the caller (who already brackets it,
+            e.g. with Lightning's ``*_dataloader_next`` action) and charges only the iterator's
+            creation (worker start-up) to ``data_wait``. Default True.
         on_error: if given, an exception raised by ``on_batch`` is passed to it and ``on_batch``
             is not called again (the loader keeps serving batches); if None (default) the
             exception propagates to the consumer of the loader.
@@ -433,6 +438,7 @@ class InstrumentedLoader:
         on_batch: Callable[[WorkerTiming], None],
         clock: PhaseClock | None = None,
         *,
+        charge_next: bool = True,
         on_error: Callable[[BaseException], None] | None = None,
     ) -> None:
         if not isinstance(loader, DataLoader):
@@ -450,6 +456,7 @@ class InstrumentedLoader:
         self._loader: DataLoader | None = loader
         self._on_batch = on_batch
         self._clock = clock
+        self._charge_next = charge_next
         self._on_error = on_error
         self._delivering = True
         self._original_class = type(loader)
@@ -488,6 +495,10 @@ class InstrumentedLoader:
     @clock.setter
     def clock(self, clock: PhaseClock | None) -> None:
         self._clock = clock
+
+    @property
+    def _next_clock(self) -> PhaseClock | None:
+        return self._clock if self._charge_next else None
 
     def _deliver(self, timing: WorkerTiming) -> None:
         if self._on_error is None:

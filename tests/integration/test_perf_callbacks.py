@@ -33,11 +33,13 @@ from torch.utils.data import default_collate as torch_default_collate
 
 from ocr.data.synth import generate_dataset
 from ocr.lightning_modules.callbacks import (
+    PerfCallbackWarning,
     PerformanceProfilerCallback,
     ThroughputMonitorCallback,
-    _shared,
 )
-from ocr.lightning_modules.callbacks._shared import PerfCallbackWarning, StageRecorder
+from ocr.lightning_modules.callbacks import recorder as recorder_module
+from ocr.lightning_modules.callbacks.action_stream import ActionStream
+from ocr.lightning_modules.callbacks.recorder import StageRecorder
 from ocr.perf.clock import PHASES, active_clock, perf_phase
 from ocr.perf.rundir import read_records, read_run_info
 from ocr.perf.worker import report_count
@@ -260,62 +262,69 @@ def test_worker_counts_and_the_epochs_file(tmp_path: Path) -> None:
     assert read_run_info(tmp_path)["lightning_module"] == "TinyModule"
 
 
-class HookProbe(L.Callback):
-    """Records, at a training batch, which monitors Lightning would dispatch per-step hooks to."""
+class StreamProbe(L.Callback):
+    """Records, at a training batch, which recorder each monitor uses and the trainer's
+    profiler."""
 
-    def __init__(self, *monitors: L.Callback) -> None:
+    def __init__(self, *monitors: PerformanceProfilerCallback | ThroughputMonitorCallback) -> None:
         self.monitors = monitors
-        self.seen: list[tuple[bool, ...]] = []
+        self.seen: list[tuple[Any, ...]] = []
 
-    def on_train_batch_end(self, *args: Any) -> None:
-        self.seen.append(tuple(callable(m.on_train_batch_start) for m in self.monitors))
+    def on_train_batch_end(self, trainer: L.Trainer, *args: Any) -> None:
+        self.seen.append(
+            (*(id(m._recorder) if m._recorder else None for m in self.monitors), trainer.profiler)
+        )
 
 
-def test_only_the_driving_monitor_is_dispatched_per_step(tmp_path: Path) -> None:
+def test_monitors_share_one_recorder_fed_by_the_action_stream(tmp_path: Path) -> None:
     log = MemoryLogger()
     perf, thr, off = (
         PerformanceProfilerCallback(log_interval=2),
         ThroughputMonitorCallback(log_interval=2),
         ThroughputMonitorCallback(enabled=False),
     )
-    probe = HookProbe(perf, thr, off)
-    t = trainer(tmp_path, [perf, thr, off, probe], log, limit_val_batches=0)
+    probe = StreamProbe(perf, thr, off)
+    t = trainer(tmp_path, [perf, thr, off, probe], log, limit_val_batches=0, profiler="simple")
+    user_profiler = t.profiler
     t.fit(TinyModule(), loader(8))
-    # The first monitor drives the shared recorder; the second and the disabled one are hidden
-    # from Lightning's per-step dispatch, yet the second still logs its metrics.
-    assert probe.seen == [(True, False, False)] * 2
+    # One recorder for both enabled monitors, none for the disabled one; the trainer's profiler
+    # is our ActionStream in front of the user's own (which still gets every action).
+    first = probe.seen[0]
+    assert first[0] is not None
+    assert first[0] == first[1]
+    assert first[2] is None
+    assert isinstance(first[3], ActionStream)
+    assert first[3].inner is user_profiler
     assert log.epochs("train")[0]["performance/train_epoch_time"] > 0
     assert log.throughput("train")[0]["throughput/train_samples_per_sec"] > 0
     # Interval rows (every 2 batches): both monitors' keys in one logger call.
     steps = [m for m, _ in log.calls if "performance/train_batch_time" in m]
     assert len(steps) == 1
     assert "throughput/train_batches_per_sec" in steps[0]
-    # After the run every hook is back (a later fit re-decides who drives).
-    assert all(callable(m.on_train_batch_start) for m in (perf, thr, off))
-    assert not {"on_train_batch_start", "on_before_backward"} & vars(thr).keys()
+    # After the run: the user's profiler is back and it recorded the training steps.
+    assert t.profiler is user_profiler
+    assert any("training_step" in name for name in user_profiler.recorded_durations)
 
 
-class BackwardProbe(L.Callback):
-    """At a training batch: is the strategy's backward wrapped, and which of the driver's
-    backward / optimizer-step hooks would Lightning dispatch?"""
+class SleepySGD(torch.optim.SGD):
+    """An optimizer whose step takes a planted extra time (the user's optimizer, not ours)."""
 
-    def __init__(self, driver: L.Callback) -> None:
-        self.driver = driver
-        self.seen: list[tuple[bool, bool, bool]] = []
+    def __init__(self, params: Any, delay: float, truth: defaultdict[Any, float]) -> None:
+        super().__init__(params, lr=0.01)
+        self.delay = delay
+        self.truth = truth
+        self.epoch = 0
 
-    def on_train_batch_end(self, trainer: L.Trainer, *args: Any) -> None:
-        self.seen.append(
-            (
-                "backward" in vars(trainer.strategy),
-                callable(self.driver.on_before_backward),
-                callable(self.driver.on_before_optimizer_step),
-            )
-        )
+    def step(self, closure: Any = None) -> Any:
+        out = super().step(closure)
+        self.truth[("train", self.epoch, "optimizer")] += planted_sleep(self.delay)
+        return out
 
 
 class SlowBackwardModule(TinyModule):
     """Planted delays in ``backward`` (Lightning's hook, inside ``strategy.backward``) and in
-    ``optimizer_step``; ``manual=True`` runs the same steps with manual optimisation."""
+    the optimizer's ``step`` (after the closure under automatic optimization); ``manual=True``
+    runs the same steps with manual optimisation."""
 
     def __init__(self, backward_delay: float, step_delay: float, manual: bool = False) -> None:
         super().__init__()
@@ -327,12 +336,8 @@ class SlowBackwardModule(TinyModule):
         self.truth[("train", self.current_epoch, "backward")] += planted_sleep(self.backward_delay)
         super().backward(loss, *args, **kwargs)
 
-    def _step_delay(self) -> None:
-        self.truth[("train", self.current_epoch, "optimizer")] += planted_sleep(self.step_delay)
-
-    def optimizer_step(self, *args: Any, **kwargs: Any) -> None:
-        super().optimizer_step(*args, **kwargs)
-        self._step_delay()
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return SleepySGD(self.parameters(), self.step_delay, self.truth)
 
     def training_step(self, batch: Any, batch_idx: int) -> Any:
         loss = super().training_step(batch, batch_idx)
@@ -343,32 +348,23 @@ class SlowBackwardModule(TinyModule):
         opt.zero_grad()
         self.manual_backward(loss)
         opt.step()
-        self._step_delay()
         return None
 
 
 @pytest.mark.parametrize("manual", [False, True], ids=["automatic", "manual"])
-def test_backward_and_optimizer_delays_with_the_wrapped_strategy_backward(
+def test_backward_and_optimizer_delays_in_both_optimization_modes(
     tmp_path: Path, manual: bool
 ) -> None:
     log, module = MemoryLogger(), SlowBackwardModule(0.03, 0.02, manual=manual)
-    perf = PerformanceProfilerCallback()
-    probe = BackwardProbe(perf)
-    t = trainer(tmp_path, [perf, probe], log, limit_val_batches=0)
+    t = trainer(tmp_path, [PerformanceProfilerCallback()], log, limit_val_batches=0)
     t.fit(module, loader(16))
     (row,) = log.epochs("train")
     assert_phases_sum(row, "train")
     assert_near(row["performance/train_backward_time"], module.truth[("train", 0, "backward")])
     assert_near(row["performance/train_optimizer_time"], module.truth[("train", 0, "optimizer")])
     assert row["performance/train_forward_time"] < TOL * module.truth[("train", 0, "backward")]
-    # While running: backward is wrapped, so the driver's backward hooks are not dispatched;
-    # on_before_optimizer_step is hidden only under automatic optimisation.
-    assert probe.seen == [(True, False, manual)] * 4
-    # After the run: the strategy's own backward and every hook are back.
-    assert "backward" not in vars(t.strategy)
-    assert callable(perf.on_before_backward)
-    assert callable(perf.on_before_optimizer_step)
-    assert not vars(perf).keys() & {"on_before_backward", "on_before_optimizer_step"}
+    # Nothing of ours is left on the strategy.
+    assert not {"backward", "process_dataloader"} & vars(t.strategy).keys()
 
 
 def test_run_files_can_be_switched_off(tmp_path: Path) -> None:
@@ -485,6 +481,7 @@ class Probe(L.Callback):
     def __init__(self) -> None:
         self.seen: list[tuple[type, Any, Any, bool]] = []
         self.worker_init: list[Any] = []
+        self.profilers: list[Any] = []
 
     def on_train_batch_start(
         self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int
@@ -492,6 +489,7 @@ class Probe(L.Callback):
         dl = trainer.train_dataloader
         patched = "process_dataloader" in vars(trainer.strategy)
         self.seen.append((type(dl), dl.collate_fn, active_clock(), patched))
+        self.profilers.append(trainer.profiler)
         self.worker_init.append(dl.worker_init_fn)
 
 
@@ -511,6 +509,7 @@ def test_disabled_does_no_work(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     t = trainer(tmp_path, callbacks, log, limit_val_batches=0)
     t.fit(TinyModule(), data)
     assert probe.seen == [(DataLoader, original_collate, None, False)] * 2
+    assert not any(isinstance(p, ActionStream) for p in probe.profilers)
     assert not [k for k in log.metric_names() if k.startswith(("performance/", "throughput/"))]
 
 
@@ -583,7 +582,7 @@ def test_internal_error_warns_once_and_training_completes(
     def broken_snapshot() -> dict[str, float]:
         raise RuntimeError("planted failure")
 
-    monkeypatch.setattr(_shared, "memory_snapshot", broken_snapshot)
+    monkeypatch.setattr(recorder_module, "memory_snapshot", broken_snapshot)
     log, probe = MemoryLogger(), Probe()
     profiler, throughput = PerformanceProfilerCallback(), ThroughputMonitorCallback()
     t = trainer(tmp_path, [profiler, throughput, probe], log, max_epochs=2)
@@ -595,9 +594,11 @@ def test_internal_error_warns_once_and_training_completes(
     assert not [k for k in log.metric_names() if k.startswith(("performance/", "throughput/"))]
     assert not profiler._enabled_run
     assert not throughput._enabled_run
-    assert profiler._drive is None
-    assert throughput._drive is None
+    assert profiler._recorder is None
+    assert throughput._recorder is None
     assert type(t.train_dataloader) is DataLoader  # instrumentation undone
+    assert not isinstance(t.profiler, ActionStream)  # the listener left with it
+    assert not isinstance(probe.profilers[-1], ActionStream)
     # The first batch of the second epoch ran with a plain loader and no clock.
     assert probe.seen[-1][0] is DataLoader
     assert probe.seen[-1][2] is None
@@ -677,12 +678,35 @@ import sys, time
 import lightning as L
 import torch
 from lightning.pytorch.loggers import CSVLogger
-from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data import DataLoader, Dataset
 
-import ocr.lightning_modules.callbacks._shared as shared
+import ocr.lightning_modules.callbacks.recorder as recorder_module
 from ocr.lightning_modules.callbacks import PerformanceProfilerCallback, ThroughputMonitorCallback
 
-DELAY = {delay}
+MODE, DELAY = sys.argv[2], {delay}
+
+
+def slow_rank():
+    return torch.distributed.is_initialized() and torch.distributed.get_rank() == 1
+
+
+class Data(Dataset):
+    def __init__(self):
+        self.x, self.y = torch.randn(64, 4), torch.randn(64, 1)
+
+    def __len__(self):
+        return 64
+
+    def __getitem__(self, i):
+        if MODE == "dataset" and slow_rank() and i % 4 == 0:
+            time.sleep(DELAY)  # one item per batch of 4
+        return self.x[i], self.y[i]
+
+
+class SlowCallback(L.Callback):
+    def on_train_batch_end(self, trainer, *args):
+        if MODE == "callback" and trainer.global_rank == 1:
+            time.sleep(DELAY)
 
 
 class Module(L.LightningModule):
@@ -691,16 +715,19 @@ class Module(L.LightningModule):
         self.net = torch.nn.Linear(4, 1)
 
     def training_step(self, batch, batch_idx):
-        if self.global_rank == 1 and self.current_epoch == 0:
-            time.sleep(DELAY)  # the planted slow rank
+        if MODE == "step" and self.global_rank == 1:
+            time.sleep(DELAY)
         x, y = batch
-        return torch.nn.functional.mse_loss(self.net(x), y)
+        out = self.net(x)
+        if MODE == "backward" and self.global_rank == 1:
+            out.register_hook(lambda grad: (time.sleep(DELAY), grad)[1])
+        return torch.nn.functional.mse_loss(out, y)
 
     def configure_optimizers(self):
         return torch.optim.SGD(self.parameters(), lr=0.01)
 
 
-real_snapshot = shared.memory_snapshot
+real_snapshot = recorder_module.memory_snapshot
 
 
 def snapshot_failing_on_rank_1_from_epoch_2():
@@ -712,26 +739,28 @@ def snapshot_failing_on_rank_1_from_epoch_2():
 
 if __name__ == "__main__":
     torch.set_num_threads(1)
-    shared.memory_snapshot = snapshot_failing_on_rank_1_from_epoch_2
-    data = TensorDataset(torch.randn(32, 4), torch.randn(32, 1))
+    if MODE == "fail":
+        recorder_module.memory_snapshot = snapshot_failing_on_rank_1_from_epoch_2
     trainer = L.Trainer(
-        accelerator="cpu", devices=2, strategy="ddp", max_epochs=3, limit_val_batches=0,
-        logger=CSVLogger(sys.argv[1], name="csv", version=""), enable_progress_bar=False,
-        enable_model_summary=False, enable_checkpointing=False,
-        callbacks=[PerformanceProfilerCallback(), ThroughputMonitorCallback()],
+        accelerator="cpu", devices=2, strategy="ddp", max_epochs=3 if MODE == "fail" else 2,
+        limit_val_batches=0, logger=CSVLogger(sys.argv[1], name="csv", version=""),
+        enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False,
+        default_root_dir=sys.argv[1],
+        callbacks=[SlowCallback(), PerformanceProfilerCallback(), ThroughputMonitorCallback()],
     )
-    trainer.fit(Module(), DataLoader(data, batch_size=4))
+    trainer.fit(Module(), DataLoader(Data(), batch_size=4))
     print(f"rank {{trainer.global_rank}} finished at epoch {{trainer.current_epoch}}")
 """
+DDP_DELAY = 0.05
+DDP_STEPS = 8  # 64 samples / 2 ranks / batch 4
 
 
-def test_ddp_two_ranks_names_the_slow_rank_and_a_rank_failure_stops_all(tmp_path: Path) -> None:
-    delay, steps = 0.05, 4  # 32 samples / 2 ranks / batch 4
+def run_ddp(tmp_path: Path, mode: str) -> tuple[list[dict[str, str]], str]:
     script = tmp_path / "ddp_run.py"
-    script.write_text(textwrap.dedent(DDP_SCRIPT.format(delay=delay)))
+    script.write_text(textwrap.dedent(DDP_SCRIPT.format(delay=DDP_DELAY)))
     env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), WANDB_MODE="offline")
     proc = subprocess.run(
-        [sys.executable, str(script), str(tmp_path)],
+        [sys.executable, str(script), str(tmp_path), mode],
         cwd=tmp_path,
         env=env,
         capture_output=True,
@@ -739,19 +768,21 @@ def test_ddp_two_ranks_names_the_slow_rank_and_a_rank_failure_stops_all(tmp_path
         timeout=300,  # a rank left blocked in a gather would hang here
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
-    assert "rank 0 finished at epoch 3" in proc.stdout
-    assert "rank 1 finished at epoch 3" in proc.stdout
+    epochs = 3 if mode == "fail" else 2
+    assert f"rank 0 finished at epoch {epochs}" in proc.stdout
+    assert f"rank 1 finished at epoch {epochs}" in proc.stdout
     with open(tmp_path / "csv" / "metrics.csv") as fh:
-        rows = list(csv.DictReader(fh))
+        return list(csv.DictReader(fh)), proc.stderr
+
+
+def test_ddp_a_rank_failure_stops_all_ranks(tmp_path: Path) -> None:
+    rows, stderr = run_ddp(tmp_path, "fail")
     perf = [r for r in rows if r.get("performance/train_epoch_time")]
     # Epoch 1 failed on rank 1: at its gather every rank turned recording off.
     assert [float(r["epoch"]) for r in perf] == [0]
-    assert "failed on rank(s) [1]" in proc.stderr
+    assert "failed on rank(s) [1]" in stderr
     row = {k: float(v) for k, v in perf[0].items() if v}
-    head = "performance/train_forward_time"
-    assert row[f"{head}_slowest_rank"] == 1
-    assert row[f"{head}_max"] - row[f"{head}_min"] == pytest.approx(steps * delay, rel=0.3)
-    for figure in ("epoch_time", "data_wait_time", "forward_time", "backward_time"):
+    for figure in ("epoch_time", "data_wait_time", "forward_time", "sync_wait_time"):
         for stat in ("min", "median", "max", "slowest_rank"):
             assert f"performance/train_{figure}_{stat}" in row
     assert not [k for k in rows[0] if re.search(r"rank_?\d", k)]  # no rank numbers in names
@@ -760,6 +791,56 @@ def test_ddp_two_ranks_names_the_slow_rank_and_a_rank_failure_stops_all(tmp_path
     # The plain rate covers both ranks: more than any single rank's own rate.
     samples = float(tput[0]["throughput/train_samples_per_sec"])
     assert samples > float(tput[0]["throughput/train_samples_per_sec_max"])
+
+
+@pytest.mark.parametrize(
+    ("mode", "cause"),
+    [
+        ("dataset", "data_wait"),
+        ("step", "forward"),
+        ("callback", "callbacks: SlowCallback"),
+        ("backward", "backward"),
+        ("none", None),
+    ],
+)
+def test_ddp_names_the_straggler_and_its_cause_while_the_others_wait(
+    tmp_path: Path, mode: str, cause: str | None
+) -> None:
+    """Rank 1 is slow in one place; rank 0 waits for it in the gradient all-reduce. The
+    straggler is rank 1 with that cause, rank 0's wait is sync_wait (not its own compute)."""
+    rows, _ = run_ddp(tmp_path, mode)
+    records = [r for r in read_records(tmp_path / "perf" / "epochs.jsonl") if r["stage"] == "train"]
+    assert [r["epoch"] for r in records] == [0, 1]
+    metrics = [r for r in rows if r.get("performance/train_epoch_time")]
+    assert len(metrics) == 2
+    planted = DDP_STEPS * DDP_DELAY
+    for record, row in zip(records, metrics, strict=True):
+        straggler = record["straggler"]
+        if cause is None:
+            assert straggler is None, straggler
+            assert float(row["performance/train_straggler_rank"]) == -1
+            continue
+        assert straggler is not None, record["spreads"]
+        assert straggler["rank"] == 1
+        assert straggler["cause"] == cause
+        assert straggler["cause_excess_s"] == pytest.approx(planted, rel=0.35)
+        assert float(row["performance/train_straggler_rank"]) == 1
+        assert float(row["performance/train_straggler_excess_time"]) > 0.5 * planted
+        # Rank 0 (whose own figures these are) waited for rank 1 in sync_wait ...
+        assert record["phases_s"]["sync_wait"] == pytest.approx(planted, rel=0.35)
+        # ... and its backward holds only its own compute, not the wait.
+        assert record["phases_s"]["backward"] < 0.35 * planted
+    if cause is not None:
+        report = subprocess.run(
+            [sys.executable, "-m", "ocr.perf.cli", "report", str(tmp_path)],
+            capture_output=True,
+            text=True,
+            env=dict(os.environ, PYTHONPATH=str(REPO_ROOT)),
+            timeout=120,
+        )
+        assert report.returncode == 0, report.stderr[-3000:]
+        assert "rank 1" in report.stdout
+        assert cause in report.stdout
 
 
 # -- our module through ocr-train ----------------------------------------------------------------

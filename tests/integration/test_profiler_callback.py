@@ -18,8 +18,7 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import Logger
 from torch.utils.data import DataLoader, TensorDataset
 
-from ocr.lightning_modules.callbacks import ProfilerCallback
-from ocr.lightning_modules.callbacks._shared import PerfCallbackWarning
+from ocr.lightning_modules.callbacks import PerfCallbackWarning, ProfilerCallback
 from ocr.perf.trace import analyze_trace
 from tests.memory_logger import MemoryLogger
 

@@ -16,8 +16,7 @@ import lightning as L
 import pytest
 from lightning.pytorch.callbacks import Callback
 
-from ocr.lightning_modules.callbacks import ProfilerCallback
-from ocr.lightning_modules.callbacks._shared import PerfCallbackWarning
+from ocr.lightning_modules.callbacks import PerfCallbackWarning, ProfilerCallback
 from ocr.perf import triggers
 from ocr.perf.rundir import read_records
 from ocr.perf.trace import analyze_trace

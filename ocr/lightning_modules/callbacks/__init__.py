@@ -1,11 +1,13 @@
-"""Lightning callbacks: thin adapters from Lightning hooks to ``ocr.perf`` and the loggers."""
+"""Lightning callbacks: thin adapters from Lightning to ``ocr.perf`` and the loggers."""
 
+from ocr.lightning_modules.callbacks.errors import PerfCallbackWarning
 from ocr.lightning_modules.callbacks.performance_profiler import PerformanceProfilerCallback
 from ocr.lightning_modules.callbacks.profiler_callback import ProfilerCallback
 from ocr.lightning_modules.callbacks.resource_monitor import ResourceMonitorCallback
 from ocr.lightning_modules.callbacks.throughput_monitor import ThroughputMonitorCallback
 
 __all__ = [
+    "PerfCallbackWarning",
     "PerformanceProfilerCallback",
     "ProfilerCallback",
     "ResourceMonitorCallback",

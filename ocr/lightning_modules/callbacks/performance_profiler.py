@@ -9,10 +9,10 @@ import lightning as L
 from rich.console import Console
 from rich.table import Table
 
-from ocr.lightning_modules.callbacks._shared import (
+from ocr.lightning_modules.callbacks.base import RecorderCallback
+from ocr.lightning_modules.callbacks.epoch_report import (
     EpochReport,
     IntervalProgress,
-    RecorderCallback,
     log_to_loggers,
 )
 from ocr.perf.clock import PHASES
@@ -35,6 +35,10 @@ _MEMORY_KEYS = {
     "system_memory_percent": "cpu_memory_percent",
     "process_rss_gb": "process_rss_gb",
 }
+#: Callbacks and hooks that spent less than this in an epoch are not named in metrics and tables.
+MIN_NAMED_S = 1e-3
+#: Named callbacks / hooks shown in the verbose table (the largest first).
+_TABLE_NAMED_ROWS = 8
 _SPREAD_FIGURES = (
     "epoch_time",
     *(f"{phase}_time" for phase in PHASES),
@@ -61,6 +65,12 @@ def performance_metrics(report: EpochReport, memory: bool = True) -> dict[str, f
       ``..._min``, ``..._median``, ``..._max`` over ranks and ``..._slowest_rank`` (the rank with
       the largest value; names never contain a rank number). The plain keys are rank zero's own
       figures, so they still sum.
+    - ``performance/{stage}_callback/{ClassName}_time``: seconds in each callback's own hooks
+      (every callback that spent at least 1 ms in the epoch; ``ClassName#2`` for a second
+      instance of a class),
+    - under DDP, ``performance/{stage}_straggler_rank`` (-1 when no rank straggles) and
+      ``performance/{stage}_straggler_excess_time`` (seconds per epoch the straggler works
+      beyond the median rank; 0 when none); the cause is in ``perf/epochs.jsonl``,
     - when a PolygonCache was used: :func:`cache_metrics`.
     """
     stage = report.stage
@@ -85,6 +95,13 @@ def performance_metrics(report: EpochReport, memory: bool = True) -> dict[str, f
         if spread is not None:
             for stat, value in spread.items():
                 out[f"{head}{figure}_{stat}"] = value
+    for name, seconds in report.callbacks_s.items():
+        if seconds >= MIN_NAMED_S:
+            out[f"performance/{stage}_callback/{name}_time"] = seconds
+    if report.world_size > 1:
+        straggler = report.straggler
+        out[f"{head}straggler_rank"] = float(straggler.rank) if straggler else -1.0
+        out[f"{head}straggler_excess_time"] = straggler.excess_s if straggler else 0.0
     out.update(cache_metrics(report))
     return out
 
@@ -139,6 +156,21 @@ def render_table(report: EpochReport) -> Table:
         share = f"{100 * seconds / wall:.1f} %" if wall > 0 else ""
         table.add_row(phase, f"{seconds:.3f}", share, *spread_cell(f"{phase}_time"))
     table.add_row("epoch", f"{wall:.3f}", "100 %", *spread_cell("epoch_time"), end_section=True)
+    named = {**report.callback_hooks_s, **report.module_hooks_s}
+    top = sorted((kv for kv in named.items() if kv[1] >= MIN_NAMED_S), key=lambda kv: -kv[1])
+    for label, seconds in top[:_TABLE_NAMED_ROWS]:
+        share = f"{100 * seconds / wall:.1f} %" if wall > 0 else ""
+        table.add_row(f"  {label}", f"{seconds:.3f}", share, *([""] if ddp else []))
+    if top:
+        table.rows[-1].end_section = True
+    if report.straggler is not None:
+        table.add_row(
+            f"straggler: rank {report.straggler.rank}",
+            f"+{report.straggler.excess_s:.3f}",
+            report.straggler.cause,
+            *([""] if ddp else []),
+            end_section=True,
+        )
     for part, seconds in report.worker_s.items():
         # Worker time overlaps the step: shown, but not a share of the epoch.
         cells = spread_cell(f"worker_{part}_time")
@@ -169,9 +201,12 @@ class PerformanceProfilerCallback(RecorderCallback):
     """Attribute every second of each train / validation / test epoch to a named phase and log
     per-batch and per-epoch timing, DataLoader worker time and memory.
 
-    Each epoch's wall time is split into ``data_wait``, ``forward``, ``backward``,
-    ``optimizer``, ``postprocess``, ``metric``, ``callbacks`` and ``unattributed``, which sum to
-    it; validation inside ``fit`` is its own ``val`` epoch, excluded from the train epoch's time.
+    Each epoch's wall time is split into ``data_wait``, ``transfer``, ``forward``,
+    ``backward``, ``optimizer``, ``sync_wait``, ``postprocess``, ``metric``, ``module_hooks``,
+    ``callbacks``, ``checkpoint`` and ``unattributed``, which sum to it (from Lightning's own
+    action stream: the innermost running hook, callback or strategy call owns the time), with
+    the time of each callback and LightningModule hook by name; validation inside ``fit`` is its
+    own ``val`` epoch, excluded from the train epoch's time.
     Work done in DataLoader workers (fetch, collate, parts such as DB target generation) is timed
     in the worker and reported even though it overlaps compute. Metric names:
     :func:`performance_metrics`. Logged through ``trainer.loggers`` from rank zero (no logger:

@@ -41,12 +41,8 @@ import torch
 from lightning.pytorch.callbacks import Callback
 from torch.profiler import ProfilerActivity
 
-from ocr.lightning_modules.callbacks._shared import (
-    PerfCallbackWarning,
-    log_to_loggers,
-    normalize_stages,
-    skip_unused_batch_hooks,
-)
+from ocr.lightning_modules.callbacks.epoch_report import log_to_loggers, normalize_stages
+from ocr.lightning_modules.callbacks.errors import PerfCallbackWarning
 from ocr.perf import triggers
 from ocr.perf.rundir import PERF_DIRNAME, JsonlWriter
 from ocr.perf.trace import analyze_table, load_traces
@@ -193,7 +189,6 @@ class ProfilerCallback(Callback):
         check_every_n_steps: int = 20,
     ) -> None:
         super().__init__()
-        skip_unused_batch_hooks(self)  # outside its windows: as close to no callback as it gets
         owner = type(self).__name__
         epochs = []
         for e in profile_epochs:

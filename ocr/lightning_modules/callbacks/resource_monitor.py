@@ -20,7 +20,7 @@ from lightning.pytorch.utilities import rank_zero_info
 from rich.console import Console
 from rich.table import Table
 
-from ocr.lightning_modules.callbacks._shared import log_to_loggers, skip_unused_batch_hooks
+from ocr.lightning_modules.callbacks.epoch_report import log_to_loggers
 from ocr.perf.alerts import AlertEngine, AlertSink, JsonlSink, LogSink, WandbSink, build_rules
 from ocr.perf.resources import (
     RESOURCE_SAMPLE_SCHEMA,
@@ -179,7 +179,6 @@ class ResourceMonitorCallback(Callback):
         print_summary: bool = True,
     ) -> None:
         super().__init__()
-        skip_unused_batch_hooks(self)  # per-step cost: only the hooks it uses
         name = type(self).__name__
         for label, value in (
             ("interval_s", interval_s),

@@ -6,10 +6,10 @@ from collections.abc import Iterable
 
 import lightning as L
 
-from ocr.lightning_modules.callbacks._shared import (
+from ocr.lightning_modules.callbacks.base import RecorderCallback
+from ocr.lightning_modules.callbacks.epoch_report import (
     EpochReport,
     IntervalProgress,
-    RecorderCallback,
     log_to_loggers,
     per_second,
 )

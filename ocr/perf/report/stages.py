@@ -39,6 +39,11 @@ class StageSummary:
         device: ``"cpu"`` or ``"cuda"``.
         spreads: the last epoch's cross-rank spreads (DDP), figure -> {min, median, max,
             slowest_rank}.
+        callbacks_s: summed seconds per callback (class name).
+        callback_hooks_s: summed seconds per callback hook (``ClassName.hook``).
+        module_hooks_s: summed seconds per LightningModule / DataModule hook (``Class.hook``).
+        stragglers: each epoch's straggler record under DDP (``None`` entries for epochs where
+            no rank straggled), in epoch order.
     """
 
     stage: str
@@ -53,6 +58,10 @@ class StageSummary:
     batch_size: int | None = None
     device: str = "cpu"
     spreads: dict[str, dict[str, Any]] = field(default_factory=dict)
+    callbacks_s: dict[str, float] = field(default_factory=dict)
+    callback_hooks_s: dict[str, float] = field(default_factory=dict)
+    module_hooks_s: dict[str, float] = field(default_factory=dict)
+    stragglers: list[dict[str, Any] | None] = field(default_factory=list)
 
     @property
     def label(self) -> str:
@@ -88,5 +97,12 @@ def summarize_stages(epochs: list[dict[str, Any]]) -> dict[str, StageSummary]:
             s.device = "cuda"
         if isinstance(record.get("spreads"), dict) and record["spreads"]:
             s.spreads = record["spreads"]
+        for key in ("callbacks_s", "callback_hooks_s", "module_hooks_s"):
+            acc = getattr(s, key)
+            for name, value in (record.get(key) or {}).items():
+                acc[name] = acc.get(name, 0.0) + num(value)
+        if int(num(record.get("world_size"), 1)) > 1:
+            straggler = record.get("straggler")
+            s.stragglers.append(straggler if isinstance(straggler, dict) else None)
     order = {name: i for i, name in enumerate(STAGE_ORDER)}
     return dict(sorted(out.items(), key=lambda kv: (order.get(kv[0], 99), kv[0])))

@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ocr.perf.ranks import STRAGGLER_MIN_S, STRAGGLER_MIN_SHARE
 from ocr.perf.report.load import RunData, config_value
 from ocr.perf.report.stages import StageSummary, num
 
@@ -38,7 +39,10 @@ THRESHOLDS: dict[str, float] = {
     "unattributed_warn_pct": 15.0,
     "worker_part_dominant_pct": 50.0,  # a finer part (targets, decode) names the cause above this
     "cache_hit_min_pct": 50.0,  # polygon cache hit rate after the first epoch
-    "straggler_ratio": 1.2,  # slowest rank's epoch time / median rank's
+    # A DDP rank is named a straggler by ocr.perf.ranks.find_straggler when it *works* (wall
+    # minus sync_wait) >= 10 % of the epoch and >= 0.05 s longer than the median rank; the
+    # verdict reports it when that holds in at least this share of the stage's epochs.
+    "straggler_epochs_pct": 50.0,
     "cpu_saturated_pct": 90.0,  # median system CPU over the samples
     "iowait_pct": 10.0,  # median iowait
     "gpu_util_low_pct": 50.0,  # median GPU utilisation while training
@@ -405,23 +409,79 @@ def _overheads(s: StageSummary, run: RunData, adv: _Advice, total_s: float) -> l
     pct = s.share("callbacks")
     if s.wall_s > 0 and pct >= THRESHOLDS["callbacks_warn_pct"]:
         secs = s.phases_s.get("callbacks", 0.0)
-        every = adv.name("trainer.log_every_n_steps", "log_every_n_steps")
-        tail = (
-            ""
-            if run.device == "cpu"
-            else "; the next batch's host-to-device copy lands here too: pin memory"
-        )
+        top = _top_named(s.callback_hooks_s)
+        if top is not None:
+            name, name_s = top
+            title = (
+                f"{pct:.0f} % of {s.label} wall time is spent in callbacks, "
+                f"{100 * name_s / s.wall_s:.0f} % in {name}"
+            )
+            advice = (
+                f"{name} takes {name_s:.3f} s: make it cheaper, run it less often or only on "
+                "rank zero, or remove it."
+            )
+        else:  # a run recorded before callbacks were named
+            every = adv.name("trainer.log_every_n_steps", "log_every_n_steps")
+            title = f"{pct:.0f} % of {s.label} wall time is spent in callbacks and logging"
+            advice = f"log less often ({every}) and look for a slow callback in a profiler trace."
         out.append(
             Finding(
                 id="callback_overhead",
                 severity="warning",
                 score=_score(secs, total_s),
-                title=f"{pct:.0f} % of {s.label} wall time is spent in callbacks and logging",
-                evidence={"callbacks_pct": _r(pct), "callbacks_s": _r(secs, 3)},
+                title=title,
+                evidence={
+                    "callbacks_pct": _r(pct),
+                    "callbacks_s": _r(secs, 3),
+                    **({"slowest": top[0], "slowest_s": _r(top[1], 3)} if top else {}),
+                },
+                threshold={"warning_pct": THRESHOLDS["callbacks_warn_pct"]},
+                suggestion=advice,
+                stage=s.stage,
+            )
+        )
+    pct = s.share("module_hooks")
+    if s.wall_s > 0 and pct >= THRESHOLDS["callbacks_warn_pct"]:
+        secs = s.phases_s.get("module_hooks", 0.0)
+        top = _top_named(s.module_hooks_s)
+        name = top[0] if top else "the LightningModule's hooks"
+        out.append(
+            Finding(
+                id="module_hook_overhead",
+                severity="warning",
+                score=_score(secs, total_s),
+                title=(
+                    f"{pct:.0f} % of {s.label} wall time is spent in the LightningModule's own "
+                    f"hooks, most in {name}"
+                ),
+                evidence={
+                    "module_hooks_pct": _r(pct),
+                    "module_hooks_s": _r(secs, 3),
+                    **({"slowest": top[0], "slowest_s": _r(top[1], 3)} if top else {}),
+                },
                 threshold={"warning_pct": THRESHOLDS["callbacks_warn_pct"]},
                 suggestion=(
-                    f"log less often ({every}), checkpoint less often, and look for a slow "
-                    f"callback in the profiler trace{tail}."
+                    f"{name} is your module's code: time its parts (wrap metric work in "
+                    "ocr.perf.perf_phase('metric') to see it as its own phase), compute it less "
+                    "often, or vectorise it."
+                ),
+                stage=s.stage,
+            )
+        )
+    pct = s.share("checkpoint")
+    if s.wall_s > 0 and pct >= THRESHOLDS["callbacks_warn_pct"]:
+        secs = s.phases_s.get("checkpoint", 0.0)
+        out.append(
+            Finding(
+                id="checkpoint_overhead",
+                severity="warning",
+                score=_score(secs, total_s),
+                title=f"{pct:.0f} % of {s.label} wall time is spent saving checkpoints",
+                evidence={"checkpoint_pct": _r(pct), "checkpoint_s": _r(secs, 3)},
+                threshold={"warning_pct": THRESHOLDS["callbacks_warn_pct"]},
+                suggestion=(
+                    "save less often (ModelCheckpoint every_n_epochs / every_n_train_steps, "
+                    "save_top_k) or to a faster disk."
                 ),
                 stage=s.stage,
             )
@@ -516,28 +576,70 @@ def _cache(
     return out
 
 
+def _top_named(seconds: dict[str, float]) -> tuple[str, float] | None:
+    """The callback or hook with the most time, or None when nothing was named."""
+    if not seconds:
+        return None
+    name = max(sorted(seconds), key=lambda k: seconds[k])
+    return (name, seconds[name]) if seconds[name] > 0 else None
+
+
 def _straggler(s: StageSummary, total_s: float) -> Finding | None:
-    spread = s.spreads.get("epoch_time")
-    if not isinstance(spread, dict):
+    """The rank the others wait for, from each epoch's straggler record (the rank that works
+    longest beyond the median, and the phase / callback / hook where it does); never from epoch
+    time alone: synchronised ranks finish their epochs together."""
+    named = [x for x in s.stragglers if x]
+    if not s.stragglers or not named:
         return None
-    hi, med = num(spread.get("max")), num(spread.get("median"))
-    if med <= 0 or hi / med < THRESHOLDS["straggler_ratio"]:
+    pct = 100.0 * len(named) / len(s.stragglers)
+    if pct < THRESHOLDS["straggler_epochs_pct"]:
         return None
-    rank = spread.get("slowest_rank")
-    lost = (hi - med) / hi * s.wall_s
+    by_rank = Counter(int(num(x.get("rank"))) for x in named)
+    rank = by_rank.most_common(1)[0][0]
+    mine = [x for x in named if int(num(x.get("rank"))) == rank]
+    cause = Counter(str(x.get("cause")) for x in mine).most_common(1)[0][0]
+    excess = sum(num(x.get("excess_s")) for x in mine)
+    cause_s = sum(num(x.get("cause_excess_s")) for x in mine if str(x.get("cause")) == cause)
+    wait = sum(num(x.get("others_wait_s")) for x in mine)
     return Finding(
         id="straggler",
         severity="warning",
-        score=_score(lost, total_s),
-        title=f"straggler: rank {rank} takes {hi / med:.2f}x the median rank's {s.label} epoch",
-        evidence={"slowest_rank": rank, "max_s": _r(hi, 3), "median_s": _r(med, 3)},
-        threshold={"ratio": THRESHOLDS["straggler_ratio"]},
+        score=_score(excess, total_s),
+        title=(
+            f"straggler: rank {rank} holds the other ranks back in {len(mine)} of "
+            f"{len(s.stragglers)} {s.label} epochs; cause: {cause}"
+        ),
+        evidence={
+            "rank": rank,
+            "cause": cause,
+            "excess_s": _r(excess, 3),
+            "cause_excess_s": _r(cause_s, 3),
+            "others_sync_wait_s": _r(wait, 3),
+        },
+        threshold={
+            "work_excess_pct_of_epoch": 100 * STRAGGLER_MIN_SHARE,
+            "work_excess_s": STRAGGLER_MIN_S,
+            "epochs_pct": THRESHOLDS["straggler_epochs_pct"],
+        },
         suggestion=(
-            "every rank waits for the slowest at each gradient sync: check that rank's host "
-            "(other jobs, thermal throttling, slower disk) and that data shards are balanced."
+            f"rank {rank} spends {cause_s:.3f} s more than the median rank in {cause}, while the "
+            f"others wait {wait:.3f} s for it in sync_wait: "
+            + _STRAGGLER_ADVICE.get(cause.split(":")[0], "look at what differs on that rank.")
         ),
         stage=s.stage,
     )
+
+
+_STRAGGLER_ADVICE = {
+    "data_wait": "its data is slower (a larger shard, a slower disk, fewer workers).",
+    "forward": "its steps compute more (uneven batch shapes) or its device or host is slower.",
+    "backward": "its backward computes more or its device or host is slower.",
+    "optimizer": "its optimizer step is slower (host contention).",
+    "callbacks": "a callback does more work on that rank: make it rank-zero-only or cheaper.",
+    "module_hooks": "a LightningModule hook does more work on that rank.",
+    "checkpoint": "it writes checkpoints while the others wait: save from rank zero only.",
+    "transfer": "its host-to-device copies are slower (pin memory, check its PCIe link).",
+}
 
 
 # -- resources, alerts, trace, baseline ----------------------------------------------------------

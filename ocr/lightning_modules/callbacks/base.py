@@ -1,0 +1,212 @@
+"""Base of the performance callbacks: subscribe to the trainer's shared ``StageRecorder`` for the
+run and turn its reports into logs (subclasses: :meth:`RecorderCallback._on_report`,
+:meth:`RecorderCallback._interval_metrics`).
+
+The hooks are thin on purpose: the recorder is driven by Lightning's action stream, not by these
+hooks. They only join and leave it (``setup`` / ``teardown`` / ``on_exception``), forget the
+sanity check's DataLoader timings, and hand batch sizes over when the batch did not come from an
+instrumented DataLoader.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import lightning as L
+from lightning.pytorch.callbacks import Callback
+
+from ocr.lightning_modules.callbacks.epoch_report import (
+    EpochReport,
+    IntervalProgress,
+    normalize_stages,
+)
+from ocr.lightning_modules.callbacks.errors import PerfCallbackWarning
+from ocr.lightning_modules.callbacks.recorder import StageRecorder
+
+__all__ = ["RecorderCallback"]
+
+
+def _json_safe_hparams(pl_module: L.LightningModule) -> dict[str, Any]:
+    hparams = getattr(pl_module, "hparams", None) or {}
+    try:
+        from omegaconf import DictConfig, OmegaConf
+
+        out = {}
+        for key, value in dict(hparams).items():
+            out[str(key)] = (
+                OmegaConf.to_container(value, resolve=True)
+                if isinstance(value, DictConfig)
+                else value
+            )
+        return out
+    except Exception:
+        return {}
+
+
+class RecorderCallback(Callback):
+    """Base of the performance callbacks (see the module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        enabled: bool,
+        log_interval: int,
+        stages: Iterable[str],
+        sync_cuda: bool,
+        track_memory: bool,
+        write_run_files: bool = True,
+    ) -> None:
+        super().__init__()
+        name = type(self).__name__
+        if isinstance(log_interval, bool) or not isinstance(log_interval, int) or log_interval < 0:
+            raise ValueError(f"{name}: log_interval must be an integer >= 0, got {log_interval!r}")
+        self.enabled = bool(enabled)
+        self.log_interval = log_interval
+        self.stages = normalize_stages(stages, name)
+        self.sync_cuda = bool(sync_cuda)
+        self.track_memory = bool(track_memory)
+        self.write_run_files = bool(write_run_files)
+        self._recorder: StageRecorder | None = None
+        self._enabled_run = False  # enabled and not failed, for the current run
+        self._warned = False
+
+    # -- subclass API ----------------------------------------------------------------------
+
+    def _on_report(self, trainer: L.Trainer, report: EpochReport) -> None:
+        """Present a finished stage epoch (log, print)."""
+
+    def _interval_metrics(self, progress: IntervalProgress) -> Mapping[str, float] | None:
+        """In-epoch progress metrics (every ``log_interval`` batches), logged by the recorder at
+        ``progress.step`` in one call together with the other subscribers'."""
+        return None
+
+    # -- plumbing --------------------------------------------------------------------------
+
+    def _receive_report(self, report: EpochReport) -> None:
+        if not self._enabled_run or report.stage not in self.stages:
+            return
+        try:
+            self._on_report(self._trainer, report)
+        except Exception as exc:
+            self._fail(exc)
+
+    def _receive_interval(self, progress: IntervalProgress) -> Mapping[str, float] | None:
+        interval = self.log_interval
+        if interval == 0 or progress.num_batches % interval or not self._enabled_run:
+            return None
+        if progress.stage not in self.stages:
+            return None
+        try:
+            return self._interval_metrics(progress)
+        except Exception as exc:
+            self._fail(exc)
+            return None
+
+    def _recorder_off(self) -> None:
+        """The shared recorder stopped (a failure, here or on another rank)."""
+        self._enabled_run = False
+        self._recorder = None
+
+    @property
+    def _trainer(self) -> L.Trainer:
+        recorder = self._recorder
+        trainer = recorder._trainer_ref() if recorder is not None else None
+        if trainer is None:
+            raise RuntimeError(f"{type(self).__name__} is not attached to a trainer")
+        return trainer
+
+    def _fail(self, exc: BaseException) -> None:
+        """This callback's own error: one warning, then it is off for the run."""
+        self._enabled_run = False
+        if not self._warned:
+            self._warned = True
+            warnings.warn(
+                f"{type(self).__name__} failed and is off for the rest of this run "
+                f"({type(exc).__name__}: {exc})",
+                PerfCallbackWarning,
+                stacklevel=2,
+            )
+        recorder, self._recorder = self._recorder, None
+        if recorder is not None:
+            recorder.fail_subscriber(self)
+
+    # -- lifecycle hooks -------------------------------------------------------------------
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        if not self.enabled or not self.stages:
+            return
+        self._warned = False  # one warning per run
+        try:
+            self._enabled_run = True
+            self._recorder = recorder = StageRecorder.attach(trainer, self)
+            if recorder.files is not None and self.write_run_files:
+                recorder.files.run_info(
+                    {
+                        "lightning_module": type(pl_module).__qualname__,
+                        "hparams": _json_safe_hparams(pl_module),
+                    }
+                )
+        except Exception as exc:
+            self._fail(exc)
+
+    def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        recorder, self._recorder = self._recorder, None
+        self._enabled_run = False
+        if recorder is not None:
+            try:
+                recorder.detach(self)
+            except Exception as exc:
+                self._fail(exc)
+
+    def on_exception(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
+    ) -> None:
+        recorder, self._recorder = self._recorder, None
+        self._enabled_run = False
+        if recorder is not None:
+            try:
+                recorder.abort()
+            except Exception as exc:
+                self._fail(exc)
+
+    # -- batch sizes for batches that no instrumented DataLoader counted -------------------
+
+    def on_train_batch_end(
+        self,
+        trainer: L.Trainer,
+        pl_module: L.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+    ) -> None:
+        recorder = self._recorder
+        if recorder is not None:
+            recorder.note_batch("train", batch)
+
+    def on_validation_batch_end(
+        self,
+        trainer: L.Trainer,
+        pl_module: L.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+        dataloader_idx: int = 0,
+    ) -> None:
+        recorder = self._recorder
+        if recorder is not None:
+            recorder.note_batch("val", batch)
+
+    def on_test_batch_end(
+        self,
+        trainer: L.Trainer,
+        pl_module: L.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+        dataloader_idx: int = 0,
+    ) -> None:
+        recorder = self._recorder
+        if recorder is not None:
+            recorder.note_batch("test", batch)

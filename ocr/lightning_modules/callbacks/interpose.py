@@ -1,0 +1,119 @@
+"""The one place where the performance callbacks interpose on Lightning and torch beyond their
+public interfaces: worker-side DataLoader timing.
+
+Why it is needed: work done in DataLoader workers (decode, augment, collate, DB targets) overlaps
+the training step, so no hook can see it; it has to be timed in the worker and carried back with
+the batch (``ocr.perf.worker.InstrumentedLoader``: a chained ``worker_init_fn``, a timed
+``collate_fn``, and class swaps of the loader and of the *worker's copy* of the dataset). And the
+loader must be instrumented before Lightning creates its first iterator, which happens inside
+``fit`` before any callback hook runs (``_FitLoop.setup_data`` calls ``iter()`` right after
+``strategy.process_dataloader(loader)``); the public seam that sees every loader at that moment is
+``Strategy.process_dataloader``, which we wrap on the strategy instance for the run.
+
+What we rely on is pinned by ``tests/integration/test_interpose_seams.py`` (one test per seam)
+and accepted only in the tested version range below; outside it :func:`check_versions` returns a
+reason, the callbacks warn once, and attribution degrades to what the public action stream gives
+(phases, callbacks, hooks; no worker-side parts).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import lightning as L
+import torch
+from lightning.fabric.utilities.data import _auto_add_worker_init_fn
+from packaging.version import Version
+from torch.utils.data import DataLoader
+
+from ocr.perf.clock import PhaseClock
+from ocr.perf.worker import InstrumentedLoader, WorkerTiming
+
+__all__ = ["TESTED_VERSIONS", "LoaderInterposer", "check_versions"]
+
+#: Package -> [lowest, first untested) release, tested with the seam tests.
+TESTED_VERSIONS: dict[str, tuple[str, str]] = {
+    "lightning": ("2.6.0", "2.7.0"),
+    "torch": ("2.13.0", "2.14.0"),
+}
+
+
+def check_versions(versions: dict[str, str] | None = None) -> str | None:
+    """None when Lightning and torch are in :data:`TESTED_VERSIONS`, else why not (one line).
+    ``versions`` overrides the installed versions (tests)."""
+    found = versions or {"lightning": L.__version__, "torch": torch.__version__}
+    for package, (low, high) in TESTED_VERSIONS.items():
+        raw = found.get(package)
+        if raw is None:
+            continue
+        version = Version(Version(raw).base_version)  # 2.13.0+cpu -> 2.13.0
+        if not Version(low) <= version < Version(high):
+            return (
+                f"{package} {raw} is outside the range the DataLoader instrumentation was tested "
+                f"with ({low} <= version < {high}); DataLoader worker timing (fetch, collate, "
+                "parts) is off, phases, callbacks and hooks are still measured"
+            )
+    return None
+
+
+class LoaderInterposer:
+    """Instrument each DataLoader the trainer's strategy processes, before Lightning iterates it.
+
+    Args:
+        trainer: the Trainer whose strategy's ``process_dataloader`` is wrapped until
+            :meth:`restore`.
+        route: called with the processed loader; returns ``(on_batch, clock)`` to instrument it
+            (worker timings go to ``on_batch``; the iterator's creation, i.e. worker start-up, is
+            charged to ``data_wait`` on ``clock``), or None to leave it alone.
+        on_error: called with any exception of the instrumentation (the loader is then served
+            as it is).
+    """
+
+    def __init__(
+        self,
+        trainer: L.Trainer,
+        route: Callable[[DataLoader], tuple[Callable[[WorkerTiming], None], PhaseClock] | None],
+        on_error: Callable[[BaseException], None],
+    ) -> None:
+        self._trainer = trainer
+        self._route = route
+        self._on_error = on_error
+        self._handles: dict[int, InstrumentedLoader] = {}
+        strategy = trainer.strategy
+        original = strategy.process_dataloader
+
+        def process_dataloader(dataloader: object) -> object:
+            out = original(dataloader)
+            try:
+                self._instrument(out)
+            except Exception as exc:
+                on_error(exc)
+            return out
+
+        strategy.process_dataloader = process_dataloader  # type: ignore[method-assign]
+        self._strategy: Any = strategy
+        self._wrapper = process_dataloader
+
+    def _instrument(self, loader: object) -> None:
+        if not isinstance(loader, DataLoader) or id(loader) in self._handles:
+            return
+        routed = self._route(loader)
+        if routed is None:
+            return
+        on_batch, clock = routed
+        # Lightning adds its worker-seeding init function only to loaders that have none, right
+        # after this call; add it first so the instrumentation chains it instead of hiding it.
+        _auto_add_worker_init_fn(loader, self._trainer.global_rank)
+        self._handles[id(loader)] = InstrumentedLoader(
+            loader, on_batch, clock, charge_next=False, on_error=self._on_error
+        )
+
+    def restore(self) -> None:
+        """Undo everything (idempotent): the loaders' instrumentation and the strategy wrapper."""
+        handles, self._handles = self._handles, {}
+        for handle in handles.values():
+            handle.restore()
+        strategy, self._strategy = self._strategy, None
+        if strategy is not None and vars(strategy).get("process_dataloader") is self._wrapper:
+            del strategy.process_dataloader
