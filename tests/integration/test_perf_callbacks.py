@@ -698,8 +698,8 @@ class Data(Dataset):
         return 64
 
     def __getitem__(self, i):
-        if MODE == "dataset" and slow_rank() and i % 4 == 0:
-            time.sleep(DELAY)  # one item per batch of 4
+        if MODE == "dataset" and slow_rank():
+            time.sleep(DELAY / 4)  # batches of 4: DELAY per batch
         return self.x[i], self.y[i]
 
 
@@ -809,7 +809,11 @@ def test_ddp_names_the_straggler_and_its_cause_while_the_others_wait(
     """Rank 1 is slow in one place; rank 0 waits for it in the gradient all-reduce. The
     straggler is rank 1 with that cause, rank 0's wait is sync_wait (not its own compute)."""
     rows, _ = run_ddp(tmp_path, mode)
-    records = [r for r in read_records(tmp_path / "perf" / "epochs.jsonl") if r["stage"] == "train"]
+    records = [
+        r
+        for r in read_records(tmp_path / "perf" / "epochs.jsonl", "receipt-ocr/perf-epoch")
+        if r["stage"] == "train"
+    ]
     assert [r["epoch"] for r in records] == [0, 1]
     metrics = [r for r in rows if r.get("performance/train_epoch_time")]
     assert len(metrics) == 2

@@ -30,7 +30,7 @@ from torch.utils.data import DataLoader
 from ocr.perf.clock import PhaseClock
 from ocr.perf.worker import InstrumentedLoader, WorkerTiming
 
-__all__ = ["TESTED_VERSIONS", "LoaderInterposer", "check_versions"]
+__all__ = ["TESTED_VERSIONS", "LoaderInterposer", "check_versions", "syncs_before_train_batch"]
 
 #: Package -> [lowest, first untested) release, tested with the seam tests.
 TESTED_VERSIONS: dict[str, tuple[str, str]] = {
@@ -55,6 +55,15 @@ def check_versions(versions: dict[str, str] | None = None) -> str | None:
                 "parts) is off, phases, callbacks and hooks are still measured"
             )
     return None
+
+
+def syncs_before_train_batch(world_size: int) -> bool:
+    """Whether the gap between a training batch's last hook and the next batch's data fetch is
+    a wait for the other ranks: Lightning 2.6 broadcasts a SIGTERM flag from rank 0 at the start
+    of every training batch under DDP (``_TrainingEpochLoop._broadcast_sigterm_tensor``, no
+    profiler action around it), so a rank that is ahead blocks there until the slowest rank
+    arrives. Pinned by ``test_interpose_seams.py``; assumed only in the tested range."""
+    return world_size > 1 and check_versions() is None
 
 
 class LoaderInterposer:

@@ -60,7 +60,11 @@ from ocr.lightning_modules.callbacks.epoch_report import (
     per_second,
 )
 from ocr.lightning_modules.callbacks.errors import PerfCallbackWarning
-from ocr.lightning_modules.callbacks.interpose import LoaderInterposer, check_versions
+from ocr.lightning_modules.callbacks.interpose import (
+    LoaderInterposer,
+    check_versions,
+    syncs_before_train_batch,
+)
 from ocr.lightning_modules.callbacks.run_files import RunFiles
 from ocr.perf.actions import CALLBACK, DATAMODULE, MODULE, classify_action
 from ocr.perf.clock import PHASES, PhaseClock, PhaseTotals, set_active_clock
@@ -326,6 +330,10 @@ class StageRecorder:
         self._callback_slots: list[str] = []  # display names in trainer.callbacks order
         self._in_backward = False
         self._backward_start_ns = 0
+        # Under DDP Lightning syncs the ranks between two training batches (see
+        # interpose.syncs_before_train_batch): that gap is sync_wait, not unattributed.
+        self._sync_between_batches = syncs_before_train_batch(self.world_size)
+        self._between_batches = False
         self._comm: _CommTimer | None = None
         self._interposer: LoaderInterposer | None = None
         self._listening = False
@@ -539,6 +547,7 @@ class StageRecorder:
         try:
             info = self._info.get(name) or self._learn(name)
             phase, owner, event = info
+            self._between_batches = False
             if event:
                 self._event_start(event)
             stack = self._stack
@@ -639,7 +648,7 @@ class StageRecorder:
             return "backward", ""
         if stack and stack[-1][1]:
             return stack[-1][1], stack[-1][2]
-        return "unattributed", ""
+        return ("sync_wait" if self._between_batches else "unattributed"), ""
 
     def _hook_ddp(self, trainer: L.Trainer) -> None:
         """Register the timing communication hook on a DistributedDataParallel model (public
@@ -699,6 +708,10 @@ class StageRecorder:
         interval = self._interval
         if interval and epoch.num_batches % interval == 0 and stage == "train":
             self._on_interval(epoch, elapsed)
+        if stage == "train" and self._sync_between_batches:
+            self._between_batches = True  # until the next action starts
+            if self.clock.running and self._current_label()[0] == "sync_wait":
+                self.clock.switch("sync_wait")
 
     def _on_interval(self, epoch: _Epoch, elapsed_ns: int) -> None:
         trainer = self._trainer_ref()

@@ -33,12 +33,16 @@ __all__ = [
 
 PHASE_COLORS = {
     "data_wait": "#d62728",
+    "transfer": "#ff9896",
     "forward": "#1f77b4",
     "backward": "#2ca02c",
     "optimizer": "#9467bd",
+    "sync_wait": "#bcbd22",
     "postprocess": "#ff7f0e",
     "metric": "#e377c2",
+    "module_hooks": "#17becf",
     "callbacks": "#8c564b",
+    "checkpoint": "#c49c94",
     "unattributed": "#7f7f7f",
 }
 _STAGE_COLORS = {"train": "#1f77b4", "val": "#ff7f0e", "test": "#2ca02c"}
