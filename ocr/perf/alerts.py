@@ -37,6 +37,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from ocr.perf.ranks import STRAGGLER_MIN_SHARE
 from ocr.perf.rundir import JsonlWriter
 from ocr.perf.triggers import request_profile
 
@@ -125,7 +126,7 @@ class RuleContext:
         step: the trainer's global step.
         epoch: the current epoch.
         extra: other inputs: ``checkpoint_bytes`` (estimated size of the next checkpoint,
-            bytes), ``straggler`` (``{"ratio", "rank", "slowest_s", "median_s", "epoch"}`` from
+            bytes), ``straggler`` (``{"rank", "share", "excess_s", "cause", "epoch"}`` from
             the last cross-rank gather), ``where`` (the training thread's current line).
     """
 
@@ -704,15 +705,17 @@ class ThermalThrottle(Rule):
 
 
 class StragglerRank(Rule):
-    """One rank's mean training step (last epoch, from the epoch-end gather) is ``ratio``
-    times the median of all ranks or more. Resolves below ``clear_ratio``."""
+    """One rank works (epoch wall time minus its own ``sync_wait``) at least ``share`` of the
+    epoch longer than the median rank, from the epoch-end gather of the phases
+    (``ocr.perf.ranks.find_straggler``). Never from epoch times: synchronised ranks end their
+    epochs together. Resolves below ``clear_share``."""
 
     name = "straggler_rank"
     DEFAULTS: ClassVar[dict[str, Any]] = {
         "hold_s": 0.0,
         "cooldown_s": 0.0,
-        "ratio": 1.2,
-        "clear_ratio": 1.1,
+        "share": STRAGGLER_MIN_SHARE,
+        "clear_share": STRAGGLER_MIN_SHARE / 2,
     }
 
     def check(self, t: float, values: Mapping[str, float], ctx: RuleContext) -> Check | None:
@@ -720,23 +723,25 @@ class StragglerRank(Rule):
         if not info:
             return None
         s = self.settings
-        ratio = float(info["ratio"])
-        rank = int(info["rank"])
+        share = float(info.get("share", 0.0))
+        rank = int(info.get("rank", -1))
+        cause = str(info.get("cause", ""))
+        epoch = int(info.get("epoch", ctx.epoch))
         return Check(
-            breach=ratio > s["ratio"],
-            clear=ratio < s["clear_ratio"],
+            breach=rank >= 0 and share >= s["share"],
+            clear=share < s["clear_share"],
             message=(
-                f"Rank {rank} is a straggler: {float(info['slowest_s']) * 1e3:.1f} ms per "
-                f"training step in epoch {int(info.get('epoch', ctx.epoch))}, {ratio:.2f}x the "
-                f"median rank ({float(info['median_s']) * 1e3:.1f} ms)."
+                f"Rank {rank} is a straggler in epoch {epoch}: "
+                f"{float(info.get('excess_s', 0.0)):.3f} s more work than the median rank "
+                f"({100 * share:.0f} % of the epoch), mostly in {cause}; the other ranks wait "
+                f"{float(info.get('others_wait_s', 0.0)):.3f} s for it."
             ),
-            resolve=f"Ranks are in step again (slowest/median {ratio:.2f}).",
-            evidence={k: float(v) for k, v in info.items()},
-            threshold={"ratio": s["ratio"], "clear_ratio": s["clear_ratio"]},
+            resolve=f"Ranks are in step again (largest excess {100 * share:.0f} % of the epoch).",
+            evidence={k: v if isinstance(v, str) else float(v) for k, v in info.items()},
+            threshold={"share": s["share"], "clear_share": s["clear_share"]},
             suggestion=(
-                f"Check rank {rank}'s host (CPU contention, slower disk, thermal throttling) "
-                "and its data shard (larger images); its resources.jsonl and alerts show "
-                "which."
+                f"Look at {cause or 'what differs'} on rank {rank}: its host (CPU contention, "
+                "disk, thermal throttling), its data shard, or work done only on that rank."
             ),
         )
 

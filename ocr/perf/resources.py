@@ -646,7 +646,7 @@ class StepSignals:
         # tensor that read waits for the step on the sampler thread, not the training thread).
         self.loss: Any = None
         self.checkpoint_bytes = 0.0
-        self.straggler: dict[str, float] | None = None
+        self.straggler: dict[str, float | str] | None = None
 
     def set_phase(self, phase: str) -> None:
         """Enter ``phase`` ("train", "val", "test", "idle"); closes the train stretch."""

@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import math
 import os
-import statistics
 import threading
-import time
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
@@ -20,7 +17,8 @@ from lightning.pytorch.utilities import rank_zero_info
 from rich.console import Console
 from rich.table import Table
 
-from ocr.lightning_modules.callbacks.epoch_report import log_to_loggers
+from ocr.lightning_modules.callbacks.epoch_report import EpochReport, log_to_loggers
+from ocr.lightning_modules.callbacks.recorder import StageRecorder
 from ocr.perf.alerts import AlertEngine, AlertSink, JsonlSink, LogSink, WandbSink, build_rules
 from ocr.perf.resources import (
     RESOURCE_SAMPLE_SCHEMA,
@@ -209,7 +207,7 @@ class ResourceMonitorCallback(Callback):
         self.monitor: ResourceMonitor | None = None
         self.summary: dict[str, float] = {}
         self._signals: StepSignals | None = None
-        self._epoch_mark = (0, 0)  # (train ns, steps) at the last epoch gather
+        self._feed: _StragglerFeed | None = None
         self._ckpt_dir = Path(".")
 
     # -- life cycle ----------------------------------------------------------------------------
@@ -280,8 +278,12 @@ class ResourceMonitorCallback(Callback):
             context=lambda: (trainer.global_step, trainer.current_epoch),
             main_thread_ident=threading.get_ident(),
         )
-        self._epoch_mark = (0, 0)
         self._signals, self.monitor = signals, monitor
+        if trainer.world_size > 1 and self.alerts:
+            # The straggler of each training epoch comes from the shared recorder's one gather
+            # (with the performance callbacks, the same gather; without them, the only one).
+            self._feed = feed = _StragglerFeed(self)
+            feed.recorder = StageRecorder.attach(trainer, feed)
         if sampler.status.get("gpu", "").startswith("unavailable"):
             rank_zero_info(f"ResourceMonitorCallback: gpu: {sampler.status['gpu']}")
         monitor.start()
@@ -302,6 +304,9 @@ class ResourceMonitorCallback(Callback):
         """Stop and join the sampler thread (idempotent); returns the monitor it stopped."""
         monitor, self.monitor = self.monitor, None
         self._signals = None
+        feed, self._feed = self._feed, None
+        if feed is not None and feed.recorder is not None:
+            feed.recorder.detach(feed)
         if monitor is not None:
             monitor.stop()
         return monitor
@@ -469,31 +474,48 @@ class ResourceMonitorCallback(Callback):
             return
         try:
             signals.checkpoint_bytes = _checkpoint_bytes(trainer, pl_module, self._ckpt_dir)
-            if trainer.world_size > 1:
-                self._gather_step_times(trainer, signals)
         except Exception as exc:
             self._off(exc)
 
-    def _gather_step_times(self, trainer: L.Trainer, signals: StepSignals) -> None:
-        """One all_gather per epoch of each rank's mean training step (every rank calls it)."""
-        train_ns = signals.train_time_ns(time.perf_counter_ns())
-        steps = signals.steps
-        mark_ns, mark_steps = self._epoch_mark
-        self._epoch_mark = (train_ns, steps)
-        mean_s = (train_ns - mark_ns) / 1e9 / (steps - mark_steps) if steps > mark_steps else 0.0
-        device = trainer.strategy.root_device
-        dtype = torch.float32 if device.type == "mps" else torch.float64
-        gathered = trainer.strategy.all_gather(torch.tensor([mean_s], dtype=dtype, device=device))
-        per_rank = [float(v) for v in gathered.reshape(-1).cpu().tolist()]
-        valid = {rank: v for rank, v in enumerate(per_rank) if math.isfinite(v) and v > 0}
-        if not trainer.is_global_zero or len(valid) < 2:
-            return
-        median = statistics.median(valid.values())
-        slowest = max(valid, key=valid.__getitem__)
-        signals.straggler = {
-            "ratio": valid[slowest] / median,
-            "rank": float(slowest),
-            "slowest_s": valid[slowest],
-            "median_s": median,
-            "epoch": float(trainer.current_epoch),
-        }
+
+class _StragglerFeed:
+    """The resource monitor's subscription to the trainer's shared ``StageRecorder`` under DDP:
+    each training epoch's straggler (named by its cause, from the one epoch gather) becomes the
+    ``straggler_rank`` rule's signal. Asks for nothing else (no files, no memory, no logging)."""
+
+    stages = frozenset({"train"})
+    log_interval = 0
+    track_memory = False
+    sync_cuda = False
+    write_run_files = False
+
+    def __init__(self, callback: ResourceMonitorCallback) -> None:
+        self.callback = callback
+        self.recorder: StageRecorder | None = None
+
+    def _receive_report(self, report: EpochReport) -> None:
+        signals = self.callback._signals
+        if signals is not None:
+            signals.straggler = straggler_signal(report)
+
+    def _receive_interval(self, progress: object) -> None:
+        return None
+
+    def _recorder_off(self) -> None:
+        self.recorder = None
+
+
+def straggler_signal(report: EpochReport) -> dict[str, float | str]:
+    """The ``straggler_rank`` rule's input from one epoch report: rank -1 and share 0 when no
+    rank straggles (so an earlier alert can resolve)."""
+    straggler = report.straggler
+    if straggler is None:
+        return {"rank": -1.0, "share": 0.0, "excess_s": 0.0, "cause": "", "epoch": report.epoch}
+    return {
+        "rank": float(straggler.rank),
+        "share": straggler.share,
+        "excess_s": straggler.excess_s,
+        "cause": straggler.cause,
+        "others_wait_s": straggler.others_wait_s,
+        "epoch": float(report.epoch),
+    }

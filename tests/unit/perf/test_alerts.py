@@ -272,12 +272,17 @@ def test_gpu_memory_near_oom_from_fraction_and_allocator_retries() -> None:
 
 def test_straggler_rank_from_the_epoch_gather() -> None:
     engine = engine_with("straggler_rank")
-    info = {"ratio": 1.5, "rank": 3.0, "slowest_s": 0.15, "median_s": 0.1, "epoch": 2.0}
+    info = {"rank": 3.0, "share": 0.4, "excess_s": 1.2, "cause": "data_wait", "epoch": 2.0}
     events = feed(engine, [(0.0, {}), (1.0, {})], extra={"straggler": info})
     assert [e.event for e in events] == ["fired"]  # the same gather seen twice: one event
-    assert "Rank 3" in events[0].message
-    even = dict(info, ratio=1.02)
-    assert [e.event for e in feed(engine, [(2.0, {})], extra={"straggler": even})] == ["resolved"]
+    assert "Rank 3 is a straggler" in events[0].message
+    assert "data_wait" in events[0].message
+    assert events[0].evidence["cause"] == "data_wait"
+    # Between the thresholds: no change (hysteresis); no straggler named: resolved.
+    middle = dict(info, share=0.07)
+    assert feed(engine, [(2.0, {})], extra={"straggler": middle}) == []
+    none = {"rank": -1.0, "share": 0.0, "excess_s": 0.0, "cause": "", "epoch": 3.0}
+    assert [e.event for e in feed(engine, [(3.0, {})], extra={"straggler": none})] == ["resolved"]
 
 
 def test_hang_after_factor_times_the_median_step() -> None:
