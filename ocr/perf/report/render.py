@@ -23,7 +23,7 @@ from rich.table import Table as RichTable
 from ocr.perf.clock import PHASES
 from ocr.perf.report import plots
 from ocr.perf.report.build import Report
-from ocr.perf.report.stages import STAGE_LABELS, num
+from ocr.perf.report.stages import STAGE_LABELS, StageSummary, num
 from ocr.perf.rundir import polygon_cache_hit_rate
 
 __all__ = ["print_summary", "to_markdown", "write_html"]
@@ -199,7 +199,72 @@ def _phases(report: Report) -> Section:
                 "DataLoader work timed in the workers (overlaps with the phases above)",
             )
         )
+    named = _named_rows(stages)
+    if named:
+        sec.tables.append(
+            Table(
+                ["callback or hook", "kind"] + [s.label for s in stages],
+                named,
+                f"Time by callback hook and LightningModule hook, all epochs (the {_NAMED_ROWS} "
+                "largest; part of the callbacks, module_hooks and other phases above)",
+            )
+        )
+    stragglers = _straggler_rows(stages)
+    if stragglers:
+        sec.tables.append(
+            Table(
+                ["stage", "epoch", "straggler rank", "excess s", "cause", "others' sync_wait s"],
+                stragglers,
+                "DDP: the rank the others waited for, per epoch (from the phases of every rank)",
+            )
+        )
     return sec
+
+
+_NAMED_ROWS = 12
+
+
+def _named_rows(stages: list[StageSummary]) -> list[list[str]]:
+    totals: dict[tuple[str, str], float] = {}
+    for s in stages:
+        for name, secs in s.callback_hooks_s.items():
+            totals[(name, "callback")] = totals.get((name, "callback"), 0.0) + secs
+        for name, secs in s.module_hooks_s.items():
+            totals[(name, "module hook")] = totals.get((name, "module hook"), 0.0) + secs
+    top = sorted((k for k, v in totals.items() if v >= 1e-3), key=lambda k: -totals[k])
+    rows = []
+    for name, kind in top[:_NAMED_ROWS]:
+        row = [name, kind]
+        for s in stages:
+            source = s.callback_hooks_s if kind == "callback" else s.module_hooks_s
+            spent = source.get(name)
+            row.append(
+                "-"
+                if spent is None or s.wall_s <= 0
+                else f"{spent:,.3f} s ({100 * spent / s.wall_s:.1f} %)"
+            )
+        rows.append(row)
+    return rows
+
+
+def _straggler_rows(stages: list[StageSummary]) -> list[list[str]]:
+    rows = []
+    for s in stages:
+        for epoch, x in s.stragglers:
+            if x is None:
+                rows.append([s.label, str(epoch), "none", "", "", ""])
+            else:
+                rows.append(
+                    [
+                        s.label,
+                        str(epoch),
+                        str(int(num(x.get("rank")))),
+                        _f(num(x.get("excess_s")), 3),
+                        str(x.get("cause", "")),
+                        _f(num(x.get("others_wait_s")), 3),
+                    ]
+                )
+    return rows
 
 
 def _batches(report: Report) -> Section:

@@ -42,8 +42,8 @@ class StageSummary:
         callbacks_s: summed seconds per callback (class name).
         callback_hooks_s: summed seconds per callback hook (``ClassName.hook``).
         module_hooks_s: summed seconds per LightningModule / DataModule hook (``Class.hook``).
-        stragglers: each epoch's straggler record under DDP (``None`` entries for epochs where
-            no rank straggled), in epoch order.
+        stragglers: ``(epoch, straggler record or None)`` for each epoch recorded under DDP, in
+            record order (None: no rank straggled).
     """
 
     stage: str
@@ -61,7 +61,7 @@ class StageSummary:
     callbacks_s: dict[str, float] = field(default_factory=dict)
     callback_hooks_s: dict[str, float] = field(default_factory=dict)
     module_hooks_s: dict[str, float] = field(default_factory=dict)
-    stragglers: list[dict[str, Any] | None] = field(default_factory=list)
+    stragglers: list[tuple[int, dict[str, Any] | None]] = field(default_factory=list)
 
     @property
     def label(self) -> str:
@@ -103,6 +103,8 @@ def summarize_stages(epochs: list[dict[str, Any]]) -> dict[str, StageSummary]:
                 acc[name] = acc.get(name, 0.0) + num(value)
         if int(num(record.get("world_size"), 1)) > 1:
             straggler = record.get("straggler")
-            s.stragglers.append(straggler if isinstance(straggler, dict) else None)
+            s.stragglers.append(
+                (int(num(record.get("epoch"))), straggler if isinstance(straggler, dict) else None)
+            )
     order = {name: i for i, name in enumerate(STAGE_ORDER)}
     return dict(sorted(out.items(), key=lambda kv: (order.get(kv[0], 99), kv[0])))

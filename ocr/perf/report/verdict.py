@@ -588,7 +588,7 @@ def _straggler(s: StageSummary, total_s: float) -> Finding | None:
     """The rank the others wait for, from each epoch's straggler record (the rank that works
     longest beyond the median, and the phase / callback / hook where it does); never from epoch
     time alone: synchronised ranks finish their epochs together."""
-    named = [x for x in s.stragglers if x]
+    named = [x for _, x in s.stragglers if x]
     if not s.stragglers or not named:
         return None
     pct = 100.0 * len(named) / len(s.stragglers)

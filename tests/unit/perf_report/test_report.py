@@ -356,3 +356,61 @@ def test_terminal_summary_and_cli_outputs(tmp_path: Path) -> None:
     assert (run / "perf" / "report.html").is_file()  # the default output
     assert md.read_text().startswith("# Performance report")
     json.dumps([f.as_dict() for f in build_report(run).findings])  # JSON-ready
+
+
+# -- names and ranks (issue 12) ------------------------------------------------------------------
+
+
+def test_slow_callback_and_module_hook_are_named_in_findings_and_tables(tmp_path: Path) -> None:
+    epochs = []
+    for e in range(2):
+        record = epoch_record("train", e, {**TRAIN, "callbacks": 2.0})
+        record["callbacks_s"] = {"SlowCallback": 1.9, "ModelCheckpoint": 0.1}
+        record["callback_hooks_s"] = {
+            "SlowCallback.on_train_batch_end": 1.9,
+            "ModelCheckpoint.on_train_batch_end": 0.1,
+        }
+        epochs.append(record)
+        val = epoch_record("val", e, {"forward": 0.5, "module_hooks": 1.5})
+        val["module_hooks_s"] = {"UserModule.on_validation_epoch_end": 1.5}
+        epochs.append(val)
+    report = build_report(make_run(tmp_path, epochs, config=CONFIG))
+    by_id = {f.id: f for f in report.findings}
+    assert "SlowCallback.on_train_batch_end" in by_id["callback_overhead"].title
+    assert by_id["callback_overhead"].evidence["slowest"] == "SlowCallback.on_train_batch_end"
+    # The module's own epoch-end work is not blamed on callbacks, and is named.
+    hook = by_id["module_hook_overhead"]
+    assert hook.stage == "val"
+    assert "UserModule.on_validation_epoch_end" in hook.title
+    assert "log less often" not in hook.suggestion
+    md = to_markdown(report)
+    assert "| SlowCallback.on_train_batch_end | callback |" in md
+    assert "| UserModule.on_validation_epoch_end | module hook |" in md
+
+
+def test_ddp_straggler_comes_from_the_epoch_records_not_epoch_time(tmp_path: Path) -> None:
+    epochs = []
+    spreads = {"epoch_time": {"min": 4.0, "median": 4.0, "max": 4.0, "slowest_rank": 0}}
+    for e in range(3):
+        record = epoch_record("train", e, {**TRAIN, "sync_wait": 1.0}, spreads=spreads)
+        record["world_size"] = 2
+        record["straggler"] = {
+            "rank": 1,
+            "excess_s": 1.0,
+            "share": 0.15,
+            "cause": "data_wait",
+            "cause_excess_s": 0.9,
+            "others_wait_s": 1.0,
+        }
+        epochs.append(record)
+    report = build_report(make_run(tmp_path, epochs, config=CONFIG))
+    (finding,) = [f for f in report.findings if f.id == "straggler"]
+    assert "rank 1" in finding.title
+    assert "data_wait" in finding.title
+    assert finding.evidence["rank"] == 1
+    assert "| training | 2 | 1 | 1.000 | data_wait | 1.000 |" in to_markdown(report)
+    # Equal epoch times and no straggler record: no finding (synchronised ranks end together).
+    for record in epochs:
+        record["straggler"] = None
+    quiet = build_report(make_run(tmp_path / "b", epochs, config=CONFIG))
+    assert not [f for f in quiet.findings if f.id == "straggler"]
