@@ -737,12 +737,24 @@ def snapshot_failing_on_rank_1_from_epoch_2():
     return real_snapshot()
 
 
+real_batch_end = recorder_module.StageRecorder._batch_end
+
+
+def batch_end_failing_on_rank_1_in_epoch_1(self, stage):
+    # Mid-epoch, inside an action handler: the rank must still join the next gather.
+    if trainer.global_rank == 1 and trainer.current_epoch == 1:
+        raise RuntimeError("planted failure on one rank")
+    return real_batch_end(self, stage)
+
+
 if __name__ == "__main__":
     torch.set_num_threads(1)
     if MODE == "fail":
         recorder_module.memory_snapshot = snapshot_failing_on_rank_1_from_epoch_2
+    if MODE == "fail_mid_epoch":
+        recorder_module.StageRecorder._batch_end = batch_end_failing_on_rank_1_in_epoch_1
     trainer = L.Trainer(
-        accelerator="cpu", devices=2, strategy="ddp", max_epochs=3 if MODE == "fail" else 2,
+        accelerator="cpu", devices=2, strategy="ddp", max_epochs=3 if "fail" in MODE else 2,
         limit_val_batches=0, logger=CSVLogger(sys.argv[1], name="csv", version=""),
         enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False,
         default_root_dir=sys.argv[1],
@@ -768,15 +780,18 @@ def run_ddp(tmp_path: Path, mode: str) -> tuple[list[dict[str, str]], str]:
         timeout=300,  # a rank left blocked in a gather would hang here
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
-    epochs = 3 if mode == "fail" else 2
+    epochs = 3 if "fail" in mode else 2
     assert f"rank 0 finished at epoch {epochs}" in proc.stdout
     assert f"rank 1 finished at epoch {epochs}" in proc.stdout
     with open(tmp_path / "csv" / "metrics.csv") as fh:
         return list(csv.DictReader(fh)), proc.stderr
 
 
-def test_ddp_a_rank_failure_stops_all_ranks(tmp_path: Path) -> None:
-    rows, stderr = run_ddp(tmp_path, "fail")
+@pytest.mark.parametrize("mode", ["fail", "fail_mid_epoch"])
+def test_ddp_a_rank_failure_stops_all_ranks(tmp_path: Path, mode: str) -> None:
+    """Recording fails on rank 1 (at an epoch close, or mid-epoch in an action handler): no rank
+    blocks, and at the next gather every rank turns recording off."""
+    rows, stderr = run_ddp(tmp_path, mode)
     perf = [r for r in rows if r.get("performance/train_epoch_time")]
     # Epoch 1 failed on rank 1: at its gather every rank turned recording off.
     assert [float(r["epoch"]) for r in perf] == [0]

@@ -66,7 +66,7 @@ from ocr.lightning_modules.callbacks.interpose import (
     syncs_before_train_batch,
 )
 from ocr.lightning_modules.callbacks.run_files import RunFiles
-from ocr.perf.actions import CALLBACK, DATAMODULE, MODULE, classify_action
+from ocr.perf.actions import CALLBACK, DATAMODULE, MODULE, STRATEGY, classify_action
 from ocr.perf.clock import PHASES, PhaseClock, PhaseTotals, set_active_clock
 from ocr.perf.memory import memory_snapshot, reset_peak_memory
 from ocr.perf.ranks import find_straggler, rank_spread
@@ -535,18 +535,24 @@ class StageRecorder:
         event = _START_EVENTS.get(action.hook, _EV_NONE)
         if action.kind == MODULE:
             event = _MODULE_STOP_EVENTS.get(action.hook, event)
-        elif action.kind == "strategy":
+        elif action.kind == STRATEGY:
             event = _STRATEGY_STOP_EVENTS.get(action.hook, event)
         info = (action.phase, owner if action.phase else "", event)
         self._info[name] = info
         return info
 
     def action_start(self, name: str) -> None:
-        if not self.measuring:
+        if self.finished:
             return
         try:
             info = self._info.get(name) or self._learn(name)
             phase, owner, event = info
+            if not self.measuring:
+                # DDP after a failure: windows are still tracked (not timed), so this rank joins
+                # the next epoch-close gather and every rank learns of the failure together.
+                if event:
+                    self._event_start(event)
+                return
             self._between_batches = False
             if event:
                 self._event_start(event)
@@ -565,9 +571,14 @@ class StageRecorder:
             self._fail(exc)
 
     def action_stop(self, name: str) -> None:
-        if not self.measuring:
+        if self.finished:
             return
         try:
+            if not self.measuring:  # DDP after a failure: see action_start
+                info = self._info.get(name)
+                if info is not None and info[2]:
+                    self._event_stop(info[2])
+                return
             stack = self._stack
             if stack and stack[-1][0] == name:
                 stack.pop()
@@ -685,7 +696,7 @@ class StageRecorder:
     def _batch_end(self, stage: str) -> None:
         state = self._states[stage]
         epoch = state.epoch
-        if epoch is None:
+        if epoch is None or not self.measuring:
             return
         now = time.perf_counter_ns()
         elapsed = epoch.elapsed_ns(now)
