@@ -1,12 +1,14 @@
 """Lightning callbacks: thin adapters from Lightning hooks to ``ocr.perf`` and the loggers."""
 
 from ocr.lightning_modules.callbacks.performance_profiler import PerformanceProfilerCallback
+from ocr.lightning_modules.callbacks.plain_progress import PlainProgressBar
 from ocr.lightning_modules.callbacks.profiler_callback import ProfilerCallback
 from ocr.lightning_modules.callbacks.resource_monitor import ResourceMonitorCallback
 from ocr.lightning_modules.callbacks.throughput_monitor import ThroughputMonitorCallback
 
 __all__ = [
     "PerformanceProfilerCallback",
+    "PlainProgressBar",
     "ProfilerCallback",
     "ResourceMonitorCallback",
     "ThroughputMonitorCallback",
