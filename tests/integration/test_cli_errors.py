@@ -96,7 +96,8 @@ def test_non_numeric_coordinate_names_file_and_word(tiny_dataset: Path, tmp_path
     assert "Traceback" not in proc.stderr
     error = [line for line in proc.stderr.splitlines() if line.startswith("ocr-train: error:")]
     assert len(error) == 1
-    assert "train.json" in error[0] and image in error[0]
+    assert "train.json" in error[0]
+    assert image in error[0]
 
 
 def test_bad_config_value_is_one_message(tiny_dataset: Path, tmp_path: Path) -> None:
