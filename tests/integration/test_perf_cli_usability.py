@@ -20,9 +20,10 @@ BASELINE = REPO / "tests" / "performance" / "baselines" / "synthetic_debug_val.j
 COMMANDS = ("analyze", "compare", "baseline", "check", "report")
 
 
-def ocr_perf(*args: str, columns: int = 120) -> subprocess.CompletedProcess[str]:
+def ocr_perf(*args: str, columns: int = 120, **extra: str) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, COLUMNS=str(columns))
     env.pop("HYDRA_FULL_ERROR", None)
+    env.update(extra)
     return subprocess.run(
         [sys.executable, "-m", "ocr.perf.cli", *args],
         env=env,
@@ -75,6 +76,10 @@ def test_analyze_a_yaml_file_says_it_is_not_a_trace(tmp_path: Path) -> None:
     assert "Traceback" not in proc.stderr
     assert f"{config}: not a profiler trace: not JSON" in proc.stderr
     assert "truncated" not in proc.stderr
+    full = ocr_perf("analyze", str(config), HYDRA_FULL_ERROR="1")
+    assert full.returncode != 0
+    assert "Traceback" in full.stderr
+    assert "TraceError" in full.stderr
     # a truncated trace still says so
     cut = tmp_path / "cut.json"
     cut.write_text(json.dumps(make_trace())[:500])
