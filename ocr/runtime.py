@@ -45,7 +45,10 @@ def build_callbacks(cfg: DictConfig) -> list[L.Callback]:
     (Lightning refuses the combination otherwise)."""
     from lightning.pytorch.callbacks import ProgressBar
 
+    from ocr.console import plain_progress_when_not_a_terminal
+
     callbacks = _instantiate_group(cfg.get("callbacks"))
+    callbacks = plain_progress_when_not_a_terminal(callbacks)  # log lines when not a terminal
     if cfg.get("trainer", {}).get("enable_progress_bar") is False:
         callbacks = [c for c in callbacks if not isinstance(c, ProgressBar)]
     return callbacks

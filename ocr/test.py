@@ -20,8 +20,11 @@ import hydra
 import lightning as L
 import torch
 from omegaconf import DictConfig, OmegaConf
+from rich.table import Table
 
-from ocr.runtime import build_callbacks, build_loggers, register_resolvers, summarize_metrics
+from ocr.cli_errors import expected_errors
+from ocr.console import print_renderable
+from ocr.runtime import build_callbacks, build_loggers, register_resolvers
 
 log = logging.getLogger(__name__)
 register_resolvers()
@@ -56,26 +59,47 @@ def run_test(cfg: DictConfig) -> dict[str, float]:
     module.load_state_dict(ckpt["state_dict"])
     module.predictions_path = cfg.get("predictions_path")
     datamodule: Any = hydra.utils.instantiate(cfg.data)
-    # `split=val` evaluates another split with the same (target-free) test loop.
-    datamodule.splits["test"] = cfg.get("split") or datamodule.splits["test"]
+    # `split=val` evaluates another split with the same (target-free) test loop; the metrics are
+    # named after that split ("val/hmean"), in the loggers and in the printout.
+    split = cfg.get("split") or datamodule.splits["test"]
+    datamodule.splits["test"] = split
+    module.test_metric_prefix = split
     trainer: L.Trainer = hydra.utils.instantiate(
         cfg.trainer, callbacks=build_callbacks(cfg), logger=build_loggers(cfg)
     )
-    results = trainer.test(module, datamodule=datamodule)
+    # verbose=False: Lightning's own results table would print the metrics a second time
+    results = trainer.test(module, datamodule=datamodule, verbose=False)
     metrics = {k: float(v) for k, v in (results[0] if results else {}).items()}
     if trainer.is_global_zero:
-        split = datamodule.splits["test"]
-        summarize_metrics(f"ocr-test on split '{split}'", metrics, trainer)
-        if "test/hmean" in metrics:
-            print(f"H-mean on split '{split}': {metrics['test/hmean']:.4f}")
+        _print_results(split, metrics, trainer)
         if module.predictions_path:
             print(f"predictions: {module.predictions_path}")
     return metrics
 
 
+def _print_results(split: str, metrics: dict[str, float], trainer: L.Trainer) -> None:
+    """One table of the split's metrics, the H-mean line and the run directory (rank zero)."""
+    table = Table(title=f"ocr-test on split '{split}'")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    scores = sorted(k for k in metrics if k.startswith(f"{split}/"))  # not performance/...
+    for key in scores:
+        table.add_row(key, f"{metrics[key]:.4f}")
+    if scores:
+        print_renderable(table)
+    if f"{split}/hmean" in metrics:
+        print(f"H-mean on split '{split}': {metrics[f'{split}/hmean']:.4f}")
+    else:
+        print(f"split '{split}' has no ground-truth words: predictions only, no metric")
+    # Not trainer.log_dir: under DDP it is a broadcast, and this runs on rank zero only.
+    print(f"run directory: {trainer.default_root_dir}")
+
+
 @hydra.main(version_base="1.3", config_path="configs", config_name="test")
 def main(cfg: DictConfig) -> None:
-    run_test(cfg)
+    # bad input: one line on stderr and exit 2 (HYDRA_FULL_ERROR=1: the traceback)
+    with expected_errors("ocr-test"):
+        run_test(cfg)
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ import lightning as L
 from lightning.pytorch.callbacks import ModelCheckpoint
 from omegaconf import DictConfig, OmegaConf
 
+from ocr.cli_errors import expected_errors
 from ocr.runtime import build_callbacks, build_loggers, register_resolvers, summarize_metrics
 
 log = logging.getLogger(__name__)
@@ -47,7 +48,9 @@ def run_train(cfg: DictConfig) -> dict[str, float]:
 
 @hydra.main(version_base="1.3", config_path="configs", config_name="train")
 def main(cfg: DictConfig) -> None:
-    run_train(cfg)
+    # bad input: one line on stderr and exit 2 (HYDRA_FULL_ERROR=1: the traceback)
+    with expected_errors("ocr-train"):
+        run_train(cfg)
 
 
 if __name__ == "__main__":

@@ -162,9 +162,19 @@ class ReceiptDataModule(L.LightningDataModule):
     def _dataset(self, stage: str) -> ReceiptDataset:
         if stage not in self.datasets:
             image_dir, ann = self.split_paths(stage)
-            if not ann.is_file():
+            if not self.dataset_dir.is_dir():
                 raise FileNotFoundError(
-                    f"annotation file for the {stage!r} split not found: {ann} "
+                    f"data.dataset_dir: no such folder: {self.dataset_dir} (a folder with "
+                    "images/ and jsons/, or experiment=synthetic_debug for generated data)"
+                )
+            if not ann.is_file():
+                # name the split the user asked for (ocr-test split=val evaluates 'val' as 'test')
+                name = self.splits[stage]
+                role = f"split {name!r}"
+                if name != stage:
+                    role += f" (used as the {stage} split)"
+                raise FileNotFoundError(
+                    f"annotation file for {role} not found: {ann} "
                     f"(data.dataset_dir={self.dataset_dir})"
                 )
             transform = self.train_transform if stage == "train" else self.eval_transform

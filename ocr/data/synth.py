@@ -1035,13 +1035,16 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(str(exc))
 
     start = time.perf_counter()
-    out = generate_dataset(
-        args.out,
-        splits={s: c for s, c in splits.items() if c > 0},
-        seed=args.seed,
-        workers=args.workers,
-        **receipt_kwargs,
-    )
+    from ocr.cli_errors import expected_errors
+
+    with expected_errors("ocr-synth"):  # an unusable --out: one message, exit 2
+        out = generate_dataset(
+            args.out,
+            splits={s: c for s, c in splits.items() if c > 0},
+            seed=args.seed,
+            workers=args.workers,
+            **receipt_kwargs,
+        )
     seconds = time.perf_counter() - start
     manifest = json.loads((out / MANIFEST_NAME).read_text(encoding="utf-8"))
     n_images, n_words = sum(manifest["images"].values()), sum(manifest["words"].values())

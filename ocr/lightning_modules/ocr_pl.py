@@ -70,6 +70,9 @@ class OCRLightningModule(L.LightningModule):
         self.val_metric = DetectionMetric(iou_threshold=iou_threshold)
         self.test_metric = DetectionMetric(iou_threshold=iou_threshold)
         self.predictions_path = predictions_path
+        # Metric key prefix of the test loop: ocr-test sets the split it evaluates ("val/hmean"
+        # for split=val), so logs and printouts name the data that was actually scored.
+        self.test_metric_prefix = "test"
         # Resolved Hydra config of this module, stored in checkpoints so ``ocr-test`` can rebuild
         # the exact architecture from the checkpoint alone.
         self.ocr_config: dict[str, Any] | None = None
@@ -141,7 +144,7 @@ class OCRLightningModule(L.LightningModule):
         if has_gt.item() > 0:
             with perf_phase("metric"):
                 scores = self.test_metric.compute()
-            self.log_dict({f"test/{k}": v for k, v in scores.items()})
+            self.log_dict({f"{self.test_metric_prefix}/{k}": v for k, v in scores.items()})
         else:
             warnings.warn(
                 "the test split has no ground-truth words: no metric, predictions only",

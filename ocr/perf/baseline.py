@@ -62,6 +62,7 @@ from ocr.perf.rundir import (
 
 if TYPE_CHECKING:
     from rich.console import Console
+    from rich.table import Table
 
 __all__ = [
     "BASELINE_SCHEMA",
@@ -142,7 +143,7 @@ def _guess_unit(name: str) -> tuple[str, str]:
         ("_ms_per_batch", "ms/batch"),
         ("_ms", "ms"),
         ("_s", "s"),
-        ("_gb", "GB"),
+        ("_gb", "GiB"),  # our *_gb figures are GiB (ocr.perf.memory.GB = 2**30)
     ):
         if lower.endswith(suffix):
             return unit, "lower"
@@ -182,7 +183,7 @@ def _epoch_figures(records: list[dict[str, Any]], where: str) -> dict[str, dict[
             if hit_rate is not None:
                 add("polygon_cache_hit_rate", "fraction", "higher", hit_rate)
             if rec.get("peak_rss_gb") is not None:
-                add("peak_rss_gb", "GB", "lower", rec["peak_rss_gb"])
+                add("peak_rss_gb", "GiB", "lower", rec["peak_rss_gb"])
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise BaselineError(
                 f"{where}: {rec.get('stage')} epoch {rec.get('epoch')} (record {index + 1}) is "
@@ -628,18 +629,25 @@ def _num(value: Any) -> str:
 _STYLES = {"regression": "bold red", "improvement": "green", "missing": "yellow", "ok": ""}
 
 
+def _unit_label(figure: str, unit: str) -> str:
+    """The unit as shown. Our ``*_gb`` figures are GiB (2**30 bytes, ``ocr.perf.memory.GB``);
+    baselines recorded before the label said so carry "GB" for the same values."""
+    return "GiB" if unit == "GB" and figure.endswith("_gb") else unit
+
+
 def print_check(result: Mapping[str, Any], console: Console | None = None) -> None:
-    """A table of :func:`check_baseline`'s rows (what moved first) and its verdict."""
+    """A table of :func:`check_baseline`'s rows (what moved first) and its verdict.
+
+    Fits the terminal: the figure name wraps, and when even that is too wide the unit, then the
+    threshold, then the baseline value are left out; the status is always shown in full."""
     from rich.console import Console
-    from rich.table import Table
+
+    from ocr.console import fit_table
 
     console = console or Console()
     order = {"regression": 0, "improvement": 1, "missing": 2, "ok": 3}
-    table = Table(title="performance check: current vs baseline (medians over epochs)")
-    table.add_column("figure", no_wrap=True)
-    for column in ("unit", "baseline", "current", "change", "threshold"):
-        table.add_column(column, justify="right", no_wrap=True)
-    table.add_column("status")
+    rows: list[tuple[str, ...]] = []
+    styles: list[str] = []
     widened = False
     for row in sorted(result["rows"], key=lambda r: order.get(r["status"], 9)):
         fraction = row.get("threshold_unit") == "pts"
@@ -656,17 +664,38 @@ def print_check(result: Mapping[str, Any], console: Console | None = None) -> No
         status = row["status"]
         if row.get("p_value") is not None:
             status += f" (p={row['p_value']:.3f})"
-        table.add_row(
-            row["figure"],
-            row["unit"],
-            _num(row["baseline"]),
-            _num(row["current"]),
-            change,
-            f"{row['threshold']:.1f} {row.get('threshold_unit', '%')}{mark}",
-            status,
-            style=_STYLES.get(row["status"], ""),
+        rows.append(
+            (
+                row["figure"],
+                _unit_label(row["figure"], row["unit"]),
+                _num(row["baseline"]),
+                _num(row["current"]),
+                change,
+                f"{row['threshold']:.1f} {row.get('threshold_unit', '%')}{mark}",
+                status,
+            )
         )
-    console.print(table)
+        styles.append(_STYLES.get(row["status"], ""))
+    columns = ("figure", "unit", "baseline", "current", "change", "threshold", "status")
+
+    def build(dropped: frozenset[str]) -> Table:
+        from rich.table import Table
+
+        table = Table(title="performance check: current vs baseline (medians over epochs)")
+        keep = [i for i, c in enumerate(columns) if c not in dropped]
+        for i in keep:
+            name = columns[i]
+            if name == "figure":
+                table.add_column(name, overflow="fold", min_width=14)
+            else:
+                table.add_column(
+                    name, justify="left" if name == "status" else "right", no_wrap=True
+                )
+        for cells, style in zip(rows, styles, strict=True):
+            table.add_row(*(cells[i] for i in keep), style=style)
+        return table
+
+    console.print(fit_table(build, ("unit", "threshold", "baseline"), console.width))
     if widened:
         console.print("* threshold widened to the baseline's own epoch-to-epoch spread")
     for note in result["notes"]:
@@ -686,14 +715,16 @@ def print_baseline(baseline: Mapping[str, Any], console: Console | None = None) 
         title=f"baseline {baseline.get('name', '')}: {source.get('kind')} {source.get('path')}, "
         f"stage {baseline.get('stage')}, epochs {baseline.get('epochs')}"
     )
-    for column in ("figure", "unit", "median", "spread", "values"):
-        table.add_column(column, justify="left" if column in ("figure", "values") else "right")
+    table.add_column("figure", overflow="fold", min_width=14)
+    for column in ("unit", "median", "spread"):
+        table.add_column(column, justify="right", no_wrap=True)
+    table.add_column("values", overflow="fold", min_width=12)
     for name, fig in (baseline.get("figures") or {}).items():
         fraction = fig.get("unit") == "fraction"
         spread = _spread(fig.get("values") or [], fraction)
         table.add_row(
             name,
-            fig.get("unit", ""),
+            _unit_label(name, fig.get("unit", "")),
             _num(fig.get("median")),
             f"{spread:.1f} {'pts' if fraction else '%'}",
             ", ".join(_num(v) for v in (fig.get("values") or [])[:8]),

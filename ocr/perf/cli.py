@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -44,18 +43,38 @@ def _non_negative(text: str) -> float:
 
 
 def _parser() -> argparse.ArgumentParser:
+    from ocr import __version__
+
     p = argparse.ArgumentParser(
         prog="ocr-perf",
-        description="Analyse torch.profiler Chrome traces (.json / .json.gz); record performance "
-        "baselines and check runs against them.",
+        description="Analyse and compare torch.profiler Chrome traces (.json / .json.gz), record "
+        "performance baselines and check runs against them, and write a run's report.",
+        epilog="Exit codes: 0 success, 1 regression (check, compare --fail-on-regression), "
+        "2 bad input. `ocr-perf COMMAND --help` describes each command.",
     )
-    sub = p.add_subparsers(dest="command", required=True)
-    a = sub.add_parser("analyze", help="top ops, step breakdown and findings of a trace")
+    p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    # metavar lists every command in the usage line and `help` text (argparse's default
+    # "{analyze,compare,...}" is also what an omitted help= would hide)
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND", title="commands")
+    a = sub.add_parser(
+        "analyze",
+        help="top ops, step breakdown and findings of a trace",
+        description="Read a torch.profiler / Kineto Chrome trace (a file, .json.gz, or a folder "
+        "of them: Lightning's per-stage files, one per rank) and print the top CPU and device "
+        "ops, each stage's step breakdown (data loading / forward / backward / optimizer / "
+        "hooks), step statistics, memory peaks and findings with a concrete change.",
+    )
     a.add_argument("trace", type=Path, help="trace file or directory of traces")
     a.add_argument("--top-k", type=_positive_int, default=15, help="rows per op table (15)")
     a.add_argument("--json", type=Path, metavar="OUT", help="write the full report as JSON")
     a.add_argument("--markdown", type=Path, metavar="OUT", help="write a Markdown summary")
-    c = sub.add_parser("compare", help="compare two traces (files or directories)")
+    c = sub.add_parser(
+        "compare",
+        help="compare two traces (files or directories); exit 1 on a regression if asked",
+        description="Compare trace B with trace A: per-stage step and phase deltas, the largest "
+        "per-op changes, and a verdict from the per-step distributions (Mann-Whitney test and a "
+        "bootstrap interval of the median change), not from two sums.",
+    )
     c.add_argument("a", type=Path, help="baseline trace or directory")
     c.add_argument("b", type=Path, help="candidate trace or directory")
     c.add_argument("--top-k", type=_positive_int, default=15, help="op rows to show (15)")
@@ -128,8 +147,24 @@ def _dump(obj: Any) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``ocr-perf``; returns the exit code."""
+    """Entry point of ``ocr-perf``; returns the exit code. Bad input (see
+    :mod:`ocr.cli_errors`) is one line on stderr and exit 2; ``HYDRA_FULL_ERROR=1`` shows the
+    traceback."""
+    from ocr.cli_errors import full_error_requested, is_expected, report_error
+
     args = _parser().parse_args(argv)
+    try:
+        return _run(args)
+    except Exception as exc:
+        if full_error_requested() or not is_expected(exc):
+            raise
+        report_error("ocr-perf", exc)
+        return EXIT_BAD_INPUT
+
+
+def _run(args: argparse.Namespace) -> int:
+    from ocr.cli_errors import report_error
+
     if args.command in ("baseline", "check"):
         return _baseline_main(args)
     if args.command == "report":
@@ -137,7 +172,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Imported here so that `ocr-perf --help` and argument errors stay instant.
     from rich.console import Console
 
-    from ocr.perf.trace import TraceError, analyze_trace
+    from ocr.perf.trace import analyze_trace
     from ocr.perf.trace.compare import compare_reports
     from ocr.perf.trace.render import print_analysis, print_comparison, to_markdown
 
@@ -164,22 +199,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.fail_on_regression is not None and result["verdict"]["verdict"] == "regression":
             return EXIT_REGRESSION
         if result["verdict"]["verdict"] == "not comparable":
-            print(f"ocr-perf: error: {result['verdict']['note']}", file=sys.stderr)
+            report_error("ocr-perf", result["verdict"]["note"])
             return EXIT_BAD_INPUT
         return EXIT_OK
-    except TraceError as exc:
-        print(f"ocr-perf: error: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    except OSError as exc:
-        print(f"ocr-perf: error: cannot write output: {exc}", file=sys.stderr)
+    except OSError as exc:  # traces are read into TraceError: an OSError here is an output
+        report_error("ocr-perf", f"cannot write output: {exc}")
         return EXIT_BAD_INPUT
 
 
 def _baseline_main(args: argparse.Namespace) -> int:
     from rich.console import Console
 
+    from ocr.cli_errors import report_error
     from ocr.perf.baseline import (
-        BaselineError,
         check_baseline,
         load_source,
         make_baseline,
@@ -206,14 +238,11 @@ def _baseline_main(args: argparse.Namespace) -> int:
         print_check(result, console)
         if args.json:
             _write(args.json, _dump(result))
-    except BaselineError as exc:
-        print(f"ocr-perf: error: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
     except OSError as exc:
-        print(f"ocr-perf: error: cannot write output: {exc}", file=sys.stderr)
+        report_error("ocr-perf", f"cannot write output: {exc}")
         return EXIT_BAD_INPUT
     if result["verdict"] == "not comparable":
-        print(f"ocr-perf: error: not comparable: {'; '.join(result['notes'])}", file=sys.stderr)
+        report_error("ocr-perf", f"not comparable: {'; '.join(result['notes'])}")
         return EXIT_BAD_INPUT
     return EXIT_REGRESSION if result["verdict"] == "regression" else EXIT_OK
 

@@ -103,10 +103,14 @@ def test_ocr_test_reproduces_val_hmean_and_writes_loadable_predictions(
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     last_val = float(_val_rows(trained_run)[-1]["val/hmean"])
+    # metrics named after the split evaluated, in the logs and on screen, printed once
     with open(tmp_path / "csv" / "metrics.csv") as fh:
-        test_rows = [r for r in csv.DictReader(fh) if r.get("test/hmean")]
+        test_rows = [r for r in csv.DictReader(fh) if r.get("val/hmean")]
     assert len(test_rows) == 1
-    assert float(test_rows[0]["test/hmean"]) == pytest.approx(last_val, abs=1e-6)
+    assert float(test_rows[0]["val/hmean"]) == pytest.approx(last_val, abs=1e-6)
+    assert "test/" not in proc.stdout
+    assert proc.stdout.count("val/hmean") == 1
+    assert f"H-mean on split 'val': {last_val:.4f}" in proc.stdout
     preds = load_annotations(tmp_path / "predictions.json")
     gt = load_annotations(tiny_dataset / "jsons" / "val.json")
     assert sorted(p.file_name for p in preds) == sorted(g.file_name for g in gt)
@@ -128,6 +132,27 @@ def test_resume_from_last_checkpoint_continues_epochs(
     assert [int(r["epoch"]) for r in _val_rows(tmp_path)] == [2]
     ckpt = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=False)
     assert ckpt["epoch"] == 2
+
+
+def test_ocr_test_missing_split_names_the_split(
+    trained_run: Path, tiny_dataset: Path, tmp_path: Path
+) -> None:
+    proc = _run(
+        "ocr.test",
+        *TINY,
+        f"data.dataset_dir={tiny_dataset}",
+        f"checkpoint_path={trained_run}/checkpoints/last.ckpt",
+        "split=holdout",
+        f"hydra.run.dir={tmp_path}",
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr
+    missing = tiny_dataset / "jsons" / "holdout.json"
+    assert (
+        f"ocr-test: error: annotation file for split 'holdout' (used as the test split) not "
+        f"found: {missing}"
+    ) in proc.stderr
 
 
 def test_ocr_test_missing_checkpoint_is_a_clear_error(tiny_dataset: Path, tmp_path: Path) -> None:

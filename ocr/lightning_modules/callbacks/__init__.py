@@ -2,6 +2,7 @@
 
 from ocr.lightning_modules.callbacks.errors import PerfCallbackWarning
 from ocr.lightning_modules.callbacks.performance_profiler import PerformanceProfilerCallback
+from ocr.lightning_modules.callbacks.plain_progress import PlainProgressBar
 from ocr.lightning_modules.callbacks.profiler_callback import ProfilerCallback
 from ocr.lightning_modules.callbacks.resource_monitor import ResourceMonitorCallback
 from ocr.lightning_modules.callbacks.throughput_monitor import ThroughputMonitorCallback
@@ -9,6 +10,7 @@ from ocr.lightning_modules.callbacks.throughput_monitor import ThroughputMonitor
 __all__ = [
     "PerfCallbackWarning",
     "PerformanceProfilerCallback",
+    "PlainProgressBar",
     "ProfilerCallback",
     "ResourceMonitorCallback",
     "ThroughputMonitorCallback",

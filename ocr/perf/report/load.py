@@ -22,6 +22,7 @@ __all__ = [
     "ReportInputError",
     "RunData",
     "config_value",
+    "is_run_dir",
     "load_run",
 ]
 
@@ -148,6 +149,24 @@ def _read(path: Path, schema: str) -> list[dict[str, Any]]:
         raise ReportInputError(f"{path}: cannot read: {exc}") from exc
 
 
+#: Files of which one marks a run directory (what the callbacks and Hydra write).
+RUN_MARKERS = (
+    f"{PERF_DIRNAME}/run.json",
+    f"{PERF_DIRNAME}/epochs.jsonl",
+    f"{PERF_DIRNAME}/intervals.jsonl",
+    f"{PERF_DIRNAME}/resources.jsonl",
+    f"{PERF_DIRNAME}/alerts.jsonl",
+    f"{PERF_DIRNAME}/profiler.jsonl",
+    ".hydra/config.yaml",
+)
+
+
+def is_run_dir(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` holds one of :data:`RUN_MARKERS` (a training / test run's folder)."""
+    root = Path(path)
+    return any((root / marker).is_file() for marker in RUN_MARKERS)
+
+
 def load_run(run_dir: str | os.PathLike[str]) -> RunData:
     """Read every performance file of ``run_dir``.
 
@@ -157,6 +176,13 @@ def load_run(run_dir: str | os.PathLike[str]) -> RunData:
     root = Path(run_dir)
     if not root.is_dir():
         raise ReportInputError(f"{root}: not a run directory (no such directory)")
+    if not is_run_dir(root):
+        # refused before anything is written: `ocr-perf report ocr` must not drop a report.html
+        # into a source folder (which has a perf/ package, but none of the files below)
+        raise ReportInputError(
+            f"{root}: not a run directory (no perf/*.jsonl, perf/run.json or .hydra/config.yaml; "
+            "give the folder of an ocr-train run, e.g. ocr-perf report outputs/train/<date>)"
+        )
     perf = root / PERF_DIRNAME
     data = RunData(run_dir=root)
 

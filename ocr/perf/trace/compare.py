@@ -110,7 +110,12 @@ def _verdict(a: np.ndarray, b: np.ndarray, threshold_pct: float) -> dict[str, An
     p_slower = mann_whitney_greater(a, b)
     p_faster = mann_whitney_greater(b, a)
     lo, hi = _bootstrap_ratio_ci(a, b)
+    # p_slower / p_faster are one-sided p-values, not probabilities: p_slower near 1 means
+    # "no evidence that B is slower", not "B is slower". p_value is the test of the direction
+    # the medians moved in, which is the one a reader wants.
     out.update(
+        direction="slower" if change > 0 else "faster" if change < 0 else "unchanged",
+        p_value=round(p_faster if change < 0 else p_slower, 5),
         p_slower=round(p_slower, 5),
         p_faster=round(p_faster, 5),
         ci95_pct=[round(lo, 3), round(hi, 3)],

@@ -440,6 +440,12 @@ def _tail(data: memoryview) -> bytes:
     return (tail or data.tobytes().rstrip())[-1:]
 
 
+def _head(data: memoryview) -> bytes:
+    """The first non-whitespace byte of ``data`` (empty when there is none)."""
+    m = _NOT_WS.search(data)
+    return bytes(data[m.start() : m.start() + 1]) if m else b""
+
+
 def _decode_error(path: Path, data: memoryview, exc: msgspec.MsgspecError) -> TraceError:
     """``exc`` as a :class:`TraceError` in the style ``not valid JSON: <what> at line L column C``
     (msgspec gives a byte offset, or a JSON path for a value it cannot represent)."""
@@ -448,6 +454,15 @@ def _decode_error(path: Path, data: memoryview, exc: msgspec.MsgspecError) -> Tr
         # "Number out of range - at `$.traceEvents[3].dur`": a value beyond float64 or int range
         what, _, where = msg.partition(" - at ")
         return TraceError(path, f"not a usable trace: {what.lower()} at {where.strip('`')}")
+    head = _head(data)
+    if head not in (b"{", b"["):
+        # YAML, a log, a CSV, a binary: not JSON at all, so "truncated" would mislead
+        start = bytes(data[:40]).split(b"\n", 1)[0].decode("utf-8", "replace")
+        return TraceError(
+            path,
+            f"not a profiler trace: not JSON (starts with {start!r}); expected a torch.profiler "
+            "/ Chrome trace, a JSON object with 'traceEvents' (.json or .json.gz)",
+        )
     tail = _tail(data)
     hint = " (file looks truncated)" if tail not in (b"}", b"]") else ""
     what = msg.removeprefix("JSON is malformed: ")

@@ -7,6 +7,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from ocr.console import fit_table
 from ocr.perf.trace.analyses import GPU_PARTS, PHASES
 
 __all__ = ["print_analysis", "print_comparison", "to_markdown"]
@@ -20,8 +21,22 @@ _VERDICT_STYLE = {
 }
 
 
-def _short(name: str, width: int = 70) -> str:
-    return name if len(name) <= width else name[: width - 1] + "…"
+def _round(v: Any) -> str:
+    """A figure for prose: 4 significant digits (``0.1235``, ``1235``, ``1.235e+07``)."""
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    if isinstance(v, list | tuple):
+        return "[" + ", ".join(_round(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return _pairs(v)
+    return str(v)
+
+
+def _pairs(d: Any) -> str:
+    """``k=v, k=v`` of a finding's evidence / threshold dict (never its repr)."""
+    if not isinstance(d, dict):
+        return _round(d)
+    return ", ".join(f"{k}={_round(v)}" for k, v in d.items()) or "-"
 
 
 def _fmt(v: Any, nd: int = 3) -> str:
@@ -33,34 +48,43 @@ def _fmt(v: Any, nd: int = 3) -> str:
 
 
 def _op_table(title: str, rows: list[dict[str, Any]], device: bool, width: int) -> Table:
-    # numbers never wrap; the name column gets what is left of the console width
-    name_w = max(16, min(60, width - (75 if device else 60)))
-    t = Table(title=title, title_justify="left", header_style="bold")
-    t.add_column("#", justify="right", no_wrap=True)
-    t.add_column("name", no_wrap=True, overflow="ellipsis", max_width=name_w)
-    num = {"justify": "right", "no_wrap": True, "min_width": 5}
-    t.add_column("calls", **num)  # type: ignore[arg-type]
-    t.add_column("self ms" if not device else "total ms", **num)  # type: ignore[arg-type]
-    if not device:
-        t.add_column("total ms", **num)  # type: ignore[arg-type]
-    t.add_column("%", **num)  # type: ignore[arg-type]
-    t.add_column("ms/step", **num)  # type: ignore[arg-type]
+    """Top ops. Numbers never wrap; op names are never cut (two long names cut to the same
+    prefix read as one op): they fold onto more lines. When the terminal is too narrow even so,
+    columns go in a fixed order: ``total ms`` (CPU), ``launched by`` (device), ``calls``."""
+    columns: list[tuple[str, str]] = [("#", "num"), ("name", "text"), ("calls", "num")]
     if device:
-        t.add_column("launched by", no_wrap=True, overflow="ellipsis", max_width=16)
+        columns += [("total ms", "num"), ("%", "num"), ("ms/step", "num"), ("launched by", "text")]
+    else:
+        columns += [("self ms", "num"), ("total ms", "num"), ("%", "num"), ("ms/step", "num")]
+    cells: list[dict[str, str]] = []
     for i, r in enumerate(rows, 1):
-        cells = [str(i), _short(r["name"], name_w), str(r["calls"])]
+        row = {"#": str(i), "name": r["name"], "calls": str(r["calls"])}
         if device:
-            cells += [_fmt(r["total_ms"]), _fmt(r["share_pct"], 1), _fmt(r["self_ms_per_step"])]
-            cells.append(_short(r.get("launched_by") or "-", 32))
+            row["total ms"] = _fmt(r["total_ms"])
+            row["%"] = _fmt(r["share_pct"], 1)
+            row["ms/step"] = _fmt(r["self_ms_per_step"])
+            row["launched by"] = r.get("launched_by") or "-"
         else:
-            cells += [
-                _fmt(r["self_ms"]),
-                _fmt(r["total_ms"]),
-                _fmt(r["self_pct"], 1),
-                _fmt(r["self_ms_per_step"]),
-            ]
-        t.add_row(*cells)
-    return t
+            row["self ms"] = _fmt(r["self_ms"])
+            row["total ms"] = _fmt(r["total_ms"])
+            row["%"] = _fmt(r["self_pct"], 1)
+            row["ms/step"] = _fmt(r["self_ms_per_step"])
+        cells.append(row)
+
+    def build(dropped: frozenset[str]) -> Table:
+        t = Table(title=title, title_justify="left", header_style="bold")
+        keep = [(name, kind) for name, kind in columns if name not in dropped]
+        for name, kind in keep:
+            if kind == "num":
+                t.add_column(name, justify="right", no_wrap=True)
+            else:  # names fold (wrap mid-word) rather than being cut
+                t.add_column(name, overflow="fold", min_width=24 if name == "name" else 12)
+        for row in cells:
+            t.add_row(*(row[name] for name, _ in keep))
+        return t
+
+    drop = ("launched by", "calls") if device else ("total ms", "calls")
+    return fit_table(build, drop, width)
 
 
 def print_analysis(report: dict[str, Any], console: Console | None = None) -> None:
@@ -122,8 +146,7 @@ def print_analysis(report: dict[str, Any], console: Console | None = None) -> No
         for f in report["findings"]:
             style = _SEVERITY_STYLE.get(f["severity"], "bold")
             con.print(f"[{style}]{f['severity'].upper()}[/{style}] {f['title']}")
-            ev = ", ".join(f"{k}={v}" for k, v in f["evidence"].items())
-            th = ", ".join(f"{k}={v}" for k, v in f["threshold"].items())
+            ev, th = _pairs(f["evidence"]), _pairs(f["threshold"])
             con.print(f"    evidence: {ev}\n    threshold: {th}\n    → {f['suggestion']}")
     else:
         con.print("[green]No findings above the thresholds.[/green]")
@@ -140,9 +163,13 @@ def print_comparison(result: dict[str, Any], console: Console | None = None) -> 
     if "median_a_ms" in v:
         extra = ""
         if v.get("p_slower") is not None:
+            # the test of the direction observed, named so that it cannot read as "98 % sure
+            # B is slower": a small p-value says the change is unlikely to be noise
+            faster = v["change_pct"] < 0
+            p = v["p_faster"] if faster else v["p_slower"]
             extra = (
-                f", p(slower)={v['p_slower']:.4f}, 95% CI [{v['ci95_pct'][0]:+.1f}%, "
-                f"{v['ci95_pct'][1]:+.1f}%]"
+                f", B {'faster' if faster else 'slower'}: Mann-Whitney p={p:.4f}, 95% CI of "
+                f"the change [{v['ci95_pct'][0]:+.1f}%, {v['ci95_pct'][1]:+.1f}%]"
             )
         con.print(
             f"[{style}]{v['verdict'].upper()}[/{style}] ({result['primary_stage']}): median step "
@@ -168,19 +195,34 @@ def print_comparison(result: dict[str, Any], console: Console | None = None) -> 
                 name, _fmt(d["a"]), _fmt(d["b"]), _fmt(d.get("delta")), _fmt(d.get("delta_pct"), 1)
             )
         con.print(t)
-    t = Table(title="Largest op changes (ms per step)", title_justify="left", header_style="bold")
-    for col in ("op", "table", "A", "B", "Δ ms", "Δ %"):
-        t.add_column(col, justify="left" if col in ("op", "table") else "right")
-    for r in result["ops"]:
-        t.add_row(
-            _short(r["name"], 60),
+    columns = ("op", "table", "A", "B", "Δ ms", "Δ %")
+    op_rows: list[tuple[str, ...]] = [
+        (
+            r["name"],
             r["table"],
             _fmt(r["a_ms"]),
             _fmt(r["b_ms"]),
             _fmt(r["delta_ms"]),
             _fmt(r["delta_pct"], 1),
         )
-    con.print(t)
+        for r in result["ops"]
+    ]
+
+    def build(dropped: frozenset[str]) -> Table:
+        t = Table(
+            title="Largest op changes (ms per step)", title_justify="left", header_style="bold"
+        )
+        keep = [i for i, c in enumerate(columns) if c not in dropped]
+        for i in keep:
+            if columns[i] == "op":  # folded, never cut: see _op_table
+                t.add_column("op", overflow="fold", min_width=24)
+            else:
+                t.add_column(columns[i], justify="left" if i == 1 else "right", no_wrap=True)
+        for row in op_rows:
+            t.add_row(*(row[i] for i in keep))
+        return t
+
+    con.print(fit_table(build, ("table", "Δ ms"), con.width))
 
 
 def to_markdown(report: dict[str, Any]) -> str:
@@ -209,7 +251,7 @@ def to_markdown(report: dict[str, Any]) -> str:
             "|---|---|---:|---:|---:|",
         ]
         for r in report["top_cuda_ops"]:
-            name = _short(r["name"], 90).replace("|", "\\|")
+            name = r["name"].replace("|", "\\|")
             out.append(
                 f"| `{name}` | {r['kind']} | {r['calls']} | {r['total_ms']:.3f} "
                 f"| {r['share_pct']:.1f} |"
@@ -231,7 +273,7 @@ def to_markdown(report: dict[str, Any]) -> str:
         out.append("None above the thresholds.")
     for f in report["findings"]:
         out.append(
-            f"- **{f['severity']}** {f['title']}. Evidence: {f['evidence']}. "
-            f"Threshold: {f['threshold']}. Suggestion: {f['suggestion']}"
+            f"- **{f['severity']}** {f['title']}. Evidence: {_pairs(f['evidence'])}. "
+            f"Threshold: {_pairs(f['threshold'])}. Suggestion: {f['suggestion']}"
         )
     return "\n".join(out) + "\n"

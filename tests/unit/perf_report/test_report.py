@@ -40,6 +40,8 @@ def input_bound_run(root: Path, config: dict[str, Any] | None = CONFIG, **kw: An
 
 
 def test_empty_run_dir_reports_every_section_as_not_recorded(tmp_path: Path) -> None:
+    (tmp_path / "perf").mkdir()
+    (tmp_path / "perf" / "alerts.jsonl").touch()  # a run that recorded nothing but no alert
     report = build_report(tmp_path)
     assert [f.id for f in report.findings] == ["not_recorded"]
     md = to_markdown(report)

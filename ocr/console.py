@@ -1,0 +1,111 @@
+"""Terminal output that coexists with the training progress bar.
+
+* :func:`print_renderable` prints a Rich table / text through Rich's global console. Lightning's
+  ``RichProgressBar`` draws its live display on that same console (``rich.get_console()``, see
+  ``lightning/pytorch/callbacks/progress/rich_progress.py``), so Rich clears the live lines,
+  prints the table above them and redraws the bar. A second ``Console()`` writes behind the live
+  display's back: the next refresh moves the cursor up over the bar's height and erases the
+  table's last rows.
+* :func:`fit_table` drops optional columns of a table, in a fixed order, until it fits the
+  terminal (80 columns included) instead of letting Rich squeeze a column to nothing.
+* :func:`plain_progress_when_not_a_terminal` swaps a live progress bar for
+  :class:`~ocr.lightning_modules.callbacks.PlainProgressBar` when stdout is not a terminal (a log
+  file, a pipe), where a live bar prints nothing until the run ends.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import rich
+from rich.console import Console, RenderableType
+from rich.table import Table
+
+__all__ = [
+    "fit_table",
+    "plain_progress_when_not_a_terminal",
+    "print_renderable",
+    "stdout_is_live",
+]
+
+#: Seconds between two plain progress lines.
+PLAIN_PROGRESS_INTERVAL_S = 30.0
+
+
+def print_renderable(obj: RenderableType, **kwargs: Any) -> None:
+    """Print ``obj`` (a Rich renderable or a string) above a live progress bar, or plainly when
+    there is none; ``kwargs`` go to :meth:`rich.console.Console.print` (e.g. ``markup=False``)."""
+    rich.get_console().print(obj, **kwargs)
+
+
+def stdout_is_live(console: Console | None = None) -> bool:
+    """Whether a live (redrawn in place) progress display can be seen: a terminal (Rich honours
+    ``FORCE_TERMINAL`` / ``TTY_COMPATIBLE``) or a Jupyter notebook."""
+    con = console or rich.get_console()
+    return bool(con.is_terminal or con.is_jupyter)
+
+
+def plain_progress_when_not_a_terminal(
+    callbacks: list[Any], live: bool | None = None, add_if_missing: bool = True
+) -> list[Any]:
+    """``callbacks`` with Lightning's Rich or tqdm progress bar replaced by a ``PlainProgressBar``
+    when stdout is not live (``live=None``: :func:`stdout_is_live`); with ``add_if_missing``, one
+    is added when the list has no progress bar (Lightning would add its tqdm bar). A progress bar
+    class of the user's own (a subclass) is kept as it is."""
+    from lightning.pytorch.callbacks import ProgressBar, RichProgressBar, TQDMProgressBar
+
+    from ocr.lightning_modules.callbacks.plain_progress import PlainProgressBar
+
+    if stdout_is_live() if live is None else live:
+        return callbacks
+    out = [
+        PlainProgressBar(PLAIN_PROGRESS_INTERVAL_S)
+        if type(c) in (RichProgressBar, TQDMProgressBar)
+        else c
+        for c in callbacks
+    ]
+    if add_if_missing and not any(isinstance(c, ProgressBar) for c in out):
+        out.append(PlainProgressBar(PLAIN_PROGRESS_INTERVAL_S))
+    return out
+
+
+def fit_table(
+    build: Callable[[frozenset[str]], Table], drop_order: Sequence[str], width: int
+) -> Table:
+    """The table ``build(dropped)`` makes, dropping the optional columns of ``drop_order`` (in
+    that order, one at a time) until its narrowest rendering fits ``width`` characters.
+
+    ``build`` gets the names dropped so far and returns a fresh table. Its columns decide their
+    narrowest width: ``no_wrap`` numbers keep their widest cell, text columns that may wrap
+    (``overflow="fold"``) say how narrow they may go with ``min_width``. Rich squeezes a table
+    that does not fit, down to columns of zero width; dropping columns first keeps every cell
+    readable, the remaining ones whole."""
+    dropped: set[str] = set()
+    table = build(frozenset())
+    for name in drop_order:
+        if _min_width(table) <= width:
+            break
+        dropped.add(name)
+        table = build(frozenset(dropped))
+    return table
+
+
+def _min_width(table: Table) -> int:
+    """Narrowest width at which ``table`` shows every cell: ``no_wrap`` columns at their widest
+    cell, ``fold`` columns (which break words) at their ``min_width``, other text at its longest
+    word; plus padding and borders. (Rich's own measurement ignores ``no_wrap``.)"""
+    probe = Console(width=10_000, file=io.StringIO(), color_system=None)
+    _, right, _, left = table.padding
+    total = table._extra_width  # edges and separators: the one figure Rich does not expose
+    for column in table.columns:
+        cells = [column.header, *column.cells]
+        if column.no_wrap:
+            need = max(probe.measure(c).maximum for c in cells)
+        elif column.overflow == "fold" and column.min_width:
+            need = column.min_width
+        else:
+            need = max(probe.measure(c).minimum for c in cells)
+        total += max(need, column.min_width or 0) + left + right
+    return total

@@ -1,0 +1,158 @@
+"""``PlainProgressBar``: progress as plain log lines, for output that is not a terminal.
+
+Rich's live progress bar redraws one line in place; written to a file or a pipe (a batch job's
+log, ``| tee``) it shows nothing until the run ends. This bar prints a line every
+``interval_s`` seconds while a loop runs and one line per finished epoch, e.g.::
+
+    Epoch 3/10 train 120/240 (50%) 2.10 it/s elapsed 0:00:57 eta 0:00:57 train/loss=0.532
+    Epoch 3/10 done in 0:02:04 train/loss=0.501 val/hmean=0.712
+
+Time-based rather than every N batches, so a slow and a fast run both log at a readable rate.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from datetime import timedelta
+from typing import Any
+
+import lightning as L
+from lightning.pytorch.callbacks.progress.progress_bar import ProgressBar
+
+__all__ = ["PlainProgressBar"]
+
+
+def _clock(seconds: float) -> str:
+    return str(timedelta(seconds=round(seconds)))
+
+
+def _value(v: Any) -> str:
+    if hasattr(v, "item"):
+        v = v.item()
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    return str(v)
+
+
+class PlainProgressBar(ProgressBar):
+    """Plain-text progress lines on stdout (rank zero only, like every Lightning progress bar).
+
+    Args:
+        interval_s: seconds between two lines while a loop runs (> 0).
+    """
+
+    def __init__(self, interval_s: float = 30.0) -> None:
+        super().__init__()
+        if not interval_s > 0:
+            raise ValueError(f"interval_s must be > 0, got {interval_s!r}")
+        self.interval_s = float(interval_s)
+        self._enabled = True
+        self._loop_start = 0.0
+        self._last_line = 0.0
+        self._epoch_start = 0.0
+
+    def disable(self) -> None:
+        self._enabled = False
+
+    def enable(self) -> None:
+        self._enabled = True
+
+    def print(self, *args: Any, **kwargs: Any) -> None:
+        if self._enabled:
+            kwargs.setdefault("flush", True)
+            print(*args, **kwargs)
+
+    # -- formatting ------------------------------------------------------------------------------
+    def _epoch_label(self, trainer: L.Trainer) -> str:
+        # Lightning counts epochs from 0 and its bars show "Epoch 0/9" for 10 epochs: same here
+        total = trainer.max_epochs
+        of = f"/{total - 1}" if total is not None and total > 0 else ""
+        return f"Epoch {trainer.current_epoch}{of}"
+
+    def _metrics(self, trainer: L.Trainer, pl_module: L.LightningModule) -> str:
+        items = self.get_metrics(trainer, pl_module)
+        return " ".join(f"{k}={_value(v)}" for k, v in items.items() if k != "v_num")
+
+    def _progress_line(self, stage: str, done: int, total: int | float) -> str:
+        elapsed = time.monotonic() - self._loop_start
+        rate = done / elapsed if elapsed > 0 else 0.0
+        parts = [f"{stage} {done}"]
+        if isinstance(total, int) or (isinstance(total, float) and math.isfinite(total)):
+            total = int(total)
+            pct = f" ({100 * done / total:.0f}%)" if total > 0 else ""
+            parts = [f"{stage} {done}/{total}{pct}"]
+            if rate > 0 and total >= done:
+                parts.append(f"eta {_clock((total - done) / rate)}")
+        parts.insert(1, f"{rate:.2f} it/s elapsed {_clock(elapsed)}")
+        return " ".join(parts)
+
+    def _maybe_print(self, line: str) -> None:
+        now = time.monotonic()
+        if now - self._last_line >= self.interval_s:
+            self._last_line = now
+            self.print(line)
+
+    def _start_loop(self) -> None:
+        self._loop_start = self._last_line = time.monotonic()
+
+    # -- training --------------------------------------------------------------------------------
+    def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._start_loop()
+        self._epoch_start = self._loop_start
+
+    def on_train_batch_end(
+        self,
+        trainer: L.Trainer,
+        pl_module: L.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+    ) -> None:
+        done = batch_idx + 1
+        line = self._progress_line("train", done, self.total_train_batches)
+        metrics = self._metrics(trainer, pl_module)
+        self._maybe_print(f"{self._epoch_label(trainer)} {line} {metrics}".rstrip())
+
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        # runs after the epoch's validation, so the line carries the validation metrics too
+        took = _clock(time.monotonic() - self._epoch_start)
+        metrics = self._metrics(trainer, pl_module)
+        self.print(f"{self._epoch_label(trainer)} done in {took} {metrics}".rstrip())
+
+    # -- validation / test -----------------------------------------------------------------------
+    def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._start_loop()
+
+    def on_validation_batch_end(
+        self,
+        trainer: L.Trainer,
+        pl_module: L.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+        dataloader_idx: int = 0,
+    ) -> None:
+        if trainer.sanity_checking:
+            return
+        total = trainer.num_val_batches[dataloader_idx]
+        line = self._progress_line("val", batch_idx + 1, total)
+        self._maybe_print(f"{self._epoch_label(trainer)} {line}")
+
+    def on_test_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._start_loop()
+
+    def on_test_batch_end(
+        self,
+        trainer: L.Trainer,
+        pl_module: L.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+        dataloader_idx: int = 0,
+    ) -> None:
+        total = trainer.num_test_batches[dataloader_idx]
+        self._maybe_print(self._progress_line("test", batch_idx + 1, total))
+
+    def on_test_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.print(f"test done in {_clock(time.monotonic() - self._loop_start)}")

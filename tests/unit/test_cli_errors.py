@@ -1,0 +1,80 @@
+"""ocr.cli_errors: which errors are the user's to fix, and the one-line report."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import hydra
+import pytest
+
+from ocr.cli_errors import EXIT_BAD_INPUT, expected_errors, is_expected, message_of
+from ocr.data.annotations import AnnotationError
+from ocr.lightning_modules.callbacks import PlainProgressBar
+
+
+def _raised(fn: object) -> BaseException:
+    try:
+        fn()  # type: ignore[operator]
+    except Exception as exc:
+        return exc
+    raise AssertionError("did not raise")
+
+
+def test_our_error_types_are_expected_wherever_raised() -> None:
+    assert is_expected(AnnotationError("train.json: image a.jpg, word 0001: bad point"))
+
+
+def test_value_error_only_when_our_code_raised_it() -> None:
+    ours = _raised(lambda: PlainProgressBar(interval_s=-1))
+    assert is_expected(ours)
+    library = _raised(lambda: int("x"))  # a ValueError that is not a validation message
+    assert not is_expected(library)
+    assert not is_expected(_raised(lambda: {}["k"]))  # a bug, not input
+
+
+def test_path_errors_that_name_the_path_are_expected(tmp_path: Path) -> None:
+    missing = _raised(lambda: open(tmp_path / "nope.txt"))  # noqa: SIM115
+    assert is_expected(missing)
+    assert message_of(missing) == f"{tmp_path / 'nope.txt'}: No such file or directory"
+    anonymous = _raised(lambda: (_ for _ in ()).throw(FileNotFoundError("somewhere")))
+    assert not is_expected(anonymous)
+
+
+def test_instantiation_error_is_expected_when_its_cause_is() -> None:
+    exc = _raised(
+        lambda: hydra.utils.instantiate(
+            {
+                "_target_": "ocr.data.datamodule.ReceiptDataModule",
+                "dataset_dir": "anywhere",
+                "batch_size": -3,
+            }
+        )
+    )
+    assert is_expected(exc)
+    assert message_of(exc) == "data.batch_size must be positive, got -3"
+    bug = _raised(lambda: hydra.utils.instantiate({"_target_": "builtins.int", "x": "x"}))
+    assert not is_expected(bug)
+
+
+def test_dataloader_worker_traceback_is_cut_to_its_message() -> None:
+    text = (
+        "Caught ImageLoadError in DataLoader worker process 0.\n"
+        "Original Traceback (most recent call last):\n  File ...\n"
+        "ocr.data.transforms.ImageLoadError: /d/a.jpg: cannot decode"
+    )
+    assert message_of(AnnotationError(text)) == "/d/a.jpg: cannot decode"
+
+
+def test_expected_errors_exit_2_with_one_line(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
+    with pytest.raises(SystemExit) as stop, expected_errors("ocr-x"):
+        raise AnnotationError("a.json: bad")
+    assert stop.value.code == EXIT_BAD_INPUT
+    assert capsys.readouterr().err == "ocr-x: error: a.json: bad\n"
+    with pytest.raises(KeyError), expected_errors("ocr-x"):
+        raise KeyError("bug")
+    monkeypatch.setenv("HYDRA_FULL_ERROR", "1")
+    with pytest.raises(AnnotationError), expected_errors("ocr-x"):
+        raise AnnotationError("a.json: bad")
