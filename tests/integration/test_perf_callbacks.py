@@ -661,9 +661,24 @@ def test_resume_mid_epoch_and_from_epoch_end(tmp_path: Path) -> None:
     assert_phases_sum(rows[0], "train")
 
 
-def test_no_logger_prints_the_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_no_logger_prints_the_table(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ocr.lightning_modules.callbacks import performance_profiler
+
+    printed: list[Any] = []
+    real = performance_profiler.print_renderable
+
+    def spy(obj: Any) -> None:
+        printed.append(obj)
+        real(obj)
+
+    # Through ocr.console.print_renderable: the console a live Rich progress bar draws on, so
+    # the bar does not erase the table (tests/unit/test_console.py shows it with a live bar).
+    monkeypatch.setattr(performance_profiler, "print_renderable", spy)
     t = trainer(tmp_path, [PerformanceProfilerCallback(verbose=True)], logger=False)
     t.fit(TinyModule(), loader(8), loader(4))
+    assert len(printed) == 2  # train and val
     out = capsys.readouterr().out
     assert "train epoch 0" in out
     assert "val epoch 0" in out

@@ -6,9 +6,9 @@ import math
 from collections.abc import Iterable
 
 import lightning as L
-from rich.console import Console
 from rich.table import Table
 
+from ocr.console import print_renderable
 from ocr.lightning_modules.callbacks.base import RecorderCallback
 from ocr.lightning_modules.callbacks.epoch_report import (
     EpochReport,
@@ -266,7 +266,7 @@ class PerformanceProfilerCallback(RecorderCallback):
     def _on_report(self, trainer: L.Trainer, report: EpochReport) -> None:
         log_to_loggers(trainer, performance_metrics(report, memory=self.profile_memory))
         if self.verbose and trainer.is_global_zero:
-            Console().print(render_table(report))
+            print_renderable(render_table(report))  # above a live progress bar, not under it
 
     def _interval_metrics(self, progress: IntervalProgress) -> dict[str, float] | None:
         if progress.stage != "train":

@@ -10,11 +10,11 @@ from pathlib import Path
 from typing import Any
 
 import lightning as L
+import rich
 import torch
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities import rank_zero_info
-from rich.console import Console
 from rich.table import Table
 
 from ocr.lightning_modules.callbacks.epoch_report import EpochReport, log_to_loggers
@@ -370,7 +370,7 @@ class ResourceMonitorCallback(Callback):
         for name in names:
             mean, peak = summary[f"resources/{name}_mean"], summary[f"resources/{name}_max"]
             table.add_row(name, f"{mean:.3g}", f"{peak:.3g}")
-        console = Console()
+        console = rich.get_console()  # the progress bar's console: nothing is drawn over
         console.print(table)
         io = ", ".join(
             f"{phase} read {summary.get(f'resources/io_{phase}_read_mb', 0.0):.1f} MiB / "
