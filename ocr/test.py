@@ -21,7 +21,7 @@ import lightning as L
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from ocr.runtime import build_callbacks, build_loggers, register_resolvers, summarize_metrics
+from ocr.runtime import build_trainer, register_resolvers, summarize_metrics
 
 log = logging.getLogger(__name__)
 register_resolvers()
@@ -58,9 +58,7 @@ def run_test(cfg: DictConfig) -> dict[str, float]:
     datamodule: Any = hydra.utils.instantiate(cfg.data)
     # `split=val` evaluates another split with the same (target-free) test loop.
     datamodule.splits["test"] = cfg.get("split") or datamodule.splits["test"]
-    trainer: L.Trainer = hydra.utils.instantiate(
-        cfg.trainer, callbacks=build_callbacks(cfg), logger=build_loggers(cfg)
-    )
+    trainer = build_trainer(cfg)
     results = trainer.test(module, datamodule=datamodule)
     metrics = {k: float(v) for k, v in (results[0] if results else {}).items()}
     if trainer.is_global_zero:
