@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -14,6 +15,10 @@ from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 from rich.table import Table
 
+import ocr.configs  # noqa: F401  (registers the trainer/lightning config node)
+from ocr.noise import quiet_console
+from ocr.perf.rundir import write_run_info
+
 
 def auto_precision() -> str:
     """Mixed precision on CUDA, full precision elsewhere (fp16 autocast is unsupported on CPU)."""
@@ -21,42 +26,113 @@ def auto_precision() -> str:
 
 
 def register_resolvers() -> None:
-    """``${ocr_auto_precision:}`` for trainer configs; idempotent."""
+    """``${ocr_auto_precision:}`` for trainer configs; idempotent. (Importing this module has
+    already registered the ``trainer/lightning`` node, see :mod:`ocr.configs`.)"""
     if not OmegaConf.has_resolver("ocr_auto_precision"):
         OmegaConf.register_new_resolver("ocr_auto_precision", auto_precision)
 
 
-def _instantiate_group(group: Any) -> list[Any]:
+def _instantiate_group(group: Any, group_name: str) -> list[Any]:
+    """Build every entry of ``cfg.<group_name>``. ``null`` entries (``callbacks.x=null``) and
+    entries with ``enabled: false`` are skipped: a disabled callback or logger is never built, so
+    it costs nothing. Any other entry must have a ``_target_``: a leftover such as
+    ``+callbacks.profiler.enabled=true`` without the profiler's config is an error naming the key,
+    not a silent no-op."""
     if not group:
         return []
     out = []
     for name, node in group.items():
-        if node is None or (isinstance(node, Mapping | DictConfig) and "_target_" not in node):
+        if node is None:
             continue  # an entry switched off with `callbacks.x=null`
+        key = f"{group_name}.{name}"
+        if not isinstance(node, Mapping | DictConfig) or "_target_" not in node:
+            shown = OmegaConf.to_yaml(node).strip() if isinstance(node, DictConfig) else repr(node)
+            raise ValueError(
+                f"{key} has no _target_ (got: {shown}), so it would build nothing. It is not an "
+                f"entry of the chosen {group_name} config: check the key's spelling, choose a "
+                f"{group_name} config that defines it (ocr-train --cfg job shows the composed "
+                f"config), or remove it."
+            )
+        if node.get("enabled", True) is False:
+            continue
         try:
             out.append(hydra.utils.instantiate(node))
         except Exception as exc:
-            raise ValueError(f"could not build '{name}' ({node.get('_target_')}): {exc}") from exc
+            raise ValueError(f"could not build {key} ({node.get('_target_')}): {exc}") from exc
     return out
 
 
 def build_callbacks(cfg: DictConfig) -> list[L.Callback]:
-    """Instantiate ``cfg.callbacks``; ``trainer.enable_progress_bar=false`` drops progress bars
-    (Lightning refuses the combination otherwise)."""
-    from lightning.pytorch.callbacks import ProgressBar
+    """Instantiate ``cfg.callbacks``; ``trainer.enable_progress_bar=false`` drops progress bars and
+    ``trainer.enable_model_summary=false`` model summaries (the Trainer flags mean "none")."""
+    from lightning.pytorch.callbacks import ModelSummary, ProgressBar
 
     from ocr.console import plain_progress_when_not_a_terminal
 
-    callbacks = _instantiate_group(cfg.get("callbacks"))
+    callbacks = _instantiate_group(cfg.get("callbacks"), "callbacks")
     callbacks = plain_progress_when_not_a_terminal(callbacks)  # log lines when not a terminal
-    if cfg.get("trainer", {}).get("enable_progress_bar") is False:
+    trainer_cfg = cfg.get("trainer") or {}
+    if trainer_cfg.get("enable_progress_bar") is False:
         callbacks = [c for c in callbacks if not isinstance(c, ProgressBar)]
+    if trainer_cfg.get("enable_model_summary") is False:
+        callbacks = [c for c in callbacks if not isinstance(c, ModelSummary)]
     return callbacks
 
 
 def build_loggers(cfg: DictConfig) -> list[Any] | bool:
-    loggers = _instantiate_group(cfg.get("logger"))
+    """Instantiate ``cfg.logger`` (``False``: no loggers); with ``experiment_tag`` set, every
+    logger records it as a hyperparameter."""
+    loggers = _instantiate_group(cfg.get("logger"), "logger")
+    tag = cfg.get("experiment_tag")
+    if tag is not None:
+        for logger in loggers:
+            logger.log_hyperparams({"experiment_tag": str(tag)})
     return loggers if loggers else False
+
+
+def _check_trainer_keys(trainer_cfg: DictConfig) -> None:
+    """A key that is no Trainer argument (added with ``+trainer.x=...``) fails here, by name."""
+    from ocr.configs import trainer_arguments
+
+    known = trainer_arguments()
+    for raw in trainer_cfg:
+        key = str(raw)
+        if key.startswith("_") or key in known:
+            continue
+        close = difflib.get_close_matches(key, list(known), n=1)
+        hint = f"; did you mean trainer.{close[0]}?" if close else ""
+        raise ValueError(f"trainer.{key} is not an argument of lightning.Trainer{hint}")
+
+
+def build_trainer(cfg: DictConfig) -> L.Trainer:
+    """The run's Trainer from ``cfg.trainer`` with the callbacks and loggers of their groups.
+
+    Also quiets known third-party console noise (:func:`ocr.noise.quiet_console`), and with
+    ``experiment_tag`` set records it in ``<run dir>/perf/run.json`` (rank zero)."""
+    quiet_console()
+    trainer_cfg = cfg.trainer
+    _check_trainer_keys(trainer_cfg)
+    if trainer_cfg.get("callbacks") is not None:
+        raise ValueError(
+            "trainer.callbacks: callbacks come from the callbacks group "
+            "(callbacks=monitoring, callbacks.<name>=null, ...); leave trainer.callbacks null"
+        )
+    logger_arg = trainer_cfg.get("logger")
+    if logger_arg not in (None, False):
+        raise ValueError(
+            f"trainer.logger={logger_arg!r}: loggers come from the logger group (logger=wandb, "
+            "logger.<name>=null, wandb=true); trainer.logger=false turns every logger off"
+        )
+    loggers = False if logger_arg is False else build_loggers(cfg)
+    overrides = {"callbacks": build_callbacks(cfg), "logger": loggers}
+    trainer: L.Trainer = hydra.utils.instantiate(trainer_cfg, **overrides)
+    tag = cfg.get("experiment_tag")
+    if tag is not None and trainer.is_global_zero:
+        write_run_info(
+            trainer.default_root_dir,
+            {"experiment_tag": str(tag), "task_name": cfg.get("task_name")},
+        )
+    return trainer
 
 
 def wandb_offline_default() -> bool:
@@ -70,11 +146,32 @@ def wandb_offline_default() -> bool:
     return not (netrc.is_file() and "api.wandb.ai" in netrc.read_text(errors="replace"))
 
 
-def make_wandb_logger(offline: bool | None = None, **kwargs: Any) -> Any:
-    """``WandbLogger`` that is offline when there is no network/API key (``offline=None``)."""
+def make_wandb_logger(
+    offline: bool | None = None,
+    enabled: bool = True,
+    experiment_tag: str | None = None,
+    **kwargs: Any,
+) -> Any:
+    """``WandbLogger`` that is offline when there is no network/API key (``offline=None``).
+
+    ``enabled`` is the config's switch (``wandb=true``); a disabled entry is never built (see
+    :func:`build_loggers`), so it must be true here. ``experiment_tag`` is appended to the run
+    name (``<name>-<tag>``) and added to the run's tags. Other keyword arguments go to
+    ``WandbLogger``."""
     from lightning.pytorch.loggers import WandbLogger
 
-    return WandbLogger(offline=wandb_offline_default() if offline is None else offline, **kwargs)
+    if not enabled:
+        raise ValueError("make_wandb_logger: called with enabled=false")
+    if experiment_tag is not None:
+        name = kwargs.get("name")
+        kwargs["name"] = f"{name}-{experiment_tag}" if name else str(experiment_tag)
+        kwargs["tags"] = [*(kwargs.get("tags") or []), str(experiment_tag)]
+    logger = WandbLogger(offline=wandb_offline_default() if offline is None else offline, **kwargs)
+    # Lightning always passes wandb.init(anonymous=None) and wandb 0.19+ warns "The anonymous
+    # setting has no effect" for any value; an unset key is what wandb expects.
+    if logger._wandb_init.get("anonymous") is None:
+        logger._wandb_init.pop("anonymous", None)
+    return logger
 
 
 def summarize_metrics(title: str, metrics: Mapping[str, float], trainer: L.Trainer) -> None:

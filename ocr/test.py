@@ -24,7 +24,7 @@ from rich.table import Table
 
 from ocr.cli_errors import expected_errors
 from ocr.console import print_renderable
-from ocr.runtime import build_callbacks, build_loggers, register_resolvers
+from ocr.runtime import build_trainer, register_resolvers
 
 log = logging.getLogger(__name__)
 register_resolvers()
@@ -64,9 +64,7 @@ def run_test(cfg: DictConfig) -> dict[str, float]:
     split = cfg.get("split") or datamodule.splits["test"]
     datamodule.splits["test"] = split
     module.test_metric_prefix = split
-    trainer: L.Trainer = hydra.utils.instantiate(
-        cfg.trainer, callbacks=build_callbacks(cfg), logger=build_loggers(cfg)
-    )
+    trainer = build_trainer(cfg)
     # verbose=False: Lightning's own results table would print the metrics a second time
     results = trainer.test(module, datamodule=datamodule, verbose=False)
     metrics = {k: float(v) for k, v in (results[0] if results else {}).items()}

@@ -18,7 +18,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from omegaconf import DictConfig, OmegaConf
 
 from ocr.cli_errors import expected_errors
-from ocr.runtime import build_callbacks, build_loggers, register_resolvers, summarize_metrics
+from ocr.runtime import build_trainer, register_resolvers, summarize_metrics
 
 log = logging.getLogger(__name__)
 register_resolvers()
@@ -30,9 +30,7 @@ def run_train(cfg: DictConfig) -> dict[str, float]:
     datamodule: L.LightningDataModule = hydra.utils.instantiate(cfg.data)
     module: Any = hydra.utils.instantiate(cfg.model)
     module.ocr_config = OmegaConf.to_container(cfg.model, resolve=True)
-    trainer: L.Trainer = hydra.utils.instantiate(
-        cfg.trainer, callbacks=build_callbacks(cfg), logger=build_loggers(cfg)
-    )
+    trainer = build_trainer(cfg)
     trainer.fit(module, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"))
     metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if v.numel() == 1}
     if cfg.get("test_after_fit"):

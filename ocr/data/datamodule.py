@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -23,6 +24,7 @@ from typing import Any
 import cv2
 import lightning as L
 import torch
+from lightning.fabric.utilities.rank_zero import rank_zero_only
 from lightning.fabric.utilities.seed import pl_worker_init_function
 from torch.utils.data import DataLoader
 
@@ -32,6 +34,8 @@ from ocr.data.dataset import ReceiptDataset
 from ocr.data.transforms import ReceiptTransform
 
 DEFAULT_CACHE_ROOT = "~/.cache/receipt-ocr"
+
+log = logging.getLogger(__name__)
 
 
 def default_cache_root() -> Path:
@@ -46,6 +50,35 @@ def synthetic_dataset_dir(spec: Mapping[str, Any], cache_root: str | Path | None
     content = {k: v for k, v in dict(spec).items() if k != "workers"}
     digest = hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()[:12]
     return root / f"synthetic-{digest}"
+
+
+def usable_cores() -> int:
+    """CPU cores this process may run on (its affinity mask: what a container or ``taskset``
+    grants), falling back to ``os.cpu_count()`` where affinity is unknown (macOS)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def capped_num_workers(num_workers: int) -> int:
+    """``num_workers`` capped at :func:`usable_cores`, with one warning naming both numbers.
+
+    More loader processes than cores only time-share those cores with each other and with the
+    training step (and PyTorch warns about it at every DataLoader); capping keeps the run fast
+    and the console quiet. Preset values are written for large machines, so this is common."""
+    cores = usable_cores()
+    if num_workers <= cores:
+        return num_workers
+    if getattr(rank_zero_only, "rank", 0) == 0:  # every DDP rank caps; one says so
+        log.warning(
+            "data.num_workers=%d exceeds the %d usable CPU core(s) of this process; using %d "
+            "DataLoader workers (set data.num_workers to choose fewer)",
+            num_workers,
+            cores,
+            cores,
+        )
+    return cores
 
 
 def worker_init(worker_id: int) -> None:
@@ -67,9 +100,10 @@ class ReceiptDataModule(L.LightningDataModule):
         canvas_size: side of the square model input in pixels (multiple of 32). Default 640.
         batch_size: training batch size (samples). Default 8.
         eval_batch_size: validation/test/predict batch size; ``None`` uses ``batch_size``.
-        num_workers: DataLoader worker processes. Default 2. With workers, OpenCV in the main
-            process runs on one thread from the first loader on (forked workers would otherwise
-            deadlock on OpenCV's inherited thread pool).
+        num_workers: DataLoader worker processes. Default 2; more than the usable cores are
+            capped to them with one warning (:func:`capped_num_workers`). With workers, OpenCV
+            in the main process runs on one thread from the first loader on (forked workers
+            would otherwise deadlock on OpenCV's inherited thread pool).
         pin_memory: page-locked host memory for faster host-to-GPU copies; ``None`` = only when
             CUDA is available.
         persistent_workers: keep workers alive between epochs (only with ``num_workers > 0``).
@@ -121,7 +155,7 @@ class ReceiptDataModule(L.LightningDataModule):
         self.canvas_size = int(canvas_size)
         self.batch_size = int(batch_size)
         self.eval_batch_size = int(eval_batch_size or batch_size)
-        self.num_workers = int(num_workers)
+        self.num_workers = capped_num_workers(int(num_workers))
         self.pin_memory = torch.cuda.is_available() if pin_memory is None else bool(pin_memory)
         self.persistent_workers = bool(persistent_workers) and self.num_workers > 0
         self.prefetch_factor = prefetch_factor

@@ -1,13 +1,26 @@
-"""Entry-point helpers: WandB online/offline choice, callbacks from config."""
+"""Entry-point helpers: WandB online/offline choice, callbacks / loggers / Trainer from config."""
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
-from ocr.runtime import build_callbacks, wandb_offline_default
+from ocr.lightning_modules.callbacks import ProfilerCallback
+from ocr.perf.rundir import read_run_info
+from ocr.runtime import (
+    build_callbacks,
+    build_loggers,
+    build_trainer,
+    make_wandb_logger,
+    register_resolvers,
+    wandb_offline_default,
+)
 
 
 @pytest.fixture
@@ -48,3 +61,162 @@ def test_progress_bars_dropped_when_disabled() -> None:
         }
     )
     assert [type(c).__name__ for c in build_callbacks(cfg)] == ["LearningRateMonitor"]
+
+
+# -- config entries, the trainer node, loggers (issue 15) ---------------------------------------
+
+
+@pytest.fixture(autouse=True)
+def _undo_quiet_console() -> Iterator[None]:
+    # build_trainer routes warnings to logging for the process (the CLI's choice); not pytest's.
+    yield
+    logging.captureWarnings(False)
+
+
+def _compose(*overrides: str) -> Any:
+    register_resolvers()
+    with initialize_config_module(version_base="1.3", config_module="ocr.configs"):
+        return compose(config_name="train", overrides=list(overrides), return_hydra_config=True)
+
+
+def test_entry_without_target_is_an_error_naming_the_key() -> None:
+    # What `callbacks=none +callbacks.profiler.enabled=true` composes to: it used to be skipped.
+    cfg = OmegaConf.create({"callbacks": {"profiler": {"enabled": True}}})
+    with pytest.raises(ValueError, match=r"callbacks\.profiler has no _target_"):
+        build_callbacks(cfg)
+    cfg = OmegaConf.create({"logger": {"wandb": {"project": "x"}}})
+    with pytest.raises(ValueError, match=r"logger\.wandb has no _target_"):
+        build_loggers(cfg)
+
+
+def test_disabled_entry_is_not_built() -> None:
+    cfg = OmegaConf.create(
+        {
+            "callbacks": {
+                "prof": {
+                    "_target_": "ocr.lightning_modules.callbacks.ProfilerCallback",
+                    "enabled": False,
+                },
+                "lr": {"_target_": "lightning.pytorch.callbacks.LearningRateMonitor"},
+            }
+        }
+    )
+    assert [type(c).__name__ for c in build_callbacks(cfg)] == ["LearningRateMonitor"]
+
+
+def test_profiler_sits_disabled_in_every_callbacks_choice_and_costs_nothing() -> None:
+    for choice in ("default", "monitoring", "performance_profiler", "evaluation", "profiler"):
+        cfg = _compose(f"callbacks={choice}")
+        assert cfg.callbacks.profiler.enabled is False, choice
+        # Disabled: not built at all, so no hook of it runs at any step.
+        only = OmegaConf.create({"callbacks": {"profiler": cfg.callbacks.profiler}})
+        assert build_callbacks(only) == [], choice
+    cfg = _compose("callbacks=monitoring", "callbacks.profiler.enabled=true")
+    assert "resource_monitor" in cfg.callbacks
+    only = OmegaConf.create({"callbacks": {"profiler": cfg.callbacks.profiler}})
+    assert [type(c) for c in build_callbacks(only)] == [ProfilerCallback]
+    # `+` on a key that exists is refused by Hydra, naming it.
+    with pytest.raises(Exception, match=r"callbacks\.profiler\.enabled"):
+        _compose("+callbacks.profiler.enabled=true")
+
+
+def test_evaluation_callbacks_have_no_training_callbacks() -> None:
+    cfg = _compose("callbacks=evaluation")
+    assert {k for k, v in cfg.callbacks.items() if v is not None} == {"progress_bar", "profiler"}
+
+
+def test_trainer_node_has_every_trainer_argument() -> None:
+    import inspect
+
+    import lightning as L
+
+    params = {
+        n
+        for n, p in inspect.signature(L.Trainer.__init__).parameters.items()
+        if n != "self" and p.kind is p.KEYWORD_ONLY
+    }
+    cfg = _compose()
+    assert set(cfg.trainer) - {"_target_"} == params
+    assert cfg.trainer.fast_dev_run is False  # Lightning's default where we choose none
+    assert cfg.trainer.max_epochs == 100  # ours where trainer/default.yaml chooses
+    assert _compose("trainer.fast_dev_run=true", "trainer.max_time=00:00:01:00").trainer.max_time
+
+
+def test_trainer_typo_fails_at_composition_naming_the_key() -> None:
+    from hydra.errors import ConfigCompositionException
+
+    with pytest.raises(ConfigCompositionException, match=r"trainer\.max_epoch") as info:
+        _compose("trainer.max_epoch=3")
+    assert "Key 'max_epoch' is not in struct" in str(info.value.__cause__)
+
+
+def test_trainer_key_added_with_plus_is_checked_before_the_trainer() -> None:
+    cfg = OmegaConf.create(
+        {"trainer": {"_target_": "lightning.pytorch.Trainer", "max_epoch": 3}, "callbacks": {}}
+    )
+    with pytest.raises(ValueError, match=r"trainer\.max_epoch .*did you mean trainer\.max_epochs"):
+        build_trainer(cfg)
+
+
+def test_trainer_logger_false_means_no_loggers_and_other_values_are_refused(
+    tmp_path: Path,
+) -> None:
+    base = {
+        "_target_": "lightning.pytorch.Trainer",
+        "default_root_dir": str(tmp_path),
+        "enable_progress_bar": False,
+        "enable_model_summary": False,
+    }
+    log_cfg = {
+        "csv": {"_target_": "lightning.pytorch.loggers.CSVLogger", "save_dir": str(tmp_path)}
+    }
+    cfg = OmegaConf.create({"trainer": {**base, "logger": False}, "logger": log_cfg})
+    assert build_trainer(cfg).loggers == []
+    cfg = OmegaConf.create({"trainer": {**base, "logger": "csv"}, "logger": log_cfg})
+    with pytest.raises(
+        ValueError, match=r"trainer\.logger='csv': loggers come from the logger group"
+    ):
+        build_trainer(cfg)
+    cfg = OmegaConf.create({"trainer": {**base, "callbacks": ["x"]}})
+    with pytest.raises(ValueError, match=r"trainer\.callbacks: callbacks come from the callbacks"):
+        build_trainer(cfg)
+
+
+def test_experiment_tag_goes_to_run_json_and_logger_hparams(tmp_path: Path) -> None:
+    cfg = OmegaConf.create(
+        {
+            "task_name": "train",
+            "experiment_tag": "baseline_profiling",
+            "trainer": {
+                "_target_": "lightning.pytorch.Trainer",
+                "default_root_dir": str(tmp_path),
+                "enable_progress_bar": False,
+            },
+            "logger": {
+                "csv": {
+                    "_target_": "lightning.pytorch.loggers.CSVLogger",
+                    "save_dir": str(tmp_path),
+                    "name": "csv",
+                    "version": "",
+                }
+            },
+        }
+    )
+    trainer = build_trainer(cfg)
+    trainer.loggers[0].save()
+    assert read_run_info(tmp_path)["experiment_tag"] == "baseline_profiling"
+    assert "experiment_tag: baseline_profiling" in (tmp_path / "csv" / "hparams.yaml").read_text()
+
+
+def test_wandb_switch_and_tag(tmp_path: Path) -> None:
+    cfg = _compose("wandb=true", "experiment_tag=baseline_profiling")
+    assert cfg.logger.wandb.enabled is True
+    assert _compose("logger=wandb").logger.wandb.enabled is True
+    assert _compose().logger.wandb.enabled is False
+    logger = make_wandb_logger(
+        offline=True, name="train", experiment_tag="baseline_profiling", save_dir=str(tmp_path)
+    )
+    assert logger._wandb_init["name"] == "train-baseline_profiling"
+    assert logger._wandb_init["tags"] == ["baseline_profiling"]
+    # Lightning's anonymous=None makes wandb warn "The anonymous setting has no effect".
+    assert "anonymous" not in logger._wandb_init

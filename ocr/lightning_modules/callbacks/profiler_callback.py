@@ -288,6 +288,7 @@ class ProfilerCallback(Callback):
         self._unlink_pending = False
         if not self._active:
             return
+        self._warn_never_profiled(trainer, stage)
         try:
             run_dir = Path(trainer.default_root_dir)
             self._run_dir = run_dir
@@ -310,6 +311,34 @@ class ProfilerCallback(Callback):
             self._countdown = self.check_every_n_steps
         except Exception as exc:
             self._fail(exc)
+
+    def _warn_never_profiled(self, trainer: L.Trainer, stage: str) -> None:
+        """One warning at setup naming what this run can never profile: epochs at or beyond
+        ``max_epochs``, or a ``stages`` choice that this run (``fit`` / ``test`` / ...) never
+        enters. Without it such a run ends with no trace and no word why."""
+        runs = {"fit": {"train", "val"}, "validate": {"val"}, "test": {"test"}}.get(stage, set())
+        owner = type(self).__name__
+        problems = []
+        if not self.stages & runs:
+            problems.append(
+                f"stages {sorted(self.stages)} never run in this {stage} run "
+                f"(it runs {sorted(runs) or 'none of them'})"
+            )
+        elif stage == "fit" and self.stages & {"train", "val"}:
+            last = trainer.max_epochs  # -1 / None: no epoch limit
+            late = sorted(e for e in self.profile_epochs if last is not None and 0 <= last <= e)
+            if late and last is not None:
+                problems.append(
+                    f"profile_epochs {late} are never reached (max_epochs={last}: epochs "
+                    f"0..{last - 1})"
+                )
+        if problems:
+            warnings.warn(
+                f"{owner}: {'; '.join(problems)}, so they produce no trace; adjust profile_epochs "
+                "/ stages or max_epochs",
+                PerfCallbackWarning,
+                stacklevel=2,
+            )
 
     def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         self._close(trainer, analyse=True)
