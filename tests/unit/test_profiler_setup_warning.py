@@ -8,9 +8,8 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from ocr.lightning_modules.callbacks._shared import PerfCallbackWarning
 
-from ocr.lightning_modules.callbacks import ProfilerCallback
+from ocr.lightning_modules.callbacks import PerfCallbackWarning, ProfilerCallback
 
 
 def _trainer(tmp_path: Path, max_epochs: int | None) -> Any:
