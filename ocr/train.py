@@ -17,6 +17,7 @@ import lightning as L
 from lightning.pytorch.callbacks import ModelCheckpoint
 from omegaconf import DictConfig, OmegaConf
 
+from ocr.run_folder import claim_run_folder
 from ocr.runtime import build_callbacks, build_loggers, register_resolvers, summarize_metrics
 
 log = logging.getLogger(__name__)
@@ -29,10 +30,12 @@ def run_train(cfg: DictConfig) -> dict[str, float]:
     datamodule: L.LightningDataModule = hydra.utils.instantiate(cfg.data)
     module: Any = hydra.utils.instantiate(cfg.model)
     module.ocr_config = OmegaConf.to_container(cfg.model, resolve=True)
-    trainer: L.Trainer = hydra.utils.instantiate(
-        cfg.trainer, callbacks=build_callbacks(cfg), logger=build_loggers(cfg)
-    )
-    trainer.fit(module, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"))
+    callbacks, loggers = build_callbacks(cfg), build_loggers(cfg)
+    # Refuse a folder holding another run (resuming it continues its files): before any write.
+    run_dir, ckpt_path = cfg.trainer.get("default_root_dir"), cfg.get("ckpt_path")
+    claim_run_folder(run_dir, ckpt_path, callbacks=callbacks, loggers=loggers)
+    trainer: L.Trainer = hydra.utils.instantiate(cfg.trainer, callbacks=callbacks, logger=loggers)
+    trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)
     metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if v.numel() == 1}
     if cfg.get("test_after_fit"):
         trainer.test(module, datamodule=datamodule, ckpt_path="best")
