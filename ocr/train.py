@@ -17,6 +17,7 @@ import lightning as L
 from lightning.pytorch.callbacks import ModelCheckpoint
 from omegaconf import DictConfig, OmegaConf
 
+from ocr.hparams import TensorBoardHparams, record_config_as_hparams
 from ocr.run_folder import claim_run_folder
 from ocr.runtime import build_callbacks, build_loggers, register_resolvers, summarize_metrics
 
@@ -30,7 +31,8 @@ def run_train(cfg: DictConfig) -> dict[str, float]:
     datamodule: L.LightningDataModule = hydra.utils.instantiate(cfg.data)
     module: Any = hydra.utils.instantiate(cfg.model)
     module.ocr_config = OmegaConf.to_container(cfg.model, resolve=True)
-    callbacks, loggers = build_callbacks(cfg), build_loggers(cfg)
+    record_config_as_hparams(module, cfg)  # -> every logger and perf/run.json
+    callbacks, loggers = [*build_callbacks(cfg), TensorBoardHparams()], build_loggers(cfg)
     # Refuse a folder holding another run (resuming it continues its files): before any write.
     run_dir, ckpt_path = cfg.trainer.get("default_root_dir"), cfg.get("ckpt_path")
     claim_run_folder(run_dir, ckpt_path, callbacks=callbacks, loggers=loggers)
