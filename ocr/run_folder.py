@@ -22,6 +22,7 @@ from __future__ import annotations
 import csv
 import io
 import os
+import struct
 import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -68,12 +69,30 @@ class RunFolderInUseError(RuntimeError):
     """The run folder holds another run's files and this command does not resume it."""
 
 
+def _holds_data(path: Path) -> bool:
+    """A file a run wrote something into. Not: an empty file, or a TensorBoard event file with
+    only its version header (Lightning opens it at setup, so a run that failed while loading its
+    data leaves one behind; re-running the fixed command in that folder must work)."""
+    try:
+        size = path.stat().st_size
+        if size == 0:
+            return False
+        if not path.name.startswith("events.out.tfevents."):
+            return True
+        # TFRecord: uint64 length, uint32 crc, data, uint32 crc. One record = the header only.
+        with open(path, "rb") as fh:
+            head = fh.read(8)
+        return len(head) < 8 or size > 16 + struct.unpack("<Q", head)[0]
+    except OSError:
+        return True
+
+
 def _first_file(folder: Path) -> Path | None:
     if folder.is_file():
-        return folder
+        return folder if _holds_data(folder) else None
     if not folder.is_dir():
         return None
-    return next((p for p in sorted(folder.rglob("*")) if p.is_file()), None)
+    return next((p for p in sorted(folder.rglob("*")) if p.is_file() and _holds_data(p)), None)
 
 
 def _inside(path: Path, folder: Path) -> bool:

@@ -95,3 +95,20 @@ def test_resume_keeps_the_csv_rows_lightning_would_delete(tmp_path: Path) -> Non
         ("1", "0.5", ""),
         ("1", "", "0.2"),
     ]
+
+
+def test_empty_files_left_by_a_run_that_failed_at_start_do_not_count(tmp_path: Path) -> None:
+    """A run that failed while loading its data leaves the TensorBoard event file Lightning
+    opened at setup (header only): the fixed command must be able to use the folder."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    run = tmp_path / "run"
+    SummaryWriter(str(run / "tensorboard")).close()
+    (run / "csv").mkdir()
+    (run / "csv" / "metrics.csv").write_text("")
+    assert claim_run_folder(run, None).previous == ()
+    writer = SummaryWriter(str(run / "tensorboard"))
+    writer.add_scalar("train/loss", 1.0, 0)
+    writer.close()
+    with pytest.raises(RunFolderInUseError, match=r"tensorboard/events\.out\.tfevents"):
+        claim_run_folder(run, None)
