@@ -476,3 +476,11 @@ def test_cli_refuses_a_non_empty_folder_and_leaves_it_byte_identical(tmp_path: P
     assert f"--out {user}" in proc.stderr
     assert "Choose a new or empty output folder" in proc.stderr
     assert _hashes(user) == before
+    # An empty folder works, and so does generating again into the folder it made.
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    for _ in range(2):
+        cmd[cmd.index("--out") + 1] = str(empty)
+        proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        assert dataset_is_complete(empty, {"splits": {"train": 2}, "seed": 0})
