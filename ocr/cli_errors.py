@@ -9,7 +9,8 @@ without a traceback. Anything else is a bug and keeps its traceback. ``HYDRA_FUL
 Expected are:
 
 * our own input error types (:func:`_own_error_types`: annotations, images, traces, run
-  directories, baselines, reports) wherever they are raised;
+  directories, baselines, reports, a dataset folder the generator may not write into, a run
+  folder that holds another run) wherever they are raised;
 * ``OSError`` subclasses about paths (``FileNotFoundError``, ``NotADirectoryError``,
   ``IsADirectoryError``, ``FileExistsError``, ``PermissionError``) that name the path (the OS
   refused it), or that our code raised;
@@ -54,14 +55,18 @@ _WORKER_TRACEBACK = "Original Traceback (most recent call last):"
 def _own_error_types() -> tuple[type[BaseException], ...]:
     """Our input-error classes. Imported lazily: ``ocr-perf --help`` must not import torch."""
     from ocr.data.annotations import AnnotationError
+    from ocr.data.synth import OutputFolderError
     from ocr.data.transforms import ImageLoadError
     from ocr.perf.baseline import BaselineError
     from ocr.perf.report.load import ReportInputError
     from ocr.perf.rundir import RunDirError
     from ocr.perf.trace.load import TraceError
+    from ocr.run_folder import RunFolderInUseError
 
     return (
         AnnotationError,
+        OutputFolderError,
+        RunFolderInUseError,
         ImageLoadError,
         TraceError,
         RunDirError,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import difflib
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -104,11 +104,19 @@ def _check_trainer_keys(trainer_cfg: DictConfig) -> None:
         raise ValueError(f"trainer.{key} is not an argument of lightning.Trainer{hint}")
 
 
-def build_trainer(cfg: DictConfig) -> L.Trainer:
-    """The run's Trainer from ``cfg.trainer`` with the callbacks and loggers of their groups.
+def build_trainer(
+    cfg: DictConfig,
+    *,
+    extra_callbacks: Sequence[L.Callback] = (),
+    check: Callable[[list[L.Callback], list[Any] | bool], None] | None = None,
+) -> L.Trainer:
+    """The run's Trainer from ``cfg.trainer`` with the callbacks and loggers of their groups
+    (plus ``extra_callbacks``).
 
-    Also quiets known third-party console noise (:func:`ocr.noise.quiet_console`), and with
-    ``experiment_tag`` set records it in ``<run dir>/perf/run.json`` (rank zero)."""
+    ``check(callbacks, loggers)`` runs before the Trainer is made and before anything is written
+    (``ocr-train`` refuses a folder holding another run there). Also quiets known third-party
+    console noise (:func:`ocr.noise.quiet_console`), and with ``experiment_tag`` set records it in
+    ``<run dir>/perf/run.json`` (rank zero)."""
     quiet_console()
     trainer_cfg = cfg.trainer
     _check_trainer_keys(trainer_cfg)
@@ -124,7 +132,10 @@ def build_trainer(cfg: DictConfig) -> L.Trainer:
             "logger.<name>=null, wandb=true); trainer.logger=false turns every logger off"
         )
     loggers = False if logger_arg is False else build_loggers(cfg)
-    overrides = {"callbacks": build_callbacks(cfg), "logger": loggers}
+    callbacks = [*build_callbacks(cfg), *extra_callbacks]
+    if check is not None:
+        check(callbacks, loggers)
+    overrides = {"callbacks": callbacks, "logger": loggers}
     trainer: L.Trainer = hydra.utils.instantiate(trainer_cfg, **overrides)
     tag = cfg.get("experiment_tag")
     if tag is not None and trainer.is_global_zero:

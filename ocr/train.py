@@ -18,6 +18,8 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from omegaconf import DictConfig, OmegaConf
 
 from ocr.cli_errors import expected_errors
+from ocr.hparams import TensorBoardHparams, record_config_as_hparams
+from ocr.run_folder import claim_run_folder
 from ocr.runtime import build_trainer, register_resolvers, summarize_metrics
 
 log = logging.getLogger(__name__)
@@ -30,8 +32,17 @@ def run_train(cfg: DictConfig) -> dict[str, float]:
     datamodule: L.LightningDataModule = hydra.utils.instantiate(cfg.data)
     module: Any = hydra.utils.instantiate(cfg.model)
     module.ocr_config = OmegaConf.to_container(cfg.model, resolve=True)
-    trainer = build_trainer(cfg)
-    trainer.fit(module, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"))
+    record_config_as_hparams(module, cfg)  # -> every logger and perf/run.json
+    ckpt_path = cfg.get("ckpt_path")
+
+    def claim(callbacks: list[L.Callback], loggers: list[Any] | bool) -> None:
+        # Refuse a folder holding another run (resuming it continues its files): before any write.
+        claim_run_folder(
+            cfg.trainer.get("default_root_dir"), ckpt_path, callbacks=callbacks, loggers=loggers
+        )
+
+    trainer = build_trainer(cfg, extra_callbacks=[TensorBoardHparams()], check=claim)
+    trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)
     metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if v.numel() == 1}
     if cfg.get("test_after_fit"):
         trainer.test(module, datamodule=datamodule, ckpt_path="best")

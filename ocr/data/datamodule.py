@@ -7,7 +7,9 @@ Folder layout (the receipt competition's)::
       jsons/{train,val,test}.json      annotations (test may have no words)
 
 With ``synthetic`` set, the folder is generated on first use by ``ocr.data.synth`` into a cache
-folder keyed by the generator's parameters, so a changed spec never reuses stale data.
+folder keyed by the generator's parameters, so a changed spec never reuses stale data. An explicit
+``dataset_dir`` is generated into only when it is new, empty or made by the generator: a folder
+holding the user's own data is refused (``OutputFolderError``) and never modified.
 ``prepare_data`` runs on one process per node (Lightning's contract), so DDP ranks do not race.
 """
 
@@ -181,12 +183,26 @@ class ReceiptDataModule(L.LightningDataModule):
     def prepare_data(self) -> None:
         if self.synthetic is None:
             return
-        from ocr.data.synth import dataset_is_complete, generate_dataset
+        from ocr.data.synth import OutputFolderError, dataset_is_complete, generate_dataset
 
         spec = dict(self.synthetic)
         if dataset_is_complete(self.dataset_dir, spec):
             return
-        generate_dataset(self.dataset_dir, **spec)
+        try:
+            generate_dataset(self.dataset_dir, **spec)
+        except OutputFolderError as exc:
+            # Typically a real dataset given as data.dataset_dir to a synthetic experiment: the
+            # generator refused before writing anything; say which setting to change.
+            raise OutputFolderError(
+                exc.folder,
+                exc.entries,
+                f"data.dataset_dir holds files the synthetic generator did not make "
+                f"({', '.join(exc.entries[:6]) or 'not a folder'}), and data.synthetic asks to "
+                "generate receipts into it; nothing in it was changed. To train on the data in "
+                "this folder, add data.synthetic=null (experiment=synthetic_debug turns "
+                "generation on); to generate synthetic receipts, leave data.dataset_dir unset "
+                "(they go to the cache folder) or name a new or empty folder",
+            ) from None
 
     def split_paths(self, stage: str) -> tuple[Path, Path]:
         """(image folder, annotation file) of a stage's split."""

@@ -27,6 +27,11 @@ Output layout (the receipt competition's, read by ``ReceiptDataModule``)::
     out_dir/images/{split}/{split}_{i:05d}.jpg
     out_dir/jsons/{split}.json
     out_dir/manifest.json          written last: its presence means the set is complete
+    out_dir/.ocr-synth.json        written first: the generator made this folder
+
+Only a new or empty folder, or one this generator made (its ``.ocr-synth.json`` or
+``manifest.json``), is written into: anything else raises :class:`OutputFolderError` before a
+single file is touched, so a user's own dataset is never overwritten.
 
 CLI: ``ocr-synth --out data/synth --train 200 --val 40 --test 20 --workers 2``.
 """
@@ -58,7 +63,9 @@ from ocr.data.annotations import write_annotations, write_json_atomic
 __all__ = [
     "DEFAULT_SPLITS",
     "GENERATOR_VERSION",
+    "OutputFolderError",
     "ReceiptParams",
+    "check_output_folder",
     "dataset_is_complete",
     "dataset_params",
     "generate_dataset",
@@ -73,6 +80,10 @@ GENERATOR_VERSION = 1
 DEFAULT_SPLITS: Mapping[str, int] = {"train": 200, "val": 40, "test": 20}
 
 MANIFEST_NAME = "manifest.json"
+# Written before anything else, so a folder whose generation was interrupted (no manifest yet)
+# is still recognised as the generator's own and can be generated into again.
+OWNER_MARKER_NAME = ".ocr-synth.json"
+GENERATOR_ID = "ocr.data.synth"
 JPEG_QUALITY = 90
 
 # Coverage >= 25 % counts as ink for word boxes: the faint anti-aliasing fringe beyond it is
@@ -844,6 +855,72 @@ def _run_tasks(tasks: list[_Task], workers: int) -> Iterator[tuple[str, int, lis
         yield from pool.imap_unordered(_render_task, tasks, chunksize=4)
 
 
+class OutputFolderError(ValueError):
+    """The output folder holds files the generator did not make: nothing was written into it.
+
+    Attributes:
+        folder: the refused folder.
+        entries: a few of the names found in it (sorted), for the message.
+    """
+
+    def __init__(self, folder: Path, entries: Sequence[str], reason: str) -> None:
+        self.folder = folder
+        self.entries = list(entries)
+        super().__init__(f"{folder}: {reason}")
+
+
+def _read_json_object(path: Path) -> dict[str, Any] | None:
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def _made_by_generator(out: Path) -> bool:
+    """The folder carries this generator's marker or manifest (a ``manifest.json`` of another
+    tool, or a file merely named like ours, does not count)."""
+    for name in (OWNER_MARKER_NAME, MANIFEST_NAME):
+        doc = _read_json_object(out / name)
+        if doc is not None and doc.get("generator") == GENERATOR_ID:
+            return True
+    return False
+
+
+def check_output_folder(out_dir: str | os.PathLike[str]) -> Path:
+    """Make sure generating into ``out_dir`` cannot touch anything the user owns.
+
+    Accepted: a folder that does not exist yet, an empty folder, or a folder this generator made
+    (its ``.ocr-synth.json`` or ``manifest.json``). Reads only; writes nothing.
+
+    Returns:
+        ``out_dir`` as a Path.
+
+    Raises:
+        OutputFolderError: ``out_dir`` is a file, or a non-empty folder the generator did not
+            make (e.g. a real dataset with its own ``jsons/`` and ``images/``).
+    """
+    out = Path(out_dir)
+    if not out.exists():
+        return out
+    if not out.is_dir():
+        raise OutputFolderError(out, [], "exists and is not a folder; choose a new folder")
+    if _made_by_generator(out):
+        return out
+    entries = sorted(p.name for p in out.iterdir())
+    if not entries:
+        return out
+    shown = ", ".join(entries[:6]) + (", ..." if len(entries) > 6 else "")
+    raise OutputFolderError(
+        out,
+        entries,
+        f"not empty ({shown}) and not made by ocr-synth (no {MANIFEST_NAME} or "
+        f"{OWNER_MARKER_NAME} of {GENERATOR_ID}): synthetic data is written only into a new or "
+        "empty folder or one ocr-synth made, so nothing in this folder was changed. "
+        "Choose a new or empty output folder",
+    )
+
+
 def generate_dataset(
     out_dir: str | os.PathLike[str],
     *,
@@ -855,9 +932,11 @@ def generate_dataset(
     """Write a synthetic receipt dataset in the competition layout (see the module docstring).
 
     Args:
-        out_dir: output folder (created). An existing manifest is removed first, so an
-            interrupted run is never mistaken for a complete one; stale ``{split}_NNNNN.jpg``
-            files beyond the requested counts are deleted. Other files are left alone.
+        out_dir: output folder (created): new, empty, or made by this generator (see
+            :func:`check_output_folder`). In a folder it made, the manifest is removed first, so
+            an interrupted run is never mistaken for a complete one, annotation files are
+            replaced and stale ``{split}_NNNNN.jpg`` files beyond the requested counts are
+            deleted. Other files are left alone.
         splits: split name -> number of images. Default train 200, val 40, test 20.
         seed: non-negative base seed; image ``i`` of split ``s`` uses (seed, s, i) only.
         workers: processes generating images (1 = in this process). Output does not depend on it.
@@ -865,13 +944,18 @@ def generate_dataset(
 
     Returns:
         ``out_dir`` as a Path.
+
+    Raises:
+        OutputFolderError: ``out_dir`` holds files the generator did not make (nothing written).
+        ValueError / TypeError: a bad split, seed, worker count or receipt parameter.
     """
     if isinstance(workers, bool) or not isinstance(workers, int | np.integer) or workers < 1:
         raise ValueError(f"workers must be a positive integer, got {workers!r}")
     params = dataset_params(splits=splits, seed=seed, **receipt_kwargs)
     receipt = ReceiptParams(**receipt_kwargs)
-    out = Path(out_dir)
+    out = check_output_folder(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(out / OWNER_MARKER_NAME, {"generator": GENERATOR_ID}, indent=2)
     (out / MANIFEST_NAME).unlink(missing_ok=True)
     split_counts: dict[str, int] = params["splits"]
     for split in split_counts:
@@ -905,7 +989,7 @@ def generate_dataset(
                 path.unlink()
 
     manifest = {
-        "generator": "ocr.data.synth",
+        "generator": GENERATOR_ID,
         "params": params,
         "images": dict(split_counts),
         "words": word_counts,
@@ -1034,6 +1118,10 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         parser.error(str(exc))
 
+    try:
+        check_output_folder(args.out)
+    except OutputFolderError as exc:
+        parser.error(f"--out {exc}")
     start = time.perf_counter()
     from ocr.cli_errors import expected_errors
 

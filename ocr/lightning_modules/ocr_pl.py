@@ -12,6 +12,7 @@ from typing import Any
 import lightning as L
 import numpy as np
 import torch
+from lightning.pytorch.utilities import rank_zero_info
 from torch import nn
 
 from ocr.metrics.detection import DetectionMetric
@@ -47,6 +48,10 @@ class OCRLightningModule(L.LightningModule):
         scheduler: optional factory ``optimizer -> LRScheduler``; when it takes ``total_steps``
             (OneCycleLR) or ``total_iters`` (PolynomialLR) and they are not given, the trainer's
             estimated number of optimizer steps is filled in. Stepped every optimizer step.
+            On resume with another length (``trainer.max_epochs`` / ``max_steps``), a filled-in
+            schedule is re-planned for the new total and continues at the checkpoint's step:
+            the learning rate is the one a run planned for the new length has at that step
+            (resuming with the same length continues exactly). A total you set yourself is kept.
         iou_threshold: IoU at which a prediction matches a ground-truth word. Default 0.5.
         predictions_path: where ``test`` writes its predictions JSON; ``None`` = not written.
     """
@@ -78,6 +83,8 @@ class OCRLightningModule(L.LightningModule):
         self.ocr_config: dict[str, Any] | None = None
         self._test_predictions: dict[str, dict[str, np.ndarray]] = {}
         self._test_has_gt = False
+        # (scheduler, the totals configure_optimizers filled in) for the re-plan on resume.
+        self._planned_schedule: tuple[Any, dict[str, int]] | None = None
 
     # -- steps -------------------------------------------------------------------------------
     def forward(self, images: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -198,15 +205,75 @@ class OCRLightningModule(L.LightningModule):
             if name in params and not _bound(self.scheduler_factory, name):
                 kwargs[name] = total
         scheduler = self.scheduler_factory(optimizer, **kwargs)
+        self._planned_schedule = (scheduler, kwargs) if kwargs else None
         return {
             "optimizer": optimizer,
             "lr_scheduler": {"scheduler": scheduler, "interval": "step", "frequency": 1},
         }
 
+    def on_train_start(self) -> None:
+        # Lightning restores a checkpoint's scheduler state after configure_optimizers (and after
+        # on_fit_start): that state carries the total it was planned for, so a resumed run that
+        # is longer would decay to 0 at the old end and train every added step at lr 0.
+        if self._planned_schedule is None:
+            return
+        scheduler, totals = self._planned_schedule
+        assert self.scheduler_factory is not None
+        old = replan_scheduler(scheduler, self.scheduler_factory, totals)
+        if old is not None:
+            lrs = ", ".join(f"{lr:.3g}" for lr in scheduler.get_last_lr())
+            rank_zero_info(
+                f"resumed at optimizer step {scheduler.last_epoch}: the learning-rate schedule "
+                f"({type(scheduler).__name__}) was planned for {_steps(old)} steps, re-planned "
+                f"for {_steps(totals)} (lr now {lrs})"
+            )
+
     # -- checkpoints -------------------------------------------------------------------------
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         if self.ocr_config is not None:
             checkpoint["ocr_config"] = self.ocr_config
+
+
+def replan_scheduler(
+    scheduler: Any, factory: SchedulerFactory, totals: Mapping[str, int]
+) -> dict[str, Any] | None:
+    """Re-plan ``scheduler`` (restored from a checkpoint) for new ``totals``, keeping its step.
+
+    A fresh scheduler from ``factory`` with the new totals is stepped as many times as the
+    restored one was (so chainable schedules such as PolynomialLR, which multiply the previous
+    learning rate, and closed-form ones such as OneCycleLR both land on the new plan's value; about
+    8 µs per step), and its state is loaded into ``scheduler`` through the public
+    ``load_state_dict``. The optimizer's learning rates are set by the fresh scheduler's steps.
+
+    Args:
+        scheduler: the scheduler Lightning steps (its state restored from the checkpoint).
+        factory: builds a scheduler for ``scheduler.optimizer`` from keyword totals.
+        totals: e.g. ``{"total_iters": 600}``: the totals for the run as it is now configured.
+
+    Returns:
+        The totals the restored state was planned for, or ``None`` when they already match.
+    """
+    old = {name: getattr(scheduler, name, None) for name in totals}
+    if old == dict(totals):
+        return None
+    steps = int(scheduler.last_epoch)
+    # As at the start of the run: chainable schedules start from the group's current lr, which
+    # the checkpoint left at the old plan's end (0 for a polynomial decay).
+    for group, base_lr in zip(scheduler.optimizer.param_groups, scheduler.base_lrs, strict=True):
+        group["lr"] = base_lr
+    fresh = factory(scheduler.optimizer, **totals)
+    limit = min(int(v) for v in totals.values())  # OneCycleLR refuses to step past its total
+    with warnings.catch_warnings():
+        # "lr_scheduler.step() before optimizer.step()": these steps only replay the plan.
+        warnings.simplefilter("ignore", UserWarning)
+        for _ in range(min(steps, limit)):
+            fresh.step()
+    scheduler.load_state_dict(fresh.state_dict())
+    return old
+
+
+def _steps(totals: Mapping[str, Any]) -> str:
+    return "/".join(str(v) for v in dict.fromkeys(totals.values()))
 
 
 def _accepted_params(factory: Callable[..., Any]) -> set[str]:

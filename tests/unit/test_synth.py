@@ -412,3 +412,75 @@ def test_receipt_params_defaults_match_generate_receipt_signature() -> None:
     defaults = ReceiptParams()
     for name in ReceiptParams.__dataclass_fields__:
         assert signature.parameters[name].default == getattr(defaults, name)
+
+
+# --------------------------------------------------------------------------------------------
+# output folder ownership: a user's own data is never written into
+
+
+def _hashes(root: Path) -> dict[str, str]:
+    import hashlib
+
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
+
+
+def _user_dataset(root: Path) -> Path:
+    """A real-looking dataset the user made: own images and annotations, no generator manifest."""
+    (root / "images" / "train").mkdir(parents=True)
+    (root / "jsons").mkdir()
+    Image.new("RGB", (40, 30), "white").save(root / "images" / "train" / "train_00000.jpg")
+    (root / "jsons" / "train.json").write_text('{"images": {"train_00000.jpg": {"words": {}}}}')
+    # Another tool's manifest does not make the folder the generator's.
+    (root / "manifest.json").write_text('{"generator": "labelling-tool"}')
+    return root
+
+
+def test_generation_refuses_a_folder_it_did_not_make(tmp_path: Path) -> None:
+    user = _user_dataset(tmp_path / "mine")
+    before = _hashes(user)
+    with pytest.raises(synth.OutputFolderError, match="not made by ocr-synth") as exc:
+        generate_dataset(user, splits={"train": 2}, seed=0)
+    assert str(user) in str(exc.value)
+    assert exc.value.folder == user
+    assert _hashes(user) == before
+    with pytest.raises(synth.OutputFolderError, match="not a folder"):
+        generate_dataset(user / "manifest.json", splits={"train": 1}, seed=0)
+
+
+def test_generation_into_new_empty_and_own_folders(tmp_path: Path) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    generate_dataset(empty, splits={"val": 1}, seed=0)
+    assert dataset_is_complete(empty, {"splits": {"val": 1}, "seed": 0})
+    # Its own folder, also after an interrupted run (marker written, manifest not yet).
+    (empty / "manifest.json").unlink()
+    generate_dataset(empty, splits={"val": 2}, seed=0)
+    assert dataset_is_complete(empty, {"splits": {"val": 2}, "seed": 0})
+    # A folder made by a generator from before the marker existed: recognised by its manifest.
+    (empty / ".ocr-synth.json").unlink()
+    generate_dataset(empty, splits={"val": 1}, seed=1)
+    assert dataset_is_complete(empty, {"splits": {"val": 1}, "seed": 1})
+
+
+def test_cli_refuses_a_non_empty_folder_and_leaves_it_byte_identical(tmp_path: Path) -> None:
+    user = _user_dataset(tmp_path / "mine")
+    before = _hashes(user)
+    cmd = [sys.executable, "-m", "ocr.data.synth", "--out", str(user)]
+    cmd += ["--train", "2", "--val", "0", "--test", "0"]
+    proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert f"--out {user}" in proc.stderr
+    assert "Choose a new or empty output folder" in proc.stderr
+    assert _hashes(user) == before
+    # An empty folder works, and so does generating again into the folder it made.
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    for _ in range(2):
+        cmd[cmd.index("--out") + 1] = str(empty)
+        proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        assert dataset_is_complete(empty, {"splits": {"train": 2}, "seed": 0})
