@@ -154,6 +154,10 @@ def _step_row(steps: StepTable, i: int, table: EventTable, outlier: bool) -> dic
             round(float(100.0 * (1 - steps.gpu[i][-1] / wall)), 2) if wall else None
         )
         row["cuda_runtime_ms"] = _ms(steps.runtime_ns[i])
+    if steps.gpu_phases is not None:
+        row["gpu_phases_ms"] = {
+            p: _ms(v) for p, v in zip(PHASES, steps.gpu_phases[i].tolist(), strict=True)
+        }
     return row
 
 
@@ -180,6 +184,11 @@ def _phase_summary(steps: StepTable, rows: np.ndarray) -> dict[str, Any]:
             for k, p in enumerate(GPU_PARTS)
         }
         out["cuda_runtime_mean_ms"] = _ms(steps.runtime_ns[rows].mean())
+    if steps.gpu_phases is not None:
+        # device time launched from each host phase (kernels and copies, summed over streams)
+        out["gpu_phases"] = {
+            p: {"mean_ms": _ms(steps.gpu_phases[rows, k].mean())} for k, p in enumerate(PHASES)
+        }
     return out
 
 
