@@ -76,7 +76,13 @@ class ClockSnapshots:
         out = []
         for n in steps:
             a, b = self.begins.get(n), self.ends.get(n)
-            if a is not None and b is not None and a[0] == b[0]:
+            # same clock object, not restarted in between (a restart resets its totals)
+            if (
+                a is not None
+                and b is not None
+                and a[0] == b[0]
+                and all(b[1].get(p, 0) >= v for p, v in a[1].items())
+            ):
                 out.append(n)
         return out
 
@@ -124,12 +130,14 @@ class Agreement:
         step_ms: mean step wall time by the trace.
         tolerance_pct: the relative tolerance used.
         phases: one row per trace phase.
+        stage: the analyzer's stage name of the steps.
     """
 
     steps: int
     step_ms: float
     tolerance_pct: float
     phases: list[PhaseAgreement]
+    stage: str = "train"
 
     @property
     def agree(self) -> bool:
@@ -220,4 +228,6 @@ def compare_with_clock(
     good = set(snapshots.usable(numbers))
     kept = [r for r in rows if int(r["number"]) in good]
     trace_ms = {p: sum(r["phases_ms"].get(p, 0.0) for r in kept) / len(kept) for p in PHASES}
-    return compare_phases(trace_ms, clock_ms, used)
+    result = compare_phases(trace_ms, clock_ms, used)
+    result.stage = stage
+    return result
