@@ -73,9 +73,7 @@ def test_trace_and_clock_agree_per_phase(profiled_run: Path) -> None:
     assert agreement["agree"], rows
     for phase in ("forward", "backward", "optimizer"):
         assert abs(rows[phase]["diff_pct"]) <= 10.0, rows[phase]
-    assert not [
-        f for f in window["summary"]["findings"] if f["id"] == "measurement_disagreement"
-    ]
+    assert not [f for f in window["summary"]["findings"] if f["id"] == "measurement_disagreement"]
     assert window["batches"] == [0, 3]  # warm-up step + 3 recorded
     assert window["overhead_s"]["export"] > 0
 
@@ -83,14 +81,24 @@ def test_trace_and_clock_agree_per_phase(profiled_run: Path) -> None:
 def test_report_marks_the_profiled_epoch(profiled_run: Path, tmp_path: Path) -> None:
     out = tmp_path / "report.md"
     proc = subprocess.run(
-        [sys.executable, "-m", "ocr.perf.cli", "report", str(profiled_run), "--markdown", str(out),
-         "-o", str(tmp_path / "report.html")],
+        [
+            sys.executable,
+            "-m",
+            "ocr.perf.cli",
+            "report",
+            str(profiled_run),
+            "--markdown",
+            str(out),
+            "-o",
+            str(tmp_path / "report.html"),
+        ],
         capture_output=True,
         text=True,
         timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     text = out.read_text()
-    assert "Profiled epochs" in text and "training epoch 0" in text
+    assert "Profiled epochs" in text
+    assert "training epoch 0" in text
     assert "| profiler |" in text  # the export's own line in the phase table
     assert "one figure per phase (the phase clock)" in text

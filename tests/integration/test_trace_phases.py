@@ -92,7 +92,9 @@ class Planted(L.LightningModule):
     def __init__(self, sleeps: Sleeps, manual: bool = False) -> None:
         super().__init__()
         self.sleeps = sleeps
-        self.net = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+        self.net = torch.nn.Sequential(
+            torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1)
+        )
         self.automatic_optimization = not manual
 
     def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
@@ -199,7 +201,9 @@ def test_automatic_optimization_with_our_profiler(tmp_path: Path) -> None:
     _check(report, sleeps)
     # our ProfilerCallback labels Lightning's actions in the trace
     names = {r["name"] for r in report["top_annotations"]}
-    assert any(n.startswith("[pl][profile][Strategy]") and n.endswith(".training_step") for n in names)
+    assert any(
+        n.startswith("[pl][profile][Strategy]") and n.endswith(".training_step") for n in names
+    )
     assert any(n.startswith("[pl][profile][Strategy]") and n.endswith(".backward") for n in names)
     assert any(n.startswith("[pl][profile][Callback]ProfilerCallback.") for n in names)
 

@@ -152,10 +152,11 @@ class _WrappedSpan:
 def add_listener(trainer: L.Trainer, listener: ActionListener) -> ActionStream:
     """Make ``listener`` receive ``trainer``'s actions; the first one puts an
     :class:`ActionStream` in front of the trainer's profiler."""
-    stream = trainer.profiler
+    # Lightning sets Trainer.profiler in a connector: mypy does not see the attribute.
+    stream = trainer.profiler  # type: ignore[attr-defined]
     if not isinstance(stream, ActionStream):
-        stream = ActionStream(trainer.profiler)
-        trainer.profiler = stream
+        stream = ActionStream(trainer.profiler)  # type: ignore[attr-defined]
+        trainer.profiler = stream  # type: ignore[attr-defined]
     stream.add(listener)
     return stream
 
@@ -163,9 +164,9 @@ def add_listener(trainer: L.Trainer, listener: ActionListener) -> ActionStream:
 def remove_listener(trainer: L.Trainer, listener: ActionListener) -> None:
     """Stop ``listener``; the last one out gives the trainer its own profiler back (only when
     nobody replaced ours in the meantime: their profiler is left alone)."""
-    stream = trainer.profiler
+    stream = trainer.profiler  # type: ignore[attr-defined]
     if not isinstance(stream, ActionStream):
         return
     stream.remove(listener)
     if not stream.listeners:
-        trainer.profiler = stream.inner
+        trainer.profiler = stream.inner  # type: ignore[attr-defined]

@@ -26,6 +26,7 @@ warning too; profiling goes on without the record.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
@@ -49,7 +50,6 @@ from ocr.lightning_modules.callbacks._shared import (
 )
 from ocr.lightning_modules.callbacks.action_stream import add_listener, remove_listener
 from ocr.perf import triggers
-from ocr.perf.clock import active_clock
 from ocr.perf.rundir import PERF_DIRNAME, JsonlWriter
 from ocr.perf.trace import analyze_table, load_traces
 from ocr.perf.trace.agreement import ClockSnapshots, compare_with_clock
@@ -113,10 +113,9 @@ class _ActionRanges:
         for k in range(len(stack) - 1, -1, -1):
             if stack[k][0] == name:
                 handle = stack.pop(k)[1]
-                try:
+                # never raise inside Lightning's loop
+                with contextlib.suppress(Exception):
                     torch.ops.profiler._record_function_exit._RecordFunction(handle)
-                except Exception:
-                    pass
                 return
 
     def close_all(self) -> None:

@@ -82,11 +82,12 @@ def _analyze_traces(run: RunData) -> tuple[dict[str, Any] | None, str | None]:
     )
     trace = {k: full.get(k) for k in keep}
     # the windows' trace-vs-clock comparison: a disagreement is a finding about measurement
-    trace["findings"] = list(trace.get("findings") or [])
+    findings = list(trace.get("findings") or [])
     for window in run.profiler_windows:
         for f in (window.get("summary") or {}).get("findings") or []:
             if f.get("id") == "measurement_disagreement":
-                trace["findings"].append(f)
+                findings.append(f)
+    trace["findings"] = findings
     trace["sources"] = sources
     trace["warnings"] = [_relative(str(w), root) for w in full.get("warnings", [])]
     return trace, None

@@ -74,7 +74,8 @@ def window_rows(run: RunData) -> list[dict[str, Any]]:
     """The windows' records with the fields the report shows, defaults for older records."""
     rows = []
     for w in run.profiler_windows:
-        cost = w.get("overhead_s") if isinstance(w.get("overhead_s"), dict) else {}
+        raw = w.get("overhead_s")
+        cost: dict[str, Any] = raw if isinstance(raw, dict) else {}
         rows.append(
             {
                 "stage": w.get("stage"),

@@ -212,7 +212,9 @@ def compare_phases(
                 agree=bool(ok),
             )
         )
-    return Agreement(steps=steps, step_ms=round(step_ms, 6), tolerance_pct=tolerance_pct, phases=rows)
+    return Agreement(
+        steps=steps, step_ms=round(step_ms, 6), tolerance_pct=tolerance_pct, phases=rows
+    )
 
 
 def compare_with_clock(

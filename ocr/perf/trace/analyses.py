@@ -245,12 +245,7 @@ def _transfer_ops(table: EventTable, phase_of_name: np.ndarray) -> np.ndarray:
         ok = idx >= 0
         safe = np.maximum(idx, 0)
         names = table.name[safe]
-        return (
-            ok
-            & (table.kind[safe] == Kind.CPU_OP)
-            & (phase_of_name[names] < 0)
-            & ~is_step[names]
-        )
+        return ok & (table.kind[safe] == Kind.CPU_OP) & (phase_of_name[names] < 0) & ~is_step[names]
 
     op = op[plain_op(op)]
     for _ in range(64):  # op stacks are shallow; the bound only guards malformed parents
@@ -326,10 +321,10 @@ def _infer_regions(
     Backward: each backward pass (autograd engine ops of the process: the main thread on CPU,
     ``pt_autograd_*`` on GPU), unless a backward label exists. Forward: before each pass, from
     the latest of the previous pass, the end of the batch's data loading or transfer, and the
-    start of the innermost label around the pass' start (``Optimizer.step`` when Lightning runs the forward
-    inside the optimizer's closure), unless a forward label exists. A step with no backward (an
-    evaluation loop) gets forward from the end of its data loading to the next optimizer label
-    or the step end, when it has data loading at all.
+    start of the innermost label around the pass' start (``Optimizer.step`` when Lightning runs
+    the forward inside the optimizer's closure), unless a forward label exists. A step with no
+    backward (an evaluation loop) gets forward from the end of its data loading to the next
+    optimizer label or the step end, when it has data loading at all.
     """
     out_s: list[int] = []
     out_e: list[int] = []

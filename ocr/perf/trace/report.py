@@ -12,10 +12,10 @@ import numpy as np
 from ocr.perf.trace.analyses import (
     _P_DATA,
     _P_OPT,
-    classify_phase,
     GPU_PARTS,
     PHASES,
     StepTable,
+    classify_phase,
     compute_steps,
     device_ops,
     host_ops,

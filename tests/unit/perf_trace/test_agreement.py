@@ -26,8 +26,14 @@ TRACE = {
 
 def test_clock_phases_pool_into_trace_phases_whatever_their_names() -> None:
     pooled = clock_to_trace_phases(
-        {"data_wait": 1.0, "postprocess": 2.0, "forward": 3.0, "callbacks": 4.0,
-         "module_hooks": 5.0, "brand_new_phase": 6.0}
+        {
+            "data_wait": 1.0,
+            "postprocess": 2.0,
+            "forward": 3.0,
+            "callbacks": 4.0,
+            "module_hooks": 5.0,
+            "brand_new_phase": 6.0,
+        }
     )
     assert set(pooled) == set(PHASES)
     assert pooled["data_loading"] == 1.0
@@ -38,8 +44,14 @@ def test_clock_phases_pool_into_trace_phases_whatever_their_names() -> None:
 
 
 def test_agreement_within_tolerance() -> None:
-    clock = {"data_wait": 10.5, "forward": 29.0, "backward": 41.0, "optimizer": 14.0,
-             "callbacks": 4.2, "unattributed": 1.3}
+    clock = {
+        "data_wait": 10.5,
+        "forward": 29.0,
+        "backward": 41.0,
+        "optimizer": 14.0,
+        "callbacks": 4.2,
+        "unattributed": 1.3,
+    }
     result = compare_phases(TRACE, clock, steps=5)
     assert result.agree
     assert result.finding() is None
@@ -48,8 +60,14 @@ def test_agreement_within_tolerance() -> None:
 
 def test_disagreement_is_a_measurement_finding() -> None:
     # the old bug: forward and backward counted as optimizer by one side
-    clock = {"data_wait": 10.0, "forward": 0.5, "backward": 0.0, "optimizer": 84.5,
-             "callbacks": 4.0, "unattributed": 1.0}
+    clock = {
+        "data_wait": 10.0,
+        "forward": 0.5,
+        "backward": 0.0,
+        "optimizer": 84.5,
+        "callbacks": 4.0,
+        "unattributed": 1.0,
+    }
     result = compare_phases(TRACE, clock, steps=5)
     assert not result.agree
     bad = {p.phase for p in result.phases if not p.agree}
@@ -63,8 +81,14 @@ def test_disagreement_is_a_measurement_finding() -> None:
 
 def test_tiny_phases_agree_below_the_absolute_floor() -> None:
     trace = dict(TRACE, hooks=0.2, other=4.8)
-    clock = {"data_wait": 10.0, "forward": 30.0, "backward": 40.0, "optimizer": 15.0,
-             "callbacks": 0.5, "unattributed": 4.5}  # hooks 2.5x, but 0.3 % of the step
+    clock = {
+        "data_wait": 10.0,
+        "forward": 30.0,
+        "backward": 40.0,
+        "optimizer": 15.0,
+        "callbacks": 0.5,
+        "unattributed": 4.5,
+    }  # hooks 2.5x, but 0.3 % of the step
     assert compare_phases(trace, clock, steps=1).agree
 
 
@@ -96,14 +120,19 @@ def test_snapshots_over_the_profiled_steps() -> None:
     assert ms["optimizer"] == pytest.approx(2.0)
     report = {
         "steps": [
-            {"number": n, "stage": "train",
-             "phases_ms": dict.fromkeys(PHASES, 0.0) | {"data_loading": 2.0, "forward": 6.1,
-                                                         "optimizer": 1.9}}
+            {
+                "number": n,
+                "stage": "train",
+                "phases_ms": dict.fromkeys(PHASES, 0.0)
+                | {"data_loading": 2.0, "forward": 6.1, "optimizer": 1.9},
+            }
             for n in (1, 2, 3)
         ]
     }
     result = compare_with_clock(report, snaps, "train")
-    assert result is not None and result.agree and result.steps == 3
+    assert result is not None
+    assert result.agree
+    assert result.steps == 3
     assert compare_with_clock(report, snaps, "validation") is None
 
 
