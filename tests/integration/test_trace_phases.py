@@ -21,6 +21,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from ocr.lightning_modules.callbacks.action_stream import ActionStream
 from ocr.lightning_modules.callbacks.profiler_callback import ProfilerCallback
 from ocr.perf.trace import analyze_trace
 
@@ -261,3 +262,43 @@ def test_plain_pytorch_loop(tmp_path: Path) -> None:
                 if i >= 5:
                     break
     _check(analyze_trace(out), sleeps)
+
+
+class _SeesProfiler(L.Callback):
+    def __init__(self) -> None:
+        self.seen: list[tuple[int, bool]] = []
+
+    def on_train_batch_start(self, trainer: L.Trainer, *args: Any) -> None:
+        self.seen.append((int(args[-1]), isinstance(trainer.profiler, ActionStream)))
+
+
+def test_action_ranges_only_while_a_window_records(tmp_path: Path) -> None:
+    sees = _SeesProfiler()
+    cb = ProfilerCallback(
+        profile_epochs=[0],
+        profile_steps=2,
+        warmup_steps=1,
+        activities=["cpu"],
+        record_shapes=False,
+        profile_memory=False,
+        log_top_k_ops=3,
+    )
+    sleeps = Sleeps()
+    trainer = L.Trainer(
+        default_root_dir=tmp_path,
+        max_epochs=1,
+        limit_train_batches=N_BATCHES,
+        limit_val_batches=0,
+        callbacks=[sees, cb],
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        trainer.fit(Planted(sleeps), DataLoader(SlowData(sleeps), batch_size=2))
+    # the listener is attached for the window's 3 batches (warm-up + 2) and gone after it
+    assert sees.seen == [(i, i < 3) for i in range(N_BATCHES)]
+    assert not isinstance(trainer.profiler, ActionStream)
+    assert cb.windows[0]["batches"] == [0, 2]
