@@ -96,7 +96,9 @@ def test_fixture_directory_holds_two_sources(traces_dir: Path) -> None:
 
 
 @pytest.mark.parametrize("fixture", ["resnet_2021", "trace_2024"])
-def test_gpu_time_per_phase_from_launching_ops(fixture: str, request: pytest.FixtureRequest) -> None:
+def test_gpu_time_per_phase_from_launching_ops(
+    fixture: str, request: pytest.FixtureRequest
+) -> None:
     r = request.getfixturevalue(fixture)
     for step in r["steps"]:
         gpu_phases = step["gpu_phases_ms"]
