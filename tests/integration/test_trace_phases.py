@@ -302,3 +302,47 @@ def test_action_ranges_only_while_a_window_records(tmp_path: Path) -> None:
     assert sees.seen == [(i, i < 3) for i in range(N_BATCHES)]
     assert not isinstance(trainer.profiler, ActionStream)
     assert cb.windows[0]["batches"] == [0, 2]
+
+
+def test_lightning_pytorch_profiler_files(tmp_path: Path) -> None:
+    """Lightning's own PyTorchProfiler: its per-stage file labels only some actions."""
+    from lightning.pytorch.profilers import PyTorchProfiler
+
+    sleeps = Sleeps()
+    out = tmp_path / "pl"
+    trainer = L.Trainer(
+        default_root_dir=tmp_path,
+        max_epochs=1,
+        limit_train_batches=N_BATCHES,
+        limit_val_batches=0,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        profiler=PyTorchProfiler(
+            dirpath=out,
+            filename="prof",
+            export_to_chrome=True,
+            schedule=torch.profiler.schedule(wait=0, warmup=1, active=4, repeat=1),
+        ),
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        trainer.fit(Planted(sleeps), DataLoader(SlowData(sleeps), batch_size=2))
+    report = analyze_trace(out, top_k=None)
+    # PyTorchProfiler steps the torch profiler when training_step ends, in the middle of
+    # Lightning's closure: the first recorded step begins inside spans opened during the warm-up
+    # step, which torch does not export. From the second step on, every label is there.
+    steps = [s for s in report["steps"] if s["stage"] == "train"][1:]
+    assert len(steps) == 3
+    # every batch sleeps alike: each step holds one batch's sleeps, whatever its boundaries
+    per_batch = {
+        p: sum(b[p] for b in sleeps.by_batch.values()) / len(sleeps.by_batch) * 1e3
+        for p in ("forward", "backward", "optimizer")
+    }
+    for s in steps:
+        assert sum(s["phases_ms"].values()) == pytest.approx(s["wall_ms"], abs=1e-3)
+    n = len(steps)
+    for phase, ms in per_batch.items():
+        got = sum(s["phases_ms"][phase] for s in steps)
+        assert got == pytest.approx(n * ms, rel=TOL), (phase, [s["phases_ms"] for s in steps])
