@@ -102,3 +102,26 @@ def test_report_marks_the_profiled_epoch(profiled_run: Path, tmp_path: Path) -> 
     assert "training epoch 0" in text
     assert "| profiler |" in text  # the export's own line in the phase table
     assert "one figure per phase (the phase clock)" in text
+
+
+def test_ocr_perf_analyze_shows_the_clock_beside_the_trace(profiled_run: Path) -> None:
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ocr.perf.cli",
+            "analyze",
+            str(profiled_run / "profiler_traces"),
+            "--json",
+            str(profiled_run.parent / "analysis.json"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(os.environ, COLUMNS="160"),
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "clock ms" in proc.stdout
+    report = json.loads((profiled_run.parent / "analysis.json").read_text())
+    assert report["clock_agreement"]["steps"] == 3
+    assert report["clock_agreement"]["agree"]

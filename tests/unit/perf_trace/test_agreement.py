@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from ocr.perf.clock import PhaseClock, set_active_clock
@@ -11,7 +13,11 @@ from ocr.perf.trace.agreement import (
     compare_phases,
     compare_with_clock,
 )
+from ocr.perf.rundir import PERF_DIRNAME, JsonlWriter
+from ocr.perf.trace import analyze_trace
 from ocr.perf.trace.analyses import PHASES
+from ocr.perf.trace.windows import attach_clock_agreement
+from tests.unit.perf_trace.synth import make_trace, write
 
 TRACE = {
     "data_loading": 10.0,
@@ -142,3 +148,54 @@ def test_no_clock_no_figures() -> None:
     snaps.begin(1)
     snaps.end(1)
     assert snaps.per_step_ms([1]) == (0, {})
+
+
+def _rows(clock_forward: float) -> list[dict[str, object]]:
+    trace = dict(TRACE)
+    clock = dict(TRACE, forward=clock_forward)
+    return [
+        {
+            "phase": p,
+            "trace_ms": trace[p],
+            "clock_ms": clock[p],
+            "diff_ms": 0.0,
+            "diff_pct": 0.0,
+            "agree": True,
+        }
+        for p in PHASES
+    ]
+
+
+def _run_with_window(tmp_path: Path, clock_forward: float) -> dict[str, object]:
+    run = tmp_path / "run"
+    (run / "profiler_traces").mkdir(parents=True)
+    trace = write(make_trace(n_steps=3, jitter=0.0), run / "profiler_traces" / "epoch_0.json")
+    writer = JsonlWriter(run / PERF_DIRNAME / "profiler.jsonl", "receipt-ocr/profiler-window")
+    writer.write(
+        {
+            "stage": "train",
+            "epoch": 0,
+            "traces": ["profiler_traces/epoch_0.json"],
+            "clock_agreement": {"steps": 3, "phases": _rows(clock_forward)},
+        }
+    )
+    writer.close()
+    report = analyze_trace(trace)
+    attach_clock_agreement(report)
+    return report
+
+
+def test_analyze_attaches_the_windows_clock_figures(tmp_path: Path) -> None:
+    report = _run_with_window(tmp_path, clock_forward=31.0)
+    agreement = report["clock_agreement"]
+    assert agreement["steps"] == 3
+    assert agreement["agree"]
+    bad = _run_with_window(tmp_path / "b", clock_forward=3.0)
+    assert not bad["clock_agreement"]["agree"]
+    assert "measurement_disagreement" in {f["id"] for f in bad["findings"]}
+
+
+def test_foreign_traces_get_no_clock_figures(tmp_path: Path) -> None:
+    report = analyze_trace(write(make_trace(n_steps=3), tmp_path / "t.json"))
+    attach_clock_agreement(report)
+    assert "clock_agreement" not in report
