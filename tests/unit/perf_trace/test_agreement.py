@@ -7,14 +7,14 @@ from pathlib import Path
 import pytest
 
 from ocr.perf.clock import PhaseClock, set_active_clock
+from ocr.perf.rundir import PERF_DIRNAME, JsonlWriter
+from ocr.perf.trace import analyze_trace
 from ocr.perf.trace.agreement import (
     ClockSnapshots,
     clock_to_trace_phases,
     compare_phases,
     compare_with_clock,
 )
-from ocr.perf.rundir import PERF_DIRNAME, JsonlWriter
-from ocr.perf.trace import analyze_trace
 from ocr.perf.trace.analyses import PHASES
 from ocr.perf.trace.windows import attach_clock_agreement
 from tests.unit.perf_trace.synth import make_trace, write
