@@ -204,9 +204,18 @@ class ProfilerCallback(Callback):
     Under DDP every rank profiles itself and the file names get a ``_rank{R}`` suffix; only rank
     zero prints, logs and writes ``<run>/perf/profiler.jsonl`` (one record per window: ``t``,
     ``stage``, ``epoch``, ``trigger`` (``"epoch"``, ``"file"``, ``"alert"``, ``"request"``),
-    ``reason``, ``steps`` (recorded), ``traces`` (relative to the run directory), ``summary``
-    (``top_cpu_ops``, ``findings``, ``dataloader_time_pct``, ``step_time_ms``)). All cycles of a
-    window (``repeat > 1``) are analysed together. Logged after each window (``{stage}`` =
+    ``reason``, ``steps`` (recorded), ``traces`` (relative to the run directory), ``batches``
+    (first and last batch index the window covered), ``overhead_s`` (``export``, ``analysis``:
+    the profiler's own cost), ``summary`` (``top_cpu_ops``, ``findings``, ``dataloader_time_pct``,
+    ``step_time_ms``, ``phases_ms_per_step``), ``clock_agreement`` (the trace's ms/step per
+    phase beside the live phase clock's over the same steps, see
+    :mod:`ocr.perf.trace.agreement`; ``None`` without a running clock)). All cycles of a window
+    (``repeat > 1``) are analysed together.
+
+    While a window records, every Lightning action (hooks, callbacks, ``training_step``,
+    ``backward``, ``optimizer_step``...) is a ``record_function`` range ``[pl][profile]{action}``
+    in the trace, from Lightning's action stream (:mod:`~ocr.lightning_modules.callbacks.
+    action_stream`); outside windows nothing listens. Logged after each window (``{stage}`` =
     ``train``, ``val``, ``test``):
     ``profiler/{stage}_step_time_ms`` (mean traced step), ``profiler/{stage}_dataloader_pct``,
     ``profiler/{stage}_top_op_self_ms`` (self time per step of the costliest CPU operator).
