@@ -175,11 +175,13 @@ def _run(args: argparse.Namespace) -> int:
     from ocr.perf.trace import analyze_trace
     from ocr.perf.trace.compare import compare_reports
     from ocr.perf.trace.render import print_analysis, print_comparison, to_markdown
+    from ocr.perf.trace.windows import attach_clock_agreement
 
     console = Console()
     try:
         if args.command == "analyze":
             report = analyze_trace(args.trace, top_k=args.top_k)
+            attach_clock_agreement(report)  # the phase clock's figures, for ProfilerCallback runs
             print_analysis(report, console)
             if args.json:
                 _write(args.json, _dump(report))

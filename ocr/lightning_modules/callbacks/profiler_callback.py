@@ -26,6 +26,7 @@ warning too; profiling goes on without the record.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
@@ -41,11 +42,13 @@ import torch
 from lightning.pytorch.callbacks import Callback
 from torch.profiler import ProfilerActivity
 
+from ocr.lightning_modules.callbacks.action_stream import add_listener, remove_listener
 from ocr.lightning_modules.callbacks.epoch_report import log_to_loggers, normalize_stages
 from ocr.lightning_modules.callbacks.errors import PerfCallbackWarning
 from ocr.perf import triggers
 from ocr.perf.rundir import PERF_DIRNAME, JsonlWriter
 from ocr.perf.trace import analyze_table, load_traces
+from ocr.perf.trace.agreement import ClockSnapshots, compare_with_clock
 from ocr.perf.trace.render import print_analysis
 
 __all__ = ["ProfilerCallback"]
@@ -82,6 +85,40 @@ def _trigger_kind(reason: str) -> str:
     return "alert" if rule in _ALERT_RULES else "request"
 
 
+class _ActionRanges:
+    """Action listener that opens a ``record_function`` range per Lightning action while a window
+    records, so the trace names ``training_step``, ``backward``, ``optimizer_step``, every
+    callback and hook (``[pl][profile]{action}``, as Lightning's ``PyTorchProfiler`` writes them:
+    the analyzer reads both alike). A stop without its start (an action that began before the
+    window) is ignored; ranges still open when the window ends are closed then."""
+
+    __slots__ = ("_open",)
+
+    def __init__(self) -> None:
+        self._open: list[tuple[str, Any]] = []
+
+    def action_start(self, name: str) -> None:
+        try:
+            handle = torch.ops.profiler._record_function_enter_new("[pl][profile]" + name, None)
+        except Exception:  # a listener must never raise inside Lightning's loop
+            return
+        self._open.append((name, handle))
+
+    def action_stop(self, name: str) -> None:
+        stack = self._open
+        for k in range(len(stack) - 1, -1, -1):
+            if stack[k][0] == name:
+                handle = stack.pop(k)[1]
+                # never raise inside Lightning's loop
+                with contextlib.suppress(Exception):
+                    torch.ops.profiler._record_function_exit._RecordFunction(handle)
+                return
+
+    def close_all(self) -> None:
+        while self._open:
+            self.action_stop(self._open[-1][0])
+
+
 class _Window:
     """One open profiling window: the live profiler and the files its cycles wrote."""
 
@@ -104,6 +141,12 @@ class _Window:
         self.traces: list[Path] = []
         self.error: BaseException | None = None
         self.discarded = False  # stop without exporting (exception, failure)
+        self.ranges = _ActionRanges()
+        self.clock = ClockSnapshots()  # the live phase clock at each ProfilerStep boundary
+        self.first_batch: int | None = None  # batch_idx of the first and last step recorded
+        self.last_batch: int | None = None
+        self.export_s = 0.0  # time in prof.step()/stop() calls that exported a trace
+        self.trainer: L.Trainer | None = None  # set while the action listener is attached
 
 
 class ProfilerCallback(Callback):
@@ -157,9 +200,18 @@ class ProfilerCallback(Callback):
     Under DDP every rank profiles itself and the file names get a ``_rank{R}`` suffix; only rank
     zero prints, logs and writes ``<run>/perf/profiler.jsonl`` (one record per window: ``t``,
     ``stage``, ``epoch``, ``trigger`` (``"epoch"``, ``"file"``, ``"alert"``, ``"request"``),
-    ``reason``, ``steps`` (recorded), ``traces`` (relative to the run directory), ``summary``
-    (``top_cpu_ops``, ``findings``, ``dataloader_time_pct``, ``step_time_ms``)). All cycles of a
-    window (``repeat > 1``) are analysed together. Logged after each window (``{stage}`` =
+    ``reason``, ``steps`` (recorded), ``traces`` (relative to the run directory), ``batches``
+    (first and last batch index the window covered), ``overhead_s`` (``export``, ``analysis``:
+    the profiler's own cost), ``summary`` (``top_cpu_ops``, ``findings``, ``dataloader_time_pct``,
+    ``step_time_ms``, ``phases_ms_per_step``), ``clock_agreement`` (the trace's ms/step per
+    phase beside the live phase clock's over the same steps, see
+    :mod:`ocr.perf.trace.agreement`; ``None`` without a running clock)). All cycles of a window
+    (``repeat > 1``) are analysed together.
+
+    While a window records, every Lightning action (hooks, callbacks, ``training_step``,
+    ``backward``, ``optimizer_step``...) is a ``record_function`` range ``[pl][profile]{action}``
+    in the trace, from Lightning's action stream (:mod:`~ocr.lightning_modules.callbacks.
+    action_stream`); outside windows nothing listens. Logged after each window (``{stage}`` =
     ``train``, ``val``, ``test``):
     ``profiler/{stage}_step_time_ms`` (mean traced step), ``profiler/{stage}_dataloader_pct``,
     ``profiler/{stage}_top_op_self_ms`` (self time per step of the costliest CPU operator).
@@ -388,7 +440,7 @@ class ProfilerCallback(Callback):
             return
         prefix = "" if stage == "train" else f"{stage}_"
         reason = "test stage" if stage == "test" else f"epoch {epoch} in profile_epochs"
-        self._start_window(stage, epoch, f"{prefix}epoch_{epoch}", "epoch", reason)
+        self._start_window(trainer, stage, epoch, f"{prefix}epoch_{epoch}", "epoch", reason)
 
     def _open_ondemand(self, trainer: L.Trainer, stage: str, batch_idx: int) -> None:
         assert self._pending is not None
@@ -400,10 +452,10 @@ class ProfilerCallback(Callback):
         else:
             name = f"{stage}_ondemand_e{epoch}_b{batch_idx}"
         log.info("%s: on-demand window (%s: %s)", type(self).__name__, trigger, reason)
-        self._start_window(stage, epoch, name, trigger, reason)
+        self._start_window(trainer, stage, epoch, name, trigger, reason)
 
     def _start_window(
-        self, stage: str, epoch: int, basename: str, trigger: str, reason: str
+        self, trainer: L.Trainer, stage: str, epoch: int, basename: str, trigger: str, reason: str
     ) -> None:
         try:
             assert self._dir is not None
@@ -426,8 +478,13 @@ class ProfilerCallback(Callback):
                 profile_memory=self.profile_memory,
                 with_stack=self.with_stack,
             )
-            self._window = _Window(stage, epoch, prof, basename, trigger, reason)
+            window = _Window(stage, epoch, prof, basename, trigger, reason)
+            self._window = window
             prof.start()
+            window.clock.begin(prof.step_num)
+            # Lightning's actions as ranges in the trace, only while the window records.
+            add_listener(trainer, window.ranges)
+            window.trainer = trainer
         except Exception as exc:
             self._fail(exc)
 
@@ -449,12 +506,22 @@ class ProfilerCallback(Callback):
         except Exception as exc:
             window.error = exc
 
-    def _step(self, trainer: L.Trainer, stage: str) -> None:
+    def _step(self, trainer: L.Trainer, stage: str, batch_idx: int) -> None:
         window = self._window
         if window is None or window.stage != stage:
             return
+        if window.first_batch is None:
+            window.first_batch = batch_idx
+        window.last_batch = batch_idx
         try:
-            window.prof.step()
+            prof = window.prof
+            window.clock.end(prof.step_num)
+            exported = len(window.traces)
+            t0 = time.perf_counter()
+            prof.step()
+            if len(window.traces) != exported:
+                window.export_s += time.perf_counter() - t0
+            window.clock.begin(prof.step_num)
             window.steps += 1
             if window.error is not None:
                 raise window.error
@@ -527,8 +594,16 @@ class ProfilerCallback(Callback):
         """Stop and drop the live profiler; the window (with its error, if any) is returned."""
         window = self._window
         if window is not None:
+            window.ranges.close_all()
+            if window.trainer is not None:
+                remove_listener(window.trainer, window.ranges)
+                window.trainer = None
             try:
+                exported = len(window.traces)
+                t0 = time.perf_counter()
                 window.prof.stop()  # may fire _on_trace_ready (a cycle in progress)
+                if len(window.traces) != exported:
+                    window.export_s += time.perf_counter() - t0
             except Exception as exc:
                 window.error = window.error or exc
             finally:
@@ -569,10 +644,18 @@ class ProfilerCallback(Callback):
 
     def _report(self, trainer: L.Trainer, window: _Window) -> None:
         stage = window.stage
+        t0 = time.perf_counter()
         # every cycle of the window in one table: the summary covers all of them
         report = analyze_table(load_traces(window.traces), top_k=self.log_top_k_ops)
+        agreement = compare_with_clock(report, window.clock, _ANALYZER_STAGE[stage])
+        if agreement is not None:
+            report["clock_agreement"] = agreement.as_dict()
+            measurement = agreement.finding()
+            if measurement is not None:
+                report["findings"].append(measurement)
         if trainer.is_global_zero:
             print_analysis(report)
+        analysis_s = time.perf_counter() - t0
         steps = [
             row["wall_ms"] for row in report["steps"] if row["stage"] == _ANALYZER_STAGE[stage]
         ] or [row["wall_ms"] for row in report["steps"]]
@@ -596,12 +679,21 @@ class ProfilerCallback(Callback):
             "traces": [self._relative(p) for p in window.traces]
             if self.export_chrome_trace
             else [],
+            # batches whose time the profiler inflated (recording, export at the last one)
+            "batches": [window.first_batch, window.last_batch],
+            # the profiler's own cost; the phase clock books it under the callbacks phase
+            "overhead_s": {"export": round(window.export_s, 6), "analysis": round(analysis_s, 6)},
             "summary": {
                 "top_cpu_ops": report["top_cpu_ops"],
                 "findings": report["findings"],
                 "dataloader_time_pct": report["dataloader_time_pct"],
                 "step_time_ms": metrics.get(f"profiler/{stage}_step_time_ms"),
+                "phases_ms_per_step": {
+                    st: {p: v["mean_ms"] for p, v in ps["phases"].items()}
+                    for st, ps in report["phase_summary"].items()
+                },
             },
+            "clock_agreement": report.get("clock_agreement"),
         }
         self.windows.append(record)
         self._write_record(record)
@@ -656,7 +748,7 @@ class ProfilerCallback(Callback):
         batch_idx: int,
     ) -> None:
         if self._window is not None:
-            self._step(trainer, "train")
+            self._step(trainer, "train", batch_idx)
         elif self._ondemand:
             self._tick(trainer, "train", batch_idx)
 
@@ -682,7 +774,7 @@ class ProfilerCallback(Callback):
         dataloader_idx: int = 0,
     ) -> None:
         if self._window is not None:
-            self._step(trainer, "val")
+            self._step(trainer, "val", batch_idx)
         elif self._ondemand and not trainer.sanity_checking:
             self._tick(trainer, "val", batch_idx)
 
@@ -704,7 +796,7 @@ class ProfilerCallback(Callback):
         dataloader_idx: int = 0,
     ) -> None:
         if self._window is not None:
-            self._step(trainer, "test")
+            self._step(trainer, "test", batch_idx)
         elif self._ondemand:
             self._tick(trainer, "test", batch_idx)
 

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ocr.perf.report.load import TRACE_DIRNAME, ReportInputError, RunData, load_run
+from ocr.perf.report.profiled import move_profiler_overhead
 from ocr.perf.report.stages import StageSummary, summarize_stages
 from ocr.perf.report.verdict import THRESHOLDS, Finding, judge
 
@@ -80,6 +81,13 @@ def _analyze_traces(run: RunData) -> tuple[dict[str, Any] | None, str | None]:
         "findings",
     )
     trace = {k: full.get(k) for k in keep}
+    # the windows' trace-vs-clock comparison: a disagreement is a finding about measurement
+    findings = list(trace.get("findings") or [])
+    for window in run.profiler_windows:
+        for f in (window.get("summary") or {}).get("findings") or []:
+            if f.get("id") == "measurement_disagreement":
+                findings.append(f)
+    trace["findings"] = findings
     trace["sources"] = sources
     trace["warnings"] = [_relative(str(w), root) for w in full.get("warnings", [])]
     return trace, None
@@ -119,6 +127,8 @@ def build_report(
     """
     run = load_run(run_dir)
     stages = summarize_stages(run.epochs)
+    # the profiler's export and analysis are its own line, not the callbacks' time
+    move_profiler_overhead(stages, run)
     trace, trace_note = _analyze_traces(run)
     result = note = name = None
     if baseline is not None:

@@ -23,6 +23,7 @@ from rich.table import Table as RichTable
 from ocr.perf.clock import PHASES
 from ocr.perf.report import plots
 from ocr.perf.report.build import Report
+from ocr.perf.report.profiled import PROFILER_PHASE, profiled_batches, window_rows
 from ocr.perf.report.stages import STAGE_LABELS, StageSummary, num
 from ocr.perf.rundir import polygon_cache_hit_rate
 
@@ -169,7 +170,9 @@ def _phases(report: Report) -> Section:
         return sec
     stages = list(report.stages.values())
     rows = []
-    for phase in PHASES:
+    # the profiler's export and analysis: their own line (see ocr.perf.report.profiled)
+    extra = (PROFILER_PHASE,) if any(PROFILER_PHASE in s.phases_s for s in stages) else ()
+    for phase in (*PHASES, *extra):
         row = [phase]
         for s in stages:
             row.append(f"{s.phases_s.get(phase, 0.0):,.3f} s ({s.share(phase):.1f} %)")
@@ -297,16 +300,37 @@ def _batches(report: Report) -> Section:
         )
     else:
         sec.paragraphs.append("Not recorded.")
+    profiled = profiled_batches(report.run)
     for stage in report.stages:
         out = plots.batch_outliers(report.run, stage)
         if out:
             sec.tables.append(
                 Table(
-                    ["epoch", "batch", "ms", "x median"],
-                    [[_f(o["epoch"]), _f(o["batch"]), _f(o["ms"]), _f(o["x_median"])] for o in out],
+                    ["epoch", "batch", "ms", "x median", "note"],
+                    [
+                        [
+                            _f(o["epoch"]),
+                            _f(o["batch"]),
+                            _f(o["ms"]),
+                            _f(o["x_median"]),
+                            # the profiler's own cost, not the training's
+                            "profiled (trace recording / export)"
+                            if (stage, o["epoch"], o["batch"]) in profiled
+                            else "",
+                        ]
+                        for o in out
+                    ],
                     f"{STAGE_LABELS.get(stage, stage)}: outlier batches (robust z > 3.5)",
                 )
             )
+    if profiled:
+        marks = sorted({(st, ep) for st, ep, _ in profiled})
+        sec.paragraphs.append(
+            "Profiled epochs (a profiler window recorded some of their batches, which are "
+            "slower for it): "
+            + ", ".join(f"{STAGE_LABELS.get(st, st)} epoch {ep}" for st, ep in marks)
+            + "."
+        )
     return sec
 
 
@@ -410,23 +434,59 @@ def _trace(report: Report) -> Section:
         plot=plots.memory_timeline_plot(trace),
         plot_alt="allocated memory over the profiled window",
     )
-    windows = report.run.profiler_windows
+    windows = window_rows(report.run)
     if windows:
         sec.tables.append(
             Table(
-                ["stage", "epoch", "trigger", "reason", "steps", "traces"],
+                [
+                    "stage",
+                    "epoch",
+                    "trigger",
+                    "reason",
+                    "steps",
+                    "batches",
+                    "export s",
+                    "analysis s",
+                    "traces",
+                ],
                 [
                     [
-                        _f(w.get("stage")),
-                        _f(w.get("epoch")),
-                        _f(w.get("trigger")),
-                        _f(w.get("reason")),
-                        _f(w.get("steps")),
-                        _f(w.get("traces")),
+                        _f(w["stage"]),
+                        _f(w["epoch"]),
+                        _f(w["trigger"]),
+                        _f(w["reason"]),
+                        _f(w["steps"]),
+                        _f(w["batches"]),
+                        _f(w["export_s"]),
+                        _f(w["analysis_s"]),
+                        _f(w["traces"]),
                     ]
                     for w in windows
                 ],
-                "Profiler windows",
+                "Profiler windows (export and analysis are the profiler's own cost)",
+            )
+        )
+    for w in windows:
+        agreement = w["clock_agreement"]
+        if not isinstance(agreement, dict):
+            continue
+        sec.tables.append(
+            Table(
+                ["phase", "ms/step", "trace ms/step", "Δ %", "agree"],
+                [
+                    [
+                        _f(p.get("phase")),
+                        _f(p.get("clock_ms")),
+                        _f(p.get("trace_ms")),
+                        _f(p.get("diff_pct")),
+                        "yes" if p.get("agree") else "NO",
+                    ]
+                    for p in agreement.get("phases") or []
+                ],
+                f"Profiled steps, {STAGE_LABELS.get(str(w['stage']), w['stage'])} epoch "
+                f"{_f(w['epoch'])}: one figure per phase (the phase clock) with the trace's "
+                f"beside it, over the same {_f(agreement.get('steps'))} steps (tolerance "
+                f"{_f(agreement.get('tolerance_pct'))} %)",
             )
         )
     if trace is None:

@@ -13,9 +13,11 @@ from typing import Any
 
 import numpy as np
 
+from ocr.perf.actions import classify_action
 from ocr.perf.trace.load import EventTable, Kind
 
 __all__ = [
+    "CLOCK_TO_TRACE",
     "GPU_PARTS",
     "PHASES",
     "StepTable",
@@ -29,11 +31,29 @@ __all__ = [
 ]
 
 #: Phases of a step's wall time on its host thread (they partition it).
-PHASES = ("data_loading", "forward", "backward", "optimizer", "hooks", "other")
+PHASES = ("data_loading", "transfer", "forward", "backward", "optimizer", "hooks", "other")
 #: Parts of a step's wall time seen from the GPU (they partition it too).
 GPU_PARTS = ("kernel", "memcpy", "memset", "idle")
 
-_P_DATA, _P_FWD, _P_BWD, _P_OPT, _P_HOOKS, _P_OTHER = range(6)
+_P_DATA, _P_XFER, _P_FWD, _P_BWD, _P_OPT, _P_HOOKS, _P_OTHER = range(7)
+
+#: Live phase clock phase (``ocr.perf.clock`` / ``ocr.perf.actions``) -> trace phase. Hook-like
+#: clock phases pool into "hooks"; postprocess and metric run inside the step function.
+CLOCK_TO_TRACE: dict[str, str] = {
+    "data_wait": "data_loading",
+    "transfer": "transfer",
+    "forward": "forward",
+    "postprocess": "forward",
+    "metric": "forward",
+    "backward": "backward",
+    "optimizer": "optimizer",
+    "callbacks": "hooks",
+    "module_hooks": "hooks",
+    "checkpoint": "hooks",
+    "sync_wait": "other",
+    "unattributed": "other",
+}
+_TRACE_CODE = {p: k for k, p in enumerate(PHASES)}
 
 _STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
 _BACKWARD_OP = re.compile(r"^autograd::engine::evaluate_function: |Backward\d*$|AccumulateGrad$")
@@ -41,12 +61,15 @@ _HASH_MARKER = re.compile(r"^#+\s*(forward|backward|optimizer|data\w*)\s*#+$", r
 
 
 def classify_phase(name: str) -> int:
-    """Phase code (index into :data:`PHASES`) of an explicit marker span, or ``-1``.
+    """Phase code (index into :data:`PHASES`) of a labelled span, or ``-1`` for a span that is
+    not a label (an op, a loop container).
 
     Covers torch's own annotations (``enumerate(DataLoader)#...``, ``Optimizer.step#...``),
-    ``## forward ##``-style user annotations and Lightning's ``[pl][profile]`` spans. Loop
-    containers (``run_training_batch``, ``run_training_epoch``) are not markers: time in them that
-    no inner marker claims is "other".
+    ``## forward ##``-style user annotations, Lightning's module spans (``[pl][module]``) and
+    Lightning action names, as Lightning's ``PyTorchProfiler`` and our ``ProfilerCallback`` record
+    them (``[pl][profile]{action}``): those are classified by :func:`ocr.perf.actions.
+    classify_action`, exactly as the live phase clock classifies them. Transparent actions
+    (``run_training_batch``...) are not labels: their time stays with the enclosing label.
     """
     if name.startswith("enumerate(DataLoader)#"):
         return _P_DATA
@@ -62,22 +85,10 @@ def classify_phase(name: str) -> int:
         return _P_FWD
     if not name.startswith("[pl][profile]"):
         return -1
-    tail = name.rsplit(".", 1)[-1] if "." in name else name
-    if name.endswith(("_dataloader_next", "_next")) and "Loop]" in name:
-        return _P_DATA
-    if tail in ("batch_to_device", "transfer_batch_to_device") or tail.endswith("_batch_transfer"):
-        return _P_DATA
-    if tail in ("training_step", "validation_step", "test_step", "predict_step", "forward"):
-        return _P_FWD
-    if tail == "backward":
-        return _P_BWD
-    if tail in ("optimizer_step", "optimizer_zero_grad", "configure_gradient_clipping"):
-        return _P_OPT
-    if "[Callback]" in name or tail.startswith("on_") or "[LightningModule]" in name:
-        return _P_HOOKS
-    if "[Strategy]" in name or "[LightningDataModule]" in name:
-        return _P_HOOKS
-    return -1
+    phase = classify_action(name).phase
+    if not phase:
+        return -1
+    return _TRACE_CODE[CLOCK_TO_TRACE.get(phase, "other")]
 
 
 def _stage_of(name: str) -> str | None:
@@ -131,6 +142,8 @@ class StepTable:
         stage: ``train``, ``validation``, ``test`` or ``predict``.
         phases: (n_steps, len(PHASES)) ns, each row sums to the step's wall time.
         gpu: (n_steps, len(GPU_PARTS)) ns or ``None`` without device events.
+        gpu_phases: (n_steps, len(PHASES)) ns of device time (kernels, copies) by the phase of
+            the host call that launched it, or ``None`` without device events.
         runtime_ns: host time in CUDA runtime calls inside the step (overlaps the phases).
         seg_key, seg_start, seg_end, seg_phase, seg_step: the phase segments, keyed by
             ``src * 2**20 + pid code`` so events of any thread of the process can be placed.
@@ -145,6 +158,7 @@ class StepTable:
     stage: list[str]
     phases: np.ndarray
     gpu: np.ndarray | None
+    gpu_phases: np.ndarray | None
     runtime_ns: np.ndarray
     seg_key: np.ndarray
     seg_start: np.ndarray
@@ -200,49 +214,196 @@ def _find_steps(table: EventTable, warnings: list[str]) -> list[int]:
     return kept
 
 
-def _marker_arrays(table: EventTable) -> tuple[np.ndarray, ...]:
+def _marker_arrays(table: EventTable) -> tuple[np.ndarray, np.ndarray]:
+    """Labelled spans (see :func:`classify_phase`) and the host ops that copy a batch to the
+    device (transfer), sorted by (thread, start); and each name code's phase (-1: no label)."""
     phase_of_name = np.fromiter(
         (classify_phase(n) for n in table.names), np.int64, len(table.names)
     )
     host = np.isin(table.kind, (Kind.CPU_OP, Kind.USER_ANNOTATION))
     mk = np.flatnonzero((phase_of_name[table.name] >= 0) & host & (table.dur > 0))
+    mk = np.union1d(mk, _transfer_ops(table, phase_of_name))
     order = np.lexsort((table.start[mk], table.thread[mk]))
-    mk = mk[order]
-    return mk, phase_of_name
+    return mk[order], phase_of_name
+
+
+def _transfer_ops(table: EventTable, phase_of_name: np.ndarray) -> np.ndarray:
+    """Outermost host ops (``aten::to``, ``aten::copy_``...) whose subtree launched a
+    host-to-device copy: found through the copy's runtime call (joined on correlation id) and
+    its chain of parent ops, stopping below labels and step spans."""
+    dev = np.flatnonzero(table.kind == Kind.MEMCPY)
+    if dev.size == 0:
+        return np.zeros(0, np.int64)
+    htod = table.name_ids(lambda n: "HtoD" in n)
+    dev = dev[htod[table.name[dev]]]
+    rt = _launch_calls(table, dev)
+    op = table.parent[rt[rt >= 0]]
+    op = op[op >= 0]
+    is_step = table.name_ids(lambda n: _STEP_NAME.match(n) is not None)
+
+    def plain_op(idx: np.ndarray) -> np.ndarray:
+        ok = idx >= 0
+        safe = np.maximum(idx, 0)
+        names = table.name[safe]
+        return ok & (table.kind[safe] == Kind.CPU_OP) & (phase_of_name[names] < 0) & ~is_step[names]
+
+    op = op[plain_op(op)]
+    for _ in range(64):  # op stacks are shallow; the bound only guards malformed parents
+        up = table.parent[op]
+        climb = plain_op(up)
+        if not climb.any():
+            break
+        op = np.where(climb, up, op)
+    return np.unique(op)
+
+
+def _launch_calls(table: EventTable, dev: np.ndarray) -> np.ndarray:
+    """Index of the runtime call (``cudaLaunchKernel``, ``cudaMemcpyAsync``...) that launched
+    each device event, joined on (source, correlation id); -1 where unknown."""
+    out = np.full(dev.size, -1, np.int64)
+    rt = np.flatnonzero((table.kind == Kind.RUNTIME) & (table.correlation >= 0))
+    if rt.size == 0 or dev.size == 0:
+        return out
+    scale = int(max(table.correlation.max(), 0)) + 1
+    rkey = table.src[rt] * scale + table.correlation[rt]
+    order = np.argsort(rkey, kind="stable")
+    rkey = rkey[order]
+    dkey = table.src[dev] * scale + table.correlation[dev]
+    k = np.clip(np.searchsorted(rkey, dkey), 0, rkey.size - 1)
+    hit = (rkey[k] == dkey) & (table.correlation[dev] >= 0)
+    out[hit] = rt[order][k[hit]]
+    return out
+
+
+def _backward_clusters(
+    us: np.ndarray, ue: np.ndarray, breakers: np.ndarray
+) -> list[tuple[int, int]]:
+    """Merge the (sorted, disjoint) intervals of backward ops into backward passes: two
+    neighbours belong to one pass unless a non-backward op starts between them (the next
+    forward, an optimizer step). ``breakers`` are those ops' start times, sorted."""
+    if us.size == 0:
+        return []
+    gap_has_op = np.searchsorted(breakers, us[1:], "left") > np.searchsorted(
+        breakers, ue[:-1], "left"
+    )
+    firsts = np.concatenate(([0], np.flatnonzero(gap_has_op) + 1))
+    lasts = np.concatenate((firsts[1:] - 1, [us.size - 1]))
+    return [(int(us[a]), int(ue[b])) for a, b in zip(firsts.tolist(), lasts.tolist(), strict=True)]
+
+
+def _merge(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Union of intervals as sorted disjoint ``(starts, ends)``."""
+    if starts.size == 0:
+        return starts, ends
+    order = np.argsort(starts, kind="stable")
+    s, e = starts[order], ends[order]
+    run_end = np.maximum.accumulate(e)
+    new = np.ones(s.size, bool)
+    new[1:] = s[1:] > run_end[:-1]
+    group = np.cumsum(new) - 1
+    me = np.zeros(int(group[-1]) + 1, np.int64)
+    np.maximum.at(me, group, e)
+    return s[new], me
+
+
+def _infer_regions(
+    s: int,
+    e: int,
+    m_s: np.ndarray,
+    m_e: np.ndarray,
+    m_p: np.ndarray,
+    true_s: np.ndarray,
+    true_e: np.ndarray,
+    passes: list[tuple[int, int]],
+) -> tuple[list[int], list[int], list[int]]:
+    """Backward and forward regions of a step whose trace lacks those labels.
+
+    Backward: each backward pass (autograd engine ops of the process: the main thread on CPU,
+    ``pt_autograd_*`` on GPU), unless a backward label exists. Forward: before each pass, from
+    the latest of the previous pass, the end of the batch's data loading or transfer, and the
+    start of the innermost label around the pass' start (``Optimizer.step`` when Lightning runs
+    the forward inside the optimizer's closure), unless a forward label exists. A step with no
+    backward (an evaluation loop) gets forward from the end of its data loading to the next
+    optimizer label or the step end, when it has data loading at all.
+    """
+    out_s: list[int] = []
+    out_e: list[int] = []
+    out_p: list[int] = []
+    has_bwd = bool((m_p == _P_BWD).any())
+    has_fwd = bool((m_p == _P_FWD).any())
+    clipped = [(max(a, s), min(b, e)) for a, b in passes if min(b, e) > max(a, s)]
+    if not has_bwd:
+        for a, b in clipped:
+            out_s.append(a)
+            out_e.append(b)
+            out_p.append(_P_BWD)
+    if has_fwd:
+        return out_s, out_e, out_p
+    if clipped and not has_bwd:
+        prev_end = s
+        for a, b in clipped:
+            ready = m_e[((m_p == _P_DATA) | (m_p == _P_XFER)) & (m_e <= a)]
+            f_from = max(prev_end, int(ready.max(initial=s)))
+            around = (true_s <= a) & (true_e > a)
+            if around.any():
+                f_from = max(f_from, int(true_s[around].max()))
+            if a > f_from:
+                out_s.append(f_from)
+                out_e.append(a)
+                out_p.append(_P_FWD)
+            prev_end = b
+        return out_s, out_e, out_p
+    b_start = int(m_s[m_p == _P_BWD].min()) if has_bwd else None
+    data_end = m_e[m_p == _P_DATA]
+    limit = b_start if b_start is not None else e
+    f_from = int(data_end[data_end <= limit].max(initial=s))
+    opt_s = m_s[(m_p == _P_OPT) & (m_s >= f_from)]
+    f_to = b_start if b_start is not None else int(opt_s.min(initial=e))
+    if (b_start is not None or data_end.size) and f_to > f_from:
+        out_s.append(f_from)
+        out_e.append(f_to)
+        out_p.append(_P_FWD)
+    return out_s, out_e, out_p
+
+
+def _empty_steps() -> StepTable:
+    empty = np.zeros(0, np.int64)
+    return StepTable(
+        [],
+        empty,
+        empty,
+        empty,
+        empty,
+        empty,
+        [],
+        np.zeros((0, len(PHASES)), np.int64),
+        None,
+        None,
+        empty,
+        empty,
+        empty,
+        empty,
+        empty,
+        empty,
+    )
 
 
 def compute_steps(table: EventTable, warnings: list[str]) -> StepTable:
     """Find the steps and split each one's wall time into :data:`PHASES` (host view) and, when the
-    process has device events, :data:`GPU_PARTS` (device view).
+    process has device events, :data:`GPU_PARTS` (device view) and device time per phase.
 
-    Phases come from marker spans on the step's thread: at every instant the innermost marker
-    (latest start; explicit markers beat inferred ones) names the phase; unclaimed time is
-    "other". Without explicit markers, backward is inferred from autograd ops (any thread of the
-    process, e.g. ``pt_autograd_0`` on GPU) and forward as the time between the last data-loading
-    span and the start of backward (or of the optimizer).
+    Inside a step the innermost labelled span decides at every instant (latest start, then
+    shortest): the step function and its ops are forward, the autograd engine's ops backward,
+    ``Optimizer.step`` / ``zero_grad`` minus the forward and backward nested in them (Lightning's
+    closure) optimizer, the DataLoader's ``__next__`` data loading, host-to-device copies
+    transfer, Lightning's hooks and callbacks hooks; time no label claims is "other". Labels
+    missing from the trace are inferred (see :func:`_infer_regions`).
     """
     steps = _find_steps(table, warnings)
     n = len(steps)
     pkey_of_thread = _process_key(table)
-    empty = np.zeros(0, np.int64)
     if n == 0:
-        return StepTable(
-            [],
-            empty,
-            empty,
-            empty,
-            empty,
-            empty,
-            [],
-            np.zeros((0, len(PHASES)), np.int64),
-            None,
-            empty,
-            empty,
-            empty,
-            empty,
-            empty,
-            empty,
-        )
+        return _empty_steps()
     sidx = np.asarray(steps, np.int64)
     st_start = table.start[sidx]
     st_end = st_start + table.dur[sidx]
@@ -265,10 +426,11 @@ def compute_steps(table: EventTable, warnings: list[str]) -> StepTable:
         labels.append(base if seen[k] == 1 else f"{base} ({seen[k]})")
 
     mk, phase_of_name = _marker_arrays(table)
+    is_transfer_op = phase_of_name[table.name[mk]] < 0
     mk_thread = table.thread[mk]
     mk_start = table.start[mk]
     mk_end = mk_start + table.dur[mk]
-    mk_phase = phase_of_name[table.name[mk]]
+    mk_phase = np.where(is_transfer_op, _P_XFER, phase_of_name[np.maximum(table.name[mk], 0)])
     max_mk = int((mk_end - mk_start).max()) if mk.size else 0
 
     is_bwd_name = table.name_ids(lambda x: _BACKWARD_OP.search(x) is not None)
@@ -276,6 +438,17 @@ def compute_steps(table: EventTable, warnings: list[str]) -> StepTable:
     bwd_pkey = pkey_of_thread[table.thread[bwd]]
     bwd_start = table.start[bwd]
     bwd_end = bwd_start + table.dur[bwd]
+    # ops that separate two backward passes: any other op of the step's thread
+    is_step_name = table.name_ids(lambda x: _STEP_NAME.match(x) is not None)
+    brk = np.flatnonzero(
+        (table.kind == Kind.CPU_OP)
+        & ~is_bwd_name[table.name]
+        & (phase_of_name[table.name] < 0)
+        & ~is_step_name[table.name]
+    )
+    brk = brk[np.lexsort((table.start[brk], table.thread[brk]))]
+    brk_thread = table.thread[brk]
+    brk_start = table.start[brk]
     stage_names = {
         code: stg for code, nm in enumerate(table.names) if (stg := _stage_of(nm)) is not None
     }
@@ -294,52 +467,32 @@ def compute_steps(table: EventTable, warnings: list[str]) -> StepTable:
         m_s = np.maximum(mk_start[sel], s)
         m_e = np.minimum(mk_end[sel], e)
         m_p = mk_phase[sel]
-        prio_s = mk_start[sel]  # innermost = latest start (true start, not clipped)
-        level = np.ones(sel.size, np.int64)
+        true_s, true_e = mk_start[sel], mk_end[sel]
         stage = "train"
         for code in table.name[mk[sel]].tolist():
             if code in stage_names:
                 stage = stage_names[code]
                 break
-        # inferred markers (level 0) where the trace has no explicit ones
-        inf_s: list[int] = []
-        inf_e: list[int] = []
-        inf_p: list[int] = []
         pk = int(pkey_of_thread[t])
         bsel = (bwd_pkey == pk) & (bwd_start < e) & (bwd_end > s)
-        has_bwd = bool((m_p == _P_BWD).any())
-        b_start = None
-        if bsel.any() and not has_bwd:
-            b_start = max(int(bwd_start[bsel].min()), s)
-            inf_s.append(b_start)
-            inf_e.append(min(int(bwd_end[bsel].max()), e))
-            inf_p.append(_P_BWD)
-        elif has_bwd:
-            b_start = int(m_s[m_p == _P_BWD].min())
-        if not (m_p == _P_FWD).any():
-            data_end = m_e[m_p == _P_DATA]
-            f_from = int(
-                data_end[data_end <= (b_start if b_start is not None else e)].max(initial=s)
-            )
-            opt_s = m_s[(m_p == _P_OPT) & (m_s >= f_from)]
-            f_to = b_start if b_start is not None else int(opt_s.min(initial=e))
-            if (b_start is not None or (m_p == _P_DATA).any()) and f_to > f_from:
-                inf_s.append(f_from)
-                inf_e.append(f_to)
-                inf_p.append(_P_FWD)
-        all_s = np.concatenate([m_s, np.asarray(inf_s, np.int64)])
+        us, ue = _merge(bwd_start[bsel], bwd_end[bsel])
+        blo = np.searchsorted(brk_thread, t, side="left")
+        bhi = np.searchsorted(brk_thread, t, side="right")
+        passes = _backward_clusters(us, ue, brk_start[blo:bhi])
+        inf_s, inf_e, inf_p = _infer_regions(s, e, m_s, m_e, m_p, true_s, true_e, passes)
+        inf = np.asarray(inf_s, np.int64)
+        all_s = np.concatenate([m_s, inf])
         all_e = np.concatenate([m_e, np.asarray(inf_e, np.int64)])
         all_p = np.concatenate([m_p, np.asarray(inf_p, np.int64)])
-        all_prio = np.concatenate([prio_s, np.asarray(inf_s, np.int64)])
-        all_level = np.concatenate([level, np.zeros(len(inf_s), np.int64)])
+        all_ts = np.concatenate([true_s, inf])  # innermost = latest true start, then shortest
+        all_te = np.concatenate([true_e, np.asarray(inf_e, np.int64)])
         bounds = np.unique(np.concatenate([[s, e], all_s, all_e]))
         bounds = bounds[(bounds >= s) & (bounds <= e)]
         left, right = bounds[:-1], bounds[1:]
         phase = np.full(left.size, _P_OTHER, np.int64)
         if all_s.size and left.size:
             cover = (all_s[None, :] <= left[:, None]) & (all_e[None, :] > left[:, None])
-            # rank: level first, then latest start, then shortest span
-            rank = np.lexsort((-(all_e - all_prio), all_prio, all_level))
+            rank = np.lexsort((-(all_te - all_ts), all_ts))
             score = np.empty(rank.size, np.int64)
             score[rank] = np.arange(rank.size)
             scored = np.where(cover, score[None, :], -1)
@@ -354,15 +507,39 @@ def compute_steps(table: EventTable, warnings: list[str]) -> StepTable:
         seg_p.append(phase)
         seg_step.append(np.full(left.size, i, np.int64))
 
-    # device view, per source: union of device activity clipped to each step window
-    gpu: np.ndarray | None = None
+    out = StepTable(
+        label=labels,
+        number=numbers,
+        src=st_src,
+        thread=st_thread,
+        start=st_start,
+        end=st_end,
+        stage=stages,
+        phases=phases,
+        gpu=None,
+        gpu_phases=None,
+        runtime_ns=np.zeros(n, np.int64),
+        seg_key=np.concatenate(seg_key),
+        seg_start=np.concatenate(seg_s),
+        seg_end=np.concatenate(seg_e),
+        seg_phase=np.concatenate(seg_p),
+        seg_step=np.concatenate(seg_step),
+    )
+    _device_view(table, out, pkey_of_thread)
+    return out
+
+
+def _device_view(table: EventTable, steps: StepTable, pkey_of_thread: np.ndarray) -> None:
+    """Fill ``gpu`` (device busy/idle per step), ``gpu_phases`` (device time per host phase, by
+    the phase of the runtime call that launched each kernel or copy) and ``runtime_ns``."""
+    n = len(steps)
     dev = np.isin(table.kind, Kind.DEVICE)
     if dev.any():
         gpu = np.zeros((n, len(GPU_PARTS)), np.int64)
         ends = table.start + table.dur
-        for src in np.unique(st_src).tolist():
-            rows = np.flatnonzero(st_src == src)
-            ws, we = st_start[rows], st_end[rows]
+        for src in np.unique(steps.src).tolist():
+            rows = np.flatnonzero(steps.src == src)
+            ws, we = steps.start[rows], steps.end[rows]
             in_src = dev & (table.src == src)
             # priority kernel > memcpy > memset where streams overlap: nested unions
             busy = [
@@ -375,34 +552,24 @@ def compute_steps(table: EventTable, warnings: list[str]) -> StepTable:
             ]
             k_only, kc, kcs = busy
             gpu[rows] = np.stack([k_only, kc - k_only, kcs - kc, (we - ws) - kcs], axis=1)
+        steps.gpu = gpu
+        didx = np.flatnonzero(dev)
+        rt = _launch_calls(table, didx)
+        known = rt >= 0
+        step_of, phase_of = locate(steps, table, rt[known])
+        ok = step_of >= 0
+        gp = np.zeros((n, len(PHASES)), np.int64)
+        np.add.at(gp, (step_of[ok], phase_of[ok]), table.dur[didx[known][ok]])
+        steps.gpu_phases = gp
 
-    runtime = np.zeros(n, np.int64)
-    rt = np.flatnonzero(table.kind == Kind.RUNTIME)
-    if rt.size:
-        rt_key = pkey_of_thread[table.thread[rt]]
+    rt_all = np.flatnonzero(table.kind == Kind.RUNTIME)
+    if rt_all.size:
+        rt_key = pkey_of_thread[table.thread[rt_all]]
         for i in range(n):
-            m = rt_key == pkey_of_thread[st_thread[i]]
-            rs = np.maximum(table.start[rt[m]], st_start[i])
-            re_ = np.minimum(table.start[rt[m]] + table.dur[rt[m]], st_end[i])
-            runtime[i] = int(np.clip(re_ - rs, 0, None).sum())
-
-    return StepTable(
-        label=labels,
-        number=numbers,
-        src=st_src,
-        thread=st_thread,
-        start=st_start,
-        end=st_end,
-        stage=stages,
-        phases=phases,
-        gpu=gpu,
-        runtime_ns=runtime,
-        seg_key=np.concatenate(seg_key),
-        seg_start=np.concatenate(seg_s),
-        seg_end=np.concatenate(seg_e),
-        seg_phase=np.concatenate(seg_p),
-        seg_step=np.concatenate(seg_step),
-    )
+            m = rt_key == pkey_of_thread[steps.thread[i]]
+            rs = np.maximum(table.start[rt_all[m]], steps.start[i])
+            re_ = np.minimum(table.start[rt_all[m]] + table.dur[rt_all[m]], steps.end[i])
+            steps.runtime_ns[i] = int(np.clip(re_ - rs, 0, None).sum())
 
 
 def locate(
@@ -534,18 +701,9 @@ def _launchers(table: EventTable, dev: np.ndarray) -> np.ndarray:
     """Name code of the CPU op that launched each device event (runtime call's parent op), -1
     where unknown. Joined on (source, correlation id)."""
     out = np.full(dev.size, -1, np.int64)
-    rt = np.flatnonzero((table.kind == Kind.RUNTIME) & (table.correlation >= 0))
-    if rt.size == 0:
-        return out
-    scale = int(max(table.correlation.max(), 0)) + 1
-    rkey = table.src[rt] * scale + table.correlation[rt]
-    order = np.argsort(rkey)
-    rkey = rkey[order]
-    dkey = table.src[dev] * scale + table.correlation[dev]
-    k = np.clip(np.searchsorted(rkey, dkey), 0, rkey.size - 1)
-    hit = (rkey[k] == dkey) & (table.correlation[dev] >= 0)
-    par = table.parent[rt[order][k]]
-    ok = hit & (par >= 0)
+    rt = _launch_calls(table, dev)
+    par = np.where(rt >= 0, table.parent[np.maximum(rt, 0)], -1)
+    ok = par >= 0
     out[ok] = table.name[par[ok]]
     return out
 

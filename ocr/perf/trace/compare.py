@@ -170,7 +170,9 @@ def compare_reports(
                 for k in ("mean_ms", "median_ms", "p90_ms", "min_ms", "max_ms", "std_ms")
             },
             "phases_ms": {
-                p: _delta(pa["phases"][p]["mean_ms"], pb["phases"][p]["mean_ms"]) for p in PHASES
+                p: _delta(pa["phases"][p]["mean_ms"], pb["phases"][p]["mean_ms"])
+                for p in PHASES
+                if p in pa["phases"] and p in pb["phases"]  # saved reports from before a phase
             },
             "steps": [
                 {"index": i, **_delta(round(x / 1e6, 4), round(y / 1e6, 4))}

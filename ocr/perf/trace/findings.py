@@ -29,6 +29,8 @@ THRESHOLDS: dict[str, float] = {
     "tiny_op_share_pct": 60.0,
     "cpu_ops_per_step": 1000.0,
     "optimizer_ops_per_step": 20.0,
+    "optimizer_ops_per_param": 1.0,
+    "optimizer_share_pct": 5.0,
 }
 
 
@@ -59,9 +61,17 @@ class TraceMetrics:
         tiny_op_pct: CPU ops shorter than ``tiny_op_us`` (%).
         median_op_us: median CPU op duration (µs).
         optimizer_names: optimizers seen (from ``Optimizer.step#X.step``).
-        optimizer_ops_per_step: CPU ops in the optimizer phase per step.
+        optimizer_ops_per_step: the optimizer's own ops (outermost ops of the optimizer phase)
+            per optimizer step.
         optimizer_multi_tensor_ops: ``_foreach_``/``_fused_`` ops in the optimizer phase.
         optimizer_ms_per_step: optimizer phase per step (ms).
+        optimizer_multi_tensor_ops_per_step: outermost ``_foreach_``/``_fused_`` ops per optimizer
+            step (one per update stage, whatever the number of parameters).
+        optimizer_steps: optimizer steps in the profiled steps.
+        optimizer_params: parameters (gradients accumulated by one backward pass), if known.
+        optimizer_ops_per_param: ``optimizer_ops_per_step / optimizer_params``: about 1 or more
+            for the per-parameter loop, well below for foreach and fused implementations.
+        optimizer_pct: optimizer phase in % of step wall time.
     """
 
     has_gpu: bool
@@ -88,6 +98,11 @@ class TraceMetrics:
     optimizer_ops_per_step: float | None = None
     optimizer_multi_tensor_ops: int = 0
     optimizer_ms_per_step: float | None = None
+    optimizer_multi_tensor_ops_per_step: float | None = None
+    optimizer_steps: int | None = None
+    optimizer_params: int | None = None
+    optimizer_ops_per_param: float | None = None
+    optimizer_pct: float | None = None
 
 
 @dataclass
@@ -317,8 +332,19 @@ def _optimizer(m: TraceMetrics) -> Finding | None:
         return None
     if m.optimizer_multi_tensor_ops > 0:
         return None
-    if m.optimizer_ops_per_step < THRESHOLDS["optimizer_ops_per_step"]:
+    # advice only where the optimizer is a material share of the step
+    if m.optimizer_pct is None or m.optimizer_pct < THRESHOLDS["optimizer_share_pct"]:
         return None
+    if m.optimizer_ops_per_param is not None:
+        if m.optimizer_ops_per_param < THRESHOLDS["optimizer_ops_per_param"]:
+            return None
+        how_many = (
+            f"{m.optimizer_ops_per_param:.1f} ops per parameter, {m.optimizer_params} parameters"
+        )
+    else:
+        if m.optimizer_ops_per_step < THRESHOLDS["optimizer_ops_per_step"]:
+            return None
+        how_many = f"{m.optimizer_ops_per_step:.0f} ops per step"
     if m.has_gpu:
         how = (
             "Pass foreach=True (or fused=True for Adam/AdamW/SGD on CUDA) to the optimizer: one "
@@ -333,15 +359,22 @@ def _optimizer(m: TraceMetrics) -> Finding | None:
         id="optimizer_not_multi_tensor",
         severity="warning" if m.has_gpu else "info",
         title=(
-            f"{', '.join(m.optimizer_names)} steps parameter by parameter "
-            f"({m.optimizer_ops_per_step:.0f} ops per step, no _foreach_/_fused_ ops)"
+            f"{', '.join(m.optimizer_names)} steps parameter by parameter ({how_many}; "
+            f"optimizer {m.optimizer_pct:.1f}% of the step)"
         ),
         evidence={
             "optimizer": m.optimizer_names,
             "optimizer_ops_per_step": _r(m.optimizer_ops_per_step, 1),
+            "optimizer_params": m.optimizer_params,
+            "optimizer_ops_per_param": _r(m.optimizer_ops_per_param, 2),
             "optimizer_ms_per_step": _r(m.optimizer_ms_per_step, 3),
+            "optimizer_pct": _r(m.optimizer_pct),
         },
-        threshold={"ops_per_step": THRESHOLDS["optimizer_ops_per_step"]},
+        threshold={
+            "ops_per_param": THRESHOLDS["optimizer_ops_per_param"],
+            "ops_per_step_without_param_count": THRESHOLDS["optimizer_ops_per_step"],
+            "share_pct": THRESHOLDS["optimizer_share_pct"],
+        },
         suggestion=how,
     )
 

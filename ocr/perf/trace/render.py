@@ -114,8 +114,23 @@ def print_analysis(report: dict[str, Any], console: Console | None = None) -> No
         t.add_column("phase")
         t.add_column("mean ms", justify="right")
         t.add_column("% of step", justify="right")
+        # the live phase clock over the same steps (ProfilerCallback's windows), when known
+        clock = _clock_rows(report, stage)
+        if clock:
+            t.add_column("clock ms", justify="right")
+            t.add_column("agree", justify="center")
+        gpu_ph = ps.get("gpu_phases")
+        if gpu_ph:
+            t.add_column("gpu ms launched", justify="right")
         for p in PHASES:
-            t.add_row(p, _fmt(ps["phases"][p]["mean_ms"]), _fmt(ps["phases"][p]["pct"], 1))
+            ph = ps["phases"].get(p, {"mean_ms": None, "pct": None})
+            cells = [p, _fmt(ph["mean_ms"]), _fmt(ph["pct"], 1)]
+            if clock:
+                row = clock.get(p, {})
+                cells += [_fmt(row.get("clock_ms")), "yes" if row.get("agree") else "NO"]
+            if gpu_ph:
+                cells.append(_fmt(gpu_ph.get(p, {}).get("mean_ms")))
+            t.add_row(*cells)
         if "gpu" in ps:
             t.add_section()
             for p in GPU_PARTS:
@@ -152,6 +167,13 @@ def print_analysis(report: dict[str, Any], console: Console | None = None) -> No
         con.print("[green]No findings above the thresholds.[/green]")
     for w in report["warnings"]:
         con.print(f"[dim]note: {w}[/dim]")
+
+
+def _clock_rows(report: dict[str, Any], stage: str) -> dict[str, dict[str, Any]]:
+    agreement = report.get("clock_agreement")
+    if not isinstance(agreement, dict) or stage != agreement.get("stage", "train"):
+        return {}
+    return {str(row["phase"]): row for row in agreement.get("phases") or []}
 
 
 def print_comparison(result: dict[str, Any], console: Console | None = None) -> None:
@@ -265,6 +287,8 @@ def to_markdown(report: dict[str, Any]) -> str:
         ]
         out.append("|---|---:|---:|")
         for p in PHASES:
+            if p not in ps["phases"]:  # a report written before this phase existed
+                continue
             out.append(f"| {p} | {ps['phases'][p]['mean_ms']:.3f} | {ps['phases'][p]['pct']:.1f} |")
         for p in GPU_PARTS if "gpu" in ps else ():
             out.append(f"| gpu {p} | {ps['gpu'][p]['mean_ms']:.3f} | {ps['gpu'][p]['pct']:.1f} |")

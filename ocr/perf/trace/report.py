@@ -15,6 +15,7 @@ from ocr.perf.trace.analyses import (
     GPU_PARTS,
     PHASES,
     StepTable,
+    classify_phase,
     compute_steps,
     device_ops,
     host_ops,
@@ -154,6 +155,10 @@ def _step_row(steps: StepTable, i: int, table: EventTable, outlier: bool) -> dic
             round(float(100.0 * (1 - steps.gpu[i][-1] / wall)), 2) if wall else None
         )
         row["cuda_runtime_ms"] = _ms(steps.runtime_ns[i])
+    if steps.gpu_phases is not None:
+        row["gpu_phases_ms"] = {
+            p: _ms(v) for p, v in zip(PHASES, steps.gpu_phases[i].tolist(), strict=True)
+        }
     return row
 
 
@@ -180,6 +185,11 @@ def _phase_summary(steps: StepTable, rows: np.ndarray) -> dict[str, Any]:
             for k, p in enumerate(GPU_PARTS)
         }
         out["cuda_runtime_mean_ms"] = _ms(steps.runtime_ns[rows].mean())
+    if steps.gpu_phases is not None:
+        # device time launched from each host phase (kernels and copies, summed over streams)
+        out["gpu_phases"] = {
+            p: {"mean_ms": _ms(steps.gpu_phases[rows, k].mean())} for k, p in enumerate(PHASES)
+        }
     return out
 
 
@@ -299,12 +309,47 @@ def _metrics(
         m.tiny_op_pct = 100.0 * float((od < THRESHOLDS["tiny_op_us"] * 1e3).mean())
         m.median_op_us = float(np.median(od)) / 1e3
     if n and m.optimizer_names:
-        in_opt = oidx[ophase == _P_OPT]
-        # the optimizer's own annotations are cpu_op in the 2021 schema: do not count them
-        is_ann = table.name_ids(lambda s: s.startswith("Optimizer."))
-        in_opt = in_opt[~is_ann[table.name[in_opt]]]
-        m.optimizer_ops_per_step = in_opt.size / n
-        multi = table.name_ids(lambda s: "_foreach_" in s or "_fused_" in s)
-        m.optimizer_multi_tensor_ops = int(multi[table.name[in_opt]].sum())
-        m.optimizer_ms_per_step = float(steps.phases[:, _P_OPT].mean()) / 1e6
+        _optimizer_metrics(table, steps, m, oidx, ophase)
     return m
+
+
+def _optimizer_metrics(
+    table: EventTable, steps: StepTable, m: TraceMetrics, oidx: np.ndarray, ophase: np.ndarray
+) -> None:
+    """The optimizer's own work: outermost ops in the optimizer phase (the forward and backward
+    Lightning runs inside ``Optimizer.step``'s closure are their own phases), per optimizer step
+    and per parameter (parameters = gradients accumulated by one backward pass)."""
+    is_label = table.name_ids(
+        lambda s: s.startswith(("Optimizer.", "[pl]", "ProfilerStep#")) or classify_phase(s) >= 0
+    )
+    in_opt = oidx[(ophase == _P_OPT) & ~is_label[table.name[oidx]]]
+    # outermost: the parent is not itself an op (aten::add_ inside aten::lerp_ is one step)
+    par = table.parent[in_opt]
+    safe = np.maximum(par, 0)
+    nested = (par >= 0) & (table.kind[safe] == Kind.CPU_OP) & ~is_label[table.name[safe]]
+    own = in_opt[~nested]
+    is_step = table.name_ids(lambda s: _OPTIMIZER.match(s) is not None)
+    opt_spans = np.flatnonzero(is_step[table.name] & np.isin(table.kind, Kind.HOST))
+    opt_step_of, _ = locate(steps, table, opt_spans)
+    # an optimizer step annotated twice (a subclass calling super().step()) counts once
+    par_o = table.parent[opt_spans]
+    outer = ~((par_o >= 0) & is_step[table.name[np.maximum(par_o, 0)]])
+    n_opt_steps = int(((opt_step_of >= 0) & outer).sum()) or len(steps)
+    m.optimizer_steps = n_opt_steps
+    m.optimizer_ops_per_step = own.size / n_opt_steps
+    multi = table.name_ids(lambda s: "_foreach_" in s or "_fused_" in s)
+    m.optimizer_multi_tensor_ops = int(multi[table.name[in_opt]].sum())
+    m.optimizer_multi_tensor_ops_per_step = int(multi[table.name[own]].sum()) / n_opt_steps
+    m.optimizer_ms_per_step = float(steps.phases[:, _P_OPT].mean()) / 1e6
+    wall = int(steps.wall.sum())
+    m.optimizer_pct = 100.0 * float(steps.phases[:, _P_OPT].sum()) / wall if wall else 0.0
+    acc = table.name_ids(lambda s: s.endswith("AccumulateGrad") and "evaluate_function" in s)
+    grads = np.flatnonzero(acc[table.name] & (table.kind == Kind.CPU_OP))
+    if grads.size == 0:  # traces without the engine's wrapper op
+        acc = table.name_ids(lambda s: s.endswith("AccumulateGrad"))
+        grads = np.flatnonzero(acc[table.name] & (table.kind == Kind.CPU_OP))
+    g_step, _ = locate(steps, table, grads)
+    counts = np.bincount(g_step[g_step >= 0], minlength=len(steps))
+    if counts.size and counts.max() > 0:
+        m.optimizer_params = int(counts.max())
+        m.optimizer_ops_per_param = m.optimizer_ops_per_step / m.optimizer_params

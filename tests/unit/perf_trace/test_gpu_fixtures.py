@@ -93,3 +93,34 @@ def test_fixture_directory_holds_two_sources(traces_dir: Path) -> None:
     assert r["summary"]["n_steps"] == 11
     assert len(r["top_cpu_ops"]) == 5
     assert {row["steps"] for row in r["per_rank"]} == {5, 6}
+
+
+@pytest.mark.parametrize("fixture", ["resnet_2021", "trace_2024"])
+def test_gpu_time_per_phase_from_launching_ops(
+    fixture: str, request: pytest.FixtureRequest
+) -> None:
+    r = request.getfixturevalue(fixture)
+    for step in r["steps"]:
+        gpu_phases = step["gpu_phases_ms"]
+        # every kernel and copy is attributed by the phase of the call that launched it: at
+        # most the device's total (streams may overlap), and backward's kernels are there
+        launched = sum(gpu_phases.values())
+        device = step["gpu_ms"]["kernel"] + step["gpu_ms"]["memcpy"] + step["gpu_ms"]["memset"]
+        assert 0.5 * device < launched
+        assert gpu_phases["backward"] > gpu_phases["optimizer"] > 0
+        assert gpu_phases["forward"] > 0
+        assert gpu_phases["data_loading"] == 0  # the DataLoader launches nothing
+
+
+def test_resnet_2021_backward_on_the_autograd_thread_and_transfer(resnet_2021: dict) -> None:
+    phases = resnet_2021["phase_summary"]["train"]["phases"]
+    # the backward ops run on the autograd thread: the host phase still sees backward
+    assert phases["backward"]["mean_ms"] > phases["optimizer"]["mean_ms"] > 0
+    # the batch's host-to-device copies (aten::to) are a transfer phase of their own
+    assert phases["transfer"]["mean_ms"] > 0
+    gpu = resnet_2021["phase_summary"]["train"]["gpu_phases"]
+    assert gpu["transfer"]["mean_ms"] == pytest.approx(
+        resnet_2021["phase_summary"]["train"]["gpu"]["memcpy"]["mean_ms"], rel=0.05
+    )
+    # the optimizer finding counts per parameter: resnet50 has 161 parameter tensors
+    assert resnet_2021["metrics"]["optimizer_params"] == 161

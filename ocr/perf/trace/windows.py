@@ -1,0 +1,91 @@
+"""The live phase clock's figures for traces written by ``ProfilerCallback``.
+
+Each profiler window appends one record to ``<run>/perf/profiler.jsonl`` with the clock's ms/step
+per phase over the window's steps (``clock_agreement``). When ``ocr-perf analyze`` reads traces of
+such a run, those figures are set beside the trace's again, pooled (step-weighted) over the windows
+whose trace files are all among the analysed ones, so the printed breakdown shows one figure per
+phase with the trace's detail beside it, and a disagreement is a finding.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from ocr.perf.rundir import PERF_DIRNAME, RunDirError, read_records
+from ocr.perf.trace.agreement import compare_phases
+
+__all__ = ["attach_clock_agreement"]
+
+PROFILER_SCHEMA = "receipt-ocr/profiler-window"
+_STAGE = {"train": "train", "val": "validation", "test": "test"}
+
+
+def _run_dir(files: list[Path]) -> Path | None:
+    """The run directory above the trace files: the nearest one with ``perf/profiler.jsonl``."""
+    for parent in files[0].parents[:3] if files else ():
+        if (parent / PERF_DIRNAME / "profiler.jsonl").is_file():
+            return parent
+    return None
+
+
+def attach_clock_agreement(report: dict[str, Any]) -> None:
+    """Add ``clock_agreement`` (and a measurement finding on disagreement) to ``report`` when its
+    trace files come from profiler windows that recorded the clock. Leaves ``report`` alone
+    otherwise (foreign traces, runs without the clock, unreadable records)."""
+    files = [Path(s["path"]).resolve() for s in report.get("sources", []) if s.get("path")]
+    run = _run_dir(files)
+    if run is None:
+        return
+    try:
+        windows = read_records(run / PERF_DIRNAME / "profiler.jsonl", PROFILER_SCHEMA)
+    except (RunDirError, OSError, ValueError):
+        return  # the analysis stands on its own; the record is only a companion
+    analysed = set(files)
+    pooled: dict[str, list[Mapping[str, Any]]] = {}
+    for w in windows:
+        agreement = w.get("clock_agreement")
+        traces = [(run / t).resolve() for t in w.get("traces") or []]
+        if not isinstance(agreement, Mapping) or not traces or not set(traces) <= analysed:
+            continue
+        pooled.setdefault(_STAGE.get(str(w.get("stage")), "train"), []).append(agreement)
+    stage = "train" if "train" in pooled else next(iter(sorted(pooled)), None)
+    if stage is None:
+        return
+    steps = 0
+    trace_ms: dict[str, float] = {}
+    clock_ms: dict[str, float] = {}
+    for agreement in pooled[stage]:
+        n = int(agreement.get("steps") or 0)
+        steps += n
+        for row in agreement.get("phases") or []:
+            phase = str(row["phase"])
+            trace_ms[phase] = trace_ms.get(phase, 0.0) + n * float(row["trace_ms"])
+            clock_ms[phase] = clock_ms.get(phase, 0.0) + n * float(row["clock_ms"])
+    if not steps:
+        return
+    # clock figures are already pooled into trace phases: compare them as such ("other" maps
+    # to itself, every trace phase name is also its own clock-side name below)
+    result = compare_phases(
+        {p: v / steps for p, v in trace_ms.items()},
+        {_AS_CLOCK.get(p, p): v / steps for p, v in clock_ms.items()},
+        steps,
+    )
+    result.stage = stage
+    report["clock_agreement"] = result.as_dict()
+    finding = result.finding()
+    if finding is not None:
+        report.setdefault("findings", []).append(finding)
+
+
+# trace phase -> a clock phase name that CLOCK_TO_TRACE maps back to it
+_AS_CLOCK = {
+    "data_loading": "data_wait",
+    "transfer": "transfer",
+    "forward": "forward",
+    "backward": "backward",
+    "optimizer": "optimizer",
+    "hooks": "callbacks",
+    "other": "unattributed",
+}

@@ -1,0 +1,348 @@
+"""Acceptance: planted sleeps land in their phase of the trace's step breakdown.
+
+Traces are recorded here from LightningModules written here (automatic optimization, manual
+optimization, gradient accumulation) and from a plain PyTorch loop, with ``time.sleep`` planted in
+the step function, in a backward tensor hook, in a wrapped optimizer's ``step`` and in the
+dataset's ``__getitem__``. Every sleep is measured with ``perf_counter`` where it runs; the
+analyzer must put each in its phase within ±15 % of its measured duration, the phases must sum
+to the step, and the optimizer phase must hold nothing but optimizer work.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import pytest
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from ocr.lightning_modules.callbacks.action_stream import ActionStream
+from ocr.lightning_modules.callbacks.profiler_callback import ProfilerCallback
+from ocr.perf.trace import analyze_trace
+
+# distinct lengths, so a sleep counted in the wrong phase cannot pass for the right one
+DATA_S = 0.006  # per sample; batches of 2
+STEP_S = 0.024
+HOOK_S = 0.012
+OPT_S = 0.018
+TOL = 0.15
+N_BATCHES = 6
+
+
+class Sleeps:
+    """Measured sleeps per (batch, phase); ``batch`` is set by the code under test."""
+
+    def __init__(self) -> None:
+        self.batch = -1
+        self.by_batch: dict[int, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+        self.data: list[float] = []
+
+    def sleep(self, phase: str, seconds: float) -> None:
+        t0 = time.perf_counter()
+        time.sleep(seconds)
+        dt = time.perf_counter() - t0
+        if phase == "data_loading":
+            self.data.append(dt)
+        else:
+            self.by_batch[self.batch][phase] += dt
+
+
+class SlowData(Dataset[tuple[torch.Tensor, torch.Tensor]]):
+    def __init__(self, sleeps: Sleeps, n: int = 2 * N_BATCHES + 4) -> None:
+        self.sleeps = sleeps
+        g = torch.Generator().manual_seed(0)
+        self.x = torch.randn(n, 8, generator=g)
+        self.y = torch.randn(n, 1, generator=g)
+
+    def __len__(self) -> int:
+        return len(self.x)
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        self.sleeps.sleep("data_loading", DATA_S)
+        return self.x[i], self.y[i]
+
+
+class SlowSGD(torch.optim.SGD):
+    """A wrapped optimizer: its own work (a sleep) after the closure, then the real step."""
+
+    sleeps: Sleeps
+
+    def step(self, closure: Any = None) -> Any:  # type: ignore[override]
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        self.sleeps.sleep("optimizer", OPT_S)
+        super().step()
+        return loss
+
+
+def _forward(net: torch.nn.Module, sleeps: Sleeps, x: torch.Tensor, y: torch.Tensor) -> Any:
+    sleeps.sleep("forward", STEP_S)
+    out = net(x)
+    out.register_hook(lambda g: sleeps.sleep("backward", HOOK_S))
+    return torch.nn.functional.mse_loss(out, y)
+
+
+class Planted(L.LightningModule):
+    def __init__(self, sleeps: Sleeps, manual: bool = False) -> None:
+        super().__init__()
+        self.sleeps = sleeps
+        self.net = torch.nn.Sequential(
+            torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1)
+        )
+        self.automatic_optimization = not manual
+
+    def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
+        self.sleeps.batch = batch_idx
+
+    def training_step(self, batch: Any, batch_idx: int) -> Any:
+        loss = _forward(self.net, self.sleeps, *batch)
+        if self.automatic_optimization:
+            return loss
+        opt = self.optimizers()
+        opt.zero_grad()  # type: ignore[union-attr]
+        self.manual_backward(loss)
+        opt.step()  # type: ignore[union-attr]
+        return None
+
+    def configure_optimizers(self) -> Any:
+        opt = SlowSGD(self.parameters(), lr=0.01)
+        opt.sleeps = self.sleeps
+        return opt
+
+
+class _StepTorchProfiler(L.Callback):
+    """A foreign profiler: plain torch.profiler stepped at batch end, no Lightning labels."""
+
+    def __init__(self, prof: torch.profiler.profile) -> None:
+        self.prof = prof
+
+    def on_train_batch_end(self, *args: Any) -> None:
+        self.prof.step()
+
+
+def _fit(
+    tmp_path: Path, manual: bool = False, accumulate: int = 1, ours: bool = True
+) -> tuple[dict[str, Any], Sleeps]:
+    sleeps = Sleeps()
+    model = Planted(sleeps, manual=manual)
+    loader = DataLoader(SlowData(sleeps), batch_size=2, num_workers=0)
+    trace_dir = tmp_path / "traces"
+    callbacks: list[L.Callback] = []
+    prof = None
+    if ours:
+        callbacks.append(
+            ProfilerCallback(
+                profile_epochs=[0],
+                profile_steps=4,
+                warmup_steps=1,
+                activities=["cpu"],
+                record_shapes=False,
+                profile_memory=False,
+                output_dir=trace_dir,
+                log_top_k_ops=3,
+            )
+        )
+    else:
+        trace_dir.mkdir()
+        prof = torch.profiler.profile(
+            activities=[torch.profiler.ProfilerActivity.CPU],
+            schedule=torch.profiler.schedule(wait=0, warmup=1, active=4, repeat=1),
+            on_trace_ready=lambda p: p.export_chrome_trace(str(trace_dir / "foreign.json")),
+        )
+        callbacks.append(_StepTorchProfiler(prof))
+    trainer = L.Trainer(
+        default_root_dir=tmp_path,
+        max_epochs=1,
+        limit_train_batches=N_BATCHES,
+        limit_val_batches=0,
+        accumulate_grad_batches=accumulate,
+        callbacks=callbacks,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if prof is not None:
+            with prof:
+                trainer.fit(model, loader)
+        else:
+            trainer.fit(model, loader)
+    return analyze_trace(trace_dir, top_k=None), sleeps
+
+
+def _check(report: dict[str, Any], sleeps: Sleeps, batch_of_step: int = 0) -> None:
+    steps = [s for s in report["steps"] if s["stage"] == "train"]
+    assert len(steps) == 4
+    expected: dict[str, float] = defaultdict(float)
+    data_per_batch = 2 * sum(sleeps.data) / len(sleeps.data)
+    for s in steps:
+        assert sum(s["phases_ms"].values()) == pytest.approx(s["wall_ms"], abs=1e-3)
+        for phase, secs in sleeps.by_batch[s["number"] + batch_of_step].items():
+            expected[phase] += 1e3 * secs
+        expected["data_loading"] += 1e3 * data_per_batch
+    got = {p: sum(s["phases_ms"][p] for s in steps) for p in steps[0]["phases_ms"]}
+    for phase in ("data_loading", "forward", "backward", "optimizer"):
+        assert got[phase] == pytest.approx(expected[phase], rel=TOL), (phase, got, dict(expected))
+    # nothing planted elsewhere reached the optimizer phase: it is at most its own sleeps
+    assert got["optimizer"] <= (1 + TOL) * expected["optimizer"]
+
+
+def test_automatic_optimization_with_our_profiler(tmp_path: Path) -> None:
+    report, sleeps = _fit(tmp_path)
+    _check(report, sleeps)
+    # our ProfilerCallback labels Lightning's actions in the trace
+    names = {r["name"] for r in report["top_annotations"]}
+    assert any(
+        n.startswith("[pl][profile][Strategy]") and n.endswith(".training_step") for n in names
+    )
+    assert any(n.startswith("[pl][profile][Strategy]") and n.endswith(".backward") for n in names)
+    assert any(n.startswith("[pl][profile][Callback]ProfilerCallback.") for n in names)
+
+
+def test_automatic_optimization_foreign_trace_without_lightning_labels(tmp_path: Path) -> None:
+    report, sleeps = _fit(tmp_path, ours=False)
+    assert not any(r["name"].startswith("[pl]") for r in report["top_annotations"])
+    _check(report, sleeps)
+
+
+def test_manual_optimization(tmp_path: Path) -> None:
+    report, sleeps = _fit(tmp_path, manual=True)
+    _check(report, sleeps)
+
+
+def test_manual_optimization_foreign_trace(tmp_path: Path) -> None:
+    report, sleeps = _fit(tmp_path, manual=True, ours=False)
+    _check(report, sleeps)
+
+
+def test_gradient_accumulation(tmp_path: Path) -> None:
+    report, sleeps = _fit(tmp_path, accumulate=2)
+    _check(report, sleeps)
+    opt = [s["phases_ms"]["optimizer"] for s in report["steps"]]
+    # the optimizer sleeps every second batch only
+    assert sum(1 for ms in opt if ms >= 1e3 * OPT_S * (1 - TOL)) == 2
+
+
+def test_gradient_accumulation_foreign_trace(tmp_path: Path) -> None:
+    report, sleeps = _fit(tmp_path, accumulate=2, ours=False)
+    _check(report, sleeps)
+
+
+def test_plain_pytorch_loop(tmp_path: Path) -> None:
+    sleeps = Sleeps()
+    net = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+    opt = SlowSGD(net.parameters(), lr=0.01)
+    opt.sleeps = sleeps
+    loader = DataLoader(SlowData(sleeps), batch_size=2, num_workers=0)
+    out = tmp_path / "plain.json"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with torch.profiler.profile(
+            activities=[torch.profiler.ProfilerActivity.CPU],
+            schedule=torch.profiler.schedule(wait=0, warmup=1, active=4, repeat=1),
+            on_trace_ready=lambda p: p.export_chrome_trace(str(out)),
+        ) as prof:
+            for i, (x, y) in enumerate(loader):
+                sleeps.batch = i
+                loss = _forward(net, sleeps, x, y)
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+                prof.step()
+                if i >= 5:
+                    break
+    _check(analyze_trace(out), sleeps)
+
+
+class _SeesProfiler(L.Callback):
+    def __init__(self) -> None:
+        self.seen: list[tuple[int, bool]] = []
+
+    def on_train_batch_start(self, trainer: L.Trainer, *args: Any) -> None:
+        self.seen.append((int(args[-1]), isinstance(trainer.profiler, ActionStream)))
+
+
+def test_action_ranges_only_while_a_window_records(tmp_path: Path) -> None:
+    sees = _SeesProfiler()
+    cb = ProfilerCallback(
+        profile_epochs=[0],
+        profile_steps=2,
+        warmup_steps=1,
+        activities=["cpu"],
+        record_shapes=False,
+        profile_memory=False,
+        log_top_k_ops=3,
+    )
+    sleeps = Sleeps()
+    trainer = L.Trainer(
+        default_root_dir=tmp_path,
+        max_epochs=1,
+        limit_train_batches=N_BATCHES,
+        limit_val_batches=0,
+        callbacks=[sees, cb],
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        trainer.fit(Planted(sleeps), DataLoader(SlowData(sleeps), batch_size=2))
+    # the listener is attached for the window's 3 batches (warm-up + 2) and gone after it
+    assert sees.seen == [(i, i < 3) for i in range(N_BATCHES)]
+    assert not isinstance(trainer.profiler, ActionStream)
+    assert cb.windows[0]["batches"] == [0, 2]
+
+
+def test_lightning_pytorch_profiler_files(tmp_path: Path) -> None:
+    """Lightning's own PyTorchProfiler: its per-stage file labels only some actions."""
+    from lightning.pytorch.profilers import PyTorchProfiler
+
+    sleeps = Sleeps()
+    out = tmp_path / "pl"
+    trainer = L.Trainer(
+        default_root_dir=tmp_path,
+        max_epochs=1,
+        limit_train_batches=N_BATCHES,
+        limit_val_batches=0,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        profiler=PyTorchProfiler(
+            dirpath=out,
+            filename="prof",
+            export_to_chrome=True,
+            schedule=torch.profiler.schedule(wait=0, warmup=1, active=4, repeat=1),
+        ),
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        trainer.fit(Planted(sleeps), DataLoader(SlowData(sleeps), batch_size=2))
+    report = analyze_trace(out, top_k=None)
+    # PyTorchProfiler steps the torch profiler when training_step ends, in the middle of
+    # Lightning's closure: the first recorded step begins inside spans opened during the warm-up
+    # step, which torch does not export. From the second step on, every label is there.
+    steps = [s for s in report["steps"] if s["stage"] == "train"][1:]
+    assert len(steps) == 3
+    # every batch sleeps alike: each step holds one batch's sleeps, whatever its boundaries
+    per_batch = {
+        p: sum(b[p] for b in sleeps.by_batch.values()) / len(sleeps.by_batch) * 1e3
+        for p in ("forward", "backward", "optimizer")
+    }
+    for s in steps:
+        assert sum(s["phases_ms"].values()) == pytest.approx(s["wall_ms"], abs=1e-3)
+    n = len(steps)
+    for phase, ms in per_batch.items():
+        got = sum(s["phases_ms"][phase] for s in steps)
+        assert got == pytest.approx(n * ms, rel=TOL), (phase, [s["phases_ms"] for s in steps])

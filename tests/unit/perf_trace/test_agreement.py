@@ -1,0 +1,201 @@
+"""Trace vs live phase clock: the comparison logic on constructed inputs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ocr.perf.clock import PhaseClock, set_active_clock
+from ocr.perf.rundir import PERF_DIRNAME, JsonlWriter
+from ocr.perf.trace import analyze_trace
+from ocr.perf.trace.agreement import (
+    ClockSnapshots,
+    clock_to_trace_phases,
+    compare_phases,
+    compare_with_clock,
+)
+from ocr.perf.trace.analyses import PHASES
+from ocr.perf.trace.windows import attach_clock_agreement
+from tests.unit.perf_trace.synth import make_trace, write
+
+TRACE = {
+    "data_loading": 10.0,
+    "transfer": 0.0,
+    "forward": 30.0,
+    "backward": 40.0,
+    "optimizer": 15.0,
+    "hooks": 4.0,
+    "other": 1.0,
+}
+
+
+def test_clock_phases_pool_into_trace_phases_whatever_their_names() -> None:
+    pooled = clock_to_trace_phases(
+        {
+            "data_wait": 1.0,
+            "postprocess": 2.0,
+            "forward": 3.0,
+            "callbacks": 4.0,
+            "module_hooks": 5.0,
+            "brand_new_phase": 6.0,
+        }
+    )
+    assert set(pooled) == set(PHASES)
+    assert pooled["data_loading"] == 1.0
+    assert pooled["forward"] == 5.0  # postprocess runs inside the step function
+    assert pooled["hooks"] == 9.0
+    assert pooled["other"] == 6.0  # unknown names: other, never dropped
+    assert pooled["transfer"] == 0.0  # missing = 0
+
+
+def test_agreement_within_tolerance() -> None:
+    clock = {
+        "data_wait": 10.5,
+        "forward": 29.0,
+        "backward": 41.0,
+        "optimizer": 14.0,
+        "callbacks": 4.2,
+        "unattributed": 1.3,
+    }
+    result = compare_phases(TRACE, clock, steps=5)
+    assert result.agree
+    assert result.finding() is None
+    assert result.as_dict()["agree"] is True
+
+
+def test_disagreement_is_a_measurement_finding() -> None:
+    # the old bug: forward and backward counted as optimizer by one side
+    clock = {
+        "data_wait": 10.0,
+        "forward": 0.5,
+        "backward": 0.0,
+        "optimizer": 84.5,
+        "callbacks": 4.0,
+        "unattributed": 1.0,
+    }
+    result = compare_phases(TRACE, clock, steps=5)
+    assert not result.agree
+    bad = {p.phase for p in result.phases if not p.agree}
+    assert bad == {"forward", "backward", "optimizer"}
+    finding = result.finding()
+    assert finding is not None
+    assert finding["id"] == "measurement_disagreement"
+    assert finding["evidence"]["clock_ms_per_step"]["optimizer"] == 84.5
+    assert finding["threshold"]["tolerance_pct"] == 10.0
+
+
+def test_tiny_phases_agree_below_the_absolute_floor() -> None:
+    trace = dict(TRACE, hooks=0.2, other=4.8)
+    clock = {
+        "data_wait": 10.0,
+        "forward": 30.0,
+        "backward": 40.0,
+        "optimizer": 15.0,
+        "callbacks": 0.5,
+        "unattributed": 4.5,
+    }  # hooks 2.5x, but 0.3 % of the step
+    assert compare_phases(trace, clock, steps=1).agree
+
+
+def test_snapshots_over_the_profiled_steps() -> None:
+    now = [0]
+    clock = PhaseClock(now=lambda: now[0])
+    snaps = ClockSnapshots()
+    set_active_clock(clock)
+    try:
+        clock.start("data_wait")
+        for step in (1, 2, 3):
+            snaps.begin(step)
+            now[0] += 2_000_000
+            clock.switch("forward")
+            now[0] += 6_000_000
+            clock.switch("optimizer")
+            now[0] += 2_000_000
+            snaps.end(step)
+            clock.switch("data_wait")
+        clock.start()  # a new epoch restarts the clock: a step across it has no figure
+        snaps.end(4)
+        snaps.begins[4] = snaps.begins[3]
+    finally:
+        set_active_clock(None)
+    used, ms = snaps.per_step_ms([1, 2, 3, 4, 9])
+    assert used == 3
+    assert ms["data_wait"] == pytest.approx(2.0)
+    assert ms["forward"] == pytest.approx(6.0)
+    assert ms["optimizer"] == pytest.approx(2.0)
+    report = {
+        "steps": [
+            {
+                "number": n,
+                "stage": "train",
+                "phases_ms": dict.fromkeys(PHASES, 0.0)
+                | {"data_loading": 2.0, "forward": 6.1, "optimizer": 1.9},
+            }
+            for n in (1, 2, 3)
+        ]
+    }
+    result = compare_with_clock(report, snaps, "train")
+    assert result is not None
+    assert result.agree
+    assert result.steps == 3
+    assert compare_with_clock(report, snaps, "validation") is None
+
+
+def test_no_clock_no_figures() -> None:
+    set_active_clock(None)
+    snaps = ClockSnapshots()
+    snaps.begin(1)
+    snaps.end(1)
+    assert snaps.per_step_ms([1]) == (0, {})
+
+
+def _rows(clock_forward: float) -> list[dict[str, object]]:
+    trace = dict(TRACE)
+    clock = dict(TRACE, forward=clock_forward)
+    return [
+        {
+            "phase": p,
+            "trace_ms": trace[p],
+            "clock_ms": clock[p],
+            "diff_ms": 0.0,
+            "diff_pct": 0.0,
+            "agree": True,
+        }
+        for p in PHASES
+    ]
+
+
+def _run_with_window(tmp_path: Path, clock_forward: float) -> dict[str, object]:
+    run = tmp_path / "run"
+    (run / "profiler_traces").mkdir(parents=True)
+    trace = write(make_trace(n_steps=3, jitter=0.0), run / "profiler_traces" / "epoch_0.json")
+    writer = JsonlWriter(run / PERF_DIRNAME / "profiler.jsonl", "receipt-ocr/profiler-window")
+    writer.write(
+        {
+            "stage": "train",
+            "epoch": 0,
+            "traces": ["profiler_traces/epoch_0.json"],
+            "clock_agreement": {"steps": 3, "phases": _rows(clock_forward)},
+        }
+    )
+    writer.close()
+    report = analyze_trace(trace)
+    attach_clock_agreement(report)
+    return report
+
+
+def test_analyze_attaches_the_windows_clock_figures(tmp_path: Path) -> None:
+    report = _run_with_window(tmp_path, clock_forward=31.0)
+    agreement = report["clock_agreement"]
+    assert agreement["steps"] == 3
+    assert agreement["agree"]
+    bad = _run_with_window(tmp_path / "b", clock_forward=3.0)
+    assert not bad["clock_agreement"]["agree"]
+    assert "measurement_disagreement" in {f["id"] for f in bad["findings"]}
+
+
+def test_foreign_traces_get_no_clock_figures(tmp_path: Path) -> None:
+    report = analyze_trace(write(make_trace(n_steps=3), tmp_path / "t.json"))
+    attach_clock_agreement(report)
+    assert "clock_agreement" not in report
