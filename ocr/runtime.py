@@ -80,13 +80,9 @@ def build_callbacks(cfg: DictConfig) -> list[L.Callback]:
 
 
 def build_loggers(cfg: DictConfig) -> list[Any] | bool:
-    """Instantiate ``cfg.logger`` (``False``: no loggers); with ``experiment_tag`` set, every
-    logger records it as a hyperparameter."""
+    """Instantiate ``cfg.logger`` (``False``: no loggers). Writes nothing: the run folder is
+    checked after this (see :func:`build_trainer`)."""
     loggers = _instantiate_group(cfg.get("logger"), "logger")
-    tag = cfg.get("experiment_tag")
-    if tag is not None:
-        for logger in loggers:
-            logger.log_hyperparams({"experiment_tag": str(tag)})
     return loggers if loggers else False
 
 
@@ -111,7 +107,8 @@ def build_trainer(
     check: Callable[[list[L.Callback], list[Any] | bool], None] | None = None,
 ) -> L.Trainer:
     """The run's Trainer from ``cfg.trainer`` with the callbacks and loggers of their groups
-    (plus ``extra_callbacks``).
+    (plus ``extra_callbacks``); with ``experiment_tag`` set, every logger records it as a
+    hyperparameter.
 
     ``check(callbacks, loggers)`` runs before the Trainer is made and before anything is written
     (``ocr-train`` refuses a folder holding another run there). Also quiets known third-party
@@ -134,10 +131,13 @@ def build_trainer(
     loggers = False if logger_arg is False else build_loggers(cfg)
     callbacks = [*build_callbacks(cfg), *extra_callbacks]
     if check is not None:
-        check(callbacks, loggers)
+        check(callbacks, loggers)  # before anything is written into the run folder
+    tag = cfg.get("experiment_tag")
+    if tag is not None and loggers:
+        for logger in loggers:  # every logger records the tag as a hyperparameter
+            logger.log_hyperparams({"experiment_tag": str(tag)})
     overrides = {"callbacks": callbacks, "logger": loggers}
     trainer: L.Trainer = hydra.utils.instantiate(trainer_cfg, **overrides)
-    tag = cfg.get("experiment_tag")
     if tag is not None and trainer.is_global_zero:
         write_run_info(
             trainer.default_root_dir,
