@@ -528,6 +528,14 @@ def _baseline(report: Report) -> Section:
         sec.paragraphs.append(report.baseline_note or "No baseline given.")
         return sec
     sec.paragraphs.append(f"Baseline {report.baseline_name}: verdict **{result.get('verdict')}**.")
+    if result.get("verdict") == "insufficient data":
+        # Said before the table: its moved rows are not regressions, whatever their ratio.
+        sec.paragraphs.append(
+            "Too little data to judge, so this is neither a pass nor a regression: "
+            + "; ".join(str(r) for r in result.get("insufficient") or [])
+            + ". Rows marked 'unjudged' moved beyond their threshold, but with no measured "
+            "epoch-to-epoch noise to judge them against."
+        )
     sec.paragraphs.extend(str(n) for n in result.get("notes") or [])
     sec.tables.append(
         Table(

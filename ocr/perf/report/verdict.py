@@ -843,6 +843,31 @@ def _trace(
 
 
 def _baseline(result: dict[str, Any] | None) -> list[Finding]:
+    if result and result.get("verdict") == "insufficient data":
+        # Too few epochs or batches on a side: rows that moved are noise of unknown size, so
+        # this is an info line (score 0), never a ranked regression.
+        reasons = [str(r) for r in result.get("insufficient") or []]
+        return [
+            Finding(
+                id="baseline_insufficient_data",
+                severity="info",
+                score=0.0,
+                title="the baseline comparison has too little data to judge: " + "; ".join(reasons),
+                evidence={
+                    "unjudged_figures": [
+                        r.get("figure")
+                        for r in result.get("rows", [])
+                        if r.get("status") == "unjudged"
+                    ]
+                },
+                threshold={},
+                suggestion=(
+                    "record the baseline and this run with more epochs (trainer.max_epochs; "
+                    "the first is skipped) so the gate can measure epoch-to-epoch noise."
+                ),
+                source="baseline",
+            )
+        ]
     if not result or result.get("verdict") != "regression":
         return []
     rows = [r for r in result.get("rows", []) if r.get("status") == "regression"]
