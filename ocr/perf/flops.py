@@ -119,6 +119,28 @@ def count_flops(model: nn.Module, example_input: Any, *, backward: bool = True) 
     # Batch-norm running statistics move on a training-mode forward: keep the model's state.
     saved = {name: buf.detach().clone() for name, buf in model.named_buffers()}
     grads = {name: p.grad for name, p in model.named_parameters()}
+    # Dropout and friends draw random numbers: fork the generators so counting does not shift
+    # the run's random stream (a run with the monitor trains like one without).
+    cuda = sorted({int(t.device.index or 0) for t in _tensors(example_input) if t.is_cuda})
+    with torch.random.fork_rng(devices=cuda):
+        forward, by_op, forward_backward = _count(model, example_input, backward, saved, grads)
+    shapes = tuple(tuple(int(d) for d in t.shape) for t in _tensors(example_input))
+    return FlopCount(
+        forward=forward,
+        forward_backward=forward_backward,
+        batch_size=batch_size_of(example_input),
+        by_op=by_op,
+        input_shapes=shapes,
+    )
+
+
+def _count(
+    model: nn.Module,
+    example_input: Any,
+    backward: bool,
+    saved: dict[str, torch.Tensor],
+    grads: dict[str, torch.Tensor | None],
+) -> tuple[int, dict[str, int], int | None]:
     try:
         with torch.no_grad(), FlopCounterMode(display=False) as counter:
             _call(model, example_input)
@@ -143,11 +165,4 @@ def count_flops(model: nn.Module, example_input: Any, *, backward: bool = True) 
                 buffers[name].copy_(value)
         for name, p in model.named_parameters():
             p.grad = grads.get(name)
-    shapes = tuple(tuple(int(d) for d in t.shape) for t in _tensors(example_input))
-    return FlopCount(
-        forward=forward,
-        forward_backward=forward_backward,
-        batch_size=batch_size_of(example_input),
-        by_op=by_op,
-        input_shapes=shapes,
-    )
+    return forward, by_op, forward_backward

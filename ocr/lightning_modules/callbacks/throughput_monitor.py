@@ -20,7 +20,13 @@ from ocr.lightning_modules.callbacks.epoch_report import (
 )
 from ocr.lightning_modules.callbacks.errors import PerfCallbackWarning
 
-__all__ = ["Ceiling", "ThroughputMonitorCallback", "measure_ceiling", "throughput_metrics"]
+__all__ = [
+    "Ceiling",
+    "ThroughputMonitorCallback",
+    "flops_metrics",
+    "measure_ceiling",
+    "throughput_metrics",
+]
 
 
 @dataclass(frozen=True)

@@ -179,3 +179,12 @@ def test_utilisation_arithmetic() -> None:
     whole = stage_utilisation(info, records, "val")
     assert whole is not None
     assert whole.flops_per_sec == pytest.approx(16e9 / 8.0)
+
+
+def test_counting_leaves_the_random_stream_alone() -> None:
+    model = nn.Sequential(nn.Linear(4, 4), nn.Dropout(0.5)).train()
+    torch.manual_seed(1)
+    expected = torch.rand(3)
+    torch.manual_seed(1)
+    count_flops(model, torch.ones(2, 4))
+    assert torch.equal(torch.rand(3), expected)
