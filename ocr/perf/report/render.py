@@ -339,6 +339,13 @@ def _ceiling_line(report: Report) -> str | None:
         f"Machine limit: measured peak {measured / 1e9:.3g} GFLOP/s ({where}, matmul/conv "
         "micro-benchmark)"
     )
+    if peak.get("contended"):
+        line += ","
+    if peak.get("contended"):
+        line += (
+            " measured while the host was busy, so possibly low (it is measured again at the "
+            "next run; `OCR_PEAK_REFRESH=1` on a quiet host replaces it)"
+        )
     spec_peak = flops.get("spec_peak_flops_per_sec")
     if isinstance(spec_peak, int | float) and spec_peak > 0:
         line += f", spec-sheet peak {spec_peak / 1e12:.1f} TFLOP/s (dense)"

@@ -5,6 +5,7 @@ throughput section shows GFLOP/s and MFU. Hand-made run folders (``perf/run.json
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -65,3 +66,12 @@ def test_without_flops_the_finding_is_unchanged(tmp_path: Path) -> None:
     md = to_markdown(report)
     assert "Machine limit" not in md
     assert "MFU %" not in md
+
+
+def test_a_peak_measured_on_a_busy_host_is_flagged(tmp_path: Path) -> None:
+    root = compute_bound_run(tmp_path, peak=1e11)
+    info = json.loads((root / "perf" / "run.json").read_text())
+    info["flops"]["peak"]["contended"] = True
+    (root / "perf" / "run.json").write_text(json.dumps(info))
+    md = to_markdown(build_report(root))
+    assert "measured while the host was busy, so possibly low" in md
