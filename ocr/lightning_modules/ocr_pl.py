@@ -16,7 +16,7 @@ from lightning.pytorch.utilities import rank_zero_info
 from torch import nn
 
 from ocr.metrics.detection import DetectionMetric
-from ocr.models.dbnet import DBNet
+from ocr.models.dbnet import INPUT_MULTIPLE, DBNet
 from ocr.models.loss import DBLoss
 from ocr.models.postprocess import DBPostProcessor
 from ocr.perf.clock import perf_phase
@@ -85,6 +85,26 @@ class OCRLightningModule(L.LightningModule):
         self._test_has_gt = False
         # (scheduler, the totals configure_optimizers filled in) for the re-plan on resume.
         self._planned_schedule: tuple[Any, dict[str, int]] | None = None
+
+    @property
+    def example_input_array(self) -> Any:
+        """One zero image of the configured canvas size, ``(1, 3, S, S)``: what Lightning's
+        model summary runs to show real FLOPs, and what the throughput monitor counts FLOPs
+        per sample on. ``S`` is the attached datamodule's ``canvas_size`` (rounded up to a
+        multiple of 32, as batches are padded); ``None`` (no FLOPs, no error) when the module
+        is not attached to a trainer whose datamodule has one, unless set explicitly."""
+        if self._example_input_array is not None:
+            return self._example_input_array
+        datamodule = getattr(self._trainer, "datamodule", None) if self._trainer else None
+        size = getattr(datamodule, "canvas_size", None)
+        if isinstance(size, bool) or not isinstance(size, int) or size <= 0:
+            return None
+        side = -(-size // INPUT_MULTIPLE) * INPUT_MULTIPLE
+        return torch.zeros(1, 3, side, side)
+
+    @example_input_array.setter
+    def example_input_array(self, example: Any) -> None:
+        self._example_input_array = example
 
     # -- steps -------------------------------------------------------------------------------
     def forward(self, images: torch.Tensor) -> dict[str, torch.Tensor]:

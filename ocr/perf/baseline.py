@@ -32,6 +32,13 @@ shared machine move by tens of percent between identical epochs:
   same kind of threshold *and* a one-sided Mann-Whitney U test must find the current batches
   slower (p < 0.05) when both sides have at least :data:`MIN_BATCHES` batches.
 
+Sufficient data: a run side (baseline or current) needs at least :data:`MIN_EPOCHS_TO_JUDGE`
+kept epochs (after the skipped ones) and :data:`MIN_BATCHES` batches in them. With fewer, the
+thresholds rest on no measured noise (one epoch has a 0 % spread, which is not evidence of no
+noise) and no test can run, so the verdict is ``"insufficient data"``: the rows are still
+computed, but a row that moved is marked ``"unjudged"`` (``moved`` keeps which way), never a
+regression. Bench sources (repetitions chosen by the benchmark) are not held to this.
+
 Comparability: a different stage, a different workload (samples or batches per epoch, batch
 size, world size; for benchmarks a different name) or a different machine class (device, CUDA
 device names, CPU count) makes the verdict ``"not comparable"`` — wall times of different
@@ -71,6 +78,8 @@ __all__ = [
     "DEFAULT_TOLERANCE_PCT",
     "MIN_BATCHES",
     "MIN_EPOCHS_FOR_TEST",
+    "MIN_EPOCHS_TO_JUDGE",
+    "VERDICTS",
     "BaselineError",
     "check_baseline",
     "load_source",
@@ -98,6 +107,12 @@ MIN_BATCHES = 8
 #: Mann-Whitney test (with 3 against 3 the smallest possible p-value is 0.05).
 MIN_EPOCHS_FOR_TEST = 4
 _ALPHA = 0.05
+#: A run side needs at least this many kept epochs: the baseline's epoch-to-epoch spread widens
+#: the thresholds, and a spread needs two values (one epoch's 0 % is not evidence of no noise);
+#: the current side's median of one epoch is a single draw of that noise.
+MIN_EPOCHS_TO_JUDGE = 2
+#: The verdicts of :func:`check_baseline`, from the most to the least binding.
+VERDICTS = ("not comparable", "insufficient data", "regression", "pass")
 
 _MACHINE_CLASS_KEYS = ("device", "cuda_devices", "cpu_count")
 _WORKLOAD_KEYS = ("samples", "num_batches", "batch_size", "world_size", "name")
@@ -273,6 +288,8 @@ def _from_run(epochs_path: Path, stage: str | None, skip_epochs: int) -> dict[st
         "machine": machine,
         "figures": _epoch_figures(kept, str(epochs_path)),
         "batch_times_s": batch_times,
+        # all batches of the kept epochs (batch_times_s may be strided on long epochs)
+        "batches": sum(int(r.get("num_batches") or 0) for r in kept),
         "counts": counts,
         "notes": notes,
     }
@@ -389,6 +406,11 @@ def make_baseline(
     """:func:`load_source` plus ``name`` (default: the source's file or folder name) and
     ``created_at`` (unix seconds): what ``ocr-perf baseline`` writes."""
     baseline = load_source(path, stage=stage, skip_epochs=skip_epochs)
+    reason = _too_little_data("baseline", baseline)
+    if reason is not None:  # said now, not first at the check that cannot use it
+        baseline.setdefault("notes", []).append(
+            f"{reason}; `ocr-perf check` against it answers 'insufficient data'"
+        )
     baseline["name"] = name or Path(path).resolve().name
     baseline["created_at"] = time.time()
     return baseline
@@ -530,6 +552,33 @@ def _noise_test(
         row["status"] = "ok"  # the median moved, but within the spread of the values
 
 
+def _too_little_data(side: str, source: Mapping[str, Any]) -> str | None:
+    """Why ``source`` (a run's figures) is too little to judge, or ``None`` (see the module doc).
+
+    Bench sources are exempt: their repetitions are the benchmark's own design."""
+    if (source.get("source") or {}).get("kind") != "run":
+        return None
+    epochs = len(source.get("epochs") or [])
+    batches = source.get("batches")
+    if batches is None:  # a baseline written before the field existed
+        batches = len(source.get("batch_times_s") or [])
+    stage = source.get("stage")
+    skipped = source.get("skip_epochs")
+    if epochs < MIN_EPOCHS_TO_JUDGE:
+        return (
+            f"the {side} has {epochs} {stage} epoch(s) after skipping {skipped}; the gate needs "
+            f"at least {MIN_EPOCHS_TO_JUDGE} (one epoch has no epoch-to-epoch spread, which is "
+            "not evidence of no noise): run more epochs (trainer.max_epochs) and record again"
+        )
+    if int(batches) < MIN_BATCHES:
+        return (
+            f"the {side} has {batches} {stage} batch(es) in its {epochs} kept epochs; the gate "
+            f"needs at least {MIN_BATCHES} to test the batch times: run more epochs or batches "
+            "(trainer.max_epochs, trainer.limit_val_batches / limit_train_batches)"
+        )
+    return None
+
+
 def check_baseline(
     baseline: Mapping[str, Any],
     current: Mapping[str, Any],
@@ -550,10 +599,12 @@ def check_baseline(
             answering ``"not comparable"``.
 
     Returns:
-        ``{"verdict": "pass"|"regression"|"not comparable", "rows": [{"figure", "unit",
-        "baseline", "current", "ratio", "threshold", "threshold_unit", "better", "status"}, ...],
-        "notes": [...]}``; ``status`` is ``"ok"``, ``"regression"``, ``"improvement"`` or
-        ``"missing"`` (in the baseline, absent now: a note, not a failure).
+        ``{"verdict": "pass"|"regression"|"insufficient data"|"not comparable", "rows":
+        [{"figure", "unit", "baseline", "current", "ratio", "threshold", "threshold_unit",
+        "better", "status"}, ...], "notes": [...], "insufficient": [...]}``; ``status`` is
+        ``"ok"``, ``"regression"``, ``"improvement"``, ``"missing"`` (in the baseline, absent now:
+        a note, not a failure) or ``"unjudged"`` (moved, but too little data to judge: ``moved``
+        says which way). ``insufficient`` lists why either side is too little to judge.
     """
     if tolerance_pct is not None and not tolerance_pct >= 0:
         raise ValueError(f"tolerance_pct must be >= 0, got {tolerance_pct!r}")
@@ -601,13 +652,24 @@ def check_baseline(
     new = sorted(set(cur_figs) - set(base_figs))
     if new:
         notes.append(f"not in the baseline (not judged): {', '.join(new)}")
+    insufficient = [
+        reason
+        for side, source in (("baseline", baseline), ("current run", current))
+        if (reason := _too_little_data(side, source)) is not None
+    ]
+    if insufficient:
+        for row in rows:
+            if row["status"] in ("regression", "improvement"):
+                row["moved"], row["status"] = row["status"], "unjudged"
     if not comparable:
         verdict = "not comparable"
+    elif insufficient:
+        verdict = "insufficient data"
     elif any(r["status"] == "regression" for r in rows):
         verdict = "regression"
     else:
         verdict = "pass"
-    return {"verdict": verdict, "rows": rows, "notes": notes}
+    return {"verdict": verdict, "rows": rows, "notes": notes, "insufficient": insufficient}
 
 
 # -- rendering -----------------------------------------------------------------------------------
@@ -626,7 +688,13 @@ def _num(value: Any) -> str:
     return f"{value:.4g}"
 
 
-_STYLES = {"regression": "bold red", "improvement": "green", "missing": "yellow", "ok": ""}
+_STYLES = {
+    "regression": "bold red",
+    "improvement": "green",
+    "missing": "yellow",
+    "unjudged": "yellow",
+    "ok": "",
+}
 
 
 def _unit_label(figure: str, unit: str) -> str:
@@ -645,7 +713,7 @@ def print_check(result: Mapping[str, Any], console: Console | None = None) -> No
     from ocr.console import fit_table
 
     console = console or Console()
-    order = {"regression": 0, "improvement": 1, "missing": 2, "ok": 3}
+    order = {"regression": 0, "improvement": 1, "unjudged": 2, "missing": 3, "ok": 4}
     rows: list[tuple[str, ...]] = []
     styles: list[str] = []
     widened = False
@@ -662,6 +730,8 @@ def print_check(result: Mapping[str, Any], console: Console | None = None) -> No
         mark = "*" if row.get("widened") else ""
         widened = widened or bool(mark)
         status = row["status"]
+        if row.get("moved"):
+            status += f" ({row['moved']}?)"
         if row.get("p_value") is not None:
             status += f" (p={row['p_value']:.3f})"
         rows.append(
@@ -700,6 +770,8 @@ def print_check(result: Mapping[str, Any], console: Console | None = None) -> No
         console.print("* threshold widened to the baseline's own epoch-to-epoch spread")
     for note in result["notes"]:
         console.print(f"note: {note}")
+    for reason in result.get("insufficient") or []:
+        console.print(f"insufficient data: {reason}", style="yellow")
     style = {"pass": "bold green", "regression": "bold red"}.get(result["verdict"], "bold yellow")
     console.print(f"verdict: {result['verdict']}", style=style)
 

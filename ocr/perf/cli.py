@@ -3,7 +3,9 @@ them; write a run's report (``ocr-perf report RUN_DIR``).
 
 Exit codes: 0 success, 1 ``compare`` found a regression beyond ``--fail-on-regression`` or
 ``check`` found a regression, 2 bad input (missing, unreadable, truncated or malformed trace,
-run directory or baseline, sources that are not comparable, bad arguments).
+run directory or baseline, sources that are not comparable, bad arguments), 3 ``check`` had
+too little data to judge (too few epochs or batches on either side: neither a pass nor a
+regression).
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ __all__ = ["main"]
 EXIT_OK = 0
 EXIT_REGRESSION = 1
 EXIT_BAD_INPUT = 2
+#: ``check``: either side has too few epochs or batches to judge (never 1: not a regression).
+EXIT_INSUFFICIENT_DATA = 3
 
 
 def _positive_int(text: str) -> int:
@@ -50,7 +54,8 @@ def _parser() -> argparse.ArgumentParser:
         description="Analyse and compare torch.profiler Chrome traces (.json / .json.gz), record "
         "performance baselines and check runs against them, and write a run's report.",
         epilog="Exit codes: 0 success, 1 regression (check, compare --fail-on-regression), "
-        "2 bad input. `ocr-perf COMMAND --help` describes each command.",
+        "2 bad input, 3 insufficient data (check: too few epochs or batches to judge). "
+        "`ocr-perf COMMAND --help` describes each command.",
     )
     p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     # metavar lists every command in the usage line and `help` text (argparse's default
@@ -100,6 +105,9 @@ def _parser() -> argparse.ArgumentParser:
         help="compare a run / bench / baseline with a baseline; exit 1 on a regression",
         description="Noise-aware comparison: medians over epochs against thresholds widened to "
         "the baseline's own epoch-to-epoch spread, and a Mann-Whitney test of the batch times.",
+        epilog="Exit codes: 0 pass, 1 regression, 2 bad input or not comparable, 3 insufficient "
+        "data: a run side has fewer than 2 epochs after --skip-epochs or fewer than 8 batches "
+        "in them (no measured noise to judge against); record with more epochs.",
     )
     k.add_argument("baseline", type=Path, help="baseline JSON (or any source)")
     k.add_argument("current", type=Path, help="run directory, bench JSON or baseline JSON")
@@ -246,6 +254,8 @@ def _baseline_main(args: argparse.Namespace) -> int:
     if result["verdict"] == "not comparable":
         report_error("ocr-perf", f"not comparable: {'; '.join(result['notes'])}")
         return EXIT_BAD_INPUT
+    if result["verdict"] == "insufficient data":
+        return EXIT_INSUFFICIENT_DATA
     return EXIT_REGRESSION if result["verdict"] == "regression" else EXIT_OK
 
 

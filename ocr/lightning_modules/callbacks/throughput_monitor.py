@@ -1,10 +1,15 @@
-"""Samples and batches per second for train / validation / test, from the first epoch."""
+"""Samples and batches per second for train / validation / test, from the first epoch, and the
+model's achieved FLOP/s against this machine's measured peak (MFU)."""
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
 
 import lightning as L
+from lightning.fabric.utilities.apply_func import move_data_to_device
 
 from ocr.lightning_modules.callbacks.base import RecorderCallback
 from ocr.lightning_modules.callbacks.epoch_report import (
@@ -13,8 +18,104 @@ from ocr.lightning_modules.callbacks.epoch_report import (
     log_to_loggers,
     per_second,
 )
+from ocr.lightning_modules.callbacks.errors import PerfCallbackWarning
 
-__all__ = ["ThroughputMonitorCallback", "throughput_metrics"]
+__all__ = [
+    "Ceiling",
+    "ThroughputMonitorCallback",
+    "flops_metrics",
+    "measure_ceiling",
+    "throughput_metrics",
+]
+
+
+@dataclass(frozen=True)
+class Ceiling:
+    """What a stage epoch's FLOP/s are measured against, taken once per run.
+
+    Args:
+        flops_per_sample: stage (``train``, ``val``, ``test``) -> FLOPs per sample: forward +
+            backward for ``train``, forward (eval mode) for the others.
+        peak_flops_per_sec: this host's measured peak on the module's device and dtype
+            (``ocr.perf.peak.measured_peak``), per rank.
+        spec_peak_flops_per_sec: the GPU's data-sheet peak, or ``None`` (CPU, unknown GPU).
+        run_info: the JSON-ready ``"flops"`` object written into ``perf/run.json``.
+    """
+
+    flops_per_sample: dict[str, float]
+    peak_flops_per_sec: float | None
+    spec_peak_flops_per_sec: float | None
+    run_info: dict[str, Any]
+
+
+def measure_ceiling(trainer: L.Trainer, pl_module: L.LightningModule) -> Ceiling | None:
+    """FLOPs per sample of ``pl_module`` on its ``example_input_array`` (``None`` without one)
+    and the measured peak of its device in the trainer's precision."""
+    from dataclasses import asdict
+
+    from ocr.perf.flops import count_flops
+    from ocr.perf.peak import dtype_for_precision, measured_peak, spec_peak
+
+    example = pl_module.example_input_array
+    if example is None:
+        return None
+    example = move_data_to_device(example, pl_module.device)
+    was_training = pl_module.training
+    try:
+        pl_module.train()
+        train = count_flops(pl_module, example, backward=True)
+        pl_module.eval()  # an eval forward may compute less (a training-only head branch)
+        evaluate = count_flops(pl_module, example, backward=False)
+    finally:
+        pl_module.train(was_training)
+    per_sample: dict[str, float] = {
+        "val": evaluate.forward_per_sample,
+        "test": evaluate.forward_per_sample,
+    }
+    if train.train_per_sample is not None:
+        per_sample["train"] = train.train_per_sample
+    device = pl_module.device
+    dtype = dtype_for_precision(getattr(trainer, "precision", None))
+    peak = measured_peak(device, dtype)
+    spec = spec_peak(peak.device_name, dtype) if device.type == "cuda" else None
+    info = {
+        "per_sample": per_sample,
+        "example_input_shapes": [list(s) for s in train.input_shapes],
+        "example_batch_size": train.batch_size,
+        "forward_flops": evaluate.forward,
+        "train_forward_backward_flops": train.forward_backward,
+        "peak_flops_per_sec": peak.flops_per_sec,
+        "spec_peak_flops_per_sec": spec,
+        "peak": asdict(peak),
+    }
+    return Ceiling(per_sample, peak.flops_per_sec or None, spec, info)
+
+
+def flops_metrics(report: EpochReport, ceiling: Ceiling | None) -> dict[str, float]:
+    """``throughput/{stage}_flops_per_sec`` (achieved, all ranks) and ``throughput/{stage}_mfu``
+    (over the measured peak of all ranks, 0-1); empty without a ceiling or FLOPs for the stage.
+    On CUDA with a known GPU also ``throughput/{stage}_mfu_spec`` (over the data-sheet peak)."""
+    from ocr.perf.mfu import utilisation
+
+    if ceiling is None:
+        return {}
+    use = utilisation(
+        ceiling.flops_per_sample.get(report.stage),
+        report.global_samples,
+        report.global_wall_s,
+        ceiling.peak_flops_per_sec,
+        world_size=report.world_size,
+        spec_peak_flops_per_sec=ceiling.spec_peak_flops_per_sec,
+    )
+    if use is None:
+        return {}
+    head = f"throughput/{report.stage}_"
+    out = {f"{head}flops_per_sec": use.flops_per_sec}
+    if use.mfu is not None:
+        out[f"{head}mfu"] = use.mfu
+    if use.spec_mfu is not None:
+        out[f"{head}mfu_spec"] = use.spec_mfu
+    return out
 
 
 def throughput_metrics(report: EpochReport, peak_memory: bool = True) -> dict[str, float]:
@@ -79,6 +180,12 @@ class ThroughputMonitorCallback(RecorderCallback):
         write_run_files: write the run directory's ``perf/epochs.jsonl``,
             ``perf/intervals.jsonl`` and ``perf/run.json`` (see ``PerformanceProfilerCallback``).
             Default ``True``.
+        flops: when the LightningModule has an ``example_input_array``, count its FLOPs per
+            sample once at the start (``ocr.perf.flops``), take this host's measured peak
+            (``ocr.perf.peak``, cached per host and dtype) and log
+            ``throughput/{stage}_flops_per_sec`` and ``throughput/{stage}_mfu`` each epoch (see
+            :func:`flops_metrics`); the figures also go to ``perf/run.json`` (``"flops"``) for
+            the report. A module without one gets no FLOPs metrics. Default ``True``.
     """
 
     def __init__(
@@ -88,6 +195,7 @@ class ThroughputMonitorCallback(RecorderCallback):
         peak_memory: bool = True,
         stages: Iterable[str] = ("train", "validate", "test"),
         write_run_files: bool = True,
+        flops: bool = True,
     ) -> None:
         super().__init__(
             enabled=enabled,
@@ -98,9 +206,50 @@ class ThroughputMonitorCallback(RecorderCallback):
             write_run_files=write_run_files,
         )
         self.peak_memory = bool(peak_memory)
+        self.flops = bool(flops)
+        self._ceiling: Ceiling | None = None
+        self._ceiling_tried = False
+
+    def _take_ceiling(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """Once per run, before the first epoch: the count runs the model on the example
+        input, which must not land inside a timed window."""
+        if not self.flops or self._ceiling_tried or not self._enabled_run:
+            return
+        self._ceiling_tried = True
+        try:
+            self._ceiling = measure_ceiling(trainer, pl_module)
+        except Exception as exc:  # a model FlopCounterMode cannot run: no FLOPs, no failure
+            warnings.warn(
+                f"{type(self).__name__}: no FLOPs metrics for this run, counting the FLOPs of "
+                f"{type(pl_module).__name__}.example_input_array failed "
+                f"({type(exc).__name__}: {exc})",
+                PerfCallbackWarning,
+                stacklevel=2,
+            )
+            return
+        recorder = self._recorder
+        if self._ceiling is not None and recorder is not None and self.write_run_files:
+            files = recorder.files
+            if files is not None:
+                files.run_info({"flops": self._ceiling.run_info})
+
+    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._take_ceiling(trainer, pl_module)
+
+    def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._take_ceiling(trainer, pl_module)  # a standalone trainer.validate
+
+    def on_test_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._take_ceiling(trainer, pl_module)
+
+    def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        super().teardown(trainer, pl_module, stage)
+        self._ceiling, self._ceiling_tried = None, False
 
     def _on_report(self, trainer: L.Trainer, report: EpochReport) -> None:
-        log_to_loggers(trainer, throughput_metrics(report, peak_memory=self.peak_memory))
+        metrics = throughput_metrics(report, peak_memory=self.peak_memory)
+        metrics.update(flops_metrics(report, self._ceiling))
+        log_to_loggers(trainer, metrics)
 
     def _interval_metrics(self, progress: IntervalProgress) -> dict[str, float] | None:
         if progress.stage != "train":

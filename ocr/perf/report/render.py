@@ -21,6 +21,7 @@ from rich.markup import escape
 from rich.table import Table as RichTable
 
 from ocr.perf.clock import PHASES
+from ocr.perf.mfu import epoch_utilisation, stage_utilisation
 from ocr.perf.report import plots
 from ocr.perf.report.build import Report
 from ocr.perf.report.profiled import PROFILER_PHASE, profiled_batches, window_rows
@@ -334,6 +335,49 @@ def _batches(report: Report) -> Section:
     return sec
 
 
+def _ceiling_line(report: Report) -> str | None:
+    """How far the run was from the machine's limit: model FLOPs per sample, the measured peak
+    and each stage's MFU; ``None`` when no FLOPs were recorded (no example input)."""
+    info = report.run.run_info or {}
+    flops = info.get("flops")
+    if not isinstance(flops, dict) or not flops.get("per_sample"):
+        return None
+    parts = []
+    for stage, per_sample in sorted(flops["per_sample"].items()):
+        use = stage_utilisation(info, report.run.epochs, stage)
+        if use is None:
+            continue
+        mfu = "" if use.mfu is None else f", MFU {100.0 * use.mfu:.1f} %"
+        spec = "" if use.spec_mfu is None else f" ({100.0 * use.spec_mfu:.1f} % of the spec sheet)"
+        label = STAGE_LABELS.get(stage, stage)
+        parts.append(
+            f"{label} {num(per_sample) / 1e9:.3g} GFLOP/sample, "
+            f"{use.flops_per_sec / 1e9:.3g} GFLOP/s{mfu}{spec}"
+        )
+    peak = flops.get("peak") or {}
+    measured = num(flops.get("peak_flops_per_sec"))
+    where = f"{peak.get('device', '?')} {peak.get('dtype', '?')}"
+    if peak.get("threads"):
+        where += f", {peak['threads']} threads"
+    line = (
+        f"Machine limit: measured peak {measured / 1e9:.3g} GFLOP/s ({where}, matmul/conv "
+        "micro-benchmark)"
+    )
+    if peak.get("contended"):
+        line += ","
+    if peak.get("contended"):
+        line += (
+            " measured while the host was busy, so possibly low (it is measured again at the "
+            "next run; `OCR_PEAK_REFRESH=1` on a quiet host replaces it)"
+        )
+    spec_peak = flops.get("spec_peak_flops_per_sec")
+    if isinstance(spec_peak, int | float) and spec_peak > 0:
+        line += f", spec-sheet peak {spec_peak / 1e12:.1f} TFLOP/s (dense)"
+    shapes = flops.get("example_input_shapes") or []
+    line += f"; FLOPs counted on an example input {', '.join(str(tuple(s)) for s in shapes)}"
+    return line + (". " + "; ".join(parts) + "." if parts else ".")
+
+
 def _throughput(report: Report) -> Section:
     sec = Section(
         id="throughput",
@@ -356,24 +400,31 @@ def _throughput(report: Report) -> Section:
         ]
         for e in report.run.epochs
     ]
+    header = [
+        "stage",
+        "epoch",
+        "wall s",
+        "samples",
+        "samples/s",
+        "batches/s",
+        "batch size",
+        "workers",
+        "peak RSS GiB",
+        "peak GPU GiB",
+    ]
+    ceiling = _ceiling_line(report)
+    if ceiling is not None:
+        # FLOPs were counted for this run: achieved GFLOP/s and MFU per epoch, next to the rate.
+        sec.paragraphs.append(ceiling)
+        header[6:6] = ["GFLOP/s", "MFU %"]
+        for row, e in zip(rows, report.run.epochs, strict=True):
+            use = epoch_utilisation(report.run.run_info, e)
+            row[6:6] = [
+                "-" if use is None else _f(use.flops_per_sec / 1e9),
+                "-" if use is None or use.mfu is None else _f(100.0 * use.mfu, 1),
+            ]
     if rows:
-        sec.tables.append(
-            Table(
-                [
-                    "stage",
-                    "epoch",
-                    "wall s",
-                    "samples",
-                    "samples/s",
-                    "batches/s",
-                    "batch size",
-                    "workers",
-                    "peak RSS GiB",
-                    "peak GPU GiB",
-                ],
-                rows,
-            )
-        )
+        sec.tables.append(Table(header, rows))
     else:
         sec.paragraphs.append("Not recorded.")
     return sec
@@ -588,6 +639,14 @@ def _baseline(report: Report) -> Section:
         sec.paragraphs.append(report.baseline_note or "No baseline given.")
         return sec
     sec.paragraphs.append(f"Baseline {report.baseline_name}: verdict **{result.get('verdict')}**.")
+    if result.get("verdict") == "insufficient data":
+        # Said before the table: its moved rows are not regressions, whatever their ratio.
+        sec.paragraphs.append(
+            "Too little data to judge, so this is neither a pass nor a regression: "
+            + "; ".join(str(r) for r in result.get("insufficient") or [])
+            + ". Rows marked 'unjudged' moved beyond their threshold, but with no measured "
+            "epoch-to-epoch noise to judge them against."
+        )
     sec.paragraphs.extend(str(n) for n in result.get("notes") or [])
     sec.tables.append(
         Table(

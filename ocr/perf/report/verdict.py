@@ -35,6 +35,9 @@ THRESHOLDS: dict[str, float] = {
     "postprocess_warn_pct": 15.0,
     "postprocess_critical_pct": 35.0,
     "compute_pct": 50.0,  # forward + backward + optimizer share: compute-bound
+    # MFU of the compute phases (model FLOPs / compute seconds over the measured peak) below
+    # which compute changes have room to pay; above it the kernels already run near the limit.
+    "compute_headroom_mfu_pct": 50.0,
     "callbacks_warn_pct": 15.0,
     "unattributed_warn_pct": 15.0,
     "worker_part_dominant_pct": 50.0,  # a finer part (targets, decode) names the cause above this
@@ -370,16 +373,62 @@ def _compute_bound(s: StageSummary, run: RunData, adv: _Advice, total_s: float) 
     rate = s.samples / s.wall_s if s.wall_s > 0 else 0.0
     canvas = adv.name("data.canvas_size", "the input size")
     batch = adv.name("data.batch_size", "the batch size", s.batch_size)
+    evidence: dict[str, Any] = {
+        "compute_pct": _r(pct),
+        "compute_s": _r(secs, 3),
+        "compute_ms_per_batch": _r(ms_per_batch, 2),
+        "samples_per_sec": _r(rate, 2),
+        "device": run.device,
+    }
+    threshold = {"compute_pct": THRESHOLDS["compute_pct"]}
+    # How far from the machine's limit: the compute phases' achieved FLOP/s over the measured
+    # peak (samples x FLOPs per sample / compute seconds), when the run counted its FLOPs.
+    limit = _compute_mfu(s, run, secs)
+    if limit is not None:
+        mfu_pct, stage_mfu_pct, achieved, peak = limit
+        threshold["compute_headroom_mfu_pct"] = THRESHOLDS["compute_headroom_mfu_pct"]
+        evidence.update(
+            compute_mfu_pct=_r(mfu_pct, 1),
+            stage_mfu_pct=_r(stage_mfu_pct, 1),
+            compute_gflops_per_sec=_r(achieved / 1e9, 2),
+            peak_gflops_per_sec=_r(peak / 1e9, 2),
+        )
+        where = (
+            f"how far from the machine's limit: while computing, the model runs at "
+            f"{mfu_pct:.0f} % of this host's measured peak ({achieved / 1e9:.3g} of "
+            f"{peak / 1e9:.3g} GFLOP/s; {stage_mfu_pct:.0f} % over the whole {s.label} epoch)"
+        )
+        if mfu_pct >= THRESHOLDS["compute_headroom_mfu_pct"]:
+            return Finding(
+                id="compute_bound",
+                severity="info",
+                score=_score(secs, total_s),
+                title=(
+                    f"compute-bound near the machine's limit: {pct:.0f} % of {s.label} wall "
+                    f"time is {' / '.join(phases)} at {mfu_pct:.0f} % of the measured peak"
+                ),
+                evidence=evidence,
+                threshold=threshold,
+                suggestion=(
+                    f"{where}: no headroom for faster kernels (compile, channels_last, threads "
+                    f"gain little here); only less work per sample (smaller {canvas}, a smaller "
+                    "model) or faster hardware makes this stage faster."
+                ),
+                stage=s.stage,
+            )
+        headroom = f"{where}, up to {100.0 / max(mfu_pct, 1e-9):.1f}x headroom: "
+    else:
+        headroom = ""
     if run.device == "cpu":
         threads = f"{adv.cpu_count} cores here" if adv.cpu_count else "the physical cores"
-        suggestion = (
+        suggestion = headroom + (
             f"the model's own compute dominates on CPU: make it cheaper (smaller {canvas}, "
             "narrower backbone `model.net.backbone.widths`), use torch.compile and channels_last, "
             f"keep torch threads at {threads} minus the DataLoader workers; a GPU is the real fix."
         )
     else:
         precision = adv.name("trainer.precision", "the precision")
-        suggestion = (
+        suggestion = headroom + (
             f"the GPU work dominates: mixed precision ({precision} -> 16-mixed or bf16-mixed), "
             f"a larger {batch} if memory allows, torch.compile and channels_last."
         )
@@ -391,17 +440,29 @@ def _compute_bound(s: StageSummary, run: RunData, adv: _Advice, total_s: float) 
             f"compute-bound: {pct:.0f} % of {s.label} wall time is "
             f"{' / '.join(phases)} ({ms_per_batch:.0f} ms/batch, {rate:.1f} samples/s)"
         ),
-        evidence={
-            "compute_pct": _r(pct),
-            "compute_s": _r(secs, 3),
-            "compute_ms_per_batch": _r(ms_per_batch, 2),
-            "samples_per_sec": _r(rate, 2),
-            "device": run.device,
-        },
-        threshold={"compute_pct": THRESHOLDS["compute_pct"]},
+        evidence=evidence,
+        threshold=threshold,
         suggestion=suggestion,
         stage=s.stage,
     )
+
+
+def _compute_mfu(
+    s: StageSummary, run: RunData, compute_s: float
+) -> tuple[float, float, float, float] | None:
+    """(MFU % of the compute phases, MFU % of the whole stage, achieved FLOP/s while computing,
+    measured peak FLOP/s of all ranks) of a stage, or ``None`` when no FLOPs were recorded."""
+    from ocr.perf.mfu import stage_flops_per_sample, stage_utilisation
+
+    per_sample = stage_flops_per_sample(run.run_info, s.stage)
+    whole = stage_utilisation(run.run_info, run.epochs, s.stage)
+    if per_sample is None or whole is None or whole.mfu is None or compute_s <= 0:
+        return None
+    peak = whole.flops_per_sec / whole.mfu  # the measured peak x world size
+    # StageSummary sums this rank's samples and phases: this rank's compute rate.
+    world = max((int(e.get("world_size") or 1) for e in run.epochs), default=1)
+    achieved = per_sample * s.samples / compute_s
+    return 100.0 * achieved / (peak / world), 100.0 * whole.mfu, achieved, peak / world
 
 
 def _overheads(s: StageSummary, run: RunData, adv: _Advice, total_s: float) -> list[Finding]:
@@ -843,6 +904,31 @@ def _trace(
 
 
 def _baseline(result: dict[str, Any] | None) -> list[Finding]:
+    if result and result.get("verdict") == "insufficient data":
+        # Too few epochs or batches on a side: rows that moved are noise of unknown size, so
+        # this is an info line (score 0), never a ranked regression.
+        reasons = [str(r) for r in result.get("insufficient") or []]
+        return [
+            Finding(
+                id="baseline_insufficient_data",
+                severity="info",
+                score=0.0,
+                title="the baseline comparison has too little data to judge: " + "; ".join(reasons),
+                evidence={
+                    "unjudged_figures": [
+                        r.get("figure")
+                        for r in result.get("rows", [])
+                        if r.get("status") == "unjudged"
+                    ]
+                },
+                threshold={},
+                suggestion=(
+                    "record the baseline and this run with more epochs (trainer.max_epochs; "
+                    "the first is skipped) so the gate can measure epoch-to-epoch noise."
+                ),
+                source="baseline",
+            )
+        ]
     if not result or result.get("verdict") != "regression":
         return []
     rows = [r for r in result.get("rows", []) if r.get("status") == "regression"]
