@@ -133,7 +133,7 @@ def build_trainer(
     if check is not None:
         check(callbacks, loggers)  # before anything is written into the run folder
     tag = cfg.get("experiment_tag")
-    if tag is not None and loggers:
+    if tag is not None and isinstance(loggers, list):
         for logger in loggers:  # every logger records the tag as a hyperparameter
             logger.log_hyperparams({"experiment_tag": str(tag)})
     overrides = {"callbacks": callbacks, "logger": loggers}
