@@ -38,7 +38,7 @@ import time
 import warnings
 import weakref
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
@@ -150,8 +150,6 @@ _BATCH_END_STAGE = {
     _EV_VAL_BATCH_END: "val",
     _EV_TEST_BATCH_END: "test",
 }
-# Owner of our own epoch-end work (gather, reports) when it runs inside another window.
-_GATHER_OWNER = ""
 
 
 class Subscriber(Protocol):
@@ -847,7 +845,7 @@ class StageRecorder:
         label = self._current_label()
         try:
             if clock.running:
-                clock.switch("sync_wait", _GATHER_OWNER)
+                clock.switch("sync_wait")
             report = self._gather_report(vector, partial)
             if report is not None and self.files is not None:
                 if clock.running:
@@ -1050,9 +1048,3 @@ def _nanmax(current: float, value: float | None) -> float:
     if value is None or math.isnan(value):
         return current
     return value if math.isnan(current) else max(current, value)
-
-
-def subscribers_of(trainer: L.Trainer) -> Iterable[Subscriber]:
-    """The monitors subscribed to ``trainer``'s recorder (empty when none)."""
-    recorder = StageRecorder._registry.get(trainer)
-    return tuple(recorder.subscribers) if recorder is not None else ()

@@ -465,11 +465,39 @@ def _compute_mfu(
     return 100.0 * achieved / (peak / world), 100.0 * whole.mfu, achieved, peak / world
 
 
+def _phase_finding(
+    s: StageSummary,
+    phase: str,
+    finding_id: str,
+    title: str,
+    suggestion: str,
+    total_s: float,
+    top: tuple[str, float] | None = None,
+) -> Finding:
+    """A warning that ``phase`` takes a material share of the stage: evidence
+    ``{phase}_pct`` / ``{phase}_s`` (and the slowest named callback or hook when known)."""
+    secs = s.phases_s.get(phase, 0.0)
+    return Finding(
+        id=finding_id,
+        severity="warning",
+        score=_score(secs, total_s),
+        title=title,
+        evidence={
+            f"{phase}_pct": _r(s.share(phase)),
+            f"{phase}_s": _r(secs, 3),
+            **({"slowest": top[0], "slowest_s": _r(top[1], 3)} if top else {}),
+        },
+        threshold={"warning_pct": THRESHOLDS["callbacks_warn_pct"]},
+        suggestion=suggestion,
+        stage=s.stage,
+    )
+
+
 def _overheads(s: StageSummary, run: RunData, adv: _Advice, total_s: float) -> list[Finding]:
     out: list[Finding] = []
+    warn = THRESHOLDS["callbacks_warn_pct"]
     pct = s.share("callbacks")
-    if s.wall_s > 0 and pct >= THRESHOLDS["callbacks_warn_pct"]:
-        secs = s.phases_s.get("callbacks", 0.0)
+    if s.wall_s > 0 and pct >= warn:
         top = _top_named(s.callback_hooks_s)
         if top is not None:
             name, name_s = top
@@ -485,68 +513,31 @@ def _overheads(s: StageSummary, run: RunData, adv: _Advice, total_s: float) -> l
             every = adv.name("trainer.log_every_n_steps", "log_every_n_steps")
             title = f"{pct:.0f} % of {s.label} wall time is spent in callbacks and logging"
             advice = f"log less often ({every}) and look for a slow callback in a profiler trace."
-        out.append(
-            Finding(
-                id="callback_overhead",
-                severity="warning",
-                score=_score(secs, total_s),
-                title=title,
-                evidence={
-                    "callbacks_pct": _r(pct),
-                    "callbacks_s": _r(secs, 3),
-                    **({"slowest": top[0], "slowest_s": _r(top[1], 3)} if top else {}),
-                },
-                threshold={"warning_pct": THRESHOLDS["callbacks_warn_pct"]},
-                suggestion=advice,
-                stage=s.stage,
-            )
-        )
+        out.append(_phase_finding(s, "callbacks", "callback_overhead", title, advice, total_s, top))
     pct = s.share("module_hooks")
-    if s.wall_s > 0 and pct >= THRESHOLDS["callbacks_warn_pct"]:
-        secs = s.phases_s.get("module_hooks", 0.0)
+    if s.wall_s > 0 and pct >= warn:
         top = _top_named(s.module_hooks_s)
         name = top[0] if top else "the LightningModule's hooks"
+        title = (
+            f"{pct:.0f} % of {s.label} wall time is spent in the LightningModule's own hooks, "
+            f"most in {name}"
+        )
+        advice = (
+            f"{name} is your module's code: time its parts (wrap metric work in "
+            "ocr.perf.perf_phase('metric') to see it as its own phase), compute it less often, "
+            "or vectorise it."
+        )
         out.append(
-            Finding(
-                id="module_hook_overhead",
-                severity="warning",
-                score=_score(secs, total_s),
-                title=(
-                    f"{pct:.0f} % of {s.label} wall time is spent in the LightningModule's own "
-                    f"hooks, most in {name}"
-                ),
-                evidence={
-                    "module_hooks_pct": _r(pct),
-                    "module_hooks_s": _r(secs, 3),
-                    **({"slowest": top[0], "slowest_s": _r(top[1], 3)} if top else {}),
-                },
-                threshold={"warning_pct": THRESHOLDS["callbacks_warn_pct"]},
-                suggestion=(
-                    f"{name} is your module's code: time its parts (wrap metric work in "
-                    "ocr.perf.perf_phase('metric') to see it as its own phase), compute it less "
-                    "often, or vectorise it."
-                ),
-                stage=s.stage,
-            )
+            _phase_finding(s, "module_hooks", "module_hook_overhead", title, advice, total_s, top)
         )
     pct = s.share("checkpoint")
-    if s.wall_s > 0 and pct >= THRESHOLDS["callbacks_warn_pct"]:
-        secs = s.phases_s.get("checkpoint", 0.0)
-        out.append(
-            Finding(
-                id="checkpoint_overhead",
-                severity="warning",
-                score=_score(secs, total_s),
-                title=f"{pct:.0f} % of {s.label} wall time is spent saving checkpoints",
-                evidence={"checkpoint_pct": _r(pct), "checkpoint_s": _r(secs, 3)},
-                threshold={"warning_pct": THRESHOLDS["callbacks_warn_pct"]},
-                suggestion=(
-                    "save less often (ModelCheckpoint every_n_epochs / every_n_train_steps, "
-                    "save_top_k) or to a faster disk."
-                ),
-                stage=s.stage,
-            )
+    if s.wall_s > 0 and pct >= warn:
+        title = f"{pct:.0f} % of {s.label} wall time is spent saving checkpoints"
+        advice = (
+            "save less often (ModelCheckpoint every_n_epochs / every_n_train_steps, save_top_k) "
+            "or to a faster disk."
         )
+        out.append(_phase_finding(s, "checkpoint", "checkpoint_overhead", title, advice, total_s))
     pct = s.share("unattributed")
     if s.wall_s > 0 and pct >= THRESHOLDS["unattributed_warn_pct"]:
         secs = s.phases_s.get("unattributed", 0.0)
