@@ -1,0 +1,37 @@
+"""A change that a finding proposes and ``ocr-perf try`` can measure.
+
+The verdict's findings carry candidates; ``ocr-perf try`` re-runs the run's own command with each
+candidate's override and measures it. A candidate's ``override`` is a Hydra override whose key
+exists in the run's resolved configuration; a run not configured by a Hydra app (or a change
+with no key in its config) gets a plain-language ``description`` only, which ``try`` cannot apply.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["Candidate"]
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One proposed change.
+
+    Args:
+        family: what kind of change: ``workers``, ``prefetch``, ``persistent_workers``,
+            ``pin_memory``, ``polygon_cache``, ``threads``, ``channels_last``, ``compile``,
+            ``batch_size``, ``precision``, ``cudnn_benchmark``, ``postprocess`` or ``other``.
+        description: the change in plain language (always set).
+        override: a Hydra override (``data.num_workers=4``) whose key exists in the run's config;
+            ``None`` when the change cannot be expressed as one.
+        alters_computation: the change alters what is computed (canvas size, batch size,
+            precision, postprocess limits), so a speed-up alone does not make it safe.
+        eval_time: the change only affects evaluation outputs (postprocess limits); it must be
+            checked on the run's checkpoint, not only timed.
+    """
+
+    family: str
+    description: str
+    override: str | None = None
+    alters_computation: bool = False
+    eval_time: bool = False
