@@ -210,5 +210,8 @@ def test_the_users_simple_profiler_still_gets_every_action_and_prints(tmp_path: 
     assert "[Strategy]SingleDeviceStrategy.training_step" in text
     # Every training step reached it: 8 batches.
     assert len(profiler.recorded_durations["[Strategy]SingleDeviceStrategy.training_step"]) == 8
+    # Including the inherited no-op hooks our recorder does not listen to.
+    noop = "[Callback]SlowCallback.on_before_zero_grad"
+    assert len(profiler.recorded_durations[noop]) == 8
     # And our attribution saw the same run.
     near(epoch(tmp_path, "train")["callbacks_s"]["SlowCallback"], "callback")

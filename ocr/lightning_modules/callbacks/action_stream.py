@@ -13,6 +13,12 @@ too), and each start/stop is also handed to the listeners (:class:`ActionListene
 ``trainer.profiler`` by the first :func:`add_listener` (from a callback's ``setup``, after Lightning
 has set up the user's profiler) and taken out by the last :func:`remove_listener` (from
 ``teardown``, before Lightning calls the user's profiler's ``describe()``).
+
+Cost. Lightning dispatches every callback hook to every callback, overridden or not, so most
+actions of a step are a callback's inherited no-op. A listener may say which names it wants
+(``wants(name)``, asked once per name and listener); a name nobody wants costs one dict lookup,
+and ``profile()`` then hands Lightning a shared do-nothing context manager (cheaper than
+``PassThroughProfiler``'s generator-based one). The user's profiler still gets every call.
 """
 
 from __future__ import annotations
@@ -33,6 +39,28 @@ class ActionListener(Protocol):
     def action_start(self, name: str) -> None: ...
 
     def action_stop(self, name: str) -> None: ...
+
+
+def _wants(listener: ActionListener, name: str) -> bool:
+    """Whether ``listener`` wants ``name``: its ``wants(name)`` when it has one (optional, asked
+    once per name), else every name."""
+    wants = getattr(listener, "wants", None)
+    return True if wants is None else bool(wants(name))
+
+
+class _NoSpan:
+    """The context manager for an action no listener wants and no user profiler times."""
+
+    __slots__ = ()
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+_NO_SPAN = _NoSpan()
 
 
 class _Span:
@@ -64,6 +92,8 @@ class ActionStream(Profiler):
         super().__init__()
         self.inner = inner
         self._listeners: tuple[ActionListener, ...] = ()
+        # name -> (listeners that want it, the same reversed); filled on first sight of a name.
+        self._routes: dict[str, tuple[tuple[ActionListener, ...], tuple[ActionListener, ...]]] = {}
         # The default PassThroughProfiler does nothing: skip the two calls per action.
         passthrough = type(inner) is PassThroughProfiler
         self._inner_start = None if passthrough else inner.start
@@ -79,28 +109,58 @@ class ActionStream(Profiler):
     def add(self, listener: ActionListener) -> None:
         if listener not in self._listeners:
             self._listeners = (*self._listeners, listener)
+            self._routes = {}
 
     def remove(self, listener: ActionListener) -> None:
         self._listeners = tuple(item for item in self._listeners if item is not listener)
+        self._routes = {}
+
+    def _route(self, name: str) -> tuple[tuple[ActionListener, ...], tuple[ActionListener, ...]]:
+        wanting = tuple(item for item in self._listeners if _wants(item, name))
+        route = (wanting, wanting[::-1])
+        self._routes[name] = route
+        return route
 
     # -- the Profiler interface ------------------------------------------------------------
 
     def start(self, action_name: str) -> None:
         if self._inner_start is not None:
             self._inner_start(action_name)
-        for listener in self._listeners:
-            listener.action_start(action_name)
+        self.start_listeners(action_name)
 
     def stop(self, action_name: str) -> None:
-        for listener in reversed(self._listeners):
-            listener.action_stop(action_name)
+        self.stop_listeners(action_name)
         if self._inner_stop is not None:
             self._inner_stop(action_name)
 
     def profile(self, action_name: str) -> Any:
         if self._inner_profile:
             return _WrappedSpan(self, action_name)
+        if self._inner_start is None:
+            route = self._routes.get(action_name)
+            if route is None:
+                route = self._route(action_name)
+            if not route[0]:
+                return _NO_SPAN
         return _Span(self, action_name)
+
+    def start_listeners(self, action_name: str) -> None:
+        """Tell the listeners that want it that ``action_name`` starts (not the user's
+        profiler: its own ``profile()`` context manager is running)."""
+        route = self._routes.get(action_name)
+        if route is None:
+            route = self._route(action_name)
+        for listener in route[0]:
+            listener.action_start(action_name)
+
+    def stop_listeners(self, action_name: str) -> None:
+        """Tell the listeners that want it that ``action_name`` stops, innermost last-added
+        first."""
+        route = self._routes.get(action_name)
+        if route is None:
+            route = self._route(action_name)
+        for listener in route[1]:
+            listener.action_stop(action_name)
 
     def summary(self) -> str:
         return self.inner.summary()
@@ -139,13 +199,11 @@ class _WrappedSpan:
         stream = self._stream
         self._cm = stream.inner.profile(self._name)
         self._cm.__enter__()
-        for listener in stream.listeners:
-            listener.action_start(self._name)
+        stream.start_listeners(self._name)
         return self._name
 
     def __exit__(self, *exc: Any) -> Any:
-        for listener in reversed(self._stream.listeners):
-            listener.action_stop(self._name)
+        self._stream.stop_listeners(self._name)
         return self._cm.__exit__(*exc)
 
 

@@ -33,6 +33,7 @@ turns recording off together.
 
 from __future__ import annotations
 
+import dis
 import math
 import time
 import warnings
@@ -150,6 +151,26 @@ _BATCH_END_STAGE = {
     _EV_VAL_BATCH_END: "val",
     _EV_TEST_BATCH_END: "test",
 }
+
+
+# Instruction names that carry no work (3.11 fills code with these; 3.12+ adds RETURN_CONST).
+_NO_WORK_OPS = frozenset({"RESUME", "NOP", "CACHE", "EXTENDED_ARG"})
+
+
+def _does_nothing(fn: Any) -> bool:
+    """Whether ``fn`` (a hook as found on a class) only returns a constant or one of its
+    arguments: Lightning's inherited ``Callback`` / ``ModelHooks`` hooks (``pass``) and
+    ``on_before_batch_transfer`` (``return batch``). Its action takes nanoseconds, so leaving
+    it out of the stream moves nothing between phases. Anything else (not a plain function,
+    wrapped, unreadable) counts as work."""
+    code = getattr(fn, "__code__", None)
+    if code is None or hasattr(fn, "__wrapped__"):
+        return False
+    try:
+        ops = [i.opname for i in dis.get_instructions(code) if i.opname not in _NO_WORK_OPS]
+    except Exception:
+        return False
+    return ops in (["LOAD_CONST", "RETURN_VALUE"], ["LOAD_FAST", "RETURN_VALUE"], ["RETURN_CONST"])
 
 
 class Subscriber(Protocol):
@@ -521,6 +542,43 @@ class StageRecorder:
 
     # -- the action stream (hot path) ------------------------------------------------------
 
+    def wants(self, name: str) -> bool:
+        """Whether the stream should tell us about ``name`` (asked once per name; see
+        ``ActionStream``). Left out: transparent actions without a window event (their time stays
+        with the enclosing action either way) and hooks whose function does nothing
+        (:func:`_does_nothing`): Lightning dispatches every callback hook to every callback, so
+        most of a step's actions are inherited no-ops. The module's own ``on_after_backward``
+        closes the backward bracket, so the callbacks' no-op ones are not needed for it."""
+        try:
+            phase, _, event = self._info.get(name) or self._learn(name)
+            action = classify_action(name)
+            if event and not (action.kind == CALLBACK and action.hook == "on_after_backward"):
+                return True
+            if not phase:
+                return False
+            return not self._hook_does_nothing(action.kind, action.target, action.hook)
+        except Exception:
+            return True  # when in doubt, listen
+
+    def _hook_does_nothing(self, kind: str, target: str, hook: str) -> bool:
+        trainer = self._trainer_ref()
+        if trainer is None:
+            return False
+        owners: list[Any] = []
+        if kind == CALLBACK:
+            owners = [c for c in trainer.callbacks if c.state_key == target]  # type: ignore[attr-defined]
+        elif kind in (MODULE, DATAMODULE):
+            # Lightning names these actions by the instance's class name.
+            owner = (
+                trainer.lightning_module if kind == MODULE else getattr(trainer, "datamodule", None)
+            )
+            if owner is not None and type(owner).__name__ == target:
+                owners = [owner]
+        functions = [getattr(o, hook, None) for o in owners]
+        # A bound method is judged by its function; an instance attribute (a user's own
+        # function set on the object) by itself.
+        return bool(functions) and all(_does_nothing(getattr(f, "__func__", f)) for f in functions)
+
     def _learn(self, name: str) -> tuple[str, str, int]:
         action = classify_action(name)
         owner = action.owner
@@ -558,7 +616,9 @@ class StageRecorder:
             if phase:
                 stack.append((name, phase, owner))
                 clock = self.clock
-                if clock.running:
+                # Same label as the open interval (a hook inside a hook of one owner): the
+                # interval simply goes on.
+                if clock.running and (phase != clock.current or owner != clock.current_owner):
                     clock.switch(phase, owner)
             elif stack:
                 top = stack[-1]
@@ -596,8 +656,10 @@ class StageRecorder:
                     self._in_backward = True
                     self._backward_start_ns = time.perf_counter_ns()
                 elif stack and stack[-1][1]:
-                    clock.switch(stack[-1][1], stack[-1][2])
-                else:
+                    top = stack[-1]
+                    if top[1] != clock.current or top[2] != clock.current_owner:
+                        clock.switch(top[1], top[2])
+                elif clock.current != "unattributed" or clock.current_owner:
                     clock.switch("unattributed")
             if event:
                 self._event_stop(event)
