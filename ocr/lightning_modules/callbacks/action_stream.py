@@ -65,20 +65,37 @@ _NO_SPAN = _NoSpan()
 
 class _Span:
     """``profile(name)``'s context manager: a slotted class is cheaper per use than a
-    ``contextlib.contextmanager`` generator, and this runs for every hook of every callback."""
+    ``contextlib.contextmanager`` generator, and this runs for every hook of every callback. It
+    holds the name's route, so start and stop reach the same listeners without a lookup."""
 
-    __slots__ = ("_name", "_stream")
+    __slots__ = ("_name", "_route", "_stream")
 
-    def __init__(self, stream: ActionStream, name: str) -> None:
+    def __init__(
+        self,
+        stream: ActionStream,
+        name: str,
+        route: tuple[tuple[ActionListener, ...], tuple[ActionListener, ...]],
+    ) -> None:
         self._stream = stream
         self._name = name
+        self._route = route
 
     def __enter__(self) -> str:
-        self._stream.start(self._name)
-        return self._name
+        name = self._name
+        inner_start = self._stream._inner_start
+        if inner_start is not None:
+            inner_start(name)
+        for listener in self._route[0]:
+            listener.action_start(name)
+        return name
 
     def __exit__(self, *exc: object) -> None:
-        self._stream.stop(self._name)
+        name = self._name
+        for listener in self._route[1]:
+            listener.action_stop(name)
+        inner_stop = self._stream._inner_stop
+        if inner_stop is not None:
+            inner_stop(name)
 
 
 class ActionStream(Profiler):
@@ -126,41 +143,26 @@ class ActionStream(Profiler):
     def start(self, action_name: str) -> None:
         if self._inner_start is not None:
             self._inner_start(action_name)
-        self.start_listeners(action_name)
+        route = self._routes.get(action_name)
+        for listener in (route or self._route(action_name))[0]:
+            listener.action_start(action_name)
 
     def stop(self, action_name: str) -> None:
-        self.stop_listeners(action_name)
+        route = self._routes.get(action_name)
+        for listener in (route or self._route(action_name))[1]:
+            listener.action_stop(action_name)
         if self._inner_stop is not None:
             self._inner_stop(action_name)
 
     def profile(self, action_name: str) -> Any:
+        route = self._routes.get(action_name)
+        if route is None:
+            route = self._route(action_name)
         if self._inner_profile:
-            return _WrappedSpan(self, action_name)
-        if self._inner_start is None:
-            route = self._routes.get(action_name)
-            if route is None:
-                route = self._route(action_name)
-            if not route[0]:
-                return _NO_SPAN
-        return _Span(self, action_name)
-
-    def start_listeners(self, action_name: str) -> None:
-        """Tell the listeners that want it that ``action_name`` starts (not the user's
-        profiler: its own ``profile()`` context manager is running)."""
-        route = self._routes.get(action_name)
-        if route is None:
-            route = self._route(action_name)
-        for listener in route[0]:
-            listener.action_start(action_name)
-
-    def stop_listeners(self, action_name: str) -> None:
-        """Tell the listeners that want it that ``action_name`` stops, innermost last-added
-        first."""
-        route = self._routes.get(action_name)
-        if route is None:
-            route = self._route(action_name)
-        for listener in route[1]:
-            listener.action_stop(action_name)
+            return _WrappedSpan(self, action_name, route)
+        if not route[0] and self._inner_start is None:
+            return _NO_SPAN
+        return _Span(self, action_name, route)
 
     def summary(self) -> str:
         return self.inner.summary()
@@ -188,22 +190,32 @@ class ActionStream(Profiler):
 
 
 class _WrappedSpan:
-    __slots__ = ("_cm", "_name", "_stream")
+    """The span for a user's profiler with its own ``profile()``: theirs runs as it would
+    without us, the listeners the name's route holds are told inside it."""
 
-    def __init__(self, stream: ActionStream, name: str) -> None:
+    __slots__ = ("_cm", "_name", "_route", "_stream")
+
+    def __init__(
+        self,
+        stream: ActionStream,
+        name: str,
+        route: tuple[tuple[ActionListener, ...], tuple[ActionListener, ...]],
+    ) -> None:
         self._stream = stream
         self._name = name
+        self._route = route
         self._cm: Any = None
 
     def __enter__(self) -> str:
-        stream = self._stream
-        self._cm = stream.inner.profile(self._name)
+        self._cm = self._stream.inner.profile(self._name)
         self._cm.__enter__()
-        stream.start_listeners(self._name)
+        for listener in self._route[0]:
+            listener.action_start(self._name)
         return self._name
 
     def __exit__(self, *exc: Any) -> Any:
-        self._stream.stop_listeners(self._name)
+        for listener in self._route[1]:
+            listener.action_stop(self._name)
         return self._cm.__exit__(*exc)
 
 
