@@ -29,6 +29,7 @@ __all__ = [
     "phase_plot",
     "resources_figure",
     "resources_plot",
+    "thin",
     "throughput_figure",
     "throughput_plot",
     "training_rates",
@@ -282,10 +283,36 @@ def _expand(name: str, present: set[str]) -> list[str]:
     return [n for i in range(16) if (n := name.format(i=i)) in present]
 
 
+#: Points per resource line above which :func:`thin` keeps each stretch's extremes only: a
+#: day sampled every second would put 86,400 points per line into the page's SVG.
+MAX_LINE_POINTS = 2000
+
+
+Points = list[tuple[float, float]]
+
+
+def thin(points: Points, limit: int = MAX_LINE_POINTS) -> Points:
+    """``points`` as they are when at most ``limit``; otherwise, per stretch of consecutive
+    points, its lowest and highest (in time order), about ``limit`` in all. A spike or a dip of
+    one sample stays visible, which averaging or striding would hide."""
+    if len(points) <= limit:
+        return points
+    buckets = max(limit // 2, 1)
+    size = math.ceil(len(points) / buckets)
+    out: Points = []
+    for start in range(0, len(points), size):
+        chunk = points[start : start + size]
+        low = min(range(len(chunk)), key=lambda i: chunk[i][1])
+        high = max(range(len(chunk)), key=lambda i: chunk[i][1])
+        out.extend(chunk[i] for i in sorted({low, high}))
+    return out
+
+
 def resources_figure(run: RunData) -> Figure | None:
     """CPU / memory / GPU / I/O over the run's time, one panel each (those with data), a point
-    per record of ``resources.jsonl`` (every sample the monitor wrote), alerts as vertical lines
-    (red critical, orange warning; dotted when resolved)."""
+    per record of ``resources.jsonl`` (every sample the monitor wrote; beyond
+    :data:`MAX_LINE_POINTS` per line, each stretch's extremes: :func:`thin`), alerts as vertical
+    lines (red critical, orange warning; dotted when resolved)."""
     if not run.resources:
         return None
     present = {k for r in run.resources for k in (r.get("metrics") or {})}
@@ -302,11 +329,13 @@ def resources_figure(run: RunData) -> Figure | None:
         axes = fig.subplots(len(panels), 1, sharex=True, squeeze=False)[:, 0]
         for ax, (title, unit, series) in zip(axes, panels, strict=True):
             for name in series:
-                pts = [
-                    ((num(r.get("t")) - t0) / 60.0, float(v))
-                    for r in run.resources
-                    if isinstance(v := (r.get("metrics") or {}).get(name), int | float)
-                ]
+                pts = thin(
+                    [
+                        ((num(r.get("t")) - t0) / 60.0, float(v))
+                        for r in run.resources
+                        if isinstance(v := (r.get("metrics") or {}).get(name), int | float)
+                    ]
+                )
                 ax.plot([p[0] for p in pts], [p[1] for p in pts], label=name.split("/", 1)[-1])
             ax.set_ylabel(unit)
             ax.set_title(title, loc="left")

@@ -485,7 +485,7 @@ def _throughput(report: Report) -> Section:
                 "-" if use is None or use.mfu is None else _f(100.0 * use.mfu, 1),
             ]
     if rows:
-        sec.tables.append(Table(header, rows, "Per epoch"))
+        sec.tables.append(Table(header, rows, "Throughput per epoch"))
     else:
         sec.paragraphs.append("Not recorded.")
     return sec

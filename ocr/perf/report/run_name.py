@@ -11,6 +11,9 @@ Sources, first found wins (each is how one kind of run names itself):
    overridden with ``hydra.job.name=``).
 4. The run folder's name: a foreign run that recorded no configuration.
 
+A WandB run's own name is not among them: WandB keeps it in its binary run file, not in the
+run folder; for our app it is the name of source 1.
+
 The folder's name is kept beside the name: Hydra's folders are the start time
 (``outputs/train/2026-01-31_12-00-00``), which tells two runs of one task apart.
 """

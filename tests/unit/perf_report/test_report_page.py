@@ -15,7 +15,13 @@ import yaml
 from matplotlib.ticker import MaxNLocator
 
 from ocr.perf.report import build_report, to_html, to_markdown
-from ocr.perf.report.plots import resources_figure, throughput_figure, training_rates
+from ocr.perf.report.plots import (
+    MAX_LINE_POINTS,
+    resources_figure,
+    thin,
+    throughput_figure,
+    training_rates,
+)
 from ocr.perf.report.render import OPEN_ROWS, ranked
 from tests.unit.perf_report.runs import CONFIG, T0, epoch_record, make_run
 
@@ -174,7 +180,7 @@ def test_long_tables_and_the_config_are_folded_headlines_stay_open(tmp_path: Pat
     assert re.search(r"<details><summary>\.hydra/config\.yaml \(\d+ lines\)</summary><pre>", config)
     # 2 x OPEN_ROWS epoch rows: folded; the verdict and phase tables: open however long
     throughput = _section(page, "throughput")
-    assert f"<details><summary>Per epoch ({2 * OPEN_ROWS} rows)</summary>" in throughput
+    assert f"<details><summary>Throughput per epoch ({2 * OPEN_ROWS} rows)</summary>" in throughput
     assert "<details>" not in _section(page, "verdict")
     phases = _section(page, "phases")
     assert phases.index("<table>") < phases.index("Seconds per phase")
@@ -190,7 +196,7 @@ def test_long_tables_and_the_config_are_folded_headlines_stay_open(tmp_path: Pat
 def test_a_short_table_stays_open(tmp_path: Path) -> None:
     report = build_report(make_run(tmp_path, _epochs(2), config=CONFIG))
     throughput = _section(to_html(report), "throughput")
-    assert "<caption>Per epoch</caption>" in throughput
+    assert "<caption>Throughput per epoch</caption>" in throughput
     assert "<details>" not in throughput
 
 
@@ -260,6 +266,19 @@ def test_resource_plot_draws_every_sample_of_resources_jsonl(tmp_path: Path) -> 
     assert list(rss.get_ydata()) == pytest.approx([1.0 + 0.01 * i for i in range(50)])
     # x: minutes since the first sample, half a second apart
     assert list(rss.get_xdata())[-1] == pytest.approx(49 * 0.5 / 60.0)
+
+
+def test_a_day_of_samples_keeps_every_spike_within_the_point_budget() -> None:
+    n = 86_400  # a day at one sample per second
+    points = [(i / 60.0, 50.0) for i in range(n)]
+    points[12_345] = (points[12_345][0], 99.0)  # one-sample spike
+    points[70_001] = (points[70_001][0], 1.0)  # one-sample dip
+    kept = thin(points)
+    assert len(kept) <= MAX_LINE_POINTS + 2
+    assert points[12_345] in kept
+    assert points[70_001] in kept
+    assert [p[0] for p in kept] == sorted(p[0] for p in kept)  # still in time order
+    assert thin(points[:MAX_LINE_POINTS]) == points[:MAX_LINE_POINTS]  # short: untouched
 
 
 # -- advice on how to get what is missing --------------------------------------------------------
