@@ -160,22 +160,31 @@ def ranked(report: Report) -> list[Finding]:
     return sorted(report.findings, key=lambda f: -f.score)
 
 
+def _example(thresholds: dict[str, float], key: str) -> str:
+    """`` (e.g. data wait >= 40 % of a stage)`` from the verdict's own threshold; nothing when
+    the table has no such key (a figure the verdict does not use would mislead)."""
+    value = thresholds.get(key)
+    return "" if value is None else f" (e.g. data wait >= {value:g} % of a stage)"
+
+
 def severity_legend(report: Report) -> list[str]:
     """What the severities and the score mean, one line each (the verdict's legend)."""
     t = report.thresholds
-    risk_critical = t.get("risk_critical_score", 100.0)
-    risk_warning = t.get("risk_warning_score", 10.0)
+    risk = ""
+    if "risk_critical_score" in t and "risk_warning_score" in t:
+        risk = (
+            "; findings about a run that may die or give garbage rather than about its speed "
+            f"score {t['risk_critical_score']:g} when critical, {t['risk_warning_score']:g} as "
+            "a warning"
+        )
     return [
         "Score: the share (%) of the run's recorded wall time, all stages together, that the "
-        f"finding's cause accounts for; findings about a run that may die or give garbage "
-        f"rather than about its speed score {risk_critical:g} when critical, "
-        f"{risk_warning:g} as a warning. Findings are listed by score, highest first.",
-        "critical: the cause passes the rule's critical threshold (e.g. data wait >= "
-        f"{t.get('input_critical_pct', 40.0):g} % of a stage) or threatens the run itself "
-        "(NaN loss, disk or memory running out); act on it first.",
-        "warning: the cause passes the rule's warning threshold (e.g. data wait >= "
-        f"{t.get('input_warn_pct', 20.0):g} % of a stage) or is a risk worth watching; the "
-        "change is likely to pay.",
+        f"finding's cause accounts for{risk}. Findings are listed by score, highest first.",
+        "critical: the cause passes its rule's critical threshold"
+        f"{_example(t, 'input_critical_pct')} or threatens the run itself (NaN loss, disk or "
+        "memory running out); act on it first.",
+        f"warning: the cause passes its rule's warning threshold{_example(t, 'input_warn_pct')} "
+        "or is a risk worth watching; the change is likely to pay.",
         "info: where the time goes, with no threshold passed (e.g. compute-bound): worth "
         "knowing; the change may help, or there may be no headroom.",
     ]

@@ -13,8 +13,9 @@ from typing import Any
 import pytest
 import yaml
 from matplotlib.ticker import MaxNLocator
+from rich.console import Console
 
-from ocr.perf.report import build_report, to_html, to_markdown
+from ocr.perf.report import build_report, print_summary, to_html, to_markdown
 from ocr.perf.report.plots import (
     MAX_LINE_POINTS,
     resources_figure,
@@ -56,6 +57,9 @@ def test_title_names_the_task_and_its_experiment_tag(tmp_path: Path) -> None:
     assert f"<title>{expected}</title>" in page
     assert "Run name from task_name in .hydra/config.yaml." in page
     assert to_markdown(report).startswith(f"# {expected}\n")
+    console = Console(record=True, width=200)
+    print_summary(report, console)
+    assert "Verdict (train-bs16 (2026-01-31_12-00-00))" in console.export_text()
 
 
 def test_title_without_a_tag_or_with_an_unresolved_one(tmp_path: Path) -> None:
@@ -134,6 +138,12 @@ def test_severity_legend_explains_each_severity_and_the_score(tmp_path: Path) ->
         assert re.search(rf"<dt[^>]*>{term}</dt><dd>[^<]+</dd>", legend), term
     assert "share (%) of the run's recorded wall time" in legend
     assert "score 100 when critical, 10 as a warning" in legend
+    assert "data wait >= 40 % of a stage" in legend  # the verdict's own thresholds
+    # a table without those thresholds: no example figure that the verdict does not use
+    report.thresholds = {k: v for k, v in report.thresholds.items() if "input" not in k}
+    bare = html.unescape(_section(to_html(report), "verdict"))
+    assert "data wait >=" not in bare
+    assert '<dt class="sev-critical">critical</dt>' in bare
     md = to_markdown(report)
     block = md[md.index("**Severity and score**") : md.index("## Run")]
     assert [line.split(":")[0] for line in block.splitlines() if line.startswith("- ")] == [
