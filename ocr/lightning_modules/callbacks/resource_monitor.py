@@ -120,8 +120,9 @@ class ResourceMonitorCallback(Callback):
     ``cuda_allocated_gb``, ``cuda_reserved_gb``, ``cuda_max_reserved_gb``, ``cuda_total_gb``,
     ``cuda_alloc_retries``, ``cuda_ooms``, and training signals ``data_wait_share``,
     ``train_steps_per_s``, ``step_time_median_s``, ``last_step_age_s``, ``loss_nonfinite``.
-    Rates, percentages and shares are averaged over the logging interval; gauges and totals are
-    the interval's last value. At fit end: ``resources/<name>_mean`` / ``_max`` over the run,
+    In the logged metrics, rates, percentages and shares are averaged over the logging interval
+    and gauges and totals are the interval's last value; ``resources.jsonl`` holds each sample.
+    At fit end: ``resources/<name>_mean`` / ``_max`` over the run,
     ``resources/samples`` and ``alerts/fired``, logged, written and printed.
 
     Files (``<trainer.default_root_dir>/perf/``): ``resources.jsonl`` (rank zero; one
