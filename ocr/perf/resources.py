@@ -701,9 +701,11 @@ class ResourceMonitor:
     """The sampler on a daemon thread, the training signals, the alert engine and the records.
 
     Each tick (every ``interval_s``): sample, add the training signals, evaluate the alert rules,
-    fold the values into the logging interval and the run summary. Every ``log_interval_s`` one
-    record is written to ``writer`` (``resources.jsonl``) and left in :attr:`pending` for the
-    training thread to hand to the loggers (:meth:`take_pending`): loggers are not thread-safe.
+    fold the values into the logging interval and the run summary, and (``record_samples``)
+    write the sample to ``writer`` (``resources.jsonl``: the report plots every one). Every
+    ``log_interval_s`` the interval's record (rates averaged) is left in :attr:`pending` for the
+    training thread to hand to the loggers (:meth:`take_pending`: loggers are not thread-safe),
+    and, without ``record_samples``, written instead.
     A tick that raises is one warning and stops the thread; training goes on.
 
     Args:
@@ -714,6 +716,9 @@ class ResourceMonitor:
         interval_s: seconds between samples. Default ``1.0``.
         log_interval_s: seconds between logged records (independent of ``interval_s``; at least
             one sample each). Default ``10.0``.
+        record_samples: write every sample to ``writer`` (about 2 KB each on a CPU host: some
+            7 MB per hour at ``interval_s=1``); ``False``: one record per logging interval, for
+            runs of weeks. Default ``True``.
         rate_window_s: window of the data-wait share and the step rate, seconds. Default
             ``10.0``.
         rank: global rank written in the records. Default ``0``.
@@ -732,6 +737,7 @@ class ResourceMonitor:
         interval_s: float = 1.0,
         log_interval_s: float = 10.0,
         rate_window_s: float = 10.0,
+        record_samples: bool = True,
         rank: int = 0,
         context: Callable[[], tuple[int, int]] | None = None,
         main_thread_ident: int | None = None,
@@ -750,6 +756,7 @@ class ResourceMonitor:
         self.interval_s = float(interval_s)
         self.log_interval_s = float(log_interval_s)
         self.rate_window_s = float(rate_window_s)
+        self.record_samples = bool(record_samples)
         self.rank = rank
         self._context = context or (lambda: (signals.steps, signals.epoch))
         self._main_ident = main_thread_ident or threading.get_ident()
@@ -840,9 +847,22 @@ class ResourceMonitor:
                     epoch=epoch,
                     extra=self._extra(values),
                 )
+            if self.record_samples:
+                self._write(self._record(values, step, epoch))
             self._fold(values, mono, step, epoch)
             self.samples += 1
             return values
+
+    def _record(self, metrics: Mapping[str, float], step: int, epoch: int) -> dict[str, Any]:
+        """A ``resources.jsonl`` line (non-finite values left out: JSON has no NaN)."""
+        return {
+            "t": time.time(),
+            "phase": self.signals.phase,
+            "epoch": epoch,
+            "step": step,
+            "rank": self.rank,
+            "metrics": {k: v for k, v in metrics.items() if math.isfinite(v)},
+        }
 
     def _extra(self, values: Mapping[str, float]) -> dict[str, Any]:
         """Non-metric inputs of the rules."""
@@ -916,7 +936,8 @@ class ResourceMonitor:
             self._interval_start = mono
 
     def flush_interval(self, step: int | None = None, epoch: int | None = None) -> None:
-        """Close the logging interval: one record to the writer, and :attr:`pending`."""
+        """Close the logging interval: its record to :attr:`pending` (and to the writer without
+        ``record_samples``)."""
         if not self._interval_last:
             return
         metrics = {
@@ -929,16 +950,8 @@ class ResourceMonitor:
         if step is None or epoch is None:
             step, epoch = self._context()
         self.pending = metrics
-        self._write(
-            {
-                "t": time.time(),
-                "phase": self.signals.phase,
-                "epoch": epoch,
-                "step": step,
-                "rank": self.rank,
-                "metrics": metrics,
-            }
-        )
+        if not self.record_samples:  # otherwise every sample is in the file already
+            self._write(self._record(metrics, step, epoch))
 
     def _write(self, record: Mapping[str, Any], writer: JsonlWriter | None = None) -> None:
         writer = writer or self.writer

@@ -8,6 +8,7 @@ so that the planted cause dominates with a wide margin even on 2 busy cores.
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -21,10 +22,16 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 from torch.utils.data import default_collate as torch_default_collate
 
-from ocr.lightning_modules.callbacks import PerformanceProfilerCallback, ThroughputMonitorCallback
+from ocr.lightning_modules.callbacks import (
+    PerformanceProfilerCallback,
+    ResourceMonitorCallback,
+    ThroughputMonitorCallback,
+)
 from ocr.perf.clock import perf_phase
-from ocr.perf.report import build_report, to_markdown, write_html
+from ocr.perf.report import build_report, to_html, to_markdown, write_html
 from ocr.perf.report.cli import main as report_main
+from ocr.perf.report.plots import resources_figure, throughput_figure
+from ocr.perf.rundir import read_records
 
 pytestmark = pytest.mark.slow
 
@@ -94,6 +101,7 @@ def _run(
     train: DataLoader,
     val: DataLoader,
     batches: int = 6,
+    extra_callbacks: tuple[L.Callback, ...] = (),
 ) -> Path:
     trainer = L.Trainer(
         accelerator="cpu",
@@ -107,7 +115,7 @@ def _run(
         enable_checkpointing=False,
         num_sanity_val_steps=0,
         default_root_dir=root,
-        callbacks=[PerformanceProfilerCallback(), ThroughputMonitorCallback()],
+        callbacks=[PerformanceProfilerCallback(), ThroughputMonitorCallback(), *extra_callbacks],
     )
     trainer.fit(module, train, val)
     assert (root / "perf" / "epochs.jsonl").is_file(), "the callbacks wrote no epochs.jsonl"
@@ -171,6 +179,42 @@ def test_copied_run_dir_gives_the_same_report(tmp_path: Path) -> None:
     # a second build of the same folder is byte-identical too (no generation time in the page)
     write_html(build_report(run), tmp_path / "c.html")
     assert (tmp_path / "c.html").read_bytes() == html_a
+
+
+def test_page_of_a_real_run_names_it_ranks_findings_and_plots_every_sample(tmp_path: Path) -> None:
+    # Samples every 50 ms, logged every 60 s: the loggers get one record, the file every sample.
+    monitor = ResourceMonitorCallback(interval_s=0.05, log_interval_s=60.0, print_summary=False)
+    run = _run(
+        tmp_path / "my_run",
+        Module(metric_delay=0.05),
+        _loader(delay=0.02),
+        _loader(),
+        extra_callbacks=(monitor,),
+    )
+    report = build_report(run)
+    page = to_html(report)
+    assert "<h1>Performance report: my_run</h1>" in page  # a foreign run: its folder's name
+    scores = [f.score for f in report.findings]
+    listed = re.findall(r"^\d+\. \*\*\[\w+, score ([\d.]+)\]", to_markdown(report), re.M)
+    md_scores = [float(x) for x in listed]
+    assert md_scores == sorted(scores, reverse=True)
+    assert 'id="severity-legend"' in page
+    samples = read_records(run / "perf" / "resources.jsonl", "receipt-ocr/resource-sample")
+    (summary,) = read_records(run / "perf" / "resources.jsonl", "receipt-ocr/resource-summary")
+    assert len(samples) == summary["metrics"]["resources/samples"] >= 5
+    fig = resources_figure(report.run)
+    assert fig is not None
+    rss = next(
+        line for ax in fig.axes for line in ax.get_lines() if line.get_label() == "process_rss_gb"
+    )
+    assert len(rss.get_xdata()) == len(samples)  # every sample, not the one logged record
+    throughput = throughput_figure(report.run)
+    assert throughput is not None
+    for ax in throughput.axes:
+        lo, hi = sorted(ax.get_xlim())
+        ticks = [t for t in ax.get_xticks() if lo <= t <= hi]
+        assert ticks, ax.get_xlabel()
+        assert all(float(t).is_integer() for t in ticks), (ax.get_xlabel(), ticks)
 
 
 CHROMIUM = Path("/usr/bin/chromium")

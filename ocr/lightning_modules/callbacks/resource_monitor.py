@@ -120,12 +120,14 @@ class ResourceMonitorCallback(Callback):
     ``cuda_allocated_gb``, ``cuda_reserved_gb``, ``cuda_max_reserved_gb``, ``cuda_total_gb``,
     ``cuda_alloc_retries``, ``cuda_ooms``, and training signals ``data_wait_share``,
     ``train_steps_per_s``, ``step_time_median_s``, ``last_step_age_s``, ``loss_nonfinite``.
-    Rates, percentages and shares are averaged over the logging interval; gauges and totals are
-    the interval's last value. At fit end: ``resources/<name>_mean`` / ``_max`` over the run,
+    In the logged metrics, rates, percentages and shares are averaged over the logging interval
+    and gauges and totals are the interval's last value; ``resources.jsonl`` holds each sample.
+    At fit end: ``resources/<name>_mean`` / ``_max`` over the run,
     ``resources/samples`` and ``alerts/fired``, logged, written and printed.
 
     Files (``<trainer.default_root_dir>/perf/``): ``resources.jsonl`` (rank zero; one
-    ``receipt-ocr/resource-sample`` line per logging interval and a closing
+    ``receipt-ocr/resource-sample`` line per sample, or per logging interval without
+    ``record_samples``, and a closing
     ``receipt-ocr/resource-summary``), ``alerts.jsonl`` (``receipt-ocr/alert`` events: rank
     zero's, plus other ranks' per-rank rules with their rank).
 
@@ -143,6 +145,9 @@ class ResourceMonitorCallback(Callback):
             ``interval_s``. Default ``10.0``.
         rate_window_s: window of ``data_wait_share`` and ``train_steps_per_s``, seconds of
             training. Default ``10.0``.
+        record_samples: write every sample to ``resources.jsonl`` (the report's resource plots
+            show each; about 2 KB per sample on a CPU host, ~7 MB per hour at ``interval_s=1``);
+            ``False``: one line per logging interval (the logged averages). Default ``True``.
         checkpoint_dir: folder whose free space is watched; default the checkpoint callback's
             ``dirpath``, else ``trainer.default_root_dir``.
         worker_refresh_s: seconds between scans for DataLoader worker processes. Default
@@ -167,6 +172,7 @@ class ResourceMonitorCallback(Callback):
         interval_s: float = 1.0,
         log_interval_s: float = 10.0,
         rate_window_s: float = 10.0,
+        record_samples: bool = True,
         checkpoint_dir: str | None = None,
         worker_refresh_s: float = 5.0,
         memory_detail_s: float = 5.0,
@@ -194,6 +200,7 @@ class ResourceMonitorCallback(Callback):
         self.interval_s = float(interval_s)
         self.log_interval_s = float(log_interval_s)
         self.rate_window_s = float(rate_window_s)
+        self.record_samples = bool(record_samples)
         self.checkpoint_dir = checkpoint_dir
         self.worker_refresh_s = float(worker_refresh_s)
         self.memory_detail_s = float(memory_detail_s)
@@ -274,6 +281,7 @@ class ResourceMonitorCallback(Callback):
             interval_s=self.interval_s,
             log_interval_s=self.log_interval_s,
             rate_window_s=self.rate_window_s,
+            record_samples=self.record_samples,
             rank=trainer.global_rank,
             context=lambda: (trainer.global_step, trainer.current_epoch),
             main_thread_ident=threading.get_ident(),

@@ -7,8 +7,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ocr.perf.report.load import TRACE_DIRNAME, ReportInputError, RunData, load_run
+from ocr.perf.report.load import (
+    TRACE_DIRNAME,
+    ReportInputError,
+    RunData,
+    config_value,
+    load_run,
+)
 from ocr.perf.report.profiled import move_profiler_overhead
+from ocr.perf.report.run_name import RunName, run_name
 from ocr.perf.report.stages import StageSummary, summarize_stages
 from ocr.perf.report.verdict import THRESHOLDS, Finding, judge
 
@@ -24,6 +31,7 @@ class Report:
 
     Args:
         run: the run directory's files as read (:class:`~ocr.perf.report.load.RunData`).
+        name: what the title calls the run (:mod:`ocr.perf.report.run_name`).
         stages: per-stage totals over the recorded epochs, train / val / test order.
         findings: the verdict, ranked (first = the change most likely to help).
         trace: the profiler trace analysis reduced to what the report shows (summary, top ops,
@@ -36,6 +44,7 @@ class Report:
     """
 
     run: RunData
+    name: RunName
     stages: dict[str, StageSummary]
     findings: list[Finding]
     trace: dict[str, Any] | None = None
@@ -54,9 +63,19 @@ def _relative(text: str, root: Path) -> str:
     return text
 
 
+def _no_trace_note(run: RunData) -> str:
+    """How to get a trace, naming the run's own switch when its config has one (the default
+    callbacks carry a disabled ``profiler`` entry); otherwise the callback itself."""
+    if isinstance(config_value(run.config, "callbacks.profiler.enabled"), bool):
+        how = "rerun with callbacks.profiler.enabled=true"
+    else:
+        how = "attach ocr.lightning_modules.callbacks.ProfilerCallback"
+    return f"no profiler trace recorded ({how})"
+
+
 def _analyze_traces(run: RunData) -> tuple[dict[str, Any] | None, str | None]:
     if not run.trace_files:
-        return None, "no profiler trace recorded (attach ProfilerCallback: callbacks=profiler)"
+        return None, _no_trace_note(run)
     from ocr.perf.trace import TraceError, analyze_trace
 
     root = run.run_dir
@@ -139,6 +158,7 @@ def build_report(
     findings = judge(run, stages, trace, result)
     return Report(
         run=run,
+        name=run_name(run),
         stages=stages,
         findings=findings,
         trace=trace,

@@ -50,6 +50,7 @@ class RunData:
         config: ``.hydra/config.yaml`` parsed, or ``None`` when absent.
         config_text: that file's text as written (shown verbatim in the report).
         overrides: ``.hydra/overrides.yaml`` (the command-line overrides), or ``[]``.
+        hydra_job_name: ``hydra.job.name`` from ``.hydra/hydra.yaml``, or ``None``.
         epochs: ``perf/epochs.jsonl`` records, the fit's epochs in order (training before
             validation), then test.
         intervals: ``perf/intervals.jsonl`` records.
@@ -67,6 +68,7 @@ class RunData:
     config: dict[str, Any] | None = None
     config_text: str | None = None
     overrides: list[str] = field(default_factory=list)
+    hydra_job_name: str | None = None
     epochs: list[dict[str, Any]] = field(default_factory=list)
     intervals: list[dict[str, Any]] = field(default_factory=list)
     resources: list[dict[str, Any]] = field(default_factory=list)
@@ -149,6 +151,18 @@ def _read(path: Path, schema: str) -> list[dict[str, Any]]:
         raise ReportInputError(f"{path}: cannot read: {exc}") from exc
 
 
+def _hydra_job_name(path: Path) -> str | None:
+    """``hydra.job.name`` of Hydra's own record of the run, ``None`` when absent or unset."""
+    if not path.is_file():
+        return None
+    try:
+        loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise ReportInputError(f"{path}: not readable YAML: {exc}") from exc
+    name = config_value(loaded if isinstance(loaded, dict) else None, "hydra.job.name")
+    return name if isinstance(name, str) and name.strip() else None
+
+
 #: Files of which one marks a run directory (what the callbacks and Hydra write).
 RUN_MARKERS = (
     f"{PERF_DIRNAME}/run.json",
@@ -212,6 +226,7 @@ def load_run(run_dir: str | os.PathLike[str]) -> RunData:
                 raise ReportInputError(f"{overrides_path}: not readable YAML: {exc}") from exc
             if isinstance(loaded_overrides, list):
                 data.overrides = [str(o) for o in loaded_overrides]
+        data.hydra_job_name = _hydra_job_name(hydra / "hydra.yaml")
     else:
         data.notes.append(".hydra/config.yaml: not recorded (advice names generic settings)")
 

@@ -7,7 +7,6 @@ as paths, so the same run gives byte-identical SVG on any machine with the same 
 from __future__ import annotations
 
 import io
-import itertools
 import math
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -16,6 +15,7 @@ from typing import Any
 import matplotlib as mpl
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 from ocr.perf.clock import PHASES
 from ocr.perf.report.load import RunData
@@ -27,8 +27,12 @@ __all__ = [
     "batch_times_plot",
     "memory_timeline_plot",
     "phase_plot",
+    "resources_figure",
     "resources_plot",
+    "thin",
+    "throughput_figure",
     "throughput_plot",
+    "training_rates",
 ]
 
 PHASE_COLORS = {
@@ -64,7 +68,8 @@ def _style() -> Iterator[None]:
 
 def _svg(fig: Figure) -> str:
     buf = io.StringIO()
-    fig.savefig(buf, format="svg", metadata={"Date": None}, bbox_inches="tight")
+    with _style():  # the SVG settings (hash salt, glyphs as paths) apply when saving
+        fig.savefig(buf, format="svg", metadata={"Date": None}, bbox_inches="tight")
     text = buf.getvalue()
     # inline <svg> in HTML: drop the XML prolog and DOCTYPE
     return text[text.index("<svg") :]
@@ -164,20 +169,42 @@ def batch_times_plot(run: RunData) -> str | None:
         return _svg(fig)
 
 
-def throughput_plot(run: RunData) -> str | None:
-    """Samples per second per epoch and stage; with interval records, the training rate over the
-    run's time as a second panel."""
-    stages = _stages(run)
-    rates: list[tuple[float, float]] = []
+def _integer_x(ax: Axes) -> None:
+    """Ticks on whole epochs / steps only: "epoch 0.5" does not exist (matplotlib's default
+    locator puts fractional ticks on a short integer axis)."""
+    # min_n_ticks=1: with the default 2, a single epoch's axis (one whole number in view)
+    # falls back to fractional ticks
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
+    lo, hi = ax.get_xlim()
+    if hi - lo < 1.0:  # one point: half an epoch / step either side, not a sliver
+        middle = round((lo + hi) / 2.0)
+        ax.set_xlim(middle - 0.5, middle + 0.5)
+
+
+def training_rates(run: RunData) -> list[tuple[int, float]]:
+    """(global step, samples per second) of training between consecutive interval records;
+    the first record of an epoch measures from the epoch's start (where its counts start)."""
     intervals = [r for r in run.intervals if r.get("stage", "train") == "train"]
-    t0 = min((num(r.get("t")) for r in intervals), default=0.0)
-    for prev, cur in itertools.pairwise(intervals):
-        if prev.get("epoch") != cur.get("epoch"):
-            continue
-        dt = num(cur.get("elapsed_s")) - num(prev.get("elapsed_s"))
-        ds = num(cur.get("samples")) - num(prev.get("samples"))
-        if dt > 0 and ds >= 0:
-            rates.append(((num(cur.get("t")) - t0) / 60.0, ds / dt))
+    rates: list[tuple[int, float]] = []
+    epoch: Any = None
+    elapsed = samples = 0.0
+    for cur in intervals:
+        if cur.get("epoch") != epoch:  # a new epoch: its counts start from zero
+            epoch, elapsed, samples = cur.get("epoch"), 0.0, 0.0
+        dt = num(cur.get("elapsed_s")) - elapsed
+        ds = num(cur.get("samples")) - samples
+        step = cur.get("step")
+        if dt > 0 and ds >= 0 and isinstance(step, int) and not isinstance(step, bool):
+            rates.append((step, ds / dt))
+        elapsed, samples = num(cur.get("elapsed_s")), num(cur.get("samples"))
+    return rates
+
+
+def throughput_figure(run: RunData) -> Figure | None:
+    """Samples per second per epoch and stage; with interval records, the training rate against
+    the global step as a second panel. Both x axes tick on whole numbers."""
+    stages = _stages(run)
+    rates = training_rates(run)
     if not stages and not rates:
         return None
     with _style():
@@ -195,14 +222,27 @@ def throughput_plot(run: RunData) -> str | None:
             ax.set_ylabel("samples / s")
             ax.set_title("throughput per epoch")
             ax.legend(frameon=False, fontsize=7)
+            _integer_x(ax)
         if rates:
             ax = axes.pop(0)
-            ax.plot([r[0] for r in rates], [r[1] for r in rates], color=_STAGE_COLORS["train"])
-            ax.set_xlabel("minutes since first interval")
+            ax.plot(
+                [r[0] for r in rates],
+                [r[1] for r in rates],
+                marker="." if len(rates) < 50 else "",
+                color=_STAGE_COLORS["train"],
+            )
+            ax.set_xlabel("training step")
             ax.set_ylabel("samples / s")
-            ax.set_title("training throughput over time")
+            ax.set_title("training throughput over the run")
+            _integer_x(ax)
         fig.tight_layout()
-        return _svg(fig)
+        return fig
+
+
+def throughput_plot(run: RunData) -> str | None:
+    """:func:`throughput_figure` as SVG."""
+    fig = throughput_figure(run)
+    return None if fig is None else _svg(fig)
 
 
 # (panel title, unit, [(metric name or prefix pattern, label)])
@@ -243,9 +283,36 @@ def _expand(name: str, present: set[str]) -> list[str]:
     return [n for i in range(16) if (n := name.format(i=i)) in present]
 
 
-def resources_plot(run: RunData) -> str | None:
-    """CPU / memory / GPU / I/O over the run's time, one panel each (those with data), alerts as
-    vertical lines (red critical, orange warning; dotted when resolved)."""
+#: Points per resource line above which :func:`thin` keeps each stretch's extremes only: a
+#: day sampled every second would put 86,400 points per line into the page's SVG.
+MAX_LINE_POINTS = 2000
+
+
+Points = list[tuple[float, float]]
+
+
+def thin(points: Points, limit: int = MAX_LINE_POINTS) -> Points:
+    """``points`` as they are when at most ``limit``; otherwise, per stretch of consecutive
+    points, its lowest and highest (in time order), about ``limit`` in all. A spike or a dip of
+    one sample stays visible, which averaging or striding would hide."""
+    if len(points) <= limit:
+        return points
+    buckets = max(limit // 2, 1)
+    size = math.ceil(len(points) / buckets)
+    out: Points = []
+    for start in range(0, len(points), size):
+        chunk = points[start : start + size]
+        low = min(range(len(chunk)), key=lambda i: chunk[i][1])
+        high = max(range(len(chunk)), key=lambda i: chunk[i][1])
+        out.extend(chunk[i] for i in sorted({low, high}))
+    return out
+
+
+def resources_figure(run: RunData) -> Figure | None:
+    """CPU / memory / GPU / I/O over the run's time, one panel each (those with data), a point
+    per record of ``resources.jsonl`` (every sample the monitor wrote; beyond
+    :data:`MAX_LINE_POINTS` per line, each stretch's extremes: :func:`thin`), alerts as vertical
+    lines (red critical, orange warning; dotted when resolved)."""
     if not run.resources:
         return None
     present = {k for r in run.resources for k in (r.get("metrics") or {})}
@@ -262,11 +329,13 @@ def resources_plot(run: RunData) -> str | None:
         axes = fig.subplots(len(panels), 1, sharex=True, squeeze=False)[:, 0]
         for ax, (title, unit, series) in zip(axes, panels, strict=True):
             for name in series:
-                pts = [
-                    ((num(r.get("t")) - t0) / 60.0, float(v))
-                    for r in run.resources
-                    if isinstance(v := (r.get("metrics") or {}).get(name), int | float)
-                ]
+                pts = thin(
+                    [
+                        ((num(r.get("t")) - t0) / 60.0, float(v))
+                        for r in run.resources
+                        if isinstance(v := (r.get("metrics") or {}).get(name), int | float)
+                    ]
+                )
                 ax.plot([p[0] for p in pts], [p[1] for p in pts], label=name.split("/", 1)[-1])
             ax.set_ylabel(unit)
             ax.set_title(title, loc="left")
@@ -274,7 +343,13 @@ def resources_plot(run: RunData) -> str | None:
             _mark_alerts(ax, run, t0, label=ax is axes[0])
         axes[-1].set_xlabel("minutes since the first sample")
         fig.tight_layout()
-        return _svg(fig)
+        return fig
+
+
+def resources_plot(run: RunData) -> str | None:
+    """:func:`resources_figure` as SVG."""
+    fig = resources_figure(run)
+    return None if fig is None else _svg(fig)
 
 
 def _mark_alerts(ax: Axes, run: RunData, t0: float, label: bool) -> None:

@@ -26,24 +26,48 @@ from ocr.perf.report import plots
 from ocr.perf.report.build import Report
 from ocr.perf.report.profiled import PROFILER_PHASE, profiled_batches, window_rows
 from ocr.perf.report.stages import STAGE_LABELS, StageSummary, num
+from ocr.perf.report.verdict import Finding
 from ocr.perf.rundir import polygon_cache_hit_rate
 
-__all__ = ["print_summary", "to_markdown", "write_html"]
+__all__ = ["print_summary", "ranked", "severity_legend", "title", "to_markdown", "write_html"]
+
+
+#: A table with more rows than this is collapsed (``<details>``) unless it says otherwise: the
+#: page should read top to bottom as headlines, with the long listings one click away.
+OPEN_ROWS = 10
 
 
 @dataclass
 class Table:
-    """Rows of already formatted cells under ``headers``; ``caption`` above it."""
+    """Rows of already formatted cells under ``headers``; ``caption`` above it.
+
+    ``collapsed``: shown folded in a ``<details>`` element (HTML and Markdown); ``None`` (the
+    default) folds it when it has more than :data:`OPEN_ROWS` rows. Headline tables (the
+    verdict, the phase breakdown) say ``False``, listings (the resource summary) ``True``.
+    """
 
     headers: list[str]
     rows: list[list[str]]
     caption: str = ""
+    collapsed: bool | None = None
+
+    @property
+    def folded(self) -> bool:
+        """Whether the table is shown collapsed."""
+        return len(self.rows) > OPEN_ROWS if self.collapsed is None else self.collapsed
+
+    @property
+    def summary(self) -> str:
+        """The line a collapsed table shows: its caption and its number of rows."""
+        label = self.caption or "Table"
+        return f"{label} ({len(self.rows)} rows)"
 
 
 @dataclass
 class Section:
     """One part of the report: ``paragraphs`` and ``tables`` under ``title``, an optional
-    inline SVG ``plot`` (HTML only), ``pre`` verbatim text (the config)."""
+    inline SVG ``plot`` (HTML only), ``pre`` verbatim text (the config, shown collapsed under
+    ``pre_label``)."""
 
     id: str
     title: str
@@ -52,6 +76,7 @@ class Section:
     plot: str | None = None
     plot_alt: str = ""
     pre: str | None = None
+    pre_label: str = ""
 
 
 # -- formatting ----------------------------------------------------------------------------------
@@ -129,9 +154,46 @@ def _header(report: Report) -> Section:
     )
 
 
+def ranked(report: Report) -> list[Finding]:
+    """The findings by score, highest first; equal scores keep the verdict's order (severity,
+    then rule). Sorted here too so that the page's order never depends on its producer."""
+    return sorted(report.findings, key=lambda f: -f.score)
+
+
+def _example(thresholds: dict[str, float], key: str) -> str:
+    """`` (e.g. data wait >= 40 % of a stage)`` from the verdict's own threshold; nothing when
+    the table has no such key (a figure the verdict does not use would mislead)."""
+    value = thresholds.get(key)
+    return "" if value is None else f" (e.g. data wait >= {value:g} % of a stage)"
+
+
+def severity_legend(report: Report) -> list[str]:
+    """What the severities and the score mean, one line each (the verdict's legend)."""
+    t = report.thresholds
+    risk = ""
+    if "risk_critical_score" in t and "risk_warning_score" in t:
+        risk = (
+            "; findings about a run that may die or give garbage rather than about its speed "
+            f"score {t['risk_critical_score']:g} when critical, {t['risk_warning_score']:g} as "
+            "a warning"
+        )
+    return [
+        "Score: the share (%) of the run's recorded wall time, all stages together, that the "
+        f"finding's cause accounts for{risk}. Findings are listed by score, highest first.",
+        "critical: the cause passes its rule's critical threshold"
+        f"{_example(t, 'input_critical_pct')} or threatens the run itself (NaN loss, disk or "
+        "memory running out); act on it first.",
+        f"warning: the cause passes its rule's warning threshold{_example(t, 'input_warn_pct')} "
+        "or is a risk worth watching; the change is likely to pay.",
+        "info: where the time goes, with no threshold passed (e.g. compute-bound): worth "
+        "knowing; the change may help, or there may be no headroom.",
+    ]
+
+
 def _verdict(report: Report) -> Section:
     rows = []
-    for i, f in enumerate(report.findings, 1):
+    findings = ranked(report)
+    for i, f in enumerate(findings, 1):
         extra = (" Also: " + " | ".join(f.corroboration)) if f.corroboration else ""
         rows.append(
             [
@@ -144,18 +206,20 @@ def _verdict(report: Report) -> Section:
             ]
         )
     lead = []
-    if report.findings:
-        top = report.findings[0]
+    if findings:
+        top = findings[0]
         lead.append(f"Most likely to help: {top.title}. Change: {top.suggestion}")
-    lead.append(
-        "Score = share of the run's recorded wall time (%) the cause accounts for; risks that "
-        "can end a run (critical alerts) score 100."
-    )
     return Section(
         id="verdict",
         title="Verdict",
         paragraphs=lead,
-        tables=[Table(["#", "severity", "score", "finding", "evidence", "change"], rows)],
+        tables=[
+            Table(
+                ["#", "severity", "score", "finding", "evidence", "change"],
+                rows,
+                collapsed=False,  # the headline of the page, however many findings
+            )
+        ],
     )
 
 
@@ -180,7 +244,12 @@ def _phases(report: Report) -> Section:
         rows.append(row)
     rows.append(["wall"] + [f"{s.wall_s:,.3f} s" for s in stages])
     sec.tables.append(
-        Table(["phase"] + [s.label for s in stages], rows, "Seconds per phase, all epochs")
+        Table(
+            ["phase"] + [s.label for s in stages],
+            rows,
+            "Seconds per phase, all epochs",
+            collapsed=False,  # the answer to "where did the time go"
+        )
     )
     parts = sorted({p for s in stages for p in s.worker_s})
     if parts:
@@ -297,6 +366,7 @@ def _batches(report: Report) -> Section:
             Table(
                 ["stage", "epoch", "batches", "mean ms", "median ms", "p95 ms", "p99 ms", "max ms"],
                 rows,
+                "Batch times per epoch",
             )
         )
     else:
@@ -424,7 +494,7 @@ def _throughput(report: Report) -> Section:
                 "-" if use is None or use.mfu is None else _f(100.0 * use.mfu, 1),
             ]
     if rows:
-        sec.tables.append(Table(header, rows))
+        sec.tables.append(Table(header, rows, "Throughput per epoch"))
     else:
         sec.paragraphs.append("Not recorded.")
     return sec
@@ -472,6 +542,7 @@ def _resources(report: Report) -> Section:
                 ["figure", "value"],
                 [[k, _f(v)] for k, v in sorted(summary.items())],
                 f"Summary at {resource_summary.get('run', 'fit')} end",
+                collapsed=True,  # a listing of every metric's mean and max: look-up, not read
             )
         )
     return sec
@@ -674,11 +745,13 @@ def _config(report: Report) -> Section:
     if run.overrides:
         sec.paragraphs.append("Overrides: " + " ".join(run.overrides))
     if run.config_text is not None:
-        sec.paragraphs.append("From .hydra/config.yaml:")
         sec.pre = run.config_text
+        sec.pre_label = f".hydra/config.yaml ({len(run.config_text.splitlines())} lines)"
     elif run.run_info and run.run_info.get("hparams"):
-        sec.paragraphs.append("From perf/run.json (the LightningModule's hparams):")
         sec.pre = json.dumps(run.run_info["hparams"], indent=2, sort_keys=True, default=str)
+        sec.pre_label = (
+            f"The LightningModule's hparams, from perf/run.json ({len(sec.pre.splitlines())} lines)"
+        )
     else:
         sec.paragraphs.append("Not recorded (no .hydra/config.yaml, no hparams in perf/run.json).")
     if run.notes:
@@ -711,34 +784,56 @@ def _md_cell(text: str) -> str:
     return text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
 
 
+def _md_details(summary: str, body: list[str]) -> list[str]:
+    """``body`` folded under ``summary`` (GitHub renders ``<details>``; the blank lines let the
+    Markdown inside it render)."""
+    return [
+        "<details>",
+        f"<summary>{html.escape(summary)}</summary>",
+        "",
+        *body,
+        "</details>",
+        "",
+    ]
+
+
 def _md_table(t: Table) -> list[str]:
-    lines = [f"*{t.caption}*", ""] if t.caption else []
+    lines = [f"*{t.caption}*", ""] if t.caption and not t.folded else []
     lines.append("| " + " | ".join(_md_cell(h) for h in t.headers) + " |")
     lines.append("|" + "|".join(" --- " for _ in t.headers) + "|")
     lines.extend("| " + " | ".join(_md_cell(c) for c in row) + " |" for row in t.rows)
-    return [*lines, ""]
+    lines.append("")
+    return _md_details(t.summary, lines) if t.folded else lines
+
+
+def title(report: Report) -> str:
+    """The page's title: the run's name (and folder)."""
+    return f"Performance report: {report.name.title}"
 
 
 def to_markdown(report: Report) -> str:
     """The report as Markdown (tables, no plots)."""
-    lines = ["# Performance report", ""]
+    lines = [f"# {title(report)}", "", f"Run name from {report.name.source}.", ""]
     for sec in sections(report):
         lines += [f"## {sec.title}", ""]
         for p in sec.paragraphs:
             lines += [p, ""]
         if sec.id == "verdict":
-            for i, f in enumerate(report.findings, 1):
+            for i, f in enumerate(ranked(report), 1):
                 lines.append(f"{i}. **[{f.severity}, score {f.score:.1f}] {f.title}**  ")
                 lines.append(f"   Evidence: {_evidence(f.evidence) or '-'}  ")
                 for c in f.corroboration:
                     lines.append(f"   Also: {c}  ")
                 lines.append(f"   Change: {f.suggestion}")
             lines.append("")
+            lines += ["**Severity and score**", ""]
+            lines += [f"- {item}" for item in severity_legend(report)]
+            lines.append("")
         else:
             for t in sec.tables:
                 lines += _md_table(t)
         if sec.pre is not None:
-            lines += ["```yaml", sec.pre.rstrip("\n"), "```", ""]
+            lines += _md_details(sec.pre_label, ["```yaml", sec.pre.rstrip("\n"), "```", ""])
     return "\n".join(lines).rstrip("\n") + "\n"
 
 
@@ -756,6 +851,10 @@ pre{background:#f7f7f7;padding:.6rem;overflow:auto;font-size:.8rem}
 .sev-critical{color:#b00020;font-weight:700}.sev-warning{color:#b36b00;font-weight:700}
 .sev-info{color:#00639b;font-weight:700}nav a{margin-right:.8rem}
 .top{background:#fff6e5;border-left:4px solid #ff9800;padding:.5rem .8rem}
+.subtitle{color:#555;margin-top:0}details{margin:.5rem 0 1rem}
+summary{cursor:pointer;font-weight:600;font-size:.9rem}
+dl.legend{font-size:.85rem;display:grid;grid-template-columns:max-content auto;gap:.2rem .8rem}
+dl.legend dt{font-weight:700}dl.legend dd{margin:0}
 """
 
 
@@ -774,15 +873,33 @@ def _html_table(t: Table, sev_col: int | None = None) -> str:
             cells.append(f"<td{cls}>{e(c)}</td>")
         out.append("<tr>" + "".join(cells) + "</tr>")
     out.append("</tbody></table>")
+    if t.folded:
+        # the caption moves into the summary line, the table folds under it
+        if t.caption:
+            out.pop(1)
+        return f"<details><summary>{e(t.summary)}</summary>\n" + "\n".join(out) + "</details>"
     return "\n".join(out)
+
+
+def _html_legend(report: Report) -> str:
+    """The severity legend as a definition list (score first, then the three severities)."""
+    e = html.escape
+    items = []
+    for line in severity_legend(report):
+        term, _, text = line.partition(": ")
+        cls = f' class="sev-{e(term)}"' if term in ("critical", "warning", "info") else ""
+        items.append(f"<dt{cls}>{e(term)}</dt><dd>{e(text)}</dd>")
+    return '<dl class="legend" id="severity-legend">' + "".join(items) + "</dl>"
 
 
 def to_html(report: Report) -> str:
     """The report as one self-contained HTML page (inline CSS and SVG, no scripts, no network)."""
     e = html.escape
     secs = sections(report)
+    name = report.name
     body = [
-        "<h1>Performance report</h1>",
+        f"<h1>{e(title(report))}</h1>",
+        f'<p class="subtitle">Run name from {e(name.source)}.</p>',
         "<nav>" + "".join(f'<a href="#{e(s.id)}">{e(s.title)}</a>' for s in secs) + "</nav>",
     ]
     for sec in secs:
@@ -795,13 +912,17 @@ def to_html(report: Report) -> str:
             body.append(f'<figure class="plot" role="img" aria-label="{label}">{sec.plot}</figure>')
         for t in sec.tables:
             body.append(_html_table(t, sev_col=1 if sec.id == "verdict" else None))
+        if sec.id == "verdict":
+            body.append(_html_legend(report))
         if sec.pre is not None:
-            body.append(f"<pre>{e(sec.pre)}</pre>")
+            body.append(
+                f"<details><summary>{e(sec.pre_label)}</summary><pre>{e(sec.pre)}</pre></details>"
+            )
         body.append("</section>")
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
-        "<title>Performance report</title>"
+        f"<title>{e(title(report))}</title>"
         f"<style>{_CSS}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n"
     )
 
@@ -840,8 +961,8 @@ def print_summary(report: Report, console: Console | None = None, top: int = 3) 
                 f"{rate:,.1f}",
             )
         con.print(t)
-    con.print("[bold]Verdict[/bold]")
-    for i, f in enumerate(report.findings[:top], 1):
+    con.print(f"[bold]Verdict[/bold] ({escape(report.name.title)})", highlight=False)
+    for i, f in enumerate(ranked(report)[:top], 1):
         style = _STYLE.get(f.severity, "")
         con.print(
             f"{i}. [{style}]{f.severity}[/{style}] (score {f.score:.1f}) {escape(f.title)}",

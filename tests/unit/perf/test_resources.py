@@ -353,7 +353,9 @@ def test_logging_interval_averages_rates_and_keeps_last_gauges(tmp_path: Path) -
     def values(i: int) -> dict[str, float]:
         return {"resources/process_cpu_percent": 10.0 * (i + 1), "resources/process_rss_gb": i}
 
-    monitor, _ = make_monitor(tmp_path, values, interval_s=1.0, log_interval_s=3.0)
+    monitor, _ = make_monitor(
+        tmp_path, values, interval_s=1.0, log_interval_s=3.0, record_samples=False
+    )
     for t in range(5):  # interval closes at t=3 with samples 0..3
         monitor.tick(now=float(t))
     records = read_records(tmp_path / "perf" / "resources.jsonl", RESOURCE_SAMPLE_SCHEMA)
@@ -371,6 +373,29 @@ def test_logging_interval_averages_rates_and_keeps_last_gauges(tmp_path: Path) -
     closing = read_records(tmp_path / "perf" / "resources.jsonl", RESOURCE_SUMMARY_SCHEMA)
     assert closing[0]["metrics"] == summary
     assert closing[0]["status"] == {"gpu": "unavailable (test)"}
+
+
+def test_every_sample_is_written_while_the_loggers_get_interval_averages(
+    tmp_path: Path,
+) -> None:
+    def values(i: int) -> dict[str, float]:
+        cpu = math.nan if i == 2 else 10.0 * (i + 1)  # a failed read: left out, not written
+        return {"resources/process_cpu_percent": cpu, "resources/process_rss_gb": float(i)}
+
+    monitor, _ = make_monitor(tmp_path, values, interval_s=1.0, log_interval_s=3.0)
+    for t in range(7):
+        monitor.tick(now=float(t))
+    records = read_records(tmp_path / "perf" / "resources.jsonl", RESOURCE_SAMPLE_SCHEMA)
+    assert [r["metrics"]["resources/process_rss_gb"] for r in records] == [0, 1, 2, 3, 4, 5, 6]
+    assert "resources/process_cpu_percent" not in records[2]["metrics"]
+    assert records[3]["metrics"]["resources/process_cpu_percent"] == 40.0  # raw, not averaged
+    assert {"t", "phase", "epoch", "step", "rank", "metrics"} <= set(records[0])
+    # the loggers' record: the second interval (samples 4..6), rates averaged, gauges last
+    assert monitor.take_pending() == {
+        "resources/process_cpu_percent": pytest.approx(60.0),
+        "resources/process_rss_gb": 6.0,
+    }
+    monitor.writer.close()  # type: ignore[union-attr]
 
 
 def test_training_signals_nan_loss_and_data_wait_share(tmp_path: Path) -> None:

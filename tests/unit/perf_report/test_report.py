@@ -340,7 +340,8 @@ def test_html_is_deterministic_and_self_contained(tmp_path: Path) -> None:
 def test_markdown_escapes_table_cells(tmp_path: Path) -> None:
     input_bound_run(tmp_path, config={**CONFIG, "note": "a|b"})
     md = to_markdown(build_report(tmp_path))
-    assert md.startswith("# Performance report\n\n## Verdict")
+    # the title, where its name came from, then the verdict first
+    assert re.match(r"# Performance report: [^\n]+\n\nRun name from [^\n]+\.\n\n## Verdict", md)
     for line in md.splitlines():
         if line.startswith("| ") and "a" in line and "|b" in line:
             assert "a\\|b" in line

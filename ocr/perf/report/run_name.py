@@ -1,0 +1,78 @@
+"""The run's name for the report's title, from what the run directory recorded.
+
+Sources, first found wins (each is how one kind of run names itself):
+
+1. ``task_name`` in ``.hydra/config.yaml`` (our Hydra app, and apps built like it), followed by
+   ``-<experiment_tag>`` when the config sets one: the same name ``ocr.runtime.make_wandb_logger``
+   gives the WandB run, so the report and the WandB dashboard agree.
+2. ``task_name`` (and ``experiment_tag``) in ``perf/run.json``, which ``ocr.runtime`` records
+   when a tag is set: a run whose ``.hydra/`` folder was not kept.
+3. ``hydra.job.name`` in ``.hydra/hydra.yaml``: any Hydra app (the script's name unless
+   overridden with ``hydra.job.name=``).
+4. The run folder's name: a foreign run that recorded no configuration.
+
+A WandB run's own name is not among them: WandB keeps it in its binary run file, not in the
+run folder; for our app it is the name of source 1.
+
+The folder's name is kept beside the name: Hydra's folders are the start time
+(``outputs/train/2026-01-31_12-00-00``), which tells two runs of one task apart.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ocr.perf.report.load import RunData, config_value
+
+__all__ = ["RunName", "run_name"]
+
+
+@dataclass(frozen=True)
+class RunName:
+    """What the report calls the run.
+
+    Args:
+        name: the run's name (see the module doc for where it comes from).
+        source: where ``name`` was read, in words (shown under the title).
+        folder: the run directory's own name.
+    """
+
+    name: str
+    source: str
+    folder: str
+
+    @property
+    def title(self) -> str:
+        """``name (folder)``, or just the folder when the name is the folder's."""
+        return self.name if self.name == self.folder else f"{self.name} ({self.folder})"
+
+
+def _text(value: Any) -> str | None:
+    """A usable name part: a non-empty scalar, as text (``None``, ``""``, lists, maps: no)."""
+    if isinstance(value, str | int | float) and not isinstance(value, bool):
+        text = str(value).strip()
+        # an interpolation Hydra saved unresolved (``${oc.env:USER}``) is not a name
+        return text if text and "${" not in text else None
+    return None
+
+
+def _tagged(task: str, tag: Any) -> str:
+    suffix = _text(tag)
+    return f"{task}-{suffix}" if suffix else task
+
+
+def run_name(run: RunData) -> RunName:
+    """The run's name from ``run`` (never fails: the folder's name is the last resort)."""
+    folder = run.run_dir.resolve().name or str(run.run_dir)
+    task = _text(config_value(run.config, "task_name"))
+    if task is not None:
+        tag = config_value(run.config, "experiment_tag")
+        return RunName(_tagged(task, tag), "task_name in .hydra/config.yaml", folder)
+    info = run.run_info or {}
+    task = _text(info.get("task_name"))
+    if task is not None:
+        return RunName(_tagged(task, info.get("experiment_tag")), "perf/run.json", folder)
+    if run.hydra_job_name is not None:
+        return RunName(run.hydra_job_name, "Hydra job name (.hydra/hydra.yaml)", folder)
+    return RunName(folder, "run folder name", folder)
