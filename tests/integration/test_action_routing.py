@@ -250,3 +250,34 @@ def test_skipped_no_op_hooks_leave_phases_summing_to_the_epoch(tmp_path: Any) ->
         and "straggler" not in k
     )
     assert phases == pytest.approx(wall, rel=0.05)
+
+
+def test_our_own_batch_bookkeeping_is_not_timed_but_a_subclass_override_is() -> None:
+    from ocr.lightning_modules.callbacks import PerformanceProfilerCallback
+
+    class Mine(PerformanceProfilerCallback):
+        def on_train_batch_end(self, *args: Any) -> None:
+            super().on_train_batch_end(*args)
+            sum(range(100))
+
+    trainer = L.Trainer(
+        callbacks=[PerformanceProfilerCallback(), Mine()],
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
+    trainer.strategy.connect(TinyModule())
+    rec = StageRecorder(trainer)
+    rec._name_callbacks(trainer)
+    assert not rec.wants("[Callback]PerformanceProfilerCallback.on_train_batch_end")
+    assert not rec.wants("[Callback]PerformanceProfilerCallback.on_validation_batch_end")
+    assert rec.wants("[Callback]Mine.on_train_batch_end")  # the user's work in it
+
+
+def test_an_idle_module_hook_kept_for_its_event_switches_no_clock(recorder: StageRecorder) -> None:
+    name = "[LightningModule]TinyModule.on_train_batch_end"
+    assert recorder.wants(name)
+    phase, owner, event = recorder._info[name]
+    assert (phase, owner) == ("", "")  # transparent
+    assert event  # the event kept

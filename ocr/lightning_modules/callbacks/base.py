@@ -45,6 +45,11 @@ def _json_safe_hparams(pl_module: L.LightningModule) -> dict[str, Any]:
         return {}
 
 
+_NOTE_BATCH_HOOKS = frozenset(
+    {"on_train_batch_end", "on_validation_batch_end", "on_test_batch_end"}
+)
+
+
 class RecorderCallback(Callback):
     """Base of the performance callbacks (see the module docstring)."""
 
@@ -172,6 +177,15 @@ class RecorderCallback(Callback):
                 self._fail(exc)
 
     # -- batch sizes for batches that no instrumented DataLoader counted -------------------
+
+    def _untimed_hook(self, hook: str) -> bool:
+        """Whether ``hook`` is only our own batch-size bookkeeping (the three hooks below, not
+        overridden by a subclass): the recorder does not time it as a callback action, since
+        timing it would cost more than it takes; its few instructions stay with the enclosing
+        phase."""
+        return hook in _NOTE_BATCH_HOOKS and getattr(type(self), hook) is getattr(
+            RecorderCallback, hook
+        )
 
     def on_train_batch_end(
         self,

@@ -552,11 +552,14 @@ class StageRecorder:
         try:
             phase, _, event = self._info.get(name) or self._learn(name)
             action = classify_action(name)
+            idle = phase != "" and self._hook_does_nothing(action.kind, action.target, action.hook)
             if event and not (action.kind == CALLBACK and action.hook == "on_after_backward"):
+                if idle:
+                    # Wanted for its event only (the module's inherited on_train_batch_end,
+                    # on_before_backward...): transparent, so it switches no clock.
+                    self._info[name] = ("", "", event)
                 return True
-            if not phase:
-                return False
-            return not self._hook_does_nothing(action.kind, action.target, action.hook)
+            return phase != "" and not idle
         except Exception:
             return True  # when in doubt, listen
 
@@ -574,6 +577,10 @@ class StageRecorder:
             )
             if owner is not None and type(owner).__name__ == target:
                 owners = [owner]
+        if kind == CALLBACK and all(
+            getattr(o, "_untimed_hook", lambda _: False)(hook) for o in owners
+        ):
+            return bool(owners)  # our own bookkeeping (RecorderCallback._untimed_hook)
         functions = [getattr(o, hook, None) for o in owners]
         # A bound method is judged by its function; an instance attribute (a user's own
         # function set on the object) by itself.
