@@ -24,7 +24,8 @@ from ocr.perf.trace.analyses import (
     step_statistics,
     union_in_windows,
 )
-from ocr.perf.trace.findings import THRESHOLDS, TraceMetrics, evaluate
+from ocr.perf.findings import post_hoc_thresholds, threshold
+from ocr.perf.trace.findings import TraceMetrics, evaluate
 from ocr.perf.trace.load import EventTable, Kind, load_traces
 
 __all__ = ["REPORT_VERSION", "analyze_table", "analyze_trace"]
@@ -130,7 +131,7 @@ def analyze_table(table: EventTable, top_k: int | None = 20) -> dict[str, Any]:
         "per_rank": _per_rank(table, steps),
         "metrics": {k: v for k, v in vars(metrics).items()},
         "findings": findings,
-        "thresholds": dict(THRESHOLDS),
+        "thresholds": post_hoc_thresholds(),
         "warnings": warnings,
     }
 
@@ -294,7 +295,7 @@ def _metrics(
         if kidx.size:
             kd = table.dur[kidx]
             m.kernels_per_step = kidx.size / per
-            m.tiny_kernel_pct = 100.0 * float((kd < THRESHOLDS["tiny_kernel_us"] * 1e3).mean())
+            m.tiny_kernel_pct = 100.0 * float((kd < threshold("tiny_kernel_us") * 1e3).mean())
             m.median_kernel_us = float(np.median(kd)) / 1e3
         is_launch = table.name_ids(
             lambda s: s in ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel")
@@ -306,7 +307,7 @@ def _metrics(
     if oidx.size:
         od = table.dur[oidx]
         m.cpu_ops_per_step = oidx.size / per
-        m.tiny_op_pct = 100.0 * float((od < THRESHOLDS["tiny_op_us"] * 1e3).mean())
+        m.tiny_op_pct = 100.0 * float((od < threshold("tiny_op_us") * 1e3).mean())
         m.median_op_us = float(np.median(od)) / 1e3
     if n and m.optimizer_names:
         _optimizer_metrics(table, steps, m, oidx, ophase)
