@@ -18,7 +18,8 @@ error offline or without wandb). A failing sink is one warning and then off.
 
 Default rules (:data:`RULES`; settings and defaults in each class's ``DEFAULTS``, thresholds
 from the one table ``ocr.perf.findings.THRESHOLDS`` through ``FROM_TABLE``, all of them
-overridable per rule with :func:`build_rules`, every rule can be switched off with ``enabled: false``): ``gpu_starvation``,
+overridable per rule with :func:`build_rules`, every rule can be switched off with
+``enabled: false``): ``gpu_starvation``,
 ``gpu_memory_near_oom``, ``host_memory_leak``, ``throughput_drop``, ``nan_loss``,
 ``disk_space``, ``thermal_throttle``, ``straggler_rank``, ``hang``.
 """
@@ -199,7 +200,9 @@ class Rule:
     def defaults(cls) -> dict[str, Any]:
         """Every setting with its default: :attr:`COMMON`, :attr:`DEFAULTS` and the thresholds
         read from the table now (so the table stays the one source of the numbers)."""
-        table = {key: threshold(name, live=True) / div for key, (name, div) in cls.FROM_TABLE.items()}
+        table = {
+            key: threshold(name, live=True) / div for key, (name, div) in cls.FROM_TABLE.items()
+        }
         return {**cls.COMMON, **cls.DEFAULTS, **table}
 
     def __init__(self, **settings: Any) -> None:

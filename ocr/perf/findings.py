@@ -90,9 +90,9 @@ class Threshold:
     def __post_init__(self) -> None:
         if self.value is None and self.live is None:
             raise ValueError(f"threshold {self.meaning!r}: neither a value nor a live value")
-        if self.value is not None and self.live is not None and self.live != self.value:
-            if not self.why:
-                raise ValueError(f"threshold {self.meaning!r}: live differs, say why")
+        differs = self.value is not None and self.live is not None and self.live != self.value
+        if differs and not self.why:
+            raise ValueError(f"threshold {self.meaning!r}: live differs, say why")
 
 
 _LIVE_WINDOW = (
@@ -204,9 +204,7 @@ THRESHOLDS: dict[str, Threshold] = {
         "MFU of the compute phases below which compute changes have room to pay; above it the "
         "kernels already run near the measured limit",
     ),
-    "callbacks_warn_pct": Threshold(
-        15.0, "%", "callbacks / module hooks / checkpoint phase share"
-    ),
+    "callbacks_warn_pct": Threshold(15.0, "%", "callbacks / module hooks / checkpoint phase share"),
     "unattributed_warn_pct": Threshold(15.0, "%", "time attributed to no phase"),
     "worker_part_dominant_pct": Threshold(
         50.0, "%", "share of fetch / collate from which a finer part (targets, decode) is named"

@@ -199,9 +199,8 @@ def _sync(m: TraceMetrics) -> Finding | None:
     pct = (
         100.0 * (m.sync_ms_per_step or 0.0) * m.n_steps / m.step_wall_ms if m.step_wall_ms else 0.0
     )
-    if (
-        pct < threshold("sync_time_pct")
-        and m.sync_calls_per_step < threshold("sync_calls_per_step")
+    if pct < threshold("sync_time_pct") and m.sync_calls_per_step < threshold(
+        "sync_calls_per_step"
     ):
         return None
     return Finding(
@@ -234,9 +233,8 @@ def _sync(m: TraceMetrics) -> Finding | None:
 def _tiny_kernels(m: TraceMetrics) -> Finding | None:
     if not m.has_gpu or m.kernels_per_step is None or m.tiny_kernel_pct is None:
         return None
-    if (
-        m.tiny_kernel_pct < threshold("tiny_kernel_share_pct")
-        or m.kernels_per_step < threshold("kernels_per_step")
+    if m.tiny_kernel_pct < threshold("tiny_kernel_share_pct") or m.kernels_per_step < threshold(
+        "kernels_per_step"
     ):
         return None
     return Finding(
@@ -270,9 +268,8 @@ def _tiny_kernels(m: TraceMetrics) -> Finding | None:
 def _tiny_cpu_ops(m: TraceMetrics) -> Finding | None:
     if m.has_gpu or m.cpu_ops_per_step is None or m.tiny_op_pct is None:
         return None
-    if (
-        m.tiny_op_pct < threshold("tiny_op_share_pct")
-        or m.cpu_ops_per_step < threshold("cpu_ops_per_step")
+    if m.tiny_op_pct < threshold("tiny_op_share_pct") or m.cpu_ops_per_step < threshold(
+        "cpu_ops_per_step"
     ):
         return None
     return Finding(

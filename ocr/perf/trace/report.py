@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from ocr.perf.findings import post_hoc_thresholds, threshold
 from ocr.perf.trace.analyses import (
     _P_DATA,
     _P_OPT,
@@ -24,7 +25,6 @@ from ocr.perf.trace.analyses import (
     step_statistics,
     union_in_windows,
 )
-from ocr.perf.findings import post_hoc_thresholds, threshold
 from ocr.perf.trace.findings import TraceMetrics, evaluate
 from ocr.perf.trace.load import EventTable, Kind, load_traces
 
