@@ -21,6 +21,7 @@ from rich.markup import escape
 from rich.table import Table as RichTable
 
 from ocr.perf.clock import PHASES
+from ocr.perf.findings import Finding
 from ocr.perf.mfu import epoch_utilisation, stage_utilisation
 from ocr.perf.report import plots
 from ocr.perf.report.build import Report
@@ -38,6 +39,7 @@ class Table:
     headers: list[str]
     rows: list[list[str]]
     caption: str = ""
+    code_cols: tuple[int, ...] = ()  # cells shown as code in HTML (overrides to paste)
 
 
 @dataclass
@@ -79,6 +81,42 @@ def _utc(t: Any) -> str:
     if not isinstance(t, int | float) or isinstance(t, bool) or not math.isfinite(t):
         return "-"
     return datetime.fromtimestamp(float(t), UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def candidate_lines(f: Finding) -> list[str]:
+    """One line per candidate change of ``f``: the Hydra override to paste in backticks with
+    its description, or the description alone when the run's config has no key for it, and
+    what the change alters."""
+    out = []
+    for c in f.candidates:
+        tags = ["alters what is computed"] if c.alters_computation else []
+        if c.eval_time:
+            tags.append("evaluation-time: check on the checkpoint")
+        head = f"`{c.override}`: {c.description}" if c.override else c.description
+        out.append(head + (f" ({'; '.join(tags)})" if tags else ""))
+    return out
+
+
+def _candidates_table(findings: list[Finding]) -> Table:
+    rows = [
+        [
+            str(i),
+            c.description,
+            c.override or "-",
+            "; ".join(
+                (["alters what is computed"] if c.alters_computation else [])
+                + (["evaluation-time"] if c.eval_time else [])
+            ),
+        ]
+        for i, f in enumerate(findings, 1)
+        for c in f.candidates
+    ]
+    return Table(
+        ["finding #", "change", "override", "note"],
+        rows,
+        caption="Changes to measure (ocr-perf try RUN_DIR)",
+        code_cols=(2,),
+    )
 
 
 def _evidence(evidence: dict[str, Any]) -> str:
@@ -155,7 +193,12 @@ def _verdict(report: Report) -> Section:
         id="verdict",
         title="Verdict",
         paragraphs=lead,
-        tables=[Table(["#", "severity", "score", "finding", "evidence", "change"], rows)],
+        tables=[Table(["#", "severity", "score", "finding", "evidence", "change"], rows)]
+        + (
+            [_candidates_table(report.findings)]
+            if any(f.candidates for f in report.findings)
+            else []
+        ),
     )
 
 
@@ -732,7 +775,10 @@ def to_markdown(report: Report) -> str:
                 lines.append(f"   Evidence: {_evidence(f.evidence) or '-'}  ")
                 for c in f.corroboration:
                     lines.append(f"   Also: {c}  ")
-                lines.append(f"   Change: {f.suggestion}")
+                tries = candidate_lines(f)
+                lines.append(f"   Change: {f.suggestion}" + ("  " if tries else ""))
+                lines += [f"   Try: {t}  " for t in tries[:-1]]
+                lines += [f"   Try: {t}" for t in tries[-1:]]
             lines.append("")
         else:
             for t in sec.tables:
@@ -771,7 +817,8 @@ def _html_table(t: Table, sev_col: int | None = None) -> str:
         cells = []
         for i, c in enumerate(row):
             cls = f' class="sev-{e(c)}"' if i == sev_col else ""
-            cells.append(f"<td{cls}>{e(c)}</td>")
+            text = f"<code>{e(c)}</code>" if i in t.code_cols and c != "-" else e(c)
+            cells.append(f"<td{cls}>{text}</td>")
         out.append("<tr>" + "".join(cells) + "</tr>")
     out.append("</tbody></table>")
     return "\n".join(out)
@@ -848,5 +895,7 @@ def print_summary(report: Report, console: Console | None = None, top: int = 3) 
             highlight=False,
         )
         con.print(f"   change: {f.suggestion}", markup=False, highlight=False)
+        for line in candidate_lines(f):
+            con.print(f"   try: {line}", markup=False, highlight=False)
     if len(report.findings) > top:
         con.print(f"   ... {len(report.findings) - top} more in the report", highlight=False)
