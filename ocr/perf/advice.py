@@ -188,8 +188,10 @@ def _as_int(value: Any) -> int | None:
 def _worker_plan(f: RunFacts) -> tuple[ConfigKey | None, int | None, int | None]:
     """(the workers key, workers now, workers to try or ``None`` when more would not help)."""
     key = find_key(f.config, ("num_workers",), stage=f.stage, aliases=("workers",))
-    now = _as_int(key.value) if key is not None else None
-    now = now if now is not None else f.num_workers
+    # the workers the stage ran with (recorded per epoch) over the config's value
+    now = f.num_workers
+    if now is None and key is not None:
+        now = _as_int(key.value)
     cores = f.cpu_count
     if not now:
         want = max(2, min(f.suggested_workers or 2, cores or 4))

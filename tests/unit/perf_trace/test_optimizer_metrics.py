@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 import torch
 
-from ocr.perf.trace import analyze_trace
 from ocr.perf.findings import threshold
+from ocr.perf.trace import analyze_trace
 from ocr.perf.trace.findings import TraceMetrics, evaluate
 
 
