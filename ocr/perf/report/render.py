@@ -177,7 +177,7 @@ def _verdict(report: Report) -> Section:
                 f.severity,
                 f"{f.score:.1f}",
                 f.title,
-                _evidence(f.evidence) + extra,
+                f"cause {f.confidence}; " + _evidence(f.evidence) + extra,
                 f.suggestion,
             ]
         )
@@ -771,7 +771,8 @@ def to_markdown(report: Report) -> str:
             lines += [p, ""]
         if sec.id == "verdict":
             for i, f in enumerate(report.findings, 1):
-                lines.append(f"{i}. **[{f.severity}, score {f.score:.1f}] {f.title}**  ")
+                head = f"{f.severity}, score {f.score:.1f}, cause {f.confidence}"
+                lines.append(f"{i}. **[{head}] {f.title}**  ")
                 lines.append(f"   Evidence: {_evidence(f.evidence) or '-'}  ")
                 for c in f.corroboration:
                     lines.append(f"   Also: {c}  ")
@@ -891,7 +892,8 @@ def print_summary(report: Report, console: Console | None = None, top: int = 3) 
     for i, f in enumerate(report.findings[:top], 1):
         style = _STYLE.get(f.severity, "")
         con.print(
-            f"{i}. [{style}]{f.severity}[/{style}] (score {f.score:.1f}) {escape(f.title)}",
+            f"{i}. [{style}]{f.severity}[/{style}] (score {f.score:.1f}, cause {f.confidence}) "
+            f"{escape(f.title)}",
             highlight=False,
         )
         con.print(f"   change: {f.suggestion}", markup=False, highlight=False)
