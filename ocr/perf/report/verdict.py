@@ -8,8 +8,16 @@ critical alerts such as ``nan_loss`` or ``disk_space``) score 100, since a dead 
 everything; warnings about risk score 10. Findings are sorted by score, then severity, then id.
 
 Advice names the run's own settings and their current values when ``.hydra/config.yaml`` was
-recorded (``data.num_workers`` now 2), and is phrased for the device the run used: CPU runs get
-CPU advice (cores shared by DataLoader workers and compute threads, no AMP / pinned memory).
+recorded (``data.num_workers`` now 2), found by leaf name (:func:`ocr.perf.advice.find_key`), so
+it never names a key the run does not have; without a key it says the change in words. It is
+phrased for the device the run used: CPU runs get CPU advice (cores shared by DataLoader workers
+and compute threads, no AMP / pinned memory). Each finding also carries candidate changes
+(:func:`ocr.perf.advice.candidates_for`) that ``ocr-perf try`` can measure.
+
+Findings, severities and thresholds are the shared vocabulary of :mod:`ocr.perf.findings`;
+alerts come in as typed events (:class:`~ocr.perf.alerts.AlertEvent`), trace findings as
+:class:`~ocr.perf.findings.Finding` and the baseline comparison as
+:class:`~ocr.perf.baseline.BaselineOutcome`.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ from ocr.perf import findings as vocab
 from ocr.perf.alerts import AlertEvent, GpuStarvation, alert_finding, build_rules
 from ocr.perf.candidates import Candidate
 from ocr.perf.findings import THRESHOLDS, Finding, Threshold, input_bound_severity, threshold
-from ocr.perf.report import build_report
+from ocr.perf.report import ReportInputError, build_report
 from ocr.perf.trace.findings import TraceMetrics, evaluate
 from tests.unit.perf_report.runs import CONFIG, epoch_record, make_run
 
@@ -151,3 +151,10 @@ def test_alert_events_read_back_and_become_one_finding() -> None:
 def test_severities_and_confidences_are_explained() -> None:
     assert set(vocab.SEVERITIES) == set(vocab.SEVERITY_ORDER) == {"critical", "warning", "info"}
     assert set(vocab.CONFIDENCES) == {"measured", "likely", "guess"}
+
+
+def test_a_malformed_alert_record_names_the_file_and_record(tmp_path: Path) -> None:
+    alert = {"t": 1.0, "rule": "nan_loss", "event": "fired", "step": "three"}
+    make_run(tmp_path, [epoch_record("train", 0, {"forward": 1.0})], alerts=[alert])
+    with pytest.raises(ReportInputError, match=r"alerts\.jsonl: alert record 1: step must be"):
+        build_report(tmp_path)
