@@ -69,6 +69,21 @@ def analyze_trace(path: str | Path, top_k: int | None = 20) -> dict[str, Any]:
     return report
 
 
+# Names the trace report's "thresholds" used before the shared table (kept so older readers
+# find them): old name -> entry of ocr.perf.findings.THRESHOLDS.
+_OLD_NAMES = {
+    "data_loading_warn_pct": "input_warn_pct",
+    "data_loading_critical_pct": "input_critical_pct",
+    "gpu_busy_warn_pct": "gpu_busy_low_pct",
+    "memory_capacity_pct": "gpu_memory_high_pct",
+}
+
+
+def _thresholds() -> dict[str, float]:
+    """The post-hoc thresholds judged with, under the table's names and the older ones."""
+    return post_hoc_thresholds() | {old: threshold(new) for old, new in _OLD_NAMES.items()}
+
+
 def analyze_table(table: EventTable, top_k: int | None = 20) -> dict[str, Any]:
     """The report for an already loaded table (see :func:`analyze_trace`)."""
     warnings = list(table.warnings)
@@ -131,7 +146,7 @@ def analyze_table(table: EventTable, top_k: int | None = 20) -> dict[str, Any]:
         "per_rank": _per_rank(table, steps),
         "metrics": {k: v for k, v in vars(metrics).items()},
         "findings": findings,
-        "thresholds": post_hoc_thresholds(),
+        "thresholds": _thresholds(),
         "warnings": warnings,
     }
 
