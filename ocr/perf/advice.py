@@ -120,7 +120,8 @@ def find_key(
     def matches(names: Sequence[str], need_prefer: bool) -> list[tuple[tuple[str, ...], Any]]:
         found = []
         for path, value in _walk(config):
-            if path[0] == "hydra" or path[-1] not in names or isinstance(value, dict | list):
+            # a section is not a setting; a list is (``widths: [16, 32]`` takes an override)
+            if path[0] == "hydra" or path[-1] not in names or isinstance(value, dict):
                 continue
             if parent is not None and (len(path) < 2 or path[-2] != parent):
                 continue

@@ -106,6 +106,8 @@ def test_our_app_gets_real_overrides_that_parse_and_exist(tmp_path: Path) -> Non
     assert overrides["workers"] == "data.num_workers=4"
     assert overrides["prefetch"] == "data.prefetch_factor=4"  # null in the config: torch's 2
     assert "persistent_workers" not in overrides  # synthetic_debug keeps them already
+    (compute,) = [f for f in report.findings if f.id == "compute_bound"]
+    assert "`model.net.backbone.widths` (now [16, 32, 64, 128])" in compute.suggestion
     for f in report.findings:
         for c in f.candidates:
             if c.override is not None:
