@@ -11,7 +11,7 @@ all, e.g. a LightningModule trained from a plain script) gives a plain-language 
 ``override=None``: never a key the run does not have.
 
 Values come from the run's evidence: workers from the worker seconds per batch against the main
-loop's (capped at the host's cores), threads from the cores left by the workers, precision from
+loop's (capped at the host's cores), compute threads from the host's cores, precision from
 the device (``16-mixed`` on GPU, ``bf16-mixed`` on CPU only when ``perf/run.json`` records that
 the CPU supports bf16).
 """
@@ -68,6 +68,7 @@ class RunFacts:
         compute_headroom: ``True`` when the compute phases run well below the measured peak,
             ``False`` near it, ``None`` unknown (no FLOPs recorded).
         cpu_bf16: the CPU runs bf16 natively (``perf/run.json`` ``cpu_bf16``), ``None`` unknown.
+        torch_threads: torch's compute threads in the run (``perf/run.json``), if recorded.
     """
 
     config: dict[str, Any] | None
@@ -79,6 +80,7 @@ class RunFacts:
     batch_size: int | None = None
     compute_headroom: bool | None = None
     cpu_bf16: bool | None = None
+    torch_threads: int | None = None
 
 
 def _walk(node: Any, prefix: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], Any]]:
@@ -286,17 +288,20 @@ def _polygon_cache(f: RunFacts) -> Candidate | None:
 
 
 def _threads(f: RunFacts) -> Candidate | None:
-    if f.device != "cpu" or not f.cpu_count:
+    """Compute-bound on CPU: the DataLoader workers mostly wait, so compute may use every core;
+    nothing to try when it already does."""
+    if f.device != "cpu" or not f.cpu_count or f.torch_threads == f.cpu_count:
         return None
-    want = max(1, f.cpu_count - _workers_after(f, planned=False))
+    want = f.cpu_count
     key = find_key(f.config, ("num_threads", "torch_threads", "intra_op_threads"), prefer=())
+    was = f", now {f.torch_threads}" if f.torch_threads else ""
     return _candidate(
         "threads",
         key,
         want,
-        f"give compute the cores the workers leave: {{key}}{{now}} -> {want}",
-        f"give compute the cores the workers leave: torch.set_num_threads({want}) at start-up "
-        f"({f.cpu_count} cores)",
+        f"compute threads on every core: {{key}}{{now}} -> {want}",
+        f"compute threads on every core: torch.set_num_threads({want}) at start-up "
+        f"({f.cpu_count} cores{was})",
     )
 
 

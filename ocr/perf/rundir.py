@@ -214,6 +214,8 @@ def run_info(extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
         if version is not None:
             info[f"{name}_version"] = str(version)
     torch = sys.modules.get("torch")
+    if torch is not None:
+        info["torch_threads"] = torch.get_num_threads()  # compute threads (advice on CPU)
     if torch is not None and torch.cuda.is_available():
         info["cuda_devices"] = [
             torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())

@@ -94,6 +94,7 @@ class _Advice:
             self.cpu_count = int(run.run_info["cpu_count"])
         if run.run_info and isinstance(run.run_info.get("cpu_bf16"), bool):
             self.cpu_bf16 = bool(run.run_info["cpu_bf16"])
+        self.torch_threads = _torch_threads(run.run_info or {})
 
     def key(
         self,
@@ -126,7 +127,18 @@ class _Advice:
             batch_size=s.batch_size if s is not None else None,
             compute_headroom=headroom,
             cpu_bf16=self.cpu_bf16,
+            torch_threads=self.torch_threads,
         )
+
+
+def _torch_threads(info: dict[str, Any]) -> int | None:
+    """torch's compute threads in the run: ``torch_threads`` of run.json, else the thread count
+    its peak was measured with (the same process)."""
+    peak = (info.get("flops") or {}).get("peak") or {}
+    for value in (info.get("torch_threads"), peak.get("threads")):
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
 
 
 def _severity(pct: float, warn: float, critical: float) -> str:
@@ -431,8 +443,8 @@ def _compute_bound(s: StageSummary, run: RunData, adv: _Advice, total_s: float) 
         threads = f"{adv.cpu_count} cores here" if adv.cpu_count else "the physical cores"
         suggestion = headroom + (
             f"the model's own compute dominates on CPU: make it cheaper (smaller {canvas}, "
-            f"{smaller_model}), try torch.compile and channels_last, keep torch threads at "
-            f"{threads} minus the DataLoader workers."
+            f"{smaller_model}), try torch.compile and channels_last, and give torch threads "
+            f"{threads} (the DataLoader workers mostly wait while compute dominates)."
         )
     else:
         precision = adv.name(adv.key("precision", prefer=("trainer",)), "the precision")

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
@@ -14,6 +15,7 @@ from ocr.perf.advice import RunFacts, candidates_for, find_key
 from ocr.perf.candidates import Candidate
 from ocr.perf.findings import Finding
 from ocr.perf.report import build_report
+from ocr.perf.rundir import run_info
 from ocr.runtime import register_resolvers
 from tests.advice_keys import absent_keys, has_key, parse_override
 from tests.unit.perf_report.runs import epoch_record, make_run
@@ -200,3 +202,21 @@ def test_foreign_configs_get_their_own_keys_or_plain_language(
     if expected is None:
         assert all(c.override is None for f in report.findings for c in f.candidates)
         assert "num_workers" in workers[0].description
+
+
+def test_threads_only_when_compute_does_not_use_every_core() -> None:
+    def threads(**kw: Any) -> list[Candidate]:
+        facts = RunFacts(None, device="cpu", cpu_count=4, **kw)
+        return [c for c in candidates_for("compute_bound", facts) if c.family == "threads"]
+
+    assert threads(torch_threads=4) == []
+    (fewer,) = threads(torch_threads=2)
+    assert "torch.set_num_threads(4)" in fewer.description
+    assert "now 2" in fewer.description
+    assert threads()  # unknown: worth measuring
+
+
+def test_run_info_records_what_the_advice_needs() -> None:
+    info = run_info()
+    assert info["torch_threads"] == torch.get_num_threads()
+    assert info["cpu_bf16"] in (True, False, None)
