@@ -10,11 +10,12 @@ import pytest
 import torch
 from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
+from rich.console import Console
 
 from ocr.perf.advice import RunFacts, candidates_for, find_key
 from ocr.perf.candidates import Candidate
 from ocr.perf.findings import Finding
-from ocr.perf.report import build_report
+from ocr.perf.report import build_report, print_summary, to_html, to_markdown
 from ocr.perf.rundir import run_info
 from ocr.runtime import register_resolvers
 from tests.advice_keys import absent_keys, has_key, parse_override
@@ -108,6 +109,12 @@ def test_our_app_gets_real_overrides_that_parse_and_exist(tmp_path: Path) -> Non
     assert overrides["workers"] == "data.num_workers=4"
     assert overrides["prefetch"] == "data.prefetch_factor=4"  # null in the config: torch's 2
     assert "persistent_workers" not in overrides  # synthetic_debug keeps them already
+    # shown in the page (override as code), the Markdown and the terminal summary
+    assert "<code>data.num_workers=4</code>" in to_html(report)
+    assert "Try: `data.num_workers=4`: set `data.num_workers` (now 0) to 4" in to_markdown(report)
+    console = Console(width=200, record=True)
+    print_summary(report, console, top=len(report.findings))
+    assert "try: `data.num_workers=4`" in console.export_text()
     (compute,) = [f for f in report.findings if f.id == "compute_bound"]
     assert "`model.net.backbone.widths` (now [16, 32, 64, 128])" in compute.suggestion
     for f in report.findings:
