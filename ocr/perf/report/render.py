@@ -114,7 +114,7 @@ def _candidates_table(findings: list[Finding]) -> Table:
     return Table(
         ["finding #", "change", "override", "note"],
         rows,
-        caption="Changes to measure (ocr-perf try RUN_DIR)",
+        caption="Changes to try: hypotheses until measured (ocr-perf try RUN_DIR)",
         code_cols=(2,),
     )
 
