@@ -13,8 +13,10 @@ from ocr.perf.alerts import AlertEvent, GpuStarvation, alert_finding, build_rule
 from ocr.perf.candidates import Candidate
 from ocr.perf.findings import THRESHOLDS, Finding, Threshold, input_bound_severity, threshold
 from ocr.perf.report import ReportInputError, build_report
+from ocr.perf.trace import analyze_trace
 from ocr.perf.trace.findings import TraceMetrics, evaluate
 from tests.unit.perf_report.runs import CONFIG, epoch_record, make_run
+from tests.unit.perf_trace.synth import make_trace, write
 
 
 def _trace_severity(pct: float) -> str | None:
@@ -58,6 +60,17 @@ def test_the_same_data_wait_share_gets_the_same_severity_from_trace_and_verdict(
     verdict = _verdict_input(tmp_path, pct)
     assert _trace_severity(pct) == (verdict.severity if verdict else None)
     assert _trace_severity(pct) == input_bound_severity(pct)
+
+
+@pytest.mark.parametrize("data_us", [20.0, 150.0, 600.0])
+def test_a_real_trace_and_the_verdict_agree_on_its_data_wait_share(
+    tmp_path: Path, data_us: float
+) -> None:
+    trace = analyze_trace(write(make_trace(data_us=data_us, jitter=0.0), tmp_path / "t.json"))
+    pct = float(trace["dataloader_time_pct"])
+    found = [f for f in trace["findings"] if f["id"] == "data_loading"]
+    verdict = _verdict_input(tmp_path / "run", pct)
+    assert (found[0]["severity"] if found else None) == (verdict.severity if verdict else None)
 
 
 def test_changing_a_table_entry_changes_the_alert_the_trace_and_the_verdict(
