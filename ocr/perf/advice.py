@@ -157,9 +157,8 @@ def override(key: ConfigKey, value: Any) -> str:
     return f"{key.path}={_hydra_value(value)}"
 
 
-def _now(key: ConfigKey | None, fallback: Any = None) -> str:
-    value = key.value if key is not None else fallback
-    return f" (now {_hydra_value(value)})" if value is not None or key is not None else ""
+def _now(key: ConfigKey) -> str:
+    return f" (now {_hydra_value(key.value)})"
 
 
 def _candidate(
