@@ -16,8 +16,10 @@ turns checks into events:
 ``receipt-ocr/alert``) and ``wandb.alert`` when a wandb run exists (:class:`WandbSink`; never an
 error offline or without wandb). A failing sink is one warning and then off.
 
-Default rules (:data:`RULES`; settings and defaults in each class's ``DEFAULTS``, all of them
-overridable, every rule can be switched off with ``enabled: false``): ``gpu_starvation``,
+Default rules (:data:`RULES`; settings and defaults in each class's ``DEFAULTS``, thresholds
+from the one table ``ocr.perf.findings.THRESHOLDS`` through ``FROM_TABLE``, all of them
+overridable per rule with :func:`build_rules`, every rule can be switched off with
+``enabled: false``): ``gpu_starvation``,
 ``gpu_memory_near_oom``, ``host_memory_leak``, ``throughput_drop``, ``nan_loss``,
 ``disk_space``, ``thermal_throttle``, ``straggler_rank``, ``hang``.
 """
@@ -37,7 +39,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from ocr.perf.ranks import STRAGGLER_MIN_SHARE
+from ocr.perf.findings import Finding, threshold
 from ocr.perf.rundir import JsonlWriter
 from ocr.perf.triggers import request_profile
 
@@ -56,6 +58,7 @@ __all__ = [
     "RuleState",
     "ThresholdRule",
     "WandbSink",
+    "alert_finding",
     "build_rules",
 ]
 
@@ -189,9 +192,21 @@ class Rule:
     per_rank: ClassVar[bool] = False
     COMMON: ClassVar[dict[str, Any]] = {"enabled": True, "hold_s": 0.0, "cooldown_s": 600.0}
     DEFAULTS: ClassVar[dict[str, Any]] = {}
+    #: Settings whose default is a number of the thresholds table (its live value):
+    #: setting -> (entry of ``ocr.perf.findings.THRESHOLDS``, divisor: 100 turns % into 0-1).
+    FROM_TABLE: ClassVar[dict[str, tuple[str, float]]] = {}
+
+    @classmethod
+    def defaults(cls) -> dict[str, Any]:
+        """Every setting with its default: :attr:`COMMON`, :attr:`DEFAULTS` and the thresholds
+        read from the table now (so the table stays the one source of the numbers)."""
+        table = {
+            key: threshold(name, live=True) / div for key, (name, div) in cls.FROM_TABLE.items()
+        }
+        return {**cls.COMMON, **cls.DEFAULTS, **table}
 
     def __init__(self, **settings: Any) -> None:
-        defaults = {**self.COMMON, **self.DEFAULTS}
+        defaults = self.defaults()
         unknown = sorted(set(settings) - set(defaults))
         if unknown:
             raise ValueError(
@@ -314,10 +329,12 @@ class GpuStarvation(Rule):
     DEFAULTS: ClassVar[dict[str, Any]] = {
         "hold_s": 60.0,
         "cooldown_s": 1800.0,
-        "data_wait_share": 0.3,
-        "data_wait_clear": 0.15,
-        "gpu_util_percent": 30.0,
-        "gpu_util_clear": 50.0,
+    }
+    FROM_TABLE: ClassVar[dict[str, tuple[str, float]]] = {
+        "data_wait_share": ("input_warn_pct", 100.0),
+        "data_wait_clear": ("input_clear_pct", 100.0),
+        "gpu_util_percent": ("gpu_busy_low_pct", 1.0),
+        "gpu_util_clear": ("gpu_busy_clear_pct", 1.0),
     }
 
     def check(self, t: float, values: Mapping[str, float], ctx: RuleContext) -> Check | None:
@@ -382,9 +399,11 @@ class GpuMemoryNearOom(Rule):
     DEFAULTS: ClassVar[dict[str, Any]] = {
         "hold_s": 10.0,
         "cooldown_s": 1800.0,
-        "used_fraction": 0.95,
-        "clear_fraction": 0.90,
-        "alloc_retries": 1.0,
+    }
+    FROM_TABLE: ClassVar[dict[str, tuple[str, float]]] = {
+        "used_fraction": ("gpu_memory_high_pct", 100.0),
+        "clear_fraction": ("gpu_memory_clear_pct", 100.0),
+        "alloc_retries": ("gpu_alloc_retries", 1.0),
     }
 
     def __init__(self, **settings: Any) -> None:
@@ -434,8 +453,8 @@ class GpuMemoryNearOom(Rule):
                 "alloc_retries": s["alloc_retries"],
             },
             suggestion=(
-                "Lower the batch size or canvas size, enable mixed precision "
-                "(trainer.precision=16-mixed / bf16-mixed), or set "
+                "Lower the batch size or canvas size, enable mixed precision (the Trainer's "
+                "precision 16-mixed / bf16-mixed), or set "
                 "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True against fragmentation."
             ),
         )
@@ -454,8 +473,10 @@ class HostMemoryLeak(Rule):
         "hold_s": 120.0,
         "cooldown_s": 3600.0,
         "window_s": 600.0,
-        "min_growth_mb_per_min": 10.0,
-        "horizon_h": 2.0,
+    }
+    FROM_TABLE: ClassVar[dict[str, tuple[str, float]]] = {
+        "min_growth_mb_per_min": ("host_memory_growth_mb_per_min", 1.0),
+        "horizon_h": ("host_memory_horizon_h", 1.0),
     }
 
     def __init__(self, **settings: Any) -> None:
@@ -525,8 +546,10 @@ class ThroughputDrop(Rule):
         "cooldown_s": 1800.0,
         "warmup_s": 60.0,
         "baseline_s": 60.0,
-        "drop": 0.3,
-        "clear_drop": 0.15,
+    }
+    FROM_TABLE: ClassVar[dict[str, tuple[str, float]]] = {
+        "drop": ("throughput_drop_pct", 100.0),
+        "clear_drop": ("throughput_clear_pct", 100.0),
     }
 
     def __init__(self, **settings: Any) -> None:
@@ -598,8 +621,8 @@ class NanLoss(Rule):
             evidence={"step": float(ctx.step), "epoch": float(ctx.epoch)},
             threshold={"nonfinite": 1.0},
             suggestion=(
-                "Lower the learning rate or add gradient clipping "
-                "(trainer.gradient_clip_val=1.0); with fp16 use bf16 or a loss scaler; "
+                "Lower the learning rate or add gradient clipping (the Trainer's "
+                "gradient_clip_val, e.g. 1.0); with fp16 use bf16 or a loss scaler; "
                 "check inputs and targets for NaN (torch.autograd.set_detect_anomaly)."
             ),
         )
@@ -615,9 +638,11 @@ class DiskSpace(Rule):
     DEFAULTS: ClassVar[dict[str, Any]] = {
         "hold_s": 0.0,
         "cooldown_s": 3600.0,
-        "min_free_gb": 1.0,
-        "checkpoints_ahead": 2.0,
-        "clear_margin": 1.1,
+    }
+    FROM_TABLE: ClassVar[dict[str, tuple[str, float]]] = {
+        "min_free_gb": ("disk_min_free_gb", 1.0),
+        "checkpoints_ahead": ("disk_checkpoints_ahead", 1.0),
+        "clear_margin": ("disk_clear_margin", 1.0),
     }
 
     def check(self, t: float, values: Mapping[str, float], ctx: RuleContext) -> Check | None:
@@ -714,8 +739,10 @@ class StragglerRank(Rule):
     DEFAULTS: ClassVar[dict[str, Any]] = {
         "hold_s": 0.0,
         "cooldown_s": 0.0,
-        "share": STRAGGLER_MIN_SHARE,
-        "clear_share": STRAGGLER_MIN_SHARE / 2,
+    }
+    FROM_TABLE: ClassVar[dict[str, tuple[str, float]]] = {
+        "share": ("straggler_work_pct", 100.0),
+        "clear_share": ("straggler_clear_pct", 100.0),
     }
 
     def check(self, t: float, values: Mapping[str, float], ctx: RuleContext) -> Check | None:
@@ -755,8 +782,10 @@ class Hang(Rule):
     DEFAULTS: ClassVar[dict[str, Any]] = {
         "hold_s": 0.0,
         "cooldown_s": 600.0,
-        "factor": 10.0,
-        "min_s": 300.0,
+    }
+    FROM_TABLE: ClassVar[dict[str, tuple[str, float]]] = {
+        "factor": ("hang_factor", 1.0),
+        "min_s": ("hang_min_s", 1.0),
     }
 
     def check(self, t: float, values: Mapping[str, float], ctx: RuleContext) -> Check | None:
@@ -831,6 +860,31 @@ def build_rules(settings: Mapping[str, Mapping[str, Any] | None] | None = None) 
     return rules
 
 
+def alert_finding(events: Sequence[AlertEvent]) -> Finding | None:
+    """One rule's events as a :class:`~ocr.perf.findings.Finding` (``alert:<rule>``): the last
+    firing's message, evidence and suggestion, how often it fired and whether it was still
+    active at the end; ``None`` when it never fired. The score is left 0: ranking against the
+    other findings is the verdict's job. Confidence is ``likely``: an alert judges sampling
+    windows, not the whole run."""
+    fired = [e for e in events if e.event == "fired"]
+    if not fired:
+        return None
+    last = fired[-1]
+    evidence: dict[str, Any] = dict(last.evidence)
+    evidence.update({"times_fired": len(fired), "still_active_at_end": events[-1].event == "fired"})
+    return Finding(
+        id=f"alert:{last.rule}",
+        severity="critical" if any(e.severity == "critical" for e in fired) else "warning",
+        score=0.0,
+        title=f"alert {last.rule}: {last.message or '(no message)'}",
+        evidence=evidence,
+        threshold=dict(last.threshold),
+        suggestion=last.suggestion or "see the alert's message.",
+        source="alerts",
+        confidence="likely",
+    )
+
+
 # -- events and sinks ----------------------------------------------------------------------------
 
 
@@ -861,6 +915,50 @@ class AlertEvent:
     step: int
     epoch: int
     rank: int
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any], where: str = "alert") -> AlertEvent:
+        """Read one ``alerts.jsonl`` record back (:meth:`record`'s form); fields a writer left
+        out get neutral values. ``ValueError`` naming ``where`` and the field when a field has
+        the wrong type."""
+        rule, event = record.get("rule", "unknown"), record.get("event")
+        if not isinstance(rule, str) or event not in ("fired", "resolved"):
+            raise ValueError(
+                f"{where}: rule must be a string and event fired or resolved, got "
+                f"{rule!r} / {event!r}"
+            )
+        evidence = record.get("evidence") or {}
+        limits = record.get("threshold") or {}
+        if not isinstance(evidence, Mapping) or not isinstance(limits, Mapping):
+            raise ValueError(f"{where}: evidence and threshold must be objects")
+
+        def number(key: str) -> float:
+            value = record.get(key, 0)
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise ValueError(f"{where}: {key} must be a number, got {value!r}")
+            return float(value)
+
+        return cls(
+            t=number("t"),
+            rule=rule,
+            event=event,
+            severity="critical" if record.get("severity") == "critical" else "warning",
+            message=str(record.get("message") or ""),
+            evidence={
+                str(k): v if isinstance(v, str) else float(v)
+                for k, v in evidence.items()
+                if isinstance(v, str | int | float) and not isinstance(v, bool)
+            },
+            threshold={
+                str(k): float(v)
+                for k, v in limits.items()
+                if isinstance(v, int | float) and not isinstance(v, bool)
+            },
+            suggestion=str(record.get("suggestion") or ""),
+            step=int(number("step")),
+            epoch=int(number("epoch")),
+            rank=int(number("rank")),
+        )
 
     def record(self) -> dict[str, Any]:
         return {

@@ -53,6 +53,7 @@ import math
 import os
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -81,6 +82,8 @@ __all__ = [
     "MIN_EPOCHS_TO_JUDGE",
     "VERDICTS",
     "BaselineError",
+    "BaselineOutcome",
+    "BaselineRow",
     "check_baseline",
     "load_source",
     "make_baseline",
@@ -577,6 +580,60 @@ def _too_little_data(side: str, source: Mapping[str, Any]) -> str | None:
             "(trainer.max_epochs, trainer.limit_val_batches / limit_train_batches)"
         )
     return None
+
+
+@dataclass(frozen=True)
+class BaselineRow:
+    """One figure of :func:`check_baseline`'s result, typed (see its doc for the fields)."""
+
+    figure: str
+    status: str
+    unit: str = ""
+    baseline: float | None = None
+    current: float | None = None
+    ratio: float | None = None
+    threshold: float | None = None
+
+
+@dataclass(frozen=True)
+class BaselineOutcome:
+    """:func:`check_baseline`'s result as the verdict reads it.
+
+    Args:
+        verdict: ``pass``, ``regression``, ``insufficient data`` or ``not comparable``.
+        rows: every compared figure.
+        insufficient: why either side has too little data to judge.
+    """
+
+    verdict: str
+    rows: list[BaselineRow] = field(default_factory=list)
+    insufficient: list[str] = field(default_factory=list)
+
+    @classmethod
+    def from_result(cls, result: Mapping[str, Any]) -> BaselineOutcome:
+        """Type :func:`check_baseline`'s dict (numbers that are not numbers become ``None``)."""
+
+        def number(value: Any) -> float | None:
+            ok = isinstance(value, int | float) and not isinstance(value, bool)
+            return float(value) if ok else None
+
+        return cls(
+            verdict=str(result.get("verdict", "")),
+            rows=[
+                BaselineRow(
+                    figure=str(r.get("figure", "")),
+                    status=str(r.get("status", "")),
+                    unit=str(r.get("unit") or ""),
+                    baseline=number(r.get("baseline")),
+                    current=number(r.get("current")),
+                    ratio=number(r.get("ratio")),
+                    threshold=number(r.get("threshold")),
+                )
+                for r in result.get("rows") or []
+                if isinstance(r, Mapping)
+            ],
+            insufficient=[str(x) for x in result.get("insufficient") or []],
+        )
 
 
 def check_baseline(

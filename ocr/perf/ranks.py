@@ -15,13 +15,16 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from ocr.perf.findings import threshold
+
 __all__ = ["STRAGGLER_MIN_S", "STRAGGLER_MIN_SHARE", "Straggler", "find_straggler", "rank_spread"]
 
 #: A rank is named a straggler when it works at least this share of the epoch's (median) wall
-#: time longer than the median of the other ranks ...
-STRAGGLER_MIN_SHARE = 0.10
-#: ... and at least this many seconds per epoch (short epochs are noisy).
-STRAGGLER_MIN_S = 0.05
+#: time longer than the median of the other ranks (``straggler_work_pct`` of the thresholds
+#: table) ...
+STRAGGLER_MIN_SHARE = threshold("straggler_work_pct") / 100.0
+#: ... and at least this many seconds per epoch (short epochs are noisy; ``straggler_work_s``).
+STRAGGLER_MIN_S = threshold("straggler_work_s")
 # Phases that are not work of the rank's own: the wait for others, and time nobody claimed.
 _NOT_WORK = frozenset({"sync_wait", "unattributed"})
 # Phases refined into the named callback or hook that spent the time.

@@ -182,6 +182,21 @@ def read_records(
         return []
 
 
+def cpu_bf16() -> bool | None:
+    """Whether this CPU has native bf16 dot products (x86 ``avx512_bf16`` or ``amx_bf16``; on
+    CPUs without them bf16 runs emulated, slower than float32); ``None`` where the flags cannot
+    be read (not Linux)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                if line.startswith(("flags", "Features")):
+                    flags = set(line.split(":", 1)[-1].split())
+                    return bool(flags & {"avx512_bf16", "amx_bf16", "bf16"})
+    except OSError:
+        return None
+    return None
+
+
 def run_info(extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """What a report needs to know about the machine and software of this process."""
     info: dict[str, Any] = {
@@ -190,6 +205,7 @@ def run_info(extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
         "platform": platform.platform(),
         "python": platform.python_version(),
         "cpu_count": os.cpu_count(),
+        "cpu_bf16": cpu_bf16(),
         "argv": list(sys.argv),
     }
     for name in ("torch", "lightning", "numpy"):
@@ -198,6 +214,8 @@ def run_info(extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
         if version is not None:
             info[f"{name}_version"] = str(version)
     torch = sys.modules.get("torch")
+    if torch is not None:
+        info["torch_threads"] = torch.get_num_threads()  # compute threads (advice on CPU)
     if torch is not None and torch.cuda.is_available():
         info["cuda_devices"] = [
             torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())

@@ -195,7 +195,7 @@ def test_page_of_a_real_run_names_it_ranks_findings_and_plots_every_sample(tmp_p
     page = to_html(report)
     assert "<h1>Performance report: my_run</h1>" in page  # a foreign run: its folder's name
     scores = [f.score for f in report.findings]
-    listed = re.findall(r"^\d+\. \*\*\[\w+, score ([\d.]+)\]", to_markdown(report), re.M)
+    listed = re.findall(r"^\d+\. \*\*\[\w+, score ([\d.]+), cause \w+\]", to_markdown(report), re.M)
     md_scores = [float(x) for x in listed]
     assert md_scores == sorted(scores, reverse=True)
     assert 'id="severity-legend"' in page

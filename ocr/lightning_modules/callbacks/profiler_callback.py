@@ -652,7 +652,7 @@ class ProfilerCallback(Callback):
             report["clock_agreement"] = agreement.as_dict()
             measurement = agreement.finding()
             if measurement is not None:
-                report["findings"].append(measurement)
+                report["findings"].append(measurement.as_dict())
         if trainer.is_global_zero:
             print_analysis(report)
         analysis_s = time.perf_counter() - t0

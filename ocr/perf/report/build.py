@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ocr.perf.baseline import BaselineOutcome
+from ocr.perf.findings import post_hoc_thresholds
 from ocr.perf.report.load import (
     TRACE_DIRNAME,
     ReportInputError,
@@ -17,7 +19,7 @@ from ocr.perf.report.load import (
 from ocr.perf.report.profiled import move_profiler_overhead
 from ocr.perf.report.run_name import RunName, run_name
 from ocr.perf.report.stages import StageSummary, summarize_stages
-from ocr.perf.report.verdict import THRESHOLDS, Finding, judge
+from ocr.perf.report.verdict import Finding, judge, trace_findings
 
 __all__ = ["Report", "build_report"]
 
@@ -40,7 +42,7 @@ class Report:
         baseline: ``ocr.perf.baseline.check_baseline``'s result, or ``None``.
         baseline_name: the baseline file's name as given (no folder, so copies compare equal).
         baseline_note: why there is no comparison (none given, gate unavailable, bad file).
-        thresholds: the verdict's thresholds used.
+        thresholds: the post-hoc thresholds judged with (``ocr.perf.findings.THRESHOLDS``).
     """
 
     run: RunData
@@ -52,7 +54,7 @@ class Report:
     baseline: dict[str, Any] | None = None
     baseline_name: str | None = None
     baseline_note: str | None = None
-    thresholds: dict[str, float] = field(default_factory=lambda: dict(THRESHOLDS))
+    thresholds: dict[str, float] = field(default_factory=post_hoc_thresholds)
 
 
 def _relative(text: str, root: Path) -> str:
@@ -155,7 +157,11 @@ def build_report(
         result, note = _compare_baseline(run.run_dir, baseline)
     else:
         note = "no baseline given (ocr-perf report RUN --baseline FILE)"
-    findings = judge(run, stages, trace, result)
+    outcome = None
+    if result is not None:
+        outcome = BaselineOutcome.from_result(result)
+    found = trace_findings(trace, run) if trace is not None else None
+    findings = judge(run, stages, found, outcome)
     return Report(
         run=run,
         name=run_name(run),

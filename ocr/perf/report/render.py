@@ -21,12 +21,12 @@ from rich.markup import escape
 from rich.table import Table as RichTable
 
 from ocr.perf.clock import PHASES
+from ocr.perf.findings import CONFIDENCES, Finding
 from ocr.perf.mfu import epoch_utilisation, stage_utilisation
 from ocr.perf.report import plots
 from ocr.perf.report.build import Report
 from ocr.perf.report.profiled import PROFILER_PHASE, profiled_batches, window_rows
 from ocr.perf.report.stages import STAGE_LABELS, StageSummary, num
-from ocr.perf.report.verdict import Finding
 from ocr.perf.rundir import polygon_cache_hit_rate
 
 __all__ = ["print_summary", "ranked", "severity_legend", "title", "to_markdown", "write_html"]
@@ -50,6 +50,7 @@ class Table:
     rows: list[list[str]]
     caption: str = ""
     collapsed: bool | None = None
+    code_cols: tuple[int, ...] = ()  # cells shown as code in HTML (overrides to paste)
 
     @property
     def folded(self) -> bool:
@@ -104,6 +105,42 @@ def _utc(t: Any) -> str:
     if not isinstance(t, int | float) or isinstance(t, bool) or not math.isfinite(t):
         return "-"
     return datetime.fromtimestamp(float(t), UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def candidate_lines(f: Finding) -> list[str]:
+    """One line per candidate change of ``f``: the Hydra override to paste in backticks with
+    its description, or the description alone when the run's config has no key for it, and
+    what the change alters."""
+    out = []
+    for c in f.candidates:
+        tags = ["alters what is computed"] if c.alters_computation else []
+        if c.eval_time:
+            tags.append("evaluation-time: check on the checkpoint")
+        head = f"`{c.override}`: {c.description}" if c.override else c.description
+        out.append(head + (f" ({'; '.join(tags)})" if tags else ""))
+    return out
+
+
+def _candidates_table(findings: list[Finding]) -> Table:
+    rows = [
+        [
+            str(i),
+            c.description,
+            c.override or "-",
+            "; ".join(
+                (["alters what is computed"] if c.alters_computation else [])
+                + (["evaluation-time"] if c.eval_time else [])
+            ),
+        ]
+        for i, f in enumerate(findings, 1)
+        for c in f.candidates
+    ]
+    return Table(
+        ["finding #", "change", "override", "note"],
+        rows,
+        caption="Changes to try: hypotheses until measured (ocr-perf try RUN_DIR)",
+        code_cols=(2,),
+    )
 
 
 def _evidence(evidence: dict[str, Any]) -> str:
@@ -187,6 +224,9 @@ def severity_legend(report: Report) -> list[str]:
         "or is a risk worth watching; the change is likely to pay.",
         "info: where the time goes, with no threshold passed (e.g. compute-bound): worth "
         "knowing; the change may help, or there may be no headroom.",
+        "Cause: how sure the finding is of its cause: "
+        + "; ".join(f"{name}: {meaning}" for name, meaning in CONFIDENCES.items())
+        + ". Candidate changes are hypotheses until `ocr-perf try` measures them.",
     ]
 
 
@@ -201,7 +241,7 @@ def _verdict(report: Report) -> Section:
                 f.severity,
                 f"{f.score:.1f}",
                 f.title,
-                _evidence(f.evidence) + extra,
+                f"cause {f.confidence}; " + _evidence(f.evidence) + extra,
                 f.suggestion,
             ]
         )
@@ -219,7 +259,8 @@ def _verdict(report: Report) -> Section:
                 rows,
                 collapsed=False,  # the headline of the page, however many findings
             )
-        ],
+        ]
+        + ([_candidates_table(findings)] if any(f.candidates for f in findings) else []),
     )
 
 
@@ -820,11 +861,15 @@ def to_markdown(report: Report) -> str:
             lines += [p, ""]
         if sec.id == "verdict":
             for i, f in enumerate(ranked(report), 1):
-                lines.append(f"{i}. **[{f.severity}, score {f.score:.1f}] {f.title}**  ")
+                head = f"{f.severity}, score {f.score:.1f}, cause {f.confidence}"
+                lines.append(f"{i}. **[{head}] {f.title}**  ")
                 lines.append(f"   Evidence: {_evidence(f.evidence) or '-'}  ")
                 for c in f.corroboration:
                     lines.append(f"   Also: {c}  ")
-                lines.append(f"   Change: {f.suggestion}")
+                tries = candidate_lines(f)
+                lines.append(f"   Change: {f.suggestion}" + ("  " if tries else ""))
+                lines += [f"   Try: {t}  " for t in tries[:-1]]
+                lines += [f"   Try: {t}" for t in tries[-1:]]
             lines.append("")
             lines += ["**Severity and score**", ""]
             lines += [f"- {item}" for item in severity_legend(report)]
@@ -870,7 +915,8 @@ def _html_table(t: Table, sev_col: int | None = None) -> str:
         cells = []
         for i, c in enumerate(row):
             cls = f' class="sev-{e(c)}"' if i == sev_col else ""
-            cells.append(f"<td{cls}>{e(c)}</td>")
+            text = f"<code>{e(c)}</code>" if i in t.code_cols and c != "-" else e(c)
+            cells.append(f"<td{cls}>{text}</td>")
         out.append("<tr>" + "".join(cells) + "</tr>")
     out.append("</tbody></table>")
     if t.folded:
@@ -965,9 +1011,12 @@ def print_summary(report: Report, console: Console | None = None, top: int = 3) 
     for i, f in enumerate(ranked(report)[:top], 1):
         style = _STYLE.get(f.severity, "")
         con.print(
-            f"{i}. [{style}]{f.severity}[/{style}] (score {f.score:.1f}) {escape(f.title)}",
+            f"{i}. [{style}]{f.severity}[/{style}] (score {f.score:.1f}, cause {f.confidence}) "
+            f"{escape(f.title)}",
             highlight=False,
         )
         con.print(f"   change: {f.suggestion}", markup=False, highlight=False)
+        for line in candidate_lines(f):
+            con.print(f"   try: {line}", markup=False, highlight=False)
     if len(report.findings) > top:
         con.print(f"   ... {len(report.findings) - top} more in the report", highlight=False)

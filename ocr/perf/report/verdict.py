@@ -8,8 +8,16 @@ critical alerts such as ``nan_loss`` or ``disk_space``) score 100, since a dead 
 everything; warnings about risk score 10. Findings are sorted by score, then severity, then id.
 
 Advice names the run's own settings and their current values when ``.hydra/config.yaml`` was
-recorded (``data.num_workers`` now 2), and is phrased for the device the run used: CPU runs get
-CPU advice (cores shared by DataLoader workers and compute threads, no AMP / pinned memory).
+recorded (``data.num_workers`` now 2), found by leaf name (:func:`ocr.perf.advice.find_key`), so
+it never names a key the run does not have; without a key it says the change in words. It is
+phrased for the device the run used: CPU runs get CPU advice (cores shared by DataLoader workers
+and compute threads, no AMP / pinned memory). Each finding also carries candidate changes
+(:func:`ocr.perf.advice.candidates_for`) that ``ocr-perf try`` can measure.
+
+Findings, severities and thresholds are the shared vocabulary of :mod:`ocr.perf.findings`;
+alerts come in as typed events (:class:`~ocr.perf.alerts.AlertEvent`), trace findings as
+:class:`~ocr.perf.findings.Finding` and the baseline comparison as
+:class:`~ocr.perf.baseline.BaselineOutcome`.
 """
 
 from __future__ import annotations
@@ -17,44 +25,28 @@ from __future__ import annotations
 import math
 import statistics
 from collections import Counter, defaultdict
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
 
+from ocr.perf.advice import ConfigKey, RunFacts, candidates_for, find_key
+from ocr.perf.alerts import AlertEvent, alert_finding
+from ocr.perf.findings import (
+    SEVERITY_ORDER,
+    THRESHOLDS,
+    Finding,
+    input_bound_severity,
+    threshold,
+)
 from ocr.perf.ranks import STRAGGLER_MIN_S, STRAGGLER_MIN_SHARE
-from ocr.perf.report.load import RunData, config_value
+from ocr.perf.report.load import ReportInputError, RunData
 from ocr.perf.report.stages import StageSummary, num
 
-__all__ = ["THRESHOLDS", "Finding", "judge"]
+if TYPE_CHECKING:
+    from ocr.perf.baseline import BaselineOutcome
 
-#: Thresholds of the verdict rules; percentages are of the stage's wall time unless noted.
-THRESHOLDS: dict[str, float] = {
-    "input_warn_pct": 20.0,  # data_wait share
-    "input_critical_pct": 40.0,
-    "metric_warn_pct": 15.0,  # metric phase share
-    "metric_critical_pct": 35.0,
-    "postprocess_warn_pct": 15.0,
-    "postprocess_critical_pct": 35.0,
-    "compute_pct": 50.0,  # forward + backward + optimizer share: compute-bound
-    # MFU of the compute phases (model FLOPs / compute seconds over the measured peak) below
-    # which compute changes have room to pay; above it the kernels already run near the limit.
-    "compute_headroom_mfu_pct": 50.0,
-    "callbacks_warn_pct": 15.0,
-    "unattributed_warn_pct": 15.0,
-    "worker_part_dominant_pct": 50.0,  # a finer part (targets, decode) names the cause above this
-    "cache_hit_min_pct": 50.0,  # polygon cache hit rate after the first epoch
-    # A DDP rank is named a straggler by ocr.perf.ranks.find_straggler when it *works* (wall
-    # minus sync_wait) >= 10 % of the epoch and >= 0.05 s longer than the median rank; the
-    # verdict reports it when that holds in at least this share of the stage's epochs.
-    "straggler_epochs_pct": 50.0,
-    "cpu_saturated_pct": 90.0,  # median system CPU over the samples
-    "iowait_pct": 10.0,  # median iowait
-    "gpu_util_low_pct": 50.0,  # median GPU utilisation while training
-    "host_memory_pct": 90.0,  # max system memory
-    "risk_critical_score": 100.0,
-    "risk_warning_score": 10.0,
-}
+__all__ = ["THRESHOLDS", "Finding", "judge", "trace_findings"]
 
-_SEVERITY_ORDER = {"critical": 0, "warning": 1, "info": 2}
 # Alert rules about a run that may die or produce garbage, rather than about its speed.
 _RISK_RULES = frozenset(
     {
@@ -80,39 +72,6 @@ _PART_WORDS = {
 }
 
 
-@dataclass
-class Finding:
-    """One ranked diagnosis of the verdict.
-
-    Args:
-        id: rule identifier (``input_bound``, ``slow_metric``, ``compute_bound``, ...).
-        severity: ``critical``, ``warning`` or ``info``.
-        score: percent of the run's recorded wall time at stake (0-100; see the module doc).
-        title: one line naming the cause with its main figure.
-        evidence: the figures behind it (seconds, percent, ms per sample, counts).
-        threshold: the rule's thresholds, in the evidence's units.
-        suggestion: the concrete change, naming settings and current values where known.
-        stage: the stage it is about (``train``, ``val``, ``test``) or ``None``.
-        source: where it comes from: ``step-time``, ``resources``, ``alerts``, ``trace`` or
-            ``baseline``.
-    """
-
-    id: str
-    severity: str
-    score: float
-    title: str
-    evidence: dict[str, Any]
-    threshold: dict[str, float]
-    suggestion: str
-    stage: str | None = None
-    source: str = "step-time"
-    corroboration: list[str] = field(default_factory=list)
-
-    def as_dict(self) -> dict[str, Any]:
-        """JSON-ready form."""
-        return asdict(self)
-
-
 # -- helpers -------------------------------------------------------------------------------------
 
 
@@ -121,24 +80,65 @@ def _r(x: float | None, nd: int = 1) -> float | None:
 
 
 class _Advice:
-    """Names settings for advice: the Hydra key with its current value when the config is known,
-    a generic description otherwise."""
+    """Names settings for advice: the run's own config key with its current value when the
+    config has one (found by leaf name, :func:`ocr.perf.advice.find_key`: our app's
+    ``data.num_workers``, another app's ``loader.num_workers``), a generic description
+    otherwise, so advice never names a key the run does not have."""
 
     def __init__(self, run: RunData) -> None:
         self.config = run.config
+        self.device = run.device
         self.cpu_count = None
+        self.cpu_bf16 = None
         if run.run_info and isinstance(run.run_info.get("cpu_count"), int):
             self.cpu_count = int(run.run_info["cpu_count"])
+        if run.run_info and isinstance(run.run_info.get("cpu_bf16"), bool):
+            self.cpu_bf16 = bool(run.run_info["cpu_bf16"])
+        self.torch_threads = _torch_threads(run.run_info or {})
 
-    def value(self, key: str) -> Any:
-        return config_value(self.config, key)
+    def key(
+        self,
+        leaf: str,
+        *,
+        stage: str | None = None,
+        parent: str | None = None,
+        prefer: Sequence[str] = ("data", "loader", "dataloader", "datamodule"),
+        aliases: Sequence[str] = (),
+    ) -> ConfigKey | None:
+        return find_key(
+            self.config, (leaf,), stage=stage, parent=parent, prefer=prefer, aliases=aliases
+        )
 
-    def name(self, key: str, generic: str, current: Any = None) -> str:
+    def name(self, key: ConfigKey | None, generic: str, current: Any = None) -> str:
         """```data.num_workers` (now 2)`` or ``the DataLoader's num_workers (now 2)``."""
-        value = self.value(key) if self.config is not None else None
-        shown = value if value is not None else current
-        label = f"`{key}`" if self.config is not None and self.value(key) is not None else generic
+        shown = key.value if key is not None and key.value is not None else current
+        label = f"`{key.path}`" if key is not None else generic
         return f"{label} (now {shown})" if shown is not None else label
+
+    def facts(self, s: StageSummary | None, headroom: bool | None = None) -> RunFacts:
+        """What the candidate generator needs to know about this run and stage."""
+        return RunFacts(
+            config=self.config,
+            device=self.device,
+            cpu_count=self.cpu_count,
+            stage=s.stage if s is not None else None,
+            num_workers=s.num_workers if s is not None else None,
+            suggested_workers=_suggested_workers(s, self.cpu_count) if s is not None else None,
+            batch_size=s.batch_size if s is not None else None,
+            compute_headroom=headroom,
+            cpu_bf16=self.cpu_bf16,
+            torch_threads=self.torch_threads,
+        )
+
+
+def _torch_threads(info: dict[str, Any]) -> int | None:
+    """torch's compute threads in the run: ``torch_threads`` of run.json, else the thread count
+    its peak was measured with (the same process)."""
+    peak = (info.get("flops") or {}).get("peak") or {}
+    for value in (info.get("torch_threads"), peak.get("threads")):
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
 
 
 def _severity(pct: float, warn: float, critical: float) -> str:
@@ -165,7 +165,7 @@ def _worker_bottleneck(s: StageSummary) -> tuple[str | None, dict[str, Any]]:
     fetch, collate = w.get("fetch", 0.0), w.get("collate", 0.0)
     if fetch <= 0 and collate <= 0:
         return None, evidence
-    dominant_pct = THRESHOLDS["worker_part_dominant_pct"] / 100.0
+    dominant_pct = threshold("worker_part_dominant_pct") / 100.0
     children: tuple[str, ...]
     if fetch >= collate:
         part, parent, children = "fetch", fetch, _FETCH_PARTS
@@ -196,7 +196,7 @@ def _suggested_workers(s: StageSummary, cpu_count: int | None) -> int | None:
 
 def _input_bound(s: StageSummary, run: RunData, adv: _Advice, total_s: float) -> Finding | None:
     pct = s.share("data_wait")
-    if s.wall_s <= 0 or pct < THRESHOLDS["input_warn_pct"]:
+    if s.wall_s <= 0 or pct < threshold("input_warn_pct"):
         return None
     part, evidence = _worker_bottleneck(s)
     data_wait_s = s.phases_s.get("data_wait", 0.0)
@@ -212,16 +212,22 @@ def _input_bound(s: StageSummary, run: RunData, adv: _Advice, total_s: float) ->
             where = "worker-side " if s.num_workers else ""
             ms = 1000.0 * secs / max(s.samples, 1)
             title += f"; {where}{_PART_WORDS[part]} takes {ms:.0f} ms/sample"
-    workers = adv.name("data.num_workers", "the DataLoader's num_workers", s.num_workers)
+    workers_key = adv.key("num_workers", stage=s.stage, aliases=("workers",))
+    workers = adv.name(workers_key, "the DataLoader's num_workers", s.num_workers)
     advice: list[str] = []
     cpu = run.device == "cpu"
     want = _suggested_workers(s, adv.cpu_count)
     if part == "targets":
-        cache_on = adv.value("data.polygon_cache.enabled")
-        if cache_on is not True:
+        cache = adv.key("enabled", parent="polygon_cache")
+        if cache is None:
             advice.append(
-                "enable `data.polygon_cache.enabled=true`"
-                + (" (now false)" if cache_on is False else "")
+                "compute the per-sample targets once and read them back (cache them keyed by "
+                "the un-augmented sample) instead of in every epoch"
+            )
+        elif cache.value is not True:
+            advice.append(
+                f"enable `{cache.path}=true`"
+                + (" (now false)" if cache.value is False else "")
                 + " so DB targets are computed once and read back"
                 + (
                     " (training uses it only when augmentation keeps polygons fixed)"
@@ -255,9 +261,9 @@ def _input_bound(s: StageSummary, run: RunData, adv: _Advice, total_s: float) ->
             + ", so balance workers against torch.set_num_threads"
         )
     else:
-        pin = adv.value("data.pin_memory")
-        if pin is not True:
-            advice.append(f"use pinned memory ({adv.name('data.pin_memory', 'pin_memory', pin)})")
+        pin = adv.key("pin_memory", stage=s.stage)
+        if pin is None or pin.value is not True:
+            advice.append(f"use pinned memory ({adv.name(pin, 'pin_memory')})")
     evidence = {
         "data_wait_pct": _r(pct),
         "data_wait_s": _r(data_wait_s, 3),
@@ -269,22 +275,23 @@ def _input_bound(s: StageSummary, run: RunData, adv: _Advice, total_s: float) ->
     }
     return Finding(
         id="input_bound",
-        severity=_severity(pct, THRESHOLDS["input_warn_pct"], THRESHOLDS["input_critical_pct"]),
+        severity=input_bound_severity(pct) or "warning",
         score=_score(data_wait_s, total_s),
         title=title,
         evidence=evidence,
         threshold={
-            "warning_pct": THRESHOLDS["input_warn_pct"],
-            "critical_pct": THRESHOLDS["input_critical_pct"],
+            "warning_pct": threshold("input_warn_pct"),
+            "critical_pct": threshold("input_critical_pct"),
         },
         suggestion="; ".join(advice) + ".",
         stage=s.stage,
+        candidates=candidates_for("input_bound", adv.facts(s), part=part),
     )
 
 
 def _slow_metric(s: StageSummary, run: RunData, adv: _Advice, total_s: float) -> Finding | None:
     pct = s.share("metric")
-    if s.wall_s <= 0 or pct < THRESHOLDS["metric_warn_pct"]:
+    if s.wall_s <= 0 or pct < threshold("metric_warn_pct"):
         return None
     secs = s.phases_s.get("metric", 0.0)
     per_epoch = secs / max(s.epochs, 1)
@@ -293,17 +300,22 @@ def _slow_metric(s: StageSummary, run: RunData, adv: _Advice, total_s: float) ->
         "counts per batch and compute once per epoch"
     ]
     if s.stage == "val":
-        every = adv.name("trainer.check_val_every_n_epoch", "check_val_every_n_epoch")
-        advice.append(
-            f"validate less often ({every}) or on fewer batches (`trainer.limit_val_batches`)"
+        trainer = ("trainer",)
+        every = adv.name(
+            adv.key("check_val_every_n_epoch", prefer=trainer),
+            "the Trainer's check_val_every_n_epoch",
         )
+        fewer = adv.name(
+            adv.key("limit_val_batches", prefer=trainer), "the Trainer's limit_val_batches"
+        )
+        advice.append(f"validate less often ({every}) or on fewer batches ({fewer})")
     if run.device == "cpu":
         advice.append(
             "on CPU keep it out of the DataLoader workers' cores (it runs in the main process)"
         )
     return Finding(
         id="slow_metric",
-        severity=_severity(pct, THRESHOLDS["metric_warn_pct"], THRESHOLDS["metric_critical_pct"]),
+        severity=_severity(pct, threshold("metric_warn_pct"), threshold("metric_critical_pct")),
         score=_score(secs, total_s),
         title=(
             f"slow metric: {pct:.0f} % of {s.label} wall time is metric computation "
@@ -317,8 +329,8 @@ def _slow_metric(s: StageSummary, run: RunData, adv: _Advice, total_s: float) ->
             "stage_wall_s": _r(s.wall_s, 3),
         },
         threshold={
-            "warning_pct": THRESHOLDS["metric_warn_pct"],
-            "critical_pct": THRESHOLDS["metric_critical_pct"],
+            "warning_pct": threshold("metric_warn_pct"),
+            "critical_pct": threshold("metric_critical_pct"),
         },
         suggestion="; ".join(advice) + ".",
         stage=s.stage,
@@ -329,15 +341,16 @@ def _slow_postprocess(
     s: StageSummary, run: RunData, adv: _Advice, total_s: float
 ) -> Finding | None:
     pct = s.share("postprocess")
-    if s.wall_s <= 0 or pct < THRESHOLDS["postprocess_warn_pct"]:
+    if s.wall_s <= 0 or pct < threshold("postprocess_warn_pct"):
         return None
     secs = s.phases_s.get("postprocess", 0.0)
-    cands = adv.name("model.postprocess.max_candidates", "the postprocessor's max_candidates")
-    box = adv.name("model.postprocess.box_thresh", "box_thresh")
+    post = ("postprocess",)
+    cands = adv.name(adv.key("max_candidates", prefer=post), "the postprocessor's candidate cap")
+    box = adv.name(adv.key("box_thresh", prefer=post), "its box score threshold")
     return Finding(
         id="slow_postprocess",
         severity=_severity(
-            pct, THRESHOLDS["postprocess_warn_pct"], THRESHOLDS["postprocess_critical_pct"]
+            pct, threshold("postprocess_warn_pct"), threshold("postprocess_critical_pct")
         ),
         score=_score(secs, total_s),
         title=(
@@ -350,14 +363,15 @@ def _slow_postprocess(
             "postprocess_ms_per_sample": _r(1000.0 * secs / max(s.samples, 1), 2),
         },
         threshold={
-            "warning_pct": THRESHOLDS["postprocess_warn_pct"],
-            "critical_pct": THRESHOLDS["postprocess_critical_pct"],
+            "warning_pct": threshold("postprocess_warn_pct"),
+            "critical_pct": threshold("postprocess_critical_pct"),
         },
         suggestion=(
             f"fewer contours per image: lower {cands} or raise {box}; "
             "an untrained model yields many candidates, so early epochs are slowest."
         ),
         stage=s.stage,
+        candidates=candidates_for("slow_postprocess", adv.facts(s)),
     )
 
 
@@ -367,12 +381,14 @@ def _compute_bound(s: StageSummary, run: RunData, adv: _Advice, total_s: float) 
     )
     secs = sum(s.phases_s.get(p, 0.0) for p in phases)
     pct = 100.0 * secs / s.wall_s if s.wall_s > 0 else 0.0
-    if pct < THRESHOLDS["compute_pct"]:
+    if pct < threshold("compute_pct"):
         return None
     ms_per_batch = 1000.0 * secs / max(s.num_batches, 1)
     rate = s.samples / s.wall_s if s.wall_s > 0 else 0.0
-    canvas = adv.name("data.canvas_size", "the input size")
-    batch = adv.name("data.batch_size", "the batch size", s.batch_size)
+    canvas = adv.name(adv.key("canvas_size"), "the input size")
+    batch = adv.name(adv.key("batch_size", stage=s.stage), "the batch size", s.batch_size)
+    widths = adv.key("widths", parent="backbone")
+    smaller_model = f"a narrower backbone ({adv.name(widths, '')})" if widths else "a smaller model"
     evidence: dict[str, Any] = {
         "compute_pct": _r(pct),
         "compute_s": _r(secs, 3),
@@ -380,13 +396,13 @@ def _compute_bound(s: StageSummary, run: RunData, adv: _Advice, total_s: float) 
         "samples_per_sec": _r(rate, 2),
         "device": run.device,
     }
-    threshold = {"compute_pct": THRESHOLDS["compute_pct"]}
+    limits = {"compute_pct": threshold("compute_pct")}
     # How far from the machine's limit: the compute phases' achieved FLOP/s over the measured
     # peak (samples x FLOPs per sample / compute seconds), when the run counted its FLOPs.
     limit = _compute_mfu(s, run, secs)
     if limit is not None:
         mfu_pct, stage_mfu_pct, achieved, peak = limit
-        threshold["compute_headroom_mfu_pct"] = THRESHOLDS["compute_headroom_mfu_pct"]
+        limits["compute_headroom_mfu_pct"] = threshold("compute_headroom_mfu_pct")
         evidence.update(
             compute_mfu_pct=_r(mfu_pct, 1),
             stage_mfu_pct=_r(stage_mfu_pct, 1),
@@ -398,7 +414,7 @@ def _compute_bound(s: StageSummary, run: RunData, adv: _Advice, total_s: float) 
             f"{mfu_pct:.0f} % of this host's measured peak ({achieved / 1e9:.3g} of "
             f"{peak / 1e9:.3g} GFLOP/s; {stage_mfu_pct:.0f} % over the whole {s.label} epoch)"
         )
-        if mfu_pct >= THRESHOLDS["compute_headroom_mfu_pct"]:
+        if mfu_pct >= threshold("compute_headroom_mfu_pct"):
             return Finding(
                 id="compute_bound",
                 severity="info",
@@ -408,26 +424,30 @@ def _compute_bound(s: StageSummary, run: RunData, adv: _Advice, total_s: float) 
                     f"time is {' / '.join(phases)} at {mfu_pct:.0f} % of the measured peak"
                 ),
                 evidence=evidence,
-                threshold=threshold,
+                threshold=limits,
                 suggestion=(
                     f"{where}: no headroom for faster kernels (compile, channels_last, threads "
-                    f"gain little here); only less work per sample (smaller {canvas}, a smaller "
-                    "model) or faster hardware makes this stage faster."
+                    f"gain little here); only less work per sample (smaller {canvas}, "
+                    f"{smaller_model}) or faster hardware makes this stage faster."
                 ),
                 stage=s.stage,
             )
         headroom = f"{where}, up to {100.0 / max(mfu_pct, 1e-9):.1f}x headroom: "
+        has_room: bool | None = True
     else:
-        headroom = ""
+        # Without FLOPs the distance to the limit is unknown: the kernel changes below are
+        # guesses until `ocr-perf try` measures them.
+        headroom = "headroom unknown (no FLOPs recorded, so no MFU): "
+        has_room = None
     if run.device == "cpu":
         threads = f"{adv.cpu_count} cores here" if adv.cpu_count else "the physical cores"
         suggestion = headroom + (
             f"the model's own compute dominates on CPU: make it cheaper (smaller {canvas}, "
-            "narrower backbone `model.net.backbone.widths`), use torch.compile and channels_last, "
-            f"keep torch threads at {threads} minus the DataLoader workers; a GPU is the real fix."
+            f"{smaller_model}), try torch.compile and channels_last, and give torch threads "
+            f"{threads} (the DataLoader workers mostly wait while compute dominates)."
         )
     else:
-        precision = adv.name("trainer.precision", "the precision")
+        precision = adv.name(adv.key("precision", prefer=("trainer",)), "the precision")
         suggestion = headroom + (
             f"the GPU work dominates: mixed precision ({precision} -> 16-mixed or bf16-mixed), "
             f"a larger {batch} if memory allows, torch.compile and channels_last."
@@ -441,9 +461,10 @@ def _compute_bound(s: StageSummary, run: RunData, adv: _Advice, total_s: float) 
             f"{' / '.join(phases)} ({ms_per_batch:.0f} ms/batch, {rate:.1f} samples/s)"
         ),
         evidence=evidence,
-        threshold=threshold,
+        threshold=limits,
         suggestion=suggestion,
         stage=s.stage,
+        candidates=candidates_for("compute_bound", adv.facts(s, has_room)),
     )
 
 
@@ -487,7 +508,7 @@ def _phase_finding(
             f"{phase}_s": _r(secs, 3),
             **({"slowest": top[0], "slowest_s": _r(top[1], 3)} if top else {}),
         },
-        threshold={"warning_pct": THRESHOLDS["callbacks_warn_pct"]},
+        threshold={"warning_pct": threshold("callbacks_warn_pct")},
         suggestion=suggestion,
         stage=s.stage,
     )
@@ -495,7 +516,7 @@ def _phase_finding(
 
 def _overheads(s: StageSummary, run: RunData, adv: _Advice, total_s: float) -> list[Finding]:
     out: list[Finding] = []
-    warn = THRESHOLDS["callbacks_warn_pct"]
+    warn = threshold("callbacks_warn_pct")
     pct = s.share("callbacks")
     if s.wall_s > 0 and pct >= warn:
         top = _top_named(s.callback_hooks_s)
@@ -510,7 +531,9 @@ def _overheads(s: StageSummary, run: RunData, adv: _Advice, total_s: float) -> l
                 "rank zero, or remove it."
             )
         else:  # a run recorded before callbacks were named
-            every = adv.name("trainer.log_every_n_steps", "log_every_n_steps")
+            every = adv.name(
+                adv.key("log_every_n_steps", prefer=("trainer",)), "the Trainer's log_every_n_steps"
+            )
             title = f"{pct:.0f} % of {s.label} wall time is spent in callbacks and logging"
             advice = f"log less often ({every}) and look for a slow callback in a profiler trace."
         out.append(_phase_finding(s, "callbacks", "callback_overhead", title, advice, total_s, top))
@@ -539,12 +562,13 @@ def _overheads(s: StageSummary, run: RunData, adv: _Advice, total_s: float) -> l
         )
         out.append(_phase_finding(s, "checkpoint", "checkpoint_overhead", title, advice, total_s))
     pct = s.share("unattributed")
-    if s.wall_s > 0 and pct >= THRESHOLDS["unattributed_warn_pct"]:
+    if s.wall_s > 0 and pct >= threshold("unattributed_warn_pct"):
         secs = s.phases_s.get("unattributed", 0.0)
-        persistent = adv.value("data.persistent_workers")
+        key = adv.key("persistent_workers", stage=s.stage)
+        persistent = key.value if key is not None else None
         advice = "worker start-up and epoch-start hooks land here"
         if persistent is False or (persistent is None and s.num_workers):
-            setting = adv.name("data.persistent_workers", "persistent_workers")
+            setting = adv.name(key, "the DataLoader's persistent_workers")
             advice += f"; keep workers alive between epochs ({setting} -> true)"
         out.append(
             Finding(
@@ -553,9 +577,10 @@ def _overheads(s: StageSummary, run: RunData, adv: _Advice, total_s: float) -> l
                 score=_score(secs, total_s),
                 title=f"{pct:.0f} % of {s.label} wall time is not attributed to any phase",
                 evidence={"unattributed_pct": _r(pct), "unattributed_s": _r(secs, 3)},
-                threshold={"warning_pct": THRESHOLDS["unattributed_warn_pct"]},
+                threshold={"warning_pct": threshold("unattributed_warn_pct")},
                 suggestion=advice + "; a profiler window on an early epoch shows what it is.",
                 stage=s.stage,
+                candidates=candidates_for("unattributed", adv.facts(s)),
             )
         )
     return out
@@ -581,14 +606,15 @@ def _cache(
         if lookups == 0:
             continue
         rate = 100.0 * hits[stage] / lookups
-        if rate >= THRESHOLDS["cache_hit_min_pct"]:
+        if rate >= threshold("cache_hit_min_pct"):
             continue
         targets_s = s.worker_s.get("targets", 0.0)
         advice = "keys must not depend on augmentation, and all workers must share one cache"
         if evictions:
             advice = (
                 f"{evictions} evictions: raise "
-                f"{adv.name('data.polygon_cache.max_bytes', 'the cache size limit')}; " + advice
+                f"{adv.name(adv.key('max_bytes', parent='polygon_cache'), 'the cache size limit')}"
+                "; " + advice
             )
         out.append(
             Finding(
@@ -606,7 +632,7 @@ def _cache(
                     "evictions": evictions,
                     "worker_targets_s": _r(targets_s, 3),
                 },
-                threshold={"min_hit_rate_pct": THRESHOLDS["cache_hit_min_pct"]},
+                threshold={"min_hit_rate_pct": threshold("cache_hit_min_pct")},
                 suggestion=advice + ".",
                 stage=stage,
             )
@@ -644,7 +670,7 @@ def _straggler(s: StageSummary, total_s: float) -> Finding | None:
     if not s.stragglers or not named:
         return None
     pct = 100.0 * len(named) / len(s.stragglers)
-    if pct < THRESHOLDS["straggler_epochs_pct"]:
+    if pct < threshold("straggler_epochs_pct"):
         return None
     by_rank = Counter(int(num(x.get("rank"))) for x in named)
     rank = by_rank.most_common(1)[0][0]
@@ -671,7 +697,7 @@ def _straggler(s: StageSummary, total_s: float) -> Finding | None:
         threshold={
             "work_excess_pct_of_epoch": 100 * STRAGGLER_MIN_SHARE,
             "work_excess_s": STRAGGLER_MIN_S,
-            "epochs_pct": THRESHOLDS["straggler_epochs_pct"],
+            "epochs_pct": threshold("straggler_epochs_pct"),
         },
         suggestion=(
             f"rank {rank} spends {cause_s:.3f} s more than the median rank in {cause}, while the "
@@ -717,12 +743,14 @@ def _max_metric(run: RunData, name: str) -> float | None:
     return max(values) if values else None
 
 
-def _resources(run: RunData, stages: dict[str, StageSummary], total_s: float) -> list[Finding]:
+def _resources(
+    run: RunData, stages: dict[str, StageSummary], adv: _Advice, total_s: float
+) -> list[Finding]:
     out: list[Finding] = []
     if not run.resources:
         return out
     cpu = _median_metric(run, "resources/system_cpu_percent", ("train", "val", "test"))
-    if cpu is not None and cpu >= THRESHOLDS["cpu_saturated_pct"]:
+    if cpu is not None and cpu >= threshold("cpu_saturated_pct"):
         out.append(
             Finding(
                 id="cpu_saturated",
@@ -730,16 +758,17 @@ def _resources(run: RunData, stages: dict[str, StageSummary], total_s: float) ->
                 score=0.0,
                 title=f"CPU saturated: median system CPU {cpu:.0f} % while running",
                 evidence={"system_cpu_median_pct": _r(cpu)},
-                threshold={"median_pct": THRESHOLDS["cpu_saturated_pct"]},
+                threshold={"median_pct": threshold("cpu_saturated_pct")},
                 suggestion=(
                     "every core is busy: more DataLoader workers or torch threads cannot add "
                     "speed; make the work cheaper or use a bigger machine."
                 ),
                 source="resources",
+                confidence="likely",
             )
         )
     iowait = _median_metric(run, "resources/iowait_percent", ("train", "val", "test"))
-    if iowait is not None and iowait >= THRESHOLDS["iowait_pct"]:
+    if iowait is not None and iowait >= threshold("iowait_pct"):
         out.append(
             Finding(
                 id="io_wait",
@@ -747,12 +776,13 @@ def _resources(run: RunData, stages: dict[str, StageSummary], total_s: float) ->
                 score=_r(iowait) or 0.0,
                 title=f"I/O wait: the CPUs stall on disk {iowait:.0f} % of the time (median)",
                 evidence={"iowait_median_pct": _r(iowait)},
-                threshold={"median_pct": THRESHOLDS["iowait_pct"]},
+                threshold={"median_pct": threshold("iowait_pct")},
                 suggestion=(
                     "the data sits on a slow disk: copy the dataset to local SSD / tmpfs, or "
                     "cache decoded images; more workers only queue more reads."
                 ),
                 source="resources",
+                confidence="likely",
             )
         )
     train = stages.get("train")
@@ -762,7 +792,7 @@ def _resources(run: RunData, stages: dict[str, StageSummary], total_s: float) ->
             for i in range(16)
             if (u := _median_metric(run, f"resources/gpu{i}_util_percent", ("train",))) is not None
         ]
-        if utils and min(utils) < THRESHOLDS["gpu_util_low_pct"]:
+        if utils and min(utils) < threshold("gpu_busy_low_pct"):
             util = min(utils)
             out.append(
                 Finding(
@@ -771,176 +801,197 @@ def _resources(run: RunData, stages: dict[str, StageSummary], total_s: float) ->
                     score=round((100.0 - util) / 100.0 * _score(train.wall_s, total_s), 1),
                     title=f"GPU underused: median utilisation {util:.0f} % while training",
                     evidence={"gpu_util_median_pct": _r(util)},
-                    threshold={"median_below_pct": THRESHOLDS["gpu_util_low_pct"]},
+                    threshold={"median_below_pct": threshold("gpu_busy_low_pct")},
                     suggestion=(
                         "keep the GPU fed: fix input first (see data wait), then raise the batch "
                         "size and remove host syncs."
                     ),
                     stage="train",
                     source="resources",
+                    confidence="likely",
+                    candidates=candidates_for("gpu_underused", adv.facts(train)),
                 )
             )
     mem = _max_metric(run, "resources/system_memory_percent")
-    if mem is not None and mem >= THRESHOLDS["host_memory_pct"]:
+    if mem is not None and mem >= threshold("host_memory_pct"):
         out.append(
             Finding(
                 id="host_memory_high",
                 severity="warning",
-                score=THRESHOLDS["risk_warning_score"],
+                score=threshold("risk_warning_score"),
                 title=f"host memory reached {mem:.0f} %",
                 evidence={"system_memory_max_pct": _r(mem)},
-                threshold={"max_pct": THRESHOLDS["host_memory_pct"]},
+                threshold={"max_pct": threshold("host_memory_pct")},
                 suggestion=(
                     "close to swapping or the OOM killer: fewer DataLoader workers or a smaller "
                     "prefetch_factor (each worker holds prefetch_factor batches)."
                 ),
                 source="resources",
+                confidence="likely",
             )
         )
     return out
 
 
-def _alerts(run: RunData, findings: list[Finding]) -> list[Finding]:
-    by_rule: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for a in run.alerts:
-        by_rule[str(a.get("rule", "unknown"))].append(a)
+def alert_events(run: RunData) -> list[AlertEvent]:
+    """``perf/alerts.jsonl`` as typed events; a malformed record is a
+    :class:`~ocr.perf.report.load.ReportInputError` naming the file and the record."""
+    out = []
+    for i, record in enumerate(run.alerts, start=1):
+        try:
+            out.append(AlertEvent.from_record(record, f"alert record {i}"))
+        except ValueError as exc:
+            raise ReportInputError(f"{run.run_dir / 'perf' / 'alerts.jsonl'}: {exc}") from exc
+    return out
+
+
+def _alerts(events: Sequence[AlertEvent], findings: list[Finding]) -> list[Finding]:
+    """One finding per alert rule that fired (:func:`ocr.perf.alerts.alert_finding`), scored
+    against the time findings; an alert that corroborates a time finding (starvation for
+    input-bound) is attached to it instead."""
+    by_rule: dict[str, list[AlertEvent]] = defaultdict(list)
+    for e in events:
+        by_rule[e.rule].append(e)
     out: list[Finding] = []
     for rule in sorted(by_rule):
-        events = by_rule[rule]
-        fired = [a for a in events if a.get("event") == "fired"]
-        if not fired:
+        finding = alert_finding(by_rule[rule])
+        if finding is None:
             continue
-        last = fired[-1]
-        critical = any(a.get("severity") == "critical" for a in fired)
-        active = events[-1].get("event") == "fired"
-        target = _CORROBORATES.get(rule)
-        related = [f for f in findings if f.id == target]
-        note = f"alert {rule} fired {len(fired)}x: {last.get('message', '')}"
+        fired = [e for e in by_rule[rule] if e.event == "fired"]
+        related = [f for f in findings if f.id == _CORROBORATES.get(rule)]
         if related:
-            related[0].corroboration.append(note)
-            continue
-        risky = rule in _RISK_RULES
-        if risky:
-            score = THRESHOLDS["risk_critical_score" if critical else "risk_warning_score"]
-        else:
-            score = 20.0 if critical else THRESHOLDS["risk_warning_score"]
-        evidence = {k: v for k, v in (last.get("evidence") or {}).items()}
-        evidence.update({"times_fired": len(fired), "still_active_at_end": active})
-        out.append(
-            Finding(
-                id=f"alert:{rule}",
-                severity="critical" if critical else "warning",
-                score=score,
-                title=f"alert {rule}: {last.get('message', '(no message)')}",
-                evidence=evidence,
-                threshold={
-                    k: float(v)
-                    for k, v in (last.get("threshold") or {}).items()
-                    if isinstance(v, int | float)
-                },
-                suggestion=str(last.get("suggestion") or "see the alert's message."),
-                source="alerts",
+            related[0].corroboration.append(
+                f"alert {rule} fired {len(fired)}x: {fired[-1].message}"
             )
-        )
+            continue
+        critical = finding.severity == "critical"
+        if rule in _RISK_RULES:
+            score = threshold("risk_critical_score" if critical else "risk_warning_score")
+        else:
+            score = 20.0 if critical else threshold("risk_warning_score")
+        out.append(replace(finding, score=score))
     return out
+
+
+def trace_findings(trace: dict[str, Any] | None, run: RunData) -> list[Finding]:
+    """The findings of ``analyze_trace``'s result, or, without a readable trace, of the
+    profiler windows' summaries (``perf/profiler.jsonl``), typed. A malformed one is a
+    :class:`~ocr.perf.report.load.ReportInputError` naming where it came from."""
+    if trace is not None:
+        sources = [("the profiler trace analysis", list(trace.get("findings") or []))]
+    else:
+        path = run.run_dir / "perf" / "profiler.jsonl"
+        sources = [
+            (f"{path}: record {i}", list((w.get("summary") or {}).get("findings") or []))
+            for i, w in enumerate(run.profiler_windows, start=1)
+        ]
+    out = []
+    for where, raw in sources:
+        for j, f in enumerate(raw, start=1):
+            try:
+                out.append(Finding.from_dict(f, f"{where}: finding {j}"))
+            except ValueError as exc:
+                raise ReportInputError(str(exc)) from exc
+    return out
+
+
+# trace finding -> the cause whose candidates it gets
+_TRACE_CAUSES = {
+    "data_loading": "data_loading",
+    "low_gpu_utilisation": "gpu_underused",
+    "launch_overhead": "launch_overhead",
+    "dispatch_overhead": "dispatch_overhead",
+}
 
 
 def _trace(
-    trace: dict[str, Any] | None,
-    run: RunData,
+    found: Sequence[Finding],
+    adv: _Advice,
     findings: list[Finding],
     total_s: float,
     stages: dict[str, StageSummary],
 ) -> list[Finding]:
-    """Findings of ``analyze_trace`` (or, without a readable trace, of the profiler windows'
-    summaries); data loading corroborates an input-bound finding instead of repeating it."""
-    raw: list[dict[str, Any]] = []
-    if trace is not None:
-        raw = list(trace.get("findings") or [])
-    else:
-        for window in run.profiler_windows:
-            raw.extend((window.get("summary") or {}).get("findings") or [])
+    """Trace findings ranked with the others; data loading corroborates an input-bound finding
+    instead of repeating it."""
     seen: set[str] = set()
     out: list[Finding] = []
-    train_share = _score(stages["train"].wall_s, total_s) if "train" in stages else 100.0
-    for f in raw:
-        fid = str(f.get("id", "trace"))
-        if fid in seen:
+    train = stages.get("train")
+    train_share = _score(train.wall_s, total_s) if train is not None else 100.0
+    for f in found:
+        if f.id in seen:
             continue
-        seen.add(fid)
-        if fid == "data_loading":
+        seen.add(f.id)
+        if f.id == "data_loading":
             related = [x for x in findings if x.id == "input_bound"]
             if related:
-                related[0].corroboration.append(f"profiler trace: {f.get('title', '')}")
+                related[0].corroboration.append(f"profiler trace: {f.title}")
                 continue
-        severity = str(f.get("severity", "info"))
-        pct = num((f.get("evidence") or {}).get("data_loading_pct"), -1.0)
-        if fid == "data_loading" and pct >= 0:
+        pct = num(f.evidence.get("data_loading_pct"), -1.0)
+        if f.id == "data_loading" and pct >= 0:
             score = round(pct * train_share / 100.0, 1)
         else:
-            score = {"critical": 20.0, "warning": 5.0}.get(severity, 1.0)
+            score = {"critical": 20.0, "warning": 5.0}.get(f.severity, 1.0)
+        cause = _TRACE_CAUSES.get(f.id)
         out.append(
-            Finding(
-                id=f"trace:{fid}",
-                severity=severity if severity in _SEVERITY_ORDER else "info",
+            replace(
+                f,
+                id=f"trace:{f.id}",
                 score=score,
-                title=str(f.get("title", fid)),
-                evidence=dict(f.get("evidence") or {}),
-                threshold=dict(f.get("threshold") or {}),
-                suggestion=str(f.get("suggestion", "")),
                 source="trace",
+                candidates=(
+                    candidates_for(cause, adv.facts(train)) if cause else list(f.candidates)
+                ),
             )
         )
     return out
 
 
-def _baseline(result: dict[str, Any] | None) -> list[Finding]:
-    if result and result.get("verdict") == "insufficient data":
+def _baseline(outcome: BaselineOutcome | None, adv: _Advice) -> list[Finding]:
+    epochs = adv.name(adv.key("max_epochs", prefer=("trainer",)), "the Trainer's max_epochs")
+    if outcome is not None and outcome.verdict == "insufficient data":
         # Too few epochs or batches on a side: rows that moved are noise of unknown size, so
         # this is an info line (score 0), never a ranked regression.
-        reasons = [str(r) for r in result.get("insufficient") or []]
         return [
             Finding(
                 id="baseline_insufficient_data",
                 severity="info",
                 score=0.0,
-                title="the baseline comparison has too little data to judge: " + "; ".join(reasons),
+                title=(
+                    "the baseline comparison has too little data to judge: "
+                    + "; ".join(outcome.insufficient)
+                ),
                 evidence={
-                    "unjudged_figures": [
-                        r.get("figure")
-                        for r in result.get("rows", [])
-                        if r.get("status") == "unjudged"
-                    ]
+                    "unjudged_figures": [r.figure for r in outcome.rows if r.status == "unjudged"]
                 },
                 threshold={},
                 suggestion=(
-                    "record the baseline and this run with more epochs (trainer.max_epochs; "
-                    "the first is skipped) so the gate can measure epoch-to-epoch noise."
+                    f"record the baseline and this run with more epochs ({epochs}; the first is "
+                    "skipped) so the gate can measure epoch-to-epoch noise."
                 ),
                 source="baseline",
             )
         ]
-    if not result or result.get("verdict") != "regression":
+    if outcome is None or outcome.verdict != "regression":
         return []
-    rows = [r for r in result.get("rows", []) if r.get("status") == "regression"]
-    worst = max(rows, key=lambda r: abs(num(r.get("ratio"), 1.0) - 1.0), default=None)
+    rows = [r for r in outcome.rows if r.status == "regression"]
+    worst = max(rows, key=lambda r: abs((r.ratio or 1.0) - 1.0), default=None)
     if worst is None:
         return []
-    ratio = num(worst.get("ratio"), 1.0)
+    ratio = worst.ratio if worst.ratio is not None else 1.0
     return [
         Finding(
             id="baseline_regression",
             severity="warning",
             score=round(min(100.0, abs(ratio - 1.0) * 100.0), 1),
             title=(
-                f"regression against the baseline: {worst.get('figure')} {worst.get('current')} "
-                f"vs {worst.get('baseline')} {worst.get('unit', '')} ({ratio:.2f}x)".rstrip()
+                f"regression against the baseline: {worst.figure} {worst.current} "
+                f"vs {worst.baseline} {worst.unit} ({ratio:.2f}x)".rstrip()
             ),
             evidence={
-                "regressed_figures": [r.get("figure") for r in rows],
+                "regressed_figures": [r.figure for r in rows],
                 "worst_ratio": _r(ratio, 3),
             },
-            threshold={"threshold": num(worst.get("threshold"))},
+            threshold={"threshold": worst.threshold or 0.0},
             suggestion=(
                 "compare this run's phase breakdown with the baseline's: the phase that grew "
                 "names the change to look at."
@@ -953,10 +1004,12 @@ def _baseline(result: dict[str, Any] | None) -> list[Finding]:
 def judge(
     run: RunData,
     stages: dict[str, StageSummary],
-    trace: dict[str, Any] | None = None,
-    baseline_result: dict[str, Any] | None = None,
+    trace: Sequence[Finding] | None = None,
+    baseline: BaselineOutcome | None = None,
 ) -> list[Finding]:
-    """The ranked verdict for a loaded run (see the module doc for the ranking)."""
+    """The ranked verdict for a loaded run (see the module doc for the ranking). ``trace``:
+    the profiler trace's findings (:func:`trace_findings`; ``None``: those of the profiler
+    windows' summaries); ``baseline``: the gate's outcome, if a baseline was given."""
     adv = _Advice(run)
     total_s = sum(s.wall_s for s in stages.values())
     findings: list[Finding] = []
@@ -968,10 +1021,11 @@ def judge(
         if (f := _straggler(s, total_s)) is not None:
             findings.append(f)
     findings.extend(_cache(run, stages, adv, total_s))
-    findings.extend(_resources(run, stages, total_s))
-    findings.extend(_alerts(run, findings))
-    findings.extend(_trace(trace, run, findings, total_s, stages))
-    findings.extend(_baseline(baseline_result))
+    findings.extend(_resources(run, stages, adv, total_s))
+    findings.extend(_alerts(alert_events(run), findings))
+    found = trace_findings(None, run) if trace is None else trace
+    findings.extend(_trace(found, adv, findings, total_s, stages))
+    findings.extend(_baseline(baseline, adv))
     if not stages:
         findings.append(
             Finding(
@@ -982,11 +1036,12 @@ def judge(
                 evidence={},
                 threshold={},
                 suggestion=(
-                    "attach the performance callbacks (`ocr-train ... callbacks=monitoring`) so "
-                    "each epoch's time is attributed to phases."
+                    "attach the performance callbacks (PerformanceProfilerCallback; with "
+                    "ocr-train: callbacks=monitoring) so each epoch's time is attributed to "
+                    "phases."
                 ),
                 source="step-time",
             )
         )
-    findings.sort(key=lambda f: (-f.score, _SEVERITY_ORDER.get(f.severity, 3), f.id, f.stage or ""))
+    findings.sort(key=lambda f: (-f.score, SEVERITY_ORDER.get(f.severity, 3), f.id, f.stage or ""))
     return findings

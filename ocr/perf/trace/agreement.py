@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ocr.perf.clock import active_clock
+from ocr.perf.findings import Finding
 from ocr.perf.trace.analyses import CLOCK_TO_TRACE, PHASES
 
 __all__ = [
@@ -147,8 +148,8 @@ class Agreement:
         """JSON-ready form (``agree`` included)."""
         return {**asdict(self), "agree": self.agree}
 
-    def finding(self) -> dict[str, Any] | None:
-        """A measurement finding (the ``ocr.perf.trace`` finding shape) when a phase disagrees."""
+    def finding(self) -> Finding | None:
+        """A measurement finding when a phase disagrees."""
         bad = [p for p in self.phases if not p.agree]
         if not bad:
             return None
@@ -156,30 +157,32 @@ class Agreement:
         parts = ", ".join(
             f"{p.phase} trace {p.trace_ms:.3f} vs clock {p.clock_ms:.3f} ms/step" for p in bad
         )
-        return {
-            "id": "measurement_disagreement",
-            "severity": "warning",
-            "title": (
+        return Finding(
+            id="measurement_disagreement",
+            severity="warning",
+            score=0.0,
+            source="trace",
+            title=(
                 f"Trace and phase clock disagree on {', '.join(p.phase for p in bad)} "
                 f"over the same {self.steps} steps ({parts})"
             ),
-            "evidence": {
+            evidence={
                 "steps": self.steps,
                 "worst_phase": worst.phase,
                 "trace_ms_per_step": {p.phase: round(p.trace_ms, 3) for p in self.phases},
                 "clock_ms_per_step": {p.phase: round(p.clock_ms, 3) for p in self.phases},
             },
-            "threshold": {
+            threshold={
                 "tolerance_pct": self.tolerance_pct,
                 "floor_pct_of_step": ABSOLUTE_FLOOR_PCT_OF_STEP,
             },
-            "suggestion": (
+            suggestion=(
                 "One of the two measurements misplaces time: time outside any labelled span "
                 "(code between Lightning hooks, threads the clock does not see) or a label one "
                 "side lacks. Trust neither figure for this phase until they agree; the trace's "
                 "per-op detail shows what runs there."
             ),
-        }
+        )
 
 
 def compare_phases(

@@ -8,30 +8,17 @@ rules phrase their advice for CPU runs.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import dataclass, field
+
+from ocr.perf.findings import (
+    SEVERITY_ORDER,
+    THRESHOLDS,
+    Finding,
+    input_bound_severity,
+    threshold,
+)
 
 __all__ = ["THRESHOLDS", "Finding", "TraceMetrics", "evaluate"]
-
-#: Thresholds of the rules (percent of step wall time unless noted).
-THRESHOLDS: dict[str, float] = {
-    "data_loading_warn_pct": 10.0,
-    "data_loading_critical_pct": 30.0,
-    "gpu_busy_warn_pct": 60.0,
-    "gpu_busy_critical_pct": 30.0,
-    "memory_capacity_pct": 90.0,
-    "sync_time_pct": 2.0,
-    "sync_calls_per_step": 5.0,
-    "tiny_kernel_us": 10.0,
-    "tiny_kernel_share_pct": 50.0,
-    "kernels_per_step": 500.0,
-    "tiny_op_us": 10.0,
-    "tiny_op_share_pct": 60.0,
-    "cpu_ops_per_step": 1000.0,
-    "optimizer_ops_per_step": 20.0,
-    "optimizer_ops_per_param": 1.0,
-    "optimizer_share_pct": 5.0,
-}
 
 
 @dataclass
@@ -105,38 +92,13 @@ class TraceMetrics:
     optimizer_pct: float | None = None
 
 
-@dataclass
-class Finding:
-    """One diagnosis.
-
-    Args:
-        id: stable identifier (``data_loading``, ``low_gpu_utilisation``, ...).
-        severity: ``critical``, ``warning`` or ``info``.
-        title: one line for people.
-        evidence: the figures that triggered it.
-        threshold: the rule's threshold(s), same units as the evidence.
-        suggestion: what to try.
-    """
-
-    id: str
-    severity: str
-    title: str
-    evidence: dict[str, Any]
-    threshold: dict[str, float]
-    suggestion: str
-
-    def as_dict(self) -> dict[str, Any]:
-        """JSON-ready form."""
-        return asdict(self)
-
-
 def _r(x: float | None, nd: int = 2) -> float | None:
     return None if x is None else round(float(x), nd)
 
 
 def _data_loading(m: TraceMetrics) -> Finding | None:
     pct = m.data_loading_pct
-    if m.n_steps == 0 or pct < THRESHOLDS["data_loading_warn_pct"]:
+    if m.n_steps == 0 or pct < threshold("input_warn_pct"):
         return None
     single = any("SingleProcess" in k for k in m.loader_kinds)
     if single:
@@ -156,10 +118,11 @@ def _data_loading(m: TraceMetrics) -> Finding | None:
             "; on CPU the workers share cores with the compute threads, so balance num_workers "
             "against torch.set_num_threads."
         )
-    critical = pct >= THRESHOLDS["data_loading_critical_pct"]
     return Finding(
         id="data_loading",
-        severity="critical" if critical else "warning",
+        severity=input_bound_severity(pct) or "warning",
+        score=_r(pct) or 0.0,
+        source="trace",
         title=f"Data loading takes {pct:.1f}% of the step time",
         evidence={
             "data_loading_pct": _r(pct),
@@ -168,36 +131,39 @@ def _data_loading(m: TraceMetrics) -> Finding | None:
             "steps": m.n_steps,
         },
         threshold={
-            "warning_pct": THRESHOLDS["data_loading_warn_pct"],
-            "critical_pct": THRESHOLDS["data_loading_critical_pct"],
+            "warning_pct": threshold("input_warn_pct"),
+            "critical_pct": threshold("input_critical_pct"),
         },
         suggestion=how,
     )
 
 
 def _gpu_utilisation(m: TraceMetrics) -> Finding | None:
-    if not m.has_gpu or m.gpu_busy_pct is None or m.gpu_busy_pct >= THRESHOLDS["gpu_busy_warn_pct"]:
+    if not m.has_gpu or m.gpu_busy_pct is None or m.gpu_busy_pct >= threshold("gpu_busy_low_pct"):
         return None
-    critical = m.gpu_busy_pct < THRESHOLDS["gpu_busy_critical_pct"]
+    critical = m.gpu_busy_pct < threshold("gpu_busy_critical_pct")
     causes = []
-    if m.data_loading_pct >= THRESHOLDS["data_loading_warn_pct"]:
+    if m.data_loading_pct >= threshold("input_warn_pct"):
         causes.append("the GPU waits for input (see data_loading)")
-    if (m.sync_calls_per_step or 0) >= THRESHOLDS["sync_calls_per_step"]:
+    if (m.sync_calls_per_step or 0) >= threshold("sync_calls_per_step"):
         causes.append("host sync points stall the launch queue")
-    if m.tiny_kernel_pct and m.tiny_kernel_pct >= THRESHOLDS["tiny_kernel_share_pct"]:
+    if m.tiny_kernel_pct and m.tiny_kernel_pct >= threshold("tiny_kernel_share_pct"):
         causes.append("kernels are too small to cover launch latency")
     why = ("; likely: " + ", ".join(causes)) if causes else ""
     return Finding(
         id="low_gpu_utilisation",
         severity="critical" if critical else "warning",
+        score=_r(100.0 - m.gpu_busy_pct) or 0.0,
+        source="trace",
+        confidence="likely" if causes else "measured",
         title=f"GPU busy only {m.gpu_busy_pct:.1f}% of the step time{why}",
         evidence={
             "gpu_busy_pct": _r(m.gpu_busy_pct),
             "gpu_idle_ms_per_step": _r(m.gpu_idle_ms_per_step, 3),
         },
         threshold={
-            "warning_below_pct": THRESHOLDS["gpu_busy_warn_pct"],
-            "critical_below_pct": THRESHOLDS["gpu_busy_critical_pct"],
+            "warning_below_pct": threshold("gpu_busy_low_pct"),
+            "critical_below_pct": threshold("gpu_busy_critical_pct"),
         },
         suggestion=(
             "Keep the GPU fed: fix input loading first, remove per-step host syncs, raise the "
@@ -209,14 +175,16 @@ def _gpu_utilisation(m: TraceMetrics) -> Finding | None:
 def _memory(m: TraceMetrics) -> Finding | None:
     if not m.has_gpu or m.memory_peak_pct is None:
         return None
-    if m.memory_peak_pct < THRESHOLDS["memory_capacity_pct"]:
+    if m.memory_peak_pct < threshold("gpu_memory_high_pct"):
         return None
     return Finding(
         id="memory_near_capacity",
         severity="warning",
+        score=0.0,
+        source="trace",
         title=f"Device memory peaks at {m.memory_peak_pct:.1f}% of {m.memory_peak_device}",
         evidence={"peak_pct_of_capacity": _r(m.memory_peak_pct), "device": m.memory_peak_device},
-        threshold={"pct_of_capacity": THRESHOLDS["memory_capacity_pct"]},
+        threshold={"pct_of_capacity": threshold("gpu_memory_high_pct")},
         suggestion=(
             "Little headroom for fragmentation or larger inputs: use AMP (bf16/fp16), activation "
             "checkpointing, a smaller batch with gradient accumulation, or "
@@ -231,14 +199,15 @@ def _sync(m: TraceMetrics) -> Finding | None:
     pct = (
         100.0 * (m.sync_ms_per_step or 0.0) * m.n_steps / m.step_wall_ms if m.step_wall_ms else 0.0
     )
-    if (
-        pct < THRESHOLDS["sync_time_pct"]
-        and m.sync_calls_per_step < THRESHOLDS["sync_calls_per_step"]
+    if pct < threshold("sync_time_pct") and m.sync_calls_per_step < threshold(
+        "sync_calls_per_step"
     ):
         return None
     return Finding(
         id="host_sync",
         severity="warning",
+        score=_r(pct) or 0.0,
+        source="trace",
         title=(
             f"{m.sync_calls_per_step:.1f} host-device sync points per step "
             f"({pct:.1f}% of the step time)"
@@ -250,8 +219,8 @@ def _sync(m: TraceMetrics) -> Finding | None:
             "calls": m.sync_top,
         },
         threshold={
-            "time_pct": THRESHOLDS["sync_time_pct"],
-            "calls_per_step": THRESHOLDS["sync_calls_per_step"],
+            "time_pct": threshold("sync_time_pct"),
+            "calls_per_step": threshold("sync_calls_per_step"),
         },
         suggestion=(
             "Each .item(), .cpu(), print(tensor), bool(tensor) or blocking copy waits for the GPU: "
@@ -264,17 +233,19 @@ def _sync(m: TraceMetrics) -> Finding | None:
 def _tiny_kernels(m: TraceMetrics) -> Finding | None:
     if not m.has_gpu or m.kernels_per_step is None or m.tiny_kernel_pct is None:
         return None
-    if (
-        m.tiny_kernel_pct < THRESHOLDS["tiny_kernel_share_pct"]
-        or m.kernels_per_step < THRESHOLDS["kernels_per_step"]
+    if m.tiny_kernel_pct < threshold("tiny_kernel_share_pct") or m.kernels_per_step < threshold(
+        "kernels_per_step"
     ):
         return None
     return Finding(
         id="launch_overhead",
         severity="warning",
+        score=0.0,
+        source="trace",
+        confidence="likely",
         title=(
             f"{m.kernels_per_step:.0f} kernels per step, {m.tiny_kernel_pct:.0f}% shorter than "
-            f"{THRESHOLDS['tiny_kernel_us']:.0f} µs: launch overhead"
+            f"{threshold('tiny_kernel_us'):.0f} µs: launch overhead"
         ),
         evidence={
             "kernels_per_step": _r(m.kernels_per_step, 1),
@@ -283,9 +254,9 @@ def _tiny_kernels(m: TraceMetrics) -> Finding | None:
             "launch_ms_per_step": _r(m.launch_ms_per_step, 3),
         },
         threshold={
-            "tiny_kernel_us": THRESHOLDS["tiny_kernel_us"],
-            "tiny_share_pct": THRESHOLDS["tiny_kernel_share_pct"],
-            "kernels_per_step": THRESHOLDS["kernels_per_step"],
+            "tiny_kernel_us": threshold("tiny_kernel_us"),
+            "tiny_share_pct": threshold("tiny_kernel_share_pct"),
+            "kernels_per_step": threshold("kernels_per_step"),
         },
         suggestion=(
             "Fuse small kernels: torch.compile (mode='reduce-overhead' adds CUDA graphs), fused or "
@@ -297,17 +268,19 @@ def _tiny_kernels(m: TraceMetrics) -> Finding | None:
 def _tiny_cpu_ops(m: TraceMetrics) -> Finding | None:
     if m.has_gpu or m.cpu_ops_per_step is None or m.tiny_op_pct is None:
         return None
-    if (
-        m.tiny_op_pct < THRESHOLDS["tiny_op_share_pct"]
-        or m.cpu_ops_per_step < THRESHOLDS["cpu_ops_per_step"]
+    if m.tiny_op_pct < threshold("tiny_op_share_pct") or m.cpu_ops_per_step < threshold(
+        "cpu_ops_per_step"
     ):
         return None
     return Finding(
         id="dispatch_overhead",
         severity="info",
+        score=0.0,
+        source="trace",
+        confidence="likely",
         title=(
             f"{m.cpu_ops_per_step:.0f} CPU ops per step, {m.tiny_op_pct:.0f}% shorter than "
-            f"{THRESHOLDS['tiny_op_us']:.0f} µs: per-op dispatch overhead"
+            f"{threshold('tiny_op_us'):.0f} µs: per-op dispatch overhead"
         ),
         evidence={
             "cpu_ops_per_step": _r(m.cpu_ops_per_step, 1),
@@ -315,9 +288,9 @@ def _tiny_cpu_ops(m: TraceMetrics) -> Finding | None:
             "median_op_us": _r(m.median_op_us),
         },
         threshold={
-            "tiny_op_us": THRESHOLDS["tiny_op_us"],
-            "tiny_share_pct": THRESHOLDS["tiny_op_share_pct"],
-            "ops_per_step": THRESHOLDS["cpu_ops_per_step"],
+            "tiny_op_us": threshold("tiny_op_us"),
+            "tiny_share_pct": threshold("tiny_op_share_pct"),
+            "ops_per_step": threshold("cpu_ops_per_step"),
         },
         suggestion=(
             "On CPU many tiny ops cost more in dispatch than in math: torch.compile the model, "
@@ -333,16 +306,16 @@ def _optimizer(m: TraceMetrics) -> Finding | None:
     if m.optimizer_multi_tensor_ops > 0:
         return None
     # advice only where the optimizer is a material share of the step
-    if m.optimizer_pct is None or m.optimizer_pct < THRESHOLDS["optimizer_share_pct"]:
+    if m.optimizer_pct is None or m.optimizer_pct < threshold("optimizer_share_pct"):
         return None
     if m.optimizer_ops_per_param is not None:
-        if m.optimizer_ops_per_param < THRESHOLDS["optimizer_ops_per_param"]:
+        if m.optimizer_ops_per_param < threshold("optimizer_ops_per_param"):
             return None
         how_many = (
             f"{m.optimizer_ops_per_param:.1f} ops per parameter, {m.optimizer_params} parameters"
         )
     else:
-        if m.optimizer_ops_per_step < THRESHOLDS["optimizer_ops_per_step"]:
+        if m.optimizer_ops_per_step < threshold("optimizer_ops_per_step"):
             return None
         how_many = f"{m.optimizer_ops_per_step:.0f} ops per step"
     if m.has_gpu:
@@ -358,6 +331,8 @@ def _optimizer(m: TraceMetrics) -> Finding | None:
     return Finding(
         id="optimizer_not_multi_tensor",
         severity="warning" if m.has_gpu else "info",
+        score=_r(m.optimizer_pct) or 0.0,
+        source="trace",
         title=(
             f"{', '.join(m.optimizer_names)} steps parameter by parameter ({how_many}; "
             f"optimizer {m.optimizer_pct:.1f}% of the step)"
@@ -371,19 +346,18 @@ def _optimizer(m: TraceMetrics) -> Finding | None:
             "optimizer_pct": _r(m.optimizer_pct),
         },
         threshold={
-            "ops_per_param": THRESHOLDS["optimizer_ops_per_param"],
-            "ops_per_step_without_param_count": THRESHOLDS["optimizer_ops_per_step"],
-            "share_pct": THRESHOLDS["optimizer_share_pct"],
+            "ops_per_param": threshold("optimizer_ops_per_param"),
+            "ops_per_step_without_param_count": threshold("optimizer_ops_per_step"),
+            "share_pct": threshold("optimizer_share_pct"),
         },
         suggestion=how,
     )
 
 
 _RULES = (_data_loading, _gpu_utilisation, _memory, _sync, _tiny_kernels, _tiny_cpu_ops, _optimizer)
-_SEVERITY_ORDER = {"critical": 0, "warning": 1, "info": 2}
 
 
 def evaluate(metrics: TraceMetrics) -> list[Finding]:
     """All findings that fire, most severe first."""
     found = [f for rule in _RULES if (f := rule(metrics)) is not None]
-    return sorted(found, key=lambda f: _SEVERITY_ORDER[f.severity])
+    return sorted(found, key=lambda f: SEVERITY_ORDER[f.severity])

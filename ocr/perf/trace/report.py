@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from ocr.perf.findings import post_hoc_thresholds, threshold
 from ocr.perf.trace.analyses import (
     _P_DATA,
     _P_OPT,
@@ -24,7 +25,7 @@ from ocr.perf.trace.analyses import (
     step_statistics,
     union_in_windows,
 )
-from ocr.perf.trace.findings import THRESHOLDS, TraceMetrics, evaluate
+from ocr.perf.trace.findings import TraceMetrics, evaluate
 from ocr.perf.trace.load import EventTable, Kind, load_traces
 
 __all__ = ["REPORT_VERSION", "analyze_table", "analyze_trace"]
@@ -66,6 +67,21 @@ def analyze_trace(path: str | Path, top_k: int | None = 20) -> dict[str, Any]:
     }
     report["input"] = str(path)
     return report
+
+
+# Names the trace report's "thresholds" used before the shared table (kept so older readers
+# find them): old name -> entry of ocr.perf.findings.THRESHOLDS.
+_OLD_NAMES = {
+    "data_loading_warn_pct": "input_warn_pct",
+    "data_loading_critical_pct": "input_critical_pct",
+    "gpu_busy_warn_pct": "gpu_busy_low_pct",
+    "memory_capacity_pct": "gpu_memory_high_pct",
+}
+
+
+def _thresholds() -> dict[str, float]:
+    """The post-hoc thresholds judged with, under the table's names and the older ones."""
+    return post_hoc_thresholds() | {old: threshold(new) for old, new in _OLD_NAMES.items()}
 
 
 def analyze_table(table: EventTable, top_k: int | None = 20) -> dict[str, Any]:
@@ -130,7 +146,7 @@ def analyze_table(table: EventTable, top_k: int | None = 20) -> dict[str, Any]:
         "per_rank": _per_rank(table, steps),
         "metrics": {k: v for k, v in vars(metrics).items()},
         "findings": findings,
-        "thresholds": dict(THRESHOLDS),
+        "thresholds": _thresholds(),
         "warnings": warnings,
     }
 
@@ -294,7 +310,7 @@ def _metrics(
         if kidx.size:
             kd = table.dur[kidx]
             m.kernels_per_step = kidx.size / per
-            m.tiny_kernel_pct = 100.0 * float((kd < THRESHOLDS["tiny_kernel_us"] * 1e3).mean())
+            m.tiny_kernel_pct = 100.0 * float((kd < threshold("tiny_kernel_us") * 1e3).mean())
             m.median_kernel_us = float(np.median(kd)) / 1e3
         is_launch = table.name_ids(
             lambda s: s in ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel")
@@ -306,7 +322,7 @@ def _metrics(
     if oidx.size:
         od = table.dur[oidx]
         m.cpu_ops_per_step = oidx.size / per
-        m.tiny_op_pct = 100.0 * float((od < THRESHOLDS["tiny_op_us"] * 1e3).mean())
+        m.tiny_op_pct = 100.0 * float((od < threshold("tiny_op_us") * 1e3).mean())
         m.median_op_us = float(np.median(od)) / 1e3
     if n and m.optimizer_names:
         _optimizer_metrics(table, steps, m, oidx, ophase)

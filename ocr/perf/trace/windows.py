@@ -76,7 +76,7 @@ def attach_clock_agreement(report: dict[str, Any]) -> None:
     report["clock_agreement"] = result.as_dict()
     finding = result.finding()
     if finding is not None:
-        report.setdefault("findings", []).append(finding)
+        report.setdefault("findings", []).append(finding.as_dict())
 
 
 # trace phase -> a clock phase name that CLOCK_TO_TRACE maps back to it

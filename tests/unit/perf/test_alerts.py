@@ -320,7 +320,7 @@ def test_hydra_group_file_lists_every_rule_with_the_class_defaults() -> None:
     assert isinstance(rules, dict)
     assert set(rules) == set(RULES)
     for name, cls in RULES.items():
-        assert rules[name] == {**cls.COMMON, **cls.DEFAULTS}, name
+        assert rules[name] == cls.defaults(), name
 
 
 def test_non_zero_ranks_keep_only_per_rank_rules() -> None:

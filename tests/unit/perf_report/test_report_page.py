@@ -111,7 +111,8 @@ def test_foreign_run_without_config_is_named_by_its_folder(tmp_path: Path) -> No
 
 
 def _scores_in_markdown(md: str) -> list[float]:
-    return [float(x) for x in re.findall(r"^\d+\. \*\*\[\w+, score ([\d.]+)\]", md, re.M)]
+    heads = re.findall(r"^\d+\. \*\*\[\w+, score ([\d.]+), cause \w+\]", md, re.M)
+    return [float(x) for x in heads]
 
 
 def test_findings_appear_in_score_order_whatever_order_they_come_in(tmp_path: Path) -> None:
@@ -134,11 +135,12 @@ def test_severity_legend_explains_each_severity_and_the_score(tmp_path: Path) ->
     report = build_report(make_run(tmp_path, _epochs(), config=CONFIG))
     verdict = _section(to_html(report), "verdict")
     legend = html.unescape(verdict[verdict.index('<dl class="legend" id="severity-legend">') :])
-    for term in ("Score", "critical", "warning", "info"):
+    for term in ("Score", "critical", "warning", "info", "Cause"):
         assert re.search(rf"<dt[^>]*>{term}</dt><dd>[^<]+</dd>", legend), term
     assert "share (%) of the run's recorded wall time" in legend
     assert "score 100 when critical, 10 as a warning" in legend
-    assert "data wait >= 40 % of a stage" in legend  # the verdict's own thresholds
+    critical = report.thresholds["input_critical_pct"]
+    assert f"data wait >= {critical:g} % of a stage" in legend  # the verdict's own thresholds
     # a table without those thresholds: no example figure that the verdict does not use
     report.thresholds = {k: v for k, v in report.thresholds.items() if "input" not in k}
     bare = html.unescape(_section(to_html(report), "verdict"))
@@ -151,6 +153,7 @@ def test_severity_legend_explains_each_severity_and_the_score(tmp_path: Path) ->
         "- critical",
         "- warning",
         "- info",
+        "- Cause",
     ]
 
 

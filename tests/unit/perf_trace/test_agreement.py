@@ -80,9 +80,9 @@ def test_disagreement_is_a_measurement_finding() -> None:
     assert bad == {"forward", "backward", "optimizer"}
     finding = result.finding()
     assert finding is not None
-    assert finding["id"] == "measurement_disagreement"
-    assert finding["evidence"]["clock_ms_per_step"]["optimizer"] == 84.5
-    assert finding["threshold"]["tolerance_pct"] == 10.0
+    assert finding.id == "measurement_disagreement"
+    assert finding.evidence["clock_ms_per_step"]["optimizer"] == 84.5
+    assert finding.threshold["tolerance_pct"] == 10.0
 
 
 def test_tiny_phases_agree_below_the_absolute_floor() -> None:

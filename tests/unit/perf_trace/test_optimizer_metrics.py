@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 import torch
 
+from ocr.perf.findings import threshold
 from ocr.perf.trace import analyze_trace
-from ocr.perf.trace.findings import THRESHOLDS, TraceMetrics, evaluate
+from ocr.perf.trace.findings import TraceMetrics, evaluate
 
 
 def _record(tmp_path: Path, layers: int, **kw: Any) -> dict[str, Any]:
@@ -75,7 +76,7 @@ def _metrics(pct: float, per_param: float | None = 10.0, per_step: float = 80.0)
 
 
 def test_optimizer_advice_only_when_material() -> None:
-    share = THRESHOLDS["optimizer_share_pct"]
+    share = threshold("optimizer_share_pct")
     fired = [f for f in evaluate(_metrics(share + 10)) if f.id == "optimizer_not_multi_tensor"]
     assert len(fired) == 1
     assert "10.0 ops per parameter, 8 parameters" in fired[0].title

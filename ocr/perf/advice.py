@@ -1,0 +1,464 @@
+"""Candidate changes for a cause, for one run: Hydra overrides only for keys its config has.
+
+A finding's cause (input-bound, compute-bound, slow postprocessing, ...) maps to families of
+changes (:class:`~ocr.perf.candidates.Candidate`). Each family is one setting that many apps name
+differently, so the setting is looked up by its *leaf name* in the run's recorded configuration
+(``<run>/.hydra/config.yaml``): ``num_workers`` is ``data.num_workers`` in our app,
+``dataloader.num_workers`` or ``loader.workers`` in another. Several matches are resolved in
+favour of a data / loader-like parent (and of the finding's stage, ``train`` / ``val``), and the
+candidate's description says which key was chosen over which. No match (or no Hydra config at
+all, e.g. a LightningModule trained from a plain script) gives a plain-language change with
+``override=None``: never a key the run does not have.
+
+Values come from the run's evidence: workers from the worker seconds per batch against the main
+loop's (capped at the host's cores), compute threads from the host's cores, precision from
+the device (``16-mixed`` on GPU, ``bf16-mixed`` on CPU only when ``perf/run.json`` records that
+the CPU supports bf16).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ocr.perf.candidates import Candidate
+
+__all__ = ["ConfigKey", "RunFacts", "candidates_for", "find_key", "override"]
+
+# Parents under which a loader setting most likely configures the DataLoader.
+_LOADER_PARENTS = ("loader", "dataloader", "data", "datamodule", "dataset")
+# Stage names as config sections use them.
+_STAGE_WORDS = {
+    "train": ("train", "training"),
+    "val": ("val", "valid", "validation"),
+    "test": ("test", "testing"),
+}
+
+
+@dataclass(frozen=True)
+class ConfigKey:
+    """A setting found in a run's configuration.
+
+    Args:
+        path: its dotted path (``data.num_workers``), usable as a Hydra override key.
+        value: its current value as recorded (may be ``None`` or an interpolation string).
+        note: why this key was chosen when several matched, else ``None``.
+    """
+
+    path: str
+    value: Any
+    note: str | None = None
+
+
+@dataclass(frozen=True)
+class RunFacts:
+    """What the generator needs to know about one run (and one stage of it).
+
+    Args:
+        config: the run's resolved Hydra config (``.hydra/config.yaml``), ``None`` when the run
+            was not configured by a Hydra app.
+        device: ``"cpu"`` or ``"cuda"``.
+        cpu_count: the host's logical CPUs (``perf/run.json``), if known.
+        stage: the finding's stage (``train``, ``val``, ``test``) or ``None``.
+        num_workers: the DataLoader workers the stage ran with, if recorded.
+        suggested_workers: workers that would keep input up with the main loop (from worker
+            seconds per batch / main-loop seconds per batch), if measurable.
+        batch_size: the stage's batch size, if recorded.
+        compute_headroom: ``True`` when the compute phases run well below the measured peak,
+            ``False`` near it, ``None`` unknown (no FLOPs recorded).
+        cpu_bf16: the CPU runs bf16 natively (``perf/run.json`` ``cpu_bf16``), ``None`` unknown.
+        torch_threads: torch's compute threads in the run (``perf/run.json``), if recorded.
+    """
+
+    config: dict[str, Any] | None
+    device: str = "cpu"
+    cpu_count: int | None = None
+    stage: str | None = None
+    num_workers: int | None = None
+    suggested_workers: int | None = None
+    batch_size: int | None = None
+    compute_headroom: bool | None = None
+    cpu_bf16: bool | None = None
+    torch_threads: int | None = None
+
+
+def _walk(node: Any, prefix: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], Any]]:
+    if not isinstance(node, dict):
+        return
+    for key, value in node.items():
+        path = (*prefix, str(key))
+        yield path, value
+        yield from _walk(value, path)
+
+
+def _rank(path: tuple[str, ...], stage: str | None, parents: Sequence[str]) -> tuple[int, ...]:
+    """Sort key: a preferred parent first, then the finding's stage, then the shortest path."""
+    above = [p.lower() for p in path[:-1]]
+    preferred = any(any(word in p for word in parents) for p in above)
+    words = _STAGE_WORDS.get(stage or "", ())
+    other_stage = any(p in w for s, w in _STAGE_WORDS.items() if s != stage for p in above)
+    this_stage = any(p in words for p in above)
+    return (0 if preferred else 1, 0 if this_stage else (2 if other_stage else 1), len(path))
+
+
+def find_key(
+    config: dict[str, Any] | None,
+    leaves: Sequence[str],
+    *,
+    parent: str | None = None,
+    stage: str | None = None,
+    prefer: Sequence[str] = _LOADER_PARENTS,
+    aliases: Sequence[str] = (),
+) -> ConfigKey | None:
+    """The key of ``config`` whose last component is one of ``leaves`` (and whose parent is
+    ``parent`` when given), or, when none is, one of ``aliases`` under a ``prefer``-like parent
+    (``loader.workers``: a bare ``workers`` elsewhere may mean something else). Hydra's own
+    section (``hydra``) is skipped. Several matches: a ``prefer``-like parent first, then the
+    ``stage``'s section, then the shortest path; the note names the others."""
+    if not config:
+        return None
+
+    def matches(names: Sequence[str], need_prefer: bool) -> list[tuple[tuple[str, ...], Any]]:
+        found = []
+        for path, value in _walk(config):
+            # a section is not a setting; a list is (``widths: [16, 32]`` takes an override)
+            if path[0] == "hydra" or path[-1] not in names or isinstance(value, dict):
+                continue
+            if parent is not None and (len(path) < 2 or path[-2] != parent):
+                continue
+            if need_prefer and not any(w in p.lower() for p in path[:-1] for w in prefer):
+                continue
+            found.append((path, value))
+        return found
+
+    found = matches(leaves, False) or matches(aliases, True)
+    if not found:
+        return None
+    found.sort(key=lambda pv: _rank(pv[0], stage, prefer))
+    path, value = found[0]
+    note = None
+    if len(found) > 1:
+        others = ", ".join(".".join(p) for p, _ in found[1:4])
+        note = f"several keys match; chose `{'.'.join(path)}` over {others}"
+    return ConfigKey(".".join(path), value, note)
+
+
+def _hydra_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "null"
+    return str(value)
+
+
+def override(key: ConfigKey, value: Any) -> str:
+    """``path=value`` in Hydra's override syntax (booleans as ``true`` / ``false``)."""
+    return f"{key.path}={_hydra_value(value)}"
+
+
+def _now(key: ConfigKey) -> str:
+    return f" (now {_hydra_value(key.value)})"
+
+
+def _candidate(
+    family: str,
+    key: ConfigKey | None,
+    value: Any,
+    described: str,
+    plain: str,
+    *,
+    alters: bool = False,
+    eval_time: bool = False,
+) -> Candidate:
+    """``described`` names the setting by its key (when found), ``plain`` without one."""
+    if key is None:
+        return Candidate(family, plain, None, alters, eval_time)
+    text = described.format(key=f"`{key.path}`", now=_now(key))
+    if key.note:
+        text += f" ({key.note})"
+    return Candidate(family, text, override(key, value), alters, eval_time)
+
+
+def _as_int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+# -- families ------------------------------------------------------------------------------------
+
+
+def _worker_plan(f: RunFacts) -> tuple[ConfigKey | None, int | None, int | None]:
+    """(the workers key, workers now, workers to try or ``None`` when more would not help)."""
+    key = find_key(f.config, ("num_workers",), stage=f.stage, aliases=("workers",))
+    # the workers the stage ran with (recorded per epoch) over the config's value
+    now = f.num_workers
+    if now is None and key is not None:
+        now = _as_int(key.value)
+    cores = f.cpu_count
+    if not now:
+        want = max(2, min(f.suggested_workers or 2, cores or 4))
+    elif f.suggested_workers is not None and f.suggested_workers > now:
+        want = f.suggested_workers
+    else:
+        return key, now, None
+    if cores:
+        want = min(want, cores)  # more processes than cores only queue for them
+    return key, now, (want if now is None or want > now else None)
+
+
+def _workers(f: RunFacts) -> Candidate | None:
+    key, now, want = _worker_plan(f)
+    if want is None:
+        return None
+    was = f", now {now}" if now is not None else ""
+    return _candidate(
+        "workers",
+        key,
+        want,
+        f"set {{key}}{{now}} to {want} DataLoader workers",
+        f"run {want} DataLoader worker processes (the DataLoader's num_workers{was})",
+    )
+
+
+def _workers_after(f: RunFacts, planned: bool) -> int:
+    """Workers the run uses now, or (``planned``) after the workers candidate of the same
+    finding: persistent workers and prefetching need worker processes."""
+    _, now, want = _worker_plan(f)
+    return want if planned and want is not None else (now or 0)
+
+
+def _prefetch(f: RunFacts) -> Candidate | None:
+    if not _workers_after(f, planned=True):
+        return None  # prefetch_factor needs worker processes
+    key = find_key(f.config, ("prefetch_factor",), stage=f.stage)
+    now = _as_int(key.value) if key is not None else None
+    want = 2 * (now or 2)  # torch's default is 2 batches per worker
+    return _candidate(
+        "prefetch",
+        key,
+        want,
+        f"keep {want} batches per worker in flight: {{key}}{{now}} -> {want}",
+        f"keep {want} batches per worker in flight (the DataLoader's prefetch_factor)",
+    )
+
+
+def _persistent(f: RunFacts, planned: bool) -> Candidate | None:
+    if not _workers_after(f, planned):
+        return None
+    key = find_key(f.config, ("persistent_workers",), stage=f.stage)
+    if key is not None and key.value is True:
+        return None
+    return _candidate(
+        "persistent_workers",
+        key,
+        True,
+        "keep workers alive between epochs: {key}{now} -> true",
+        "keep workers alive between epochs (the DataLoader's persistent_workers=True)",
+    )
+
+
+def _pin_memory(f: RunFacts) -> Candidate | None:
+    if f.device != "cuda":
+        return None  # pinned memory only speeds host-to-GPU copies
+    key = find_key(f.config, ("pin_memory",), stage=f.stage)
+    if key is not None and key.value is True:
+        return None
+    return _candidate(
+        "pin_memory",
+        key,
+        True,
+        "copy batches from pinned memory: {key}{now} -> true",
+        "copy batches from pinned memory (the DataLoader's pin_memory=True)",
+    )
+
+
+def _polygon_cache(f: RunFacts) -> Candidate | None:
+    key = find_key(f.config, ("enabled",), parent="polygon_cache")
+    if key is not None and key.value is True:
+        return None
+    return _candidate(
+        "polygon_cache",
+        key,
+        True,
+        "compute the DB target maps once and read them back: {key}{now} -> true",
+        "compute the per-sample targets once and read them back (a cache keyed by the "
+        "un-augmented sample) instead of every epoch",
+    )
+
+
+def _threads(f: RunFacts) -> Candidate | None:
+    """Compute-bound on CPU: the DataLoader workers mostly wait, so compute may use every core;
+    nothing to try when it already does."""
+    if f.device != "cpu" or not f.cpu_count or f.torch_threads == f.cpu_count:
+        return None
+    want = f.cpu_count
+    key = find_key(f.config, ("num_threads", "torch_threads", "intra_op_threads"), prefer=())
+    was = f", now {f.torch_threads}" if f.torch_threads else ""
+    return _candidate(
+        "threads",
+        key,
+        want,
+        f"compute threads on every core: {{key}}{{now}} -> {want}",
+        f"compute threads on every core: torch.set_num_threads({want}) at start-up "
+        f"({f.cpu_count} cores{was})",
+    )
+
+
+def _channels_last(f: RunFacts) -> Candidate:
+    key = find_key(f.config, ("channels_last",), prefer=())
+    return _candidate(
+        "channels_last",
+        key,
+        True,
+        "convolutions in channels-last layout: {key}{now} -> true",
+        "convolutions in channels-last layout: model.to(memory_format=torch.channels_last) and "
+        "the same for each input batch",
+    )
+
+
+def _compile(f: RunFacts) -> Candidate:
+    key = find_key(f.config, ("compile", "torch_compile"), prefer=())
+    return _candidate(
+        "compile",
+        key,
+        True,
+        "compile the model: {key}{now} -> true",
+        "compile the model: torch.compile(model) before fitting (the first steps are slower)",
+    )
+
+
+def _batch_size(f: RunFacts) -> Candidate | None:
+    key = find_key(f.config, ("batch_size",), stage=f.stage)
+    now = _as_int(key.value) if key is not None else None
+    now = now or f.batch_size
+    if not now:
+        return None
+    want = 2 * now
+    return _candidate(
+        "batch_size",
+        key,
+        want,
+        f"a larger batch if memory allows: {{key}}{{now}} -> {want} (changes the optimisation: "
+        "scale the learning rate)",
+        f"a larger batch if memory allows ({now} -> {want}; changes the optimisation: scale the "
+        "learning rate)",
+        alters=True,
+    )
+
+
+def _precision(f: RunFacts) -> Candidate | None:
+    if f.device == "cuda":
+        want = "16-mixed"
+    elif f.cpu_bf16:
+        want = "bf16-mixed"
+    else:
+        return None  # CPUs without native bf16 run it slower than float32
+    key = find_key(f.config, ("precision",), prefer=("trainer",))
+    if key is not None and str(key.value) == want:
+        return None
+    return _candidate(
+        "precision",
+        key,
+        want,
+        f"mixed precision: {{key}}{{now}} -> {want} (numerics change: check the metric)",
+        f"mixed precision: the Trainer's precision {want} (numerics change: check the metric)",
+        alters=True,
+    )
+
+
+def _cudnn_benchmark(f: RunFacts) -> Candidate | None:
+    if f.device != "cuda":
+        return None
+    key = find_key(f.config, ("benchmark", "cudnn_benchmark"), prefer=("trainer",))
+    if key is not None and key.value is True:
+        return None
+    return _candidate(
+        "cudnn_benchmark",
+        key,
+        True,
+        "let cuDNN pick the fastest convolution algorithms: {key}{now} -> true",
+        "let cuDNN pick the fastest convolution algorithms (the Trainer's benchmark=True; "
+        "fixed input shapes)",
+    )
+
+
+def _postprocess(f: RunFacts) -> list[Candidate]:
+    """Fewer contours per image: halve the candidate cap, raise the box score threshold."""
+    out = []
+    cap = find_key(f.config, ("max_candidates",), prefer=("postprocess",))
+    now = _as_int(cap.value) if cap is not None else None
+    if cap is None or now:
+        want = max(1, (now or 1000) // 2)
+        out.append(
+            _candidate(
+                "postprocess",
+                cap,
+                want,
+                f"keep at most {want} contours per image: {{key}}{{now}} -> {want}",
+                "keep fewer candidate contours per image (the postprocessor's cap)",
+                alters=True,
+                eval_time=True,
+            )
+        )
+    thresh = find_key(f.config, ("box_thresh",), prefer=("postprocess",))
+    value = thresh.value if thresh is not None else None
+    if thresh is None or (isinstance(value, int | float) and value < 0.9):
+        want_t = round(min(0.9, float(value or 0.5) + 0.1), 2)
+        out.append(
+            _candidate(
+                "postprocess",
+                thresh,
+                want_t,
+                f"drop low-score boxes earlier: {{key}}{{now}} -> {want_t}",
+                "drop low-score boxes earlier (raise the postprocessor's box score threshold)",
+                alters=True,
+                eval_time=True,
+            )
+        )
+    return out
+
+
+def candidates_for(cause: str, facts: RunFacts, *, part: str | None = None) -> list[Candidate]:
+    """Changes to try for ``cause`` (a finding id: ``input_bound``, ``compute_bound``,
+    ``slow_postprocess``, ``unattributed``, ``gpu_underused``, ``launch_overhead``,
+    ``dispatch_overhead``, ``data_loading``), most promising first; ``part`` is the worker
+    part that explains an input-bound stage (``targets`` puts the target cache first).
+    Compute changes come only when ``facts.compute_headroom`` is not ``False``."""
+    found: list[Candidate | None] = []
+    compute_ok = facts.compute_headroom is not False
+    if cause in ("input_bound", "data_loading"):
+        if part == "targets":
+            found.append(_polygon_cache(facts))
+        found += [
+            _workers(facts),
+            _persistent(facts, planned=True),
+            _prefetch(facts),
+            _pin_memory(facts),
+        ]
+    elif cause == "compute_bound" and compute_ok:
+        if facts.device == "cuda":
+            found += [
+                _precision(facts),
+                _cudnn_benchmark(facts),
+                _channels_last(facts),
+                _compile(facts),
+                _batch_size(facts),
+            ]
+        else:
+            found += [
+                _threads(facts),
+                _channels_last(facts),
+                _compile(facts),
+                _precision(facts),
+            ]
+    elif cause == "slow_postprocess":
+        found += _postprocess(facts)
+    elif cause == "unattributed":
+        found.append(_persistent(facts, planned=False))
+    elif cause == "gpu_underused":
+        found += [_workers(facts), _pin_memory(facts), _batch_size(facts)]
+    elif cause in ("launch_overhead", "dispatch_overhead") and compute_ok:
+        found += [_compile(facts), _channels_last(facts)]
+        if facts.device == "cpu":
+            found.append(_threads(facts))
+    return [c for c in found if c is not None]

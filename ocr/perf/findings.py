@@ -1,0 +1,357 @@
+"""The one vocabulary of diagnoses: :class:`Finding`, its severities and confidences, and the one
+thresholds table (:data:`THRESHOLDS`) that the live alert rules (:mod:`ocr.perf.alerts`), the
+trace rules (:mod:`ocr.perf.trace.findings`) and the verdict (:mod:`ocr.perf.report.verdict`)
+read their numbers from.
+
+Severity says what to do about a finding:
+
+- ``critical``: act before the next run: the run may die or produce garbage (NaN loss, a full
+  disk, an imminent OOM), or most of its time is lost to one cause (input-bound above
+  ``input_critical_pct``).
+- ``warning``: a material share of the time goes to one cause and there is a change to try.
+- ``info``: a fact worth knowing (compute-bound, CPU saturated) with no single change that is
+  known to help.
+
+Confidence says how sure the finding is of its *cause* (not of its advice, which stays a
+hypothesis until ``ocr-perf try`` measures it):
+
+- ``measured``: the cause's seconds (or bytes, counts) were measured on this run: phase
+  accounting, worker timing, counters, a profiled step's data loading or sync time; the rule
+  only compares them with a threshold.
+- ``likely``: inferred from a correlated signal: resource samples (CPU, GPU utilisation), an
+  alert's sampling window, a trace heuristic (op counts and durations).
+- ``guess``: a rule of thumb that nothing in this run measured.
+
+Thresholds. Each entry of :data:`THRESHOLDS` has a post-hoc ``value`` (the verdict and the trace
+rules judge a whole stage or a profiled window after the fact) and, where a live alert needs a
+different number, a ``live`` value with the reason (``why``). An alert sees one sampling window
+while the run goes on: a value that is right over a whole epoch would fire on a single noisy
+window (worker start-up, an epoch boundary), and an alert interrupts someone, so live values sit
+on the side of firing less. Entries used by one side only leave the other ``None``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from ocr.perf.candidates import Candidate
+
+__all__ = [
+    "CONFIDENCES",
+    "SEVERITIES",
+    "SEVERITY_ORDER",
+    "THRESHOLDS",
+    "Finding",
+    "Threshold",
+    "input_bound_severity",
+    "post_hoc_thresholds",
+    "threshold",
+]
+
+#: What each severity asks of the user (see the module doc).
+SEVERITIES: dict[str, str] = {
+    "critical": "act before the next run: the run may die, or one cause costs most of its time",
+    "warning": "one cause costs a material share of the time, and there is a change to try",
+    "info": "worth knowing; no single change is known to help",
+}
+SEVERITY_ORDER: dict[str, int] = {"critical": 0, "warning": 1, "info": 2}
+
+#: How sure a finding is of its cause (see the module doc).
+CONFIDENCES: dict[str, str] = {
+    "measured": "the cause's seconds (bytes, counts) were measured on this run",
+    "likely": "inferred from a correlated signal (resource samples, an alert, op-count heuristics)",
+    "guess": "a rule of thumb that nothing in this run measured",
+}
+
+
+@dataclass(frozen=True)
+class Threshold:
+    """One entry of the thresholds table.
+
+    Args:
+        value: the post-hoc value (verdict and trace rules), in ``unit``; ``None`` when only a
+            live alert uses the entry.
+        unit: ``%`` (of a stage's or step's wall time unless ``meaning`` says otherwise),
+            ``s``, ``GB``, ``MB/min``, ``h``, ``us``, ``count``, ``x`` (a factor) or ``score``.
+        meaning: what crosses it, in a sentence.
+        live: the live alert's value in the same unit, when it differs from (or there is no)
+            ``value``; ``None``: the alert, if any, uses ``value``.
+        why: why the live value differs from the post-hoc one (required when both are set and
+            differ).
+    """
+
+    value: float | None
+    unit: str
+    meaning: str
+    live: float | None = None
+    why: str = ""
+
+    def __post_init__(self) -> None:
+        if self.value is None and self.live is None:
+            raise ValueError(f"threshold {self.meaning!r}: neither a value nor a live value")
+        differs = self.value is not None and self.live is not None and self.live != self.value
+        if differs and not self.why:
+            raise ValueError(f"threshold {self.meaning!r}: live differs, say why")
+
+
+_LIVE_WINDOW = (
+    "the alert judges one sampling window while the run goes on, where worker start-up and "
+    "epoch boundaries make short spikes; it fires only at the critical level, held for hold_s, "
+    "so it interrupts for a sustained problem the verdict would call critical"
+)
+
+#: The thresholds of every rule, name -> :class:`Threshold` (see the module doc).
+THRESHOLDS: dict[str, Threshold] = {
+    # -- input-bound: data wait share (alert gpu_starvation, trace data_loading, verdict) --------
+    "input_warn_pct": Threshold(
+        10.0,
+        "%",
+        "share of wall time the loop waits for data from which input-bound is a warning",
+        live=30.0,
+        why=_LIVE_WINDOW,
+    ),
+    "input_critical_pct": Threshold(
+        30.0, "%", "data wait share from which input-bound is critical"
+    ),
+    "input_clear_pct": Threshold(
+        None, "%", "data wait share below which the starvation alert resolves", live=15.0
+    ),
+    # -- GPU busy / utilisation (alert gpu_starvation, trace low_gpu_utilisation, verdict) --------
+    "gpu_busy_low_pct": Threshold(
+        60.0,
+        "%",
+        "GPU busy share (trace) or median utilisation (samples) below which the GPU is underused",
+        live=30.0,
+        why=_LIVE_WINDOW,
+    ),
+    "gpu_busy_critical_pct": Threshold(30.0, "%", "GPU busy share below which it is critical"),
+    "gpu_busy_clear_pct": Threshold(
+        None, "%", "GPU utilisation above which the starvation alert resolves", live=50.0
+    ),
+    # -- device memory (alert gpu_memory_near_oom, trace memory_near_capacity) ---------------------
+    "gpu_memory_high_pct": Threshold(
+        90.0,
+        "%",
+        "device memory peak in % of its capacity",
+        live=95.0,
+        why=(
+            "the trace's peak warns that headroom is thin; the live alert is critical (an OOM "
+            "ends the run) and held for hold_s, so it fires only close to the limit"
+        ),
+    ),
+    "gpu_memory_clear_pct": Threshold(
+        None, "%", "device memory below which the near-OOM alert resolves", live=90.0
+    ),
+    "gpu_alloc_retries": Threshold(
+        None,
+        "count",
+        "allocator retries rising by this many between two samples (0: ignore)",
+        live=1.0,
+    ),
+    # -- host ------------------------------------------------------------------------------------
+    "host_memory_pct": Threshold(90.0, "%", "max system memory in use"),
+    "host_memory_growth_mb_per_min": Threshold(
+        None, "MB/min", "memory growth trend from which a leak is suspected", live=10.0
+    ),
+    "host_memory_horizon_h": Threshold(
+        None, "h", "the leak alert fires when memory runs out within this many hours", live=2.0
+    ),
+    "cpu_saturated_pct": Threshold(90.0, "%", "median system CPU over the samples"),
+    "iowait_pct": Threshold(10.0, "%", "median iowait over the samples"),
+    "disk_min_free_gb": Threshold(
+        None, "GB", "free space reserve on top of the next checkpoints", live=1.0
+    ),
+    "disk_checkpoints_ahead": Threshold(
+        None, "count", "checkpoints that must still fit on the disk", live=2.0
+    ),
+    "disk_clear_margin": Threshold(
+        None, "x", "free space factor above the limit at which the disk alert resolves", live=1.1
+    ),
+    # -- throughput and hangs (alerts only: the verdict sees whole epochs) ------------------------
+    "throughput_drop_pct": Threshold(
+        None, "%", "training steps/s below the post-warm-up baseline", live=30.0
+    ),
+    "throughput_clear_pct": Threshold(
+        None, "%", "drop below which the throughput alert resolves", live=15.0
+    ),
+    "hang_factor": Threshold(
+        None, "x", "no batch for this many median step times means a hang", live=10.0
+    ),
+    "hang_min_s": Threshold(None, "s", "and at least this long", live=300.0),
+    # -- DDP stragglers (ocr.perf.ranks, alert straggler_rank, verdict) --------------------------
+    "straggler_work_pct": Threshold(
+        10.0, "%", "a rank's work beyond the median rank, in % of the epoch"
+    ),
+    "straggler_work_s": Threshold(0.05, "s", "and at least this many seconds"),
+    "straggler_clear_pct": Threshold(
+        None, "%", "excess below which the straggler alert resolves", live=5.0
+    ),
+    "straggler_epochs_pct": Threshold(
+        50.0, "%", "share of a stage's epochs with the same straggler for the verdict to name it"
+    ),
+    # -- step-time phases (verdict) --------------------------------------------------------------
+    "metric_warn_pct": Threshold(15.0, "%", "metric phase share (warning)"),
+    "metric_critical_pct": Threshold(35.0, "%", "metric phase share (critical)"),
+    "postprocess_warn_pct": Threshold(15.0, "%", "postprocess phase share (warning)"),
+    "postprocess_critical_pct": Threshold(35.0, "%", "postprocess phase share (critical)"),
+    "compute_pct": Threshold(
+        50.0, "%", "forward + backward + optimizer share from which a stage is compute-bound"
+    ),
+    "compute_headroom_mfu_pct": Threshold(
+        50.0,
+        "%",
+        "MFU of the compute phases below which compute changes have room to pay; above it the "
+        "kernels already run near the measured limit",
+    ),
+    "callbacks_warn_pct": Threshold(15.0, "%", "callbacks / module hooks / checkpoint phase share"),
+    "unattributed_warn_pct": Threshold(15.0, "%", "time attributed to no phase"),
+    "worker_part_dominant_pct": Threshold(
+        50.0, "%", "share of fetch / collate from which a finer part (targets, decode) is named"
+    ),
+    "cache_hit_min_pct": Threshold(50.0, "%", "polygon cache hit rate after the first epoch"),
+    "risk_critical_score": Threshold(
+        100.0, "score", "score of a critical risk (a run that may die loses everything)"
+    ),
+    "risk_warning_score": Threshold(10.0, "score", "score of a warning about risk"),
+    # -- trace heuristics (trace rules) ----------------------------------------------------------
+    "sync_time_pct": Threshold(2.0, "%", "host time in sync calls per step"),
+    "sync_calls_per_step": Threshold(5.0, "count", "host-device sync calls per step"),
+    "tiny_kernel_us": Threshold(10.0, "us", "a kernel shorter than this is tiny"),
+    "tiny_kernel_share_pct": Threshold(50.0, "%", "share of tiny kernels (of all kernels)"),
+    "kernels_per_step": Threshold(500.0, "count", "kernels per step"),
+    "tiny_op_us": Threshold(10.0, "us", "a CPU op shorter than this is tiny"),
+    "tiny_op_share_pct": Threshold(60.0, "%", "share of tiny CPU ops (of all ops)"),
+    "cpu_ops_per_step": Threshold(1000.0, "count", "CPU ops per step"),
+    "optimizer_ops_per_step": Threshold(
+        20.0, "count", "optimizer ops per step (when the parameter count is unknown)"
+    ),
+    "optimizer_ops_per_param": Threshold(
+        1.0, "count", "optimizer ops per parameter: the per-parameter loop"
+    ),
+    "optimizer_share_pct": Threshold(5.0, "%", "optimizer phase share of the step"),
+}
+
+
+def threshold(name: str, *, live: bool = False) -> float:
+    """The number of entry ``name``: its post-hoc ``value``, or with ``live=True`` its ``live``
+    value (the post-hoc one when the entry has no live value). A missing entry or side is a
+    ``KeyError`` naming it."""
+    entry = THRESHOLDS.get(name)
+    if entry is None:
+        raise KeyError(f"no threshold named {name!r} in ocr.perf.findings.THRESHOLDS")
+    number = (entry.live if entry.live is not None else entry.value) if live else entry.value
+    if number is None:
+        side = "live" if live else "post-hoc"
+        raise KeyError(f"threshold {name!r} has no {side} value")
+    return float(number)
+
+
+def post_hoc_thresholds() -> dict[str, float]:
+    """``name -> value`` of every entry with a post-hoc value (what reports show as the
+    thresholds they judged with)."""
+    return {name: float(t.value) for name, t in THRESHOLDS.items() if t.value is not None}
+
+
+def input_bound_severity(data_wait_pct: float) -> str | None:
+    """``critical``, ``warning`` or ``None`` for a data wait share (% of wall time) judged after
+    the fact: the one rule the verdict (a stage's epochs) and the trace (its profiled steps)
+    share, so the same share gets the same severity from both."""
+    if data_wait_pct >= threshold("input_critical_pct"):
+        return "critical"
+    if data_wait_pct >= threshold("input_warn_pct"):
+        return "warning"
+    return None
+
+
+@dataclass
+class Finding:
+    """One diagnosis, from whichever rule made it.
+
+    Args:
+        id: rule identifier (``input_bound``, ``data_loading``, ``alert:nan_loss``, ...).
+        severity: ``critical``, ``warning`` or ``info`` (:data:`SEVERITIES`).
+        score: percent of the run's recorded wall time at stake (0-100) where the rule knows
+            it; risks score by :data:`THRESHOLDS` ``risk_*_score`` (see the verdict).
+        title: one line naming the cause with its main figure.
+        evidence: the figures behind it (seconds, percent, ms per sample, counts).
+        threshold: the thresholds it was judged with, in the evidence's units.
+        suggestion: the change in plain language; names only settings that exist in the run's
+            configuration (see :mod:`ocr.perf.advice`).
+        stage: ``train``, ``val``, ``test`` or ``None``.
+        source: ``step-time``, ``resources``, ``alerts``, ``trace`` or ``baseline``.
+        confidence: how sure the cause is: ``measured``, ``likely`` or ``guess``
+            (:data:`CONFIDENCES`).
+        corroboration: other sources that saw the same cause (an alert, a trace).
+        candidates: machine-applicable changes to measure (``ocr-perf try``), best first.
+    """
+
+    id: str
+    severity: str
+    score: float
+    title: str
+    evidence: dict[str, Any]
+    threshold: dict[str, float]
+    suggestion: str
+    stage: str | None = None
+    source: str = "step-time"
+    confidence: str = "measured"
+    corroboration: list[str] = field(default_factory=list)
+    candidates: list[Candidate] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready form (candidates as objects)."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str = "finding") -> Finding:
+        """Read :meth:`as_dict`'s form, or the older one of the trace rules (no score, source,
+        confidence or candidates). ``ValueError`` naming ``where`` and the field when it is not
+        a finding."""
+        if not isinstance(data, dict):
+            raise ValueError(f"{where}: expected an object, got {type(data).__name__}")
+        for key in ("id", "title"):
+            if not isinstance(data.get(key), str):
+                raise ValueError(f"{where}: {key} must be a string, got {data.get(key)!r}")
+        severity = data.get("severity", "info")
+        if severity not in SEVERITY_ORDER:
+            raise ValueError(f"{where}: severity must be one of {list(SEVERITY_ORDER)}")
+        evidence = data.get("evidence") or {}
+        thresholds = data.get("threshold") or {}
+        if not isinstance(evidence, dict) or not isinstance(thresholds, dict):
+            raise ValueError(f"{where}: evidence and threshold must be objects")
+        score = data.get("score", 0.0)
+        if isinstance(score, bool) or not isinstance(score, int | float):
+            raise ValueError(f"{where}: score must be a number, got {score!r}")
+        candidates = []
+        for i, c in enumerate(data.get("candidates") or []):
+            if not isinstance(c, dict) or not isinstance(c.get("description"), str):
+                raise ValueError(f"{where}: candidate {i} needs a description")
+            candidates.append(
+                Candidate(
+                    family=str(c.get("family", "other")),
+                    description=c["description"],
+                    override=c.get("override") if isinstance(c.get("override"), str) else None,
+                    alters_computation=bool(c.get("alters_computation", False)),
+                    eval_time=bool(c.get("eval_time", False)),
+                )
+            )
+        stage = data.get("stage")
+        return cls(
+            id=data["id"],
+            severity=severity,
+            score=float(score),
+            title=data["title"],
+            evidence=dict(evidence),
+            threshold={
+                str(k): float(v)
+                for k, v in thresholds.items()
+                if isinstance(v, int | float) and not isinstance(v, bool)
+            },
+            suggestion=str(data.get("suggestion", "")),
+            stage=stage if isinstance(stage, str) else None,
+            source=str(data.get("source", "trace")),
+            confidence=str(data.get("confidence", "likely")),
+            corroboration=[str(c) for c in data.get("corroboration") or []],
+            candidates=candidates,
+        )
