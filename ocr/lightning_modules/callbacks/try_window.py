@@ -6,6 +6,9 @@ window on its trainer: everything goes through attributes Lightning documents on
 the fit loop's ``min_epochs`` / ``min_steps`` (which would hold ``should_stop`` off), so any
 Lightning app that records with our callbacks gets the same short window, whatever its config
 keys are called. Nothing happens without the variable.
+
+Lightning creates the loggers' experiments before the callbacks' ``setup`` (a CSV logger makes its
+empty version folder then); dropping the loggers here means nothing is logged into them.
 """
 
 from __future__ import annotations
@@ -70,8 +73,8 @@ def open_trial_window(trainer: L.Trainer, owner: object) -> TrialWindow | None:
     if "checkpoint" not in window.keep:
         # a new list: Lightning is iterating the current one to call the setup hooks
         # (an instance attribute Lightning's callback connector sets: invisible to mypy)
-        kept = [c for c in trainer.callbacks if not isinstance(c, Checkpoint)]
-        trainer.callbacks = kept  # type: ignore[attr-defined]
+        current = trainer.callbacks  # type: ignore[attr-defined]
+        trainer.callbacks = [c for c in current if not isinstance(c, Checkpoint)]  # type: ignore[attr-defined]
     if "loggers" not in window.keep:
         trainer.loggers = []
     fit_loop = trainer.fit_loop

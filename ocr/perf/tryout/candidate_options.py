@@ -48,7 +48,7 @@ def parse_candidate(text: str) -> Candidate:
     parts = key.split(".")
     eval_time = "postprocess" in parts
     family = "postprocess" if eval_time else _FAMILIES.get(leaf, "other")
-    if "cache" in leaf and family == "other":
+    if family == "other" and any("cache" in part for part in parts):
         family = "polygon_cache"
     alters = eval_time or leaf in _ALTERS
     return Candidate(
