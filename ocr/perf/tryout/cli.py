@@ -80,6 +80,13 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "--batches", type=_positive, default=20, help="training batches measured per trial (20)"
     )
     p.add_argument(
+        "--checkpoint",
+        type=Path,
+        metavar="CKPT",
+        help="checkpoint on which eval-time changes are checked with ocr-test (default: "
+        "RUN_DIR/checkpoints/last.ckpt, else another .ckpt there)",
+    )
+    p.add_argument(
         "--no-findings",
         action="store_true",
         help="measure only the --candidate changes, not the findings' candidates",
@@ -123,6 +130,11 @@ def run(args: argparse.Namespace) -> int:
             "--candidate KEY=VALUE"
         )
     options = TryOptions(args.budget, args.pairs, args.warmup, args.batches)
+    checkpoint = _checkpoint(run_dir)
+    if args.checkpoint is not None:
+        if not args.checkpoint.is_file():
+            raise TryInputError(f"--checkpoint {args.checkpoint}: no such file")
+        checkpoint = args.checkpoint.resolve()
     scratch = Path(tempfile.mkdtemp(prefix="ocr-perf-try-"))
     try:
         with TrialProgress(len(candidates) * args.pairs * 2) as progress:
@@ -131,7 +143,7 @@ def run(args: argparse.Namespace) -> int:
                 candidates,
                 options,
                 scratch / "trials",
-                checkpoint=_checkpoint(run_dir),
+                checkpoint=checkpoint,
                 on_trial=progress.trial,
             )
             records = session.run()
