@@ -197,6 +197,8 @@ def _hydra_app() -> dict[str, Any] | None:
         subdir = cfg.output_subdir
         return {
             "output_dir": str(cfg.runtime.output_dir),
+            # where the command was started: os.getcwd() is the output dir under job.chdir
+            "cwd": str(cfg.runtime.cwd),
             "config_name": cfg.job.config_name,
             # relative to output_dir; None when the app saves no .hydra/ folder
             "overrides_file": f"{subdir}/overrides.yaml" if subdir else None,

@@ -126,6 +126,7 @@ def test_run_json_records_the_command(foreign_run: Path) -> None:
     assert info["orig_argv"][1:] == ["sleepy_app.py", f"hydra.run.dir={foreign_run}"]
     assert info["cwd"] == str(foreign_run.parent)
     assert info["hydra"]["overrides_file"] == ".hydra/overrides.yaml"
+    assert info["hydra"]["cwd"] == str(foreign_run.parent)
 
 
 def test_try_recommends_workers_and_calls_a_noop_no_change(

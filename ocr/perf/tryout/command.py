@@ -132,10 +132,11 @@ def recorded_command(run_dir: str | os.PathLike[str]) -> RecordedCommand:
     n_app = len(app_args)
     # orig_argv = [python, *launcher, *app_args]
     launcher = [str(a) for a in (orig[1 : len(orig) - n_app] if n_app else orig[1:])]
-    cwd = Path(str(info.get("cwd") or root))
+    hydra_info = info.get("hydra")
+    launch_cwd = hydra_info.get("cwd") if isinstance(hydra_info, dict) else None
+    cwd = Path(str(launch_cwd or info.get("cwd") or root))
     if not cwd.is_dir():
         raise TryInputError(f"{root}: the run's working folder {cwd} no longer exists")
-    hydra_info = info.get("hydra")
     hydra = isinstance(hydra_info, dict)
     overrides: list[str] | None = None
     if hydra:

@@ -113,3 +113,16 @@ def test_bad_options_are_usage_errors(
         perf_main(["try", str(tmp_path), *args])
     assert exc.value.code == 2
     assert message in capsys.readouterr().err
+
+
+def test_hydra_launch_folder_wins_over_a_changed_working_folder(tmp_path: Path) -> None:
+    launch = tmp_path / "project"
+    launch.mkdir()
+    info = {
+        "executable": "python",
+        "orig_argv": ["python", "app.py"],
+        "argv": ["app.py"],
+        "cwd": str(tmp_path / "run"),  # hydra.job.chdir=true: the job ran in its output dir
+        "hydra": {"overrides_file": None, "overrides": [], "cwd": str(launch)},
+    }
+    assert recorded_command(_run_dir(tmp_path, info, None)).cwd == launch
