@@ -53,7 +53,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
             "Re-run RUN_DIR's own command with each candidate change (the run's findings' "
             "candidates and --candidate overrides) in short training windows, interleaved with "
             "the unchanged command, and report each change's speed-up (median of paired ratios) "
-            "with a 95 %% bootstrap interval: 'recommended' when its low end is above 1.03."
+            "with a 95 % bootstrap interval: 'recommended' when its low end is above 1.03."
         ),
         epilog="Exit codes: 0 done, 2 bad input (no command recorded, no candidate, bad option).",
     )
