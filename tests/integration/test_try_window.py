@@ -9,7 +9,7 @@ from pathlib import Path
 import lightning as L
 import pytest
 import torch
-from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
 from lightning.pytorch.loggers import CSVLogger
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -46,6 +46,7 @@ def _fit(root: Path, min_epochs: int | None = None) -> tuple[L.Trainer, Counting
         callbacks=[
             ThroughputMonitorCallback(flops=False, peak_memory=False),
             ModelCheckpoint(dirpath=root / "ckpt", save_last=True),
+            LearningRateMonitor(),  # requires a logger: the window must leave it one
         ],
         logger=CSVLogger(root, name="csv"),
         enable_progress_bar=False,

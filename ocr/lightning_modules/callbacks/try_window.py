@@ -2,13 +2,14 @@
 
 When ``OCR_PERF_TRY_WINDOW`` is set, the first performance callback to set up in a fit opens the
 window on its trainer: everything goes through attributes Lightning documents on the Trainer
-(``limit_val_batches``, ``num_sanity_val_steps``, ``callbacks``, ``loggers``, ``should_stop``) and
+(``limit_val_batches``, ``num_sanity_val_steps``, ``callbacks``, ``loggers`` (replaced by
+Lightning's ``DummyLogger``), ``should_stop``) and
 the fit loop's ``min_epochs`` / ``min_steps`` (which would hold ``should_stop`` off), so any
 Lightning app that records with our callbacks gets the same short window, whatever its config
 keys are called. Nothing happens without the variable.
 
 Lightning creates the loggers' experiments before the callbacks' ``setup`` (a CSV logger makes its
-empty version folder then); dropping the loggers here means nothing is logged into them.
+empty version folder then); replacing the loggers here means nothing is logged into them.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pathlib import Path
 
 import lightning as L
 from lightning.pytorch.callbacks import Checkpoint
+from lightning.pytorch.loggers.logger import DummyLogger
 from lightning.pytorch.trainer.states import TrainerFn
 
 from ocr.perf.try_window import TryWindow
@@ -76,7 +78,9 @@ def open_trial_window(trainer: L.Trainer, owner: object) -> TrialWindow | None:
         current = trainer.callbacks  # type: ignore[attr-defined]
         trainer.callbacks = [c for c in current if not isinstance(c, Checkpoint)]  # type: ignore[attr-defined]
     if "loggers" not in window.keep:
-        trainer.loggers = []
+        # Lightning's own stand-in for "the user's loggers, disabled" (its tuner uses it): logs
+        # nothing, yet callbacks that require a logger (LearningRateMonitor) still run.
+        trainer.loggers = [DummyLogger()]
     fit_loop = trainer.fit_loop
     fit_loop.min_epochs = None
     fit_loop.epoch_loop.min_steps = None

@@ -31,6 +31,8 @@ __all__ = ["HMEAN_TOLERANCE", "TrialEvent", "TryOptions", "TrySession", "paste_l
 HMEAN_TOLERANCE = 0.005
 # A trial of known cost is stopped after this many times the longest one of its kind.
 _TRIAL_TIMEOUT_FACTOR = 4.0
+# How a failure of the unchanged command (A) starts its note.
+_BASE_FAILED = "the unchanged command"
 # Our LightningModule: eval-time candidates are checked with ocr-test on its checkpoint.
 _OUR_MODULE = "OCRLightningModule"
 
@@ -217,7 +219,7 @@ class TrySession:
             changes = arm.changes if side == "B" else ()
             result = self._trial(arm, changes, label if side == "B" else "unchanged")
             if result.error is not None or result.speed is None:
-                who = "the change" if side == "B" else "the unchanged command"
+                who = "the change" if side == "B" else _BASE_FAILED
                 arm.failed = f"{who}: {result.error}"
                 return False
             results[side] = result
@@ -228,15 +230,22 @@ class TrySession:
 
     def _measure(self, arms: list[_Arm]) -> list[_Arm]:
         """Rounds of pairs over ``arms`` until each has ``options.pairs`` or the budget ends;
-        returns the arms still untried or short of pairs when the budget ended."""
+        returns the arms still untried or short of pairs when the budget ended. When the
+        unchanged command itself fails, every arm of its kind fails with that reason: it would
+        fail again for each."""
         active = list(arms)
         for index in range(self.options.pairs):
             for arm in list(active):
+                if arm not in active:
+                    continue  # failed with the unchanged command, below
                 if not self._pair(arm, index):
-                    if arm.failed is not None:
-                        active.remove(arm)
-                        continue
-                    return active  # out of budget
+                    if arm.failed is None:
+                        return active  # out of budget
+                    active.remove(arm)
+                    if arm.failed.startswith(_BASE_FAILED):
+                        for other in [a for a in active if a.kind == arm.kind]:
+                            other.failed = arm.failed
+                            active.remove(other)
             self._replan(active, index + 1)
         return []
 

@@ -126,3 +126,17 @@ def test_hydra_launch_folder_wins_over_a_changed_working_folder(tmp_path: Path) 
         "hydra": {"overrides_file": None, "overrides": [], "cwd": str(launch)},
     }
     assert recorded_command(_run_dir(tmp_path, info, None)).cwd == launch
+
+
+def test_no_candidate_at_all_is_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    info = {
+        "executable": "python",
+        "orig_argv": ["python", "app.py"],
+        "argv": ["app.py"],
+        "cwd": str(tmp_path),
+        "hydra": {"overrides_file": None, "overrides": []},
+    }
+    run = _run_dir(tmp_path, info, None)
+    # the findings of this (empty) run propose nothing and no --candidate was given
+    assert perf_main(["try", str(run)]) == 2
+    assert "nothing to try" in capsys.readouterr().err

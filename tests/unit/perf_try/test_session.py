@@ -205,3 +205,27 @@ def test_a_failing_trial_fails_its_candidate_only(
     assert records[0].status == "failed"
     assert "KeyError" in records[0].note
     assert records[1].status == "recommended"
+
+
+def test_a_failing_unchanged_command_stops_every_candidate_of_its_kind(
+    tmp_path: Path,
+    fake_trials: tuple[FakeClock, list[tuple[str, ...]]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clock, calls = fake_trials
+
+    def broken(command, folder, changes, **kwargs):  # type: ignore[no-untyped-def]
+        calls.append(changes)
+        return TrialResult(folder, 1.0, None, "exit status 1: MisconfigurationException")
+
+    monkeypatch.setattr(session_mod, "run_training_trial", broken)
+    records = TrySession(
+        _command(tmp_path),
+        [WORKERS, PREFETCH, NOOP],
+        TryOptions(10_000, 3),
+        tmp_path / "w",
+        clock=clock,
+    ).run()
+    assert [r.status for r in records] == ["failed"] * 3
+    assert all("the unchanged command" in r.note for r in records)
+    assert calls == [()]  # tried once, not once per candidate
