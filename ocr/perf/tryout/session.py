@@ -250,18 +250,21 @@ class TrySession:
         return []
 
     def _replan(self, active: list[_Arm], rounds_done: int) -> None:
-        """After a round: the plan's total trials given the budget left."""
-        per_round = sum(self._pair_cost.get(a.kind, 0.0) for a in active)
-        rounds_left = self.options.pairs - rounds_done
-        if per_round > 0:
-            affordable = int(max(self._deadline - self.clock(), 0.0) // per_round)
-            if affordable < rounds_left:
-                self.budget_note = (
-                    f"the budget allows {rounds_done + affordable} of {self.options.pairs} pairs "
-                    "per candidate"
-                )
-            rounds_left = min(rounds_left, affordable)
-        self._planned = self._done + 2 * len(active) * rounds_left
+        """After a round: the plan's total trials, from the measured pair costs and the budget
+        left, going round the arms as :meth:`_measure` will."""
+        left = max(self._deadline - self.clock(), 0.0)
+        pairs = 0
+        for _ in range(self.options.pairs - rounds_done):
+            for arm in active:
+                cost = self._pair_cost.get(arm.kind, 0.0)
+                if cost > left:
+                    break
+                left -= cost
+                pairs += 1
+            else:
+                continue
+            break
+        self._planned = self._done + 2 * pairs
 
     def _record(self, arm: _Arm, kind: str = "candidate") -> TryRecord:
         c = arm.candidate

@@ -229,3 +229,23 @@ def test_a_failing_unchanged_command_stops_every_candidate_of_its_kind(
     assert [r.status for r in records] == ["failed"] * 3
     assert all("the unchanged command" in r.note for r in records)
     assert calls == [()]  # tried once, not once per candidate
+
+
+def test_plan_follows_the_measured_pair_cost(
+    tmp_path: Path, fake_trials: tuple[FakeClock, list[tuple[str, ...]]]
+) -> None:
+    clock, calls = fake_trials
+    events: list[session_mod.TrialEvent] = []
+    # round 1: 3 pairs of 20 s; 40 s left: two more pairs, then the budget is spent
+    TrySession(
+        _command(tmp_path),
+        [WORKERS, PREFETCH, NOOP],
+        TryOptions(100, 5),
+        tmp_path / "w",
+        on_trial=events.append,
+        clock=clock,
+    ).run()
+    assert len(calls) == 10
+    assert events[0].planned == 30  # before anything was measured: 5 pairs each
+    assert [e.planned for e in events[6:]] == [10] * 4
+    assert events[-1].done == 10
