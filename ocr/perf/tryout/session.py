@@ -212,6 +212,9 @@ class TrySession:
         if cost is not None and self.clock() + cost > self._deadline:
             return False
         started = self.clock()
+        # the plan is an estimate from the longest pair so far: a shorter one leaves room for
+        # a pair it did not count
+        self._planned = max(self._planned, self._done + 2)
         order = ("A", "B") if index % 2 == 0 else ("B", "A")
         results: dict[str, TrialResult] = {}
         label = " ".join(arm.changes)

@@ -249,3 +249,19 @@ def test_plan_follows_the_measured_pair_cost(
     assert events[0].planned == 30  # before anything was measured: 5 pairs each
     assert [e.planned for e in events[6:]] == [10] * 4
     assert events[-1].done == 10
+
+
+def test_progress_never_counts_past_its_plan(
+    tmp_path: Path, fake_trials: tuple[FakeClock, list[tuple[str, ...]]]
+) -> None:
+    clock, _ = fake_trials
+    events: list[session_mod.TrialEvent] = []
+    TrySession(
+        _command(tmp_path),
+        [WORKERS, PREFETCH],
+        TryOptions(10_000, 2),
+        tmp_path / "w",
+        on_trial=events.append,
+        clock=clock,
+    ).run()
+    assert all(e.done <= e.planned for e in events)
