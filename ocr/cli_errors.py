@@ -61,6 +61,7 @@ def _own_error_types() -> tuple[type[BaseException], ...]:
     from ocr.perf.report.load import ReportInputError
     from ocr.perf.rundir import RunDirError
     from ocr.perf.trace.load import TraceError
+    from ocr.perf.tryout.command import TryInputError
     from ocr.run_folder import RunFolderInUseError
 
     return (
@@ -72,6 +73,7 @@ def _own_error_types() -> tuple[type[BaseException], ...]:
         RunDirError,
         BaselineError,
         ReportInputError,
+        TryInputError,
     )
 
 

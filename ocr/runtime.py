@@ -25,6 +25,16 @@ def auto_precision() -> str:
     return "16-mixed" if torch.cuda.is_available() else "32-true"
 
 
+def apply_torch_threads(value: Any) -> None:
+    """``torch_threads`` of the config: ``torch.set_num_threads(value)``; ``None`` leaves torch's
+    default. Anything but a positive integer is a ``ValueError`` naming the key."""
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"torch_threads must be a positive integer or null, got {value!r}")
+    torch.set_num_threads(value)
+
+
 def register_resolvers() -> None:
     """``${ocr_auto_precision:}`` for trainer configs; idempotent. (Importing this module has
     already registered the ``trainer/lightning`` node, see :mod:`ocr.configs`.)"""

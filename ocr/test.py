@@ -24,7 +24,7 @@ from rich.table import Table
 
 from ocr.cli_errors import expected_errors
 from ocr.console import print_renderable
-from ocr.runtime import build_trainer, register_resolvers
+from ocr.runtime import apply_torch_threads, build_trainer, register_resolvers
 
 log = logging.getLogger(__name__)
 register_resolvers()
@@ -49,6 +49,7 @@ def run_test(cfg: DictConfig) -> dict[str, float]:
     if not cfg.get("checkpoint_path"):
         raise ValueError("checkpoint_path is required, e.g. ocr-test checkpoint_path=last.ckpt")
     L.seed_everything(cfg.seed, workers=True)
+    apply_torch_threads(cfg.get("torch_threads"))
     ckpt = load_checkpoint(cfg.checkpoint_path)
     model_cfg = cfg.model
     if "ocr_config" in ckpt:

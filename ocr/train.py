@@ -20,7 +20,12 @@ from omegaconf import DictConfig, OmegaConf
 from ocr.cli_errors import expected_errors
 from ocr.hparams import TensorBoardHparams, record_config_as_hparams
 from ocr.run_folder import claim_run_folder
-from ocr.runtime import build_trainer, register_resolvers, summarize_metrics
+from ocr.runtime import (
+    apply_torch_threads,
+    build_trainer,
+    register_resolvers,
+    summarize_metrics,
+)
 
 log = logging.getLogger(__name__)
 register_resolvers()
@@ -29,6 +34,7 @@ register_resolvers()
 def run_train(cfg: DictConfig) -> dict[str, float]:
     """Train (and optionally test) from a composed config; returns the final metrics."""
     L.seed_everything(cfg.seed, workers=True)
+    apply_torch_threads(cfg.get("torch_threads"))
     datamodule: L.LightningDataModule = hydra.utils.instantiate(cfg.data)
     module: Any = hydra.utils.instantiate(cfg.model)
     module.ocr_config = OmegaConf.to_container(cfg.model, resolve=True)

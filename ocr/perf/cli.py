@@ -1,5 +1,6 @@
 """``ocr-perf``: analyse and compare torch.profiler traces; record baselines and check against
-them; write a run's report (``ocr-perf report RUN_DIR``).
+them; write a run's report (``ocr-perf report RUN_DIR``); measure candidate changes by re-running
+the run (``ocr-perf try RUN_DIR``).
 
 Exit codes: 0 success, 1 ``compare`` found a regression beyond ``--fail-on-regression`` or
 ``check`` found a regression, 2 bad input (missing, unreadable, truncated or malformed trace,
@@ -127,6 +128,9 @@ def _parser() -> argparse.ArgumentParser:
     from ocr.perf.report.cli import add_parser as add_report_parser  # argparse only: cheap
 
     add_report_parser(sub)
+    from ocr.perf.tryout.cli import add_parser as add_try_parser  # argparse only: cheap
+
+    add_try_parser(sub)
     return p
 
 
@@ -175,7 +179,7 @@ def _run(args: argparse.Namespace) -> int:
 
     if args.command in ("baseline", "check"):
         return _baseline_main(args)
-    if args.command == "report":
+    if args.command in ("report", "try"):
         return int(args.func(args))
     # Imported here so that `ocr-perf --help` and argument errors stay instant.
     from rich.console import Console

@@ -197,8 +197,37 @@ def cpu_bf16() -> bool | None:
     return None
 
 
+def _hydra_app() -> dict[str, Any] | None:
+    """The Hydra app this process runs, when it is one (``ocr-perf try`` re-runs it with
+    overrides): its output folder and where it saved the command's overrides. ``None`` when Hydra
+    is not imported or no Hydra app is running."""
+    if "hydra" not in sys.modules:
+        return None
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        if not HydraConfig.initialized():
+            return None
+        cfg = HydraConfig.get()
+        subdir = cfg.output_subdir
+        return {
+            "output_dir": str(cfg.runtime.output_dir),
+            # where the command was started: os.getcwd() is the output dir under job.chdir
+            "cwd": str(cfg.runtime.cwd),
+            "config_name": cfg.job.config_name,
+            # relative to output_dir; None when the app saves no .hydra/ folder
+            "overrides_file": f"{subdir}/overrides.yaml" if subdir else None,
+            "overrides": list(cfg.overrides.task),
+        }
+    except Exception:  # an app half-initialising Hydra: no re-run, nothing worse
+        return None
+
+
 def run_info(extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """What a report needs to know about the machine and software of this process."""
+    """What a report needs to know about the machine and software of this process, and the
+    command that started it (``ocr-perf try`` re-runs it): ``argv``, ``executable`` (the Python
+    interpreter), ``orig_argv`` (the interpreter's own command line: ``python -m pkg ...`` or
+    a console script), ``cwd`` and ``hydra`` (:func:`_hydra_app`, absent for a plain script)."""
     info: dict[str, Any] = {
         "started_at": time.time(),
         "hostname": socket.gethostname(),
@@ -207,7 +236,13 @@ def run_info(extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
         "cpu_count": os.cpu_count(),
         "cpu_bf16": cpu_bf16(),
         "argv": list(sys.argv),
+        "executable": sys.executable,
+        "orig_argv": list(getattr(sys, "orig_argv", sys.argv)),
+        "cwd": os.getcwd(),
     }
+    hydra_app = _hydra_app()
+    if hydra_app is not None:
+        info["hydra"] = hydra_app
     for name in ("torch", "lightning", "numpy"):
         module = sys.modules.get(name)
         version = getattr(module, "__version__", None)

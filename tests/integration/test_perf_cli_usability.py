@@ -17,7 +17,7 @@ from tests.unit.perf_trace.synth import make_trace, write
 
 REPO = Path(__file__).resolve().parents[2]
 BASELINE = REPO / "tests" / "performance" / "baselines" / "synthetic_debug_val.json"
-COMMANDS = ("analyze", "compare", "baseline", "check", "report")
+COMMANDS = ("analyze", "compare", "baseline", "check", "report", "try")
 
 
 def ocr_perf(*args: str, columns: int = 120, **extra: str) -> subprocess.CompletedProcess[str]:

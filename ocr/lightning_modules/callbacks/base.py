@@ -24,6 +24,7 @@ from ocr.lightning_modules.callbacks.epoch_report import (
 )
 from ocr.lightning_modules.callbacks.errors import PerfCallbackWarning
 from ocr.lightning_modules.callbacks.recorder import StageRecorder
+from ocr.lightning_modules.callbacks.try_window import open_trial_window, trial_window_of
 
 __all__ = ["RecorderCallback"]
 
@@ -143,6 +144,9 @@ class RecorderCallback(Callback):
         if not self.enabled or not self.stages:
             return
         self._warned = False  # one warning per run
+        # An `ocr-perf try` trial (OCR_PERF_TRY_WINDOW set): a short fit, before the recorder
+        # opens its files (they go to the trial's folder). Bad input there must fail the trial.
+        open_trial_window(trainer, self)
         try:
             self._enabled_run = True
             self._recorder = recorder = StageRecorder.attach(trainer, self)
@@ -198,6 +202,9 @@ class RecorderCallback(Callback):
         recorder = self._recorder
         if recorder is not None:
             recorder.note_batch("train", batch)
+        window = trial_window_of(trainer)
+        if window is not None:
+            window.batch_done(trainer, self)
 
     def on_validation_batch_end(
         self,

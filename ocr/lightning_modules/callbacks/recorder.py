@@ -67,6 +67,7 @@ from ocr.lightning_modules.callbacks.interpose import (
     syncs_before_train_batch,
 )
 from ocr.lightning_modules.callbacks.run_files import RunFiles
+from ocr.lightning_modules.callbacks.try_window import perf_root
 from ocr.perf.actions import CALLBACK, DATAMODULE, MODULE, STRATEGY, classify_action
 from ocr.perf.clock import PHASES, PhaseClock, PhaseTotals, set_active_clock
 from ocr.perf.memory import memory_snapshot, reset_peak_memory
@@ -426,7 +427,7 @@ class StageRecorder:
     def _open_files(self, trainer: L.Trainer) -> None:
         if not trainer.is_global_zero:
             return
-        self.files = RunFiles(trainer.default_root_dir)
+        self.files = RunFiles(perf_root(trainer))  # a try trial's own folder inside a window
         self.files.run_info(
             {"world_size": self.world_size, "device": str(trainer.strategy.root_device)}
         )

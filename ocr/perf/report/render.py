@@ -25,6 +25,7 @@ from ocr.perf.findings import CONFIDENCES, Finding
 from ocr.perf.mfu import epoch_utilisation, stage_utilisation
 from ocr.perf.report import plots
 from ocr.perf.report.build import Report
+from ocr.perf.report.measured import measured_changes_section
 from ocr.perf.report.profiled import PROFILER_PHASE, profiled_batches, window_rows
 from ocr.perf.report.stages import STAGE_LABELS, StageSummary, num
 from ocr.perf.rundir import polygon_cache_hit_rate
@@ -814,6 +815,7 @@ def sections(report: Report) -> list[Section]:
         _trace(report),
         _cache(report),
         _baseline(report),
+        measured_changes_section(report),
         _config(report),
     ]
 

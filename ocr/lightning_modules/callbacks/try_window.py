@@ -1,0 +1,89 @@
+"""The Lightning side of an ``ocr-perf try`` trial window (format: :mod:`ocr.perf.try_window`).
+
+When ``OCR_PERF_TRY_WINDOW`` is set, the first performance callback to set up in a fit opens the
+window on its trainer: everything goes through attributes Lightning documents on the Trainer
+(``limit_val_batches``, ``num_sanity_val_steps``, ``callbacks``, ``loggers`` (replaced by
+Lightning's ``DummyLogger``), ``should_stop``) and
+the fit loop's ``min_epochs`` / ``min_steps`` (which would hold ``should_stop`` off), so any
+Lightning app that records with our callbacks gets the same short window, whatever its config
+keys are called. Nothing happens without the variable.
+
+Lightning creates the loggers' experiments before the callbacks' ``setup`` (a CSV logger makes its
+empty version folder then); replacing the loggers here means nothing is logged into them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import lightning as L
+from lightning.pytorch.callbacks import Checkpoint
+from lightning.pytorch.loggers.logger import DummyLogger
+from lightning.pytorch.trainer.states import TrainerFn
+
+from ocr.perf.try_window import TryWindow
+
+__all__ = ["TrialWindow", "open_trial_window", "perf_root", "trial_window_of"]
+
+_ATTR = "_ocr_perf_try_window"
+
+
+class TrialWindow:
+    """An open window on one trainer: counts training batches and stops the fit after
+    ``window.total_batches``. ``owner`` is the callback that counts (several of ours may share a
+    trainer; one count)."""
+
+    def __init__(self, window: TryWindow, owner: object) -> None:
+        self.window = window
+        self.owner = owner
+        self.seen = 0
+
+    def batch_done(self, trainer: L.Trainer, caller: object) -> None:
+        if caller is not self.owner:
+            return
+        self.seen += 1
+        if self.seen >= self.window.total_batches:
+            trainer.should_stop = True
+
+
+def trial_window_of(trainer: L.Trainer) -> TrialWindow | None:
+    """The window open on ``trainer``, if any."""
+    window = getattr(trainer, _ATTR, None)
+    return window if isinstance(window, TrialWindow) else None
+
+
+def perf_root(trainer: L.Trainer) -> Path:
+    """Where the run's ``perf/`` files go: the trial's folder inside a window, else
+    ``trainer.default_root_dir``."""
+    window = trial_window_of(trainer)
+    return window.window.perf_dir if window is not None else Path(trainer.default_root_dir)
+
+
+def open_trial_window(trainer: L.Trainer, owner: object) -> TrialWindow | None:
+    """Open the window of ``OCR_PERF_TRY_WINDOW`` on ``trainer`` (a fit only; once per trainer)
+    and return it; ``None`` without the variable or outside a fit. Call from ``setup``: Lightning
+    reads the validation limits and callbacks after the setup hooks."""
+    existing = trial_window_of(trainer)
+    if existing is not None:
+        return existing
+    window = TryWindow.from_env()
+    if window is None or trainer.state.fn != TrainerFn.FITTING:
+        return None
+    if "val" not in window.keep:
+        trainer.limit_val_batches = 0
+        trainer.num_sanity_val_steps = 0
+    if "checkpoint" not in window.keep:
+        # a new list: Lightning is iterating the current one to call the setup hooks
+        # (an instance attribute Lightning's callback connector sets: invisible to mypy)
+        current = trainer.callbacks  # type: ignore[attr-defined]
+        trainer.callbacks = [c for c in current if not isinstance(c, Checkpoint)]  # type: ignore[attr-defined]
+    if "loggers" not in window.keep:
+        # Lightning's own stand-in for "the user's loggers, disabled" (its tuner uses it): logs
+        # nothing, yet callbacks that require a logger (LearningRateMonitor) still run.
+        trainer.loggers = [DummyLogger()]
+    fit_loop = trainer.fit_loop
+    fit_loop.min_epochs = None
+    fit_loop.epoch_loop.min_steps = None
+    state = TrialWindow(window, owner)
+    setattr(trainer, _ATTR, state)
+    return state

@@ -1,0 +1,74 @@
+"""The report's "Measured changes" section: the latest ``ocr-perf try`` session of the run
+(``perf/try.jsonl``), one row per change with its speed-up interval and outcome."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ocr.perf.rundir import RunDirError
+from ocr.perf.tryout.paired import RECOMMEND_ABOVE
+from ocr.perf.tryout.results import TryRecord, latest_session
+from ocr.perf.tryout.session import HMEAN_TOLERANCE, paste_line
+
+if TYPE_CHECKING:
+    from ocr.perf.report.build import Report
+    from ocr.perf.report.render import Section
+
+__all__ = ["measured_changes_section"]
+
+
+def _cell(value: float | None, nd: int = 3) -> str:
+    return "-" if value is None else f"{value:.{nd}f}"
+
+
+def _row(r: TryRecord) -> list[str]:
+    labels = [
+        label
+        for label, on in (("alters computation", r.alters_computation), ("eval-time", r.eval_time))
+        if on
+    ]
+    interval = "-" if r.low is None else f"[{_cell(r.low)}, {_cell(r.high)}]"
+    change = r.override or r.description
+    if r.kind == "combined":
+        change = f"together: {change}"
+    return [
+        change,
+        _cell(r.median),
+        interval,
+        str(r.pairs),
+        r.status,
+        ", ".join(labels),
+        r.note,
+    ]
+
+
+def measured_changes_section(report: Report) -> Section:
+    """The section for ``report`` (a hint to run ``ocr-perf try`` when the run has no session)."""
+    from ocr.perf.report.render import Section, Table  # render imports this module's caller
+
+    sec = Section(id="measured-changes", title="Measured changes")
+    try:
+        records = latest_session(report.run.run_dir)
+    except RunDirError as exc:
+        sec.paragraphs.append(f"perf/try.jsonl could not be read: {exc}")
+        return sec
+    if not records:
+        sec.paragraphs.append(
+            "No change measured yet: `ocr-perf try RUN_DIR` re-runs this run's command with the "
+            "findings' candidate changes (or --candidate overrides) and measures each."
+        )
+        return sec
+    sec.paragraphs.append(
+        f"`ocr-perf try` session of {records[0].session}: each change against the unchanged "
+        "command in short training windows, pairs run back to back in alternating order; "
+        "speed-up = median of the paired ratios (changed / unchanged samples/s) with its 95 % "
+        f"bootstrap interval. Recommended only when the interval's low end is above "
+        f"{RECOMMEND_ABOVE}; eval-time changes are checked on the run's checkpoint and never "
+        f"recommended when the H-mean drops by more than {HMEAN_TOLERANCE}."
+    )
+    headers = ["change", "speed-up", "95 % interval", "pairs", "outcome", "labels", "note"]
+    sec.tables.append(Table(headers, [_row(r) for r in records]))
+    paste = paste_line(records)
+    if paste:
+        sec.paragraphs.append(f"To apply: {paste}")
+    return sec

@@ -1,0 +1,105 @@
+"""The short training window of an ``ocr-perf try`` trial, passed to the re-run command in one
+environment variable (:data:`ENV_VAR`), so it works for any Lightning app that records with our
+performance callbacks, whatever its configuration keys are called.
+
+``ocr-perf try`` sets ``OCR_PERF_TRY_WINDOW`` on the trial's process; the performance callbacks
+(:mod:`ocr.lightning_modules.callbacks.try_window`) read it at ``setup`` and then, through
+Lightning's public Trainer attributes: turn validation and the sanity check off
+(``limit_val_batches=0``, ``num_sanity_val_steps=0``), drop checkpoint callbacks and loggers
+(unless the change concerns them: ``keep``), write the run's ``perf/`` files into ``perf_dir``
+instead of ``trainer.default_root_dir`` (a foreign app may hard-code that folder), and stop the fit
+(``trainer.should_stop``) after ``warmup + batches`` training batches. The speed is then read from
+the trial's ``perf/epochs.jsonl`` (``ocr.perf.tryout.measure``), skipping the warm-up batches.
+
+Format: ``warmup=5;batches=20;perf_dir=/tmp/x;keep=val,checkpoint`` (keys in any order; ``keep``
+optional). Pure Python: no Lightning here.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__all__ = ["ENV_VAR", "KEEP_CHOICES", "TryWindow", "TryWindowError"]
+
+ENV_VAR = "OCR_PERF_TRY_WINDOW"
+#: What a window may leave on: validation (and the sanity check), checkpoint callbacks, loggers.
+KEEP_CHOICES = frozenset({"val", "checkpoint", "loggers"})
+
+
+class TryWindowError(ValueError):
+    """``OCR_PERF_TRY_WINDOW`` is malformed; the message names the part."""
+
+
+@dataclass(frozen=True)
+class TryWindow:
+    """One trial's training window.
+
+    Args:
+        warmup: training batches run first and not measured (worker start-up, first-call
+            allocation, cold caches).
+        batches: training batches measured after the warm-up; the fit stops after them.
+        perf_dir: folder that receives the trial's ``perf/`` files (a folder ``ocr-perf try``
+            made for this trial).
+        keep: parts left on because the change concerns them (subset of :data:`KEEP_CHOICES`).
+    """
+
+    warmup: int
+    batches: int
+    perf_dir: Path
+    keep: frozenset[str] = field(default_factory=frozenset)
+
+    def __post_init__(self) -> None:
+        if self.warmup < 0 or self.batches < 1:
+            raise TryWindowError(
+                f"{ENV_VAR}: warmup must be >= 0 and batches >= 1, got warmup={self.warmup}, "
+                f"batches={self.batches}"
+            )
+        unknown = set(self.keep) - KEEP_CHOICES
+        if unknown:
+            raise TryWindowError(
+                f"{ENV_VAR}: keep has {sorted(unknown)}; expected some of {sorted(KEEP_CHOICES)}"
+            )
+
+    @property
+    def total_batches(self) -> int:
+        """Training batches after which the fit stops."""
+        return self.warmup + self.batches
+
+    def to_env(self) -> str:
+        """The variable's value."""
+        parts = [f"warmup={self.warmup}", f"batches={self.batches}", f"perf_dir={self.perf_dir}"]
+        if self.keep:
+            parts.append(f"keep={','.join(sorted(self.keep))}")
+        return ";".join(parts)
+
+    @classmethod
+    def parse(cls, text: str) -> TryWindow:
+        """The window of a variable's value; :class:`TryWindowError` naming the bad part."""
+        fields: dict[str, str] = {}
+        for part in text.split(";"):
+            if not part.strip():
+                continue
+            key, sep, value = part.partition("=")
+            if not sep:
+                raise TryWindowError(f"{ENV_VAR}: {part!r} is not key=value")
+            fields[key.strip()] = value.strip()
+        missing = {"warmup", "batches", "perf_dir"} - fields.keys()
+        if missing:
+            raise TryWindowError(f"{ENV_VAR}={text!r}: missing {', '.join(sorted(missing))}")
+        try:
+            warmup, batches = int(fields["warmup"]), int(fields["batches"])
+        except ValueError as exc:
+            raise TryWindowError(
+                f"{ENV_VAR}={text!r}: warmup and batches must be integers"
+            ) from exc
+        keep = frozenset(k for k in fields.get("keep", "").split(",") if k)
+        return cls(warmup, batches, Path(fields["perf_dir"]), keep)
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> TryWindow | None:
+        """The window this process runs under, or ``None`` (a normal run)."""
+        text = (os.environ if environ is None else environ).get(ENV_VAR)
+        return cls.parse(text) if text else None

@@ -1,0 +1,83 @@
+"""Candidates for ``ocr-perf try``: from ``--candidate KEY=VALUE`` options and from the verdict's
+findings (``finding.candidates`` where findings carry them).
+
+The family and the labels of an explicit override are inferred from the key's leaf name, since
+that is all a command-line override says: ``batch_size``, ``precision``, a canvas / image size and
+``postprocess.*`` alter what is computed; ``postprocess.*`` is evaluation-time (checked on the
+checkpoint, not timed in training). Unknown keys are family ``other``, not altering computation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from ocr.perf.candidates import Candidate
+from ocr.perf.tryout.command import TryInputError, override_key
+
+__all__ = ["candidates_from_findings", "parse_candidate", "unique_candidates"]
+
+# leaf name of the key -> family
+_FAMILIES: dict[str, str] = {
+    "num_workers": "workers",
+    "workers": "workers",
+    "prefetch_factor": "prefetch",
+    "persistent_workers": "persistent_workers",
+    "pin_memory": "pin_memory",
+    "torch_threads": "threads",
+    "num_threads": "threads",
+    "channels_last": "channels_last",
+    "compile": "compile",
+    "batch_size": "batch_size",
+    "precision": "precision",
+    "benchmark": "cudnn_benchmark",
+    "cudnn_benchmark": "cudnn_benchmark",
+}
+# leaf names that change what is computed, not only how fast
+_ALTERS = frozenset({"batch_size", "precision", "canvas_size", "image_size", "img_size", "size"})
+
+
+def parse_candidate(text: str) -> Candidate:
+    """A ``--candidate`` value (a Hydra override ``key=value``) as a :class:`Candidate`;
+    :class:`TryInputError` naming the value when it is not one."""
+    key, sep, value = text.partition("=")
+    key = override_key(key + "=")
+    if not sep or not key or not value.strip() or any(c.isspace() for c in key):
+        raise TryInputError(f"--candidate {text!r}: expected a Hydra override KEY=VALUE")
+    leaf = key.rsplit(".", 1)[-1]
+    parts = key.split(".")
+    eval_time = "postprocess" in parts
+    family = "postprocess" if eval_time else _FAMILIES.get(leaf, "other")
+    if family == "other" and any("cache" in part for part in parts):
+        family = "polygon_cache"
+    alters = eval_time or leaf in _ALTERS
+    return Candidate(
+        family=family,
+        description=f"set {key} to {value}",
+        override=text,
+        alters_computation=alters,
+        eval_time=eval_time,
+    )
+
+
+def candidates_from_findings(findings: Iterable[Any]) -> list[Candidate]:
+    """The candidates the verdict's findings carry, in finding order (findings without a
+    ``candidates`` list give none)."""
+    out: list[Candidate] = []
+    for finding in findings:
+        for candidate in getattr(finding, "candidates", None) or []:
+            if isinstance(candidate, Candidate):
+                out.append(candidate)
+    return out
+
+
+def unique_candidates(candidates: Sequence[Candidate]) -> list[Candidate]:
+    """First of each override (a plain-language one by its description)."""
+    seen: set[str] = set()
+    out: list[Candidate] = []
+    for c in candidates:
+        key = c.override or f"text:{c.description}"
+        if key not in seen:
+            seen.add(key)
+            out.append(c)
+    return out

@@ -1,0 +1,154 @@
+"""``ocr-perf try RUN_DIR [--candidate OVERRIDE ...] [--budget 10m] [--pairs N]``.
+
+Re-runs the run's own command with each candidate change in short training windows, interleaved
+with the unchanged command, and prints the measured speed-up per change with its interval; results
+go to ``RUN_DIR/perf/try.jsonl`` and the report's "Measured changes" section. Exit codes: 0 done
+(whatever was measured), 2 bad input (no command recorded, no candidates, bad option).
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+__all__ = ["add_parser", "parse_budget", "run"]
+
+EXIT_OK = 0
+_BUDGET = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smh]?)\s*$")
+_UNIT_S = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def parse_budget(text: str) -> float:
+    """``90s``, ``10m``, ``1.5h`` or plain seconds -> seconds (argparse type)."""
+    match = _BUDGET.match(text)
+    if not match or float(match.group(1)) <= 0:
+        raise argparse.ArgumentTypeError(f"expected a duration like 90s, 10m or 1h, got {text!r}")
+    return float(match.group(1)) * _UNIT_S[match.group(2)]
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def _non_negative(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Add the ``try`` command to ``subparsers``."""
+    p: argparse.ArgumentParser = subparsers.add_parser(
+        "try",
+        help="measure candidate changes by re-running the run's command (A/B, interleaved)",
+        description=(
+            "Re-run RUN_DIR's own command with each candidate change (the run's findings' "
+            "candidates and --candidate overrides) in short training windows, interleaved with "
+            "the unchanged command, and report each change's speed-up (median of paired ratios) "
+            "with a 95 % bootstrap interval: 'recommended' when its low end is above 1.03."
+        ),
+        epilog="Exit codes: 0 done, 2 bad input (no command recorded, no candidate, bad option).",
+    )
+    p.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="the run directory")
+    p.add_argument(
+        "--candidate",
+        action="append",
+        default=[],
+        metavar="OVERRIDE",
+        help="a Hydra override to measure, e.g. data.num_workers=4 (repeatable)",
+    )
+    p.add_argument(
+        "--budget",
+        type=parse_budget,
+        default=600.0,
+        metavar="DURATION",
+        help="wall-clock budget, e.g. 10m (default), 90s, 1h",
+    )
+    p.add_argument("--pairs", type=_positive, default=5, help="pairs per candidate at most (5)")
+    p.add_argument(
+        "--warmup", type=_non_negative, default=5, help="training batches skipped per trial (5)"
+    )
+    p.add_argument(
+        "--batches", type=_positive, default=20, help="training batches measured per trial (20)"
+    )
+    p.add_argument(
+        "--checkpoint",
+        type=Path,
+        metavar="CKPT",
+        help="checkpoint on which eval-time changes are checked with ocr-test (default: "
+        "RUN_DIR/checkpoints/last.ckpt, else another .ckpt there)",
+    )
+    p.add_argument(
+        "--no-findings",
+        action="store_true",
+        help="measure only the --candidate changes, not the findings' candidates",
+    )
+    p.set_defaults(func=run)
+    return p
+
+
+def _checkpoint(run_dir: Path) -> Path | None:
+    folder = run_dir / "checkpoints"
+    last = folder / "last.ckpt"
+    if last.is_file():
+        return last.resolve()
+    found = sorted(folder.glob("*.ckpt")) if folder.is_dir() else []
+    return found[0].resolve() if found else None
+
+
+def _finding_candidates(run_dir: Path) -> list[Any]:
+    from ocr.perf.report import build_report
+    from ocr.perf.tryout.candidate_options import candidates_from_findings
+
+    return candidates_from_findings(build_report(run_dir).findings)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run a ``try`` session for parsed ``args``."""
+    from ocr.perf.tryout.candidate_options import parse_candidate, unique_candidates
+    from ocr.perf.tryout.command import TryInputError, recorded_command
+    from ocr.perf.tryout.results import write_records
+    from ocr.perf.tryout.session import TryOptions, TrySession, paste_line
+    from ocr.perf.tryout.show import TrialProgress, print_results
+
+    run_dir: Path = args.run_dir
+    command = recorded_command(run_dir)
+    explicit = [parse_candidate(text) for text in args.candidate]
+    found = [] if args.no_findings else _finding_candidates(run_dir)
+    candidates = unique_candidates([*explicit, *found])
+    if not candidates:
+        raise TryInputError(
+            f"{run_dir}: nothing to try: the run's findings propose no change; name one with "
+            "--candidate KEY=VALUE"
+        )
+    options = TryOptions(args.budget, args.pairs, args.warmup, args.batches)
+    checkpoint = _checkpoint(run_dir)
+    if args.checkpoint is not None:
+        if not args.checkpoint.is_file():
+            raise TryInputError(f"--checkpoint {args.checkpoint}: no such file")
+        checkpoint = args.checkpoint.resolve()
+    scratch = Path(tempfile.mkdtemp(prefix="ocr-perf-try-"))
+    try:
+        with TrialProgress(len(candidates) * args.pairs * 2) as progress:
+            session = TrySession(
+                command,
+                candidates,
+                options,
+                scratch / "trials",
+                checkpoint=checkpoint,
+                on_trial=progress.trial,
+            )
+            records = session.run()
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)  # the trials' folders are ours, made above
+    path = write_records(run_dir, records)
+    print_results(records, session.budget_note, paste_line(records), path)
+    return EXIT_OK

@@ -1,0 +1,166 @@
+"""The command a run was started with, as ``perf/run.json`` recorded it, and a trial's command
+line built from it (the same interpreter, script and arguments, in the same working folder, with
+the trial's output folder and one change)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from ocr.perf.rundir import RunDirError, read_run_info
+
+__all__ = ["RecordedCommand", "TryInputError", "override_key", "recorded_command"]
+
+# Hydra arguments that would send a trial's output elsewhere or start several jobs.
+_DROPPED_KEYS = ("hydra.run.dir", "hydra.sweep.dir", "hydra.sweep.subdir")
+_MULTIRUN_FLAGS = ("-m", "--multirun")
+
+
+class TryInputError(ValueError):
+    """The run cannot be re-run (no command recorded, its folder gone) or an option is bad."""
+
+
+def override_key(override: str) -> str:
+    """The config key of a Hydra override: ``+data.x=1`` -> ``data.x``; ``~a.b`` -> ``a.b``."""
+    key = override.split("=", 1)[0]
+    return key.lstrip("+~")
+
+
+def _is_override(arg: str) -> bool:
+    return not arg.startswith("-") and "=" in arg
+
+
+@dataclass(frozen=True)
+class RecordedCommand:
+    """How a run was started.
+
+    Args:
+        run_dir: the run directory.
+        executable: the Python interpreter (``sys.executable``).
+        launcher: the interpreter's arguments before the app's own: ``["-m", "ocr.train"]``,
+            a console script's path, or a script's path.
+        flags: the app's own arguments that are not overrides (``--config-name x``), in order.
+        overrides: the app's Hydra overrides (``.hydra/overrides.yaml`` when saved), or its plain
+            arguments for a non-Hydra script.
+        cwd: the working folder it ran in.
+        hydra: the app is a Hydra app (overrides can be applied).
+        lightning_module: the LightningModule's class name, when recorded.
+        task_name: the Hydra config's ``task_name`` when recorded (``train`` for ours).
+    """
+
+    run_dir: Path
+    executable: str
+    launcher: tuple[str, ...]
+    flags: tuple[str, ...]
+    overrides: tuple[str, ...]
+    cwd: Path
+    hydra: bool
+    lightning_module: str | None = None
+    task_name: str | None = None
+
+    def argv(
+        self,
+        output_dir: Path,
+        changes: tuple[str, ...] = (),
+        drop_keys: tuple[str, ...] = (),
+        launcher: tuple[str, ...] | None = None,
+    ) -> list[str]:
+        """The command line of a trial writing into ``output_dir`` with ``changes`` (Hydra
+        overrides; an earlier override of the same key is replaced). ``drop_keys``: overrides
+        of these keys (or their sub-keys) are left out. ``launcher``: another entry point of the
+        same app (``ocr-test``). Only for a Hydra app."""
+        if not self.hydra:
+            raise TryInputError(f"{self.run_dir}: not a Hydra app; its arguments cannot be changed")
+        replaced = {override_key(c) for c in changes}
+        dropped = (*_DROPPED_KEYS, *drop_keys)
+
+        def keeps(override: str) -> bool:
+            key = override_key(override)
+            if key in replaced:
+                return False
+            return not any(key == k or key.startswith(k + ".") for k in dropped)
+
+        kept = [o for o in self.overrides if keeps(o)]
+        return [
+            self.executable,
+            *(self.launcher if launcher is None else launcher),
+            *self.flags,
+            *kept,
+            f"hydra.run.dir={output_dir}",
+            *changes,
+        ]
+
+
+def _read_overrides(path: Path) -> list[str] | None:
+    """``.hydra/overrides.yaml``: a YAML list of strings."""
+    import yaml
+
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except yaml.YAMLError as exc:
+        raise TryInputError(f"{path}: not valid YAML ({exc})") from exc
+    if not isinstance(data, list) or not all(isinstance(x, str) for x in data):
+        raise TryInputError(f"{path}: expected a list of override strings")
+    return data
+
+
+def recorded_command(run_dir: str | os.PathLike[str]) -> RecordedCommand:
+    """The command of the run in ``run_dir``; :class:`TryInputError` (one line, exit 2) when
+    it recorded none or cannot be re-run."""
+    root = Path(run_dir)
+    if not root.is_dir():
+        raise TryInputError(f"{root}: not a run directory (no such directory)")
+    try:
+        info = read_run_info(root)
+    except FileNotFoundError:
+        raise TryInputError(
+            f"{root}: no perf/run.json, so no command to re-run (record the run with the "
+            "performance callbacks, e.g. ocr-train callbacks=monitoring)"
+        ) from None
+    except RunDirError as exc:
+        raise TryInputError(str(exc)) from exc
+    executable, orig, argv = info.get("executable"), info.get("orig_argv"), info.get("argv")
+    if not isinstance(executable, str) or not isinstance(orig, list) or not isinstance(argv, list):
+        raise TryInputError(
+            f"{root / 'perf' / 'run.json'}: no command recorded (executable / orig_argv "
+            "missing: the run was made by an older receipt-ocr); re-record it to use try"
+        )
+    app_args = [str(a) for a in argv[1:]]
+    n_app = len(app_args)
+    # orig_argv = [python, *launcher, *app_args]
+    launcher = [str(a) for a in (orig[1 : len(orig) - n_app] if n_app else orig[1:])]
+    hydra_info = info.get("hydra")
+    launch_cwd = hydra_info.get("cwd") if isinstance(hydra_info, dict) else None
+    cwd = Path(str(launch_cwd or info.get("cwd") or root))
+    if not cwd.is_dir():
+        raise TryInputError(f"{root}: the run's working folder {cwd} no longer exists")
+    hydra = isinstance(hydra_info, dict)
+    overrides: list[str] | None = None
+    if hydra:
+        overrides_file = hydra_info.get("overrides_file") if isinstance(hydra_info, dict) else None
+        if overrides_file:
+            overrides = _read_overrides(root / str(overrides_file))
+        if overrides is None and isinstance(hydra_info, dict):
+            overrides = [str(o) for o in hydra_info.get("overrides") or []]
+    flags: list[str] = []
+    plain: list[str] = []
+    for arg in app_args:
+        if arg in _MULTIRUN_FLAGS:
+            continue
+        (plain if _is_override(arg) else flags).append(arg)
+    hparams = info.get("hparams") if isinstance(info.get("hparams"), dict) else {}
+    task = info.get("task_name") or (hparams or {}).get("task_name")
+    return RecordedCommand(
+        run_dir=root,
+        executable=executable,
+        launcher=tuple(launcher),
+        flags=tuple(flags) if hydra else (),
+        overrides=tuple((overrides if overrides is not None else plain) if hydra else app_args),
+        cwd=cwd,
+        hydra=hydra,
+        lightning_module=info.get("lightning_module"),
+        task_name=str(task) if task is not None else None,
+    )

@@ -1,0 +1,62 @@
+"""A trial's speed, read from the perf files its own run wrote (``perf/epochs.jsonl``)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from ocr.perf.report.load import EPOCH_SCHEMA
+from ocr.perf.rundir import PERF_DIRNAME, read_records
+
+__all__ = ["TrialSpeed", "stage_speed"]
+
+
+@dataclass(frozen=True)
+class TrialSpeed:
+    """Steady-state speed of one trial.
+
+    Args:
+        samples_per_sec: samples over the measured batches / their summed batch times.
+        sec_per_batch: mean batch time of the measured batches (seconds).
+        batches: batches measured.
+        complete: as many batches as asked were measured (the run did not end first).
+    """
+
+    samples_per_sec: float
+    sec_per_batch: float
+    batches: int
+    complete: bool
+
+
+def stage_speed(
+    run_dir: str | os.PathLike[str], stage: str, skip: int, batches: int | None
+) -> TrialSpeed | None:
+    """Speed of ``stage`` (``train``, ``val``, ``test``) over its batches in file order, the
+    first ``skip`` left out, at most ``batches`` (``None``: all). A batch's samples are its
+    epoch's mean (``samples / num_batches``: a short last batch counts fairly). ``None`` when
+    the files hold no measured batch of the stage."""
+    records = read_records(Path(run_dir) / PERF_DIRNAME / "epochs.jsonl", EPOCH_SCHEMA)
+    times: list[float] = []
+    samples: list[float] = []
+    for record in records:
+        if record.get("stage") != stage:
+            continue
+        kept = [float(t) for t in record.get("batch_times_s") or [] if isinstance(t, int | float)]
+        n = record.get("num_batches") or 0
+        if int(record.get("batch_times_stride") or 1) != 1 or not kept or n <= 0:
+            continue  # a thinned epoch's list does not say which batches it kept
+        per_batch = float(record.get("samples") or 0) / n
+        times.extend(kept)
+        samples.extend([per_batch] * len(kept))
+    end = None if batches is None else skip + batches
+    measured_t, measured_s = times[skip:end], samples[skip:end]
+    total = sum(measured_t)
+    if not measured_t or total <= 0:
+        return None
+    return TrialSpeed(
+        samples_per_sec=sum(measured_s) / total,
+        sec_per_batch=total / len(measured_t),
+        batches=len(measured_t),
+        complete=batches is None or len(measured_t) >= batches,
+    )

@@ -1,0 +1,403 @@
+"""One ``ocr-perf try`` session: pairs of trials per candidate, interleaved with the unchanged
+command, within a time budget; then the recommended changes together.
+
+Rounds go over the candidates (round 1: a pair for each, round 2: another pair for each, ...), so
+a budget that runs out leaves every candidate some pairs instead of leaving the last ones
+untried. Within a pair the order alternates (A B, then B A, ...; A the unchanged command). The
+plan follows the measured cost: before each pair the session checks that the longest pair of that
+kind so far still fits in what is left of the budget, and stops cleanly when it does not, naming
+what it left untried. A trial may not run past the budget's end (it is stopped there).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+from ocr.perf.candidates import Candidate
+from ocr.perf.tryout.command import RecordedCommand, override_key
+from ocr.perf.tryout.paired import outcome, speed_up
+from ocr.perf.tryout.results import TryRecord
+from ocr.perf.tryout.trial import TrialResult, run_eval_trial, run_training_trial
+
+__all__ = ["HMEAN_TOLERANCE", "TrialEvent", "TryOptions", "TrySession", "paste_line"]
+
+#: An eval-time change that lowers the H-mean on the run's checkpoint by more than this is never
+#: recommended, however fast.
+HMEAN_TOLERANCE = 0.005
+# A trial of known cost is stopped after this many times the longest one of its kind.
+_TRIAL_TIMEOUT_FACTOR = 4.0
+# How a failure of the unchanged command (A) starts its note.
+_BASE_FAILED = "the unchanged command"
+# Our LightningModule: eval-time candidates are checked with ocr-test on its checkpoint.
+_OUR_MODULE = "OCRLightningModule"
+
+
+@dataclass(frozen=True)
+class TryOptions:
+    """Args:
+    budget_s: wall-clock budget of the whole session, seconds.
+    pairs: pairs per candidate at most.
+    warmup: training batches skipped at the start of a trial.
+    batches: training batches measured per trial.
+    """
+
+    budget_s: float
+    pairs: int
+    warmup: int = 5
+    batches: int = 20
+
+
+@dataclass(frozen=True)
+class TrialEvent:
+    """One finished trial, for progress output.
+
+    Args:
+        label: the change (``unchanged`` for A).
+        pair: the pair's number for this change (1-based).
+        seconds: the trial's wall time.
+        samples_per_sec: its measured speed (``None`` when it failed).
+        error: why it failed.
+        done, planned: trials run so far and the current plan's total.
+    """
+
+    label: str
+    pair: int
+    seconds: float
+    samples_per_sec: float | None
+    error: str | None
+    done: int
+    planned: int
+
+
+@dataclass
+class _Arm:
+    """A change under measurement: its pairs so far."""
+
+    candidate: Candidate
+    changes: tuple[str, ...]
+    kind: str  # "train" or "eval"
+    keep: frozenset[str] = frozenset()
+    base: list[TrialResult] = field(default_factory=list)
+    changed: list[TrialResult] = field(default_factory=list)
+    failed: str | None = None
+
+    @property
+    def pairs(self) -> int:
+        return len(self.changed)
+
+
+def _keep_for(changes: Sequence[str]) -> frozenset[str]:
+    """What the window must leave on because a change concerns it."""
+    keep: set[str] = set()
+    for change in changes:
+        key = override_key(change).lower()
+        if "val" in key.split(".")[-1] or "sanity" in key:
+            keep.add("val")
+        if "checkpoint" in key:
+            keep.add("checkpoint")
+        if "log" in key:
+            keep.add("loggers")
+    return frozenset(keep)
+
+
+def _median(values: Sequence[float | None]) -> float | None:
+    clean = [v for v in values if v is not None]
+    return statistics.median(clean) if clean else None
+
+
+class TrySession:
+    """Measure ``candidates`` on the run of ``command`` (see the module docstring).
+
+    Args:
+        command: the run's recorded command.
+        candidates: the changes to measure.
+        options: budget, pairs, window.
+        work_dir: a new folder for the trials' output folders (made here, one per trial).
+        checkpoint: the run's checkpoint for eval-time candidates, or ``None``.
+        on_trial: called after every trial (progress output).
+        clock: seconds, monotonic (tests pass a fake).
+    """
+
+    def __init__(
+        self,
+        command: RecordedCommand,
+        candidates: Sequence[Candidate],
+        options: TryOptions,
+        work_dir: Path,
+        checkpoint: Path | None = None,
+        on_trial: Callable[[TrialEvent], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.command = command
+        self.candidates = list(candidates)
+        self.options = options
+        self.work_dir = work_dir
+        self.checkpoint = checkpoint
+        self.on_trial = on_trial
+        self.clock = clock
+        self.session = datetime.now(UTC).isoformat(timespec="seconds")
+        self._deadline = 0.0
+        self._pair_cost: dict[str, float] = {}
+        self._trial_cost: dict[str, float] = {}
+        self._done = 0
+        self._planned = 0
+        self._count = 0
+        self.budget_note = ""
+
+    # -- what can be measured --------------------------------------------------------------
+
+    def _not_applicable(self, c: Candidate) -> str | None:
+        if c.override is None:
+            return "a plain-language change: no override to apply; make it by hand and compare"
+        if not self.command.hydra:
+            return (
+                f"the run's command is not a Hydra app, so the override {c.override} cannot be "
+                "applied; make the change by hand"
+            )
+        if c.eval_time:
+            if self.command.lightning_module != _OUR_MODULE:
+                return "eval-time changes are checked with ocr-test, which evaluates our model only"
+            if self.checkpoint is None:
+                return f"eval-time: no checkpoint in {self.command.run_dir}/checkpoints to check"
+        return None
+
+    # -- running ---------------------------------------------------------------------------
+
+    def _trial(self, arm: _Arm, changes: tuple[str, ...], label: str) -> TrialResult:
+        self._count += 1
+        folder = self.work_dir / f"{self._count:03d}-{'B' if changes else 'A'}"
+        remaining = max(self._deadline - self.clock(), 1.0)
+        known = self._trial_cost.get(arm.kind)
+        timeout = remaining if known is None else min(remaining, known * _TRIAL_TIMEOUT_FACTOR)
+        if arm.kind == "eval":
+            assert self.checkpoint is not None
+            result = run_eval_trial(
+                self.command, folder, changes, self.checkpoint, timeout=max(timeout, 1.0)
+            )
+        else:
+            result = run_training_trial(
+                self.command,
+                folder,
+                changes,
+                warmup=self.options.warmup,
+                batches=self.options.batches,
+                timeout=max(timeout, 1.0),
+                keep=arm.keep,
+            )
+        self._done += 1
+        self._trial_cost[arm.kind] = max(self._trial_cost.get(arm.kind, 0.0), result.seconds)
+        if self.on_trial is not None:
+            speed = result.speed.samples_per_sec if result.speed else None
+            self.on_trial(
+                TrialEvent(
+                    label,
+                    arm.pairs + 1,
+                    result.seconds,
+                    speed,
+                    result.error,
+                    self._done,
+                    self._planned,
+                )
+            )
+        return result
+
+    def _pair(self, arm: _Arm, index: int) -> bool:
+        """Run one pair of ``arm`` (order by ``index``); False when it did not fit or failed."""
+        cost = self._pair_cost.get(arm.kind)
+        if cost is not None and self.clock() + cost > self._deadline:
+            return False
+        started = self.clock()
+        # the plan is an estimate from the longest pair so far: a shorter one leaves room for
+        # a pair it did not count
+        self._planned = max(self._planned, self._done + 2)
+        order = ("A", "B") if index % 2 == 0 else ("B", "A")
+        results: dict[str, TrialResult] = {}
+        label = " ".join(arm.changes)
+        for side in order:
+            changes = arm.changes if side == "B" else ()
+            result = self._trial(arm, changes, label if side == "B" else "unchanged")
+            if result.error is not None or result.speed is None:
+                who = "the change" if side == "B" else _BASE_FAILED
+                arm.failed = f"{who}: {result.error}"
+                return False
+            results[side] = result
+        arm.base.append(results["A"])
+        arm.changed.append(results["B"])
+        self._pair_cost[arm.kind] = max(self._pair_cost.get(arm.kind, 0.0), self.clock() - started)
+        return True
+
+    def _measure(self, arms: list[_Arm]) -> list[_Arm]:
+        """Rounds of pairs over ``arms`` until each has ``options.pairs`` or the budget ends;
+        returns the arms still untried or short of pairs when the budget ended. When the
+        unchanged command itself fails, every arm of its kind fails with that reason: it would
+        fail again for each."""
+        active = list(arms)
+        for index in range(self.options.pairs):
+            for arm in list(active):
+                if arm not in active:
+                    continue  # failed with the unchanged command, below
+                if not self._pair(arm, index):
+                    if arm.failed is None:
+                        return active  # out of budget
+                    active.remove(arm)
+                    if arm.failed.startswith(_BASE_FAILED):
+                        for other in [a for a in active if a.kind == arm.kind]:
+                            other.failed = arm.failed
+                            active.remove(other)
+            self._replan(active, index + 1)
+        return []
+
+    def _replan(self, active: list[_Arm], rounds_done: int) -> None:
+        """After a round: the plan's total trials, from the measured pair costs and the budget
+        left, going round the arms as :meth:`_measure` will."""
+        left = max(self._deadline - self.clock(), 0.0)
+        pairs = 0
+        for _ in range(self.options.pairs - rounds_done):
+            for arm in active:
+                cost = self._pair_cost.get(arm.kind, 0.0)
+                if cost > left:
+                    break
+                left -= cost
+                pairs += 1
+            else:
+                continue
+            break
+        self._planned = self._done + 2 * pairs
+
+    def _record(self, arm: _Arm, kind: str = "candidate") -> TryRecord:
+        c = arm.candidate
+        common = {
+            "session": self.session,
+            "kind": kind,
+            "override": " ".join(arm.changes) or c.override,
+            "description": c.description,
+            "family": c.family,
+            "alters_computation": c.alters_computation,
+            "eval_time": c.eval_time,
+        }
+        if arm.pairs == 0:
+            status = "failed" if arm.failed else "untried"
+            note = arm.failed or "the budget ran out before its first pair"
+            return TryRecord(**common, status=status, note=note)  # type: ignore[arg-type]
+        ratios = [
+            b.speed.samples_per_sec / a.speed.samples_per_sec
+            for a, b in zip(arm.base, arm.changed, strict=True)
+            if a.speed is not None and b.speed is not None
+        ]
+        s = speed_up(ratios)
+        status = outcome(s)
+        notes: list[str] = []
+        hmean_base = _median([r.hmean for r in arm.base]) if arm.kind == "eval" else None
+        hmean_changed = _median([r.hmean for r in arm.changed]) if arm.kind == "eval" else None
+        if hmean_base is not None and hmean_changed is not None:
+            drop = hmean_base - hmean_changed
+            if drop > HMEAN_TOLERANCE:
+                status = "H-mean drop"
+                notes.append(
+                    f"H-mean {hmean_base:.4f} -> {hmean_changed:.4f} on the checkpoint "
+                    f"(drop {drop:.4f} > {HMEAN_TOLERANCE}): not recommended"
+                )
+        if arm.failed:
+            notes.append(f"stopped after {arm.pairs} pairs: {arm.failed}")
+        elif arm.pairs < self.options.pairs:
+            notes.append(f"{arm.pairs} of {self.options.pairs} pairs (budget)")
+        if arm.kind == "eval":
+            notes.append("speed of evaluation (ocr-test on the checkpoint)")
+        return TryRecord(
+            **common,  # type: ignore[arg-type]
+            status=status,
+            pairs=s.pairs,
+            ratios=s.ratios,
+            median=s.median,
+            low=s.low,
+            high=s.high,
+            base_samples_per_sec=_median([r.speed.samples_per_sec for r in arm.base if r.speed]),
+            changed_samples_per_sec=_median(
+                [r.speed.samples_per_sec for r in arm.changed if r.speed]
+            ),
+            hmean_base=hmean_base,
+            hmean_changed=hmean_changed,
+            note="; ".join(notes),
+        )
+
+    def run(self) -> list[TryRecord]:
+        """Measure every candidate, then the recommended training changes together; the
+        records in candidate order, the combination last."""
+        self._deadline = self.clock() + self.options.budget_s
+        self.work_dir.mkdir(parents=True)
+        records: dict[int, TryRecord] = {}
+        arms: list[_Arm] = []
+        for i, c in enumerate(self.candidates):
+            why = self._not_applicable(c)
+            if why is not None:
+                records[i] = TryRecord(
+                    self.session,
+                    "candidate",
+                    c.override,
+                    c.description,
+                    c.family,
+                    c.alters_computation,
+                    c.eval_time,
+                    "not applicable",
+                    note=why,
+                )
+                continue
+            assert c.override is not None
+            kind = "eval" if c.eval_time else "train"
+            arms.append(_Arm(c, (c.override,), kind, _keep_for((c.override,))))
+        self._planned = 2 * len(arms) * self.options.pairs
+        left = self._measure(arms)
+        if left:
+            self.budget_note = "the budget ran out; left short: " + ", ".join(
+                " ".join(a.changes) for a in left
+            )
+        out = [records.get(i) for i in range(len(self.candidates))]
+        by_candidate = {id(a.candidate): self._record(a) for a in arms}
+        result = [
+            r if r is not None else by_candidate[id(c)]
+            for r, c in zip(out, self.candidates, strict=True)
+        ]
+        winners = [
+            (a, by_candidate[id(a.candidate)])
+            for a in arms
+            if by_candidate[id(a.candidate)].recommended and a.kind == "train"
+        ]
+        if len(winners) >= 2:
+            result.append(self._together([a for a, _ in winners]))
+        return result
+
+    def _together(self, winners: list[_Arm]) -> TryRecord:
+        changes = tuple(c for a in winners for c in a.changes)
+        together = Candidate(
+            "combined",
+            "the recommended changes together",
+            " ".join(changes),
+            any(a.candidate.alters_computation for a in winners),
+            False,
+        )
+        arm = _Arm(together, changes, "train", _keep_for(changes))
+        self._planned = self._done + 2 * self.options.pairs
+        left = self._measure([arm])
+        if left:
+            self.budget_note = (self.budget_note + "; " if self.budget_note else "") + (
+                "the budget ran out while verifying the recommended changes together"
+            )
+        return self._record(arm, kind="combined")
+
+
+def paste_line(records: Sequence[TryRecord]) -> str | None:
+    """The overrides to paste: the recommended ones, together when their combination was
+    verified (or there is one); the best single one when the combination was not recommended."""
+    winners = [r for r in records if r.kind == "candidate" and r.recommended and r.override]
+    if not winners:
+        return None
+    combined = next((r for r in records if r.kind == "combined"), None)
+    if combined is None or combined.recommended:
+        return " ".join(r.override for r in winners if r.override)
+    best = max(winners, key=lambda r: r.median or 0.0)
+    return best.override

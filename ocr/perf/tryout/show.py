@@ -1,0 +1,128 @@
+"""What ``ocr-perf try`` prints: a live progress bar in a terminal (one plain line per trial
+otherwise), then a table of the measured changes and the override line to paste."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from types import TracebackType
+
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+)
+from rich.table import Table
+
+from ocr.console import fit_table, print_renderable, stdout_is_live
+from ocr.perf.tryout.results import TryRecord
+from ocr.perf.tryout.session import TrialEvent
+
+__all__ = ["TrialProgress", "format_trial", "print_results"]
+
+
+def format_trial(event: TrialEvent) -> str:
+    """One trial as a line: ``trial 3/20  data.num_workers=2 (pair 2)  41.2 samples/s  6.1 s``."""
+    speed = f"{event.samples_per_sec:.1f} samples/s" if event.samples_per_sec else "failed"
+    line = f"trial {event.done}/{event.planned}  {event.label} (pair {event.pair})  {speed}"
+    line += f"  {event.seconds:.1f} s"
+    return line + (f"  {event.error}" if event.error else "")
+
+
+class TrialProgress:
+    """Progress of the trials: Rich's live bar when stdout is a terminal, else a plain line per
+    trial (a log file sees each as it ends)."""
+
+    def __init__(self, planned: int) -> None:
+        self.live = stdout_is_live()
+        self._progress: Progress | None = None
+        self._task: TaskID | None = None
+        self._planned = planned
+
+    def __enter__(self) -> TrialProgress:
+        if self.live:
+            self._progress = Progress(
+                TextColumn("ocr-perf try"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                TextColumn("{task.description}"),
+            )
+            self._progress.start()
+            self._task = self._progress.add_task("", total=self._planned)
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+
+    def trial(self, event: TrialEvent) -> None:
+        if self._progress is None or self._task is None:
+            print(format_trial(event), flush=True)
+            return
+        self._progress.update(
+            self._task,
+            completed=event.done,
+            total=max(event.planned, event.done),
+            description=event.label,
+        )
+        self._progress.console.print(format_trial(event), markup=False, highlight=False)
+
+
+def _interval(r: TryRecord) -> str:
+    if r.median is None or r.low is None or r.high is None:
+        return "-"
+    return f"{r.median:.3f} [{r.low:.3f}, {r.high:.3f}]"
+
+
+def _labels(r: TryRecord) -> str:
+    labels = []
+    if r.alters_computation:
+        labels.append("alters computation")
+    if r.eval_time:
+        labels.append("eval-time")
+    return ", ".join(labels)
+
+
+def results_table(records: Sequence[TryRecord], dropped: frozenset[str] = frozenset()) -> Table:
+    table = Table(title="Measured changes (speed-up = changed / unchanged, 95 % interval)")
+    table.add_column("change", overflow="fold", min_width=16)
+    table.add_column("speed-up", no_wrap=True)
+    table.add_column("pairs", justify="right", no_wrap=True)
+    table.add_column("outcome", overflow="fold", min_width=12)
+    if "labels" not in dropped:
+        table.add_column("labels", overflow="fold", min_width=10)
+    if "note" not in dropped:
+        table.add_column("note", overflow="fold", min_width=12)
+    for r in records:
+        row = [r.override or r.description, _interval(r), str(r.pairs), r.status]
+        if "labels" not in dropped:
+            row.append(_labels(r))
+        if "note" not in dropped:
+            row.append(r.note)
+        table.add_row(*row)
+    return table
+
+
+def print_results(
+    records: Sequence[TryRecord], budget_note: str, paste: str | None, path: Path
+) -> None:
+    import rich
+
+    width = rich.get_console().width
+    print_renderable(fit_table(lambda d: results_table(records, d), ("note", "labels"), width))
+    if budget_note:
+        print_renderable(f"Budget: {budget_note}", markup=False, highlight=False)
+    if paste:
+        print_renderable(f"Paste: {paste}", markup=False, highlight=False)
+    else:
+        print_renderable("Nothing recommended.", markup=False)
+    print_renderable(f"Results: {path}", markup=False, highlight=False)

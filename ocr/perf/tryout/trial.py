@@ -1,0 +1,126 @@
+"""One trial: the run's command (or ``ocr-test`` on its checkpoint) with a change, in a fresh
+folder, as a subprocess; its speed read back from the perf files it wrote."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from ocr.perf.try_window import ENV_VAR, TryWindow
+from ocr.perf.tryout.command import RecordedCommand
+from ocr.perf.tryout.measure import TrialSpeed, stage_speed
+
+__all__ = ["TrialResult", "run_eval_trial", "run_training_trial"]
+
+# What a failed trial shows of its output.
+_TAIL_LINES = 6
+# ocr-test prints this line (ocr/test.py); eval-time trials are for our app only.
+_HMEAN_LINE = re.compile(r"H-mean on split '[^']*': ([0-9.]+)")
+# Our throughput callback on the ocr-test run: its test-stage speed, nothing else.
+_EVAL_RECORDER = (
+    "+callbacks.try_throughput={_target_:'ocr.lightning_modules.callbacks."
+    "ThroughputMonitorCallback',flops:false,peak_memory:false}"
+)
+# Overrides of the training command that do not belong to ocr-test's config.
+_TRAIN_ONLY_KEYS = ("callbacks", "ckpt_path", "test_after_fit")
+
+
+@dataclass(frozen=True)
+class TrialResult:
+    """What one trial gave.
+
+    Args:
+        folder: its output folder.
+        seconds: its wall time, start-up included.
+        speed: its steady-state speed, or ``None`` when it failed.
+        error: why it failed (exit status and the last lines of its output), else ``None``.
+        hmean: the H-mean an eval trial printed, else ``None``.
+    """
+
+    folder: Path
+    seconds: float
+    speed: TrialSpeed | None
+    error: str | None = None
+    hmean: float | None = None
+
+
+def _run(argv: list[str], cwd: Path, log: Path, env: dict[str, str], timeout: float) -> str | None:
+    """Run ``argv``; its output goes to ``log``. The error text, or ``None`` on success."""
+    with open(log, "w", encoding="utf-8") as out:
+        try:
+            proc = subprocess.run(
+                argv, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT, timeout=timeout
+            )
+        except subprocess.TimeoutExpired:
+            return f"stopped after {timeout:.0f} s (time limit of a trial); output: {log}"
+    if proc.returncode == 0:
+        return None
+    lines = log.read_text(encoding="utf-8", errors="replace").strip().splitlines()
+    tail = " | ".join(line.strip() for line in lines[-_TAIL_LINES:])
+    return f"exit status {proc.returncode}: {tail}"
+
+
+def run_training_trial(
+    command: RecordedCommand,
+    folder: Path,
+    changes: tuple[str, ...],
+    *,
+    warmup: int,
+    batches: int,
+    timeout: float,
+    keep: frozenset[str] = frozenset(),
+) -> TrialResult:
+    """The run's own command with ``changes`` in a short training window (``ocr.perf.try_window``)
+    writing into ``folder`` (must not exist yet; made here)."""
+    folder.mkdir(parents=True)
+    window = TryWindow(warmup, batches, folder, keep)
+    env = {**os.environ, ENV_VAR: window.to_env()}
+    started = time.perf_counter()
+    argv = command.argv(folder, changes)
+    error = _run(argv, command.cwd, folder.with_suffix(".log"), env, timeout)
+    seconds = time.perf_counter() - started
+    if error is not None:
+        return TrialResult(folder, seconds, None, error)
+    speed = stage_speed(folder, "train", warmup, batches)
+    if speed is None:
+        error = (
+            f"the trial wrote no measured training batch into {folder}/perf/epochs.jsonl: the "
+            "app must record with ocr's performance callbacks (PerformanceProfilerCallback or "
+            "ThroughputMonitorCallback, stage train) and train more than the warm-up batches"
+        )
+    return TrialResult(folder, seconds, speed, error)
+
+
+def run_eval_trial(
+    command: RecordedCommand,
+    folder: Path,
+    changes: tuple[str, ...],
+    checkpoint: Path,
+    *,
+    timeout: float,
+) -> TrialResult:
+    """``ocr-test`` on ``checkpoint`` (validation split) with the run's overrides and
+    ``changes``, in ``folder``: its test-stage speed (first batch skipped) and H-mean."""
+    folder.mkdir(parents=True)
+    argv = command.argv(
+        folder,
+        (f"checkpoint_path={checkpoint}", "split=val", _EVAL_RECORDER, *changes),
+        drop_keys=_TRAIN_ONLY_KEYS,
+        launcher=("-m", "ocr.test"),
+    )
+    log = folder.with_suffix(".log")
+    started = time.perf_counter()
+    error = _run(argv, command.cwd, log, dict(os.environ), timeout)
+    seconds = time.perf_counter() - started
+    if error is not None:
+        return TrialResult(folder, seconds, None, error)
+    match = _HMEAN_LINE.search(log.read_text(encoding="utf-8", errors="replace"))
+    hmean = float(match.group(1)) if match else None
+    speed = stage_speed(folder, "test", 1, None)
+    if speed is None or hmean is None:
+        return TrialResult(folder, seconds, speed, f"ocr-test gave no speed or H-mean; see {log}")
+    return TrialResult(folder, seconds, speed, None, hmean)

@@ -1,0 +1,100 @@
+"""An ``ocr-perf try`` trial window on a plain Lightning app (no Hydra, no config of ours): the
+performance callbacks stop the fit after warm-up + measured batches, run no validation, write no
+checkpoint and no logs, and put their perf files in the trial's folder."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import lightning as L
+import pytest
+import torch
+from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
+from lightning.pytorch.loggers import CSVLogger
+from torch.utils.data import DataLoader, TensorDataset
+
+from ocr.lightning_modules.callbacks import ThroughputMonitorCallback
+from ocr.perf.try_window import ENV_VAR, TryWindow
+from ocr.perf.tryout.measure import stage_speed
+
+
+class Counting(L.LightningModule):
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer = torch.nn.Linear(4, 1)
+        self.val_steps = 0
+
+    def training_step(self, batch: list[torch.Tensor], batch_idx: int) -> torch.Tensor:
+        return self.layer(batch[0]).pow(2).mean()
+
+    def validation_step(self, batch: list[torch.Tensor], batch_idx: int) -> None:
+        self.val_steps += 1
+        self.log("val_loss", self.layer(batch[0]).mean())
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+
+def _fit(root: Path, min_epochs: int | None = None) -> tuple[L.Trainer, Counting]:
+    data = TensorDataset(torch.randn(40, 4))
+    module = Counting()
+    trainer = L.Trainer(
+        max_epochs=3,
+        min_epochs=min_epochs,
+        default_root_dir=root,
+        accelerator="cpu",
+        callbacks=[
+            ThroughputMonitorCallback(flops=False, peak_memory=False),
+            ModelCheckpoint(dirpath=root / "ckpt", save_last=True),
+            LearningRateMonitor(),  # requires a logger: the window must leave it one
+        ],
+        logger=CSVLogger(root, name="csv"),
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        log_every_n_steps=1,
+    )
+    trainer.fit(module, DataLoader(data, batch_size=4), DataLoader(data, batch_size=4))
+    return trainer, module
+
+
+def test_window_stops_after_warmup_and_measured_batches(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    trial = tmp_path / "trial"
+    monkeypatch.setenv(ENV_VAR, TryWindow(2, 5, trial).to_env())
+    trainer, module = _fit(tmp_path / "app_root", min_epochs=2)  # min_epochs must not hold it
+    assert trainer.global_step == 7
+    assert module.val_steps == 0
+    assert not (tmp_path / "app_root" / "ckpt").exists()
+    # Lightning creates the loggers' experiments (a CSV logger's empty folder) before any
+    # callback's setup; nothing is logged into it
+    assert [p for p in (tmp_path / "app_root" / "csv").rglob("*") if p.is_file()] == []
+    assert not (tmp_path / "app_root" / "perf").exists()
+    speed = stage_speed(trial, "train", 2, 5)
+    assert speed is not None
+    assert speed.batches == 5
+    assert speed.complete
+    assert speed.samples_per_sec > 0
+
+
+def test_window_keeps_what_the_change_concerns(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    trial = tmp_path / "trial"
+    window = TryWindow(1, 12, trial, frozenset({"val", "checkpoint", "loggers"}))
+    monkeypatch.setenv(ENV_VAR, window.to_env())
+    trainer, module = _fit(tmp_path / "app_root")
+    assert trainer.global_step == 13  # into the second epoch (10 batches each)
+    assert module.val_steps > 0
+    assert (tmp_path / "app_root" / "ckpt" / "last.ckpt").is_file()
+    assert (tmp_path / "app_root" / "csv").is_dir()
+
+
+def test_without_the_variable_nothing_changes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(ENV_VAR, raising=False)
+    trainer, module = _fit(tmp_path / "app_root")
+    assert trainer.global_step == 30
+    assert module.val_steps > 0
+    assert (tmp_path / "app_root" / "perf" / "epochs.jsonl").is_file()

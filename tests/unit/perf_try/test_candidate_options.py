@@ -1,0 +1,65 @@
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pytest
+
+from ocr.perf.candidates import Candidate
+from ocr.perf.tryout.candidate_options import (
+    candidates_from_findings,
+    parse_candidate,
+    unique_candidates,
+)
+from ocr.perf.tryout.command import TryInputError
+
+
+@pytest.mark.parametrize(
+    ("text", "family", "alters", "eval_time"),
+    [
+        ("data.num_workers=4", "workers", False, False),
+        ("data.prefetch_factor=4", "prefetch", False, False),
+        ("data.pin_memory=true", "pin_memory", False, False),
+        ("data.batch_size=16", "batch_size", True, False),
+        ("trainer.precision=bf16-mixed", "precision", True, False),
+        ("data.canvas_size=320", "other", True, False),
+        ("model.postprocess.box_thresh=0.6", "postprocess", True, True),
+        ("+data.polygon_cache.enabled=true", "polygon_cache", False, False),
+        ("trainer.benchmark=true", "cudnn_benchmark", False, False),
+        ("torch_threads=2", "threads", False, False),
+        ("model.compile=true", "compile", False, False),
+        ("trainer.log_every_n_steps=51", "other", False, False),
+    ],
+)
+def test_family_and_labels_from_the_key(
+    text: str, family: str, alters: bool, eval_time: bool
+) -> None:
+    c = parse_candidate(text)
+    assert (c.family, c.alters_computation, c.eval_time) == (family, alters, eval_time)
+    assert c.override == text
+
+
+def test_cache_key_is_the_polygon_cache_family() -> None:
+    assert parse_candidate("data.polygon_cache_size=100").family == "polygon_cache"
+
+
+@pytest.mark.parametrize("text", ["num_workers", "=4", "a b=1", "x="])
+def test_not_an_override_is_refused_by_name(text: str) -> None:
+    with pytest.raises(TryInputError, match="--candidate"):
+        parse_candidate(text)
+
+
+@dataclass
+class _Finding:
+    candidates: list[Candidate] = field(default_factory=list)
+
+
+class _OldFinding:  # a finding type without candidates
+    pass
+
+
+def test_findings_candidates_in_order_and_deduplicated() -> None:
+    a = Candidate("workers", "more workers", "data.num_workers=4")
+    b = Candidate("threads", "fewer threads (no key)", None)
+    found = candidates_from_findings([_Finding([a]), _OldFinding(), _Finding([b, a])])
+    assert found == [a, b, a]
+    assert unique_candidates(found) == [a, b]

@@ -1,0 +1,267 @@
+"""The session's plan with fake trials: pairs, order, budget, the H-mean rule, winners together."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ocr.perf.candidates import Candidate
+from ocr.perf.tryout import session as session_mod
+from ocr.perf.tryout.command import RecordedCommand
+from ocr.perf.tryout.measure import TrialSpeed
+from ocr.perf.tryout.session import HMEAN_TOLERANCE, TryOptions, TrySession, paste_line
+from ocr.perf.tryout.trial import TrialResult
+
+WORKERS = Candidate("workers", "more workers", "data.num_workers=4")
+PREFETCH = Candidate("prefetch", "deeper prefetch", "data.prefetch_factor=4")
+NOOP = Candidate("other", "nothing", "trainer.log_every_n_steps=51")
+BOX = Candidate("postprocess", "stricter boxes", "model.postprocess.box_thresh=0.95", True, True)
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _command(
+    tmp_path: Path, hydra: bool = True, module: str = "OCRLightningModule"
+) -> RecordedCommand:
+    return RecordedCommand(
+        run_dir=tmp_path / "run",
+        executable="python",
+        launcher=("-m", "app"),
+        flags=(),
+        overrides=("x=1",),
+        cwd=tmp_path,
+        hydra=hydra,
+        lightning_module=module,
+    )
+
+
+@pytest.fixture
+def fake_trials(monkeypatch: pytest.MonkeyPatch) -> tuple[FakeClock, list[tuple[str, ...]]]:
+    """Trials take 10 s on the fake clock; speed 100 samples/s, x2 with workers, x1.5 with
+    prefetch (x3 with both), and box_thresh keeps the speed but drops the H-mean 0.80 -> 0.60."""
+    clock = FakeClock()
+    calls: list[tuple[str, ...]] = []
+
+    def speed(changes: tuple[str, ...]) -> float:
+        s = 100.0 * (1.0 + 0.001 * (len(calls) % 3))  # a little noise, the same on both sides
+        if any("num_workers" in c for c in changes):
+            s *= 2.0
+        if any("prefetch" in c for c in changes):
+            s *= 1.5
+        return s
+
+    def training(command, folder, changes, **kwargs):  # type: ignore[no-untyped-def]
+        calls.append(changes)
+        clock.now += 10.0
+        return TrialResult(folder, 10.0, TrialSpeed(speed(changes), 0.1, 20, True))
+
+    def evaluation(command, folder, changes, checkpoint, **kwargs):  # type: ignore[no-untyped-def]
+        calls.append(changes)
+        clock.now += 10.0
+        hmean = 0.60 if any("box_thresh" in c for c in changes) else 0.80
+        return TrialResult(folder, 10.0, TrialSpeed(speed(changes), 0.1, 5, True), None, hmean)
+
+    monkeypatch.setattr(session_mod, "run_training_trial", training)
+    monkeypatch.setattr(session_mod, "run_eval_trial", evaluation)
+    return clock, calls
+
+
+def test_pairs_alternate_order_and_winners_are_verified_together(
+    tmp_path: Path, fake_trials: tuple[FakeClock, list[tuple[str, ...]]]
+) -> None:
+    clock, calls = fake_trials
+    session = TrySession(
+        _command(tmp_path),
+        [WORKERS, PREFETCH, NOOP],
+        TryOptions(10_000, 3),
+        tmp_path / "w",
+        clock=clock,
+    )
+    records = session.run()
+    by = {r.override: r for r in records}
+    assert by["data.num_workers=4"].status == "recommended"
+    assert by["data.num_workers=4"].median == pytest.approx(2.0, rel=0.01)
+    assert by["data.prefetch_factor=4"].status == "recommended"
+    assert by["trainer.log_every_n_steps=51"].status == "no significant change"
+    combined = records[-1]
+    assert combined.kind == "combined"
+    assert combined.override == "data.num_workers=4 data.prefetch_factor=4"
+    assert combined.status == "recommended"
+    assert combined.median == pytest.approx(3.0, rel=0.01)
+    # round 1 A B per candidate, round 2 B A, round 3 A B; then the combination
+    assert calls[:2] == [(), ("data.num_workers=4",)]
+    assert calls[6:8] == [("data.num_workers=4",), ()]
+    assert len(calls) == 3 * 3 * 2 + 3 * 2
+    assert paste_line(records) == "data.num_workers=4 data.prefetch_factor=4"
+
+
+def test_budget_stops_cleanly_and_names_what_is_left(
+    tmp_path: Path, fake_trials: tuple[FakeClock, list[tuple[str, ...]]]
+) -> None:
+    clock, calls = fake_trials
+    # 20 s per pair: 75 s fits round 1 (3 pairs = 60 s), not a fourth pair
+    session = TrySession(
+        _command(tmp_path),
+        [WORKERS, PREFETCH, NOOP],
+        TryOptions(75, 5),
+        tmp_path / "w",
+        clock=clock,
+    )
+    records = session.run()
+    assert clock.now <= 75
+    assert len(calls) == 6
+    assert all(r.pairs == 1 for r in records)
+    assert all(r.status == "inconclusive" for r in records)  # one pair says nothing
+    assert all("1 of 5 pairs (budget)" in r.note for r in records)
+    assert "left short" in session.budget_note
+    assert "data.num_workers=4" in session.budget_note
+
+
+def test_budget_too_small_for_the_first_pair_leaves_candidates_untried(
+    tmp_path: Path, fake_trials: tuple[FakeClock, list[tuple[str, ...]]]
+) -> None:
+    clock, _ = fake_trials
+    session = TrySession(
+        _command(tmp_path), [WORKERS, PREFETCH], TryOptions(25, 3), tmp_path / "w", clock=clock
+    )
+    records = session.run()
+    assert [r.status for r in records] == ["inconclusive", "untried"]
+    assert "budget ran out" in records[1].note
+
+
+def test_eval_time_change_that_lowers_hmean_is_never_recommended(
+    tmp_path: Path, fake_trials: tuple[FakeClock, list[tuple[str, ...]]]
+) -> None:
+    clock, _ = fake_trials
+    ckpt = tmp_path / "last.ckpt"
+    session = TrySession(
+        _command(tmp_path), [BOX], TryOptions(10_000, 3), tmp_path / "w", ckpt, clock=clock
+    )
+    (record,) = session.run()
+    assert record.status == "H-mean drop"
+    assert not record.recommended
+    assert record.hmean_base == pytest.approx(0.80)
+    assert record.hmean_changed == pytest.approx(0.60)
+    assert str(HMEAN_TOLERANCE) in record.note
+    assert paste_line([record]) is None
+
+
+def test_what_cannot_be_applied_is_said_per_candidate(
+    tmp_path: Path, fake_trials: tuple[FakeClock, list[tuple[str, ...]]]
+) -> None:
+    clock, calls = fake_trials
+    words = Candidate("threads", "use fewer torch threads", None)
+    plain = TrySession(
+        _command(tmp_path, hydra=False),
+        [WORKERS, words],
+        TryOptions(100, 3),
+        tmp_path / "a",
+        clock=clock,
+    ).run()
+    assert [r.status for r in plain] == ["not applicable", "not applicable"]
+    assert "not a Hydra app" in plain[0].note
+    assert "plain-language" in plain[1].note
+    foreign = TrySession(
+        _command(tmp_path, module="MyModule"),
+        [BOX],
+        TryOptions(100, 3),
+        tmp_path / "b",
+        tmp_path / "c.ckpt",
+        clock=clock,
+    ).run()
+    assert foreign[0].status == "not applicable"
+    assert "ocr-test" in foreign[0].note
+    assert calls == []
+
+
+def test_a_failing_trial_fails_its_candidate_only(
+    tmp_path: Path,
+    fake_trials: tuple[FakeClock, list[tuple[str, ...]]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clock, _ = fake_trials
+    ok = session_mod.run_training_trial
+
+    def flaky(command, folder, changes, **kwargs):  # type: ignore[no-untyped-def]
+        if any("prefetch" in c for c in changes):
+            return TrialResult(folder, 1.0, None, "exit status 1: KeyError: prefetch_factor")
+        return ok(command, folder, changes, **kwargs)
+
+    monkeypatch.setattr(session_mod, "run_training_trial", flaky)
+    records = TrySession(
+        _command(tmp_path),
+        [PREFETCH, WORKERS],
+        TryOptions(10_000, 3),
+        tmp_path / "w",
+        clock=clock,
+    ).run()
+    assert records[0].status == "failed"
+    assert "KeyError" in records[0].note
+    assert records[1].status == "recommended"
+
+
+def test_a_failing_unchanged_command_stops_every_candidate_of_its_kind(
+    tmp_path: Path,
+    fake_trials: tuple[FakeClock, list[tuple[str, ...]]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clock, calls = fake_trials
+
+    def broken(command, folder, changes, **kwargs):  # type: ignore[no-untyped-def]
+        calls.append(changes)
+        return TrialResult(folder, 1.0, None, "exit status 1: MisconfigurationException")
+
+    monkeypatch.setattr(session_mod, "run_training_trial", broken)
+    records = TrySession(
+        _command(tmp_path),
+        [WORKERS, PREFETCH, NOOP],
+        TryOptions(10_000, 3),
+        tmp_path / "w",
+        clock=clock,
+    ).run()
+    assert [r.status for r in records] == ["failed"] * 3
+    assert all("the unchanged command" in r.note for r in records)
+    assert calls == [()]  # tried once, not once per candidate
+
+
+def test_plan_follows_the_measured_pair_cost(
+    tmp_path: Path, fake_trials: tuple[FakeClock, list[tuple[str, ...]]]
+) -> None:
+    clock, calls = fake_trials
+    events: list[session_mod.TrialEvent] = []
+    # round 1: 3 pairs of 20 s; 40 s left: two more pairs, then the budget is spent
+    TrySession(
+        _command(tmp_path),
+        [WORKERS, PREFETCH, NOOP],
+        TryOptions(100, 5),
+        tmp_path / "w",
+        on_trial=events.append,
+        clock=clock,
+    ).run()
+    assert len(calls) == 10
+    assert events[0].planned == 30  # before anything was measured: 5 pairs each
+    assert [e.planned for e in events[6:]] == [10] * 4
+    assert events[-1].done == 10
+
+
+def test_progress_never_counts_past_its_plan(
+    tmp_path: Path, fake_trials: tuple[FakeClock, list[tuple[str, ...]]]
+) -> None:
+    clock, _ = fake_trials
+    events: list[session_mod.TrialEvent] = []
+    TrySession(
+        _command(tmp_path),
+        [WORKERS, PREFETCH],
+        TryOptions(10_000, 2),
+        tmp_path / "w",
+        on_trial=events.append,
+        clock=clock,
+    ).run()
+    assert all(e.done <= e.planned for e in events)
