@@ -1,5 +1,5 @@
 """Candidates for ``ocr-perf try``: from ``--candidate KEY=VALUE`` options and from the verdict's
-findings (``finding.candidates`` where findings carry them).
+findings (the candidates of the highest-scoring ones, :data:`TOP_FINDINGS`).
 
 The family and the labels of an explicit override are inferred from the key's leaf name, since
 that is all a command-line override says: ``batch_size``, ``precision``, a canvas / image size and
@@ -10,12 +10,12 @@ checkpoint, not timed in training). Unknown keys are family ``other``, not alter
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any
 
 from ocr.perf.candidates import Candidate
+from ocr.perf.findings import Finding
 from ocr.perf.tryout.command import TryInputError, override_key
 
-__all__ = ["candidates_from_findings", "parse_candidate", "unique_candidates"]
+__all__ = ["TOP_FINDINGS", "candidates_from_findings", "parse_candidate", "unique_candidates"]
 
 # leaf name of the key -> family
 _FAMILIES: dict[str, str] = {
@@ -60,14 +60,23 @@ def parse_candidate(text: str) -> Candidate:
     )
 
 
-def candidates_from_findings(findings: Iterable[Any]) -> list[Candidate]:
-    """The candidates the verdict's findings carry, in finding order (findings without a
-    ``candidates`` list give none)."""
+#: How many findings (those with candidates, highest score first) ``ocr-perf try`` takes its
+#: changes from: the causes that account for the most time; the rest wait for a later session.
+TOP_FINDINGS = 3
+
+
+def candidates_from_findings(
+    findings: Iterable[Finding], top: int = TOP_FINDINGS
+) -> list[Candidate]:
+    """The candidates of the ``top`` highest-scoring findings that carry any, in score order."""
     out: list[Candidate] = []
-    for finding in findings:
-        for candidate in getattr(finding, "candidates", None) or []:
-            if isinstance(candidate, Candidate):
-                out.append(candidate)
+    taken = 0
+    for finding in sorted(findings, key=lambda f: -f.score):
+        if taken >= top:
+            break
+        if finding.candidates:
+            out.extend(finding.candidates)
+            taken += 1
     return out
 
 

@@ -1,10 +1,9 @@
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import pytest
 
 from ocr.perf.candidates import Candidate
+from ocr.perf.findings import Finding
 from ocr.perf.tryout.candidate_options import (
     candidates_from_findings,
     parse_candidate,
@@ -48,18 +47,27 @@ def test_not_an_override_is_refused_by_name(text: str) -> None:
         parse_candidate(text)
 
 
-@dataclass
-class _Finding:
-    candidates: list[Candidate] = field(default_factory=list)
+def _finding(score: float, candidates: list[Candidate]) -> Finding:
+    return Finding(
+        id=f"rule{score:g}",
+        severity="warning",
+        score=score,
+        title="t",
+        evidence={},
+        threshold={},
+        suggestion="s",
+        candidates=candidates,
+    )
 
 
-class _OldFinding:  # a finding type without candidates
-    pass
-
-
-def test_findings_candidates_in_order_and_deduplicated() -> None:
+def test_findings_candidates_by_score_from_the_top_findings_and_deduplicated() -> None:
     a = Candidate("workers", "more workers", "data.num_workers=4")
     b = Candidate("threads", "fewer threads (no key)", None)
-    found = candidates_from_findings([_Finding([a]), _OldFinding(), _Finding([b, a])])
-    assert found == [a, b, a]
-    assert unique_candidates(found) == [a, b]
+    c = Candidate("compile", "compile", None)
+    found = candidates_from_findings(
+        [_finding(5.0, [a]), _finding(80.0, [b, a]), _finding(50.0, []), _finding(1.0, [c])],
+        top=2,
+    )
+    # score order, the finding without candidates does not count, the third one is left out
+    assert found == [b, a, a]
+    assert unique_candidates(found) == [b, a]
