@@ -61,7 +61,17 @@ def test_an_unwanted_name_gets_the_shared_no_op_span_only_without_a_user_profile
     stream = ActionStream(PassThroughProfiler())
     stream.add(Picky())
     assert stream.profile("drop.x") is stream.profile("drop.y")  # one shared object
-    assert stream.profile("keep.x") is not stream.profile("keep.x")
+    assert stream.profile("keep.x") is not stream.profile("drop.x")
+
+
+def test_a_name_nested_in_itself_is_started_and_stopped_twice() -> None:
+    # One span object per name serves every use: it must hold no per-use state.
+    stream = ActionStream(PassThroughProfiler())
+    picky = Picky()
+    stream.add(picky)
+    with stream.profile("keep.a"), stream.profile("keep.a"):
+        pass
+    assert picky.seen == [("start", "keep.a")] * 2 + [("stop", "keep.a")] * 2
 
     users = SimpleProfiler()
     timed = ActionStream(users)
@@ -271,6 +281,6 @@ def test_our_own_batch_bookkeeping_is_not_timed_but_a_subclass_override_is() -> 
 def test_an_idle_module_hook_kept_for_its_event_switches_no_clock(recorder: StageRecorder) -> None:
     name = "[LightningModule]TinyModule.on_train_batch_end"
     assert recorder.wants(name)
-    phase, owner, event = recorder._info[name]
+    _, phase, owner, event = recorder._info[name]
     assert (phase, owner) == ("", "")  # transparent
     assert event  # the event kept

@@ -23,6 +23,7 @@ and ``profile()`` then hands Lightning a shared do-nothing context manager (chea
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import lightning as L
@@ -66,36 +67,38 @@ _NO_SPAN = _NoSpan()
 class _Span:
     """``profile(name)``'s context manager: a slotted class is cheaper per use than a
     ``contextlib.contextmanager`` generator, and this runs for every hook of every callback. It
-    holds the name's route, so start and stop reach the same listeners without a lookup."""
+    holds everything its name needs (the listeners that want it, the user's start / stop) and
+    no per-use state, so one instance per name serves every use, nested ones included."""
 
-    __slots__ = ("_name", "_route", "_stream")
+    __slots__ = ("_inner_start", "_inner_stop", "_name", "_starts", "_stops")
 
     def __init__(
         self,
-        stream: ActionStream,
         name: str,
-        route: tuple[tuple[ActionListener, ...], tuple[ActionListener, ...]],
+        listeners: tuple[ActionListener, ...],
+        inner_start: Callable[[str], None] | None,
+        inner_stop: Callable[[str], None] | None,
     ) -> None:
-        self._stream = stream
         self._name = name
-        self._route = route
+        self._starts = listeners
+        self._stops = listeners[::-1]
+        self._inner_start = inner_start
+        self._inner_stop = inner_stop
 
     def __enter__(self) -> str:
         name = self._name
-        inner_start = self._stream._inner_start
-        if inner_start is not None:
-            inner_start(name)
-        for listener in self._route[0]:
+        if self._inner_start is not None:
+            self._inner_start(name)
+        for listener in self._starts:
             listener.action_start(name)
         return name
 
     def __exit__(self, *exc: object) -> None:
         name = self._name
-        for listener in self._route[1]:
+        for listener in self._stops:
             listener.action_stop(name)
-        inner_stop = self._stream._inner_stop
-        if inner_stop is not None:
-            inner_stop(name)
+        if self._inner_stop is not None:
+            self._inner_stop(name)
 
 
 class ActionStream(Profiler):
@@ -111,6 +114,8 @@ class ActionStream(Profiler):
         self._listeners: tuple[ActionListener, ...] = ()
         # name -> (listeners that want it, the same reversed); filled on first sight of a name.
         self._routes: dict[str, tuple[tuple[ActionListener, ...], tuple[ActionListener, ...]]] = {}
+        # name -> the span profile() returns for it (one per name: spans hold no per-use state)
+        self._spans: dict[str, _Span | _NoSpan] = {}
         # The default PassThroughProfiler does nothing: skip the two calls per action.
         passthrough = type(inner) is PassThroughProfiler
         self._inner_start = None if passthrough else inner.start
@@ -126,11 +131,11 @@ class ActionStream(Profiler):
     def add(self, listener: ActionListener) -> None:
         if listener not in self._listeners:
             self._listeners = (*self._listeners, listener)
-            self._routes = {}
+            self._routes, self._spans = {}, {}
 
     def remove(self, listener: ActionListener) -> None:
         self._listeners = tuple(item for item in self._listeners if item is not listener)
-        self._routes = {}
+        self._routes, self._spans = {}, {}
 
     def _route(self, name: str) -> tuple[tuple[ActionListener, ...], tuple[ActionListener, ...]]:
         wanting = tuple(item for item in self._listeners if _wants(item, name))
@@ -155,14 +160,20 @@ class ActionStream(Profiler):
             self._inner_stop(action_name)
 
     def profile(self, action_name: str) -> Any:
-        route = self._routes.get(action_name)
-        if route is None:
-            route = self._route(action_name)
+        span = self._spans.get(action_name)
+        return span if span is not None else self._span(action_name)
+
+    def _span(self, name: str) -> Any:
+        route = self._routes.get(name) or self._route(name)
         if self._inner_profile:
-            return _WrappedSpan(self, action_name, route)
+            return _WrappedSpan(self, name, route)  # holds its user's context: one per use
+        span: _Span | _NoSpan
         if not route[0] and self._inner_start is None:
-            return _NO_SPAN
-        return _Span(self, action_name, route)
+            span = _NO_SPAN
+        else:
+            span = _Span(name, route[0], self._inner_start, self._inner_stop)
+        self._spans[name] = span
+        return span
 
     def summary(self) -> str:
         return self.inner.summary()

@@ -343,8 +343,10 @@ class StageRecorder:
         self._states: dict[str, _StageState] = {s: _StageState() for s in STAGE_NAMES.values()}
         self._open: list[str] = []  # open windows, innermost last (train below val)
         self._train_epoch_marked = -1  # the epoch whose train window an action opened
-        self._stack: list[tuple[str, str, str]] = []  # (action, phase, owner) running now
-        self._info: dict[str, tuple[str, str, int]] = {}  # action -> (phase, owner, event)
+        # Actions running now, innermost last: (action, phase, owner, event); a transparent one
+        # carries the enclosing action's phase and owner.
+        self._stack: list[tuple[str, str, str, int]] = []
+        self._info: dict[str, tuple[str, str, str, int]] = {}  # action -> its stack entry
         self._owner_group: dict[str, tuple[str, str]] = {}  # owner -> (group, name)
         self._callback_names: dict[str, str] = {}  # callback state_key -> display name
         self._callback_slots: list[str] = []  # display names in trainer.callbacks order
@@ -551,14 +553,14 @@ class StageRecorder:
         most of a step's actions are inherited no-ops. The module's own ``on_after_backward``
         closes the backward bracket, so the callbacks' no-op ones are not needed for it."""
         try:
-            phase, _, event = self._info.get(name) or self._learn(name)
+            _, phase, _, event = self._info.get(name) or self._learn(name)
             action = classify_action(name)
             idle = phase != "" and self._hook_does_nothing(action.kind, action.target, action.hook)
             if event and not (action.kind == CALLBACK and action.hook == "on_after_backward"):
                 if idle:
                     # Wanted for its event only (the module's inherited on_train_batch_end,
                     # on_before_backward...): transparent, so it switches no clock.
-                    self._info[name] = ("", "", event)
+                    self._info[name] = (name, "", "", event)
                 return True
             return phase != "" and not idle
         except Exception:
@@ -587,7 +589,7 @@ class StageRecorder:
         # function set on the object) by itself.
         return bool(functions) and all(_does_nothing(getattr(f, "__func__", f)) for f in functions)
 
-    def _learn(self, name: str) -> tuple[str, str, int]:
+    def _learn(self, name: str) -> tuple[str, str, str, int]:
         action = classify_action(name)
         owner = action.owner
         if action.kind == CALLBACK:
@@ -601,7 +603,7 @@ class StageRecorder:
             event = _MODULE_STOP_EVENTS.get(action.hook, event)
         elif action.kind == STRATEGY:
             event = _STRATEGY_STOP_EVENTS.get(action.hook, event)
-        info = (action.phase, owner if action.phase else "", event)
+        info = (name, action.phase, owner if action.phase else "", event)
         self._info[name] = info
         return info
 
@@ -609,8 +611,8 @@ class StageRecorder:
         if self.finished:
             return
         try:
-            info = self._info.get(name) or self._learn(name)
-            phase, owner, event = info
+            entry = self._info.get(name) or self._learn(name)
+            event = entry[3]
             if not self.measuring:
                 # DDP after a failure: windows are still tracked (not timed), so this rank joins
                 # the next epoch-close gather and every rank learns of the failure together.
@@ -621,18 +623,18 @@ class StageRecorder:
             if event:
                 self._event_start(event)
             stack = self._stack
-            if phase:
-                stack.append((name, phase, owner))
+            if entry[1]:
+                stack.append(entry)
                 clock = self.clock
                 # Same label as the open interval (a hook inside a hook of one owner): the
                 # interval simply goes on.
-                if clock.running and (phase != clock.current or owner != clock.current_owner):
-                    clock.switch(phase, owner)
+                if clock.running and (entry[1] != clock.current or entry[2] != clock.current_owner):
+                    clock.switch(entry[1], entry[2])
             elif stack:
                 top = stack[-1]
-                stack.append((name, top[1], top[2]))  # transparent: the enclosing label
+                stack.append((name, top[1], top[2], event))  # transparent: the enclosing label
             else:
-                stack.append((name, "", ""))
+                stack.append(entry)
         except Exception as exc:
             self._fail(exc)
 
@@ -642,20 +644,20 @@ class StageRecorder:
         try:
             if not self.measuring:  # DDP after a failure: see action_start
                 info = self._info.get(name)
-                if info is not None and info[2]:
-                    self._event_stop(info[2])
+                if info is not None and info[3]:
+                    self._event_stop(info[3])
                 return
             stack = self._stack
             if stack and stack[-1][0] == name:
-                stack.pop()
+                event = stack.pop()[3]
             else:
                 for i in range(len(stack) - 1, -1, -1):
                     if stack[i][0] == name:
+                        event = stack[i][3]
                         del stack[i:]
                         break
                 else:
                     return  # started before we listened
-            event = self._info[name][2]
             clock = self.clock
             if clock.running:
                 if event == _EV_BEFORE_BACKWARD_DONE:
