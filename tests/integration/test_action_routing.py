@@ -284,3 +284,17 @@ def test_an_idle_module_hook_kept_for_its_event_switches_no_clock(recorder: Stag
     _, phase, owner, event = recorder._info[name]
     assert (phase, owner) == ("", "")  # transparent
     assert event  # the event kept
+
+
+def test_lightnings_own_module_hooks_carry_no_owner_the_users_do(recorder: StageRecorder) -> None:
+    trainer = recorder._trainer_ref()
+    assert trainer is not None
+    name = "[LightningModule]TinyModule.transfer_batch_to_device"
+    assert recorder.wants(name)
+    assert recorder._info[name][1:3] == ("transfer", "")  # Lightning's: continues batch_to_device
+    module = trainer.lightning_module
+    calls: list[int] = []
+    module.optimizer_zero_grad = lambda *a: calls.append(1)  # the user's own, on the instance
+    name = "[LightningModule]TinyModule.optimizer_zero_grad"
+    assert recorder.wants(name)
+    assert recorder._info[name][1:3] == ("optimizer", "TinyModule.optimizer_zero_grad")

@@ -70,7 +70,7 @@ def test_trace_and_clock_agree_per_phase(profiled_run: Path) -> None:
     assert agreement is not None, "no phase clock figures over the profiled steps"
     assert agreement["steps"] == 3
     rows = {p["phase"]: p for p in agreement["phases"]}
-    assert agreement["agree"], rows
+    assert agreement["agree"], json.dumps(rows)
     for phase in ("forward", "backward", "optimizer"):
         assert abs(rows[phase]["diff_pct"]) <= 10.0, rows[phase]
     assert not [f for f in window["summary"]["findings"] if f["id"] == "measurement_disagreement"]

@@ -562,9 +562,30 @@ class StageRecorder:
                     # on_before_backward...): transparent, so it switches no clock.
                     self._info[name] = (name, "", "", event)
                 return True
+            if (
+                phase not in ("", "module_hooks")
+                and not idle
+                and action.kind in (MODULE, DATAMODULE)
+                and self._inherited(action.kind, action.hook)
+            ):
+                # Lightning's own transfer / optimizer / checkpoint hook, not the user's: no
+                # owner, so inside the strategy's batch_to_device or the module's
+                # optimizer_step it continues the enclosing interval.
+                self._info[name] = (name, phase, "", event)
             return phase != "" and not idle
         except Exception:
             return True  # when in doubt, listen
+
+    def _inherited(self, kind: str, hook: str) -> bool:
+        """Whether the trainer's module (datamodule) runs Lightning's own ``hook``."""
+        trainer = self._trainer_ref()
+        if trainer is None:
+            return False
+        owner = trainer.lightning_module if kind == MODULE else getattr(trainer, "datamodule", None)
+        base = L.LightningModule if kind == MODULE else L.LightningDataModule
+        if owner is None or hook in vars(owner):  # set on the instance: the user's
+            return False
+        return getattr(type(owner), hook, None) is getattr(base, hook, None)
 
     def _hook_does_nothing(self, kind: str, target: str, hook: str) -> bool:
         trainer = self._trainer_ref()
