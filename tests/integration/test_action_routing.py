@@ -13,7 +13,8 @@ from lightning.pytorch.profilers import PassThroughProfiler, SimpleProfiler
 from torch.utils.data import DataLoader, TensorDataset
 
 from ocr.lightning_modules.callbacks.action_stream import ActionStream
-from ocr.lightning_modules.callbacks.recorder import StageRecorder, _does_nothing
+from ocr.lightning_modules.callbacks.recorder import StageRecorder
+from ocr.lightning_modules.callbacks.untimed import does_nothing as _does_nothing
 from ocr.perf.clock import PHASES
 
 
@@ -298,3 +299,18 @@ def test_lightnings_own_module_hooks_carry_no_owner_the_users_do(recorder: Stage
     name = "[LightningModule]TinyModule.optimizer_zero_grad"
     assert recorder.wants(name)
     assert recorder._info[name][1:3] == ("optimizer", "TinyModule.optimizer_zero_grad")
+
+
+def test_profiler_ranges_leave_out_the_same_idle_hooks_as_the_clock(
+    recorder: StageRecorder,
+) -> None:
+    from ocr.lightning_modules.callbacks.profiler_callback import _ActionRanges
+
+    trainer = recorder._trainer_ref()
+    assert trainer is not None
+    ranges = _ActionRanges()
+    ranges.attach(trainer)
+    assert not ranges.wants("[Callback]Busy.on_before_zero_grad")  # inherited pass
+    assert ranges.wants("[Callback]Busy.on_train_batch_end")  # the user's work
+    assert ranges.wants("[Strategy]SingleDeviceStrategy.training_step")
+    assert ranges.wants("run_training_batch")  # structure stays in the trace

@@ -33,6 +33,7 @@ import shutil
 import socket
 import time
 import warnings
+import weakref
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -45,7 +46,9 @@ from torch.profiler import ProfilerActivity
 from ocr.lightning_modules.callbacks.action_stream import add_listener, remove_listener
 from ocr.lightning_modules.callbacks.epoch_report import log_to_loggers, normalize_stages
 from ocr.lightning_modules.callbacks.errors import PerfCallbackWarning
+from ocr.lightning_modules.callbacks.untimed import untimed_hook
 from ocr.perf import triggers
+from ocr.perf.actions import classify_action
 from ocr.perf.rundir import PERF_DIRNAME, JsonlWriter
 from ocr.perf.trace import analyze_table, load_traces
 from ocr.perf.trace.agreement import ClockSnapshots, compare_with_clock
@@ -92,10 +95,29 @@ class _ActionRanges:
     the analyzer reads both alike). A stop without its start (an action that began before the
     window) is ignored; ranges still open when the window ends are closed then."""
 
-    __slots__ = ("_open",)
+    __slots__ = ("_open", "_trainer")
 
     def __init__(self) -> None:
         self._open: list[tuple[str, Any]] = []
+        self._trainer: weakref.ref[L.Trainer] | None = None
+
+    def attach(self, trainer: L.Trainer) -> None:
+        """Listen to ``trainer``'s actions (see :meth:`wants`)."""
+        self._trainer = weakref.ref(trainer)
+        add_listener(trainer, self)
+
+    def wants(self, name: str) -> bool:
+        """Every action but those whose hook does nothing (``callbacks.untimed``): the phase
+        clock leaves the same ones out, so trace and clock agree on the hooks' time, and a
+        range per inherited ``pass`` would cost profiler overhead for nothing."""
+        trainer = self._trainer() if self._trainer is not None else None
+        if trainer is None:
+            return True
+        try:
+            action = classify_action(name)
+            return not untimed_hook(trainer, action.kind, action.target, action.hook)
+        except Exception:
+            return True
 
     def action_start(self, name: str) -> None:
         try:
@@ -483,7 +505,7 @@ class ProfilerCallback(Callback):
             prof.start()
             window.clock.begin(prof.step_num)
             # Lightning's actions as ranges in the trace, only while the window records.
-            add_listener(trainer, window.ranges)
+            window.ranges.attach(trainer)
             window.trainer = trainer
         except Exception as exc:
             self._fail(exc)

@@ -33,7 +33,6 @@ turns recording off together.
 
 from __future__ import annotations
 
-import dis
 import math
 import time
 import warnings
@@ -68,6 +67,7 @@ from ocr.lightning_modules.callbacks.interpose import (
 )
 from ocr.lightning_modules.callbacks.run_files import RunFiles
 from ocr.lightning_modules.callbacks.try_window import perf_root
+from ocr.lightning_modules.callbacks.untimed import untimed_hook
 from ocr.perf.actions import CALLBACK, DATAMODULE, MODULE, STRATEGY, classify_action
 from ocr.perf.clock import PHASES, PhaseClock, PhaseTotals, set_active_clock
 from ocr.perf.memory import memory_snapshot, reset_peak_memory
@@ -152,26 +152,6 @@ _BATCH_END_STAGE = {
     _EV_VAL_BATCH_END: "val",
     _EV_TEST_BATCH_END: "test",
 }
-
-
-# Instruction names that carry no work (3.11 fills code with these; 3.12+ adds RETURN_CONST).
-_NO_WORK_OPS = frozenset({"RESUME", "NOP", "CACHE", "EXTENDED_ARG"})
-
-
-def _does_nothing(fn: Any) -> bool:
-    """Whether ``fn`` (a hook as found on a class) only returns a constant or one of its
-    arguments: Lightning's inherited ``Callback`` / ``ModelHooks`` hooks (``pass``) and
-    ``on_before_batch_transfer`` (``return batch``). Its action takes nanoseconds, so leaving
-    it out of the stream moves nothing between phases. Anything else (not a plain function,
-    wrapped, unreadable) counts as work."""
-    code = getattr(fn, "__code__", None)
-    if code is None or hasattr(fn, "__wrapped__"):
-        return False
-    try:
-        ops = [i.opname for i in dis.get_instructions(code) if i.opname not in _NO_WORK_OPS]
-    except Exception:
-        return False
-    return ops in (["LOAD_CONST", "RETURN_VALUE"], ["LOAD_FAST", "RETURN_VALUE"], ["RETURN_CONST"])
 
 
 class Subscriber(Protocol):
@@ -589,26 +569,7 @@ class StageRecorder:
 
     def _hook_does_nothing(self, kind: str, target: str, hook: str) -> bool:
         trainer = self._trainer_ref()
-        if trainer is None:
-            return False
-        owners: list[Any] = []
-        if kind == CALLBACK:
-            owners = [c for c in trainer.callbacks if c.state_key == target]  # type: ignore[attr-defined]
-        elif kind in (MODULE, DATAMODULE):
-            # Lightning names these actions by the instance's class name.
-            owner = (
-                trainer.lightning_module if kind == MODULE else getattr(trainer, "datamodule", None)
-            )
-            if owner is not None and type(owner).__name__ == target:
-                owners = [owner]
-        if kind == CALLBACK and all(
-            getattr(o, "_untimed_hook", lambda _: False)(hook) for o in owners
-        ):
-            return bool(owners)  # our own bookkeeping (RecorderCallback._untimed_hook)
-        functions = [getattr(o, hook, None) for o in owners]
-        # A bound method is judged by its function; an instance attribute (a user's own
-        # function set on the object) by itself.
-        return bool(functions) and all(_does_nothing(getattr(f, "__func__", f)) for f in functions)
+        return trainer is not None and untimed_hook(trainer, kind, target, hook)
 
     def _learn(self, name: str) -> tuple[str, str, str, int]:
         action = classify_action(name)

@@ -1,0 +1,60 @@
+"""Which Lightning actions are not worth timing: the hook they run does nothing.
+
+Lightning dispatches every callback hook to every callback, overridden or not, and calls the
+LightningModule's inherited hooks too, so most actions of a training step run an inherited
+``pass``. Their time is nanoseconds; listening to them (a clock switch each, a profiler range
+each) costs more than they take. The phase clock (``recorder.StageRecorder``) and the profiler's
+action ranges (``profiler_callback``) leave the same ones out, so a trace and the clock still
+agree on ``hooks``.
+"""
+
+from __future__ import annotations
+
+import dis
+from typing import Any
+
+import lightning as L
+
+from ocr.perf.actions import CALLBACK, DATAMODULE, MODULE
+
+__all__ = ["does_nothing", "untimed_hook"]
+
+# Instruction names that carry no work (3.11 fills code with these; 3.12+ adds RETURN_CONST).
+_NO_WORK_OPS = frozenset({"RESUME", "NOP", "CACHE", "EXTENDED_ARG"})
+
+
+def does_nothing(fn: Any) -> bool:
+    """Whether ``fn`` (a hook as found on a class) only returns a constant or one of its
+    arguments: Lightning's inherited ``Callback`` / ``ModelHooks`` hooks (``pass``) and
+    ``on_before_batch_transfer`` (``return batch``). Its action takes nanoseconds, so leaving
+    it out of the stream moves nothing between phases. Anything else (not a plain function,
+    wrapped, unreadable) counts as work."""
+    code = getattr(fn, "__code__", None)
+    if code is None or hasattr(fn, "__wrapped__"):
+        return False
+    try:
+        ops = [i.opname for i in dis.get_instructions(code) if i.opname not in _NO_WORK_OPS]
+    except Exception:
+        return False
+    return ops in (["LOAD_CONST", "RETURN_VALUE"], ["LOAD_FAST", "RETURN_VALUE"], ["RETURN_CONST"])
+
+
+def untimed_hook(trainer: L.Trainer, kind: str, target: str, hook: str) -> bool:
+    """Whether the action of ``hook`` on ``target`` (``ocr.perf.actions.Action`` fields) runs
+    nothing worth timing on ``trainer``: every callback of that state key (or the module /
+    datamodule of that class name) runs a function that does nothing (:func:`does_nothing`), or
+    only our own batch-size bookkeeping (``RecorderCallback._untimed_hook``)."""
+    owners: list[Any] = []
+    if kind == CALLBACK:
+        owners = [c for c in trainer.callbacks if c.state_key == target]  # type: ignore[attr-defined]
+    elif kind in (MODULE, DATAMODULE):
+        # Lightning names these actions by the instance's class name.
+        owner = trainer.lightning_module if kind == MODULE else getattr(trainer, "datamodule", None)
+        if owner is not None and type(owner).__name__ == target:
+            owners = [owner]
+    if kind == CALLBACK and all(getattr(o, "_untimed_hook", lambda _: False)(hook) for o in owners):
+        return bool(owners)  # our own bookkeeping (RecorderCallback._untimed_hook)
+    functions = [getattr(o, hook, None) for o in owners]
+    # A bound method is judged by its function; an instance attribute (a user's own
+    # function set on the object) by itself.
+    return bool(functions) and all(does_nothing(getattr(f, "__func__", f)) for f in functions)
