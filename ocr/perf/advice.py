@@ -158,7 +158,11 @@ def override(key: ConfigKey, value: Any) -> str:
 
 
 def _now(key: ConfigKey) -> str:
-    return f" (now {_hydra_value(key.value)})"
+    value = key.value
+    if isinstance(value, str) and value.startswith("${"):
+        # The recorded config keeps interpolations; the value was decided at run time.
+        return f" (now decided at run time by `{value}`)"
+    return f" (now {_hydra_value(value)})"
 
 
 def _candidate(

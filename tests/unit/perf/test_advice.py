@@ -227,3 +227,12 @@ def test_run_info_records_what_the_advice_needs() -> None:
     info = run_info()
     assert info["torch_threads"] == torch.get_num_threads()
     assert info["cpu_bf16"] in (True, False, None)
+
+
+def test_a_value_left_as_an_interpolation_is_not_shown_as_the_value() -> None:
+    config = {"trainer": {"precision": "${ocr_auto_precision:}"}}
+    facts = RunFacts(config, device="cpu", cpu_count=4, num_workers=2, cpu_bf16=True)
+    (precision,) = [c for c in candidates_for("compute_bound", facts) if c.family == "precision"]
+    assert precision.override == "trainer.precision=bf16-mixed"
+    assert "(now ${" not in precision.description
+    assert "decided at run time by `${ocr_auto_precision:}`" in precision.description
