@@ -24,7 +24,7 @@ from ocr.lightning_modules.callbacks.epoch_report import (
 )
 from ocr.lightning_modules.callbacks.errors import PerfCallbackWarning
 from ocr.lightning_modules.callbacks.recorder import StageRecorder
-from ocr.lightning_modules.callbacks.try_window import open_trial_window, trial_window_of
+from ocr.lightning_modules.callbacks.try_window import TrialWindow, open_trial_window
 
 __all__ = ["RecorderCallback"]
 
@@ -77,6 +77,7 @@ class RecorderCallback(Callback):
         self._recorder: StageRecorder | None = None
         self._enabled_run = False  # enabled and not failed, for the current run
         self._warned = False
+        self._trial: TrialWindow | None = None  # an `ocr-perf try` window on this run
 
     # -- subclass API ----------------------------------------------------------------------
 
@@ -146,7 +147,7 @@ class RecorderCallback(Callback):
         self._warned = False  # one warning per run
         # An `ocr-perf try` trial (OCR_PERF_TRY_WINDOW set): a short fit, before the recorder
         # opens its files (they go to the trial's folder). Bad input there must fail the trial.
-        open_trial_window(trainer, self)
+        self._trial = open_trial_window(trainer, self)
         try:
             self._enabled_run = True
             self._recorder = recorder = StageRecorder.attach(trainer, self)
@@ -163,6 +164,7 @@ class RecorderCallback(Callback):
     def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         recorder, self._recorder = self._recorder, None
         self._enabled_run = False
+        self._trial = None
         if recorder is not None:
             try:
                 recorder.detach(self)
@@ -202,7 +204,7 @@ class RecorderCallback(Callback):
         recorder = self._recorder
         if recorder is not None:
             recorder.note_batch("train", batch)
-        window = trial_window_of(trainer)
+        window = self._trial
         if window is not None:
             window.batch_done(trainer, self)
 
