@@ -67,7 +67,7 @@ from ocr.lightning_modules.callbacks.interpose import (
 )
 from ocr.lightning_modules.callbacks.run_files import RunFiles
 from ocr.lightning_modules.callbacks.try_window import perf_root
-from ocr.lightning_modules.callbacks.untimed import untimed_hook
+from ocr.lightning_modules.callbacks.untimed import lightning_own_hook, untimed_hook
 from ocr.perf.actions import CALLBACK, DATAMODULE, MODULE, STRATEGY, classify_action
 from ocr.perf.clock import PHASES, PhaseClock, PhaseTotals, set_active_clock
 from ocr.perf.memory import memory_snapshot, reset_peak_memory
@@ -546,7 +546,8 @@ class StageRecorder:
                 phase not in ("", "module_hooks")
                 and not idle
                 and action.kind in (MODULE, DATAMODULE)
-                and self._inherited(action.kind, action.hook)
+                and (trainer := self._trainer_ref()) is not None
+                and lightning_own_hook(trainer, action.kind, action.hook)
             ):
                 # Lightning's own transfer / optimizer / checkpoint hook, not the user's: no
                 # owner, so inside the strategy's batch_to_device or the module's
@@ -555,17 +556,6 @@ class StageRecorder:
             return phase != "" and not idle
         except Exception:
             return True  # when in doubt, listen
-
-    def _inherited(self, kind: str, hook: str) -> bool:
-        """Whether the trainer's module (datamodule) runs Lightning's own ``hook``."""
-        trainer = self._trainer_ref()
-        if trainer is None:
-            return False
-        owner = trainer.lightning_module if kind == MODULE else getattr(trainer, "datamodule", None)
-        base = L.LightningModule if kind == MODULE else L.LightningDataModule
-        if owner is None or hook in vars(owner):  # set on the instance: the user's
-            return False
-        return getattr(type(owner), hook, None) is getattr(base, hook, None)
 
     def _hook_does_nothing(self, kind: str, target: str, hook: str) -> bool:
         trainer = self._trainer_ref()

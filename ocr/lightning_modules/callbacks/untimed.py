@@ -17,7 +17,7 @@ import lightning as L
 
 from ocr.perf.actions import CALLBACK, DATAMODULE, MODULE
 
-__all__ = ["does_nothing", "untimed_hook"]
+__all__ = ["does_nothing", "lightning_own_hook", "untimed_hook"]
 
 # Instruction names that carry no work (3.11 fills code with these; 3.12+ adds RETURN_CONST).
 _NO_WORK_OPS = frozenset({"RESUME", "NOP", "CACHE", "EXTENDED_ARG"})
@@ -48,8 +48,8 @@ def untimed_hook(trainer: L.Trainer, kind: str, target: str, hook: str) -> bool:
     if kind == CALLBACK:
         owners = [c for c in trainer.callbacks if c.state_key == target]  # type: ignore[attr-defined]
     elif kind in (MODULE, DATAMODULE):
+        owner = _module(trainer, kind)
         # Lightning names these actions by the instance's class name.
-        owner = trainer.lightning_module if kind == MODULE else getattr(trainer, "datamodule", None)
         if owner is not None and type(owner).__name__ == target:
             owners = [owner]
     if kind == CALLBACK and all(getattr(o, "_untimed_hook", lambda _: False)(hook) for o in owners):
@@ -58,3 +58,18 @@ def untimed_hook(trainer: L.Trainer, kind: str, target: str, hook: str) -> bool:
     # A bound method is judged by its function; an instance attribute (a user's own
     # function set on the object) by itself.
     return bool(functions) and all(does_nothing(getattr(f, "__func__", f)) for f in functions)
+
+
+def _module(trainer: L.Trainer, kind: str) -> Any:
+    """The trainer's LightningModule (``kind`` MODULE) or LightningDataModule, or ``None``."""
+    return trainer.lightning_module if kind == MODULE else getattr(trainer, "datamodule", None)
+
+
+def lightning_own_hook(trainer: L.Trainer, kind: str, hook: str) -> bool:
+    """Whether the trainer's module (``kind`` MODULE) or datamodule runs Lightning's own
+    ``hook``: neither its class nor the instance replaces the base class's."""
+    owner = _module(trainer, kind)
+    if owner is None or hook in vars(owner):  # set on the instance: the user's
+        return False
+    base = L.LightningModule if kind == MODULE else L.LightningDataModule
+    return getattr(type(owner), hook, None) is getattr(base, hook, None)
