@@ -1,0 +1,235 @@
+"""Counts the toolkit's structural figures from the code (issue 20's acceptance), printing each.
+
+    python scripts/structure_counts.py [--root ocr] [--json]
+
+- **Any-dict slots**: function parameters and return annotations in ``ocr/perf`` and
+  ``ocr/lightning_modules/callbacks`` typed as a string-keyed dict / mapping whose values are
+  ``Any`` (``dict[str, Any]``, ``Mapping[str, Any]``, ``MutableMapping[str, Any]``, also inside
+  ``| None``, ``list[...]`` and the like).
+- **Schema names**: every string literal starting ``receipt-ocr/`` in ``ocr/`` (code, not
+  docstrings or comments), and how often each is spelled.
+- **Import cycles**: strongly connected components of the import graph of ``ocr`` (imports
+  inside functions count: deferring an import hides a cycle, it does not remove it; imports
+  under ``if TYPE_CHECKING:`` do not).
+- **Largest files** in ``ocr/`` and the toolkit's line count (``ocr/perf`` + the callbacks).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import sys
+from collections import Counter
+from pathlib import Path
+
+TOOLKIT = ("perf", "lightning_modules/callbacks")
+_MAPPINGS = {"dict", "Dict", "Mapping", "MutableMapping"}
+
+
+def _is_any_dict(node: ast.AST | None) -> bool:
+    """Whether an annotation contains ``dict[str, Any]`` / ``Mapping[str, Any]`` anywhere."""
+    if node is None:
+        return False
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        try:
+            node = ast.parse(node.value, mode="eval").body
+        except SyntaxError:
+            return False
+    for sub in ast.walk(node):
+        if not isinstance(sub, ast.Subscript):
+            continue
+        base = sub.value
+        name = base.attr if isinstance(base, ast.Attribute) else getattr(base, "id", None)
+        if name not in _MAPPINGS or not isinstance(sub.slice, ast.Tuple):
+            continue
+        elts = sub.slice.elts
+        if len(elts) == 2:
+            value = elts[1]
+            vname = value.attr if isinstance(value, ast.Attribute) else getattr(value, "id", None)
+            if vname == "Any":
+                return True
+    return False
+
+
+def any_dict_slots(files: list[Path]) -> list[str]:
+    """``path:line function(slot)`` for each Any-valued dict parameter or return annotation."""
+    found: list[str] = []
+    for path in files:
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            args = node.args
+            every = [*args.posonlyargs, *args.args, *args.kwonlyargs]
+            every += [a for a in (args.vararg, args.kwarg) if a is not None]
+            for arg in every:
+                if _is_any_dict(arg.annotation):
+                    found.append(f"{path}:{node.lineno} {node.name}({arg.arg})")
+            if _is_any_dict(node.returns):
+                found.append(f"{path}:{node.lineno} {node.name}(return)")
+    return found
+
+
+def _docstring_nodes(tree: ast.AST) -> set[int]:
+    ids: set[int] = set()
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(body, list) and body and isinstance(body[0], ast.Expr):
+            value = body[0].value
+            if isinstance(value, ast.Constant) and isinstance(value.value, str):
+                ids.add(id(value))
+    return ids
+
+
+def schema_spellings(files: list[Path]) -> Counter[str]:
+    counts: Counter[str] = Counter()
+    for path in files:
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        docs = _docstring_nodes(tree)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and id(node) not in docs:
+                value = node.value
+                text = value.decode("latin-1") if isinstance(value, bytes) else value
+                if isinstance(text, str) and text.startswith("receipt-ocr/"):
+                    counts[text] += 1
+    return counts
+
+
+def _module_name(root: Path, path: Path) -> str:
+    parts = list(path.relative_to(root.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _imports(tree: ast.Module, module: str, is_package: bool, modules: set[str]) -> set[str]:
+    """Modules of ``modules`` that ``module`` imports, at module level or inside functions (a
+    function-level import that breaks a cycle at import time is still a cycle of dependencies),
+    leaving out imports under ``if TYPE_CHECKING:``. ``from pkg import sub`` depends on
+    ``pkg.sub`` (not on ``pkg``) when ``sub`` is a module."""
+    out: set[str] = set()
+    skip: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If):
+            test = node.test
+            name = test.attr if isinstance(test, ast.Attribute) else getattr(test, "id", "")
+            if name == "TYPE_CHECKING":
+                skip.update(id(sub) for stmt in node.body for sub in ast.walk(stmt))
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name in modules:
+                    out.add(alias.name)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = module.split(".")
+                if not is_package:
+                    base = base[:-1]
+                base = base[: len(base) - (node.level - 1)]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            for alias in node.names:
+                sub = f"{target}.{alias.name}"
+                if sub in modules:
+                    out.add(sub)
+                elif target in modules:
+                    out.add(target)
+    return out
+
+
+def import_cycles(root: Path) -> list[list[str]]:
+    files = sorted(root.rglob("*.py"))
+    modules = {_module_name(root, p): p for p in files}
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        targets = _imports(tree, name, path.name == "__init__.py", set(modules))
+        graph[name] = {t for t in targets if t != name}
+    # Tarjan's strongly connected components.
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles: list[list[str]] = []
+    counter = [0]
+    sys.setrecursionlimit(10000)
+
+    def strong(v: str) -> None:
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph[v]:
+            if w not in index:
+                strong(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp: list[str] = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                cycles.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            strong(v)
+    return cycles
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--root", default="ocr", help="the package folder (default: ocr)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--list", action="store_true", help="list every Any-dict slot")
+    args = parser.parse_args(argv)
+    root = Path(args.root)
+    if not (root / "__init__.py").is_file():
+        parser.error(f"{root} is not a package folder")
+    every = sorted(root.rglob("*.py"))
+    toolkit = [p for p in every if any(str(p.relative_to(root)).startswith(t) for t in TOOLKIT)]
+    slots = any_dict_slots(toolkit)
+    schemas = schema_spellings(every)
+    cycles = import_cycles(root)
+    sizes = sorted(((len(p.read_text().splitlines()), str(p)) for p in every), reverse=True)
+    toolkit_lines = sum(len(p.read_text().splitlines()) for p in toolkit)
+    result = {
+        "any_dict_slots": len(slots),
+        "schema_spellings": dict(sorted(schemas.items())),
+        "schemas_spelled_more_than_once": sorted(k for k, n in schemas.items() if n > 1),
+        "import_cycles": cycles,
+        "largest_files": [{"lines": n, "path": p} for n, p in sizes[:5]],
+        "toolkit_lines": toolkit_lines,
+        "ocr_lines": sum(n for n, _ in sizes),
+    }
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return 0
+    print(f"Any-dict signature slots (ocr/perf + callbacks): {len(slots)}")
+    if args.list:
+        for slot in slots:
+            print(f"  {slot}")
+    print("schema names (spellings in code):")
+    for name, n in sorted(schemas.items()):
+        print(f"  {name}: {n}")
+    print(f"import cycles in {root}/: {len(cycles)}")
+    for cycle in cycles:
+        print("  " + " <-> ".join(cycle))
+    print("largest files:")
+    for n, p in sizes[:5]:
+        print(f"  {n:5d}  {p}")
+    print(f"toolkit lines (ocr/perf + callbacks): {toolkit_lines}; all of {root}/: {result['ocr_lines']}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
