@@ -1,81 +1,28 @@
 """Compare two analysed traces: per-op, per-phase and per-step deltas plus a noise-aware verdict.
 
 The verdict looks at the distributions of step wall times, never at two sums: the relative change
-of the median, a one-sided Mann-Whitney U test (exact for small samples) and a seeded bootstrap
-confidence interval of the median ratio. A change counts only when it is beyond the threshold
-*and* the step distributions say it is not noise.
+of the median, a one-sided Mann-Whitney U test and a seeded bootstrap confidence interval of the
+median ratio (both from :mod:`ocr.perf.significance`, whose words it answers in). A change counts
+only when it is beyond the threshold *and* the step distributions say it is not noise; beyond the
+threshold but within the noise it is ``inconclusive``.
 """
 
 from __future__ import annotations
 
 import math
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from ocr.perf.significance import ALPHA, Outcome, mann_whitney_greater, ratio_of_medians_interval
 from ocr.perf.trace.analyses import GPU_PARTS, PHASES
 from ocr.perf.trace.report import analyze_trace
 
-__all__ = ["MIN_STEPS", "compare_reports", "compare_traces", "mann_whitney_greater"]
+__all__ = ["MIN_STEPS", "compare_reports", "compare_traces"]
 
 #: Fewer steps than this per side: the verdict rests on the point estimate alone.
 MIN_STEPS = 4
-_ALPHA = 0.05
-_BOOTSTRAP = 2000
-
-
-@lru_cache(maxsize=256)
-def _u_distribution(m: int, n: int) -> tuple[int, ...]:
-    """Counts of each U value (0..m*n) over all C(m+n, m) orderings without ties."""
-    if m == 0 or n == 0:
-        return (1,)
-    a = _u_distribution(m - 1, n)  # largest value from the first sample: it beats all n
-    b = _u_distribution(m, n - 1)
-    out = [0] * (m * n + 1)
-    for u, c in enumerate(a):
-        out[u + n] += c
-    for u, c in enumerate(b):
-        out[u] += c
-    return tuple(out)
-
-
-def mann_whitney_greater(x: np.ndarray, y: np.ndarray) -> float:
-    """One-sided p-value that ``y`` tends to be larger than ``x`` (Mann-Whitney U).
-
-    Exact without ties for up to 20 values per side, otherwise the normal approximation with tie
-    and continuity corrections.
-    """
-    m, n = int(x.size), int(y.size)
-    if m == 0 or n == 0:
-        return math.nan
-    diff = y[None, :] - x[:, None]
-    u = float((diff > 0).sum() + 0.5 * (diff == 0).sum())  # pairs where y beats x
-    ties = bool((diff == 0).any()) or np.unique(np.concatenate([x, y])).size < m + n
-    if not ties and m <= 20 and n <= 20:
-        dist = _u_distribution(n, m)  # U counted for y over x
-        total = sum(dist)
-        return sum(dist[int(u) :]) / total
-    allv = np.concatenate([x, y])
-    _, counts = np.unique(allv, return_counts=True)
-    nn = m + n
-    tie_term = float((counts**3 - counts).sum()) / (nn * (nn - 1))
-    sigma = math.sqrt(m * n / 12.0 * ((nn + 1) - tie_term))
-    if sigma == 0:
-        return 1.0
-    z = (u - m * n / 2.0 - 0.5) / sigma
-    return 0.5 * math.erfc(z / math.sqrt(2))
-
-
-def _bootstrap_ratio_ci(a: np.ndarray, b: np.ndarray, seed: int = 0) -> tuple[float, float]:
-    """95 % bootstrap interval of median(b) / median(a) - 1, in percent."""
-    rng = np.random.default_rng(seed)
-    ma = np.median(a[rng.integers(0, a.size, (_BOOTSTRAP, a.size))], axis=1)
-    mb = np.median(b[rng.integers(0, b.size, (_BOOTSTRAP, b.size))], axis=1)
-    ratio = 100.0 * (mb / np.where(ma > 0, ma, np.nan) - 1.0)
-    lo, hi = np.nanquantile(ratio, [0.025, 0.975])
-    return float(lo), float(hi)
 
 
 def _step_walls(report: dict[str, Any], stage: str) -> np.ndarray:
@@ -84,10 +31,10 @@ def _step_walls(report: dict[str, Any], stage: str) -> np.ndarray:
     )
 
 
-def _verdict(a: np.ndarray, b: np.ndarray, threshold_pct: float) -> dict[str, Any]:
+def _verdict(a: np.ndarray, b: np.ndarray, threshold_pct: float) -> dict[str, object]:
     med_a, med_b = float(np.median(a)), float(np.median(b))
     change = 100.0 * (med_b / med_a - 1.0) if med_a > 0 else math.nan
-    out: dict[str, Any] = {
+    out: dict[str, object] = {
         "steps_a": int(a.size),
         "steps_b": int(b.size),
         "median_a_ms": round(med_a / 1e6, 4),
@@ -101,15 +48,15 @@ def _verdict(a: np.ndarray, b: np.ndarray, threshold_pct: float) -> dict[str, An
             f"fewer than {MIN_STEPS} steps on a side: no noise check, verdict from the medians"
         )
         if change > threshold_pct:
-            out["verdict"] = "regression"
+            out["verdict"] = str(Outcome.REGRESSION)
         elif change < -threshold_pct:
-            out["verdict"] = "improvement"
+            out["verdict"] = str(Outcome.IMPROVEMENT)
         else:
-            out["verdict"] = "no significant change"
+            out["verdict"] = str(Outcome.NO_CHANGE)
         return out
     p_slower = mann_whitney_greater(a, b)
     p_faster = mann_whitney_greater(b, a)
-    lo, hi = _bootstrap_ratio_ci(a, b)
+    lo, hi = (100.0 * (r - 1.0) for r in ratio_of_medians_interval(a, b))
     # p_slower / p_faster are one-sided p-values, not probabilities: p_slower near 1 means
     # "no evidence that B is slower", not "B is slower". p_value is the test of the direction
     # the medians moved in, which is the one a reader wants.
@@ -121,15 +68,15 @@ def _verdict(a: np.ndarray, b: np.ndarray, threshold_pct: float) -> dict[str, An
         ci95_pct=[round(lo, 3), round(hi, 3)],
         confidence="normal",
     )
-    if change > threshold_pct and p_slower < _ALPHA and lo > 0:
-        out["verdict"] = "regression"
-    elif change < -threshold_pct and p_faster < _ALPHA and hi < 0:
-        out["verdict"] = "improvement"
+    if change > threshold_pct and p_slower < ALPHA and lo > 0:
+        out["verdict"] = str(Outcome.REGRESSION)
+    elif change < -threshold_pct and p_faster < ALPHA and hi < 0:
+        out["verdict"] = str(Outcome.IMPROVEMENT)
     elif abs(change) > threshold_pct:
-        out["verdict"] = "inconclusive"
+        out["verdict"] = str(Outcome.INCONCLUSIVE)
         out["note"] = "the change exceeds the threshold but is within step-to-step noise"
     else:
-        out["verdict"] = "no significant change"
+        out["verdict"] = str(Outcome.NO_CHANGE)
     return out
 
 

@@ -8,17 +8,12 @@ from rich.console import Console
 from rich.table import Table
 
 from ocr.console import fit_table
+from ocr.perf.significance import OUTCOME_STYLE
 from ocr.perf.trace.analyses import GPU_PARTS, PHASES
 
 __all__ = ["print_analysis", "print_comparison", "to_markdown"]
 
 _SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
-_VERDICT_STYLE = {
-    "regression": "bold red",
-    "improvement": "bold green",
-    "inconclusive": "yellow",
-    "no significant change": "green",
-}
 
 
 def _round(v: Any) -> str:
@@ -180,7 +175,7 @@ def print_comparison(result: dict[str, Any], console: Console | None = None) -> 
     """Verdict, per-stage step and phase deltas, and the largest per-op changes."""
     con = console or Console()
     v = result["verdict"]
-    style = _VERDICT_STYLE.get(v["verdict"], "bold")
+    style = OUTCOME_STYLE.get(v["verdict"], "bold")
     con.print(f"[bold]A[/bold] {result['a']}\n[bold]B[/bold] {result['b']}")
     if "median_a_ms" in v:
         extra = ""

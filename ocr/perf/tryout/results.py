@@ -30,7 +30,7 @@ class TryRecord:
         family: the candidate's family (``combined`` for the winners together).
         alters_computation: the change alters what is computed (label it).
         eval_time: checked on the checkpoint with ``ocr-test`` (evaluation speed and H-mean).
-        status: ``recommended``, ``no significant change``, ``slower``, ``inconclusive``,
+        status: ``recommended``, ``no significant change``, ``regression``, ``inconclusive``,
             ``H-mean drop`` (faster or not, it lowers the H-mean beyond the tolerance),
             ``not applicable``, ``failed`` or ``untried`` (the budget ran out).
         pairs: pairs measured.

@@ -19,8 +19,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from ocr.perf.candidates import Candidate
+from ocr.perf.significance import paired_ratios
 from ocr.perf.tryout.command import RecordedCommand, override_key
-from ocr.perf.tryout.paired import outcome, speed_up
+from ocr.perf.tryout.paired import status as try_status
 from ocr.perf.tryout.results import TryRecord
 from ocr.perf.tryout.trial import TrialResult, run_eval_trial, run_training_trial
 
@@ -289,8 +290,8 @@ class TrySession:
             for a, b in zip(arm.base, arm.changed, strict=True)
             if a.speed is not None and b.speed is not None
         ]
-        s = speed_up(ratios)
-        status = outcome(s)
+        s = paired_ratios(ratios)
+        status = try_status(s)
         notes: list[str] = []
         hmean_base = _median([r.hmean for r in arm.base]) if arm.kind == "eval" else None
         hmean_changed = _median([r.hmean for r in arm.changed]) if arm.kind == "eval" else None

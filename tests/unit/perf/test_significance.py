@@ -1,0 +1,118 @@
+"""ocr.perf.significance: the U test, the one bootstrap, paired ratios, the noise allowance and the
+one set of outcome words (no other module spells them)."""
+
+from __future__ import annotations
+
+import ast
+from math import comb
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ocr.perf.significance import (
+    Outcome,
+    mann_whitney_greater,
+    median_interval,
+    noise_allowance,
+    paired_ratios,
+    ratio_of_medians_interval,
+    ratio_outcome,
+)
+
+OCR = Path(__file__).resolve().parents[3] / "ocr"
+
+
+def test_mann_whitney_exact_small_samples() -> None:
+    a = np.array([1.0, 2.0, 3.0, 4.0])
+    b = np.array([5.0, 6.0, 7.0, 8.0])
+    assert mann_whitney_greater(a, b) == pytest.approx(1 / comb(8, 4))
+    assert mann_whitney_greater(b, a) == pytest.approx(1.0)
+    # interleaved samples: no evidence either way
+    assert 0.3 < mann_whitney_greater(np.array([1.0, 3, 5, 7]), np.array([2.0, 4, 6, 8])) < 0.6
+    assert np.isnan(mann_whitney_greater([], [1.0]))
+
+
+def test_mann_whitney_normal_approximation_with_ties() -> None:
+    rng = np.random.default_rng(0)
+    a = np.round(rng.normal(10, 1, 40))
+    assert mann_whitney_greater(a, a + 3) < 1e-6
+    assert mann_whitney_greater(a, a.copy()) > 0.3
+    assert mann_whitney_greater([1.0, 1.0], [1.0, 1.0]) == 1.0  # all tied: no evidence
+
+
+def test_bootstrap_intervals_are_seeded_and_bracket_the_estimate() -> None:
+    values = [1.9, 2.1, 2.0, 1.95, 2.05]
+    assert median_interval(values) == median_interval(values)
+    low, high = median_interval(values)
+    assert low <= 2.0 <= high
+    a, b = np.arange(10.0, 20.0), 1.5 * np.arange(10.0, 20.0)
+    low, high = ratio_of_medians_interval(a, b)
+    assert low <= 1.5 <= high
+    assert ratio_of_medians_interval(a, b, seed=1) != (low, high)
+    with pytest.raises(ValueError, match="no values"):
+        median_interval([])
+    with pytest.raises(ValueError, match="no values"):
+        ratio_of_medians_interval([], [1.0])
+
+
+def test_paired_ratios() -> None:
+    s = paired_ratios([1.9, 2.1, 2.0, 1.95, 2.05])
+    assert (s.median, s.pairs) == (pytest.approx(2.0), 5)
+    assert s.low <= s.median <= s.high
+    with pytest.raises(ValueError, match="no ratios"):
+        paired_ratios([])
+
+
+@pytest.mark.parametrize(
+    ("low", "high", "enough", "expected"),
+    [
+        (1.2, 1.4, True, Outcome.IMPROVEMENT),
+        (0.97, 1.02, True, Outcome.NO_CHANGE),
+        (1.005, 1.02, True, Outcome.NO_CHANGE),  # above 1 but inside the band
+        (0.6, 0.7, True, Outcome.REGRESSION),
+        (1.01, 1.08, True, Outcome.INCONCLUSIVE),  # better, maybe by less than the bar
+        (1.2, 1.4, False, Outcome.INCONCLUSIVE),  # too little data, however clear
+    ],
+)
+def test_ratio_outcome(low: float, high: float, enough: bool, expected: Outcome) -> None:
+    assert ratio_outcome(low, high, 1.03, enough=enough) is expected
+
+
+def test_noise_allowance_is_robust_to_outlying_epochs() -> None:
+    steady = [1.00, 1.01, 0.99, 1.02, 0.98, 1.00, 1.01, 0.99, 1.00, 1.01]
+    with_outliers = [*steady, 1.45, 1.46]
+    # the max - min spread would be 48 %; three scaled MADs of the steady ten stay near 4 %
+    assert noise_allowance(steady) == pytest.approx(3 * 1.4826 * 0.01 / 1.0 * 100, rel=0.01)
+    assert noise_allowance(with_outliers) <= noise_allowance(steady) * 1.01 + 1e-9
+    assert noise_allowance(with_outliers) < 10.0
+    assert noise_allowance([2.0]) == 0.0  # one value says nothing about noise
+    assert noise_allowance([2.0, 3.0], relative=False) == pytest.approx(3 * 1.4826 * 0.5)
+    assert noise_allowance([-1.0, 1.0]) == 0.0  # no positive median to be relative to
+
+
+def _string_constants(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    docstrings = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+    }
+    return {
+        node.value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str)
+        if id(node) not in docstrings
+    }
+
+
+def test_the_outcome_words_are_spelled_in_one_place() -> None:
+    words = {str(Outcome.NO_CHANGE), str(Outcome.INCONCLUSIVE)}
+    spelled = {
+        str(path.relative_to(OCR.parent)): sorted(words & _string_constants(path))
+        for path in sorted((OCR / "perf").rglob("*.py"))
+        if path.name != "significance.py"
+    }
+    assert {path: found for path, found in spelled.items() if found} == {}
