@@ -22,8 +22,10 @@ shared machine move by tens of percent between identical epochs:
 
 * **Figure rows** compare medians over epochs (a ratio). A row moves only beyond its threshold:
   the tolerance (default 10 %; percentage points for fractions, default 2) *widened to the
-  baseline's own epoch-to-epoch spread* (``(max - min) / median`` of its values), so a figure the
-  baseline itself could not hold steady cannot fail the gate by that much. Phase times must also
+  baseline's own epoch-to-epoch noise*: three scaled median absolute deviations of its values
+  (:func:`ocr.perf.significance.noise_allowance`), so a figure the baseline itself could not hold
+  steady cannot fail the gate by that much, while a few outlying epochs (up to half) cannot widen
+  it: more epochs never make the gate blind. Phase times must also
   move by at least 2 % of the baseline's epoch wall time, so a phase of a few milliseconds
   cannot fail it by doubling. With at least :data:`MIN_EPOCHS_FOR_TEST` epochs on both sides, a
   one-sided Mann-Whitney U test of the per-epoch values must also call the shift significant
@@ -67,6 +69,7 @@ from ocr.perf.rundir import (
     read_run_info,
     to_jsonable,
 )
+from ocr.perf.significance import noise_allowance
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -435,13 +438,11 @@ def write_baseline(baseline: Mapping[str, Any], out: str | os.PathLike[str]) -> 
 
 
 def _spread(values: Sequence[float], fraction: bool) -> float:
-    """Epoch-to-epoch spread: percent of the median, or percentage points for fractions."""
-    if len(values) < 2:
-        return 0.0
-    lo, hi, med = min(values), max(values), float(np.median(values))
+    """Epoch-to-epoch noise allowance (:func:`ocr.perf.significance.noise_allowance`): percent of
+    the median, or percentage points for fractions."""
     if fraction:
-        return 100.0 * (hi - lo)
-    return 100.0 * (hi - lo) / med if med > 0 else 0.0
+        return 100.0 * noise_allowance(values, relative=False)
+    return noise_allowance(values)
 
 
 def _judge(
