@@ -9,7 +9,7 @@ Both are real ``python -m ocr.train experiment=synthetic_debug callbacks=monitor
 ``--epochs`` epochs, ``--limit-train-batches`` training batches each), run one after the other
 from the repository root; their ``perf/epochs.jsonl`` are summarised with
 :func:`ocr.perf.baseline.load_source` (validation stage, first epoch skipped) and compared with
-:func:`ocr.perf.baseline.check_baseline`. The document says which command made it, when, and on
+:func:`ocr.perf.gate.check_baseline`. The document says which command made it, when, and on
 what machine; it is never written by hand.
 
     python benchmarks/baseline_doc.py [--out docs/performance/baseline.md] [--epochs 4]
@@ -19,6 +19,7 @@ what machine; it is never written by hand.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import os
 import shlex
@@ -35,13 +36,16 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
 from ocr.perf.baseline import (  # noqa: E402
-    check_baseline,
+    Baseline,
+    Figure,
     load_source,
     make_baseline,
     write_baseline,
 )
 from ocr.perf.clock import PHASES  # noqa: E402
+from ocr.perf.gate import check_baseline  # noqa: E402
 from ocr.perf.rundir import read_records  # noqa: E402
+from ocr.perf.significance import Outcome  # noqa: E402
 
 COMMAND = "python benchmarks/baseline_doc.py"
 
@@ -61,17 +65,24 @@ def train(run_dir: Path, overrides: list[str], log: Path) -> list[str]:
     return argv[1:]
 
 
-def merge(baselines: list[dict[str, Any]]) -> dict[str, Any]:
+def merge(baselines: list[Baseline]) -> Baseline:
     """One baseline from several runs of the same configuration: per-epoch values and batch
     times pooled, medians recomputed (machine and workload from the first)."""
-    merged = dict(baselines[0])
-    merged["figures"] = {}
-    for name, figure in baselines[0]["figures"].items():
-        values = [v for b in baselines for v in b["figures"].get(name, {}).get("values", [])]
-        merged["figures"][name] = {**figure, "values": values, "median": float(np.median(values))}
-    merged["batch_times_s"] = [t for b in baselines for t in b["batch_times_s"]]
-    merged["epochs"] = [e for b in baselines for e in b["epochs"]]
-    return merged
+    first = baselines[0]
+    figures = {
+        name: Figure(
+            figure.unit,
+            figure.better,
+            tuple(v for b in baselines if name in b.figures for v in b.figures[name].values),
+        )
+        for name, figure in first.figures.items()
+    }
+    return dataclasses.replace(
+        first,
+        figures=figures,
+        batch_times_s=[t for b in baselines for t in b.batch_times_s],
+        epochs=[e for b in baselines for e in b.epochs],
+    )
 
 
 def _ms(value: float | None) -> str:
@@ -96,17 +107,17 @@ def _ratio(before: float | None, after: float | None) -> str:
     return f"{before / after:.1f}×"
 
 
-def _median(baseline: dict[str, Any], name: str) -> float | None:
-    figure = baseline["figures"].get(name)
-    return None if figure is None else figure["median"]
+def _median(baseline: Baseline, name: str) -> float | None:
+    figure = baseline.figures.get(name)
+    return None if figure is None else figure.median
 
 
-def _spread(baseline: dict[str, Any], name: str) -> str:
-    figure = baseline["figures"].get(name)
-    if not figure or len(figure["values"]) < 2 or not figure["median"]:
+def _spread(baseline: Baseline, name: str) -> str:
+    figure = baseline.figures.get(name)
+    if not figure or len(figure.values) < 2 or not figure.median:
         return "–"
-    values = figure["values"]
-    return f"±{50 * (max(values) - min(values)) / figure['median']:.0f} %"
+    values = figure.values
+    return f"±{50 * (max(values) - min(values)) / figure.median:.0f} %"
 
 
 def _batch_summary(times: list[float]) -> dict[str, float | None]:
@@ -123,13 +134,13 @@ def _batch_summary(times: list[float]) -> dict[str, float | None]:
 
 
 def render(
-    before: dict[str, Any],
-    after: dict[str, Any],
+    before: Baseline,
+    after: Baseline,
     records: dict[str, list[dict[str, Any]]],
     commands: dict[str, list[str]],
     argv: list[str],
 ) -> str:
-    machine = after.get("machine") or {}
+    machine = after.machine
     now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
     check = check_baseline(before, after, allow_other_machine=True)
     lines = [
@@ -153,12 +164,13 @@ def render(
     ]
     for label, cmd in commands.items():
         lines += [f"* {label}: `{shlex.join(['python', *cmd])}`"]
-    kept = sorted(set(after.get("epochs") or []))
+    kept = sorted(set(after.epochs))
+    workload = after.workload
     lines += [
         "",
-        f"Validation: {after['workload']['samples']} receipts in "
-        f"{after['workload']['num_batches']} batches of {after['workload']['batch_size']}, "
-        f"num_workers {after['workload']['num_workers']}. Figures are medians over the "
+        f"Validation: {workload['samples']} receipts in "
+        f"{workload['num_batches']} batches of {workload['batch_size']}, "
+        f"num_workers {workload['num_workers']}. Figures are medians over the "
         f"validation epochs {kept} of every run, pooled (the first epoch is skipped: worker "
         "start-up, numba cache load, cold polygon cache); ± is half the epoch-to-epoch range. "
         "Wall times on a shared machine are noisy: read ratios, not single milliseconds.",
@@ -184,7 +196,7 @@ def render(
         "| figure | before | after | before / after |",
         "|---|---:|---:|---:|",
     ]
-    bb, ab = _batch_summary(before["batch_times_s"]), _batch_summary(after["batch_times_s"])
+    bb, ab = _batch_summary(before.batch_times_s), _batch_summary(after.batch_times_s)
     lines.append(
         f"| batches measured | {_num(bb['count'], '.0f')} | {_num(ab['count'], '.0f')} | |"
     )
@@ -230,21 +242,21 @@ def render(
                 f"{_num(targets, '.2f')} | {_count(counts, 'polygon_cache_hits')} | "
                 f"{_count(counts, 'polygon_cache_misses')} |"
             )
-    moved = [r for r in check["rows"] if r["status"] in ("improvement", "regression")]
+    moved = [r for r in check.rows if r.status in (Outcome.IMPROVEMENT, Outcome.REGRESSION)]
     lines += [
         "",
         "## What the regression gate says (`ocr-perf check` before → after)",
         "",
-        f"Verdict: **{check['verdict']}**. Figures that moved beyond their noise-aware threshold:",
+        f"Verdict: **{check.verdict}**. Figures that moved beyond their noise-aware band:",
         "",
     ]
     for row in moved:
-        if row["ratio"] is None:
+        if row.ratio is None or row.band is None:
             continue
         lines.append(
-            f"* {row['figure']}: {_num(row['baseline'], '.4g')} → {_num(row['current'], '.4g')} "
-            f"{row['unit']} ({row['status']}; threshold {row['threshold']:.0f} "
-            f"{row['threshold_unit']})"
+            f"* {row.figure}: {_num(row.baseline, '.4g')} → {_num(row.current, '.4g')} "
+            f"{row.unit} ({row.status}; band {row.band.down:+.0f} / {row.band.up:+.0f} "
+            f"{row.band.unit})"
         )
     if not moved:
         lines.append("* none")
@@ -288,7 +300,7 @@ def main() -> None:
             f"trainer.limit_train_batches={args.limit_train_batches}",
         ]
         commands: dict[str, list[str]] = {}
-        runs: dict[str, list[dict[str, Any]]] = {"before": [], "after": []}
+        runs: dict[str, list[Baseline]] = {"before": [], "after": []}
         records: dict[str, list[dict[str, Any]]] = {}
         for repeat in range(1, args.repeats + 1):
             # Alternating, so a slow spell of the shared machine hits both sides.
@@ -324,12 +336,12 @@ def main() -> None:
         if args.baseline_json:
             baseline = make_baseline(work / "after-1", name="synthetic_debug_val")
             print(f"wrote {write_baseline(baseline, args.baseline_json)}")
-        b, a = before["figures"], after["figures"]
+        b, a = before.figures, after.figures
         for name in ("epoch_wall_s", "worker_collate_ms_per_batch", "targets_ms_per_image"):
             if name in b and name in a:
                 print(
-                    f"{name}: before {statistics.median(b[name]['values']):.4g}, after "
-                    f"{statistics.median(a[name]['values']):.4g}"
+                    f"{name}: before {statistics.median(b[name].values):.4g}, after "
+                    f"{statistics.median(a[name].values):.4g}"
                 )
 
 

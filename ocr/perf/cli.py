@@ -105,7 +105,8 @@ def _parser() -> argparse.ArgumentParser:
         "check",
         help="compare a run / bench / baseline with a baseline; exit 1 on a regression",
         description="Noise-aware comparison: medians over epochs against thresholds widened to "
-        "the baseline's own epoch-to-epoch spread, and a Mann-Whitney test of the batch times.",
+        "the baseline's own epoch-to-epoch noise (3 scaled MADs of its epochs, so outlying "
+        "epochs cannot widen them), and Mann-Whitney tests of the epoch values and batch times.",
         epilog="Exit codes: 0 pass, 1 regression, 2 bad input or not comparable, 3 insufficient "
         "data: a run side has fewer than 2 epochs after --skip-epochs or fewer than 8 batches "
         "in them (no measured noise to judge against); record with more epochs.",
@@ -225,14 +226,9 @@ def _baseline_main(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from ocr.cli_errors import report_error
-    from ocr.perf.baseline import (
-        check_baseline,
-        load_source,
-        make_baseline,
-        print_baseline,
-        print_check,
-        write_baseline,
-    )
+    from ocr.perf.baseline import load_source, make_baseline, write_baseline
+    from ocr.perf.gate import check_baseline
+    from ocr.perf.gate_table import print_baseline, print_check
 
     console = Console()
     options = {"stage": args.stage, "skip_epochs": args.skip_epochs}
@@ -251,16 +247,16 @@ def _baseline_main(args: argparse.Namespace) -> int:
         )
         print_check(result, console)
         if args.json:
-            _write(args.json, _dump(result))
+            _write(args.json, _dump(result.as_dict()))
     except OSError as exc:
         report_error("ocr-perf", f"cannot write output: {exc}")
         return EXIT_BAD_INPUT
-    if result["verdict"] == "not comparable":
-        report_error("ocr-perf", f"not comparable: {'; '.join(result['notes'])}")
+    if result.verdict == "not comparable":
+        report_error("ocr-perf", f"not comparable: {'; '.join(result.notes)}")
         return EXIT_BAD_INPUT
-    if result["verdict"] == "insufficient data":
+    if result.verdict == "insufficient data":
         return EXIT_INSUFFICIENT_DATA
-    return EXIT_REGRESSION if result["verdict"] == "regression" else EXIT_OK
+    return EXIT_REGRESSION if result.verdict == "regression" else EXIT_OK
 
 
 if __name__ == "__main__":

@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ocr.perf.baseline import BaselineOutcome
 from ocr.perf.findings import post_hoc_thresholds
+from ocr.perf.gate import GateOutcome
 from ocr.perf.report.load import (
     TRACE_DIRNAME,
     ReportInputError,
@@ -39,7 +39,7 @@ class Report:
         trace: the profiler trace analysis reduced to what the report shows (summary, top ops,
             memory peaks and timeline, findings; file paths relative to the run), or ``None``.
         trace_note: why there is no trace analysis (not recorded, unreadable), or ``None``.
-        baseline: ``ocr.perf.baseline.check_baseline``'s result, or ``None``.
+        baseline: ``ocr.perf.gate.check_baseline``'s outcome, or ``None``.
         baseline_name: the baseline file's name as given (no folder, so copies compare equal).
         baseline_note: why there is no comparison (none given, gate unavailable, bad file).
         thresholds: the post-hoc thresholds judged with (``ocr.perf.findings.THRESHOLDS``).
@@ -51,7 +51,7 @@ class Report:
     findings: list[Finding]
     trace: dict[str, Any] | None = None
     trace_note: str | None = None
-    baseline: dict[str, Any] | None = None
+    baseline: GateOutcome | None = None
     baseline_name: str | None = None
     baseline_note: str | None = None
     thresholds: dict[str, float] = field(default_factory=post_hoc_thresholds)
@@ -116,14 +116,15 @@ def _analyze_traces(run: RunData) -> tuple[dict[str, Any] | None, str | None]:
 
 def _compare_baseline(
     run_dir: Path, baseline: str | os.PathLike[str]
-) -> tuple[dict[str, Any] | None, str | None]:
+) -> tuple[GateOutcome | None, str | None]:
     path = Path(baseline)
     if not path.exists():
         raise ReportInputError(f"{path}: baseline not found")
     try:
-        from ocr.perf.baseline import check_baseline, load_source
+        from ocr.perf.baseline import load_source
+        from ocr.perf.gate import check_baseline
     except ImportError:
-        return None, "the baseline gate (ocr.perf.baseline) is not available in this installation"
+        return None, "the baseline gate (ocr.perf.gate) is not available in this installation"
     try:
         reference = load_source(path)
     except (OSError, ValueError, KeyError, TypeError) as exc:
@@ -157,11 +158,8 @@ def build_report(
         result, note = _compare_baseline(run.run_dir, baseline)
     else:
         note = "no baseline given (ocr-perf report RUN --baseline FILE)"
-    outcome = None
-    if result is not None:
-        outcome = BaselineOutcome.from_result(result)
     found = trace_findings(trace, run) if trace is not None else None
-    findings = judge(run, stages, found, outcome)
+    findings = judge(run, stages, found, result)
     return Report(
         run=run,
         name=run_name(run),

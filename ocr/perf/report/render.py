@@ -22,6 +22,7 @@ from rich.table import Table as RichTable
 
 from ocr.perf.clock import PHASES
 from ocr.perf.findings import CONFIDENCES, Finding
+from ocr.perf.gate_table import BAND_NOTE, COLUMNS, row_cells, verdict_line
 from ocr.perf.mfu import epoch_utilisation, stage_utilisation
 from ocr.perf.report import plots
 from ocr.perf.report.build import Report
@@ -751,33 +752,19 @@ def _baseline(report: Report) -> Section:
     if result is None:
         sec.paragraphs.append(report.baseline_note or "No baseline given.")
         return sec
-    sec.paragraphs.append(f"Baseline {report.baseline_name}: verdict **{result.get('verdict')}**.")
-    if result.get("verdict") == "insufficient data":
+    # plain words: the paragraphs are shown as they are in the page, the Markdown and a terminal
+    sec.paragraphs.append(f"Baseline {report.baseline_name}: {verdict_line(result)}.")
+    if result.verdict == "insufficient data":
         # Said before the table: its moved rows are not regressions, whatever their ratio.
         sec.paragraphs.append(
             "Too little data to judge, so this is neither a pass nor a regression: "
-            + "; ".join(str(r) for r in result.get("insufficient") or [])
-            + ". Rows marked 'unjudged' moved beyond their threshold, but with no measured "
-            "epoch-to-epoch noise to judge them against."
+            + "; ".join(result.insufficient)
+            + ". Rows marked 'inconclusive (regression?)' or 'inconclusive (improvement?)' moved "
+            "beyond their band, but with no measured epoch-to-epoch noise to judge them against."
         )
-    sec.paragraphs.extend(str(n) for n in result.get("notes") or [])
-    sec.tables.append(
-        Table(
-            ["figure", "unit", "baseline", "current", "ratio", "threshold", "status"],
-            [
-                [
-                    _f(r.get("figure")),
-                    _f(r.get("unit")),
-                    _f(r.get("baseline"), 4),
-                    _f(r.get("current"), 4),
-                    _f(r.get("ratio"), 3),
-                    _f(r.get("threshold"), 3),
-                    _f(r.get("status")),
-                ]
-                for r in result.get("rows") or []
-            ],
-        )
-    )
+    sec.paragraphs.extend(result.notes)
+    sec.paragraphs.append(BAND_NOTE)
+    sec.tables.append(Table(list(COLUMNS), [list(row_cells(r)) for r in result.rows]))
     return sec
 
 

@@ -17,7 +17,7 @@ and compute threads, no AMP / pinned memory). Each finding also carries candidat
 Findings, severities and thresholds are the shared vocabulary of :mod:`ocr.perf.findings`;
 alerts come in as typed events (:class:`~ocr.perf.alerts.AlertEvent`), trace findings as
 :class:`~ocr.perf.findings.Finding` and the baseline comparison as
-:class:`~ocr.perf.baseline.BaselineOutcome`.
+:class:`~ocr.perf.gate.GateOutcome`.
 """
 
 from __future__ import annotations
@@ -41,9 +41,10 @@ from ocr.perf.findings import (
 from ocr.perf.ranks import STRAGGLER_MIN_S, STRAGGLER_MIN_SHARE
 from ocr.perf.report.load import ReportInputError, RunData
 from ocr.perf.report.stages import StageSummary, num
+from ocr.perf.significance import Outcome
 
 if TYPE_CHECKING:
-    from ocr.perf.baseline import BaselineOutcome
+    from ocr.perf.gate import GateOutcome
 
 __all__ = ["THRESHOLDS", "Finding", "judge", "trace_findings"]
 
@@ -946,7 +947,7 @@ def _trace(
     return out
 
 
-def _baseline(outcome: BaselineOutcome | None, adv: _Advice) -> list[Finding]:
+def _baseline(outcome: GateOutcome | None, adv: _Advice) -> list[Finding]:
     epochs = adv.name(adv.key("max_epochs", prefer=("trainer",)), "the Trainer's max_epochs")
     if outcome is not None and outcome.verdict == "insufficient data":
         # Too few epochs or batches on a side: rows that moved are noise of unknown size, so
@@ -961,7 +962,7 @@ def _baseline(outcome: BaselineOutcome | None, adv: _Advice) -> list[Finding]:
                     + "; ".join(outcome.insufficient)
                 ),
                 evidence={
-                    "unjudged_figures": [r.figure for r in outcome.rows if r.status == "unjudged"]
+                    "unjudged_figures": [r.figure for r in outcome.rows if r.moved is not None]
                 },
                 threshold={},
                 suggestion=(
@@ -973,7 +974,7 @@ def _baseline(outcome: BaselineOutcome | None, adv: _Advice) -> list[Finding]:
         ]
     if outcome is None or outcome.verdict != "regression":
         return []
-    rows = [r for r in outcome.rows if r.status == "regression"]
+    rows = [r for r in outcome.rows if r.status == Outcome.REGRESSION]
     worst = max(rows, key=lambda r: abs((r.ratio or 1.0) - 1.0), default=None)
     if worst is None:
         return []
@@ -1005,7 +1006,7 @@ def judge(
     run: RunData,
     stages: dict[str, StageSummary],
     trace: Sequence[Finding] | None = None,
-    baseline: BaselineOutcome | None = None,
+    baseline: GateOutcome | None = None,
 ) -> list[Finding]:
     """The ranked verdict for a loaded run (see the module doc for the ranking). ``trace``:
     the profiler trace's findings (:func:`trace_findings`; ``None``: those of the profiler

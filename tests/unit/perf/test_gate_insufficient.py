@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from ocr.perf.baseline import MIN_BATCHES, check_baseline, load_source, make_baseline
+from ocr.perf.baseline import MIN_BATCHES, load_source, make_baseline
 from ocr.perf.cli import EXIT_INSUFFICIENT_DATA, main
+from ocr.perf.gate import check_baseline
 from tests.unit.perf.test_baseline import epoch_record, make_run
 
 
@@ -42,7 +43,7 @@ def test_two_epoch_baseline_against_identical_rerun_is_insufficient_data(
     assert result["verdict"] == "insufficient data"
     statuses = {r["figure"]: r for r in result["rows"]}
     # Moved beyond the 10 % tolerance, but not called a regression.
-    assert statuses["targets_ms_per_image"]["status"] == "unjudged"
+    assert statuses["targets_ms_per_image"]["status"] == "inconclusive"
     assert statuses["targets_ms_per_image"]["moved"] == "regression"
     assert not any(r["status"] == "regression" for r in result["rows"])
     # Without the rule this exact pair was a regression (exit 1): the rows moved.
@@ -54,8 +55,8 @@ def test_either_side_too_small_is_insufficient(tmp_path: Path) -> None:
     single = load_source(two_epoch_run(tmp_path / "single"))
     for base, cur, side in ((enough, single, "current run"), (single, enough, "baseline")):
         result = check_baseline(base, cur)
-        assert result["verdict"] == "insufficient data"
-        assert [r.split(" has ")[0] for r in result["insufficient"]] == [f"the {side}"]
+        assert result.verdict == "insufficient data"
+        assert [r.split(" has ")[0] for r in result.insufficient] == [f"the {side}"]
     # Two kept epochs of 3 batches: a spread exists, but 6 batches are too few to test.
     few = [epoch_record(e) for e in range(3)]
     for rec in few:
@@ -63,12 +64,12 @@ def test_either_side_too_small_is_insufficient(tmp_path: Path) -> None:
         rec["batch_times_s"] = rec["batch_times_s"][:3]
     short = load_source(make_run(tmp_path / "few", few))
     result = check_baseline(short, short)
-    assert result["verdict"] == "insufficient data"
-    assert len(result["insufficient"]) == 2
-    assert f"needs at least {MIN_BATCHES}" in result["insufficient"][0]
+    assert result.verdict == "insufficient data"
+    assert len(result.insufficient) == 2
+    assert f"needs at least {MIN_BATCHES}" in result.insufficient[0]
     # Not comparable stays the stronger answer (a different stage says nothing either way).
     train = load_source(make_run(tmp_path / "t", [epoch_record(0, stage="train")]), stage="train")
-    assert check_baseline(single, train)["verdict"] == "not comparable"
+    assert check_baseline(single, train).verdict == "not comparable"
 
 
 def test_planted_30_percent_slowdown_with_enough_epochs_is_a_regression(
@@ -86,12 +87,12 @@ def test_planted_30_percent_slowdown_with_enough_epochs_is_a_regression(
     assert main(["baseline", str(base_run), "-o", str(out)]) == 0
     assert main(["check", str(out), str(slow_run)]) == 1
     result = check_baseline(make_baseline(base_run), load_source(slow_run))
-    assert result["verdict"] == "regression"
-    assert result["insufficient"] == []
-    rows = {r["figure"]: r for r in result["rows"]}
-    assert rows["phase_forward_s"]["status"] == "regression"
-    assert rows["phase_forward_s"]["p_value"] < 0.05
-    assert rows["batch_time_s (distribution)"]["status"] == "regression"
+    assert result.verdict == "regression"
+    assert result.insufficient == []
+    rows = {r.figure: r for r in result.rows}
+    assert rows["phase_forward_s"].status == "regression"
+    assert (rows["phase_forward_s"].p_value or 1.0) < 0.05
+    assert rows["batch_time_s (distribution)"].status == "regression"
     # The same amount of data without the slowdown passes.
     assert main(["check", str(out), str(same_run)]) == 0
 

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from rich.console import Console
 
+from ocr.perf.gate import Band, GateOutcome, GateRow
 from ocr.perf.report import (
     ReportInputError,
     build_report,
@@ -281,31 +282,35 @@ def test_baseline_comparison_and_unavailable_gate(
     run = input_bound_run(tmp_path / "run")
     base = tmp_path / "base.json"
     base.write_text("{}")
-    fake = types.ModuleType("ocr.perf.baseline")
-    result = {
-        "verdict": "regression",
-        "rows": [
-            {
-                "figure": "val_epoch_time",
-                "unit": "s",
-                "baseline": 5.0,
-                "current": 8.6,
-                "ratio": 1.72,
-                "threshold": 1.1,
-                "status": "regression",
-            },
-        ],
-        "notes": ["same machine class"],
-    }
-    fake.load_source = lambda path: {"path": str(path)}  # type: ignore[attr-defined]
+    row = GateRow(
+        "val_epoch_time",
+        "regression",
+        unit="s",
+        better="lower",
+        baseline=5.0,
+        current=8.6,
+        ratio=1.72,
+        change=72.0,
+        threshold=10.0,
+        band=Band(-9.1, 10.0, "%"),
+        rules=("tolerance 10.0 %", "change +72.0 % outside the band"),
+    )
+    result = GateOutcome("regression", [row], ["same machine class"])
+    fake = types.ModuleType("ocr.perf.gate")
     fake.check_baseline = lambda baseline, current, tolerance_pct=None: result  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "ocr.perf.baseline", fake)
+    reader = types.ModuleType("ocr.perf.baseline")
+    reader.load_source = lambda path: {"path": str(path)}  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "ocr.perf.gate", fake)
+    monkeypatch.setitem(sys.modules, "ocr.perf.baseline", reader)
     report = build_report(run, baseline=base)
     regression = next(f for f in report.findings if f.id == "baseline_regression")
     assert regression.score == pytest.approx(72.0)
-    assert "| val_epoch_time | s | 5.0000 | 8.6000 | 1.720 | 1.100 | regression |" in to_markdown(
-        report
-    )
+    md = to_markdown(report)
+    assert (
+        "| val_epoch_time | s | lower | 5.000 | 8.600 | +72.0 % | -9.1 / +10.0 % | regression | "
+        "tolerance 10.0 %; change +72.0 % outside the band |"
+    ) in md
+    assert "Baseline base.json: verdict: regression." in md  # plain words, no Markdown
 
     monkeypatch.setitem(sys.modules, "ocr.perf.baseline", None)  # import raises ImportError
     report = build_report(run, baseline=base)

@@ -26,14 +26,15 @@ def test_insufficient_baseline_comparison_is_said_not_ranked(tmp_path: Path) -> 
     run = two_epoch_run(tmp_path / "run", slower=1.58)
     report = build_report(run, baseline=base)
     assert report.baseline is not None
-    assert report.baseline["verdict"] == "insufficient data"
+    assert report.baseline.verdict == "insufficient data"
     ids = [f.id for f in report.findings]
     assert "baseline_regression" not in ids
     info = next(f for f in report.findings if f.id == "baseline_insufficient_data")
     assert (info.severity, info.score) == ("info", 0.0)
     assert "epoch_wall_s" in info.evidence["unjudged_figures"]
     md = to_markdown(report)
-    assert "verdict **insufficient data**" in md
+    assert "Baseline base: verdict: insufficient data." in md
+    assert "**insufficient data**" not in md
     assert "Too little data to judge, so this is neither a pass nor a regression" in md
-    assert "| unjudged |" in md
+    assert "| inconclusive (regression?) |" in md
     assert "| regression |" not in md

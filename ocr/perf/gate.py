@@ -1,0 +1,459 @@
+"""The regression gate (``ocr-perf check``): a run's figures against a baseline's.
+
+:func:`check_baseline` compares two :class:`~ocr.perf.baseline.Baseline` s figure by figure and
+answers a :class:`GateOutcome`. It is noise-aware, because wall-clock figures on a shared machine
+move by tens of percent between identical epochs. Each row (:class:`GateRow`) says what decided
+its status, in the units it was decided in:
+
+* **The band.** A figure *moves* only when its change leaves a band around 0. The change of a
+  time or a rate is ``current / baseline - 1`` in percent; the band is multiplicative: with a
+  threshold of ``t`` %, the figure moves up beyond ``+t`` % and down beyond
+  ``1 / (1 + t/100) - 1`` (``+33.1 %`` pairs with ``-24.9 %``), and both edges are shown. A
+  fraction (a hit rate) changes in percentage points and its band is ``+-t`` points.
+* **The threshold** ``t`` is the tolerance (default 10 %; 2 points for fractions) *widened to the
+  baseline's own epoch-to-epoch noise*: three scaled median absolute deviations of its epoch
+  values (:func:`ocr.perf.significance.noise_allowance`). A few outlying epochs (up to half)
+  cannot widen it, so more epochs never make the gate blind.
+* **The phase floor.** A phase must also move by at least 2 % of the baseline's epoch wall time
+  (:data:`PHASE_FLOOR_SHARE`), so a phase of a few milliseconds cannot fail the gate by doubling;
+  where the floor is wider than the threshold, it is the band shown.
+* **The noise test.** A figure that moved is a ``regression`` or ``improvement`` only if a
+  one-sided Mann-Whitney U test of the values says the shift is not noise (p < 0.05): per-epoch
+  values with at least :data:`MIN_EPOCHS_FOR_TEST` epochs a side, pooled batch times with at
+  least :data:`~ocr.perf.baseline.MIN_BATCHES` a side. Otherwise it is ``inconclusive``. With
+  fewer values the medians decide, and the row says so.
+* **Enough data.** A run side with too few epochs or batches
+  (:func:`~ocr.perf.baseline.too_little_data`) makes the verdict ``insufficient data``: a row
+  that moved is ``inconclusive`` (``moved`` keeps which way), never a regression.
+
+Statuses are the toolkit's outcome words (:class:`~ocr.perf.significance.Outcome`), plus
+``missing`` (in the baseline, absent now: a note, not a failure) and ``not judged`` (a bench
+figure with no better direction). A status never contradicts the change and band beside it:
+``regression`` / ``improvement`` only outside the band, ``no significant change`` only inside.
+
+Comparability: a different stage, a different workload (samples or batches per epoch, batch
+size, world size; for benchmarks a different name) or a different machine class (device, CUDA
+device names, CPU count) makes the verdict ``not comparable``: wall times of different hardware
+say nothing about the code. ``allow_other_machine=True`` compares anyway and keeps a warning in
+the notes. A different host name of the same class is only a note.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from ocr.perf.baseline import MIN_BATCHES, Baseline, Figure, too_little_data
+from ocr.perf.rundir import to_jsonable
+from ocr.perf.significance import ALPHA, Outcome, mann_whitney_greater, noise_allowance
+
+__all__ = [
+    "BATCH_ROW",
+    "DEFAULT_FRACTION_TOLERANCE",
+    "DEFAULT_TOLERANCE_PCT",
+    "MIN_EPOCHS_FOR_TEST",
+    "MISSING",
+    "NOT_JUDGED",
+    "PHASE_FLOOR_SHARE",
+    "VERDICTS",
+    "Band",
+    "GateOutcome",
+    "GateRow",
+    "check_baseline",
+]
+
+#: Relative tolerance of time / rate figures when none is given, in percent.
+DEFAULT_TOLERANCE_PCT = 10.0
+#: Tolerance of fraction figures (hit rates) when none is given, in percentage points.
+DEFAULT_FRACTION_TOLERANCE = 2.0
+#: A phase row moves only when it changes by at least this share of the baseline epoch wall time.
+PHASE_FLOOR_SHARE = 0.02
+#: With at least this many epochs on both sides a figure row also needs a significant
+#: Mann-Whitney test (with 3 against 3 the smallest possible p-value is 0.05).
+MIN_EPOCHS_FOR_TEST = 4
+#: The verdicts of :func:`check_baseline`, from the most to the least binding.
+VERDICTS = ("not comparable", "insufficient data", "regression", "pass")
+#: The row of the pooled per-batch times.
+BATCH_ROW = "batch_time_s (distribution)"
+#: Row statuses besides the outcome words: in the baseline but not now; no better direction.
+MISSING = "missing"
+NOT_JUDGED = "not judged"
+
+_MACHINE_CLASS_KEYS = ("device", "cuda_devices", "cpu_count")
+_WORKLOAD_KEYS = ("samples", "num_batches", "batch_size", "world_size", "name")
+
+
+@dataclass(frozen=True)
+class Band:
+    """The change a figure must leave to count as moved, as applied.
+
+    Args:
+        down: the lower edge (a negative change, in :attr:`unit`).
+        up: the upper edge (a positive change).
+        unit: ``%`` (relative change), ``pts`` (percentage points, for fractions) or ``s``
+            (seconds: a phase whose floor, 2 % of the epoch, is wider than its threshold).
+    """
+
+    down: float
+    up: float
+    unit: str
+
+    def moved(self, change: float) -> str | None:
+        """``up``, ``down`` or ``None`` (inside the band)."""
+        if change > self.up:
+            return "up"
+        if change < self.down:
+            return "down"
+        return None
+
+
+@dataclass(frozen=True)
+class GateRow:
+    """One compared figure.
+
+    Args:
+        figure: the figure's name (:data:`BATCH_ROW` for the pooled batch times).
+        status: an :class:`~ocr.perf.significance.Outcome` word, :data:`MISSING` or
+            :data:`NOT_JUDGED`.
+        unit: the figure's unit.
+        better: ``lower``, ``higher`` or ``none``.
+        baseline, current: the medians (``None`` when absent).
+        ratio: ``current / baseline`` (``None`` when either is absent or the baseline is 0).
+        change: what the band is compared with, in the band's unit: percent, points for
+            fractions, seconds for a phase held by its floor.
+        threshold: the tolerance after widening to the baseline's noise (``%`` or ``pts``).
+        threshold_unit: ``%`` or ``pts``.
+        band: the band applied (the threshold's, or the phase floor's where wider).
+        rules: every rule that decided the status, in words, in the order applied.
+        p_value: the one-sided Mann-Whitney p-value in the direction the median moved, when
+            both sides have enough values.
+        moved: ``regression`` or ``improvement`` when the change left the band, else ``None``.
+        widened: the baseline's noise widened the threshold beyond the tolerance.
+        n: values compared on each side (epochs, or batches for the batch row).
+    """
+
+    figure: str
+    status: str
+    unit: str = ""
+    better: str = "none"
+    baseline: float | None = None
+    current: float | None = None
+    ratio: float | None = None
+    change: float | None = None
+    threshold: float | None = None
+    threshold_unit: str = "%"
+    band: Band | None = None
+    rules: tuple[str, ...] = ()
+    p_value: float | None = None
+    moved: str | None = None
+    widened: bool = False
+    n: tuple[int, int] = (0, 0)
+
+
+@dataclass(frozen=True)
+class GateOutcome:
+    """What :func:`check_baseline` found.
+
+    Args:
+        verdict: one of :data:`VERDICTS`.
+        rows: every compared figure.
+        notes: comparability and other remarks.
+        insufficient: why either side has too little data to judge.
+    """
+
+    verdict: str
+    rows: list[GateRow] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    insufficient: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, object]:
+        """The JSON view (``ocr-perf check --json``)."""
+        rows: list[dict[str, object]] = []
+        for row in self.rows:
+            band = row.band
+            rows.append(
+                {
+                    "figure": row.figure,
+                    "unit": row.unit,
+                    "baseline": row.baseline,
+                    "current": row.current,
+                    "ratio": row.ratio,
+                    "change": row.change,
+                    "threshold": row.threshold,
+                    "threshold_unit": row.threshold_unit,
+                    "band": None if band is None else [band.down, band.up],
+                    "better": row.better,
+                    "status": row.status,
+                    "moved": row.moved,
+                    "p_value": row.p_value,
+                    "rules": list(row.rules),
+                    "widened": row.widened,
+                    "n": list(row.n),
+                }
+            )
+        doc = {
+            "verdict": self.verdict,
+            "rows": rows,
+            "notes": list(self.notes),
+            "insufficient": list(self.insufficient),
+        }
+        return to_jsonable(doc)
+
+
+# -- one row -------------------------------------------------------------------------------------
+
+
+def _noise(values: Sequence[float], fraction: bool) -> float:
+    """The baseline's epoch-to-epoch noise allowance in the row's units (% or pts)."""
+    if fraction:
+        return 100.0 * noise_allowance(values, relative=False)
+    return noise_allowance(values)
+
+
+def _change(base: float, cur: float, fraction: bool) -> float:
+    if fraction:
+        return 100.0 * (cur - base)
+    if base == 0:
+        return 0.0 if cur == 0 else math.copysign(math.inf, cur)
+    return 100.0 * (cur / base - 1.0)
+
+
+def _band(threshold: float, fraction: bool, floor_pct: float) -> Band:
+    """The band in percent (points for fractions); the floor, a relative change too here,
+    widens a side where it is wider."""
+    if fraction:
+        return Band(-threshold, threshold, "pts")
+    down = 100.0 * (1.0 / (1.0 + threshold / 100.0) - 1.0)
+    return Band(min(down, -floor_pct), max(threshold, floor_pct), "%")
+
+
+def _test(
+    base: Sequence[float], cur: Sequence[float], up: bool, min_n: int, what: str
+) -> tuple[float | None, str | None]:
+    """(p-value that ``cur`` is shifted ``up`` (else down) from ``base``, or ``None`` with too
+    few values; the rule in words when it could not run)."""
+    if min(len(base), len(cur)) < min_n:
+        return None, f"no noise test (fewer than {min_n} {what} a side): the medians decide"
+    a, b = np.asarray(base, dtype=np.float64), np.asarray(cur, dtype=np.float64)
+    return (mann_whitney_greater(a, b) if up else mann_whitney_greater(b, a)), None
+
+
+def _row(
+    name: str,
+    bfig: Figure,
+    base: float | None,
+    cur: float | None,
+    tolerance: float,
+    test: tuple[Sequence[float], Sequence[float]],
+    *,
+    floor_s: float = 0.0,
+    min_n: int = MIN_EPOCHS_FOR_TEST,
+    what: str = "epochs",
+) -> GateRow:
+    """Judge one figure (module docstring): ``bfig`` gives the unit, the better direction and the
+    epoch values whose noise widens the threshold; ``base`` / ``cur`` are the medians compared;
+    ``test`` the values of the noise test; ``floor_s`` the smallest absolute change that
+    counts."""
+    fraction = bfig.fraction
+    unit = "pts" if fraction else "%"
+    noise = _noise(bfig.values, fraction)
+    threshold = max(tolerance, noise)
+    widened = noise > tolerance
+    rules = [
+        f"baseline noise {noise:.1f} {unit} (3 MADs of {len(bfig.values)} epochs) > tolerance "
+        f"{tolerance:.1f} {unit}"
+        if widened
+        else f"tolerance {tolerance:.1f} {unit}"
+    ]
+
+    def row(status: str, **found: object) -> GateRow:
+        return GateRow(
+            name,
+            status,
+            unit=bfig.unit,
+            better=bfig.better,
+            baseline=base,
+            threshold=threshold,
+            threshold_unit=unit,
+            widened=widened,
+            rules=tuple(rules),
+            n=(len(test[0]), len(test[1])),
+            **found,  # type: ignore[arg-type]
+        )
+
+    if base is None or cur is None:
+        rules.append("absent from the current source")
+        return row(MISSING)
+    change = _change(base, cur, fraction)
+    floor_pct = 100.0 * floor_s / abs(base) if floor_s and base else 0.0
+    band = _band(threshold, fraction, floor_pct)
+    if floor_pct > threshold:
+        # the floor holds both sides: the band and the change in the seconds it is applied in
+        rules.append(
+            f"phase floor: {100 * PHASE_FLOOR_SHARE:.0f} % of the epoch wall = {floor_s:.3g} s "
+            f"(wider than the {threshold:.1f} % threshold)"
+        )
+        band, change, unit = Band(-floor_s, floor_s, "s"), cur - base, "s"
+    measured = {"current": cur, "ratio": cur / base if base else None, "change": change}
+    if bfig.better == "none":
+        rules.append("no better direction: not judged")
+        return row(NOT_JUDGED, band=band, **measured)
+    direction = band.moved(change)
+    p_value, no_test = _test(test[0], test[1], change > 0, min_n, what)
+    shown = f"{change:+.3g} s" if unit == "s" else f"{change:+.1f} {unit}"
+    moved: str | None = None
+    if direction is None:
+        rules.append(f"change {shown} inside the band")
+        status = str(Outcome.NO_CHANGE)
+    else:
+        worse = (direction == "up") == (bfig.better == "lower")
+        moved = str(Outcome.REGRESSION if worse else Outcome.IMPROVEMENT)
+        rules.append(f"change {shown} outside the band")
+        if p_value is None:
+            rules.append(str(no_test))
+            status = moved
+        elif p_value < ALPHA:
+            rules.append(f"Mann-Whitney p={p_value:.3f} < {ALPHA}: beyond the noise")
+            status = moved
+        else:
+            rules.append(f"Mann-Whitney p={p_value:.3f} >= {ALPHA}: within the noise")
+            status = str(Outcome.INCONCLUSIVE)
+    return row(status, band=band, p_value=p_value, moved=moved, **measured)
+
+
+# -- the gate ------------------------------------------------------------------------------------
+
+
+def _comparability(
+    baseline: Baseline, current: Baseline, allow_other_machine: bool
+) -> tuple[bool, list[str]]:
+    notes: list[str] = []
+    ok = True
+    if baseline.stage != current.stage:
+        ok = False
+        notes.append(f"different stages: baseline {baseline.stage!r}, current {current.stage!r}")
+    kinds = (baseline.kind, current.kind)
+    if "bench" in kinds and kinds[0] != kinds[1]:
+        ok = False
+        notes.append(f"a {kinds[0]} compared with a {kinds[1]}: different kinds of figures")
+    wb, wc = baseline.workload, current.workload
+    for key in _WORKLOAD_KEYS:
+        if key in wb and key in wc and wb[key] != wc[key]:
+            ok = False
+            notes.append(f"different workload: {key} {wb[key]!r} in the baseline, {wc[key]!r} now")
+    mb, mc = baseline.machine, current.machine
+    differ = [
+        f"{key} {mb[key]!r} vs {mc[key]!r}"
+        for key in _MACHINE_CLASS_KEYS
+        if key in mb and key in mc and mb[key] != mc[key]
+    ]
+    if differ:
+        if allow_other_machine:
+            notes.append("WARNING: different machines (" + "; ".join(differ) + "), compared anyway")
+        else:
+            ok = False
+            notes.append(
+                "different machines (" + "; ".join(differ) + "): wall times are not comparable "
+                "(allow_other_machine / --allow-other-machine compares anyway)"
+            )
+    elif mb.get("hostname") and mc.get("hostname") and mb["hostname"] != mc["hostname"]:
+        notes.append(f"different hosts of the same class: {mb['hostname']} vs {mc['hostname']}")
+    return ok, notes
+
+
+def _batch_row(baseline: Baseline, current: Baseline, tolerance: float) -> GateRow | None:
+    """The pooled per-batch times: their medians against a band sized by the noise of the
+    baseline's per-epoch batch medians, the noise test on all the batches."""
+    a, b = baseline.batch_times_s, current.batch_times_s
+    if not a or not b:
+        return None
+    per_epoch = baseline.figures.get("batch_median_s")
+    noise = Figure("s", "lower", per_epoch.values if per_epoch is not None else ())
+    return _row(
+        BATCH_ROW,
+        noise,
+        float(np.median(a)),
+        float(np.median(b)),
+        tolerance,
+        (a, b),
+        min_n=MIN_BATCHES,
+        what="batches",
+    )
+
+
+def check_baseline(
+    baseline: Baseline,
+    current: Baseline,
+    tolerance_pct: float | None = None,
+    *,
+    allow_other_machine: bool = False,
+) -> GateOutcome:
+    """Compare ``current`` with ``baseline`` (both as :func:`~ocr.perf.baseline.load_source`
+    returns them); see the module docstring for the rules.
+
+    Args:
+        baseline: the reference figures.
+        current: the figures to judge.
+        tolerance_pct: minimal relative change that counts, in percent (percentage points for
+            fractions); widened per figure to the baseline's epoch-to-epoch noise. ``None`` =
+            :data:`DEFAULT_TOLERANCE_PCT` (:data:`DEFAULT_FRACTION_TOLERANCE` points for
+            fractions).
+        allow_other_machine: compare across machine classes (a warning note) instead of
+            answering ``"not comparable"``.
+    """
+    if tolerance_pct is not None and not tolerance_pct >= 0:
+        raise ValueError(f"tolerance_pct must be >= 0, got {tolerance_pct!r}")
+    comparable, notes = _comparability(baseline, current, allow_other_machine)
+    wall_figure = baseline.figures.get("epoch_wall_s")
+    wall = (wall_figure.median if wall_figure is not None else None) or 0.0
+    rows: list[GateRow] = []
+    for name, bfig in baseline.figures.items():
+        default = DEFAULT_FRACTION_TOLERANCE if bfig.fraction else DEFAULT_TOLERANCE_PCT
+        tolerance = default if tolerance_pct is None else float(tolerance_pct)
+        cfig = current.figures.get(name)
+        rows.append(
+            _row(
+                name,
+                bfig,
+                bfig.median,
+                None if cfig is None else cfig.median,
+                tolerance,
+                (bfig.values, () if cfig is None else cfig.values),
+                floor_s=PHASE_FLOOR_SHARE * wall if name.startswith("phase_") else 0.0,
+            )
+        )
+        if rows[-1].status == MISSING:
+            notes.append(f"{name}: in the baseline but not in the current source")
+    batch = _batch_row(
+        baseline, current, DEFAULT_TOLERANCE_PCT if tolerance_pct is None else tolerance_pct
+    )
+    if batch is not None:
+        rows.append(batch)
+    new = sorted(set(current.figures) - set(baseline.figures))
+    if new:
+        notes.append(f"not in the baseline (not judged): {', '.join(new)}")
+    insufficient = [
+        reason
+        for side, source in (("baseline", baseline), ("current run", current))
+        if (reason := too_little_data(side, source)) is not None
+    ]
+    if insufficient:
+        rows = [_unjudged(row) if row.moved is not None else row for row in rows]
+    if not comparable:
+        verdict = "not comparable"
+    elif insufficient:
+        verdict = "insufficient data"
+    elif any(row.status == Outcome.REGRESSION for row in rows):
+        verdict = "regression"
+    else:
+        verdict = "pass"
+    return GateOutcome(verdict, rows, notes, insufficient)
+
+
+def _unjudged(row: GateRow) -> GateRow:
+    """A row that moved, on too little data: inconclusive, whatever its test said."""
+    rules = (*row.rules, "too little data to judge (see 'insufficient data')")
+    return replace(row, status=str(Outcome.INCONCLUSIVE), rules=rules)
