@@ -19,7 +19,6 @@ what machine; it is never written by hand.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import datetime
 import os
 import shlex
@@ -30,6 +29,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import numpy as np
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -77,7 +77,7 @@ def merge(baselines: list[Baseline]) -> Baseline:
         )
         for name, figure in first.figures.items()
     }
-    return dataclasses.replace(
+    return msgspec.structs.replace(
         first,
         figures=figures,
         batch_times_s=[t for b in baselines for t in b.batch_times_s],

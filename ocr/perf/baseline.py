@@ -30,10 +30,10 @@ import math
 import os
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, cast
 
+import msgspec
 import numpy as np
 
 from ocr.perf.rundir import (
@@ -53,6 +53,7 @@ __all__ = [
     "Baseline",
     "BaselineError",
     "Figure",
+    "Source",
     "load_source",
     "make_baseline",
     "too_little_data",
@@ -74,7 +75,7 @@ MIN_BATCHES = 8
 MIN_EPOCHS_TO_JUDGE = 2
 
 Better = Literal["lower", "higher", "none"]
-_BETTER: tuple[Better, ...] = ("lower", "higher", "none")
+_BETTER = ("lower", "higher", "none")
 
 _MACHINE_KEYS = (
     "hostname",
@@ -91,15 +92,14 @@ class BaselineError(ValueError):
     """A source or baseline is missing, malformed or unusable; the message names the file."""
 
 
-@dataclass(frozen=True)
-class Figure:
-    """One named figure of a baseline.
+#: A value of a baseline's workload or machine description (JSON scalars, or a list of names).
+Meta = str | int | float | bool | list[str] | None
 
-    Args:
-        unit: its unit (``s``, ``ms/batch``, ``samples/s``, ``fraction`` for rates in 0-1...).
-        better: ``lower``, ``higher`` or ``none`` (not judged).
-        values: one finite value per kept epoch (or repetition).
-    """
+
+class Figure(msgspec.Struct, frozen=True):
+    """One named figure of a baseline: its ``unit`` (``fraction`` for rates in 0-1, judged in
+    percentage points), which direction is ``better`` (``none``: not judged) and one finite
+    value per kept epoch (or repetition)."""
 
     unit: str
     better: Better
@@ -112,7 +112,6 @@ class Figure:
 
     @property
     def fraction(self) -> bool:
-        """A rate in 0-1, judged in percentage points."""
         return self.unit == "fraction"
 
     @classmethod
@@ -122,14 +121,19 @@ class Figure:
         return cls(unit, better, tuple(v for v in finite if math.isfinite(v)))
 
 
-@dataclass
-class Baseline:
+class Source(msgspec.Struct, frozen=True):
+    """Where a baseline's figures came from: ``kind`` ``run`` or ``bench``, and the file."""
+
+    kind: str
+    path: str
+
+
+class Baseline(msgspec.Struct):
     """A source's figures, as :func:`load_source` reads them and ``ocr-perf baseline`` writes
-    them.
+    them (the JSON has the same fields, plus ``schema``, ``v`` and each figure's median).
 
     Args:
-        kind: ``run`` or ``bench``.
-        path: the file the figures came from.
+        source: where the figures came from.
         stage: the stage summarised (``None`` for a bench that does not say).
         skip_epochs: leading epochs of the stage dropped (``None`` for a bench).
         epochs: the kept epochs' numbers (empty for a bench).
@@ -142,131 +146,44 @@ class Baseline:
             a bench, or a baseline written before the field existed.
         counts: worker counters summed over the kept epochs.
         notes: what the reader should know (a too-short run, epochs of different sizes).
-        name: the baseline's name (``ocr-perf baseline --name``), when made by it.
-        created_at: when it was made (unix seconds).
+        name, created_at: set by ``ocr-perf baseline`` (its ``--name``; unix seconds).
     """
 
-    kind: str
-    path: str
+    source: Source
     stage: str | None
     skip_epochs: int | None
     epochs: list[int]
-    workload: dict[str, object]
-    machine: dict[str, object]
+    workload: dict[str, Meta]
+    machine: dict[str, Meta]
     figures: dict[str, Figure]
-    batch_times_s: list[float] = field(default_factory=list)
+    batch_times_s: list[float] = []
     batches: int | None = None
-    counts: dict[str, int] = field(default_factory=dict)
-    notes: list[str] = field(default_factory=list)
+    counts: dict[str, int] = {}
+    notes: list[str] = []
     name: str | None = None
     created_at: float | None = None
 
     def to_json(self) -> dict[str, object]:
-        """The JSON object ``ocr-perf baseline`` writes (schema and version included)."""
-        doc: dict[str, object] = {
-            "schema": BASELINE_SCHEMA,
-            "v": BASELINE_VERSION,
-            "source": {"kind": self.kind, "path": self.path},
-            "stage": self.stage,
-            "skip_epochs": self.skip_epochs,
-            "epochs": list(self.epochs),
-            "workload": dict(self.workload),
-            "machine": dict(self.machine),
-            "figures": {
-                name: {
-                    "unit": fig.unit,
-                    "better": fig.better,
-                    "values": list(fig.values),
-                    "median": fig.median,
-                }
-                for name, fig in self.figures.items()
-            },
-            "batch_times_s": list(self.batch_times_s),
-            "counts": dict(self.counts),
-            "notes": list(self.notes),
-        }
-        if self.batches is not None:
-            doc["batches"] = self.batches
-        if self.name is not None:
-            doc["name"] = self.name
-        if self.created_at is not None:
-            doc["created_at"] = self.created_at
-        return to_jsonable(doc)
+        """The JSON object ``ocr-perf baseline`` writes."""
+        doc = msgspec.to_builtins(self)
+        for name, fig in self.figures.items():  # for the reader of the file
+            doc["figures"][name]["median"] = fig.median
+        return to_jsonable({"schema": BASELINE_SCHEMA, "v": BASELINE_VERSION, **doc})
 
     @classmethod
     def from_json(cls, doc: Mapping[str, object], where: str) -> Baseline:
-        """A baseline JSON object read back; :class:`BaselineError` naming ``where`` when it is
-        newer than this reader or malformed."""
+        """A baseline JSON object read back (unknown keys ignored); :class:`BaselineError`
+        naming ``where`` when it is newer than this reader or malformed."""
         version = doc.get("v")
         if not isinstance(version, int) or version > BASELINE_VERSION:
             raise BaselineError(
                 f"{where}: {BASELINE_SCHEMA} version {version!r}; this receipt-ocr reads up to "
                 f"{BASELINE_VERSION}"
             )
-        raw = doc.get("figures")
-        if not isinstance(raw, Mapping):
-            raise BaselineError(f"{where}: 'figures' must be an object")
-        figures: dict[str, Figure] = {}
-        for name, fig in raw.items():
-            if not isinstance(fig, Mapping) or not isinstance(fig.get("values"), list):
-                raise BaselineError(f"{where}: figure {name!r} needs a 'values' list")
-            better = fig.get("better")
-            if better not in _BETTER:
-                raise BaselineError(f"{where}: figure {name!r}: 'better' must be lower/higher/none")
-            figures[str(name)] = _figure(fig["values"], str(fig.get("unit") or ""), better, where)
-        times = doc.get("batch_times_s", [])
-        if not isinstance(times, list):
-            raise BaselineError(f"{where}: 'batch_times_s' must be a list")
-        source = _mapping(doc.get("source"))
         try:
-            return cls(
-                kind=str(source.get("kind")),
-                path=str(source.get("path")),
-                stage=_optional_str(doc.get("stage")),
-                skip_epochs=_optional_int(doc.get("skip_epochs")),
-                epochs=[int(cast(int, e)) for e in _list(doc.get("epochs"))],
-                workload=dict(_mapping(doc.get("workload"))),
-                machine=dict(_mapping(doc.get("machine"))),
-                figures=figures,
-                batch_times_s=[float(t) for t in times],
-                batches=_optional_int(doc.get("batches")),
-                counts={str(k): int(cast(int, v)) for k, v in _mapping(doc.get("counts")).items()},
-                notes=[str(n) for n in _list(doc.get("notes"))],
-                name=_optional_str(doc.get("name")),
-                created_at=_optional_float(doc.get("created_at")),
-            )
-        except (TypeError, ValueError) as exc:
-            raise BaselineError(f"{where}: malformed baseline: {exc}") from exc
-
-
-def _mapping(value: object) -> Mapping[str, object]:
-    return value if isinstance(value, Mapping) else {}
-
-
-def _list(value: object) -> list[object]:
-    return value if isinstance(value, list) else []
-
-
-def _optional_str(value: object) -> str | None:
-    return None if value is None else str(value)
-
-
-def _optional_int(value: object) -> int | None:
-    return None if value is None else int(cast(int, value))
-
-
-def _optional_float(value: object) -> float | None:
-    return None if value is None else float(cast(float, value))
-
-
-def _figure(values: object, unit: str, better: Better, where: str) -> Figure:
-    """A figure from JSON values: numbers only (``None`` / non-finite dropped)."""
-    items = values if isinstance(values, list) else [values]
-    if not all(
-        v is None or (isinstance(v, int | float) and not isinstance(v, bool)) for v in items
-    ):
-        raise BaselineError(f"{where}: figure values must be numbers, got {values!r}")
-    return Figure.of(cast(list[float | None], items), unit, better)
+            return msgspec.convert(doc, cls)
+        except msgspec.ValidationError as exc:
+            raise BaselineError(f"{where}: malformed {BASELINE_SCHEMA} file: {exc}") from exc
 
 
 # -- figures of a run ----------------------------------------------------------------------------
@@ -348,8 +265,8 @@ def _epochs_file(path: Path) -> Path | None:
     return None
 
 
-def _run_machine(run_dir: Path, device: object) -> dict[str, object]:
-    machine: dict[str, object] = {}
+def _run_machine(run_dir: Path, device: str | None) -> dict[str, Meta]:
+    machine: dict[str, Meta] = {}
     try:
         info = read_run_info(run_dir)
     except (FileNotFoundError, RunDirError):
@@ -384,7 +301,7 @@ def _from_run(epochs_path: Path, stage: str | None, skip_epochs: int) -> Baselin
         )
     last = kept[-1]
     run_dir = epochs_path.parent.parent if epochs_path.parent.name == PERF_DIRNAME else None
-    machine: dict[str, object] = (
+    machine: dict[str, Meta] = (
         _run_machine(run_dir, last.get("device")) if run_dir else {"device": last.get("device")}
     )
     batch_times: list[float] = []
@@ -402,8 +319,7 @@ def _from_run(epochs_path: Path, stage: str | None, skip_epochs: int) -> Baselin
         for name, value in (rec.get("worker_counts") or {}).items():
             counts[name] = counts.get(name, 0) + int(value)
     return Baseline(
-        kind="run",
-        path=str(epochs_path),
+        source=Source("run", str(epochs_path)),
         stage=stage,
         skip_epochs=skip_epochs,
         epochs=[int(r.get("epoch", -1)) for r in kept],
@@ -424,6 +340,21 @@ def _from_run(epochs_path: Path, stage: str | None, skip_epochs: int) -> Baselin
     )
 
 
+class _Bench(msgspec.Struct):
+    """A bench JSON's fields besides its figures (``--json`` of ``benchmarks/``)."""
+
+    v: int = 1
+    name: str | None = None
+    stage: str | None = None
+    skip_epochs: int | None = None
+    workload: dict[str, Meta] = {}
+    machine: dict[str, Meta] = {}
+    units: dict[str, str] = {}
+    better: dict[str, str] = {}
+    batch_times_s: list[float] = []
+    counts: dict[str, int] = {}
+
+
 def _from_bench(doc: Mapping[str, object], path: Path) -> Baseline:
     version = doc.get("v", 1)
     if not isinstance(version, int) or version > BENCH_VERSION:
@@ -431,34 +362,33 @@ def _from_bench(doc: Mapping[str, object], path: Path) -> Baseline:
     raw = doc.get("figures")
     if not isinstance(raw, Mapping) or not raw:
         raise BaselineError(f"{path}: a {BENCH_SCHEMA} file needs a non-empty 'figures' object")
-    units, better = _mapping(doc.get("units")), _mapping(doc.get("better"))
+    try:
+        bench = msgspec.convert({k: v for k, v in doc.items() if k != "figures"}, _Bench)
+    except msgspec.ValidationError as exc:
+        raise BaselineError(f"{path}: malformed {BENCH_SCHEMA} file: {exc}") from exc
     figures: dict[str, Figure] = {}
     for name, value in raw.items():
         values = value if isinstance(value, list) else [value]
         if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
             raise BaselineError(f"{path}: figure {name!r} must be a number or a list of numbers")
         unit, direction = _guess_unit(str(name))
-        said = better.get(name, direction)
+        said = bench.better.get(name, direction)
         if said not in _BETTER:
             raise BaselineError(f"{path}: better[{name!r}] must be 'lower', 'higher' or 'none'")
-        figure = Figure.of(values, str(units.get(name, unit)), said)
+        figure = Figure.of(values, bench.units.get(name, unit), cast(Better, said))
         if figure.values:
             figures[str(name)] = figure
-    try:
-        return Baseline(
-            kind="bench",
-            path=str(path),
-            stage=_optional_str(doc.get("stage")),
-            skip_epochs=_optional_int(doc.get("skip_epochs")),
-            epochs=[],
-            workload={"name": doc.get("name"), **_mapping(doc.get("workload"))},
-            machine=dict(_mapping(doc.get("machine"))),
-            figures=figures,
-            batch_times_s=[float(cast(float, t)) for t in _list(doc.get("batch_times_s"))],
-            counts={str(k): int(cast(int, v)) for k, v in _mapping(doc.get("counts")).items()},
-        )
-    except (TypeError, ValueError) as exc:
-        raise BaselineError(f"{path}: malformed {BENCH_SCHEMA} file: {exc}") from exc
+    return Baseline(
+        source=Source("bench", str(path)),
+        stage=bench.stage,
+        skip_epochs=bench.skip_epochs,
+        epochs=[],
+        workload={"name": bench.name, **bench.workload},
+        machine=bench.machine,
+        figures=figures,
+        batch_times_s=bench.batch_times_s,
+        counts=bench.counts,
+    )
 
 
 def load_source(
@@ -539,7 +469,7 @@ def too_little_data(side: str, source: Baseline) -> str | None:
     """Why ``source`` (a run's figures) is too little to judge, or ``None`` (module docstring).
 
     Bench sources are exempt: their repetitions are the benchmark's own design."""
-    if source.kind != "run":
+    if source.source.kind != "run":
         return None
     epochs = len(source.epochs)
     # a baseline written before ``batches`` existed: its batch times are all there is

@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 
@@ -170,37 +170,8 @@ class GateOutcome:
     insufficient: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, object]:
-        """The JSON view (``ocr-perf check --json``)."""
-        rows: list[dict[str, object]] = []
-        for row in self.rows:
-            band = row.band
-            rows.append(
-                {
-                    "figure": row.figure,
-                    "unit": row.unit,
-                    "baseline": row.baseline,
-                    "current": row.current,
-                    "ratio": row.ratio,
-                    "change": row.change,
-                    "threshold": row.threshold,
-                    "threshold_unit": row.threshold_unit,
-                    "band": None if band is None else [band.down, band.up],
-                    "better": row.better,
-                    "status": row.status,
-                    "moved": row.moved,
-                    "p_value": row.p_value,
-                    "rules": list(row.rules),
-                    "widened": row.widened,
-                    "n": list(row.n),
-                }
-            )
-        doc = {
-            "verdict": self.verdict,
-            "rows": rows,
-            "notes": list(self.notes),
-            "insufficient": list(self.insufficient),
-        }
-        return to_jsonable(doc)
+        """The JSON view (``ocr-perf check --json``): the same fields, rows and bands nested."""
+        return to_jsonable(asdict(self))
 
 
 # -- one row -------------------------------------------------------------------------------------
@@ -335,7 +306,7 @@ def _comparability(
     if baseline.stage != current.stage:
         ok = False
         notes.append(f"different stages: baseline {baseline.stage!r}, current {current.stage!r}")
-    kinds = (baseline.kind, current.kind)
+    kinds = (baseline.source.kind, current.source.kind)
     if "bench" in kinds and kinds[0] != kinds[1]:
         ok = False
         notes.append(f"a {kinds[0]} compared with a {kinds[1]}: different kinds of figures")

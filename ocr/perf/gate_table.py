@@ -180,7 +180,7 @@ def print_baseline(baseline: Baseline, console: Console | None = None) -> None:
 
     console = console or Console()
     table = Table(
-        title=f"baseline {baseline.name or ''}: {baseline.kind} {baseline.path}, "
+        title=f"baseline {baseline.name or ''}: {baseline.source.kind} {baseline.source.path}, "
         f"stage {baseline.stage}, epochs {baseline.epochs}"
     )
     table.add_column("figure", overflow="fold", min_width=14)

@@ -5,14 +5,21 @@ fails on planted regressions and refuses bad input. No wall clock is measured he
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from msgspec.structs import replace
 
-from ocr.perf.baseline import BASELINE_SCHEMA, Baseline, Figure, load_source, write_baseline
+from ocr.perf.baseline import (
+    BASELINE_SCHEMA,
+    Baseline,
+    Figure,
+    Source,
+    load_source,
+    write_baseline,
+)
 from ocr.perf.cli import main
 from ocr.perf.gate import GateRow, check_baseline
 from ocr.perf.gate_table import COLUMNS, row_cells
@@ -46,7 +53,7 @@ def scaled(source: Baseline, factor: float, prefix: str) -> Baseline:
 
 def test_committed_baseline_comes_from_a_real_run(baseline: Baseline) -> None:
     assert json.loads(BASELINE.read_text())["schema"] == BASELINE_SCHEMA
-    assert (baseline.kind, baseline.stage, baseline.skip_epochs) == ("run", "val", 1)
+    assert (baseline.source.kind, baseline.stage, baseline.skip_epochs) == ("run", "val", 1)
     # synthetic_debug's validation split: 40 receipts, batches of 8, two workers.
     assert baseline.workload["samples"] == 40
     assert baseline.workload["num_batches"] == 5
@@ -237,8 +244,7 @@ def test_more_epochs_never_blind_the_gate(
 def in_memory(figures: dict[str, Figure], epochs: int, batch_s: float = 0.1) -> Baseline:
     """A run-kind source with ``epochs`` kept epochs of 5 batches each (enough data to judge)."""
     return Baseline(
-        kind="run",
-        path="memory",
+        source=Source("run", "memory"),
         stage="val",
         skip_epochs=1,
         epochs=list(range(1, epochs + 1)),

@@ -214,7 +214,7 @@ def bench(tmp_path: Path, name: str, **figures: Any) -> Path:
 
 def test_bench_json_source(tmp_path: Path) -> None:
     base = load_source(bench(tmp_path, "a", collate=[10.0, 11.0], hit_rate=1.0, speedup_x=8.0))
-    assert base.kind == "bench"
+    assert base.source.kind == "bench"
     assert base.figures["collate"].unit == "ms/batch"
     assert base.figures["hit_rate"].unit == "fraction"
     assert base.figures["speedup_x"].better == "higher"
