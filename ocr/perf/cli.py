@@ -105,7 +105,7 @@ def _parser() -> argparse.ArgumentParser:
         "check",
         help="compare a run / bench / baseline with a baseline; exit 1 on a regression",
         description="Noise-aware comparison: medians over epochs against thresholds widened to "
-        "the baseline's own epoch-to-epoch noise (3 scaled MADs of its epochs, so outlying "
+        "the baseline's own epoch-to-epoch noise (3 sigmas from the IQR of its epochs, so outlying "
         "epochs cannot widen them), and Mann-Whitney tests of the epoch values and batch times.",
         epilog="Exit codes: 0 pass, 1 regression, 2 bad input or not comparable, 3 insufficient "
         "data: a run side has fewer than 2 epochs after --skip-epochs or fewer than 8 batches "

@@ -11,9 +11,10 @@ its status, in the units it was decided in:
   ``1 / (1 + t/100) - 1`` (``+33.1 %`` pairs with ``-24.9 %``), and both edges are shown. A
   fraction (a hit rate) changes in percentage points and its band is ``+-t`` points.
 * **The threshold** ``t`` is the tolerance (default 10 %; 2 points for fractions) *widened to the
-  baseline's own epoch-to-epoch noise*: three scaled median absolute deviations of its epoch
-  values (:func:`ocr.perf.significance.noise_allowance`). A few outlying epochs (up to half)
-  cannot widen it, so more epochs never make the gate blind.
+  baseline's own epoch-to-epoch noise*: three robust standard deviations (from the
+  interquartile range) of its epoch values (:func:`ocr.perf.significance.noise_allowance`).
+  Outlying epochs (fewer than a quarter) cannot widen it, so more epochs never make the gate
+  blind.
 * **The phase floor.** A phase must also move by at least 2 % of the baseline's epoch wall time
   (:data:`PHASE_FLOOR_SHARE`), so a phase of a few milliseconds cannot fail the gate by doubling;
   where the floor is wider than the threshold, it is the band shown.
@@ -234,8 +235,8 @@ def _row(
     threshold = max(tolerance, noise)
     widened = noise > tolerance
     rules = [
-        f"baseline noise {noise:.1f} {unit} (3 MADs of {len(bfig.values)} epochs) > tolerance "
-        f"{tolerance:.1f} {unit}"
+        f"baseline noise {noise:.1f} {unit} (3 sigmas from the IQR of {len(bfig.values)} "
+        f"epochs) > tolerance {tolerance:.1f} {unit}"
         if widened
         else f"tolerance {tolerance:.1f} {unit}"
     ]

@@ -26,7 +26,7 @@ COLUMNS = ("figure", "unit", "better", "baseline", "current", "change", "band", 
 BAND_NOTE = (
     "band: a change outside it moves the figure; for times and rates it is multiplicative "
     "(+t % pairs with 100 / (1 + t/100) - 100 %), widened where the baseline's own noise "
-    "(3 MADs of its epochs) or a phase's floor (2 % of the epoch) is wider"
+    "(3 sigmas from the IQR of its epochs) or a phase's floor (2 % of the epoch) is wider"
 )
 _STYLES = {**OUTCOME_STYLE, Outcome.NO_CHANGE: "", MISSING: "yellow", NOT_JUDGED: ""}
 _ORDER = {
@@ -200,7 +200,7 @@ def print_baseline(baseline: Baseline, console: Console | None = None) -> None:
             ", ".join(_num(v) for v in fig.values[:8]),
         )
     console.print(table)
-    console.print("noise: 3 scaled MADs of the epoch values, what the gate widens a threshold to")
+    console.print("noise: 3 sigmas (IQR / 1.349) of the epoch values; the gate widens to it")
     times = baseline.batch_times_s
     if times:
         console.print(

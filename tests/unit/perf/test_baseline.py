@@ -139,8 +139,8 @@ def test_threshold_widens_to_the_baseline_spread(tmp_path: Path) -> None:
     noisy = [epoch_record(0)] + [epoch_record(e, scale=s) for e, s in ((1, 1.0), (2, 1.5))]
     baseline = load_source(make_run(tmp_path / "noisy", noisy))
     row = next(r for r in check_baseline(baseline, baseline).rows if r.figure == "phase_forward_s")
-    # 3 scaled MADs: 3 * 1.4826 * 0.5 / 2.5 (two epochs are little evidence of the noise)
-    assert row.threshold == pytest.approx(88.956, abs=0.01)
+    # 3 robust sigmas: 3 * IQR / 1.349 / median = 3 * 0.5 / 1.349 / 2.5
+    assert row.threshold == pytest.approx(44.48, abs=0.01)
     assert row.widened is True
     # 30 % slower than the baseline's median: within its own noise -> not a regression.
     current = load_source(
@@ -288,12 +288,12 @@ def test_help_imports_no_torch_or_lightning() -> None:
 
 def test_many_epochs_need_a_significant_shift(tmp_path: Path) -> None:
     """With >= 4 epochs a side, a median shift inside the epochs' overlap is noise."""
-    scales = (1.0, 1.05, 1.1, 1.0, 1.05, 1.1)  # noise allowance 21.2 % (3 scaled MADs)
+    scales = (1.0, 1.05, 1.1, 1.0, 1.05, 1.1)  # noise allowance 15.9 % (3 IQR sigmas)
     base = load_source(
         make_run(tmp_path / "b", [epoch_record(e, scale=s) for e, s in enumerate(scales)]),
         skip_epochs=0,
     )
-    # Half the epochs much slower: the median moves by 24 % (beyond 21.2 %), but the values
+    # Half the epochs much slower: the median moves by 24 % (beyond 15.9 %), but the values
     # straddle the baseline's (Mann-Whitney p ~ 0.4).
     mixed = (0.95, 1.0, 1.6, 1.6, 1.6, 0.95)
     cur = load_source(
