@@ -8,8 +8,9 @@ exactly the steps the trace holds and compares them with the trace's breakdown. 
 beyond the tolerance is a finding about the measurement itself (one of the two is wrong about
 where the time went), not about the training.
 
-Clock phase names are mapped with :data:`~ocr.perf.trace.analyses.CLOCK_TO_TRACE`; a name that
-mapping does not know counts as "other", a phase missing on either side as 0, so a clock with
+Both sides use the clock's phase names; the few clock phases a trace cannot separate are pooled
+into the trace phase that holds them (:func:`ocr.perf.actions.trace_phase`); a name the clock
+does not know counts as ``unattributed``, a phase missing on either side as 0, so a clock with
 more or fewer phases compares all the same.
 """
 
@@ -17,11 +18,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from ocr.perf.actions import trace_phase
 from ocr.perf.clock import active_clock
 from ocr.perf.findings import Finding
-from ocr.perf.trace.analyses import CLOCK_TO_TRACE, PHASES
+from ocr.perf.trace.steps import PHASES
+
+if TYPE_CHECKING:
+    from ocr.perf.trace.result import TraceAnalysis
 
 __all__ = [
     "AGREEMENT_TOLERANCE_PCT",
@@ -103,10 +108,11 @@ class ClockSnapshots:
 
 
 def clock_to_trace_phases(clock_ms: Mapping[str, float]) -> dict[str, float]:
-    """Clock phases pooled into the trace's :data:`~ocr.perf.trace.analyses.PHASES`."""
+    """Clock phases pooled into the trace's :data:`~ocr.perf.trace.steps.PHASES` (see
+    :func:`ocr.perf.actions.trace_phase`)."""
     out = dict.fromkeys(PHASES, 0.0)
     for phase, ms in clock_ms.items():
-        out[CLOCK_TO_TRACE.get(phase, "other")] += float(ms)
+        out[trace_phase(phase)] += float(ms)
     return out
 
 
@@ -221,18 +227,18 @@ def compare_phases(
 
 
 def compare_with_clock(
-    report: Mapping[str, Any], snapshots: ClockSnapshots, stage: str
+    analysis: TraceAnalysis, snapshots: ClockSnapshots, stage: str
 ) -> Agreement | None:
-    """The trace report's steps of ``stage`` (analyzer stage name) against the clock snapshots
+    """The analysis' steps of ``stage`` (analyzer stage name) against the clock snapshots
     taken at the same step boundaries; ``None`` when no step has a clock figure."""
-    rows = [r for r in report.get("steps", []) if r.get("stage") == stage]
-    numbers = [int(r["number"]) for r in rows]
+    rows = [r for r in analysis.steps if r.stage == stage]
+    numbers = [r.number for r in rows]
     used, clock_ms = snapshots.per_step_ms(numbers)
     if not used:
         return None
     good = set(snapshots.usable(numbers))
-    kept = [r for r in rows if int(r["number"]) in good]
-    trace_ms = {p: sum(r["phases_ms"].get(p, 0.0) for r in kept) / len(kept) for p in PHASES}
+    kept = [r for r in rows if r.number in good]
+    trace_ms = {p: sum(r.phases_ms.get(p, 0.0) for r in kept) / len(kept) for p in PHASES}
     result = compare_phases(trace_ms, clock_ms, used)
     result.stage = stage
     return result

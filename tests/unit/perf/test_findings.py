@@ -20,7 +20,7 @@ from tests.unit.perf_trace.synth import make_trace, write
 
 
 def _trace_severity(pct: float) -> str | None:
-    metrics = TraceMetrics(has_gpu=False, n_steps=10, step_wall_ms=1000.0, data_loading_pct=pct)
+    metrics = TraceMetrics(has_gpu=False, n_steps=10, step_wall_ms=1000.0, data_wait_pct=pct)
     found = [f for f in evaluate(metrics) if f.id == "data_loading"]
     return found[0].severity if found else None
 

@@ -73,14 +73,14 @@ def test_few_steps_fall_back_to_the_point_estimate(tmp_path: Path) -> None:
 def test_a_saved_report_from_before_the_transfer_phase_still_compares(tmp_path: Path) -> None:
     import copy
 
-    from ocr.perf.trace import analyze_trace
+    from ocr.perf.trace import analyze_path
     from ocr.perf.trace.compare import compare_reports
     from ocr.perf.trace.render import to_markdown
 
-    new = analyze_trace(write(make_trace(n_steps=6), tmp_path / "a.json"), top_k=None)
+    new = analyze_path(write(make_trace(n_steps=6), tmp_path / "a.json"), top_k=None)
     old = copy.deepcopy(new)
-    for ps in old["phase_summary"].values():
-        del ps["phases"]["transfer"]  # reports written before the phase existed
+    for ps in old.phase_summary.values():
+        del ps.phases["transfer"]  # reports written before the phase existed
     result = compare_reports(old, new)
     phases = result["stages"]["train"]["phases_ms"]
     assert "transfer" not in phases
