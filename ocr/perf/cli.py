@@ -209,11 +209,11 @@ def _run(args: argparse.Namespace) -> int:
         )
         print_comparison(result, console)
         if args.json:
-            _write(args.json, _dump(result))
-        if args.fail_on_regression is not None and result["verdict"]["verdict"] == "regression":
+            _write(args.json, _dump(result.as_dict()))
+        if args.fail_on_regression is not None and result.verdict["verdict"] == "regression":
             return EXIT_REGRESSION
-        if result["verdict"]["verdict"] == "not comparable":
-            report_error("ocr-perf", result["verdict"]["note"])
+        if result.verdict["verdict"] == "not comparable":
+            report_error("ocr-perf", result.verdict["note"])
             return EXIT_BAD_INPUT
         return EXIT_OK
     except OSError as exc:  # traces are read into TraceError: an OSError here is an output

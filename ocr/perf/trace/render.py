@@ -11,6 +11,7 @@ from rich.table import Table
 from ocr.console import fit_table
 from ocr.perf.findings import Finding
 from ocr.perf.trace.agreement import PhaseAgreement
+from ocr.perf.trace.comparison import TraceComparison
 from ocr.perf.trace.result import DeviceOpRow, OpRow, TraceAnalysis
 from ocr.perf.trace.steps import GPU_PARTS, PHASES
 
@@ -175,12 +176,12 @@ def _clock_rows(report: TraceAnalysis, stage: str) -> dict[str, PhaseAgreement]:
     return {row.phase: row for row in agreement.phases}
 
 
-def print_comparison(result: dict[str, Any], console: Console | None = None) -> None:
+def print_comparison(result: TraceComparison, console: Console | None = None) -> None:
     """Verdict, per-stage step and phase deltas, and the largest per-op changes."""
     con = console or Console()
-    v = result["verdict"]
+    v = result.verdict
     style = _VERDICT_STYLE.get(v["verdict"], "bold")
-    con.print(f"[bold]A[/bold] {result['a']}\n[bold]B[/bold] {result['b']}")
+    con.print(f"[bold]A[/bold] {result.a}\n[bold]B[/bold] {result.b}")
     if "median_a_ms" in v:
         extra = ""
         if v.get("p_slower") is not None:
@@ -193,7 +194,7 @@ def print_comparison(result: dict[str, Any], console: Console | None = None) -> 
                 f"the change [{v['ci95_pct'][0]:+.1f}%, {v['ci95_pct'][1]:+.1f}%]"
             )
         con.print(
-            f"[{style}]{v['verdict'].upper()}[/{style}] ({result['primary_stage']}): median step "
+            f"[{style}]{v['verdict'].upper()}[/{style}] ({result.primary_stage}): median step "
             f"{v['median_a_ms']:.3f} → {v['median_b_ms']:.3f} ms ({v['change_pct']:+.2f}%, "
             f"threshold {v['threshold_pct']}%{extra})"
         )
@@ -201,32 +202,23 @@ def print_comparison(result: dict[str, Any], console: Console | None = None) -> 
         con.print(f"[{style}]{v['verdict'].upper()}[/{style}]")
     if v.get("note"):
         con.print(f"  [dim]{v['note']}[/dim]")
-    for stage, entry in result["stages"].items():
+    for stage, entry in result.stages.items():
         t = Table(title=f"{stage}: mean ms per step", title_justify="left", header_style="bold")
         t.add_column("part")
         t.add_column("A", justify="right")
         t.add_column("B", justify="right")
         t.add_column("Δ ms", justify="right")
         t.add_column("Δ %", justify="right")
-        rows = [("step " + k.removesuffix("_ms"), d) for k, d in entry["step_stats"].items()]
-        rows += list(entry["phases_ms"].items())
-        rows += [("gpu " + k, d) for k, d in entry.get("gpu_ms", {}).items()]
+        rows = [("step " + k.removesuffix("_ms"), d) for k, d in entry.step_stats.items()]
+        rows += list(entry.phases_ms.items())
+        rows += [("gpu " + k, d) for k, d in (entry.gpu_ms or {}).items()]
         for name, d in rows:
-            t.add_row(
-                name, _fmt(d["a"]), _fmt(d["b"]), _fmt(d.get("delta")), _fmt(d.get("delta_pct"), 1)
-            )
+            t.add_row(name, _fmt(d.a), _fmt(d.b), _fmt(d.delta), _fmt(d.delta_pct, 1))
         con.print(t)
     columns = ("op", "table", "A", "B", "Δ ms", "Δ %")
     op_rows: list[tuple[str, ...]] = [
-        (
-            r["name"],
-            r["table"],
-            _fmt(r["a_ms"]),
-            _fmt(r["b_ms"]),
-            _fmt(r["delta_ms"]),
-            _fmt(r["delta_pct"], 1),
-        )
-        for r in result["ops"]
+        (r.name, r.table, _fmt(r.a_ms), _fmt(r.b_ms), _fmt(r.delta_ms), _fmt(r.delta_pct, 1))
+        for r in result.ops
     ]
 
     def build(dropped: frozenset[str]) -> Table:
