@@ -18,7 +18,7 @@ the CPU supports bf16).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -84,7 +84,7 @@ class RunFacts:
 
 
 def _walk(node: Any, prefix: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], Any]]:
-    if not isinstance(node, dict):
+    if not isinstance(node, Mapping):
         return
     for key, value in node.items():
         path = (*prefix, str(key))
@@ -103,7 +103,7 @@ def _rank(path: tuple[str, ...], stage: str | None, parents: Sequence[str]) -> t
 
 
 def find_key(
-    config: dict[str, Any] | None,
+    config: Mapping[str, object] | None,
     leaves: Sequence[str],
     *,
     parent: str | None = None,
@@ -119,11 +119,11 @@ def find_key(
     if not config:
         return None
 
-    def matches(names: Sequence[str], need_prefer: bool) -> list[tuple[tuple[str, ...], Any]]:
+    def matches(names: Sequence[str], need_prefer: bool) -> list[tuple[tuple[str, ...], object]]:
         found = []
         for path, value in _walk(config):
             # a section is not a setting; a list is (``widths: [16, 32]`` takes an override)
-            if path[0] == "hydra" or path[-1] not in names or isinstance(value, dict):
+            if path[0] == "hydra" or path[-1] not in names or isinstance(value, Mapping):
                 continue
             if parent is not None and (len(path) < 2 or path[-2] != parent):
                 continue

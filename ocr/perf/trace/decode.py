@@ -120,23 +120,27 @@ class _Event(_Timed, gc=False):
 _Entry = _Event | list[Any] | _Scalar
 
 
-class _Document(msgspec.Struct, gc=False):
-    """The top-level keys of a trace object; ``UNSET`` where the key is absent."""
+class _TopLevel(msgspec.Struct, gc=False):
+    """The top-level keys of a trace object that :func:`_source_meta` reads; ``UNSET`` where
+    the key is absent (and all of them for a file that is a bare list of events)."""
 
-    traceEvents: list[_Entry] | dict[str, Any] | _Scalar | msgspec.UnsetType = msgspec.UNSET
     distributedInfo: Any = msgspec.UNSET
     deviceProperties: Any = msgspec.UNSET
     baseTimeNanoseconds: Any = msgspec.UNSET
     Framework: Any = msgspec.UNSET
 
-    def metadata(self) -> dict[str, Any]:
-        """The keys present in the file other than ``traceEvents`` (what :func:`_source_meta`
-        reads); without the events, so that dropping the event list frees them."""
-        return {
-            f: v
-            for f in self.__struct_fields__
-            if f != "traceEvents" and (v := getattr(self, f)) is not msgspec.UNSET
-        }
+
+class _Document(_TopLevel, gc=False):
+    """A trace object: its events and its other top-level keys."""
+
+    traceEvents: list[_Entry] | dict[str, Any] | _Scalar | msgspec.UnsetType = msgspec.UNSET
+
+    def metadata(self) -> _TopLevel:
+        """The keys other than ``traceEvents``, without the events, so that dropping the event
+        list frees them."""
+        return _TopLevel(
+            self.distributedInfo, self.deviceProperties, self.baseTimeNanoseconds, self.Framework
+        )
 
 
 class _TaggedDocument(_Document, gc=False):
@@ -259,8 +263,8 @@ def _as_int(value: Any) -> int | None:
     return None
 
 
-def _source_meta(path: Path, doc: dict[str, Any], n_events: int, parse_s: float) -> TraceSource:
-    dist = doc.get("distributedInfo")
+def _source_meta(path: Path, doc: _TopLevel, n_events: int, parse_s: float) -> TraceSource:
+    dist = doc.distributedInfo
     rank: int | None = None
     rank_from: str | None = None
     world: int | None = None
@@ -272,15 +276,15 @@ def _source_meta(path: Path, doc: dict[str, Any], n_events: int, parse_s: float)
         m = _RANK_IN_NAME.search(path.name)
         if m:
             rank, rank_from = int(m.group(1)), "filename"
-    props = doc.get("deviceProperties")
+    props = doc.deviceProperties
     devices = tuple(d for d in props if isinstance(d, dict)) if isinstance(props, list) else ()
-    framework = doc.get("Framework")
+    framework = doc.Framework
     return TraceSource(
         path=path,
         rank=rank,
         rank_from=rank_from,
         world_size=world,
-        schema="relative" if "baseTimeNanoseconds" in doc else "absolute",
+        schema="absolute" if doc.baseTimeNanoseconds is msgspec.UNSET else "relative",
         framework=framework if isinstance(framework, str) else None,
         device_properties=devices,
         n_events=n_events,
@@ -330,7 +334,7 @@ class Parsed:
     warnings: list[str]
 
 
-_Split = tuple[dict[str, Any], int, int, list[Any], list[Any], list[Any]]
+_Split = tuple[_TopLevel, int, int, list[Any], list[Any], list[Any]]
 
 
 def _split_fast(data: memoryview) -> _Split | None:
@@ -343,7 +347,7 @@ def _split_fast(data: memoryview) -> _Split | None:
     except msgspec.MsgspecError:
         return None  # the generic path decodes again and names the problem
     if isinstance(doc, list):
-        top: dict[str, Any] = {}
+        top = _TopLevel()
         entries: list[Any] = doc
     elif isinstance(doc, _TaggedDocument) and doc.traceEvents is not msgspec.UNSET:
         top = doc.metadata()
@@ -365,7 +369,7 @@ def _split_generic(path: Path, data: memoryview) -> _Split | None:
     except msgspec.MsgspecError as exc:
         raise _decode_error(path, data, exc) from exc
     if isinstance(doc, list):
-        top: dict[str, Any] = {}
+        top = _TopLevel()
         entries: list[Any] = doc
     elif isinstance(doc, _Document) and doc.traceEvents is not msgspec.UNSET:
         top = doc.metadata()
@@ -412,7 +416,7 @@ def parse_file(path: Path) -> Parsed | None:
 
     warnings: list[str] = []
     source = _source_meta(path, top, n_events, parse_s)
-    base_ns = _as_int(top.get("baseTimeNanoseconds")) or 0
+    base_ns = _as_int(top.baseTimeNanoseconds) or 0
     if n_bad:
         warnings.append(f"{path.name}: skipped {n_bad} trace entries that are not JSON objects")
 

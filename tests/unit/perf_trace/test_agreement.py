@@ -223,3 +223,32 @@ def test_foreign_traces_get_no_clock_figures(tmp_path: Path) -> None:
     attach_clock_agreement(report)
     assert report.clock_agreement is None
     assert "clock_agreement" not in report.as_dict()
+
+
+def test_a_window_recorded_with_the_old_trace_phase_names_still_compares(tmp_path: Path) -> None:
+    """profiler.jsonl records written before the trace spoke the clock's names
+    (data_loading / hooks / other) are read under the clock's names."""
+    run = tmp_path / "run"
+    (run / "profiler_traces").mkdir(parents=True)
+    trace = write(make_trace(n_steps=3, jitter=0.0), run / "profiler_traces" / "epoch_0.json")
+    old = {"data_wait": "data_loading", "callbacks": "hooks", "unattributed": "other"}
+    rows = [dict(r, phase=old.get(str(r["phase"]), r["phase"])) for r in _rows(31.0)]
+    rows = [r for r in rows if r["phase"] not in ("module_hooks", "checkpoint")]
+    writer = JsonlWriter(run / PERF_DIRNAME / "profiler.jsonl", "receipt-ocr/profiler-window")
+    writer.write(
+        {
+            "stage": "train",
+            "epoch": 0,
+            "traces": ["profiler_traces/epoch_0.json"],
+            "clock_agreement": {"steps": 3, "phases": rows},
+        }
+    )
+    writer.close()
+    report = analyze_path(trace)
+    attach_clock_agreement(report)
+    assert report.clock_agreement is not None
+    assert report.clock_agreement.agree
+    shown = {p.phase: p for p in report.clock_agreement.phases}
+    assert set(shown) == set(PHASES)
+    assert shown["data_wait"].clock_ms == TRACE["data_wait"]
+    assert shown["callbacks"].clock_ms == TRACE["callbacks"]
