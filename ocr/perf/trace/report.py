@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from ocr.perf.findings import post_hoc_thresholds, threshold
+from ocr.perf.findings import post_hoc_thresholds
 from ocr.perf.trace.aggregates import device_ops, host_ops, memory_report, ms, step_statistics
 from ocr.perf.trace.findings import evaluate
 from ocr.perf.trace.load import EventTable, Kind, TraceSource, load_traces
@@ -62,21 +62,6 @@ def analyze_path(path: str | Path, top_k: int | None = 20) -> TraceAnalysis:
     )
     analysis.input = str(path)
     return analysis
-
-
-# Names the trace report's "thresholds" used before the shared table (kept so older readers
-# find them): old name -> entry of ocr.perf.findings.THRESHOLDS.
-_OLD_NAMES = {
-    "data_loading_warn_pct": "input_warn_pct",
-    "data_loading_critical_pct": "input_critical_pct",
-    "gpu_busy_warn_pct": "gpu_busy_low_pct",
-    "memory_capacity_pct": "gpu_memory_high_pct",
-}
-
-
-def _thresholds() -> dict[str, float]:
-    """The post-hoc thresholds judged with, under the table's names and the older ones."""
-    return post_hoc_thresholds() | {old: threshold(new) for old, new in _OLD_NAMES.items()}
 
 
 def analyze_table(table: EventTable, top_k: int | None = 20) -> TraceAnalysis:
@@ -138,7 +123,7 @@ def analyze_table(table: EventTable, top_k: int | None = 20) -> TraceAnalysis:
         per_rank=_per_rank(table, steps),
         metrics=metrics,
         findings=evaluate(metrics),
-        thresholds=_thresholds(),
+        thresholds=post_hoc_thresholds(),
         warnings=warnings,
     )
 

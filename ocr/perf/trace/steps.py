@@ -356,25 +356,9 @@ def _infer_regions(
 
 
 def _empty_steps() -> StepTable:
-    empty = np.zeros(0, np.int64)
-    return StepTable(
-        [],
-        empty,
-        empty,
-        empty,
-        empty,
-        empty,
-        [],
-        np.zeros((0, len(PHASES)), np.int64),
-        None,
-        None,
-        empty,
-        empty,
-        empty,
-        empty,
-        empty,
-        empty,
-    )
+    e = np.zeros(0, np.int64)
+    no_phases = np.zeros((0, len(PHASES)), np.int64)
+    return StepTable([], e, e, e, e, e, [], no_phases, None, None, e, e, e, e, e, e)
 
 
 def compute_steps(table: EventTable, warnings: list[str]) -> StepTable:
