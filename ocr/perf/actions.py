@@ -52,9 +52,9 @@ __all__ = [
 
 # -- the one phase vocabulary --------------------------------------------------------------------
 # The live clock's phases (``ocr.perf.clock.PHASES``) are the only phase names: the trace's step
-# breakdown, its agreement with the clock, the report, the CLI, the JSON and the loggers all use
-# them. A trace cannot tell three of them apart from the work around them (nothing in it marks
-# ``perf_phase`` blocks or a DDP wait), so its breakdown holds their time in the phase that
+# breakdown, its agreement with the clock, the report, the CLI, the JSON and the loggers' phase
+# keys use them. A trace cannot tell three of them apart from the work around them (nothing in it
+# marks ``perf_phase`` blocks or a DDP wait), so its breakdown holds their time in the phase that
 # encloses them; this mapping is the only place that says so.
 
 #: Clock phase -> the trace phase whose time includes it, for the phases a trace cannot separate:
