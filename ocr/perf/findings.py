@@ -45,6 +45,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import msgspec
+
 from ocr.perf.candidates import Candidate
 
 __all__ = [
@@ -329,54 +331,23 @@ class Finding:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: Any, where: str = "finding") -> Finding:
+    def from_dict(cls, data: object, where: str = "finding") -> Finding:
         """Read :meth:`as_dict`'s form, or the older one of the trace rules (no score, source,
-        confidence or candidates). ``ValueError`` naming ``where`` and the field when it is not
-        a finding."""
+        confidence or candidates: a ``likely`` trace finding); unknown keys are ignored.
+        ``ValueError`` naming ``where`` and the field when it is not a finding."""
         if not isinstance(data, dict):
             raise ValueError(f"{where}: expected an object, got {type(data).__name__}")
-        for key in ("id", "title"):
-            if not isinstance(data.get(key), str):
-                raise ValueError(f"{where}: {key} must be a string, got {data.get(key)!r}")
-        severity = data.get("severity", "info")
-        if severity not in SEVERITY_ORDER:
+        older = {
+            "score": 0.0,
+            "severity": "info",
+            "suggestion": "",
+            "source": "trace",
+            "confidence": "likely",
+        }
+        try:
+            found = msgspec.convert(older | data, cls)
+        except msgspec.ValidationError as exc:
+            raise ValueError(f"{where}: {exc}") from None
+        if found.severity not in SEVERITY_ORDER:
             raise ValueError(f"{where}: severity must be one of {list(SEVERITY_ORDER)}")
-        evidence = data.get("evidence") or {}
-        thresholds = data.get("threshold") or {}
-        if not isinstance(evidence, dict) or not isinstance(thresholds, dict):
-            raise ValueError(f"{where}: evidence and threshold must be objects")
-        score = data.get("score", 0.0)
-        if isinstance(score, bool) or not isinstance(score, int | float):
-            raise ValueError(f"{where}: score must be a number, got {score!r}")
-        candidates = []
-        for i, c in enumerate(data.get("candidates") or []):
-            if not isinstance(c, dict) or not isinstance(c.get("description"), str):
-                raise ValueError(f"{where}: candidate {i} needs a description")
-            candidates.append(
-                Candidate(
-                    family=str(c.get("family", "other")),
-                    description=c["description"],
-                    override=c.get("override") if isinstance(c.get("override"), str) else None,
-                    alters_computation=bool(c.get("alters_computation", False)),
-                    eval_time=bool(c.get("eval_time", False)),
-                )
-            )
-        stage = data.get("stage")
-        return cls(
-            id=data["id"],
-            severity=severity,
-            score=float(score),
-            title=data["title"],
-            evidence=dict(evidence),
-            threshold={
-                str(k): float(v)
-                for k, v in thresholds.items()
-                if isinstance(v, int | float) and not isinstance(v, bool)
-            },
-            suggestion=str(data.get("suggestion", "")),
-            stage=stage if isinstance(stage, str) else None,
-            source=str(data.get("source", "trace")),
-            confidence=str(data.get("confidence", "likely")),
-            corroboration=[str(c) for c in data.get("corroboration") or []],
-            candidates=candidates,
-        )
+        return found

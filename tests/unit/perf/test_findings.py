@@ -124,7 +124,7 @@ def test_finding_round_trips_and_reads_the_older_trace_form() -> None:
     assert (read.score, read.source, read.candidates) == (0.0, "trace", [])
     with pytest.raises(ValueError, match="x: severity must be one of"):
         Finding.from_dict({**old, "severity": "fatal"}, "x")
-    with pytest.raises(ValueError, match="x: title must be a string"):
+    with pytest.raises(ValueError, match=r"x: Expected `str`, got `null` - at `\$.title`"):
         Finding.from_dict({**old, "title": None}, "x")
 
 
