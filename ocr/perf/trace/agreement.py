@@ -17,8 +17,10 @@ more or fewer phases compares all the same.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import msgspec
 
 from ocr.perf.actions import trace_phase
 from ocr.perf.clock import active_clock
@@ -116,8 +118,7 @@ def clock_to_trace_phases(clock_ms: Mapping[str, float]) -> dict[str, float]:
     return out
 
 
-@dataclass
-class PhaseAgreement:
+class PhaseAgreement(msgspec.Struct):
     """One phase: ms/step by the trace and by the clock, their difference and the verdict."""
 
     phase: str
@@ -128,15 +129,15 @@ class PhaseAgreement:
     agree: bool
 
 
-@dataclass
-class Agreement:
-    """Trace vs clock over the same steps.
+class Agreement(msgspec.Struct, kw_only=True):
+    """Trace vs clock over the same steps (``msgspec.to_builtins`` gives its JSON form).
 
     Args:
         steps: steps compared.
         step_ms: mean step wall time by the trace.
         tolerance_pct: the relative tolerance used.
         phases: one row per trace phase.
+        agree: every phase agrees.
         stage: the analyzer's stage name of the steps.
     """
 
@@ -144,15 +145,8 @@ class Agreement:
     step_ms: float
     tolerance_pct: float
     phases: list[PhaseAgreement]
+    agree: bool
     stage: str = "train"
-
-    @property
-    def agree(self) -> bool:
-        return all(p.agree for p in self.phases)
-
-    def as_dict(self) -> dict[str, Any]:
-        """JSON-ready form (``agree`` included)."""
-        return {**asdict(self), "agree": self.agree}
 
     def finding(self) -> Finding | None:
         """A measurement finding when a phase disagrees."""
@@ -222,7 +216,11 @@ def compare_phases(
             )
         )
     return Agreement(
-        steps=steps, step_ms=round(step_ms, 6), tolerance_pct=tolerance_pct, phases=rows
+        steps=steps,
+        step_ms=round(step_ms, 6),
+        tolerance_pct=tolerance_pct,
+        phases=rows,
+        agree=all(r.agree for r in rows),
     )
 
 

@@ -266,6 +266,4 @@ class TraceAnalysis(_Part):
         """The JSON-ready dict form (``analyze_trace``'s result, ``ocr-perf analyze --json``):
         the same keys as the attributes; ``version`` always present."""
         out: dict[str, Any] = {"version": self.version, **msgspec.to_builtins(self)}
-        if self.clock_agreement is not None:
-            out["clock_agreement"] = self.clock_agreement.as_dict()
         return out
