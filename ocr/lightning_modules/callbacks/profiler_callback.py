@@ -675,9 +675,9 @@ class ProfilerCallback(Callback):
         if trainer.is_global_zero:
             print_analysis(report)
         analysis_s = time.perf_counter() - t0
-        steps = [
-            row.wall_ms for row in report.steps if row.stage == _ANALYZER_STAGE[stage]
-        ] or [row.wall_ms for row in report.steps]
+        steps = [row.wall_ms for row in report.steps if row.stage == _ANALYZER_STAGE[stage]] or [
+            row.wall_ms for row in report.steps
+        ]
         metrics = {f"profiler/{stage}_dataloader_pct": float(report.dataloader_time_pct)}
         if steps:
             metrics[f"profiler/{stage}_step_time_ms"] = sum(steps) / len(steps)
