@@ -184,6 +184,13 @@ def _candidate(
     return Candidate(family, text, override(key, value), alters, eval_time)
 
 
+def _switch_on(family: str, key: ConfigKey | None, described: str, plain: str) -> Candidate | None:
+    """A setting to turn on (see :func:`_candidate`); ``None`` when the config has it on."""
+    if key is not None and key.value is True:
+        return None
+    return _candidate(family, key, True, described, plain)
+
+
 def _as_int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
@@ -249,13 +256,9 @@ def _prefetch(f: RunFacts) -> Candidate | None:
 def _persistent(f: RunFacts, planned: bool) -> Candidate | None:
     if not _workers_after(f, planned):
         return None
-    key = find_key(f.config, ("persistent_workers",), stage=f.stage)
-    if key is not None and key.value is True:
-        return None
-    return _candidate(
+    return _switch_on(
         "persistent_workers",
-        key,
-        True,
+        find_key(f.config, ("persistent_workers",), stage=f.stage),
         "keep workers alive between epochs: {key}{now} -> true",
         "keep workers alive between epochs (the DataLoader's persistent_workers=True)",
     )
@@ -264,26 +267,18 @@ def _persistent(f: RunFacts, planned: bool) -> Candidate | None:
 def _pin_memory(f: RunFacts) -> Candidate | None:
     if f.device != "cuda":
         return None  # pinned memory only speeds host-to-GPU copies
-    key = find_key(f.config, ("pin_memory",), stage=f.stage)
-    if key is not None and key.value is True:
-        return None
-    return _candidate(
+    return _switch_on(
         "pin_memory",
-        key,
-        True,
+        find_key(f.config, ("pin_memory",), stage=f.stage),
         "copy batches from pinned memory: {key}{now} -> true",
         "copy batches from pinned memory (the DataLoader's pin_memory=True)",
     )
 
 
 def _polygon_cache(f: RunFacts) -> Candidate | None:
-    key = find_key(f.config, ("enabled",), parent="polygon_cache")
-    if key is not None and key.value is True:
-        return None
-    return _candidate(
+    return _switch_on(
         "polygon_cache",
-        key,
-        True,
+        find_key(f.config, ("enabled",), parent="polygon_cache"),
         "compute the DB target maps once and read them back: {key}{now} -> true",
         "compute the per-sample targets once and read them back (a cache keyed by the "
         "un-augmented sample) instead of every epoch",
@@ -373,13 +368,9 @@ def _precision(f: RunFacts) -> Candidate | None:
 def _cudnn_benchmark(f: RunFacts) -> Candidate | None:
     if f.device != "cuda":
         return None
-    key = find_key(f.config, ("benchmark", "cudnn_benchmark"), prefer=("trainer",))
-    if key is not None and key.value is True:
-        return None
-    return _candidate(
+    return _switch_on(
         "cudnn_benchmark",
-        key,
-        True,
+        find_key(f.config, ("benchmark", "cudnn_benchmark"), prefer=("trainer",)),
         "let cuDNN pick the fastest convolution algorithms: {key}{now} -> true",
         "let cuDNN pick the fastest convolution algorithms (the Trainer's benchmark=True; "
         "fixed input shapes)",
