@@ -55,26 +55,13 @@ class StreamingStats:
         self.max_value = float(max_value)
         self._gamma = (1.0 + relative_accuracy) / (1.0 - relative_accuracy)
         self._inv_log_gamma = 1.0 / math.log(self._gamma)
-        self.reset()
-
-    def reset(self) -> None:
-        """Forget every value."""
         self.count = 0
         self._mean = 0.0
         self._m2 = 0.0  # sum of squared deviations from the mean (Welford)
-        self._sum = 0.0
         self._min = math.inf
         self._max = -math.inf
         self._zeros = 0  # values below min_value
         self._buckets: dict[int, int] = {}
-
-    def __repr__(self) -> str:
-        if self.count == 0:
-            return f"{type(self).__name__}(empty)"
-        return (
-            f"{type(self).__name__}(count={self.count}, mean={self._mean:.6g}, "
-            f"min={self._min:.6g}, max={self._max:.6g})"
-        )
 
     # -- adding -----------------------------------------------------------------------------
 
@@ -90,7 +77,6 @@ class StreamingStats:
         delta = v - self._mean
         self._mean += delta / self.count
         self._m2 += delta * (v - self._mean)
-        self._sum += v
         if v < self._min:
             self._min = v
         if v > self._max:
@@ -117,7 +103,6 @@ class StreamingStats:
         other.count = int(arr.size)
         other._mean = float(arr.mean())
         other._m2 = float(np.square(arr - other._mean).sum())
-        other._sum = float(arr.sum())
         other._min = float(arr.min())
         other._max = float(arr.max())
         small = arr < self.min_value
@@ -152,7 +137,6 @@ class StreamingStats:
         self._mean += delta * n_b / n
         self._m2 += other._m2 + delta * delta * n_a * n_b / n
         self.count = n
-        self._sum += other._sum
         self._min = min(self._min, other._min)
         self._max = max(self._max, other._max)
         self._zeros += other._zeros
@@ -170,11 +154,6 @@ class StreamingStats:
     def std(self) -> float:
         """Exact population standard deviation (ddof=0); nan when empty."""
         return math.sqrt(max(self._m2, 0.0) / self.count) if self.count else math.nan
-
-    @property
-    def total(self) -> float:
-        """Sum of the values (0.0 when empty)."""
-        return self._sum
 
     @property
     def min(self) -> float:
@@ -221,7 +200,9 @@ class StreamingStats:
         return out
 
     def quantiles(self, qs: Iterable[float]) -> list[float]:
-        """:meth:`quantile` of several ``q`` at once (one pass over the buckets)."""
+        """Values below which fractions ``qs`` (each in [0, 1]) of the values lie (one pass over the
+        buckets); nan when empty. Linear interpolation between order statistics (numpy's default
+        method), each estimated within ``relative_accuracy``."""
         qs = list(qs)
         for q in qs:
             if not 0.0 <= q <= 1.0:
@@ -236,14 +217,6 @@ class StreamingStats:
             lo, hi = math.floor(p), math.ceil(p)
             out.append(values[lo] + (values[hi] - values[lo]) * (p - lo))
         return out
-
-    def quantile(self, q: float) -> float:
-        """Value below which a fraction ``q`` (in [0, 1]) of the values lie; nan when empty.
-
-        Linear interpolation between order statistics (numpy's default method), each estimated
-        within ``relative_accuracy``.
-        """
-        return self.quantiles([q])[0]
 
     def summary(self) -> dict[str, float]:
         """``count, mean, median, p95, p99, std, min, max``; all nan but ``count`` when empty."""

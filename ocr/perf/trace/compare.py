@@ -38,10 +38,10 @@ def _step_walls(report: TraceAnalysis, stage: str) -> np.ndarray:
     return np.asarray([s.wall_ns for s in report.steps if s.stage == stage], dtype=np.float64)
 
 
-def _verdict(a: np.ndarray, b: np.ndarray, threshold_pct: float) -> dict[str, Any]:
+def _verdict(a: np.ndarray, b: np.ndarray, threshold_pct: float) -> dict[str, object]:
     med_a, med_b = float(np.median(a)), float(np.median(b))
     change = 100.0 * (med_b / med_a - 1.0) if med_a > 0 else math.nan
-    out: dict[str, Any] = {
+    out: dict[str, object] = {
         "steps_a": int(a.size),
         "steps_b": int(b.size),
         "median_a_ms": round(med_a / 1e6, 4),
