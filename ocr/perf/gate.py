@@ -1,42 +1,31 @@
 """The regression gate (``ocr-perf check``): a run's figures against a baseline's.
 
 :func:`check_baseline` compares two :class:`~ocr.perf.baseline.Baseline` s figure by figure and
-answers a :class:`GateOutcome`. It is noise-aware, because wall-clock figures on a shared machine
-move by tens of percent between identical epochs. Each row (:class:`GateRow`) says what decided
-its status, in the units it was decided in:
+answers a :class:`GateOutcome`; each :class:`GateRow` lists the rules that decided its status, in
+the units they were applied in. Noise-aware, because wall-clock figures on a shared machine move
+by tens of percent between identical epochs:
 
-* **The band.** A figure *moves* only when its change leaves a band around 0. The change of a
-  time or a rate is ``current / baseline - 1`` in percent; the band is multiplicative: with a
-  threshold of ``t`` %, the figure moves up beyond ``+t`` % and down beyond
-  ``1 / (1 + t/100) - 1`` (``+33.1 %`` pairs with ``-24.9 %``), and both edges are shown. A
-  fraction (a hit rate) changes in percentage points and its band is ``+-t`` points.
-* **The threshold** ``t`` is the tolerance (default 10 %; 2 points for fractions) *widened to the
-  baseline's own epoch-to-epoch noise*: three robust standard deviations (from the
-  interquartile range) of its epoch values (:func:`ocr.perf.significance.noise_allowance`).
-  Outlying epochs (fewer than a quarter) cannot widen it, so more epochs never make the gate
-  blind.
-* **The phase floor.** A phase must also move by at least 2 % of the baseline's epoch wall time
-  (:data:`PHASE_FLOOR_SHARE`), so a phase of a few milliseconds cannot fail the gate by doubling;
-  where the floor is wider than the threshold, it is the band shown.
-* **The noise test.** A figure that moved is a ``regression`` or ``improvement`` only if a
-  one-sided Mann-Whitney U test of the values says the shift is not noise (p < 0.05): per-epoch
-  values with at least :data:`MIN_EPOCHS_FOR_TEST` epochs a side, pooled batch times with at
-  least :data:`~ocr.perf.baseline.MIN_BATCHES` a side. Otherwise it is ``inconclusive``. With
-  fewer values the medians decide, and the row says so.
-* **Enough data.** A run side with too few epochs or batches
-  (:func:`~ocr.perf.baseline.too_little_data`) makes the verdict ``insufficient data``: a row
-  that moved is ``inconclusive`` (``moved`` keeps which way), never a regression.
+* **Band.** A figure *moves* when its change leaves a band. Times and rates change by
+  ``current / baseline - 1`` and the band is multiplicative: a threshold of ``t`` % moves up
+  beyond ``+t`` % and down beyond ``100 / (1 + t/100) - 100`` % (``+33.1`` pairs with
+  ``-24.9``). Fractions (hit rates) change in percentage points, band ``+-t``.
+* **Threshold** ``t``: the tolerance (10 %; 2 points) widened to the baseline's epoch-to-epoch
+  noise (:func:`ocr.perf.significance.noise_allowance`), which outlying epochs cannot widen: more
+  epochs never make the gate blind.
+* **Phase floor.** A phase must also move by 2 % of the baseline's epoch wall time
+  (:data:`PHASE_FLOOR_SHARE`); where that is the wider rule, band and change are in seconds.
+* **Noise test.** A moved figure is a ``regression`` / ``improvement`` only if a one-sided
+  Mann-Whitney test agrees (p < 0.05; per-epoch values with :data:`MIN_EPOCHS_FOR_TEST` epochs a
+  side, pooled batch times with :data:`~ocr.perf.baseline.MIN_BATCHES`), else ``inconclusive``;
+  with fewer values the medians decide.
+* **Enough data** (:func:`~ocr.perf.baseline.too_little_data`), else the verdict is
+  ``insufficient data`` and a moved row ``inconclusive`` (``moved`` keeps which way).
 
-Statuses are the toolkit's outcome words (:class:`~ocr.perf.significance.Outcome`), plus
-``missing`` (in the baseline, absent now: a note, not a failure) and ``not judged`` (a bench
-figure with no better direction). A status never contradicts the change and band beside it:
-``regression`` / ``improvement`` only outside the band, ``no significant change`` only inside.
-
-Comparability: a different stage, a different workload (samples or batches per epoch, batch
-size, world size; for benchmarks a different name) or a different machine class (device, CUDA
-device names, CPU count) makes the verdict ``not comparable``: wall times of different hardware
-say nothing about the code. ``allow_other_machine=True`` compares anyway and keeps a warning in
-the notes. A different host name of the same class is only a note.
+Statuses are :class:`~ocr.perf.significance.Outcome` words, plus ``missing`` (absent now: a note)
+and ``not judged`` (no better direction); a status never contradicts its change and band. A
+different stage, workload (samples, batches, batch size, world size; a bench's name) or machine
+class (device, CUDA devices, CPU count) is ``not comparable`` (``allow_other_machine`` compares
+anyway, with a warning); another host of the same class is a note.
 """
 
 from __future__ import annotations
@@ -113,28 +102,12 @@ class Band:
 
 @dataclass(frozen=True)
 class GateRow:
-    """One compared figure.
-
-    Args:
-        figure: the figure's name (:data:`BATCH_ROW` for the pooled batch times).
-        status: an :class:`~ocr.perf.significance.Outcome` word, :data:`MISSING` or
-            :data:`NOT_JUDGED`.
-        unit: the figure's unit.
-        better: ``lower``, ``higher`` or ``none``.
-        baseline, current: the medians (``None`` when absent).
-        ratio: ``current / baseline`` (``None`` when either is absent or the baseline is 0).
-        change: what the band is compared with, in the band's unit: percent, points for
-            fractions, seconds for a phase held by its floor.
-        threshold: the tolerance after widening to the baseline's noise (``%`` or ``pts``).
-        threshold_unit: ``%`` or ``pts``.
-        band: the band applied (the threshold's, or the phase floor's where wider).
-        rules: every rule that decided the status, in words, in the order applied.
-        p_value: the one-sided Mann-Whitney p-value in the direction the median moved, when
-            both sides have enough values.
-        moved: ``regression`` or ``improvement`` when the change left the band, else ``None``.
-        widened: the baseline's noise widened the threshold beyond the tolerance.
-        n: values compared on each side (epochs, or batches for the batch row).
-    """
+    """One compared figure: its ``status`` (an Outcome word, :data:`MISSING` or
+    :data:`NOT_JUDGED`), the medians, ``ratio`` (``current / baseline``), ``change`` (in the
+    band's unit), ``threshold`` (the tolerance widened to the noise, ``threshold_unit``), the
+    ``band`` applied, the ``rules`` that decided, in order, the Mann-Whitney ``p_value`` in the
+    direction the median moved (enough values a side), ``moved`` (``regression`` /
+    ``improvement`` when the change left the band), ``widened`` and ``n`` (values a side)."""
 
     figure: str
     status: str
