@@ -34,6 +34,8 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 from omegaconf import DictConfig, open_dict, read_write
 
+from ocr.errors import InputError
+
 __all__ = ["RUN_ENTRIES", "RunFolder", "RunFolderInUseError", "claim_run_folder"]
 
 #: Entries of a run folder that belong to a training run (written by Lightning, the loggers,
@@ -67,7 +69,7 @@ class RunFolder:
     previous: tuple[str, ...]
 
 
-class RunFolderInUseError(RuntimeError):
+class RunFolderInUseError(InputError, RuntimeError):
     """The run folder holds another run's files and this command does not resume it."""
 
 

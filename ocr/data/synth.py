@@ -59,6 +59,7 @@ import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
 from ocr.data.annotations import write_annotations, write_json_atomic
+from ocr.errors import ConfigError, InputError
 
 __all__ = [
     "DEFAULT_SPLITS",
@@ -140,33 +141,33 @@ class ReceiptParams:
             object.__setattr__(self, name, _int_range(name, getattr(self, name), lo_ok, hi_ok))
         # Words must fit: the longest fixed word ("SUBTOTAL", ~5.5 em) at the smallest size.
         if self.paper_width[0] < 8 * self.font_size[0]:
-            raise ValueError(
+            raise ConfigError(
                 f"paper_width minimum {self.paper_width[0]} px is too narrow for font_size "
                 f"minimum {self.font_size[0]} px (need at least 8 x font size)"
             )
         for name, upper in (("max_rotation", 45.0), ("max_perspective", 0.2), ("max_blur", 5.0)):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float):
-                raise ValueError(f"{name} must be a number, got {value!r}")
+                raise ConfigError(f"{name} must be a number, got {value!r}")
             if not 0.0 <= float(value) <= upper:
-                raise ValueError(f"{name} must be in [0, {upper}], got {value!r}")
+                raise ConfigError(f"{name} must be in [0, {upper}], got {value!r}")
             object.__setattr__(self, name, float(value))
 
 
 def _int_range(name: str, value: Any, lo_ok: int, hi_ok: int) -> tuple[int, int]:
     """Validate a (min, max) pair of integers (any 2-item sequence, e.g. a Hydra ListConfig)."""
     if isinstance(value, str | bytes) or not isinstance(value, Sequence | Iterable):
-        raise ValueError(f"{name} must be a (min, max) pair, got {value!r}")
+        raise ConfigError(f"{name} must be a (min, max) pair, got {value!r}")
     items = list(value)
     if len(items) != 2 or not all(
         isinstance(v, int | np.integer) and not isinstance(v, bool) for v in items
     ):
-        raise ValueError(f"{name} must be a (min, max) pair of integers, got {value!r}")
+        raise ConfigError(f"{name} must be a (min, max) pair of integers, got {value!r}")
     lo, hi = int(items[0]), int(items[1])
     if lo > hi:
-        raise ValueError(f"{name}: min {lo} is greater than max {hi}")
+        raise ConfigError(f"{name}: min {lo} is greater than max {hi}")
     if lo < lo_ok or hi > hi_ok:
-        raise ValueError(f"{name} must lie within [{lo_ok}, {hi_ok}], got ({lo}, {hi})")
+        raise ConfigError(f"{name} must lie within [{lo_ok}, {hi_ok}], got ({lo}, {hi})")
     return lo, hi
 
 
@@ -756,24 +757,26 @@ def _render(rng: np.random.Generator, p: ReceiptParams) -> tuple[np.ndarray, lis
 
 def _validate_splits(splits: Mapping[str, int]) -> dict[str, int]:
     if not isinstance(splits, Mapping) or not splits:
-        raise ValueError(
+        raise ConfigError(
             f"splits must be a non-empty mapping of split name -> count, got {splits!r}"
         )
     out: dict[str, int] = {}
     for name, count in splits.items():
         if not isinstance(name, str) or not _SPLIT_NAME_RE.match(name):
-            raise ValueError(f"split name {name!r} must be letters, digits, '_' or '-'")
+            raise ConfigError(f"split name {name!r} must be letters, digits, '_' or '-'")
         if isinstance(count, bool) or not isinstance(count, int | np.integer) or count < 0:
-            raise ValueError(f"split {name!r}: count must be a non-negative integer, got {count!r}")
+            raise ConfigError(
+                f"split {name!r}: count must be a non-negative integer, got {count!r}"
+            )
         out[name] = int(count)
     if sum(out.values()) == 0:
-        raise ValueError(f"splits request no images at all: {out}")
+        raise ConfigError(f"splits request no images at all: {out}")
     return out
 
 
 def _validate_seed(seed: Any) -> int:
     if isinstance(seed, bool) or not isinstance(seed, int | np.integer) or seed < 0:
-        raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
+        raise ConfigError(f"seed must be a non-negative integer, got {seed!r}")
     return int(seed)
 
 
@@ -855,7 +858,7 @@ def _run_tasks(tasks: list[_Task], workers: int) -> Iterator[tuple[str, int, lis
         yield from pool.imap_unordered(_render_task, tasks, chunksize=4)
 
 
-class OutputFolderError(ValueError):
+class OutputFolderError(InputError, ValueError):
     """The output folder holds files the generator did not make: nothing was written into it.
 
     Attributes:
@@ -950,7 +953,7 @@ def generate_dataset(
         ValueError / TypeError: a bad split, seed, worker count or receipt parameter.
     """
     if isinstance(workers, bool) or not isinstance(workers, int | np.integer) or workers < 1:
-        raise ValueError(f"workers must be a positive integer, got {workers!r}")
+        raise ConfigError(f"workers must be a positive integer, got {workers!r}")
     params = dataset_params(splits=splits, seed=seed, **receipt_kwargs)
     receipt = ReceiptParams(**receipt_kwargs)
     out = check_output_folder(out_dir)

@@ -22,6 +22,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ocr.errors import InputError
+
 __all__ = ["ENV_VAR", "KEEP_CHOICES", "TryWindow", "TryWindowError"]
 
 ENV_VAR = "OCR_PERF_TRY_WINDOW"
@@ -29,7 +31,7 @@ ENV_VAR = "OCR_PERF_TRY_WINDOW"
 KEEP_CHOICES = frozenset({"val", "checkpoint", "loggers"})
 
 
-class TryWindowError(ValueError):
+class TryWindowError(InputError, ValueError):
     """``OCR_PERF_TRY_WINDOW`` is malformed; the message names the part."""
 
 
