@@ -147,3 +147,25 @@ def test_expected_errors_exit_2_with_one_line(
     monkeypatch.setenv("HYDRA_FULL_ERROR", "1")
     with pytest.raises(AnnotationError), expected_errors("ocr-x"):
         raise AnnotationError("a.json: bad")
+
+
+def test_ocr_perf_exits_2_for_input_errors_and_keeps_a_bugs_traceback(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from ocr.perf import cli
+
+    monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
+
+    def bad_input(args: object) -> int:
+        raise ConfigError("--top-k must be positive")
+
+    def bug(args: object) -> int:
+        raise ValueError("length mismatch: 3 ranks, 2 rows")  # from a frame in ocr/
+
+    monkeypatch.setattr(cli, "_run", bad_input)
+    assert cli.main(["analyze", str(tmp_path / "t.json")]) == EXIT_BAD_INPUT
+    assert capsys.readouterr().err == "ocr-perf: error: --top-k must be positive\n"
+    monkeypatch.setattr(cli, "_run", bug)
+    with pytest.raises(ValueError, match="length mismatch"):  # Python prints it, exit 1
+        cli.main(["analyze", str(tmp_path / "t.json")])
+    assert capsys.readouterr().err == ""
