@@ -35,6 +35,7 @@ from ocr.errors import InputError
 __all__ = [
     "EXIT_BAD_INPUT",
     "expected_errors",
+    "full_error_requested",
     "is_expected",
     "message_of",
     "report_error",
