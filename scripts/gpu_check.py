@@ -523,14 +523,19 @@ def read_while_training(
 ) -> Callable[[subprocess.Popen[bytes]], None]:
     """A ``during`` hook for :func:`benchmarks.baseline_doc.train`: once the run's first epoch
     record exists (the GPU busy with the next epoch), ``reads`` paired reads a second apart into
-    ``out`` (at the end, idle, when the run finishes first)."""
+    ``out`` (at the end, idle, when the run finishes first). A failing read never stops the
+    training: its traceback goes into ``out`` as ``{"error": ...}``."""
     from ocr.perf.resources import ResourceSampler
 
     def during(proc: subprocess.Popen[bytes]) -> None:
         epochs = run_dir / "perf" / "epochs.jsonl"
         while proc.poll() is None and not (epochs.exists() and epochs.stat().st_size):
             time.sleep(0.5)
-        sampler = ResourceSampler(device_uuids=[uuid], memory_detail_s=0)
+        try:
+            sampler = ResourceSampler(device_uuids=[uuid], memory_detail_s=0)
+        except Exception:
+            out.append({"error": traceback.format_exc()})
+            return
         try:
             for i in range(reads):
                 read = paired_read(sampler, uuid)
@@ -539,6 +544,8 @@ def read_while_training(
                 out.append(read)
                 if i + 1 < reads:
                     time.sleep(1.0)
+        except Exception:
+            out.append({"error": traceback.format_exc()})
         finally:
             sampler.close()
 
@@ -1189,7 +1196,7 @@ def run_check(
         elif not trained:
             check.skip(name, "the training run failed")
         elif name == "nvml":
-            check.run("nvml", lambda: {"reads": reads} if reads else _no_reads())
+            check.run("nvml", lambda: nvml_reads(reads))
         elif name == "train_sync":
             _sync_part(check, args, work, cores)
     if trained:
@@ -1203,8 +1210,15 @@ def run_check(
     return check
 
 
-def _no_reads() -> dict[str, Any]:
-    raise RuntimeError("no paired NVML / nvidia-smi read was taken during the training run")
+def nvml_reads(reads: list[dict[str, Any]]) -> dict[str, Any]:
+    """The nvml part's result: the paired reads taken while training; a read that failed (its
+    traceback kept) or none at all fails the part."""
+    errors = [r["error"] for r in reads if "error" in r]
+    if errors:
+        raise RuntimeError("a paired NVML / nvidia-smi read failed:\n" + errors[0])
+    if not reads:
+        raise RuntimeError("no paired NVML / nvidia-smi read was taken during the training run")
+    return {"reads": reads}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -273,3 +273,25 @@ def test_junit_counts(tmp_path: Path) -> None:
     assert counts["tests"] == 3
     assert counts["failures"] == 1
     assert counts["failing"] == ["tests.a::test_bad"]
+
+
+def test_a_failing_read_never_stops_the_training_and_fails_the_nvml_part(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(*args: Any, **kwargs: Any) -> dict[str, Any]:
+        raise FileNotFoundError("nvidia-smi")
+
+    monkeypatch.setattr(gpu_check, "paired_read", broken)
+
+    class Finished:
+        def poll(self) -> int:
+            return 0
+
+    reads: list[dict[str, Any]] = []
+    gpu_check.read_while_training(UUID, tmp_path, reads)(Finished())  # type: ignore[arg-type]
+    assert len(reads) == 1
+    assert "FileNotFoundError: nvidia-smi" in reads[0]["error"]
+    with pytest.raises(RuntimeError, match=r"(?s)read failed:\n.*FileNotFoundError: nvidia-smi"):
+        gpu_check.nvml_reads(reads)
+    with pytest.raises(RuntimeError, match="no paired"):
+        gpu_check.nvml_reads([])
