@@ -334,7 +334,9 @@ def train_overrides(
 # -- figures from a run directory -----------------------------------------------------------------
 
 
-def kept_epochs(records: Sequence[Mapping[str, Any]], stage: str, skip: Iterable[int]) -> list:
+def kept_epochs(
+    records: Sequence[Mapping[str, Any]], stage: str, skip: Iterable[int]
+) -> list[Mapping[str, Any]]:
     """``stage``'s records minus epoch 0 (warm-up) and the ``skip`` epochs (profiled); all of the
     stage's records when that leaves none."""
     mine = [r for r in records if r.get("stage") == stage]
@@ -353,6 +355,7 @@ def stage_figures(
     wall = sum(float(r.get("global_wall_s") or r["wall_s"]) for r in records)
     samples = sum(float(r.get("global_samples") or r.get("samples") or 0) for r in records)
     batches = sum(int(r.get("num_batches") or 0) for r in records)
+    data_wait = sum(float((r.get("phases_s") or {}).get("data_wait", 0.0)) for r in records)
 
     def per_batch(key: str) -> dict[str, float]:
         total: dict[str, float] = {}
@@ -366,9 +369,7 @@ def stage_figures(
         "epochs": [r.get("epoch") for r in records],
         "batches": batches,
         "samples_per_s": samples / wall if wall > 0 else None,
-        "data_wait_share": (per_batch("phases_s").get("data_wait", 0.0) * batches / 1e3 / wall)
-        if wall > 0
-        else None,
+        "data_wait_share": data_wait / wall if wall > 0 else None,
         "host_ms": per_batch("phases_s"),
         "event_ms": per_batch("gpu_phases_s"),
         "flops_per_s": None if util is None else util.flops_per_sec,
