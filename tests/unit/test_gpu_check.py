@@ -295,3 +295,9 @@ def test_a_failing_read_never_stops_the_training_and_fails_the_nvml_part(
         gpu_check.nvml_reads(reads)
     with pytest.raises(RuntimeError, match="no paired"):
         gpu_check.nvml_reads([])
+
+
+def test_the_seam_test_files_exist() -> None:
+    # a renamed seam test must break here, not on the device machine's few minutes
+    root = Path(gpu_check.__file__).resolve().parents[1]
+    assert [f for f in gpu_check.SEAM_TESTS if not (root / f).is_file()] == []
