@@ -24,7 +24,7 @@ run adds, and exits 0. A part that fails keeps its traceback in the document and
 
     python scripts/gpu_check.py [--out DIR] [--fixture-dir DIR] [--work-dir DIR] [--epochs N]
         [--train-batches N] [--try-budget 2m] [--seams run|list|skip] [--skip PART]
-        [--logs FILE.tar.gz] [--plan] [-- HYDRA_OVERRIDE ...]
+        [--json FILE] [--logs FILE.tar.gz] [--plan] [-- HYDRA_OVERRIDE ...]
     python scripts/gpu_check.py --plan        # what it would run here, the wheels to carry and
                                               # the device tool's command
     python scripts/gpu_check.py --fetch-wheels .whl   # fetch those wheels (needs PyPI)
@@ -206,7 +206,7 @@ def device_command(args: argparse.Namespace) -> str:
     env = "export PYTHONPATH=/tmp/site:$PWD WANDB_MODE=offline PYTHONUNBUFFERED=1"
     check = [
         "python3 scripts/gpu_check.py --out $OUT --fixture-dir $OUT --work-dir /tmp/gpu-check",
-        "--logs $OUT/gpu_check_logs.tar.gz",
+        "--json $OUT/gpu_check.json --logs $OUT/gpu_check_logs.tar.gz",
         f"--try-budget {args.try_budget}",
         *getattr(args, "given_size", []),
     ]
@@ -1008,6 +1008,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--try-budget", default="2m", help="ocr-perf try --budget")
     parser.add_argument("--seams", choices=("run", "list", "skip"), default="run")
     parser.add_argument("--skip", action="append", default=[], choices=PART_NAMES)
+    parser.add_argument("--json", type=Path, help="also write every figure to this JSON file")
     parser.add_argument("--logs", type=Path, help="also write the runs' logs to this .tar.gz")
     parser.add_argument("--plan", "--dry-run", action="store_true", help="print the plan only")
     parser.add_argument("--fetch-wheels", metavar="DIR", help="fetch the carried wheels into DIR")
@@ -1247,7 +1248,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.out.mkdir(parents=True, exist_ok=True)
         doc = args.out / DOC_NAME
         doc.write_text(render(check), encoding="utf-8")
-        (args.out / "gpu_check.json").write_text(json.dumps(check.as_dict(), indent=1, default=str))
+        if args.json:
+            args.json.parent.mkdir(parents=True, exist_ok=True)
+            args.json.write_text(json.dumps(check.as_dict(), indent=1, default=str))
         if args.logs:
             write_logs(args.logs, work)
         print(f"wrote {doc}")

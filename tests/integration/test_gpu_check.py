@@ -55,6 +55,8 @@ def cpu_check(
         "list",
         "--skip",
         "try",
+        "--json",
+        str(out / "figures.json"),
         "--",
         f"data.dataset_dir={data}",
         *TINY,
@@ -74,7 +76,7 @@ def test_cpu_run_exits_0_and_writes_the_doc_in_the_out_dir(
     assert doc.startswith("# GPU check\n\n<!-- Generated file: do not edit by hand.")
     assert "**No GPU on this machine**" in doc
     assert not (out / "fixtures").exists()  # no GPU trace, no fixture written
-    parts = json.loads((out / "gpu_check.json").read_text())["parts"]
+    parts = json.loads((out / "figures.json").read_text())["parts"]
     assert {name: p["status"] for name, p in parts.items()} == {
         "seams": "ran",
         "train": "ran",
@@ -100,7 +102,7 @@ def test_doc_holds_the_cpu_figures_the_run_measured(
     cpu_check: tuple[subprocess.CompletedProcess[str], Path],
 ) -> None:
     doc = (cpu_check[1] / "gpu.md").read_text()
-    figures = json.loads((cpu_check[1] / "gpu_check.json").read_text())["parts"]["train"]["data"]
+    figures = json.loads((cpu_check[1] / "figures.json").read_text())["parts"]["train"]["data"]
     train = figures["figures"]["train"]
     assert train["samples_per_s"] > 0
     assert set(train["host_ms"]) >= {"data_wait", "forward", "backward", "optimizer"}
