@@ -36,6 +36,7 @@ from typing import Any, Literal, cast
 import msgspec
 import numpy as np
 
+from ocr.errors import InputError
 from ocr.perf.rundir import (
     PERF_DIRNAME,
     RunDirError,
@@ -88,7 +89,7 @@ _MACHINE_KEYS = (
 )
 
 
-class BaselineError(ValueError):
+class BaselineError(InputError, ValueError):
     """A source or baseline is missing, malformed or unusable; the message names the file."""
 
 

@@ -36,6 +36,7 @@ from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 
+from ocr.errors import ConfigError
 from ocr.perf.baseline import MIN_BATCHES, Baseline, Figure, too_little_data
 from ocr.perf.rundir import to_jsonable
 from ocr.perf.significance import ALPHA, Outcome, mann_whitney_greater, noise_allowance
@@ -350,7 +351,7 @@ def check_baseline(
             answering ``"not comparable"``.
     """
     if tolerance_pct is not None and not tolerance_pct >= 0:
-        raise ValueError(f"tolerance_pct must be >= 0, got {tolerance_pct!r}")
+        raise ConfigError(f"tolerance_pct must be >= 0, got {tolerance_pct!r}")
     comparable, notes = _comparability(baseline, current, allow_other_machine)
     wall_figure = baseline.figures.get("epoch_wall_s")
     wall = (wall_figure.median if wall_figure is not None else None) or 0.0
