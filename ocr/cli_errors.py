@@ -58,8 +58,8 @@ def _own_error_types() -> tuple[type[BaseException], ...]:
     from ocr.data.synth import OutputFolderError
     from ocr.data.transforms import ImageLoadError
     from ocr.perf.baseline import BaselineError
+    from ocr.perf.records import RunDirError
     from ocr.perf.report.load import ReportInputError
-    from ocr.perf.rundir import RunDirError
     from ocr.perf.trace.load import TraceError
     from ocr.perf.tryout.command import TryInputError
     from ocr.run_folder import RunFolderInUseError

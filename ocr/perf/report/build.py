@@ -20,6 +20,7 @@ from ocr.perf.report.profiled import move_profiler_overhead
 from ocr.perf.report.run_name import RunName, run_name
 from ocr.perf.report.stages import StageSummary, summarize_stages
 from ocr.perf.report.verdict import Finding, judge, trace_findings
+from ocr.perf.stage import Stage
 
 __all__ = ["Report", "build_report"]
 
@@ -47,7 +48,7 @@ class Report:
 
     run: RunData
     name: RunName
-    stages: dict[str, StageSummary]
+    stages: dict[Stage, StageSummary]
     findings: list[Finding]
     trace: dict[str, Any] | None = None
     trace_note: str | None = None
@@ -105,7 +106,7 @@ def _analyze_traces(run: RunData) -> tuple[dict[str, Any] | None, str | None]:
     # the windows' trace-vs-clock comparison: a disagreement is a finding about measurement
     findings = list(trace.get("findings") or [])
     for window in run.profiler_windows:
-        for f in (window.get("summary") or {}).get("findings") or []:
+        for f in window.summary.get("findings") or []:
             if f.get("id") == "measurement_disagreement":
                 findings.append(f)
     trace["findings"] = findings

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from ocr.perf.clock import PhaseClock, set_active_clock
-from ocr.perf.rundir import PERF_DIRNAME, JsonlWriter
+from ocr.perf.records import ProfilerWindow
 from ocr.perf.trace import analyze_trace
 from ocr.perf.trace.agreement import (
     ClockSnapshots,
@@ -17,6 +17,7 @@ from ocr.perf.trace.agreement import (
 )
 from ocr.perf.trace.analyses import PHASES
 from ocr.perf.trace.windows import attach_clock_agreement
+from tests.run_lines import write_lines
 from tests.unit.perf_trace.synth import make_trace, write
 
 TRACE = {
@@ -170,16 +171,13 @@ def _run_with_window(tmp_path: Path, clock_forward: float) -> dict[str, object]:
     run = tmp_path / "run"
     (run / "profiler_traces").mkdir(parents=True)
     trace = write(make_trace(n_steps=3, jitter=0.0), run / "profiler_traces" / "epoch_0.json")
-    writer = JsonlWriter(run / PERF_DIRNAME / "profiler.jsonl", "receipt-ocr/profiler-window")
-    writer.write(
-        {
-            "stage": "train",
-            "epoch": 0,
-            "traces": ["profiler_traces/epoch_0.json"],
-            "clock_agreement": {"steps": 3, "phases": _rows(clock_forward)},
-        }
-    )
-    writer.close()
+    window = {
+        "stage": "train",
+        "epoch": 0,
+        "traces": ["profiler_traces/epoch_0.json"],
+        "clock_agreement": {"steps": 3, "phases": _rows(clock_forward)},
+    }
+    write_lines(ProfilerWindow.path(run), ProfilerWindow, [window])
     report = analyze_trace(trace)
     attach_clock_agreement(report)
     return report
