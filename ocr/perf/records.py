@@ -110,8 +110,8 @@ class HydraApp(msgspec.Struct, kw_only=True, frozen=True):
             (``None`` when it saves no ``.hydra/`` folder). overrides: the task overrides.
     """
 
-    output_dir: str
-    cwd: str
+    output_dir: str | None = None
+    cwd: str | None = None
     config_name: str | None = None
     overrides_file: str | None = None
     overrides: list[str] = []

@@ -8,16 +8,13 @@ from enum import StrEnum
 
 __all__ = ["STAGE_ORDER", "Stage"]
 
-# Every accepted spelling -> the stage's value. Lightning's RunningStage values are "train",
-# "validate", "test", "sanity_check" (validation batches before the fit), "predict" (not a
-# stage we measure).
+# Every accepted spelling -> the stage's value: ours, Lightning's RunningStage values ("train",
+# "validate", "test") and the trace analyzer's ("validation").
 _SPELLINGS = {
     "train": "train",
-    "training": "train",
     "val": "val",
     "validate": "val",
     "validation": "val",
-    "sanity_check": "val",
     "test": "test",
 }
 
@@ -31,9 +28,9 @@ class Stage(StrEnum):
 
     @classmethod
     def parse(cls, name: str) -> Stage:
-        """The stage of ``name``: ``train`` / ``training``, ``val`` / ``validate`` /
-        ``validation`` / ``sanity_check``, ``test`` (Lightning's ``RunningStage`` values
-        included). ``ValueError`` naming the accepted names for anything else."""
+        """The stage of ``name``: ``train``, ``val`` / ``validate`` / ``validation``, ``test``
+        (Lightning's ``RunningStage`` names included). ``ValueError`` naming the accepted names
+        for anything else."""
         value = _SPELLINGS.get(str(name))
         if value is None:
             raise ValueError(
@@ -43,9 +40,10 @@ class Stage(StrEnum):
 
     @classmethod
     def of_lightning(cls, name: str | None) -> Stage | None:
-        """The stage of a Lightning ``RunningStage`` value, ``None`` for ``predict``, ``None``
-        and anything else we do not measure."""
-        value = _SPELLINGS.get(str(name)) if name is not None else None
+        """The stage of a Lightning ``RunningStage`` value (``sanity_check``, the validation
+        batches before a fit, is ``val``); ``None`` for ``predict``, ``None`` and anything else
+        we do not measure."""
+        value = "val" if name == "sanity_check" else _SPELLINGS.get(str(name))
         return cls(value) if value is not None else None
 
     @property

@@ -389,7 +389,7 @@ class ProfilerCallback(Callback):
         problems = []
         if not self.stages & runs:
             problems.append(
-                f"stages {sorted(self.stages)} never run in this {stage} run "
+                f"stages {sorted(map(str, self.stages))} never run in this {stage} run "
                 f"(it runs {sorted(runs) or 'none of them'})"
             )
         elif stage == "fit" and self.stages & {"train", "val"}:

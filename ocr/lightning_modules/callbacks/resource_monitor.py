@@ -27,6 +27,7 @@ from ocr.perf.resources import (
     ResourceSampler,
     StepSignals,
 )
+from ocr.perf.stage import Stage
 
 __all__ = ["ResourceMonitorCallback"]
 
@@ -488,7 +489,7 @@ class _StragglerFeed:
     each training epoch's straggler (named by its cause, from the one epoch gather) becomes the
     ``straggler_rank`` rule's signal. Asks for nothing else (no files, no memory, no logging)."""
 
-    stages = frozenset({"train"})
+    stages = frozenset({Stage.TRAIN})
     log_interval = 0
     track_memory = False
     sync_cuda = False

@@ -11,11 +11,9 @@ from ocr.perf.stage import STAGE_ORDER, Stage
     ("name", "stage"),
     [
         ("train", Stage.TRAIN),
-        ("training", Stage.TRAIN),
         ("val", Stage.VAL),
         ("validate", Stage.VAL),  # Lightning's RunningStage.VALIDATING
         ("validation", Stage.VAL),  # the trace analyzer's name
-        ("sanity_check", Stage.VAL),
         ("test", Stage.TEST),
     ],
 )
@@ -27,6 +25,9 @@ def test_every_spelling_parses(name: str, stage: Stage) -> None:
 def test_unknown_names_are_refused_or_not_measured() -> None:
     with pytest.raises(ValueError, match=r"unknown stage 'predict'; expected one of"):
         Stage.parse("predict")
+    with pytest.raises(ValueError, match="unknown stage 'training'"):
+        Stage.parse("training")
+    assert Stage.of_lightning("sanity_check") is Stage.VAL  # validation batches before a fit
     assert Stage.of_lightning("predict") is None
     assert Stage.of_lightning(None) is None
 
