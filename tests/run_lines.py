@@ -12,7 +12,7 @@ from typing import Any
 
 import msgspec
 
-from ocr.perf.records import Record, read_records
+from ocr.perf.records import Record, read_records, read_run_record
 from ocr.perf.rundir import to_jsonable
 
 
@@ -39,3 +39,9 @@ def write_lines(
 def read_dicts(path: str | os.PathLike[str], kind: type[Record]) -> list[dict[str, Any]]:
     """The records of ``kind`` in ``path`` read with the typed reader, as JSON-like dicts."""
     return [msgspec.to_builtins(r) for r in read_records(path, kind)]
+
+
+def read_run_dict(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
+    """``perf/run.json`` read with the typed reader, as a dict of the fields that are set."""
+    record = msgspec.to_builtins(read_run_record(run_dir))
+    return {k: v for k, v in record.items() if v is not None}

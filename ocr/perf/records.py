@@ -299,7 +299,7 @@ class AlertEvent(Record, tag="receipt-ocr/alert", kw_only=True, frozen=True):
     event: str
     severity: str = "warning"
     message: str = ""
-    evidence: dict[str, float | str] = {}
+    evidence: Mapping[str, float | str | None] = {}  # NaN is written as null
     threshold: dict[str, float] = {}
     suggestion: str = ""
     step: int = 0
