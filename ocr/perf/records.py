@@ -468,7 +468,7 @@ class RecordWriter:
 # -- reading -----------------------------------------------------------------------------------
 
 
-def _typed(kind: type[R], raw: dict[str, Any], where: str) -> R:
+def _typed(kind: type[R], raw: Mapping[str, object], where: str) -> R:
     """``raw`` (one object of ``kind``'s schema) as ``kind``; :class:`RunDirError` naming
     ``where`` for a missing / newer version or a field of the wrong type."""
     version = raw.get("v")
