@@ -57,7 +57,6 @@ __all__ = [
     "iter_records",
     "read_records",
     "read_run_record",
-    "record_schemas",
     "write_run_record",
 ]
 
@@ -179,7 +178,7 @@ class EpochRecord(Record, tag="receipt-ocr/perf-epoch", kw_only=True, frozen=Tru
     epoch: int | None = None
     wall_s: Annotated[float, msgspec.Meta(ge=0)]
     phases_s: dict[str, float] = {}
-    gpu_phases_s: dict[str, float] = {}
+    gpu_phases_s: dict[str, float | None] = {}
     worker_s: dict[str, float] = {}
     batch_stats: dict[str, float | None] = {}
     num_batches: int = 0
@@ -393,21 +392,6 @@ class TryRecord(Record, tag="receipt-ocr/try", kw_only=True, frozen=True):
     @property
     def recommended(self) -> bool:
         return self.status == "recommended"
-
-
-def record_schemas() -> dict[str, type[Record]]:
-    """Schema name -> record class, for every record kind."""
-    kinds: list[type[Record]] = [
-        RunRecord,
-        EpochRecord,
-        IntervalRecord,
-        ResourceSample,
-        ResourceSummary,
-        AlertEvent,
-        ProfilerWindow,
-        TryRecord,
-    ]
-    return {kind.schema(): kind for kind in kinds}
 
 
 # -- writing -----------------------------------------------------------------------------------

@@ -136,5 +136,8 @@ def write_run_info(
     """Write :func:`run_info` and ``extra`` (more :class:`~ocr.perf.records.RunRecord` fields)
     into ``<run_dir>/perf/run.json``, merged into an existing one (several callbacks may each add
     their part); returns its path. Raises ``OSError`` when unwritable."""
-    facts: dict[str, JsonValue] = msgspec.to_builtins(run_info())
+    # what this process does not know (None, no hparams) must not overwrite another writer's part
+    facts: dict[str, JsonValue] = {
+        k: v for k, v in msgspec.to_builtins(run_info()).items() if v is not None and v != {}
+    }
     return write_run_record(run_dir, {**facts, **(extra or {})})
