@@ -35,6 +35,7 @@ from typing import IO, Annotated, Any, ClassVar, TypeVar
 
 import msgspec
 
+from ocr.errors import InputError
 from ocr.perf.ranks import Straggler
 from ocr.perf.stage import Stage
 
@@ -68,7 +69,7 @@ JsonValue = None | bool | int | float | str | list["JsonValue"] | dict[str, "Jso
 R = TypeVar("R", bound="Record")
 
 
-class RunDirError(ValueError):
+class RunDirError(InputError, ValueError):
     """A run-directory file is malformed or of a newer format; the message names file and line."""
 
 

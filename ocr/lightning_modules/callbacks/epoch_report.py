@@ -10,6 +10,7 @@ from typing import NamedTuple
 
 import lightning as L
 
+from ocr.errors import ConfigError
 from ocr.perf.ranks import Straggler
 from ocr.perf.stage import Stage
 
@@ -30,7 +31,7 @@ def normalize_stages(stages: Iterable[str], owner: str) -> frozenset[Stage]:
     or ``"val"``, ``"test"``); anything else is a ``ValueError`` naming ``owner`` and the bad
     value."""
     if isinstance(stages, str):
-        raise ValueError(
+        raise ConfigError(
             f"{owner}: stages must be a list of stage names, got the string {stages!r}"
         )
     out = set()
@@ -38,7 +39,7 @@ def normalize_stages(stages: Iterable[str], owner: str) -> frozenset[Stage]:
         try:
             out.add(Stage.parse(name))
         except ValueError as exc:
-            raise ValueError(f"{owner}: {exc} in stages") from None
+            raise ConfigError(f"{owner}: {exc} in stages") from None
     return frozenset(out)
 
 

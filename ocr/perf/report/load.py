@@ -16,6 +16,7 @@ from typing import Any
 
 import yaml
 
+from ocr.errors import InputError
 from ocr.perf.records import (
     PERF_DIRNAME,
     AlertEvent,
@@ -44,7 +45,7 @@ TRACE_DIRNAME = "profiler_traces"
 _TRACE_SUFFIXES = (".json", ".json.gz")
 
 
-class ReportInputError(ValueError):
+class ReportInputError(InputError, ValueError):
     """The run directory or one of its files cannot be used; the message names the file."""
 
 

@@ -15,6 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from ocr.errors import InputError
+
 __all__ = [
     "KIND_NAMES",
     "EventTable",
@@ -25,7 +27,7 @@ __all__ = [
 ]
 
 
-class TraceError(ValueError):
+class TraceError(InputError, ValueError):
     """A trace file or directory that cannot be analysed; the message names the path and why."""
 
     def __init__(self, path: str | Path, reason: str) -> None:
