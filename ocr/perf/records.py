@@ -29,7 +29,7 @@ import json
 import os
 import threading
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, Annotated, Any, ClassVar, TypeVar
 
@@ -55,7 +55,6 @@ __all__ = [
     "RunDirError",
     "RunRecord",
     "TryRecord",
-    "iter_records",
     "read_records",
     "read_run_record",
     "write_run_record",
@@ -470,18 +469,21 @@ def _typed(kind: type[R], raw: Mapping[str, object], where: str) -> R:
         raise RunDirError(f"{where}: {kind.schema()} record: {exc}") from exc
 
 
-def iter_records(path: str | os.PathLike[str], kind: type[R]) -> Iterator[R]:
-    """The records of ``kind`` in the JSON-lines file ``path``, in file order.
+def read_records(path: str | os.PathLike[str], kind: type[R]) -> list[R]:
+    """The records of ``kind`` in the JSON-lines file ``path``, in file order; ``[]`` when the
+    file does not exist.
 
     Lines of another schema are skipped, unknown keys ignored. Raises :class:`RunDirError` for a
     malformed line (other than a truncated last line, which is skipped with a warning), a record
-    without ``v``, with ``v`` above ``kind.VERSION`` or with a field of the wrong type;
-    ``FileNotFoundError`` when the file does not exist.
+    without ``v``, with ``v`` above ``kind.VERSION`` or with a field of the wrong type.
     """
     p = Path(path)
-    schema = kind.schema()
-    with open(p, encoding="utf-8") as fh:
-        lines = fh.readlines()
+    try:
+        with open(p, encoding="utf-8") as fh:
+            lines = fh.readlines()  # split at newlines only (a string may hold U+2028)
+    except FileNotFoundError:
+        return []
+    out = []
     for number, line in enumerate(lines, start=1):
         text = line.strip()
         if not text:
@@ -498,17 +500,9 @@ def iter_records(path: str | os.PathLike[str], kind: type[R]) -> Iterator[R]:
             raise RunDirError(f"{p}: line {number} is not valid JSON: {exc.msg}") from exc
         if not isinstance(raw, dict):
             raise RunDirError(f"{p}: line {number} is not a JSON object")
-        if raw.get("schema") != schema:
-            continue
-        yield _typed(kind, raw, f"{p}: line {number}")
-
-
-def read_records(path: str | os.PathLike[str], kind: type[R]) -> list[R]:
-    """:func:`iter_records` as a list; an absent file gives ``[]``."""
-    try:
-        return list(iter_records(path, kind))
-    except FileNotFoundError:
-        return []
+        if raw.get("schema") == kind.schema():
+            out.append(_typed(kind, raw, f"{p}: line {number}"))
+    return out
 
 
 def read_run_record(run_dir: str | os.PathLike[str]) -> RunRecord:

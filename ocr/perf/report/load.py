@@ -143,15 +143,8 @@ def _hydra_job_name(path: Path) -> str | None:
 
 
 #: Files of which one marks a run directory (what the callbacks and Hydra write).
-RUN_MARKERS = (
-    f"{PERF_DIRNAME}/run.json",
-    f"{PERF_DIRNAME}/epochs.jsonl",
-    f"{PERF_DIRNAME}/intervals.jsonl",
-    f"{PERF_DIRNAME}/resources.jsonl",
-    f"{PERF_DIRNAME}/alerts.jsonl",
-    f"{PERF_DIRNAME}/profiler.jsonl",
-    ".hydra/config.yaml",
-)
+_KINDS = (RunRecord, EpochRecord, IntervalRecord, ResourceSample, AlertEvent, ProfilerWindow)
+RUN_MARKERS = (*(f"{PERF_DIRNAME}/{kind.FILE}" for kind in _KINDS), ".hydra/config.yaml")
 
 
 def is_run_dir(path: str | os.PathLike[str]) -> bool:

@@ -267,3 +267,12 @@ def test_to_jsonable_handles_nested_and_odd_values() -> None:
 
     out = to_jsonable({"a": [math.inf, {"b": np.int64(3)}], 4: object.__name__, "c": Path("p")})
     assert out == {"a": [None, {"b": 3}], "4": "object", "c": "p"}
+
+
+def test_text_with_unicode_line_separators_stays_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "alerts.jsonl"
+    event = AlertEvent(event="fired", message="a\u2028b\x1cc\u0085d")  # raw UTF-8 on disk
+    writer = RecordWriter(path)
+    writer.write(event)
+    writer.close()
+    assert read_records(path, AlertEvent) == [event]
