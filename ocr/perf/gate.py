@@ -38,6 +38,7 @@ import numpy as np
 
 from ocr.errors import ConfigError
 from ocr.perf.baseline import MIN_BATCHES, Baseline, Figure, too_little_data
+from ocr.perf.records import JsonValue
 from ocr.perf.rundir import to_jsonable
 from ocr.perf.significance import ALPHA, Outcome, mann_whitney_greater, noise_allowance
 
@@ -144,9 +145,11 @@ class GateOutcome:
     notes: list[str] = field(default_factory=list)
     insufficient: list[str] = field(default_factory=list)
 
-    def as_dict(self) -> dict[str, object]:
+    def as_dict(self) -> dict[str, JsonValue]:
         """The JSON view (``ocr-perf check --json``): the same fields, rows and bands nested."""
-        return to_jsonable(asdict(self))
+        out = to_jsonable(asdict(self))
+        assert isinstance(out, dict)
+        return out
 
 
 # -- one row -------------------------------------------------------------------------------------
