@@ -121,6 +121,9 @@ class EpochReport:
         sync_wait_measured: how ``sync_wait`` was measured: ``"ddp_comm_hook"`` (the gradient
             all-reduce wait, plus our epoch gather), ``"gather"`` (our epoch gather only: the
             model is not a ``DistributedDataParallel`` we could hook), or ``"none"`` (one process).
+        callbacks_s_by_rank: under DDP, each rank's ``callbacks_s``, indexed by rank (ranks may
+            have different callbacks: one built on one rank only is named there); empty on one
+            process.
     """
 
     stage: str
@@ -152,6 +155,7 @@ class EpochReport:
     module_hooks_s: dict[str, float] = field(default_factory=dict)
     straggler: Straggler | None = None
     sync_wait_measured: str = "none"
+    callbacks_s_by_rank: tuple[dict[str, float], ...] = ()
 
 
 class IntervalProgress(NamedTuple):

@@ -24,11 +24,11 @@ Validation inside ``fit`` pauses the train window, so each stage's phases sum to
 time. The sanity check is not recorded. A resumed run that starts mid-epoch opens its train
 window at the first data fetch.
 
-DDP: every rank measures itself; at each epoch close one ``all_gather`` of a fixed-order float
-vector (figures, phases, per-callback and per-module-hook seconds) gives the per-rank figures and
-the straggler (``ocr.perf.ranks.find_straggler``). A health flag travels with it: a rank whose
-recording failed keeps joining the gathers with the flag down and, at that gather, every rank
-turns recording off together.
+DDP: every rank measures itself; at each epoch close one exchange of every rank's figures
+(``callbacks/cross_rank.py``: one collective of the same shape on every rank, whatever each
+rank's callbacks) gives the per-rank figures and the straggler. A health flag travels with it: a
+rank whose recording failed keeps joining the exchanges with the flag down and, at that
+exchange, every rank turns recording off together.
 """
 
 from __future__ import annotations
@@ -45,11 +45,17 @@ from typing import Any, ClassVar, Protocol
 import lightning as L
 import numpy as np
 import torch
-from lightning.pytorch.core.hooks import CheckpointHooks, DataHooks, ModelHooks
 from lightning.pytorch.utilities.data import extract_batch_size
 from torch.utils.data import DataLoader
 
 from ocr.lightning_modules.callbacks import action_stream
+from ocr.lightning_modules.callbacks.cross_rank import (
+    CommTimer,
+    RankEpoch,
+    exchange,
+    hook_ddp,
+    merge_ranks,
+)
 from ocr.lightning_modules.callbacks.cuda_events import CudaPhaseEvents, EventClock
 from ocr.lightning_modules.callbacks.epoch_report import (
     MAX_KEPT_BATCH_TIMES,
@@ -57,7 +63,6 @@ from ocr.lightning_modules.callbacks.epoch_report import (
     EpochReport,
     IntervalProgress,
     log_to_loggers,
-    per_second,
 )
 from ocr.lightning_modules.callbacks.errors import PerfCallbackWarning
 from ocr.lightning_modules.callbacks.interpose import (
@@ -71,45 +76,12 @@ from ocr.lightning_modules.callbacks.untimed import lightning_own_hook, untimed_
 from ocr.perf.actions import CALLBACK, DATAMODULE, MODULE, STRATEGY, classify_action
 from ocr.perf.clock import PHASES, PhaseClock, PhaseTotals, set_active_clock
 from ocr.perf.memory import memory_snapshot, reset_peak_memory
-from ocr.perf.ranks import find_straggler, rank_spread
 from ocr.perf.stats import StreamingStats
 from ocr.perf.worker import WorkerTiming
 
-__all__ = ["MODULE_HOOK_NAMES", "StageRecorder", "Subscriber"]
+__all__ = ["StageRecorder", "Subscriber"]
 
 _RUNNING_STAGE_TO_KEY = {"train": "train", "validate": "val", "sanity_check": "val", "test": "test"}
-# Figures gathered across ranks at an epoch close, in this fixed order (after a leading health
-# flag, and before the per-callback and per-module-hook seconds). Durations first: their spread
-# names a slowest rank.
-_DURATION_FIGURES: tuple[str, ...] = (
-    "epoch_time",
-    *(f"{phase}_time" for phase in PHASES),
-    "worker_fetch_time",
-    "worker_collate_time",
-    "batch_mean",
-)
-_OTHER_FIGURES: tuple[str, ...] = (
-    "samples",
-    "batches",
-    "samples_per_sec",
-    "batches_per_sec",
-    "peak_rss_gb",
-    "peak_gpu_memory_gb",
-)
-_FIGURES = _DURATION_FIGURES + _OTHER_FIGURES
-#: LightningModule hook names, in a fixed order (every rank runs the same Lightning): the
-#: per-module-hook slots of the DDP gather.
-MODULE_HOOK_NAMES: tuple[str, ...] = tuple(
-    sorted(
-        {
-            name
-            for cls in (ModelHooks, DataHooks, CheckpointHooks)
-            for name in vars(cls)
-            if not name.startswith("_") and callable(getattr(cls, name))
-        }
-    )
-)
-_MODULE_HOOK_INDEX = {name: i for i, name in enumerate(MODULE_HOOK_NAMES)}
 # In-epoch memory samples (for the RSS peak) at most this often: a snapshot costs ~100 us.
 _MEMORY_PERIOD_NS = 1_000_000_000
 # Batch times are folded into the epoch's StreamingStats in chunks of this many.
@@ -257,38 +229,6 @@ class _Tap:
             recorder._states[stage].add_timing(timing)
 
 
-class _CommTimer:
-    """State of the DDP communication hook :func:`_timed_allreduce`: the process group, and the
-    time the last gradient bucket was handed over (local backward compute is done then; what
-    follows until backward returns is the wait for the other ranks). Keeps working, harmlessly,
-    after the recorder is gone."""
-
-    def __init__(self, process_group: Any) -> None:
-        self.process_group = process_group
-        self.ready_ns = 0
-
-
-def _timed_allreduce(
-    state: _CommTimer, bucket: torch.distributed.GradBucket
-) -> torch.futures.Future[torch.Tensor]:
-    """DDP's default all-reduce (the same arithmetic as the built-in hook), stamping the time.
-    The annotations are required: DDP checks them at registration."""
-    from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
-
-    future = allreduce_hook(state.process_group, bucket)
-    state.ready_ns = time.perf_counter_ns()
-    return future
-
-
-if torch.distributed.is_available():
-    # DDP compares the annotation objects themselves; this module's annotations are strings.
-    _timed_allreduce.__annotations__ = {
-        "state": _CommTimer,
-        "bucket": torch.distributed.GradBucket,
-        "return": torch.futures.Future[torch.Tensor],
-    }
-
-
 # -- the recorder --------------------------------------------------------------------------------
 
 
@@ -329,14 +269,13 @@ class StageRecorder:
         self._info: dict[str, tuple[str, str, str, int]] = {}  # action -> its stack entry
         self._owner_group: dict[str, tuple[str, str]] = {}  # owner -> (group, name)
         self._callback_names: dict[str, str] = {}  # callback state_key -> display name
-        self._callback_slots: list[str] = []  # display names in trainer.callbacks order
         self._in_backward = False
         self._backward_start_ns = 0
         # Under DDP Lightning syncs the ranks between two training batches (see
         # interpose.syncs_before_train_batch): that gap is sync_wait, not unattributed.
         self._sync_between_batches = syncs_before_train_batch(self.world_size)
         self._between_batches = False
-        self._comm: _CommTimer | None = None
+        self._comm: CommTimer | None = None
         self._interposer: LoaderInterposer | None = None
         self._listening = False
         self.sync_wait_measured = "none" if self.world_size <= 1 else "gather"
@@ -420,7 +359,6 @@ class StageRecorder:
         state keys differ (instances with equal state keys are indistinguishable in the action
         stream and share one name)."""
         names: dict[str, str] = {}
-        slots: list[str] = []
         count: dict[str, int] = {}
         for callback in trainer.callbacks:  # type: ignore[attr-defined]
             key = callback.state_key
@@ -430,9 +368,7 @@ class StageRecorder:
             count[base] = count.get(base, 0) + 1
             name = base if count[base] == 1 else f"{base}#{count[base]}"
             names[key] = name
-            slots.append(name)
         self._callback_names = names
-        self._callback_slots = slots
         self._info.clear()
 
     def _route_loader(self, loader: DataLoader) -> tuple[_Tap, PhaseClock] | None:
@@ -707,20 +643,11 @@ class StageRecorder:
         """Register the timing communication hook on a DistributedDataParallel model (public
         torch API; once per model). A model that already has one (the user's) is left alone:
         ``sync_wait`` then covers our epoch gather only."""
-        if self.world_size <= 1 or self._comm is not None:
+        if self.world_size <= 1 or self._comm is not None or trainer.strategy.model is None:
             return
-        from torch.nn.parallel import DistributedDataParallel
-
-        model = trainer.strategy.model
-        if not isinstance(model, DistributedDataParallel):
-            return
-        timer = _CommTimer(model.process_group)
-        try:
-            model.register_comm_hook(state=timer, hook=_timed_allreduce)
-        except (RuntimeError, ValueError):
-            return  # a hook is already registered (the user's): not ours to replace
-        self._comm = timer
-        self.sync_wait_measured = "ddp_comm_hook"
+        self._comm = hook_ddp(trainer.strategy.model)
+        if self._comm is not None:
+            self.sync_wait_measured = "ddp_comm_hook"
 
     # -- batches ---------------------------------------------------------------------------
 
@@ -874,11 +801,10 @@ class StageRecorder:
             return
         state = self._states[stage]
         epoch = state.epoch
-        vector: list[float] | None = None
-        partial: dict[str, Any] | None = None
+        local: EpochReport | None = None
         if epoch is not None:
             try:
-                vector, partial = self._close(state, epoch)
+                local = self._close(state, epoch)
             except Exception as exc:
                 self._fail(exc)
         if reopen:
@@ -890,7 +816,7 @@ class StageRecorder:
         try:
             if clock.running:
                 clock.switch("sync_wait")
-            report = self._gather_report(vector, partial)
+            report = self._gather_report(local)
             if report is not None and self.files is not None:
                 if clock.running:
                     clock.switch("callbacks", "performance callbacks.run_files")
@@ -908,8 +834,9 @@ class StageRecorder:
 
     def _named_seconds(
         self, owners_ns: Mapping[tuple[str, str], int]
-    ) -> dict[str, dict[str, float]]:
-        """Per-callback, per-callback-hook and per-module-hook seconds from the clock's owners."""
+    ) -> tuple[dict[str, float], dict[str, float], dict[str, float]]:
+        """Seconds per callback, per callback hook and per module hook, from the clock's
+        owners."""
         callbacks: dict[str, float] = {}
         callback_hooks: dict[str, float] = {}
         module_hooks: dict[str, float] = {}
@@ -924,18 +851,15 @@ class StageRecorder:
                 callback_hooks[owner] = callback_hooks.get(owner, 0.0) + seconds
             else:
                 module_hooks[owner] = module_hooks.get(owner, 0.0) + seconds
-        return {
-            "callbacks": callbacks,
-            "callback_hooks": callback_hooks,
-            "module_hooks": module_hooks,
-        }
+        return callbacks, callback_hooks, module_hooks
 
-    def _close(self, state: _StageState, epoch: _Epoch) -> tuple[list[float], dict[str, Any]]:
+    def _close(self, state: _StageState, epoch: _Epoch) -> EpochReport | None:
+        """Close the window: this rank's report (None when measurement is off)."""
         self._open.remove(epoch.stage)
         state.epoch = None
         outer = self._states[self._open[-1]].epoch if self._open else None
         if not self.measuring:
-            return self._failed_vector(), {}
+            return None
         totals = self.clock.stop()
         self._fold(epoch, totals)
         wall_ns = epoch.closed_ns + totals.wall_ns
@@ -951,120 +875,74 @@ class StageRecorder:
         else:
             set_active_clock(None)
         wall_s = wall_ns / 1e9
-        phases_s = {name: ns / 1e9 for name, ns in epoch.phases_ns.items()}
-        named = self._named_seconds(epoch.owners_ns)
+        callbacks, callback_hooks, module_hooks = self._named_seconds(epoch.owners_ns)
         epoch.flush_batch_times()
-        stats = epoch.batch_times.summary()
         kept, stride = epoch.kept_batch_times()
         trainer = self._trainer_ref()
-        partial = {
-            "stage": epoch.stage,
-            "epoch": epoch.epoch,
-            "wall_s": wall_s,
-            "phases_s": phases_s,
-            "gpu_phases_s": dict(epoch.gpu_s),
-            "worker_s": worker,
-            "batch_stats": stats,
-            "num_batches": epoch.num_batches,
-            "samples": epoch.samples,
-            "memory": memory,
-            "peak_rss_gb": epoch.peak_rss_gb,
-            "peak_gpu_memory_gb": epoch.peak_gpu_gb,
-            "worker_counts": counts,
-            "batch_times_s": kept,
-            "batch_times_stride": stride,
-            "num_workers": state.num_workers,
-            "batch_size": epoch.first_batch_samples,
-            "device": "cuda" if self._events is not None else "cpu",
-            "global_step": int(trainer.global_step) if trainer is not None else 0,
-            "callbacks_s": named["callbacks"],
-            "callback_hooks_s": named["callback_hooks"],
-            "module_hooks_s": named["module_hooks"],
-            "sync_wait_measured": self.sync_wait_measured,
-        }
-        figures = {
-            "epoch_time": wall_s,
-            **{f"{name}_time": s for name, s in phases_s.items()},
-            "worker_fetch_time": worker.get("fetch", math.nan),
-            "worker_collate_time": worker.get("collate", math.nan),
-            "batch_mean": stats["mean"],
-            "samples": float(epoch.samples),
-            "batches": float(epoch.num_batches),
-            "samples_per_sec": per_second(epoch.samples, wall_s),
-            "batches_per_sec": per_second(epoch.num_batches, wall_s),
-            "peak_rss_gb": epoch.peak_rss_gb,
-            "peak_gpu_memory_gb": epoch.peak_gpu_gb,
-        }
-        vector = [1.0] + [float(figures[name]) for name in _FIGURES]
-        vector += [named["callbacks"].get(name, 0.0) for name in self._callback_slots]
-        hooks = [0.0] * len(MODULE_HOOK_NAMES)
-        for owner, seconds in named["module_hooks"].items():
-            index = _MODULE_HOOK_INDEX.get(owner.rpartition(".")[2])
-            if index is not None:
-                hooks[index] += seconds
-        return vector + hooks, partial
+        return EpochReport(
+            stage=epoch.stage,
+            epoch=epoch.epoch,
+            wall_s=wall_s,
+            phases_s={name: ns / 1e9 for name, ns in epoch.phases_ns.items()},
+            gpu_phases_s=dict(epoch.gpu_s),
+            worker_s=worker,
+            batch_stats=epoch.batch_times.summary(),
+            num_batches=epoch.num_batches,
+            samples=epoch.samples,
+            memory=memory,
+            peak_rss_gb=epoch.peak_rss_gb,
+            peak_gpu_memory_gb=epoch.peak_gpu_gb,
+            global_samples=epoch.samples,
+            global_batches=epoch.num_batches,
+            global_wall_s=wall_s,
+            worker_counts=counts,
+            batch_times_s=kept,
+            batch_times_stride=stride,
+            num_workers=state.num_workers,
+            batch_size=epoch.first_batch_samples,
+            device="cuda" if self._events is not None else "cpu",
+            global_step=int(trainer.global_step) if trainer is not None else 0,
+            callbacks_s=callbacks,
+            callback_hooks_s=callback_hooks,
+            module_hooks_s=module_hooks,
+            sync_wait_measured=self.sync_wait_measured,
+        )
 
-    def _failed_vector(self) -> list[float]:
-        size = len(_FIGURES) + len(self._callback_slots) + len(MODULE_HOOK_NAMES)
-        return [0.0] + [math.nan] * size
-
-    def _gather_report(
-        self, vector: list[float] | None, partial: dict[str, Any] | None
-    ) -> EpochReport | None:
+    def _gather_report(self, local: EpochReport | None) -> EpochReport | None:
+        """The epoch's report across ranks (``local`` itself on one process); None when
+        recording is off here, or (DDP) on any rank: then it goes off on every rank together."""
         if self.world_size <= 1:
-            if vector is None or partial is None or not self.measuring:
-                return None
-            return EpochReport(
-                **partial,
-                world_size=1,
-                global_samples=partial["samples"],
-                global_batches=partial["num_batches"],
-                global_wall_s=partial["wall_s"],
+            return local if self.measuring else None
+        if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
+            # The same on every rank: all turn off here, none waits for the others.
+            warnings.warn(
+                f"performance recording is off: {self.world_size} ranks but no torch.distributed "
+                "process group to exchange the epoch figures through",
+                PerfCallbackWarning,
+                stacklevel=2,
             )
-        trainer = self._trainer_ref()
-        assert trainer is not None
-        if vector is None:
-            vector = self._failed_vector()
-        rows = _all_gather(trainer, vector)
-        if any(row[0] != 1.0 for row in rows):
+            self._finish_subscribers()
+            return None
+        mine = RankEpoch.of(local) if local is not None and self.measuring else RankEpoch(ok=False)
+        rows = exchange(mine, self.world_size)
+        failed = [r for r, row in enumerate(rows) if not row.ok]
+        if failed or len({(row.stage, row.epoch) for row in rows}) > 1:
             if self.measuring:
+                reason = (
+                    f"it failed on rank(s) {failed}"
+                    if failed
+                    else "the ranks closed different epochs: "
+                    + ", ".join(f"rank {r}: {row.stage} {row.epoch}" for r, row in enumerate(rows))
+                )
                 warnings.warn(
-                    "performance recording is off for the rest of this run: it failed on rank(s) "
-                    f"{[r for r, row in enumerate(rows) if row[0] != 1.0]}",
+                    f"performance recording is off for the rest of this run: {reason}",
                     PerfCallbackWarning,
                     stacklevel=2,
                 )
             self._finish_subscribers()
             return None
-        assert partial is not None
-        return self._ddp_report(rows, partial)
-
-    def _ddp_report(self, rows: list[list[float]], partial: dict[str, Any]) -> EpochReport:
-        n_fig = len(_FIGURES)
-        per_rank = {name: [row[1 + i] for row in rows] for i, name in enumerate(_FIGURES)}
-        spreads = {name: rank_spread(values) for name, values in per_rank.items()}
-        for name in _OTHER_FIGURES:
-            spreads[name].pop("slowest_rank")  # the largest rate or count is not the slowest
-        cb0 = 1 + n_fig
-        hook0 = cb0 + len(self._callback_slots)
-        phases = [{p: row[1 + _FIGURES.index(f"{p}_time")] for p in PHASES} for row in rows]
-        named = [
-            {
-                "callbacks": dict(zip(self._callback_slots, row[cb0:hook0], strict=True)),
-                "module_hooks": dict(zip(MODULE_HOOK_NAMES, row[hook0:], strict=True)),
-            }
-            for row in rows
-        ]
-        straggler = find_straggler(per_rank["epoch_time"], phases, named)
-        return EpochReport(
-            **partial,
-            world_size=len(rows),
-            spreads=spreads,
-            global_samples=int(sum(per_rank["samples"])),
-            global_batches=int(sum(per_rank["batches"])),
-            global_wall_s=max(per_rank["epoch_time"]),
-            straggler=straggler,
-        )
+        assert local is not None
+        return merge_ranks(local, rows)
 
     def discard(self, stage: str) -> None:
         """Forget worker timings received outside a recorded window (the sanity check)."""
@@ -1078,14 +956,6 @@ class StageRecorder:
         """An exception ends the run: close everything without gathering (ranks may be out of
         step) and undo the instrumentation."""
         self.shutdown()
-
-
-def _all_gather(trainer: L.Trainer, vector: list[float]) -> list[list[float]]:
-    device = trainer.strategy.root_device
-    dtype = torch.float32 if device.type == "mps" else torch.float64
-    tensor = torch.tensor(vector, dtype=dtype, device=device)
-    gathered = trainer.strategy.all_gather(tensor)
-    return gathered.reshape(-1, len(vector)).cpu().tolist()
 
 
 def _nanmax(current: float, value: float | None) -> float:
