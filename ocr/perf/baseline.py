@@ -187,9 +187,9 @@ def _epoch_figures(records: list[dict[str, Any]], where: str) -> dict[str, dict[
             stats = rec.get("batch_stats") or {}
             add("batch_median_s", "s", "lower", stats.get("median"))
             add("batch_p95_s", "s", "lower", stats.get("p95"))
-            rate = rec.get("samples_per_sec")
+            rate = rec.get("samples_per_sec")  # all ranks' samples / wall time
             if rate is None and wall > 0:
-                rate = samples / wall
+                rate = int(rec.get("global_samples") or samples) / wall
             add("samples_per_sec", "samples/s", "higher", rate)
             worker = rec.get("worker_s") or {}
             for part, seconds in worker.items():

@@ -195,7 +195,8 @@ def training_rates(run: RunData) -> list[tuple[int, float]]:
         ds = num(cur.get("samples")) - samples
         step = cur.get("step")
         if dt > 0 and ds >= 0 and isinstance(step, int) and not isinstance(step, bool):
-            rates.append((step, ds / dt))
+            # The counts are one rank's; ranks run in step under DDP.
+            rates.append((step, ds * num(cur.get("world_size"), 1.0) / dt))
         elapsed, samples = num(cur.get("elapsed_s")), num(cur.get("samples"))
     return rates
 

@@ -501,8 +501,8 @@ def _throughput(report: Report) -> Section:
         [
             STAGE_LABELS.get(str(e["stage"]), str(e["stage"])),
             _f(e.get("epoch")),
-            _f(num(e.get("wall_s"))),
-            _f(e.get("samples")),
+            _f(num(e.get("global_wall_s"), num(e.get("wall_s")))),  # what samples/s divides by
+            _f(e.get("global_samples", e.get("samples"))),  # all ranks
             _f(e.get("samples_per_sec")),
             _f(e.get("batches_per_sec")),
             _f(e.get("batch_size")),
@@ -1000,7 +1000,7 @@ def print_summary(report: Report, console: Console | None = None, top: int = 3) 
         t.add_column("samples/s", justify="right")
         for s in report.stages.values():
             biggest = sorted(PHASES, key=lambda p: -s.phases_s.get(p, 0.0))[:3]
-            rate = s.samples / s.wall_s if s.wall_s > 0 else 0.0
+            rate = s.samples_per_sec
             t.add_row(
                 s.label,
                 str(s.epochs),

@@ -33,7 +33,9 @@ class StageSummary:
         worker_s: summed worker-side seconds per part (``fetch``, ``collate``, ...).
         worker_counts: summed worker counters (``polygon_cache_hits``, ...).
         num_batches: summed batches.
-        samples: summed samples.
+        samples: summed samples (this rank's: rank zero's under DDP).
+        global_samples: summed samples over all ranks (``== samples`` on one process).
+        global_wall_s: summed wall time of the slowest rank (``== wall_s`` on one process).
         num_workers: the DataLoader's ``num_workers`` of the last epoch that recorded it.
         batch_size: the first batch's size of the last epoch that recorded it.
         device: ``"cpu"`` or ``"cuda"``.
@@ -54,6 +56,8 @@ class StageSummary:
     worker_counts: dict[str, int] = field(default_factory=dict)
     num_batches: int = 0
     samples: int = 0
+    global_samples: int = 0
+    global_wall_s: float = 0.0
     num_workers: int | None = None
     batch_size: int | None = None
     device: str = "cpu"
@@ -67,6 +71,12 @@ class StageSummary:
     def label(self) -> str:
         """``training``, ``validation`` or ``test``."""
         return STAGE_LABELS.get(self.stage, self.stage)
+
+    @property
+    def samples_per_sec(self) -> float:
+        """Samples over all ranks per second of wall time (0 for an empty stage): the one
+        samples/s of the report, the verdict and the gate."""
+        return self.global_samples / self.global_wall_s if self.global_wall_s > 0 else 0.0
 
     def share(self, phase: str) -> float:
         """``phase`` in percent of the stage's wall time (0 for an empty stage)."""
@@ -89,6 +99,8 @@ def summarize_stages(epochs: list[dict[str, Any]]) -> dict[str, StageSummary]:
             s.worker_counts[name] = s.worker_counts.get(name, 0) + int(num(value))
         s.num_batches += int(num(record.get("num_batches")))
         s.samples += int(num(record.get("samples")))
+        s.global_samples += int(num(record.get("global_samples"), num(record.get("samples"))))
+        s.global_wall_s += num(record.get("global_wall_s"), num(record.get("wall_s")))
         if isinstance(record.get("num_workers"), int):
             s.num_workers = int(record["num_workers"])
         if isinstance(record.get("batch_size"), int):
