@@ -32,6 +32,7 @@ __all__ = [
     "CommTimer",
     "RankEpoch",
     "exchange",
+    "gather_ranks",
     "hook_ddp",
     "merge_ranks",
 ]
@@ -134,6 +135,28 @@ def merge_ranks(report: EpochReport, rows: Sequence[RankEpoch]) -> EpochReport:
         straggler=find_straggler(per_rank["epoch_time"], phases, named),
         callbacks_s_by_rank=tuple(dict(row.callbacks_s) for row in rows),
     )
+
+
+def gather_ranks(
+    local: EpochReport | None, world_size: int
+) -> tuple[EpochReport | None, str | None]:
+    """This rank's ``local`` report (None: its recording failed) with every rank's figures
+    merged in, and None; or None and why recording must go off, the same on every rank (a rank
+    failed, the ranks closed different epochs, or there is no process group to exchange
+    through). Every rank calls it at the same epoch closes."""
+    if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
+        return (
+            None,
+            f"{world_size} ranks but no torch.distributed process group to exchange through",
+        )
+    rows = exchange(RankEpoch.of(local) if local is not None else RankEpoch(ok=False), world_size)
+    failed = [r for r, row in enumerate(rows) if not row.ok]
+    if failed:
+        return None, f"it failed on rank(s) {failed}"
+    if local is None or len({(row.stage, row.epoch) for row in rows}) > 1:
+        closed = ", ".join(f"rank {r}: {row.stage} {row.epoch}" for r, row in enumerate(rows))
+        return None, f"the ranks closed different epochs ({closed})"
+    return merge_ranks(local, rows), None
 
 
 def _finite(values: Sequence[float]) -> list[float]:

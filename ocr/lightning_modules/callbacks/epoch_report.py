@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 import lightning as L
 
@@ -16,6 +16,7 @@ __all__ = [
     "STAGE_NAMES",
     "EpochReport",
     "IntervalProgress",
+    "Subscriber",
     "log_to_loggers",
     "normalize_stages",
     "per_second",
@@ -180,3 +181,18 @@ class IntervalProgress(NamedTuple):
     elapsed_s: float
     world_size: int
     step: int
+
+
+class Subscriber(Protocol):
+    """What the recorder needs of a monitor that subscribes to it (``RecorderCallback`` and the
+    resource monitor's adapter)."""
+
+    stages: frozenset[str]
+    log_interval: int
+    track_memory: bool
+    sync_cuda: bool
+    write_run_files: bool
+
+    def _receive_report(self, report: EpochReport) -> None: ...
+
+    def _receive_interval(self, progress: IntervalProgress) -> Mapping[str, float] | None: ...

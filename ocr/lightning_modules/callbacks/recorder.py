@@ -37,31 +37,21 @@ import math
 import time
 import warnings
 import weakref
-from collections import deque
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar
 
 import lightning as L
-import numpy as np
 import torch
 from lightning.pytorch.utilities.data import extract_batch_size
 from torch.utils.data import DataLoader
 
 from ocr.lightning_modules.callbacks import action_stream
-from ocr.lightning_modules.callbacks.cross_rank import (
-    CommTimer,
-    RankEpoch,
-    exchange,
-    hook_ddp,
-    merge_ranks,
-)
+from ocr.lightning_modules.callbacks.cross_rank import CommTimer, gather_ranks, hook_ddp
 from ocr.lightning_modules.callbacks.cuda_events import CudaPhaseEvents, EventClock
 from ocr.lightning_modules.callbacks.epoch_report import (
-    MAX_KEPT_BATCH_TIMES,
     STAGE_NAMES,
     EpochReport,
     IntervalProgress,
+    Subscriber,
     log_to_loggers,
 )
 from ocr.lightning_modules.callbacks.errors import PerfCallbackWarning
@@ -71,12 +61,31 @@ from ocr.lightning_modules.callbacks.interpose import (
     syncs_before_train_batch,
 )
 from ocr.lightning_modules.callbacks.run_files import RunFiles
+from ocr.lightning_modules.callbacks.stage_state import (
+    EpochWindow,
+    StageState,
+    named_seconds,
+    nanmax,
+)
 from ocr.lightning_modules.callbacks.try_window import perf_root
 from ocr.lightning_modules.callbacks.untimed import lightning_own_hook, untimed_hook
-from ocr.perf.actions import CALLBACK, DATAMODULE, MODULE, STRATEGY, classify_action
-from ocr.perf.clock import PHASES, PhaseClock, PhaseTotals, set_active_clock
+from ocr.lightning_modules.callbacks.window_events import (
+    BATCH_END_STAGE,
+    EV_AFTER_BACKWARD,
+    EV_BEFORE_BACKWARD_DONE,
+    EV_FIT_START,
+    EV_TEST_END,
+    EV_TEST_START,
+    EV_TRAIN_END,
+    EV_TRAIN_EPOCH_START,
+    EV_TRAIN_FETCH,
+    EV_VAL_END,
+    EV_VAL_START,
+    window_event,
+)
+from ocr.perf.actions import CALLBACK, DATAMODULE, MODULE, classify_action
+from ocr.perf.clock import PhaseClock, PhaseTotals, set_active_clock
 from ocr.perf.memory import memory_snapshot, reset_peak_memory
-from ocr.perf.stats import StreamingStats
 from ocr.perf.worker import WorkerTiming
 
 __all__ = ["StageRecorder", "Subscriber"]
@@ -86,128 +95,6 @@ _RUNNING_STAGE_TO_KEY = {"train": "train", "validate": "val", "sanity_check": "v
 _MEMORY_PERIOD_NS = 1_000_000_000
 # Batch times are folded into the epoch's StreamingStats in chunks of this many.
 _BATCH_TIMES_CHUNK = 1024
-
-# Events recognised in the action stream (by hook name, independent of which callback or module
-# dispatched it).
-_EV_NONE = 0
-_EV_TRAIN_EPOCH_START = 1
-_EV_TRAIN_END = 2
-_EV_VAL_START = 3
-_EV_VAL_END = 4  # the strategy's on_validation_end: the last action of a validation run
-_EV_TEST_START = 5
-_EV_TEST_END = 6
-_EV_TRAIN_FETCH = 7
-_EV_TRAIN_BATCH_END = 8  # the module's on_*_batch_end: the last action of a batch
-_EV_VAL_BATCH_END = 9
-_EV_TEST_BATCH_END = 10
-_EV_BEFORE_BACKWARD_DONE = 11  # the module's on_before_backward: backward runs right after
-_EV_AFTER_BACKWARD = 12  # any on_after_backward: backward has returned
-_EV_FIT_START = 13
-_START_EVENTS = {
-    "on_train_epoch_start": _EV_TRAIN_EPOCH_START,
-    "on_train_end": _EV_TRAIN_END,
-    "on_validation_start": _EV_VAL_START,
-    "on_test_start": _EV_TEST_START,
-    "train_dataloader_next": _EV_TRAIN_FETCH,
-    "on_after_backward": _EV_AFTER_BACKWARD,
-    "on_fit_start": _EV_FIT_START,
-}
-_MODULE_STOP_EVENTS = {
-    "on_train_batch_end": _EV_TRAIN_BATCH_END,
-    "on_validation_batch_end": _EV_VAL_BATCH_END,
-    "on_test_batch_end": _EV_TEST_BATCH_END,
-    "on_before_backward": _EV_BEFORE_BACKWARD_DONE,
-}
-_STRATEGY_STOP_EVENTS = {"on_validation_end": _EV_VAL_END, "on_test_end": _EV_TEST_END}
-_BATCH_END_STAGE = {
-    _EV_TRAIN_BATCH_END: "train",
-    _EV_VAL_BATCH_END: "val",
-    _EV_TEST_BATCH_END: "test",
-}
-
-
-class Subscriber(Protocol):
-    """What the recorder needs of a monitor that subscribes to it (``RecorderCallback`` and the
-    resource monitor's adapter)."""
-
-    stages: frozenset[str]
-    log_interval: int
-    track_memory: bool
-    sync_cuda: bool
-    write_run_files: bool
-
-    def _receive_report(self, report: EpochReport) -> None: ...
-
-    def _receive_interval(self, progress: IntervalProgress) -> Mapping[str, float] | None: ...
-
-
-# -- per-stage state -----------------------------------------------------------------------------
-
-
-@dataclass
-class _Epoch:
-    stage: str
-    epoch: int
-    segment_start_ns: int
-    phases_ns: dict[str, int] = field(default_factory=lambda: dict.fromkeys(PHASES, 0))
-    owners_ns: dict[tuple[str, str], int] = field(default_factory=dict)
-    gpu_s: dict[str, float] = field(default_factory=dict)
-    closed_ns: int = 0  # wall time of the closed segments (train around validation)
-    paused: bool = False
-    batch_times: StreamingStats = field(default_factory=StreamingStats)
-    pending_ns: list[int] = field(default_factory=list)  # batch times not yet in batch_times
-    last_batch_end_ns: int = 0  # window time (pauses excluded) of the previous batch end
-    num_batches: int = 0
-    samples: int = 0
-    peak_rss_gb: float = math.nan
-    peak_gpu_gb: float = math.nan
-    first_batch_samples: int = 0
-    kept_chunks: list[np.ndarray] = field(default_factory=list)  # every batch time, in ns
-
-    def elapsed_ns(self, now: int) -> int:
-        return self.closed_ns if self.paused else self.closed_ns + now - self.segment_start_ns
-
-    def flush_batch_times(self) -> None:
-        pending = self.pending_ns
-        if pending:
-            chunk = np.asarray(pending, dtype=np.int64)
-            self.kept_chunks.append(chunk)
-            self.batch_times.add_many(chunk / 1e9)
-            pending.clear()
-
-    def kept_batch_times(self) -> tuple[tuple[float, ...], int]:
-        """All batch times (s) when at most ``MAX_KEPT_BATCH_TIMES``, else every k-th; and k."""
-        if not self.kept_chunks:
-            return (), 1
-        times = np.concatenate(self.kept_chunks)
-        stride = max(1, -(-len(times) // MAX_KEPT_BATCH_TIMES))
-        return tuple((times[::stride] / 1e9).tolist()), stride
-
-
-@dataclass
-class _StageState:
-    # Worker timings arrive with batches; they accumulate here and move into the epoch at its
-    # close, so a batch prefetched before the window opened still counts for that epoch.
-    worker_ns: dict[str, int] = field(default_factory=dict)
-    worker_counts: dict[str, int] = field(default_factory=dict)
-    num_workers: int | None = None
-    # Sample counts of batches received but not yet finished (Lightning may prefetch one).
-    timing_samples: deque[int] = field(default_factory=lambda: deque(maxlen=8))
-    noted_samples: int | None = None  # size of the batch in flight, from a batch hook
-    epoch: _Epoch | None = None
-
-    def add_timing(self, timing: WorkerTiming) -> None:
-        acc = self.worker_ns
-        if timing.fetch_timed:  # else fetch_ns is 0 by convention, not a measurement
-            acc["fetch"] = acc.get("fetch", 0) + timing.fetch_ns
-        acc["collate"] = acc.get("collate", 0) + timing.collate_ns
-        for name, ns in timing.parts_ns.items():
-            acc[name] = acc.get(name, 0) + ns
-        if timing.counts:
-            counts = self.worker_counts
-            for name, n in timing.counts.items():
-                counts[name] = counts.get(name, 0) + n
-        self.timing_samples.append(timing.samples)
 
 
 class _Tap:
@@ -260,7 +147,7 @@ class StageRecorder:
         self.clock: PhaseClock = PhaseClock()
         self._events: CudaPhaseEvents | None = None
         self._device: torch.device | None = None  # set when measuring a CUDA device
-        self._states: dict[str, _StageState] = {s: _StageState() for s in STAGE_NAMES.values()}
+        self._states: dict[str, StageState] = {s: StageState() for s in STAGE_NAMES.values()}
         self._open: list[str] = []  # open windows, innermost last (train below val)
         self._train_epoch_marked = -1  # the epoch whose train window an action opened
         # Actions running now, innermost last: (action, phase, owner, event); a transparent one
@@ -506,11 +393,7 @@ class StageRecorder:
             self._owner_group[owner] = ("callbacks", display)
         elif action.kind in (MODULE, DATAMODULE):
             self._owner_group[owner] = ("module_hooks", owner)
-        event = _START_EVENTS.get(action.hook, _EV_NONE)
-        if action.kind == MODULE:
-            event = _MODULE_STOP_EVENTS.get(action.hook, event)
-        elif action.kind == STRATEGY:
-            event = _STRATEGY_STOP_EVENTS.get(action.hook, event)
+        event = window_event(action.kind, action.hook)
         info = (name, action.phase, owner if action.phase else "", event)
         self._info[name] = info
         return info
@@ -568,7 +451,7 @@ class StageRecorder:
                     return  # started before we listened
             clock = self.clock
             if clock.running:
-                if event == _EV_BEFORE_BACKWARD_DONE:
+                if event == EV_BEFORE_BACKWARD_DONE:
                     # The backward pass runs next (automatic and manual optimization alike).
                     clock.switch("backward")
                     self._in_backward = True
@@ -585,7 +468,7 @@ class StageRecorder:
             self._fail(exc)
 
     def _event_start(self, event: int) -> None:
-        if event == _EV_AFTER_BACKWARD:
+        if event == EV_AFTER_BACKWARD:
             if self._in_backward:
                 self._in_backward = False
                 comm = self._comm
@@ -595,40 +478,40 @@ class StageRecorder:
         trainer = self._trainer_ref()
         if trainer is None:
             return
-        if event == _EV_TRAIN_EPOCH_START:
+        if event == EV_TRAIN_EPOCH_START:
             epoch = int(trainer.current_epoch)
             if self._train_epoch_marked != epoch:
                 self._train_epoch_marked = epoch
                 self.close_epoch("train", reopen=True)
-        elif event == _EV_TRAIN_FETCH:
+        elif event == EV_TRAIN_FETCH:
             if "train" not in self._open and self._states["train"].epoch is None:
                 # Resumed mid-epoch: Lightning skips on_train_epoch_start.
                 self._train_epoch_marked = int(trainer.current_epoch)
                 self.open_epoch("train")
-        elif event == _EV_TRAIN_END:
+        elif event == EV_TRAIN_END:
             if "train" in self._open:
                 self.close_epoch("train")
-        elif event == _EV_VAL_START:
+        elif event == EV_VAL_START:
             if not trainer.sanity_checking and "val" not in self._open:
                 self.open_epoch("val")
-        elif event == _EV_TEST_START:
+        elif event == EV_TEST_START:
             if "test" not in self._open:
                 self.open_epoch("test")
-        elif event == _EV_FIT_START:
+        elif event == EV_FIT_START:
             self._hook_ddp(trainer)
 
     def _event_stop(self, event: int) -> None:
-        stage = _BATCH_END_STAGE.get(event)
+        stage = BATCH_END_STAGE.get(event)
         if stage is not None:
             self._batch_end(stage)
             return
-        if event == _EV_VAL_END:
+        if event == EV_VAL_END:
             trainer = self._trainer_ref()
             if trainer is not None and trainer.sanity_checking:
                 self.discard("val")
             elif "val" in self._open:
                 self.close_epoch("val")
-        elif event == _EV_TEST_END and "test" in self._open:
+        elif event == EV_TEST_END and "test" in self._open:
             self.close_epoch("test")
 
     def _current_label(self) -> tuple[str, str]:
@@ -693,7 +576,7 @@ class StageRecorder:
             if self.clock.running and self._current_label()[0] == "sync_wait":
                 self.clock.switch("sync_wait")
 
-    def _on_interval(self, epoch: _Epoch, elapsed_ns: int) -> None:
+    def _on_interval(self, epoch: EpochWindow, elapsed_ns: int) -> None:
         trainer = self._trainer_ref()
         assert trainer is not None
         progress = IntervalProgress(
@@ -716,11 +599,11 @@ class StageRecorder:
         if merged:
             log_to_loggers(trainer, merged, progress.step)
 
-    def _sample_memory(self, epoch: _Epoch) -> dict[str, float]:
+    def _sample_memory(self, epoch: EpochWindow) -> dict[str, float]:
         snap = memory_snapshot()
         self._memory_ns = time.perf_counter_ns()
-        epoch.peak_rss_gb = _nanmax(epoch.peak_rss_gb, snap.get("process_rss_gb"))
-        epoch.peak_gpu_gb = _nanmax(epoch.peak_gpu_gb, snap.get("cuda_max_allocated_gb"))
+        epoch.peak_rss_gb = nanmax(epoch.peak_rss_gb, snap.get("process_rss_gb"))
+        epoch.peak_gpu_gb = nanmax(epoch.peak_gpu_gb, snap.get("cuda_max_allocated_gb"))
         return snap
 
     # -- windows ---------------------------------------------------------------------------
@@ -747,7 +630,7 @@ class StageRecorder:
         if outer is not None and self.measuring and not outer.paused:
             self._pause(outer)
         now = time.perf_counter_ns()
-        epoch = _Epoch(stage=stage, epoch=int(trainer.current_epoch), segment_start_ns=now)
+        epoch = EpochWindow(stage=stage, epoch=int(trainer.current_epoch), segment_start_ns=now)
         state.epoch = epoch
         self._open.append(stage)
         if not self.measuring:
@@ -767,7 +650,7 @@ class StageRecorder:
             self.clock.switch(phase, owner)
         set_active_clock(self.clock)
 
-    def _pause(self, epoch: _Epoch) -> None:
+    def _pause(self, epoch: EpochWindow) -> None:
         totals = self.clock.stop()
         self._fold(epoch, totals)
         epoch.closed_ns += totals.wall_ns
@@ -775,14 +658,14 @@ class StageRecorder:
         if self._track_memory:
             self._sample_memory(epoch)  # the CUDA peak restarts for the inner window
 
-    def _resume(self, epoch: _Epoch) -> None:
+    def _resume(self, epoch: EpochWindow) -> None:
         self._start_clock()
         epoch.segment_start_ns = time.perf_counter_ns()
         epoch.paused = False
         if self._track_memory:
             reset_peak_memory()
 
-    def _fold(self, epoch: _Epoch, totals: PhaseTotals) -> None:
+    def _fold(self, epoch: EpochWindow, totals: PhaseTotals) -> None:
         for name, ns in totals.phases_ns.items():
             epoch.phases_ns[name] += ns
         owners = epoch.owners_ns
@@ -832,28 +715,7 @@ class StageRecorder:
             if clock.running:
                 clock.switch(*label)
 
-    def _named_seconds(
-        self, owners_ns: Mapping[tuple[str, str], int]
-    ) -> tuple[dict[str, float], dict[str, float], dict[str, float]]:
-        """Seconds per callback, per callback hook and per module hook, from the clock's
-        owners."""
-        callbacks: dict[str, float] = {}
-        callback_hooks: dict[str, float] = {}
-        module_hooks: dict[str, float] = {}
-        groups = self._owner_group
-        for (_, owner), ns in owners_ns.items():
-            group = groups.get(owner)
-            if group is None:
-                continue
-            seconds = ns / 1e9
-            if group[0] == "callbacks":
-                callbacks[group[1]] = callbacks.get(group[1], 0.0) + seconds
-                callback_hooks[owner] = callback_hooks.get(owner, 0.0) + seconds
-            else:
-                module_hooks[owner] = module_hooks.get(owner, 0.0) + seconds
-        return callbacks, callback_hooks, module_hooks
-
-    def _close(self, state: _StageState, epoch: _Epoch) -> EpochReport | None:
+    def _close(self, state: StageState, epoch: EpochWindow) -> EpochReport | None:
         """Close the window: this rank's report (None when measurement is off)."""
         self._open.remove(epoch.stage)
         state.epoch = None
@@ -875,7 +737,7 @@ class StageRecorder:
         else:
             set_active_clock(None)
         wall_s = wall_ns / 1e9
-        callbacks, callback_hooks, module_hooks = self._named_seconds(epoch.owners_ns)
+        callbacks, callback_hooks, module_hooks = named_seconds(epoch.owners_ns, self._owner_group)
         epoch.flush_batch_times()
         kept, stride = epoch.kept_batch_times()
         trainer = self._trainer_ref()
@@ -913,36 +775,16 @@ class StageRecorder:
         recording is off here, or (DDP) on any rank: then it goes off on every rank together."""
         if self.world_size <= 1:
             return local if self.measuring else None
-        if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
-            # The same on every rank: all turn off here, none waits for the others.
-            warnings.warn(
-                f"performance recording is off: {self.world_size} ranks but no torch.distributed "
-                "process group to exchange the epoch figures through",
-                PerfCallbackWarning,
-                stacklevel=2,
-            )
-            self._finish_subscribers()
-            return None
-        mine = RankEpoch.of(local) if local is not None and self.measuring else RankEpoch(ok=False)
-        rows = exchange(mine, self.world_size)
-        failed = [r for r, row in enumerate(rows) if not row.ok]
-        if failed or len({(row.stage, row.epoch) for row in rows}) > 1:
+        report, off = gather_ranks(local if self.measuring else None, self.world_size)
+        if off is not None:
             if self.measuring:
-                reason = (
-                    f"it failed on rank(s) {failed}"
-                    if failed
-                    else "the ranks closed different epochs: "
-                    + ", ".join(f"rank {r}: {row.stage} {row.epoch}" for r, row in enumerate(rows))
-                )
                 warnings.warn(
-                    f"performance recording is off for the rest of this run: {reason}",
+                    f"performance recording is off for the rest of this run: {off}",
                     PerfCallbackWarning,
                     stacklevel=2,
                 )
             self._finish_subscribers()
-            return None
-        assert local is not None
-        return merge_ranks(local, rows)
+        return report
 
     def discard(self, stage: str) -> None:
         """Forget worker timings received outside a recorded window (the sanity check)."""
@@ -956,9 +798,3 @@ class StageRecorder:
         """An exception ends the run: close everything without gathering (ranks may be out of
         step) and undo the instrumentation."""
         self.shutdown()
-
-
-def _nanmax(current: float, value: float | None) -> float:
-    if value is None or math.isnan(value):
-        return current
-    return value if math.isnan(current) else max(current, value)
