@@ -29,12 +29,12 @@ from ocr.lightning_modules.callbacks.try_window import TrialWindow, open_trial_w
 __all__ = ["RecorderCallback"]
 
 
-def _json_safe_hparams(pl_module: L.LightningModule) -> dict[str, Any]:
+def _json_safe_hparams(pl_module: L.LightningModule) -> dict[str, object]:
     hparams = getattr(pl_module, "hparams", None) or {}
     try:
         from omegaconf import DictConfig, OmegaConf
 
-        out = {}
+        out: dict[str, object] = {}
         for key, value in dict(hparams).items():
             out[str(key)] = (
                 OmegaConf.to_container(value, resolve=True)
