@@ -149,10 +149,16 @@ def gather_ranks(
             None,
             f"{world_size} ranks but no torch.distributed process group to exchange through",
         )
-    rows = exchange(RankEpoch.of(local) if local is not None else RankEpoch(ok=False), world_size)
+    mine, error = RankEpoch(ok=False), ""
+    try:
+        if local is not None:
+            mine = RankEpoch.of(local)
+    except Exception as exc:  # the other ranks wait in the collective: join it, flag down
+        error = f" ({type(exc).__name__}: {exc})"
+    rows = exchange(mine, world_size)
     failed = [r for r, row in enumerate(rows) if not row.ok]
     if failed:
-        return None, f"it failed on rank(s) {failed}"
+        return None, f"it failed on rank(s) {failed}{error}"
     if local is None or len({(row.stage, row.epoch) for row in rows}) > 1:
         closed = ", ".join(f"rank {r}: {row.stage} {row.epoch}" for r, row in enumerate(rows))
         return None, f"the ranks closed different epochs ({closed})"
