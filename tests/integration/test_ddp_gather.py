@@ -12,6 +12,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -114,11 +115,23 @@ def ddp_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return run
 
 
+@pytest.fixture(scope="module")
+def ddp_report(ddp_run: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
+    """``ocr-perf report`` of the run: its summary (stdout) and its Markdown."""
+    out = tmp_path_factory.mktemp("report")
+    markdown = out / "report.md"
+    report = _perf("report", str(ddp_run), "-o", str(out / "r.html"), "--markdown", str(markdown))
+    assert report.returncode == 0, report.stderr[-3000:]
+    return report.stdout, markdown.read_text()
+
+
 def _epochs(run: Path) -> list[dict[str, Any]]:
     return read_records(run / "perf" / "epochs.jsonl", "receipt-ocr/perf-epoch")
 
 
-def test_a_callback_on_one_rank_only_keeps_the_gather_in_shape(ddp_run: Path) -> None:
+def test_a_callback_on_one_rank_only_keeps_the_gather_in_shape(
+    ddp_run: Path, ddp_report: tuple[str, str]
+) -> None:
     """Before: gloo aborted the run (``Received data size doesn't match expected size``)."""
     records = _epochs(ddp_run)
     assert [(r["stage"], r["epoch"]) for r in records] == [
@@ -139,9 +152,13 @@ def test_a_callback_on_one_rank_only_keeps_the_gather_in_shape(ddp_run: Path) ->
             assert straggler is not None, record["spreads"]
             assert straggler["rank"] == 1
             assert straggler["cause"] == "callbacks: ImageLogger"
+    # The report's per-rank callback table names it for rank 1 only.
+    assert re.search(r"^\| ImageLogger \| - \| \d+\.\d{3} \|$", ddp_report[1], re.M)
 
 
-def test_one_samples_per_second_everywhere(ddp_run: Path, tmp_path: Path) -> None:
+def test_one_samples_per_second_everywhere(
+    ddp_run: Path, ddp_report: tuple[str, str], tmp_path: Path
+) -> None:
     """Samples over all ranks / wall time, in the run files, the loggers, the report's summary,
     verdict and per-epoch table, and the gate. Before: the report divided one rank's samples by
     the wall time (half the rate) and printed one rank's samples beside the global rate."""
@@ -160,15 +177,10 @@ def test_one_samples_per_second_everywhere(ddp_run: Path, tmp_path: Path) -> Non
     assert logged == pytest.approx([r["samples_per_sec"] for r in train])
 
     # The report: summary (stdout), verdict and per-epoch table (Markdown).
-    markdown = tmp_path / "report.md"
-    report = _perf(
-        "report", str(ddp_run), "-o", str(tmp_path / "r.html"), "--markdown", str(markdown)
-    )
-    assert report.returncode == 0, report.stderr[-3000:]
+    stdout, text = ddp_report
     stage_rate = sum(r["global_samples"] for r in train) / sum(r["global_wall_s"] for r in train)
-    summary = next(line for line in report.stdout.splitlines() if line.startswith("│ training"))
+    summary = next(line for line in stdout.splitlines() if line.startswith("│ training"))
     assert summary.rstrip(" │").endswith(f"{stage_rate:,.1f}"), summary
-    text = markdown.read_text()
     assert f"{stage_rate:.1f} samples/s)" in text  # the compute-bound finding
     for r in train:
         row = f"| training | {r['epoch']} | {r['global_wall_s']:,.2f} | {TRAIN_SAMPLES} | "

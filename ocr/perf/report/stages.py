@@ -44,6 +44,8 @@ class StageSummary:
         callbacks_s: summed seconds per callback (class name).
         callback_hooks_s: summed seconds per callback hook (``ClassName.hook``).
         module_hooks_s: summed seconds per LightningModule / DataModule hook (``Class.hook``).
+        callbacks_s_by_rank: DDP: summed seconds per callback on each rank, indexed by rank
+            (ranks may have different callbacks).
         stragglers: ``(epoch, straggler record or None)`` for each epoch recorded under DDP, in
             record order (None: no rank straggled).
     """
@@ -65,6 +67,7 @@ class StageSummary:
     callbacks_s: dict[str, float] = field(default_factory=dict)
     callback_hooks_s: dict[str, float] = field(default_factory=dict)
     module_hooks_s: dict[str, float] = field(default_factory=dict)
+    callbacks_s_by_rank: list[dict[str, float]] = field(default_factory=list)
     stragglers: list[tuple[int, dict[str, Any] | None]] = field(default_factory=list)
 
     @property
@@ -112,6 +115,12 @@ def summarize_stages(epochs: list[dict[str, Any]]) -> dict[str, StageSummary]:
         for key in ("callbacks_s", "callback_hooks_s", "module_hooks_s"):
             acc = getattr(s, key)
             for name, value in (record.get(key) or {}).items():
+                acc[name] = acc.get(name, 0.0) + num(value)
+        by_rank = record.get("callbacks_s_by_rank") or []
+        while len(s.callbacks_s_by_rank) < len(by_rank):
+            s.callbacks_s_by_rank.append({})
+        for acc, spent in zip(s.callbacks_s_by_rank, by_rank, strict=False):
+            for name, value in (spent if isinstance(spent, dict) else {}).items():
                 acc[name] = acc.get(name, 0.0) + num(value)
         if int(num(record.get("world_size"), 1)) > 1:
             straggler = record.get("straggler")
