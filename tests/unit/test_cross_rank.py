@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 import torch.distributed as dist
 
-from ocr.lightning_modules.callbacks import cross_rank
 from ocr.lightning_modules.callbacks.cross_rank import RankEpoch, gather_ranks, merge_ranks
 from ocr.lightning_modules.callbacks.epoch_report import EpochReport
 from ocr.perf.clock import PHASES
@@ -91,16 +90,16 @@ def test_a_rank_that_fails_still_joins_the_collective_with_its_flag_down(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     calls: list[RankEpoch] = []
-    real = cross_rank.exchange
+    real = dist.all_gather_object
 
-    def counting(mine: RankEpoch, world_size: int) -> list[RankEpoch]:
+    def counting(rows: list[object], mine: RankEpoch) -> None:
         calls.append(mine)
-        return real(mine, world_size)
+        real(rows, mine)
 
     def broken(cls: type[RankEpoch], local: EpochReport) -> RankEpoch:
         raise RuntimeError("planted")
 
-    monkeypatch.setattr(cross_rank, "exchange", counting)
+    monkeypatch.setattr(dist, "all_gather_object", counting)
     monkeypatch.setattr(RankEpoch, "of", classmethod(broken))
     merged, off = gather_ranks(report(), 1)
     assert merged is None

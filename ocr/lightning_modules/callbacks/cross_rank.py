@@ -1,17 +1,12 @@
 """What crosses DDP ranks: the epoch-close exchange and the gradient all-reduce timer.
 
-The exchange: at each stage epoch's close every rank sends one :class:`RankEpoch` (its figures,
-per-callback and per-module-hook seconds, and a health flag) in a single
-``torch.distributed.all_gather_object``. The collective serialises each rank's object and pads
-it to the longest itself, so every rank runs the same collectives with the same shapes whatever
-its own callbacks, hooks or phases: a callback built on one rank only (an image logger on rank
-zero, say) costs nothing but a name in that rank's row. :func:`merge_ranks` turns the rows into
-the cross-rank part of the :class:`EpochReport`: spreads, global counts, the straggler and each
-rank's callbacks. A rank whose recording failed sends its flag down in the same collective; the
-others see it there, so all ranks turn recording off together (``StageRecorder``).
-
-The timer: :func:`hook_ddp` registers DDP's default all-reduce with a time stamp as the model's
-communication hook, so the recorder can charge the wait for the other ranks to ``sync_wait``.
+At each stage epoch's close every rank sends one :class:`RankEpoch` (figures, per-callback and
+per-module-hook seconds, a health flag) in one ``torch.distributed.all_gather_object``, which
+pads every rank's bytes itself: the same collectives with the same shapes on every rank whatever
+its callbacks, hooks or phases (a callback built on one rank only is a name in that rank's row).
+A failed rank joins with its flag down, so all ranks turn recording off together.
+:func:`hook_ddp` times the gradient all-reduce, so the recorder can charge the wait for the
+other ranks to ``sync_wait``.
 """
 
 from __future__ import annotations
@@ -28,14 +23,7 @@ from ocr.lightning_modules.callbacks.epoch_report import EpochReport, per_second
 from ocr.perf.clock import PHASES
 from ocr.perf.ranks import find_straggler, rank_spread
 
-__all__ = [
-    "CommTimer",
-    "RankEpoch",
-    "exchange",
-    "gather_ranks",
-    "hook_ddp",
-    "merge_ranks",
-]
+__all__ = ["CommTimer", "RankEpoch", "gather_ranks", "hook_ddp", "merge_ranks"]
 
 # Figures whose spread over ranks is reported. Durations first: their largest value names a
 # slowest rank.
@@ -104,14 +92,6 @@ class RankEpoch:
         )
 
 
-def exchange(mine: RankEpoch, world_size: int) -> list[RankEpoch]:
-    """Every rank's :class:`RankEpoch`, indexed by rank (one collective, the same on every
-    rank). Needs the default ``torch.distributed`` process group (DDP, FSDP, DeepSpeed)."""
-    rows: list[RankEpoch | None] = [None] * world_size
-    torch.distributed.all_gather_object(rows, mine)
-    return [row if isinstance(row, RankEpoch) else RankEpoch(ok=False) for row in rows]
-
-
 def merge_ranks(report: EpochReport, rows: Sequence[RankEpoch]) -> EpochReport:
     """``report`` (this rank's) with the cross-rank figures of ``rows`` (every rank's, healthy
     and of the same stage epoch): spreads, global samples / batches / wall time, the straggler
@@ -155,7 +135,9 @@ def gather_ranks(
             mine = RankEpoch.of(local)
     except Exception as exc:  # the other ranks wait in the collective: join it, flag down
         error = f" ({type(exc).__name__}: {exc})"
-    rows = exchange(mine, world_size)
+    gathered: list[RankEpoch | None] = [None] * world_size
+    torch.distributed.all_gather_object(gathered, mine)
+    rows = [row if isinstance(row, RankEpoch) else RankEpoch(ok=False) for row in gathered]
     failed = [r for r, row in enumerate(rows) if not row.ok]
     if failed:
         return None, f"it failed on rank(s) {failed}{error}"

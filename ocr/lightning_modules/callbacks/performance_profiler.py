@@ -130,17 +130,13 @@ def render_table(report: EpochReport) -> Table:
     """The end-of-epoch table: phases with their share of the epoch, worker parts, batch-time
     statistics and memory; with the max over ranks under DDP."""
     ddp = bool(report.spreads)
-    title = (
-        f"{report.stage} epoch {report.epoch}: {report.wall_s:.3f} s, "
-        f"{report.num_batches} batches, {report.samples} samples"
-    )
-    if report.world_size > 1:
-        title += (
-            f" on this rank; {report.global_samples} samples on {report.world_size} ranks, "
-            f"{per_second(report.global_samples, report.global_wall_s):.1f} samples/s"
-        )
+    ranks = f" ({report.global_samples} on {report.world_size} ranks)" if ddp else ""
     table = Table(
-        title=title,
+        title=(
+            f"{report.stage} epoch {report.epoch}: {report.wall_s:.3f} s, "
+            f"{report.num_batches} batches, {report.samples} samples{ranks}, "
+            f"{per_second(report.global_samples, report.global_wall_s):.1f} samples/s"
+        ),
         title_justify="left",
     )
     table.add_column("where the time went")
