@@ -201,6 +201,7 @@ class EpochRecord(Record, tag="receipt-ocr/perf-epoch", kw_only=True, frozen=Tru
     callbacks_s: dict[str, float] = {}
     callback_hooks_s: dict[str, float] = {}
     module_hooks_s: dict[str, float] = {}
+    callbacks_s_by_rank: list[dict[str, float]] = []
     straggler: Straggler | None = None
     sync_wait_measured: str = "none"
     t: float | None = None

@@ -287,7 +287,30 @@ def _phases(report: Report) -> Section:
                 "DDP: the rank the others waited for, per epoch (from the phases of every rank)",
             )
         )
+    by_rank = _rank_callback_rows(stages)
+    if by_rank:
+        sec.tables.append(by_rank)
     return sec
+
+
+def _rank_callback_rows(stages: list[StageSummary]) -> Table | None:
+    """DDP: seconds per callback on each rank, all stages and epochs ("-": not on that rank)."""
+    ranks = max((len(s.callbacks_s_by_rank) for s in stages), default=0)
+    totals: list[dict[str, float]] = [{} for _ in range(ranks)]
+    for s in stages:
+        for acc, spent in zip(totals, s.callbacks_s_by_rank, strict=False):
+            for name, secs in spent.items():
+                acc[name] = acc.get(name, 0.0) + secs
+    names = sorted({name for acc in totals for name in acc})
+    if ranks < 2 or not names:
+        return None
+    rows = [[name] + [_f(acc.get(name), 3) for acc in totals] for name in names]
+    return Table(
+        ["callback"] + [f"rank {r} s" for r in range(ranks)],
+        rows,
+        "DDP: time in each callback's hooks per rank, all epochs (ranks may have different "
+        "callbacks)",
+    )
 
 
 _NAMED_ROWS = 12
@@ -453,8 +476,8 @@ def _throughput(report: Report) -> Section:
         [
             e.stage.label,
             _f(e.epoch),
-            _f(e.wall_s),
-            _f(e.samples),
+            _f(e.all_wall_s),  # what samples/s divides by
+            _f(e.all_samples),  # all ranks
             _f(e.samples_per_sec),
             _f(e.batches_per_sec),
             _f(e.batch_size),
@@ -946,7 +969,7 @@ def print_summary(report: Report, console: Console | None = None, top: int = 3) 
         t.add_column("samples/s", justify="right")
         for s in report.stages.values():
             biggest = sorted(PHASES, key=lambda p: -s.phases_s.get(p, 0.0))[:3]
-            rate = s.samples / s.wall_s if s.wall_s > 0 else 0.0
+            rate = s.samples_per_sec
             t.add_row(
                 s.label,
                 str(s.epochs),

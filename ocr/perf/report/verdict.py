@@ -390,7 +390,7 @@ def _compute_bound(s: StageSummary, run: RunData, adv: _Advice, total_s: float) 
     if pct < threshold("compute_pct"):
         return None
     ms_per_batch = 1000.0 * secs / max(s.num_batches, 1)
-    rate = s.samples / s.wall_s if s.wall_s > 0 else 0.0
+    rate = s.samples_per_sec
     canvas = adv.name(adv.key("canvas_size"), "the input size")
     batch = adv.name(adv.key("batch_size", stage=s.stage), "the batch size", s.batch_size)
     widths = adv.key("widths", parent="backbone")
