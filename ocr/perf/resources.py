@@ -43,7 +43,7 @@ from typing import Any
 
 import psutil
 
-from ocr.perf.alerts import AlertEngine
+from ocr.perf.alerts import AlertEngine, StragglerSignal
 from ocr.perf.memory import GB
 from ocr.perf.rundir import JsonlWriter
 
@@ -646,7 +646,7 @@ class StepSignals:
         # tensor that read waits for the step on the sampler thread, not the training thread).
         self.loss: Any = None
         self.checkpoint_bytes = 0.0
-        self.straggler: dict[str, float | str] | None = None
+        self.straggler: StragglerSignal | None = None
 
     def set_phase(self, phase: str) -> None:
         """Enter ``phase`` ("train", "val", "test", "idle"); closes the train stretch."""
@@ -845,7 +845,9 @@ class ResourceMonitor:
                     phase=self.signals.phase,
                     step=step,
                     epoch=epoch,
-                    extra=self._extra(values),
+                    checkpoint_bytes=self.signals.checkpoint_bytes,
+                    straggler=self.signals.straggler,
+                    where=self._where(values),
                 )
             if self.record_samples:
                 self._write(self._record(values, step, epoch))
@@ -864,18 +866,17 @@ class ResourceMonitor:
             "metrics": {k: v for k, v in metrics.items() if math.isfinite(v)},
         }
 
-    def _extra(self, values: Mapping[str, float]) -> dict[str, Any]:
-        """Non-metric inputs of the rules."""
-        extra: dict[str, Any] = {"checkpoint_bytes": self.signals.checkpoint_bytes}
-        if self.signals.straggler is not None:
-            extra["straggler"] = self.signals.straggler
+    def _where(self, values: Mapping[str, float]) -> str | None:
+        """The training thread's current line once no batch completed for 5 s (the hang
+        rule cites it), else ``None``."""
         age = values.get("resources/last_step_age_s")
-        if age is not None and age > 5.0:
-            frame = sys._current_frames().get(self._main_ident)
-            if frame is not None:
-                code = frame.f_code
-                extra["where"] = f"{code.co_filename}:{frame.f_lineno} in {code.co_name}"
-        return extra
+        if age is None or age <= 5.0:
+            return None
+        frame = sys._current_frames().get(self._main_ident)
+        if frame is None:
+            return None
+        code = frame.f_code
+        return f"{code.co_filename}:{frame.f_lineno} in {code.co_name}"
 
     def _training_signals(self) -> dict[str, float]:
         sig = self.signals

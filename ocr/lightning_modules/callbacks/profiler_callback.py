@@ -49,6 +49,7 @@ from ocr.lightning_modules.callbacks.errors import PerfCallbackWarning
 from ocr.lightning_modules.callbacks.untimed import untimed_hook
 from ocr.perf import triggers
 from ocr.perf.actions import classify_action
+from ocr.perf.alerts.rules import RULES
 from ocr.perf.rundir import PERF_DIRNAME, JsonlWriter
 from ocr.perf.trace import analyze_table, load_traces
 from ocr.perf.trace.agreement import ClockSnapshots, compare_with_clock
@@ -62,19 +63,6 @@ log = logging.getLogger(__name__)
 _ANALYZER_STAGE = {"train": "train", "val": "validation", "test": "test"}
 _ACTIVITIES = {name.lower(): act for name, act in ProfilerActivity.__members__.items()}
 PROFILER_SCHEMA = "receipt-ocr/profiler-window"
-# Alert rules (ocr.perf.alerts) whose requests are recorded with trigger "alert": the engine
-# passes reasons such as "throughput_drop: 31 % below baseline".
-_ALERT_RULES = (
-    "gpu_starvation",
-    "host_memory_leak",
-    "nan_loss",
-    "disk_space",
-    "throughput_drop",
-    "gpu_memory_near_oom",
-    "thermal_throttle",
-    "straggler_rank",
-    "hang",
-)
 
 
 def _nonneg_int(owner: str, name: str, value: Any, minimum: int = 0) -> int:
@@ -84,8 +72,10 @@ def _nonneg_int(owner: str, name: str, value: Any, minimum: int = 0) -> int:
 
 
 def _trigger_kind(reason: str) -> str:
+    """``"alert"`` for a request made by an alert rule of the catalogue (the engine's reasons
+    read ``"<rule>: <message>"``), else ``"request"``."""
     rule = reason.split(":", 1)[0].strip()
-    return "alert" if rule in _ALERT_RULES else "request"
+    return "alert" if rule in RULES else "request"
 
 
 class _ActionRanges:

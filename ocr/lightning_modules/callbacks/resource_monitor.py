@@ -19,7 +19,15 @@ from rich.table import Table
 
 from ocr.lightning_modules.callbacks.epoch_report import EpochReport, log_to_loggers
 from ocr.lightning_modules.callbacks.recorder import StageRecorder
-from ocr.perf.alerts import AlertEngine, AlertSink, JsonlSink, LogSink, WandbSink, build_rules
+from ocr.perf.alerts import (
+    AlertEngine,
+    AlertSink,
+    JsonlSink,
+    LogSink,
+    StragglerSignal,
+    WandbSink,
+    build_rules,
+)
 from ocr.perf.resources import (
     RESOURCE_SAMPLE_SCHEMA,
     ResourceMonitor,
@@ -267,7 +275,7 @@ class ResourceMonitorCallback(Callback):
                 sinks,
                 rank=trainer.global_rank,
                 all_rules=zero,
-                profile_on_throughput_drop=self.profile_on_throughput_drop,
+                request_profiles=self.profile_on_throughput_drop,
             )
         signals = StepSignals()
         signals.checkpoint_bytes = _checkpoint_bytes(trainer, pl_module, self._ckpt_dir)
@@ -513,17 +521,17 @@ class _StragglerFeed:
         self.recorder = None
 
 
-def straggler_signal(report: EpochReport) -> dict[str, float | str]:
+def straggler_signal(report: EpochReport) -> StragglerSignal:
     """The ``straggler_rank`` rule's input from one epoch report: rank -1 and share 0 when no
     rank straggles (so an earlier alert can resolve)."""
     straggler = report.straggler
     if straggler is None:
-        return {"rank": -1.0, "share": 0.0, "excess_s": 0.0, "cause": "", "epoch": report.epoch}
-    return {
-        "rank": float(straggler.rank),
-        "share": straggler.share,
-        "excess_s": straggler.excess_s,
-        "cause": straggler.cause,
-        "others_wait_s": straggler.others_wait_s,
-        "epoch": float(report.epoch),
-    }
+        return StragglerSignal(rank=-1, share=0.0, epoch=report.epoch)
+    return StragglerSignal(
+        rank=straggler.rank,
+        share=straggler.share,
+        excess_s=straggler.excess_s,
+        cause=straggler.cause,
+        others_wait_s=straggler.others_wait_s,
+        epoch=report.epoch,
+    )
