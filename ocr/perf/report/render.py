@@ -557,23 +557,24 @@ def _resources(report: Report) -> Section:
     t0 = min((num(r.get("t")) for r in run.resources), default=None)
     if run.alerts:
         base = t0 if t0 is not None else min(num(a.get("t")) for a in run.alerts)
-        sec.tables.append(
-            Table(
-                ["min", "rule", "event", "severity", "message", "change"],
-                [
-                    [
-                        f"{(num(a.get('t')) - base) / 60.0:.2f}",
-                        _f(a.get("rule")),
-                        _f(a.get("event")),
-                        _f(a.get("severity")),
-                        _f(a.get("message")),
-                        _f(a.get("suggestion")),
-                    ]
-                    for a in run.alerts
-                ],
-                "Alerts",
-            )
+        # Under DDP every rank appends to alerts.jsonl: name the rank of each event.
+        ranked = any(num(a.get("rank")) != 0 for a in run.alerts) or any(
+            num(e.get("world_size"), 1) > 1 for e in run.epochs
         )
+        rows = [
+            [
+                f"{(num(a.get('t')) - base) / 60.0:.2f}",
+                *([f"{num(a.get('rank')):.0f}"] if ranked else []),
+                _f(a.get("rule")),
+                _f(a.get("event")),
+                _f(a.get("severity")),
+                _f(a.get("message")),
+                _f(a.get("suggestion")),
+            ]
+            for a in sorted(run.alerts, key=lambda a: num(a.get("t")))
+        ]
+        header = ["min", *(["rank"] if ranked else []), "rule", "event", "severity", "message"]
+        sec.tables.append(Table([*header, "change"], rows, "Alerts"))
     else:
         sec.paragraphs.append("No alerts recorded.")
     resource_summary = run.resource_summary or {}
