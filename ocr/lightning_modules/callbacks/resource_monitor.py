@@ -185,7 +185,7 @@ class ResourceMonitorCallback(Callback):
         worker_refresh_s: float = 5.0,
         memory_detail_s: float = 5.0,
         alerts: bool = True,
-        rules: Mapping[str, Mapping[str, Any] | None] | None = None,
+        rules: Mapping[str, Mapping[str, object] | None] | None = None,
         wandb_alerts: bool = True,
         profile_on_throughput_drop: bool = False,
         print_summary: bool = True,
