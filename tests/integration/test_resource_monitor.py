@@ -294,9 +294,7 @@ def test_ddp_starvation_on_one_rank_is_reported_for_that_rank(tmp_path: Path) ->
     )
     trainer.fit(Tiny(), DataLoader(StarvedOnRankOne(48), batch_size=2))
     records = read_records(tmp_path / "perf" / "alerts.jsonl", ALERT_SCHEMA)
-    assert [(r["rule"], r["event"], r["rank"]) for r in records] == [
-        ("gpu_starvation", "fired", 1)
-    ]
+    assert [(r["rule"], r["event"], r["rank"]) for r in records] == [("gpu_starvation", "fired", 1)]
     epoch = records[0]["epoch"]
     (finding,) = [f for f in build_report(tmp_path).findings if f.id == "alert:gpu_starvation"]
     assert finding.title.startswith(f"rank 1: alert gpu_starvation since epoch {epoch}: ")

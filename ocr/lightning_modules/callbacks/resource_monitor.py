@@ -112,22 +112,11 @@ class ResourceMonitorCallback(Callback):
     rules, their thresholds and defaults: ``ocr.perf.alerts`` and
     ``configs/callbacks/resource_monitor.yaml``.
 
-    Metrics (``resources/<name>``; all names and meanings in ``ocr.perf.resources.METRIC_DOCS``):
-    ``process_cpu_percent``, ``process_rss_gb``, ``process_uss_gb``, ``process_pss_gb``,
-    ``process_threads``, ``process_open_fds``, ``process_tree_memory_gb``, ``workers_count``,
-    ``workers_cpu_percent``, ``workers_rss_gb``, ``workers_uss_gb``, ``workers_pss_gb``,
-    ``system_cpu_percent``, ``iowait_percent``, ``system_memory_percent``,
-    ``memory_available_gb``, ``memory_limit_gb``, ``disk_read_mb_s``, ``disk_write_mb_s``,
-    ``net_recv_mb_s``, ``net_sent_mb_s``, ``checkpoint_dir_free_gb``, ``io_read_mb_s``,
-    ``io_write_mb_s``, ``io_storage_read_mb_s``, ``io_{train,val,test,idle}_{read,write}_mb``
-    (per-phase I/O totals of the main process and workers), per GPU ``gpu{i}_util_percent``,
-    ``gpu{i}_memory_util_percent``, ``gpu{i}_memory_used_gb``, ``gpu{i}_memory_total_gb``,
-    ``gpu{i}_power_w``, ``gpu{i}_power_limit_w``, ``gpu{i}_temperature_c``,
-    ``gpu{i}_sm_clock_mhz``, ``gpu{i}_throttle_reasons``, ``gpu{i}_throttle_thermal``,
-    ``gpu{i}_throttle_power`` (``i`` numbers this rank's own devices), torch allocator
-    ``cuda_allocated_gb``, ``cuda_reserved_gb``, ``cuda_max_reserved_gb``, ``cuda_total_gb``,
-    ``cuda_alloc_retries``, ``cuda_ooms``, and training signals ``data_wait_share``,
-    ``train_steps_per_s``, ``step_time_median_s``, ``last_step_age_s``, ``loss_nonfinite``.
+    Metrics: ``resources/<name>`` for the process and its DataLoader workers (CPU, RSS, USS,
+    PSS, threads, files), the host (CPU, iowait, memory, disk and network rates), free space
+    where checkpoints go, per-phase I/O totals, each of this rank's GPUs (``gpu{i}_...``),
+    the torch allocator and the training signals; every name and its meaning in
+    ``ocr.perf.resources.METRIC_DOCS``.
     In the logged metrics, rates, percentages and shares are averaged over the logging interval
     and gauges and totals are the interval's last value; ``resources.jsonl`` holds each sample.
     At fit end: ``resources/<name>_mean`` / ``_max`` over the run,

@@ -1,17 +1,9 @@
-"""Alert rules that fire once, with evidence, and resolve: state kept client-side (works offline).
+"""Alert rules that fire once, with evidence, and resolve; state kept client-side (works offline).
 
-One job per module:
-
-- :mod:`~ocr.perf.alerts.engine`: a rule's state machine (hold time, hysteresis, cool-down), the
-  :class:`Rule` base (a rule owns its metadata) and the :class:`AlertEngine` that runs rules over
-  samples and sends their events to sinks;
-- :mod:`~ocr.perf.alerts.rules`: the catalogue, every default rule (:data:`RULES`) and
-  :func:`build_rules`; adding a rule touches this file (and its test) only;
-- :mod:`~ocr.perf.alerts.events`: the event and its ``perf/alerts.jsonl`` line (schema
-  ``receipt-ocr/alert``), with the global rank of the process that saw it;
-- :mod:`~ocr.perf.alerts.sinks`: the log, ``alerts.jsonl`` and ``wandb.alert`` (never an error
-  offline or without wandb); a failing sink is one warning and then off;
-- :mod:`~ocr.perf.alerts.findings`: events as verdict findings, one per (rank, rule).
+:mod:`~ocr.perf.alerts.engine` (a rule's state machine, the ``Rule`` base, the engine),
+:mod:`~ocr.perf.alerts.rules` (the catalogue: a rule is declared there once),
+:mod:`~ocr.perf.alerts.events` (an event with its rank), :mod:`~ocr.perf.alerts.sinks` (log,
+``alerts.jsonl``, wandb), :mod:`~ocr.perf.alerts.findings` (events -> verdict findings).
 """
 
 from __future__ import annotations
@@ -23,7 +15,6 @@ from ocr.perf.alerts.engine import (
     RuleContext,
     RuleState,
     StragglerSignal,
-    ThresholdRule,
 )
 from ocr.perf.alerts.events import ALERT_SCHEMA, AlertEvent
 from ocr.perf.alerts.findings import alert_finding, alert_findings
@@ -44,7 +35,6 @@ __all__ = [
     "RuleContext",
     "RuleState",
     "StragglerSignal",
-    "ThresholdRule",
     "WandbSink",
     "alert_finding",
     "alert_findings",

@@ -23,7 +23,7 @@ import contextlib
 import math
 import time
 import warnings
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import ClassVar
@@ -41,7 +41,6 @@ __all__ = [
     "RuleState",
     "Setting",
     "StragglerSignal",
-    "ThresholdRule",
 ]
 
 
@@ -146,8 +145,9 @@ class Check:
         message: one sentence with the figures, for a firing.
         resolve: one sentence with the figures, for a resolve.
         evidence: the figures, name -> number or string.
-        threshold: the thresholds used, name -> number.
         suggestion: a concrete change to make.
+        threshold: the thresholds used, name -> number; ``None``: the rule's table thresholds
+            (:meth:`Rule.thresholds`).
     """
 
     breach: bool
@@ -155,8 +155,8 @@ class Check:
     message: str
     resolve: str
     evidence: dict[str, float | str]
-    threshold: dict[str, float]
     suggestion: str
+    threshold: dict[str, float] | None = None
 
 
 #: A rule setting: a number (seconds, a threshold) or a switch.
@@ -233,6 +233,10 @@ class Rule:
         }
         self.state = RuleState(self.settings["hold_s"], self.settings["cooldown_s"])
 
+    def thresholds(self) -> dict[str, float]:
+        """The settings whose default comes from the thresholds table, with their values."""
+        return {key: float(self.settings[key]) for key in self.FROM_TABLE}
+
     @property
     def enabled(self) -> bool:
         return bool(self.settings["enabled"])
@@ -254,68 +258,6 @@ class Rule:
         return event, check
 
 
-class ThresholdRule(Rule):
-    """A rule on one value: fires above (or below) ``threshold``, resolves past ``clear``.
-
-    Args:
-        name: the rule name in events.
-        signal: the value's name in the sample, e.g. ``"resources/process_cpu_percent"``.
-        above: ``True``: fire when the value exceeds ``threshold`` and resolve when it falls
-            below ``clear``; ``False``: the mirror image.
-        threshold: firing threshold (the value's unit).
-        clear: clear threshold (hysteresis), same unit.
-        severity: ``"warning"`` or ``"critical"``. Default ``"warning"``.
-        suggestion: the suggestion sent with the events. Default ``""``.
-        **settings: ``hold_s`` (default 0), ``cooldown_s`` (default 600), ``enabled``.
-    """
-
-    def __init__(
-        self,
-        name: str,
-        signal: str,
-        *,
-        above: bool,
-        threshold: float,
-        clear: float,
-        severity: str = "warning",
-        suggestion: str = "",
-        **settings: object,
-    ) -> None:
-        if severity not in ("warning", "critical"):
-            raise ValueError(f"alert rule {name!r}: severity must be warning or critical")
-        if (above and clear > threshold) or (not above and clear < threshold):
-            raise ValueError(
-                f"alert rule {name!r}: clear ({clear}) must be on the safe side of threshold "
-                f"({threshold})"
-            )
-        self.name = name  # type: ignore[misc]
-        self.severity = severity  # type: ignore[misc]
-        super().__init__(**settings)
-        self.signal = signal
-        self.above = above
-        self.threshold = float(threshold)
-        self.clear = float(clear)
-        self.suggestion = suggestion
-
-    def check(self, t: float, values: Mapping[str, float], ctx: RuleContext) -> Check | None:
-        value = values.get(self.signal)
-        if value is None or not math.isfinite(value):
-            return None
-        if self.above:
-            breach, clear, word = value > self.threshold, value < self.clear, "above"
-        else:
-            breach, clear, word = value < self.threshold, value > self.clear, "below"
-        return Check(
-            breach=breach,
-            clear=clear,
-            message=f"{self.signal} is {value:.4g}, {word} {self.threshold:.4g}",
-            resolve=f"{self.signal} is back to {value:.4g} (clear at {self.clear:.4g})",
-            evidence={self.signal: value},
-            threshold={"threshold": self.threshold, "clear": self.clear},
-            suggestion=self.suggestion,
-        )
-
-
 class AlertEngine:
     """Runs rules over samples and sends their events to sinks.
 
@@ -328,7 +270,6 @@ class AlertEngine:
         request_profiles: a firing of a rule marked ``requests_profile`` (``throughput_drop``)
             calls ``ocr.perf.triggers.request_profile("<rule>: <message>")``. Default
             ``False``.
-        max_history: events kept in :attr:`history`. Default ``1000``.
     """
 
     def __init__(
@@ -339,24 +280,17 @@ class AlertEngine:
         rank: int = 0,
         all_rules: bool = True,
         request_profiles: bool = False,
-        max_history: int = 1000,
     ) -> None:
         self.rules = [r for r in rules if r.enabled and (all_rules or r.per_rank)]
         self.sinks = list(sinks)
         self.rank = rank
         self.request_profiles = request_profiles
-        self.history: deque[AlertEvent] = deque(maxlen=max_history)
         self.fired: Counter[str] = Counter()
 
     @property
     def fired_count(self) -> int:
         """Events fired so far, all rules."""
         return sum(self.fired.values())
-
-    @property
-    def firing(self) -> list[str]:
-        """Names of the rules firing now."""
-        return [r.name for r in self.rules if r.state.firing]
 
     def update(
         self,
@@ -394,7 +328,7 @@ class AlertEngine:
                 severity=rule.severity,
                 message=check.resolve if kind == "resolved" else check.message,
                 evidence=check.evidence,
-                threshold=check.threshold,
+                threshold=rule.thresholds() if check.threshold is None else check.threshold,
                 suggestion=check.suggestion,
                 step=step,
                 epoch=epoch,
@@ -406,7 +340,6 @@ class AlertEngine:
                 if rule.requests_profile and self.request_profiles:
                     request_profile(f"{rule.name}: {check.message}")
         for event in events:
-            self.history.append(event)
             self._send(event)
         return events
 

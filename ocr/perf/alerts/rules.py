@@ -103,12 +103,6 @@ class GpuStarvation(Rule):
             ),
             resolve=f"Data supply keeps up again: {figures}.",
             evidence=evidence,
-            threshold={
-                "data_wait_share": s["data_wait_share"],
-                "data_wait_clear": s["data_wait_clear"],
-                "gpu_util_percent": s["gpu_util_percent"],
-                "gpu_util_clear": s["gpu_util_clear"],
-            },
             suggestion=(
                 "Raise the DataLoader's num_workers (with persistent_workers=true and "
                 "pin_memory=true on GPU), move decoding/augmentation/target generation into the "
@@ -179,11 +173,6 @@ class GpuMemoryNearOom(Rule):
             ),
             resolve=f"GPU {device} memory back to {fraction:.0%} of capacity.",
             evidence=evidence,
-            threshold={
-                "used_fraction": s["used_fraction"],
-                "clear_fraction": s["clear_fraction"],
-                "alloc_retries": s["alloc_retries"],
-            },
             suggestion=(
                 "Lower the batch size or canvas size, enable mixed precision (the Trainer's "
                 "precision 16-mixed / bf16-mixed), or set "
@@ -255,10 +244,6 @@ class HostMemoryLeak(Rule):
                 "process_rss_gb": values.get("resources/process_rss_gb", math.nan),
                 "workers_uss_gb": values.get("resources/workers_uss_gb", math.nan),
             },
-            threshold={
-                "min_growth_mb_per_min": s["min_growth_mb_per_min"],
-                "horizon_h": s["horizon_h"],
-            },
             suggestion=(
                 "Look for state that grows per sample in the Dataset, collate function or "
                 "LightningModule (lists of outputs, unbounded caches: bound PolygonCache "
@@ -327,7 +312,6 @@ class ThroughputDrop(Rule):
                 "drop": drop,
                 "data_wait_share": values.get("resources/data_wait_share", math.nan),
             },
-            threshold={"drop": s["drop"], "clear_drop": s["clear_drop"]},
             suggestion=(
                 "Compare data_wait_share and GPU utilisation/clocks with the baseline period; "
                 "a profiler window (ProfilerCallback in on-demand mode) shows where the step "
@@ -399,11 +383,6 @@ class DiskSpace(Rule):
             resolve=f"Free space where checkpoints go is {free:.2f} GiB again "
             f"(need {need:.2f} GiB).",
             evidence={"free_gb": free, "checkpoint_gb": ckpt_gb, "needed_gb": need},
-            threshold={
-                "min_free_gb": s["min_free_gb"],
-                "checkpoints_ahead": s["checkpoints_ahead"],
-                "clear_margin": s["clear_margin"],
-            },
             suggestion=(
                 "Free space or point the checkpoint dirpath elsewhere; keep fewer checkpoints "
                 "(ModelCheckpoint save_top_k) or save weights only (save_weights_only=true)."
@@ -500,7 +479,6 @@ class StragglerRank(Rule):
             ),
             resolve=f"Ranks are in step again (largest excess {100 * share:.0f} % of the epoch).",
             evidence={k: v if isinstance(v, str) else float(v) for k, v in asdict(info).items()},
-            threshold={"share": s["share"], "clear_share": s["clear_share"]},
             suggestion=(
                 f"Look at {cause or 'what differs'} on rank {rank}: its host (CPU contention, "
                 "disk, thermal throttling), its data shard, or work done only on that rank."
@@ -550,7 +528,6 @@ class Hang(Rule):
             ),
             resolve=f"Batches complete again ({ctx.phase}).",
             evidence=evidence,
-            threshold={"factor": s["factor"], "min_s": s["min_s"]},
             suggestion=(
                 "Dump all stacks (py-spy dump --pid PID) to see where it waits: a DataLoader "
                 "worker that died or deadlocked (try num_workers=0), a collective that one rank "

@@ -1,19 +1,8 @@
-"""Resource sampling off the training thread: host, DataLoader workers, disk, network, GPU.
-
-One job per module:
-
-- :mod:`~ocr.perf.resources.sampler`: :class:`ResourceSampler` reads every source once per call
-  into a flat ``{"resources/<name>": float}`` dict (names and meanings in
-  :data:`~ocr.perf.resources.metrics.METRIC_DOCS`);
-- :mod:`~ocr.perf.resources.host`: kept process handles (CPU, I/O, USS/PSS) and the
-  cgroup-aware memory limit; :mod:`~ocr.perf.resources.nvml`: the GPUs through NVML;
-- :mod:`~ocr.perf.resources.signals`: :class:`StepSignals`, stamped by the callback's hooks;
-- :mod:`~ocr.perf.resources.monitor`: :class:`ResourceMonitor` runs the sampler on a daemon
-  thread every ``interval_s``, adds the training signals, feeds an
-  :class:`ocr.perf.alerts.AlertEngine`, averages samples into one record per logging interval
-  (``<run>/perf/resources.jsonl``) and keeps a run summary.
-
-Nothing here imports Lightning.
+"""Resource sampling off the training thread (no Lightning): :mod:`~ocr.perf.resources.sampler`
+reads every source once per call (names in :mod:`~ocr.perf.resources.metrics`; process handles in
+:mod:`~ocr.perf.resources.host`, GPUs in :mod:`~ocr.perf.resources.nvml`);
+:mod:`~ocr.perf.resources.monitor` runs it on a daemon thread with the hooks' stamps
+(:mod:`~ocr.perf.resources.signals`), the alert engine, the records and the run summary.
 """
 
 from __future__ import annotations

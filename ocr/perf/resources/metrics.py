@@ -9,7 +9,6 @@ MB = float(1 << 20)
 PHASE_NAMES = ("train", "val", "test", "idle")
 
 # NVML clock-event ("throttle") reason bits (stable NVML API values).
-_GPU_IDLE = 0x1
 _SW_POWER_CAP = 0x4
 _HW_SLOWDOWN = 0x8
 _SW_THERMAL = 0x20
