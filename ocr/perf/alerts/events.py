@@ -7,7 +7,7 @@ appends to the same file, and readers (the verdict, the report) keep ranks apart
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 __all__ = ["ALERT_SCHEMA", "AlertEvent"]
 
@@ -88,16 +88,4 @@ class AlertEvent:
 
     def record(self) -> dict[str, object]:
         """The ``alerts.jsonl`` line (without schema and version, which the writer adds)."""
-        return {
-            "t": self.t,
-            "rule": self.rule,
-            "event": self.event,
-            "severity": self.severity,
-            "message": self.message,
-            "evidence": self.evidence,
-            "threshold": self.threshold,
-            "suggestion": self.suggestion,
-            "step": self.step,
-            "epoch": self.epoch,
-            "rank": self.rank,
-        }
+        return asdict(self)
