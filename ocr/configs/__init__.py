@@ -21,6 +21,8 @@ from typing import Any
 
 from hydra.core.config_store import ConfigStore
 
+from ocr.perf.alerts.rules import rule_defaults
+
 TRAINER_TARGET = "lightning.pytorch.Trainer"
 
 
@@ -47,8 +49,6 @@ def register_trainer_defaults() -> None:
 
 def register_alert_rules() -> None:
     """Store ``alert_rules/default``: rule name -> its settings with their defaults."""
-    from ocr.perf.alerts.rules import rule_defaults
-
     ConfigStore.instance().store(group="alert_rules", name="default", node=rule_defaults())
 
 
