@@ -109,8 +109,7 @@ class ResourceMonitorCallback(Callback):
     training thread at the next batch end after each logging interval: loggers are not
     thread-safe. An internal error is one warning and the monitor turns off; training goes on.
     It watches ``fit`` (a ``validate`` or ``test`` run on its own is not sampled). The alert
-    rules, their thresholds and defaults: ``ocr.perf.alerts`` and
-    ``configs/callbacks/resource_monitor.yaml``.
+    rules, their thresholds and defaults: the catalogue ``ocr.perf.alerts.rules``.
 
     Metrics: ``resources/<name>`` for the process and its DataLoader workers (CPU, RSS, USS,
     PSS, threads, files), the host (CPU, iowait, memory, disk and network rates), free space
@@ -125,8 +124,9 @@ class ResourceMonitorCallback(Callback):
     Files (``<trainer.default_root_dir>/perf/``): ``resources.jsonl`` (rank zero; one
     ``receipt-ocr/resource-sample`` line per sample, or per logging interval without
     ``record_samples``, and a closing
-    ``receipt-ocr/resource-summary``), ``alerts.jsonl`` (``receipt-ocr/alert`` events: rank
-    zero's, plus other ranks' per-rank rules with their rank).
+    ``receipt-ocr/resource-summary``), ``alerts.jsonl`` (``receipt-ocr/alert`` events of every
+    rank, each with its rank: rank zero evaluates every rule, other ranks the rules about their
+    own inputs, marked ``per_rank``).
 
     Data wait (starvation rule) is measured here, not taken from the step-time recorder: the
     time between a training batch's end and the next one's start over the step period (an
@@ -153,11 +153,12 @@ class ResourceMonitorCallback(Callback):
             Default ``5.0``.
         alerts: evaluate the alert rules. Default ``True``.
         rules: per-rule settings, rule name -> {setting: value} (``enabled``, ``hold_s``,
-            ``cooldown_s`` and each rule's thresholds; see ``ocr.perf.alerts``). Default: the
-            rules' defaults.
+            ``cooldown_s`` and each rule's thresholds; see ``ocr.perf.alerts.rules``). Default:
+            the rules' defaults.
         wandb_alerts: also send events with ``wandb.alert`` when a wandb run is active.
             Default ``True``.
-        profile_on_throughput_drop: a ``throughput_drop`` firing requests a profiler window
+        profile_on_throughput_drop: a firing of a rule that asks for one (``requests_profile``:
+            ``throughput_drop``) requests a profiler window
             (``ProfilerCallback`` in on-demand mode takes it). Default ``False``.
         print_summary: print the run's resource summary at fit end (rank zero). Default
             ``True``.
