@@ -23,7 +23,6 @@ from ocr.perf.alerts import (
     AlertWarning,
     JsonlSink,
     LogSink,
-    RuleContext,
     RuleState,
     StragglerSignal,
     WandbSink,
@@ -32,15 +31,13 @@ from ocr.perf.alerts import (
 from ocr.perf.rundir import read_records
 
 
-def run_series(rule_or_state: Any, series: Iterable[tuple[float, Any]]) -> list[tuple[float, str]]:
-    """Feed ``(t, value)`` pairs; return ``(t, event)`` for every event."""
+def run_series(
+    state: RuleState, series: Iterable[tuple[float, tuple[bool | None, bool]]]
+) -> list[tuple[float, str]]:
+    """Feed ``(t, (breach, clear))`` pairs; return ``(t, event)`` for every event."""
     events = []
-    for t, value in series:
-        if isinstance(rule_or_state, RuleState):
-            event = rule_or_state.update(t, *value)
-        else:
-            out = rule_or_state.step(t, value, RuleContext(phase="train"))
-            event = None if out is None else out[0]
+    for t, (breach, clear) in series:
+        event = state.update(t, breach, clear)
         if event is not None:
             events.append((t, event))
     return events
