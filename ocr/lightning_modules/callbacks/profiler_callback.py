@@ -41,6 +41,7 @@ import torch
 from lightning.pytorch.callbacks import Callback
 from torch.profiler import ProfilerActivity
 
+from ocr.errors import ConfigError
 from ocr.lightning_modules.callbacks.action_stream import remove_listener
 from ocr.lightning_modules.callbacks.epoch_report import normalize_stages
 from ocr.lightning_modules.callbacks.errors import PerfCallbackWarning
@@ -60,7 +61,7 @@ PROFILER_SCHEMA = "receipt-ocr/profiler-window"
 
 def _nonneg_int(owner: str, name: str, value: Any, minimum: int = 0) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{owner}: {name} must be an integer >= {minimum}, got {value!r}")
+        raise ConfigError(f"{owner}: {name} must be an integer >= {minimum}, got {value!r}")
     return value
 
 
@@ -175,18 +176,18 @@ class ProfilerCallback(Callback):
         self.wait = _nonneg_int(owner, "wait", wait)
         self.repeat = _nonneg_int(owner, "repeat", repeat)
         if isinstance(activities, str):
-            raise ValueError(f"{owner}: activities must be a list, got the string {activities!r}")
+            raise ConfigError(f"{owner}: activities must be a list, got the string {activities!r}")
         self.activities: tuple[str, ...] = ()
         for name in activities:
             key = str(name).lower()
             if key not in _ACTIVITIES:
-                raise ValueError(
+                raise ConfigError(
                     f"{owner}: unknown activity {name!r} in activities; expected some of "
                     f"{', '.join(sorted(_ACTIVITIES))}"
                 )
             self.activities += (key,)
         if not self.activities:
-            raise ValueError(f"{owner}: activities is empty")
+            raise ConfigError(f"{owner}: activities is empty")
         self.record_shapes = bool(record_shapes)
         self.profile_memory = bool(profile_memory)
         self.with_stack = bool(with_stack)
@@ -197,7 +198,7 @@ class ProfilerCallback(Callback):
         self.log_top_k_ops = _nonneg_int(owner, "log_top_k_ops", log_top_k_ops, 1)
         self.stages = normalize_stages(stages, owner)
         if trigger_file is not None and not str(trigger_file).strip():
-            raise ValueError(f"{owner}: trigger_file is an empty path; use null to disable it")
+            raise ConfigError(f"{owner}: trigger_file is an empty path; use null to disable it")
         self.trigger_file = Path(trigger_file) if trigger_file is not None else None
         self.profile_on_request = bool(profile_on_request)
         self.check_every_n_steps = _nonneg_int(owner, "check_every_n_steps", check_every_n_steps, 1)

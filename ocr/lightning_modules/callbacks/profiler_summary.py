@@ -35,49 +35,47 @@ def summarise_window(
     report = analyze_table(load_traces(window.traces), top_k=top_k)
     agreement = compare_with_clock(report, window.clock, _ANALYZER_STAGE[stage])
     if agreement is not None:
-        report["clock_agreement"] = agreement.as_dict()
-        measurement = agreement.finding()
-        if measurement is not None:
-            report["findings"].append(measurement.as_dict())
+        report.add_agreement(agreement)
     if trainer.is_global_zero:
         print_analysis(report)
     analysis_s = time.perf_counter() - t0
-    steps = [
-        row["wall_ms"] for row in report["steps"] if row["stage"] == _ANALYZER_STAGE[stage]
-    ] or [row["wall_ms"] for row in report["steps"]]
-    metrics = {f"profiler/{stage}_dataloader_pct": float(report["dataloader_time_pct"])}
+    steps = [row.wall_ms for row in report.steps if row.stage == _ANALYZER_STAGE[stage]] or [
+        row.wall_ms for row in report.steps
+    ]
+    metrics = {f"profiler/{stage}_dataloader_pct": float(report.dataloader_time_pct)}
     if steps:
         metrics[f"profiler/{stage}_step_time_ms"] = sum(steps) / len(steps)
-    top = report["top_cpu_ops"]
+    top = report.top_cpu_ops
     if top:
-        per_step = top[0]["self_ms_per_step"]
+        per_step = top[0].self_ms_per_step
         metrics[f"profiler/{stage}_top_op_self_ms"] = float(
-            per_step if per_step is not None else top[0]["self_ms"]
+            per_step if per_step is not None else top[0].self_ms
         )
     log_to_loggers(trainer, metrics)
-    record = {
+    view = report.as_dict()  # the record is JSON
+    record: dict[str, object] = {
         "t": time.time(),
         "stage": stage,
         "epoch": window.epoch,
         "trigger": window.trigger,
         "reason": window.reason,
-        "steps": int(report["summary"]["n_steps"]),
+        "steps": report.summary.n_steps,
         "traces": traces,
         # batches whose time the profiler inflated (recording, export at the last one)
         "batches": [window.first_batch, window.last_batch],
         # the profiler's own cost; the phase clock books it under the callbacks phase
         "overhead_s": {"export": round(window.export_s, 6), "analysis": round(analysis_s, 6)},
         "summary": {
-            "top_cpu_ops": report["top_cpu_ops"],
-            "findings": report["findings"],
-            "dataloader_time_pct": report["dataloader_time_pct"],
+            "top_cpu_ops": view["top_cpu_ops"],
+            "findings": view["findings"],
+            "dataloader_time_pct": report.dataloader_time_pct,
             "step_time_ms": metrics.get(f"profiler/{stage}_step_time_ms"),
             "phases_ms_per_step": {
-                st: {p: v["mean_ms"] for p, v in ps["phases"].items()}
-                for st, ps in report["phase_summary"].items()
+                st: {p: v.mean_ms for p, v in ps.phases.items()}
+                for st, ps in report.phase_summary.items()
             },
         },
-        "clock_agreement": report.get("clock_agreement"),
+        "clock_agreement": view.get("clock_agreement"),
     }
     log.info(
         "%s: %s window %s (%d trace(s)): %d steps, mean %.3f ms, data loading %.1f%%, %d findings",
@@ -88,6 +86,6 @@ def summarise_window(
         len(steps),
         metrics.get(f"profiler/{stage}_step_time_ms", float("nan")),
         metrics[f"profiler/{stage}_dataloader_pct"],
-        len(report["findings"]),
+        len(report.findings),
     )
     return record

@@ -28,6 +28,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
+from ocr.errors import ConfigError
 from ocr.perf.alerts.events import AlertEvent
 from ocr.perf.alerts.sinks import AlertSink, AlertWarning
 from ocr.perf.findings import threshold
@@ -166,12 +167,12 @@ Setting = float | bool
 def _check_setting(rule: str, key: str, default: Setting, value: object) -> Setting:
     if isinstance(default, bool):
         if not isinstance(value, bool):
-            raise ValueError(f"alert rule {rule!r}: {key} must be true or false, got {value!r}")
+            raise ConfigError(f"alert rule {rule!r}: {key} must be true or false, got {value!r}")
         return value
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise ValueError(f"alert rule {rule!r}: {key} must be a number, got {value!r}")
+        raise ConfigError(f"alert rule {rule!r}: {key} must be a number, got {value!r}")
     if value < 0:
-        raise ValueError(f"alert rule {rule!r}: {key} must be >= 0, got {value!r}")
+        raise ConfigError(f"alert rule {rule!r}: {key} must be >= 0, got {value!r}")
     return float(value)
 
 
@@ -223,7 +224,7 @@ class Rule:
         defaults = self.defaults()
         unknown = sorted(set(settings) - set(defaults))
         if unknown:
-            raise ValueError(
+            raise ConfigError(
                 f"alert rule {self.name!r}: unknown setting(s) {', '.join(unknown)}; expected "
                 f"some of {', '.join(sorted(defaults))}"
             )

@@ -15,12 +15,9 @@ from dataclasses import replace
 
 from ocr.perf.alerts.events import AlertEvent
 from ocr.perf.alerts.rules import RULES
-from ocr.perf.findings import Finding, threshold
+from ocr.perf.findings import Finding, risk_score
 
 __all__ = ["alert_finding", "alert_findings"]
-
-#: Score of a critical alert that is neither a risk nor corroborates a time finding.
-_CRITICAL_SCORE = 20.0
 
 
 def _when(events: Sequence[AlertEvent]) -> str:
@@ -68,7 +65,8 @@ def alert_findings(
     events: Sequence[AlertEvent], findings: Sequence[Finding], world_size: int = 1
 ) -> list[Finding]:
     """One finding per (rank, rule) that fired, scored against the time ``findings``: a rule
-    marked ``risk`` in the catalogue scores ``risk_critical_score`` / ``risk_warning_score``;
+    marked ``risk`` in the catalogue scores by its severity (``risk_critical_score`` /
+    ``risk_warning_score``), any other alert ``risk_warning_score``;
     an alert whose rule ``corroborates`` a finding present in ``findings`` (starvation for
     ``input_bound``) is attached to that finding's corroboration instead. Ranks are named when
     ``world_size`` > 1 or an event comes from a rank other than 0."""
@@ -93,10 +91,9 @@ def alert_findings(
                 line += fired[-1].message
             related[0].corroboration.append(line)
             continue
-        critical = finding.severity == "critical"
-        if meta is not None and meta.risk:
-            score = threshold("risk_critical_score" if critical else "risk_warning_score")
-        else:
-            score = _CRITICAL_SCORE if critical else threshold("risk_warning_score")
-        out.append(replace(finding, score=score))
+        # A risk scores by its severity (ocr.perf.findings.risk_score); an alert about speed
+        # that no time finding confirms has no measured share of the run: it ranks as a risk
+        # warning does.
+        risk = meta is not None and meta.risk
+        out.append(replace(finding, score=risk_score(finding.severity if risk else "warning")))
     return out

@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from dataclasses import asdict
 from typing import ClassVar
 
+from ocr.errors import ConfigError
 from ocr.perf.alerts.engine import Check, Rule, RuleContext, Setting
 
 __all__ = ["RULES", "build_rules", "rule_defaults"]
@@ -560,7 +561,7 @@ def build_rules(
     settings = dict(settings or {})
     unknown = sorted(set(settings) - set(RULES))
     if unknown:
-        raise ValueError(
+        raise ConfigError(
             f"alert rules: unknown rule(s) {', '.join(unknown)}; expected some of "
             f"{', '.join(RULES)}"
         )
@@ -568,7 +569,7 @@ def build_rules(
     for name, cls in RULES.items():
         overrides = settings.get(name) or {}
         if not isinstance(overrides, Mapping):
-            raise ValueError(f"alert rule {name!r}: settings must be a mapping, got {overrides!r}")
+            raise ConfigError(f"alert rule {name!r}: settings must be a mapping, got {overrides!r}")
         rule = cls(**{str(k): v for k, v in overrides.items()})
         if rule.enabled:
             rules.append(rule)

@@ -12,6 +12,7 @@ import warnings
 from collections import deque
 from collections.abc import Callable, Mapping
 
+from ocr.errors import ConfigError
 from ocr.perf.alerts import AlertEngine
 from ocr.perf.resources.sampler import ResourceMonitorWarning, ResourceSampler
 from ocr.perf.resources.signals import StepSignals, is_nonfinite
@@ -79,7 +80,7 @@ class ResourceMonitor:
             ("rate_window_s", rate_window_s),
         ):
             if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-                raise ValueError(f"ResourceMonitor: {name} must be > 0 seconds, got {value!r}")
+                raise ConfigError(f"ResourceMonitor: {name} must be > 0 seconds, got {value!r}")
         self.sampler = sampler
         self.signals = signals
         self.engine = engine
