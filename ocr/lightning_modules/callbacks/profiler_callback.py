@@ -32,7 +32,7 @@ import shutil
 import socket
 import time
 import warnings
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -49,14 +49,13 @@ from ocr.lightning_modules.callbacks.profiler_summary import summarise_window
 from ocr.lightning_modules.callbacks.profiler_window import Window
 from ocr.perf import triggers
 from ocr.perf.alerts.rules import RULES
-from ocr.perf.rundir import PERF_DIRNAME, JsonlWriter
+from ocr.perf.records import ProfilerWindow, RecordWriter
 
 __all__ = ["ProfilerCallback"]
 
 log = logging.getLogger(__name__)
 
 _ACTIVITIES = {name.lower(): act for name, act in ProfilerActivity.__members__.items()}
-PROFILER_SCHEMA = "receipt-ocr/profiler-window"
 
 
 def _nonneg_int(owner: str, name: str, value: Any, minimum: int = 0) -> int:
@@ -217,14 +216,14 @@ class ProfilerCallback(Callback):
         self._taken_file: tuple[int, int] | None = None  # (inode, mtime_ns) of the last file taken
         self._unlink_pending = False  # DDP: rank zero removes the taken file at window close
         self._run_dir: Path | None = None
-        self._jsonl: JsonlWriter | None = None
+        self._jsonl: RecordWriter | None = None
         self._is_zero = True
         self._world_size = 1
         self._jsonl_warned = False
         #: Trace files written in this run, in order (rank-local).
         self.trace_paths: list[Path] = []
         #: One dict per closed window of this run (the profiler.jsonl record, on every rank).
-        self.windows: list[dict[str, object]] = []
+        self.windows: list[ProfilerWindow] = []
 
     # -- configuration -----------------------------------------------------------------------
 
@@ -275,11 +274,7 @@ class ProfilerCallback(Callback):
             self._is_zero = trainer.is_global_zero
             self._rank_suffix = f"_rank{trainer.global_rank}" if trainer.world_size > 1 else ""
             self._torch_activities = self._resolve_activities()
-            self._jsonl = (
-                JsonlWriter(run_dir / PERF_DIRNAME / "profiler.jsonl", PROFILER_SCHEMA)
-                if self._is_zero
-                else None
-            )
+            self._jsonl = RecordWriter(ProfilerWindow.path(run_dir)) if self._is_zero else None
             tf = self.trigger_file
             self._trigger_path = None if tf is None else (tf if tf.is_absolute() else run_dir / tf)
             self._ondemand = self._trigger_path is not None or self.profile_on_request
@@ -296,7 +291,7 @@ class ProfilerCallback(Callback):
         problems = []
         if not self.stages & runs:
             problems.append(
-                f"stages {sorted(self.stages)} never run in this {stage} run "
+                f"stages {sorted(map(str, self.stages))} never run in this {stage} run "
                 f"(it runs {sorted(runs) or 'none of them'})"
             )
         elif stage == "fit" and self.stages & {"train", "val"}:
@@ -578,7 +573,7 @@ class ProfilerCallback(Callback):
         except ValueError:
             return str(path)  # output_dir outside the run directory
 
-    def _write_record(self, record: Mapping[str, object]) -> None:
+    def _write_record(self, record: ProfilerWindow) -> None:
         if self._jsonl is None:
             return
         try:

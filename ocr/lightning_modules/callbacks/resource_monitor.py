@@ -29,14 +29,14 @@ from ocr.perf.alerts import (
     WandbSink,
     build_rules,
 )
+from ocr.perf.records import PERF_DIRNAME, RecordWriter, ResourceSample
 from ocr.perf.resources import (
-    RESOURCE_SAMPLE_SCHEMA,
     ResourceMonitor,
     ResourceMonitorWarning,
     ResourceSampler,
     StepSignals,
 )
-from ocr.perf.rundir import PERF_DIRNAME, JsonlWriter
+from ocr.perf.stage import Stage
 
 __all__ = ["ResourceMonitorCallback"]
 
@@ -274,9 +274,7 @@ class ResourceMonitorCallback(Callback):
             sampler,
             signals,
             engine=engine,
-            writer=JsonlWriter(perf_dir / "resources.jsonl", RESOURCE_SAMPLE_SCHEMA)
-            if zero
-            else None,
+            writer=RecordWriter(ResourceSample.path(perf_dir.parent)) if zero else None,
             interval_s=self.interval_s,
             log_interval_s=self.log_interval_s,
             rate_window_s=self.rate_window_s,
@@ -490,7 +488,7 @@ class _StragglerFeed:
     each training epoch's straggler (named by its cause, from the one epoch gather) becomes the
     ``straggler_rank`` rule's signal. Asks for nothing else (no files, no memory, no logging)."""
 
-    stages = frozenset({"train"})
+    stages = frozenset({Stage.TRAIN})
     log_interval = 0
     track_memory = False
     sync_cuda = False

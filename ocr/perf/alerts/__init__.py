@@ -2,8 +2,9 @@
 
 :mod:`~ocr.perf.alerts.engine` (a rule's state machine, the ``Rule`` base, the engine),
 :mod:`~ocr.perf.alerts.rules` (the catalogue: a rule is declared there once),
-:mod:`~ocr.perf.alerts.events` (an event with its rank), :mod:`~ocr.perf.alerts.sinks` (log,
-``alerts.jsonl``, wandb), :mod:`~ocr.perf.alerts.findings` (events -> verdict findings).
+:mod:`~ocr.perf.alerts.sinks` (log, ``alerts.jsonl``, wandb; the event is
+:class:`ocr.perf.records.AlertEvent`, with its rank), :mod:`~ocr.perf.alerts.findings` (events ->
+verdict findings per rank and rule).
 """
 
 from __future__ import annotations
@@ -16,13 +17,12 @@ from ocr.perf.alerts.engine import (
     RuleState,
     StragglerSignal,
 )
-from ocr.perf.alerts.events import ALERT_SCHEMA, AlertEvent
 from ocr.perf.alerts.findings import alert_finding, alert_findings
 from ocr.perf.alerts.rules import RULES, build_rules, rule_defaults
 from ocr.perf.alerts.sinks import AlertSink, AlertWarning, JsonlSink, LogSink, WandbSink
+from ocr.perf.records import AlertEvent
 
 __all__ = [
-    "ALERT_SCHEMA",
     "RULES",
     "AlertEngine",
     "AlertEvent",

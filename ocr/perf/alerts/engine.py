@@ -12,7 +12,7 @@ lies on the safe side of the firing threshold), and the figures that explain it.
   nothing but restarts a pending hold.
 
 :class:`AlertEngine` runs the enabled rules over each sample and sends the events
-(:class:`~ocr.perf.alerts.events.AlertEvent`, stamped with the process's global rank) to the
+(:class:`~ocr.perf.records.AlertEvent`, stamped with the process's global rank) to the
 sinks (:mod:`ocr.perf.alerts.sinks`). The rules themselves are the catalogue,
 :mod:`ocr.perf.alerts.rules`.
 """
@@ -29,9 +29,9 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from ocr.errors import ConfigError
-from ocr.perf.alerts.events import AlertEvent
 from ocr.perf.alerts.sinks import AlertSink, AlertWarning
 from ocr.perf.findings import threshold
+from ocr.perf.records import AlertEvent
 from ocr.perf.triggers import request_profile
 
 __all__ = [

@@ -13,9 +13,9 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import replace
 
-from ocr.perf.alerts.events import AlertEvent
 from ocr.perf.alerts.rules import RULES
 from ocr.perf.findings import Finding, risk_score
+from ocr.perf.records import AlertEvent
 
 __all__ = ["alert_finding", "alert_findings"]
 
@@ -41,7 +41,7 @@ def alert_finding(events: Sequence[AlertEvent], rank: int | None = None) -> Find
     if not fired:
         return None
     last = fired[-1]
-    evidence: dict[str, float | str | int | bool] = dict(last.evidence)
+    evidence: dict[str, float | str | int | bool | None] = dict(last.evidence)
     evidence.update({"times_fired": len(fired), "still_active_at_end": events[-1].event == "fired"})
     message = last.message or "(no message)"
     title = f"alert {last.rule}: {message}"

@@ -10,8 +10,7 @@ import logging
 import os
 import sys
 
-from ocr.perf.alerts.events import ALERT_SCHEMA, AlertEvent
-from ocr.perf.rundir import JsonlWriter
+from ocr.perf.records import AlertEvent, RecordWriter
 
 __all__ = ["AlertSink", "AlertWarning", "JsonlSink", "LogSink", "WandbSink"]
 
@@ -59,10 +58,10 @@ class JsonlSink(AlertSink):
     name = "jsonl"
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
-        self.writer = JsonlWriter(path, ALERT_SCHEMA)
+        self.writer = RecordWriter(path)
 
     def emit(self, event: AlertEvent) -> None:
-        self.writer.write(event.record())
+        self.writer.write(event)
 
     def close(self) -> None:
         self.writer.close()

@@ -15,7 +15,7 @@ and compute threads, no AMP / pinned memory). Each finding also carries candidat
 (:func:`ocr.perf.advice.candidates_for`) that ``ocr-perf try`` can measure.
 
 Findings, severities and thresholds are the shared vocabulary of :mod:`ocr.perf.findings`;
-alerts come in as typed events (:class:`~ocr.perf.alerts.AlertEvent`), trace findings as
+alerts come in as typed events (:class:`~ocr.perf.records.AlertEvent`), trace findings as
 :class:`~ocr.perf.findings.Finding` and the baseline comparison as
 :class:`~ocr.perf.baseline.BaselineOutcome`.
 """
@@ -30,7 +30,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from ocr.perf.advice import ConfigKey, RunFacts, candidates_for, find_key
-from ocr.perf.alerts import AlertEvent, alert_findings
+from ocr.perf.alerts import alert_findings
 from ocr.perf.findings import (
     SEVERITY_ORDER,
     THRESHOLDS,
@@ -40,8 +40,10 @@ from ocr.perf.findings import (
     threshold,
 )
 from ocr.perf.ranks import STRAGGLER_MIN_S, STRAGGLER_MIN_SHARE
+from ocr.perf.records import RunRecord
 from ocr.perf.report.load import ReportInputError, RunData
-from ocr.perf.report.stages import StageSummary, num
+from ocr.perf.report.stages import StageSummary
+from ocr.perf.stage import Stage
 from ocr.perf.trace.findings import TRACE_RISKS
 
 if TYPE_CHECKING:
@@ -80,11 +82,10 @@ class _Advice:
         self.device = run.device
         self.cpu_count = None
         self.cpu_bf16 = None
-        if run.run_info and isinstance(run.run_info.get("cpu_count"), int):
-            self.cpu_count = int(run.run_info["cpu_count"])
-        if run.run_info and isinstance(run.run_info.get("cpu_bf16"), bool):
-            self.cpu_bf16 = bool(run.run_info["cpu_bf16"])
-        self.torch_threads = _torch_threads(run.run_info or {})
+        if run.run_info is not None:
+            self.cpu_count = run.run_info.cpu_count
+            self.cpu_bf16 = run.run_info.cpu_bf16
+        self.torch_threads = _torch_threads(run.run_info)
 
     def key(
         self,
@@ -121,11 +122,13 @@ class _Advice:
         )
 
 
-def _torch_threads(info: dict[str, Any]) -> int | None:
+def _torch_threads(info: RunRecord | None) -> int | None:
     """torch's compute threads in the run: ``torch_threads`` of run.json, else the thread count
     its peak was measured with (the same process)."""
-    peak = (info.get("flops") or {}).get("peak") or {}
-    for value in (info.get("torch_threads"), peak.get("threads")):
+    if info is None:
+        return None
+    peak = info.flops.peak if info.flops is not None else {}
+    for value in (info.torch_threads, peak.get("threads")):
         if isinstance(value, int) and not isinstance(value, bool) and value > 0:
             return value
     return None
@@ -577,7 +580,7 @@ def _overheads(s: StageSummary, run: RunData, adv: _Advice, total_s: float) -> l
 
 
 def _cache(
-    run: RunData, stages: dict[str, StageSummary], adv: _Advice, total_s: float
+    run: RunData, stages: dict[Stage, StageSummary], adv: _Advice, total_s: float
 ) -> list[Finding]:
     """Polygon cache hit rate after the first epoch (the first fills it) and corrupt entries."""
     out: list[Finding] = []
@@ -585,12 +588,12 @@ def _cache(
     misses: dict[str, int] = defaultdict(int)
     evictions = corrupt = 0
     for e in run.epochs:
-        counts = e.get("worker_counts") or {}
-        corrupt += int(num(counts.get("polygon_cache_corrupt")))
-        evictions += int(num(counts.get("polygon_cache_evictions")))
-        if int(num(e.get("epoch"))) >= 1:
-            hits[e["stage"]] += int(num(counts.get("polygon_cache_hits")))
-            misses[e["stage"]] += int(num(counts.get("polygon_cache_misses")))
+        counts = e.worker_counts
+        corrupt += counts.get("polygon_cache_corrupt", 0)
+        evictions += counts.get("polygon_cache_evictions", 0)
+        if (e.epoch or 0) >= 1:
+            hits[e.stage] += counts.get("polygon_cache_hits", 0)
+            misses[e.stage] += counts.get("polygon_cache_misses", 0)
     for stage, s in stages.items():
         lookups = hits[stage] + misses[stage]
         if lookups == 0:
@@ -662,13 +665,13 @@ def _straggler(s: StageSummary, total_s: float) -> Finding | None:
     pct = 100.0 * len(named) / len(s.stragglers)
     if pct < threshold("straggler_epochs_pct"):
         return None
-    by_rank = Counter(int(num(x.get("rank"))) for x in named)
+    by_rank = Counter(x.rank for x in named)
     rank = by_rank.most_common(1)[0][0]
-    mine = [x for x in named if int(num(x.get("rank"))) == rank]
-    cause = Counter(str(x.get("cause")) for x in mine).most_common(1)[0][0]
-    excess = sum(num(x.get("excess_s")) for x in mine)
-    cause_s = sum(num(x.get("cause_excess_s")) for x in mine if str(x.get("cause")) == cause)
-    wait = sum(num(x.get("others_wait_s")) for x in mine)
+    mine = [x for x in named if x.rank == rank]
+    cause = Counter(x.cause for x in mine).most_common(1)[0][0]
+    excess = sum(x.excess_s for x in mine)
+    cause_s = sum(x.cause_excess_s for x in mine if x.cause == cause)
+    wait = sum(x.others_wait_s for x in mine)
     return Finding(
         id="straggler",
         severity="warning",
@@ -717,8 +720,8 @@ def _median_metric(run: RunData, name: str, phases: tuple[str, ...] | None = Non
     values = [
         float(v)
         for r in run.resources
-        if (phases is None or r.get("phase") in phases)
-        and isinstance(v := (r.get("metrics") or {}).get(name), int | float)
+        if (phases is None or r.phase in phases)
+        and (v := r.metrics.get(name)) is not None
         and math.isfinite(v)
     ]
     return statistics.median(values) if values else None
@@ -728,13 +731,13 @@ def _max_metric(run: RunData, name: str) -> float | None:
     values = [
         float(v)
         for r in run.resources
-        if isinstance(v := (r.get("metrics") or {}).get(name), int | float) and math.isfinite(v)
+        if (v := r.metrics.get(name)) is not None and math.isfinite(v)
     ]
     return max(values) if values else None
 
 
 def _resources(
-    run: RunData, stages: dict[str, StageSummary], adv: _Advice, total_s: float
+    run: RunData, stages: dict[Stage, StageSummary], adv: _Advice, total_s: float
 ) -> list[Finding]:
     out: list[Finding] = []
     if not run.resources:
@@ -775,7 +778,7 @@ def _resources(
                 confidence="likely",
             )
         )
-    train = stages.get("train")
+    train = stages.get(Stage.TRAIN)
     if run.device == "cuda" and train is not None:
         utils = [
             u
@@ -825,19 +828,7 @@ def _resources(
 
 def _world_size(run: RunData) -> int:
     """Processes of the run (DDP ranks), from its epoch records; 1 without them."""
-    return max((int(e.get("world_size") or 1) for e in run.epochs), default=1)
-
-
-def alert_events(run: RunData) -> list[AlertEvent]:
-    """``perf/alerts.jsonl`` as typed events; a malformed record is a
-    :class:`~ocr.perf.report.load.ReportInputError` naming the file and the record."""
-    out = []
-    for i, record in enumerate(run.alerts, start=1):
-        try:
-            out.append(AlertEvent.from_record(record, f"alert record {i}"))
-        except ValueError as exc:
-            raise ReportInputError(f"{run.run_dir / 'perf' / 'alerts.jsonl'}: {exc}") from exc
-    return out
+    return max((e.world_size for e in run.epochs), default=1)
 
 
 def trace_findings(trace: TraceAnalysis | None, run: RunData) -> list[Finding]:
@@ -848,7 +839,7 @@ def trace_findings(trace: TraceAnalysis | None, run: RunData) -> list[Finding]:
     out = list(trace.findings) if trace is not None else []
     path = run.run_dir / "perf" / "profiler.jsonl"
     for i, w in enumerate(run.profiler_windows, start=1):
-        for j, f in enumerate((w.get("summary") or {}).get("findings") or [], start=1):
+        for j, f in enumerate(w.summary.get("findings") or [], start=1):
             if trace is not None and f.get("id") != "measurement_disagreement":
                 continue  # the analysis of the same traces has its own
             try:
@@ -872,13 +863,13 @@ def _trace(
     adv: _Advice,
     findings: list[Finding],
     total_s: float,
-    stages: dict[str, StageSummary],
+    stages: dict[Stage, StageSummary],
 ) -> list[Finding]:
     """Trace findings ranked with the others; data loading corroborates an input-bound finding
     instead of repeating it."""
     seen: set[str] = set()
     out: list[Finding] = []
-    train = stages.get("train")
+    train = stages.get(Stage.TRAIN)
     train_share = _score(train.wall_s, total_s) if train is not None else 100.0
     for f in found:
         if f.id in seen:
@@ -964,7 +955,7 @@ def _baseline(outcome: BaselineOutcome | None, adv: _Advice) -> list[Finding]:
 
 def judge(
     run: RunData,
-    stages: dict[str, StageSummary],
+    stages: dict[Stage, StageSummary],
     trace: Sequence[Finding] | None = None,
     baseline: BaselineOutcome | None = None,
 ) -> list[Finding]:
@@ -983,7 +974,7 @@ def judge(
             findings.append(f)
     findings.extend(_cache(run, stages, adv, total_s))
     findings.extend(_resources(run, stages, adv, total_s))
-    findings.extend(alert_findings(alert_events(run), findings, _world_size(run)))
+    findings.extend(alert_findings(run.alerts, findings, _world_size(run)))
     found = trace_findings(None, run) if trace is None else trace
     findings.extend(_trace(found, adv, findings, total_s, stages))
     findings.extend(_baseline(baseline, adv))

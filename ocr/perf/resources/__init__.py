@@ -10,8 +10,6 @@ from __future__ import annotations
 from ocr.perf.resources.host import memory_limit
 from ocr.perf.resources.metrics import METRIC_DOCS
 from ocr.perf.resources.monitor import (
-    RESOURCE_SAMPLE_SCHEMA,
-    RESOURCE_SUMMARY_SCHEMA,
     THREAD_NAME,
     ResourceMonitor,
 )
@@ -21,8 +19,6 @@ from ocr.perf.resources.signals import StepSignals
 
 __all__ = [
     "METRIC_DOCS",
-    "RESOURCE_SAMPLE_SCHEMA",
-    "RESOURCE_SUMMARY_SCHEMA",
     "THREAD_NAME",
     "ResourceMonitor",
     "ResourceMonitorWarning",
