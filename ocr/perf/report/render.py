@@ -532,23 +532,22 @@ def _resources(report: Report) -> Section:
     t0 = min((r.t for r in run.resources), default=None)
     if run.alerts:
         base = t0 if t0 is not None else min(a.t for a in run.alerts)
-        sec.tables.append(
-            Table(
-                ["min", "rule", "event", "severity", "message", "change"],
-                [
-                    [
-                        f"{(a.t - base) / 60.0:.2f}",
-                        _f(a.rule),
-                        _f(a.event),
-                        _f(a.severity),
-                        _f(a.message),
-                        _f(a.suggestion),
-                    ]
-                    for a in run.alerts
-                ],
-                "Alerts",
-            )
-        )
+        # Under DDP every rank appends to alerts.jsonl: name the rank of each event.
+        ranked = any(a.rank != 0 for a in run.alerts) or any(e.world_size > 1 for e in run.epochs)
+        rows = [
+            [
+                f"{(a.t - base) / 60.0:.2f}",
+                *([str(a.rank)] if ranked else []),
+                _f(a.rule),
+                _f(a.event),
+                _f(a.severity),
+                _f(a.message),
+                _f(a.suggestion),
+            ]
+            for a in sorted(run.alerts, key=lambda a: a.t)
+        ]
+        header = ["min", *(["rank"] if ranked else []), "rule", "event", "severity", "message"]
+        sec.tables.append(Table([*header, "change"], rows, "Alerts"))
     else:
         sec.paragraphs.append("No alerts recorded.")
     resource_summary = run.resource_summary
