@@ -26,6 +26,7 @@ per training epoch to ``perf/growth.jsonl``; the verdict reads them back
 
 from __future__ import annotations
 
+import functools
 import itertools
 import os
 import time
@@ -34,12 +35,13 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from types import FunctionType, MethodType, ModuleType
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from ocr.perf.findings import Finding, threshold
 from ocr.perf.rundir import PERF_DIRNAME, RunDirError, read_records
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = [
     "GROWTH_EPOCHS",
@@ -75,21 +77,23 @@ MAX_ITEMS = 20_000
 #: Paths kept per scan record (those holding the most tensors first).
 MAX_NODES = 64
 
-# What nn.Module keeps in its __dict__ for parameters, buffers, submodules, hooks and state.
-_MODULE_INTERNALS = frozenset(vars(torch.nn.Module()))
-# Types never walked into: references back to the run's machinery, code, types.
-# (Optimizer state fills once, in the first steps; the caller adds the trainer's type.)
-_OPAQUE: tuple[type, ...] = (
-    ModuleType,
-    type,
-    FunctionType,
-    MethodType,
-    torch.nn.Module,
-    torch.optim.Optimizer,
-    str,
-    bytes,
-    bytearray,
-)
+# Types never walked into: code, types, text (torch's modules and optimizers are added in
+# _torch_types(); the caller adds the trainer's type).
+_OPAQUE: tuple[type, ...] = (ModuleType, type, FunctionType, MethodType, str, bytes, bytearray)
+
+
+@functools.cache
+def _torch_types() -> tuple[type[torch.Tensor], tuple[type, ...], frozenset[str]]:
+    """``(Tensor, (Module, Optimizer), names nn.Module keeps in its __dict__)``: imported on
+    the first scan, so reading records (the report) does not import torch. Optimizer state
+    fills once, in the first steps; what nn.Module keeps in its ``__dict__`` is its parameters,
+    buffers, submodules, hooks and state."""
+    import torch
+
+    internals = frozenset(vars(torch.nn.Module()))
+    return torch.Tensor, (torch.nn.Module, torch.optim.Optimizer), internals
+
+
 _CONTAINERS = (list, tuple, dict, deque, set, frozenset)
 
 
@@ -178,9 +182,12 @@ class Scan:
 class _Walk:
     """The state of one scan: the item budget and the storages already counted."""
 
-    def __init__(self, max_items: int, opaque: tuple[type, ...]) -> None:
+    def __init__(
+        self, max_items: int, opaque: tuple[type, ...], tensor: type[torch.Tensor]
+    ) -> None:
         self.max_items = max_items
         self.opaque = opaque
+        self.tensor_type = tensor
         self.items = 0
         self.truncated = False
         self.seen_storages: set[tuple[str, int]] = set()
@@ -231,7 +238,7 @@ def _label(key: Any) -> str:
 def _walk(value: Any, path: str, depth: int, walk: _Walk) -> NodeStats | None:
     """Stats of ``value`` at ``path`` (``None`` when it holds no tensor); containers holding
     tensors are appended to ``walk.nodes`` on the way."""
-    if isinstance(value, torch.Tensor):
+    if isinstance(value, walk.tensor_type):
         node = NodeStats(path, "Tensor", int(value.shape[0]) if value.dim() else 1)
         walk.tensor(value, node)
         return node
@@ -248,7 +255,7 @@ def _walk(value: Any, path: str, depth: int, walk: _Walk) -> NodeStats | None:
                 break
             key = next(keys) if ordered else None
             child_path = f"{path}{_label(key)}" if ordered else f"{path}[*]"
-            if isinstance(item, torch.Tensor):
+            if isinstance(item, walk.tensor_type):
                 walk.tensor(item, node)
                 continue
             child = _walk(item, child_path, depth + 1, walk)
@@ -303,13 +310,14 @@ def scan(
         max_items: the item budget of the scan (:data:`MAX_ITEMS`).
     """
     t0 = time.perf_counter_ns()
-    walk = _Walk(max_items, _OPAQUE + tuple(opaque))
+    tensor, torch_opaque, module_internals = _torch_types()
+    walk = _Walk(max_items, _OPAQUE + torch_opaque + tuple(opaque), tensor)
     for label, root in roots.items():
         attrs = getattr(root, "__dict__", None)
         if not isinstance(attrs, dict):
             continue
         for name, value in list(attrs.items()):
-            if name in skip or name in _MODULE_INTERNALS:
+            if name in skip or name in module_internals:
                 continue
             if not walk.spend():
                 break

@@ -39,8 +39,6 @@ from itertools import islice
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from ocr.perf.findings import Finding
 from ocr.perf.rundir import PERF_DIRNAME, RunDirError, read_records
 
@@ -191,6 +189,8 @@ class CompileEpoch:
 def _surface() -> tuple[Any, str]:
     """Torch's compilation-metrics surface (the ``torch._dynamo.utils`` module), or ``None``
     and why not."""
+    import torch
+
     try:
         from torch._dynamo import utils as dynamo_utils
     except Exception as exc:  # a torch built without Dynamo
@@ -202,9 +202,15 @@ def _surface() -> tuple[Any, str]:
     return dynamo_utils, ""
 
 
+def _torch_version() -> str:
+    import torch
+
+    return str(torch.__version__)
+
+
 def torch_tested() -> bool:
     """Whether this torch's (major, minor) is in :data:`TESTED_TORCH`."""
-    parts = torch.__version__.split("+")[0].split(".")
+    parts = _torch_version().split("+")[0].split(".")
     try:
         return (int(parts[0]), int(parts[1])) in TESTED_TORCH
     except (IndexError, ValueError):
@@ -284,13 +290,14 @@ class CompileWatch:
         out.reasons = sorted(reasons.values(), key=lambda r: (-r.count, r.reason))
         out.functions = dict(functions.most_common())
         if not torch_tested():
-            out.note = f"counted with torch {torch.__version__}; checked on " + ", ".join(
-                f"{a}.{b}" for a, b in TESTED_TORCH
-            )
+            tested = ", ".join(f"{a}.{b}" for a, b in TESTED_TORCH)
+            out.note = f"counted with torch {_torch_version()}; checked on {tested}"
         return out
 
 
 def _recompile_limit() -> int | None:
+    import torch
+
     config = getattr(getattr(torch, "_dynamo", None), "config", None)
     for name in ("recompile_limit", "cache_size_limit"):
         value = getattr(config, name, None)
@@ -305,17 +312,20 @@ class ShapeCounter:
     dict); O(1) per batch. A batch without a tensor there is not counted."""
 
     def __init__(self) -> None:
+        import torch
+
+        self._tensor = torch.Tensor
         self._shapes: set[tuple[int, ...]] = set()
         self._more = False
 
     def note(self, batch: Any) -> None:
         """Remember ``batch``'s shape."""
         t = batch
-        if not isinstance(t, torch.Tensor):
+        if not isinstance(t, self._tensor):
             items = batch.values() if isinstance(batch, dict) else batch
             if not isinstance(items, list | tuple) and not isinstance(batch, dict):
                 return
-            t = next((x for x in islice(items, 4) if isinstance(x, torch.Tensor)), None)
+            t = next((x for x in islice(items, 4) if isinstance(x, self._tensor)), None)
             if t is None:
                 return
         if len(self._shapes) < MAX_SHAPES:

@@ -38,9 +38,12 @@ from ocr.perf.findings import (
     input_bound_severity,
     threshold,
 )
+from ocr.perf.growth import growth_findings
 from ocr.perf.ranks import STRAGGLER_MIN_S, STRAGGLER_MIN_SHARE
+from ocr.perf.recompiles import recompile_findings
 from ocr.perf.report.load import ReportInputError, RunData
 from ocr.perf.report.stages import StageSummary, num
+from ocr.perf.rundir import RunDirError
 
 if TYPE_CHECKING:
     from ocr.perf.baseline import BaselineOutcome
@@ -1001,6 +1004,15 @@ def _baseline(outcome: BaselineOutcome | None, adv: _Advice) -> list[Finding]:
     ]
 
 
+def _epoch_scan(run: RunData, total_s: float) -> list[Finding]:
+    """The findings of ``perf/growth.jsonl`` and ``perf/recompiles.jsonl``; a malformed record
+    is a :class:`~ocr.perf.report.load.ReportInputError` naming the file and record."""
+    try:
+        return growth_findings(run.run_dir) + recompile_findings(run.run_dir, total_s)
+    except RunDirError as exc:
+        raise ReportInputError(str(exc)) from exc
+
+
 def judge(
     run: RunData,
     stages: dict[str, StageSummary],
@@ -1026,6 +1038,8 @@ def judge(
     found = trace_findings(None, run) if trace is None else trace
     findings.extend(_trace(found, adv, findings, total_s, stages))
     findings.extend(_baseline(baseline, adv))
+    # issue 22: memory creep named by attribute, recompiles (EpochScanCallback's records)
+    findings.extend(_epoch_scan(run, total_s))
     if not stages:
         findings.append(
             Finding(
