@@ -124,8 +124,9 @@ class NodeStats:
     sampled: bool = False
 
     @classmethod
-    def from_record(cls, data: Mapping[str, Any], where: str) -> NodeStats:
+    def from_record(cls, record: Mapping[str, object], where: str) -> NodeStats:
         """Read :func:`dataclasses.asdict`'s form; ``RunDirError`` naming ``where`` otherwise."""
+        data: Mapping[str, Any] = record  # JSON: checked field by field below
         try:
             return cls(
                 path=str(data["path"]),
@@ -159,13 +160,14 @@ class Scan:
     scan_ms: float
     truncated: bool = False
 
-    def as_record(self) -> dict[str, Any]:
+    def as_record(self) -> dict[str, object]:
         """The ``perf/growth.jsonl`` record (without ``schema`` / ``v``, which the writer adds)."""
         return asdict(self)
 
     @classmethod
-    def from_record(cls, data: Mapping[str, Any], where: str = "growth record") -> Scan:
+    def from_record(cls, record: Mapping[str, object], where: str = "growth record") -> Scan:
         """Read :meth:`as_record`'s form; ``RunDirError`` naming ``where`` when malformed."""
+        data: Mapping[str, Any] = record  # JSON: checked field by field below
         nodes = data.get("nodes")
         epoch = data.get("epoch")
         if not isinstance(nodes, list) or isinstance(epoch, bool) or not isinstance(epoch, int):

@@ -33,7 +33,7 @@ from __future__ import annotations
 import os
 import re
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from itertools import islice
 from pathlib import Path
@@ -146,13 +146,16 @@ class CompileEpoch:
     shape_examples: list[str] = field(default_factory=list)
     note: str = ""
 
-    def as_record(self) -> dict[str, Any]:
+    def as_record(self) -> dict[str, object]:
         """The ``perf/recompiles.jsonl`` record (the writer adds ``schema`` / ``v``)."""
         return asdict(self)
 
     @classmethod
-    def from_record(cls, data: dict[str, Any], where: str = "recompiles record") -> CompileEpoch:
+    def from_record(
+        cls, record: Mapping[str, object], where: str = "recompiles record"
+    ) -> CompileEpoch:
         """Read :meth:`as_record`'s form; ``RunDirError`` naming ``where`` when malformed."""
+        data: Mapping[str, Any] = record  # JSON: checked field by field below
         try:
             reasons = [
                 Reason(

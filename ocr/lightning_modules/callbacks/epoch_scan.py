@@ -222,7 +222,7 @@ class EpochScanCallback(Callback):
             self._compile_warned = True
             log.warning("%s -- %s", finding.title, finding.suggestion)
 
-    def _write(self, kind: str, record: dict[str, Any]) -> None:
+    def _write(self, kind: str, record: dict[str, object]) -> None:
         writer = self._writers.get(kind)
         if writer is not None:
             self._guarded(writer.path, lambda: writer.write(record))
