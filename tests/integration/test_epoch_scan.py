@@ -146,3 +146,33 @@ def test_reading_the_records_imports_no_torch() -> None:
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert proc.stdout.strip() == "False"
+
+
+def test_no_per_step_hook_at_the_defaults() -> None:
+    """At the defaults every per-batch hook is Lightning's inherited no-op (which the clock
+    leaves out); batch_shapes=True installs the one counting hook."""
+    from lightning.pytorch.callbacks import Callback
+
+    from ocr.lightning_modules.callbacks.untimed import does_nothing
+
+    default = EpochScanCallback()
+    for hook in ("on_train_batch_start", "on_train_batch_end", "on_before_backward"):
+        assert getattr(type(default), hook) is getattr(Callback, hook)
+        assert does_nothing(getattr(default, hook).__func__)
+    counting = EpochScanCallback(batch_shapes=True)
+    assert not does_nothing(counting.on_train_batch_start.__func__)
+
+
+def test_disabled_writes_nothing(tmp_path: Path) -> None:
+    trainer = L.Trainer(
+        accelerator="cpu",
+        max_epochs=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[EpochScanCallback(enabled=False, batch_shapes=True)],
+        default_root_dir=tmp_path,
+    )
+    trainer.fit(Collecting("tensor"), DataLoader(Sized((8,) * 2), batch_size=1))
+    assert not (tmp_path / "perf").exists()
