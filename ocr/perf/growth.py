@@ -233,7 +233,8 @@ def _sample(value: Any, n: int) -> tuple[Iterable[Any], float, bool]:
 
 
 def _label(key: Any) -> str:
-    text = repr(key)
+    """``['train']``, ``[3]``; a key of another type by its type (a tensor's repr costs)."""
+    text = repr(key) if isinstance(key, str | int | float | bool) else f"<{type(key).__name__}>"
     return f"[{text if len(text) <= 40 else text[:37] + '...'}]"
 
 
