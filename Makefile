@@ -7,7 +7,7 @@ RUN    ?= runs/demo
 export WANDB_MODE ?= offline
 export PYTHONUNBUFFERED := 1
 
-.PHONY: setup demo test lint unit clean baseline-doc
+.PHONY: setup demo test lint unit clean baseline-doc gpu-check
 
 setup: $(STAMP)
 
@@ -33,6 +33,11 @@ demo: setup
 baseline-doc: setup
 	$(BIN)/python benchmarks/baseline_doc.py \
 		--baseline-json tests/performance/baselines/synthetic_debug_val.json
+
+# Every CUDA path run and timed -> docs/performance/gpu.md (without CUDA: the parts that apply,
+# the skipped ones named; see `python scripts/gpu_check.py --plan`).
+gpu-check: setup
+	$(BIN)/python scripts/gpu_check.py
 
 lint: setup
 	$(BIN)/ruff check ocr tests benchmarks scripts

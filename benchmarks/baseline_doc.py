@@ -26,6 +26,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -46,17 +47,45 @@ from ocr.perf.rundir import read_records  # noqa: E402
 COMMAND = "python benchmarks/baseline_doc.py"
 
 
-def train(run_dir: Path, overrides: list[str], log: Path) -> list[str]:
-    """Run ``python -m ocr.train`` with ``overrides`` into ``run_dir``; returns the argv."""
+class TrainingFailed(RuntimeError):
+    """A training subprocess exited non-zero; the message holds the end of its log."""
+
+
+def subprocess_env() -> dict[str, str]:
+    """This environment for a child that imports this checkout's ``ocr``: the repository first
+    on ``PYTHONPATH``, what was there kept (carried packages on a device machine), wandb
+    offline."""
+    path = os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    return {**os.environ, "WANDB_MODE": "offline", "PYTHONPATH": path}
+
+
+def train(
+    run_dir: Path,
+    overrides: list[str],
+    log: Path,
+    during: Callable[[subprocess.Popen[bytes]], None] | None = None,
+) -> list[str]:
+    """Run ``python -m ocr.train`` with ``overrides`` into ``run_dir``, its output into ``log``;
+    returns the argv. ``during`` is called with the running process (it must return before the
+    process is waited for). Raises :class:`TrainingFailed` on a non-zero exit."""
     argv = [sys.executable, "-m", "ocr.train", *overrides, f"hydra.run.dir={run_dir}"]
-    env = {**os.environ, "WANDB_MODE": "offline", "PYTHONPATH": str(REPO_ROOT)}
     print(f"$ {shlex.join(argv[1:])}", flush=True)
     with open(log, "w", encoding="utf-8") as handle:
-        proc = subprocess.run(argv, cwd=REPO_ROOT, env=env, stdout=handle, stderr=subprocess.STDOUT)
-    if proc.returncode != 0:
+        proc = subprocess.Popen(
+            argv, cwd=REPO_ROOT, env=subprocess_env(), stdout=handle, stderr=subprocess.STDOUT
+        )
+        try:
+            if during is not None:
+                during(proc)
+            returncode = proc.wait()
+        finally:
+            if proc.poll() is None:  # ``during`` raised: no orphan training left behind
+                proc.kill()
+                proc.wait()
+    if returncode != 0:
         tail = log.read_text(encoding="utf-8", errors="replace").splitlines()[-30:]
-        raise SystemExit(
-            f"training run failed (exit {proc.returncode}); log {log}:\n" + "\n".join(tail)
+        raise TrainingFailed(
+            f"training run failed (exit {returncode}); log {log}:\n" + "\n".join(tail)
         )
     return argv[1:]
 
@@ -309,7 +338,12 @@ def main() -> None:
                 ),
             ):
                 run_dir = work / f"{label}-{repeat}"
-                cmd = train(run_dir, [*common, *extra_overrides], work / f"{label}-{repeat}.log")
+                try:
+                    cmd = train(
+                        run_dir, [*common, *extra_overrides], work / f"{label}-{repeat}.log"
+                    )
+                except TrainingFailed as exc:
+                    raise SystemExit(str(exc)) from None
                 commands.setdefault(label, cmd)
                 runs[label].append(load_source(run_dir))
                 records[f"{label} #{repeat}"] = read_records(

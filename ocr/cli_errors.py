@@ -6,19 +6,21 @@ prints one line ``<prog>: error: <message>`` on stderr and exits with :data:`EXI
 without a traceback. Anything else is a bug and keeps its traceback. ``HYDRA_FULL_ERROR=1``
 (Hydra's convention, honoured by every command here) re-raises expected errors too.
 
-Expected are:
+Expected are, by type only (never by where they were raised):
 
-* our own input error types (:func:`_own_error_types`: annotations, images, traces, run
-  directories, baselines, reports, a dataset folder the generator may not write into, a run
-  folder that holds another run) wherever they are raised;
+* :class:`ocr.errors.InputError` and its subclasses: every bad-input error of the project
+  (annotations, images, traces, run directories, baselines, reports, config values, a missing
+  or unreadable checkpoint, a dataset folder the generator may not write into, a run folder
+  that holds another run) derives from it;
 * ``OSError`` subclasses about paths (``FileNotFoundError``, ``NotADirectoryError``,
-  ``IsADirectoryError``, ``FileExistsError``, ``PermissionError``) that name the path (the OS
-  refused it), or that our code raised;
-* ``ValueError`` when *our* code raised it: a validation message written for the user, whereas
-  a ``ValueError`` thrown inside a library is more likely a bug and keeps its traceback;
+  ``IsADirectoryError``, ``FileExistsError``, ``PermissionError``) that name the path: the OS
+  refused it;
 * OmegaConf's missing-value / interpolation errors (a ``???`` left unset, a bad ``${...}``);
 * Hydra's ``InstantiationException`` when the error it wraps is expected (a constructor's
   validation).
+
+A plain ``ValueError`` (or any other exception) is a bug wherever it was raised, ``ocr/``
+included, and keeps its traceback and a non-2 exit status.
 """
 
 from __future__ import annotations
@@ -27,12 +29,13 @@ import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
-from types import TracebackType
+
+from ocr.errors import InputError
 
 __all__ = [
     "EXIT_BAD_INPUT",
     "expected_errors",
+    "full_error_requested",
     "is_expected",
     "message_of",
     "report_error",
@@ -40,7 +43,6 @@ __all__ = [
 
 EXIT_BAD_INPUT = 2
 
-_PACKAGE_DIR = Path(__file__).resolve().parent
 _PATH_ERRORS: tuple[type[OSError], ...] = (
     FileNotFoundError,
     NotADirectoryError,
@@ -52,45 +54,6 @@ _PATH_ERRORS: tuple[type[OSError], ...] = (
 _WORKER_TRACEBACK = "Original Traceback (most recent call last):"
 
 
-def _own_error_types() -> tuple[type[BaseException], ...]:
-    """Our input-error classes. Imported lazily: ``ocr-perf --help`` must not import torch."""
-    from ocr.data.annotations import AnnotationError
-    from ocr.data.synth import OutputFolderError
-    from ocr.data.transforms import ImageLoadError
-    from ocr.perf.baseline import BaselineError
-    from ocr.perf.report.load import ReportInputError
-    from ocr.perf.rundir import RunDirError
-    from ocr.perf.trace.load import TraceError
-    from ocr.perf.tryout.command import TryInputError
-    from ocr.run_folder import RunFolderInUseError
-
-    return (
-        AnnotationError,
-        OutputFolderError,
-        RunFolderInUseError,
-        ImageLoadError,
-        TraceError,
-        RunDirError,
-        BaselineError,
-        ReportInputError,
-        TryInputError,
-    )
-
-
-def _raised_by_our_code(tb: TracebackType | None) -> bool:
-    """True when the innermost frame of ``tb`` is in the ``ocr`` package (a deliberate raise)."""
-    last = None
-    while tb is not None:
-        last = tb
-        tb = tb.tb_next
-    if last is None:
-        return False
-    try:
-        return Path(last.tb_frame.f_code.co_filename).resolve().is_relative_to(_PACKAGE_DIR)
-    except (OSError, ValueError):
-        return False
-
-
 def is_expected(exc: BaseException) -> bool:
     """Whether ``exc`` is bad input the user can fix (see the module docstring)."""
     from hydra.errors import InstantiationException
@@ -98,13 +61,10 @@ def is_expected(exc: BaseException) -> bool:
 
     if isinstance(exc, InstantiationException):
         return exc.__cause__ is not None and is_expected(exc.__cause__)
-    if isinstance(exc, (*_own_error_types(), MissingMandatoryValue, InterpolationResolutionError)):
+    if isinstance(exc, (InputError, MissingMandatoryValue, InterpolationResolutionError)):
         return True
-    if isinstance(exc, _PATH_ERRORS) and exc.filename is not None:
-        return True  # the OS refused a named path (mkdir, open, rename...): the message says which
-    if isinstance(exc, (ValueError, *_PATH_ERRORS)):
-        return _raised_by_our_code(exc.__traceback__)
-    return False
+    # the OS refused a named path (mkdir, open, rename...): the message says which
+    return isinstance(exc, _PATH_ERRORS) and exc.filename is not None
 
 
 def message_of(exc: BaseException) -> str:

@@ -32,7 +32,10 @@ from typing import Any
 from hydra.experimental.callback import Callback as HydraCallback
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
-from omegaconf import DictConfig, open_dict, read_write
+from omegaconf import DictConfig
+
+from ocr.checkpoint_path import hydra_writes_nothing
+from ocr.errors import InputError
 
 __all__ = ["RUN_ENTRIES", "RunFolder", "RunFolderInUseError", "claim_run_folder"]
 
@@ -67,7 +70,7 @@ class RunFolder:
     previous: tuple[str, ...]
 
 
-class RunFolderInUseError(RuntimeError):
+class RunFolderInUseError(InputError, RuntimeError):
     """The run folder holds another run's files and this command does not resume it."""
 
 
@@ -201,11 +204,7 @@ class RunFolderGuard(HydraCallback):
         try:
             claim_run_folder(hydra_cfg.run.dir, config.get("ckpt_path"))
         except RunFolderInUseError:
-            with read_write(hydra_cfg), open_dict(hydra_cfg):
-                hydra_cfg.output_subdir = None
-                root = hydra_cfg.job_logging.get("root") if hydra_cfg.get("job_logging") else None
-                if root is not None and "handlers" in root:
-                    root.handlers = [h for h in root.handlers if h != "file"]
+            hydra_writes_nothing(hydra_cfg)
 
 
 def _keep_csv_rows(loggers: Iterable[Any]) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import inspect
 import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -16,6 +17,7 @@ from rich.console import Console
 from rich.table import Table
 
 import ocr.configs  # noqa: F401  (registers the trainer/lightning config node)
+from ocr.errors import ConfigError, InputError
 from ocr.noise import quiet_console
 from ocr.perf.rundir import write_run_info
 
@@ -31,7 +33,7 @@ def apply_torch_threads(value: Any) -> None:
     if value is None:
         return
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"torch_threads must be a positive integer or null, got {value!r}")
+        raise ConfigError(f"torch_threads must be a positive integer or null, got {value!r}")
     torch.set_num_threads(value)
 
 
@@ -57,7 +59,7 @@ def _instantiate_group(group: Any, group_name: str) -> list[Any]:
         key = f"{group_name}.{name}"
         if not isinstance(node, Mapping | DictConfig) or "_target_" not in node:
             shown = OmegaConf.to_yaml(node).strip() if isinstance(node, DictConfig) else repr(node)
-            raise ValueError(
+            raise ConfigError(
                 f"{key} has no _target_ (got: {shown}), so it would build nothing. It is not an "
                 f"entry of the chosen {group_name} config: check the key's spelling, choose a "
                 f"{group_name} config that defines it (ocr-train --cfg job shows the composed "
@@ -68,8 +70,41 @@ def _instantiate_group(group: Any, group_name: str) -> list[Any]:
         try:
             out.append(hydra.utils.instantiate(node))
         except Exception as exc:
-            raise ValueError(f"could not build {key} ({node.get('_target_')}): {exc}") from exc
+            problem = _config_problem(exc, node)
+            if problem is None:
+                raise  # a bug inside the constructor: it keeps its traceback
+            raise ConfigError(f"could not build {key} ({node.get('_target_')}): {problem}") from exc
     return out
+
+
+def _config_problem(exc: Exception, node: Mapping[str, Any] | DictConfig) -> str | None:
+    """What is wrong with the config entry ``node`` whose instantiation raised ``exc``, or
+    ``None`` when the config is not at fault (a bug inside the constructor). The config is at
+    fault when the constructor rejected a value (an :class:`~ocr.errors.InputError`), when its
+    arguments do not fit the target's signature (a misspelt or missing argument), or when the
+    ``_target_`` names no module or attribute."""
+    from hydra.errors import InstantiationException
+
+    cause = exc.__cause__ if isinstance(exc, InstantiationException) else exc
+    if isinstance(cause, InputError):
+        return str(cause)
+    target = str(node.get("_target_"))
+    if isinstance(cause, ImportError):  # Hydra's, from the ModuleNotFoundError of a bad path
+        inner = cause.__cause__ if isinstance(cause.__cause__, ImportError) else cause
+        missing = inner.name if isinstance(inner, ModuleNotFoundError) else None
+        if missing and (target == missing or target.startswith(f"{missing}.")):
+            return f"_target_ {target} names nothing importable (no module {missing})"
+        return None  # a module that exists failed to import: a bug, with its traceback
+    if isinstance(cause, TypeError):
+        try:
+            callee = hydra.utils.get_object(target)
+            arguments = {str(k): v for k, v in node.items() if not str(k).startswith("_")}
+            inspect.signature(callee).bind(*(node.get("_args_") or ()), **arguments)
+        except TypeError as mismatch:
+            return str(mismatch)
+        except (ImportError, AttributeError, ValueError):
+            return None
+    return None
 
 
 def build_callbacks(cfg: DictConfig) -> list[L.Callback]:
@@ -107,7 +142,7 @@ def _check_trainer_keys(trainer_cfg: DictConfig) -> None:
             continue
         close = difflib.get_close_matches(key, list(known), n=1)
         hint = f"; did you mean trainer.{close[0]}?" if close else ""
-        raise ValueError(f"trainer.{key} is not an argument of lightning.Trainer{hint}")
+        raise ConfigError(f"trainer.{key} is not an argument of lightning.Trainer{hint}")
 
 
 def build_trainer(
@@ -128,13 +163,13 @@ def build_trainer(
     trainer_cfg = cfg.trainer
     _check_trainer_keys(trainer_cfg)
     if trainer_cfg.get("callbacks") is not None:
-        raise ValueError(
+        raise ConfigError(
             "trainer.callbacks: callbacks come from the callbacks group "
             "(callbacks=monitoring, callbacks.<name>=null, ...); leave trainer.callbacks null"
         )
     logger_arg = trainer_cfg.get("logger")
     if logger_arg not in (None, False):
-        raise ValueError(
+        raise ConfigError(
             f"trainer.logger={logger_arg!r}: loggers come from the logger group (logger=wandb, "
             "logger.<name>=null, wandb=true); trainer.logger=false turns every logger off"
         )

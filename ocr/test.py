@@ -24,6 +24,7 @@ from rich.table import Table
 
 from ocr.cli_errors import expected_errors
 from ocr.console import print_renderable
+from ocr.errors import CheckpointError, ConfigError, MissingPathError
 from ocr.runtime import apply_torch_threads, build_trainer, register_resolvers
 
 log = logging.getLogger(__name__)
@@ -34,20 +35,22 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
     """Read a Lightning checkpoint with a clear error when it is missing or not a checkpoint."""
     p = Path(path).expanduser()
     if not p.is_file():
-        raise FileNotFoundError(f"checkpoint_path: no such file: {p}")
+        raise MissingPathError(f"checkpoint_path: no such file: {p}")
     try:
         ckpt = torch.load(p, map_location="cpu", weights_only=False)
     except Exception as exc:  # torch raises several unrelated types for a bad file
-        raise ValueError(f"checkpoint_path: {p} is not a readable checkpoint ({exc})") from exc
+        raise CheckpointError(f"checkpoint_path: {p} is not a readable checkpoint ({exc})") from exc
     if not isinstance(ckpt, dict) or "state_dict" not in ckpt:
-        raise ValueError(f"checkpoint_path: {p} has no 'state_dict' (not a Lightning checkpoint)")
+        raise CheckpointError(
+            f"checkpoint_path: {p} has no 'state_dict' (not a Lightning checkpoint)"
+        )
     return ckpt
 
 
 def run_test(cfg: DictConfig) -> dict[str, float]:
     """Evaluate ``cfg.checkpoint_path`` on the test split; returns the logged metrics."""
     if not cfg.get("checkpoint_path"):
-        raise ValueError("checkpoint_path is required, e.g. ocr-test checkpoint_path=last.ckpt")
+        raise ConfigError("checkpoint_path is required, e.g. ocr-test checkpoint_path=last.ckpt")
     L.seed_everything(cfg.seed, workers=True)
     apply_torch_threads(cfg.get("torch_threads"))
     ckpt = load_checkpoint(cfg.checkpoint_path)

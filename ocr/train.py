@@ -17,6 +17,7 @@ import lightning as L
 from lightning.pytorch.callbacks import ModelCheckpoint
 from omegaconf import DictConfig, OmegaConf
 
+from ocr.checkpoint_path import check_checkpoint_path
 from ocr.cli_errors import expected_errors
 from ocr.hparams import TensorBoardHparams, record_config_as_hparams
 from ocr.run_folder import claim_run_folder
@@ -33,13 +34,14 @@ register_resolvers()
 
 def run_train(cfg: DictConfig) -> dict[str, float]:
     """Train (and optionally test) from a composed config; returns the final metrics."""
+    ckpt_path = cfg.get("ckpt_path")
+    check_checkpoint_path(ckpt_path, "ckpt_path")  # before anything is built or written
     L.seed_everything(cfg.seed, workers=True)
     apply_torch_threads(cfg.get("torch_threads"))
     datamodule: L.LightningDataModule = hydra.utils.instantiate(cfg.data)
     module: Any = hydra.utils.instantiate(cfg.model)
     module.ocr_config = OmegaConf.to_container(cfg.model, resolve=True)
     record_config_as_hparams(module, cfg)  # -> every logger and perf/run.json
-    ckpt_path = cfg.get("ckpt_path")
 
     def claim(callbacks: list[L.Callback], loggers: list[Any] | bool) -> None:
         # Refuse a folder holding another run (resuming it continues its files): before any write.

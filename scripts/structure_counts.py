@@ -227,7 +227,8 @@ def main(argv: list[str] | None = None) -> int:
     print("largest files:")
     for n, p in sizes[:5]:
         print(f"  {n:5d}  {p}")
-    print(f"toolkit lines (ocr/perf + callbacks): {toolkit_lines}; all of {root}/: {result['ocr_lines']}")
+    total = result["ocr_lines"]
+    print(f"toolkit lines (ocr/perf + callbacks): {toolkit_lines}; all of {root}/: {total}")
     return 0
 
 

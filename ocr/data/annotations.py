@@ -59,6 +59,8 @@ import numpy as np
 import shapely
 from numpy.typing import ArrayLike
 
+from ocr.errors import InputError, MissingPathError
+
 __all__ = [
     "MIN_AREA_PX2",
     "SKIP_REASONS",
@@ -83,7 +85,7 @@ _DRIVE = re.compile(r"^[A-Za-z]:")
 MIN_AREA_PX2 = 1e-6
 
 
-class AnnotationError(ValueError):
+class AnnotationError(InputError, ValueError):
     """A structural problem in an annotation file; the message names file, image and word."""
 
 
@@ -269,7 +271,7 @@ def load_annotations(
     try:
         data = path.read_bytes()
     except FileNotFoundError:
-        raise FileNotFoundError(f"annotation file not found: {path}") from None
+        raise MissingPathError(f"annotation file not found: {path}") from None
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:

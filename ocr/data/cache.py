@@ -60,6 +60,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ocr.data.targets import DBTargets, make_db_targets
+from ocr.errors import ConfigError
 from ocr.perf.worker import report_count
 
 __all__ = [
@@ -91,12 +92,12 @@ class _CorruptEntry(Exception):
 def _check_max_bytes(max_bytes: Any) -> int:
     # bool is an int subclass: `max_size: false` must not become a 0-byte cache.
     if isinstance(max_bytes, bool) or not isinstance(max_bytes, int | np.integer):
-        raise ValueError(
+        raise ConfigError(
             f"{_SETTING}.max_bytes must be a positive integer number of bytes, "
             f"got {max_bytes!r} ({type(max_bytes).__name__})"
         )
     if max_bytes <= 0:
-        raise ValueError(f"{_SETTING}.max_bytes must be positive, got {max_bytes!r}")
+        raise ConfigError(f"{_SETTING}.max_bytes must be positive, got {max_bytes!r}")
     return int(max_bytes)
 
 
@@ -479,17 +480,17 @@ def polygon_cache_from_config(
     if settings is None:
         return None
     if not isinstance(settings, Mapping):
-        raise ValueError(f"{_SETTING} must be a mapping, got {settings!r}")
+        raise ConfigError(f"{_SETTING} must be a mapping, got {settings!r}")
     unknown = sorted(set(settings) - _CONFIG_KEYS)
     if unknown:
-        raise ValueError(f"{_SETTING}: unknown keys {unknown}; expected {sorted(_CONFIG_KEYS)}")
+        raise ConfigError(f"{_SETTING}: unknown keys {unknown}; expected {sorted(_CONFIG_KEYS)}")
     enabled = settings.get("enabled", False)
     if not isinstance(enabled, bool):
-        raise ValueError(f"{_SETTING}.enabled must be true or false, got {enabled!r}")
+        raise ConfigError(f"{_SETTING}.enabled must be true or false, got {enabled!r}")
     max_bytes = _check_max_bytes(settings.get("max_bytes", 1 << 30))
     directory = settings.get("dir")
     if directory is not None and not isinstance(directory, str | os.PathLike):
-        raise ValueError(f"{_SETTING}.dir must be a path or null, got {directory!r}")
+        raise ConfigError(f"{_SETTING}.dir must be a path or null, got {directory!r}")
     if not enabled:
         return None
     folder = Path(directory) if directory else Path(cache_root).expanduser() / "polygon-cache"

@@ -34,6 +34,7 @@ from ocr.data.cache import polygon_cache_from_config
 from ocr.data.collate import DBCollateFN
 from ocr.data.dataset import ReceiptDataset
 from ocr.data.transforms import ReceiptTransform
+from ocr.errors import ConfigError, MissingPathError
 
 DEFAULT_CACHE_ROOT = "~/.cache/receipt-ocr"
 
@@ -143,11 +144,11 @@ class ReceiptDataModule(L.LightningDataModule):
     ) -> None:
         super().__init__()
         if dataset_dir is None and synthetic is None:
-            raise ValueError("data.dataset_dir is required unless data.synthetic is set")
+            raise ConfigError("data.dataset_dir is required unless data.synthetic is set")
         if batch_size <= 0:
-            raise ValueError(f"data.batch_size must be positive, got {batch_size!r}")
+            raise ConfigError(f"data.batch_size must be positive, got {batch_size!r}")
         if num_workers < 0:
-            raise ValueError(f"data.num_workers must be >= 0, got {num_workers!r}")
+            raise ConfigError(f"data.num_workers must be >= 0, got {num_workers!r}")
         self.synthetic = dict(synthetic) if synthetic is not None else None
         if dataset_dir is not None:
             self.dataset_dir = Path(dataset_dir).expanduser()
@@ -213,7 +214,7 @@ class ReceiptDataModule(L.LightningDataModule):
         if stage not in self.datasets:
             image_dir, ann = self.split_paths(stage)
             if not self.dataset_dir.is_dir():
-                raise FileNotFoundError(
+                raise MissingPathError(
                     f"data.dataset_dir: no such folder: {self.dataset_dir} (a folder with "
                     "images/ and jsons/, or experiment=synthetic_debug for generated data)"
                 )
@@ -223,7 +224,7 @@ class ReceiptDataModule(L.LightningDataModule):
                 role = f"split {name!r}"
                 if name != stage:
                     role += f" (used as the {stage} split)"
-                raise FileNotFoundError(
+                raise MissingPathError(
                     f"annotation file for {role} not found: {ann} "
                     f"(data.dataset_dir={self.dataset_dir})"
                 )

@@ -21,6 +21,7 @@ from ocr.data.annotations import (
     load_annotations,
 )
 from ocr.data.transforms import ImageLoadError, ReceiptTransform, apply_matrix, load_image
+from ocr.errors import MissingPathError
 from ocr.perf.worker import report_part
 
 __all__ = ["ReceiptDataset"]
@@ -83,7 +84,7 @@ class ReceiptDataset(Dataset[dict[str, Any]]):
         self.transform = transform
         source = self.annotation_file.name
         if not self.image_dir.is_dir():
-            raise FileNotFoundError(f"{source}: image folder not found: {self.image_dir}")
+            raise MissingPathError(f"{source}: image folder not found: {self.image_dir}")
         images = load_annotations(self.annotation_file, require_words=require_words)
 
         root = os.path.normpath(os.path.abspath(self.image_dir))
@@ -114,7 +115,7 @@ class ReceiptDataset(Dataset[dict[str, Any]]):
         if missing:
             listed = ", ".join(repr(m) for m in missing[:_MAX_LISTED])
             more = f" and {len(missing) - _MAX_LISTED} more" if len(missing) > _MAX_LISTED else ""
-            raise FileNotFoundError(
+            raise MissingPathError(
                 f"{source}: {len(missing)} of {len(images)} images not found in "
                 f"{self.image_dir}: {listed}{more}"
             )

@@ -70,6 +70,8 @@ import pyclipper
 import shapely
 from shapely.geometry import Polygon
 
+from ocr.errors import ConfigError
+
 __all__ = [
     "DBTargets",
     "PolygonGeometry",
@@ -135,9 +137,9 @@ class PolygonGeometry:
 def validate_target_params(shrink_ratio: float, thresh_min: float, thresh_max: float) -> None:
     """``ValueError`` unless ``0 < shrink_ratio < 1`` and ``0 <= thresh_min < thresh_max <= 1``."""
     if not 0.0 < shrink_ratio < 1.0:
-        raise ValueError(f"shrink_ratio must be in (0, 1), got {shrink_ratio!r}")
+        raise ConfigError(f"shrink_ratio must be in (0, 1), got {shrink_ratio!r}")
     if not 0.0 <= thresh_min < thresh_max <= 1.0:
-        raise ValueError(
+        raise ConfigError(
             "thresholds must satisfy 0 <= thresh_min < thresh_max <= 1, got "
             f"thresh_min={thresh_min!r}, thresh_max={thresh_max!r}"
         )

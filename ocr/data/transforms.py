@@ -22,6 +22,8 @@ import numpy as np
 import torch
 from PIL import Image
 
+from ocr.errors import ConfigError, InputError, MissingPathError
+
 __all__ = [
     "IMAGENET_MEAN",
     "IMAGENET_STD",
@@ -53,7 +55,7 @@ _EXIF_TRANSPOSE = {
 _AREA_PRESHRINK_BELOW = 0.75
 
 
-class ImageLoadError(OSError):
+class ImageLoadError(InputError, OSError):
     """An image file exists but cannot be decoded (corrupt, truncated, unknown format)."""
 
 
@@ -146,7 +148,7 @@ def load_image(
                 rgb = rgb.transpose(_EXIF_TRANSPOSE[orientation])
             array = np.asarray(rgb, dtype=np.uint8)
     except FileNotFoundError:
-        raise FileNotFoundError(f"image not found: {path}") from None
+        raise MissingPathError(f"image not found: {path}") from None
     except (OSError, SyntaxError, ValueError, EOFError, Image.DecompressionBombError) as exc:
         # PIL signals broken files with several exception types (SyntaxError in some plugins).
         raise ImageLoadError(f"cannot decode image {path}: {exc}") from exc
@@ -214,25 +216,25 @@ class ReceiptTransform:
             or canvas_size <= 0
             or canvas_size % 32
         ):
-            raise ValueError(
+            raise ConfigError(
                 f"canvas_size must be a positive multiple of 32 (the model's stride), "
                 f"got {canvas_size!r}"
             )
         scale_range = tuple(float(v) for v in scale_range)
         if len(scale_range) != 2 or not 0 < scale_range[0] <= scale_range[1]:
-            raise ValueError(
+            raise ConfigError(
                 f"scale_range must be (min, max) with 0 < min <= max, got {scale_range}"
             )
         if not 0 <= rotate_deg <= 180:
-            raise ValueError(f"rotate_deg must be in [0, 180], got {rotate_deg!r}")
+            raise ConfigError(f"rotate_deg must be in [0, 180], got {rotate_deg!r}")
         if not 0 <= translate_frac < 1:
-            raise ValueError(f"translate_frac must be in [0, 1), got {translate_frac!r}")
+            raise ConfigError(f"translate_frac must be in [0, 1), got {translate_frac!r}")
         if not 0 <= color_jitter < 1:
-            raise ValueError(f"color_jitter must be in [0, 1), got {color_jitter!r}")
+            raise ConfigError(f"color_jitter must be in [0, 1), got {color_jitter!r}")
         mean_a = np.asarray(mean, dtype=np.float32)
         std_a = np.asarray(std, dtype=np.float32)
         if mean_a.shape != (3,) or std_a.shape != (3,) or not (std_a > 0).all():
-            raise ValueError(f"mean and std must be 3 values with std > 0, got {mean!r}, {std!r}")
+            raise ConfigError(f"mean and std must be 3 values with std > 0, got {mean!r}, {std!r}")
         self.canvas_size = int(canvas_size)
         self.train = bool(train)
         self.rotate_deg = float(rotate_deg)

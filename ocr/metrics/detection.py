@@ -30,6 +30,8 @@ import torch
 from torch import Tensor
 from torchmetrics import Metric
 
+from ocr.errors import ConfigError
+
 
 def detection_scores(
     tp: int | Tensor, num_pred: int | Tensor, num_gt: int | Tensor
@@ -160,7 +162,7 @@ class DetectionMetric(Metric):
     def __init__(self, iou_threshold: float = 0.5, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         if not 0.0 <= iou_threshold < 1.0:
-            raise ValueError(
+            raise ConfigError(
                 f"DetectionMetric: iou_threshold must be in [0, 1), got {iou_threshold}"
             )
         self.iou_threshold = float(iou_threshold)

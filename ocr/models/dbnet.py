@@ -17,6 +17,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ocr.errors import ConfigError, MissingPathError
+
 # depth -> (block, blocks per stage), as in torchvision / He et al.
 _RESNET_SPECS: dict[int, tuple[str, tuple[int, int, int, int]]] = {
     18: ("basic", (2, 2, 2, 2)),
@@ -165,7 +167,9 @@ class ResNetBackbone(nn.Module):
         stage_widths = _four_positive_ints("widths", widths)
         stem = stage_widths[0] if stem_channels is None else int(stem_channels)
         if stem <= 0:
-            raise ValueError(f"ResNetBackbone: stem_channels must be positive, got {stem_channels}")
+            raise ConfigError(
+                f"ResNetBackbone: stem_channels must be positive, got {stem_channels}"
+            )
         block_cls = _BLOCKS[block_name]
 
         self.conv1 = nn.Conv2d(3, stem, 7, stride=2, padding=3, bias=False)
@@ -201,11 +205,11 @@ class ResNetBackbone(nn.Module):
         """Load a local weights file (see the ``weights`` argument); errors name the file."""
         file = Path(path)
         if not file.is_file():
-            raise FileNotFoundError(f"ResNetBackbone weights file not found: {file}")
+            raise MissingPathError(f"ResNetBackbone weights file not found: {file}")
         try:
             loaded = torch.load(file, map_location="cpu", weights_only=True)
         except Exception as exc:
-            raise ValueError(f"ResNetBackbone: cannot load weights file {file}: {exc}") from exc
+            raise ConfigError(f"ResNetBackbone: cannot load weights file {file}: {exc}") from exc
         state = _extract_state_dict(loaded, file)
         state = {k: v for k, v in state.items() if not k.startswith("fc.")}
 
@@ -228,7 +232,7 @@ class ResNetBackbone(nn.Module):
             if keys
         ]
         if problems:
-            raise ValueError(
+            raise ConfigError(
                 f"ResNetBackbone weights file {file} does not match this architecture "
                 f"(out_channels={self.out_channels}): " + "; ".join(problems)
             )
@@ -239,13 +243,13 @@ def _resolve_architecture(
     depth: int | None, layers: Sequence[int] | None, block: str
 ) -> tuple[str, tuple[int, ...]]:
     if block not in _BLOCKS:
-        raise ValueError(f"ResNetBackbone: block must be one of {sorted(_BLOCKS)}, got {block!r}")
+        raise ConfigError(f"ResNetBackbone: block must be one of {sorted(_BLOCKS)}, got {block!r}")
     if layers is not None:
         return block, _four_positive_ints("layers", layers)
     if depth is None:
-        raise ValueError("ResNetBackbone: give either depth or layers (both are None)")
+        raise ConfigError("ResNetBackbone: give either depth or layers (both are None)")
     if depth not in _RESNET_SPECS:
-        raise ValueError(
+        raise ConfigError(
             f"ResNetBackbone: depth must be one of {sorted(_RESNET_SPECS)} "
             f"(or give layers=...), got {depth!r}"
         )
@@ -255,7 +259,7 @@ def _resolve_architecture(
 def _four_positive_ints(name: str, values: Sequence[int]) -> tuple[int, ...]:
     out = tuple(int(v) for v in values)
     if len(out) != 4 or any(v <= 0 for v in out):
-        raise ValueError(f"ResNetBackbone: {name} must be 4 positive ints, got {list(values)}")
+        raise ConfigError(f"ResNetBackbone: {name} must be 4 positive ints, got {list(values)}")
     return out
 
 
@@ -266,7 +270,7 @@ def _extract_state_dict(loaded: Any, file: Path) -> dict[str, Any]:
                 return dict(loaded[key])
         if all(isinstance(v, Tensor) for v in loaded.values()):
             return dict(loaded)
-    raise ValueError(
+    raise ConfigError(
         f"ResNetBackbone weights file {file} holds neither a state_dict nor a dict with a "
         f"'state_dict' or 'model' entry (got {type(loaded).__name__})"
     )
@@ -295,9 +299,9 @@ class FPNNeck(nn.Module):
         super().__init__()
         channels = [int(c) for c in in_channels]
         if len(channels) != 4 or any(c <= 0 for c in channels):
-            raise ValueError(f"FPNNeck: in_channels must be 4 positive ints, got {in_channels}")
+            raise ConfigError(f"FPNNeck: in_channels must be 4 positive ints, got {in_channels}")
         if inner_channels <= 0 or inner_channels % 4:
-            raise ValueError(
+            raise ConfigError(
                 f"FPNNeck: inner_channels must be a positive multiple of 4, got {inner_channels}"
             )
         self.lateral = nn.ModuleList(nn.Conv2d(c, inner_channels, 1, bias=False) for c in channels)
@@ -350,7 +354,7 @@ class DBHead(nn.Module):
     def __init__(self, in_channels: int, k: float = 50.0) -> None:
         super().__init__()
         if in_channels <= 0 or in_channels % 4:
-            raise ValueError(
+            raise ConfigError(
                 f"DBHead: in_channels must be a positive multiple of 4, got {in_channels}"
             )
         self.k = float(k)

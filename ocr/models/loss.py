@@ -10,6 +10,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ocr.errors import ConfigError
+
 _PRED_KEYS = ("prob_logits", "binary_map", "thresh_map")
 _TARGET_KEYS = ("prob_maps", "prob_masks", "thresh_maps", "thresh_masks")
 
@@ -58,11 +60,11 @@ class DBLoss(nn.Module):
         super().__init__()
         for name, value in (("alpha", alpha), ("beta", beta), ("ohem_ratio", ohem_ratio)):
             if value < 0:
-                raise ValueError(f"DBLoss: {name} must be >= 0, got {value}")
+                raise ConfigError(f"DBLoss: {name} must be >= 0, got {value}")
         if eps <= 0:
-            raise ValueError(f"DBLoss: eps must be > 0, got {eps}")
+            raise ConfigError(f"DBLoss: eps must be > 0, got {eps}")
         if no_positive_negatives < 0:
-            raise ValueError(
+            raise ConfigError(
                 f"DBLoss: no_positive_negatives must be >= 0, got {no_positive_negatives}"
             )
         self.alpha = float(alpha)

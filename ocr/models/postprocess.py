@@ -8,6 +8,8 @@ import pyclipper
 import torch
 from torch import Tensor
 
+from ocr.errors import ConfigError
+
 
 class DBPostProcessor:
     """Turns DBNet probability maps into rotated boxes, following the DB reference.
@@ -41,13 +43,13 @@ class DBPostProcessor:
     ) -> None:
         for name, value in (("thresh", thresh), ("box_thresh", box_thresh)):
             if not 0.0 <= value <= 1.0:
-                raise ValueError(f"DBPostProcessor: {name} must be in [0, 1], got {value}")
+                raise ConfigError(f"DBPostProcessor: {name} must be in [0, 1], got {value}")
         if max_candidates <= 0:
-            raise ValueError(f"DBPostProcessor: max_candidates must be > 0, got {max_candidates}")
+            raise ConfigError(f"DBPostProcessor: max_candidates must be > 0, got {max_candidates}")
         if unclip_ratio <= 0:
-            raise ValueError(f"DBPostProcessor: unclip_ratio must be > 0, got {unclip_ratio}")
+            raise ConfigError(f"DBPostProcessor: unclip_ratio must be > 0, got {unclip_ratio}")
         if min_size < 0:
-            raise ValueError(f"DBPostProcessor: min_size must be >= 0, got {min_size}")
+            raise ConfigError(f"DBPostProcessor: min_size must be >= 0, got {min_size}")
         self.thresh = float(thresh)
         self.box_thresh = float(box_thresh)
         self.max_candidates = int(max_candidates)

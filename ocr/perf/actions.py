@@ -32,18 +32,49 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
+from ocr.perf.clock import PHASES
+
 __all__ = [
     "CALLBACK",
     "DATAMODULE",
     "LOOP",
     "MODULE",
     "OTHER",
+    "POOLED_IN_TRACE",
     "STRATEGY",
+    "TRACE_PHASES",
     "Action",
     "callback_class_name",
     "classify_action",
     "strip_trace_prefix",
+    "trace_phase",
 ]
+
+# -- the one phase vocabulary --------------------------------------------------------------------
+# The live clock's phases (``ocr.perf.clock.PHASES``) are the only phase names: the trace's step
+# breakdown, its agreement with the clock, the report, the CLI, the JSON and the loggers' phase
+# keys use them. A trace cannot tell three of them apart from the work around them (nothing in it
+# marks ``perf_phase`` blocks or a DDP wait), so its breakdown holds their time in the phase that
+# encloses them; this mapping is the only place that says so.
+
+#: Clock phase -> the trace phase whose time includes it, for the phases a trace cannot separate:
+#: postprocess and metric run inside the step function (forward); a wait for another rank is time
+#: no label in the trace claims (unattributed).
+POOLED_IN_TRACE: dict[str, str] = {
+    "postprocess": "forward",
+    "metric": "forward",
+    "sync_wait": "unattributed",
+}
+#: The phases of a trace's step breakdown: the clock's, in its order, less those pooled above.
+TRACE_PHASES: tuple[str, ...] = tuple(p for p in PHASES if p not in POOLED_IN_TRACE)
+
+
+def trace_phase(phase: str) -> str:
+    """The phase of :data:`TRACE_PHASES` that holds clock phase ``phase``'s time in a trace;
+    a name the clock does not know is ``unattributed`` (never dropped)."""
+    phase = POOLED_IN_TRACE.get(phase, phase)
+    return phase if phase in TRACE_PHASES else "unattributed"
+
 
 CALLBACK = "callback"
 MODULE = "module"

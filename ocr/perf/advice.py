@@ -18,7 +18,7 @@ the CPU supports bf16).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -84,7 +84,7 @@ class RunFacts:
 
 
 def _walk(node: Any, prefix: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], Any]]:
-    if not isinstance(node, dict):
+    if not isinstance(node, Mapping):
         return
     for key, value in node.items():
         path = (*prefix, str(key))
@@ -103,7 +103,7 @@ def _rank(path: tuple[str, ...], stage: str | None, parents: Sequence[str]) -> t
 
 
 def find_key(
-    config: dict[str, Any] | None,
+    config: Mapping[str, object] | None,
     leaves: Sequence[str],
     *,
     parent: str | None = None,
@@ -119,11 +119,11 @@ def find_key(
     if not config:
         return None
 
-    def matches(names: Sequence[str], need_prefer: bool) -> list[tuple[tuple[str, ...], Any]]:
+    def matches(names: Sequence[str], need_prefer: bool) -> list[tuple[tuple[str, ...], object]]:
         found = []
         for path, value in _walk(config):
             # a section is not a setting; a list is (``widths: [16, 32]`` takes an override)
-            if path[0] == "hydra" or path[-1] not in names or isinstance(value, dict):
+            if path[0] == "hydra" or path[-1] not in names or isinstance(value, Mapping):
                 continue
             if parent is not None and (len(path) < 2 or path[-2] != parent):
                 continue
@@ -182,6 +182,13 @@ def _candidate(
     if key.note:
         text += f" ({key.note})"
     return Candidate(family, text, override(key, value), alters, eval_time)
+
+
+def _switch_on(family: str, key: ConfigKey | None, described: str, plain: str) -> Candidate | None:
+    """A setting to turn on (see :func:`_candidate`); ``None`` when the config has it on."""
+    if key is not None and key.value is True:
+        return None
+    return _candidate(family, key, True, described, plain)
 
 
 def _as_int(value: Any) -> int | None:
@@ -249,13 +256,9 @@ def _prefetch(f: RunFacts) -> Candidate | None:
 def _persistent(f: RunFacts, planned: bool) -> Candidate | None:
     if not _workers_after(f, planned):
         return None
-    key = find_key(f.config, ("persistent_workers",), stage=f.stage)
-    if key is not None and key.value is True:
-        return None
-    return _candidate(
+    return _switch_on(
         "persistent_workers",
-        key,
-        True,
+        find_key(f.config, ("persistent_workers",), stage=f.stage),
         "keep workers alive between epochs: {key}{now} -> true",
         "keep workers alive between epochs (the DataLoader's persistent_workers=True)",
     )
@@ -264,26 +267,18 @@ def _persistent(f: RunFacts, planned: bool) -> Candidate | None:
 def _pin_memory(f: RunFacts) -> Candidate | None:
     if f.device != "cuda":
         return None  # pinned memory only speeds host-to-GPU copies
-    key = find_key(f.config, ("pin_memory",), stage=f.stage)
-    if key is not None and key.value is True:
-        return None
-    return _candidate(
+    return _switch_on(
         "pin_memory",
-        key,
-        True,
+        find_key(f.config, ("pin_memory",), stage=f.stage),
         "copy batches from pinned memory: {key}{now} -> true",
         "copy batches from pinned memory (the DataLoader's pin_memory=True)",
     )
 
 
 def _polygon_cache(f: RunFacts) -> Candidate | None:
-    key = find_key(f.config, ("enabled",), parent="polygon_cache")
-    if key is not None and key.value is True:
-        return None
-    return _candidate(
+    return _switch_on(
         "polygon_cache",
-        key,
-        True,
+        find_key(f.config, ("enabled",), parent="polygon_cache"),
         "compute the DB target maps once and read them back: {key}{now} -> true",
         "compute the per-sample targets once and read them back (a cache keyed by the "
         "un-augmented sample) instead of every epoch",
@@ -373,13 +368,9 @@ def _precision(f: RunFacts) -> Candidate | None:
 def _cudnn_benchmark(f: RunFacts) -> Candidate | None:
     if f.device != "cuda":
         return None
-    key = find_key(f.config, ("benchmark", "cudnn_benchmark"), prefer=("trainer",))
-    if key is not None and key.value is True:
-        return None
-    return _candidate(
+    return _switch_on(
         "cudnn_benchmark",
-        key,
-        True,
+        find_key(f.config, ("benchmark", "cudnn_benchmark"), prefer=("trainer",)),
         "let cuDNN pick the fastest convolution algorithms: {key}{now} -> true",
         "let cuDNN pick the fastest convolution algorithms (the Trainer's benchmark=True; "
         "fixed input shapes)",

@@ -39,6 +39,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from ocr.errors import ConfigError
 from ocr.perf.findings import Finding, threshold
 from ocr.perf.rundir import JsonlWriter
 from ocr.perf.triggers import request_profile
@@ -165,12 +166,12 @@ class Check:
 def _check_setting(rule: str, key: str, default: Any, value: Any) -> Any:
     if isinstance(default, bool):
         if not isinstance(value, bool):
-            raise ValueError(f"alert rule {rule!r}: {key} must be true or false, got {value!r}")
+            raise ConfigError(f"alert rule {rule!r}: {key} must be true or false, got {value!r}")
         return value
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise ValueError(f"alert rule {rule!r}: {key} must be a number, got {value!r}")
+        raise ConfigError(f"alert rule {rule!r}: {key} must be a number, got {value!r}")
     if value < 0:
-        raise ValueError(f"alert rule {rule!r}: {key} must be >= 0, got {value!r}")
+        raise ConfigError(f"alert rule {rule!r}: {key} must be >= 0, got {value!r}")
     return float(value)
 
 
@@ -209,7 +210,7 @@ class Rule:
         defaults = self.defaults()
         unknown = sorted(set(settings) - set(defaults))
         if unknown:
-            raise ValueError(
+            raise ConfigError(
                 f"alert rule {self.name!r}: unknown setting(s) {', '.join(unknown)}; expected "
                 f"some of {', '.join(sorted(defaults))}"
             )
@@ -268,9 +269,9 @@ class ThresholdRule(Rule):
         **settings: Any,
     ) -> None:
         if severity not in ("warning", "critical"):
-            raise ValueError(f"alert rule {name!r}: severity must be warning or critical")
+            raise ConfigError(f"alert rule {name!r}: severity must be warning or critical")
         if (above and clear > threshold) or (not above and clear < threshold):
-            raise ValueError(
+            raise ConfigError(
                 f"alert rule {name!r}: clear ({clear}) must be on the safe side of threshold "
                 f"({threshold})"
             )
@@ -845,7 +846,7 @@ def build_rules(settings: Mapping[str, Mapping[str, Any] | None] | None = None) 
     settings = dict(settings or {})
     unknown = sorted(set(settings) - set(RULES))
     if unknown:
-        raise ValueError(
+        raise ConfigError(
             f"alert rules: unknown rule(s) {', '.join(unknown)}; expected some of "
             f"{', '.join(RULES)}"
         )
@@ -853,7 +854,7 @@ def build_rules(settings: Mapping[str, Mapping[str, Any] | None] | None = None) 
     for name, cls in RULES.items():
         overrides = settings.get(name) or {}
         if not isinstance(overrides, Mapping):
-            raise ValueError(f"alert rule {name!r}: settings must be a mapping, got {overrides!r}")
+            raise ConfigError(f"alert rule {name!r}: settings must be a mapping, got {overrides!r}")
         rule = cls(**{str(k): v for k, v in overrides.items()})
         if rule.enabled:
             rules.append(rule)

@@ -59,6 +59,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ocr.errors import ConfigError, InputError
 from ocr.perf.rundir import (
     PERF_DIRNAME,
     RunDirError,
@@ -130,7 +131,7 @@ _MACHINE_KEYS = (
 )
 
 
-class BaselineError(ValueError):
+class BaselineError(InputError, ValueError):
     """A source or baseline is missing, malformed or unusable; the message names the file."""
 
 
@@ -664,7 +665,7 @@ def check_baseline(
         says which way). ``insufficient`` lists why either side is too little to judge.
     """
     if tolerance_pct is not None and not tolerance_pct >= 0:
-        raise ValueError(f"tolerance_pct must be >= 0, got {tolerance_pct!r}")
+        raise ConfigError(f"tolerance_pct must be >= 0, got {tolerance_pct!r}")
     comparable, notes = _comparability(baseline, current, allow_other_machine)
     base_figs = baseline.get("figures") or {}
     cur_figs = current.get("figures") or {}

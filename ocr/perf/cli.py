@@ -184,7 +184,7 @@ def _run(args: argparse.Namespace) -> int:
     # Imported here so that `ocr-perf --help` and argument errors stay instant.
     from rich.console import Console
 
-    from ocr.perf.trace import analyze_trace
+    from ocr.perf.trace import analyze_path
     from ocr.perf.trace.compare import compare_reports
     from ocr.perf.trace.render import print_analysis, print_comparison, to_markdown
     from ocr.perf.trace.windows import attach_clock_agreement
@@ -192,28 +192,28 @@ def _run(args: argparse.Namespace) -> int:
     console = Console()
     try:
         if args.command == "analyze":
-            report = analyze_trace(args.trace, top_k=args.top_k)
+            report = analyze_path(args.trace, top_k=args.top_k)
             attach_clock_agreement(report)  # the phase clock's figures, for ProfilerCallback runs
             print_analysis(report, console)
             if args.json:
-                _write(args.json, _dump(report))
+                _write(args.json, _dump(report.as_dict()))
             if args.markdown:
                 _write(args.markdown, to_markdown(report))
             return EXIT_OK
         threshold = 5.0 if args.fail_on_regression is None else args.fail_on_regression
         result = compare_reports(
-            analyze_trace(args.a, top_k=None),
-            analyze_trace(args.b, top_k=None),
+            analyze_path(args.a, top_k=None),
+            analyze_path(args.b, top_k=None),
             threshold_pct=threshold,
             top_k=args.top_k,
         )
         print_comparison(result, console)
         if args.json:
-            _write(args.json, _dump(result))
-        if args.fail_on_regression is not None and result["verdict"]["verdict"] == "regression":
+            _write(args.json, _dump(result.as_dict()))
+        if args.fail_on_regression is not None and result.verdict["verdict"] == "regression":
             return EXIT_REGRESSION
-        if result["verdict"]["verdict"] == "not comparable":
-            report_error("ocr-perf", result["verdict"]["note"])
+        if result.verdict["verdict"] == "not comparable":
+            report_error("ocr-perf", result.verdict["note"])
             return EXIT_BAD_INPUT
         return EXIT_OK
     except OSError as exc:  # traces are read into TraceError: an OSError here is an output

@@ -22,6 +22,16 @@ hypothesis until ``ocr-perf try`` measures it):
   alert's sampling window, a trace heuristic (op counts and durations).
 - ``guess``: a rule of thumb that nothing in this run measured.
 
+Score: one unit for every finding, **the share of wall time (%) its cause costs**, which is what
+removing the cause could save at most, so findings of any source rank on one scale (highest
+first). A rule scores the share of the wall time it looked at: a stage's epochs (the verdict) or
+the profiled steps (the trace rules); the verdict turns a share of a stage into a share of the
+run with :func:`share_of_run`. A risk (a run that may die: an imminent OOM, a full disk, NaN loss)
+has no time share; a dead run loses all of it, so a critical risk scores 100 and a warning about
+one 10 (:func:`risk_score`, from :data:`THRESHOLDS` ``risk_*_score``). A finding about the
+measurement itself (trace and clock disagree) scores 0: nothing to save. Severity comes from
+:data:`THRESHOLDS` too, never from the score.
+
 Thresholds. Each entry of :data:`THRESHOLDS` has a post-hoc ``value`` (the verdict and the trace
 rules judge a whole stage or a profiled window after the fact) and, where a live alert needs a
 different number, a ``live`` value with the reason (``why``). An alert sees one sampling window
@@ -35,6 +45,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import msgspec
+
 from ocr.perf.candidates import Candidate
 
 __all__ = [
@@ -46,6 +58,8 @@ __all__ = [
     "Threshold",
     "input_bound_severity",
     "post_hoc_thresholds",
+    "risk_score",
+    "share_of_run",
     "threshold",
 ]
 
@@ -73,7 +87,7 @@ class Threshold:
         value: the post-hoc value (verdict and trace rules), in ``unit``; ``None`` when only a
             live alert uses the entry.
         unit: ``%`` (of a stage's or step's wall time unless ``meaning`` says otherwise),
-            ``s``, ``GB``, ``MB/min``, ``h``, ``us``, ``count``, ``x`` (a factor) or ``score``.
+            ``s``, ``GB``, ``MB/min``, ``h``, ``us``, ``count`` or ``x`` (a factor).
         meaning: what crosses it, in a sentence.
         live: the live alert's value in the same unit, when it differs from (or there is no)
             ``value``; ``None``: the alert, if any, uses ``value``.
@@ -211,9 +225,9 @@ THRESHOLDS: dict[str, Threshold] = {
     ),
     "cache_hit_min_pct": Threshold(50.0, "%", "polygon cache hit rate after the first epoch"),
     "risk_critical_score": Threshold(
-        100.0, "score", "score of a critical risk (a run that may die loses everything)"
+        100.0, "%", "score of a critical risk: a run that may die loses all of its wall time"
     ),
-    "risk_warning_score": Threshold(10.0, "score", "score of a warning about risk"),
+    "risk_warning_score": Threshold(10.0, "%", "score of a warning about a risk"),
     # -- trace heuristics (trace rules) ----------------------------------------------------------
     "sync_time_pct": Threshold(2.0, "%", "host time in sync calls per step"),
     "sync_calls_per_step": Threshold(5.0, "count", "host-device sync calls per step"),
@@ -264,6 +278,19 @@ def input_bound_severity(data_wait_pct: float) -> str | None:
     return None
 
 
+def risk_score(severity: str) -> float:
+    """The score (% of the run's wall time) of a risk of ``severity``: ``risk_critical_score``
+    for ``critical``, ``risk_warning_score`` otherwise (see the module doc)."""
+    return threshold("risk_critical_score" if severity == "critical" else "risk_warning_score")
+
+
+def share_of_run(share_pct: float, stage_share_pct: float) -> float:
+    """A score measured as ``share_pct`` % of one stage's (or profiled steps') wall time, as a
+    share of the run's wall time, given the stage's share of the run ``stage_share_pct`` (%),
+    rounded to 0.1."""
+    return round(share_pct * stage_share_pct / 100.0, 1)
+
+
 @dataclass
 class Finding:
     """One diagnosis, from whichever rule made it.
@@ -271,8 +298,8 @@ class Finding:
     Args:
         id: rule identifier (``input_bound``, ``data_loading``, ``alert:nan_loss``, ...).
         severity: ``critical``, ``warning`` or ``info`` (:data:`SEVERITIES`).
-        score: percent of the run's recorded wall time at stake (0-100) where the rule knows
-            it; risks score by :data:`THRESHOLDS` ``risk_*_score`` (see the verdict).
+        score: the share of wall time its cause costs, in % (0-100; see the module doc): of
+            the run's in a verdict, of the profiled steps' in a trace rule's finding.
         title: one line naming the cause with its main figure.
         evidence: the figures behind it (seconds, percent, ms per sample, counts).
         threshold: the thresholds it was judged with, in the evidence's units.
@@ -304,54 +331,23 @@ class Finding:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: Any, where: str = "finding") -> Finding:
+    def from_dict(cls, data: object, where: str = "finding") -> Finding:
         """Read :meth:`as_dict`'s form, or the older one of the trace rules (no score, source,
-        confidence or candidates). ``ValueError`` naming ``where`` and the field when it is not
-        a finding."""
+        confidence or candidates: a ``likely`` trace finding); unknown keys are ignored.
+        ``ValueError`` naming ``where`` and the field when it is not a finding."""
         if not isinstance(data, dict):
             raise ValueError(f"{where}: expected an object, got {type(data).__name__}")
-        for key in ("id", "title"):
-            if not isinstance(data.get(key), str):
-                raise ValueError(f"{where}: {key} must be a string, got {data.get(key)!r}")
-        severity = data.get("severity", "info")
-        if severity not in SEVERITY_ORDER:
+        older = {
+            "score": 0.0,
+            "severity": "info",
+            "suggestion": "",
+            "source": "trace",
+            "confidence": "likely",
+        }
+        try:
+            found = msgspec.convert(older | data, cls)
+        except msgspec.ValidationError as exc:
+            raise ValueError(f"{where}: {exc}") from None
+        if found.severity not in SEVERITY_ORDER:
             raise ValueError(f"{where}: severity must be one of {list(SEVERITY_ORDER)}")
-        evidence = data.get("evidence") or {}
-        thresholds = data.get("threshold") or {}
-        if not isinstance(evidence, dict) or not isinstance(thresholds, dict):
-            raise ValueError(f"{where}: evidence and threshold must be objects")
-        score = data.get("score", 0.0)
-        if isinstance(score, bool) or not isinstance(score, int | float):
-            raise ValueError(f"{where}: score must be a number, got {score!r}")
-        candidates = []
-        for i, c in enumerate(data.get("candidates") or []):
-            if not isinstance(c, dict) or not isinstance(c.get("description"), str):
-                raise ValueError(f"{where}: candidate {i} needs a description")
-            candidates.append(
-                Candidate(
-                    family=str(c.get("family", "other")),
-                    description=c["description"],
-                    override=c.get("override") if isinstance(c.get("override"), str) else None,
-                    alters_computation=bool(c.get("alters_computation", False)),
-                    eval_time=bool(c.get("eval_time", False)),
-                )
-            )
-        stage = data.get("stage")
-        return cls(
-            id=data["id"],
-            severity=severity,
-            score=float(score),
-            title=data["title"],
-            evidence=dict(evidence),
-            threshold={
-                str(k): float(v)
-                for k, v in thresholds.items()
-                if isinstance(v, int | float) and not isinstance(v, bool)
-            },
-            suggestion=str(data.get("suggestion", "")),
-            stage=stage if isinstance(stage, str) else None,
-            source=str(data.get("source", "trace")),
-            confidence=str(data.get("confidence", "likely")),
-            corroboration=[str(c) for c in data.get("corroboration") or []],
-            candidates=candidates,
-        )
+        return found

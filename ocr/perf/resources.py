@@ -43,6 +43,7 @@ from typing import Any
 
 import psutil
 
+from ocr.errors import ConfigError
 from ocr.perf.alerts import AlertEngine
 from ocr.perf.memory import GB
 from ocr.perf.rundir import JsonlWriter
@@ -263,12 +264,12 @@ class ResourceSampler:
         warn: Callable[[str], None] | None = None,
     ) -> None:
         if not worker_refresh_s > 0:
-            raise ValueError(f"worker_refresh_s must be > 0 seconds, got {worker_refresh_s!r}")
+            raise ConfigError(f"worker_refresh_s must be > 0 seconds, got {worker_refresh_s!r}")
         self.checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir is not None else None
         self.cuda_device = cuda_device
         self.worker_refresh_s = float(worker_refresh_s)
         if isinstance(memory_detail_s, bool) or not memory_detail_s >= 0:
-            raise ValueError(f"memory_detail_s must be >= 0 seconds, got {memory_detail_s!r}")
+            raise ConfigError(f"memory_detail_s must be >= 0 seconds, got {memory_detail_s!r}")
         self.memory_detail_s = float(memory_detail_s)
         self._want_detail = self.memory_detail_s > 0  # USS/PSS wanted at all
         self._detail_t = -math.inf
@@ -748,7 +749,7 @@ class ResourceMonitor:
             ("rate_window_s", rate_window_s),
         ):
             if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-                raise ValueError(f"ResourceMonitor: {name} must be > 0 seconds, got {value!r}")
+                raise ConfigError(f"ResourceMonitor: {name} must be > 0 seconds, got {value!r}")
         self.sampler = sampler
         self.signals = signals
         self.engine = engine

@@ -35,6 +35,8 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import IO, Any
 
+from ocr.errors import InputError
+
 __all__ = [
     "PERF_DIRNAME",
     "JsonlWriter",
@@ -67,7 +69,7 @@ def polygon_cache_hit_rate(counts: Mapping[str, Any]) -> float | None:
     return hits / lookups if lookups else None
 
 
-class RunDirError(ValueError):
+class RunDirError(InputError, ValueError):
     """A run-directory file is malformed or of a newer format; the message names file and line."""
 
 

@@ -11,8 +11,13 @@ instead of ``trainer.default_root_dir`` (a foreign app may hard-code that folder
 (``trainer.should_stop``) after ``warmup + batches`` training batches. The speed is then read from
 the trial's ``perf/epochs.jsonl`` (``ocr.perf.tryout.measure``), skipping the warm-up batches.
 
-Format: ``warmup=5;batches=20;perf_dir=/tmp/x;keep=val,checkpoint`` (keys in any order; ``keep``
-optional). Pure Python: no Lightning here.
+Format: ``warmup=5;batches=20;perf_dir=/tmp/x;keep=val,checkpoint;owner=1234`` (keys in any
+order; ``keep`` and ``owner`` optional). ``owner`` is the process id of the ``ocr-perf try`` that
+set the variable. A window whose owner is not an ancestor of the training process (a variable
+exported in a shell, inherited by an unrelated job, or copied from a trial's log) is *stray*:
+it still applies, and the callbacks announce it with one warning naming the variable and what it
+does (:meth:`TryWindow.announcement`), since it silently turns a fit into a short trial without
+checkpoints or loggers. Pure Python: no Lightning here.
 """
 
 from __future__ import annotations
@@ -22,6 +27,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ocr.errors import InputError
+
 __all__ = ["ENV_VAR", "KEEP_CHOICES", "TryWindow", "TryWindowError"]
 
 ENV_VAR = "OCR_PERF_TRY_WINDOW"
@@ -29,7 +36,7 @@ ENV_VAR = "OCR_PERF_TRY_WINDOW"
 KEEP_CHOICES = frozenset({"val", "checkpoint", "loggers"})
 
 
-class TryWindowError(ValueError):
+class TryWindowError(InputError, ValueError):
     """``OCR_PERF_TRY_WINDOW`` is malformed; the message names the part."""
 
 
@@ -44,12 +51,14 @@ class TryWindow:
         perf_dir: folder that receives the trial's ``perf/`` files (a folder ``ocr-perf try``
             made for this trial).
         keep: parts left on because the change concerns them (subset of :data:`KEEP_CHOICES`).
+        owner: process id of the ``ocr-perf try`` that opened the window (``None``: unknown).
     """
 
     warmup: int
     batches: int
     perf_dir: Path
     keep: frozenset[str] = field(default_factory=frozenset)
+    owner: int | None = None
 
     def __post_init__(self) -> None:
         if self.warmup < 0 or self.batches < 1:
@@ -73,7 +82,40 @@ class TryWindow:
         parts = [f"warmup={self.warmup}", f"batches={self.batches}", f"perf_dir={self.perf_dir}"]
         if self.keep:
             parts.append(f"keep={','.join(sorted(self.keep))}")
+        if self.owner is not None:
+            parts.append(f"owner={self.owner}")
         return ";".join(parts)
+
+    def opened_by_ocr_perf_try(self) -> bool:
+        """Whether the ``ocr-perf try`` named by ``owner`` is an ancestor of this process (the
+        trial's command, a launcher in between or a DDP rank it started); ``False`` for a stray
+        variable."""
+        if self.owner is None:
+            return False
+        import psutil
+
+        try:
+            return any(parent.pid == self.owner for parent in psutil.Process().parents())
+        except psutil.Error:
+            return False
+
+    def announcement(self) -> str:
+        """The warning for a stray window: the variable, its value and what it does."""
+        off = [
+            what
+            for part, what in (
+                ("val", "runs no validation"),
+                ("checkpoint", "saves no checkpoint"),
+                ("loggers", "logs to no logger"),
+            )
+            if part not in self.keep
+        ]
+        does = ", ".join([f"stops after {self.total_batches} training batches", *off])
+        return (
+            f"{ENV_VAR} is set ({self.to_env()!r}) outside `ocr-perf try`: this fit is a short "
+            f"trial window. It {does}, and writes its perf/ files into {self.perf_dir}. Unset "
+            f"{ENV_VAR} for a normal run."
+        )
 
     @classmethod
     def parse(cls, text: str) -> TryWindow:
@@ -96,7 +138,10 @@ class TryWindow:
                 f"{ENV_VAR}={text!r}: warmup and batches must be integers"
             ) from exc
         keep = frozenset(k for k in fields.get("keep", "").split(",") if k)
-        return cls(warmup, batches, Path(fields["perf_dir"]), keep)
+        owner = fields.get("owner")
+        if owner is not None and not owner.isdigit():
+            raise TryWindowError(f"{ENV_VAR}={text!r}: owner must be a process id")
+        return cls(warmup, batches, Path(fields["perf_dir"]), keep, int(owner) if owner else None)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> TryWindow | None:

@@ -71,7 +71,8 @@ def test_hydra_full_error_shows_the_traceback(tmp_path: Path) -> None:
     )
     assert proc.returncode != 0
     assert "Traceback" in proc.stderr
-    assert "FileNotFoundError" in proc.stderr
+    # an InputError that is also a FileNotFoundError (ocr.errors): the type names it
+    assert "ocr.errors.MissingPathError: data.dataset_dir: no such folder" in proc.stderr
 
 
 def test_non_numeric_coordinate_names_file_and_word(tiny_dataset: Path, tmp_path: Path) -> None:
@@ -133,6 +134,36 @@ def test_ocr_test_missing_checkpoint_has_no_traceback(tiny_dataset: Path, tmp_pa
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr
     assert f"ocr-test: error: checkpoint_path: no such file: {missing}" in proc.stderr
+    assert not (tmp_path / "r").exists()  # refused before Hydra made the run folder
+
+
+def test_ocr_train_missing_or_unreadable_ckpt_path_is_one_line_and_writes_nothing(
+    tiny_dataset: Path, tmp_path: Path
+) -> None:
+    missing = tmp_path / "nope.ckpt"
+    unreadable = tmp_path / "notes.ckpt"
+    unreadable.write_text("not a checkpoint")
+    for ckpt, message in (
+        (missing, f"ckpt_path: no such file: {missing}"),
+        (unreadable, f"ckpt_path: {unreadable} is not a checkpoint"),
+    ):
+        run = tmp_path / "run"
+        proc = _run(
+            [
+                "-m",
+                "ocr.train",
+                *TINY,
+                f"data.dataset_dir={tiny_dataset}",
+                f"ckpt_path={ckpt}",
+                f"hydra.run.dir={run}",
+            ],
+            tmp_path,
+        )
+        assert proc.returncode == 2, proc.stderr[-3000:]
+        assert "Traceback" not in proc.stderr
+        (error,) = [line for line in proc.stderr.splitlines() if line.strip()]
+        assert error.startswith(f"ocr-train: error: {message}")
+        assert not run.exists()  # no .hydra/, csv/, tensorboard/, log: not even the folder
 
 
 def test_ocr_synth_unusable_output_is_one_message(tmp_path: Path) -> None:

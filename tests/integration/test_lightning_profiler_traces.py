@@ -75,7 +75,7 @@ def test_lightning_per_stage_traces_are_read_and_broken_down(tmp_path: Path) -> 
     for s in full:
         assert s["phases_ms"]["forward"] > 0
         assert s["phases_ms"]["optimizer"] > 0
-        assert s["phases_ms"]["data_loading"] > 0
+        assert s["phases_ms"]["data_wait"] > 0
     val = [s for s in steps if s["stage"] == "validation"]
     assert val
     assert all(s["phases_ms"]["backward"] == 0 and s["phases_ms"]["optimizer"] == 0 for s in val)

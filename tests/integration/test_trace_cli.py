@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from ocr.perf.cli import main
+from ocr.perf.clock import PHASES as CLOCK_PHASES
 from tests.unit.perf_trace.synth import make_trace, write
 
 
@@ -41,10 +42,12 @@ def test_analyze_writes_json_and_markdown(
     assert rc == 0
     printed = capsys.readouterr().out
     assert "Top CPU ops" in printed
-    assert "data_loading" in printed
+    assert "data_wait" in printed  # the step breakdown speaks the phase clock's names
     assert "Data loading takes" in printed
     report = json.loads(out_json.read_text())
     assert len(report["top_cpu_ops"]) == 3
+    assert set(report["phase_summary"]["train"]["phases"]) <= set(CLOCK_PHASES)
+    assert set(report["steps"][0]["phases_ms"]) <= set(CLOCK_PHASES)
     assert report["findings"][0]["id"] == "data_loading"
     assert "## Findings" in out_md.read_text()
 

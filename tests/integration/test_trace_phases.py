@@ -46,7 +46,7 @@ class Sleeps:
         t0 = time.perf_counter()
         time.sleep(seconds)
         dt = time.perf_counter() - t0
-        if phase == "data_loading":
+        if phase == "data_wait":
             self.data.append(dt)
         else:
             self.by_batch[self.batch][phase] += dt
@@ -63,7 +63,7 @@ class SlowData(Dataset[tuple[torch.Tensor, torch.Tensor]]):
         return len(self.x)
 
     def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
-        self.sleeps.sleep("data_loading", DATA_S)
+        self.sleeps.sleep("data_wait", DATA_S)
         return self.x[i], self.y[i]
 
 
@@ -189,9 +189,9 @@ def _check(report: dict[str, Any], sleeps: Sleeps, batch_of_step: int = 0) -> No
         assert sum(s["phases_ms"].values()) == pytest.approx(s["wall_ms"], abs=1e-3)
         for phase, secs in sleeps.by_batch[s["number"] + batch_of_step].items():
             expected[phase] += 1e3 * secs
-        expected["data_loading"] += 1e3 * data_per_batch
+        expected["data_wait"] += 1e3 * data_per_batch
     got = {p: sum(s["phases_ms"][p] for s in steps) for p in steps[0]["phases_ms"]}
-    for phase in ("data_loading", "forward", "backward", "optimizer"):
+    for phase in ("data_wait", "forward", "backward", "optimizer"):
         assert got[phase] == pytest.approx(expected[phase], rel=TOL), (phase, got, dict(expected))
     # nothing planted elsewhere reached the optimizer phase: it is at most its own sleeps
     assert got["optimizer"] <= (1 + TOL) * expected["optimizer"]

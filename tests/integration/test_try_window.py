@@ -4,6 +4,8 @@ checkpoint and no logs, and put their perf files in the trial's folder."""
 
 from __future__ import annotations
 
+import os
+import warnings
 from pathlib import Path
 
 import lightning as L
@@ -98,3 +100,42 @@ def test_without_the_variable_nothing_changes(
     assert trainer.global_step == 30
     assert module.val_steps > 0
     assert (tmp_path / "app_root" / "perf" / "epochs.jsonl").is_file()
+
+
+def _window_warnings(record: list[warnings.WarningMessage]) -> list[str]:
+    return [str(w.message) for w in record if ENV_VAR in str(w.message)]
+
+
+def test_a_stray_window_announces_itself_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # exported in a shell (no owner, or an owner that is no ancestor): the window applies, and
+    # says so once, naming the variable and what it does
+    trial = tmp_path / "trial"
+    monkeypatch.setenv(ENV_VAR, TryWindow(1, 3, trial).to_env())
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        trainer, _ = _fit(tmp_path / "app_root")
+    assert trainer.global_step == 4
+    (message,) = _window_warnings(record)
+    assert f"{ENV_VAR} is set" in message
+    assert "outside `ocr-perf try`" in message
+    assert (
+        "It stops after 4 training batches, runs no validation, saves no checkpoint, logs to no "
+        "logger, and writes its perf/ files into"
+    ) in message
+    assert f"Unset {ENV_VAR}" in message
+
+
+def test_a_window_set_by_ocr_perf_try_is_quiet(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # ocr-perf try names itself as the owner; it is an ancestor of the trial's process (here:
+    # the test's parent process stands for it)
+    window = TryWindow(1, 3, tmp_path / "trial", owner=os.getppid())
+    monkeypatch.setenv(ENV_VAR, window.to_env())
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        trainer, _ = _fit(tmp_path / "app_root")
+    assert trainer.global_step == 4
+    assert _window_warnings(record) == []

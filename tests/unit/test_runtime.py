@@ -9,8 +9,10 @@ from typing import Any
 
 import pytest
 from hydra import compose, initialize_config_module
+from hydra.errors import InstantiationException
 from omegaconf import OmegaConf
 
+from ocr.errors import ConfigError, InputError
 from ocr.lightning_modules.callbacks import ProfilerCallback
 from ocr.perf.rundir import read_run_info
 from ocr.runtime import (
@@ -89,6 +91,30 @@ def test_entry_without_target_is_an_error_naming_the_key() -> None:
     cfg = OmegaConf.create({"logger": {"wandb": {"project": "x"}}})
     with pytest.raises(ValueError, match=r"logger\.wandb has no _target_"):
         build_loggers(cfg)
+
+
+class _BuggyCallback:
+    """A constructor with a bug of its own (not a rejected argument)."""
+
+    def __init__(self, interval: int = 1) -> None:
+        self.parts = [1, 2][interval]  # IndexError for interval=5: a bug, not the config's
+
+
+def test_entry_the_config_gets_wrong_is_a_config_error_and_a_constructor_bug_is_not() -> None:
+    def build(entry: dict[str, Any]) -> list[Any]:
+        return build_callbacks(OmegaConf.create({"callbacks": {"x": entry}}))
+
+    progress = "ocr.lightning_modules.callbacks.PlainProgressBar"
+    with pytest.raises(ConfigError, match=r"callbacks\.x .*interval_s must be > 0, got -1"):
+        build({"_target_": progress, "interval_s": -1})
+    with pytest.raises(ConfigError, match=r"callbacks\.x .*unexpected keyword argument 'interval'"):
+        build({"_target_": progress, "interval": 3})
+    with pytest.raises(ConfigError, match=r"_target_ ocr\.no_such_module\.Cb names nothing"):
+        build({"_target_": "ocr.no_such_module.Cb"})
+    with pytest.raises(InstantiationException) as bug:  # Hydra's, with the bug's traceback
+        build({"_target_": f"{__name__}._BuggyCallback", "interval": 5})
+    assert not isinstance(bug.value, InputError)
+    assert isinstance(bug.value.__cause__, IndexError)
 
 
 def test_disabled_entry_is_not_built() -> None:

@@ -17,6 +17,7 @@ from typing import Any
 import lightning as L
 from lightning.pytorch.callbacks import Callback
 
+from ocr.errors import ConfigError
 from ocr.lightning_modules.callbacks.epoch_report import (
     EpochReport,
     IntervalProgress,
@@ -67,7 +68,7 @@ class RecorderCallback(Callback):
         super().__init__()
         name = type(self).__name__
         if isinstance(log_interval, bool) or not isinstance(log_interval, int) or log_interval < 0:
-            raise ValueError(f"{name}: log_interval must be an integer >= 0, got {log_interval!r}")
+            raise ConfigError(f"{name}: log_interval must be an integer >= 0, got {log_interval!r}")
         self.enabled = bool(enabled)
         self.log_interval = log_interval
         self.stages = normalize_stages(stages, name)

@@ -10,6 +10,7 @@ from typing import NamedTuple
 
 import lightning as L
 
+from ocr.errors import ConfigError
 from ocr.perf.ranks import Straggler
 
 __all__ = [
@@ -32,14 +33,14 @@ def normalize_stages(stages: Iterable[str], owner: str) -> frozenset[str]:
     """Map user stage names (``"train"``, ``"validate"`` or ``"val"``, ``"test"``) to metric
     stage names; anything else is a ``ValueError`` naming ``owner`` and the bad value."""
     if isinstance(stages, str):
-        raise ValueError(
+        raise ConfigError(
             f"{owner}: stages must be a list of stage names, got the string {stages!r}"
         )
     out = set()
     for name in stages:
         key = "val" if name == "val" else STAGE_NAMES.get(name)
         if key is None:
-            raise ValueError(
+            raise ConfigError(
                 f"{owner}: unknown stage {name!r} in stages; expected some of "
                 f"{', '.join(repr(s) for s in STAGE_NAMES)}"
             )

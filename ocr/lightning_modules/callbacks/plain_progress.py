@@ -20,6 +20,8 @@ from typing import Any
 import lightning as L
 from lightning.pytorch.callbacks.progress.progress_bar import ProgressBar
 
+from ocr.errors import ConfigError
+
 __all__ = ["PlainProgressBar"]
 
 
@@ -45,7 +47,7 @@ class PlainProgressBar(ProgressBar):
     def __init__(self, interval_s: float = 30.0) -> None:
         super().__init__()
         if not interval_s > 0:
-            raise ValueError(f"interval_s must be > 0, got {interval_s!r}")
+            raise ConfigError(f"interval_s must be > 0, got {interval_s!r}")
         self.interval_s = float(interval_s)
         self._enabled = True
         self._loop_start = 0.0

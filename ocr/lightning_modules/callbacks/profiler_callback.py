@@ -43,6 +43,7 @@ import torch
 from lightning.pytorch.callbacks import Callback
 from torch.profiler import ProfilerActivity
 
+from ocr.errors import ConfigError
 from ocr.lightning_modules.callbacks.action_stream import add_listener, remove_listener
 from ocr.lightning_modules.callbacks.epoch_report import log_to_loggers, normalize_stages
 from ocr.lightning_modules.callbacks.errors import PerfCallbackWarning
@@ -79,7 +80,7 @@ _ALERT_RULES = (
 
 def _nonneg_int(owner: str, name: str, value: Any, minimum: int = 0) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{owner}: {name} must be an integer >= {minimum}, got {value!r}")
+        raise ConfigError(f"{owner}: {name} must be an integer >= {minimum}, got {value!r}")
     return value
 
 
@@ -275,18 +276,18 @@ class ProfilerCallback(Callback):
         self.wait = _nonneg_int(owner, "wait", wait)
         self.repeat = _nonneg_int(owner, "repeat", repeat)
         if isinstance(activities, str):
-            raise ValueError(f"{owner}: activities must be a list, got the string {activities!r}")
+            raise ConfigError(f"{owner}: activities must be a list, got the string {activities!r}")
         self.activities: tuple[str, ...] = ()
         for name in activities:
             key = str(name).lower()
             if key not in _ACTIVITIES:
-                raise ValueError(
+                raise ConfigError(
                     f"{owner}: unknown activity {name!r} in activities; expected some of "
                     f"{', '.join(sorted(_ACTIVITIES))}"
                 )
             self.activities += (key,)
         if not self.activities:
-            raise ValueError(f"{owner}: activities is empty")
+            raise ConfigError(f"{owner}: activities is empty")
         self.record_shapes = bool(record_shapes)
         self.profile_memory = bool(profile_memory)
         self.with_stack = bool(with_stack)
@@ -297,7 +298,7 @@ class ProfilerCallback(Callback):
         self.log_top_k_ops = _nonneg_int(owner, "log_top_k_ops", log_top_k_ops, 1)
         self.stages = normalize_stages(stages, owner)
         if trigger_file is not None and not str(trigger_file).strip():
-            raise ValueError(f"{owner}: trigger_file is an empty path; use null to disable it")
+            raise ConfigError(f"{owner}: trigger_file is an empty path; use null to disable it")
         self.trigger_file = Path(trigger_file) if trigger_file is not None else None
         self.profile_on_request = bool(profile_on_request)
         self.check_every_n_steps = _nonneg_int(owner, "check_every_n_steps", check_every_n_steps, 1)
@@ -671,33 +672,31 @@ class ProfilerCallback(Callback):
         report = analyze_table(load_traces(window.traces), top_k=self.log_top_k_ops)
         agreement = compare_with_clock(report, window.clock, _ANALYZER_STAGE[stage])
         if agreement is not None:
-            report["clock_agreement"] = agreement.as_dict()
-            measurement = agreement.finding()
-            if measurement is not None:
-                report["findings"].append(measurement.as_dict())
+            report.add_agreement(agreement)
         if trainer.is_global_zero:
             print_analysis(report)
         analysis_s = time.perf_counter() - t0
-        steps = [
-            row["wall_ms"] for row in report["steps"] if row["stage"] == _ANALYZER_STAGE[stage]
-        ] or [row["wall_ms"] for row in report["steps"]]
-        metrics = {f"profiler/{stage}_dataloader_pct": float(report["dataloader_time_pct"])}
+        steps = [row.wall_ms for row in report.steps if row.stage == _ANALYZER_STAGE[stage]] or [
+            row.wall_ms for row in report.steps
+        ]
+        metrics = {f"profiler/{stage}_dataloader_pct": float(report.dataloader_time_pct)}
         if steps:
             metrics[f"profiler/{stage}_step_time_ms"] = sum(steps) / len(steps)
-        top = report["top_cpu_ops"]
+        top = report.top_cpu_ops
         if top:
-            per_step = top[0]["self_ms_per_step"]
+            per_step = top[0].self_ms_per_step
             metrics[f"profiler/{stage}_top_op_self_ms"] = float(
-                per_step if per_step is not None else top[0]["self_ms"]
+                per_step if per_step is not None else top[0].self_ms
             )
         log_to_loggers(trainer, metrics)
+        view = report.as_dict()  # the record is JSON
         record = {
             "t": time.time(),
             "stage": stage,
             "epoch": window.epoch,
             "trigger": window.trigger,
             "reason": window.reason,
-            "steps": int(report["summary"]["n_steps"]),
+            "steps": report.summary.n_steps,
             "traces": [self._relative(p) for p in window.traces]
             if self.export_chrome_trace
             else [],
@@ -706,16 +705,16 @@ class ProfilerCallback(Callback):
             # the profiler's own cost; the phase clock books it under the callbacks phase
             "overhead_s": {"export": round(window.export_s, 6), "analysis": round(analysis_s, 6)},
             "summary": {
-                "top_cpu_ops": report["top_cpu_ops"],
-                "findings": report["findings"],
-                "dataloader_time_pct": report["dataloader_time_pct"],
+                "top_cpu_ops": view["top_cpu_ops"],
+                "findings": view["findings"],
+                "dataloader_time_pct": report.dataloader_time_pct,
                 "step_time_ms": metrics.get(f"profiler/{stage}_step_time_ms"),
                 "phases_ms_per_step": {
-                    st: {p: v["mean_ms"] for p, v in ps["phases"].items()}
-                    for st, ps in report["phase_summary"].items()
+                    st: {p: v.mean_ms for p, v in ps.phases.items()}
+                    for st, ps in report.phase_summary.items()
                 },
             },
-            "clock_agreement": report.get("clock_agreement"),
+            "clock_agreement": view.get("clock_agreement"),
         }
         self.windows.append(record)
         self._write_record(record)
@@ -729,7 +728,7 @@ class ProfilerCallback(Callback):
             len(steps),
             metrics.get(f"profiler/{stage}_step_time_ms", float("nan")),
             metrics[f"profiler/{stage}_dataloader_pct"],
-            len(report["findings"]),
+            len(report.findings),
         )
 
     def _relative(self, path: Path) -> str:

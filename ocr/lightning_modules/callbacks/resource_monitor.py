@@ -17,6 +17,7 @@ from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities import rank_zero_info
 from rich.table import Table
 
+from ocr.errors import ConfigError
 from ocr.lightning_modules.callbacks.epoch_report import EpochReport, log_to_loggers
 from ocr.lightning_modules.callbacks.recorder import StageRecorder
 from ocr.perf.alerts import AlertEngine, AlertSink, JsonlSink, LogSink, WandbSink, build_rules
@@ -191,9 +192,9 @@ class ResourceMonitorCallback(Callback):
             ("worker_refresh_s", worker_refresh_s),
         ):
             if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-                raise ValueError(f"{name}: {label} must be a number > 0 (seconds), got {value!r}")
+                raise ConfigError(f"{name}: {label} must be a number > 0 (seconds), got {value!r}")
         if isinstance(memory_detail_s, bool) or not memory_detail_s >= 0:
-            raise ValueError(
+            raise ConfigError(
                 f"{name}: memory_detail_s must be >= 0 seconds, got {memory_detail_s!r}"
             )
         self.enabled = bool(enabled)

@@ -6,7 +6,8 @@ window on its trainer: everything goes through attributes Lightning documents on
 Lightning's ``DummyLogger``), ``should_stop``) and
 the fit loop's ``min_epochs`` / ``min_steps`` (which would hold ``should_stop`` off), so any
 Lightning app that records with our callbacks gets the same short window, whatever its config
-keys are called. Nothing happens without the variable.
+keys are called. Nothing happens without the variable. A window set outside ``ocr-perf try`` (a
+stray variable) still opens, with one warning naming the variable and what it does.
 
 Lightning creates the loggers' experiments before the callbacks' ``setup`` (a CSV logger makes its
 empty version folder then); replacing the loggers here means nothing is logged into them.
@@ -14,6 +15,7 @@ empty version folder then); replacing the loggers here means nothing is logged i
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import lightning as L
@@ -69,6 +71,8 @@ def open_trial_window(trainer: L.Trainer, owner: object) -> TrialWindow | None:
     window = TryWindow.from_env()
     if window is None or trainer.state.fn != TrainerFn.FITTING:
         return None
+    if trainer.is_global_zero and not window.opened_by_ocr_perf_try():
+        warnings.warn(window.announcement(), UserWarning, stacklevel=2)
     if "val" not in window.keep:
         trainer.limit_val_batches = 0
         trainer.num_sanity_val_steps = 0

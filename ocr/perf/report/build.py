@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ocr.perf.baseline import BaselineOutcome
 from ocr.perf.findings import post_hoc_thresholds
@@ -20,6 +20,9 @@ from ocr.perf.report.profiled import move_profiler_overhead
 from ocr.perf.report.run_name import RunName, run_name
 from ocr.perf.report.stages import StageSummary, summarize_stages
 from ocr.perf.report.verdict import Finding, judge, trace_findings
+
+if TYPE_CHECKING:
+    from ocr.perf.trace.result import TraceAnalysis
 
 __all__ = ["Report", "build_report"]
 
@@ -36,8 +39,8 @@ class Report:
         name: what the title calls the run (:mod:`ocr.perf.report.run_name`).
         stages: per-stage totals over the recorded epochs, train / val / test order.
         findings: the verdict, ranked (first = the change most likely to help).
-        trace: the profiler trace analysis reduced to what the report shows (summary, top ops,
-            memory peaks and timeline, findings; file paths relative to the run), or ``None``.
+        trace: the profiler trace analysis (its top ops cut to what the report shows, file
+            paths relative to the run), or ``None``.
         trace_note: why there is no trace analysis (not recorded, unreadable), or ``None``.
         baseline: ``ocr.perf.baseline.check_baseline``'s result, or ``None``.
         baseline_name: the baseline file's name as given (no folder, so copies compare equal).
@@ -49,7 +52,7 @@ class Report:
     name: RunName
     stages: dict[str, StageSummary]
     findings: list[Finding]
-    trace: dict[str, Any] | None = None
+    trace: TraceAnalysis | None = None
     trace_note: str | None = None
     baseline: dict[str, Any] | None = None
     baseline_name: str | None = None
@@ -75,43 +78,21 @@ def _no_trace_note(run: RunData) -> str:
     return f"no profiler trace recorded ({how})"
 
 
-def _analyze_traces(run: RunData) -> tuple[dict[str, Any] | None, str | None]:
+def _analyze_traces(run: RunData) -> tuple[TraceAnalysis | None, str | None]:
     if not run.trace_files:
         return None, _no_trace_note(run)
-    from ocr.perf.trace import TraceError, analyze_trace
+    from ocr.perf.trace import TraceError, analyze_path
 
     root = run.run_dir
     try:
-        full = analyze_trace(root / TRACE_DIRNAME, top_k=_TRACE_TOP_K)
+        analysis = analyze_path(root / TRACE_DIRNAME, top_k=_TRACE_TOP_K)
     except (TraceError, OSError) as exc:
         return None, _relative(f"profiler trace unreadable: {exc}", root)
-    sources = []
-    for s in full.get("sources", []):
-        item = dict(s)
-        if isinstance(item.get("path"), str):
-            item["path"] = _relative(item["path"], root)
-        sources.append(item)
-    keep = (
-        "summary",
-        "top_cpu_ops",
-        "top_cuda_ops",
-        "memory_peaks",
-        "memory_timeline",
-        "dataloader_time_pct",
-        "phase_summary",
-        "findings",
-    )
-    trace = {k: full.get(k) for k in keep}
-    # the windows' trace-vs-clock comparison: a disagreement is a finding about measurement
-    findings = list(trace.get("findings") or [])
-    for window in run.profiler_windows:
-        for f in (window.get("summary") or {}).get("findings") or []:
-            if f.get("id") == "measurement_disagreement":
-                findings.append(f)
-    trace["findings"] = findings
-    trace["sources"] = sources
-    trace["warnings"] = [_relative(str(w), root) for w in full.get("warnings", [])]
-    return trace, None
+    for source in analysis.sources:
+        source.path = _relative(source.path, root)
+    analysis.warnings = [_relative(w, root) for w in analysis.warnings]
+    analysis.input = None  # the report names the files relative to the run
+    return analysis, None
 
 
 def _compare_baseline(

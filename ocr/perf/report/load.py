@@ -15,6 +15,7 @@ from typing import Any
 
 import yaml
 
+from ocr.errors import InputError
 from ocr.perf.report.stages import STAGE_ORDER
 from ocr.perf.rundir import PERF_DIRNAME, RunDirError, read_records, read_run_info
 
@@ -36,7 +37,7 @@ TRACE_DIRNAME = "profiler_traces"
 _TRACE_SUFFIXES = (".json", ".json.gz")
 
 
-class ReportInputError(ValueError):
+class ReportInputError(InputError, ValueError):
     """The run directory or one of its files cannot be used; the message names the file."""
 
 

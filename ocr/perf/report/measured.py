@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ocr.perf.report.document import Section, Table
 from ocr.perf.rundir import RunDirError
 from ocr.perf.tryout.paired import RECOMMEND_ABOVE
 from ocr.perf.tryout.results import TryRecord, latest_session
@@ -12,7 +13,6 @@ from ocr.perf.tryout.session import HMEAN_TOLERANCE, paste_line
 
 if TYPE_CHECKING:
     from ocr.perf.report.build import Report
-    from ocr.perf.report.render import Section
 
 __all__ = ["measured_changes_section"]
 
@@ -44,8 +44,6 @@ def _row(r: TryRecord) -> list[str]:
 
 def measured_changes_section(report: Report) -> Section:
     """The section for ``report`` (a hint to run ``ocr-perf try`` when the run has no session)."""
-    from ocr.perf.report.render import Section, Table  # render imports this module's caller
-
     sec = Section(id="measured-changes", title="Measured changes")
     try:
         records = latest_session(report.run.run_dir)

@@ -371,9 +371,9 @@ def _mark_alerts(ax: Axes, run: RunData, t0: float, label: bool) -> None:
             )
 
 
-def memory_timeline_plot(trace: dict[str, Any] | None) -> str | None:
-    """Allocated memory over the profiled window, one line per device (from the trace)."""
-    timeline = (trace or {}).get("memory_timeline") or {}
+def memory_timeline_plot(timeline: dict[str, list[list[float]]] | None) -> str | None:
+    """Allocated memory over the profiled window, one line per device (the trace analysis'
+    ``memory_timeline``: device -> [[ms, bytes], ...])."""
     if not timeline:
         return None
     with _style():

@@ -11,7 +11,6 @@ import html
 import json
 import math
 import os
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -25,60 +24,13 @@ from ocr.perf.findings import CONFIDENCES, Finding
 from ocr.perf.mfu import epoch_utilisation, stage_utilisation
 from ocr.perf.report import plots
 from ocr.perf.report.build import Report
+from ocr.perf.report.document import Section, Table
 from ocr.perf.report.measured import measured_changes_section
 from ocr.perf.report.profiled import PROFILER_PHASE, profiled_batches, window_rows
 from ocr.perf.report.stages import STAGE_LABELS, StageSummary, num
 from ocr.perf.rundir import polygon_cache_hit_rate
 
 __all__ = ["print_summary", "ranked", "severity_legend", "title", "to_markdown", "write_html"]
-
-
-#: A table with more rows than this is collapsed (``<details>``) unless it says otherwise: the
-#: page should read top to bottom as headlines, with the long listings one click away.
-OPEN_ROWS = 10
-
-
-@dataclass
-class Table:
-    """Rows of already formatted cells under ``headers``; ``caption`` above it.
-
-    ``collapsed``: shown folded in a ``<details>`` element (HTML and Markdown); ``None`` (the
-    default) folds it when it has more than :data:`OPEN_ROWS` rows. Headline tables (the
-    verdict, the phase breakdown) say ``False``, listings (the resource summary) ``True``.
-    """
-
-    headers: list[str]
-    rows: list[list[str]]
-    caption: str = ""
-    collapsed: bool | None = None
-    code_cols: tuple[int, ...] = ()  # cells shown as code in HTML (overrides to paste)
-
-    @property
-    def folded(self) -> bool:
-        """Whether the table is shown collapsed."""
-        return len(self.rows) > OPEN_ROWS if self.collapsed is None else self.collapsed
-
-    @property
-    def summary(self) -> str:
-        """The line a collapsed table shows: its caption and its number of rows."""
-        label = self.caption or "Table"
-        return f"{label} ({len(self.rows)} rows)"
-
-
-@dataclass
-class Section:
-    """One part of the report: ``paragraphs`` and ``tables`` under ``title``, an optional
-    inline SVG ``plot`` (HTML only), ``pre`` verbatim text (the config, shown collapsed under
-    ``pre_label``)."""
-
-    id: str
-    title: str
-    paragraphs: list[str] = field(default_factory=list)
-    tables: list[Table] = field(default_factory=list)
-    plot: str | None = None
-    plot_alt: str = ""
-    pre: str | None = None
-    pre_label: str = ""
 
 
 # -- formatting ----------------------------------------------------------------------------------
@@ -595,7 +547,7 @@ def _trace(report: Report) -> Section:
     sec = Section(
         id="trace",
         title="Profiler trace: memory timeline and top ops",
-        plot=plots.memory_timeline_plot(trace),
+        plot=plots.memory_timeline_plot(trace.memory_timeline if trace is not None else None),
         plot_alt="allocated memory over the profiled window",
     )
     windows = window_rows(report.run)
@@ -656,67 +608,64 @@ def _trace(report: Report) -> Section:
     if trace is None:
         sec.paragraphs.append(report.trace_note or "No trace.")
         return sec
-    s = trace.get("summary") or {}
+    s = trace.summary
     sec.paragraphs.append(
-        f"Files: {', '.join(report.run.trace_files)}. {s.get('n_steps', 0)} steps, "
-        f"{_f(s.get('events'))} events, "
-        + ("GPU: " + ", ".join(s.get("devices") or []) if s.get("has_gpu") else "CPU only")
-        + f"; data loading {_f(trace.get('dataloader_time_pct'), 1)} % of the step time."
+        f"Files: {', '.join(report.run.trace_files)}. {s.n_steps} steps, "
+        f"{_f(s.events)} events, "
+        + ("GPU: " + ", ".join(s.devices) if s.has_gpu else "CPU only")
+        + f"; data wait {_f(trace.dataloader_time_pct, 1)} % of the step time."
     )
-    peaks = trace.get("memory_peaks") or []
-    if peaks:
+    if trace.memory_peaks:
         sec.tables.append(
             Table(
                 ["device", "peak allocated GiB", "% of capacity", "step", "phase"],
                 [
                     [
-                        _f(p.get("device")),
-                        _f(num(p.get("peak_allocated_bytes")) / 2**30, 3),
-                        _f(p.get("pct_of_capacity")),
-                        _f(p.get("step")),
-                        _f(p.get("phase")),
+                        _f(p.device),
+                        _f(p.peak_allocated_bytes / 2**30, 3),
+                        _f(p.pct_of_capacity),
+                        _f(p.step),
+                        _f(p.phase),
                     ]
-                    for p in peaks
+                    for p in trace.memory_peaks
                 ],
                 "Memory peaks",
             )
         )
-    cpu = trace.get("top_cpu_ops") or []
-    if cpu:
+    if trace.top_cpu_ops:
         sec.tables.append(
             Table(
                 ["#", "op", "calls", "self ms", "total ms", "self %", "ms/step"],
                 [
                     [
                         str(i),
-                        str(r.get("name")),
-                        _f(r.get("calls")),
-                        _f(r.get("self_ms")),
-                        _f(r.get("total_ms")),
-                        _f(r.get("self_pct"), 1),
-                        _f(r.get("self_ms_per_step")),
+                        r.name,
+                        _f(r.calls),
+                        _f(r.self_ms),
+                        _f(r.total_ms),
+                        _f(r.self_pct, 1),
+                        _f(r.self_ms_per_step),
                     ]
-                    for i, r in enumerate(cpu, 1)
+                    for i, r in enumerate(trace.top_cpu_ops, 1)
                 ],
                 "Top CPU ops by self time",
             )
         )
-    cuda = trace.get("top_cuda_ops") or []
-    if cuda:
+    if trace.top_cuda_ops:
         sec.tables.append(
             Table(
                 ["#", "kernel", "calls", "total ms", "%", "ms/step", "launched by"],
                 [
                     [
                         str(i),
-                        str(r.get("name")),
-                        _f(r.get("calls")),
-                        _f(r.get("total_ms")),
-                        _f(r.get("share_pct"), 1),
-                        _f(r.get("self_ms_per_step")),
-                        _f(r.get("launched_by")),
+                        d.name,
+                        _f(d.calls),
+                        _f(d.total_ms),
+                        _f(d.share_pct, 1),
+                        _f(d.self_ms_per_step),
+                        _f(d.launched_by),
                     ]
-                    for i, r in enumerate(cuda, 1)
+                    for i, d in enumerate(trace.top_cuda_ops, 1)
                 ],
                 "Top CUDA kernels",
             )

@@ -36,6 +36,7 @@ from ocr.perf.findings import (
     THRESHOLDS,
     Finding,
     input_bound_severity,
+    share_of_run,
     threshold,
 )
 from ocr.perf.growth import growth_findings
@@ -44,9 +45,11 @@ from ocr.perf.recompiles import recompile_findings
 from ocr.perf.report.load import ReportInputError, RunData
 from ocr.perf.report.stages import StageSummary, num
 from ocr.perf.rundir import RunDirError
+from ocr.perf.trace.findings import TRACE_RISKS
 
 if TYPE_CHECKING:
     from ocr.perf.baseline import BaselineOutcome
+    from ocr.perf.trace.result import TraceAnalysis
 
 __all__ = ["THRESHOLDS", "Finding", "judge", "trace_findings"]
 
@@ -876,23 +879,19 @@ def _alerts(events: Sequence[AlertEvent], findings: list[Finding]) -> list[Findi
     return out
 
 
-def trace_findings(trace: dict[str, Any] | None, run: RunData) -> list[Finding]:
-    """The findings of ``analyze_trace``'s result, or, without a readable trace, of the
-    profiler windows' summaries (``perf/profiler.jsonl``), typed. A malformed one is a
+def trace_findings(trace: TraceAnalysis | None, run: RunData) -> list[Finding]:
+    """The findings of the trace analysis as its rules made them, with the profiler windows'
+    trace-vs-clock disagreements (``perf/profiler.jsonl``); without a readable trace, every
+    finding of the windows' summaries. A malformed record is a
     :class:`~ocr.perf.report.load.ReportInputError` naming where it came from."""
-    if trace is not None:
-        sources = [("the profiler trace analysis", list(trace.get("findings") or []))]
-    else:
-        path = run.run_dir / "perf" / "profiler.jsonl"
-        sources = [
-            (f"{path}: record {i}", list((w.get("summary") or {}).get("findings") or []))
-            for i, w in enumerate(run.profiler_windows, start=1)
-        ]
-    out = []
-    for where, raw in sources:
-        for j, f in enumerate(raw, start=1):
+    out = list(trace.findings) if trace is not None else []
+    path = run.run_dir / "perf" / "profiler.jsonl"
+    for i, w in enumerate(run.profiler_windows, start=1):
+        for j, f in enumerate((w.get("summary") or {}).get("findings") or [], start=1):
+            if trace is not None and f.get("id") != "measurement_disagreement":
+                continue  # the analysis of the same traces has its own
             try:
-                out.append(Finding.from_dict(f, f"{where}: finding {j}"))
+                out.append(Finding.from_dict(f, f"{path}: record {i}: finding {j}"))
             except ValueError as exc:
                 raise ReportInputError(str(exc)) from exc
     return out
@@ -929,11 +928,9 @@ def _trace(
             if related:
                 related[0].corroboration.append(f"profiler trace: {f.title}")
                 continue
-        pct = num(f.evidence.get("data_loading_pct"), -1.0)
-        if f.id == "data_loading" and pct >= 0:
-            score = round(pct * train_share / 100.0, 1)
-        else:
-            score = {"critical": 20.0, "warning": 5.0}.get(f.severity, 1.0)
+        # a trace rule scores a share of the profiled (train) steps: as a share of the run, the
+        # train stage's share of it; a risk's score is already the run's
+        score = f.score if f.id in TRACE_RISKS else share_of_run(f.score, train_share)
         cause = _TRACE_CAUSES.get(f.id)
         out.append(
             replace(

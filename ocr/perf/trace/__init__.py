@@ -1,22 +1,29 @@
 """Fast analysis of torch.profiler Chrome traces (``ocr-perf analyze`` / ``ocr-perf compare``).
 
-Ingestion (:mod:`~ocr.perf.trace.load`) parses each file once into one columnar event table;
-the analyses (:mod:`~ocr.perf.trace.analyses`), findings (:mod:`~ocr.perf.trace.findings`) and
-comparison (:mod:`~ocr.perf.trace.compare`) are vectorised numpy over that table. No Lightning.
+Ingestion (:mod:`~ocr.perf.trace.load`, per file :mod:`~ocr.perf.trace.decode`) parses each file
+once into one columnar event table; the step breakdown (:mod:`~ocr.perf.trace.steps`, in the live
+clock's phase names), aggregates (:mod:`~ocr.perf.trace.aggregates`), measured figures
+(:mod:`~ocr.perf.trace.metrics`), finding rules (:mod:`~ocr.perf.trace.findings`) and the
+comparison (:mod:`~ocr.perf.trace.compare`) are vectorised numpy over that table. The result is
+typed (:class:`~ocr.perf.trace.result.TraceAnalysis`); ``analyze_trace`` returns its dict form.
+No Lightning.
 """
 
 from ocr.perf.trace.compare import compare_reports, compare_traces
 from ocr.perf.trace.findings import THRESHOLDS, Finding, TraceMetrics
 from ocr.perf.trace.load import EventTable, TraceError, TraceSource, load_traces
-from ocr.perf.trace.report import analyze_table, analyze_trace
+from ocr.perf.trace.report import analyze_path, analyze_table, analyze_trace
+from ocr.perf.trace.result import TraceAnalysis
 
 __all__ = [
     "THRESHOLDS",
     "EventTable",
     "Finding",
+    "TraceAnalysis",
     "TraceError",
     "TraceMetrics",
     "TraceSource",
+    "analyze_path",
     "analyze_table",
     "analyze_trace",
     "compare_reports",

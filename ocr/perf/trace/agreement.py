@@ -8,20 +8,27 @@ exactly the steps the trace holds and compares them with the trace's breakdown. 
 beyond the tolerance is a finding about the measurement itself (one of the two is wrong about
 where the time went), not about the training.
 
-Clock phase names are mapped with :data:`~ocr.perf.trace.analyses.CLOCK_TO_TRACE`; a name that
-mapping does not know counts as "other", a phase missing on either side as 0, so a clock with
+Both sides use the clock's phase names; the few clock phases a trace cannot separate are pooled
+into the trace phase that holds them (:func:`ocr.perf.actions.trace_phase`); a name the clock
+does not know counts as ``unattributed``, a phase missing on either side as 0, so a clock with
 more or fewer phases compares all the same.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
+import msgspec
+
+from ocr.perf.actions import trace_phase
 from ocr.perf.clock import active_clock
 from ocr.perf.findings import Finding
-from ocr.perf.trace.analyses import CLOCK_TO_TRACE, PHASES
+from ocr.perf.trace.steps import PHASES
+
+if TYPE_CHECKING:
+    from ocr.perf.trace.result import TraceAnalysis
 
 __all__ = [
     "AGREEMENT_TOLERANCE_PCT",
@@ -103,15 +110,15 @@ class ClockSnapshots:
 
 
 def clock_to_trace_phases(clock_ms: Mapping[str, float]) -> dict[str, float]:
-    """Clock phases pooled into the trace's :data:`~ocr.perf.trace.analyses.PHASES`."""
+    """Clock phases pooled into the trace's :data:`~ocr.perf.trace.steps.PHASES` (see
+    :func:`ocr.perf.actions.trace_phase`)."""
     out = dict.fromkeys(PHASES, 0.0)
     for phase, ms in clock_ms.items():
-        out[CLOCK_TO_TRACE.get(phase, "other")] += float(ms)
+        out[trace_phase(phase)] += float(ms)
     return out
 
 
-@dataclass
-class PhaseAgreement:
+class PhaseAgreement(msgspec.Struct):
     """One phase: ms/step by the trace and by the clock, their difference and the verdict."""
 
     phase: str
@@ -122,15 +129,15 @@ class PhaseAgreement:
     agree: bool
 
 
-@dataclass
-class Agreement:
-    """Trace vs clock over the same steps.
+class Agreement(msgspec.Struct, kw_only=True):
+    """Trace vs clock over the same steps (``msgspec.to_builtins`` gives its JSON form).
 
     Args:
         steps: steps compared.
         step_ms: mean step wall time by the trace.
         tolerance_pct: the relative tolerance used.
         phases: one row per trace phase.
+        agree: every phase agrees.
         stage: the analyzer's stage name of the steps.
     """
 
@@ -138,15 +145,8 @@ class Agreement:
     step_ms: float
     tolerance_pct: float
     phases: list[PhaseAgreement]
+    agree: bool
     stage: str = "train"
-
-    @property
-    def agree(self) -> bool:
-        return all(p.agree for p in self.phases)
-
-    def as_dict(self) -> dict[str, Any]:
-        """JSON-ready form (``agree`` included)."""
-        return {**asdict(self), "agree": self.agree}
 
     def finding(self) -> Finding | None:
         """A measurement finding when a phase disagrees."""
@@ -216,23 +216,27 @@ def compare_phases(
             )
         )
     return Agreement(
-        steps=steps, step_ms=round(step_ms, 6), tolerance_pct=tolerance_pct, phases=rows
+        steps=steps,
+        step_ms=round(step_ms, 6),
+        tolerance_pct=tolerance_pct,
+        phases=rows,
+        agree=all(r.agree for r in rows),
     )
 
 
 def compare_with_clock(
-    report: Mapping[str, Any], snapshots: ClockSnapshots, stage: str
+    analysis: TraceAnalysis, snapshots: ClockSnapshots, stage: str
 ) -> Agreement | None:
-    """The trace report's steps of ``stage`` (analyzer stage name) against the clock snapshots
+    """The analysis' steps of ``stage`` (analyzer stage name) against the clock snapshots
     taken at the same step boundaries; ``None`` when no step has a clock figure."""
-    rows = [r for r in report.get("steps", []) if r.get("stage") == stage]
-    numbers = [int(r["number"]) for r in rows]
+    rows = [r for r in analysis.steps if r.stage == stage]
+    numbers = [r.number for r in rows]
     used, clock_ms = snapshots.per_step_ms(numbers)
     if not used:
         return None
     good = set(snapshots.usable(numbers))
-    kept = [r for r in rows if int(r["number"]) in good]
-    trace_ms = {p: sum(r["phases_ms"].get(p, 0.0) for r in kept) / len(kept) for p in PHASES}
+    kept = [r for r in rows if r.number in good]
+    trace_ms = {p: sum(r.phases_ms.get(p, 0.0) for r in kept) / len(kept) for p in PHASES}
     result = compare_phases(trace_ms, clock_ms, used)
     result.stage = stage
     return result

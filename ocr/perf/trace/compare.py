@@ -15,8 +15,17 @@ from typing import Any
 
 import numpy as np
 
-from ocr.perf.trace.analyses import GPU_PARTS, PHASES
-from ocr.perf.trace.report import analyze_trace
+from ocr.perf.trace.comparison import (
+    Delta,
+    FindingIds,
+    OpDelta,
+    StageComparison,
+    StepDelta,
+    TraceComparison,
+)
+from ocr.perf.trace.report import analyze_path
+from ocr.perf.trace.result import PhaseShare, StepStats, TraceAnalysis
+from ocr.perf.trace.steps import GPU_PARTS, PHASES
 
 __all__ = ["MIN_STEPS", "compare_reports", "compare_traces", "mann_whitney_greater"]
 
@@ -78,10 +87,8 @@ def _bootstrap_ratio_ci(a: np.ndarray, b: np.ndarray, seed: int = 0) -> tuple[fl
     return float(lo), float(hi)
 
 
-def _step_walls(report: dict[str, Any], stage: str) -> np.ndarray:
-    return np.asarray(
-        [s["wall_ns"] for s in report["steps"] if s["stage"] == stage], dtype=np.float64
-    )
+def _step_walls(report: TraceAnalysis, stage: str) -> np.ndarray:
+    return np.asarray([s.wall_ns for s in report.steps if s.stage == stage], dtype=np.float64)
 
 
 def _verdict(a: np.ndarray, b: np.ndarray, threshold_pct: float) -> dict[str, Any]:
@@ -133,76 +140,73 @@ def _verdict(a: np.ndarray, b: np.ndarray, threshold_pct: float) -> dict[str, An
     return out
 
 
-def _op_rows(report: dict[str, Any]) -> dict[str, tuple[str, float]]:
+def _op_rows(report: TraceAnalysis) -> dict[str, tuple[str, float]]:
     """name -> (table, time per step or in total, ms) for every CPU op and device op."""
     rows: dict[str, tuple[str, float]] = {}
-    for table, key in (("cpu", "top_cpu_ops"), ("cuda", "top_cuda_ops")):
-        for r in report[key]:
-            v = r["self_ms_per_step"] if r["self_ms_per_step"] is not None else r["self_ms"]
-            rows[f"{table}:{r['name']}"] = (table, float(v))
+    for table, ops in (("cpu", report.top_cpu_ops), ("cuda", report.top_cuda_ops)):
+        for r in ops:
+            v = r.self_ms_per_step if r.self_ms_per_step is not None else r.self_ms
+            rows[f"{table}:{r.name}"] = (table, float(v))
     return rows
 
 
-def _delta(a: float | None, b: float | None) -> dict[str, Any]:
-    out: dict[str, Any] = {"a": a, "b": b}
-    if a is not None and b is not None:
-        out["delta"] = round(b - a, 4)
-        out["delta_pct"] = round(100.0 * (b / a - 1.0), 3) if a else None
-    return out
+_STEP_FIGURES = ("mean_ms", "median_ms", "p90_ms", "min_ms", "max_ms", "std_ms")
+
+
+def _figure(stats: StepStats, name: str) -> float:
+    return float(getattr(stats, name))
+
+
+def _means(parts: dict[str, PhaseShare], names: tuple[str, ...]) -> dict[str, float]:
+    """Mean ms of each of ``names`` that ``parts`` has (an older analysis may lack one)."""
+    return {p: parts[p].mean_ms for p in names if p in parts}
 
 
 def compare_reports(
-    a: dict[str, Any], b: dict[str, Any], threshold_pct: float = 5.0, top_k: int = 20
-) -> dict[str, Any]:
-    """Compare two reports from :func:`~ocr.perf.trace.analyze_trace` (best made with
+    a: TraceAnalysis, b: TraceAnalysis, threshold_pct: float = 5.0, top_k: int = 20
+) -> TraceComparison:
+    """Compare two analyses from :func:`~ocr.perf.trace.report.analyze_path` (best made with
     ``top_k=None`` so every op can be matched). ``verdict`` is that of the primary stage (train
     when both have it)."""
-    stages = [s for s in a["summary"]["stages"] if s in b["summary"]["stages"]]
-    per_stage: dict[str, Any] = {}
+    stages = [s for s in a.summary.stages if s in b.summary.stages]
+    per_stage: dict[str, StageComparison] = {}
     for stage in stages:
         wa, wb = _step_walls(a, stage), _step_walls(b, stage)
-        sa, sb = a["step_stats"][stage], b["step_stats"][stage]
-        pa, pb = a["phase_summary"][stage], b["phase_summary"][stage]
-        entry: dict[str, Any] = {
-            "verdict": _verdict(wa, wb, threshold_pct),
-            "step_stats": {
-                k: _delta(sa.get(k), sb.get(k))
-                for k in ("mean_ms", "median_ms", "p90_ms", "min_ms", "max_ms", "std_ms")
-            },
-            "phases_ms": {
-                p: _delta(pa["phases"][p]["mean_ms"], pb["phases"][p]["mean_ms"])
-                for p in PHASES
-                if p in pa["phases"] and p in pb["phases"]  # saved reports from before a phase
-            },
-            "steps": [
-                {"index": i, **_delta(round(x / 1e6, 4), round(y / 1e6, 4))}
+        sa, sb = a.step_stats[stage], b.step_stats[stage]
+        pa, pb = a.phase_summary[stage], b.phase_summary[stage]
+        ma, mb = _means(pa.phases, PHASES), _means(pb.phases, PHASES)
+        entry = StageComparison(
+            verdict=_verdict(wa, wb, threshold_pct),
+            step_stats={k: Delta.of(_figure(sa, k), _figure(sb, k)) for k in _STEP_FIGURES},
+            # only phases both have (an analysis saved before a phase existed lacks it)
+            phases_ms={p: Delta.of(ma[p], mb[p]) for p in PHASES if p in ma and p in mb},
+            steps=[
+                StepDelta.at(i, round(x / 1e6, 4), round(y / 1e6, 4))
                 for i, (x, y) in enumerate(zip(wa.tolist(), wb.tolist(), strict=False))
             ],
-        }
-        if "gpu" in pa and "gpu" in pb:
-            entry["gpu_ms"] = {
-                p: _delta(pa["gpu"][p]["mean_ms"], pb["gpu"][p]["mean_ms"]) for p in GPU_PARTS
-            }
+        )
+        if pa.gpu is not None and pb.gpu is not None:
+            ga, gb = _means(pa.gpu, GPU_PARTS), _means(pb.gpu, GPU_PARTS)
+            entry.gpu_ms = {p: Delta.of(ga[p], gb[p]) for p in GPU_PARTS if p in ga and p in gb}
         per_stage[stage] = entry
 
     ops_a, ops_b = _op_rows(a), _op_rows(b)
-    op_deltas: list[dict[str, Any]] = []
+    op_deltas: list[OpDelta] = []
     for key in set(ops_a) | set(ops_b):
         va = ops_a.get(key, (None, 0.0))[1]
         vb = ops_b.get(key, (None, 0.0))[1]
-        table = (ops_a.get(key) or ops_b[key])[0]
         op_deltas.append(
-            {
-                "name": key.split(":", 1)[1],
-                "table": table,
-                "a_ms": round(va, 4),
-                "b_ms": round(vb, 4),
-                "delta_ms": round(vb - va, 4),
-                "delta_pct": round(100.0 * (vb / va - 1.0), 2) if va else None,
-                "only_in": "a" if key not in ops_b else ("b" if key not in ops_a else None),
-            }
+            OpDelta(
+                name=key.split(":", 1)[1],
+                table=(ops_a.get(key) or ops_b[key])[0],
+                a_ms=round(va, 4),
+                b_ms=round(vb, 4),
+                delta_ms=round(vb - va, 4),
+                delta_pct=round(100.0 * (vb / va - 1.0), 2) if va else None,
+                only_in="a" if key not in ops_b else ("b" if key not in ops_a else None),
+            )
         )
-    op_deltas.sort(key=lambda r: (-abs(r["delta_ms"]), -r["a_ms"], r["name"]))
+    op_deltas.sort(key=lambda r: (-abs(r.delta_ms), -r.a_ms, r.name))
     if not stages:
         verdict: dict[str, Any] = {
             "verdict": "not comparable",
@@ -211,27 +215,24 @@ def compare_reports(
         primary = None
     else:
         primary = "train" if "train" in stages else stages[0]
-        verdict = per_stage[primary]["verdict"]
-    return {
-        "a": a.get("input"),
-        "b": b.get("input"),
-        "primary_stage": primary,
-        "verdict": verdict,
-        "stages": per_stage,
-        "ops": op_deltas[:top_k],
-        "ops_basis": "self ms per step (total self ms when a trace has no steps)",
-        "dataloader_time_pct": _delta(a["dataloader_time_pct"], b["dataloader_time_pct"]),
-        "findings": {
-            "a": [f["id"] for f in a["findings"]],
-            "b": [f["id"] for f in b["findings"]],
-        },
-    }
+        verdict = per_stage[primary].verdict
+    return TraceComparison(
+        a=a.input,
+        b=b.input,
+        primary_stage=primary,
+        verdict=verdict,
+        stages=per_stage,
+        ops=op_deltas[:top_k],
+        ops_basis="self ms per step (total self ms when a trace has no steps)",
+        dataloader_time_pct=Delta.of(a.dataloader_time_pct, b.dataloader_time_pct),
+        findings=FindingIds(a=[f.id for f in a.findings], b=[f.id for f in b.findings]),
+    )
 
 
 def compare_traces(
     a: str | Path, b: str | Path, threshold_pct: float = 5.0, top_k: int = 20
-) -> dict[str, Any]:
+) -> TraceComparison:
     """Analyse two traces (files or directories) and compare them (see :func:`compare_reports`)."""
     return compare_reports(
-        analyze_trace(a, top_k=None), analyze_trace(b, top_k=None), threshold_pct, top_k
+        analyze_path(a, top_k=None), analyze_path(b, top_k=None), threshold_pct, top_k
     )

@@ -1,9 +1,11 @@
 """Rules that turn the measured figures of a trace into findings with evidence and advice.
 
-Each rule reads :class:`TraceMetrics` (figures already computed by the report builder) and
-returns at most one finding. A finding always carries its evidence figures, the threshold it
-crossed and a concrete suggestion; CUDA-specific rules stay silent on CPU-only traces and the CPU
-rules phrase their advice for CPU runs.
+Each rule reads :class:`TraceMetrics` (figures measured by :mod:`ocr.perf.trace.metrics`) and
+returns at most one :class:`~ocr.perf.findings.Finding`. A finding always carries its evidence
+figures, the threshold it crossed and a concrete suggestion; CUDA-specific rules stay silent on
+CPU-only traces and the CPU rules phrase their advice for CPU runs. Scores are in the one unit of
+:mod:`ocr.perf.findings`: the share of the profiled steps' wall time (%) the cause costs (the
+verdict scales it by the stage's share of the run); the memory risk scores by the risk table.
 """
 
 from __future__ import annotations
@@ -15,10 +17,15 @@ from ocr.perf.findings import (
     THRESHOLDS,
     Finding,
     input_bound_severity,
+    risk_score,
     threshold,
 )
 
-__all__ = ["THRESHOLDS", "Finding", "TraceMetrics", "evaluate"]
+__all__ = ["THRESHOLDS", "TRACE_RISKS", "Finding", "TraceMetrics", "evaluate"]
+
+#: Rules whose finding is a risk (scored by :func:`~ocr.perf.findings.risk_score`, a share of the
+#: whole run) rather than a share of the profiled steps' time.
+TRACE_RISKS = frozenset({"memory_near_capacity"})
 
 
 @dataclass
@@ -29,8 +36,8 @@ class TraceMetrics:
         has_gpu: the trace has kernels/memcpy/memset.
         n_steps: number of steps (``ProfilerStep#N`` spans).
         step_wall_ms: total wall time of all steps (ms).
-        data_loading_pct: share of step wall time in data loading (%).
-        data_loading_ms_per_step: mean data loading per step (ms).
+        data_wait_pct: share of step wall time in data loading (%).
+        data_wait_ms_per_step: mean data loading per step (ms).
         loader_kinds: DataLoader iterator classes seen (``_SingleProcessDataLoaderIter``, ...).
         gpu_busy_pct: device busy share of step wall time (%), GPU traces only.
         gpu_idle_ms_per_step: mean GPU idle per step (ms).
@@ -46,6 +53,7 @@ class TraceMetrics:
         launch_ms_per_step: host time in ``cudaLaunchKernel`` per step (ms).
         cpu_ops_per_step: CPU ops per step.
         tiny_op_pct: CPU ops shorter than ``tiny_op_us`` (%).
+        tiny_op_time_pct: self time of those tiny ops in % of step wall time.
         median_op_us: median CPU op duration (µs).
         optimizer_names: optimizers seen (from ``Optimizer.step#X.step``).
         optimizer_ops_per_step: the optimizer's own ops (outermost ops of the optimizer phase)
@@ -64,8 +72,8 @@ class TraceMetrics:
     has_gpu: bool
     n_steps: int
     step_wall_ms: float
-    data_loading_pct: float
-    data_loading_ms_per_step: float | None = None
+    data_wait_pct: float
+    data_wait_ms_per_step: float | None = None
     loader_kinds: list[str] = field(default_factory=list)
     gpu_busy_pct: float | None = None
     gpu_idle_ms_per_step: float | None = None
@@ -80,6 +88,7 @@ class TraceMetrics:
     launch_ms_per_step: float | None = None
     cpu_ops_per_step: float | None = None
     tiny_op_pct: float | None = None
+    tiny_op_time_pct: float | None = None
     median_op_us: float | None = None
     optimizer_names: list[str] = field(default_factory=list)
     optimizer_ops_per_step: float | None = None
@@ -97,7 +106,7 @@ def _r(x: float | None, nd: int = 2) -> float | None:
 
 
 def _data_loading(m: TraceMetrics) -> Finding | None:
-    pct = m.data_loading_pct
+    pct = m.data_wait_pct
     if m.n_steps == 0 or pct < threshold("input_warn_pct"):
         return None
     single = any("SingleProcess" in k for k in m.loader_kinds)
@@ -125,8 +134,8 @@ def _data_loading(m: TraceMetrics) -> Finding | None:
         source="trace",
         title=f"Data loading takes {pct:.1f}% of the step time",
         evidence={
-            "data_loading_pct": _r(pct),
-            "data_loading_ms_per_step": _r(m.data_loading_ms_per_step, 3),
+            "data_wait_pct": _r(pct),
+            "data_wait_ms_per_step": _r(m.data_wait_ms_per_step, 3),
             "loader": m.loader_kinds,
             "steps": m.n_steps,
         },
@@ -143,7 +152,7 @@ def _gpu_utilisation(m: TraceMetrics) -> Finding | None:
         return None
     critical = m.gpu_busy_pct < threshold("gpu_busy_critical_pct")
     causes = []
-    if m.data_loading_pct >= threshold("input_warn_pct"):
+    if m.data_wait_pct >= threshold("input_warn_pct"):
         causes.append("the GPU waits for input (see data_loading)")
     if (m.sync_calls_per_step or 0) >= threshold("sync_calls_per_step"):
         causes.append("host sync points stall the launch queue")
@@ -180,7 +189,7 @@ def _memory(m: TraceMetrics) -> Finding | None:
     return Finding(
         id="memory_near_capacity",
         severity="warning",
-        score=0.0,
+        score=risk_score("warning"),
         source="trace",
         title=f"Device memory peaks at {m.memory_peak_pct:.1f}% of {m.memory_peak_device}",
         evidence={"peak_pct_of_capacity": _r(m.memory_peak_pct), "device": m.memory_peak_device},
@@ -237,10 +246,15 @@ def _tiny_kernels(m: TraceMetrics) -> Finding | None:
         "kernels_per_step"
     ):
         return None
+    launch_pct = (
+        100.0 * (m.launch_ms_per_step or 0.0) * m.n_steps / m.step_wall_ms
+        if m.step_wall_ms
+        else 0.0
+    )
     return Finding(
         id="launch_overhead",
         severity="warning",
-        score=0.0,
+        score=_r(launch_pct) or 0.0,
         source="trace",
         confidence="likely",
         title=(
@@ -252,6 +266,7 @@ def _tiny_kernels(m: TraceMetrics) -> Finding | None:
             "tiny_kernel_pct": _r(m.tiny_kernel_pct),
             "median_kernel_us": _r(m.median_kernel_us),
             "launch_ms_per_step": _r(m.launch_ms_per_step, 3),
+            "launch_pct_of_step": _r(launch_pct),
         },
         threshold={
             "tiny_kernel_us": threshold("tiny_kernel_us"),
@@ -275,7 +290,7 @@ def _tiny_cpu_ops(m: TraceMetrics) -> Finding | None:
     return Finding(
         id="dispatch_overhead",
         severity="info",
-        score=0.0,
+        score=_r(m.tiny_op_time_pct) or 0.0,
         source="trace",
         confidence="likely",
         title=(
@@ -285,6 +300,7 @@ def _tiny_cpu_ops(m: TraceMetrics) -> Finding | None:
         evidence={
             "cpu_ops_per_step": _r(m.cpu_ops_per_step, 1),
             "tiny_op_pct": _r(m.tiny_op_pct),
+            "tiny_op_time_pct": _r(m.tiny_op_time_pct),
             "median_op_us": _r(m.median_op_us),
         },
         threshold={

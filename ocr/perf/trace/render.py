@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
 from ocr.console import fit_table
-from ocr.perf.trace.analyses import GPU_PARTS, PHASES
+from ocr.perf.findings import Finding
+from ocr.perf.trace.agreement import PhaseAgreement
+from ocr.perf.trace.comparison import TraceComparison
+from ocr.perf.trace.result import DeviceOpRow, OpRow, TraceAnalysis
+from ocr.perf.trace.steps import GPU_PARTS, PHASES
 
 __all__ = ["print_analysis", "print_comparison", "to_markdown"]
 
@@ -47,7 +52,20 @@ def _fmt(v: Any, nd: int = 3) -> str:
     return str(v)
 
 
-def _op_table(title: str, rows: list[dict[str, Any]], device: bool, width: int) -> Table:
+def _op_cells(i: int, r: OpRow | DeviceOpRow) -> dict[str, str]:
+    """One row of :func:`_op_table`: column -> text."""
+    row = {"#": str(i), "name": r.name, "calls": str(r.calls), "total ms": _fmt(r.total_ms)}
+    row["ms/step"] = _fmt(r.self_ms_per_step)
+    if isinstance(r, DeviceOpRow):
+        row["%"] = _fmt(r.share_pct, 1)
+        row["launched by"] = r.launched_by or "-"
+    else:
+        row["self ms"] = _fmt(r.self_ms)
+        row["%"] = _fmt(r.self_pct, 1)
+    return row
+
+
+def _op_table(title: str, rows: Sequence[OpRow | DeviceOpRow], device: bool, width: int) -> Table:
     """Top ops. Numbers never wrap; op names are never cut (two long names cut to the same
     prefix read as one op): they fold onto more lines. When the terminal is too narrow even so,
     columns go in a fixed order: ``total ms`` (CPU), ``launched by`` (device), ``calls``."""
@@ -56,20 +74,7 @@ def _op_table(title: str, rows: list[dict[str, Any]], device: bool, width: int) 
         columns += [("total ms", "num"), ("%", "num"), ("ms/step", "num"), ("launched by", "text")]
     else:
         columns += [("self ms", "num"), ("total ms", "num"), ("%", "num"), ("ms/step", "num")]
-    cells: list[dict[str, str]] = []
-    for i, r in enumerate(rows, 1):
-        row = {"#": str(i), "name": r["name"], "calls": str(r["calls"])}
-        if device:
-            row["total ms"] = _fmt(r["total_ms"])
-            row["%"] = _fmt(r["share_pct"], 1)
-            row["ms/step"] = _fmt(r["self_ms_per_step"])
-            row["launched by"] = r.get("launched_by") or "-"
-        else:
-            row["self ms"] = _fmt(r["self_ms"])
-            row["total ms"] = _fmt(r["total_ms"])
-            row["%"] = _fmt(r["self_pct"], 1)
-            row["ms/step"] = _fmt(r["self_ms_per_step"])
-        cells.append(row)
+    cells = [_op_cells(i, r) for i, r in enumerate(rows, 1)]
 
     def build(dropped: frozenset[str]) -> Table:
         t = Table(title=title, title_justify="left", header_style="bold")
@@ -87,27 +92,24 @@ def _op_table(title: str, rows: list[dict[str, Any]], device: bool, width: int) 
     return fit_table(build, drop, width)
 
 
-def print_analysis(report: dict[str, Any], console: Console | None = None) -> None:
+def print_analysis(report: TraceAnalysis, console: Console | None = None) -> None:
     """Top-k tables (ms and %), the step breakdown per stage, step statistics and findings."""
     con = console or Console()
-    s = report["summary"]
+    s = report.summary
     files = ", ".join(
-        src["path"].rsplit("/", 1)[-1]
-        + (f" (rank {src['rank']})" if src["rank"] is not None else "")
-        for src in report["sources"]
+        src.path.rsplit("/", 1)[-1] + (f" (rank {src.rank})" if src.rank is not None else "")
+        for src in report.sources
     )
     con.print(
-        f"[bold]Trace[/bold] {files}: {s['events']:,} events, {s['span_ms']:.1f} ms, "
-        f"{s['n_steps']} steps, {'GPU: ' + ', '.join(s['devices']) if s['has_gpu'] else 'CPU only'}"
+        f"[bold]Trace[/bold] {files}: {s.events:,} events, {s.span_ms:.1f} ms, "
+        f"{s.n_steps} steps, {'GPU: ' + ', '.join(s.devices) if s.has_gpu else 'CPU only'}"
     )
-    con.print(_op_table("Top CPU ops by self time", report["top_cpu_ops"], False, con.width))
-    if report["top_cuda_ops"]:
-        con.print(_op_table("Top device kernels / copies", report["top_cuda_ops"], True, con.width))
-    for stage, ps in report["phase_summary"].items():
+    con.print(_op_table("Top CPU ops by self time", report.top_cpu_ops, False, con.width))
+    if report.top_cuda_ops:
+        con.print(_op_table("Top device kernels / copies", report.top_cuda_ops, True, con.width))
+    for stage, ps in report.phase_summary.items():
         t = Table(
-            title=(
-                f"Step breakdown — {stage} ({ps['steps']} steps, mean {ps['mean_wall_ms']:.3f} ms)"
-            ),
+            title=f"Step breakdown — {stage} ({ps.steps} steps, mean {ps.mean_wall_ms:.3f} ms)",
             title_justify="left",
             header_style="bold",
         )
@@ -119,69 +121,67 @@ def print_analysis(report: dict[str, Any], console: Console | None = None) -> No
         if clock:
             t.add_column("clock ms", justify="right")
             t.add_column("agree", justify="center")
-        gpu_ph = ps.get("gpu_phases")
+        gpu_ph = ps.gpu_phases
         if gpu_ph:
             t.add_column("gpu ms launched", justify="right")
         for p in PHASES:
-            ph = ps["phases"].get(p, {"mean_ms": None, "pct": None})
-            cells = [p, _fmt(ph["mean_ms"]), _fmt(ph["pct"], 1)]
+            ph = ps.phases.get(p)
+            cells = [p, _fmt(ph and ph.mean_ms), _fmt(ph and ph.pct, 1)]
             if clock:
-                row = clock.get(p, {})
-                cells += [_fmt(row.get("clock_ms")), "yes" if row.get("agree") else "NO"]
+                row = clock.get(p)
+                cells += [_fmt(row and row.clock_ms), "yes" if row and row.agree else "NO"]
             if gpu_ph:
-                cells.append(_fmt(gpu_ph.get(p, {}).get("mean_ms")))
+                launched = gpu_ph.get(p)
+                cells.append(_fmt(launched and launched.mean_ms))
             t.add_row(*cells)
-        if "gpu" in ps:
+        if ps.gpu is not None:
             t.add_section()
             for p in GPU_PARTS:
-                t.add_row(f"gpu {p}", _fmt(ps["gpu"][p]["mean_ms"]), _fmt(ps["gpu"][p]["pct"], 1))
-            t.add_row("host cuda runtime", _fmt(ps["cuda_runtime_mean_ms"]), "")
+                t.add_row(f"gpu {p}", _fmt(ps.gpu[p].mean_ms), _fmt(ps.gpu[p].pct, 1))
+            t.add_row("host cuda runtime", _fmt(ps.cuda_runtime_mean_ms), "")
         con.print(t)
-        st = report["step_stats"][stage]
+        st = report.step_stats[stage]
         con.print(
-            f"  step ms: median {st['median_ms']:.3f}, mean {st['mean_ms']:.3f}, p90 "
-            f"{st['p90_ms']:.3f}, min {st['min_ms']:.3f}, max {st['max_ms']:.3f}, cv {st['cv']:.3f}"
+            f"  step ms: median {st.median_ms:.3f}, mean {st.mean_ms:.3f}, p90 "
+            f"{st.p90_ms:.3f}, min {st.min_ms:.3f}, max {st.max_ms:.3f}, cv {st.cv:.3f}"
         )
-        for o in st["outliers"]:
-            con.print(
-                f"  [yellow]outlier[/yellow] {o['step']}: {o['ms']:.3f} ms (z {o['robust_z']})"
-            )
-    basis = "step time" if s["n_steps"] else "traced host time (no ProfilerStep spans)"
-    con.print(f"Data loading: {report['dataloader_time_pct']:.1f}% of {basis}")
-    for m in report["memory_peaks"]:
-        cap = f" ({m['pct_of_capacity']:.1f}% of device)" if m["pct_of_capacity"] else ""
-        est = " (growth during profiling)" if m["estimated"] else ""
-        where = f" in {m['step']}/{m['phase']}" if m["step"] else ""
+        for o in st.outliers:
+            con.print(f"  [yellow]outlier[/yellow] {o.step}: {o.ms:.3f} ms (z {o.robust_z})")
+    basis = "step time" if s.n_steps else "traced host time (no ProfilerStep spans)"
+    con.print(f"Data wait: {report.dataloader_time_pct:.1f}% of {basis}")
+    for m in report.memory_peaks:
+        cap = f" ({m.pct_of_capacity:.1f}% of device)" if m.pct_of_capacity else ""
+        est = " (growth during profiling)" if m.estimated else ""
+        where = f" in {m.step}/{m.phase}" if m.step else ""
         con.print(
-            f"Memory peak {m['device']}: {m['peak_allocated_bytes'] / 2**20:,.1f} MiB"
-            f"{est}{cap}{where}"
+            f"Memory peak {m.device}: {m.peak_allocated_bytes / 2**20:,.1f} MiB{est}{cap}{where}"
         )
-    if report["findings"]:
+    if report.findings:
         con.print("[bold]Findings[/bold]")
-        for f in report["findings"]:
-            style = _SEVERITY_STYLE.get(f["severity"], "bold")
-            con.print(f"[{style}]{f['severity'].upper()}[/{style}] {f['title']}")
-            ev, th = _pairs(f["evidence"]), _pairs(f["threshold"])
-            con.print(f"    evidence: {ev}\n    threshold: {th}\n    → {f['suggestion']}")
+        for f in report.findings:
+            style = _SEVERITY_STYLE.get(f.severity, "bold")
+            con.print(f"[{style}]{f.severity.upper()}[/{style}] {f.title}")
+            ev, th = _pairs(f.evidence), _pairs(f.threshold)
+            con.print(f"    evidence: {ev}\n    threshold: {th}\n    → {f.suggestion}")
     else:
         con.print("[green]No findings above the thresholds.[/green]")
-    for w in report["warnings"]:
+    for w in report.warnings:
         con.print(f"[dim]note: {w}[/dim]")
 
 
-def _clock_rows(report: dict[str, Any], stage: str) -> dict[str, dict[str, Any]]:
-    agreement = report.get("clock_agreement")
-    if not isinstance(agreement, dict) or stage != agreement.get("stage", "train"):
+def _clock_rows(report: TraceAnalysis, stage: str) -> dict[str, PhaseAgreement]:
+    agreement = report.clock_agreement
+    if agreement is None or stage != agreement.stage:
         return {}
-    return {str(row["phase"]): row for row in agreement.get("phases") or []}
+    return {row.phase: row for row in agreement.phases}
 
 
-def print_comparison(result: dict[str, Any], console: Console | None = None) -> None:
+def print_comparison(result: TraceComparison, console: Console | None = None) -> None:
     """Verdict, per-stage step and phase deltas, and the largest per-op changes."""
     con = console or Console()
-    v = result["verdict"]
+    v = result.verdict
     style = _VERDICT_STYLE.get(v["verdict"], "bold")
-    con.print(f"[bold]A[/bold] {result['a']}\n[bold]B[/bold] {result['b']}")
+    con.print(f"[bold]A[/bold] {result.a}\n[bold]B[/bold] {result.b}")
     if "median_a_ms" in v:
         extra = ""
         if v.get("p_slower") is not None:
@@ -194,7 +194,7 @@ def print_comparison(result: dict[str, Any], console: Console | None = None) -> 
                 f"the change [{v['ci95_pct'][0]:+.1f}%, {v['ci95_pct'][1]:+.1f}%]"
             )
         con.print(
-            f"[{style}]{v['verdict'].upper()}[/{style}] ({result['primary_stage']}): median step "
+            f"[{style}]{v['verdict'].upper()}[/{style}] ({result.primary_stage}): median step "
             f"{v['median_a_ms']:.3f} → {v['median_b_ms']:.3f} ms ({v['change_pct']:+.2f}%, "
             f"threshold {v['threshold_pct']}%{extra})"
         )
@@ -202,32 +202,23 @@ def print_comparison(result: dict[str, Any], console: Console | None = None) -> 
         con.print(f"[{style}]{v['verdict'].upper()}[/{style}]")
     if v.get("note"):
         con.print(f"  [dim]{v['note']}[/dim]")
-    for stage, entry in result["stages"].items():
+    for stage, entry in result.stages.items():
         t = Table(title=f"{stage}: mean ms per step", title_justify="left", header_style="bold")
         t.add_column("part")
         t.add_column("A", justify="right")
         t.add_column("B", justify="right")
         t.add_column("Δ ms", justify="right")
         t.add_column("Δ %", justify="right")
-        rows = [("step " + k.removesuffix("_ms"), d) for k, d in entry["step_stats"].items()]
-        rows += list(entry["phases_ms"].items())
-        rows += [("gpu " + k, d) for k, d in entry.get("gpu_ms", {}).items()]
+        rows = [("step " + k.removesuffix("_ms"), d) for k, d in entry.step_stats.items()]
+        rows += list(entry.phases_ms.items())
+        rows += [("gpu " + k, d) for k, d in (entry.gpu_ms or {}).items()]
         for name, d in rows:
-            t.add_row(
-                name, _fmt(d["a"]), _fmt(d["b"]), _fmt(d.get("delta")), _fmt(d.get("delta_pct"), 1)
-            )
+            t.add_row(name, _fmt(d.a), _fmt(d.b), _fmt(d.delta), _fmt(d.delta_pct, 1))
         con.print(t)
     columns = ("op", "table", "A", "B", "Δ ms", "Δ %")
     op_rows: list[tuple[str, ...]] = [
-        (
-            r["name"],
-            r["table"],
-            _fmt(r["a_ms"]),
-            _fmt(r["b_ms"]),
-            _fmt(r["delta_ms"]),
-            _fmt(r["delta_pct"], 1),
-        )
-        for r in result["ops"]
+        (r.name, r.table, _fmt(r.a_ms), _fmt(r.b_ms), _fmt(r.delta_ms), _fmt(r.delta_pct, 1))
+        for r in result.ops
     ]
 
     def build(dropped: frozenset[str]) -> Table:
@@ -247,24 +238,30 @@ def print_comparison(result: dict[str, Any], console: Console | None = None) -> 
     con.print(fit_table(build, ("table", "Δ ms"), con.width))
 
 
-def to_markdown(report: dict[str, Any]) -> str:
+def _finding_line(f: Finding) -> str:
+    return (
+        f"- **{f.severity}** {f.title}. Evidence: {_pairs(f.evidence)}. "
+        f"Threshold: {_pairs(f.threshold)}. Suggestion: {f.suggestion}"
+    )
+
+
+def to_markdown(report: TraceAnalysis) -> str:
     """The analysis as Markdown (tables for ops and phases, a list of findings)."""
     out = ["# Trace analysis", ""]
-    s = report["summary"]
+    s = report.summary
     out.append(
-        f"{s['events']:,} events, {s['span_ms']:.1f} ms, {s['n_steps']} steps, "
-        f"{'GPU' if s['has_gpu'] else 'CPU only'}; data loading "
-        f"{report['dataloader_time_pct']:.1f}% of step time."
+        f"{s.events:,} events, {s.span_ms:.1f} ms, {s.n_steps} steps, "
+        f"{'GPU' if s.has_gpu else 'CPU only'}; data wait "
+        f"{report.dataloader_time_pct:.1f}% of step time."
     )
     out += ["", "## Top CPU ops (self time)", "", "| op | calls | self ms | total ms | % |"]
     out.append("|---|---:|---:|---:|---:|")
-    for r in report["top_cpu_ops"]:
-        name = r["name"].replace("|", "\\|")
+    for r in report.top_cpu_ops:
+        name = r.name.replace("|", "\\|")
         out.append(
-            f"| `{name}` | {r['calls']} | {r['self_ms']:.3f} | {r['total_ms']:.3f} "
-            f"| {r['self_pct']:.1f} |"
+            f"| `{name}` | {r.calls} | {r.self_ms:.3f} | {r.total_ms:.3f} | {r.self_pct:.1f} |"
         )
-    if report["top_cuda_ops"]:
+    if report.top_cuda_ops:
         out += [
             "",
             "## Top device ops",
@@ -272,32 +269,22 @@ def to_markdown(report: dict[str, Any]) -> str:
             "| op | kind | calls | ms | % |",
             "|---|---|---:|---:|---:|",
         ]
-        for r in report["top_cuda_ops"]:
-            name = r["name"].replace("|", "\\|")
+        for d in report.top_cuda_ops:
+            name = d.name.replace("|", "\\|")
             out.append(
-                f"| `{name}` | {r['kind']} | {r['calls']} | {r['total_ms']:.3f} "
-                f"| {r['share_pct']:.1f} |"
+                f"| `{name}` | {d.kind} | {d.calls} | {d.total_ms:.3f} | {d.share_pct:.1f} |"
             )
-    for stage, ps in report["phase_summary"].items():
-        out += [
-            "",
-            f"## Step breakdown: {stage} ({ps['steps']} steps)",
-            "",
-            "| part | mean ms | % |",
-        ]
+    for stage, ps in report.phase_summary.items():
+        out += ["", f"## Step breakdown: {stage} ({ps.steps} steps)", "", "| part | mean ms | % |"]
         out.append("|---|---:|---:|")
         for p in PHASES:
-            if p not in ps["phases"]:  # a report written before this phase existed
+            if p not in ps.phases:  # a report written before this phase existed
                 continue
-            out.append(f"| {p} | {ps['phases'][p]['mean_ms']:.3f} | {ps['phases'][p]['pct']:.1f} |")
-        for p in GPU_PARTS if "gpu" in ps else ():
-            out.append(f"| gpu {p} | {ps['gpu'][p]['mean_ms']:.3f} | {ps['gpu'][p]['pct']:.1f} |")
+            out.append(f"| {p} | {ps.phases[p].mean_ms:.3f} | {_fmt(ps.phases[p].pct, 1)} |")
+        gpu = ps.gpu or {}
+        out += [f"| gpu {p} | {gpu[p].mean_ms:.3f} | {_fmt(gpu[p].pct, 1)} |" for p in gpu]
     out += ["", "## Findings", ""]
-    if not report["findings"]:
+    if not report.findings:
         out.append("None above the thresholds.")
-    for f in report["findings"]:
-        out.append(
-            f"- **{f['severity']}** {f['title']}. Evidence: {_pairs(f['evidence'])}. "
-            f"Threshold: {_pairs(f['threshold'])}. Suggestion: {f['suggestion']}"
-        )
+    out += [_finding_line(f) for f in report.findings]
     return "\n".join(out) + "\n"

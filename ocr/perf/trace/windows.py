@@ -15,6 +15,7 @@ from typing import Any
 
 from ocr.perf.rundir import PERF_DIRNAME, RunDirError, read_records
 from ocr.perf.trace.agreement import compare_phases
+from ocr.perf.trace.result import TraceAnalysis
 
 __all__ = ["attach_clock_agreement"]
 
@@ -30,11 +31,11 @@ def _run_dir(files: list[Path]) -> Path | None:
     return None
 
 
-def attach_clock_agreement(report: dict[str, Any]) -> None:
-    """Add ``clock_agreement`` (and a measurement finding on disagreement) to ``report`` when its
-    trace files come from profiler windows that recorded the clock. Leaves ``report`` alone
-    otherwise (foreign traces, runs without the clock, unreadable records)."""
-    files = [Path(s["path"]).resolve() for s in report.get("sources", []) if s.get("path")]
+def attach_clock_agreement(analysis: TraceAnalysis) -> None:
+    """Add ``clock_agreement`` (and a measurement finding on disagreement) to ``analysis`` when
+    its trace files come from profiler windows that recorded the clock. Leaves ``analysis``
+    alone otherwise (foreign traces, runs without the clock, unreadable records)."""
+    files = [Path(s.path).resolve() for s in analysis.sources if s.path]
     run = _run_dir(files)
     if run is None:
         return
@@ -60,32 +61,20 @@ def attach_clock_agreement(report: dict[str, Any]) -> None:
         n = int(agreement.get("steps") or 0)
         steps += n
         for row in agreement.get("phases") or []:
-            phase = str(row["phase"])
+            phase = _OLD_NAMES.get(str(row["phase"]), str(row["phase"]))
             trace_ms[phase] = trace_ms.get(phase, 0.0) + n * float(row["trace_ms"])
             clock_ms[phase] = clock_ms.get(phase, 0.0) + n * float(row["clock_ms"])
     if not steps:
         return
-    # clock figures are already pooled into trace phases: compare them as such ("other" maps
-    # to itself, every trace phase name is also its own clock-side name below)
+    # clock figures are already pooled into trace phases, which are clock phase names
     result = compare_phases(
         {p: v / steps for p, v in trace_ms.items()},
-        {_AS_CLOCK.get(p, p): v / steps for p, v in clock_ms.items()},
+        {p: v / steps for p, v in clock_ms.items()},
         steps,
     )
     result.stage = stage
-    report["clock_agreement"] = result.as_dict()
-    finding = result.finding()
-    if finding is not None:
-        report.setdefault("findings", []).append(finding.as_dict())
+    analysis.add_agreement(result)
 
 
-# trace phase -> a clock phase name that CLOCK_TO_TRACE maps back to it
-_AS_CLOCK = {
-    "data_loading": "data_wait",
-    "transfer": "transfer",
-    "forward": "forward",
-    "backward": "backward",
-    "optimizer": "optimizer",
-    "hooks": "callbacks",
-    "other": "unattributed",
-}
+# records written before the trace used the clock's phase names: old name -> clock name
+_OLD_NAMES = {"data_loading": "data_wait", "hooks": "callbacks", "other": "unattributed"}

@@ -8,6 +8,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from ocr.errors import InputError
 from ocr.perf.rundir import RunDirError, read_run_info
 
 __all__ = ["RecordedCommand", "TryInputError", "override_key", "recorded_command"]
@@ -17,7 +18,7 @@ _DROPPED_KEYS = ("hydra.run.dir", "hydra.sweep.dir", "hydra.sweep.subdir")
 _MULTIRUN_FLAGS = ("-m", "--multirun")
 
 
-class TryInputError(ValueError):
+class TryInputError(InputError, ValueError):
     """The run cannot be re-run (no command recorded, its folder gone) or an option is bad."""
 
 

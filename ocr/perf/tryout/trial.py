@@ -77,7 +77,7 @@ def run_training_trial(
     """The run's own command with ``changes`` in a short training window (``ocr.perf.try_window``)
     writing into ``folder`` (must not exist yet; made here)."""
     folder.mkdir(parents=True)
-    window = TryWindow(warmup, batches, folder, keep)
+    window = TryWindow(warmup, batches, folder, keep, owner=os.getpid())
     env = {**os.environ, ENV_VAR: window.to_env()}
     started = time.perf_counter()
     argv = command.argv(folder, changes)

@@ -20,7 +20,7 @@ from tests.unit.perf_trace.synth import make_trace, write
 
 
 def _trace_severity(pct: float) -> str | None:
-    metrics = TraceMetrics(has_gpu=False, n_steps=10, step_wall_ms=1000.0, data_loading_pct=pct)
+    metrics = TraceMetrics(has_gpu=False, n_steps=10, step_wall_ms=1000.0, data_wait_pct=pct)
     found = [f for f in evaluate(metrics) if f.id == "data_loading"]
     return found[0].severity if found else None
 
@@ -124,7 +124,7 @@ def test_finding_round_trips_and_reads_the_older_trace_form() -> None:
     assert (read.score, read.source, read.candidates) == (0.0, "trace", [])
     with pytest.raises(ValueError, match="x: severity must be one of"):
         Finding.from_dict({**old, "severity": "fatal"}, "x")
-    with pytest.raises(ValueError, match="x: title must be a string"):
+    with pytest.raises(ValueError, match=r"x: Expected `str`, got `null` - at `\$.title`"):
         Finding.from_dict({**old, "title": None}, "x")
 
 
@@ -171,3 +171,42 @@ def test_a_malformed_alert_record_names_the_file_and_record(tmp_path: Path) -> N
     make_run(tmp_path, [epoch_record("train", 0, {"forward": 1.0})], alerts=[alert])
     with pytest.raises(ReportInputError, match=r"alerts\.jsonl: alert record 1: step must be"):
         build_report(tmp_path)
+
+
+def test_trace_rules_score_in_the_one_unit() -> None:
+    """Every trace finding scores the share of the profiled steps' wall time its cause costs
+    (%), a risk the risk table's score; none is left at 0 for lack of a unit."""
+    gpu = TraceMetrics(
+        has_gpu=True,
+        n_steps=10,
+        step_wall_ms=1000.0,
+        data_wait_pct=0.0,
+        kernels_per_step=900.0,
+        tiny_kernel_pct=80.0,
+        launch_ms_per_step=12.0,
+        memory_peak_pct=97.0,
+        memory_peak_device="cuda:0",
+    )
+    by_id = {f.id: f for f in evaluate(gpu)}
+    assert by_id["launch_overhead"].score == pytest.approx(12.0)  # 10 x 12 ms of 1000 ms
+    assert by_id["memory_near_capacity"].score == vocab.risk_score("warning")
+    cpu = TraceMetrics(
+        has_gpu=False,
+        n_steps=10,
+        step_wall_ms=1000.0,
+        data_wait_pct=0.0,
+        cpu_ops_per_step=5000.0,
+        tiny_op_pct=90.0,
+        tiny_op_time_pct=35.0,
+    )
+    assert {f.id: f.score for f in evaluate(cpu)}["dispatch_overhead"] == pytest.approx(35.0)
+    assert vocab.share_of_run(35.0, 50.0) == 17.5
+
+
+def test_a_traced_dispatch_overhead_scores_its_tiny_ops_time(tmp_path: Path) -> None:
+    from ocr.perf.trace import analyze_path
+
+    analysis = analyze_path(write(make_trace(n_steps=4, jitter=0.0), tmp_path / "t.json"))
+    m = analysis.metrics
+    assert m.tiny_op_time_pct is not None
+    assert 0.0 <= m.tiny_op_time_pct <= 100.0

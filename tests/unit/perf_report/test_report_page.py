@@ -16,6 +16,7 @@ from matplotlib.ticker import MaxNLocator
 from rich.console import Console
 
 from ocr.perf.report import build_report, print_summary, to_html, to_markdown
+from ocr.perf.report.document import OPEN_ROWS
 from ocr.perf.report.plots import (
     MAX_LINE_POINTS,
     resources_figure,
@@ -23,7 +24,7 @@ from ocr.perf.report.plots import (
     throughput_figure,
     training_rates,
 )
-from ocr.perf.report.render import OPEN_ROWS, ranked
+from ocr.perf.report.render import ranked
 from tests.unit.perf_report.runs import CONFIG, T0, epoch_record, make_run
 
 TRAIN = {"data_wait": 0.2, "forward": 3.0, "backward": 2.0, "optimizer": 0.5, "callbacks": 0.1}

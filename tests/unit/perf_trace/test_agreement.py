@@ -4,30 +4,44 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from ocr.perf.clock import PhaseClock, set_active_clock
 from ocr.perf.rundir import PERF_DIRNAME, JsonlWriter
-from ocr.perf.trace import analyze_trace
+from ocr.perf.trace import analyze_path
 from ocr.perf.trace.agreement import (
     ClockSnapshots,
     clock_to_trace_phases,
     compare_phases,
     compare_with_clock,
 )
-from ocr.perf.trace.analyses import PHASES
+from ocr.perf.trace.result import StepRow, TraceAnalysis
+from ocr.perf.trace.steps import PHASES
 from ocr.perf.trace.windows import attach_clock_agreement
 from tests.unit.perf_trace.synth import make_trace, write
 
 TRACE = {
-    "data_loading": 10.0,
+    "data_wait": 10.0,
     "transfer": 0.0,
     "forward": 30.0,
     "backward": 40.0,
     "optimizer": 15.0,
-    "hooks": 4.0,
-    "other": 1.0,
+    "module_hooks": 0.0,
+    "callbacks": 4.0,
+    "checkpoint": 0.0,
+    "unattributed": 1.0,
 }
+
+
+def test_the_trace_breakdown_speaks_the_clocks_phase_names() -> None:
+    from ocr.perf.clock import PHASES as CLOCK_PHASES
+
+    assert set(PHASES) <= set(CLOCK_PHASES)
+    # the clock phases a trace cannot separate are pooled, in one stated place
+    from ocr.perf.actions import POOLED_IN_TRACE
+
+    assert set(CLOCK_PHASES) - set(PHASES) == set(POOLED_IN_TRACE)
 
 
 def test_clock_phases_pool_into_trace_phases_whatever_their_names() -> None:
@@ -42,10 +56,11 @@ def test_clock_phases_pool_into_trace_phases_whatever_their_names() -> None:
         }
     )
     assert set(pooled) == set(PHASES)
-    assert pooled["data_loading"] == 1.0
+    assert pooled["data_wait"] == 1.0
     assert pooled["forward"] == 5.0  # postprocess runs inside the step function
-    assert pooled["hooks"] == 9.0
-    assert pooled["other"] == 6.0  # unknown names: other, never dropped
+    assert pooled["callbacks"] == 4.0
+    assert pooled["module_hooks"] == 5.0
+    assert pooled["unattributed"] == 6.0  # unknown names: unattributed, never dropped
     assert pooled["transfer"] == 0.0  # missing = 0
 
 
@@ -61,7 +76,7 @@ def test_agreement_within_tolerance() -> None:
     result = compare_phases(TRACE, clock, steps=5)
     assert result.agree
     assert result.finding() is None
-    assert result.as_dict()["agree"] is True
+    assert msgspec.to_builtins(result)["agree"] is True  # the JSON form says so too
 
 
 def test_disagreement_is_a_measurement_finding() -> None:
@@ -86,7 +101,7 @@ def test_disagreement_is_a_measurement_finding() -> None:
 
 
 def test_tiny_phases_agree_below_the_absolute_floor() -> None:
-    trace = dict(TRACE, hooks=0.2, other=4.8)
+    trace = dict(TRACE, callbacks=0.2, unattributed=4.8)
     clock = {
         "data_wait": 10.0,
         "forward": 30.0,
@@ -94,11 +109,11 @@ def test_tiny_phases_agree_below_the_absolute_floor() -> None:
         "optimizer": 15.0,
         "callbacks": 0.5,
         "unattributed": 4.5,
-    }  # hooks 2.5x, but 0.3 % of the step
+    }  # callbacks 2.5x, but 0.3 % of the step
     assert compare_phases(trace, clock, steps=1).agree
 
 
-def test_snapshots_over_the_profiled_steps() -> None:
+def test_snapshots_over_the_profiled_steps(tmp_path: Path) -> None:
     now = [0]
     clock = PhaseClock(now=lambda: now[0])
     snaps = ClockSnapshots()
@@ -124,17 +139,23 @@ def test_snapshots_over_the_profiled_steps() -> None:
     assert ms["data_wait"] == pytest.approx(2.0)
     assert ms["forward"] == pytest.approx(6.0)
     assert ms["optimizer"] == pytest.approx(2.0)
-    report = {
-        "steps": [
-            {
-                "number": n,
-                "stage": "train",
-                "phases_ms": dict.fromkeys(PHASES, 0.0)
-                | {"data_loading": 2.0, "forward": 6.1, "optimizer": 1.9},
-            }
-            for n in (1, 2, 3)
-        ]
-    }
+    report = analyze_path(write(make_trace(n_steps=3, jitter=0.0), tmp_path / "t.json"))
+    report.steps = [
+        StepRow(
+            step=f"ProfilerStep#{n}",
+            number=n,
+            stage="train",
+            source=0,
+            rank=None,
+            start_ms=10.0 * n,
+            wall_ms=10.0,
+            wall_ns=10_000_000,
+            phases_ms=dict.fromkeys(PHASES, 0.0)
+            | {"data_wait": 2.0, "forward": 6.1, "optimizer": 1.9},
+            outlier=False,
+        )
+        for n in (1, 2, 3)
+    ]
     result = compare_with_clock(report, snaps, "train")
     assert result is not None
     assert result.agree
@@ -166,7 +187,7 @@ def _rows(clock_forward: float) -> list[dict[str, object]]:
     ]
 
 
-def _run_with_window(tmp_path: Path, clock_forward: float) -> dict[str, object]:
+def _run_with_window(tmp_path: Path, clock_forward: float) -> TraceAnalysis:
     run = tmp_path / "run"
     (run / "profiler_traces").mkdir(parents=True)
     trace = write(make_trace(n_steps=3, jitter=0.0), run / "profiler_traces" / "epoch_0.json")
@@ -180,22 +201,55 @@ def _run_with_window(tmp_path: Path, clock_forward: float) -> dict[str, object]:
         }
     )
     writer.close()
-    report = analyze_trace(trace)
+    report = analyze_path(trace)
     attach_clock_agreement(report)
     return report
 
 
 def test_analyze_attaches_the_windows_clock_figures(tmp_path: Path) -> None:
     report = _run_with_window(tmp_path, clock_forward=31.0)
-    agreement = report["clock_agreement"]
-    assert agreement["steps"] == 3
-    assert agreement["agree"]
+    agreement = report.clock_agreement
+    assert agreement is not None
+    assert agreement.steps == 3
+    assert agreement.agree
+    assert report.as_dict()["clock_agreement"]["agree"] is True
     bad = _run_with_window(tmp_path / "b", clock_forward=3.0)
-    assert not bad["clock_agreement"]["agree"]
-    assert "measurement_disagreement" in {f["id"] for f in bad["findings"]}
+    assert bad.clock_agreement is not None
+    assert not bad.clock_agreement.agree
+    assert "measurement_disagreement" in {f.id for f in bad.findings}
 
 
 def test_foreign_traces_get_no_clock_figures(tmp_path: Path) -> None:
-    report = analyze_trace(write(make_trace(n_steps=3), tmp_path / "t.json"))
+    report = analyze_path(write(make_trace(n_steps=3), tmp_path / "t.json"))
     attach_clock_agreement(report)
-    assert "clock_agreement" not in report
+    assert report.clock_agreement is None
+    assert "clock_agreement" not in report.as_dict()
+
+
+def test_a_window_recorded_with_the_old_trace_phase_names_still_compares(tmp_path: Path) -> None:
+    """profiler.jsonl records written before the trace spoke the clock's names
+    (data_loading / hooks / other) are read under the clock's names."""
+    run = tmp_path / "run"
+    (run / "profiler_traces").mkdir(parents=True)
+    trace = write(make_trace(n_steps=3, jitter=0.0), run / "profiler_traces" / "epoch_0.json")
+    old = {"data_wait": "data_loading", "callbacks": "hooks", "unattributed": "other"}
+    rows = [dict(r, phase=old.get(str(r["phase"]), r["phase"])) for r in _rows(31.0)]
+    rows = [r for r in rows if r["phase"] not in ("module_hooks", "checkpoint")]
+    writer = JsonlWriter(run / PERF_DIRNAME / "profiler.jsonl", "receipt-ocr/profiler-window")
+    writer.write(
+        {
+            "stage": "train",
+            "epoch": 0,
+            "traces": ["profiler_traces/epoch_0.json"],
+            "clock_agreement": {"steps": 3, "phases": rows},
+        }
+    )
+    writer.close()
+    report = analyze_path(trace)
+    attach_clock_agreement(report)
+    assert report.clock_agreement is not None
+    assert report.clock_agreement.agree
+    shown = {p.phase: p for p in report.clock_agreement.phases}
+    assert set(shown) == set(PHASES)
+    assert shown["data_wait"].clock_ms == TRACE["data_wait"]
+    assert shown["callbacks"].clock_ms == TRACE["callbacks"]

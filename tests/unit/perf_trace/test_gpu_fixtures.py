@@ -40,7 +40,7 @@ def test_resnet_2021_is_dominated_by_data_loading(resnet_2021: dict) -> None:
     assert [s["number"] for s in r["steps"]] == [5, 6, 7, 8, 9, 10]
     assert 35 < r["dataloader_time_pct"] < 45
     phases = r["phase_summary"]["train"]["phases"]
-    assert max(phases, key=lambda p: phases[p]["pct"]) == "data_loading"
+    assert max(phases, key=lambda p: phases[p]["pct"]) == "data_wait"
     ids = {f["id"]: f for f in r["findings"]}
     assert ids["data_loading"]["severity"] == "critical"
     assert ids["data_loading"]["evidence"]["loader"] == ["_SingleProcessDataLoaderIter"]
@@ -109,7 +109,7 @@ def test_gpu_time_per_phase_from_launching_ops(
         assert 0.5 * device < launched
         assert gpu_phases["backward"] > gpu_phases["optimizer"] > 0
         assert gpu_phases["forward"] > 0
-        assert gpu_phases["data_loading"] == 0  # the DataLoader launches nothing
+        assert gpu_phases["data_wait"] == 0  # the DataLoader launches nothing
 
 
 def test_resnet_2021_backward_on_the_autograd_thread_and_transfer(resnet_2021: dict) -> None:

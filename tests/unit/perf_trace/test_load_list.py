@@ -19,9 +19,9 @@ def test_a_list_keeps_its_order_and_sums_the_files(tmp_path: Path) -> None:
     assert [s.path.name for s in table.sources] == ["epoch_0_cycle1.json", "epoch_0.json"]
     assert len(table) == len(load_traces(a)) + len(load_traces(b))
     report = analyze_table(table, top_k=None)
-    assert report["summary"]["n_steps"] == 5
+    assert report.summary.n_steps == 5
     one, two = analyze_trace(a, top_k=None), analyze_trace(b, top_k=None)
-    calls = {r["name"]: r["calls"] for r in report["top_cpu_ops"]}
+    calls = {r.name: r.calls for r in report.top_cpu_ops}
     for row in one["top_cpu_ops"]:
         other = next((r["calls"] for r in two["top_cpu_ops"] if r["name"] == row["name"]), 0)
         assert calls[row["name"]] == row["calls"] + other

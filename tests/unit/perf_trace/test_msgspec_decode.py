@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from ocr.perf.cli import main
-from ocr.perf.trace import load
+from ocr.perf.trace import decode
 from ocr.perf.trace.load import Kind, TraceError, load_traces
 
 
@@ -217,7 +217,7 @@ def _same_tables(a: Any, b: Any) -> None:
 
 
 def _generic_only(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(load, "_split_fast", lambda data: None)
+    monkeypatch.setattr(decode, "_split_fast", lambda data: None)
 
 
 def _mixed_events() -> list[Any]:
@@ -236,8 +236,8 @@ def _mixed_events() -> list[Any]:
 
 
 def test_tagged_decoder_takes_standard_phases(tmp_path: Path) -> None:
-    data = load._read_bytes(_write(tmp_path, _mixed_events()))
-    split = load._split_fast(data)
+    data = decode._read_bytes(_write(tmp_path, _mixed_events()))
+    split = decode._split_fast(data)
     assert split is not None
     _, n_events, n_bad, complete, memory, meta = split
     assert (n_events, n_bad) == (9, 0)
@@ -259,7 +259,7 @@ def test_tagged_decoder_takes_standard_phases(tmp_path: Path) -> None:
 )
 def test_odd_entries_take_the_generic_path_and_agree(tmp_path: Path, odd: Any) -> None:
     path = _write(tmp_path, [*_mixed_events(), odd])
-    assert load._split_fast(load._read_bytes(path)) is None
+    assert decode._split_fast(decode._read_bytes(path)) is None
     fast_table = load_traces(_write(tmp_path, _mixed_events(), name="plain.json"))
     odd_table = load_traces(path)
     _same_tables(fast_table, odd_table)
@@ -305,6 +305,6 @@ def test_every_phase_of_the_trace_event_format_takes_the_fast_path(tmp_path: Pat
         {"ph": ph, "name": f"e{k}", "pid": 1, "tid": 1, "ts": 100 + k}
         for k, ph in enumerate(phases)
     ]
-    split = load._split_fast(load._read_bytes(_write(tmp_path, events)))
+    split = decode._split_fast(decode._read_bytes(_write(tmp_path, events)))
     assert split is not None
     assert [e.name for e in split[3]] == ["e0"]  # only the complete event becomes a row

@@ -66,7 +66,7 @@ def _metrics(pct: float, per_param: float | None = 10.0, per_step: float = 80.0)
         has_gpu=False,
         n_steps=4,
         step_wall_ms=40.0,
-        data_loading_pct=0.0,
+        data_wait_pct=0.0,
         optimizer_names=["AdamW"],
         optimizer_ops_per_step=per_step,
         optimizer_params=8 if per_param is not None else None,

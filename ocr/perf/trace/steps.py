@@ -1,61 +1,50 @@
-"""Pure, vectorised analyses over an :class:`~ocr.perf.trace.load.EventTable`.
+"""Steps of a trace and the split of each one's wall time into phases.
 
-Everything here takes the table (and earlier results) and returns plain data; nothing reads files
-or prints. Times inside are int64 ns; the JSON-facing dicts use milliseconds.
+:func:`compute_steps` finds the ``ProfilerStep#N`` spans of an
+:class:`~ocr.perf.trace.load.EventTable` and splits each one's wall time into the live clock's
+phases (:data:`PHASES`, see :mod:`ocr.perf.actions`) and, with device events, into
+:data:`GPU_PARTS`; :func:`locate` places any event in its step and phase. Pure and vectorised:
+nothing here reads files or prints. Times are int64 ns.
 """
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
-from ocr.perf.actions import classify_action
+from ocr.perf.actions import TRACE_PHASES, classify_action, trace_phase
 from ocr.perf.trace.load import EventTable, Kind
 
 __all__ = [
-    "CLOCK_TO_TRACE",
     "GPU_PARTS",
     "PHASES",
+    "STEP_NAME",
     "StepTable",
     "classify_phase",
     "compute_steps",
-    "device_ops",
-    "host_ops",
-    "memory_report",
-    "step_statistics",
+    "launch_calls",
+    "locate",
     "union_in_windows",
 ]
 
-#: Phases of a step's wall time on its host thread (they partition it).
-PHASES = ("data_loading", "transfer", "forward", "backward", "optimizer", "hooks", "other")
+#: Phases of a step's wall time on its host thread (they partition it): the live clock's names
+#: (:data:`ocr.perf.actions.TRACE_PHASES`: the clock's phases a trace can tell apart).
+PHASES = TRACE_PHASES
 #: Parts of a step's wall time seen from the GPU (they partition it too).
 GPU_PARTS = ("kernel", "memcpy", "memset", "idle")
 
-_P_DATA, _P_XFER, _P_FWD, _P_BWD, _P_OPT, _P_HOOKS, _P_OTHER = range(7)
+_CODE = {p: k for k, p in enumerate(PHASES)}
+_P_DATA = _CODE["data_wait"]
+_P_XFER = _CODE["transfer"]
+_P_FWD = _CODE["forward"]
+_P_BWD = _CODE["backward"]
+_P_OPT = _CODE["optimizer"]
+_P_OTHER = _CODE["unattributed"]
 
-#: Live phase clock phase (``ocr.perf.clock`` / ``ocr.perf.actions``) -> trace phase. Hook-like
-#: clock phases pool into "hooks"; postprocess and metric run inside the step function.
-CLOCK_TO_TRACE: dict[str, str] = {
-    "data_wait": "data_loading",
-    "transfer": "transfer",
-    "forward": "forward",
-    "postprocess": "forward",
-    "metric": "forward",
-    "backward": "backward",
-    "optimizer": "optimizer",
-    "callbacks": "hooks",
-    "module_hooks": "hooks",
-    "checkpoint": "hooks",
-    "sync_wait": "other",
-    "unattributed": "other",
-}
-_TRACE_CODE = {p: k for k, p in enumerate(PHASES)}
-
-_STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
+#: A step span's name (``ProfilerStep#N``), N in group 1.
+STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
 _BACKWARD_OP = re.compile(r"^autograd::engine::evaluate_function: |Backward\d*$|AccumulateGrad$")
 _HASH_MARKER = re.compile(r"^#+\s*(forward|backward|optimizer|data\w*)\s*#+$", re.IGNORECASE)
 
@@ -88,7 +77,7 @@ def classify_phase(name: str) -> int:
     phase = classify_action(name).phase
     if not phase:
         return -1
-    return _TRACE_CODE[CLOCK_TO_TRACE.get(phase, "other")]
+    return _CODE[trace_phase(phase)]
 
 
 def _stage_of(name: str) -> str | None:
@@ -190,7 +179,7 @@ def _process_key(table: EventTable) -> np.ndarray:
 
 def _find_steps(table: EventTable, warnings: list[str]) -> list[int]:
     """Event indices of the step spans after dropping exact duplicates and nested repeats."""
-    is_step_name = table.name_ids(lambda n: _STEP_NAME.match(n) is not None)
+    is_step_name = table.name_ids(lambda n: STEP_NAME.match(n) is not None)
     host = np.isin(table.kind, Kind.HOST)
     idx = np.flatnonzero(is_step_name[table.name] & host & (table.dur > 0))
     if idx.size == 0:
@@ -236,10 +225,10 @@ def _transfer_ops(table: EventTable, phase_of_name: np.ndarray) -> np.ndarray:
         return np.zeros(0, np.int64)
     htod = table.name_ids(lambda n: "HtoD" in n)
     dev = dev[htod[table.name[dev]]]
-    rt = _launch_calls(table, dev)
+    rt = launch_calls(table, dev)
     op = table.parent[rt[rt >= 0]]
     op = op[op >= 0]
-    is_step = table.name_ids(lambda n: _STEP_NAME.match(n) is not None)
+    is_step = table.name_ids(lambda n: STEP_NAME.match(n) is not None)
 
     def plain_op(idx: np.ndarray) -> np.ndarray:
         ok = idx >= 0
@@ -257,7 +246,7 @@ def _transfer_ops(table: EventTable, phase_of_name: np.ndarray) -> np.ndarray:
     return np.unique(op)
 
 
-def _launch_calls(table: EventTable, dev: np.ndarray) -> np.ndarray:
+def launch_calls(table: EventTable, dev: np.ndarray) -> np.ndarray:
     """Index of the runtime call (``cudaLaunchKernel``, ``cudaMemcpyAsync``...) that launched
     each device event, joined on (source, correlation id); -1 where unknown."""
     out = np.full(dev.size, -1, np.int64)
@@ -367,25 +356,9 @@ def _infer_regions(
 
 
 def _empty_steps() -> StepTable:
-    empty = np.zeros(0, np.int64)
-    return StepTable(
-        [],
-        empty,
-        empty,
-        empty,
-        empty,
-        empty,
-        [],
-        np.zeros((0, len(PHASES)), np.int64),
-        None,
-        None,
-        empty,
-        empty,
-        empty,
-        empty,
-        empty,
-        empty,
-    )
+    e = np.zeros(0, np.int64)
+    no_phases = np.zeros((0, len(PHASES)), np.int64)
+    return StepTable([], e, e, e, e, e, [], no_phases, None, None, e, e, e, e, e, e)
 
 
 def compute_steps(table: EventTable, warnings: list[str]) -> StepTable:
@@ -396,7 +369,8 @@ def compute_steps(table: EventTable, warnings: list[str]) -> StepTable:
     shortest): the step function and its ops are forward, the autograd engine's ops backward,
     ``Optimizer.step`` / ``zero_grad`` minus the forward and backward nested in them (Lightning's
     closure) optimizer, the DataLoader's ``__next__`` data loading, host-to-device copies
-    transfer, Lightning's hooks and callbacks hooks; time no label claims is "other". Labels
+    transfer, Lightning's hooks module_hooks, callbacks and checkpoint (as the live clock splits
+    them); time no label claims is unattributed. Labels
     missing from the trace are inferred (see :func:`_infer_regions`).
     """
     steps = _find_steps(table, warnings)
@@ -411,7 +385,7 @@ def compute_steps(table: EventTable, warnings: list[str]) -> StepTable:
     st_src = table.src[sidx]
     numbers = np.fromiter(
         (
-            int(_STEP_NAME.match(table.names[table.name[i]]).group(1))  # type: ignore[union-attr]
+            int(STEP_NAME.match(table.names[table.name[i]]).group(1))  # type: ignore[union-attr]
             for i in steps
         ),
         np.int64,
@@ -439,7 +413,7 @@ def compute_steps(table: EventTable, warnings: list[str]) -> StepTable:
     bwd_start = table.start[bwd]
     bwd_end = bwd_start + table.dur[bwd]
     # ops that separate two backward passes: any other op of the step's thread
-    is_step_name = table.name_ids(lambda x: _STEP_NAME.match(x) is not None)
+    is_step_name = table.name_ids(lambda x: STEP_NAME.match(x) is not None)
     brk = np.flatnonzero(
         (table.kind == Kind.CPU_OP)
         & ~is_bwd_name[table.name]
@@ -554,7 +528,7 @@ def _device_view(table: EventTable, steps: StepTable, pkey_of_thread: np.ndarray
             gpu[rows] = np.stack([k_only, kc - k_only, kcs - kc, (we - ws) - kcs], axis=1)
         steps.gpu = gpu
         didx = np.flatnonzero(dev)
-        rt = _launch_calls(table, didx)
+        rt = launch_calls(table, didx)
         known = rt >= 0
         step_of, phase_of = locate(steps, table, rt[known])
         ok = step_of >= 0
@@ -607,216 +581,3 @@ def locate(
     step_of[ok] = steps.seg_step[j[ok]]
     phase_of[ok] = steps.seg_phase[j[ok]]
     return step_of, phase_of
-
-
-def _ms(ns: float) -> float:
-    return round(float(ns) / 1e6, 6)
-
-
-def host_ops(
-    table: EventTable, kinds: tuple[int, ...], top_k: int | None, n_steps: int
-) -> list[dict[str, Any]]:
-    """Per-name aggregates of host events of ``kinds``: calls, self and total time, share of all
-    host self time; sorted by self time. ``ProfilerStep#N`` names are pooled as
-    ``ProfilerStep*`` (as torch's ``key_averages`` does)."""
-    host = np.isin(table.kind, Kind.HOST)
-    total_self = float(table.self_ns[host].sum()) or 1.0
-    sel = np.isin(table.kind, kinds)
-    step_alias = table.name_ids(lambda n: _STEP_NAME.match(n) is not None)
-    names = table.name[sel]
-    pooled = "ProfilerStep*"
-    alias_code = len(table.names)
-    names = np.where(step_alias[names], alias_code, names)
-    size = alias_code + 1
-    calls = np.bincount(names, minlength=size)
-    self_ns = np.bincount(names, weights=table.self_ns[sel], minlength=size)
-    # total time: nested calls of the same name are not double counted (only the outermost)
-    parent = table.parent[sel]
-    par_name = np.where(parent >= 0, table.name[np.maximum(parent, 0)], -1)
-    par_name = np.where((par_name >= 0) & step_alias[np.maximum(par_name, 0)], alias_code, par_name)
-    outer = par_name != names
-    total_ns = np.bincount(names[outer], weights=table.dur[sel][outer], minlength=size)
-    order = np.argsort(-self_ns, kind="stable")
-    order = order[calls[order] > 0]
-    if top_k is not None:
-        order = order[:top_k]
-    rows = []
-    for c in order.tolist():
-        rows.append(
-            {
-                "name": pooled if c == alias_code else table.names[c],
-                "calls": int(calls[c]),
-                "self_ms": _ms(self_ns[c]),
-                "total_ms": _ms(total_ns[c]),
-                "self_pct": round(float(100.0 * self_ns[c] / total_self), 3),
-                "self_ms_per_step": _ms(self_ns[c] / n_steps) if n_steps else None,
-            }
-        )
-    return rows
-
-
-def device_ops(table: EventTable, top_k: int | None, n_steps: int) -> list[dict[str, Any]]:
-    """Per-name aggregates of kernels, memcpy and memset: calls, total (= self) time, mean, share
-    of device busy time, and the CPU op that launched them most often (via ``correlation``)."""
-    dev = np.flatnonzero(np.isin(table.kind, Kind.DEVICE))
-    if dev.size == 0:
-        return []
-    total = float(table.dur[dev].sum()) or 1.0
-    names = table.name[dev]
-    size = len(table.names)
-    calls = np.bincount(names, minlength=size)
-    dur = np.bincount(names, weights=table.dur[dev], minlength=size)
-    launcher = _launchers(table, dev)
-    order = np.argsort(-dur, kind="stable")
-    order = order[calls[order] > 0]
-    if top_k is not None:
-        order = order[:top_k]
-    kind_of: dict[int, int] = {}
-    for c, k in zip(names.tolist(), table.kind[dev].tolist(), strict=True):
-        kind_of.setdefault(c, k)
-    rows = []
-    for c in order.tolist():
-        launched = launcher[names == c]
-        launched = launched[launched >= 0]
-        by = table.names[int(np.bincount(launched).argmax())] if launched.size else None
-        rows.append(
-            {
-                "name": table.names[c],
-                "kind": {Kind.KERNEL: "kernel", Kind.MEMCPY: "memcpy", Kind.MEMSET: "memset"}[
-                    kind_of[c]
-                ],
-                "calls": int(calls[c]),
-                "total_ms": _ms(dur[c]),
-                "self_ms": _ms(dur[c]),
-                "mean_us": round(float(dur[c]) / float(calls[c]) / 1e3, 3),
-                "share_pct": round(float(100.0 * dur[c] / total), 3),
-                "self_ms_per_step": _ms(dur[c] / n_steps) if n_steps else None,
-                "launched_by": by,
-            }
-        )
-    return rows
-
-
-def _launchers(table: EventTable, dev: np.ndarray) -> np.ndarray:
-    """Name code of the CPU op that launched each device event (runtime call's parent op), -1
-    where unknown. Joined on (source, correlation id)."""
-    out = np.full(dev.size, -1, np.int64)
-    rt = _launch_calls(table, dev)
-    par = np.where(rt >= 0, table.parent[np.maximum(rt, 0)], -1)
-    ok = par >= 0
-    out[ok] = table.name[par[ok]]
-    return out
-
-
-def memory_report(
-    table: EventTable, steps: StepTable, points: int = 200
-) -> tuple[list[dict[str, Any]], dict[str, list[list[float]]]]:
-    """Peak memory per (source, device) and a downsampled timeline of allocated bytes.
-
-    Uses ``Total Allocated``/``Total Reserved`` where the trace writes them; older traces only have
-    per-event ``Bytes``, so the running sum is used and the peak is marked ``estimated`` (growth
-    since profiling started; allocations made before are unknown)."""
-    mem = table.memory
-    peaks: list[dict[str, Any]] = []
-    timeline: dict[str, list[list[float]]] = {}
-    if len(mem) == 0:
-        return peaks, timeline
-    dev_key = mem.src * 1_000_000 + mem.device_type * 1000 + (mem.device_id + 1)
-    for key in np.unique(dev_key).tolist():
-        rows = np.flatnonzero(dev_key == key)
-        rows = rows[np.argsort(mem.ts[rows], kind="stable")]
-        src = int(mem.src[rows[0]])
-        dtype, did = int(mem.device_type[rows[0]]), int(mem.device_id[rows[0]])
-        device = "cpu" if dtype == 0 else (f"cuda:{did}" if dtype == 1 else f"type{dtype}:{did}")
-        alloc = mem.total_allocated[rows]
-        estimated = bool((alloc < 0).any())
-        if estimated:
-            alloc = np.cumsum(mem.nbytes[rows])
-            alloc = alloc - min(0, int(alloc.min()))
-        reserved = mem.total_reserved[rows]
-        k = int(np.argmax(alloc))
-        t_peak = int(mem.ts[rows[k]])
-        label = f"{device}" if len(table.sources) == 1 else f"{device}@{src}"
-        capacity = None
-        if dtype == 1:
-            for d in table.sources[src].device_properties:
-                if d.get("id") == did and isinstance(d.get("totalGlobalMem"), int | float):
-                    capacity = int(d["totalGlobalMem"])
-        step_label = None
-        phase = None
-        if len(steps):
-            inside = np.flatnonzero(
-                (steps.src == src) & (steps.start <= t_peak) & (steps.end > t_peak)
-            )
-            if inside.size:
-                si = int(inside[0])
-                step_label = steps.label[si]
-                seg = np.flatnonzero(
-                    (steps.seg_step == si) & (steps.seg_start <= t_peak) & (steps.seg_end > t_peak)
-                )
-                if seg.size:
-                    phase = PHASES[int(steps.seg_phase[seg[0]])]
-        peak_reserved = int(reserved.max()) if (reserved >= 0).any() else None
-        peaks.append(
-            {
-                "device": device,
-                "source": src,
-                "peak_allocated_bytes": int(alloc[k]),
-                "peak_reserved_bytes": peak_reserved,
-                "estimated": estimated,
-                "at_ms": _ms(t_peak),
-                "step": step_label,
-                "phase": phase,
-                "capacity_bytes": capacity,
-                "pct_of_capacity": (
-                    round(100.0 * max(int(alloc[k]), peak_reserved or 0) / capacity, 2)
-                    if capacity
-                    else None
-                ),
-                "events": int(rows.size),
-            }
-        )
-        # downsample keeping each bin's maximum so the peak survives
-        bins = np.minimum(
-            ((mem.ts[rows] - mem.ts[rows[0]]) * points) // max(1, int(np.ptp(mem.ts[rows])) + 1),
-            points - 1,
-        )
-        hi = np.full(points, -1, np.int64)
-        np.maximum.at(hi, bins, alloc)
-        t_bin = np.zeros(points, np.int64)
-        np.maximum.at(t_bin, bins, mem.ts[rows])
-        used = hi >= 0
-        timeline[label] = [[_ms(t), int(v)] for t, v in zip(t_bin[used], hi[used], strict=True)]
-    return peaks, timeline
-
-
-def step_statistics(wall_ns: np.ndarray, labels: list[str]) -> dict[str, Any]:
-    """Summary of step wall times (ms) with robust outliers (|modified z| > 3.5, MAD based)."""
-    if wall_ns.size == 0:
-        return {"count": 0}
-    ms = wall_ns.astype(np.float64) / 1e6
-    med = float(np.median(ms))
-    mad = float(np.median(np.abs(ms - med)))
-    outliers = []
-    if mad > 0:
-        z = 0.6745 * (ms - med) / mad
-        # a tight distribution makes tiny deviations "significant": also ask for 10 % off median
-        far = np.abs(ms - med) > 0.1 * med
-        for i in np.flatnonzero((np.abs(z) > 3.5) & far).tolist():
-            outliers.append(
-                {"step": labels[i], "ms": round(float(ms[i]), 4), "robust_z": round(float(z[i]), 2)}
-            )
-    mean = float(ms.mean())
-    std = float(ms.std())
-    return {
-        "count": int(ms.size),
-        "mean_ms": round(mean, 4),
-        "median_ms": round(med, 4),
-        "std_ms": round(std, 4),
-        "cv": round(std / mean, 4) if mean > 0 else math.nan,
-        "min_ms": round(float(ms.min()), 4),
-        "p90_ms": round(float(np.quantile(ms, 0.9)), 4),
-        "max_ms": round(float(ms.max()), 4),
-        "total_ms": round(float(ms.sum()), 4),
-        "outliers": outliers,
-    }

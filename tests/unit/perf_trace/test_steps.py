@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from ocr.perf.trace import analyze_trace
-from ocr.perf.trace.analyses import PHASES, classify_phase, step_statistics, union_in_windows
+from ocr.perf.trace.aggregates import step_statistics
+from ocr.perf.trace.steps import PHASES, classify_phase, union_in_windows
 from tests.unit.perf_trace.synth import make_trace, write
 
 CUDA_FINDINGS = {"low_gpu_utilisation", "memory_near_capacity", "host_sync", "launch_overhead"}
@@ -42,7 +43,7 @@ def test_recorded_cpu_trace_breakdown(recorded_cpu_trace: tuple[Path, dict[str, 
         assert step["phases_ms"]["forward"] > 0
         assert step["phases_ms"]["backward"] > 0
         assert step["phases_ms"]["optimizer"] > 0
-        assert step["phases_ms"]["data_loading"] > 0
+        assert step["phases_ms"]["data_wait"] > 0
         assert "gpu_ms" not in step
     peak = report["memory_peaks"][0]
     assert peak["device"] == "cpu"
@@ -56,7 +57,7 @@ def test_synthetic_phases_are_exact(tmp_path: Path) -> None:
     report = analyze_trace(write(make_trace(n_steps=4, jitter=0.0), tmp_path / "t.json"))
     step = report["steps"][0]
     # see synth.make_trace: data 100 µs (starts 1 µs in), forward 2+405+21, backward 301, opt 52
-    assert step["phases_ms"]["data_loading"] == pytest.approx(0.100)
+    assert step["phases_ms"]["data_wait"] == pytest.approx(0.100)
     assert step["phases_ms"]["backward"] == pytest.approx(0.300)
     assert step["phases_ms"]["optimizer"] == pytest.approx(0.050)
     assert sum(step["phases_ms"].values()) == pytest.approx(step["wall_ms"], abs=1e-6)
@@ -94,13 +95,15 @@ def test_two_ranks_report_per_rank_rows(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("name", "phase"),
     [
-        ("enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__", "data_loading"),
+        ("enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__", "data_wait"),
         ("Optimizer.zero_grad#Adam.zero_grad", "optimizer"),
         ("## backward ##", "backward"),
         ("[pl][profile][Strategy]SingleDeviceStrategy.training_step", "forward"),
         ("[pl][profile][Strategy]SingleDeviceStrategy.backward", "backward"),
-        ("[pl][profile][_TrainingEpochLoop].train_dataloader_next", "data_loading"),
-        ("[pl][profile][Callback]ModelCheckpoint.on_train_batch_end", "hooks"),
+        ("[pl][profile][_TrainingEpochLoop].train_dataloader_next", "data_wait"),
+        ("[pl][profile][Callback]ModelCheckpoint.on_train_batch_end", "callbacks"),
+        ("[pl][profile][Callback]ModelCheckpoint.on_save_checkpoint", "checkpoint"),
+        ("[pl][profile][LightningModule]M.on_train_batch_start", "module_hooks"),
         ("[pl][profile][LightningModule]M.optimizer_step", "optimizer"),
         ("[pl][module]torch.nn.modules.conv.Conv2d: net.0", "forward"),
     ],
@@ -130,6 +133,7 @@ def test_union_in_windows_matches_brute_force() -> None:
 def test_step_statistics_flags_robust_outliers() -> None:
     wall = np.array([100, 101, 99, 100, 102, 180], dtype=np.int64) * 1_000_000
     stats = step_statistics(wall, [f"s{i}" for i in range(6)])
-    assert stats["median_ms"] == pytest.approx(100.5)
-    assert [o["step"] for o in stats["outliers"]] == ["s5"]
-    assert step_statistics(np.zeros(0, np.int64), []) == {"count": 0}
+    assert stats is not None
+    assert stats.median_ms == pytest.approx(100.5)
+    assert [o.step for o in stats.outliers] == ["s5"]
+    assert step_statistics(np.zeros(0, np.int64), []) is None

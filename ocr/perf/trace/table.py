@@ -1,0 +1,202 @@
+"""The columnar event table that every trace analysis reads, and what it is made of.
+
+:class:`EventTable` holds the events of one or more trace files as numpy columns (times in int64
+ns relative to :attr:`EventTable.origin_ns`, names interned); :class:`MemoryTable` the
+``[memory]`` events; :class:`TraceSource` one file's metadata; :class:`Kind` the event kinds;
+:class:`TraceError` bad input. :mod:`~ocr.perf.trace.decode` reads one file,
+:mod:`~ocr.perf.trace.load` builds the table.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ocr.errors import InputError
+
+__all__ = [
+    "KIND_NAMES",
+    "EventTable",
+    "Kind",
+    "MemoryTable",
+    "TraceError",
+    "TraceSource",
+]
+
+
+class TraceError(InputError, ValueError):
+    """A trace file or directory that cannot be analysed; the message names the path and why."""
+
+    def __init__(self, path: str | Path, reason: str) -> None:
+        self.path = str(path)
+        self.reason = reason
+        super().__init__(f"{path}: {reason}")
+
+
+class Kind:
+    """Integer codes of the normalised event categories (column :attr:`EventTable.kind`)."""
+
+    OTHER = 0
+    CPU_OP = 1
+    USER_ANNOTATION = 2
+    PYTHON = 3
+    RUNTIME = 4
+    DRIVER = 5
+    KERNEL = 6
+    MEMCPY = 7
+    MEMSET = 8
+    GPU_ANNOTATION = 9
+    TRACE_SPAN = 10
+
+    #: Host-side kinds that nest on a thread (used for self time and phases).
+    HOST = (CPU_OP, USER_ANNOTATION, PYTHON, RUNTIME, DRIVER)
+    #: Device activity kinds (busy time on a GPU stream).
+    DEVICE = (KERNEL, MEMCPY, MEMSET)
+
+
+KIND_NAMES: dict[int, str] = {
+    Kind.OTHER: "other",
+    Kind.CPU_OP: "cpu_op",
+    Kind.USER_ANNOTATION: "user_annotation",
+    Kind.PYTHON: "python_function",
+    Kind.RUNTIME: "cuda_runtime",
+    Kind.DRIVER: "cuda_driver",
+    Kind.KERNEL: "kernel",
+    Kind.MEMCPY: "gpu_memcpy",
+    Kind.MEMSET: "gpu_memset",
+    Kind.GPU_ANNOTATION: "gpu_user_annotation",
+    Kind.TRACE_SPAN: "trace",
+}
+
+# Lower-cased category -> kind. The 2021 schema spells them "Operator", "Runtime", "Kernel", ...
+CATEGORY_KIND: dict[str, int] = {
+    "cpu_op": Kind.CPU_OP,
+    "operator": Kind.CPU_OP,
+    "user_annotation": Kind.USER_ANNOTATION,
+    "python_function": Kind.PYTHON,
+    "python_function_call": Kind.PYTHON,
+    "cuda_runtime": Kind.RUNTIME,
+    "runtime": Kind.RUNTIME,
+    "cuda_driver": Kind.DRIVER,
+    "driver": Kind.DRIVER,
+    "kernel": Kind.KERNEL,
+    "gpu_memcpy": Kind.MEMCPY,
+    "memcpy": Kind.MEMCPY,
+    "gpu_memset": Kind.MEMSET,
+    "memset": Kind.MEMSET,
+    "gpu_user_annotation": Kind.GPU_ANNOTATION,
+    "trace": Kind.TRACE_SPAN,
+}
+
+
+@dataclass(frozen=True)
+class TraceSource:
+    """One trace file that went into an :class:`EventTable`.
+
+    Args:
+        path: the file.
+        rank: DDP rank from ``distributedInfo.rank``, else from a ``rank<N>`` in the file name,
+            else ``None``.
+        rank_from: where ``rank`` came from: ``"distributedInfo"``, ``"filename"`` or ``None``.
+        world_size: ``distributedInfo.world_size`` or ``None``.
+        schema: ``"relative"`` (``ts`` relative to ``baseTimeNanoseconds``, torch >= 2.4-ish) or
+            ``"absolute"`` (epoch µs, 2021-2024 traces).
+        framework: the ``Framework`` metadata (``"pytorch-lightning"`` for Lightning's profiler).
+        device_properties: ``deviceProperties`` as written (GPU name, ``totalGlobalMem``, ...).
+        n_events: number of entries in ``traceEvents``.
+        parse_s: seconds spent reading and decoding the JSON (wall clock).
+    """
+
+    path: Path
+    rank: int | None
+    rank_from: str | None
+    world_size: int | None
+    schema: str
+    framework: str | None
+    device_properties: tuple[dict[str, Any], ...]
+    n_events: int
+    parse_s: float
+
+
+@dataclass
+class MemoryTable:
+    """``[memory]`` instant events as columns (one row per allocation or free).
+
+    Args:
+        src: source index per row.
+        ts: time, ns relative to the table origin.
+        nbytes: signed bytes of the event (negative = free).
+        total_allocated: allocator's total after the event; ``-1`` where the trace lacks it (2021).
+        total_reserved: allocator's reserved bytes after the event; ``-1`` where absent.
+        device_type: c10 device type (0 = CPU, 1 = CUDA).
+        device_id: device index (-1 = CPU).
+    """
+
+    src: np.ndarray
+    ts: np.ndarray
+    nbytes: np.ndarray
+    total_allocated: np.ndarray
+    total_reserved: np.ndarray
+    device_type: np.ndarray
+    device_id: np.ndarray
+
+    def __len__(self) -> int:
+        return int(self.ts.shape[0])
+
+
+@dataclass
+class EventTable:
+    """All complete (``ph: "X"``) events of one or more traces as numpy columns.
+
+    Times are int64 ns relative to :attr:`origin_ns` (absolute epoch ns of the earliest event).
+    Derived nesting columns (``parent``, ``self_ns``) are filled by :func:`load_traces`.
+
+    Args:
+        sources: the files, indexed by :attr:`src`.
+        names: interned event names (Lightning's embedded callback dicts removed); ``name``
+            indexes into it.
+        thread_keys: ``(src, pid, tid)`` per thread code (pid/tid as strings, so ``25738`` and
+            ``"25738"`` are one thread).
+        thread_names: thread code -> ``thread_name`` metadata where the trace has it.
+        src, kind, name, thread, start, dur, correlation: per-event columns (correlation ``-1``
+            where absent).
+        memory: the ``[memory]`` events.
+        origin_ns: absolute epoch ns that ``start == 0`` stands for.
+        warnings: data-quality notes (dropped events, missing fields, skipped files).
+    """
+
+    sources: list[TraceSource]
+    names: list[str]
+    thread_keys: list[tuple[int, str, str]]
+    thread_names: dict[int, str]
+    src: np.ndarray
+    kind: np.ndarray
+    name: np.ndarray
+    thread: np.ndarray
+    start: np.ndarray
+    dur: np.ndarray
+    correlation: np.ndarray
+    memory: MemoryTable
+    origin_ns: int
+    warnings: list[str] = field(default_factory=list)
+    parent: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
+    self_ns: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
+
+    def __len__(self) -> int:
+        return int(self.start.shape[0])
+
+    @property
+    def end(self) -> np.ndarray:
+        """End times (ns), ``start + dur``."""
+        return self.start + self.dur
+
+    def name_ids(self, predicate: Any) -> np.ndarray:
+        """Boolean lookup array over name codes: ``predicate(name)`` per interned name."""
+        return np.fromiter((bool(predicate(n)) for n in self.names), bool, len(self.names))
+
+
+# --------------------------------------------------------------------------------------------
+# reading files

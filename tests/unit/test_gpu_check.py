@@ -1,0 +1,303 @@
+"""scripts/gpu_check.py's comparisons on recorded answers, so they run without a GPU: our NVML
+sampler (a fake pynvml with pynvml's real names) beside a recorded ``nvidia-smi`` CSV line, CUDA
+events against synchronized phase times, the wheel check, the trace fixture's size limit."""
+
+from __future__ import annotations
+
+import gzip
+import importlib.metadata
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+from packaging.requirements import Requirement
+
+from ocr.perf.resources import ResourceSampler
+from scripts import gpu_check
+from tests.unit.perf.test_resources import device, fake_nvml
+
+UUID = "3b0f6d7e-9c1a-4d0e-8f3b-2a1c5e7d9f10"  # torch's spelling: no "GPU-"
+# nvidia-smi --query-gpu=<SMI_FIELDS> --format=csv,noheader,nounits on an H100 while it trains,
+# for the device the fake NVML below describes (30 GiB of 80 used = 30720 / 81920 MiB).
+SMI_LINE = f"GPU-{UUID}, 87, 30720, 81920, 312.45, 71, 1980, 0x0000000000000000\n"
+
+
+def sampler(**overrides: Any) -> ResourceSampler:
+    return ResourceSampler(
+        device_uuids=[UUID], nvml=fake_nvml([device(f"GPU-{UUID}", **overrides)])
+    )
+
+
+def smi_answer(line: str) -> Any:
+    def run(argv: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
+        assert argv[0] == "nvidia-smi"
+        assert argv[-2:] == ["-i", f"GPU-{UUID}"]
+        return subprocess.CompletedProcess(argv, 0, stdout=line, stderr="")
+
+    return run
+
+
+def verdicts(read: dict[str, Any]) -> dict[str, bool | None]:
+    return {row["figure"]: row["agree"] for row in read["rows"]}
+
+
+def test_nvml_agrees_with_a_recorded_nvidia_smi_answer() -> None:
+    read = gpu_check.paired_read(sampler(), UUID, run=smi_answer(SMI_LINE))
+    assert verdicts(read) == {
+        "util_percent": True,
+        "memory_used_gb": True,
+        "memory_total_gb": True,
+        "power_w": True,
+        "temperature_c": True,
+        "sm_clock_mhz": True,
+        "throttle_reasons": True,
+    }
+    rows = {row["figure"]: row for row in read["rows"]}
+    assert rows["memory_used_gb"]["smi"] == pytest.approx(30.0)
+    assert rows["power_w"]["nvml"] == [pytest.approx(312.5), pytest.approx(312.5)]
+
+
+def test_a_figure_off_beyond_its_tolerance_is_named_alone() -> None:
+    hot = SMI_LINE.replace(", 71, ", ", 80, ")  # 9 degrees off, tolerance 2
+    read = gpu_check.paired_read(sampler(), UUID, run=smi_answer(hot))
+    assert [f for f, ok in verdicts(read).items() if not ok] == ["temperature_c"]
+
+
+def test_throttle_masks_compare_without_the_idle_bit() -> None:
+    idle = SMI_LINE.replace("0x0000000000000000", "0x0000000000000001")
+    assert verdicts(gpu_check.paired_read(sampler(), UUID, run=smi_answer(idle)))[
+        "throttle_reasons"
+    ]
+    capped = SMI_LINE.replace("0x0000000000000000", "0x0000000000000004")  # SW power cap
+    assert not verdicts(gpu_check.paired_read(sampler(), UUID, run=smi_answer(capped)))[
+        "throttle_reasons"
+    ]
+
+
+def test_nvidia_smi_value_between_two_nvml_reads_agrees() -> None:
+    before = {"util_percent": 40.0}
+    after = {"util_percent": 95.0}  # the GPU got busy while nvidia-smi ran
+    smi = gpu_check.parse_smi(SMI_LINE.replace(", 87, ", ", 70, "))
+    row = gpu_check.compare_nvml_smi(before, smi, after)[0]
+    assert row["figure"] == "util_percent"
+    assert row["agree"] is True
+    assert gpu_check.compare_nvml_smi(before, smi, {"util_percent": 45.0})[0]["agree"] is False
+
+
+def test_unsupported_fields_are_not_judged() -> None:
+    line = SMI_LINE.replace("312.45", "[N/A]")
+    smi = gpu_check.parse_smi(line)
+    assert smi["power.draw"] is None
+    read = gpu_check.paired_read(sampler(power_mw=None), UUID, run=smi_answer(line))
+    assert verdicts(read)["power_w"] is None
+
+
+def test_an_answer_for_another_device_is_refused() -> None:
+    other = SMI_LINE.replace(UUID, "00000000-0000-0000-0000-000000000000")
+
+    def run(argv: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
+        return subprocess.CompletedProcess(argv, 0, stdout=other, stderr="")
+
+    with pytest.raises(ValueError, match="answered for GPU-00000000"):
+        gpu_check.paired_read(sampler(), UUID, run=run)
+
+
+def test_parse_smi_refuses_a_line_of_other_fields() -> None:
+    with pytest.raises(ValueError, match="7 values for 8 fields"):
+        gpu_check.parse_smi("GPU-x, 1, 2, 3, 4, 5, 6")
+
+
+# -- CUDA events against synchronized phase times -------------------------------------------------
+
+
+def test_event_and_synchronized_phase_times_agree_within_ten_percent() -> None:
+    events = {"data_wait": 1.0, "transfer": 0.6, "forward": 12.0, "backward": 21.0}
+    synced = {"data_wait": 1.1, "transfer": 0.5, "forward": 12.9, "backward": 20.0}
+    rows = {r["phase"]: r for r in gpu_check.compare_phase_times(events, synced)}
+    assert all(r["agree"] for r in rows.values())
+    assert rows["forward"]["diff_pct"] == pytest.approx(-100 * 0.9 / 12.9)
+    # transfer is 20 % off but 0.1 ms is under 1 % of the 34.5 ms step: nobody resolves that
+    assert abs(rows["transfer"]["diff_pct"]) > 10
+
+
+def test_a_phase_the_events_misplace_is_named() -> None:
+    # asynchronous launches: the events give forward's GPU work to the host's next phase
+    events = {"data_wait": 1.0, "forward": 8.0, "backward": 25.0}
+    synced = {"data_wait": 1.0, "forward": 12.0, "backward": 21.0}
+    rows = gpu_check.compare_phase_times(events, synced)
+    assert [r["phase"] for r in rows if not r["agree"]] == ["forward", "backward"]
+    text = "\n".join(gpu_check._render_comparison("events vs sync", rows))
+    assert "**differ on forward, backward**" in text
+    assert "| forward | 8.00 | 12.00 | -33.3 | **no** |" in text
+
+
+def test_stage_figures_per_batch_and_data_wait_share() -> None:
+    records = [
+        {
+            "stage": "train",
+            "epoch": e,
+            "wall_s": 2.0,
+            "samples": 32,
+            "num_batches": 2,
+            "phases_s": {"data_wait": 0.5, "forward": 1.0, "backward": 0.5},
+            "gpu_phases_s": {"forward": 0.9, "backward": 0.6},
+        }
+        for e in range(4)
+    ]
+    kept = gpu_check.kept_epochs(records, "train", skip=[3])
+    assert [r["epoch"] for r in kept] == [1, 2]
+    fig = gpu_check.stage_figures(kept, None, "train")
+    assert fig is not None
+    assert fig["samples_per_s"] == pytest.approx(16.0)
+    assert fig["data_wait_share"] == pytest.approx(0.25)
+    assert fig["host_ms"]["forward"] == pytest.approx(500.0)
+    assert fig["event_ms"]["backward"] == pytest.approx(300.0)
+    assert fig["mfu"] is None  # no FLOPs recorded
+
+
+# -- wheels ---------------------------------------------------------------------------------------
+
+
+def test_wheel_check_names_missing_and_out_of_range_packages() -> None:
+    installed = {"packaging": "26.3", "torch": "2.11.0+cu130"}
+
+    def version_of(name: str) -> str:
+        if name not in installed:
+            raise importlib.metadata.PackageNotFoundError(name)
+        return installed[name]
+
+    reqs = [Requirement(r) for r in ("packaging>=20", "torch==2.13.0", "msgspec>=0.18")]
+    result = gpu_check.check_requirements(reqs, version_of, pins={"msgspec": "0.22.0"})
+    assert result.missing == ["msgspec==0.22.0"]
+    assert result.mismatched == ["torch 2.11.0+cu130 (pyproject: torch==2.13.0)"]
+
+
+def test_every_runtime_dependency_is_in_the_device_image_or_carried() -> None:
+    pins = gpu_check.pinned_versions()
+    names = {gpu_check._norm(r.name) for r in gpu_check.runtime_requirements()}
+    carried = {gpu_check._norm(n) for n in gpu_check.CARRIED}
+    assert names - gpu_check.DEVICE_HAS - carried == set()
+    # hydra-core and omegaconf need antlr4, which the image lacks
+    assert "antlr4-python3-runtime" in carried
+    assert all(n in pins for n in carried), "a carried wheel without a pinned version"
+    assert gpu_check.wheels_to_carry()[0] == f"hydra-core=={pins['hydra-core']}"
+
+
+def test_fetch_commands_are_the_device_readmes() -> None:
+    download, build = gpu_check.fetch_commands()
+    assert download[:6] == ["python3", "-m", "pip", "download", "--no-deps", "--only-binary=:all:"]
+    assert "--python-version" in download
+    assert "manylinux_2_17_x86_64" in download
+    assert not any(w.startswith("antlr4") for w in download)
+    assert build[3] == "wheel"
+    assert build[-1].startswith("antlr4-python3-runtime==")
+
+
+def test_device_command_fits_the_device_tool() -> None:
+    args = gpu_check.parse_args(["--epochs", "3"])
+    gpu_check.size_run(args, cuda=False)
+    command = gpu_check.device_command(args)
+    assert len(command) <= 2000
+    assert command.startswith("python3 -m pip install -q --no-index --no-deps")
+    assert "--target /tmp/site .whl/*.whl" in command
+    assert "--out $OUT --fixture-dir $OUT" in command
+    assert "--epochs 3" in command
+    assert "--train-batches" not in command
+
+
+def test_run_size_follows_the_device_unless_given() -> None:
+    args = gpu_check.parse_args([])
+    gpu_check.size_run(args, cuda=True)
+    assert (args.epochs, args.train_batches) == gpu_check.RUN_SIZE["gpu"]
+    args = gpu_check.parse_args(["--train-batches", "7"])
+    gpu_check.size_run(args, cuda=False)
+    assert (args.epochs, args.train_batches) == (gpu_check.RUN_SIZE["cpu"][0], 7)
+    with pytest.raises(SystemExit, match="--epochs must be >= 2"):
+        gpu_check.size_run(gpu_check.parse_args(["--epochs", "1"]), cuda=False)
+
+
+def test_gpu_overrides_are_the_example_preset_at_16_mixed_with_workers_for_the_cores() -> None:
+    main_run = gpu_check.train_overrides(True, 4, 100, 16, sync=False)
+    assert main_run[:2] == ["preset=example", "data=synthetic"]
+    assert "data.synthetic.splits.train=1600" in main_run
+    assert "trainer.precision=16-mixed" in main_run
+    assert "data.num_workers=14" in main_run
+    assert "callbacks.profiler.profile_epochs=[3]" in main_run
+    sync_run = gpu_check.train_overrides(True, 4, 100, 16, sync=True)
+    assert sync_run[-1] == "callbacks.performance_profiler.sync_cuda=true"
+    assert not any(o.startswith("callbacks.profiler.") for o in sync_run)
+
+
+# -- trace summary, fixture, seam-test counts -----------------------------------------------------
+
+
+def test_h2d_copies_by_source_memory() -> None:
+    ops = [
+        {"name": "Memcpy HtoD (Pinned -> Device)", "kind": "memcpy", "calls": 6, "total_ms": 1.5},
+        {"name": "Memcpy HtoD (Pageable -> Device)", "kind": "memcpy", "calls": 2, "total_ms": 3},
+        {"name": "Memcpy DtoD (Device -> Device)", "kind": "memcpy", "calls": 9, "total_ms": 1},
+        {"name": "void at::native::kernel", "kind": "kernel", "calls": 90, "total_ms": 40},
+    ]
+    assert gpu_check.h2d_copies(ops) == {
+        "pinned": {"calls": 6.0, "ms": 1.5},
+        "pageable": {"calls": 2.0, "ms": 3.0},
+    }
+
+
+def test_fixture_is_saved_gzip_under_the_limit_and_refused_over_it(tmp_path: Path) -> None:
+    small = tmp_path / "epoch_3.json.gz"
+    small.write_bytes(gzip.compress(b'{"traceEvents": []}'))
+    saved = gpu_check.save_fixture(small, tmp_path / "fixtures", "NVIDIA H100 80GB HBM3")
+    assert (
+        Path(saved["path"]).name == "dbnet_r18_640_16mixed_nvidia_h100_80gb_hbm3.pt.trace.json.gz"
+    )
+    assert gzip.decompress(Path(saved["path"]).read_bytes()) == b'{"traceEvents": []}'
+    big = tmp_path / "big.json"
+    big.write_bytes(os.urandom(gpu_check.FIXTURE_MAX_BYTES + 1))  # incompressible
+    with pytest.raises(ValueError, match="over the fixture limit"):
+        gpu_check.save_fixture(big, tmp_path / "fixtures", "x")
+
+
+def test_junit_counts(tmp_path: Path) -> None:
+    xml = tmp_path / "j.xml"
+    xml.write_text(
+        '<testsuites><testsuite tests="3" failures="1" errors="0" skipped="0">'
+        '<testcase classname="tests.a" name="test_ok"/>'
+        '<testcase classname="tests.a" name="test_bad"><failure message="x"/></testcase>'
+        '<testcase classname="tests.b" name="test_ok2"/>'
+        "</testsuite></testsuites>"
+    )
+    counts = gpu_check.junit_counts(xml)
+    assert counts["tests"] == 3
+    assert counts["failures"] == 1
+    assert counts["failing"] == ["tests.a::test_bad"]
+
+
+def test_a_failing_read_never_stops_the_training_and_fails_the_nvml_part(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(*args: Any, **kwargs: Any) -> dict[str, Any]:
+        raise FileNotFoundError("nvidia-smi")
+
+    monkeypatch.setattr(gpu_check, "paired_read", broken)
+
+    class Finished:
+        def poll(self) -> int:
+            return 0
+
+    reads: list[dict[str, Any]] = []
+    gpu_check.read_while_training(UUID, tmp_path, reads)(Finished())  # type: ignore[arg-type]
+    assert len(reads) == 1
+    assert "FileNotFoundError: nvidia-smi" in reads[0]["error"]
+    with pytest.raises(RuntimeError, match=r"(?s)read failed:\n.*FileNotFoundError: nvidia-smi"):
+        gpu_check.nvml_reads(reads)
+    with pytest.raises(RuntimeError, match="no paired"):
+        gpu_check.nvml_reads([])
+
+
+def test_the_seam_test_files_exist() -> None:
+    # a renamed seam test must break here, not on the device machine's few minutes
+    root = Path(gpu_check.__file__).resolve().parents[1]
+    assert [f for f in gpu_check.SEAM_TESTS if not (root / f).is_file()] == []
