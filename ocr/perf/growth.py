@@ -37,7 +37,9 @@ from pathlib import Path
 from types import FunctionType, MethodType, ModuleType
 from typing import TYPE_CHECKING, Any
 
-from ocr.perf.findings import Finding, threshold
+import msgspec
+
+from ocr.perf.findings import Finding, risk_score
 from ocr.perf.rundir import PERF_DIRNAME, RunDirError, read_records
 
 if TYPE_CHECKING:
@@ -123,24 +125,6 @@ class NodeStats:
     devices: list[str] = field(default_factory=list)
     sampled: bool = False
 
-    @classmethod
-    def from_record(cls, record: Mapping[str, object], where: str) -> NodeStats:
-        """Read :func:`dataclasses.asdict`'s form; ``RunDirError`` naming ``where`` otherwise."""
-        data: Mapping[str, Any] = record  # JSON: checked field by field below
-        try:
-            return cls(
-                path=str(data["path"]),
-                kind=str(data.get("kind", "")),
-                length=int(data["length"]),
-                tensors=int(data.get("tensors", 0)),
-                bytes=int(data.get("bytes", 0)),
-                graph=bool(data.get("graph", False)),
-                devices=[str(d) for d in data.get("devices") or []],
-                sampled=bool(data.get("sampled", False)),
-            )
-        except (KeyError, TypeError, ValueError) as exc:
-            raise RunDirError(f"{where}: not a growth node ({type(exc).__name__}: {exc})") from exc
-
 
 @dataclass
 class Scan:
@@ -166,19 +150,12 @@ class Scan:
 
     @classmethod
     def from_record(cls, record: Mapping[str, object], where: str = "growth record") -> Scan:
-        """Read :meth:`as_record`'s form; ``RunDirError`` naming ``where`` when malformed."""
-        data: Mapping[str, Any] = record  # JSON: checked field by field below
-        nodes = data.get("nodes")
-        epoch = data.get("epoch")
-        if not isinstance(nodes, list) or isinstance(epoch, bool) or not isinstance(epoch, int):
-            raise RunDirError(f"{where}: needs an integer 'epoch' and a list 'nodes'")
-        return cls(
-            epoch=epoch,
-            nodes=[NodeStats.from_record(n, f"{where}, node {i}") for i, n in enumerate(nodes)],
-            items=int(data.get("items", 0)),
-            scan_ms=float(data.get("scan_ms", 0.0)),
-            truncated=bool(data.get("truncated", False)),
-        )
+        """Read :meth:`as_record`'s form (unknown keys ignored); ``RunDirError`` naming
+        ``where`` and the field when malformed."""
+        try:
+            return msgspec.convert(dict(record), cls)
+        except msgspec.ValidationError as exc:
+            raise RunDirError(f"{where}: {exc}") from None
 
 
 class _Walk:
@@ -456,7 +433,7 @@ def growth_finding(found: Sequence[Growth]) -> Finding | None:
     return Finding(
         id="memory_creep",
         severity="critical" if graph else "warning",
-        score=threshold("risk_critical_score" if graph else "risk_warning_score"),
+        score=risk_score("critical" if graph else "warning"),
         title=title,
         evidence={
             "growing": [asdict(g) for g in found],

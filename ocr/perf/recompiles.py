@@ -39,6 +39,8 @@ from itertools import islice
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from ocr.perf.findings import Finding
 from ocr.perf.rundir import PERF_DIRNAME, RunDirError, read_records
 
@@ -154,39 +156,12 @@ class CompileEpoch:
     def from_record(
         cls, record: Mapping[str, object], where: str = "recompiles record"
     ) -> CompileEpoch:
-        """Read :meth:`as_record`'s form; ``RunDirError`` naming ``where`` when malformed."""
-        data: Mapping[str, Any] = record  # JSON: checked field by field below
+        """Read :meth:`as_record`'s form (unknown keys ignored); ``RunDirError`` naming
+        ``where`` and the field when malformed."""
         try:
-            reasons = [
-                Reason(
-                    reason=str(r["reason"]),
-                    count=int(r["count"]),
-                    dimension=None if r.get("dimension") is None else str(r["dimension"]),
-                    sizes=[int(x) for x in r.get("sizes") or []],
-                    example=str(r.get("example", "")),
-                )
-                for r in data.get("reasons") or []
-            ]
-            shapes = data.get("batch_shapes")
-            limit = data.get("limit")
-            return cls(
-                epoch=int(data["epoch"]),
-                available=bool(data.get("available", True)),
-                compiles=int(data.get("compiles", 0)),
-                recompiles=int(data.get("recompiles", 0)),
-                reasons=reasons,
-                functions={str(k): int(v) for k, v in (data.get("functions") or {}).items()},
-                compile_s=float(data.get("compile_s") or 0.0),
-                limit_hit=bool(data.get("limit_hit", False)),
-                limit=None if limit is None else int(limit),
-                failed=int(data.get("failed", 0)),
-                lost=int(data.get("lost", 0)),
-                batch_shapes=None if shapes is None else int(shapes),
-                shape_examples=[str(s) for s in data.get("shape_examples") or []],
-                note=str(data.get("note", "")),
-            )
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise RunDirError(f"{where}: malformed ({type(exc).__name__}: {exc})") from exc
+            return msgspec.convert(dict(record), cls)
+        except msgspec.ValidationError as exc:
+            raise RunDirError(f"{where}: {exc}") from None
 
 
 def _surface() -> tuple[Any, str]:
@@ -357,8 +332,9 @@ def read_compile_epochs(run_dir: str | os.PathLike[str]) -> list[CompileEpoch]:
 def recompile_finding(epochs: Sequence[CompileEpoch], total_s: float = 0.0) -> Finding | None:
     """A finding when recompiles recur after a run's first epoch, reach :data:`RECOMPILE_CHURN`
     in one epoch, or hit the recompile limit; ``None`` otherwise. ``epochs``: one run's records
-    in order; ``total_s``: the run's recorded wall time (the score is the share compiling took,
-    at least 5)."""
+    in order; ``total_s``: the run's recorded wall time. The score is the share of it spent
+    compiling (what this run measured; the eager fallback after the limit is not measured), 0
+    without step-time records."""
     counted = [e for e in epochs if e.available]
     if not counted:
         return None
@@ -419,11 +395,10 @@ def recompile_finding(epochs: Sequence[CompileEpoch], total_s: float = 0.0) -> F
     else:
         advice.append("or mark the changing dimension dynamic (torch._dynamo.mark_dynamic)")
     advice.append("raising torch._dynamo.config.recompile_limit only postpones it")
-    share = 100.0 * compile_s / total_s if total_s > 0 else 0.0
     return Finding(
         id="recompiles",
         severity="warning",
-        score=round(max(share, 5.0), 1),
+        score=round(min(100.0, 100.0 * compile_s / total_s), 1) if total_s > 0 else 0.0,
         title=title,
         evidence={
             "recompiles": recompiles,

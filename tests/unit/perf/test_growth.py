@@ -130,3 +130,15 @@ def test_records_round_trip_and_verdict_findings(tmp_path: Path) -> None:
     assert len(found) == 1
     assert "UserModule.losses" in found[0].title
     assert growth_findings(tmp_path / "absent") == []
+
+
+def test_malformed_record_names_the_file(tmp_path: Path) -> None:
+    import pytest
+
+    from ocr.perf.rundir import RunDirError
+
+    writer = JsonlWriter(tmp_path / PERF_DIRNAME / GROWTH_FILE, GROWTH_SCHEMA)
+    writer.write({"epoch": 0, "nodes": [{"path": "M.x", "kind": "list", "length": "many"}]})
+    writer.close()
+    with pytest.raises(RunDirError, match=r"growth\.jsonl: record 1: .*length"):
+        growth_findings(tmp_path)

@@ -120,7 +120,7 @@ def test_rule_recurring_after_first_epoch() -> None:
     finding = recompile_finding(epochs, total_s=10.0)
     assert finding is not None
     assert "after the first epoch" in finding.title
-    assert finding.score == 20.0
+    assert finding.score == 20.0  # 2 s compiling of 10 s: the share of wall time
     assert "dimension 1 of x" in finding.title
     churn = [CompileEpoch(0, compiles=RECOMPILE_CHURN + 1, recompiles=RECOMPILE_CHURN)]
     assert recompile_finding(churn) is not None
