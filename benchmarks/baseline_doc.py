@@ -42,7 +42,7 @@ from ocr.perf.baseline import (  # noqa: E402
     write_baseline,
 )
 from ocr.perf.clock import PHASES  # noqa: E402
-from ocr.perf.rundir import read_records  # noqa: E402
+from ocr.perf.records import EpochRecord, read_records  # noqa: E402
 
 COMMAND = "python benchmarks/baseline_doc.py"
 
@@ -154,7 +154,7 @@ def _batch_summary(times: list[float]) -> dict[str, float | None]:
 def render(
     before: dict[str, Any],
     after: dict[str, Any],
-    records: dict[str, list[dict[str, Any]]],
+    records: dict[str, list[EpochRecord]],
     commands: dict[str, list[str]],
     argv: list[str],
 ) -> str:
@@ -247,15 +247,15 @@ def render(
     ]
     for label, recs in records.items():
         for rec in recs:
-            if rec.get("stage") != "val":
+            if rec.stage != "val":
                 continue
-            worker, counts = rec.get("worker_s") or {}, rec.get("worker_counts") or {}
-            batches, samples = rec.get("num_batches") or 0, rec.get("samples") or 0
+            worker, counts = rec.worker_s, rec.worker_counts
+            batches, samples = rec.num_batches, rec.samples
             collate = 1e3 * worker["collate"] / batches if "collate" in worker and batches else None
             targets = 1e3 * worker["targets"] / samples if "targets" in worker and samples else None
             lines.append(
-                f"| {label} | {rec.get('epoch')} | {rec['wall_s']:.3f} | "
-                f"{rec['phases_s'].get('data_wait', 0.0):.3f} | {_num(collate, '.1f')} | "
+                f"| {label} | {rec.epoch} | {rec.wall_s:.3f} | "
+                f"{rec.phases_s.get('data_wait', 0.0):.3f} | {_num(collate, '.1f')} | "
                 f"{_num(targets, '.2f')} | {_count(counts, 'polygon_cache_hits')} | "
                 f"{_count(counts, 'polygon_cache_misses')} |"
             )
@@ -318,7 +318,7 @@ def main() -> None:
         ]
         commands: dict[str, list[str]] = {}
         runs: dict[str, list[dict[str, Any]]] = {"before": [], "after": []}
-        records: dict[str, list[dict[str, Any]]] = {}
+        records: dict[str, list[EpochRecord]] = {}
         for repeat in range(1, args.repeats + 1):
             # Alternating, so a slow spell of the shared machine hits both sides.
             for label, extra_overrides in (
@@ -346,9 +346,7 @@ def main() -> None:
                     raise SystemExit(str(exc)) from None
                 commands.setdefault(label, cmd)
                 runs[label].append(load_source(run_dir))
-                records[f"{label} #{repeat}"] = read_records(
-                    run_dir / "perf" / "epochs.jsonl", "receipt-ocr/perf-epoch"
-                )
+                records[f"{label} #{repeat}"] = read_records(EpochRecord.path(run_dir), EpochRecord)
         before, after = merge(runs["before"]), merge(runs["after"])
         extra = sys.argv[1:]
         text = render(before, after, records, commands, extra)

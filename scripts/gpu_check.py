@@ -63,7 +63,9 @@ sys.path.insert(0, str(REPO_ROOT))
 from benchmarks.baseline_doc import subprocess_env, train  # noqa: E402
 from ocr.perf.clock import PHASES  # noqa: E402
 from ocr.perf.mfu import stage_utilisation  # noqa: E402
+from ocr.perf.records import EpochRecord, RunRecord  # noqa: E402
 from ocr.perf.report.load import load_run  # noqa: E402
+from ocr.perf.stage import Stage  # noqa: E402
 from ocr.perf.trace.agreement import (  # noqa: E402
     ABSOLUTE_FLOOR_PCT_OF_STEP,
     AGREEMENT_TOLERANCE_PCT,
@@ -335,38 +337,39 @@ def train_overrides(
 
 
 def kept_epochs(
-    records: Sequence[Mapping[str, Any]], stage: str, skip: Iterable[int]
-) -> list[Mapping[str, Any]]:
+    records: Sequence[EpochRecord], stage: Stage, skip: Iterable[int]
+) -> list[EpochRecord]:
     """``stage``'s records minus epoch 0 (warm-up) and the ``skip`` epochs (profiled); all of the
     stage's records when that leaves none."""
-    mine = [r for r in records if r.get("stage") == stage]
+    mine = [r for r in records if r.stage == stage]
     dropped = {0, *skip}
-    kept = [r for r in mine if r.get("epoch") not in dropped]
+    kept = [r for r in mine if r.epoch not in dropped]
     return kept or mine
 
 
 def stage_figures(
-    records: Sequence[Mapping[str, Any]], info: Mapping[str, Any] | None, stage: str
+    records: Sequence[EpochRecord], info: RunRecord | None, stage: Stage
 ) -> dict[str, Any] | None:
     """samples/s, data-wait share, ms per batch by phase (host clock and CUDA events) and MFU of
     ``records`` (one stage's epochs), ``None`` when there are none."""
     if not records:
         return None
-    wall = sum(float(r.get("global_wall_s") or r["wall_s"]) for r in records)
-    samples = sum(float(r.get("global_samples") or r.get("samples") or 0) for r in records)
-    batches = sum(int(r.get("num_batches") or 0) for r in records)
-    data_wait = sum(float((r.get("phases_s") or {}).get("data_wait", 0.0)) for r in records)
+    wall = sum(r.all_wall_s for r in records)
+    samples = sum(r.all_samples for r in records)
+    batches = sum(r.num_batches for r in records)
+    data_wait = sum(r.phases_s.get("data_wait", 0.0) for r in records)
 
     def per_batch(key: str) -> dict[str, float]:
         total: dict[str, float] = {}
         for r in records:
-            for phase, s in (r.get(key) or {}).items():
-                total[phase] = total.get(phase, 0.0) + float(s)
+            for phase, s in getattr(r, key).items():
+                if s is not None:
+                    total[phase] = total.get(phase, 0.0) + s
         return {p: 1e3 * s / batches for p, s in total.items()} if batches else {}
 
     util = stage_utilisation(info, records, stage)
     return {
-        "epochs": [r.get("epoch") for r in records],
+        "epochs": [r.epoch for r in records],
         "batches": batches,
         "samples_per_s": samples / wall if wall > 0 else None,
         "data_wait_share": data_wait / wall if wall > 0 else None,
@@ -382,16 +385,16 @@ def run_figures(run_dir: Path, profiled: Iterable[int] = ()) -> dict[str, Any]:
     """Per stage (train, val) :func:`stage_figures` of ``run_dir``, plus the recorded device and
     peaks."""
     data = load_run(run_dir)
-    info = data.run_info or {}
+    info = data.run_info
     profiled = list(profiled)
-    flops = info.get("flops") or {}
+    flops = info.flops if info is not None else None
     return {
-        "device": info.get("device"),
-        "cuda_devices": info.get("cuda_devices"),
-        "peak_flops_per_s": flops.get("peak_flops_per_sec"),
-        "spec_peak_flops_per_s": flops.get("spec_peak_flops_per_sec"),
-        "train": stage_figures(kept_epochs(data.epochs, "train", profiled), info, "train"),
-        "val": stage_figures(kept_epochs(data.epochs, "val", ()), info, "val"),
+        "device": info.device if info is not None else None,
+        "cuda_devices": info.cuda_devices if info is not None else None,
+        "peak_flops_per_s": flops.peak_flops_per_sec if flops is not None else None,
+        "spec_peak_flops_per_s": flops.spec_peak_flops_per_sec if flops is not None else None,
+        "train": stage_figures(kept_epochs(data.epochs, Stage.TRAIN, profiled), info, Stage.TRAIN),
+        "val": stage_figures(kept_epochs(data.epochs, Stage.VAL, ()), info, Stage.VAL),
     }
 
 

@@ -41,11 +41,10 @@ from typing import Any, ClassVar
 
 from ocr.errors import ConfigError
 from ocr.perf.findings import Finding, threshold
-from ocr.perf.rundir import JsonlWriter
+from ocr.perf.records import AlertEvent, RecordWriter
 from ocr.perf.triggers import request_profile
 
 __all__ = [
-    "ALERT_SCHEMA",
     "RULES",
     "AlertEngine",
     "AlertEvent",
@@ -63,7 +62,6 @@ __all__ = [
     "build_rules",
 ]
 
-ALERT_SCHEMA = "receipt-ocr/alert"
 _GB = float(1 << 30)
 _MB = float(1 << 20)
 _GPU_KEY = re.compile(r"^resources/gpu(\d+)_(\w+)$")
@@ -889,94 +887,6 @@ def alert_finding(events: Sequence[AlertEvent]) -> Finding | None:
 # -- events and sinks ----------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class AlertEvent:
-    """One ``fired`` or ``resolved`` event; :meth:`record` is its ``alerts.jsonl`` line.
-
-    Args:
-        t: unix time of the event, seconds.
-        rule: the rule name.
-        event: ``"fired"`` or ``"resolved"``.
-        severity: ``"warning"`` or ``"critical"``.
-        message: one readable sentence with figures.
-        evidence: figures behind it.
-        threshold: thresholds used.
-        suggestion: a concrete change to make.
-        step: global step. epoch: epoch. rank: global rank of the process that saw it.
-    """
-
-    t: float
-    rule: str
-    event: str
-    severity: str
-    message: str
-    evidence: dict[str, float | str]
-    threshold: dict[str, float]
-    suggestion: str
-    step: int
-    epoch: int
-    rank: int
-
-    @classmethod
-    def from_record(cls, record: Mapping[str, Any], where: str = "alert") -> AlertEvent:
-        """Read one ``alerts.jsonl`` record back (:meth:`record`'s form); fields a writer left
-        out get neutral values. ``ValueError`` naming ``where`` and the field when a field has
-        the wrong type."""
-        rule, event = record.get("rule", "unknown"), record.get("event")
-        if not isinstance(rule, str) or event not in ("fired", "resolved"):
-            raise ValueError(
-                f"{where}: rule must be a string and event fired or resolved, got "
-                f"{rule!r} / {event!r}"
-            )
-        evidence = record.get("evidence") or {}
-        limits = record.get("threshold") or {}
-        if not isinstance(evidence, Mapping) or not isinstance(limits, Mapping):
-            raise ValueError(f"{where}: evidence and threshold must be objects")
-
-        def number(key: str) -> float:
-            value = record.get(key, 0)
-            if isinstance(value, bool) or not isinstance(value, int | float):
-                raise ValueError(f"{where}: {key} must be a number, got {value!r}")
-            return float(value)
-
-        return cls(
-            t=number("t"),
-            rule=rule,
-            event=event,
-            severity="critical" if record.get("severity") == "critical" else "warning",
-            message=str(record.get("message") or ""),
-            evidence={
-                str(k): v if isinstance(v, str) else float(v)
-                for k, v in evidence.items()
-                if isinstance(v, str | int | float) and not isinstance(v, bool)
-            },
-            threshold={
-                str(k): float(v)
-                for k, v in limits.items()
-                if isinstance(v, int | float) and not isinstance(v, bool)
-            },
-            suggestion=str(record.get("suggestion") or ""),
-            step=int(number("step")),
-            epoch=int(number("epoch")),
-            rank=int(number("rank")),
-        )
-
-    def record(self) -> dict[str, Any]:
-        return {
-            "t": self.t,
-            "rule": self.rule,
-            "event": self.event,
-            "severity": self.severity,
-            "message": self.message,
-            "evidence": self.evidence,
-            "threshold": self.threshold,
-            "suggestion": self.suggestion,
-            "step": self.step,
-            "epoch": self.epoch,
-            "rank": self.rank,
-        }
-
-
 class AlertSink:
     """Receives alert events. :meth:`emit` may raise; the engine then turns the sink off."""
 
@@ -1016,10 +926,10 @@ class JsonlSink(AlertSink):
     name = "jsonl"
 
     def __init__(self, path: Any) -> None:
-        self.writer = JsonlWriter(path, ALERT_SCHEMA)
+        self.writer = RecordWriter(path)
 
     def emit(self, event: AlertEvent) -> None:
-        self.writer.write(event.record())
+        self.writer.write(event)
 
     def close(self) -> None:
         self.writer.close()

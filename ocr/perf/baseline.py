@@ -60,14 +60,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ocr.errors import ConfigError, InputError
-from ocr.perf.rundir import (
+from ocr.perf.records import (
     PERF_DIRNAME,
+    EpochRecord,
     RunDirError,
-    polygon_cache_hit_rate,
     read_records,
-    read_run_info,
-    to_jsonable,
+    read_run_record,
 )
+from ocr.perf.rundir import polygon_cache_hit_rate, to_jsonable
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -97,7 +97,6 @@ BASELINE_SCHEMA = "receipt-ocr/perf-baseline"
 BASELINE_VERSION = 1
 BENCH_SCHEMA = "receipt-ocr/bench"
 BENCH_VERSION = 1
-EPOCH_SCHEMA = "receipt-ocr/perf-epoch"
 
 #: Relative tolerance of time / rate figures when none is given, in percent.
 DEFAULT_TOLERANCE_PCT = 10.0
@@ -169,7 +168,7 @@ def _guess_unit(name: str) -> tuple[str, str]:
     return "", "none"
 
 
-def _epoch_figures(records: list[dict[str, Any]], where: str) -> dict[str, dict[str, Any]]:
+def _epoch_figures(records: list[EpochRecord], where: str) -> dict[str, dict[str, Any]]:
     """The figures of a stage's kept epochs (module docstring)."""
     series: dict[str, tuple[str, str, list[float]]] = {}
 
@@ -179,34 +178,33 @@ def _epoch_figures(records: list[dict[str, Any]], where: str) -> dict[str, dict[
 
     for index, rec in enumerate(records):
         try:
-            wall = float(rec["wall_s"])
-            samples = int(rec.get("samples") or 0)
-            batches = int(rec.get("num_batches") or 0)
+            wall = rec.wall_s
+            samples = rec.samples
+            batches = rec.num_batches
             add("epoch_wall_s", "s", "lower", wall)
-            for phase, seconds in (rec.get("phases_s") or {}).items():
+            for phase, seconds in rec.phases_s.items():
                 add(f"phase_{phase}_s", "s", "lower", seconds)
-            stats = rec.get("batch_stats") or {}
+            stats = rec.batch_stats
             add("batch_median_s", "s", "lower", stats.get("median"))
             add("batch_p95_s", "s", "lower", stats.get("p95"))
-            rate = rec.get("samples_per_sec")
+            rate = rec.samples_per_sec
             if rate is None and wall > 0:
                 rate = samples / wall
             add("samples_per_sec", "samples/s", "higher", rate)
-            worker = rec.get("worker_s") or {}
+            worker = rec.worker_s
             for part, seconds in worker.items():
                 if batches and seconds is not None:
                     add(f"worker_{part}_ms_per_batch", "ms/batch", "lower", 1e3 * seconds / batches)
             if worker.get("targets") is not None and samples:
                 add("targets_ms_per_image", "ms/image", "lower", 1e3 * worker["targets"] / samples)
-            hit_rate = polygon_cache_hit_rate(rec.get("worker_counts") or {})
+            hit_rate = polygon_cache_hit_rate(rec.worker_counts)
             if hit_rate is not None:
                 add("polygon_cache_hit_rate", "fraction", "higher", hit_rate)
-            if rec.get("peak_rss_gb") is not None:
-                add("peak_rss_gb", "GiB", "lower", rec["peak_rss_gb"])
+            if rec.peak_rss_gb is not None:
+                add("peak_rss_gb", "GiB", "lower", rec.peak_rss_gb)
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise BaselineError(
-                f"{where}: {rec.get('stage')} epoch {rec.get('epoch')} (record {index + 1}) is "
-                f"malformed: {exc!r}"
+                f"{where}: {rec.stage} epoch {rec.epoch} (record {index + 1}) is malformed: {exc!r}"
             ) from exc
     figures = {name: _figure(vals, unit, better) for name, (unit, better, vals) in series.items()}
     return {name: fig for name, fig in figures.items() if fig["values"]}
@@ -227,27 +225,28 @@ def _epochs_file(path: Path) -> Path | None:
 def _run_machine(run_dir: Path, device: str | None) -> dict[str, Any]:
     machine: dict[str, Any] = {}
     try:
-        info = read_run_info(run_dir)
+        record = read_run_record(run_dir)
     except (FileNotFoundError, RunDirError):
-        info = {}
+        record = None
     for key in _MACHINE_KEYS:
-        if key in info:
-            machine[key] = info[key]
+        value = getattr(record, key, None)
+        if value is not None:
+            machine[key] = value
     machine["device"] = device
     return machine
 
 
 def _from_run(epochs_path: Path, stage: str | None, skip_epochs: int) -> dict[str, Any]:
     try:
-        records = read_records(epochs_path, EPOCH_SCHEMA)
+        records = read_records(epochs_path, EpochRecord)
     except RunDirError as exc:
         raise BaselineError(str(exc)) from exc
     if not records:
-        raise BaselineError(f"{epochs_path}: no {EPOCH_SCHEMA} records")
-    stages = sorted({str(r.get("stage")) for r in records})
+        raise BaselineError(f"{epochs_path}: no {EpochRecord.schema()} records")
+    stages = sorted({str(r.stage) for r in records})
     if stage is None:
         stage = next((s for s in ("val", "train", "test") if s in stages), stages[0])
-    chosen = [r for r in records if r.get("stage") == stage]
+    chosen = [r for r in records if r.stage == stage]
     if not chosen:
         raise BaselineError(f"{epochs_path}: no {stage!r} epochs (stages present: {stages})")
     notes: list[str] = []
@@ -260,14 +259,12 @@ def _from_run(epochs_path: Path, stage: str | None, skip_epochs: int) -> dict[st
         )
     last = kept[-1]
     run_dir = epochs_path.parent.parent if epochs_path.parent.name == PERF_DIRNAME else None
-    machine = (
-        _run_machine(run_dir, last.get("device")) if run_dir else {"device": last.get("device")}
-    )
+    machine = _run_machine(run_dir, last.device) if run_dir else {"device": last.device}
     batch_times: list[float] = []
     for rec in kept:
-        batch_times.extend(float(t) for t in rec.get("batch_times_s") or [] if t is not None)
-    samples = {int(r.get("samples") or 0) for r in kept}
-    batches = {int(r.get("num_batches") or 0) for r in kept}
+        batch_times.extend(t for t in rec.batch_times_s if t is not None)
+    samples = {r.samples for r in kept}
+    batches = {r.num_batches for r in kept}
     if len(samples) > 1 or len(batches) > 1:
         notes.append(
             f"the kept {stage} epochs differ in size (samples {sorted(samples)}, batches "
@@ -275,25 +272,25 @@ def _from_run(epochs_path: Path, stage: str | None, skip_epochs: int) -> dict[st
         )
     counts: dict[str, int] = {}
     for rec in kept:
-        for name, value in (rec.get("worker_counts") or {}).items():
-            counts[name] = counts.get(name, 0) + int(value)
+        for name, value in rec.worker_counts.items():
+            counts[name] = counts.get(name, 0) + value
     return {
         "source": {"kind": "run", "path": str(epochs_path)},
         "stage": stage,
         "skip_epochs": skip_epochs,
-        "epochs": [int(r.get("epoch", -1)) for r in kept],
+        "epochs": [-1 if r.epoch is None else r.epoch for r in kept],
         "workload": {
-            "samples": int(last.get("samples") or 0),
-            "num_batches": int(last.get("num_batches") or 0),
-            "batch_size": last.get("batch_size"),
-            "num_workers": last.get("num_workers"),
-            "world_size": int(last.get("world_size") or 1),
+            "samples": last.samples,
+            "num_batches": last.num_batches,
+            "batch_size": last.batch_size,
+            "num_workers": last.num_workers,
+            "world_size": last.world_size,
         },
         "machine": machine,
         "figures": _epoch_figures(kept, str(epochs_path)),
         "batch_times_s": batch_times,
         # all batches of the kept epochs (batch_times_s may be strided on long epochs)
-        "batches": sum(int(r.get("num_batches") or 0) for r in kept),
+        "batches": sum(r.num_batches for r in kept),
         "counts": counts,
         "notes": notes,
     }

@@ -19,7 +19,7 @@ it runs at epoch ends only, never per step.
 :func:`growing` compares the scans of successive epochs: a path whose length, tensor count or
 bytes grew in each of the last :data:`GROWTH_EPOCHS` epochs is growing, and
 :func:`growth_finding` turns that into a finding naming it. The callback
-(``ocr.lightning_modules.callbacks.EpochScanCallback``) writes one :data:`GROWTH_SCHEMA` record
+(``ocr.lightning_modules.callbacks.EpochScanCallback``) writes one ``receipt-ocr/growth`` record
 per training epoch to ``perf/growth.jsonl``; the verdict reads them back
 (:func:`growth_findings`).
 """
@@ -32,24 +32,18 @@ import os
 import time
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
+from dataclasses import asdict, dataclass
 from types import FunctionType, MethodType, ModuleType
 from typing import TYPE_CHECKING, Any
 
-import msgspec
-
 from ocr.perf.findings import Finding, risk_score
-from ocr.perf.rundir import PERF_DIRNAME, RunDirError, read_records
+from ocr.perf.records import GrowthNode, GrowthRecord, read_records
 
 if TYPE_CHECKING:
     import torch
 
 __all__ = [
     "GROWTH_EPOCHS",
-    "GROWTH_FILE",
-    "GROWTH_SCHEMA",
-    "GROWTH_VERSION",
     "MAX_DEPTH",
     "MAX_ITEMS",
     "SAMPLE_ITEMS",
@@ -62,9 +56,6 @@ __all__ = [
     "scan",
 ]
 
-GROWTH_SCHEMA = "receipt-ocr/growth"
-GROWTH_VERSION = 1
-GROWTH_FILE = "growth.jsonl"
 
 #: An attribute is growing when it grew in each of this many successive epochs (so the first
 #: finding can come at the end of epoch ``GROWTH_EPOCHS``, the third epoch of a run with 2).
@@ -99,63 +90,10 @@ def _torch_types() -> tuple[type[torch.Tensor], tuple[type, ...], frozenset[str]
 _CONTAINERS = (list, tuple, dict, deque, set, frozenset)
 
 
-@dataclass
-class NodeStats:
-    """What one path holds at a scan.
-
-    Args:
-        path: ``Owner.attr`` then ``[key]`` / ``[i]`` / ``.attr`` steps (``UserModule.losses``,
-            ``UserModule.outputs['train']``).
-        kind: the container's type name (``list``, ``dict``, ``Tensor``, an object's class).
-        length: ``len()`` of the container (a tensor's first dimension).
-        tensors: tensors under it (extrapolated where ``sampled``).
-        bytes: bytes of their storages, each storage counted once per scan (extrapolated where
-            ``sampled``).
-        graph: whether a tensor under it holds an autograd graph (``grad_fn`` set).
-        devices: devices of those tensors (``cpu``, ``cuda``), sorted.
-        sampled: whether a container under it was sampled rather than walked whole.
-    """
-
-    path: str
-    kind: str
-    length: int
-    tensors: int = 0
-    bytes: int = 0
-    graph: bool = False
-    devices: list[str] = field(default_factory=list)
-    sampled: bool = False
-
-
-@dataclass
-class Scan:
-    """One scan at one epoch's end.
-
-    Args:
-        epoch: the training epoch that ended.
-        nodes: the paths holding tensors (at most :data:`MAX_NODES`, most tensors first).
-        items: items looked at.
-        scan_ms: the scan's wall time, ms.
-        truncated: whether :data:`MAX_ITEMS` stopped it before it saw everything.
-    """
-
-    epoch: int
-    nodes: list[NodeStats]
-    items: int
-    scan_ms: float
-    truncated: bool = False
-
-    def as_record(self) -> dict[str, object]:
-        """The ``perf/growth.jsonl`` record (without ``schema`` / ``v``, which the writer adds)."""
-        return asdict(self)
-
-    @classmethod
-    def from_record(cls, record: Mapping[str, object], where: str = "growth record") -> Scan:
-        """Read :meth:`as_record`'s form (unknown keys ignored); ``RunDirError`` naming
-        ``where`` and the field when malformed."""
-        try:
-            return msgspec.convert(dict(record), cls)
-        except msgspec.ValidationError as exc:
-            raise RunDirError(f"{where}: {exc}") from None
+#: What one path holds at a scan; one scan (the ``perf/growth.jsonl`` record). The record kinds
+#: live with the others in :mod:`ocr.perf.records`.
+NodeStats = GrowthNode
+Scan = GrowthRecord
 
 
 class _Walk:
@@ -219,14 +157,14 @@ def _walk(value: Any, path: str, depth: int, walk: _Walk) -> NodeStats | None:
     """Stats of ``value`` at ``path`` (``None`` when it holds no tensor); containers holding
     tensors are appended to ``walk.nodes`` on the way."""
     if isinstance(value, walk.tensor_type):
-        node = NodeStats(path, "Tensor", int(value.shape[0]) if value.dim() else 1)
+        node = NodeStats(path=path, kind="Tensor", length=int(value.shape[0]) if value.dim() else 1)
         walk.tensor(value, node)
         return node
     if isinstance(value, walk.opaque) or depth > MAX_DEPTH:
         return None
     if isinstance(value, _CONTAINERS):
         n = len(value)
-        node = NodeStats(path, type(value).__name__, n)
+        node = NodeStats(path=path, kind=type(value).__name__, length=n)
         items, factor, sampled = _sample(value, n)
         keys: Iterator[Any] = iter(value.keys()) if isinstance(value, dict) else iter(range(n))
         ordered = isinstance(value, dict | list | tuple) and not sampled
@@ -252,7 +190,7 @@ def _walk(value: Any, path: str, depth: int, walk: _Walk) -> NodeStats | None:
     attrs = getattr(value, "__dict__", None)
     if not isinstance(attrs, dict) or not attrs:
         return None
-    node = NodeStats(path, type(value).__name__, len(attrs))
+    node = NodeStats(path=path, kind=type(value).__name__, length=len(attrs))
     for name, item in list(attrs.items()):
         if not walk.spend():
             break
@@ -449,10 +387,8 @@ def growth_finding(found: Sequence[Growth]) -> Finding | None:
 
 def read_scans(run_dir: str | os.PathLike[str]) -> list[Scan]:
     """The scans of ``<run_dir>/perf/growth.jsonl`` (``[]`` when absent); ``RunDirError`` naming
-    the file and record when one is malformed."""
-    path = Path(run_dir) / PERF_DIRNAME / GROWTH_FILE
-    records = read_records(path, GROWTH_SCHEMA, GROWTH_VERSION)
-    return [Scan.from_record(r, f"{path}: record {i}") for i, r in enumerate(records, start=1)]
+    the file and line when one is malformed."""
+    return read_records(GrowthRecord.path(run_dir), GrowthRecord)
 
 
 def growth_findings(run_dir: str | os.PathLike[str]) -> list[Finding]:

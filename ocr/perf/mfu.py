@@ -2,16 +2,19 @@
 ``ocr.perf.flops`` x samples / wall time) against the measured peak (``ocr.perf.peak``).
 
 Plain arithmetic on recorded figures, importing neither torch nor Lightning, so the report and
-the CLI read it cheaply. The figures come from ``perf/run.json``'s ``"flops"`` object, written by
-``ThroughputMonitorCallback``: ``per_sample`` (stage -> FLOPs per sample), ``peak_flops_per_sec``
-(measured, per rank) and ``spec_peak_flops_per_sec`` (GPU data sheet, or null).
+the CLI read it cheaply. The figures come from ``perf/run.json``'s ``"flops"`` object
+(:class:`~ocr.perf.records.FlopsInfo`), written by ``ThroughputMonitorCallback``: ``per_sample``
+(stage -> FLOPs per sample), ``peak_flops_per_sec`` (measured, per rank) and
+``spec_peak_flops_per_sec`` (GPU data sheet, or null).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+
+from ocr.perf.records import EpochRecord, RunRecord
+from ocr.perf.stage import Stage
 
 __all__ = [
     "Utilisation",
@@ -61,62 +64,51 @@ def utilisation(
     return Utilisation(rate, share(peak_flops_per_sec), share(spec_peak_flops_per_sec))
 
 
-def stage_flops_per_sample(info: Mapping[str, Any] | None, stage: str) -> float | None:
+def _positive(value: float | None) -> float | None:
+    return float(value) if value is not None and value > 0 else None
+
+
+def stage_flops_per_sample(info: RunRecord | None, stage: Stage) -> float | None:
     """FLOPs per sample of ``stage`` from ``perf/run.json``'s ``"flops"`` object (written by
     ``ThroughputMonitorCallback``), or ``None`` when not recorded."""
-    flops = (info or {}).get("flops")
-    if not isinstance(flops, Mapping):
+    if info is None or info.flops is None:
         return None
-    value = (flops.get("per_sample") or {}).get(stage)
-    return float(value) if isinstance(value, int | float) and value > 0 else None
+    return _positive(info.flops.per_sample.get(stage))
 
 
-def _peaks(info: Mapping[str, Any] | None) -> tuple[float | None, float | None]:
-    flops = (info or {}).get("flops")
-    if not isinstance(flops, Mapping):
+def _peaks(info: RunRecord | None) -> tuple[float | None, float | None]:
+    if info is None or info.flops is None:
         return None, None
-
-    def positive(value: Any) -> float | None:
-        return float(value) if isinstance(value, int | float) and value > 0 else None
-
-    return positive(flops.get("peak_flops_per_sec")), positive(flops.get("spec_peak_flops_per_sec"))
+    return _positive(info.flops.peak_flops_per_sec), _positive(info.flops.spec_peak_flops_per_sec)
 
 
-def epoch_utilisation(
-    info: Mapping[str, Any] | None, record: Mapping[str, Any]
-) -> Utilisation | None:
+def epoch_utilisation(info: RunRecord | None, record: EpochRecord) -> Utilisation | None:
     """:class:`Utilisation` of one ``perf/epochs.jsonl`` record, from ``perf/run.json``'s
     ``"flops"`` object (``None`` when either lacks what it needs)."""
-    per_sample = stage_flops_per_sample(info, str(record.get("stage")))
     peak, spec = _peaks(info)
-    samples = record.get("global_samples") or record.get("samples") or 0
-    wall = record.get("global_wall_s") or record.get("wall_s") or 0.0
-    try:
-        return utilisation(
-            per_sample,
-            float(samples),
-            float(wall),
-            peak,
-            world_size=int(record.get("world_size") or 1),
-            spec_peak_flops_per_sec=spec,
-        )
-    except (TypeError, ValueError):
-        return None
+    return utilisation(
+        stage_flops_per_sample(info, record.stage),
+        record.all_samples,
+        record.all_wall_s,
+        peak,
+        world_size=record.world_size,
+        spec_peak_flops_per_sec=spec,
+    )
 
 
 def stage_utilisation(
-    info: Mapping[str, Any] | None, records: Iterable[Mapping[str, Any]], stage: str
+    info: RunRecord | None, records: Iterable[EpochRecord], stage: Stage
 ) -> Utilisation | None:
     """:class:`Utilisation` of all of ``stage``'s epochs together (total FLOPs over total wall
     time), ``None`` when not recorded."""
-    chosen = [r for r in records if r.get("stage") == stage]
+    chosen = [r for r in records if r.stage == stage]
     per_sample = stage_flops_per_sample(info, stage)
     if not chosen or per_sample is None:
         return None
     peak, spec = _peaks(info)
-    samples = sum(float(r.get("global_samples") or r.get("samples") or 0) for r in chosen)
-    wall = sum(float(r.get("global_wall_s") or r.get("wall_s") or 0.0) for r in chosen)
-    world = max(int(r.get("world_size") or 1) for r in chosen)
+    samples = sum(r.all_samples for r in chosen)
+    wall = sum(r.all_wall_s for r in chosen)
+    world = max(r.world_size for r in chosen)
     return utilisation(
         per_sample, samples, wall, peak, world_size=world, spec_peak_flops_per_sec=spec
     )

@@ -24,7 +24,7 @@ shapes of the batches it is shown (one set insertion per batch; the callback sho
 only when asked to, since that is per-step work).
 
 The callback (``ocr.lightning_modules.callbacks.EpochScanCallback``) writes one
-:data:`RECOMPILES_SCHEMA` record per training epoch to ``perf/recompiles.jsonl``; the verdict
+``receipt-ocr/recompiles`` record per training epoch to ``perf/recompiles.jsonl``; the verdict
 turns them into a finding (:func:`recompile_findings`).
 """
 
@@ -33,21 +33,16 @@ from __future__ import annotations
 import os
 import re
 from collections import Counter
-from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Iterable, Sequence
 from itertools import islice
-from pathlib import Path
 from typing import Any
 
 import msgspec
 
 from ocr.perf.findings import Finding
-from ocr.perf.rundir import PERF_DIRNAME, RunDirError, read_records
+from ocr.perf.records import RecompileReason, RecompilesRecord, read_records
 
 __all__ = [
-    "RECOMPILES_FILE",
-    "RECOMPILES_SCHEMA",
-    "RECOMPILES_VERSION",
     "RECOMPILE_CHURN",
     "TESTED_TORCH",
     "CompileEpoch",
@@ -60,9 +55,6 @@ __all__ = [
     "recompile_findings",
 ]
 
-RECOMPILES_SCHEMA = "receipt-ocr/recompiles"
-RECOMPILES_VERSION = 1
-RECOMPILES_FILE = "recompiles.jsonl"
 
 #: torch versions (major, minor) whose compilation-metrics surface this module was checked on.
 TESTED_TORCH = ((2, 13),)
@@ -80,24 +72,24 @@ _SIZE = re.compile(
 _NUMBERS = re.compile(r"(expected|actual|==|!=|<=|>=|<|>)\s*-?\d+")
 
 
-@dataclass
-class Reason:
-    """One kind of recompile reason in an epoch.
+#: One kind of recompile reason in an epoch; one epoch's count (the ``perf/recompiles.jsonl``
+#: record). The record kinds live with the others in :mod:`ocr.perf.records`.
+Reason = RecompileReason
+CompileEpoch = RecompilesRecord
 
-    Args:
-        reason: the failed guard with its varying numbers removed
-            (``tensor 'args[0]' size mismatch at index 2``).
-        count: recompiles it caused.
-        dimension: ``dimension 2 of args[0]`` for a size / stride guard, else ``None``.
-        sizes: the sizes seen on that dimension (expected and actual values, sorted).
-        example: one reason as torch wrote it.
-    """
 
-    reason: str
-    count: int
-    dimension: str | None = None
-    sizes: list[int] = field(default_factory=list)
-    example: str = ""
+def _merge(reasons: Iterable[tuple[str, int, str | None, Iterable[int], str]]) -> list[Reason]:
+    """``(reason, count, dimension, sizes, example)`` tallies merged by reason, most frequent
+    first (sizes: the first 32 distinct, sorted; the first example)."""
+    merged: dict[str, tuple[int, str | None, set[int], str]] = {}
+    for reason, count, dimension, sizes, example in reasons:
+        n, dim, seen, first = merged.get(reason, (0, dimension, set(), example))
+        merged[reason] = (n + count, dim, seen | set(sizes), first)
+    out = [
+        Reason(reason=r, count=n, dimension=d, sizes=sorted(z)[:32], example=e)
+        for r, (n, d, z, e) in merged.items()
+    ]
+    return sorted(out, key=lambda r: (-r.count, r.reason))
 
 
 def normalize_reason(text: str) -> tuple[str, str | None, list[int]]:
@@ -110,58 +102,6 @@ def normalize_reason(text: str) -> tuple[str, str | None, list[int]]:
         what = "dimension" if m["what"] == "size" else "stride of dimension"
         return reason, f"{what} {m['dim']} of {m['name']}", [int(m["expected"]), int(m["actual"])]
     return _NUMBERS.sub(r"\1 N", text), None, []
-
-
-@dataclass
-class CompileEpoch:
-    """What Dynamo compiled during one epoch, and the batch shapes it saw.
-
-    Args:
-        epoch: the training epoch.
-        available: whether compiles could be counted (see the module doc); ``note`` says why not.
-        compiles: frames compiled (first compiles and recompiles).
-        recompiles: of them, recompiles (a cached graph's guard failed).
-        reasons: the recompile reasons, most frequent first.
-        functions: compiles per compiled function (``co_name (file)``).
-        compile_s: seconds spent compiling (Dynamo's ``entire_frame_compile_time_s``).
-        limit_hit: whether a function hit the recompile limit (it then runs eagerly).
-        limit: the recompile limit in force (``torch._dynamo.config.recompile_limit``).
-        failed: compiles that failed for another reason.
-        lost: compiles torch counted beyond its bounded metrics list (their reasons unknown).
-        batch_shapes: distinct batch shapes seen in the epoch, ``None`` when not counted.
-        shape_examples: up to 8 of them.
-        note: why something was not counted.
-    """
-
-    epoch: int
-    available: bool = True
-    compiles: int = 0
-    recompiles: int = 0
-    reasons: list[Reason] = field(default_factory=list)
-    functions: dict[str, int] = field(default_factory=dict)
-    compile_s: float = 0.0
-    limit_hit: bool = False
-    limit: int | None = None
-    failed: int = 0
-    lost: int = 0
-    batch_shapes: int | None = None
-    shape_examples: list[str] = field(default_factory=list)
-    note: str = ""
-
-    def as_record(self) -> dict[str, object]:
-        """The ``perf/recompiles.jsonl`` record (the writer adds ``schema`` / ``v``)."""
-        return asdict(self)
-
-    @classmethod
-    def from_record(
-        cls, record: Mapping[str, object], where: str = "recompiles record"
-    ) -> CompileEpoch:
-        """Read :meth:`as_record`'s form (unknown keys ignored); ``RunDirError`` naming
-        ``where`` and the field when malformed."""
-        try:
-            return msgspec.convert(dict(record), cls)
-        except msgspec.ValidationError as exc:
-            raise RunDirError(f"{where}: {exc}") from None
 
 
 def _surface() -> tuple[Any, str]:
@@ -232,45 +172,52 @@ class CompileWatch:
         """The compiles since the previous call (or since construction)."""
         if self._utils is None:
             return CompileEpoch(epoch=epoch, available=False, note=self.note)
-        out = CompileEpoch(epoch=epoch, limit=_recompile_limit())
-        reasons: dict[str, Reason] = {}
+        compiles = recompiles = failed = dynamo_entries = 0
+        compile_s = 0.0
+        limit_hit = False
+        tallies: list[tuple[str, int, str | None, list[int], str]] = []
         functions: Counter[str] = Counter()
-        dynamo_entries = 0
         for entry in self._new_entries():
             if getattr(entry, "is_forward", None) is False:
                 continue  # a backward graph compiled by AOT autograd, not a Dynamo frame
             dynamo_entries += 1
-            out.compile_s += float(getattr(entry, "entire_frame_compile_time_s", None) or 0.0)
-            fail = getattr(entry, "fail_type", None)
-            if fail is not None:
+            compile_s += float(getattr(entry, "entire_frame_compile_time_s", None) or 0.0)
+            if getattr(entry, "fail_type", None) is not None:
                 text = str(getattr(entry, "fail_reason", "") or "")
                 if "recompile limit" in text.lower() or "cache_size_limit" in text:
-                    out.limit_hit = True
+                    limit_hit = True
                 else:
-                    out.failed += 1
+                    failed += 1
                 continue
-            out.compiles += 1
+            compiles += 1
             name = getattr(entry, "co_name", None) or "?"
             filename = os.path.basename(getattr(entry, "co_filename", None) or "?")
             functions[f"{name} ({filename})"] += 1
             raw = getattr(entry, "recompile_reason", None)
-            if raw is None:
-                continue
-            out.recompiles += 1
-            key, dimension, sizes = normalize_reason(str(raw))
-            r = reasons.setdefault(key, Reason(key, 0, dimension, [], str(raw)[:300]))
-            r.count += 1
-            r.sizes = sorted(set(r.sizes) | set(sizes))[:32]
+            if raw is not None:
+                recompiles += 1
+                key, dimension, sizes = normalize_reason(str(raw))
+                tallies.append((key, 1, dimension, sizes, str(raw)[:300]))
         frames = self._frames_total()
-        out.lost = max(0, frames - self._frames - dynamo_entries)
+        lost = max(0, frames - self._frames - dynamo_entries)
         self._frames = frames
-        out.compile_s = round(out.compile_s, 4)
-        out.reasons = sorted(reasons.values(), key=lambda r: (-r.count, r.reason))
-        out.functions = dict(functions.most_common())
+        note = ""
         if not torch_tested():
             tested = ", ".join(f"{a}.{b}" for a, b in TESTED_TORCH)
-            out.note = f"counted with torch {_torch_version()}; checked on {tested}"
-        return out
+            note = f"counted with torch {_torch_version()}; checked on {tested}"
+        return CompileEpoch(
+            epoch=epoch,
+            compiles=compiles,
+            recompiles=recompiles,
+            reasons=_merge(tallies),
+            functions=dict(functions.most_common()),
+            compile_s=round(compile_s, 4),
+            limit_hit=limit_hit,
+            limit=_recompile_limit(),
+            failed=failed,
+            lost=lost,
+            note=note,
+        )
 
 
 def _recompile_limit() -> int | None:
@@ -321,12 +268,8 @@ class ShapeCounter:
 
 def read_compile_epochs(run_dir: str | os.PathLike[str]) -> list[CompileEpoch]:
     """The records of ``<run_dir>/perf/recompiles.jsonl`` (``[]`` when absent); ``RunDirError``
-    naming the file and record when one is malformed."""
-    path = Path(run_dir) / PERF_DIRNAME / RECOMPILES_FILE
-    records = read_records(path, RECOMPILES_SCHEMA, RECOMPILES_VERSION)
-    return [
-        CompileEpoch.from_record(r, f"{path}: record {i}") for i, r in enumerate(records, start=1)
-    ]
+    naming the file and line when one is malformed."""
+    return read_records(RecompilesRecord.path(run_dir), RecompilesRecord)
 
 
 def recompile_finding(epochs: Sequence[CompileEpoch], total_s: float = 0.0) -> Finding | None:
@@ -346,13 +289,9 @@ def recompile_finding(epochs: Sequence[CompileEpoch], total_s: float = 0.0) -> F
         return None
     recompiles = sum(e.recompiles for e in counted)
     compile_s = sum(e.compile_s for e in counted)
-    merged: dict[str, Reason] = {}
-    for e in counted:
-        for r in e.reasons:
-            m = merged.setdefault(r.reason, Reason(r.reason, 0, r.dimension, [], r.example))
-            m.count += r.count
-            m.sizes = sorted(set(m.sizes) | set(r.sizes))[:32]
-    reasons = sorted(merged.values(), key=lambda r: (-r.count, r.reason))
+    reasons = _merge(
+        (r.reason, r.count, r.dimension, r.sizes, r.example) for e in counted for r in e.reasons
+    )
     dims = list(dict.fromkeys(r.dimension for r in reasons if r.dimension))
     why = []
     if hit:
@@ -405,7 +344,7 @@ def recompile_finding(epochs: Sequence[CompileEpoch], total_s: float = 0.0) -> F
             "compile_s": round(compile_s, 3),
             "recompiles_by_epoch": {str(e.epoch): e.recompiles for e in counted},
             "limit_hit_epochs": [e.epoch for e in hit],
-            "reasons": [asdict(r) for r in reasons[:10]],
+            "reasons": [msgspec.to_builtins(r) for r in reasons[:10]],
             "batch_shapes_by_epoch": {
                 str(e.epoch): e.batch_shapes for e in counted if e.batch_shapes is not None
             },

@@ -46,12 +46,10 @@ import psutil
 from ocr.errors import ConfigError
 from ocr.perf.alerts import AlertEngine
 from ocr.perf.memory import GB
-from ocr.perf.rundir import JsonlWriter
+from ocr.perf.records import RecordWriter, ResourceSample, ResourceSummary
 
 __all__ = [
     "METRIC_DOCS",
-    "RESOURCE_SAMPLE_SCHEMA",
-    "RESOURCE_SUMMARY_SCHEMA",
     "THREAD_NAME",
     "ResourceMonitor",
     "ResourceMonitorWarning",
@@ -61,8 +59,6 @@ __all__ = [
     "normalize_uuid",
 ]
 
-RESOURCE_SAMPLE_SCHEMA = "receipt-ocr/resource-sample"
-RESOURCE_SUMMARY_SCHEMA = "receipt-ocr/resource-summary"
 THREAD_NAME = "ocr-resource-monitor"
 MB = float(1 << 20)
 PHASE_NAMES = ("train", "val", "test", "idle")
@@ -734,7 +730,7 @@ class ResourceMonitor:
         sampler: ResourceSampler,
         signals: StepSignals,
         engine: AlertEngine | None = None,
-        writer: JsonlWriter | None = None,
+        writer: RecordWriter | None = None,
         interval_s: float = 1.0,
         log_interval_s: float = 10.0,
         rate_window_s: float = 10.0,
@@ -854,16 +850,16 @@ class ResourceMonitor:
             self.samples += 1
             return values
 
-    def _record(self, metrics: Mapping[str, float], step: int, epoch: int) -> dict[str, Any]:
+    def _record(self, metrics: Mapping[str, float], step: int, epoch: int) -> ResourceSample:
         """A ``resources.jsonl`` line (non-finite values left out: JSON has no NaN)."""
-        return {
-            "t": time.time(),
-            "phase": self.signals.phase,
-            "epoch": epoch,
-            "step": step,
-            "rank": self.rank,
-            "metrics": {k: v for k, v in metrics.items() if math.isfinite(v)},
-        }
+        return ResourceSample(
+            t=time.time(),
+            phase=self.signals.phase,
+            epoch=epoch,
+            step=step,
+            rank=self.rank,
+            metrics={k: v for k, v in metrics.items() if math.isfinite(v)},
+        )
 
     def _extra(self, values: Mapping[str, float]) -> dict[str, Any]:
         """Non-metric inputs of the rules."""
@@ -954,7 +950,9 @@ class ResourceMonitor:
         if not self.record_samples:  # otherwise every sample is in the file already
             self._write(self._record(metrics, step, epoch))
 
-    def _write(self, record: Mapping[str, Any], writer: JsonlWriter | None = None) -> None:
+    def _write(
+        self, record: ResourceSample | ResourceSummary, writer: RecordWriter | None = None
+    ) -> None:
         writer = writer or self.writer
         if writer is None or self._write_failed:
             return
@@ -989,23 +987,22 @@ class ResourceMonitor:
         return out
 
     def write_summary(
-        self, writer: JsonlWriter | None = None, run: str | None = None
+        self, writer: RecordWriter | None = None, run: str | None = None
     ) -> dict[str, float]:
         """Write the summary record (schema ``receipt-ocr/resource-summary``) and return it.
         ``run`` names what was sampled (``"fit"``, ``"validate"``, ``"test"``): one run folder
         may hold a fit and the test that follows it."""
         summary = self.summary()
         if writer is None and self.writer is not None:
-            writer = JsonlWriter(self.writer.path, RESOURCE_SUMMARY_SCHEMA)
+            writer = RecordWriter(self.writer.path)
         if writer is not None:
-            record: dict[str, Any] = {
-                "t": time.time(),
-                "rank": self.rank,
-                "status": dict(self.sampler.status),
-                "metrics": summary,
-            }
-            if run is not None:
-                record["run"] = run
+            record = ResourceSummary(
+                t=time.time(),
+                rank=self.rank,
+                status=dict(self.sampler.status),
+                metrics=summary,
+                run=run,
+            )
             self._write(record, writer)
             writer.close()
         return summary

@@ -23,8 +23,9 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from ocr.lightning_modules.callbacks import PerformanceProfilerCallback, ThroughputMonitorCallback
 from ocr.perf.clock import PHASES
-from ocr.perf.rundir import read_records
+from ocr.perf.records import EpochRecord
 from tests.memory_logger import MemoryLogger
+from tests.run_lines import read_dicts
 
 pytestmark = pytest.mark.slow
 
@@ -128,7 +129,7 @@ def fit(
 
 
 def epoch(tmp_path: Path, stage: str) -> dict[str, Any]:
-    records = read_records(tmp_path / "perf" / "epochs.jsonl", "receipt-ocr/perf-epoch")
+    records = read_dicts(tmp_path / "perf" / "epochs.jsonl", EpochRecord)
     (record,) = [r for r in records if r["stage"] == stage]
     assert sum(record["phases_s"].values()) == pytest.approx(record["wall_s"], rel=0.05)
     assert set(record["phases_s"]) == set(PHASES)

@@ -22,8 +22,8 @@ from ocr.data.synth import generate_dataset
 from ocr.lightning_modules.callbacks import PerfCallbackWarning, ThroughputMonitorCallback
 from ocr.perf import peak as peak_module
 from ocr.perf.report import build_report, to_markdown
-from ocr.perf.rundir import read_run_info
 from tests.memory_logger import MemoryLogger
+from tests.run_lines import read_run_dict
 
 pytestmark = pytest.mark.slow
 
@@ -87,7 +87,7 @@ def test_mfu_is_logged_recorded_and_reported(tmp_path: Path) -> None:
         assert row[f"throughput/{stage}_flops_per_sec"] > 0
         assert row[f"throughput/{stage}_mfu"] > 0
     assert "throughput/train_mfu_spec" not in names  # no spec sheet on CPU
-    flops = read_run_info(tmp_path)["flops"]
+    flops = read_run_dict(tmp_path)["flops"]
     # FLOPs per sample, exact: conv 3->8 3x3 and conv 8->1 1x1 on 16 x 16.
     forward = 2 * 16 * 16 * (3 * 8 * 9 + 8 * 1)
     assert flops["per_sample"]["val"] == forward
@@ -113,7 +113,7 @@ def test_a_module_without_an_example_input_gets_no_flops_and_no_error(tmp_path: 
     names = log.metric_names()
     assert "throughput/train_samples_per_sec" in names
     assert not any("mfu" in n or "flops" in n for n in names)
-    assert "flops" not in read_run_info(tmp_path)
+    assert "flops" not in read_run_dict(tmp_path)
 
 
 def test_ocr_train_summary_shows_real_flops_and_mfu_is_logged(tmp_path: Path) -> None:
@@ -153,7 +153,7 @@ def test_ocr_train_summary_shows_real_flops_and_mfu_is_logged(tmp_path: Path) ->
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     summary = next(line for line in proc.stdout.splitlines() if "Total FLOPs" in line)
     assert summary.split()[0] not in ("0", "0.0")  # the model summary counts real FLOPs
-    flops = read_run_info(run)["flops"]
+    flops = read_run_dict(run)["flops"]
     assert flops["example_input_shapes"] == [[1, 3, 96, 96]]  # the configured canvas
     metrics = (run / "csv" / "metrics.csv").read_text()
     assert "throughput/train_mfu" in metrics

@@ -33,7 +33,8 @@ from ocr.lightning_modules.callbacks import (
 )
 from ocr.lightning_modules.callbacks.action_stream import add_listener, remove_listener
 from ocr.perf.actions import classify_action
-from ocr.perf.rundir import read_records
+from ocr.perf.records import EpochRecord
+from tests.run_lines import read_dicts
 
 pytestmark = pytest.mark.slow
 
@@ -245,7 +246,7 @@ def test_seam_version_gate_degrades_to_the_public_stream(
     ours = [w for w in caught if issubclass(w.category, PerfCallbackWarning)]
     assert len(ours) == 1
     assert "DataLoader worker timing" in str(ours[0].message)
-    (record,) = read_records(tmp_path / "perf" / "epochs.jsonl", "receipt-ocr/perf-epoch")
+    (record,) = read_dicts(tmp_path / "perf" / "epochs.jsonl", EpochRecord)
     assert record["worker_s"] == {}  # no worker-side timing ...
     assert record["phases_s"]["forward"] > 0  # ... but the phases are there
     assert record["samples"] == 8  # batch sizes from the batch hooks instead

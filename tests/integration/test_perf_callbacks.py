@@ -41,9 +41,10 @@ from ocr.lightning_modules.callbacks import recorder as recorder_module
 from ocr.lightning_modules.callbacks.action_stream import ActionStream
 from ocr.lightning_modules.callbacks.recorder import StageRecorder
 from ocr.perf.clock import PHASES, active_clock, perf_phase
-from ocr.perf.rundir import read_records, read_run_info
+from ocr.perf.records import EpochRecord, IntervalRecord
 from ocr.perf.worker import report_count
 from tests.memory_logger import MemoryLogger
+from tests.run_lines import read_dicts, read_run_dict
 
 pytestmark = pytest.mark.slow
 
@@ -235,7 +236,7 @@ def test_worker_counts_and_the_epochs_file(tmp_path: Path) -> None:
         limit_val_batches=0,
     )
     t.fit(module, data)
-    records = read_records(tmp_path / "perf" / "epochs.jsonl", "receipt-ocr/perf-epoch")
+    records = read_dicts(tmp_path / "perf" / "epochs.jsonl", EpochRecord)
     assert [(r["stage"], r["epoch"]) for r in records] == [("train", 0), ("train", 1)]
     for r in records:
         # Counted in the worker processes, carried back with the batches.
@@ -250,7 +251,7 @@ def test_worker_counts_and_the_epochs_file(tmp_path: Path) -> None:
         assert r["batch_size"] == 4
         assert r["device"] == "cpu"
         assert r["samples_per_sec"] == pytest.approx(18 / r["wall_s"])
-    intervals = read_records(tmp_path / "perf" / "intervals.jsonl", "receipt-ocr/perf-interval")
+    intervals = read_dicts(tmp_path / "perf" / "intervals.jsonl", IntervalRecord)
     # Every 2nd of 5 batches, both epochs; written at each epoch's close.
     assert [(i["epoch"], i["num_batches"], i["samples"]) for i in intervals] == [
         (0, 2, 8),
@@ -259,7 +260,7 @@ def test_worker_counts_and_the_epochs_file(tmp_path: Path) -> None:
         (1, 4, 16),
     ]
     assert [i["step"] for i in intervals] == [2, 4, 7, 9]
-    assert read_run_info(tmp_path)["lightning_module"] == "TinyModule"
+    assert read_run_dict(tmp_path)["lightning_module"] == "TinyModule"
 
 
 class StreamProbe(L.Callback):
@@ -841,7 +842,7 @@ def test_ddp_names_the_straggler_and_its_cause_while_the_others_wait(
     rows, _ = run_ddp(tmp_path, mode)
     records = [
         r
-        for r in read_records(tmp_path / "perf" / "epochs.jsonl", "receipt-ocr/perf-epoch")
+        for r in read_dicts(tmp_path / "perf" / "epochs.jsonl", EpochRecord)
         if r["stage"] == "train"
     ]
     assert [r["epoch"] for r in records] == [0, 1]
@@ -948,13 +949,13 @@ def test_ocr_train_cli_with_performance_profiler(tmp_path: Path) -> None:
     ]
     assert rates == [0.0, 1.0]
     # The run directory's record of the same epochs (read by ocr-perf report / baseline).
-    epochs = read_records(run / "perf" / "epochs.jsonl", "receipt-ocr/perf-epoch")
+    epochs = read_dicts(run / "perf" / "epochs.jsonl", EpochRecord)
     val_epochs = [e for e in epochs if e["stage"] == "val"]
     assert [e["epoch"] for e in val_epochs] == [0, 1]
     assert [e["worker_counts"].get("polygon_cache_hits", 0) for e in val_epochs] == [0, 4]
     assert [e["worker_counts"].get("polygon_cache_misses", 0) for e in val_epochs] == [4, 0]
     assert {e["stage"] for e in epochs} == {"train", "val"}
-    info = read_run_info(run)
+    info = read_run_dict(run)
     assert info["lightning_module"] == "OCRLightningModule"
     assert info["world_size"] == 1
     assert (run / ".hydra" / "config.yaml").is_file()  # the configuration, for the report

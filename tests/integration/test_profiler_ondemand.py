@@ -18,14 +18,14 @@ from lightning.pytorch.callbacks import Callback
 
 from ocr.lightning_modules.callbacks import PerfCallbackWarning, ProfilerCallback
 from ocr.perf import triggers
-from ocr.perf.rundir import read_records
+from ocr.perf.records import ProfilerWindow
 from ocr.perf.trace import analyze_trace
 from tests.integration.test_profiler_callback import _fit, _profiler_off
+from tests.run_lines import read_dicts
 
 pytestmark = pytest.mark.slow
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-SCHEMA = "receipt-ocr/profiler-window"
 
 
 class AtStep(Callback):
@@ -71,7 +71,7 @@ def test_trigger_file_gives_exactly_one_window(tmp_path: Path) -> None:
     assert flags == [False] * 5 + [True] * 3 + [False] * 8
     assert _profiler_off()
     assert cb._window is None
-    (record,) = read_records(tmp_path / "perf" / "profiler.jsonl", SCHEMA)
+    (record,) = read_dicts(tmp_path / "perf" / "profiler.jsonl", ProfilerWindow)
     assert record["trigger"] == "file"
     assert "PROFILE_NOW" in record["reason"]
     assert (record["stage"], record["epoch"], record["steps"]) == ("train", 0, 3)
@@ -102,7 +102,7 @@ def test_requests_and_epochs_together(tmp_path: Path) -> None:
         "ondemand_e0_s2.json",
         "ondemand_e2_s18.json",
     ]
-    records = read_records(tmp_path / "perf" / "profiler.jsonl", SCHEMA)
+    records = read_dicts(tmp_path / "perf" / "profiler.jsonl", ProfilerWindow)
     assert [(r["trigger"], r["epoch"], r["steps"]) for r in records] == [
         ("alert", 0, 2),
         ("epoch", 1, 2),
@@ -127,7 +127,7 @@ def test_window_cut_by_epoch_end_before_recording_opens_again(tmp_path: Path) ->
     assert sorted(p.name for p in (tmp_path / "profiler_traces").iterdir()) == [
         "ondemand_e1_s9.json"
     ]
-    (record,) = read_records(tmp_path / "perf" / "profiler.jsonl", SCHEMA)
+    (record,) = read_dicts(tmp_path / "perf" / "profiler.jsonl", ProfilerWindow)
     assert (record["trigger"], record["steps"]) == ("request", 2)
     assert sum(enabled for _, enabled in module.profiled_steps) == 2
 
@@ -137,7 +137,7 @@ def test_repeat_cycles_are_summarised_together(tmp_path: Path) -> None:
     module = _fit(tmp_path, cb, epochs=1, validate=False)
     out = tmp_path / "profiler_traces"
     assert sorted(p.name for p in out.iterdir()) == ["epoch_0.json", "epoch_0_cycle1.json"]
-    (record,) = read_records(tmp_path / "perf" / "profiler.jsonl", SCHEMA)
+    (record,) = read_dicts(tmp_path / "perf" / "profiler.jsonl", ProfilerWindow)
     # both cycles, not only the last one
     assert record["steps"] == 4
     assert record["traces"] == [
@@ -231,6 +231,6 @@ def test_ddp_ondemand_traces_get_a_rank_suffix(tmp_path: Path) -> None:
         "ondemand_e0_s2_rank0.json",
         "ondemand_e0_s2_rank1.json",
     ]
-    (record,) = read_records(tmp_path / "perf" / "profiler.jsonl", SCHEMA)  # rank zero only
+    (record,) = read_dicts(tmp_path / "perf" / "profiler.jsonl", ProfilerWindow)  # rank zero only
     assert record["traces"] == ["profiler_traces/ondemand_e0_s2_rank0.json"]
     assert record["steps"] == 2

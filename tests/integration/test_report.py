@@ -28,10 +28,11 @@ from ocr.lightning_modules.callbacks import (
     ThroughputMonitorCallback,
 )
 from ocr.perf.clock import perf_phase
+from ocr.perf.records import ResourceSample, ResourceSummary
 from ocr.perf.report import build_report, to_html, to_markdown, write_html
 from ocr.perf.report.cli import main as report_main
 from ocr.perf.report.plots import resources_figure, throughput_figure
-from ocr.perf.rundir import read_records
+from tests.run_lines import read_dicts
 
 pytestmark = pytest.mark.slow
 
@@ -199,8 +200,8 @@ def test_page_of_a_real_run_names_it_ranks_findings_and_plots_every_sample(tmp_p
     md_scores = [float(x) for x in listed]
     assert md_scores == sorted(scores, reverse=True)
     assert 'id="severity-legend"' in page
-    samples = read_records(run / "perf" / "resources.jsonl", "receipt-ocr/resource-sample")
-    (summary,) = read_records(run / "perf" / "resources.jsonl", "receipt-ocr/resource-summary")
+    samples = read_dicts(run / "perf" / "resources.jsonl", ResourceSample)
+    (summary,) = read_dicts(run / "perf" / "resources.jsonl", ResourceSummary)
     assert len(samples) == summary["metrics"]["resources/samples"] >= 5
     fig = resources_figure(report.run)
     assert fig is not None

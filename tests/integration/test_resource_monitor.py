@@ -18,11 +18,12 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
 from ocr.lightning_modules.callbacks import ResourceMonitorCallback
-from ocr.perf.alerts import ALERT_SCHEMA, RULES
+from ocr.perf.alerts import RULES
+from ocr.perf.records import AlertEvent, ResourceSample, ResourceSummary
 from ocr.perf.report import build_report, to_markdown
-from ocr.perf.resources import RESOURCE_SAMPLE_SCHEMA, RESOURCE_SUMMARY_SCHEMA, THREAD_NAME
-from ocr.perf.rundir import read_records
+from ocr.perf.resources import THREAD_NAME
 from tests.memory_logger import MemoryLogger
+from tests.run_lines import read_dicts
 
 pytestmark = pytest.mark.slow
 
@@ -112,7 +113,7 @@ def fit(
 
 
 def fired(tmp_path: Path) -> list[str]:
-    records = read_records(tmp_path / "perf" / "alerts.jsonl", ALERT_SCHEMA)
+    records = read_dicts(tmp_path / "perf" / "alerts.jsonl", AlertEvent)
     return [r["rule"] for r in records if r["event"] == "fired"]
 
 
@@ -138,13 +139,13 @@ def test_metrics_records_summary_and_no_alerts_on_a_healthy_run(
         assert f"resources/{name}" in names, name
     assert "resources/process_rss_gb_max" in names  # the fit-end summary
     perf = tmp_path / "perf"
-    records = read_records(perf / "resources.jsonl", RESOURCE_SAMPLE_SCHEMA)
+    records = read_dicts(perf / "resources.jsonl", ResourceSample)
     assert len(records) >= 2
     assert {"train"} <= {r["phase"] for r in records}
     assert all(r["rank"] == 0 for r in records)
     assert max(r["metrics"].get("resources/workers_count", 0) for r in records) >= 1
     assert any("resources/data_wait_share" in r["metrics"] for r in records)
-    summary = read_records(perf / "resources.jsonl", RESOURCE_SUMMARY_SCHEMA)
+    summary = read_dicts(perf / "resources.jsonl", ResourceSummary)
     assert len(summary) == 1
     assert summary[0]["metrics"]["resources/samples"] >= 3
     assert summary[0]["status"]["gpu"].startswith("unavailable (")
@@ -174,7 +175,7 @@ def test_planted_nan_loss_fires_nan_loss_once(tmp_path: Path) -> None:
     callback = ResourceMonitorCallback(**FAST, rules=quiet(nan_loss={}))
     fit(tmp_path, callback, Pairs(40, delay=0.005), module=Tiny(nan_from=5))
     assert fired(tmp_path) == ["nan_loss"]
-    record = read_records(tmp_path / "perf" / "alerts.jsonl", ALERT_SCHEMA)[0]
+    record = read_dicts(tmp_path / "perf" / "alerts.jsonl", AlertEvent)[0]
     assert record["severity"] == "critical"
     assert record["step"] >= 5
 
@@ -184,7 +185,7 @@ def test_slow_dataset_without_workers_fires_starvation_once(tmp_path: Path) -> N
     callback = ResourceMonitorCallback(**FAST, rules=rules)
     fit(tmp_path, callback, Pairs(40, delay=0.02), num_workers=0)
     assert fired(tmp_path) == ["gpu_starvation"]
-    record = read_records(tmp_path / "perf" / "alerts.jsonl", ALERT_SCHEMA)[0]
+    record = read_dicts(tmp_path / "perf" / "alerts.jsonl", AlertEvent)[0]
     assert record["evidence"]["data_wait_share"] > 0.3
 
 
@@ -202,7 +203,7 @@ def test_sampler_thread_is_gone_after_an_exception_in_training_step(tmp_path: Pa
     assert not sampler_threads()
     assert callback.monitor is None
     # The summary is still written for a post-mortem.
-    assert read_records(tmp_path / "perf" / "resources.jsonl", RESOURCE_SUMMARY_SCHEMA)
+    assert read_dicts(tmp_path / "perf" / "resources.jsonl", ResourceSummary)
 
 
 def test_sampler_thread_is_gone_after_keyboard_interrupt(tmp_path: Path) -> None:
@@ -253,14 +254,14 @@ def test_ddp_straggler_rule_names_the_slow_rank_and_its_cause(tmp_path: Path) ->
         enable_model_summary=False,
     )
     trainer.fit(SlowRankOne(), DataLoader(Pairs(32), batch_size=2))
-    records = read_records(tmp_path / "perf" / "alerts.jsonl", ALERT_SCHEMA)
+    records = read_dicts(tmp_path / "perf" / "alerts.jsonl", AlertEvent)
     fired_records = [r for r in records if r["event"] == "fired"]
     assert [r["rule"] for r in fired_records] == ["straggler_rank"]
     assert fired_records[0]["rank"] == 0
     assert fired_records[0]["evidence"]["rank"] == 1.0
     assert fired_records[0]["evidence"]["cause"] == "forward"
     assert "Rank 1 is a straggler" in fired_records[0]["message"]
-    samples = read_records(tmp_path / "perf" / "resources.jsonl", RESOURCE_SAMPLE_SCHEMA)
+    samples = read_dicts(tmp_path / "perf" / "resources.jsonl", ResourceSample)
     assert samples
     assert {r["rank"] for r in samples} == {0}  # rank zero writes the records
     assert not (tmp_path / "perf" / "epochs.jsonl").exists()  # the feed asks for no files
@@ -317,11 +318,11 @@ def test_standalone_validate_and_test_are_sampled(tmp_path: Path, run: str) -> N
     assert not sampler_threads()
     phase = "val" if run == "validate" else "test"
     perf = tmp_path / "perf"
-    records = read_records(perf / "resources.jsonl", RESOURCE_SAMPLE_SCHEMA)
+    records = read_dicts(perf / "resources.jsonl", ResourceSample)
     assert len(records) >= 2
     assert phase in {r["phase"] for r in records}
     assert "train" not in {r["phase"] for r in records}
-    (summary,) = read_records(perf / "resources.jsonl", RESOURCE_SUMMARY_SCHEMA)
+    (summary,) = read_dicts(perf / "resources.jsonl", ResourceSummary)
     assert summary["run"] == run
     assert summary["metrics"]["resources/samples"] >= 2
     assert "resources/process_rss_gb_max" in logger.metric_names()
@@ -345,9 +346,9 @@ def test_a_test_after_the_fit_keeps_the_fit_summary_in_the_report(tmp_path: Path
     trainer.fit(module, DataLoader(Pairs(16, delay=0.01), batch_size=2))
     trainer.test(module, DataLoader(Pairs(16, delay=0.01), batch_size=2))
     assert not sampler_threads()
-    summaries = read_records(tmp_path / "perf" / "resources.jsonl", RESOURCE_SUMMARY_SCHEMA)
+    summaries = read_dicts(tmp_path / "perf" / "resources.jsonl", ResourceSummary)
     assert [s["run"] for s in summaries] == ["fit", "test"]
     report = build_report(tmp_path)
     assert report.run.resource_summary is not None
-    assert report.run.resource_summary["run"] == "fit"
+    assert report.run.resource_summary.run == "fit"
     assert "Summary at fit end" in to_markdown(report)

@@ -301,7 +301,7 @@ def test_action_ranges_only_while_a_window_records(tmp_path: Path) -> None:
     # the listener is attached for the window's 3 batches (warm-up + 2) and gone after it
     assert sees.seen == [(i, i < 3) for i in range(N_BATCHES)]
     assert not isinstance(trainer.profiler, ActionStream)
-    assert cb.windows[0]["batches"] == [0, 2]
+    assert cb.windows[0].batches == (0, 2)
 
 
 def test_lightning_pytorch_profiler_files(tmp_path: Path) -> None:

@@ -14,7 +14,9 @@ from typing import Any
 import pytest
 from packaging.requirements import Requirement
 
+from ocr.perf.records import EpochRecord
 from ocr.perf.resources import ResourceSampler
+from ocr.perf.stage import Stage
 from scripts import gpu_check
 from tests.unit.perf.test_resources import device, fake_nvml
 
@@ -135,20 +137,20 @@ def test_a_phase_the_events_misplace_is_named() -> None:
 
 def test_stage_figures_per_batch_and_data_wait_share() -> None:
     records = [
-        {
-            "stage": "train",
-            "epoch": e,
-            "wall_s": 2.0,
-            "samples": 32,
-            "num_batches": 2,
-            "phases_s": {"data_wait": 0.5, "forward": 1.0, "backward": 0.5},
-            "gpu_phases_s": {"forward": 0.9, "backward": 0.6},
-        }
+        EpochRecord(
+            stage=Stage.TRAIN,
+            epoch=e,
+            wall_s=2.0,
+            samples=32,
+            num_batches=2,
+            phases_s={"data_wait": 0.5, "forward": 1.0, "backward": 0.5},
+            gpu_phases_s={"forward": 0.9, "backward": 0.6},
+        )
         for e in range(4)
     ]
-    kept = gpu_check.kept_epochs(records, "train", skip=[3])
-    assert [r["epoch"] for r in kept] == [1, 2]
-    fig = gpu_check.stage_figures(kept, None, "train")
+    kept = gpu_check.kept_epochs(records, Stage.TRAIN, skip=[3])
+    assert [r.epoch for r in kept] == [1, 2]
+    fig = gpu_check.stage_figures(kept, None, Stage.TRAIN)
     assert fig is not None
     assert fig["samples_per_s"] == pytest.approx(16.0)
     assert fig["data_wait_share"] == pytest.approx(0.25)

@@ -14,7 +14,7 @@ from omegaconf import OmegaConf
 
 from ocr.errors import ConfigError, InputError
 from ocr.lightning_modules.callbacks import ProfilerCallback
-from ocr.perf.rundir import read_run_info
+from ocr.perf.records import read_run_record
 from ocr.runtime import (
     build_callbacks,
     build_loggers,
@@ -236,7 +236,7 @@ def test_experiment_tag_goes_to_run_json_and_logger_hparams(tmp_path: Path) -> N
     )
     trainer = build_trainer(cfg)
     trainer.loggers[0].save()
-    assert read_run_info(tmp_path)["experiment_tag"] == "baseline_profiling"
+    assert read_run_record(tmp_path).experiment_tag == "baseline_profiling"
     assert "experiment_tag: baseline_profiling" in (tmp_path / "csv" / "hparams.yaml").read_text()
 
 

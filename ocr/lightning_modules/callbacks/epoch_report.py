@@ -12,9 +12,9 @@ import lightning as L
 
 from ocr.errors import ConfigError
 from ocr.perf.ranks import Straggler
+from ocr.perf.stage import Stage
 
 __all__ = [
-    "STAGE_NAMES",
     "EpochReport",
     "IntervalProgress",
     "log_to_loggers",
@@ -22,29 +22,24 @@ __all__ = [
     "per_second",
 ]
 
-# Lightning's stage names (``RunningStage`` values, what users pass in ``stages``) -> the stage
-# names used in metric keys.
-STAGE_NAMES: dict[str, str] = {"train": "train", "validate": "val", "test": "test"}
 #: Batch times kept per epoch for the run directory's epochs.jsonl (every k-th beyond this).
 MAX_KEPT_BATCH_TIMES = 4096
 
 
-def normalize_stages(stages: Iterable[str], owner: str) -> frozenset[str]:
-    """Map user stage names (``"train"``, ``"validate"`` or ``"val"``, ``"test"``) to metric
-    stage names; anything else is a ``ValueError`` naming ``owner`` and the bad value."""
+def normalize_stages(stages: Iterable[str], owner: str) -> frozenset[Stage]:
+    """The :class:`~ocr.perf.stage.Stage` of each user stage name (``"train"``, ``"validate"``
+    or ``"val"``, ``"test"``); anything else is a ``ValueError`` naming ``owner`` and the bad
+    value."""
     if isinstance(stages, str):
         raise ConfigError(
             f"{owner}: stages must be a list of stage names, got the string {stages!r}"
         )
     out = set()
     for name in stages:
-        key = "val" if name == "val" else STAGE_NAMES.get(name)
-        if key is None:
-            raise ConfigError(
-                f"{owner}: unknown stage {name!r} in stages; expected some of "
-                f"{', '.join(repr(s) for s in STAGE_NAMES)}"
-            )
-        out.add(key)
+        try:
+            out.add(Stage.parse(name))
+        except ValueError as exc:
+            raise ConfigError(f"{owner}: {exc} in stages") from None
     return frozenset(out)
 
 

@@ -11,31 +11,22 @@ from pathlib import Path
 from typing import Any
 
 import lightning as L
+import msgspec
 from lightning.pytorch.callbacks import Callback
 from torch.utils.data import DataLoader
 
 from ocr.lightning_modules.callbacks.errors import PerfCallbackWarning
 from ocr.lightning_modules.callbacks.try_window import perf_root
-from ocr.perf.growth import (
-    GROWTH_EPOCHS,
-    GROWTH_FILE,
-    GROWTH_SCHEMA,
-    GROWTH_VERSION,
-    MAX_ITEMS,
-    Scan,
-    growing,
-    scan,
+from ocr.perf.growth import GROWTH_EPOCHS, MAX_ITEMS, Scan, growing, scan
+from ocr.perf.recompiles import CompileEpoch, CompileWatch, ShapeCounter, recompile_finding
+from ocr.perf.records import (
+    GrowthRecord,
+    RecompilesRecord,
+    Record,
+    RecordWriter,
+    RunRecord,
 )
-from ocr.perf.recompiles import (
-    RECOMPILES_FILE,
-    RECOMPILES_SCHEMA,
-    RECOMPILES_VERSION,
-    CompileEpoch,
-    CompileWatch,
-    ShapeCounter,
-    recompile_finding,
-)
-from ocr.perf.rundir import PERF_DIRNAME, JsonlWriter, write_run_info
+from ocr.perf.rundir import write_run_info
 
 __all__ = ["EpochScanCallback"]
 
@@ -114,7 +105,7 @@ class EpochScanCallback(Callback):
         self._watch: CompileWatch | None = None
         self._shapes: ShapeCounter | None = None
         self._skip: frozenset[str] = frozenset()
-        self._writers: dict[str, JsonlWriter] = {}
+        self._writers: dict[str, RecordWriter] = {}
         if self.enabled and self.batch_shapes:
             # Installed on the instance only when asked for: at the default Lightning's dispatch
             # reaches the inherited no-op, which the performance clock leaves out.
@@ -137,16 +128,11 @@ class EpochScanCallback(Callback):
             self._writers = {}
             if self.write_run_files:
                 root = perf_root(trainer)
-                self._guarded(root / PERF_DIRNAME / "run.json", lambda: write_run_info(root))
-                perf = root / PERF_DIRNAME
+                self._guarded(RunRecord.path(root), lambda: write_run_info(root))
                 if self.memory_growth:
-                    self._writers["growth"] = JsonlWriter(
-                        perf / GROWTH_FILE, GROWTH_SCHEMA, GROWTH_VERSION
-                    )
+                    self._writers["growth"] = RecordWriter(GrowthRecord.path(root))
                 if self.recompiles:
-                    self._writers["recompiles"] = JsonlWriter(
-                        perf / RECOMPILES_FILE, RECOMPILES_SCHEMA, RECOMPILES_VERSION
-                    )
+                    self._writers["recompiles"] = RecordWriter(RecompilesRecord.path(root))
             self._on = True
         except Exception as exc:
             self._fail(exc)
@@ -202,7 +188,7 @@ class EpochScanCallback(Callback):
             max_items=self.max_items,
         )
         self._scans.append(result)
-        self._write("growth", result.as_record())
+        self._write("growth", result)
         new = [g for g in growing(list(self._scans)) if g.path not in self._named]
         for g in new:
             self._named.add(g.path)
@@ -214,15 +200,16 @@ class EpochScanCallback(Callback):
             return
         record = watch.take(epoch)
         if self._shapes is not None:
-            record.batch_shapes, record.shape_examples = self._shapes.take()
+            count, examples = self._shapes.take()
+            record = msgspec.structs.replace(record, batch_shapes=count, shape_examples=examples)
         self._compiles.append(record)
-        self._write("recompiles", record.as_record())
+        self._write("recompiles", record)
         finding = recompile_finding(self._compiles)
         if finding is not None and not self._compile_warned:
             self._compile_warned = True
             log.warning("%s -- %s", finding.title, finding.suggestion)
 
-    def _write(self, kind: str, record: dict[str, object]) -> None:
+    def _write(self, kind: str, record: Record) -> None:
         writer = self._writers.get(kind)
         if writer is not None:
             self._guarded(writer.path, lambda: writer.write(record))

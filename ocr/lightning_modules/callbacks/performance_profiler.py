@@ -237,7 +237,7 @@ class PerformanceProfilerCallback(RecorderCallback):
             Default ``False``.
         write_run_files: write the run directory's ``perf/epochs.jsonl``,
             ``perf/intervals.jsonl`` and ``perf/run.json`` (``trainer.default_root_dir``; format
-            in ``ocr.perf.rundir``), read by ``ocr-perf report`` and ``ocr-perf baseline``.
+            in ``ocr.perf.records``), read by ``ocr-perf report`` and ``ocr-perf baseline``.
             Default ``True``.
     """
 

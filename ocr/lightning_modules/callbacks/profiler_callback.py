@@ -50,7 +50,8 @@ from ocr.lightning_modules.callbacks.errors import PerfCallbackWarning
 from ocr.lightning_modules.callbacks.untimed import untimed_hook
 from ocr.perf import triggers
 from ocr.perf.actions import classify_action
-from ocr.perf.rundir import PERF_DIRNAME, JsonlWriter
+from ocr.perf.records import ProfilerWindow, RecordWriter
+from ocr.perf.stage import Stage
 from ocr.perf.trace import analyze_table, load_traces
 from ocr.perf.trace.agreement import ClockSnapshots, compare_with_clock
 from ocr.perf.trace.render import print_analysis
@@ -59,10 +60,7 @@ __all__ = ["ProfilerCallback"]
 
 log = logging.getLogger(__name__)
 
-# Analyzer stage names (``ocr.perf.trace``) for our metric stage names.
-_ANALYZER_STAGE = {"train": "train", "val": "validation", "test": "test"}
 _ACTIVITIES = {name.lower(): act for name, act in ProfilerActivity.__members__.items()}
-PROFILER_SCHEMA = "receipt-ocr/profiler-window"
 # Alert rules (ocr.perf.alerts) whose requests are recorded with trigger "alert": the engine
 # passes reasons such as "throughput_drop: 31 % below baseline".
 _ALERT_RULES = (
@@ -317,14 +315,14 @@ class ProfilerCallback(Callback):
         self._taken_file: tuple[int, int] | None = None  # (inode, mtime_ns) of the last file taken
         self._unlink_pending = False  # DDP: rank zero removes the taken file at window close
         self._run_dir: Path | None = None
-        self._jsonl: JsonlWriter | None = None
+        self._jsonl: RecordWriter | None = None
         self._is_zero = True
         self._world_size = 1
         self._jsonl_warned = False
         #: Trace files written in this run, in order (rank-local).
         self.trace_paths: list[Path] = []
         #: One dict per closed window of this run (the profiler.jsonl record, on every rank).
-        self.windows: list[dict[str, Any]] = []
+        self.windows: list[ProfilerWindow] = []
 
     # -- configuration -----------------------------------------------------------------------
 
@@ -375,11 +373,7 @@ class ProfilerCallback(Callback):
             self._is_zero = trainer.is_global_zero
             self._rank_suffix = f"_rank{trainer.global_rank}" if trainer.world_size > 1 else ""
             self._torch_activities = self._resolve_activities()
-            self._jsonl = (
-                JsonlWriter(run_dir / PERF_DIRNAME / "profiler.jsonl", PROFILER_SCHEMA)
-                if self._is_zero
-                else None
-            )
+            self._jsonl = RecordWriter(ProfilerWindow.path(run_dir)) if self._is_zero else None
             tf = self.trigger_file
             self._trigger_path = None if tf is None else (tf if tf.is_absolute() else run_dir / tf)
             self._ondemand = self._trigger_path is not None or self.profile_on_request
@@ -396,7 +390,7 @@ class ProfilerCallback(Callback):
         problems = []
         if not self.stages & runs:
             problems.append(
-                f"stages {sorted(self.stages)} never run in this {stage} run "
+                f"stages {sorted(map(str, self.stages))} never run in this {stage} run "
                 f"(it runs {sorted(runs) or 'none of them'})"
             )
         elif stage == "fit" and self.stages & {"train", "val"}:
@@ -670,13 +664,14 @@ class ProfilerCallback(Callback):
         t0 = time.perf_counter()
         # every cycle of the window in one table: the summary covers all of them
         report = analyze_table(load_traces(window.traces), top_k=self.log_top_k_ops)
-        agreement = compare_with_clock(report, window.clock, _ANALYZER_STAGE[stage])
+        agreement = compare_with_clock(report, window.clock, Stage(stage).trace_name)
         if agreement is not None:
             report.add_agreement(agreement)
         if trainer.is_global_zero:
             print_analysis(report)
         analysis_s = time.perf_counter() - t0
-        steps = [row.wall_ms for row in report.steps if row.stage == _ANALYZER_STAGE[stage]] or [
+        trace_stage = Stage(stage).trace_name
+        steps = [row.wall_ms for row in report.steps if row.stage == trace_stage] or [
             row.wall_ms for row in report.steps
         ]
         metrics = {f"profiler/{stage}_dataloader_pct": float(report.dataloader_time_pct)}
@@ -690,21 +685,21 @@ class ProfilerCallback(Callback):
             )
         log_to_loggers(trainer, metrics)
         view = report.as_dict()  # the record is JSON
-        record = {
-            "t": time.time(),
-            "stage": stage,
-            "epoch": window.epoch,
-            "trigger": window.trigger,
-            "reason": window.reason,
-            "steps": report.summary.n_steps,
-            "traces": [self._relative(p) for p in window.traces]
-            if self.export_chrome_trace
-            else [],
+        record = ProfilerWindow(
+            t=time.time(),
+            stage=Stage(stage),
+            epoch=window.epoch,
+            trigger=window.trigger,
+            reason=window.reason,
+            steps=report.summary.n_steps,
+            traces=[self._relative(p) for p in window.traces] if self.export_chrome_trace else [],
             # batches whose time the profiler inflated (recording, export at the last one)
-            "batches": [window.first_batch, window.last_batch],
+            batches=None
+            if window.first_batch is None or window.last_batch is None
+            else (window.first_batch, window.last_batch),
             # the profiler's own cost; the phase clock books it under the callbacks phase
-            "overhead_s": {"export": round(window.export_s, 6), "analysis": round(analysis_s, 6)},
-            "summary": {
+            overhead_s={"export": round(window.export_s, 6), "analysis": round(analysis_s, 6)},
+            summary={
                 "top_cpu_ops": view["top_cpu_ops"],
                 "findings": view["findings"],
                 "dataloader_time_pct": report.dataloader_time_pct,
@@ -714,8 +709,8 @@ class ProfilerCallback(Callback):
                     for st, ps in report.phase_summary.items()
                 },
             },
-            "clock_agreement": view.get("clock_agreement"),
-        }
+            clock_agreement=view.get("clock_agreement"),
+        )
         self.windows.append(record)
         self._write_record(record)
         log.info(
@@ -738,7 +733,7 @@ class ProfilerCallback(Callback):
         except ValueError:
             return str(path)  # output_dir outside the run directory
 
-    def _write_record(self, record: dict[str, Any]) -> None:
+    def _write_record(self, record: ProfilerWindow) -> None:
         if self._jsonl is None:
             return
         try:

@@ -53,7 +53,6 @@ from ocr.lightning_modules.callbacks import action_stream
 from ocr.lightning_modules.callbacks.cuda_events import CudaPhaseEvents, EventClock
 from ocr.lightning_modules.callbacks.epoch_report import (
     MAX_KEPT_BATCH_TIMES,
-    STAGE_NAMES,
     EpochReport,
     IntervalProgress,
     log_to_loggers,
@@ -72,12 +71,12 @@ from ocr.perf.actions import CALLBACK, DATAMODULE, MODULE, STRATEGY, classify_ac
 from ocr.perf.clock import PHASES, PhaseClock, PhaseTotals, set_active_clock
 from ocr.perf.memory import memory_snapshot, reset_peak_memory
 from ocr.perf.ranks import find_straggler, rank_spread
+from ocr.perf.stage import Stage
 from ocr.perf.stats import StreamingStats
 from ocr.perf.worker import WorkerTiming
 
 __all__ = ["MODULE_HOOK_NAMES", "StageRecorder", "Subscriber"]
 
-_RUNNING_STAGE_TO_KEY = {"train": "train", "validate": "val", "sanity_check": "val", "test": "test"}
 # Figures gathered across ranks at an epoch close, in this fixed order (after a leading health
 # flag, and before the per-callback and per-module-hook seconds). Durations first: their spread
 # names a slowest rank.
@@ -158,7 +157,7 @@ class Subscriber(Protocol):
     """What the recorder needs of a monitor that subscribes to it (``RecorderCallback`` and the
     resource monitor's adapter)."""
 
-    stages: frozenset[str]
+    stages: frozenset[Stage]
     log_interval: int
     track_memory: bool
     sync_cuda: bool
@@ -309,7 +308,7 @@ class StageRecorder:
     def __init__(self, trainer: L.Trainer) -> None:
         self._trainer_ref = weakref.ref(trainer)
         self.subscribers: list[Subscriber] = []
-        self.stages: frozenset[str] = frozenset()
+        self.stages: frozenset[Stage] = frozenset()
         self.measuring = True  # measurement on (off after a failure)
         self.finished = False  # fully off: no listener, no gathers
         self.world_size = max(1, int(trainer.world_size))
@@ -320,7 +319,7 @@ class StageRecorder:
         self.clock: PhaseClock = PhaseClock()
         self._events: CudaPhaseEvents | None = None
         self._device: torch.device | None = None  # set when measuring a CUDA device
-        self._states: dict[str, _StageState] = {s: _StageState() for s in STAGE_NAMES.values()}
+        self._states: dict[str, _StageState] = {s: _StageState() for s in Stage}
         self._open: list[str] = []  # open windows, innermost last (train below val)
         self._train_epoch_marked = -1  # the epoch whose train window an action opened
         # Actions running now, innermost last: (action, phase, owner, event); a transparent one
@@ -440,7 +439,7 @@ class StageRecorder:
         if trainer is None or not self.measuring:
             return None
         running = trainer.state.stage
-        stage = _RUNNING_STAGE_TO_KEY.get(running.value if running is not None else "")
+        stage = Stage.of_lightning(running.value if running is not None else None)
         if stage is None or stage not in self.stages:
             return None
         self._states[stage].num_workers = int(loader.num_workers)

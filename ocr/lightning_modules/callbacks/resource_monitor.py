@@ -21,14 +21,14 @@ from ocr.errors import ConfigError
 from ocr.lightning_modules.callbacks.epoch_report import EpochReport, log_to_loggers
 from ocr.lightning_modules.callbacks.recorder import StageRecorder
 from ocr.perf.alerts import AlertEngine, AlertSink, JsonlSink, LogSink, WandbSink, build_rules
+from ocr.perf.records import PERF_DIRNAME, RecordWriter, ResourceSample
 from ocr.perf.resources import (
-    RESOURCE_SAMPLE_SCHEMA,
     ResourceMonitor,
     ResourceMonitorWarning,
     ResourceSampler,
     StepSignals,
 )
-from ocr.perf.rundir import PERF_DIRNAME, JsonlWriter
+from ocr.perf.stage import Stage
 
 __all__ = ["ResourceMonitorCallback"]
 
@@ -276,9 +276,7 @@ class ResourceMonitorCallback(Callback):
             sampler,
             signals,
             engine=engine,
-            writer=JsonlWriter(perf_dir / "resources.jsonl", RESOURCE_SAMPLE_SCHEMA)
-            if zero
-            else None,
+            writer=RecordWriter(ResourceSample.path(perf_dir.parent)) if zero else None,
             interval_s=self.interval_s,
             log_interval_s=self.log_interval_s,
             rate_window_s=self.rate_window_s,
@@ -492,7 +490,7 @@ class _StragglerFeed:
     each training epoch's straggler (named by its cause, from the one epoch gather) becomes the
     ``straggler_rank`` rule's signal. Asks for nothing else (no files, no memory, no logging)."""
 
-    stages = frozenset({"train"})
+    stages = frozenset({Stage.TRAIN})
     log_interval = 0
     track_memory = False
     sync_cuda = False

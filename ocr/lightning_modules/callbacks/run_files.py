@@ -1,5 +1,5 @@
 """The recorder's part of the run directory: ``perf/run.json``, ``perf/epochs.jsonl`` and
-``perf/intervals.jsonl`` (format in ``ocr.perf.rundir``)."""
+``perf/intervals.jsonl`` (records in ``ocr.perf.records``)."""
 
 from __future__ import annotations
 
@@ -9,20 +9,30 @@ import time
 import warnings
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
 
 from ocr.lightning_modules.callbacks.epoch_report import EpochReport, IntervalProgress, per_second
 from ocr.lightning_modules.callbacks.errors import PerfCallbackWarning
-from ocr.perf.rundir import PERF_DIRNAME, JsonlWriter, write_run_info
+from ocr.perf.records import EpochRecord, IntervalRecord, JsonValue, RecordWriter
+from ocr.perf.rundir import write_run_info
+from ocr.perf.stage import Stage
 
-__all__ = ["EPOCH_SCHEMA", "INTERVAL_SCHEMA", "RunFiles"]
+__all__ = ["RunFiles", "epoch_record"]
 
-EPOCH_SCHEMA = "receipt-ocr/perf-epoch"
-INTERVAL_SCHEMA = "receipt-ocr/perf-interval"
+
+def epoch_record(report: EpochReport, t: float) -> EpochRecord:
+    """The ``perf/epochs.jsonl`` record of ``report`` closed at unix time ``t``, with the global
+    rates (samples and batches of all ranks over the slowest rank's wall time; NaN -> null)."""
+    fields = {f.name: getattr(report, f.name) for f in dataclasses.fields(report)}
+    return EpochRecord(
+        **{**fields, "stage": Stage(report.stage)},
+        t=t,
+        samples_per_sec=per_second(report.global_samples, report.global_wall_s),
+        batches_per_sec=per_second(report.global_batches, report.global_wall_s),
+    )
 
 
 class RunFiles:
-    """Writes the recorder's part of the run directory (``ocr.perf.rundir``): ``perf/run.json``
+    """Writes the recorder's part of the run directory (``ocr.perf.records``): ``perf/run.json``
     at setup, one ``perf/epochs.jsonl`` line per stage epoch and ``perf/intervals.jsonl`` lines
     at the training log interval; rank zero only. The first write error is one warning and turns
     the writing off; measurement and logging go on.
@@ -33,12 +43,11 @@ class RunFiles:
 
     def __init__(self, run_dir: str | os.PathLike[str]) -> None:
         self.run_dir = Path(run_dir)
-        perf = self.run_dir / PERF_DIRNAME
-        self.epochs = JsonlWriter(perf / "epochs.jsonl", EPOCH_SCHEMA)
-        self.intervals = JsonlWriter(perf / "intervals.jsonl", INTERVAL_SCHEMA)
+        self.epochs = RecordWriter(EpochRecord.path(self.run_dir))
+        self.intervals = RecordWriter(IntervalRecord.path(self.run_dir))
         # Interval records wait here until the epoch closes: a write + flush every few steps
         # would land on the training hot path.
-        self._pending_intervals: list[dict[str, Any]] = []
+        self._pending_intervals: list[tuple[float, IntervalProgress]] = []
         self.ok = True
 
     def _guard(self, write: Callable[[], object]) -> None:
@@ -55,25 +64,21 @@ class RunFiles:
                 stacklevel=3,
             )
 
-    def run_info(self, extra: Mapping[str, Any]) -> None:
+    def run_info(self, extra: Mapping[str, JsonValue]) -> None:
         self._guard(lambda: write_run_info(self.run_dir, extra))
 
     def epoch(self, report: EpochReport) -> None:
-        record = dataclasses.asdict(report)
-        record["t"] = time.time()
-        # nan is written as null.
-        record["samples_per_sec"] = per_second(report.global_samples, report.global_wall_s)
-        record["batches_per_sec"] = per_second(report.global_batches, report.global_wall_s)
         self.flush_intervals()
-        self._guard(lambda: self.epochs.write(record))
+        self._guard(lambda: self.epochs.write(epoch_record(report, time.time())))
 
     def interval(self, progress: IntervalProgress) -> None:
         if self.ok:
-            self._pending_intervals.append({"t": time.time(), **progress._asdict()})
+            self._pending_intervals.append((time.time(), progress))
 
     def flush_intervals(self) -> None:
         pending, self._pending_intervals = self._pending_intervals, []
-        for record in pending:
+        for t, progress in pending:
+            record = IntervalRecord(t=t, **{**progress._asdict(), "stage": Stage(progress.stage)})
             self._guard(lambda r=record: self.intervals.write(r))  # type: ignore[misc]
 
     def close(self) -> None:

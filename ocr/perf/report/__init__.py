@@ -1,6 +1,6 @@
 """``ocr-perf report``: one page that tells where a run's time went.
 
-Reads what the performance callbacks wrote into a run directory (:mod:`ocr.perf.rundir`), ranks
+Reads what the performance callbacks wrote into a run directory (:mod:`ocr.perf.records`), ranks
 the bottlenecks into a verdict with evidence and a concrete change, and renders a self-contained
 HTML page, Markdown and a terminal summary. No Lightning; every input file is optional.
 

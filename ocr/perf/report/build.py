@@ -20,6 +20,7 @@ from ocr.perf.report.profiled import move_profiler_overhead
 from ocr.perf.report.run_name import RunName, run_name
 from ocr.perf.report.stages import StageSummary, summarize_stages
 from ocr.perf.report.verdict import Finding, judge, trace_findings
+from ocr.perf.stage import Stage
 
 if TYPE_CHECKING:
     from ocr.perf.trace.result import TraceAnalysis
@@ -50,7 +51,7 @@ class Report:
 
     run: RunData
     name: RunName
-    stages: dict[str, StageSummary]
+    stages: dict[Stage, StageSummary]
     findings: list[Finding]
     trace: TraceAnalysis | None = None
     trace_note: str | None = None

@@ -1,4 +1,4 @@
-"""Read a run directory (see :mod:`ocr.perf.rundir`) into one typed structure.
+"""Read a run directory (records: :mod:`ocr.perf.records`) into one typed structure.
 
 Everything is optional: an absent file is "not recorded" (``None`` or an empty list plus a note),
 never an error. A malformed or newer-format file is an error naming the file (and line where the
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,8 +17,21 @@ from typing import Any
 import yaml
 
 from ocr.errors import InputError
-from ocr.perf.report.stages import STAGE_ORDER
-from ocr.perf.rundir import PERF_DIRNAME, RunDirError, read_records, read_run_info
+from ocr.perf.records import (
+    PERF_DIRNAME,
+    AlertEvent,
+    EpochRecord,
+    IntervalRecord,
+    ProfilerWindow,
+    R,
+    ResourceSample,
+    ResourceSummary,
+    RunDirError,
+    RunRecord,
+    read_records,
+    read_run_record,
+)
+from ocr.perf.stage import STAGE_ORDER, Stage
 
 __all__ = [
     "ReportInputError",
@@ -27,12 +41,6 @@ __all__ = [
     "load_run",
 ]
 
-EPOCH_SCHEMA = "receipt-ocr/perf-epoch"
-INTERVAL_SCHEMA = "receipt-ocr/perf-interval"
-RESOURCE_SCHEMA = "receipt-ocr/resource-sample"
-RESOURCE_SUMMARY_SCHEMA = "receipt-ocr/resource-summary"
-ALERT_SCHEMA = "receipt-ocr/alert"
-PROFILER_SCHEMA = "receipt-ocr/profiler-window"
 TRACE_DIRNAME = "profiler_traces"
 _TRACE_SUFFIXES = (".json", ".json.gz")
 
@@ -65,31 +73,31 @@ class RunData:
     """
 
     run_dir: Path
-    run_info: dict[str, Any] | None = None
+    run_info: RunRecord | None = None
     config: dict[str, Any] | None = None
     config_text: str | None = None
     overrides: list[str] = field(default_factory=list)
     hydra_job_name: str | None = None
-    epochs: list[dict[str, Any]] = field(default_factory=list)
-    intervals: list[dict[str, Any]] = field(default_factory=list)
-    resources: list[dict[str, Any]] = field(default_factory=list)
-    resource_summary: dict[str, Any] | None = None
-    alerts: list[dict[str, Any]] = field(default_factory=list)
-    profiler_windows: list[dict[str, Any]] = field(default_factory=list)
+    epochs: list[EpochRecord] = field(default_factory=list)
+    intervals: list[IntervalRecord] = field(default_factory=list)
+    resources: list[ResourceSample] = field(default_factory=list)
+    resource_summary: ResourceSummary | None = None
+    alerts: list[AlertEvent] = field(default_factory=list)
+    profiler_windows: list[ProfilerWindow] = field(default_factory=list)
     trace_files: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
     @property
     def device(self) -> str:
         """``"cuda"`` when an epoch ran on CUDA (or run.json lists CUDA devices), else ``"cpu"``."""
-        if any(e.get("device") == "cuda" for e in self.epochs):
+        if any(e.device == "cuda" for e in self.epochs):
             return "cuda"
-        if not self.epochs and self.run_info and self.run_info.get("cuda_devices"):
+        if not self.epochs and self.run_info and self.run_info.cuda_devices:
             return "cuda"
         return "cpu"
 
 
-def config_value(config: dict[str, Any] | None, dotted: str) -> Any:
+def config_value(config: Mapping[str, object] | None, dotted: str) -> Any:
     """``config["a"]["b"]`` for ``"a.b"``; ``None`` when any level is missing."""
     node: Any = config
     for part in dotted.split("."):
@@ -99,53 +107,23 @@ def config_value(config: dict[str, Any] | None, dotted: str) -> Any:
     return node
 
 
-def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
-def _in_epoch_order(records: list[dict[str, Any]], path: Path) -> list[dict[str, Any]]:
-    """Checked records (:func:`_check_epochs`, numbered as in the file) in reading order: the
-    fit's epochs by number, training before validation, then test (a run of its own). The file
-    holds them in closing order, where a validation epoch closes inside its training epoch;
-    records of one epoch and stage (a resumed run) keep their file order."""
-    _check_epochs(path, records)
+def _in_epoch_order(records: list[EpochRecord]) -> list[EpochRecord]:
+    """The records in reading order: the fit's epochs by number, training before validation,
+    then test (a run of its own). The file holds them in closing order, where a validation
+    epoch closes inside its training epoch; records of one epoch and stage (a resumed run) keep
+    their file order."""
     rank = {stage: i for i, stage in enumerate(STAGE_ORDER)}
 
-    def key(r: dict[str, Any]) -> tuple[bool, float, int]:
-        epoch: Any = r.get("epoch")
-        number = float(epoch) if _is_number(epoch) else math.inf
-        return r["stage"] == "test", number, rank[r["stage"]]
+    def key(r: EpochRecord) -> tuple[bool, float, int]:
+        number = float(r.epoch) if r.epoch is not None else math.inf
+        return r.stage == Stage.TEST, number, rank[r.stage]
 
     return sorted(records, key=key)
 
 
-def _check_epochs(path: Path, records: list[dict[str, Any]]) -> None:
-    """The few fields every later step relies on; anything else is read defensively."""
-    for i, r in enumerate(records, start=1):
-        where = f"{path}: perf-epoch record {i}"
-        if r.get("stage") not in ("train", "val", "test"):
-            raise ReportInputError(
-                f"{where}: stage must be train, val or test, got {r.get('stage')!r}"
-            )
-        wall: Any = r.get("wall_s")
-        if not _is_number(wall) or not math.isfinite(wall) or wall < 0:
-            raise ReportInputError(f"{where}: wall_s must be a number >= 0, got {wall!r}")
-        for key in ("phases_s", "worker_s", "worker_counts", "batch_stats", "memory"):
-            value = r.get(key)
-            if value is not None and not isinstance(value, dict):
-                raise ReportInputError(
-                    f"{where}: {key} must be an object, got {type(value).__name__}"
-                )
-        times = r.get("batch_times_s")
-        if times is not None and not (
-            isinstance(times, list) and all(t is None or _is_number(t) for t in times)
-        ):
-            raise ReportInputError(f"{where}: batch_times_s must be a list of numbers")
-
-
-def _read(path: Path, schema: str) -> list[dict[str, Any]]:
+def _read(path: Path, kind: type[R]) -> list[R]:
     try:
-        return read_records(path, schema)
+        return read_records(path, kind)
     except RunDirError as exc:
         raise ReportInputError(str(exc)) from exc
     except (OSError, UnicodeDecodeError) as exc:
@@ -165,15 +143,8 @@ def _hydra_job_name(path: Path) -> str | None:
 
 
 #: Files of which one marks a run directory (what the callbacks and Hydra write).
-RUN_MARKERS = (
-    f"{PERF_DIRNAME}/run.json",
-    f"{PERF_DIRNAME}/epochs.jsonl",
-    f"{PERF_DIRNAME}/intervals.jsonl",
-    f"{PERF_DIRNAME}/resources.jsonl",
-    f"{PERF_DIRNAME}/alerts.jsonl",
-    f"{PERF_DIRNAME}/profiler.jsonl",
-    ".hydra/config.yaml",
-)
+_KINDS = (RunRecord, EpochRecord, IntervalRecord, ResourceSample, AlertEvent, ProfilerWindow)
+RUN_MARKERS = (*(f"{PERF_DIRNAME}/{kind.FILE}" for kind in _KINDS), ".hydra/config.yaml")
 
 
 def is_run_dir(path: str | os.PathLike[str]) -> bool:
@@ -198,11 +169,10 @@ def load_run(run_dir: str | os.PathLike[str]) -> RunData:
             f"{root}: not a run directory (no perf/*.jsonl, perf/run.json or .hydra/config.yaml; "
             "give the folder of an ocr-train run, e.g. ocr-perf report outputs/train/<date>)"
         )
-    perf = root / PERF_DIRNAME
     data = RunData(run_dir=root)
 
     try:
-        data.run_info = read_run_info(root)
+        data.run_info = read_run_record(root)
     except FileNotFoundError:
         data.notes.append("perf/run.json: not recorded (machine and versions unknown)")
     except RunDirError as exc:
@@ -231,27 +201,25 @@ def load_run(run_dir: str | os.PathLike[str]) -> RunData:
     else:
         data.notes.append(".hydra/config.yaml: not recorded (advice names generic settings)")
 
-    epochs_path = perf / "epochs.jsonl"
-    data.epochs = _in_epoch_order(_read(epochs_path, EPOCH_SCHEMA), epochs_path)
+    data.epochs = _in_epoch_order(_read(EpochRecord.path(root), EpochRecord))
     if not data.epochs:
         data.notes.append(
             "perf/epochs.jsonl: not recorded (attach PerformanceProfilerCallback or "
             "ThroughputMonitorCallback, e.g. callbacks=monitoring)"
         )
-    data.intervals = _read(perf / "intervals.jsonl", INTERVAL_SCHEMA)
-    resources_path = perf / "resources.jsonl"
-    data.resources = _read(resources_path, RESOURCE_SCHEMA)
-    summaries = _read(resources_path, RESOURCE_SUMMARY_SCHEMA)
+    data.intervals = _read(IntervalRecord.path(root), IntervalRecord)
+    data.resources = _read(ResourceSample.path(root), ResourceSample)
+    summaries = _read(ResourceSummary.path(root), ResourceSummary)
     # a fit's summary over a later test's (train.py's test_after_fit shares the folder)
-    fits = [s for s in summaries if s.get("run", "fit") == "fit"]
+    fits = [s for s in summaries if s.run_kind == "fit"]
     data.resource_summary = (fits or summaries)[-1] if summaries else None
     if not data.resources:
         data.notes.append(
             "perf/resources.jsonl: not recorded (attach ResourceMonitorCallback for CPU / GPU / "
             "memory / I/O over time)"
         )
-    data.alerts = _read(perf / "alerts.jsonl", ALERT_SCHEMA)
-    data.profiler_windows = _read(perf / "profiler.jsonl", PROFILER_SCHEMA)
+    data.alerts = _read(AlertEvent.path(root), AlertEvent)
+    data.profiler_windows = _read(ProfilerWindow.path(root), ProfilerWindow)
 
     traces = root / TRACE_DIRNAME
     if traces.is_dir():

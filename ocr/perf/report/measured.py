@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ocr.perf.records import RunDirError
 from ocr.perf.report.document import Section, Table
-from ocr.perf.rundir import RunDirError
 from ocr.perf.tryout.paired import RECOMMEND_ABOVE
 from ocr.perf.tryout.results import TryRecord, latest_session
 from ocr.perf.tryout.session import HMEAN_TOLERANCE, paste_line

@@ -10,6 +10,7 @@ import io
 import math
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import matplotlib as mpl
@@ -18,11 +19,14 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from ocr.perf.clock import PHASES
+from ocr.perf.records import EpochRecord
 from ocr.perf.report.load import RunData
-from ocr.perf.report.stages import STAGE_LABELS, num
+from ocr.perf.report.stages import num
+from ocr.perf.stage import STAGE_ORDER, Stage
 
 __all__ = [
     "PHASE_COLORS",
+    "Outlier",
     "batch_outliers",
     "batch_times_plot",
     "memory_timeline_plot",
@@ -75,13 +79,13 @@ def _svg(fig: Figure) -> str:
     return text[text.index("<svg") :]
 
 
-def _stage_records(run: RunData, stage: str) -> list[dict[str, Any]]:
-    return [e for e in run.epochs if e.get("stage") == stage]
+def _stage_records(run: RunData, stage: Stage) -> list[EpochRecord]:
+    return [e for e in run.epochs if e.stage == stage]
 
 
-def _stages(run: RunData) -> list[str]:
-    present = {str(e.get("stage")) for e in run.epochs}
-    return [s for s in ("train", "val", "test") if s in present]
+def _stages(run: RunData) -> list[Stage]:
+    present = {e.stage for e in run.epochs}
+    return [s for s in STAGE_ORDER if s in present]
 
 
 def phase_plot(run: RunData) -> str | None:
@@ -97,12 +101,13 @@ def phase_plot(run: RunData) -> str | None:
             x = list(range(len(records)))
             bottom = [0.0] * len(records)
             for phase in PHASES:
-                values = [num((r.get("phases_s") or {}).get(phase)) for r in records]
+                values = [r.phases_s.get(phase, 0.0) for r in records]
                 ax.bar(x, values, bottom=bottom, color=PHASE_COLORS[phase], label=phase, width=0.7)
                 bottom = [b + v for b, v in zip(bottom, values, strict=True)]
-            ax.set_xticks(x, [str(r.get("epoch", i)) for i, r in enumerate(records)])
+            ticks = [str(i if r.epoch is None else r.epoch) for i, r in enumerate(records)]
+            ax.set_xticks(x, ticks)
             ax.set_xlabel("epoch")
-            ax.set_title(STAGE_LABELS[stage])
+            ax.set_title(stage.label)
         axes[0].set_ylabel("seconds")
         handles, labels = axes[0].get_legend_handles_labels()
         fig.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), frameon=False)
@@ -110,18 +115,28 @@ def phase_plot(run: RunData) -> str | None:
         return _svg(fig)
 
 
-def _batch_times(records: list[dict[str, Any]]) -> list[tuple[Any, int, float]]:
+def _batch_times(records: list[EpochRecord]) -> list[tuple[int | None, int, float]]:
     """(epoch, batch index, seconds) of every stored batch time."""
     out = []
     for r in records:
-        stride = max(int(num(r.get("batch_times_stride"), 1)), 1)
-        for i, t in enumerate(r.get("batch_times_s") or []):
-            if isinstance(t, int | float) and math.isfinite(t):
-                out.append((r.get("epoch"), i * stride, float(t)))
+        stride = max(r.batch_times_stride, 1)
+        for i, t in enumerate(r.batch_times_s):
+            if t is not None and math.isfinite(t):
+                out.append((r.epoch, i * stride, t))
     return out
 
 
-def batch_outliers(run: RunData, stage: str, limit: int = 8) -> list[dict[str, Any]]:
+@dataclass(frozen=True)
+class Outlier:
+    """One outlier batch: its epoch, index in the epoch, time (ms) and time over the median."""
+
+    epoch: int | None
+    batch: int
+    ms: float
+    x_median: float | None
+
+
+def batch_outliers(run: RunData, stage: Stage, limit: int = 8) -> list[Outlier]:
     """The slowest batches of ``stage`` that are outliers by a robust rule (modified z-score over
     the median absolute deviation > 3.5, and at least 1.5x the median), slowest first."""
     times = _batch_times(_stage_records(run, stage))
@@ -135,14 +150,14 @@ def batch_outliers(run: RunData, stage: str, limit: int = 8) -> list[dict[str, A
         z = 0.6745 * (t - median) / mad if mad > 0 else (math.inf if t > median else 0.0)
         if z > 3.5 and t >= 1.5 * median:
             rows.append(
-                {
-                    "epoch": epoch,
-                    "batch": index,
-                    "ms": round(1000.0 * t, 2),
-                    "x_median": round(t / median, 2) if median > 0 else None,
-                }
+                Outlier(
+                    epoch=epoch,
+                    batch=index,
+                    ms=round(1000.0 * t, 2),
+                    x_median=round(t / median, 2) if median > 0 else None,
+                )
             )
-    rows.sort(key=lambda r: (-r["ms"], str(r["epoch"]), r["batch"]))
+    rows.sort(key=lambda r: (-r.ms, str(r.epoch), r.batch))
     return rows[:limit]
 
 
@@ -161,7 +176,7 @@ def batch_times_plot(run: RunData) -> str | None:
             p95 = ms[min(len(ms) - 1, math.ceil(0.95 * len(ms)) - 1)]
             ax.axvline(median, color="black", linewidth=1, label=f"median {median:.0f} ms")
             ax.axvline(p95, color="black", linestyle="--", linewidth=1, label=f"p95 {p95:.0f} ms")
-            ax.set_title(f"{STAGE_LABELS[stage]} ({len(ms)} batches)")
+            ax.set_title(f"{stage.label} ({len(ms)} batches)")
             ax.set_xlabel("batch time (ms)")
             ax.legend(frameon=False, fontsize=7)
         axes[0].set_ylabel("batches")
@@ -184,19 +199,18 @@ def _integer_x(ax: Axes) -> None:
 def training_rates(run: RunData) -> list[tuple[int, float]]:
     """(global step, samples per second) of training between consecutive interval records;
     the first record of an epoch measures from the epoch's start (where its counts start)."""
-    intervals = [r for r in run.intervals if r.get("stage", "train") == "train"]
+    intervals = [r for r in run.intervals if r.stage == Stage.TRAIN]
     rates: list[tuple[int, float]] = []
-    epoch: Any = None
+    epoch: int | None = None
     elapsed = samples = 0.0
     for cur in intervals:
-        if cur.get("epoch") != epoch:  # a new epoch: its counts start from zero
-            epoch, elapsed, samples = cur.get("epoch"), 0.0, 0.0
-        dt = num(cur.get("elapsed_s")) - elapsed
-        ds = num(cur.get("samples")) - samples
-        step = cur.get("step")
-        if dt > 0 and ds >= 0 and isinstance(step, int) and not isinstance(step, bool):
-            rates.append((step, ds / dt))
-        elapsed, samples = num(cur.get("elapsed_s")), num(cur.get("samples"))
+        if cur.epoch != epoch:  # a new epoch: its counts start from zero
+            epoch, elapsed, samples = cur.epoch, 0.0, 0.0
+        dt = cur.elapsed_s - elapsed
+        ds = cur.samples - samples
+        if dt > 0 and ds >= 0:
+            rates.append((cur.step, ds / dt))
+        elapsed, samples = cur.elapsed_s, cur.samples
     return rates
 
 
@@ -215,9 +229,9 @@ def throughput_figure(run: RunData) -> Figure | None:
             ax = axes.pop(0)
             for stage in stages:
                 records = _stage_records(run, stage)
-                xs = [num(r.get("epoch"), i) for i, r in enumerate(records)]
-                ys = [num(r.get("samples_per_sec"), math.nan) for r in records]
-                ax.plot(xs, ys, marker="o", color=_STAGE_COLORS[stage], label=STAGE_LABELS[stage])
+                xs = [num(r.epoch, i) for i, r in enumerate(records)]
+                ys = [num(r.samples_per_sec, math.nan) for r in records]
+                ax.plot(xs, ys, marker="o", color=_STAGE_COLORS[stage], label=stage.label)
             ax.set_xlabel("epoch")
             ax.set_ylabel("samples / s")
             ax.set_title("throughput per epoch")
@@ -315,7 +329,7 @@ def resources_figure(run: RunData) -> Figure | None:
     lines (red critical, orange warning; dotted when resolved)."""
     if not run.resources:
         return None
-    present = {k for r in run.resources for k in (r.get("metrics") or {})}
+    present = {k for r in run.resources for k in r.metrics}
     panels = []
     for title, unit, names in _RESOURCE_PANELS:
         series = [n for name in names for n in _expand(name, present)]
@@ -323,7 +337,7 @@ def resources_figure(run: RunData) -> Figure | None:
             panels.append((title, unit, series))
     if not panels:
         return None
-    t0 = min(num(r.get("t")) for r in run.resources)
+    t0 = min(r.t for r in run.resources)
     with _style():
         fig = Figure(figsize=(8.5, 1.9 * len(panels) + 0.4))
         axes = fig.subplots(len(panels), 1, sharex=True, squeeze=False)[:, 0]
@@ -331,9 +345,9 @@ def resources_figure(run: RunData) -> Figure | None:
             for name in series:
                 pts = thin(
                     [
-                        ((num(r.get("t")) - t0) / 60.0, float(v))
+                        ((r.t - t0) / 60.0, v)
                         for r in run.resources
-                        if isinstance(v := (r.get("metrics") or {}).get(name), int | float)
+                        if (v := r.metrics.get(name)) is not None
                     ]
                 )
                 ax.plot([p[0] for p in pts], [p[1] for p in pts], label=name.split("/", 1)[-1])
@@ -354,13 +368,13 @@ def resources_plot(run: RunData) -> str | None:
 
 def _mark_alerts(ax: Axes, run: RunData, t0: float, label: bool) -> None:
     for alert in run.alerts:
-        x = (num(alert.get("t")) - t0) / 60.0
-        fired = alert.get("event") == "fired"
-        color = _SEVERITY_COLORS.get(str(alert.get("severity")), "#ff7f0e")
+        x = (alert.t - t0) / 60.0
+        fired = alert.event == "fired"
+        color = _SEVERITY_COLORS.get(alert.severity, "#ff7f0e")
         ax.axvline(x, color=color, linestyle="-" if fired else ":", linewidth=1.2, alpha=0.8)
         if label and fired:
             ax.annotate(
-                str(alert.get("rule", "")),
+                alert.rule,
                 xy=(x, 1.0),
                 xycoords=("data", "axes fraction"),
                 rotation=90,

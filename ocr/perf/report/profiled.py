@@ -11,10 +11,9 @@ among the batch-time outliers) and a ``profiler`` line of its own in the phase t
 
 from __future__ import annotations
 
-from typing import Any
-
 from ocr.perf.report.load import RunData
-from ocr.perf.report.stages import StageSummary, num
+from ocr.perf.report.stages import StageSummary
+from ocr.perf.stage import Stage
 
 __all__ = ["PROFILER_PHASE", "move_profiler_overhead", "profiled_batches", "profiler_overhead_s"]
 
@@ -22,41 +21,28 @@ __all__ = ["PROFILER_PHASE", "move_profiler_overhead", "profiled_batches", "prof
 PROFILER_PHASE = "profiler"
 
 
-def profiled_batches(run: RunData) -> set[tuple[str, int, int]]:
+def profiled_batches(run: RunData) -> set[tuple[Stage, int, int]]:
     """``(stage, epoch, batch index)`` of every batch a profiler window recorded."""
-    out: set[tuple[str, int, int]] = set()
+    out: set[tuple[Stage, int, int]] = set()
     for w in run.profiler_windows:
-        batches = w.get("batches")
-        if not (isinstance(batches, list) and len(batches) == 2):
-            continue
-        first, last = batches
-        if not (isinstance(first, int) and isinstance(last, int)):
-            continue
-        epoch = w.get("epoch")
-        if not isinstance(epoch, int):
-            continue
-        out.update((str(w.get("stage")), epoch, b) for b in range(first, last + 1))
+        if w.epoch is not None:
+            out.update((w.stage, w.epoch, b) for b in w.batch_indices())
     return out
 
 
-def profiler_overhead_s(run: RunData) -> dict[str, float]:
+def profiler_overhead_s(run: RunData) -> dict[Stage, float]:
     """Stage -> seconds of trace export and analysis, summed over its windows."""
-    out: dict[str, float] = {}
+    out: dict[Stage, float] = {}
     for w in run.profiler_windows:
-        cost = w.get("overhead_s")
-        if not isinstance(cost, dict):
-            continue
-        secs = sum(num(v) for v in cost.values())
-        stage = str(w.get("stage"))
-        out[stage] = out.get(stage, 0.0) + secs
+        out[w.stage] = out.get(w.stage, 0.0) + sum(w.overhead_s.values())
     return out
 
 
-def move_profiler_overhead(stages: dict[str, StageSummary], run: RunData) -> dict[str, float]:
+def move_profiler_overhead(stages: dict[Stage, StageSummary], run: RunData) -> dict[Stage, float]:
     """Move each stage's profiler cost from ``callbacks`` to its own :data:`PROFILER_PHASE` line
     (never more than ``callbacks`` holds: the clock may not have run during a window). Returns the
     seconds moved per stage."""
-    moved: dict[str, float] = {}
+    moved: dict[Stage, float] = {}
     for stage, secs in profiler_overhead_s(run).items():
         summary = stages.get(stage)
         if summary is None or secs <= 0:
@@ -68,26 +54,3 @@ def move_profiler_overhead(stages: dict[str, StageSummary], run: RunData) -> dic
         summary.phases_s[PROFILER_PHASE] = summary.phases_s.get(PROFILER_PHASE, 0.0) + take
         moved[stage] = take
     return moved
-
-
-def window_rows(run: RunData) -> list[dict[str, Any]]:
-    """The windows' records with the fields the report shows, defaults for older records."""
-    rows = []
-    for w in run.profiler_windows:
-        raw = w.get("overhead_s")
-        cost: dict[str, Any] = raw if isinstance(raw, dict) else {}
-        rows.append(
-            {
-                "stage": w.get("stage"),
-                "epoch": w.get("epoch"),
-                "trigger": w.get("trigger"),
-                "reason": w.get("reason"),
-                "steps": w.get("steps"),
-                "batches": w.get("batches"),
-                "export_s": cost.get("export"),
-                "analysis_s": cost.get("analysis"),
-                "traces": w.get("traces"),
-                "clock_agreement": w.get("clock_agreement"),
-            }
-        )
-    return rows

@@ -26,9 +26,10 @@ from ocr.perf.report import plots
 from ocr.perf.report.build import Report
 from ocr.perf.report.document import Section, Table
 from ocr.perf.report.measured import measured_changes_section
-from ocr.perf.report.profiled import PROFILER_PHASE, profiled_batches, window_rows
-from ocr.perf.report.stages import STAGE_LABELS, StageSummary, num
+from ocr.perf.report.profiled import PROFILER_PHASE, profiled_batches
+from ocr.perf.report.stages import StageSummary, num
 from ocr.perf.rundir import polygon_cache_hit_rate
+from ocr.perf.stage import Stage
 
 __all__ = ["print_summary", "ranked", "severity_legend", "title", "to_markdown", "write_html"]
 
@@ -104,7 +105,7 @@ def _evidence(evidence: dict[str, Any]) -> str:
 
 
 def _header(report: Report) -> Section:
-    info = report.run.run_info or {}
+    info = report.run.run_info
     rows = []
     for key, label in (
         ("started_at", "started"),
@@ -118,8 +119,9 @@ def _header(report: Report) -> Section:
         ("lightning_version", "Lightning"),
         ("argv", "command"),
     ):
-        if key in info:
-            value = _utc(info[key]) if key == "started_at" else info[key]
+        value = getattr(info, key) if info is not None else None
+        if value is not None:
+            value = _utc(value) if key == "started_at" else value
             if key == "cuda_devices" and not value:
                 value = "none (CPU run)"
             if key == "argv" and isinstance(value, list):
@@ -325,10 +327,10 @@ def _straggler_rows(stages: list[StageSummary]) -> list[list[str]]:
                     [
                         s.label,
                         str(epoch),
-                        str(int(num(x.get("rank")))),
-                        _f(num(x.get("excess_s")), 3),
-                        str(x.get("cause", "")),
-                        _f(num(x.get("others_wait_s")), 3),
+                        str(x.rank),
+                        _f(x.excess_s, 3),
+                        x.cause,
+                        _f(x.others_wait_s, 3),
                     ]
                 )
     return rows
@@ -343,12 +345,12 @@ def _batches(report: Report) -> Section:
     )
     rows = []
     for e in report.run.epochs:
-        st = e.get("batch_stats") or {}
+        st = e.batch_stats
         rows.append(
             [
-                STAGE_LABELS.get(str(e["stage"]), str(e["stage"])),
-                _f(e.get("epoch")),
-                _f(int(num(st.get("count"), num(e.get("num_batches"))))),
+                e.stage.label,
+                _f(e.epoch),
+                _f(int(num(st.get("count"), e.num_batches))),
                 *(
                     f"{1000.0 * num(st.get(k), math.nan):,.1f}"
                     for k in ("mean", "median", "p95", "p99", "max")
@@ -374,27 +376,25 @@ def _batches(report: Report) -> Section:
                     ["epoch", "batch", "ms", "x median", "note"],
                     [
                         [
-                            _f(o["epoch"]),
-                            _f(o["batch"]),
-                            _f(o["ms"]),
-                            _f(o["x_median"]),
+                            _f(o.epoch),
+                            _f(o.batch),
+                            _f(o.ms),
+                            _f(o.x_median),
                             # the profiler's own cost, not the training's
                             "profiled (trace recording / export)"
-                            if (stage, o["epoch"], o["batch"]) in profiled
+                            if (stage, o.epoch, o.batch) in profiled
                             else "",
                         ]
                         for o in out
                     ],
-                    f"{STAGE_LABELS.get(stage, stage)}: outlier batches (robust z > 3.5)",
+                    f"{stage.label}: outlier batches (robust z > 3.5)",
                 )
             )
     if profiled:
         marks = sorted({(st, ep) for st, ep, _ in profiled})
         sec.paragraphs.append(
             "Profiled epochs (a profiler window recorded some of their batches, which are "
-            "slower for it): "
-            + ", ".join(f"{STAGE_LABELS.get(st, st)} epoch {ep}" for st, ep in marks)
-            + "."
+            "slower for it): " + ", ".join(f"{st.label} epoch {ep}" for st, ep in marks) + "."
         )
     return sec
 
@@ -402,24 +402,24 @@ def _batches(report: Report) -> Section:
 def _ceiling_line(report: Report) -> str | None:
     """How far the run was from the machine's limit: model FLOPs per sample, the measured peak
     and each stage's MFU; ``None`` when no FLOPs were recorded (no example input)."""
-    info = report.run.run_info or {}
-    flops = info.get("flops")
-    if not isinstance(flops, dict) or not flops.get("per_sample"):
+    info = report.run.run_info
+    flops = info.flops if info is not None else None
+    if flops is None or not flops.per_sample:
         return None
     parts = []
-    for stage, per_sample in sorted(flops["per_sample"].items()):
-        use = stage_utilisation(info, report.run.epochs, stage)
-        if use is None:
+    for name, per_sample in sorted(flops.per_sample.items()):
+        stage = Stage.of_lightning(name)
+        use = None if stage is None else stage_utilisation(info, report.run.epochs, stage)
+        if stage is None or use is None:
             continue
         mfu = "" if use.mfu is None else f", MFU {100.0 * use.mfu:.1f} %"
         spec = "" if use.spec_mfu is None else f" ({100.0 * use.spec_mfu:.1f} % of the spec sheet)"
-        label = STAGE_LABELS.get(stage, stage)
         parts.append(
-            f"{label} {num(per_sample) / 1e9:.3g} GFLOP/sample, "
+            f"{stage.label} {per_sample / 1e9:.3g} GFLOP/sample, "
             f"{use.flops_per_sec / 1e9:.3g} GFLOP/s{mfu}{spec}"
         )
-    peak = flops.get("peak") or {}
-    measured = num(flops.get("peak_flops_per_sec"))
+    peak = flops.peak
+    measured = num(flops.peak_flops_per_sec)
     where = f"{peak.get('device', '?')} {peak.get('dtype', '?')}"
     if peak.get("threads"):
         where += f", {peak['threads']} threads"
@@ -434,10 +434,10 @@ def _ceiling_line(report: Report) -> str | None:
             " measured while the host was busy, so possibly low (it is measured again at the "
             "next run; `OCR_PEAK_REFRESH=1` on a quiet host replaces it)"
         )
-    spec_peak = flops.get("spec_peak_flops_per_sec")
-    if isinstance(spec_peak, int | float) and spec_peak > 0:
+    spec_peak = flops.spec_peak_flops_per_sec
+    if spec_peak is not None and spec_peak > 0:
         line += f", spec-sheet peak {spec_peak / 1e12:.1f} TFLOP/s (dense)"
-    shapes = flops.get("example_input_shapes") or []
+    shapes = flops.example_input_shapes
     line += f"; FLOPs counted on an example input {', '.join(str(tuple(s)) for s in shapes)}"
     return line + (". " + "; ".join(parts) + "." if parts else ".")
 
@@ -451,16 +451,16 @@ def _throughput(report: Report) -> Section:
     )
     rows = [
         [
-            STAGE_LABELS.get(str(e["stage"]), str(e["stage"])),
-            _f(e.get("epoch")),
-            _f(num(e.get("wall_s"))),
-            _f(e.get("samples")),
-            _f(e.get("samples_per_sec")),
-            _f(e.get("batches_per_sec")),
-            _f(e.get("batch_size")),
-            _f(e.get("num_workers")),
-            _f(e.get("peak_rss_gb")),
-            _f(e.get("peak_gpu_memory_gb")),
+            e.stage.label,
+            _f(e.epoch),
+            _f(e.wall_s),
+            _f(e.samples),
+            _f(e.samples_per_sec),
+            _f(e.batches_per_sec),
+            _f(e.batch_size),
+            _f(e.num_workers),
+            _f(e.peak_rss_gb),
+            _f(e.peak_gpu_memory_gb),
         ]
         for e in report.run.epochs
     ]
@@ -506,20 +506,20 @@ def _resources(report: Report) -> Section:
         sec.paragraphs.append(
             "Not recorded: perf/resources.jsonl is absent (attach ResourceMonitorCallback)."
         )
-    t0 = min((num(r.get("t")) for r in run.resources), default=None)
+    t0 = min((r.t for r in run.resources), default=None)
     if run.alerts:
-        base = t0 if t0 is not None else min(num(a.get("t")) for a in run.alerts)
+        base = t0 if t0 is not None else min(a.t for a in run.alerts)
         sec.tables.append(
             Table(
                 ["min", "rule", "event", "severity", "message", "change"],
                 [
                     [
-                        f"{(num(a.get('t')) - base) / 60.0:.2f}",
-                        _f(a.get("rule")),
-                        _f(a.get("event")),
-                        _f(a.get("severity")),
-                        _f(a.get("message")),
-                        _f(a.get("suggestion")),
+                        f"{(a.t - base) / 60.0:.2f}",
+                        _f(a.rule),
+                        _f(a.event),
+                        _f(a.severity),
+                        _f(a.message),
+                        _f(a.suggestion),
                     ]
                     for a in run.alerts
                 ],
@@ -528,14 +528,14 @@ def _resources(report: Report) -> Section:
         )
     else:
         sec.paragraphs.append("No alerts recorded.")
-    resource_summary = run.resource_summary or {}
-    summary = resource_summary.get("metrics") or {}
-    if summary:
+    resource_summary = run.resource_summary
+    summary = resource_summary.metrics if resource_summary is not None else {}
+    if resource_summary is not None and summary:
         sec.tables.append(
             Table(
                 ["figure", "value"],
                 [[k, _f(v)] for k, v in sorted(summary.items())],
-                f"Summary at {resource_summary.get('run', 'fit')} end",
+                f"Summary at {resource_summary.run_kind} end",
                 collapsed=True,  # a listing of every metric's mean and max: look-up, not read
             )
         )
@@ -550,7 +550,7 @@ def _trace(report: Report) -> Section:
         plot=plots.memory_timeline_plot(trace.memory_timeline if trace is not None else None),
         plot_alt="allocated memory over the profiled window",
     )
-    windows = window_rows(report.run)
+    windows = report.run.profiler_windows
     if windows:
         sec.tables.append(
             Table(
@@ -567,15 +567,15 @@ def _trace(report: Report) -> Section:
                 ],
                 [
                     [
-                        _f(w["stage"]),
-                        _f(w["epoch"]),
-                        _f(w["trigger"]),
-                        _f(w["reason"]),
-                        _f(w["steps"]),
-                        _f(w["batches"]),
-                        _f(w["export_s"]),
-                        _f(w["analysis_s"]),
-                        _f(w["traces"]),
+                        _f(str(w.stage)),
+                        _f(w.epoch),
+                        _f(w.trigger),
+                        _f(w.reason),
+                        _f(w.steps),
+                        _f(w.batches),
+                        _f(w.overhead_s.get("export")),
+                        _f(w.overhead_s.get("analysis")),
+                        _f(w.traces),
                     ]
                     for w in windows
                 ],
@@ -583,8 +583,8 @@ def _trace(report: Report) -> Section:
             )
         )
     for w in windows:
-        agreement = w["clock_agreement"]
-        if not isinstance(agreement, dict):
+        agreement = w.clock_agreement
+        if agreement is None:
             continue
         sec.tables.append(
             Table(
@@ -599,8 +599,8 @@ def _trace(report: Report) -> Section:
                     ]
                     for p in agreement.get("phases") or []
                 ],
-                f"Profiled steps, {STAGE_LABELS.get(str(w['stage']), w['stage'])} epoch "
-                f"{_f(w['epoch'])}: one figure per phase (the phase clock) with the trace's "
+                f"Profiled steps, {w.stage.label} epoch "
+                f"{_f(w.epoch)}: one figure per phase (the phase clock) with the trace's "
                 f"beside it, over the same {_f(agreement.get('steps'))} steps (tolerance "
                 f"{_f(agreement.get('tolerance_pct'))} %)",
             )
@@ -675,7 +675,7 @@ def _trace(report: Report) -> Section:
 
 def _cache(report: Report) -> Section:
     sec = Section(id="cache", title="Cache statistics")
-    names = sorted({k for e in report.run.epochs for k in (e.get("worker_counts") or {})})
+    names = sorted({k for e in report.run.epochs for k in e.worker_counts})
     if not names:
         sec.paragraphs.append(
             "No worker counters recorded (polygon cache off or not instrumented)."
@@ -683,13 +683,10 @@ def _cache(report: Report) -> Section:
         return sec
     rows = []
     for e in report.run.epochs:
-        counts = e.get("worker_counts") or {}
+        counts = e.worker_counts
         hit_rate = polygon_cache_hit_rate(counts)
         rate = "-" if hit_rate is None else f"{100.0 * hit_rate:.1f}"
-        rows.append(
-            [STAGE_LABELS.get(str(e["stage"]), str(e["stage"])), _f(e.get("epoch")), rate]
-            + [_f(counts.get(n)) for n in names]
-        )
+        rows.append([e.stage.label, _f(e.epoch), rate] + [_f(counts.get(n)) for n in names])
     sec.tables.append(Table(["stage", "epoch", "hit rate %", *names], rows))
     return sec
 
@@ -738,8 +735,8 @@ def _config(report: Report) -> Section:
     if run.config_text is not None:
         sec.pre = run.config_text
         sec.pre_label = f".hydra/config.yaml ({len(run.config_text.splitlines())} lines)"
-    elif run.run_info and run.run_info.get("hparams"):
-        sec.pre = json.dumps(run.run_info["hparams"], indent=2, sort_keys=True, default=str)
+    elif run.run_info and run.run_info.hparams:
+        sec.pre = json.dumps(run.run_info.hparams, indent=2, sort_keys=True, default=str)
         sec.pre_label = (
             f"The LightningModule's hparams, from perf/run.json ({len(sec.pre.splitlines())} lines)"
         )

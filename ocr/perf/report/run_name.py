@@ -69,10 +69,10 @@ def run_name(run: RunData) -> RunName:
     if task is not None:
         tag = config_value(run.config, "experiment_tag")
         return RunName(_tagged(task, tag), "task_name in .hydra/config.yaml", folder)
-    info = run.run_info or {}
-    task = _text(info.get("task_name"))
-    if task is not None:
-        return RunName(_tagged(task, info.get("experiment_tag")), "perf/run.json", folder)
+    info = run.run_info
+    task = _text(info.task_name) if info is not None else None
+    if info is not None and task is not None:
+        return RunName(_tagged(task, info.experiment_tag), "perf/run.json", folder)
     if run.hydra_job_name is not None:
         return RunName(run.hydra_job_name, "Hydra job name (.hydra/hydra.yaml)", folder)
     return RunName(folder, "run folder name", folder)

@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from ocr.perf.clock import PHASES
+from ocr.perf.ranks import Straggler
+from ocr.perf.records import EpochRecord
+from ocr.perf.stage import STAGE_ORDER, Stage
 
-__all__ = ["STAGE_LABELS", "StageSummary", "num", "summarize_stages"]
-
-STAGE_LABELS = {"train": "training", "val": "validation", "test": "test"}
-STAGE_ORDER = ("train", "val", "test")
+__all__ = ["StageSummary", "num", "summarize_stages"]
 
 
-def num(value: Any, default: float = 0.0) -> float:
+def num(value: object, default: float = 0.0) -> float:
     """``value`` as a float; ``default`` for ``None``, booleans, strings and other non-numbers
     (the writers store NaN as ``null``)."""
     if isinstance(value, bool) or not isinstance(value, int | float):
@@ -42,11 +41,11 @@ class StageSummary:
         callbacks_s: summed seconds per callback (class name).
         callback_hooks_s: summed seconds per callback hook (``ClassName.hook``).
         module_hooks_s: summed seconds per LightningModule / DataModule hook (``Class.hook``).
-        stragglers: ``(epoch, straggler record or None)`` for each epoch recorded under DDP, in
+        stragglers: ``(epoch, straggler or None)`` for each epoch recorded under DDP, in
             record order (None: no rank straggled).
     """
 
-    stage: str
+    stage: Stage
     epochs: int = 0
     wall_s: float = 0.0
     phases_s: dict[str, float] = field(default_factory=lambda: dict.fromkeys(PHASES, 0.0))
@@ -57,54 +56,49 @@ class StageSummary:
     num_workers: int | None = None
     batch_size: int | None = None
     device: str = "cpu"
-    spreads: dict[str, dict[str, Any]] = field(default_factory=dict)
+    spreads: dict[str, dict[str, float | None]] = field(default_factory=dict)
     callbacks_s: dict[str, float] = field(default_factory=dict)
     callback_hooks_s: dict[str, float] = field(default_factory=dict)
     module_hooks_s: dict[str, float] = field(default_factory=dict)
-    stragglers: list[tuple[int, dict[str, Any] | None]] = field(default_factory=list)
+    stragglers: list[tuple[int, Straggler | None]] = field(default_factory=list)
 
     @property
     def label(self) -> str:
         """``training``, ``validation`` or ``test``."""
-        return STAGE_LABELS.get(self.stage, self.stage)
+        return self.stage.label
 
     def share(self, phase: str) -> float:
         """``phase`` in percent of the stage's wall time (0 for an empty stage)."""
         return 100.0 * self.phases_s.get(phase, 0.0) / self.wall_s if self.wall_s > 0 else 0.0
 
 
-def summarize_stages(epochs: list[dict[str, Any]]) -> dict[str, StageSummary]:
-    """Stage name -> :class:`StageSummary`, in train / val / test order."""
-    out: dict[str, StageSummary] = {}
+def summarize_stages(epochs: list[EpochRecord]) -> dict[Stage, StageSummary]:
+    """Stage -> :class:`StageSummary`, in train / val / test order."""
+    out: dict[Stage, StageSummary] = {}
     for record in epochs:
-        stage = str(record["stage"])
-        s = out.setdefault(stage, StageSummary(stage=stage))
+        s = out.setdefault(record.stage, StageSummary(stage=record.stage))
         s.epochs += 1
-        s.wall_s += num(record.get("wall_s"))
-        for phase, value in (record.get("phases_s") or {}).items():
-            s.phases_s[phase] = s.phases_s.get(phase, 0.0) + num(value)
-        for part, value in (record.get("worker_s") or {}).items():
-            s.worker_s[part] = s.worker_s.get(part, 0.0) + num(value)
-        for name, value in (record.get("worker_counts") or {}).items():
-            s.worker_counts[name] = s.worker_counts.get(name, 0) + int(num(value))
-        s.num_batches += int(num(record.get("num_batches")))
-        s.samples += int(num(record.get("samples")))
-        if isinstance(record.get("num_workers"), int):
-            s.num_workers = int(record["num_workers"])
-        if isinstance(record.get("batch_size"), int):
-            s.batch_size = int(record["batch_size"])
-        if record.get("device") == "cuda":
+        s.wall_s += record.wall_s
+        for phase, value in record.phases_s.items():
+            s.phases_s[phase] = s.phases_s.get(phase, 0.0) + value
+        for part, value in record.worker_s.items():
+            s.worker_s[part] = s.worker_s.get(part, 0.0) + value
+        for name, count in record.worker_counts.items():
+            s.worker_counts[name] = s.worker_counts.get(name, 0) + count
+        s.num_batches += record.num_batches
+        s.samples += record.samples
+        if record.num_workers is not None:
+            s.num_workers = record.num_workers
+        if record.batch_size is not None:
+            s.batch_size = record.batch_size
+        if record.device == "cuda":
             s.device = "cuda"
-        if isinstance(record.get("spreads"), dict) and record["spreads"]:
-            s.spreads = record["spreads"]
+        if record.spreads:
+            s.spreads = record.spreads
         for key in ("callbacks_s", "callback_hooks_s", "module_hooks_s"):
             acc = getattr(s, key)
-            for name, value in (record.get(key) or {}).items():
-                acc[name] = acc.get(name, 0.0) + num(value)
-        if int(num(record.get("world_size"), 1)) > 1:
-            straggler = record.get("straggler")
-            s.stragglers.append(
-                (int(num(record.get("epoch"))), straggler if isinstance(straggler, dict) else None)
-            )
-    order = {name: i for i, name in enumerate(STAGE_ORDER)}
-    return dict(sorted(out.items(), key=lambda kv: (order.get(kv[0], 99), kv[0])))
+            for name, value in getattr(record, key).items():
+                acc[name] = acc.get(name, 0.0) + value
+        if record.world_size > 1:
+            s.stragglers.append((record.epoch or 0, record.straggler))
+    return {stage: out[stage] for stage in STAGE_ORDER if stage in out}

@@ -42,9 +42,10 @@ from ocr.perf.findings import (
 from ocr.perf.growth import growth_findings
 from ocr.perf.ranks import STRAGGLER_MIN_S, STRAGGLER_MIN_SHARE
 from ocr.perf.recompiles import recompile_findings
+from ocr.perf.records import RunDirError, RunRecord
 from ocr.perf.report.load import ReportInputError, RunData
-from ocr.perf.report.stages import StageSummary, num
-from ocr.perf.rundir import RunDirError
+from ocr.perf.report.stages import StageSummary
+from ocr.perf.stage import Stage
 from ocr.perf.trace.findings import TRACE_RISKS
 
 if TYPE_CHECKING:
@@ -96,11 +97,10 @@ class _Advice:
         self.device = run.device
         self.cpu_count = None
         self.cpu_bf16 = None
-        if run.run_info and isinstance(run.run_info.get("cpu_count"), int):
-            self.cpu_count = int(run.run_info["cpu_count"])
-        if run.run_info and isinstance(run.run_info.get("cpu_bf16"), bool):
-            self.cpu_bf16 = bool(run.run_info["cpu_bf16"])
-        self.torch_threads = _torch_threads(run.run_info or {})
+        if run.run_info is not None:
+            self.cpu_count = run.run_info.cpu_count
+            self.cpu_bf16 = run.run_info.cpu_bf16
+        self.torch_threads = _torch_threads(run.run_info)
 
     def key(
         self,
@@ -137,11 +137,13 @@ class _Advice:
         )
 
 
-def _torch_threads(info: dict[str, Any]) -> int | None:
+def _torch_threads(info: RunRecord | None) -> int | None:
     """torch's compute threads in the run: ``torch_threads`` of run.json, else the thread count
     its peak was measured with (the same process)."""
-    peak = (info.get("flops") or {}).get("peak") or {}
-    for value in (info.get("torch_threads"), peak.get("threads")):
+    if info is None:
+        return None
+    peak = info.flops.peak if info.flops is not None else {}
+    for value in (info.torch_threads, peak.get("threads")):
         if isinstance(value, int) and not isinstance(value, bool) and value > 0:
             return value
     return None
@@ -487,7 +489,7 @@ def _compute_mfu(
         return None
     peak = whole.flops_per_sec / whole.mfu  # the measured peak x world size
     # StageSummary sums this rank's samples and phases: this rank's compute rate.
-    world = max((int(e.get("world_size") or 1) for e in run.epochs), default=1)
+    world = max((e.world_size for e in run.epochs), default=1)
     achieved = per_sample * s.samples / compute_s
     return 100.0 * achieved / (peak / world), 100.0 * whole.mfu, achieved, peak / world
 
@@ -593,7 +595,7 @@ def _overheads(s: StageSummary, run: RunData, adv: _Advice, total_s: float) -> l
 
 
 def _cache(
-    run: RunData, stages: dict[str, StageSummary], adv: _Advice, total_s: float
+    run: RunData, stages: dict[Stage, StageSummary], adv: _Advice, total_s: float
 ) -> list[Finding]:
     """Polygon cache hit rate after the first epoch (the first fills it) and corrupt entries."""
     out: list[Finding] = []
@@ -601,12 +603,12 @@ def _cache(
     misses: dict[str, int] = defaultdict(int)
     evictions = corrupt = 0
     for e in run.epochs:
-        counts = e.get("worker_counts") or {}
-        corrupt += int(num(counts.get("polygon_cache_corrupt")))
-        evictions += int(num(counts.get("polygon_cache_evictions")))
-        if int(num(e.get("epoch"))) >= 1:
-            hits[e["stage"]] += int(num(counts.get("polygon_cache_hits")))
-            misses[e["stage"]] += int(num(counts.get("polygon_cache_misses")))
+        counts = e.worker_counts
+        corrupt += counts.get("polygon_cache_corrupt", 0)
+        evictions += counts.get("polygon_cache_evictions", 0)
+        if (e.epoch or 0) >= 1:
+            hits[e.stage] += counts.get("polygon_cache_hits", 0)
+            misses[e.stage] += counts.get("polygon_cache_misses", 0)
     for stage, s in stages.items():
         lookups = hits[stage] + misses[stage]
         if lookups == 0:
@@ -678,13 +680,13 @@ def _straggler(s: StageSummary, total_s: float) -> Finding | None:
     pct = 100.0 * len(named) / len(s.stragglers)
     if pct < threshold("straggler_epochs_pct"):
         return None
-    by_rank = Counter(int(num(x.get("rank"))) for x in named)
+    by_rank = Counter(x.rank for x in named)
     rank = by_rank.most_common(1)[0][0]
-    mine = [x for x in named if int(num(x.get("rank"))) == rank]
-    cause = Counter(str(x.get("cause")) for x in mine).most_common(1)[0][0]
-    excess = sum(num(x.get("excess_s")) for x in mine)
-    cause_s = sum(num(x.get("cause_excess_s")) for x in mine if str(x.get("cause")) == cause)
-    wait = sum(num(x.get("others_wait_s")) for x in mine)
+    mine = [x for x in named if x.rank == rank]
+    cause = Counter(x.cause for x in mine).most_common(1)[0][0]
+    excess = sum(x.excess_s for x in mine)
+    cause_s = sum(x.cause_excess_s for x in mine if x.cause == cause)
+    wait = sum(x.others_wait_s for x in mine)
     return Finding(
         id="straggler",
         severity="warning",
@@ -733,8 +735,8 @@ def _median_metric(run: RunData, name: str, phases: tuple[str, ...] | None = Non
     values = [
         float(v)
         for r in run.resources
-        if (phases is None or r.get("phase") in phases)
-        and isinstance(v := (r.get("metrics") or {}).get(name), int | float)
+        if (phases is None or r.phase in phases)
+        and (v := r.metrics.get(name)) is not None
         and math.isfinite(v)
     ]
     return statistics.median(values) if values else None
@@ -744,13 +746,13 @@ def _max_metric(run: RunData, name: str) -> float | None:
     values = [
         float(v)
         for r in run.resources
-        if isinstance(v := (r.get("metrics") or {}).get(name), int | float) and math.isfinite(v)
+        if (v := r.metrics.get(name)) is not None and math.isfinite(v)
     ]
     return max(values) if values else None
 
 
 def _resources(
-    run: RunData, stages: dict[str, StageSummary], adv: _Advice, total_s: float
+    run: RunData, stages: dict[Stage, StageSummary], adv: _Advice, total_s: float
 ) -> list[Finding]:
     out: list[Finding] = []
     if not run.resources:
@@ -791,7 +793,7 @@ def _resources(
                 confidence="likely",
             )
         )
-    train = stages.get("train")
+    train = stages.get(Stage.TRAIN)
     if run.device == "cuda" and train is not None:
         utils = [
             u
@@ -839,18 +841,6 @@ def _resources(
     return out
 
 
-def alert_events(run: RunData) -> list[AlertEvent]:
-    """``perf/alerts.jsonl`` as typed events; a malformed record is a
-    :class:`~ocr.perf.report.load.ReportInputError` naming the file and the record."""
-    out = []
-    for i, record in enumerate(run.alerts, start=1):
-        try:
-            out.append(AlertEvent.from_record(record, f"alert record {i}"))
-        except ValueError as exc:
-            raise ReportInputError(f"{run.run_dir / 'perf' / 'alerts.jsonl'}: {exc}") from exc
-    return out
-
-
 def _alerts(events: Sequence[AlertEvent], findings: list[Finding]) -> list[Finding]:
     """One finding per alert rule that fired (:func:`ocr.perf.alerts.alert_finding`), scored
     against the time findings; an alert that corroborates a time finding (starvation for
@@ -887,7 +877,7 @@ def trace_findings(trace: TraceAnalysis | None, run: RunData) -> list[Finding]:
     out = list(trace.findings) if trace is not None else []
     path = run.run_dir / "perf" / "profiler.jsonl"
     for i, w in enumerate(run.profiler_windows, start=1):
-        for j, f in enumerate((w.get("summary") or {}).get("findings") or [], start=1):
+        for j, f in enumerate(w.summary.get("findings") or [], start=1):
             if trace is not None and f.get("id") != "measurement_disagreement":
                 continue  # the analysis of the same traces has its own
             try:
@@ -911,13 +901,13 @@ def _trace(
     adv: _Advice,
     findings: list[Finding],
     total_s: float,
-    stages: dict[str, StageSummary],
+    stages: dict[Stage, StageSummary],
 ) -> list[Finding]:
     """Trace findings ranked with the others; data loading corroborates an input-bound finding
     instead of repeating it."""
     seen: set[str] = set()
     out: list[Finding] = []
-    train = stages.get("train")
+    train = stages.get(Stage.TRAIN)
     train_share = _score(train.wall_s, total_s) if train is not None else 100.0
     for f in found:
         if f.id in seen:
@@ -1012,7 +1002,7 @@ def _epoch_scan(run: RunData, total_s: float) -> list[Finding]:
 
 def judge(
     run: RunData,
-    stages: dict[str, StageSummary],
+    stages: dict[Stage, StageSummary],
     trace: Sequence[Finding] | None = None,
     baseline: BaselineOutcome | None = None,
 ) -> list[Finding]:
@@ -1031,7 +1021,7 @@ def judge(
             findings.append(f)
     findings.extend(_cache(run, stages, adv, total_s))
     findings.extend(_resources(run, stages, adv, total_s))
-    findings.extend(_alerts(alert_events(run), findings))
+    findings.extend(_alerts(run.alerts, findings))
     found = trace_findings(None, run) if trace is None else trace
     findings.extend(_trace(found, adv, findings, total_s, stages))
     findings.extend(_baseline(baseline, adv))

@@ -9,24 +9,20 @@ phase with the trace's detail beside it, and a disagreement is a finding.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ocr.perf.rundir import PERF_DIRNAME, RunDirError, read_records
+from ocr.perf.records import ProfilerWindow, RunDirError, read_records
 from ocr.perf.trace.agreement import compare_phases
 from ocr.perf.trace.result import TraceAnalysis
 
 __all__ = ["attach_clock_agreement"]
 
-PROFILER_SCHEMA = "receipt-ocr/profiler-window"
-_STAGE = {"train": "train", "val": "validation", "test": "test"}
-
 
 def _run_dir(files: list[Path]) -> Path | None:
     """The run directory above the trace files: the nearest one with ``perf/profiler.jsonl``."""
     for parent in files[0].parents[:3] if files else ():
-        if (parent / PERF_DIRNAME / "profiler.jsonl").is_file():
+        if ProfilerWindow.path(parent).is_file():
             return parent
     return None
 
@@ -40,17 +36,17 @@ def attach_clock_agreement(analysis: TraceAnalysis) -> None:
     if run is None:
         return
     try:
-        windows = read_records(run / PERF_DIRNAME / "profiler.jsonl", PROFILER_SCHEMA)
+        windows = read_records(ProfilerWindow.path(run), ProfilerWindow)
     except (RunDirError, OSError, ValueError):
         return  # the analysis stands on its own; the record is only a companion
     analysed = set(files)
-    pooled: dict[str, list[Mapping[str, Any]]] = {}
+    pooled: dict[str, list[dict[str, Any]]] = {}
     for w in windows:
-        agreement = w.get("clock_agreement")
-        traces = [(run / t).resolve() for t in w.get("traces") or []]
-        if not isinstance(agreement, Mapping) or not traces or not set(traces) <= analysed:
+        agreement = w.clock_agreement
+        traces = [(run / t).resolve() for t in w.traces]
+        if agreement is None or not traces or not set(traces) <= analysed:
             continue
-        pooled.setdefault(_STAGE.get(str(w.get("stage")), "train"), []).append(agreement)
+        pooled.setdefault(w.stage.trace_name, []).append(agreement)
     stage = "train" if "train" in pooled else next(iter(sorted(pooled)), None)
     if stage is None:
         return

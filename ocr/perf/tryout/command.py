@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ocr.errors import InputError
-from ocr.perf.rundir import RunDirError, read_run_info
+from ocr.perf.records import RunDirError, read_run_record
 
 __all__ = ["RecordedCommand", "TryInputError", "override_key", "recorded_command"]
 
@@ -115,7 +115,7 @@ def recorded_command(run_dir: str | os.PathLike[str]) -> RecordedCommand:
     if not root.is_dir():
         raise TryInputError(f"{root}: not a run directory (no such directory)")
     try:
-        info = read_run_info(root)
+        info = read_run_record(root)
     except FileNotFoundError:
         raise TryInputError(
             f"{root}: no perf/run.json, so no command to re-run (record the run with the "
@@ -123,8 +123,8 @@ def recorded_command(run_dir: str | os.PathLike[str]) -> RecordedCommand:
         ) from None
     except RunDirError as exc:
         raise TryInputError(str(exc)) from exc
-    executable, orig, argv = info.get("executable"), info.get("orig_argv"), info.get("argv")
-    if not isinstance(executable, str) or not isinstance(orig, list) or not isinstance(argv, list):
+    executable, orig, argv = info.executable, info.orig_argv, info.argv
+    if executable is None or not orig or not argv:
         raise TryInputError(
             f"{root / 'perf' / 'run.json'}: no command recorded (executable / orig_argv "
             "missing: the run was made by an older receipt-ocr); re-record it to use try"
@@ -133,27 +133,25 @@ def recorded_command(run_dir: str | os.PathLike[str]) -> RecordedCommand:
     n_app = len(app_args)
     # orig_argv = [python, *launcher, *app_args]
     launcher = [str(a) for a in (orig[1 : len(orig) - n_app] if n_app else orig[1:])]
-    hydra_info = info.get("hydra")
-    launch_cwd = hydra_info.get("cwd") if isinstance(hydra_info, dict) else None
-    cwd = Path(str(launch_cwd or info.get("cwd") or root))
+    hydra_info = info.hydra
+    launch_cwd = hydra_info.cwd if hydra_info is not None else None
+    cwd = Path(str(launch_cwd or info.cwd or root))
     if not cwd.is_dir():
         raise TryInputError(f"{root}: the run's working folder {cwd} no longer exists")
-    hydra = isinstance(hydra_info, dict)
+    hydra = hydra_info is not None
     overrides: list[str] | None = None
-    if hydra:
-        overrides_file = hydra_info.get("overrides_file") if isinstance(hydra_info, dict) else None
-        if overrides_file:
-            overrides = _read_overrides(root / str(overrides_file))
-        if overrides is None and isinstance(hydra_info, dict):
-            overrides = [str(o) for o in hydra_info.get("overrides") or []]
+    if hydra_info is not None:
+        if hydra_info.overrides_file:
+            overrides = _read_overrides(root / hydra_info.overrides_file)
+        if overrides is None:
+            overrides = list(hydra_info.overrides)
     flags: list[str] = []
     plain: list[str] = []
     for arg in app_args:
         if arg in _MULTIRUN_FLAGS:
             continue
         (plain if _is_override(arg) else flags).append(arg)
-    hparams = info.get("hparams") if isinstance(info.get("hparams"), dict) else {}
-    task = info.get("task_name") or (hparams or {}).get("task_name")
+    task = info.task_name or info.hparams.get("task_name")
     return RecordedCommand(
         run_dir=root,
         executable=executable,
@@ -162,6 +160,6 @@ def recorded_command(run_dir: str | os.PathLike[str]) -> RecordedCommand:
         overrides=tuple((overrides if overrides is not None else plain) if hydra else app_args),
         cwd=cwd,
         hydra=hydra,
-        lightning_module=info.get("lightning_module"),
+        lightning_module=info.lightning_module,
         task_name=str(task) if task is not None else None,
     )

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from pathlib import Path
 
-from ocr.perf.report.load import EPOCH_SCHEMA
-from ocr.perf.rundir import PERF_DIRNAME, read_records
+from ocr.perf.records import EpochRecord, read_records
+from ocr.perf.stage import Stage
 
 __all__ = ["TrialSpeed", "stage_speed"]
 
@@ -30,23 +29,23 @@ class TrialSpeed:
 
 
 def stage_speed(
-    run_dir: str | os.PathLike[str], stage: str, skip: int, batches: int | None
+    run_dir: str | os.PathLike[str], stage: Stage, skip: int, batches: int | None
 ) -> TrialSpeed | None:
     """Speed of ``stage`` (``train``, ``val``, ``test``) over its batches in file order, the
     first ``skip`` left out, at most ``batches`` (``None``: all). A batch's samples are its
     epoch's mean (``samples / num_batches``: a short last batch counts fairly). ``None`` when
     the files hold no measured batch of the stage."""
-    records = read_records(Path(run_dir) / PERF_DIRNAME / "epochs.jsonl", EPOCH_SCHEMA)
+    records = read_records(EpochRecord.path(run_dir), EpochRecord)
     times: list[float] = []
     samples: list[float] = []
     for record in records:
-        if record.get("stage") != stage:
+        if record.stage != stage:
             continue
-        kept = [float(t) for t in record.get("batch_times_s") or [] if isinstance(t, int | float)]
-        n = record.get("num_batches") or 0
-        if int(record.get("batch_times_stride") or 1) != 1 or not kept or n <= 0:
+        kept = [t for t in record.batch_times_s if t is not None]
+        n = record.num_batches
+        if record.batch_times_stride != 1 or not kept or n <= 0:
             continue  # a thinned epoch's list does not say which batches it kept
-        per_batch = float(record.get("samples") or 0) / n
+        per_batch = record.samples / n
         times.extend(kept)
         samples.extend([per_batch] * len(kept))
     end = None if batches is None else skip + batches

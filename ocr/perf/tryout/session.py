@@ -336,14 +336,14 @@ class TrySession:
             why = self._not_applicable(c)
             if why is not None:
                 records[i] = TryRecord(
-                    self.session,
-                    "candidate",
-                    c.override,
-                    c.description,
-                    c.family,
-                    c.alters_computation,
-                    c.eval_time,
-                    "not applicable",
+                    session=self.session,
+                    kind="candidate",
+                    override=c.override,
+                    description=c.description,
+                    family=c.family,
+                    alters_computation=c.alters_computation,
+                    eval_time=c.eval_time,
+                    status="not applicable",
                     note=why,
                 )
                 continue

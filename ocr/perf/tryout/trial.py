@@ -10,6 +10,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from ocr.perf.stage import Stage
 from ocr.perf.try_window import ENV_VAR, TryWindow
 from ocr.perf.tryout.command import RecordedCommand
 from ocr.perf.tryout.measure import TrialSpeed, stage_speed
@@ -85,7 +86,7 @@ def run_training_trial(
     seconds = time.perf_counter() - started
     if error is not None:
         return TrialResult(folder, seconds, None, error)
-    speed = stage_speed(folder, "train", warmup, batches)
+    speed = stage_speed(folder, Stage.TRAIN, warmup, batches)
     if speed is None:
         error = (
             f"the trial wrote no measured training batch into {folder}/perf/epochs.jsonl: the "
@@ -120,7 +121,7 @@ def run_eval_trial(
         return TrialResult(folder, seconds, None, error)
     match = _HMEAN_LINE.search(log.read_text(encoding="utf-8", errors="replace"))
     hmean = float(match.group(1)) if match else None
-    speed = stage_speed(folder, "test", 1, None)
+    speed = stage_speed(folder, Stage.TEST, 1, None)
     if speed is None or hmean is None:
         return TrialResult(folder, seconds, speed, f"ocr-test gave no speed or H-mean; see {log}")
     return TrialResult(folder, seconds, speed, None, hmean)

@@ -225,8 +225,8 @@ def test_threads_only_when_compute_does_not_use_every_core() -> None:
 
 def test_run_info_records_what_the_advice_needs() -> None:
     info = run_info()
-    assert info["torch_threads"] == torch.get_num_threads()
-    assert info["cpu_bf16"] in (True, False, None)
+    assert info.torch_threads == torch.get_num_threads()
+    assert info.cpu_bf16 in (True, False, None)
 
 
 def test_a_value_left_as_an_interpolation_is_not_shown_as_the_value() -> None:

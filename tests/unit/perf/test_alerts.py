@@ -15,7 +15,6 @@ from omegaconf import OmegaConf
 
 from ocr.perf import triggers
 from ocr.perf.alerts import (
-    ALERT_SCHEMA,
     RULES,
     AlertEngine,
     AlertEvent,
@@ -29,7 +28,7 @@ from ocr.perf.alerts import (
     WandbSink,
     build_rules,
 )
-from ocr.perf.rundir import read_records
+from tests.run_lines import read_dicts
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 
@@ -347,7 +346,7 @@ def test_jsonl_and_log_sinks(tmp_path: Path, caplog: pytest.LogCaptureFixture) -
         nan_event(engine)
         engine.update({"resources/loss_nonfinite": 0.0}, t=1.0, step=8, epoch=1)
     engine.close()
-    records = read_records(path, ALERT_SCHEMA)
+    records = read_dicts(path, AlertEvent)
     assert [(r["rule"], r["event"], r["step"]) for r in records] == [
         ("nan_loss", "fired", 7),
         ("nan_loss", "resolved", 8),

@@ -19,7 +19,9 @@ from ocr.perf.baseline import (
     write_baseline,
 )
 from ocr.perf.cli import main
-from ocr.perf.rundir import JsonlWriter, write_run_info
+from ocr.perf.records import EpochRecord
+from ocr.perf.rundir import write_run_info
+from tests.run_lines import write_lines
 
 PHASES = ("data_wait", "forward", "postprocess", "metric", "callbacks", "unattributed")
 
@@ -64,10 +66,7 @@ def epoch_record(
 
 
 def make_run(root: Path, records: list[dict[str, Any]], cpu_count: int = 2) -> Path:
-    writer = JsonlWriter(root / "perf" / "epochs.jsonl", "receipt-ocr/perf-epoch")
-    for record in records:
-        writer.write(record)
-    writer.close()
+    write_lines(EpochRecord.path(root), EpochRecord, records)
     write_run_info(root, {"cpu_count": cpu_count, "hostname": "host-a"})
     return root
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from ocr.perf import findings as vocab
@@ -145,7 +146,7 @@ def test_alert_events_read_back_and_become_one_finding() -> None:
         )
 
     events = [event("fired", 1.0), event("resolved", 2.0), event("fired", 3.0, "critical")]
-    assert [AlertEvent.from_record(e.record()) for e in events] == events
+    assert [msgspec.convert(msgspec.to_builtins(e), AlertEvent) for e in events] == events
     f = alert_finding(events)
     assert f is not None
     assert (f.id, f.severity, f.source, f.confidence) == (
@@ -157,8 +158,6 @@ def test_alert_events_read_back_and_become_one_finding() -> None:
     assert f.evidence["times_fired"] == 2
     assert f.evidence["still_active_at_end"] is True
     assert alert_finding([event("resolved", 1.0)]) is None
-    with pytest.raises(ValueError, match="rec 2: step must be a number"):
-        AlertEvent.from_record({**events[0].record(), "step": "x"}, "rec 2")
 
 
 def test_severities_and_confidences_are_explained() -> None:
@@ -169,7 +168,7 @@ def test_severities_and_confidences_are_explained() -> None:
 def test_a_malformed_alert_record_names_the_file_and_record(tmp_path: Path) -> None:
     alert = {"t": 1.0, "rule": "nan_loss", "event": "fired", "step": "three"}
     make_run(tmp_path, [epoch_record("train", 0, {"forward": 1.0})], alerts=[alert])
-    with pytest.raises(ReportInputError, match=r"alerts\.jsonl: alert record 1: step must be"):
+    with pytest.raises(ReportInputError, match=r"alerts\.jsonl: line 1: .*`\$\.step`"):
         build_report(tmp_path)
 
 

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 import torch
 from torch import nn
@@ -17,6 +18,8 @@ from ocr.perf import peak as peak_module
 from ocr.perf.flops import batch_size_of, count_flops
 from ocr.perf.mfu import epoch_utilisation, stage_utilisation, utilisation
 from ocr.perf.peak import dtype_for_precision, measured_peak, spec_peak
+from ocr.perf.records import EpochRecord, FlopsInfo, RunRecord
+from ocr.perf.stage import Stage
 
 
 def small_dbnet() -> DBNet:
@@ -171,14 +174,20 @@ def test_utilisation_arithmetic() -> None:
     assert use.spec_mfu == pytest.approx(0.125)
     assert utilisation(None, 10, 4.0, 10e9) is None
     assert utilisation(2e9, 0, 4.0, 10e9) is None
-    info = {"flops": {"per_sample": {"train": 3e9, "val": 1e9}, "peak_flops_per_sec": 1e10}}
-    record = {"stage": "val", "samples": 8, "wall_s": 2.0, "world_size": 1}
+    flops = FlopsInfo(per_sample={"train": 3e9, "val": 1e9}, peak_flops_per_sec=1e10)
+    info = RunRecord(flops=flops)
+    record = EpochRecord(stage=Stage.VAL, samples=8, wall_s=2.0, world_size=1)
     epoch = epoch_utilisation(info, record)
     assert epoch is not None
     assert epoch.mfu == pytest.approx(0.4)
-    assert epoch_utilisation({}, record) is None
-    records = [record, {**record, "wall_s": 6.0}, {"stage": "train", "samples": 1, "wall_s": 1}]
-    whole = stage_utilisation(info, records, "val")
+    assert epoch_utilisation(RunRecord(), record) is None
+    assert epoch_utilisation(None, record) is None
+    records = [
+        record,
+        msgspec.structs.replace(record, wall_s=6.0),
+        EpochRecord(stage=Stage.TRAIN, samples=1, wall_s=1),
+    ]
+    whole = stage_utilisation(info, records, Stage.VAL)
     assert whole is not None
     assert whole.flops_per_sec == pytest.approx(16e9 / 8.0)
 

@@ -11,15 +11,13 @@ import torch
 from ocr.perf import growth
 from ocr.perf.growth import (
     GROWTH_EPOCHS,
-    GROWTH_FILE,
-    GROWTH_SCHEMA,
     Scan,
     growing,
     growth_finding,
     growth_findings,
     scan,
 )
-from ocr.perf.rundir import PERF_DIRNAME, JsonlWriter
+from ocr.perf.records import GrowthRecord, RecordWriter
 
 
 class Holder(torch.nn.Module):
@@ -122,9 +120,9 @@ def test_no_growth_before_enough_epochs_or_when_bounded() -> None:
 
 
 def test_records_round_trip_and_verdict_findings(tmp_path: Path) -> None:
-    writer = JsonlWriter(tmp_path / PERF_DIRNAME / GROWTH_FILE, GROWTH_SCHEMA)
+    writer = RecordWriter(GrowthRecord.path(tmp_path))
     for s in _scans(3):
-        writer.write(s.as_record())
+        writer.write(s)
     writer.close()
     found = growth_findings(tmp_path)
     assert len(found) == 1
@@ -135,10 +133,11 @@ def test_records_round_trip_and_verdict_findings(tmp_path: Path) -> None:
 def test_malformed_record_names_the_file(tmp_path: Path) -> None:
     import pytest
 
-    from ocr.perf.rundir import RunDirError
+    from ocr.perf.records import RunDirError
 
-    writer = JsonlWriter(tmp_path / PERF_DIRNAME / GROWTH_FILE, GROWTH_SCHEMA)
-    writer.write({"epoch": 0, "nodes": [{"path": "M.x", "kind": "list", "length": "many"}]})
-    writer.close()
-    with pytest.raises(RunDirError, match=r"growth\.jsonl: record 1: .*length"):
+    line = '{"schema":"receipt-ocr/growth","v":1,"epoch":0,'
+    line += '"nodes":[{"path":"M.x","kind":"list","length":"many"}]}\n'
+    GrowthRecord.path(tmp_path).parent.mkdir(parents=True)
+    GrowthRecord.path(tmp_path).write_text(line)
+    with pytest.raises(RunDirError, match=r"growth\.jsonl: line 1: .*length"):
         growth_findings(tmp_path)

@@ -11,8 +11,6 @@ import torch
 
 from ocr.perf.recompiles import (
     RECOMPILE_CHURN,
-    RECOMPILES_FILE,
-    RECOMPILES_SCHEMA,
     CompileEpoch,
     CompileWatch,
     Reason,
@@ -22,7 +20,7 @@ from ocr.perf.recompiles import (
     recompile_findings,
     torch_tested,
 )
-from ocr.perf.rundir import PERF_DIRNAME, JsonlWriter
+from ocr.perf.records import RecompilesRecord, RecordWriter
 
 SIZES = (8, 10, 12, 14, 16, 18)
 
@@ -113,18 +111,25 @@ def test_automatic_dynamic_recompiles_once_no_finding() -> None:
 
 
 def test_rule_recurring_after_first_epoch() -> None:
-    reason = [Reason("tensor 'x' size mismatch at index 1", 1, "dimension 1 of x", [5, 7])]
-    epochs = [CompileEpoch(0, compiles=2, recompiles=1), CompileEpoch(1)]
+    reason = [
+        Reason(
+            reason="tensor 'x' size mismatch at index 1",
+            count=1,
+            dimension="dimension 1 of x",
+            sizes=[5, 7],
+        )
+    ]
+    epochs = [CompileEpoch(epoch=0, compiles=2, recompiles=1), CompileEpoch(epoch=1)]
     assert recompile_finding(epochs) is None
-    epochs.append(CompileEpoch(2, compiles=1, recompiles=1, reasons=reason, compile_s=2.0))
+    epochs.append(CompileEpoch(epoch=2, compiles=1, recompiles=1, reasons=reason, compile_s=2.0))
     finding = recompile_finding(epochs, total_s=10.0)
     assert finding is not None
     assert "after the first epoch" in finding.title
     assert finding.score == 20.0  # 2 s compiling of 10 s: the share of wall time
     assert "dimension 1 of x" in finding.title
-    churn = [CompileEpoch(0, compiles=RECOMPILE_CHURN + 1, recompiles=RECOMPILE_CHURN)]
+    churn = [CompileEpoch(epoch=0, compiles=RECOMPILE_CHURN + 1, recompiles=RECOMPILE_CHURN)]
     assert recompile_finding(churn) is not None
-    assert recompile_finding([CompileEpoch(0, available=False, note="no dynamo")]) is None
+    assert recompile_finding([CompileEpoch(epoch=0, available=False, note="no dynamo")]) is None
 
 
 def test_normalize_reason() -> None:
@@ -152,10 +157,9 @@ def test_shape_counter() -> None:
 
 
 def test_records_round_trip(tmp_path: Path) -> None:
-    writer = JsonlWriter(tmp_path / PERF_DIRNAME / RECOMPILES_FILE, RECOMPILES_SCHEMA)
-    reason = Reason("tensor 'x' size mismatch at index 1", 5, "dimension 1 of x", [1, 2], "e")
-    for e in (CompileEpoch(0, compiles=6, recompiles=5, reasons=[reason], batch_shapes=6),):
-        writer.write(e.as_record())
+    writer = RecordWriter(RecompilesRecord.path(tmp_path))
+    reason = Reason(reason="tensor 'x' size mismatch at index 1", count=5, dimension="d 1 of x")
+    writer.write(CompileEpoch(epoch=0, compiles=6, recompiles=5, reasons=[reason], batch_shapes=6))
     writer.close()
     found = recompile_findings(tmp_path, total_s=100.0)
     assert len(found) == 1

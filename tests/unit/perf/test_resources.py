@@ -20,9 +20,8 @@ import torch
 
 from ocr.perf import resources
 from ocr.perf.alerts import AlertEngine, build_rules
+from ocr.perf.records import RecordWriter, ResourceSample, ResourceSummary
 from ocr.perf.resources import (
-    RESOURCE_SAMPLE_SCHEMA,
-    RESOURCE_SUMMARY_SCHEMA,
     THREAD_NAME,
     ResourceMonitor,
     ResourceMonitorWarning,
@@ -31,7 +30,7 @@ from ocr.perf.resources import (
     memory_limit,
     normalize_uuid,
 )
-from ocr.perf.rundir import JsonlWriter, read_records
+from tests.run_lines import read_dicts
 
 GIB = float(1 << 30)
 
@@ -343,7 +342,7 @@ class ScriptedSampler:
 
 
 def make_monitor(tmp_path: Path, values: Callable[[int], dict[str, float]], **kw: Any):
-    writer = JsonlWriter(tmp_path / "perf" / "resources.jsonl", RESOURCE_SAMPLE_SCHEMA)
+    writer = RecordWriter(ResourceSample.path(tmp_path))
     sampler = ScriptedSampler(values)
     monitor = ResourceMonitor(sampler, StepSignals(), writer=writer, **kw)  # type: ignore[arg-type]
     return monitor, sampler
@@ -358,7 +357,7 @@ def test_logging_interval_averages_rates_and_keeps_last_gauges(tmp_path: Path) -
     )
     for t in range(5):  # interval closes at t=3 with samples 0..3
         monitor.tick(now=float(t))
-    records = read_records(tmp_path / "perf" / "resources.jsonl", RESOURCE_SAMPLE_SCHEMA)
+    records = read_dicts(ResourceSample.path(tmp_path), ResourceSample)
     assert len(records) == 1
     record = records[0]
     assert record["metrics"]["resources/process_cpu_percent"] == pytest.approx(25.0)
@@ -370,7 +369,7 @@ def test_logging_interval_averages_rates_and_keeps_last_gauges(tmp_path: Path) -
     assert summary["resources/process_cpu_percent_max"] == 50.0
     assert summary["resources/process_cpu_percent_mean"] == pytest.approx(30.0)
     assert summary["resources/samples"] == 5.0
-    closing = read_records(tmp_path / "perf" / "resources.jsonl", RESOURCE_SUMMARY_SCHEMA)
+    closing = read_dicts(ResourceSummary.path(tmp_path), ResourceSummary)
     assert closing[0]["metrics"] == summary
     assert closing[0]["status"] == {"gpu": "unavailable (test)"}
 
@@ -385,7 +384,7 @@ def test_every_sample_is_written_while_the_loggers_get_interval_averages(
     monitor, _ = make_monitor(tmp_path, values, interval_s=1.0, log_interval_s=3.0)
     for t in range(7):
         monitor.tick(now=float(t))
-    records = read_records(tmp_path / "perf" / "resources.jsonl", RESOURCE_SAMPLE_SCHEMA)
+    records = read_dicts(ResourceSample.path(tmp_path), ResourceSample)
     assert [r["metrics"]["resources/process_rss_gb"] for r in records] == [0, 1, 2, 3, 4, 5, 6]
     assert "resources/process_cpu_percent" not in records[2]["metrics"]
     assert records[3]["metrics"]["resources/process_cpu_percent"] == 40.0  # raw, not averaged

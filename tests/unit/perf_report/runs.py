@@ -1,5 +1,5 @@
-"""Hand-made run directories in the run-dir contract's formats (written with the real
-``ocr.perf.rundir`` writers), for the report's unit tests."""
+"""Hand-made run directories in the run-dir contract's formats (lines of the real record
+schemas, ``ocr.perf.records``), for the report's unit tests."""
 
 from __future__ import annotations
 
@@ -9,7 +9,16 @@ from typing import Any
 import yaml
 
 from ocr.perf.clock import PHASES
-from ocr.perf.rundir import PERF_DIRNAME, JsonlWriter, write_run_info
+from ocr.perf.records import (
+    PERF_DIRNAME,
+    AlertEvent,
+    EpochRecord,
+    IntervalRecord,
+    Record,
+    ResourceSample,
+)
+from ocr.perf.rundir import write_run_info
+from tests.run_lines import write_lines
 
 T0 = 1_750_000_000.0  # a fixed unix time: reports must not depend on when they are made
 
@@ -83,19 +92,15 @@ def make_run(
     """Write the given files of a run directory under ``root`` and return it."""
     root.mkdir(parents=True, exist_ok=True)
     perf = root / PERF_DIRNAME
-    files = (
-        ("epochs.jsonl", "receipt-ocr/perf-epoch", epochs),
-        ("intervals.jsonl", "receipt-ocr/perf-interval", intervals),
-        ("resources.jsonl", "receipt-ocr/resource-sample", resources),
-        ("alerts.jsonl", "receipt-ocr/alert", alerts),
+    files: tuple[tuple[type[Record], list[dict[str, Any]] | None], ...] = (
+        (EpochRecord, epochs),
+        (IntervalRecord, intervals),
+        (ResourceSample, resources),
+        (AlertEvent, alerts),
     )
-    for name, schema, records in files:
-        if records is None:
-            continue
-        writer = JsonlWriter(perf / name, schema)
-        for record in records:
-            writer.write(record)
-        writer.close()
+    for kind, records in files:
+        if records is not None:
+            write_lines(perf / kind.FILE, kind, records)
     if run_info is not None:
         write_run_info(root, run_info)
     if config is not None:

@@ -6,11 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ocr.lightning_modules.callbacks.profiler_callback import PROFILER_SCHEMA
+from ocr.perf.records import ProfilerWindow
 from ocr.perf.report import build_report
 from ocr.perf.report.profiled import PROFILER_PHASE, profiled_batches
 from ocr.perf.report.render import to_markdown
-from ocr.perf.rundir import PERF_DIRNAME, JsonlWriter
+from tests.run_lines import write_lines
 from tests.unit.perf_report.runs import epoch_record, make_run
 from tests.unit.perf_trace.synth import make_trace, write
 
@@ -69,9 +69,7 @@ def _run(tmp_path: Path, agree: bool) -> Path:
     run = make_run(tmp_path / "run", epochs)
     (run / "profiler_traces").mkdir()
     write(make_trace(n_steps=3, jitter=0.0), run / "profiler_traces" / "epoch_0.json")
-    writer = JsonlWriter(run / PERF_DIRNAME / "profiler.jsonl", PROFILER_SCHEMA)
-    writer.write(_window(agree))
-    writer.close()
+    write_lines(ProfilerWindow.path(run), ProfilerWindow, [_window(agree)])
     return run
 
 

@@ -82,7 +82,8 @@ def test_bad_field_names_the_file(tmp_path: Path) -> None:
     record = epoch_record("train", 0, TRAIN)
     record["stage"] = "warmup"
     make_run(tmp_path, [record])
-    with pytest.raises(ReportInputError, match=r"epochs\.jsonl: perf-epoch record 1: stage"):
+    bad = r"epochs\.jsonl: line 1: .*'warmup' - at `\$\.stage`"
+    with pytest.raises(ReportInputError, match=bad):
         build_report(tmp_path)
 
 

@@ -15,6 +15,7 @@ import yaml
 from matplotlib.ticker import MaxNLocator
 from rich.console import Console
 
+from ocr.perf.records import ResourceSummary
 from ocr.perf.report import build_report, print_summary, to_html, to_markdown
 from ocr.perf.report.document import OPEN_ROWS
 from ocr.perf.report.plots import (
@@ -25,6 +26,7 @@ from ocr.perf.report.plots import (
     training_rates,
 )
 from ocr.perf.report.render import ranked
+from tests.run_lines import write_lines
 from tests.unit.perf_report.runs import CONFIG, T0, epoch_record, make_run
 
 TRAIN = {"data_wait": 0.2, "forward": 3.0, "backward": 2.0, "optimizer": 0.5, "callbacks": 0.1}
@@ -181,11 +183,8 @@ def _resource_samples(n: int) -> list[dict[str, Any]]:
 def test_long_tables_and_the_config_are_folded_headlines_stay_open(tmp_path: Path) -> None:
     run = make_run(tmp_path, _epochs(OPEN_ROWS), config=CONFIG, resources=_resource_samples(5))
     summary = {f"resources/m{i}_mean": float(i) for i in range(3)}  # short, but a listing
-    from ocr.perf.rundir import JsonlWriter
-
-    writer = JsonlWriter(run / "perf" / "resources.jsonl", "receipt-ocr/resource-summary")
-    writer.write({"t": T0 + 99, "rank": 0, "status": {}, "metrics": summary, "run": "fit"})
-    writer.close()
+    record = {"t": T0 + 99, "rank": 0, "status": {}, "metrics": summary, "run": "fit"}
+    write_lines(ResourceSummary.path(run), ResourceSummary, [record])
     report = build_report(run)
     page = to_html(report)
     resources = _section(page, "resources")

@@ -8,7 +8,7 @@ import msgspec
 import pytest
 
 from ocr.perf.clock import PhaseClock, set_active_clock
-from ocr.perf.rundir import PERF_DIRNAME, JsonlWriter
+from ocr.perf.records import ProfilerWindow
 from ocr.perf.trace import analyze_path
 from ocr.perf.trace.agreement import (
     ClockSnapshots,
@@ -19,6 +19,7 @@ from ocr.perf.trace.agreement import (
 from ocr.perf.trace.result import StepRow, TraceAnalysis
 from ocr.perf.trace.steps import PHASES
 from ocr.perf.trace.windows import attach_clock_agreement
+from tests.run_lines import write_lines
 from tests.unit.perf_trace.synth import make_trace, write
 
 TRACE = {
@@ -191,16 +192,13 @@ def _run_with_window(tmp_path: Path, clock_forward: float) -> TraceAnalysis:
     run = tmp_path / "run"
     (run / "profiler_traces").mkdir(parents=True)
     trace = write(make_trace(n_steps=3, jitter=0.0), run / "profiler_traces" / "epoch_0.json")
-    writer = JsonlWriter(run / PERF_DIRNAME / "profiler.jsonl", "receipt-ocr/profiler-window")
-    writer.write(
-        {
-            "stage": "train",
-            "epoch": 0,
-            "traces": ["profiler_traces/epoch_0.json"],
-            "clock_agreement": {"steps": 3, "phases": _rows(clock_forward)},
-        }
-    )
-    writer.close()
+    window = {
+        "stage": "train",
+        "epoch": 0,
+        "traces": ["profiler_traces/epoch_0.json"],
+        "clock_agreement": {"steps": 3, "phases": _rows(clock_forward)},
+    }
+    write_lines(ProfilerWindow.path(run), ProfilerWindow, [window])
     report = analyze_path(trace)
     attach_clock_agreement(report)
     return report
@@ -235,16 +233,13 @@ def test_a_window_recorded_with_the_old_trace_phase_names_still_compares(tmp_pat
     old = {"data_wait": "data_loading", "callbacks": "hooks", "unattributed": "other"}
     rows = [dict(r, phase=old.get(str(r["phase"]), r["phase"])) for r in _rows(31.0)]
     rows = [r for r in rows if r["phase"] not in ("module_hooks", "checkpoint")]
-    writer = JsonlWriter(run / PERF_DIRNAME / "profiler.jsonl", "receipt-ocr/profiler-window")
-    writer.write(
-        {
-            "stage": "train",
-            "epoch": 0,
-            "traces": ["profiler_traces/epoch_0.json"],
-            "clock_agreement": {"steps": 3, "phases": rows},
-        }
-    )
-    writer.close()
+    window = {
+        "stage": "train",
+        "epoch": 0,
+        "traces": ["profiler_traces/epoch_0.json"],
+        "clock_agreement": {"steps": 3, "phases": rows},
+    }
+    write_lines(ProfilerWindow.path(run), ProfilerWindow, [window])
     report = analyze_path(trace)
     attach_clock_agreement(report)
     assert report.clock_agreement is not None

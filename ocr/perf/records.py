@@ -1,0 +1,642 @@
+"""The run directory's records: one typed record per kind, each owning its schema name and
+format version, written and read only through this module (possibly later, on another machine).
+
+Layout (``<run>`` is ``trainer.default_root_dir``; the Hydra output folder for ``ocr-train``)::
+
+    <run>/perf/run.json          one RunRecord (host, versions, devices, world size, command
+                                 line, the LightningModule's hparams, FLOPs)
+    <run>/perf/epochs.jsonl      one EpochRecord per stage epoch
+    <run>/perf/intervals.jsonl   IntervalRecord: in-epoch training progress
+    <run>/perf/resources.jsonl   ResourceSample lines, then a ResourceSummary per run
+    <run>/perf/alerts.jsonl      AlertEvent lines (every rank's, each naming its rank)
+    <run>/perf/profiler.jsonl    ProfilerWindow: one per torch.profiler window
+    <run>/perf/try.jsonl         TryRecord: what ``ocr-perf try`` measured
+    <run>/perf/growth.jsonl      GrowthRecord: the attribute scan at each training epoch's end
+    <run>/perf/recompiles.jsonl  RecompilesRecord: Dynamo compiles per training epoch
+    <run>/profiler_traces/       torch.profiler Chrome traces
+
+Every line (and ``run.json``) carries ``"schema"`` (the record class's tag, e.g.
+``receipt-ocr/perf-epoch``) and ``"v"`` (an integer format version). Readers skip lines of other
+schemas, ignore keys they do not know (writers may add keys without a version bump) and refuse a
+higher ``v`` than they understand with an error naming the file and line. A final line cut short
+by a crash is ignored with a warning; a malformed line elsewhere, or a field of the wrong type, is
+an error naming the file and line number. Writers append one line per record and flush it, so a
+report can be made from a run that is still going or that died. Non-finite floats are written as
+``null`` (strict JSON); fields that may hold one are typed ``float | None``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import warnings
+from collections.abc import Mapping
+from pathlib import Path
+from typing import IO, Annotated, Any, ClassVar, TypeVar
+
+import msgspec
+
+from ocr.errors import InputError
+from ocr.perf.ranks import Straggler
+from ocr.perf.stage import Stage
+
+__all__ = [
+    "PERF_DIRNAME",
+    "AlertEvent",
+    "EpochRecord",
+    "FlopsInfo",
+    "GrowthNode",
+    "GrowthRecord",
+    "HydraApp",
+    "IntervalRecord",
+    "JsonValue",
+    "ProfilerWindow",
+    "RecompileReason",
+    "RecompilesRecord",
+    "Record",
+    "RecordWriter",
+    "ResourceSample",
+    "ResourceSummary",
+    "RunDirError",
+    "RunRecord",
+    "TryRecord",
+    "read_records",
+    "read_run_record",
+    "write_run_record",
+]
+
+PERF_DIRNAME = "perf"
+
+#: A JSON value as the records hold it (hparams, free-form summaries).
+JsonValue = None | bool | int | float | str | list["JsonValue"] | dict[str, "JsonValue"]
+
+R = TypeVar("R", bound="Record")
+
+
+class RunDirError(InputError, ValueError):
+    """A run-directory file is malformed or of a newer format; the message names file and line."""
+
+
+class Record(msgspec.Struct, kw_only=True, frozen=True, tag_field="schema"):
+    """Base of every run-directory record: the subclass's ``tag`` is its schema name (written as
+    ``"schema"``), :attr:`VERSION` its format version (written as ``"v"``)."""
+
+    #: The format version this code writes and the highest it reads.
+    VERSION: ClassVar[int] = 1
+    #: The file under ``<run>/perf/`` that holds records of this kind.
+    FILE: ClassVar[str] = ""
+
+    v: int = 1
+
+    @classmethod
+    def schema(cls) -> str:
+        """The schema name (``"receipt-ocr/..."``), spelled once: the class's tag."""
+        tag = cls.__struct_config__.tag
+        assert isinstance(tag, str), f"{cls.__name__} has no schema tag"
+        return tag
+
+    @classmethod
+    def path(cls, run_dir: str | os.PathLike[str]) -> Path:
+        """``<run_dir>/perf/<FILE>``."""
+        return Path(run_dir) / PERF_DIRNAME / cls.FILE
+
+
+# -- record kinds ----------------------------------------------------------------------------
+
+
+class HydraApp(msgspec.Struct, kw_only=True, frozen=True):
+    """The Hydra app a run was started as (``ocr-perf try`` re-runs it with overrides).
+
+    Args:
+        output_dir: its output folder. cwd: where the command was started.
+        config_name: the primary config's name.
+        overrides_file: where it saved the command's overrides, relative to ``output_dir``
+            (``None`` when it saves no ``.hydra/`` folder). overrides: the task overrides.
+    """
+
+    output_dir: str | None = None
+    cwd: str | None = None
+    config_name: str | None = None
+    overrides_file: str | None = None
+    overrides: list[str] = []
+
+
+class FlopsInfo(msgspec.Struct, kw_only=True, frozen=True):
+    """``run.json``'s ``"flops"`` object (``ThroughputMonitorCallback``).
+
+    Args:
+        per_sample: stage -> FLOPs per sample (train: forward + backward).
+        peak_flops_per_sec: the measured peak per rank; spec_peak_flops_per_sec: the data-sheet
+            peak (GPU only). peak: the peak measurement's details (``ocr.perf.peak``).
+        example_input_shapes, example_batch_size, forward_flops, train_forward_backward_flops:
+            what the FLOPs were counted on.
+    """
+
+    per_sample: dict[str, float] = {}
+    example_input_shapes: list[list[int]] = []
+    example_batch_size: int | None = None
+    forward_flops: float | None = None
+    train_forward_backward_flops: float | None = None
+    peak_flops_per_sec: float | None = None
+    spec_peak_flops_per_sec: float | None = None
+    peak: dict[str, Any] = {}  # JSON values
+
+
+class RunRecord(Record, tag="receipt-ocr/run", kw_only=True, frozen=True):
+    """``perf/run.json``: the machine, software and command of a run (several writers each add
+    their part; :func:`write_run_record` merges). Every field is optional."""
+
+    FILE: ClassVar[str] = "run.json"
+
+    started_at: float | None = None
+    hostname: str | None = None
+    platform: str | None = None
+    python: str | None = None
+    cpu_count: int | None = None
+    cpu_bf16: bool | None = None
+    argv: list[str] = []
+    executable: str | None = None
+    orig_argv: list[str] = []
+    cwd: str | None = None
+    hydra: HydraApp | None = None
+    torch_version: str | None = None
+    lightning_version: str | None = None
+    numpy_version: str | None = None
+    torch_threads: int | None = None
+    cuda_devices: list[str] = []
+    world_size: int | None = None
+    device: str | None = None
+    lightning_module: str | None = None
+    hparams: dict[str, Any] = {}  # JSON values
+    flops: FlopsInfo | None = None
+    experiment_tag: str | None = None
+    task_name: str | None = None
+
+
+class EpochRecord(Record, tag="receipt-ocr/perf-epoch", kw_only=True, frozen=True):
+    """One ``perf/epochs.jsonl`` line: what one stage epoch measured (the recorder's
+    ``EpochReport``, documented there) plus when it closed and its global rates."""
+
+    FILE: ClassVar[str] = "epochs.jsonl"
+
+    stage: Stage
+    epoch: int | None = None
+    wall_s: Annotated[float, msgspec.Meta(ge=0)]
+    phases_s: dict[str, float] = {}
+    gpu_phases_s: dict[str, float | None] = {}
+    worker_s: dict[str, float] = {}
+    batch_stats: dict[str, float | None] = {}
+    num_batches: int = 0
+    samples: int = 0
+    memory: dict[str, float | None] = {}
+    peak_rss_gb: float | None = None
+    peak_gpu_memory_gb: float | None = None
+    world_size: int = 1
+    spreads: dict[str, dict[str, float | None]] = {}
+    global_samples: int = 0
+    global_batches: int = 0
+    global_wall_s: float | None = 0.0
+    worker_counts: dict[str, int] = {}
+    batch_times_s: list[float | None] = []
+    batch_times_stride: int = 1
+    num_workers: int | None = None
+    batch_size: int | None = 0
+    device: str = "cpu"
+    global_step: int = 0
+    callbacks_s: dict[str, float] = {}
+    callback_hooks_s: dict[str, float] = {}
+    module_hooks_s: dict[str, float] = {}
+    straggler: Straggler | None = None
+    sync_wait_measured: str = "none"
+    t: float | None = None
+    samples_per_sec: float | None = None
+    batches_per_sec: float | None = None
+
+    @property
+    def all_samples(self) -> int:
+        """Samples over all ranks (``samples`` for records without ``global_samples``)."""
+        return self.global_samples or self.samples
+
+    @property
+    def all_wall_s(self) -> float:
+        """The slowest rank's wall time (``wall_s`` for records without ``global_wall_s``)."""
+        return self.global_wall_s or self.wall_s
+
+
+class IntervalRecord(Record, tag="receipt-ocr/perf-interval", kw_only=True, frozen=True):
+    """One ``perf/intervals.jsonl`` line: progress of an open training epoch (this rank).
+
+    Args:
+        t: unix time. stage, epoch: the open window. num_batches, samples: so far.
+        elapsed_s: window time so far (pauses excluded). world_size: ranks.
+        step: ``trainer.global_step``.
+    """
+
+    FILE: ClassVar[str] = "intervals.jsonl"
+
+    t: float | None = None
+    stage: Stage = Stage.TRAIN
+    epoch: int = 0
+    num_batches: int = 0
+    samples: int = 0
+    elapsed_s: float = 0.0
+    world_size: int = 1
+    step: int = 0
+
+
+class ResourceSample(Record, tag="receipt-ocr/resource-sample", kw_only=True, frozen=True):
+    """One ``perf/resources.jsonl`` sample (or interval mean): ``resources/...`` metrics (finite
+    values only), with the phase, epoch, step and rank it was taken in."""
+
+    FILE: ClassVar[str] = "resources.jsonl"
+
+    t: float
+    phase: str | None = None
+    epoch: int = 0
+    step: int = 0
+    rank: int = 0
+    metrics: dict[str, float] = {}
+
+
+class ResourceSummary(Record, tag="receipt-ocr/resource-summary", kw_only=True, frozen=True):
+    """The resource monitor's summary at a run's end (``perf/resources.jsonl``).
+
+    Args:
+        t: unix time. rank: the writing rank. status: sampler part -> why it is unavailable.
+        metrics: ``<name>_mean`` / ``<name>_max`` of each sampled metric and the totals.
+        run: what was sampled (``fit``, ``validate``, ``test``); ``None`` in older records
+            (read as ``fit``).
+    """
+
+    FILE: ClassVar[str] = "resources.jsonl"
+
+    t: float | None = None
+    rank: int = 0
+    status: dict[str, str] = {}
+    metrics: dict[str, float] = {}
+    run: str | None = None
+
+    @property
+    def run_kind(self) -> str:
+        return self.run or "fit"
+
+
+class AlertEvent(Record, tag="receipt-ocr/alert", kw_only=True, frozen=True):
+    """One alert event (a ``perf/alerts.jsonl`` line).
+
+    Args:
+        t: unix time of the event, seconds.
+        rule: the rule name.
+        event: ``"fired"`` or ``"resolved"``.
+        severity: ``"warning"`` or ``"critical"``.
+        message: one readable sentence with figures.
+        evidence: figures behind it.
+        threshold: thresholds used.
+        suggestion: a concrete change to make.
+        step: global step. epoch: epoch. rank: global rank of the process that saw it.
+    """
+
+    FILE: ClassVar[str] = "alerts.jsonl"
+
+    t: float = 0.0
+    rule: str = "unknown"
+    event: str
+    severity: str = "warning"
+    message: str = ""
+    evidence: Mapping[str, float | str | None] = {}  # NaN is written as null
+    threshold: dict[str, float] = {}
+    suggestion: str = ""
+    step: int = 0
+    epoch: int = 0
+    rank: int = 0
+
+    def __post_init__(self) -> None:
+        if self.event not in ("fired", "resolved"):
+            raise ValueError(f"event must be fired or resolved, got {self.event!r}")
+        if self.severity not in ("warning", "critical"):
+            raise ValueError(f"severity must be warning or critical, got {self.severity!r}")
+
+
+class ProfilerWindow(Record, tag="receipt-ocr/profiler-window", kw_only=True, frozen=True):
+    """One torch.profiler window (a ``perf/profiler.jsonl`` line).
+
+    Args:
+        t: unix time of the close. stage, epoch: what it profiled.
+        trigger: ``epochs``, ``file``, ``alert`` or ``request``; reason: why (the alert's words).
+        steps: steps in its traces. traces: trace files, relative to the run directory.
+        batches: ``[first, last]`` batch index it covered (whose time the profiler inflated).
+        overhead_s: the profiler's own cost: ``export`` and ``analysis`` seconds.
+        summary: the analysis's summary (``top_cpu_ops``, ``findings``, ``dataloader_time_pct``,
+            ``step_time_ms``, ``phases_ms_per_step``), as ``analyze_trace``'s documented keys.
+        clock_agreement: the live clock's figures beside the trace's (``ocr.perf.trace``).
+    """
+
+    FILE: ClassVar[str] = "profiler.jsonl"
+
+    t: float | None = None
+    stage: Stage
+    epoch: int | None = None
+    trigger: str | None = None
+    reason: str | None = None
+    steps: int = 0
+    traces: list[str] = []
+    batches: tuple[int, int] | None = None
+    overhead_s: dict[str, float] = {}
+    # analyze_trace's documented keys and the agreement's dict view (ocr.perf.trace)
+    summary: dict[str, Any] = {}
+    clock_agreement: dict[str, Any] | None = None
+
+    def batch_indices(self) -> range:
+        """The batch indices the window covered (empty for records without ``batches``)."""
+        return range(self.batches[0], self.batches[1] + 1) if self.batches else range(0)
+
+
+class TryRecord(Record, tag="receipt-ocr/try", kw_only=True, frozen=True):
+    """One change ``ocr-perf try`` measured (or left untried): a ``perf/try.jsonl`` line.
+
+    Args:
+        session: when the ``try`` session started (ISO 8601, UTC): groups a session's lines.
+        kind: ``candidate``, or ``combined`` (the recommended ones together).
+        override: the Hydra override(s), space-separated; ``None`` for a plain-language change.
+        description: the change in words.
+        family: the candidate's family (``combined`` for the winners together).
+        alters_computation: the change alters what is computed (label it).
+        eval_time: checked on the checkpoint with ``ocr-test`` (evaluation speed and H-mean).
+        status: ``recommended``, ``no significant change``, ``slower``, ``inconclusive``,
+            ``H-mean drop`` (faster or not, it lowers the H-mean beyond the tolerance),
+            ``not applicable``, ``failed`` or ``untried`` (the budget ran out).
+        pairs: pairs measured.
+        ratios: ``speed(changed) / speed(unchanged)`` per pair.
+        median, low, high: the median ratio and its 95 % bootstrap interval (None without pairs).
+        base_samples_per_sec, changed_samples_per_sec: median speeds of the two sides.
+        hmean_base, hmean_changed: eval-time only: H-mean on the checkpoint.
+        note: why (not applicable, failed, untried, the H-mean drop), or "".
+    """
+
+    FILE: ClassVar[str] = "try.jsonl"
+
+    session: str
+    kind: str
+    override: str | None
+    description: str
+    family: str
+    alters_computation: bool
+    eval_time: bool
+    status: str
+    pairs: int = 0
+    ratios: tuple[float, ...] = ()
+    median: float | None = None
+    low: float | None = None
+    high: float | None = None
+    base_samples_per_sec: float | None = None
+    changed_samples_per_sec: float | None = None
+    hmean_base: float | None = None
+    hmean_changed: float | None = None
+    note: str = ""
+
+    @property
+    def recommended(self) -> bool:
+        return self.status == "recommended"
+
+
+class GrowthNode(msgspec.Struct, kw_only=True):
+    """What one attribute path holds at an epoch's end (``ocr.perf.growth``; the scan fills it
+    in as it walks, so it is not frozen).
+
+    Args:
+        path: ``Owner.attr`` then ``[key]`` / ``[i]`` / ``.attr`` steps (``UserModule.losses``).
+        kind: the container's type name (``list``, ``dict``, ``Tensor``, an object's class).
+        length: ``len()`` of the container (a tensor's first dimension).
+        tensors: tensors under it; bytes: their storages' bytes, each storage once per scan
+            (both extrapolated where ``sampled``). graph: whether one holds an autograd graph.
+        devices: their device types, sorted. sampled: a container under it was sampled.
+    """
+
+    path: str
+    kind: str
+    length: int
+    tensors: int = 0
+    bytes: int = 0
+    graph: bool = False
+    devices: list[str] = []
+    sampled: bool = False
+
+
+class GrowthRecord(Record, tag="receipt-ocr/growth", kw_only=True, frozen=True):
+    """One ``perf/growth.jsonl`` line: the attribute scan at one training epoch's end
+    (``EpochScanCallback``, ``ocr.perf.growth.scan``).
+
+    Args:
+        epoch: the training epoch that ended. nodes: the paths holding tensors (most first).
+        items: items the scan looked at; scan_ms: its wall time; truncated: whether its item
+            budget stopped it.
+    """
+
+    FILE: ClassVar[str] = "growth.jsonl"
+
+    epoch: int
+    nodes: list[GrowthNode] = []
+    items: int = 0
+    scan_ms: float = 0.0
+    truncated: bool = False
+
+
+class RecompileReason(msgspec.Struct, kw_only=True, frozen=True):
+    """One kind of Dynamo recompile reason in an epoch (``ocr.perf.recompiles``).
+
+    Args:
+        reason: the failed guard without its varying numbers
+            (``tensor 'args[0]' size mismatch at index 2``). count: recompiles it caused.
+        dimension: ``dimension 2 of args[0]`` for a size / stride guard. sizes: the sizes seen on
+            it. example: one reason as torch wrote it.
+    """
+
+    reason: str
+    count: int
+    dimension: str | None = None
+    sizes: list[int] = []
+    example: str = ""
+
+
+class RecompilesRecord(Record, tag="receipt-ocr/recompiles", kw_only=True, frozen=True):
+    """One ``perf/recompiles.jsonl`` line: what Dynamo compiled in one training epoch
+    (``EpochScanCallback``, ``ocr.perf.recompiles.CompileWatch``).
+
+    Args:
+        epoch: the training epoch. available: whether compiles could be counted (``note``: why
+            not, or the untested torch version).
+        compiles: frames compiled; recompiles: of them, recompiles. reasons: most frequent first.
+        functions: compiles per compiled function (``co_name (file)``).
+        compile_s: seconds compiling. limit_hit: whether the recompile limit was hit (the
+            function then runs eagerly); limit: the limit in force. failed: compiles that failed
+            otherwise. lost: compiles beyond torch's bounded metrics list.
+        batch_shapes: distinct batch shapes in the epoch (``None``: not counted);
+            shape_examples: up to 8 of them.
+    """
+
+    FILE: ClassVar[str] = "recompiles.jsonl"
+
+    epoch: int
+    available: bool = True
+    compiles: int = 0
+    recompiles: int = 0
+    reasons: list[RecompileReason] = []
+    functions: dict[str, int] = {}
+    compile_s: float = 0.0
+    limit_hit: bool = False
+    limit: int | None = None
+    failed: int = 0
+    lost: int = 0
+    batch_shapes: int | None = None
+    shape_examples: list[str] = []
+    note: str = ""
+
+
+# -- writing -----------------------------------------------------------------------------------
+
+
+def _enc_hook(value: Any) -> Any:
+    """numpy / torch scalars as Python numbers; paths and anything else as text."""
+    item = getattr(value, "item", None)
+    if callable(item):
+        try:
+            return item()
+        except (TypeError, ValueError):
+            pass
+    return str(value)
+
+
+_ENCODER = msgspec.json.Encoder(enc_hook=_enc_hook)
+
+
+def _encode(record: Record) -> bytes:
+    if record.v != record.VERSION:
+        record = msgspec.structs.replace(record, v=record.VERSION)
+    return _ENCODER.encode(record)
+
+
+class RecordWriter:
+    """Appends one record per line to ``path`` (created with its folder on first write) and
+    flushes it; thread-safe. Records of several kinds may share a file.
+
+    Args:
+        path: the ``.jsonl`` file (``SomeRecord.path(run_dir)``).
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        self._lock = threading.Lock()
+        self._fh: IO[bytes] | None = None
+
+    def write(self, record: Record) -> None:
+        """Append ``record``. Raises ``OSError`` when the file cannot be written (callers in
+        callbacks turn that into one warning), ``TypeError`` for an unencodable field."""
+        line = _encode(record) + b"\n"
+        with self._lock:
+            if self._fh is None:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                self._fh = open(self.path, "ab")  # noqa: SIM115 - kept open
+            self._fh.write(line)
+            self._fh.flush()
+
+    def close(self) -> None:
+        """Close the file (idempotent); a later :meth:`write` reopens it in append mode."""
+        with self._lock:
+            if self._fh is not None:
+                self._fh.close()
+                self._fh = None
+
+
+# -- reading -----------------------------------------------------------------------------------
+
+
+def _typed(kind: type[R], raw: Mapping[str, object], where: str) -> R:
+    """``raw`` (one object of ``kind``'s schema) as ``kind``; :class:`RunDirError` naming
+    ``where`` for a missing / newer version or a field of the wrong type."""
+    version = raw.get("v")
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise RunDirError(f"{where} has no integer 'v' (format version)")
+    if version > kind.VERSION:
+        raise RunDirError(
+            f"{where} is {kind.schema()} version {version}; this receipt-ocr reads up to "
+            f"version {kind.VERSION} (upgrade receipt-ocr)"
+        )
+    try:
+        return msgspec.convert(raw, kind)
+    except msgspec.ValidationError as exc:
+        raise RunDirError(f"{where}: {kind.schema()} record: {exc}") from exc
+
+
+def read_records(path: str | os.PathLike[str], kind: type[R]) -> list[R]:
+    """The records of ``kind`` in the JSON-lines file ``path``, in file order; ``[]`` when the
+    file does not exist.
+
+    Lines of another schema are skipped, unknown keys ignored. Raises :class:`RunDirError` for a
+    malformed line (other than a truncated last line, which is skipped with a warning), a record
+    without ``v``, with ``v`` above ``kind.VERSION`` or with a field of the wrong type.
+    """
+    p = Path(path)
+    try:
+        with open(p, encoding="utf-8") as fh:
+            lines = fh.readlines()  # split at newlines only (a string may hold U+2028)
+    except FileNotFoundError:
+        return []
+    out = []
+    for number, line in enumerate(lines, start=1):
+        text = line.strip()
+        if not text:
+            continue
+        try:
+            raw = json.loads(text)
+        except json.JSONDecodeError as exc:
+            if number == len(lines) and not line.endswith("\n"):
+                warnings.warn(
+                    f"{p}: line {number} is cut short (a run that stopped mid-write); ignored",
+                    stacklevel=2,
+                )
+                continue
+            raise RunDirError(f"{p}: line {number} is not valid JSON: {exc.msg}") from exc
+        if not isinstance(raw, dict):
+            raise RunDirError(f"{p}: line {number} is not a JSON object")
+        if raw.get("schema") == kind.schema():
+            out.append(_typed(kind, raw, f"{p}: line {number}"))
+    return out
+
+
+def read_run_record(run_dir: str | os.PathLike[str]) -> RunRecord:
+    """``<run_dir>/perf/run.json``; ``FileNotFoundError`` when absent, :class:`RunDirError`
+    when malformed or newer than this reader."""
+    path = RunRecord.path(run_dir)
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise RunDirError(f"{path}: not valid JSON: {exc.msg} (line {exc.lineno})") from exc
+    if not isinstance(raw, dict) or raw.get("schema") != RunRecord.schema():
+        raise RunDirError(f"{path}: not a {RunRecord.schema()} file")
+    return _typed(RunRecord, raw, str(path))
+
+
+def write_run_record(run_dir: str | os.PathLike[str], update: Mapping[str, JsonValue]) -> Path:
+    """Merge ``update`` (fields of :class:`RunRecord`) into ``<run_dir>/perf/run.json``,
+    written atomically (several callbacks each add their part; the first ``started_at`` stays),
+    and return its path. Raises ``OSError`` when unwritable, :class:`RunDirError` for a field of
+    the wrong type."""
+    path = RunRecord.path(run_dir)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        current: dict[str, Any] = msgspec.to_builtins(read_run_record(run_dir))
+    except (FileNotFoundError, RunDirError):
+        current = {}
+    fields = msgspec.to_builtins(update, enc_hook=_enc_hook)
+    merged = {**current, **{k: v for k, v in fields.items() if v is not None}}
+    if current.get("started_at") is not None:
+        merged["started_at"] = current["started_at"]
+    merged.update({"schema": RunRecord.schema(), "v": RunRecord.VERSION})
+    record = _typed(RunRecord, merged, str(path))
+    tmp = path.with_name(f".run.json.{os.getpid()}.tmp")
+    # fields nobody set stay out of the file, as they always have
+    present = {k: v for k, v in msgspec.to_builtins(record).items() if v is not None}
+    tmp.write_bytes(msgspec.json.format(_ENCODER.encode(present), indent=2))
+    os.replace(tmp, path)
+    return path
