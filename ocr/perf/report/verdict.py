@@ -39,8 +39,10 @@ from ocr.perf.findings import (
     share_of_run,
     threshold,
 )
+from ocr.perf.growth import growth_findings
 from ocr.perf.ranks import STRAGGLER_MIN_S, STRAGGLER_MIN_SHARE
-from ocr.perf.records import RunRecord
+from ocr.perf.recompiles import recompile_findings
+from ocr.perf.records import RunDirError, RunRecord
 from ocr.perf.report.load import ReportInputError, RunData
 from ocr.perf.report.stages import StageSummary
 from ocr.perf.stage import Stage
@@ -953,6 +955,15 @@ def _baseline(outcome: BaselineOutcome | None, adv: _Advice) -> list[Finding]:
     ]
 
 
+def _epoch_scan(run: RunData, total_s: float) -> list[Finding]:
+    """The findings of ``perf/growth.jsonl`` and ``perf/recompiles.jsonl``; a malformed record
+    is a :class:`~ocr.perf.report.load.ReportInputError` naming the file and record."""
+    try:
+        return growth_findings(run.run_dir) + recompile_findings(run.run_dir, total_s)
+    except RunDirError as exc:
+        raise ReportInputError(str(exc)) from exc
+
+
 def judge(
     run: RunData,
     stages: dict[Stage, StageSummary],
@@ -978,6 +989,8 @@ def judge(
     found = trace_findings(None, run) if trace is None else trace
     findings.extend(_trace(found, adv, findings, total_s, stages))
     findings.extend(_baseline(baseline, adv))
+    # issue 22: memory creep named by attribute, recompiles (EpochScanCallback's records)
+    findings.extend(_epoch_scan(run, total_s))
     if not stages:
         findings.append(
             Finding(
