@@ -45,6 +45,7 @@ DEFAULT_CONFIGS = (
     "Lightning ThroughputMonitor",
     "3 other callbacks",
     "3 others + both (ours)",
+    "3 others + both (ours) + EpochScan",
     "3 others + Lightning SimpleProfiler",
     "3 others + Lightning ThroughputMonitor",
 )

@@ -39,7 +39,11 @@ from lightning.pytorch.callbacks import (
 from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.profilers import Profiler, SimpleProfiler
 
-from ocr.lightning_modules.callbacks import PerformanceProfilerCallback, ThroughputMonitorCallback
+from ocr.lightning_modules.callbacks import (
+    EpochScanCallback,
+    PerformanceProfilerCallback,
+    ThroughputMonitorCallback,
+)
 
 WARMUP_STEPS = 100
 
@@ -72,6 +76,13 @@ CONFIGS: dict[str, Callable[[], list[Callback | Profiler]]] = {
         *others(),
         PerformanceProfilerCallback(),
         ThroughputMonitorCallback(),
+    ],
+    # EpochScanCallback at its defaults: nothing per step but Lightning's dispatch to it.
+    "3 others + both (ours) + EpochScan": lambda: [
+        *others(),
+        PerformanceProfilerCallback(),
+        ThroughputMonitorCallback(),
+        EpochScanCallback(),
     ],
     "3 others + Lightning SimpleProfiler": lambda: [*others(), SimpleProfiler()],
     "3 others + Lightning ThroughputMonitor": lambda: [

@@ -1,4 +1,4 @@
-"""Hydra config groups (a package so they ship with the wheel), plus the one node derived from code.
+"""Hydra config groups (a package so they ship with the wheel), plus the nodes derived from code.
 
 ``trainer/lightning`` holds every ``lightning.Trainer.__init__`` argument with Lightning's own
 default, read from the installed Lightning's signature, so ``trainer.<any argument>=...`` composes
@@ -7,6 +7,11 @@ default, read from the installed Lightning's signature, so ``trainer.<any argume
 choices on top of it. Importing this package registers the node (idempotent): the entry points do
 it through :func:`ocr.runtime.register_resolvers`, and ``initialize_config_module("ocr.configs")``
 does it by importing the package.
+
+``alert_rules/default`` holds every alert rule of the catalogue (``ocr.perf.alerts.rules``) with
+every setting and its default, so ``callbacks/resource_monitor.yaml`` repeats none of them while
+``callbacks.resource_monitor.rules.hang.enabled=false`` still composes and a misspelled rule or
+setting is still refused.
 """
 
 from __future__ import annotations
@@ -15,6 +20,8 @@ import inspect
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
+
+from ocr.perf.alerts.rules import rule_defaults
 
 TRAINER_TARGET = "lightning.pytorch.Trainer"
 
@@ -40,4 +47,10 @@ def register_trainer_defaults() -> None:
     ConfigStore.instance().store(group="trainer", name="lightning", node=node)
 
 
+def register_alert_rules() -> None:
+    """Store ``alert_rules/default``: rule name -> its settings with their defaults."""
+    ConfigStore.instance().store(group="alert_rules", name="default", node=rule_defaults())
+
+
 register_trainer_defaults()
+register_alert_rules()

@@ -232,9 +232,9 @@ def _epoch_figures(records: list[EpochRecord], where: str) -> dict[str, Figure]:
             stats = rec.batch_stats
             add("batch_median_s", "s", "lower", stats.get("median"))
             add("batch_p95_s", "s", "lower", stats.get("p95"))
-            rate = rec.samples_per_sec
-            if rate is None and wall > 0:
-                rate = samples / wall
+            rate = rec.samples_per_sec  # all ranks' samples / wall time
+            if rate is None and rec.all_wall_s > 0:
+                rate = rec.all_samples / rec.all_wall_s
             add("samples_per_sec", "samples/s", "higher", rate)
             worker = rec.worker_s
             for part, seconds in worker.items():

@@ -64,15 +64,6 @@ class PhaseTotals:
     phases_ns: dict[str, int]
     owners_ns: dict[tuple[str, str], int] = field(default_factory=dict)
 
-    def seconds(self) -> dict[str, float]:
-        """``phases_ns`` in seconds (same keys)."""
-        return {name: ns / 1e9 for name, ns in self.phases_ns.items()}
-
-    @property
-    def wall_s(self) -> float:
-        """``wall_ns`` in seconds."""
-        return self.wall_ns / 1e9
-
 
 class PhaseClock:
     """Exclusive phase accounting: while running, exactly one phase is open; switch() closes the

@@ -58,15 +58,6 @@ class Straggler:
     cause_excess_s: float
     others_wait_s: float
 
-    def describe(self) -> str:
-        """One line for logs and reports."""
-        return (
-            f"rank {self.rank} straggles: {self.excess_s:.3f} s more work per epoch than the "
-            f"median rank ({100 * self.share:.0f} % of the epoch), mostly in {self.cause} "
-            f"(+{self.cause_excess_s:.3f} s); the other ranks wait {self.others_wait_s:.3f} s "
-            "in sync_wait"
-        )
-
 
 def _median_others(values: Sequence[float], rank: int) -> float:
     others = [v for r, v in enumerate(values) if r != rank and math.isfinite(v)]

@@ -11,6 +11,8 @@ Layout (``<run>`` is ``trainer.default_root_dir``; the Hydra output folder for `
     <run>/perf/alerts.jsonl      AlertEvent lines (every rank's, each naming its rank)
     <run>/perf/profiler.jsonl    ProfilerWindow: one per torch.profiler window
     <run>/perf/try.jsonl         TryRecord: what ``ocr-perf try`` measured
+    <run>/perf/growth.jsonl      GrowthRecord: the attribute scan at each training epoch's end
+    <run>/perf/recompiles.jsonl  RecompilesRecord: Dynamo compiles per training epoch
     <run>/profiler_traces/       torch.profiler Chrome traces
 
 Every line (and ``run.json``) carries ``"schema"`` (the record class's tag, e.g.
@@ -44,10 +46,14 @@ __all__ = [
     "AlertEvent",
     "EpochRecord",
     "FlopsInfo",
+    "GrowthNode",
+    "GrowthRecord",
     "HydraApp",
     "IntervalRecord",
     "JsonValue",
     "ProfilerWindow",
+    "RecompileReason",
+    "RecompilesRecord",
     "Record",
     "RecordWriter",
     "ResourceSample",
@@ -201,6 +207,7 @@ class EpochRecord(Record, tag="receipt-ocr/perf-epoch", kw_only=True, frozen=Tru
     callbacks_s: dict[str, float] = {}
     callback_hooks_s: dict[str, float] = {}
     module_hooks_s: dict[str, float] = {}
+    callbacks_s_by_rank: list[dict[str, float]] = []
     straggler: Straggler | None = None
     sync_wait_measured: str = "none"
     t: float | None = None
@@ -392,6 +399,99 @@ class TryRecord(Record, tag="receipt-ocr/try", kw_only=True, frozen=True):
     @property
     def recommended(self) -> bool:
         return self.status == "recommended"
+
+
+class GrowthNode(msgspec.Struct, kw_only=True):
+    """What one attribute path holds at an epoch's end (``ocr.perf.growth``; the scan fills it
+    in as it walks, so it is not frozen).
+
+    Args:
+        path: ``Owner.attr`` then ``[key]`` / ``[i]`` / ``.attr`` steps (``UserModule.losses``).
+        kind: the container's type name (``list``, ``dict``, ``Tensor``, an object's class).
+        length: ``len()`` of the container (a tensor's first dimension).
+        tensors: tensors under it; bytes: their storages' bytes, each storage once per scan
+            (both extrapolated where ``sampled``). graph: whether one holds an autograd graph.
+        devices: their device types, sorted. sampled: a container under it was sampled.
+    """
+
+    path: str
+    kind: str
+    length: int
+    tensors: int = 0
+    bytes: int = 0
+    graph: bool = False
+    devices: list[str] = []
+    sampled: bool = False
+
+
+class GrowthRecord(Record, tag="receipt-ocr/growth", kw_only=True, frozen=True):
+    """One ``perf/growth.jsonl`` line: the attribute scan at one training epoch's end
+    (``EpochScanCallback``, ``ocr.perf.growth.scan``).
+
+    Args:
+        epoch: the training epoch that ended. nodes: the paths holding tensors (most first).
+        items: items the scan looked at; scan_ms: its wall time; truncated: whether its item
+            budget stopped it.
+    """
+
+    FILE: ClassVar[str] = "growth.jsonl"
+
+    epoch: int
+    nodes: list[GrowthNode] = []
+    items: int = 0
+    scan_ms: float = 0.0
+    truncated: bool = False
+
+
+class RecompileReason(msgspec.Struct, kw_only=True, frozen=True):
+    """One kind of Dynamo recompile reason in an epoch (``ocr.perf.recompiles``).
+
+    Args:
+        reason: the failed guard without its varying numbers
+            (``tensor 'args[0]' size mismatch at index 2``). count: recompiles it caused.
+        dimension: ``dimension 2 of args[0]`` for a size / stride guard. sizes: the sizes seen on
+            it. example: one reason as torch wrote it.
+    """
+
+    reason: str
+    count: int
+    dimension: str | None = None
+    sizes: list[int] = []
+    example: str = ""
+
+
+class RecompilesRecord(Record, tag="receipt-ocr/recompiles", kw_only=True, frozen=True):
+    """One ``perf/recompiles.jsonl`` line: what Dynamo compiled in one training epoch
+    (``EpochScanCallback``, ``ocr.perf.recompiles.CompileWatch``).
+
+    Args:
+        epoch: the training epoch. available: whether compiles could be counted (``note``: why
+            not, or the untested torch version).
+        compiles: frames compiled; recompiles: of them, recompiles. reasons: most frequent first.
+        functions: compiles per compiled function (``co_name (file)``).
+        compile_s: seconds compiling. limit_hit: whether the recompile limit was hit (the
+            function then runs eagerly); limit: the limit in force. failed: compiles that failed
+            otherwise. lost: compiles beyond torch's bounded metrics list.
+        batch_shapes: distinct batch shapes in the epoch (``None``: not counted);
+            shape_examples: up to 8 of them.
+    """
+
+    FILE: ClassVar[str] = "recompiles.jsonl"
+
+    epoch: int
+    available: bool = True
+    compiles: int = 0
+    recompiles: int = 0
+    reasons: list[RecompileReason] = []
+    functions: dict[str, int] = {}
+    compile_s: float = 0.0
+    limit_hit: bool = False
+    limit: int | None = None
+    failed: int = 0
+    lost: int = 0
+    batch_shapes: int | None = None
+    shape_examples: list[str] = []
+    note: str = ""
 
 
 # -- writing -----------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 
-__all__ = ["pending_profile_request", "request_profile", "take_profile_request"]
+__all__ = ["request_profile", "take_profile_request"]
 
 _lock = threading.Lock()
 _pending: str | None = None
@@ -23,11 +23,6 @@ def request_profile(reason: str) -> None:
     global _pending
     with _lock:
         _pending = str(reason) or "requested"
-
-
-def pending_profile_request() -> str | None:
-    """The pending request's reason, without taking it (``None`` when none is pending)."""
-    return _pending
 
 
 def take_profile_request() -> str | None:

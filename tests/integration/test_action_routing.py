@@ -304,11 +304,11 @@ def test_lightnings_own_module_hooks_carry_no_owner_the_users_do(recorder: Stage
 def test_profiler_ranges_leave_out_the_same_idle_hooks_as_the_clock(
     recorder: StageRecorder,
 ) -> None:
-    from ocr.lightning_modules.callbacks.profiler_callback import _ActionRanges
+    from ocr.lightning_modules.callbacks.profiler_window import ActionRanges
 
     trainer = recorder._trainer_ref()
     assert trainer is not None
-    ranges = _ActionRanges()
+    ranges = ActionRanges()
     ranges.attach(trainer)
     assert not ranges.wants("[Callback]Busy.on_before_zero_grad")  # inherited pass
     assert ranges.wants("[Callback]Busy.on_train_batch_end")  # the user's work

@@ -111,7 +111,7 @@ def test_requests_and_epochs_together(tmp_path: Path) -> None:
     assert records[0]["reason"] == "throughput_drop: 41 % below baseline"
     assert records[2]["reason"] == "user asked"
     assert sum(enabled for _, enabled in module.profiled_steps) == 6
-    assert triggers.pending_profile_request() is None
+    assert triggers.take_profile_request() is None
     assert _profiler_off()
 
 

@@ -267,6 +267,43 @@ def test_ddp_straggler_rule_names_the_slow_rank_and_its_cause(tmp_path: Path) ->
     assert not (tmp_path / "perf" / "epochs.jsonl").exists()  # the feed asks for no files
 
 
+class StarvedOnRankOne(Pairs):
+    """Items are slow to load on rank 1 only: rank 1 waits for data, rank 0 waits for rank 1
+    in the gradient all-reduce (not for data)."""
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        if torch.distributed.is_initialized() and torch.distributed.get_rank() == 1:
+            time.sleep(0.03)
+        return super().__getitem__(index)
+
+
+def test_ddp_starvation_on_one_rank_is_reported_for_that_rank(tmp_path: Path) -> None:
+    """Two CPU ranks (ddp_spawn, gloo) appending to one alerts.jsonl, only rank 1 starved of
+    data: the alert is rank 1's, and the verdict and the report say so instead of merging it
+    with rank 0's (silent) rule."""
+    trainer = L.Trainer(
+        accelerator="cpu",
+        devices=2,
+        strategy="ddp_spawn",
+        max_epochs=3,
+        logger=False,
+        callbacks=[ResourceMonitorCallback(**FAST, rules=quiet(gpu_starvation={"hold_s": 0.2}))],
+        default_root_dir=tmp_path,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
+    trainer.fit(Tiny(), DataLoader(StarvedOnRankOne(48), batch_size=2))
+    records = read_dicts(tmp_path / "perf" / "alerts.jsonl", AlertEvent)
+    assert [(r["rule"], r["event"], r["rank"]) for r in records] == [("gpu_starvation", "fired", 1)]
+    epoch = records[0]["epoch"]
+    (finding,) = [f for f in build_report(tmp_path).findings if f.id == "alert:gpu_starvation"]
+    assert finding.title.startswith(f"rank 1: alert gpu_starvation since epoch {epoch}: ")
+    assert finding.evidence["still_active_at_end"] is True
+    page = to_markdown(build_report(tmp_path))
+    assert f"rank 1: alert gpu_starvation since epoch {epoch}" in page
+
+
 def test_disabled_callback_starts_nothing(tmp_path: Path) -> None:
     callback = ResourceMonitorCallback(enabled=False)
     fit(tmp_path, callback, Pairs(8))

@@ -22,7 +22,8 @@ from ocr.lightning_modules.callbacks.performance_profiler import (
     performance_metrics,
     render_table,
 )
-from ocr.lightning_modules.callbacks.recorder import _BATCH_TIMES_CHUNK, _Epoch
+from ocr.lightning_modules.callbacks.recorder import _BATCH_TIMES_CHUNK
+from ocr.lightning_modules.callbacks.stage_state import EpochWindow
 from ocr.lightning_modules.callbacks.throughput_monitor import throughput_metrics
 from ocr.perf.clock import PHASES
 from ocr.perf.ranks import rank_spread
@@ -184,7 +185,7 @@ def test_log_to_loggers_at_an_explicit_step() -> None:
 
 def test_buffered_batch_times_summarise_like_one_add_per_batch() -> None:
     # Batch times wait in a list and are folded in chunks; the summary must not change.
-    epoch = _Epoch(stage="train", epoch=0, segment_start_ns=0)
+    epoch = EpochWindow(stage="train", epoch=0, segment_start_ns=0)
     reference = StreamingStats()
     durations_ns = [1_000_000 + 37_013 * (i % 53) for i in range(_BATCH_TIMES_CHUNK + 77)]
     for i, ns in enumerate(durations_ns):

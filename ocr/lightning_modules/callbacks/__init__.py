@@ -1,5 +1,6 @@
 """Lightning callbacks: thin adapters from Lightning to ``ocr.perf`` and the loggers."""
 
+from ocr.lightning_modules.callbacks.epoch_scan import EpochScanCallback
 from ocr.lightning_modules.callbacks.errors import PerfCallbackWarning
 from ocr.lightning_modules.callbacks.performance_profiler import PerformanceProfilerCallback
 from ocr.lightning_modules.callbacks.plain_progress import PlainProgressBar
@@ -8,6 +9,7 @@ from ocr.lightning_modules.callbacks.resource_monitor import ResourceMonitorCall
 from ocr.lightning_modules.callbacks.throughput_monitor import ThroughputMonitorCallback
 
 __all__ = [
+    "EpochScanCallback",
     "PerfCallbackWarning",
     "PerformanceProfilerCallback",
     "PlainProgressBar",

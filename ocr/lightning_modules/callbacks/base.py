@@ -26,23 +26,25 @@ from ocr.lightning_modules.callbacks.epoch_report import (
 from ocr.lightning_modules.callbacks.errors import PerfCallbackWarning
 from ocr.lightning_modules.callbacks.recorder import StageRecorder
 from ocr.lightning_modules.callbacks.try_window import TrialWindow, open_trial_window
+from ocr.perf.records import JsonValue
+from ocr.perf.rundir import to_jsonable
 
 __all__ = ["RecorderCallback"]
 
 
-def _json_safe_hparams(pl_module: L.LightningModule) -> dict[str, Any]:
+def _json_safe_hparams(pl_module: L.LightningModule) -> JsonValue:
     hparams = getattr(pl_module, "hparams", None) or {}
     try:
         from omegaconf import DictConfig, OmegaConf
 
-        out = {}
+        out: dict[str, object] = {}
         for key, value in dict(hparams).items():
             out[str(key)] = (
                 OmegaConf.to_container(value, resolve=True)
                 if isinstance(value, DictConfig)
                 else value
             )
-        return out
+        return to_jsonable(out)
     except Exception:
         return {}
 

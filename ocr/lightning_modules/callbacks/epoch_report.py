@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 import lightning as L
 
@@ -17,6 +17,7 @@ from ocr.perf.stage import Stage
 __all__ = [
     "EpochReport",
     "IntervalProgress",
+    "Subscriber",
     "log_to_loggers",
     "normalize_stages",
     "per_second",
@@ -117,6 +118,9 @@ class EpochReport:
         sync_wait_measured: how ``sync_wait`` was measured: ``"ddp_comm_hook"`` (the gradient
             all-reduce wait, plus our epoch gather), ``"gather"`` (our epoch gather only: the
             model is not a ``DistributedDataParallel`` we could hook), or ``"none"`` (one process).
+        callbacks_s_by_rank: under DDP, each rank's ``callbacks_s``, indexed by rank (ranks may
+            have different callbacks: one built on one rank only is named there); empty on one
+            process.
     """
 
     stage: str
@@ -148,6 +152,7 @@ class EpochReport:
     module_hooks_s: dict[str, float] = field(default_factory=dict)
     straggler: Straggler | None = None
     sync_wait_measured: str = "none"
+    callbacks_s_by_rank: tuple[dict[str, float], ...] = ()
 
 
 class IntervalProgress(NamedTuple):
@@ -172,3 +177,18 @@ class IntervalProgress(NamedTuple):
     elapsed_s: float
     world_size: int
     step: int
+
+
+class Subscriber(Protocol):
+    """What the recorder needs of a monitor that subscribes to it (``RecorderCallback`` and the
+    resource monitor's adapter)."""
+
+    stages: frozenset[Stage]
+    log_interval: int
+    track_memory: bool
+    sync_cuda: bool
+    write_run_files: bool
+
+    def _receive_report(self, report: EpochReport) -> None: ...
+
+    def _receive_interval(self, progress: IntervalProgress) -> Mapping[str, float] | None: ...

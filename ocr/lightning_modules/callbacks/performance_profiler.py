@@ -14,6 +14,7 @@ from ocr.lightning_modules.callbacks.epoch_report import (
     EpochReport,
     IntervalProgress,
     log_to_loggers,
+    per_second,
 )
 from ocr.perf.clock import PHASES
 from ocr.perf.rundir import polygon_cache_hit_rate
@@ -129,10 +130,12 @@ def render_table(report: EpochReport) -> Table:
     """The end-of-epoch table: phases with their share of the epoch, worker parts, batch-time
     statistics and memory; with the max over ranks under DDP."""
     ddp = bool(report.spreads)
+    ranks = f" ({report.global_samples} on {report.world_size} ranks)" if ddp else ""
     table = Table(
         title=(
             f"{report.stage} epoch {report.epoch}: {report.wall_s:.3f} s, "
-            f"{report.num_batches} batches, {report.samples} samples"
+            f"{report.num_batches} batches, {report.samples} samples{ranks}, "
+            f"{per_second(report.global_samples, report.global_wall_s):.1f} samples/s"
         ),
         title_justify="left",
     )

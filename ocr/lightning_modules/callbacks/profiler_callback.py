@@ -26,14 +26,12 @@ warning too; profiling goes on without the record.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import shutil
 import socket
 import time
 import warnings
-import weakref
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -44,36 +42,20 @@ from lightning.pytorch.callbacks import Callback
 from torch.profiler import ProfilerActivity
 
 from ocr.errors import ConfigError
-from ocr.lightning_modules.callbacks.action_stream import add_listener, remove_listener
-from ocr.lightning_modules.callbacks.epoch_report import log_to_loggers, normalize_stages
+from ocr.lightning_modules.callbacks.action_stream import remove_listener
+from ocr.lightning_modules.callbacks.epoch_report import normalize_stages
 from ocr.lightning_modules.callbacks.errors import PerfCallbackWarning
-from ocr.lightning_modules.callbacks.untimed import untimed_hook
+from ocr.lightning_modules.callbacks.profiler_summary import summarise_window
+from ocr.lightning_modules.callbacks.profiler_window import Window
 from ocr.perf import triggers
-from ocr.perf.actions import classify_action
+from ocr.perf.alerts.rules import RULES
 from ocr.perf.records import ProfilerWindow, RecordWriter
-from ocr.perf.stage import Stage
-from ocr.perf.trace import analyze_table, load_traces
-from ocr.perf.trace.agreement import ClockSnapshots, compare_with_clock
-from ocr.perf.trace.render import print_analysis
 
 __all__ = ["ProfilerCallback"]
 
 log = logging.getLogger(__name__)
 
 _ACTIVITIES = {name.lower(): act for name, act in ProfilerActivity.__members__.items()}
-# Alert rules (ocr.perf.alerts) whose requests are recorded with trigger "alert": the engine
-# passes reasons such as "throughput_drop: 31 % below baseline".
-_ALERT_RULES = (
-    "gpu_starvation",
-    "host_memory_leak",
-    "nan_loss",
-    "disk_space",
-    "throughput_drop",
-    "gpu_memory_near_oom",
-    "thermal_throttle",
-    "straggler_rank",
-    "hang",
-)
 
 
 def _nonneg_int(owner: str, name: str, value: Any, minimum: int = 0) -> int:
@@ -83,91 +65,10 @@ def _nonneg_int(owner: str, name: str, value: Any, minimum: int = 0) -> int:
 
 
 def _trigger_kind(reason: str) -> str:
+    """``"alert"`` for a request made by an alert rule of the catalogue (the engine's reasons
+    read ``"<rule>: <message>"``), else ``"request"``."""
     rule = reason.split(":", 1)[0].strip()
-    return "alert" if rule in _ALERT_RULES else "request"
-
-
-class _ActionRanges:
-    """Action listener that opens a ``record_function`` range per Lightning action while a window
-    records, so the trace names ``training_step``, ``backward``, ``optimizer_step``, every
-    callback and hook (``[pl][profile]{action}``, as Lightning's ``PyTorchProfiler`` writes them:
-    the analyzer reads both alike). A stop without its start (an action that began before the
-    window) is ignored; ranges still open when the window ends are closed then."""
-
-    __slots__ = ("_open", "_trainer")
-
-    def __init__(self) -> None:
-        self._open: list[tuple[str, Any]] = []
-        self._trainer: weakref.ref[L.Trainer] | None = None
-
-    def attach(self, trainer: L.Trainer) -> None:
-        """Listen to ``trainer``'s actions (see :meth:`wants`)."""
-        self._trainer = weakref.ref(trainer)
-        add_listener(trainer, self)
-
-    def wants(self, name: str) -> bool:
-        """Every action but those whose hook does nothing (``callbacks.untimed``): the phase
-        clock leaves the same ones out, so trace and clock agree on the hooks' time, and a
-        range per inherited ``pass`` would cost profiler overhead for nothing."""
-        trainer = self._trainer() if self._trainer is not None else None
-        if trainer is None:
-            return True
-        try:
-            action = classify_action(name)
-            return not untimed_hook(trainer, action.kind, action.target, action.hook)
-        except Exception:
-            return True
-
-    def action_start(self, name: str) -> None:
-        try:
-            handle = torch.ops.profiler._record_function_enter_new("[pl][profile]" + name, None)
-        except Exception:  # a listener must never raise inside Lightning's loop
-            return
-        self._open.append((name, handle))
-
-    def action_stop(self, name: str) -> None:
-        stack = self._open
-        for k in range(len(stack) - 1, -1, -1):
-            if stack[k][0] == name:
-                handle = stack.pop(k)[1]
-                # never raise inside Lightning's loop
-                with contextlib.suppress(Exception):
-                    torch.ops.profiler._record_function_exit._RecordFunction(handle)
-                return
-
-    def close_all(self) -> None:
-        while self._open:
-            self.action_stop(self._open[-1][0])
-
-
-class _Window:
-    """One open profiling window: the live profiler and the files its cycles wrote."""
-
-    def __init__(
-        self,
-        stage: str,
-        epoch: int,
-        prof: torch.profiler.profile,
-        basename: str,
-        trigger: str,
-        reason: str,
-    ) -> None:
-        self.stage = stage
-        self.epoch = epoch
-        self.prof = prof
-        self.basename = basename  # trace file name without cycle, rank and extension
-        self.trigger = trigger  # "epoch" | "file" | "alert" | "request"
-        self.reason = reason
-        self.steps = 0
-        self.traces: list[Path] = []
-        self.error: BaseException | None = None
-        self.discarded = False  # stop without exporting (exception, failure)
-        self.ranges = _ActionRanges()
-        self.clock = ClockSnapshots()  # the live phase clock at each ProfilerStep boundary
-        self.first_batch: int | None = None  # batch_idx of the first and last step recorded
-        self.last_batch: int | None = None
-        self.export_s = 0.0  # time in prof.step()/stop() calls that exported a trace
-        self.trainer: L.Trainer | None = None  # set while the action listener is attached
+    return "alert" if rule in RULES else "request"
 
 
 class ProfilerCallback(Callback):
@@ -303,7 +204,7 @@ class ProfilerCallback(Callback):
 
         self._active = False  # enabled and not failed, for the current run
         self._warned = False
-        self._window: _Window | None = None
+        self._window: Window | None = None
         self._dir: Path | None = None
         self._rank_suffix = ""
         self._torch_activities: list[ProfilerActivity] = []
@@ -440,7 +341,7 @@ class ProfilerCallback(Callback):
 
     # -- windows -----------------------------------------------------------------------------
 
-    def _trace_path(self, window: _Window, cycle: int) -> Path:
+    def _trace_path(self, window: Window, cycle: int) -> Path:
         assert self._dir is not None
         suffix = f"_cycle{cycle}" if cycle else ""
         ext = ".json.gz" if self.gzip else ".json"
@@ -495,7 +396,7 @@ class ProfilerCallback(Callback):
                 profile_memory=self.profile_memory,
                 with_stack=self.with_stack,
             )
-            window = _Window(stage, epoch, prof, basename, trigger, reason)
+            window = Window(stage, epoch, prof, basename, trigger, reason)
             self._window = window
             prof.start()
             window.clock.begin(prof.step_num)
@@ -607,7 +508,7 @@ class ProfilerCallback(Callback):
             self._unlink_pending = False
             self._remove_trigger_file()
 
-    def _release(self) -> _Window | None:
+    def _release(self) -> Window | None:
         """Stop and drop the live profiler; the window (with its error, if any) is returned."""
         window = self._window
         if window is not None:
@@ -659,72 +560,11 @@ class ProfilerCallback(Callback):
         except Exception as exc:
             self._fail(exc)
 
-    def _report(self, trainer: L.Trainer, window: _Window) -> None:
-        stage = window.stage
-        t0 = time.perf_counter()
-        # every cycle of the window in one table: the summary covers all of them
-        report = analyze_table(load_traces(window.traces), top_k=self.log_top_k_ops)
-        agreement = compare_with_clock(report, window.clock, Stage(stage).trace_name)
-        if agreement is not None:
-            report.add_agreement(agreement)
-        if trainer.is_global_zero:
-            print_analysis(report)
-        analysis_s = time.perf_counter() - t0
-        trace_stage = Stage(stage).trace_name
-        steps = [row.wall_ms for row in report.steps if row.stage == trace_stage] or [
-            row.wall_ms for row in report.steps
-        ]
-        metrics = {f"profiler/{stage}_dataloader_pct": float(report.dataloader_time_pct)}
-        if steps:
-            metrics[f"profiler/{stage}_step_time_ms"] = sum(steps) / len(steps)
-        top = report.top_cpu_ops
-        if top:
-            per_step = top[0].self_ms_per_step
-            metrics[f"profiler/{stage}_top_op_self_ms"] = float(
-                per_step if per_step is not None else top[0].self_ms
-            )
-        log_to_loggers(trainer, metrics)
-        view = report.as_dict()  # the record is JSON
-        record = ProfilerWindow(
-            t=time.time(),
-            stage=Stage(stage),
-            epoch=window.epoch,
-            trigger=window.trigger,
-            reason=window.reason,
-            steps=report.summary.n_steps,
-            traces=[self._relative(p) for p in window.traces] if self.export_chrome_trace else [],
-            # batches whose time the profiler inflated (recording, export at the last one)
-            batches=None
-            if window.first_batch is None or window.last_batch is None
-            else (window.first_batch, window.last_batch),
-            # the profiler's own cost; the phase clock books it under the callbacks phase
-            overhead_s={"export": round(window.export_s, 6), "analysis": round(analysis_s, 6)},
-            summary={
-                "top_cpu_ops": view["top_cpu_ops"],
-                "findings": view["findings"],
-                "dataloader_time_pct": report.dataloader_time_pct,
-                "step_time_ms": metrics.get(f"profiler/{stage}_step_time_ms"),
-                "phases_ms_per_step": {
-                    st: {p: v.mean_ms for p, v in ps.phases.items()}
-                    for st, ps in report.phase_summary.items()
-                },
-            },
-            clock_agreement=view.get("clock_agreement"),
-        )
+    def _report(self, trainer: L.Trainer, window: Window) -> None:
+        traces = [self._relative(p) for p in window.traces] if self.export_chrome_trace else []
+        record = summarise_window(trainer, window, self.log_top_k_ops, traces)
         self.windows.append(record)
         self._write_record(record)
-        log.info(
-            "%s: %s window %s (%d trace(s)): %d steps, mean %.3f ms, data loading %.1f%%, "
-            "%d findings",
-            type(self).__name__,
-            stage,
-            window.basename,
-            len(window.traces),
-            len(steps),
-            metrics.get(f"profiler/{stage}_step_time_ms", float("nan")),
-            metrics[f"profiler/{stage}_dataloader_pct"],
-            len(report.findings),
-        )
 
     def _relative(self, path: Path) -> str:
         assert self._run_dir is not None

@@ -24,11 +24,11 @@ Validation inside ``fit`` pauses the train window, so each stage's phases sum to
 time. The sanity check is not recorded. A resumed run that starts mid-epoch opens its train
 window at the first data fetch.
 
-DDP: every rank measures itself; at each epoch close one ``all_gather`` of a fixed-order float
-vector (figures, phases, per-callback and per-module-hook seconds) gives the per-rank figures and
-the straggler (``ocr.perf.ranks.find_straggler``). A health flag travels with it: a rank whose
-recording failed keeps joining the gathers with the flag down and, at that gather, every rank
-turns recording off together.
+DDP: every rank measures itself; at each epoch close one exchange of every rank's figures
+(``callbacks/cross_rank.py``: one collective of the same shape on every rank, whatever each
+rank's callbacks) gives the per-rank figures and the straggler. A health flag travels with it: a
+rank whose recording failed keeps joining the exchanges with the flag down and, at that
+exchange, every rank turns recording off together.
 """
 
 from __future__ import annotations
@@ -37,26 +37,21 @@ import math
 import time
 import warnings
 import weakref
-from collections import deque
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar
 
 import lightning as L
-import numpy as np
 import torch
-from lightning.pytorch.core.hooks import CheckpointHooks, DataHooks, ModelHooks
 from lightning.pytorch.utilities.data import extract_batch_size
 from torch.utils.data import DataLoader
 
 from ocr.lightning_modules.callbacks import action_stream
+from ocr.lightning_modules.callbacks.cross_rank import CommTimer, gather_ranks, hook_ddp
 from ocr.lightning_modules.callbacks.cuda_events import CudaPhaseEvents, EventClock
 from ocr.lightning_modules.callbacks.epoch_report import (
-    MAX_KEPT_BATCH_TIMES,
     EpochReport,
     IntervalProgress,
+    Subscriber,
     log_to_loggers,
-    per_second,
 )
 from ocr.lightning_modules.callbacks.errors import PerfCallbackWarning
 from ocr.lightning_modules.callbacks.interpose import (
@@ -65,176 +60,40 @@ from ocr.lightning_modules.callbacks.interpose import (
     syncs_before_train_batch,
 )
 from ocr.lightning_modules.callbacks.run_files import RunFiles
+from ocr.lightning_modules.callbacks.stage_state import (
+    EpochWindow,
+    StageState,
+    named_seconds,
+    nanmax,
+)
 from ocr.lightning_modules.callbacks.try_window import perf_root
 from ocr.lightning_modules.callbacks.untimed import lightning_own_hook, untimed_hook
-from ocr.perf.actions import CALLBACK, DATAMODULE, MODULE, STRATEGY, classify_action
-from ocr.perf.clock import PHASES, PhaseClock, PhaseTotals, set_active_clock
+from ocr.lightning_modules.callbacks.window_events import (
+    BATCH_END_STAGE,
+    EV_AFTER_BACKWARD,
+    EV_BEFORE_BACKWARD_DONE,
+    EV_FIT_START,
+    EV_TEST_END,
+    EV_TEST_START,
+    EV_TRAIN_END,
+    EV_TRAIN_EPOCH_START,
+    EV_TRAIN_FETCH,
+    EV_VAL_END,
+    EV_VAL_START,
+    window_event,
+)
+from ocr.perf.actions import CALLBACK, DATAMODULE, MODULE, classify_action
+from ocr.perf.clock import PhaseClock, PhaseTotals, set_active_clock
 from ocr.perf.memory import memory_snapshot, reset_peak_memory
-from ocr.perf.ranks import find_straggler, rank_spread
 from ocr.perf.stage import Stage
-from ocr.perf.stats import StreamingStats
 from ocr.perf.worker import WorkerTiming
 
-__all__ = ["MODULE_HOOK_NAMES", "StageRecorder", "Subscriber"]
+__all__ = ["StageRecorder", "Subscriber"]
 
-# Figures gathered across ranks at an epoch close, in this fixed order (after a leading health
-# flag, and before the per-callback and per-module-hook seconds). Durations first: their spread
-# names a slowest rank.
-_DURATION_FIGURES: tuple[str, ...] = (
-    "epoch_time",
-    *(f"{phase}_time" for phase in PHASES),
-    "worker_fetch_time",
-    "worker_collate_time",
-    "batch_mean",
-)
-_OTHER_FIGURES: tuple[str, ...] = (
-    "samples",
-    "batches",
-    "samples_per_sec",
-    "batches_per_sec",
-    "peak_rss_gb",
-    "peak_gpu_memory_gb",
-)
-_FIGURES = _DURATION_FIGURES + _OTHER_FIGURES
-#: LightningModule hook names, in a fixed order (every rank runs the same Lightning): the
-#: per-module-hook slots of the DDP gather.
-MODULE_HOOK_NAMES: tuple[str, ...] = tuple(
-    sorted(
-        {
-            name
-            for cls in (ModelHooks, DataHooks, CheckpointHooks)
-            for name in vars(cls)
-            if not name.startswith("_") and callable(getattr(cls, name))
-        }
-    )
-)
-_MODULE_HOOK_INDEX = {name: i for i, name in enumerate(MODULE_HOOK_NAMES)}
 # In-epoch memory samples (for the RSS peak) at most this often: a snapshot costs ~100 us.
 _MEMORY_PERIOD_NS = 1_000_000_000
 # Batch times are folded into the epoch's StreamingStats in chunks of this many.
 _BATCH_TIMES_CHUNK = 1024
-
-# Events recognised in the action stream (by hook name, independent of which callback or module
-# dispatched it).
-_EV_NONE = 0
-_EV_TRAIN_EPOCH_START = 1
-_EV_TRAIN_END = 2
-_EV_VAL_START = 3
-_EV_VAL_END = 4  # the strategy's on_validation_end: the last action of a validation run
-_EV_TEST_START = 5
-_EV_TEST_END = 6
-_EV_TRAIN_FETCH = 7
-_EV_TRAIN_BATCH_END = 8  # the module's on_*_batch_end: the last action of a batch
-_EV_VAL_BATCH_END = 9
-_EV_TEST_BATCH_END = 10
-_EV_BEFORE_BACKWARD_DONE = 11  # the module's on_before_backward: backward runs right after
-_EV_AFTER_BACKWARD = 12  # any on_after_backward: backward has returned
-_EV_FIT_START = 13
-_START_EVENTS = {
-    "on_train_epoch_start": _EV_TRAIN_EPOCH_START,
-    "on_train_end": _EV_TRAIN_END,
-    "on_validation_start": _EV_VAL_START,
-    "on_test_start": _EV_TEST_START,
-    "train_dataloader_next": _EV_TRAIN_FETCH,
-    "on_after_backward": _EV_AFTER_BACKWARD,
-    "on_fit_start": _EV_FIT_START,
-}
-_MODULE_STOP_EVENTS = {
-    "on_train_batch_end": _EV_TRAIN_BATCH_END,
-    "on_validation_batch_end": _EV_VAL_BATCH_END,
-    "on_test_batch_end": _EV_TEST_BATCH_END,
-    "on_before_backward": _EV_BEFORE_BACKWARD_DONE,
-}
-_STRATEGY_STOP_EVENTS = {"on_validation_end": _EV_VAL_END, "on_test_end": _EV_TEST_END}
-_BATCH_END_STAGE = {
-    _EV_TRAIN_BATCH_END: "train",
-    _EV_VAL_BATCH_END: "val",
-    _EV_TEST_BATCH_END: "test",
-}
-
-
-class Subscriber(Protocol):
-    """What the recorder needs of a monitor that subscribes to it (``RecorderCallback`` and the
-    resource monitor's adapter)."""
-
-    stages: frozenset[Stage]
-    log_interval: int
-    track_memory: bool
-    sync_cuda: bool
-    write_run_files: bool
-
-    def _receive_report(self, report: EpochReport) -> None: ...
-
-    def _receive_interval(self, progress: IntervalProgress) -> Mapping[str, float] | None: ...
-
-
-# -- per-stage state -----------------------------------------------------------------------------
-
-
-@dataclass
-class _Epoch:
-    stage: str
-    epoch: int
-    segment_start_ns: int
-    phases_ns: dict[str, int] = field(default_factory=lambda: dict.fromkeys(PHASES, 0))
-    owners_ns: dict[tuple[str, str], int] = field(default_factory=dict)
-    gpu_s: dict[str, float] = field(default_factory=dict)
-    closed_ns: int = 0  # wall time of the closed segments (train around validation)
-    paused: bool = False
-    batch_times: StreamingStats = field(default_factory=StreamingStats)
-    pending_ns: list[int] = field(default_factory=list)  # batch times not yet in batch_times
-    last_batch_end_ns: int = 0  # window time (pauses excluded) of the previous batch end
-    num_batches: int = 0
-    samples: int = 0
-    peak_rss_gb: float = math.nan
-    peak_gpu_gb: float = math.nan
-    first_batch_samples: int = 0
-    kept_chunks: list[np.ndarray] = field(default_factory=list)  # every batch time, in ns
-
-    def elapsed_ns(self, now: int) -> int:
-        return self.closed_ns if self.paused else self.closed_ns + now - self.segment_start_ns
-
-    def flush_batch_times(self) -> None:
-        pending = self.pending_ns
-        if pending:
-            chunk = np.asarray(pending, dtype=np.int64)
-            self.kept_chunks.append(chunk)
-            self.batch_times.add_many(chunk / 1e9)
-            pending.clear()
-
-    def kept_batch_times(self) -> tuple[tuple[float, ...], int]:
-        """All batch times (s) when at most ``MAX_KEPT_BATCH_TIMES``, else every k-th; and k."""
-        if not self.kept_chunks:
-            return (), 1
-        times = np.concatenate(self.kept_chunks)
-        stride = max(1, -(-len(times) // MAX_KEPT_BATCH_TIMES))
-        return tuple((times[::stride] / 1e9).tolist()), stride
-
-
-@dataclass
-class _StageState:
-    # Worker timings arrive with batches; they accumulate here and move into the epoch at its
-    # close, so a batch prefetched before the window opened still counts for that epoch.
-    worker_ns: dict[str, int] = field(default_factory=dict)
-    worker_counts: dict[str, int] = field(default_factory=dict)
-    num_workers: int | None = None
-    # Sample counts of batches received but not yet finished (Lightning may prefetch one).
-    timing_samples: deque[int] = field(default_factory=lambda: deque(maxlen=8))
-    noted_samples: int | None = None  # size of the batch in flight, from a batch hook
-    epoch: _Epoch | None = None
-
-    def add_timing(self, timing: WorkerTiming) -> None:
-        acc = self.worker_ns
-        if timing.fetch_timed:  # else fetch_ns is 0 by convention, not a measurement
-            acc["fetch"] = acc.get("fetch", 0) + timing.fetch_ns
-        acc["collate"] = acc.get("collate", 0) + timing.collate_ns
-        for name, ns in timing.parts_ns.items():
-            acc[name] = acc.get(name, 0) + ns
-        if timing.counts:
-            counts = self.worker_counts
-            for name, n in timing.counts.items():
-                counts[name] = counts.get(name, 0) + n
-        self.timing_samples.append(timing.samples)
 
 
 class _Tap:
@@ -254,38 +113,6 @@ class _Tap:
         if recorder.measuring:
             stage = recorder._open[-1] if recorder._open else self.stage
             recorder._states[stage].add_timing(timing)
-
-
-class _CommTimer:
-    """State of the DDP communication hook :func:`_timed_allreduce`: the process group, and the
-    time the last gradient bucket was handed over (local backward compute is done then; what
-    follows until backward returns is the wait for the other ranks). Keeps working, harmlessly,
-    after the recorder is gone."""
-
-    def __init__(self, process_group: Any) -> None:
-        self.process_group = process_group
-        self.ready_ns = 0
-
-
-def _timed_allreduce(
-    state: _CommTimer, bucket: torch.distributed.GradBucket
-) -> torch.futures.Future[torch.Tensor]:
-    """DDP's default all-reduce (the same arithmetic as the built-in hook), stamping the time.
-    The annotations are required: DDP checks them at registration."""
-    from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
-
-    future = allreduce_hook(state.process_group, bucket)
-    state.ready_ns = time.perf_counter_ns()
-    return future
-
-
-if torch.distributed.is_available():
-    # DDP compares the annotation objects themselves; this module's annotations are strings.
-    _timed_allreduce.__annotations__ = {
-        "state": _CommTimer,
-        "bucket": torch.distributed.GradBucket,
-        "return": torch.futures.Future[torch.Tensor],
-    }
 
 
 # -- the recorder --------------------------------------------------------------------------------
@@ -319,7 +146,7 @@ class StageRecorder:
         self.clock: PhaseClock = PhaseClock()
         self._events: CudaPhaseEvents | None = None
         self._device: torch.device | None = None  # set when measuring a CUDA device
-        self._states: dict[str, _StageState] = {s: _StageState() for s in Stage}
+        self._states: dict[str, StageState] = {s: StageState() for s in Stage}
         self._open: list[str] = []  # open windows, innermost last (train below val)
         self._train_epoch_marked = -1  # the epoch whose train window an action opened
         # Actions running now, innermost last: (action, phase, owner, event); a transparent one
@@ -328,14 +155,13 @@ class StageRecorder:
         self._info: dict[str, tuple[str, str, str, int]] = {}  # action -> its stack entry
         self._owner_group: dict[str, tuple[str, str]] = {}  # owner -> (group, name)
         self._callback_names: dict[str, str] = {}  # callback state_key -> display name
-        self._callback_slots: list[str] = []  # display names in trainer.callbacks order
         self._in_backward = False
         self._backward_start_ns = 0
         # Under DDP Lightning syncs the ranks between two training batches (see
         # interpose.syncs_before_train_batch): that gap is sync_wait, not unattributed.
         self._sync_between_batches = syncs_before_train_batch(self.world_size)
         self._between_batches = False
-        self._comm: _CommTimer | None = None
+        self._comm: CommTimer | None = None
         self._interposer: LoaderInterposer | None = None
         self._listening = False
         self.sync_wait_measured = "none" if self.world_size <= 1 else "gather"
@@ -419,7 +245,6 @@ class StageRecorder:
         state keys differ (instances with equal state keys are indistinguishable in the action
         stream and share one name)."""
         names: dict[str, str] = {}
-        slots: list[str] = []
         count: dict[str, int] = {}
         for callback in trainer.callbacks:  # type: ignore[attr-defined]
             key = callback.state_key
@@ -429,9 +254,7 @@ class StageRecorder:
             count[base] = count.get(base, 0) + 1
             name = base if count[base] == 1 else f"{base}#{count[base]}"
             names[key] = name
-            slots.append(name)
         self._callback_names = names
-        self._callback_slots = slots
         self._info.clear()
 
     def _route_loader(self, loader: DataLoader) -> tuple[_Tap, PhaseClock] | None:
@@ -569,11 +392,7 @@ class StageRecorder:
             self._owner_group[owner] = ("callbacks", display)
         elif action.kind in (MODULE, DATAMODULE):
             self._owner_group[owner] = ("module_hooks", owner)
-        event = _START_EVENTS.get(action.hook, _EV_NONE)
-        if action.kind == MODULE:
-            event = _MODULE_STOP_EVENTS.get(action.hook, event)
-        elif action.kind == STRATEGY:
-            event = _STRATEGY_STOP_EVENTS.get(action.hook, event)
+        event = window_event(action.kind, action.hook)
         info = (name, action.phase, owner if action.phase else "", event)
         self._info[name] = info
         return info
@@ -631,7 +450,7 @@ class StageRecorder:
                     return  # started before we listened
             clock = self.clock
             if clock.running:
-                if event == _EV_BEFORE_BACKWARD_DONE:
+                if event == EV_BEFORE_BACKWARD_DONE:
                     # The backward pass runs next (automatic and manual optimization alike).
                     clock.switch("backward")
                     self._in_backward = True
@@ -648,7 +467,7 @@ class StageRecorder:
             self._fail(exc)
 
     def _event_start(self, event: int) -> None:
-        if event == _EV_AFTER_BACKWARD:
+        if event == EV_AFTER_BACKWARD:
             if self._in_backward:
                 self._in_backward = False
                 comm = self._comm
@@ -658,40 +477,40 @@ class StageRecorder:
         trainer = self._trainer_ref()
         if trainer is None:
             return
-        if event == _EV_TRAIN_EPOCH_START:
+        if event == EV_TRAIN_EPOCH_START:
             epoch = int(trainer.current_epoch)
             if self._train_epoch_marked != epoch:
                 self._train_epoch_marked = epoch
                 self.close_epoch("train", reopen=True)
-        elif event == _EV_TRAIN_FETCH:
+        elif event == EV_TRAIN_FETCH:
             if "train" not in self._open and self._states["train"].epoch is None:
                 # Resumed mid-epoch: Lightning skips on_train_epoch_start.
                 self._train_epoch_marked = int(trainer.current_epoch)
                 self.open_epoch("train")
-        elif event == _EV_TRAIN_END:
+        elif event == EV_TRAIN_END:
             if "train" in self._open:
                 self.close_epoch("train")
-        elif event == _EV_VAL_START:
+        elif event == EV_VAL_START:
             if not trainer.sanity_checking and "val" not in self._open:
                 self.open_epoch("val")
-        elif event == _EV_TEST_START:
+        elif event == EV_TEST_START:
             if "test" not in self._open:
                 self.open_epoch("test")
-        elif event == _EV_FIT_START:
+        elif event == EV_FIT_START:
             self._hook_ddp(trainer)
 
     def _event_stop(self, event: int) -> None:
-        stage = _BATCH_END_STAGE.get(event)
+        stage = BATCH_END_STAGE.get(event)
         if stage is not None:
             self._batch_end(stage)
             return
-        if event == _EV_VAL_END:
+        if event == EV_VAL_END:
             trainer = self._trainer_ref()
             if trainer is not None and trainer.sanity_checking:
                 self.discard("val")
             elif "val" in self._open:
                 self.close_epoch("val")
-        elif event == _EV_TEST_END and "test" in self._open:
+        elif event == EV_TEST_END and "test" in self._open:
             self.close_epoch("test")
 
     def _current_label(self) -> tuple[str, str]:
@@ -706,20 +525,11 @@ class StageRecorder:
         """Register the timing communication hook on a DistributedDataParallel model (public
         torch API; once per model). A model that already has one (the user's) is left alone:
         ``sync_wait`` then covers our epoch gather only."""
-        if self.world_size <= 1 or self._comm is not None:
+        if self.world_size <= 1 or self._comm is not None or trainer.strategy.model is None:
             return
-        from torch.nn.parallel import DistributedDataParallel
-
-        model = trainer.strategy.model
-        if not isinstance(model, DistributedDataParallel):
-            return
-        timer = _CommTimer(model.process_group)
-        try:
-            model.register_comm_hook(state=timer, hook=_timed_allreduce)
-        except (RuntimeError, ValueError):
-            return  # a hook is already registered (the user's): not ours to replace
-        self._comm = timer
-        self.sync_wait_measured = "ddp_comm_hook"
+        self._comm = hook_ddp(trainer.strategy.model)
+        if self._comm is not None:
+            self.sync_wait_measured = "ddp_comm_hook"
 
     # -- batches ---------------------------------------------------------------------------
 
@@ -765,7 +575,7 @@ class StageRecorder:
             if self.clock.running and self._current_label()[0] == "sync_wait":
                 self.clock.switch("sync_wait")
 
-    def _on_interval(self, epoch: _Epoch, elapsed_ns: int) -> None:
+    def _on_interval(self, epoch: EpochWindow, elapsed_ns: int) -> None:
         trainer = self._trainer_ref()
         assert trainer is not None
         progress = IntervalProgress(
@@ -788,11 +598,11 @@ class StageRecorder:
         if merged:
             log_to_loggers(trainer, merged, progress.step)
 
-    def _sample_memory(self, epoch: _Epoch) -> dict[str, float]:
+    def _sample_memory(self, epoch: EpochWindow) -> dict[str, float]:
         snap = memory_snapshot()
         self._memory_ns = time.perf_counter_ns()
-        epoch.peak_rss_gb = _nanmax(epoch.peak_rss_gb, snap.get("process_rss_gb"))
-        epoch.peak_gpu_gb = _nanmax(epoch.peak_gpu_gb, snap.get("cuda_max_allocated_gb"))
+        epoch.peak_rss_gb = nanmax(epoch.peak_rss_gb, snap.get("process_rss_gb"))
+        epoch.peak_gpu_gb = nanmax(epoch.peak_gpu_gb, snap.get("cuda_max_allocated_gb"))
         return snap
 
     # -- windows ---------------------------------------------------------------------------
@@ -819,7 +629,7 @@ class StageRecorder:
         if outer is not None and self.measuring and not outer.paused:
             self._pause(outer)
         now = time.perf_counter_ns()
-        epoch = _Epoch(stage=stage, epoch=int(trainer.current_epoch), segment_start_ns=now)
+        epoch = EpochWindow(stage=stage, epoch=int(trainer.current_epoch), segment_start_ns=now)
         state.epoch = epoch
         self._open.append(stage)
         if not self.measuring:
@@ -839,7 +649,7 @@ class StageRecorder:
             self.clock.switch(phase, owner)
         set_active_clock(self.clock)
 
-    def _pause(self, epoch: _Epoch) -> None:
+    def _pause(self, epoch: EpochWindow) -> None:
         totals = self.clock.stop()
         self._fold(epoch, totals)
         epoch.closed_ns += totals.wall_ns
@@ -847,14 +657,14 @@ class StageRecorder:
         if self._track_memory:
             self._sample_memory(epoch)  # the CUDA peak restarts for the inner window
 
-    def _resume(self, epoch: _Epoch) -> None:
+    def _resume(self, epoch: EpochWindow) -> None:
         self._start_clock()
         epoch.segment_start_ns = time.perf_counter_ns()
         epoch.paused = False
         if self._track_memory:
             reset_peak_memory()
 
-    def _fold(self, epoch: _Epoch, totals: PhaseTotals) -> None:
+    def _fold(self, epoch: EpochWindow, totals: PhaseTotals) -> None:
         for name, ns in totals.phases_ns.items():
             epoch.phases_ns[name] += ns
         owners = epoch.owners_ns
@@ -873,11 +683,10 @@ class StageRecorder:
             return
         state = self._states[stage]
         epoch = state.epoch
-        vector: list[float] | None = None
-        partial: dict[str, Any] | None = None
+        local: EpochReport | None = None
         if epoch is not None:
             try:
-                vector, partial = self._close(state, epoch)
+                local = self._close(state, epoch)
             except Exception as exc:
                 self._fail(exc)
         if reopen:
@@ -889,7 +698,7 @@ class StageRecorder:
         try:
             if clock.running:
                 clock.switch("sync_wait")
-            report = self._gather_report(vector, partial)
+            report = self._gather_report(local)
             if report is not None and self.files is not None:
                 if clock.running:
                     clock.switch("callbacks", "performance callbacks.run_files")
@@ -905,36 +714,13 @@ class StageRecorder:
             if clock.running:
                 clock.switch(*label)
 
-    def _named_seconds(
-        self, owners_ns: Mapping[tuple[str, str], int]
-    ) -> dict[str, dict[str, float]]:
-        """Per-callback, per-callback-hook and per-module-hook seconds from the clock's owners."""
-        callbacks: dict[str, float] = {}
-        callback_hooks: dict[str, float] = {}
-        module_hooks: dict[str, float] = {}
-        groups = self._owner_group
-        for (_, owner), ns in owners_ns.items():
-            group = groups.get(owner)
-            if group is None:
-                continue
-            seconds = ns / 1e9
-            if group[0] == "callbacks":
-                callbacks[group[1]] = callbacks.get(group[1], 0.0) + seconds
-                callback_hooks[owner] = callback_hooks.get(owner, 0.0) + seconds
-            else:
-                module_hooks[owner] = module_hooks.get(owner, 0.0) + seconds
-        return {
-            "callbacks": callbacks,
-            "callback_hooks": callback_hooks,
-            "module_hooks": module_hooks,
-        }
-
-    def _close(self, state: _StageState, epoch: _Epoch) -> tuple[list[float], dict[str, Any]]:
+    def _close(self, state: StageState, epoch: EpochWindow) -> EpochReport | None:
+        """Close the window: this rank's report (None when measurement is off)."""
         self._open.remove(epoch.stage)
         state.epoch = None
         outer = self._states[self._open[-1]].epoch if self._open else None
         if not self.measuring:
-            return self._failed_vector(), {}
+            return None
         totals = self.clock.stop()
         self._fold(epoch, totals)
         wall_ns = epoch.closed_ns + totals.wall_ns
@@ -950,120 +736,54 @@ class StageRecorder:
         else:
             set_active_clock(None)
         wall_s = wall_ns / 1e9
-        phases_s = {name: ns / 1e9 for name, ns in epoch.phases_ns.items()}
-        named = self._named_seconds(epoch.owners_ns)
+        callbacks, callback_hooks, module_hooks = named_seconds(epoch.owners_ns, self._owner_group)
         epoch.flush_batch_times()
-        stats = epoch.batch_times.summary()
         kept, stride = epoch.kept_batch_times()
         trainer = self._trainer_ref()
-        partial = {
-            "stage": epoch.stage,
-            "epoch": epoch.epoch,
-            "wall_s": wall_s,
-            "phases_s": phases_s,
-            "gpu_phases_s": dict(epoch.gpu_s),
-            "worker_s": worker,
-            "batch_stats": stats,
-            "num_batches": epoch.num_batches,
-            "samples": epoch.samples,
-            "memory": memory,
-            "peak_rss_gb": epoch.peak_rss_gb,
-            "peak_gpu_memory_gb": epoch.peak_gpu_gb,
-            "worker_counts": counts,
-            "batch_times_s": kept,
-            "batch_times_stride": stride,
-            "num_workers": state.num_workers,
-            "batch_size": epoch.first_batch_samples,
-            "device": "cuda" if self._events is not None else "cpu",
-            "global_step": int(trainer.global_step) if trainer is not None else 0,
-            "callbacks_s": named["callbacks"],
-            "callback_hooks_s": named["callback_hooks"],
-            "module_hooks_s": named["module_hooks"],
-            "sync_wait_measured": self.sync_wait_measured,
-        }
-        figures = {
-            "epoch_time": wall_s,
-            **{f"{name}_time": s for name, s in phases_s.items()},
-            "worker_fetch_time": worker.get("fetch", math.nan),
-            "worker_collate_time": worker.get("collate", math.nan),
-            "batch_mean": stats["mean"],
-            "samples": float(epoch.samples),
-            "batches": float(epoch.num_batches),
-            "samples_per_sec": per_second(epoch.samples, wall_s),
-            "batches_per_sec": per_second(epoch.num_batches, wall_s),
-            "peak_rss_gb": epoch.peak_rss_gb,
-            "peak_gpu_memory_gb": epoch.peak_gpu_gb,
-        }
-        vector = [1.0] + [float(figures[name]) for name in _FIGURES]
-        vector += [named["callbacks"].get(name, 0.0) for name in self._callback_slots]
-        hooks = [0.0] * len(MODULE_HOOK_NAMES)
-        for owner, seconds in named["module_hooks"].items():
-            index = _MODULE_HOOK_INDEX.get(owner.rpartition(".")[2])
-            if index is not None:
-                hooks[index] += seconds
-        return vector + hooks, partial
+        return EpochReport(
+            stage=epoch.stage,
+            epoch=epoch.epoch,
+            wall_s=wall_s,
+            phases_s={name: ns / 1e9 for name, ns in epoch.phases_ns.items()},
+            gpu_phases_s=dict(epoch.gpu_s),
+            worker_s=worker,
+            batch_stats=epoch.batch_times.summary(),
+            num_batches=epoch.num_batches,
+            samples=epoch.samples,
+            memory=memory,
+            peak_rss_gb=epoch.peak_rss_gb,
+            peak_gpu_memory_gb=epoch.peak_gpu_gb,
+            global_samples=epoch.samples,
+            global_batches=epoch.num_batches,
+            global_wall_s=wall_s,
+            worker_counts=counts,
+            batch_times_s=kept,
+            batch_times_stride=stride,
+            num_workers=state.num_workers,
+            batch_size=epoch.first_batch_samples,
+            device="cuda" if self._events is not None else "cpu",
+            global_step=int(trainer.global_step) if trainer is not None else 0,
+            callbacks_s=callbacks,
+            callback_hooks_s=callback_hooks,
+            module_hooks_s=module_hooks,
+            sync_wait_measured=self.sync_wait_measured,
+        )
 
-    def _failed_vector(self) -> list[float]:
-        size = len(_FIGURES) + len(self._callback_slots) + len(MODULE_HOOK_NAMES)
-        return [0.0] + [math.nan] * size
-
-    def _gather_report(
-        self, vector: list[float] | None, partial: dict[str, Any] | None
-    ) -> EpochReport | None:
+    def _gather_report(self, local: EpochReport | None) -> EpochReport | None:
+        """The epoch's report across ranks (``local`` itself on one process); None when
+        recording is off here, or (DDP) on any rank: then it goes off on every rank together."""
         if self.world_size <= 1:
-            if vector is None or partial is None or not self.measuring:
-                return None
-            return EpochReport(
-                **partial,
-                world_size=1,
-                global_samples=partial["samples"],
-                global_batches=partial["num_batches"],
-                global_wall_s=partial["wall_s"],
-            )
-        trainer = self._trainer_ref()
-        assert trainer is not None
-        if vector is None:
-            vector = self._failed_vector()
-        rows = _all_gather(trainer, vector)
-        if any(row[0] != 1.0 for row in rows):
+            return local if self.measuring else None
+        report, off = gather_ranks(local if self.measuring else None, self.world_size)
+        if off is not None:
             if self.measuring:
                 warnings.warn(
-                    "performance recording is off for the rest of this run: it failed on rank(s) "
-                    f"{[r for r, row in enumerate(rows) if row[0] != 1.0]}",
+                    f"performance recording is off for the rest of this run: {off}",
                     PerfCallbackWarning,
                     stacklevel=2,
                 )
             self._finish_subscribers()
-            return None
-        assert partial is not None
-        return self._ddp_report(rows, partial)
-
-    def _ddp_report(self, rows: list[list[float]], partial: dict[str, Any]) -> EpochReport:
-        n_fig = len(_FIGURES)
-        per_rank = {name: [row[1 + i] for row in rows] for i, name in enumerate(_FIGURES)}
-        spreads = {name: rank_spread(values) for name, values in per_rank.items()}
-        for name in _OTHER_FIGURES:
-            spreads[name].pop("slowest_rank")  # the largest rate or count is not the slowest
-        cb0 = 1 + n_fig
-        hook0 = cb0 + len(self._callback_slots)
-        phases = [{p: row[1 + _FIGURES.index(f"{p}_time")] for p in PHASES} for row in rows]
-        named = [
-            {
-                "callbacks": dict(zip(self._callback_slots, row[cb0:hook0], strict=True)),
-                "module_hooks": dict(zip(MODULE_HOOK_NAMES, row[hook0:], strict=True)),
-            }
-            for row in rows
-        ]
-        straggler = find_straggler(per_rank["epoch_time"], phases, named)
-        return EpochReport(
-            **partial,
-            world_size=len(rows),
-            spreads=spreads,
-            global_samples=int(sum(per_rank["samples"])),
-            global_batches=int(sum(per_rank["batches"])),
-            global_wall_s=max(per_rank["epoch_time"]),
-            straggler=straggler,
-        )
+        return report
 
     def discard(self, stage: str) -> None:
         """Forget worker timings received outside a recorded window (the sanity check)."""
@@ -1077,17 +797,3 @@ class StageRecorder:
         """An exception ends the run: close everything without gathering (ranks may be out of
         step) and undo the instrumentation."""
         self.shutdown()
-
-
-def _all_gather(trainer: L.Trainer, vector: list[float]) -> list[list[float]]:
-    device = trainer.strategy.root_device
-    dtype = torch.float32 if device.type == "mps" else torch.float64
-    tensor = torch.tensor(vector, dtype=dtype, device=device)
-    gathered = trainer.strategy.all_gather(tensor)
-    return gathered.reshape(-1, len(vector)).cpu().tolist()
-
-
-def _nanmax(current: float, value: float | None) -> float:
-    if value is None or math.isnan(value):
-        return current
-    return value if math.isnan(current) else max(current, value)

@@ -20,7 +20,15 @@ from rich.table import Table
 from ocr.errors import ConfigError
 from ocr.lightning_modules.callbacks.epoch_report import EpochReport, log_to_loggers
 from ocr.lightning_modules.callbacks.recorder import StageRecorder
-from ocr.perf.alerts import AlertEngine, AlertSink, JsonlSink, LogSink, WandbSink, build_rules
+from ocr.perf.alerts import (
+    AlertEngine,
+    AlertSink,
+    JsonlSink,
+    LogSink,
+    StragglerSignal,
+    WandbSink,
+    build_rules,
+)
 from ocr.perf.records import PERF_DIRNAME, RecordWriter, ResourceSample
 from ocr.perf.resources import (
     ResourceMonitor,
@@ -102,25 +110,13 @@ class ResourceMonitorCallback(Callback):
     training thread at the next batch end after each logging interval: loggers are not
     thread-safe. An internal error is one warning and the monitor turns off; training goes on.
     It watches ``fit`` (a ``validate`` or ``test`` run on its own is not sampled). The alert
-    rules, their thresholds and defaults: ``ocr.perf.alerts`` and
-    ``configs/callbacks/resource_monitor.yaml``.
+    rules, their thresholds and defaults: the catalogue ``ocr.perf.alerts.rules``.
 
-    Metrics (``resources/<name>``; all names and meanings in ``ocr.perf.resources.METRIC_DOCS``):
-    ``process_cpu_percent``, ``process_rss_gb``, ``process_uss_gb``, ``process_pss_gb``,
-    ``process_threads``, ``process_open_fds``, ``process_tree_memory_gb``, ``workers_count``,
-    ``workers_cpu_percent``, ``workers_rss_gb``, ``workers_uss_gb``, ``workers_pss_gb``,
-    ``system_cpu_percent``, ``iowait_percent``, ``system_memory_percent``,
-    ``memory_available_gb``, ``memory_limit_gb``, ``disk_read_mb_s``, ``disk_write_mb_s``,
-    ``net_recv_mb_s``, ``net_sent_mb_s``, ``checkpoint_dir_free_gb``, ``io_read_mb_s``,
-    ``io_write_mb_s``, ``io_storage_read_mb_s``, ``io_{train,val,test,idle}_{read,write}_mb``
-    (per-phase I/O totals of the main process and workers), per GPU ``gpu{i}_util_percent``,
-    ``gpu{i}_memory_util_percent``, ``gpu{i}_memory_used_gb``, ``gpu{i}_memory_total_gb``,
-    ``gpu{i}_power_w``, ``gpu{i}_power_limit_w``, ``gpu{i}_temperature_c``,
-    ``gpu{i}_sm_clock_mhz``, ``gpu{i}_throttle_reasons``, ``gpu{i}_throttle_thermal``,
-    ``gpu{i}_throttle_power`` (``i`` numbers this rank's own devices), torch allocator
-    ``cuda_allocated_gb``, ``cuda_reserved_gb``, ``cuda_max_reserved_gb``, ``cuda_total_gb``,
-    ``cuda_alloc_retries``, ``cuda_ooms``, and training signals ``data_wait_share``,
-    ``train_steps_per_s``, ``step_time_median_s``, ``last_step_age_s``, ``loss_nonfinite``.
+    Metrics: ``resources/<name>`` for the process and its DataLoader workers (CPU, RSS, USS,
+    PSS, threads, files), the host (CPU, iowait, memory, disk and network rates), free space
+    where checkpoints go, per-phase I/O totals, each of this rank's GPUs (``gpu{i}_...``),
+    the torch allocator and the training signals; every name and its meaning in
+    ``ocr.perf.resources.METRIC_DOCS``.
     In the logged metrics, rates, percentages and shares are averaged over the logging interval
     and gauges and totals are the interval's last value; ``resources.jsonl`` holds each sample.
     At fit end: ``resources/<name>_mean`` / ``_max`` over the run,
@@ -129,8 +125,9 @@ class ResourceMonitorCallback(Callback):
     Files (``<trainer.default_root_dir>/perf/``): ``resources.jsonl`` (rank zero; one
     ``receipt-ocr/resource-sample`` line per sample, or per logging interval without
     ``record_samples``, and a closing
-    ``receipt-ocr/resource-summary``), ``alerts.jsonl`` (``receipt-ocr/alert`` events: rank
-    zero's, plus other ranks' per-rank rules with their rank).
+    ``receipt-ocr/resource-summary``), ``alerts.jsonl`` (``receipt-ocr/alert`` events of every
+    rank, each with its rank: rank zero evaluates every rule, other ranks the rules about their
+    own inputs, marked ``per_rank``).
 
     Data wait (starvation rule) is measured here, not taken from the step-time recorder: the
     time between a training batch's end and the next one's start over the step period (an
@@ -157,11 +154,12 @@ class ResourceMonitorCallback(Callback):
             Default ``5.0``.
         alerts: evaluate the alert rules. Default ``True``.
         rules: per-rule settings, rule name -> {setting: value} (``enabled``, ``hold_s``,
-            ``cooldown_s`` and each rule's thresholds; see ``ocr.perf.alerts``). Default: the
-            rules' defaults.
+            ``cooldown_s`` and each rule's thresholds; see ``ocr.perf.alerts.rules``). Default:
+            the rules' defaults.
         wandb_alerts: also send events with ``wandb.alert`` when a wandb run is active.
             Default ``True``.
-        profile_on_throughput_drop: a ``throughput_drop`` firing requests a profiler window
+        profile_on_throughput_drop: a firing of a rule that asks for one (``requests_profile``:
+            ``throughput_drop``) requests a profiler window
             (``ProfilerCallback`` in on-demand mode takes it). Default ``False``.
         print_summary: print the run's resource summary at fit end (rank zero). Default
             ``True``.
@@ -178,7 +176,7 @@ class ResourceMonitorCallback(Callback):
         worker_refresh_s: float = 5.0,
         memory_detail_s: float = 5.0,
         alerts: bool = True,
-        rules: Mapping[str, Mapping[str, Any] | None] | None = None,
+        rules: Mapping[str, Mapping[str, object] | None] | None = None,
         wandb_alerts: bool = True,
         profile_on_throughput_drop: bool = False,
         print_summary: bool = True,
@@ -268,7 +266,7 @@ class ResourceMonitorCallback(Callback):
                 sinks,
                 rank=trainer.global_rank,
                 all_rules=zero,
-                profile_on_throughput_drop=self.profile_on_throughput_drop,
+                request_profiles=self.profile_on_throughput_drop,
             )
         signals = StepSignals()
         signals.checkpoint_bytes = _checkpoint_bytes(trainer, pl_module, self._ckpt_dir)
@@ -512,17 +510,17 @@ class _StragglerFeed:
         self.recorder = None
 
 
-def straggler_signal(report: EpochReport) -> dict[str, float | str]:
+def straggler_signal(report: EpochReport) -> StragglerSignal:
     """The ``straggler_rank`` rule's input from one epoch report: rank -1 and share 0 when no
     rank straggles (so an earlier alert can resolve)."""
     straggler = report.straggler
     if straggler is None:
-        return {"rank": -1.0, "share": 0.0, "excess_s": 0.0, "cause": "", "epoch": report.epoch}
-    return {
-        "rank": float(straggler.rank),
-        "share": straggler.share,
-        "excess_s": straggler.excess_s,
-        "cause": straggler.cause,
-        "others_wait_s": straggler.others_wait_s,
-        "epoch": float(report.epoch),
-    }
+        return StragglerSignal(rank=-1, share=0.0, epoch=report.epoch)
+    return StragglerSignal(
+        rank=straggler.rank,
+        share=straggler.share,
+        excess_s=straggler.excess_s,
+        cause=straggler.cause,
+        others_wait_s=straggler.others_wait_s,
+        epoch=report.epoch,
+    )

@@ -209,7 +209,8 @@ def training_rates(run: RunData) -> list[tuple[int, float]]:
         dt = cur.elapsed_s - elapsed
         ds = cur.samples - samples
         if dt > 0 and ds >= 0:
-            rates.append((cur.step, ds / dt))
+            # The counts are one rank's; ranks run in step under DDP.
+            rates.append((cur.step, ds * cur.world_size / dt))
         elapsed, samples = cur.elapsed_s, cur.samples
     return rates
 

@@ -288,7 +288,30 @@ def _phases(report: Report) -> Section:
                 "DDP: the rank the others waited for, per epoch (from the phases of every rank)",
             )
         )
+    by_rank = _rank_callback_rows(stages)
+    if by_rank:
+        sec.tables.append(by_rank)
     return sec
+
+
+def _rank_callback_rows(stages: list[StageSummary]) -> Table | None:
+    """DDP: seconds per callback on each rank, all stages and epochs ("-": not on that rank)."""
+    ranks = max((len(s.callbacks_s_by_rank) for s in stages), default=0)
+    totals: list[dict[str, float]] = [{} for _ in range(ranks)]
+    for s in stages:
+        for acc, spent in zip(totals, s.callbacks_s_by_rank, strict=False):
+            for name, secs in spent.items():
+                acc[name] = acc.get(name, 0.0) + secs
+    names = sorted({name for acc in totals for name in acc})
+    if ranks < 2 or not names:
+        return None
+    rows = [[name] + [_f(acc.get(name), 3) for acc in totals] for name in names]
+    return Table(
+        ["callback"] + [f"rank {r} s" for r in range(ranks)],
+        rows,
+        "DDP: time in each callback's hooks per rank, all epochs (ranks may have different "
+        "callbacks)",
+    )
 
 
 _NAMED_ROWS = 12
@@ -454,8 +477,8 @@ def _throughput(report: Report) -> Section:
         [
             e.stage.label,
             _f(e.epoch),
-            _f(e.wall_s),
-            _f(e.samples),
+            _f(e.all_wall_s),  # what samples/s divides by
+            _f(e.all_samples),  # all ranks
             _f(e.samples_per_sec),
             _f(e.batches_per_sec),
             _f(e.batch_size),
@@ -510,23 +533,22 @@ def _resources(report: Report) -> Section:
     t0 = min((r.t for r in run.resources), default=None)
     if run.alerts:
         base = t0 if t0 is not None else min(a.t for a in run.alerts)
-        sec.tables.append(
-            Table(
-                ["min", "rule", "event", "severity", "message", "change"],
-                [
-                    [
-                        f"{(a.t - base) / 60.0:.2f}",
-                        _f(a.rule),
-                        _f(a.event),
-                        _f(a.severity),
-                        _f(a.message),
-                        _f(a.suggestion),
-                    ]
-                    for a in run.alerts
-                ],
-                "Alerts",
-            )
-        )
+        # Under DDP every rank appends to alerts.jsonl: name the rank of each event.
+        ranked = any(a.rank != 0 for a in run.alerts) or any(e.world_size > 1 for e in run.epochs)
+        rows = [
+            [
+                f"{(a.t - base) / 60.0:.2f}",
+                *([str(a.rank)] if ranked else []),
+                _f(a.rule),
+                _f(a.event),
+                _f(a.severity),
+                _f(a.message),
+                _f(a.suggestion),
+            ]
+            for a in sorted(run.alerts, key=lambda a: a.t)
+        ]
+        header = ["min", *(["rank"] if ranked else []), "rule", "event", "severity", "message"]
+        sec.tables.append(Table([*header, "change"], rows, "Alerts"))
     else:
         sec.paragraphs.append("No alerts recorded.")
     resource_summary = run.resource_summary
@@ -933,7 +955,7 @@ def print_summary(report: Report, console: Console | None = None, top: int = 3) 
         t.add_column("samples/s", justify="right")
         for s in report.stages.values():
             biggest = sorted(PHASES, key=lambda p: -s.phases_s.get(p, 0.0))[:3]
-            rate = s.samples / s.wall_s if s.wall_s > 0 else 0.0
+            rate = s.samples_per_sec
             t.add_row(
                 s.label,
                 str(s.epochs),

@@ -32,7 +32,9 @@ class StageSummary:
         worker_s: summed worker-side seconds per part (``fetch``, ``collate``, ...).
         worker_counts: summed worker counters (``polygon_cache_hits``, ...).
         num_batches: summed batches.
-        samples: summed samples.
+        samples: summed samples (this rank's: rank zero's under DDP).
+        global_samples: summed samples over all ranks (``== samples`` on one process).
+        global_wall_s: summed wall time of the slowest rank (``== wall_s`` on one process).
         num_workers: the DataLoader's ``num_workers`` of the last epoch that recorded it.
         batch_size: the first batch's size of the last epoch that recorded it.
         device: ``"cpu"`` or ``"cuda"``.
@@ -41,6 +43,8 @@ class StageSummary:
         callbacks_s: summed seconds per callback (class name).
         callback_hooks_s: summed seconds per callback hook (``ClassName.hook``).
         module_hooks_s: summed seconds per LightningModule / DataModule hook (``Class.hook``).
+        callbacks_s_by_rank: DDP: summed seconds per callback on each rank, indexed by rank
+            (ranks may have different callbacks).
         stragglers: ``(epoch, straggler or None)`` for each epoch recorded under DDP, in
             record order (None: no rank straggled).
     """
@@ -53,6 +57,8 @@ class StageSummary:
     worker_counts: dict[str, int] = field(default_factory=dict)
     num_batches: int = 0
     samples: int = 0
+    global_samples: int = 0
+    global_wall_s: float = 0.0
     num_workers: int | None = None
     batch_size: int | None = None
     device: str = "cpu"
@@ -60,12 +66,19 @@ class StageSummary:
     callbacks_s: dict[str, float] = field(default_factory=dict)
     callback_hooks_s: dict[str, float] = field(default_factory=dict)
     module_hooks_s: dict[str, float] = field(default_factory=dict)
+    callbacks_s_by_rank: list[dict[str, float]] = field(default_factory=list)
     stragglers: list[tuple[int, Straggler | None]] = field(default_factory=list)
 
     @property
     def label(self) -> str:
         """``training``, ``validation`` or ``test``."""
         return self.stage.label
+
+    @property
+    def samples_per_sec(self) -> float:
+        """Samples over all ranks per second of wall time (0 for an empty stage): the one
+        samples/s of the report, the verdict and the gate."""
+        return self.global_samples / self.global_wall_s if self.global_wall_s > 0 else 0.0
 
     def share(self, phase: str) -> float:
         """``phase`` in percent of the stage's wall time (0 for an empty stage)."""
@@ -87,6 +100,8 @@ def summarize_stages(epochs: list[EpochRecord]) -> dict[Stage, StageSummary]:
             s.worker_counts[name] = s.worker_counts.get(name, 0) + count
         s.num_batches += record.num_batches
         s.samples += record.samples
+        s.global_samples += record.all_samples
+        s.global_wall_s += record.all_wall_s
         if record.num_workers is not None:
             s.num_workers = record.num_workers
         if record.batch_size is not None:
@@ -98,6 +113,12 @@ def summarize_stages(epochs: list[EpochRecord]) -> dict[Stage, StageSummary]:
         for key in ("callbacks_s", "callback_hooks_s", "module_hooks_s"):
             acc = getattr(s, key)
             for name, value in getattr(record, key).items():
+                acc[name] = acc.get(name, 0.0) + value
+        by_rank = record.callbacks_s_by_rank
+        while len(s.callbacks_s_by_rank) < len(by_rank):
+            s.callbacks_s_by_rank.append({})
+        for acc, spent in zip(s.callbacks_s_by_rank, by_rank, strict=False):
+            for name, value in spent.items():
                 acc[name] = acc.get(name, 0.0) + value
         if record.world_size > 1:
             s.stragglers.append((record.epoch or 0, record.straggler))

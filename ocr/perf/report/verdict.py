@@ -15,7 +15,7 @@ and compute threads, no AMP / pinned memory). Each finding also carries candidat
 (:func:`ocr.perf.advice.candidates_for`) that ``ocr-perf try`` can measure.
 
 Findings, severities and thresholds are the shared vocabulary of :mod:`ocr.perf.findings`;
-alerts come in as typed events (:class:`~ocr.perf.alerts.AlertEvent`), trace findings as
+alerts come in as typed events (:class:`~ocr.perf.records.AlertEvent`), trace findings as
 :class:`~ocr.perf.findings.Finding` and the baseline comparison as
 :class:`~ocr.perf.gate.GateOutcome`.
 """
@@ -30,7 +30,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from ocr.perf.advice import ConfigKey, RunFacts, candidates_for, find_key
-from ocr.perf.alerts import AlertEvent, alert_finding
+from ocr.perf.alerts import alert_findings
 from ocr.perf.findings import (
     SEVERITY_ORDER,
     THRESHOLDS,
@@ -39,8 +39,10 @@ from ocr.perf.findings import (
     share_of_run,
     threshold,
 )
+from ocr.perf.growth import growth_findings
 from ocr.perf.ranks import STRAGGLER_MIN_S, STRAGGLER_MIN_SHARE
-from ocr.perf.records import RunRecord
+from ocr.perf.recompiles import recompile_findings
+from ocr.perf.records import RunDirError, RunRecord
 from ocr.perf.report.load import ReportInputError, RunData
 from ocr.perf.report.stages import StageSummary
 from ocr.perf.significance import Outcome
@@ -53,19 +55,6 @@ if TYPE_CHECKING:
 
 __all__ = ["THRESHOLDS", "Finding", "judge", "trace_findings"]
 
-# Alert rules about a run that may die or produce garbage, rather than about its speed.
-_RISK_RULES = frozenset(
-    {
-        "nan_loss",
-        "disk_space",
-        "host_memory_leak",
-        "gpu_memory_near_oom",
-        "hang",
-        "thermal_throttle",
-    }
-)
-# Alert rules that corroborate a step-time finding rather than stand alone.
-_CORROBORATES = {"gpu_starvation": "input_bound", "straggler_rank": "straggler"}
 # Worker parts: finer parts inside fetch (dataset) and collate.
 _FETCH_PARTS = ("decode", "transform")
 _COLLATE_PARTS = ("targets",)
@@ -391,7 +380,7 @@ def _compute_bound(s: StageSummary, run: RunData, adv: _Advice, total_s: float) 
     if pct < threshold("compute_pct"):
         return None
     ms_per_batch = 1000.0 * secs / max(s.num_batches, 1)
-    rate = s.samples / s.wall_s if s.wall_s > 0 else 0.0
+    rate = s.samples_per_sec
     canvas = adv.name(adv.key("canvas_size"), "the input size")
     batch = adv.name(adv.key("batch_size", stage=s.stage), "the batch size", s.batch_size)
     widths = adv.key("widths", parent="backbone")
@@ -488,7 +477,7 @@ def _compute_mfu(
         return None
     peak = whole.flops_per_sec / whole.mfu  # the measured peak x world size
     # StageSummary sums this rank's samples and phases: this rank's compute rate.
-    world = max((e.world_size for e in run.epochs), default=1)
+    world = _world_size(run)
     achieved = per_sample * s.samples / compute_s
     return 100.0 * achieved / (peak / world), 100.0 * whole.mfu, achieved, peak / world
 
@@ -840,32 +829,9 @@ def _resources(
     return out
 
 
-def _alerts(events: Sequence[AlertEvent], findings: list[Finding]) -> list[Finding]:
-    """One finding per alert rule that fired (:func:`ocr.perf.alerts.alert_finding`), scored
-    against the time findings; an alert that corroborates a time finding (starvation for
-    input-bound) is attached to it instead."""
-    by_rule: dict[str, list[AlertEvent]] = defaultdict(list)
-    for e in events:
-        by_rule[e.rule].append(e)
-    out: list[Finding] = []
-    for rule in sorted(by_rule):
-        finding = alert_finding(by_rule[rule])
-        if finding is None:
-            continue
-        fired = [e for e in by_rule[rule] if e.event == "fired"]
-        related = [f for f in findings if f.id == _CORROBORATES.get(rule)]
-        if related:
-            related[0].corroboration.append(
-                f"alert {rule} fired {len(fired)}x: {fired[-1].message}"
-            )
-            continue
-        critical = finding.severity == "critical"
-        if rule in _RISK_RULES:
-            score = threshold("risk_critical_score" if critical else "risk_warning_score")
-        else:
-            score = 20.0 if critical else threshold("risk_warning_score")
-        out.append(replace(finding, score=score))
-    return out
+def _world_size(run: RunData) -> int:
+    """Processes of the run (DDP ranks), from its epoch records; 1 without them."""
+    return max((e.world_size for e in run.epochs), default=1)
 
 
 def trace_findings(trace: TraceAnalysis | None, run: RunData) -> list[Finding]:
@@ -990,6 +956,15 @@ def _baseline(outcome: GateOutcome | None, adv: _Advice) -> list[Finding]:
     ]
 
 
+def _epoch_scan(run: RunData, total_s: float) -> list[Finding]:
+    """The findings of ``perf/growth.jsonl`` and ``perf/recompiles.jsonl``; a malformed record
+    is a :class:`~ocr.perf.report.load.ReportInputError` naming the file and record."""
+    try:
+        return growth_findings(run.run_dir) + recompile_findings(run.run_dir, total_s)
+    except RunDirError as exc:
+        raise ReportInputError(str(exc)) from exc
+
+
 def judge(
     run: RunData,
     stages: dict[Stage, StageSummary],
@@ -1011,10 +986,12 @@ def judge(
             findings.append(f)
     findings.extend(_cache(run, stages, adv, total_s))
     findings.extend(_resources(run, stages, adv, total_s))
-    findings.extend(_alerts(run.alerts, findings))
+    findings.extend(alert_findings(run.alerts, findings, _world_size(run)))
     found = trace_findings(None, run) if trace is None else trace
     findings.extend(_trace(found, adv, findings, total_s, stages))
     findings.extend(_baseline(baseline, adv))
+    # issue 22: memory creep named by attribute, recompiles (EpochScanCallback's records)
+    findings.extend(_epoch_scan(run, total_s))
     if not stages:
         findings.append(
             Finding(

@@ -64,8 +64,6 @@ def test_totals_are_the_intervals_and_sum_to_wall(clock: PhaseClock, now: FakeNo
         "backward": 7,
     }
     assert sum(totals.phases_ns.values()) == totals.wall_ns
-    assert totals.seconds()["forward"] == pytest.approx(28e-9)
-    assert totals.wall_s == pytest.approx(45e-9)
 
 
 def test_random_switch_sequences_sum_exactly_to_wall(now: FakeNow) -> None:

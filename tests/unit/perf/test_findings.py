@@ -10,7 +10,8 @@ import msgspec
 import pytest
 
 from ocr.perf import findings as vocab
-from ocr.perf.alerts import AlertEvent, GpuStarvation, alert_finding, build_rules
+from ocr.perf.alerts import AlertEvent, alert_finding, build_rules
+from ocr.perf.alerts.rules import GpuStarvation
 from ocr.perf.candidates import Candidate
 from ocr.perf.findings import THRESHOLDS, Finding, Threshold, input_bound_severity, threshold
 from ocr.perf.report import ReportInputError, build_report

@@ -1,0 +1,241 @@
+"""At each training epoch's end: memory creep named by attribute (``ocr.perf.growth``) and
+``torch.compile`` recompiles with their reason (``ocr.perf.recompiles``). Nothing per step."""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from collections import Counter, deque
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import msgspec
+from lightning.pytorch.callbacks import Callback
+from torch.utils.data import DataLoader
+
+from ocr.lightning_modules.callbacks.errors import PerfCallbackWarning
+from ocr.lightning_modules.callbacks.try_window import perf_root
+from ocr.perf.growth import GROWTH_EPOCHS, MAX_ITEMS, Scan, growing, scan
+from ocr.perf.recompiles import CompileEpoch, CompileWatch, ShapeCounter, recompile_finding
+from ocr.perf.records import (
+    GrowthRecord,
+    RecompilesRecord,
+    Record,
+    RecordWriter,
+    RunRecord,
+)
+from ocr.perf.rundir import write_run_info
+
+__all__ = ["EpochScanCallback"]
+
+log = logging.getLogger(__name__)
+
+# Never walked into from an attribute: the run's machinery (the roots are walked on their own).
+_OPAQUE: tuple[type, ...] = (L.Trainer, L.LightningDataModule, Callback, DataLoader)
+
+
+def _base_names() -> frozenset[str]:
+    """Attribute names Lightning's own base classes set on an instance (the trainer reference,
+    hparams, logging state): not the user's state."""
+    return frozenset(vars(L.LightningModule())) | frozenset(vars(L.LightningDataModule()))
+
+
+class EpochScanCallback(Callback):
+    """Finds what no phase shows: memory that creeps and ``torch.compile`` recompiles, at each
+    training epoch's end on rank zero (rank-local: no collectives).
+
+    *Memory creep.* Walks the LightningModule's, the DataModule's and the other callbacks'
+    attributes (:func:`ocr.perf.growth.scan`: containers holding tensors, their length, bytes and
+    whether they hold autograd graphs; bounded to ``max_items`` items, its cost recorded as
+    ``scan_ms``) and compares the last epochs: an attribute that grew in each of the last
+    :data:`~ocr.perf.growth.GROWTH_EPOCHS` epochs is named in one log warning
+    (``UserModule.losses: +120 tensors / epoch ..., holding autograd graphs -- append
+    loss.detach() ...``) and in the verdict's ``memory_creep`` finding.
+
+    *Recompiles.* Counts what Dynamo compiled in the epoch, the recompiles with the guard that
+    failed (the changing dimension named), the seconds compiling and whether the recompile limit
+    was hit (:class:`ocr.perf.recompiles.CompileWatch`: reads torch's compilation metrics at the
+    epoch's end); a log warning and the verdict's ``recompiles`` finding when recompiles recur
+    after the first epoch, reach :data:`~ocr.perf.recompiles.RECOMPILE_CHURN` in one epoch or hit
+    the limit. Without compile the records say 0 compiles.
+
+    Files (``<run>/perf/``, rank zero, format in ``ocr.perf.rundir``): ``growth.jsonl``
+    (``receipt-ocr/growth``) and ``recompiles.jsonl`` (``receipt-ocr/recompiles``), one line per
+    training epoch, and its part of ``run.json`` (host, versions; merged with the other
+    monitors'). The first write error is one warning and turns the writing off.
+
+    Args:
+        enabled: ``False`` does nothing in any hook. Default ``True``.
+        memory_growth: scan attributes at each training epoch's end. Default ``True``.
+        recompiles: count Dynamo compiles per training epoch. Default ``True``.
+        batch_shapes: also count the distinct training batch shapes per epoch (the shape of the
+            batch's first tensor; one set insertion per batch in ``on_train_batch_start``, the
+            only per-step work of this callback, so off by default: the hook is installed only
+            when this is ``True``). Default ``False``.
+        max_items: items one scan looks at, at most (:data:`ocr.perf.growth.MAX_ITEMS`).
+        write_run_files: write the two files above. Default ``True``.
+    """
+
+    def __init__(
+        self,
+        enabled: bool = True,
+        memory_growth: bool = True,
+        recompiles: bool = True,
+        batch_shapes: bool = False,
+        max_items: int = MAX_ITEMS,
+        write_run_files: bool = True,
+    ) -> None:
+        super().__init__()
+        if isinstance(max_items, bool) or not isinstance(max_items, int) or max_items < 1:
+            raise ValueError(f"EpochScanCallback: max_items must be an integer >= 1: {max_items!r}")
+        self.enabled = bool(enabled)
+        self.memory_growth = bool(memory_growth)
+        self.recompiles = bool(recompiles)
+        self.batch_shapes = bool(batch_shapes)
+        self.max_items = max_items
+        self.write_run_files = bool(write_run_files)
+        self._on = False
+        self._warned = False
+        self._scans: deque[Scan] = deque(maxlen=GROWTH_EPOCHS + 1)
+        self._named: set[str] = set()  # growing attributes already warned about
+        self._compile_warned = False
+        self._compiles: list[CompileEpoch] = []  # this run's CompileEpoch records (one per epoch)
+        self._watch: CompileWatch | None = None
+        self._shapes: ShapeCounter | None = None
+        self._skip: frozenset[str] = frozenset()
+        self._writers: dict[str, RecordWriter] = {}
+        if self.enabled and self.batch_shapes:
+            # Installed on the instance only when asked for: at the default Lightning's dispatch
+            # reaches the inherited no-op, which the performance clock leaves out.
+            self.on_train_batch_start = self._note_batch  # type: ignore[method-assign]
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        self._on = False
+        if not self.enabled or stage != "fit" or not trainer.is_global_zero:
+            return
+        try:
+            self._warned = self._compile_warned = False
+            self._scans.clear()
+            self._named.clear()
+            self._compiles = []
+            self._skip = _base_names()
+            self._watch = CompileWatch() if self.recompiles else None
+            self._shapes = ShapeCounter() if self.batch_shapes else None
+            self._writers = {}
+            if self.write_run_files:
+                root = perf_root(trainer)
+                self._guarded(RunRecord.path(root), lambda: write_run_info(root))
+                if self.memory_growth:
+                    self._writers["growth"] = RecordWriter(GrowthRecord.path(root))
+                if self.recompiles:
+                    self._writers["recompiles"] = RecordWriter(RecompilesRecord.path(root))
+            self._on = True
+        except Exception as exc:
+            self._fail(exc)
+
+    def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        self._on = False
+        for writer in self._writers.values():
+            writer.close()
+        self._writers = {}
+        self._watch = None
+
+    # -- per epoch ---------------------------------------------------------------------------
+
+    def _note_batch(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int
+    ) -> None:
+        shapes = self._shapes
+        if shapes is not None and self._on:
+            shapes.note(batch)
+
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if not self._on:
+            return
+        try:
+            epoch = trainer.current_epoch
+            if self.memory_growth:
+                self._scan(trainer, pl_module, epoch)
+            if self._watch is not None:
+                self._count_compiles(epoch)
+        except Exception as exc:
+            self._fail(exc)
+
+    def _roots(self, trainer: L.Trainer, pl_module: L.LightningModule) -> dict[str, object]:
+        roots: dict[str, object] = {type(pl_module).__name__: pl_module}
+        datamodule = getattr(trainer, "datamodule", None)
+        if datamodule is not None:
+            roots[type(datamodule).__name__] = datamodule
+        seen: Counter[str] = Counter()
+        for callback in trainer.callbacks:  # type: ignore[attr-defined]
+            if callback is self:
+                continue
+            name = type(callback).__name__
+            seen[name] += 1
+            roots[name if seen[name] == 1 else f"{name}#{seen[name]}"] = callback
+        return roots
+
+    def _scan(self, trainer: L.Trainer, pl_module: L.LightningModule, epoch: int) -> None:
+        result = scan(
+            self._roots(trainer, pl_module),
+            epoch,
+            opaque=_OPAQUE,
+            skip=self._skip,
+            max_items=self.max_items,
+        )
+        self._scans.append(result)
+        self._write("growth", result)
+        new = [g for g in growing(list(self._scans)) if g.path not in self._named]
+        for g in new:
+            self._named.add(g.path)
+            log.warning("memory creep (epoch %d): %s", epoch, g.message)
+
+    def _count_compiles(self, epoch: int) -> None:
+        watch = self._watch
+        if watch is None:
+            return
+        record = watch.take(epoch)
+        if self._shapes is not None:
+            count, examples = self._shapes.take()
+            record = msgspec.structs.replace(record, batch_shapes=count, shape_examples=examples)
+        self._compiles.append(record)
+        self._write("recompiles", record)
+        finding = recompile_finding(self._compiles)
+        if finding is not None and not self._compile_warned:
+            self._compile_warned = True
+            log.warning("%s -- %s", finding.title, finding.suggestion)
+
+    def _write(self, kind: str, record: Record) -> None:
+        writer = self._writers.get(kind)
+        if writer is not None:
+            self._guarded(writer.path, lambda: writer.write(record))
+
+    def _guarded(self, path: Path, write: Callable[[], object]) -> None:
+        """Run ``write``; the first error is one warning and turns the writing off."""
+        try:
+            write()
+        except (OSError, TypeError, ValueError) as exc:
+            self._writers.clear()
+            self.write_run_files = False
+            warnings.warn(
+                f"EpochScanCallback: cannot write {path} ({type(exc).__name__}: {exc}); "
+                "the log warnings go on",
+                PerfCallbackWarning,
+                stacklevel=3,
+            )
+
+    def _fail(self, exc: BaseException) -> None:
+        """An internal error: one warning, then this callback is off for the run."""
+        self._on = False
+        if not self._warned:
+            self._warned = True
+            warnings.warn(
+                f"EpochScanCallback failed and is off for the rest of this run "
+                f"({type(exc).__name__}: {exc})",
+                PerfCallbackWarning,
+                stacklevel=2,
+            )

@@ -1,0 +1,101 @@
+"""One window of ``ProfilerCallback``: the live ``torch.profiler`` object and the trace files of its
+cycles, and the ranges that name every Lightning action in the trace while it records."""
+
+from __future__ import annotations
+
+import contextlib
+import weakref
+from pathlib import Path
+
+import lightning as L
+import torch
+
+from ocr.lightning_modules.callbacks.action_stream import add_listener
+from ocr.lightning_modules.callbacks.untimed import untimed_hook
+from ocr.perf.actions import classify_action
+from ocr.perf.trace.agreement import ClockSnapshots
+
+__all__ = ["ActionRanges", "Window"]
+
+
+class ActionRanges:
+    """Action listener that opens a ``record_function`` range per Lightning action while a window
+    records, so the trace names ``training_step``, ``backward``, ``optimizer_step``, every
+    callback and hook (``[pl][profile]{action}``, as Lightning's ``PyTorchProfiler`` writes them:
+    the analyzer reads both alike). A stop without its start (an action that began before the
+    window) is ignored; ranges still open when the window ends are closed then."""
+
+    __slots__ = ("_open", "_trainer")
+
+    def __init__(self) -> None:
+        self._open: list[tuple[str, object]] = []
+        self._trainer: weakref.ref[L.Trainer] | None = None
+
+    def attach(self, trainer: L.Trainer) -> None:
+        """Listen to ``trainer``'s actions (see :meth:`wants`)."""
+        self._trainer = weakref.ref(trainer)
+        add_listener(trainer, self)
+
+    def wants(self, name: str) -> bool:
+        """Every action but those whose hook does nothing (``callbacks.untimed``): the phase
+        clock leaves the same ones out, so trace and clock agree on the hooks' time, and a
+        range per inherited ``pass`` would cost profiler overhead for nothing."""
+        trainer = self._trainer() if self._trainer is not None else None
+        if trainer is None:
+            return True
+        try:
+            action = classify_action(name)
+            return not untimed_hook(trainer, action.kind, action.target, action.hook)
+        except Exception:
+            return True
+
+    def action_start(self, name: str) -> None:
+        try:
+            handle = torch.ops.profiler._record_function_enter_new("[pl][profile]" + name, None)
+        except Exception:  # a listener must never raise inside Lightning's loop
+            return
+        self._open.append((name, handle))
+
+    def action_stop(self, name: str) -> None:
+        stack = self._open
+        for k in range(len(stack) - 1, -1, -1):
+            if stack[k][0] == name:
+                handle = stack.pop(k)[1]
+                # never raise inside Lightning's loop
+                with contextlib.suppress(Exception):
+                    torch.ops.profiler._record_function_exit._RecordFunction(handle)
+                return
+
+    def close_all(self) -> None:
+        while self._open:
+            self.action_stop(self._open[-1][0])
+
+
+class Window:
+    """One open profiling window: the live profiler and the files its cycles wrote."""
+
+    def __init__(
+        self,
+        stage: str,
+        epoch: int,
+        prof: torch.profiler.profile,
+        basename: str,
+        trigger: str,
+        reason: str,
+    ) -> None:
+        self.stage = stage
+        self.epoch = epoch
+        self.prof = prof
+        self.basename = basename  # trace file name without cycle, rank and extension
+        self.trigger = trigger  # "epoch" | "file" | "alert" | "request"
+        self.reason = reason
+        self.steps = 0
+        self.traces: list[Path] = []
+        self.error: BaseException | None = None
+        self.discarded = False  # stop without exporting (exception, failure)
+        self.ranges = ActionRanges()
+        self.clock = ClockSnapshots()  # the live phase clock at each ProfilerStep boundary
+        self.first_batch: int | None = None  # batch_idx of the first and last step recorded
+        self.last_batch: int | None = None
+        self.export_s = 0.0  # time in prof.step()/stop() calls that exported a trace
+        self.trainer: L.Trainer | None = None  # set while the action listener is attached

@@ -1,0 +1,118 @@
+"""What the ``StageRecorder`` keeps per stage and per open epoch window, and the pure helpers
+that turn it into an ``EpochReport``'s figures."""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ocr.lightning_modules.callbacks.epoch_report import MAX_KEPT_BATCH_TIMES
+from ocr.perf.clock import PHASES
+from ocr.perf.stats import StreamingStats
+from ocr.perf.worker import WorkerTiming
+
+__all__ = ["EpochWindow", "StageState", "named_seconds", "nanmax"]
+
+
+@dataclass
+class EpochWindow:
+    """One open (or paused) window of a stage epoch: its phase and owner nanoseconds, batch
+    times and counts, and its memory peaks."""
+
+    stage: str
+    epoch: int
+    segment_start_ns: int
+    phases_ns: dict[str, int] = field(default_factory=lambda: dict.fromkeys(PHASES, 0))
+    owners_ns: dict[tuple[str, str], int] = field(default_factory=dict)
+    gpu_s: dict[str, float] = field(default_factory=dict)
+    closed_ns: int = 0  # wall time of the closed segments (train around validation)
+    paused: bool = False
+    batch_times: StreamingStats = field(default_factory=StreamingStats)
+    pending_ns: list[int] = field(default_factory=list)  # batch times not yet in batch_times
+    last_batch_end_ns: int = 0  # window time (pauses excluded) of the previous batch end
+    num_batches: int = 0
+    samples: int = 0
+    peak_rss_gb: float = math.nan
+    peak_gpu_gb: float = math.nan
+    first_batch_samples: int = 0
+    kept_chunks: list[np.ndarray] = field(default_factory=list)  # every batch time, in ns
+
+    def elapsed_ns(self, now: int) -> int:
+        return self.closed_ns if self.paused else self.closed_ns + now - self.segment_start_ns
+
+    def flush_batch_times(self) -> None:
+        pending = self.pending_ns
+        if pending:
+            chunk = np.asarray(pending, dtype=np.int64)
+            self.kept_chunks.append(chunk)
+            self.batch_times.add_many(chunk / 1e9)
+            pending.clear()
+
+    def kept_batch_times(self) -> tuple[tuple[float, ...], int]:
+        """All batch times (s) when at most ``MAX_KEPT_BATCH_TIMES``, else every k-th; and k."""
+        if not self.kept_chunks:
+            return (), 1
+        times = np.concatenate(self.kept_chunks)
+        stride = max(1, -(-len(times) // MAX_KEPT_BATCH_TIMES))
+        return tuple((times[::stride] / 1e9).tolist()), stride
+
+
+@dataclass
+class StageState:
+    """What a stage keeps between its windows: worker timings and batch sizes waiting to be
+    counted, and the open window."""
+
+    # Worker timings arrive with batches; they accumulate here and move into the epoch at its
+    # close, so a batch prefetched before the window opened still counts for that epoch.
+    worker_ns: dict[str, int] = field(default_factory=dict)
+    worker_counts: dict[str, int] = field(default_factory=dict)
+    num_workers: int | None = None
+    # Sample counts of batches received but not yet finished (Lightning may prefetch one).
+    timing_samples: deque[int] = field(default_factory=lambda: deque(maxlen=8))
+    noted_samples: int | None = None  # size of the batch in flight, from a batch hook
+    epoch: EpochWindow | None = None
+
+    def add_timing(self, timing: WorkerTiming) -> None:
+        acc = self.worker_ns
+        if timing.fetch_timed:  # else fetch_ns is 0 by convention, not a measurement
+            acc["fetch"] = acc.get("fetch", 0) + timing.fetch_ns
+        acc["collate"] = acc.get("collate", 0) + timing.collate_ns
+        for name, ns in timing.parts_ns.items():
+            acc[name] = acc.get(name, 0) + ns
+        if timing.counts:
+            counts = self.worker_counts
+            for name, n in timing.counts.items():
+                counts[name] = counts.get(name, 0) + n
+        self.timing_samples.append(timing.samples)
+
+
+def named_seconds(
+    owners_ns: Mapping[tuple[str, str], int], groups: Mapping[str, tuple[str, str]]
+) -> tuple[dict[str, float], dict[str, float], dict[str, float]]:
+    """Seconds per callback, per callback hook and per module hook, from the clock's owners
+    (``owners_ns``: (phase, owner) -> ns) and each owner's (group, display name)."""
+    callbacks: dict[str, float] = {}
+    callback_hooks: dict[str, float] = {}
+    module_hooks: dict[str, float] = {}
+    for (_, owner), ns in owners_ns.items():
+        group = groups.get(owner)
+        if group is None:
+            continue
+        seconds = ns / 1e9
+        if group[0] == "callbacks":
+            callbacks[group[1]] = callbacks.get(group[1], 0.0) + seconds
+            callback_hooks[owner] = callback_hooks.get(owner, 0.0) + seconds
+        else:
+            module_hooks[owner] = module_hooks.get(owner, 0.0) + seconds
+    return callbacks, callback_hooks, module_hooks
+
+
+def nanmax(current: float, value: float | None) -> float:
+    """The larger of ``current`` and ``value``, ignoring nan and None."""
+    if value is None or math.isnan(value):
+        return current
+    return value if math.isnan(current) else max(current, value)

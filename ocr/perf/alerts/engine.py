@@ -1,0 +1,364 @@
+"""The alert engine: each rule's state machine, and the engine that runs rules over samples.
+
+Each :class:`Rule` turns one sample (flat ``resources/...`` values plus a :class:`RuleContext`)
+into a :class:`Check`: is the condition breached, is it cleared (hysteresis: the clear threshold
+lies on the safe side of the firing threshold), and the figures that explain it. A
+:class:`RuleState` turns checks into events:
+
+- ``fired`` once the condition has held for ``hold_s`` seconds, and not sooner than
+  ``cooldown_s`` after the rule's previous firing (quiet during the cool-down);
+- while firing, nothing more until the clear condition holds: then ``resolved``;
+- a sample without the rule's inputs (``Check`` is ``None``: another phase, no GPU) changes
+  nothing but restarts a pending hold.
+
+:class:`AlertEngine` runs the enabled rules over each sample and sends the events
+(:class:`~ocr.perf.records.AlertEvent`, stamped with the process's global rank) to the
+sinks (:mod:`ocr.perf.alerts.sinks`). The rules themselves are the catalogue,
+:mod:`ocr.perf.alerts.rules`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+import warnings
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import ClassVar
+
+from ocr.errors import ConfigError
+from ocr.perf.alerts.sinks import AlertSink, AlertWarning
+from ocr.perf.findings import threshold
+from ocr.perf.records import AlertEvent
+from ocr.perf.triggers import request_profile
+
+__all__ = [
+    "AlertEngine",
+    "Check",
+    "Rule",
+    "RuleContext",
+    "RuleState",
+    "Setting",
+    "StragglerSignal",
+]
+
+
+# -- the state machine of one rule --------------------------------------------------------------
+
+
+class RuleState:
+    """Hold time, hysteresis and cool-down of one rule.
+
+    Args:
+        hold_s: seconds the condition must hold before the rule fires (0: at once).
+        cooldown_s: seconds after a firing during which the rule does not fire again.
+    """
+
+    def __init__(self, hold_s: float, cooldown_s: float) -> None:
+        self.hold_s = float(hold_s)
+        self.cooldown_s = float(cooldown_s)
+        self.firing = False
+        self.pending_since: float | None = None
+        self.last_fired: float | None = None
+
+    def update(self, t: float, breach: bool | None, clear: bool = False) -> str | None:
+        """Feed one observation at time ``t`` (seconds, monotonic). ``breach``: the firing
+        condition holds (``None``: no data); ``clear``: the clear condition holds. Returns
+        ``"fired"``, ``"resolved"`` or ``None``."""
+        if breach is None:
+            self.pending_since = None
+            return None
+        if self.firing:
+            if clear and not breach:
+                self.firing = False
+                self.pending_since = None
+                return "resolved"
+            return None
+        if not breach:
+            self.pending_since = None
+            return None
+        if self.pending_since is None:
+            self.pending_since = t
+        if t - self.pending_since < self.hold_s:
+            return None
+        if self.last_fired is not None and t - self.last_fired < self.cooldown_s:
+            return None  # cool-down: stay quiet, keep the hold so it fires when it ends
+        self.firing = True
+        self.last_fired = t
+        return "fired"
+
+
+# -- rules ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StragglerSignal:
+    """The ``straggler_rank`` rule's input: the straggler of the last epoch gather.
+
+    Args:
+        rank: global rank of the straggler; ``-1`` when no rank straggles (so an alert can
+            resolve).
+        share: its excess work as a share (0-1) of the epoch's wall time.
+        excess_s: its excess work over the median rank, seconds.
+        cause: the phase it spends more in (``data_wait``, ``forward``...).
+        others_wait_s: what the other ranks wait for it, seconds.
+        epoch: the epoch gathered.
+    """
+
+    rank: int
+    share: float
+    excess_s: float = 0.0
+    cause: str = ""
+    others_wait_s: float = 0.0
+    epoch: int = 0
+
+
+@dataclass(frozen=True)
+class RuleContext:
+    """What a rule knows besides the sampled values.
+
+    Args:
+        phase: ``"train"``, ``"val"``, ``"test"`` or ``"idle"``.
+        step: the trainer's global step.
+        epoch: the current epoch.
+        checkpoint_bytes: estimated size of the next checkpoint, bytes.
+        straggler: the last cross-rank gather's straggler, ``None`` before any gather.
+        where: the training thread's current line (``file:line in function``), when known.
+    """
+
+    phase: str = "train"
+    step: int = 0
+    epoch: int = 0
+    checkpoint_bytes: float = 0.0
+    straggler: StragglerSignal | None = None
+    where: str | None = None
+
+
+@dataclass(frozen=True)
+class Check:
+    """One evaluation of a rule.
+
+    Args:
+        breach: the firing condition holds.
+        clear: the clear (hysteresis) condition holds.
+        message: one sentence with the figures, for a firing.
+        resolve: one sentence with the figures, for a resolve.
+        evidence: the figures, name -> number or string.
+        suggestion: a concrete change to make.
+        threshold: the thresholds used, name -> number; ``None``: the rule's table thresholds
+            (:meth:`Rule.thresholds`).
+    """
+
+    breach: bool
+    clear: bool
+    message: str
+    resolve: str
+    evidence: dict[str, float | str]
+    suggestion: str
+    threshold: dict[str, float] | None = None
+
+
+#: A rule setting: a number (seconds, a threshold) or a switch.
+Setting = float | bool
+
+
+def _check_setting(rule: str, key: str, default: Setting, value: object) -> Setting:
+    if isinstance(default, bool):
+        if not isinstance(value, bool):
+            raise ConfigError(f"alert rule {rule!r}: {key} must be true or false, got {value!r}")
+        return value
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ConfigError(f"alert rule {rule!r}: {key} must be a number, got {value!r}")
+    if value < 0:
+        raise ConfigError(f"alert rule {rule!r}: {key} must be >= 0, got {value!r}")
+    return float(value)
+
+
+class Rule:
+    """Base of the alert rules. A rule owns its metadata: subclasses set :attr:`name`,
+    :attr:`severity`, :attr:`per_rank`, :attr:`risk`, :attr:`corroborates`,
+    :attr:`requests_profile`, :attr:`DEFAULTS` / :attr:`FROM_TABLE` (their own settings) and
+    implement :meth:`check`. What else needs a rule's metadata (the verdict, the profiler's
+    window labels, the Hydra config) reads it from the catalogue
+    (:data:`ocr.perf.alerts.rules.RULES`), never from a copy.
+
+    Every rule takes ``enabled`` (bool), ``hold_s`` (seconds the condition must hold) and
+    ``cooldown_s`` (seconds between two firings) besides its own settings; a setting not in
+    ``DEFAULTS`` / ``FROM_TABLE`` is a ``ValueError`` naming the rule and the setting.
+
+    Attributes:
+        per_rank: evaluated on every rank (inputs that are the rank's own: its data wait, host
+            memory, GPU); other rules run on rank zero only.
+        risk: about a run that may die or produce garbage rather than about its speed; the
+            verdict scores such a finding by the ``risk_*_score`` thresholds.
+        corroborates: id of the step-time finding this alert confirms (``input_bound``): the
+            verdict attaches the alert to that finding instead of listing it on its own.
+        requests_profile: a firing asks for a profiler window
+            (:func:`ocr.perf.triggers.request_profile`) when the engine is told to.
+    """
+
+    name: ClassVar[str] = "rule"
+    severity: ClassVar[str] = "warning"
+    per_rank: ClassVar[bool] = False
+    risk: ClassVar[bool] = False
+    corroborates: ClassVar[str | None] = None
+    requests_profile: ClassVar[bool] = False
+    COMMON: ClassVar[dict[str, Setting]] = {"enabled": True, "hold_s": 0.0, "cooldown_s": 600.0}
+    DEFAULTS: ClassVar[dict[str, Setting]] = {}
+    #: Settings whose default is a number of the thresholds table (its live value):
+    #: setting -> (entry of ``ocr.perf.findings.THRESHOLDS``, divisor: 100 turns % into 0-1).
+    FROM_TABLE: ClassVar[dict[str, tuple[str, float]]] = {}
+
+    @classmethod
+    def defaults(cls) -> dict[str, Setting]:
+        """Every setting with its default: :attr:`COMMON`, :attr:`DEFAULTS` and the thresholds
+        read from the table now (so the table stays the one source of the numbers)."""
+        table = {
+            key: threshold(name, live=True) / div for key, (name, div) in cls.FROM_TABLE.items()
+        }
+        return {**cls.COMMON, **cls.DEFAULTS, **table}
+
+    def __init__(self, **settings: object) -> None:
+        defaults = self.defaults()
+        unknown = sorted(set(settings) - set(defaults))
+        if unknown:
+            raise ConfigError(
+                f"alert rule {self.name!r}: unknown setting(s) {', '.join(unknown)}; expected "
+                f"some of {', '.join(sorted(defaults))}"
+            )
+        self.settings: dict[str, Setting] = {
+            key: _check_setting(self.name, key, default, settings.get(key, default))
+            for key, default in defaults.items()
+        }
+        self.state = RuleState(self.settings["hold_s"], self.settings["cooldown_s"])
+
+    def thresholds(self) -> dict[str, float]:
+        """The settings whose default comes from the thresholds table, with their values."""
+        return {key: float(self.settings[key]) for key in self.FROM_TABLE}
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.settings["enabled"])
+
+    def check(self, t: float, values: Mapping[str, float], ctx: RuleContext) -> Check | None:
+        """Evaluate one sample; ``None`` when the rule's inputs are absent."""
+        raise NotImplementedError
+
+    def step(
+        self, t: float, values: Mapping[str, float], ctx: RuleContext
+    ) -> tuple[str, Check] | None:
+        """Evaluate and advance the state machine: ``(event, check)`` or ``None``."""
+        check = self.check(t, values, ctx)
+        event = self.state.update(
+            t, None if check is None else check.breach, False if check is None else check.clear
+        )
+        if event is None or check is None:
+            return None
+        return event, check
+
+
+class AlertEngine:
+    """Runs rules over samples and sends their events to sinks.
+
+    Args:
+        rules: the rules (:func:`ocr.perf.alerts.rules.build_rules`).
+        sinks: where events go. Default ``()``.
+        rank: global rank of this process (in every event). Default ``0``.
+        all_rules: evaluate every rule (rank zero, or one process); ``False``: only the
+            rules marked ``per_rank``. Default ``True``.
+        request_profiles: a firing of a rule marked ``requests_profile`` (``throughput_drop``)
+            calls ``ocr.perf.triggers.request_profile("<rule>: <message>")``. Default
+            ``False``.
+    """
+
+    def __init__(
+        self,
+        rules: Sequence[Rule],
+        sinks: Iterable[AlertSink] = (),
+        *,
+        rank: int = 0,
+        all_rules: bool = True,
+        request_profiles: bool = False,
+    ) -> None:
+        self.rules = [r for r in rules if r.enabled and (all_rules or r.per_rank)]
+        self.sinks = list(sinks)
+        self.rank = rank
+        self.request_profiles = request_profiles
+        self.fired: Counter[str] = Counter()
+
+    @property
+    def fired_count(self) -> int:
+        """Events fired so far, all rules."""
+        return sum(self.fired.values())
+
+    def update(
+        self,
+        values: Mapping[str, float],
+        *,
+        t: float | None = None,
+        phase: str = "train",
+        step: int = 0,
+        epoch: int = 0,
+        checkpoint_bytes: float = 0.0,
+        straggler: StragglerSignal | None = None,
+        where: str | None = None,
+    ) -> list[AlertEvent]:
+        """Evaluate every rule on one sample taken at ``t`` (monotonic seconds; default now)
+        with the context the rules read (:class:`RuleContext`); send and return the events."""
+        t = time.monotonic() if t is None else t
+        ctx = RuleContext(
+            phase=phase,
+            step=step,
+            epoch=epoch,
+            checkpoint_bytes=checkpoint_bytes,
+            straggler=straggler,
+            where=where,
+        )
+        events = []
+        for rule in self.rules:
+            result = rule.step(t, values, ctx)
+            if result is None:
+                continue
+            kind, check = result
+            event = AlertEvent(
+                t=time.time(),
+                rule=rule.name,
+                event=kind,
+                severity=rule.severity,
+                message=check.resolve if kind == "resolved" else check.message,
+                evidence=check.evidence,
+                threshold=rule.thresholds() if check.threshold is None else check.threshold,
+                suggestion=check.suggestion,
+                step=step,
+                epoch=epoch,
+                rank=self.rank,
+            )
+            events.append(event)
+            if kind == "fired":
+                self.fired[rule.name] += 1
+                if rule.requests_profile and self.request_profiles:
+                    request_profile(f"{rule.name}: {check.message}")
+        for event in events:
+            self._send(event)
+        return events
+
+    def _send(self, event: AlertEvent) -> None:
+        for sink in list(self.sinks):
+            try:
+                sink.emit(event)
+            except Exception as exc:
+                self.sinks.remove(sink)
+                warnings.warn(
+                    f"alert sink {sink.name!r} failed and is off for this run "
+                    f"({type(exc).__name__}: {exc})",
+                    AlertWarning,
+                    stacklevel=3,
+                )
+
+    def close(self) -> None:
+        """Close every sink."""
+        for sink in self.sinks:
+            with contextlib.suppress(Exception):  # best effort: every event was flushed already
+                sink.close()

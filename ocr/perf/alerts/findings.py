@@ -1,0 +1,99 @@
+"""Alert events as verdict findings, one per (rank, rule), with the rule's metadata from the
+catalogue.
+
+Under DDP every rank appends to the same ``perf/alerts.jsonl``: a rule's events are kept apart
+by the rank that saw them, so "still active at the end" and "fired 3x" describe one rank, and
+the finding says which ("rank 1: alert gpu_starvation since epoch 2: ..."). A single-process
+run reads as before, without a rank.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import replace
+
+from ocr.perf.alerts.rules import RULES
+from ocr.perf.findings import Finding, risk_score
+from ocr.perf.records import AlertEvent
+
+__all__ = ["alert_finding", "alert_findings"]
+
+
+def _when(events: Sequence[AlertEvent]) -> str:
+    """``since epoch E`` (still active: E is the epoch of the firing that never resolved) or
+    ``in epoch E`` / ``in epochs A-B`` (the epochs of its firings)."""
+    fired = [e for e in events if e.event == "fired"]
+    if events[-1].event == "fired":
+        return f"since epoch {fired[-1].epoch}"
+    first, last = fired[0].epoch, fired[-1].epoch
+    return f"in epoch {first}" if first == last else f"in epochs {first}-{last}"
+
+
+def alert_finding(events: Sequence[AlertEvent], rank: int | None = None) -> Finding | None:
+    """One rule's events of one rank as a :class:`~ocr.perf.findings.Finding`
+    (``alert:<rule>``): the last firing's message, evidence and suggestion, how often it fired
+    and whether it was still active at the end; ``None`` when it never fired. ``rank``: name
+    the rank in the title and the evidence (runs of several processes); ``None``: one process.
+    The score is left 0: ranking against the other findings is :func:`alert_findings`' job.
+    Confidence is ``likely``: an alert judges sampling windows, not the whole run."""
+    fired = [e for e in events if e.event == "fired"]
+    if not fired:
+        return None
+    last = fired[-1]
+    evidence: dict[str, float | str | int | bool | None] = dict(last.evidence)
+    evidence.update({"times_fired": len(fired), "still_active_at_end": events[-1].event == "fired"})
+    message = last.message or "(no message)"
+    title = f"alert {last.rule}: {message}"
+    if rank is not None:
+        evidence["rank"] = rank
+        title = f"rank {rank}: alert {last.rule} {_when(events)}: {message}"
+    return Finding(
+        id=f"alert:{last.rule}",
+        severity="critical" if any(e.severity == "critical" for e in fired) else "warning",
+        score=0.0,
+        title=title,
+        evidence=dict(evidence),
+        threshold=dict(last.threshold),
+        suggestion=last.suggestion or "see the alert's message.",
+        source="alerts",
+        confidence="likely",
+    )
+
+
+def alert_findings(
+    events: Sequence[AlertEvent], findings: Sequence[Finding], world_size: int = 1
+) -> list[Finding]:
+    """One finding per (rank, rule) that fired, scored against the time ``findings``: a rule
+    marked ``risk`` in the catalogue scores by its severity (``risk_critical_score`` /
+    ``risk_warning_score``), any other alert ``risk_warning_score``;
+    an alert whose rule ``corroborates`` a finding present in ``findings`` (starvation for
+    ``input_bound``) is attached to that finding's corroboration instead. Ranks are named when
+    ``world_size`` > 1 or an event comes from a rank other than 0."""
+    by_key: dict[tuple[int, str], list[AlertEvent]] = defaultdict(list)
+    for e in events:
+        by_key[(e.rank, e.rule)].append(e)
+    named = world_size > 1 or any(rank != 0 for rank, _ in by_key)
+    out: list[Finding] = []
+    for rank, rule in sorted(by_key, key=lambda k: (k[1], k[0])):
+        group = by_key[(rank, rule)]
+        finding = alert_finding(group, rank if named else None)
+        if finding is None:
+            continue
+        meta = RULES.get(rule)
+        fired = [e for e in group if e.event == "fired"]
+        corroborates = meta.corroborates if meta is not None else None
+        related = [f for f in findings if corroborates is not None and f.id == corroborates]
+        if related:
+            line = f"alert {rule} fired {len(fired)}x: {fired[-1].message}"
+            if named:
+                line = f"rank {rank}: alert {rule} fired {len(fired)}x {_when(group)}: "
+                line += fired[-1].message
+            related[0].corroboration.append(line)
+            continue
+        # A risk scores by its severity (ocr.perf.findings.risk_score); an alert about speed
+        # that no time finding confirms has no measured share of the run: it ranks as a risk
+        # warning does.
+        risk = meta is not None and meta.risk
+        out.append(replace(finding, score=risk_score(finding.severity if risk else "warning")))
+    return out

@@ -1,0 +1,417 @@
+"""Memory creep named by attribute: what grows, epoch after epoch, in the objects a training run
+keeps (the LightningModule, the DataModule, the callbacks). Lightning-free.
+
+Since Lightning 2.0 removed ``*_epoch_end(outputs)``, users collect step outputs themselves, and
+``self.losses.append(loss)`` without ``.detach()`` / ``.item()`` keeps every step's autograd graph
+(its activations) alive. Resource samples see the process grow; this module names the attribute.
+
+:func:`scan` walks the instance ``__dict__`` of each root object to a bounded depth through
+containers (list, tuple, dict, deque, set) and plain objects, never into ``nn.Module``
+parameters, buffers or submodules, nor into the trainer, modules, classes or functions. For each
+attribute (and each container under it) that holds tensors it measures the length, the tensor
+count, the bytes of their storages (each storage counted once per scan, by its data pointer) and
+whether any tensor holds an autograd graph (``grad_fn is not None``). The walk is bounded: at
+most :data:`SAMPLE_ITEMS` items are looked at per container (spread over it; the counts of a
+bigger container are extrapolated and marked ``sampled``), at most :data:`MAX_ITEMS` items in all
+and :data:`MAX_DEPTH` levels. Its cost is recorded with every scan (``scan_ms``, ``items``);
+it runs at epoch ends only, never per step.
+
+:func:`growing` compares the scans of successive epochs: a path whose length, tensor count or
+bytes grew in each of the last :data:`GROWTH_EPOCHS` epochs is growing, and
+:func:`growth_finding` turns that into a finding naming it. The callback
+(``ocr.lightning_modules.callbacks.EpochScanCallback``) writes one ``receipt-ocr/growth`` record
+per training epoch to ``perf/growth.jsonl``; the verdict reads them back
+(:func:`growth_findings`).
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import os
+import time
+from collections import deque
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from types import FunctionType, MethodType, ModuleType
+from typing import TYPE_CHECKING, Any
+
+from ocr.perf.findings import Finding, risk_score
+from ocr.perf.records import GrowthNode, GrowthRecord, read_records
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = [
+    "GROWTH_EPOCHS",
+    "MAX_DEPTH",
+    "MAX_ITEMS",
+    "SAMPLE_ITEMS",
+    "Growth",
+    "NodeStats",
+    "Scan",
+    "growing",
+    "growth_finding",
+    "growth_findings",
+    "scan",
+]
+
+
+#: An attribute is growing when it grew in each of this many successive epochs (so the first
+#: finding can come at the end of epoch ``GROWTH_EPOCHS``, the third epoch of a run with 2).
+#: One epoch of growth is what every first epoch shows (a list filled once, a cache warming).
+GROWTH_EPOCHS = 2
+#: Levels below a root attribute the walk descends (``self.outputs["train"][0]`` is 3).
+MAX_DEPTH = 4
+#: Items looked at per container; a bigger one is sampled evenly and its counts extrapolated.
+SAMPLE_ITEMS = 64
+#: Items looked at in one scan, all roots together; beyond, the scan stops (``truncated``).
+MAX_ITEMS = 20_000
+#: Paths kept per scan record (those holding the most tensors first).
+MAX_NODES = 64
+
+# Types never walked into: code, types, text (torch's modules and optimizers are added in
+# _torch_types(); the caller adds the trainer's type).
+_OPAQUE: tuple[type, ...] = (ModuleType, type, FunctionType, MethodType, str, bytes, bytearray)
+
+
+@functools.cache
+def _torch_types() -> tuple[type[torch.Tensor], tuple[type, ...], frozenset[str]]:
+    """``(Tensor, (Module, Optimizer), names nn.Module keeps in its __dict__)``: imported on
+    the first scan, so reading records (the report) does not import torch. Optimizer state
+    fills once, in the first steps; what nn.Module keeps in its ``__dict__`` is its parameters,
+    buffers, submodules, hooks and state."""
+    import torch
+
+    internals = frozenset(vars(torch.nn.Module()))
+    return torch.Tensor, (torch.nn.Module, torch.optim.Optimizer), internals
+
+
+_CONTAINERS = (list, tuple, dict, deque, set, frozenset)
+
+
+#: What one path holds at a scan; one scan (the ``perf/growth.jsonl`` record). The record kinds
+#: live with the others in :mod:`ocr.perf.records`.
+NodeStats = GrowthNode
+Scan = GrowthRecord
+
+
+class _Walk:
+    """The state of one scan: the item budget and the storages already counted."""
+
+    def __init__(
+        self, max_items: int, opaque: tuple[type, ...], tensor: type[torch.Tensor]
+    ) -> None:
+        self.max_items = max_items
+        self.opaque = opaque
+        self.tensor_type = tensor
+        self.items = 0
+        self.truncated = False
+        self.seen_storages: set[tuple[str, int]] = set()
+        self.nodes: list[NodeStats] = []
+
+    def spend(self) -> bool:
+        if self.items >= self.max_items:
+            self.truncated = True
+            return False
+        self.items += 1
+        return True
+
+    def tensor(self, t: torch.Tensor, node: NodeStats) -> None:
+        node.tensors += 1
+        if t.grad_fn is not None:
+            node.graph = True
+        device = t.device.type
+        if device not in node.devices:
+            node.devices.append(device)
+        try:
+            storage = t.untyped_storage()
+            key = (device, storage.data_ptr())
+            if key not in self.seen_storages or key[1] == 0:
+                self.seen_storages.add(key)
+                node.bytes += storage.nbytes()
+        except (RuntimeError, NotImplementedError):  # sparse / meta / wrapper subclasses
+            node.bytes += t.element_size() * t.nelement()
+
+
+def _sample(value: Any, n: int) -> tuple[Iterable[Any], float, bool]:
+    """Up to :data:`SAMPLE_ITEMS` items of container ``value`` of length ``n``: all of them, or
+    evenly spread (sequences) / the first ones (dicts, sets, deques); with the factor that
+    extrapolates their counts to the whole container."""
+    items: Iterable[Any] = value.values() if isinstance(value, dict) else value
+    if n <= SAMPLE_ITEMS:
+        return items, 1.0, False
+    if isinstance(value, list | tuple):
+        step = n / SAMPLE_ITEMS
+        return (value[int(i * step)] for i in range(SAMPLE_ITEMS)), step, True
+    return itertools.islice(items, SAMPLE_ITEMS), n / SAMPLE_ITEMS, True
+
+
+def _label(key: Any) -> str:
+    """``['train']``, ``[3]``; a key of another type by its type (a tensor's repr costs)."""
+    text = repr(key) if isinstance(key, str | int | float | bool) else f"<{type(key).__name__}>"
+    return f"[{text if len(text) <= 40 else text[:37] + '...'}]"
+
+
+def _walk(value: Any, path: str, depth: int, walk: _Walk) -> NodeStats | None:
+    """Stats of ``value`` at ``path`` (``None`` when it holds no tensor); containers holding
+    tensors are appended to ``walk.nodes`` on the way."""
+    if isinstance(value, walk.tensor_type):
+        node = NodeStats(path=path, kind="Tensor", length=int(value.shape[0]) if value.dim() else 1)
+        walk.tensor(value, node)
+        return node
+    if isinstance(value, walk.opaque) or depth > MAX_DEPTH:
+        return None
+    if isinstance(value, _CONTAINERS):
+        n = len(value)
+        node = NodeStats(path=path, kind=type(value).__name__, length=n)
+        items, factor, sampled = _sample(value, n)
+        keys: Iterator[Any] = iter(value.keys()) if isinstance(value, dict) else iter(range(n))
+        ordered = isinstance(value, dict | list | tuple) and not sampled
+        for item in items:
+            if not walk.spend():
+                break
+            key = next(keys) if ordered else None
+            child_path = f"{path}{_label(key)}" if ordered else f"{path}[*]"
+            if isinstance(item, walk.tensor_type):
+                walk.tensor(item, node)
+                continue
+            child = _walk(item, child_path, depth + 1, walk)
+            if child is not None:
+                _add(node, child)
+        if factor != 1.0:
+            node.tensors = round(node.tensors * factor)
+            node.bytes = round(node.bytes * factor)
+            node.sampled = True
+        if node.tensors:
+            walk.nodes.append(node)
+            return node
+        return None
+    attrs = getattr(value, "__dict__", None)
+    if not isinstance(attrs, dict) or not attrs:
+        return None
+    node = NodeStats(path=path, kind=type(value).__name__, length=len(attrs))
+    for name, item in list(attrs.items()):
+        if not walk.spend():
+            break
+        child = _walk(item, f"{path}.{name}", depth + 1, walk)
+        if child is not None:
+            _add(node, child)
+    return node if node.tensors else None
+
+
+def _add(parent: NodeStats, child: NodeStats) -> None:
+    parent.tensors += child.tensors
+    parent.bytes += child.bytes
+    parent.graph = parent.graph or child.graph
+    parent.sampled = parent.sampled or child.sampled
+    parent.devices = sorted(set(parent.devices) | set(child.devices))
+
+
+def scan(
+    roots: Mapping[str, object],
+    epoch: int,
+    *,
+    opaque: tuple[type, ...] = (),
+    skip: frozenset[str] = frozenset(),
+    max_items: int = MAX_ITEMS,
+) -> Scan:
+    """Measure what the objects of ``roots`` (label -> object, e.g. ``{"UserModule": module}``)
+    hold in their attributes (see the module doc); ``epoch`` is stamped on the result.
+
+    Args:
+        roots: the objects whose instance attributes are walked, by the label paths start with.
+        epoch: the epoch that ended.
+        opaque: further types never walked into (the caller's trainer class).
+        skip: attribute names of the roots left out (a framework base class's own state);
+            ``nn.Module``'s own (parameters, buffers, submodules, hooks) always are.
+        max_items: the item budget of the scan (:data:`MAX_ITEMS`).
+    """
+    t0 = time.perf_counter_ns()
+    tensor, torch_opaque, module_internals = _torch_types()
+    walk = _Walk(max_items, _OPAQUE + torch_opaque + tuple(opaque), tensor)
+    for label, root in roots.items():
+        attrs = getattr(root, "__dict__", None)
+        if not isinstance(attrs, dict):
+            continue
+        for name, value in list(attrs.items()):
+            if name in skip or name in module_internals:
+                continue
+            if not walk.spend():
+                break
+            node = _walk(value, f"{label}.{name}", 1, walk)
+            if node is not None and node.kind not in {c.__name__ for c in _CONTAINERS}:
+                walk.nodes.append(node)  # a tensor or an object attribute: a node of its own
+    for node in walk.nodes:
+        node.devices = sorted(node.devices)
+    nodes = sorted(walk.nodes, key=lambda n: (-n.tensors, n.path))[:MAX_NODES]
+    return Scan(
+        epoch=epoch,
+        nodes=nodes,
+        items=walk.items,
+        scan_ms=round((time.perf_counter_ns() - t0) / 1e6, 3),
+        truncated=walk.truncated,
+    )
+
+
+@dataclass
+class Growth:
+    """A path that grew in each of the last :data:`GROWTH_EPOCHS` epochs.
+
+    Args:
+        path: the attribute (``UserModule.losses``).
+        epochs: the epochs compared (``GROWTH_EPOCHS + 1`` of them, in order).
+        tensors_per_epoch: mean tensors added per epoch over them.
+        bytes_per_epoch: mean bytes added per epoch.
+        length_per_epoch: mean length added per epoch.
+        tensors: tensors held at the last epoch; ``bytes``: their bytes.
+        graph: whether they hold autograd graphs; ``devices``: where they live.
+        sampled: whether the counts were extrapolated from a sample.
+    """
+
+    path: str
+    epochs: list[int]
+    tensors_per_epoch: float
+    bytes_per_epoch: float
+    length_per_epoch: float
+    tensors: int
+    bytes: int
+    graph: bool
+    devices: list[str]
+    sampled: bool
+
+    @property
+    def message(self) -> str:
+        """``UserModule.losses: +120 tensors / epoch (+3.1 MB / epoch), holding autograd graphs
+        -- append loss.detach() or loss.item()``."""
+        text = (
+            f"{self.path}: +{self.tensors_per_epoch:.0f} tensors / epoch "
+            f"(+{_size(self.bytes_per_epoch)} of tensor data / epoch; {self.tensors} tensors, "
+            f"{_size(self.bytes)} now)"
+        )
+        if self.graph:
+            text += ", holding autograd graphs (each keeps its step's activations alive)"
+        return f"{text} -- {self.advice}"
+
+    @property
+    def advice(self) -> str:
+        if self.graph:
+            return (
+                "append loss.detach() (or loss.item() for a number) instead of the tensor, and "
+                "clear the list at the epoch's end"
+            )
+        where = " (on the GPU: .cpu() them)" if "cuda" in self.devices else ""
+        return (
+            "keep only what the epoch's end needs: reduce it to numbers as you go, or clear the "
+            f"container in on_train_epoch_end{where}"
+        )
+
+
+def _size(n: float) -> str:
+    """``40 B``, ``3.1 KB``, ``12.0 MB``, ``1.2 GB`` (decimal units)."""
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+        if abs(n) >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n:.0f} B"
+
+
+def growing(scans: Sequence[Scan], epochs: int = GROWTH_EPOCHS) -> list[Growth]:
+    """The paths that grew (length, tensor count or bytes) between each pair of the last
+    ``epochs + 1`` scans, in epoch order. A path that grows inside another growing one is named
+    instead of it (``UserModule.outputs['train']``, not ``UserModule.outputs``)."""
+    if epochs < 1 or len(scans) < epochs + 1:
+        return []
+    window = sorted(scans, key=lambda s: s.epoch)[-(epochs + 1) :]
+    by_scan = [{n.path: n for n in s.nodes} for s in window]
+    found: list[Growth] = []
+    for path in sorted(by_scan[-1]):
+        series = [nodes.get(path) for nodes in by_scan]
+        if any(n is None for n in series):
+            continue
+        points: list[NodeStats] = [n for n in series if n is not None]
+        if not all(
+            (b.length > a.length or b.tensors > a.tensors or b.bytes > a.bytes)
+            and b.tensors >= a.tensors
+            for a, b in itertools.pairwise(points)
+        ):
+            continue
+        first, last = points[0], points[-1]
+        found.append(
+            Growth(
+                path=path,
+                epochs=[s.epoch for s in window],
+                tensors_per_epoch=(last.tensors - first.tensors) / epochs,
+                bytes_per_epoch=(last.bytes - first.bytes) / epochs,
+                length_per_epoch=(last.length - first.length) / epochs,
+                tensors=last.tensors,
+                bytes=last.bytes,
+                graph=last.graph,
+                devices=list(last.devices),
+                sampled=any(n.sampled for n in points),
+            )
+        )
+    paths = [g.path for g in found]
+    return [
+        g
+        for g in found
+        if not any(p != g.path and p.startswith((g.path + "[", g.path + ".")) for p in paths)
+    ]
+
+
+def growth_finding(found: Sequence[Growth]) -> Finding | None:
+    """One finding naming every growing attribute (``None`` when nothing grows). Holding
+    autograd graphs makes it a risk to the run (it dies or swaps); otherwise a warning."""
+    if not found:
+        return None
+    worst = max(found, key=lambda g: (g.graph, g.bytes_per_epoch, g.tensors_per_epoch))
+    graph = any(g.graph for g in found)
+    title = f"memory creep: {worst.message}"
+    if len(found) > 1:
+        title += f" (and {len(found) - 1} more growing attribute(s))"
+    return Finding(
+        id="memory_creep",
+        severity="critical" if graph else "warning",
+        score=risk_score("critical" if graph else "warning"),
+        title=title,
+        evidence={
+            "growing": [asdict(g) for g in found],
+            "epochs_compared": worst.epochs,
+        },
+        threshold={"growth_epochs": float(GROWTH_EPOCHS)},
+        suggestion="; ".join(dict.fromkeys(f"{g.path}: {g.advice}" for g in found)) + ".",
+        stage="train",
+        source="growth",
+        confidence="measured",
+    )
+
+
+def read_scans(run_dir: str | os.PathLike[str]) -> list[Scan]:
+    """The scans of ``<run_dir>/perf/growth.jsonl`` (``[]`` when absent); ``RunDirError`` naming
+    the file and line when one is malformed."""
+    return read_records(GrowthRecord.path(run_dir), GrowthRecord)
+
+
+def growth_findings(run_dir: str | os.PathLike[str]) -> list[Finding]:
+    """The verdict's memory-creep finding from a run directory's ``perf/growth.jsonl``: growth
+    over the last :data:`GROWTH_EPOCHS` epochs of each run recorded there (a new run starts
+    again at epoch 0), judged as the callback judged it live."""
+    runs: list[list[Scan]] = []
+    for s in read_scans(run_dir):
+        if not runs or s.epoch <= runs[-1][-1].epoch:
+            runs.append([])
+        runs[-1].append(s)
+    found: list[Growth] = []
+    for scans in runs:
+        found.extend(_ever_growing(scans))
+    finding = growth_finding(list({g.path: g for g in found}.values()))
+    return [finding] if finding is not None else []
+
+
+def _ever_growing(scans: Sequence[Scan]) -> list[Growth]:
+    """What :func:`growing` found at any epoch end of one run (a container cleared later still
+    grew while it was growing); the latest sighting per path."""
+    out: dict[str, Growth] = {}
+    for end in range(GROWTH_EPOCHS + 1, len(scans) + 1):
+        for g in growing(scans[end - GROWTH_EPOCHS - 1 : end]):
+            out[g.path] = g
+    return list(out.values())

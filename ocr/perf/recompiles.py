@@ -1,0 +1,369 @@
+"""``torch.compile`` recompiles and shape churn, per epoch, with their reason. Lightning-free.
+
+A compiled model fed inputs of changing sizes recompiles for each new shape (with
+``dynamic=False``, or where a size is specialised) until Dynamo's recompile limit, then runs that
+function eagerly: the compiled run ends up slower than eager while every phase just reads
+``forward``. This module counts, per epoch, what Dynamo compiled, why it recompiled (the guard
+that failed: ``tensor 'x' size mismatch at index 2``, i.e. dimension 2 of ``x`` changed),
+how long compiling took and whether the limit was hit.
+
+The one seam into torch (version-gated, tested in ``tests/unit/perf/test_recompiles.py``):
+``torch._dynamo.utils.get_compilation_metrics()``, the bounded list (64 by default) of
+``CompilationMetrics`` Dynamo appends one entry to per frame compile, with ``recompile_reason``,
+``entire_frame_compile_time_s``, ``fail_type`` / ``fail_reason`` (the recompile limit shows as
+``Unsupported`` with "recompile limit exceeded") and ``co_name`` / ``co_filename``; and
+``torch._dynamo.utils.counters["frames"]["total"]``, which counts compiles past that bound
+(reported as ``lost``). :class:`CompileWatch` remembers the last entry it saw and reads the new
+ones at an epoch's end: nothing runs per step, and nothing is enabled in torch (no log level, no
+hook). Checked against torch :data:`TESTED_TORCH`; a torch without that surface records
+``available: false`` with the reason.
+
+Without compile the number of distinct batch shapes per epoch still matters (cuDNN autotuning
+runs once per shape; a later compile would recompile for each): :class:`ShapeCounter` keeps the
+shapes of the batches it is shown (one set insertion per batch; the callback shows it batches
+only when asked to, since that is per-step work).
+
+The callback (``ocr.lightning_modules.callbacks.EpochScanCallback``) writes one
+``receipt-ocr/recompiles`` record per training epoch to ``perf/recompiles.jsonl``; the verdict
+turns them into a finding (:func:`recompile_findings`).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from itertools import islice
+from typing import Any
+
+import msgspec
+
+from ocr.perf.findings import Finding
+from ocr.perf.records import RecompileReason, RecompilesRecord, read_records
+
+__all__ = [
+    "RECOMPILE_CHURN",
+    "TESTED_TORCH",
+    "CompileEpoch",
+    "CompileWatch",
+    "Reason",
+    "ShapeCounter",
+    "normalize_reason",
+    "read_compile_epochs",
+    "recompile_finding",
+    "recompile_findings",
+]
+
+
+#: torch versions (major, minor) whose compilation-metrics surface this module was checked on.
+TESTED_TORCH = ((2, 13),)
+#: Recompiles in one epoch from which compiling is shape churn, even in the first epoch (one or
+#: two are normal: Dynamo's automatic dynamic shapes recompile once, then generalise).
+RECOMPILE_CHURN = 4
+#: Distinct shapes a :class:`ShapeCounter` keeps per epoch (beyond: counted as "more").
+MAX_SHAPES = 1024
+
+_COMPILE_ID = re.compile(r"^\s*\[?\d+/\d+\]?:\s*")
+_SIZE = re.compile(
+    r"tensor '(?P<name>.+?)' (?P<what>size|stride) mismatch at index (?P<dim>\d+)\."
+    r"\s*expected (?P<expected>-?\d+), actual (?P<actual>-?\d+)"
+)
+_NUMBERS = re.compile(r"(expected|actual|==|!=|<=|>=|<|>)\s*-?\d+")
+
+
+#: One kind of recompile reason in an epoch; one epoch's count (the ``perf/recompiles.jsonl``
+#: record). The record kinds live with the others in :mod:`ocr.perf.records`.
+Reason = RecompileReason
+CompileEpoch = RecompilesRecord
+
+
+def _merge(reasons: Iterable[tuple[str, int, str | None, Iterable[int], str]]) -> list[Reason]:
+    """``(reason, count, dimension, sizes, example)`` tallies merged by reason, most frequent
+    first (sizes: the first 32 distinct, sorted; the first example)."""
+    merged: dict[str, tuple[int, str | None, set[int], str]] = {}
+    for reason, count, dimension, sizes, example in reasons:
+        n, dim, seen, first = merged.get(reason, (0, dimension, set(), example))
+        merged[reason] = (n + count, dim, seen | set(sizes), first)
+    out = [
+        Reason(reason=r, count=n, dimension=d, sizes=sorted(z)[:32], example=e)
+        for r, (n, d, z, e) in merged.items()
+    ]
+    return sorted(out, key=lambda r: (-r.count, r.reason))
+
+
+def normalize_reason(text: str) -> tuple[str, str | None, list[int]]:
+    """``(reason, dimension, sizes)`` of one Dynamo recompile reason: the compile id prefix
+    (``0/3: ``) and the varying numbers dropped, the dimension named for size / stride guards."""
+    text = _COMPILE_ID.sub("", text.strip().splitlines()[0] if text.strip() else "")
+    m = _SIZE.search(text)
+    if m is not None:
+        reason = f"tensor '{m['name']}' {m['what']} mismatch at index {m['dim']}"
+        what = "dimension" if m["what"] == "size" else "stride of dimension"
+        return reason, f"{what} {m['dim']} of {m['name']}", [int(m["expected"]), int(m["actual"])]
+    return _NUMBERS.sub(r"\1 N", text), None, []
+
+
+def _surface() -> tuple[Any, str]:
+    """Torch's compilation-metrics surface (the ``torch._dynamo.utils`` module), or ``None``
+    and why not."""
+    import torch
+
+    try:
+        from torch._dynamo import utils as dynamo_utils
+    except Exception as exc:  # a torch built without Dynamo
+        return None, f"torch._dynamo cannot be imported ({type(exc).__name__}: {exc})"
+    if not callable(getattr(dynamo_utils, "get_compilation_metrics", None)):
+        return None, f"torch {torch.__version__} has no torch._dynamo.utils.get_compilation_metrics"
+    if not hasattr(dynamo_utils, "counters"):
+        return None, f"torch {torch.__version__} has no torch._dynamo.utils.counters"
+    return dynamo_utils, ""
+
+
+def _torch_version() -> str:
+    import torch
+
+    return str(torch.__version__)
+
+
+def torch_tested() -> bool:
+    """Whether this torch's (major, minor) is in :data:`TESTED_TORCH`."""
+    parts = _torch_version().split("+")[0].split(".")
+    try:
+        return (int(parts[0]), int(parts[1])) in TESTED_TORCH
+    except (IndexError, ValueError):
+        return False
+
+
+def _entry_key(entry: Any) -> tuple[Any, ...]:
+    return (getattr(entry, "compile_id", None), getattr(entry, "start_time_us", None))
+
+
+class CompileWatch:
+    """Counts what Dynamo compiles between two :meth:`take` calls (see the module doc). Create it
+    at the start of a run: compiles before it are not counted."""
+
+    def __init__(self) -> None:
+        self._utils, self.note = _surface()
+        self._last: tuple[Any, ...] | None = None
+        self._frames = 0
+        if self._utils is not None:
+            entries = self._utils.get_compilation_metrics()
+            self._last = _entry_key(entries[-1]) if entries else None
+            self._frames = self._frames_total()
+
+    @property
+    def available(self) -> bool:
+        return self._utils is not None
+
+    def _frames_total(self) -> int:
+        frames = self._utils.counters.get("frames") if self._utils is not None else None
+        return int(frames.get("total", 0)) if frames else 0
+
+    def _new_entries(self) -> list[Any]:
+        entries = list(self._utils.get_compilation_metrics()) if self._utils is not None else []
+        keys = [_entry_key(e) for e in entries]
+        start = keys.index(self._last) + 1 if self._last in keys else 0
+        if entries:
+            self._last = keys[-1]
+        return entries[start:]
+
+    def take(self, epoch: int) -> CompileEpoch:
+        """The compiles since the previous call (or since construction)."""
+        if self._utils is None:
+            return CompileEpoch(epoch=epoch, available=False, note=self.note)
+        compiles = recompiles = failed = dynamo_entries = 0
+        compile_s = 0.0
+        limit_hit = False
+        tallies: list[tuple[str, int, str | None, list[int], str]] = []
+        functions: Counter[str] = Counter()
+        for entry in self._new_entries():
+            if getattr(entry, "is_forward", None) is False:
+                continue  # a backward graph compiled by AOT autograd, not a Dynamo frame
+            dynamo_entries += 1
+            compile_s += float(getattr(entry, "entire_frame_compile_time_s", None) or 0.0)
+            if getattr(entry, "fail_type", None) is not None:
+                text = str(getattr(entry, "fail_reason", "") or "")
+                if "recompile limit" in text.lower() or "cache_size_limit" in text:
+                    limit_hit = True
+                else:
+                    failed += 1
+                continue
+            compiles += 1
+            name = getattr(entry, "co_name", None) or "?"
+            filename = os.path.basename(getattr(entry, "co_filename", None) or "?")
+            functions[f"{name} ({filename})"] += 1
+            raw = getattr(entry, "recompile_reason", None)
+            if raw is not None:
+                recompiles += 1
+                key, dimension, sizes = normalize_reason(str(raw))
+                tallies.append((key, 1, dimension, sizes, str(raw)[:300]))
+        frames = self._frames_total()
+        lost = max(0, frames - self._frames - dynamo_entries)
+        self._frames = frames
+        note = ""
+        if not torch_tested():
+            tested = ", ".join(f"{a}.{b}" for a, b in TESTED_TORCH)
+            note = f"counted with torch {_torch_version()}; checked on {tested}"
+        return CompileEpoch(
+            epoch=epoch,
+            compiles=compiles,
+            recompiles=recompiles,
+            reasons=_merge(tallies),
+            functions=dict(functions.most_common()),
+            compile_s=round(compile_s, 4),
+            limit_hit=limit_hit,
+            limit=_recompile_limit(),
+            failed=failed,
+            lost=lost,
+            note=note,
+        )
+
+
+def _recompile_limit() -> int | None:
+    import torch
+
+    config = getattr(getattr(torch, "_dynamo", None), "config", None)
+    for name in ("recompile_limit", "cache_size_limit"):
+        value = getattr(config, name, None)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    return None
+
+
+class ShapeCounter:
+    """The distinct shapes of the batches :meth:`note` is shown, per epoch: the shape of the
+    batch's first tensor (the batch itself, or the first of the first 4 items of a list / tuple /
+    dict); O(1) per batch. A batch without a tensor there is not counted."""
+
+    def __init__(self) -> None:
+        import torch
+
+        self._tensor = torch.Tensor
+        self._shapes: set[tuple[int, ...]] = set()
+        self._more = False
+
+    def note(self, batch: Any) -> None:
+        """Remember ``batch``'s shape."""
+        t = batch
+        if not isinstance(t, self._tensor):
+            items = batch.values() if isinstance(batch, dict) else batch
+            if not isinstance(items, list | tuple) and not isinstance(batch, dict):
+                return
+            t = next((x for x in islice(items, 4) if isinstance(x, self._tensor)), None)
+            if t is None:
+                return
+        if len(self._shapes) < MAX_SHAPES:
+            self._shapes.add(tuple(t.shape))
+        else:
+            self._more = True
+
+    def take(self) -> tuple[int, list[str]]:
+        """``(distinct shapes, up to 8 of them as text)`` since the previous call; resets."""
+        shapes, self._shapes = sorted(self._shapes), set()
+        more, self._more = self._more, False
+        count = len(shapes) + (1 if more else 0)
+        return count, ["x".join(str(d) for d in s) or "scalar" for s in shapes[:8]]
+
+
+def read_compile_epochs(run_dir: str | os.PathLike[str]) -> list[CompileEpoch]:
+    """The records of ``<run_dir>/perf/recompiles.jsonl`` (``[]`` when absent); ``RunDirError``
+    naming the file and line when one is malformed."""
+    return read_records(RecompilesRecord.path(run_dir), RecompilesRecord)
+
+
+def recompile_finding(epochs: Sequence[CompileEpoch], total_s: float = 0.0) -> Finding | None:
+    """A finding when recompiles recur after a run's first epoch, reach :data:`RECOMPILE_CHURN`
+    in one epoch, or hit the recompile limit; ``None`` otherwise. ``epochs``: one run's records
+    in order; ``total_s``: the run's recorded wall time. The score is the share of it spent
+    compiling (what this run measured; the eager fallback after the limit is not measured), 0
+    without step-time records."""
+    counted = [e for e in epochs if e.available]
+    if not counted:
+        return None
+    first = min(e.epoch for e in counted)
+    later = [e for e in counted if e.epoch > first and e.recompiles]
+    churn = [e for e in counted if e.recompiles >= RECOMPILE_CHURN]
+    hit = [e for e in counted if e.limit_hit]
+    if not (later or churn or hit):
+        return None
+    recompiles = sum(e.recompiles for e in counted)
+    compile_s = sum(e.compile_s for e in counted)
+    reasons = _merge(
+        (r.reason, r.count, r.dimension, r.sizes, r.example) for e in counted for r in e.reasons
+    )
+    dims = list(dict.fromkeys(r.dimension for r in reasons if r.dimension))
+    why = []
+    if hit:
+        limit = next((e.limit for e in hit if e.limit is not None), None)
+        why.append(
+            f"hit the recompile limit{f' ({limit})' if limit is not None else ''} in epoch "
+            f"{hit[0].epoch}: the function then runs eagerly"
+        )
+    if later:
+        why.append(
+            f"recompiles recur after the first epoch ({sum(e.recompiles for e in later)} in "
+            f"epochs {', '.join(str(e.epoch) for e in later[:6])})"
+        )
+    if churn and not later:
+        why.append(f"{max(e.recompiles for e in churn)} recompiles in one epoch")
+    cause = ""
+    if dims:
+        sizes = next((r.sizes for r in reasons if r.dimension == dims[0]), [])
+        shown = ", ".join(str(s) for s in sizes[:8]) + (", ..." if len(sizes) > 8 else "")
+        cause = f"; {dims[0]} changes" + (f" (sizes {shown})" if sizes else "")
+    elif reasons:
+        cause = f"; guard: {reasons[0].reason}"
+    title = (
+        f"torch.compile recompiles: {recompiles} recompiles ({compile_s:.1f} s compiling); "
+        + "; ".join(why)
+        + cause
+    )
+    advice = [
+        "pad inputs to a few size buckets (each bucket compiles once)",
+        "compile with dynamic=True",
+    ]
+    dim_match = next((r for r in reasons if r.dimension and "size" in r.reason), None)
+    if dim_match is not None:
+        index = dim_match.reason.rsplit(" ", 1)[-1]
+        name = dim_match.reason.split("'", 1)[1].rsplit("' ", 1)[0]
+        advice.append(
+            f"or mark the changing dimension dynamic before the call: "
+            f"torch._dynamo.mark_dynamic(<{name}>, {index})"
+        )
+    else:
+        advice.append("or mark the changing dimension dynamic (torch._dynamo.mark_dynamic)")
+    advice.append("raising torch._dynamo.config.recompile_limit only postpones it")
+    return Finding(
+        id="recompiles",
+        severity="warning",
+        score=round(min(100.0, 100.0 * compile_s / total_s), 1) if total_s > 0 else 0.0,
+        title=title,
+        evidence={
+            "recompiles": recompiles,
+            "compile_s": round(compile_s, 3),
+            "recompiles_by_epoch": {str(e.epoch): e.recompiles for e in counted},
+            "limit_hit_epochs": [e.epoch for e in hit],
+            "reasons": [msgspec.to_builtins(r) for r in reasons[:10]],
+            "batch_shapes_by_epoch": {
+                str(e.epoch): e.batch_shapes for e in counted if e.batch_shapes is not None
+            },
+        },
+        threshold={"recompiles_per_epoch": float(RECOMPILE_CHURN)},
+        suggestion="; ".join(advice) + ".",
+        stage="train",
+        source="compile",
+        confidence="measured",
+    )
+
+
+def recompile_findings(run_dir: str | os.PathLike[str], total_s: float = 0.0) -> list[Finding]:
+    """The verdict's recompile finding from ``<run_dir>/perf/recompiles.jsonl``; each run
+    recorded there (its epochs start again) is judged on its own, the worst one kept."""
+    runs: list[list[CompileEpoch]] = []
+    for e in read_compile_epochs(run_dir):
+        if not runs or e.epoch <= runs[-1][-1].epoch:
+            runs.append([])
+        runs[-1].append(e)
+    found = [f for run in runs if (f := recompile_finding(run, total_s)) is not None]
+    return [max(found, key=lambda f: f.score)] if found else []

@@ -1,0 +1,178 @@
+"""EpochScanCallback on tiny Trainer runs with LightningModules written here: a loss kept with its
+graph in a list is named (log, perf/growth.jsonl, the verdict) within the first 3 epochs; a loss
+kept as a number is not; a compiled module fed 6 batch sizes has its recompiles counted with the
+changing dimension named; fixed sizes give none."""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import lightning as L
+import pytest
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from ocr.lightning_modules.callbacks import EpochScanCallback
+from ocr.perf.growth import read_scans
+from ocr.perf.recompiles import read_compile_epochs
+from ocr.perf.report.load import load_run
+from ocr.perf.report.stages import summarize_stages
+from ocr.perf.report.verdict import judge
+
+SIZES = (8, 10, 12, 14, 16, 18)
+
+
+class Sized(Dataset[torch.Tensor]):
+    """One image of side ``sizes[i]`` per item (batch_size=1: one batch shape per size)."""
+
+    def __init__(self, sizes: tuple[int, ...]) -> None:
+        self.sizes = sizes
+
+    def __len__(self) -> int:
+        return len(self.sizes)
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        return torch.randn(3, self.sizes[i], self.sizes[i])
+
+
+class Collecting(L.LightningModule):
+    """Keeps every step's loss in ``self.losses``: as the tensor (``keep="tensor"``, its graph
+    with it), or as ``loss.item()``."""
+
+    def __init__(self, keep: str, compiled: bool = False, dynamic: bool | None = None) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 4, 3)
+        self.keep = keep
+        self.losses: list[object] = []
+        self.net = torch.compile(self.conv, backend="eager", dynamic=dynamic) if compiled else None
+
+    def training_step(self, batch: torch.Tensor, batch_idx: int) -> torch.Tensor:
+        net = self.net if self.net is not None else self.conv
+        loss = net(batch).pow(2).mean()
+        self.losses.append(loss if self.keep == "tensor" else loss.item())
+        return loss
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+
+def _fit(tmp_path: Path, module: L.LightningModule, sizes: tuple[int, ...], epochs: int) -> None:
+    trainer = L.Trainer(
+        accelerator="cpu",
+        max_epochs=epochs,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[EpochScanCallback(batch_shapes=True)],
+        default_root_dir=tmp_path,
+    )
+    trainer.fit(module, DataLoader(Sized(sizes), batch_size=1))
+
+
+@pytest.fixture(autouse=True)
+def _fresh_dynamo() -> Iterator[None]:
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+def test_loss_kept_with_graph_is_named(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING):
+        _fit(tmp_path, Collecting("tensor"), (8,) * 4, epochs=3)
+    warned = [r.getMessage() for r in caplog.records if "memory creep" in r.getMessage()]
+    assert len(warned) == 1
+    assert "Collecting.losses" in warned[0]
+    assert "autograd graph" in warned[0]
+    scans = read_scans(tmp_path)
+    assert [s.epoch for s in scans] == [0, 1, 2]
+    assert all(s.scan_ms >= 0 and s.items > 0 for s in scans)
+    run = load_run(tmp_path)
+    findings = [f for f in judge(run, summarize_stages(run.epochs)) if f.id == "memory_creep"]
+    assert len(findings) == 1
+    assert "Collecting.losses" in findings[0].title
+    assert "autograd graph" in findings[0].title
+    assert findings[0].confidence == "measured"
+
+
+def test_loss_kept_as_number_is_not(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING):
+        _fit(tmp_path, Collecting("item"), (8,) * 4, epochs=3)
+    assert not [r for r in caplog.records if "memory creep" in r.getMessage()]
+    run = load_run(tmp_path)
+    assert not [f for f in judge(run, summarize_stages(run.epochs)) if f.id == "memory_creep"]
+    assert len(read_scans(tmp_path)) == 3
+
+
+def test_compiled_module_six_sizes_recompiles(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.WARNING):
+        _fit(tmp_path, Collecting("item", compiled=True, dynamic=False), SIZES, epochs=2)
+    epochs = read_compile_epochs(tmp_path)
+    assert epochs[0].compiles == len(SIZES)
+    assert epochs[0].recompiles == len(SIZES) - 1
+    assert epochs[0].reasons[0].dimension is not None
+    assert "dimension 2" in epochs[0].reasons[0].dimension
+    assert epochs[0].batch_shapes == len(SIZES)
+    assert epochs[1].recompiles == 0
+    assert any("torch.compile recompiles" in r.getMessage() for r in caplog.records)
+    run = load_run(tmp_path)
+    found = [f for f in judge(run, summarize_stages(run.epochs)) if f.id == "recompiles"]
+    assert len(found) == 1
+    assert "dimension 2" in found[0].title
+    assert "mark_dynamic" in found[0].suggestion
+
+
+def test_compiled_module_fixed_size_no_finding(tmp_path: Path) -> None:
+    _fit(tmp_path, Collecting("item", compiled=True, dynamic=False), (12,) * 6, epochs=2)
+    epochs = read_compile_epochs(tmp_path)
+    assert [e.compiles for e in epochs] == [1, 0]
+    assert [e.recompiles for e in epochs] == [0, 0]
+    assert [e.batch_shapes for e in epochs] == [1, 1]
+    run = load_run(tmp_path)
+    assert not [f for f in judge(run, summarize_stages(run.epochs)) if f.id == "recompiles"]
+
+
+def test_reading_the_records_imports_no_torch() -> None:
+    code = (
+        "import sys\n"
+        "import ocr.perf.growth, ocr.perf.recompiles, ocr.perf.report.verdict\n"
+        "print('torch' in sys.modules)"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert proc.stdout.strip() == "False"
+
+
+def test_no_per_step_hook_at_the_defaults() -> None:
+    """At the defaults every per-batch hook is Lightning's inherited no-op (which the clock
+    leaves out); batch_shapes=True installs the one counting hook."""
+    from lightning.pytorch.callbacks import Callback
+
+    from ocr.lightning_modules.callbacks.untimed import does_nothing
+
+    default = EpochScanCallback()
+    for hook in ("on_train_batch_start", "on_train_batch_end", "on_before_backward"):
+        assert getattr(type(default), hook) is getattr(Callback, hook)
+        assert does_nothing(getattr(default, hook).__func__)
+    counting = EpochScanCallback(batch_shapes=True)
+    assert not does_nothing(counting.on_train_batch_start.__func__)
+
+
+def test_disabled_writes_nothing(tmp_path: Path) -> None:
+    trainer = L.Trainer(
+        accelerator="cpu",
+        max_epochs=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[EpochScanCallback(enabled=False, batch_shapes=True)],
+        default_root_dir=tmp_path,
+    )
+    trainer.fit(Collecting("tensor"), DataLoader(Sized((8,) * 2), batch_size=1))
+    assert not (tmp_path / "perf").exists()
