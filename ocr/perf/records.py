@@ -175,8 +175,63 @@ class RunRecord(Record, tag="receipt-ocr/run", kw_only=True, frozen=True):
 
 
 class EpochRecord(Record, tag="receipt-ocr/perf-epoch", kw_only=True, frozen=True):
-    """One ``perf/epochs.jsonl`` line: what one stage epoch measured (the recorder's
-    ``EpochReport``, documented there) plus when it closed and its global rates."""
+    """One ``perf/epochs.jsonl`` line: what one stage epoch measured on this rank, plus the
+    cross-rank spreads under DDP. The recorder hands it to its subscribers, then writes it with
+    ``t`` and the global rates set. Non-finite figures are NaN in memory, ``None`` once read.
+
+    Args:
+        stage: the stage.
+        epoch: ``trainer.current_epoch`` when the window opened.
+        wall_s: the window's wall time in seconds (train: validation excluded).
+        phases_s: seconds per phase, every name of ``PHASES``; they sum to ``wall_s``.
+        gpu_phases_s: GPU stream seconds between phase switches, per phase (CUDA only, else
+            empty).
+        worker_s: DataLoader work timed where it ran, summed over the epoch, in seconds:
+            ``fetch`` (dataset ``__getitem__``), ``collate`` and the finer parts user code
+            reported (ours: ``decode``, ``transform``, ``targets``). Empty when the loader could
+            not be instrumented.
+        batch_stats: ``StreamingStats.summary()`` of the batch times (seconds between
+            consecutive batch ends; the first from the window's start).
+        num_batches: batches completed in the window.
+        samples: samples in those batches.
+        memory: ``ocr.perf.memory.memory_snapshot()`` at the close (empty when memory tracking is
+            off).
+        peak_rss_gb: largest process RSS sampled during the window (GiB); nan when off.
+        peak_gpu_memory_gb: CUDA peak allocated memory during the window (GiB); nan without CUDA.
+        world_size: number of ranks.
+        spreads: DDP only: figure name (``epoch_time``, ``{phase}_time``, ``worker_fetch_time``,
+            ``batch_mean``, ``samples_per_sec``, ...) -> ``rank_spread`` of its per-rank values.
+        global_samples: samples over all ranks (== ``samples`` on one process).
+        global_batches: batches over all ranks (== ``num_batches`` on one process).
+        global_wall_s: the slowest rank's ``wall_s`` (== ``wall_s`` on one process).
+        worker_counts: event counters reported in the DataLoader with
+            ``ocr.perf.worker.report_count`` (ours: ``polygon_cache_hits``, ``_misses``,
+            ``_evictions``, ``_corrupt``, ``_bytes_written``), summed over the epoch (this rank).
+        batch_times_s: the batch times in order (seconds), every ``batch_times_stride``-th one
+            when the epoch had more than 4096.
+        batch_times_stride: see ``batch_times_s``.
+        num_workers: ``num_workers`` of the stage's DataLoader (None when not a DataLoader).
+        batch_size: samples in the epoch's first batch (0 when there was none).
+        device: ``"cuda"`` when CUDA phases were measured, else ``"cpu"``.
+        global_step: ``trainer.global_step`` at the close.
+        callbacks_s: seconds per callback (class name; a second instance of a class gets
+            ``#2``), its own hooks' time in any phase (a checkpoint save inside its hook is
+            ``checkpoint``, not the callback's).
+        callback_hooks_s: the same split by hook: ``ClassName.hook`` -> seconds.
+        module_hooks_s: the LightningModule's and DataModule's own hooks: ``Class.hook`` ->
+            seconds (whatever phase they ran in: a hook that wraps its metric work in
+            ``perf_phase("metric")`` is named here and counted in ``metric``).
+        straggler: under DDP, the rank the others waited for and its cause
+            (``ocr.perf.ranks.find_straggler``); None on one process or when no rank straggles.
+        sync_wait_measured: how ``sync_wait`` was measured: ``"ddp_comm_hook"`` (the gradient
+            all-reduce wait, plus our epoch gather), ``"gather"`` (our epoch gather only: the
+            model is not a ``DistributedDataParallel`` we could hook), or ``"none"`` (one process).
+        callbacks_s_by_rank: under DDP, each rank's ``callbacks_s``, indexed by rank (ranks may
+            have different callbacks: one built on one rank only is named there); empty on one
+            process.
+        t: unix time it was written; samples_per_sec, batches_per_sec: ``global_samples`` and
+            ``global_batches`` over ``global_wall_s`` (None until written).
+    """
 
     FILE: ClassVar[str] = "epochs.jsonl"
 
@@ -207,7 +262,7 @@ class EpochRecord(Record, tag="receipt-ocr/perf-epoch", kw_only=True, frozen=Tru
     callbacks_s: dict[str, float] = {}
     callback_hooks_s: dict[str, float] = {}
     module_hooks_s: dict[str, float] = {}
-    callbacks_s_by_rank: list[dict[str, float]] = []
+    callbacks_s_by_rank: tuple[dict[str, float], ...] = ()
     straggler: Straggler | None = None
     sync_wait_measured: str = "none"
     t: float | None = None

@@ -11,19 +11,20 @@ import pytest
 import torch.distributed as dist
 
 from ocr.lightning_modules.callbacks.cross_rank import RankEpoch, gather_ranks, merge_ranks
-from ocr.lightning_modules.callbacks.epoch_report import EpochReport
 from ocr.perf.clock import PHASES
+from ocr.perf.records import EpochRecord
+from ocr.perf.stage import Stage
 
 
 def report(
     samples: int = 32, wall_s: float = 2.0, callbacks: dict[str, float] | None = None
-) -> EpochReport:
+) -> EpochRecord:
     callbacks = callbacks or {}
     phases = dict.fromkeys(PHASES, 0.0)
     phases["callbacks"] = sum(callbacks.values())
     phases["forward"] = wall_s - phases["callbacks"]
-    return EpochReport(
-        stage="train",
+    return EpochRecord(
+        stage=Stage.TRAIN,
         epoch=3,
         wall_s=wall_s,
         phases_s=phases,
@@ -96,7 +97,7 @@ def test_a_rank_that_fails_still_joins_the_collective_with_its_flag_down(
         calls.append(mine)
         real(rows, mine)
 
-    def broken(cls: type[RankEpoch], local: EpochReport) -> RankEpoch:
+    def broken(cls: type[RankEpoch], local: EpochRecord) -> RankEpoch:
         raise RuntimeError("planted")
 
     monkeypatch.setattr(dist, "all_gather_object", counting)

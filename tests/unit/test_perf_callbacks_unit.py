@@ -14,7 +14,6 @@ from ocr.lightning_modules.callbacks import PerformanceProfilerCallback, Through
 from ocr.lightning_modules.callbacks.cuda_events import CudaPhaseEvents
 from ocr.lightning_modules.callbacks.cuda_events import EventClock as _EventClock
 from ocr.lightning_modules.callbacks.epoch_report import (
-    EpochReport,
     log_to_loggers,
     normalize_stages,
 )
@@ -27,14 +26,16 @@ from ocr.lightning_modules.callbacks.stage_state import EpochWindow
 from ocr.lightning_modules.callbacks.throughput_monitor import throughput_metrics
 from ocr.perf.clock import PHASES
 from ocr.perf.ranks import rank_spread
+from ocr.perf.records import EpochRecord
+from ocr.perf.stage import Stage
 from ocr.perf.stats import StreamingStats
 
 
-def report(stage: str = "val", **overrides: Any) -> EpochReport:
+def report(stage: str = "val", **overrides: Any) -> EpochRecord:
     phases = dict.fromkeys(PHASES, 0.0)
     phases.update(data_wait=1.0, forward=2.0, metric=0.5, callbacks=0.5)
     fields: dict[str, Any] = {
-        "stage": stage,
+        "stage": Stage(stage),
         "epoch": 3,
         "wall_s": 4.0,
         "phases_s": phases,
@@ -61,7 +62,7 @@ def report(stage: str = "val", **overrides: Any) -> EpochReport:
         "global_wall_s": 4.0,
     }
     fields.update(overrides)
-    return EpochReport(**fields)
+    return EpochRecord(**fields)
 
 
 # -- arguments -----------------------------------------------------------------------------------

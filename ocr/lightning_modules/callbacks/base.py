@@ -19,14 +19,13 @@ from lightning.pytorch.callbacks import Callback
 
 from ocr.errors import ConfigError
 from ocr.lightning_modules.callbacks.epoch_report import (
-    EpochReport,
     IntervalProgress,
     normalize_stages,
 )
 from ocr.lightning_modules.callbacks.errors import PerfCallbackWarning
 from ocr.lightning_modules.callbacks.recorder import StageRecorder
 from ocr.lightning_modules.callbacks.try_window import TrialWindow, open_trial_window
-from ocr.perf.records import JsonValue
+from ocr.perf.records import EpochRecord, JsonValue
 from ocr.perf.rundir import to_jsonable
 
 __all__ = ["RecorderCallback"]
@@ -84,7 +83,7 @@ class RecorderCallback(Callback):
 
     # -- subclass API ----------------------------------------------------------------------
 
-    def _on_report(self, trainer: L.Trainer, report: EpochReport) -> None:
+    def _on_report(self, trainer: L.Trainer, report: EpochRecord) -> None:
         """Present a finished stage epoch (log, print)."""
 
     def _interval_metrics(self, progress: IntervalProgress) -> Mapping[str, float] | None:
@@ -94,7 +93,7 @@ class RecorderCallback(Callback):
 
     # -- plumbing --------------------------------------------------------------------------
 
-    def _receive_report(self, report: EpochReport) -> None:
+    def _receive_report(self, report: EpochRecord) -> None:
         if not self._enabled_run or report.stage not in self.stages:
             return
         try:

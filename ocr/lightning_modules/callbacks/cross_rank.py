@@ -11,17 +11,18 @@ other ranks to ``sync_wait``.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+import msgspec
 import torch
 
-from ocr.lightning_modules.callbacks.epoch_report import EpochReport, per_second
+from ocr.lightning_modules.callbacks.epoch_report import per_second
 from ocr.perf.clock import PHASES
 from ocr.perf.ranks import find_straggler, rank_spread
+from ocr.perf.records import EpochRecord
 
 __all__ = ["CommTimer", "RankEpoch", "gather_ranks", "hook_ddp", "merge_ranks"]
 
@@ -60,13 +61,13 @@ class RankEpoch:
 
     ok: bool
     stage: str = ""
-    epoch: int = -1
+    epoch: int | None = -1
     figures: dict[str, float] = field(default_factory=dict)
     callbacks_s: dict[str, float] = field(default_factory=dict)
     module_hooks_s: dict[str, float] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, report: EpochReport) -> RankEpoch:
+    def of(cls, report: EpochRecord) -> RankEpoch:
         """This rank's part, from its own (one-process) report."""
         worker = report.worker_s
         figures = {
@@ -86,13 +87,13 @@ class RankEpoch:
             ok=True,
             stage=report.stage,
             epoch=report.epoch,
-            figures={k: float(v) for k, v in figures.items()},
+            figures={k: math.nan if v is None else float(v) for k, v in figures.items()},
             callbacks_s=dict(report.callbacks_s),
             module_hooks_s=dict(report.module_hooks_s),
         )
 
 
-def merge_ranks(report: EpochReport, rows: Sequence[RankEpoch]) -> EpochReport:
+def merge_ranks(report: EpochRecord, rows: Sequence[RankEpoch]) -> EpochRecord:
     """``report`` (this rank's) with the cross-rank figures of ``rows`` (every rank's, healthy
     and of the same stage epoch): spreads, global samples / batches / wall time, the straggler
     and each rank's callbacks."""
@@ -105,7 +106,7 @@ def merge_ranks(report: EpochReport, rows: Sequence[RankEpoch]) -> EpochReport:
         spreads[name].pop("slowest_rank")  # the largest rate or count is not the slowest
     phases = [{p: row.figures.get(f"{p}_time", 0.0) for p in PHASES} for row in rows]
     named = [{"callbacks": row.callbacks_s, "module_hooks": row.module_hooks_s} for row in rows]
-    return dataclasses.replace(
+    return msgspec.structs.replace(
         report,
         world_size=len(rows),
         spreads=spreads,
@@ -118,8 +119,8 @@ def merge_ranks(report: EpochReport, rows: Sequence[RankEpoch]) -> EpochReport:
 
 
 def gather_ranks(
-    local: EpochReport | None, world_size: int
-) -> tuple[EpochReport | None, str | None]:
+    local: EpochRecord | None, world_size: int
+) -> tuple[EpochRecord | None, str | None]:
     """This rank's ``local`` report (None: its recording failed) with every rank's figures
     merged in, and None; or None and why recording must go off, the same on every rank (a rank
     failed, the ranks closed different epochs, or there is no process group to exchange

@@ -11,12 +11,12 @@ from rich.table import Table
 from ocr.console import print_renderable
 from ocr.lightning_modules.callbacks.base import RecorderCallback
 from ocr.lightning_modules.callbacks.epoch_report import (
-    EpochReport,
     IntervalProgress,
     log_to_loggers,
     per_second,
 )
 from ocr.perf.clock import PHASES
+from ocr.perf.records import EpochRecord
 from ocr.perf.rundir import polygon_cache_hit_rate
 
 __all__ = ["PerformanceProfilerCallback", "cache_metrics", "performance_metrics"]
@@ -49,7 +49,7 @@ _SPREAD_FIGURES = (
 )
 
 
-def performance_metrics(report: EpochReport, memory: bool = True) -> dict[str, float]:
+def performance_metrics(report: EpochRecord, memory: bool = True) -> dict[str, float | None]:
     """The metrics of one stage epoch (``stage`` = ``train``, ``val`` or ``test``):
 
     - ``performance/{stage}_epoch_time`` and ``performance/{stage}_{phase}_time`` (seconds; the
@@ -76,7 +76,10 @@ def performance_metrics(report: EpochReport, memory: bool = True) -> dict[str, f
     """
     stage = report.stage
     head = f"performance/{stage}_"
-    out: dict[str, float] = {"epoch": float(report.epoch), f"{head}epoch_time": report.wall_s}
+    out: dict[str, float | None] = {
+        "epoch": float(report.epoch or 0),
+        f"{head}epoch_time": report.wall_s,
+    }
     for phase, seconds in report.phases_s.items():
         out[f"{head}{phase}_time"] = seconds
     for part, seconds in report.worker_s.items():
@@ -84,8 +87,8 @@ def performance_metrics(report: EpochReport, memory: bool = True) -> dict[str, f
     for stat in _BATCH_STATS:
         out[f"{head}batch_{stat}"] = report.batch_stats[stat]
     out[f"{head}num_batches"] = float(report.num_batches)
-    for phase, seconds in report.gpu_phases_s.items():
-        out[f"{head}gpu_{phase}_time"] = seconds
+    for phase, gpu_s in report.gpu_phases_s.items():
+        out[f"{head}gpu_{phase}_time"] = gpu_s
     if memory:
         mem_head = "performance/" if stage == "val" else head
         for key, name in _MEMORY_KEYS.items():
@@ -107,7 +110,7 @@ def performance_metrics(report: EpochReport, memory: bool = True) -> dict[str, f
     return out
 
 
-def cache_metrics(report: EpochReport) -> dict[str, float]:
+def cache_metrics(report: EpochRecord) -> dict[str, float]:
     """PolygonCache figures of one stage epoch, from the counts its workers reported (this rank):
     ``performance/{stage}_polygon_cache_{hits,misses,evictions,corrupt,bytes_written}`` and
     ``performance/{stage}_polygon_cache_hit_rate`` (0-1); validation also as the unprefixed
@@ -126,7 +129,7 @@ def cache_metrics(report: EpochReport) -> dict[str, float]:
     return out
 
 
-def render_table(report: EpochReport) -> Table:
+def render_table(report: EpochRecord) -> Table:
     """The end-of-epoch table: phases with their share of the epoch, worker parts, batch-time
     statistics and memory; with the max over ranks under DDP."""
     ddp = bool(report.spreads)
@@ -135,7 +138,7 @@ def render_table(report: EpochReport) -> Table:
         title=(
             f"{report.stage} epoch {report.epoch}: {report.wall_s:.3f} s, "
             f"{report.num_batches} batches, {report.samples} samples{ranks}, "
-            f"{per_second(report.global_samples, report.global_wall_s):.1f} samples/s"
+            f"{per_second(report.global_samples, report.all_wall_s):.1f} samples/s"
         ),
         title_justify="left",
     )
@@ -148,10 +151,11 @@ def render_table(report: EpochReport) -> Table:
     def spread_cell(figure: str) -> list[str]:
         if not ddp:
             return []
-        spread = report.spreads.get(figure)
-        if spread is None or math.isnan(spread["max"]):
+        spread = report.spreads.get(figure, {})
+        top, rank = spread.get("max"), spread.get("slowest_rank")
+        if top is None or rank is None or math.isnan(top):
             return [""]
-        return [f"{spread['max']:.3f} ({int(spread['slowest_rank'])})"]
+        return [f"{top:.3f} ({int(rank)})"]
 
     wall = report.wall_s
     for phase in PHASES:
@@ -266,7 +270,7 @@ class PerformanceProfilerCallback(RecorderCallback):
         self.verbose = bool(verbose)
         self._anchor: tuple[int, int, float] = (-1, 0, 0.0)  # epoch, batches, elapsed_s
 
-    def _on_report(self, trainer: L.Trainer, report: EpochReport) -> None:
+    def _on_report(self, trainer: L.Trainer, report: EpochRecord) -> None:
         log_to_loggers(trainer, performance_metrics(report, memory=self.profile_memory))
         if self.verbose and trainer.is_global_zero:
             print_renderable(render_table(report))  # above a live progress bar, not under it

@@ -48,7 +48,6 @@ from ocr.lightning_modules.callbacks import action_stream
 from ocr.lightning_modules.callbacks.cross_rank import CommTimer, gather_ranks, hook_ddp
 from ocr.lightning_modules.callbacks.cuda_events import CudaPhaseEvents, EventClock
 from ocr.lightning_modules.callbacks.epoch_report import (
-    EpochReport,
     IntervalProgress,
     Subscriber,
     log_to_loggers,
@@ -85,6 +84,7 @@ from ocr.lightning_modules.callbacks.window_events import (
 from ocr.perf.actions import CALLBACK, DATAMODULE, MODULE, classify_action
 from ocr.perf.clock import PhaseClock, PhaseTotals, set_active_clock
 from ocr.perf.memory import memory_snapshot, reset_peak_memory
+from ocr.perf.records import EpochRecord
 from ocr.perf.stage import Stage
 from ocr.perf.worker import WorkerTiming
 
@@ -683,7 +683,7 @@ class StageRecorder:
             return
         state = self._states[stage]
         epoch = state.epoch
-        local: EpochReport | None = None
+        local: EpochRecord | None = None
         if epoch is not None:
             try:
                 local = self._close(state, epoch)
@@ -714,7 +714,7 @@ class StageRecorder:
             if clock.running:
                 clock.switch(*label)
 
-    def _close(self, state: StageState, epoch: EpochWindow) -> EpochReport | None:
+    def _close(self, state: StageState, epoch: EpochWindow) -> EpochRecord | None:
         """Close the window: this rank's report (None when measurement is off)."""
         self._open.remove(epoch.stage)
         state.epoch = None
@@ -724,9 +724,9 @@ class StageRecorder:
         totals = self.clock.stop()
         self._fold(epoch, totals)
         wall_ns = epoch.closed_ns + totals.wall_ns
-        memory: dict[str, float] = {}
+        memory: dict[str, float | None] = {}
         if self._track_memory:
-            memory = self._sample_memory(epoch)
+            memory.update(self._sample_memory(epoch))
         worker = {name: ns / 1e9 for name, ns in state.worker_ns.items()}
         counts, state.worker_counts = state.worker_counts, {}
         state.worker_ns = {}
@@ -740,14 +740,14 @@ class StageRecorder:
         epoch.flush_batch_times()
         kept, stride = epoch.kept_batch_times()
         trainer = self._trainer_ref()
-        return EpochReport(
-            stage=epoch.stage,
+        return EpochRecord(
+            stage=Stage(epoch.stage),
             epoch=epoch.epoch,
             wall_s=wall_s,
             phases_s={name: ns / 1e9 for name, ns in epoch.phases_ns.items()},
             gpu_phases_s=dict(epoch.gpu_s),
             worker_s=worker,
-            batch_stats=epoch.batch_times.summary(),
+            batch_stats={**epoch.batch_times.summary()},
             num_batches=epoch.num_batches,
             samples=epoch.samples,
             memory=memory,
@@ -757,7 +757,7 @@ class StageRecorder:
             global_batches=epoch.num_batches,
             global_wall_s=wall_s,
             worker_counts=counts,
-            batch_times_s=kept,
+            batch_times_s=list(kept),
             batch_times_stride=stride,
             num_workers=state.num_workers,
             batch_size=epoch.first_batch_samples,
@@ -769,7 +769,7 @@ class StageRecorder:
             sync_wait_measured=self.sync_wait_measured,
         )
 
-    def _gather_report(self, local: EpochReport | None) -> EpochReport | None:
+    def _gather_report(self, local: EpochRecord | None) -> EpochRecord | None:
         """The epoch's report across ranks (``local`` itself on one process); None when
         recording is off here, or (DDP) on any rank: then it goes off on every rank together."""
         if self.world_size <= 1:

@@ -18,7 +18,7 @@ from lightning.pytorch.utilities import rank_zero_info
 from rich.table import Table
 
 from ocr.errors import ConfigError
-from ocr.lightning_modules.callbacks.epoch_report import EpochReport, log_to_loggers
+from ocr.lightning_modules.callbacks.epoch_report import log_to_loggers
 from ocr.lightning_modules.callbacks.recorder import StageRecorder
 from ocr.perf.alerts import (
     AlertEngine,
@@ -29,7 +29,7 @@ from ocr.perf.alerts import (
     WandbSink,
     build_rules,
 )
-from ocr.perf.records import PERF_DIRNAME, RecordWriter, ResourceSample
+from ocr.perf.records import PERF_DIRNAME, EpochRecord, RecordWriter, ResourceSample
 from ocr.perf.resources import (
     ResourceMonitor,
     ResourceMonitorWarning,
@@ -498,7 +498,7 @@ class _StragglerFeed:
         self.callback = callback
         self.recorder: StageRecorder | None = None
 
-    def _receive_report(self, report: EpochReport) -> None:
+    def _receive_report(self, report: EpochRecord) -> None:
         signals = self.callback._signals
         if signals is not None:
             signals.straggler = straggler_signal(report)
@@ -510,17 +510,17 @@ class _StragglerFeed:
         self.recorder = None
 
 
-def straggler_signal(report: EpochReport) -> StragglerSignal:
+def straggler_signal(report: EpochRecord) -> StragglerSignal:
     """The ``straggler_rank`` rule's input from one epoch report: rank -1 and share 0 when no
     rank straggles (so an earlier alert can resolve)."""
     straggler = report.straggler
     if straggler is None:
-        return StragglerSignal(rank=-1, share=0.0, epoch=report.epoch)
+        return StragglerSignal(rank=-1, share=0.0, epoch=report.epoch or 0)
     return StragglerSignal(
         rank=straggler.rank,
         share=straggler.share,
         excess_s=straggler.excess_s,
         cause=straggler.cause,
         others_wait_s=straggler.others_wait_s,
-        epoch=report.epoch,
+        epoch=report.epoch or 0,
     )

@@ -3,14 +3,15 @@
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import time
 import warnings
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from ocr.lightning_modules.callbacks.epoch_report import EpochReport, IntervalProgress, per_second
+import msgspec
+
+from ocr.lightning_modules.callbacks.epoch_report import IntervalProgress, per_second
 from ocr.lightning_modules.callbacks.errors import PerfCallbackWarning
 from ocr.perf.records import EpochRecord, IntervalRecord, JsonValue, RecordWriter
 from ocr.perf.rundir import write_run_info
@@ -19,15 +20,14 @@ from ocr.perf.stage import Stage
 __all__ = ["RunFiles", "epoch_record"]
 
 
-def epoch_record(report: EpochReport, t: float) -> EpochRecord:
-    """The ``perf/epochs.jsonl`` record of ``report`` closed at unix time ``t``, with the global
-    rates (samples and batches of all ranks over the slowest rank's wall time; NaN -> null)."""
-    fields = {f.name: getattr(report, f.name) for f in dataclasses.fields(report)}
-    return EpochRecord(
-        **{**fields, "stage": Stage(report.stage)},
+def epoch_record(report: EpochRecord, t: float) -> EpochRecord:
+    """``report`` as written at unix time ``t``, with the global rates (samples and batches of
+    all ranks over the slowest rank's wall time; NaN -> null)."""
+    return msgspec.structs.replace(
+        report,
         t=t,
-        samples_per_sec=per_second(report.global_samples, report.global_wall_s),
-        batches_per_sec=per_second(report.global_batches, report.global_wall_s),
+        samples_per_sec=per_second(report.global_samples, report.all_wall_s),
+        batches_per_sec=per_second(report.global_batches, report.all_wall_s),
     )
 
 
@@ -67,7 +67,7 @@ class RunFiles:
     def run_info(self, extra: Mapping[str, JsonValue]) -> None:
         self._guard(lambda: write_run_info(self.run_dir, extra))
 
-    def epoch(self, report: EpochReport) -> None:
+    def epoch(self, report: EpochRecord) -> None:
         self.flush_intervals()
         self._guard(lambda: self.epochs.write(epoch_record(report, time.time())))
 

@@ -1,5 +1,5 @@
 """What the ``StageRecorder`` keeps per stage and per open epoch window, and the pure helpers
-that turn it into an ``EpochReport``'s figures."""
+that turn it into an ``EpochRecord``'s figures."""
 
 from __future__ import annotations
 

@@ -13,12 +13,12 @@ from lightning.fabric.utilities.apply_func import move_data_to_device
 
 from ocr.lightning_modules.callbacks.base import RecorderCallback
 from ocr.lightning_modules.callbacks.epoch_report import (
-    EpochReport,
     IntervalProgress,
     log_to_loggers,
     per_second,
 )
 from ocr.lightning_modules.callbacks.errors import PerfCallbackWarning
+from ocr.perf.records import EpochRecord
 
 __all__ = [
     "Ceiling",
@@ -91,7 +91,7 @@ def measure_ceiling(trainer: L.Trainer, pl_module: L.LightningModule) -> Ceiling
     return Ceiling(per_sample, peak.flops_per_sec or None, spec, info)
 
 
-def flops_metrics(report: EpochReport, ceiling: Ceiling | None) -> dict[str, float]:
+def flops_metrics(report: EpochRecord, ceiling: Ceiling | None) -> dict[str, float]:
     """``throughput/{stage}_flops_per_sec`` (achieved, all ranks) and ``throughput/{stage}_mfu``
     (over the measured peak of all ranks, 0-1); empty without a ceiling or FLOPs for the stage.
     On CUDA with a known GPU also ``throughput/{stage}_mfu_spec`` (over the data-sheet peak)."""
@@ -102,7 +102,7 @@ def flops_metrics(report: EpochReport, ceiling: Ceiling | None) -> dict[str, flo
     use = utilisation(
         ceiling.flops_per_sample.get(report.stage),
         report.global_samples,
-        report.global_wall_s,
+        report.all_wall_s,
         ceiling.peak_flops_per_sec,
         world_size=report.world_size,
         spec_peak_flops_per_sec=ceiling.spec_peak_flops_per_sec,
@@ -118,7 +118,7 @@ def flops_metrics(report: EpochReport, ceiling: Ceiling | None) -> dict[str, flo
     return out
 
 
-def throughput_metrics(report: EpochReport, peak_memory: bool = True) -> dict[str, float]:
+def throughput_metrics(report: EpochRecord, peak_memory: bool = True) -> dict[str, float | None]:
     """The metrics of one stage epoch (``stage`` = ``train``, ``val`` or ``test``):
 
     - ``throughput/{stage}_samples_per_sec`` and ``throughput/{stage}_batches_per_sec``: over
@@ -134,10 +134,10 @@ def throughput_metrics(report: EpochReport, peak_memory: bool = True) -> dict[st
     """
     stage = report.stage
     head = f"throughput/{stage}_"
-    out: dict[str, float] = {
-        "epoch": float(report.epoch),
-        f"{head}samples_per_sec": per_second(report.global_samples, report.global_wall_s),
-        f"{head}batches_per_sec": per_second(report.global_batches, report.global_wall_s),
+    out: dict[str, float | None] = {
+        "epoch": float(report.epoch or 0),
+        f"{head}samples_per_sec": per_second(report.global_samples, report.all_wall_s),
+        f"{head}batches_per_sec": per_second(report.global_batches, report.all_wall_s),
         f"{head}data_wait_share": per_second(report.phases_s.get("data_wait", 0.0), report.wall_s),
     }
     for figure in ("samples_per_sec", "batches_per_sec"):
@@ -246,7 +246,7 @@ class ThroughputMonitorCallback(RecorderCallback):
         super().teardown(trainer, pl_module, stage)
         self._ceiling, self._ceiling_tried = None, False
 
-    def _on_report(self, trainer: L.Trainer, report: EpochReport) -> None:
+    def _on_report(self, trainer: L.Trainer, report: EpochRecord) -> None:
         metrics = throughput_metrics(report, peak_memory=self.peak_memory)
         metrics.update(flops_metrics(report, self._ceiling))
         log_to_loggers(trainer, metrics)
