@@ -612,6 +612,8 @@ class ProfilerCallback(Callback):
         if self._window is not None:
             self._close(trainer, analyse=True)
 
+    on_validation_end = on_test_end = on_train_epoch_end  # each stage's window ends with it
+
     def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         # Validation runs inside the training epoch: the train window ends before it, so a
         # train trace never holds validation steps.
@@ -634,10 +636,6 @@ class ProfilerCallback(Callback):
         elif self._ondemand and not trainer.sanity_checking:
             self._tick(trainer, "val", batch_idx)
 
-    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if self._window is not None:
-            self._close(trainer, analyse=True)
-
     def on_test_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if self._active:
             self._open(trainer, "test")
@@ -655,7 +653,3 @@ class ProfilerCallback(Callback):
             self._step(trainer, "test", batch_idx)
         elif self._ondemand:
             self._tick(trainer, "test", batch_idx)
-
-    def on_test_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if self._window is not None:
-            self._close(trainer, analyse=True)
