@@ -126,6 +126,8 @@ class PlainProgressBar(ProgressBar):
     def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._start_loop()
 
+    on_test_start = on_validation_start
+
     def on_validation_batch_end(
         self,
         trainer: L.Trainer,
@@ -140,9 +142,6 @@ class PlainProgressBar(ProgressBar):
         total = trainer.num_val_batches[dataloader_idx]
         line = self._progress_line("val", batch_idx + 1, total)
         self._maybe_print(f"{self._epoch_label(trainer)} {line}")
-
-    def on_test_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._start_loop()
 
     def on_test_batch_end(
         self,

@@ -329,13 +329,8 @@ class StageRecorder:
             # All ranks must leave together: stop measuring here, tell the peers at the next
             # gather.
             self._fail(RuntimeError("a subscriber failed"), warn=False)
-            return
-        if subscriber in self.subscribers:
-            self.subscribers.remove(subscriber)
-        if self.subscribers:
-            self._configure()
         else:
-            self.shutdown()
+            self.detach(subscriber)
 
     def _finish_subscribers(self) -> None:
         subs = list(self.subscribers)

@@ -236,11 +236,7 @@ class ThroughputMonitorCallback(RecorderCallback):
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._take_ceiling(trainer, pl_module)
 
-    def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._take_ceiling(trainer, pl_module)  # a standalone trainer.validate
-
-    def on_test_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._take_ceiling(trainer, pl_module)
+    on_validation_start = on_test_start = on_fit_start  # a standalone validate / test
 
     def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         super().teardown(trainer, pl_module, stage)
