@@ -10,7 +10,6 @@ instrumented DataLoader.
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -22,7 +21,7 @@ from ocr.lightning_modules.callbacks.epoch_report import (
     IntervalProgress,
     normalize_stages,
 )
-from ocr.lightning_modules.callbacks.errors import PerfCallbackWarning
+from ocr.lightning_modules.callbacks.errors import warn_off
 from ocr.lightning_modules.callbacks.recorder import StageRecorder
 from ocr.lightning_modules.callbacks.try_window import TrialWindow, open_trial_window
 from ocr.perf.records import EpochRecord, JsonValue
@@ -131,12 +130,7 @@ class RecorderCallback(Callback):
         self._enabled_run = False
         if not self._warned:
             self._warned = True
-            warnings.warn(
-                f"{type(self).__name__} failed and is off for the rest of this run "
-                f"({type(exc).__name__}: {exc})",
-                PerfCallbackWarning,
-                stacklevel=2,
-            )
+            warn_off(type(self).__name__, exc)
         recorder, self._recorder = self._recorder, None
         if recorder is not None:
             recorder.fail_subscriber(self)

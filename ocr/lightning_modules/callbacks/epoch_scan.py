@@ -15,7 +15,7 @@ import msgspec
 from lightning.pytorch.callbacks import Callback
 from torch.utils.data import DataLoader
 
-from ocr.lightning_modules.callbacks.errors import PerfCallbackWarning
+from ocr.lightning_modules.callbacks.errors import PerfCallbackWarning, warn_off
 from ocr.lightning_modules.callbacks.try_window import perf_root
 from ocr.perf.growth import GROWTH_EPOCHS, MAX_ITEMS, Scan, growing, scan
 from ocr.perf.recompiles import CompileEpoch, CompileWatch, ShapeCounter, recompile_finding
@@ -233,9 +233,4 @@ class EpochScanCallback(Callback):
         self._on = False
         if not self._warned:
             self._warned = True
-            warnings.warn(
-                f"EpochScanCallback failed and is off for the rest of this run "
-                f"({type(exc).__name__}: {exc})",
-                PerfCallbackWarning,
-                stacklevel=2,
-            )
+            warn_off("EpochScanCallback", exc)

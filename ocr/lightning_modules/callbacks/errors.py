@@ -3,9 +3,21 @@
 
 from __future__ import annotations
 
-__all__ = ["PerfCallbackWarning"]
+import warnings
+
+__all__ = ["PerfCallbackWarning", "warn_off"]
 
 
 class PerfCallbackWarning(UserWarning):
     """A performance callback hit an internal error (and turned itself off), or could not
     measure something it was asked to (and says what it measures instead)."""
+
+
+def warn_off(name: str, exc: BaseException, category: type[Warning] = PerfCallbackWarning) -> None:
+    """The one warning of the monitor ``name`` that failed with ``exc`` and is off for the run
+    (attributed to the caller of the monitor's failure handler)."""
+    warnings.warn(
+        f"{name} failed and is off for the rest of this run ({type(exc).__name__}: {exc})",
+        category,
+        stacklevel=3,
+    )

@@ -44,7 +44,7 @@ from torch.profiler import ProfilerActivity
 from ocr.errors import ConfigError
 from ocr.lightning_modules.callbacks.action_stream import remove_listener
 from ocr.lightning_modules.callbacks.epoch_report import normalize_stages
-from ocr.lightning_modules.callbacks.errors import PerfCallbackWarning
+from ocr.lightning_modules.callbacks.errors import PerfCallbackWarning, warn_off
 from ocr.lightning_modules.callbacks.profiler_summary import summarise_window
 from ocr.lightning_modules.callbacks.profiler_window import Window
 from ocr.perf import triggers
@@ -332,12 +332,7 @@ class ProfilerCallback(Callback):
         self._discard()
         if not self._warned:
             self._warned = True
-            warnings.warn(
-                f"{type(self).__name__} failed and is off for the rest of this run "
-                f"({type(exc).__name__}: {exc})",
-                PerfCallbackWarning,
-                stacklevel=2,
-            )
+            warn_off(type(self).__name__, exc)
 
     # -- windows -----------------------------------------------------------------------------
 

@@ -19,6 +19,7 @@ from rich.table import Table
 
 from ocr.errors import ConfigError
 from ocr.lightning_modules.callbacks.epoch_report import log_to_loggers
+from ocr.lightning_modules.callbacks.errors import warn_off
 from ocr.lightning_modules.callbacks.recorder import StageRecorder
 from ocr.perf.alerts import (
     AlertEngine,
@@ -295,12 +296,7 @@ class ResourceMonitorCallback(Callback):
 
     def _off(self, exc: BaseException) -> None:
         """Own failure: one warning, then no more work for the run."""
-        warnings.warn(
-            f"ResourceMonitorCallback failed and is off for the rest of this run "
-            f"({type(exc).__name__}: {exc})",
-            ResourceMonitorWarning,
-            stacklevel=2,
-        )
+        warn_off("ResourceMonitorCallback", exc, ResourceMonitorWarning)
         monitor = self._stop()
         if monitor is not None:
             monitor.close()
