@@ -174,7 +174,7 @@ class RecorderCallback(Callback):
         self._enabled_run = False
         if recorder is not None:
             try:
-                recorder.abort()
+                recorder.shutdown()  # no gather: the ranks may be out of step
             except Exception as exc:
                 self._fail(exc)
 

@@ -346,13 +346,18 @@ class StageRecorder:
         """Whether the stream should tell us about ``name`` (asked once per name; see
         ``ActionStream``). Left out: transparent actions without a window event (their time stays
         with the enclosing action either way) and hooks whose function does nothing
-        (:func:`_does_nothing`): Lightning dispatches every callback hook to every callback, so
+        (``untimed.does_nothing``): Lightning dispatches every callback hook to every callback, so
         most of a step's actions are inherited no-ops. The module's own ``on_after_backward``
         closes the backward bracket, so the callbacks' no-op ones are not needed for it."""
         try:
             _, phase, _, event = self._info.get(name) or self._learn(name)
             action = classify_action(name)
-            idle = phase != "" and self._hook_does_nothing(action.kind, action.target, action.hook)
+            trainer = self._trainer_ref()
+            idle = (
+                phase != ""
+                and trainer is not None
+                and untimed_hook(trainer, action.kind, action.target, action.hook)
+            )
             if event and not (action.kind == CALLBACK and action.hook == "on_after_backward"):
                 if idle:
                     # Wanted for its event only (the module's inherited on_train_batch_end,
@@ -363,7 +368,7 @@ class StageRecorder:
                 phase not in ("", "module_hooks")
                 and not idle
                 and action.kind in (MODULE, DATAMODULE)
-                and (trainer := self._trainer_ref()) is not None
+                and trainer is not None
                 and lightning_own_hook(trainer, action.kind, action.hook)
             ):
                 # Lightning's own transfer / optimizer / checkpoint hook, not the user's: no
@@ -373,10 +378,6 @@ class StageRecorder:
             return phase != "" and not idle
         except Exception:
             return True  # when in doubt, listen
-
-    def _hook_does_nothing(self, kind: str, target: str, hook: str) -> bool:
-        trainer = self._trainer_ref()
-        return trainer is not None and untimed_hook(trainer, kind, target, hook)
 
     def _learn(self, name: str) -> tuple[str, str, str, int]:
         action = classify_action(name)
@@ -787,8 +788,3 @@ class StageRecorder:
         state.worker_counts = {}
         state.timing_samples.clear()
         state.noted_samples = None
-
-    def abort(self) -> None:
-        """An exception ends the run: close everything without gathering (ranks may be out of
-        step) and undo the instrumentation."""
-        self.shutdown()
