@@ -6,8 +6,6 @@ from __future__ import annotations
 
 from ocr.perf.actions import MODULE, STRATEGY
 
-# Events recognised in the action stream (by hook name, independent of which callback or module
-# dispatched it).
 EV_NONE = 0
 EV_TRAIN_EPOCH_START = 1
 EV_TRAIN_END = 2
