@@ -199,13 +199,13 @@ def _assert_holds(phase: str, got: float, planted: float, other: float, detail: 
     assert got <= planted + slack, (phase, "holds more than its sleeps", got, planted, detail)
 
 
-def _check(report: dict[str, Any], sleeps: Sleeps, batch_of_step: int = 0) -> None:
+def _check(report: dict[str, Any], sleeps: Sleeps) -> None:
     steps = [s for s in report["steps"] if s["stage"] == "train"]
     assert len(steps) == 4
     expected: dict[str, float] = defaultdict(float)
     for s in steps:
         assert sum(s["phases_ms"].values()) == pytest.approx(s["wall_ms"], abs=1e-3)
-        batch = s["number"] + batch_of_step
+        batch = s["number"]
         for phase, secs in sleeps.by_batch[batch].items():
             expected[phase] += 1e3 * secs
         expected["data_wait"] += 1e3 * sleeps.data[batch - 1]
