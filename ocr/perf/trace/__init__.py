@@ -11,9 +11,10 @@ No Lightning.
 
 from ocr.perf.trace.compare import compare_reports, compare_traces
 from ocr.perf.trace.findings import THRESHOLDS, Finding, TraceMetrics
-from ocr.perf.trace.load import EventTable, TraceError, TraceSource, load_traces
+from ocr.perf.trace.load import load_traces
 from ocr.perf.trace.report import analyze_path, analyze_table, analyze_trace
 from ocr.perf.trace.result import TraceAnalysis
+from ocr.perf.trace.table import EventTable, TraceError, TraceSource
 
 __all__ = [
     "THRESHOLDS",

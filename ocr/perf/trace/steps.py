@@ -1,7 +1,7 @@
 """Steps of a trace and the split of each one's wall time into phases.
 
 :func:`compute_steps` finds the ``ProfilerStep#N`` spans of an
-:class:`~ocr.perf.trace.load.EventTable` and splits each one's wall time into the live clock's
+:class:`~ocr.perf.trace.table.EventTable` and splits each one's wall time into the live clock's
 phases (:data:`PHASES`, see :mod:`ocr.perf.actions`) and, with device events, into
 :data:`GPU_PARTS`; :func:`locate` places any event in its step and phase. Pure and vectorised:
 nothing here reads files or prints. Times are int64 ns.
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ocr.perf.actions import TRACE_PHASES, classify_action, trace_phase
-from ocr.perf.trace.load import EventTable, Kind
+from ocr.perf.trace.table import EventTable, Kind
 
 __all__ = [
     "GPU_PARTS",
