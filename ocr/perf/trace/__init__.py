@@ -9,7 +9,7 @@ typed (:class:`~ocr.perf.trace.result.TraceAnalysis`); ``analyze_trace`` returns
 No Lightning.
 """
 
-from ocr.perf.trace.compare import compare_reports, compare_traces
+from ocr.perf.trace.compare import compare_reports
 from ocr.perf.trace.findings import THRESHOLDS, Finding, TraceMetrics
 from ocr.perf.trace.load import load_traces
 from ocr.perf.trace.report import analyze_path, analyze_table, analyze_trace
@@ -28,6 +28,5 @@ __all__ = [
     "analyze_table",
     "analyze_trace",
     "compare_reports",
-    "compare_traces",
     "load_traces",
 ]
