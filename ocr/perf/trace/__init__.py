@@ -10,20 +10,14 @@ No Lightning.
 """
 
 from ocr.perf.trace.compare import compare_reports
-from ocr.perf.trace.findings import THRESHOLDS, Finding, TraceMetrics
 from ocr.perf.trace.load import load_traces
 from ocr.perf.trace.report import analyze_path, analyze_table, analyze_trace
 from ocr.perf.trace.result import TraceAnalysis
-from ocr.perf.trace.table import EventTable, TraceError, TraceSource
+from ocr.perf.trace.table import TraceError
 
 __all__ = [
-    "THRESHOLDS",
-    "EventTable",
-    "Finding",
     "TraceAnalysis",
     "TraceError",
-    "TraceMetrics",
-    "TraceSource",
     "analyze_path",
     "analyze_table",
     "analyze_trace",
