@@ -97,15 +97,7 @@ def union_in_windows(
     out = np.zeros(win_start.shape[0], np.int64)
     if starts.size == 0 or win_start.size == 0:
         return out
-    order = np.argsort(starts, kind="stable")
-    s, e = starts[order], ends[order]
-    run_end = np.maximum.accumulate(e)
-    new = np.ones(s.size, bool)
-    new[1:] = s[1:] > run_end[:-1]
-    group = np.cumsum(new) - 1
-    ms = s[new]
-    me = np.zeros(ms.size, np.int64)
-    np.maximum.at(me, group, e)
+    ms, me = _merge(starts, ends)
     before = np.concatenate(([0], np.cumsum(me - ms)))
 
     def covered(t: np.ndarray) -> np.ndarray:
