@@ -181,7 +181,3 @@ class EventTable:
     def name_ids(self, predicate: Any) -> np.ndarray:
         """Boolean lookup array over name codes: ``predicate(name)`` per interned name."""
         return np.fromiter((bool(predicate(n)) for n in self.names), bool, len(self.names))
-
-
-# --------------------------------------------------------------------------------------------
-# reading files
