@@ -1,0 +1,107 @@
+"""The verdict: one ranked list of findings from the step-time attribution, the resource samples,
+the alerts, any profiler trace and the baseline comparison.
+
+Ranking. Every finding has a ``score``: the share of the run's recorded wall time (all stages,
+in %) that its cause accounts for, so "61 % of validation is data wait" in a run where
+validation is half the time scores 30.5. Findings about risk rather than time (a run that may die:
+critical alerts such as ``nan_loss`` or ``disk_space``) score 100, since a dead run loses
+everything; warnings about risk score 10. Findings are sorted by score, then severity, then id.
+
+Advice names the run's own settings and their current values when ``.hydra/config.yaml`` was
+recorded (``data.num_workers`` now 2), found by leaf name (:func:`ocr.perf.advice.find_key`), so
+it never names a key the run does not have; without a key it says the change in words. It is
+phrased for the device the run used: CPU runs get CPU advice (cores shared by DataLoader workers
+and compute threads, no AMP / pinned memory). Each finding also carries candidate changes
+(:func:`ocr.perf.advice.candidates_for`) that ``ocr-perf try`` can measure.
+
+Findings, severities and thresholds are the shared vocabulary of :mod:`ocr.perf.findings`;
+alerts come in as typed events (:class:`~ocr.perf.records.AlertEvent`), trace findings as
+:class:`~ocr.perf.findings.Finding` and the baseline comparison as
+:class:`~ocr.perf.gate.GateOutcome`.
+
+The stage rules are :mod:`.input` (input-bound, polygon cache), :mod:`.phases` (a phase's share of
+a stage: metric, postprocessing, callbacks, hooks, checkpoints, unattributed time; straggler) and
+:mod:`.compute` (compute-bound, MFU); :mod:`.sources` turns resource samples, the profiler trace
+and the baseline comparison into findings; :mod:`.settings` names the run's settings in advice.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ocr.perf.alerts import alert_findings
+from ocr.perf.findings import SEVERITY_ORDER, Finding
+from ocr.perf.growth import growth_findings
+from ocr.perf.recompiles import recompile_findings
+from ocr.perf.records import RunDirError
+from ocr.perf.report.load import ReportInputError, RunData
+from ocr.perf.report.stages import StageSummary
+from ocr.perf.report.verdict.compute import compute_bound
+from ocr.perf.report.verdict.figures import world_size
+from ocr.perf.report.verdict.input import cache, input_bound
+from ocr.perf.report.verdict.phases import overheads, slow_metric, slow_postprocess, straggler
+from ocr.perf.report.verdict.settings import Settings
+from ocr.perf.report.verdict.sources import (
+    baseline_findings,
+    ranked_trace_findings,
+    resource_findings,
+    trace_findings,
+)
+from ocr.perf.stage import Stage
+
+if TYPE_CHECKING:
+    from ocr.perf.gate import GateOutcome
+    from ocr.perf.trace.result import TraceAnalysis
+
+__all__ = ["judge"]
+
+
+def judge(
+    run: RunData,
+    stages: dict[Stage, StageSummary],
+    trace: TraceAnalysis | None = None,
+    baseline: GateOutcome | None = None,
+) -> list[Finding]:
+    """The ranked verdict for a loaded run (see the module doc for the ranking). ``trace``: the
+    profiler trace's analysis (``None``: the profiler windows' summaries stand in,
+    :func:`~.sources.trace_findings`); ``baseline``: the gate's outcome, if a baseline was given."""
+    adv = Settings(run)
+    total_s = sum(s.wall_s for s in stages.values())
+    findings: list[Finding] = []
+    for s in stages.values():
+        for rule in (input_bound, slow_metric, slow_postprocess, compute_bound):
+            if (f := rule(s, run, adv, total_s)) is not None:
+                findings.append(f)
+        findings.extend(overheads(s, adv, total_s))
+        if (f := straggler(s, total_s)) is not None:
+            findings.append(f)
+    findings.extend(cache(run, stages, adv, total_s))
+    findings.extend(resource_findings(run, stages, adv, total_s))
+    findings.extend(alert_findings(run.alerts, findings, world_size(run)))
+    found = trace_findings(trace, run)
+    findings.extend(ranked_trace_findings(found, adv, findings, total_s, stages))
+    findings.extend(baseline_findings(baseline, adv))
+    # issue 22: memory creep named by attribute, recompiles (EpochScanCallback's records)
+    try:
+        findings.extend(growth_findings(run.run_dir) + recompile_findings(run.run_dir, total_s))
+    except RunDirError as exc:  # a malformed record, named with its file
+        raise ReportInputError(str(exc)) from exc
+    if not stages:
+        findings.append(
+            Finding(
+                id="not_recorded",
+                severity="info",
+                score=0.0,
+                title="no step-time attribution was recorded for this run",
+                evidence={},
+                threshold={},
+                suggestion=(
+                    "attach the performance callbacks (PerformanceProfilerCallback; with "
+                    "ocr-train: callbacks=monitoring) so each epoch's time is attributed to "
+                    "phases."
+                ),
+                source="step-time",
+            )
+        )
+    findings.sort(key=lambda f: (-f.score, SEVERITY_ORDER.get(f.severity, 3), f.id, f.stage or ""))
+    return findings
