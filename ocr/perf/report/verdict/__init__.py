@@ -19,10 +19,9 @@ alerts come in as typed events (:class:`~ocr.perf.records.AlertEvent`), trace fi
 :class:`~ocr.perf.findings.Finding` and the baseline comparison as
 :class:`~ocr.perf.gate.GateOutcome`.
 
-The stage rules are :mod:`.input` (input-bound, polygon cache), :mod:`.phases` (a phase's share of
-a stage: metric, postprocessing, callbacks, hooks, checkpoints, unattributed time; straggler) and
-:mod:`.compute` (compute-bound, MFU); :mod:`.sources` turns resource samples, the profiler trace
-and the baseline comparison into findings; :mod:`.settings` names the run's settings in advice.
+The parts: :mod:`.stage_rules` (input-bound, slow phases, compute-bound, cache, straggler),
+:mod:`.sources` (resource samples, the profiler trace, the baseline comparison) and
+:mod:`.context` (how advice names the run's settings; rounding, score, world size).
 """
 
 from __future__ import annotations
@@ -36,17 +35,9 @@ from ocr.perf.recompiles import recompile_findings
 from ocr.perf.records import RunDirError
 from ocr.perf.report.load import ReportInputError, RunData
 from ocr.perf.report.stages import StageSummary
-from ocr.perf.report.verdict.compute import compute_bound
-from ocr.perf.report.verdict.figures import world_size
-from ocr.perf.report.verdict.input import cache, input_bound
-from ocr.perf.report.verdict.phases import overheads, slow_metric, slow_postprocess, straggler
-from ocr.perf.report.verdict.settings import Settings
-from ocr.perf.report.verdict.sources import (
-    baseline_findings,
-    ranked_trace_findings,
-    resource_findings,
-    trace_findings,
-)
+from ocr.perf.report.verdict import sources
+from ocr.perf.report.verdict import stage_rules as rules
+from ocr.perf.report.verdict.context import Settings, world_size
 from ocr.perf.stage import Stage
 
 if TYPE_CHECKING:
@@ -63,24 +54,23 @@ def judge(
     baseline: GateOutcome | None = None,
 ) -> list[Finding]:
     """The ranked verdict for a loaded run (see the module doc for the ranking). ``trace``: the
-    profiler trace's analysis (``None``: the profiler windows' summaries stand in,
-    :func:`~.sources.trace_findings`); ``baseline``: the gate's outcome, if a baseline was given."""
+    profiler trace's analysis (``None``: the profiler windows' summaries stand in);
+    ``baseline``: the gate's outcome, if a baseline was given."""
     adv = Settings(run)
     total_s = sum(s.wall_s for s in stages.values())
     findings: list[Finding] = []
     for s in stages.values():
-        for rule in (input_bound, slow_metric, slow_postprocess, compute_bound):
+        for rule in rules.ONE_FINDING_RULES:
             if (f := rule(s, run, adv, total_s)) is not None:
                 findings.append(f)
-        findings.extend(overheads(s, adv, total_s))
-        if (f := straggler(s, total_s)) is not None:
+        findings.extend(rules.overheads(s, adv, total_s))
+        if (f := rules.straggler(s, total_s)) is not None:
             findings.append(f)
-    findings.extend(cache(run, stages, adv, total_s))
-    findings.extend(resource_findings(run, stages, adv, total_s))
+    findings.extend(rules.cache(run, stages, adv, total_s))
+    findings.extend(sources.resources(run, stages, adv, total_s))
     findings.extend(alert_findings(run.alerts, findings, world_size(run)))
-    found = trace_findings(trace, run)
-    findings.extend(ranked_trace_findings(found, adv, findings, total_s, stages))
-    findings.extend(baseline_findings(baseline, adv))
+    findings.extend(sources.trace(trace, run, adv, findings, total_s, stages))
+    findings.extend(sources.baseline(baseline, adv))
     # issue 22: memory creep named by attribute, recompiles (EpochScanCallback's records)
     try:
         findings.extend(growth_findings(run.run_dir) + recompile_findings(run.run_dir, total_s))

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from functools import partial
 from typing import TYPE_CHECKING
@@ -15,8 +15,7 @@ from ocr.perf.advice import candidates_for
 from ocr.perf.findings import Finding, share_of_run, threshold
 from ocr.perf.report.load import ReportInputError, RunData
 from ocr.perf.report.stages import StageSummary
-from ocr.perf.report.verdict.figures import rounded, score
-from ocr.perf.report.verdict.settings import Settings
+from ocr.perf.report.verdict.context import Settings, rounded, score
 from ocr.perf.significance import Outcome
 from ocr.perf.stage import Stage
 from ocr.perf.trace.findings import TRACE_RISKS
@@ -26,32 +25,32 @@ if TYPE_CHECKING:
     from ocr.perf.trace.result import TraceAnalysis
 
 _RUNNING = ("train", "val", "test")
+Stat = Callable[[list[float]], float]
 _resource_finding = partial(Finding, source="resources", confidence="likely")
 
 
-def _values(run: RunData, name: str, phases: tuple[str, ...] | None = None) -> list[float]:
-    """The finite samples of metric ``name`` (taken during ``phases``; all when ``None``)."""
-    return [
+def _stat(
+    run: RunData, name: str, phases: Sequence[str] = (), stat: Stat = statistics.median
+) -> float | None:
+    """``stat`` (the median) of the finite samples of metric ``name`` taken during ``phases``
+    (all when empty), or ``None`` without any."""
+    values = [
         float(v)
         for r in run.resources
-        if (phases is None or r.phase in phases)
+        if (not phases or r.phase in phases)
         and (v := r.metrics.get(name)) is not None
         and math.isfinite(v)
     ]
+    return stat(values) if values else None
 
 
-def _median(run: RunData, name: str, phases: tuple[str, ...]) -> float | None:
-    values = _values(run, name, phases)
-    return statistics.median(values) if values else None
-
-
-def resource_findings(
+def resources(
     run: RunData, stages: dict[Stage, StageSummary], adv: Settings, total_s: float
 ) -> list[Finding]:
     out: list[Finding] = []
     if not run.resources:
         return out
-    cpu = _median(run, "resources/system_cpu_percent", _RUNNING)
+    cpu = _stat(run, "resources/system_cpu_percent", _RUNNING)
     if cpu is not None and cpu >= threshold("cpu_saturated_pct"):
         out.append(
             _resource_finding(
@@ -67,7 +66,7 @@ def resource_findings(
                 ),
             )
         )
-    iowait = _median(run, "resources/iowait_percent", _RUNNING)
+    iowait = _stat(run, "resources/iowait_percent", _RUNNING)
     if iowait is not None and iowait >= threshold("iowait_pct"):
         out.append(
             _resource_finding(
@@ -88,7 +87,7 @@ def resource_findings(
         utils = [
             u
             for i in range(16)
-            if (u := _median(run, f"resources/gpu{i}_util_percent", ("train",))) is not None
+            if (u := _stat(run, f"resources/gpu{i}_util_percent", ("train",))) is not None
         ]
         if utils and min(utils) < threshold("gpu_busy_low_pct"):
             util = min(utils)
@@ -108,15 +107,15 @@ def resource_findings(
                     candidates=candidates_for("gpu_underused", adv.facts(train)),
                 )
             )
-    memory = _values(run, "resources/system_memory_percent")
-    if memory and max(memory) >= threshold("host_memory_pct"):
+    memory = _stat(run, "resources/system_memory_percent", stat=max)
+    if memory is not None and memory >= threshold("host_memory_pct"):
         out.append(
             _resource_finding(
                 id="host_memory_high",
                 severity="warning",
                 score=threshold("risk_warning_score"),
-                title=f"host memory reached {max(memory):.0f} %",
-                evidence={"system_memory_max_pct": rounded(max(memory))},
+                title=f"host memory reached {memory:.0f} %",
+                evidence={"system_memory_max_pct": rounded(memory)},
                 threshold={"max_pct": threshold("host_memory_pct")},
                 suggestion=(
                     "close to swapping or the OOM killer: fewer DataLoader workers or a smaller "
@@ -136,33 +135,29 @@ _TRACE_CAUSES = {
 }
 
 
-def trace_findings(trace: TraceAnalysis | None, run: RunData) -> list[Finding]:
+def trace(
+    trace: TraceAnalysis | None,
+    run: RunData,
+    adv: Settings,
+    findings: list[Finding],
+    total_s: float,
+    stages: dict[Stage, StageSummary],
+) -> list[Finding]:
     """The findings of the trace analysis as its rules made them, with the profiler windows'
     trace-vs-clock disagreements (``perf/profiler.jsonl``); without a readable trace, every
-    finding of the windows' summaries. A malformed record is a
+    finding of the windows' summaries. Ranked with the others' ``findings``: data loading
+    corroborates an input-bound finding instead of repeating it. A malformed record is a
     :class:`~ocr.perf.report.load.ReportInputError` naming where it came from."""
-    out = list(trace.findings) if trace is not None else []
+    found = list(trace.findings) if trace is not None else []
     path = run.run_dir / "perf" / "profiler.jsonl"
     for i, w in enumerate(run.profiler_windows, start=1):
         for j, f in enumerate(w.summary.get("findings") or [], start=1):
             if trace is not None and f.get("id") != "measurement_disagreement":
                 continue  # the analysis of the same traces has its own
             try:
-                out.append(Finding.from_dict(f, f"{path}: record {i}: finding {j}"))
+                found.append(Finding.from_dict(f, f"{path}: record {i}: finding {j}"))
             except ValueError as exc:
                 raise ReportInputError(str(exc)) from exc
-    return out
-
-
-def ranked_trace_findings(
-    found: Sequence[Finding],
-    adv: Settings,
-    findings: list[Finding],
-    total_s: float,
-    stages: dict[Stage, StageSummary],
-) -> list[Finding]:
-    """Trace findings ranked with the others; data loading corroborates an input-bound finding
-    instead of repeating it."""
     seen: set[str] = set()
     out: list[Finding] = []
     train = stages.get(Stage.TRAIN)
@@ -194,7 +189,7 @@ def ranked_trace_findings(
     return out
 
 
-def baseline_findings(outcome: GateOutcome | None, adv: Settings) -> list[Finding]:
+def baseline(outcome: GateOutcome | None, adv: Settings) -> list[Finding]:
     epochs = adv.name(adv.key("max_epochs", prefer=("trainer",)), "the Trainer's max_epochs")
     if outcome is not None and outcome.verdict == "insufficient data":
         # Too few epochs or batches on a side: rows that moved are noise of unknown size, so

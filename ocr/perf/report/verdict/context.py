@@ -1,5 +1,6 @@
-"""How the verdict's advice names the run's settings, and what it tells the candidate generator
-(:func:`ocr.perf.advice.candidates_for`) about the run."""
+"""What every verdict rule reads about the run: how advice names its settings (:class:`Settings`),
+what the candidate generator (:func:`ocr.perf.advice.candidates_for`) needs to know, and the
+figures of a finding (evidence rounding, a score from seconds, the world size)."""
 
 from __future__ import annotations
 
@@ -22,12 +23,10 @@ class Settings:
     def __init__(self, run: RunData) -> None:
         self.config = run.config
         self.device = run.device
-        self.cpu_count = None
-        self.cpu_bf16 = None
-        if run.run_info is not None:
-            self.cpu_count = run.run_info.cpu_count
-            self.cpu_bf16 = run.run_info.cpu_bf16
-        self.torch_threads = _torch_threads(run.run_info)
+        info = run.run_info
+        self.cpu_count = info.cpu_count if info is not None else None
+        self.cpu_bf16 = info.cpu_bf16 if info is not None else None
+        self.torch_threads = _torch_threads(info)
 
     def key(
         self,
@@ -91,3 +90,18 @@ def suggested_workers(s: StageSummary, cpu_count: int | None) -> int | None:
     if cpu_count:
         needed = min(needed, cpu_count)
     return max(needed, 1)
+
+
+def rounded(x: float | None, nd: int = 1) -> float | None:
+    """``x`` rounded to ``nd`` places for evidence; ``None`` when missing or not finite."""
+    return None if x is None or not math.isfinite(x) else round(float(x), nd)
+
+
+def score(seconds: float, total_s: float) -> float:
+    """``seconds`` as a share (%) of the run's recorded wall time ``total_s``, to 0.1."""
+    return round(100.0 * seconds / total_s, 1) if total_s > 0 else 0.0
+
+
+def world_size(run: RunData) -> int:
+    """Processes of the run (DDP ranks), from its epoch records; 1 without them."""
+    return max((e.world_size for e in run.epochs), default=1)
