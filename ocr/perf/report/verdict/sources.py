@@ -166,11 +166,10 @@ def trace(
         if f.id in seen:
             continue
         seen.add(f.id)
-        if f.id == "data_loading":
-            related = [x for x in findings if x.id == "input_bound"]
-            if related:
-                related[0].corroboration.append(f"profiler trace: {f.title}")
-                continue
+        bound = next((x for x in findings if x.id == "input_bound"), None)
+        if f.id == "data_loading" and bound is not None:
+            bound.corroboration.append(f"profiler trace: {f.title}")
+            continue
         # a trace rule scores a share of the profiled (train) steps: as a share of the run, the
         # train stage's share of it; a risk's score is already the run's
         share = f.score if f.id in TRACE_RISKS else share_of_run(f.score, train_share)

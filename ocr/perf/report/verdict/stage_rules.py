@@ -1,14 +1,11 @@
-"""The rules on a loaded run's stages: input-bound (data wait, with the worker part that
-explains it), a phase that takes a material share of a stage (slow metric, slow postprocessing,
-callbacks, module hooks, checkpoints, unattributed time; one finding shape, :func:`phase_finding`),
-compute-bound (with the distance to the machine's measured peak when FLOPs were counted), the
-polygon cache (hit rate after the first epoch, corrupt entries) and the DDP rank the others wait
-for (straggler)."""
+"""The rules on a run's stages: input-bound, a phase's material share of a stage (one finding
+shape, :func:`phase_finding`), compute-bound (with the distance to the measured peak when FLOPs
+were counted), the polygon cache and the DDP rank the others wait for (straggler)."""
 
 from __future__ import annotations
 
 import math
-from collections import Counter, defaultdict
+from collections import Counter
 from typing import Any
 
 from ocr.perf.advice import candidates_for
@@ -259,9 +256,7 @@ def slow_postprocess(
 
 
 def compute_bound(s: StageSummary, run: RunData, adv: Settings, total_s: float) -> Finding | None:
-    phases: tuple[str, ...] = (
-        ("forward", "backward", "optimizer") if s.stage == "train" else ("forward",)
-    )
+    phases = ("forward", "backward", "optimizer") if s.stage == "train" else ("forward",)
     secs = sum(s.phases_s.get(p, 0.0) for p in phases)
     pct = 100.0 * secs / s.wall_s if s.wall_s > 0 else 0.0
     if pct < threshold("compute_pct"):
@@ -456,8 +451,7 @@ def cache(
 ) -> list[Finding]:
     """Polygon cache hit rate after the first epoch (the first fills it) and corrupt entries."""
     out: list[Finding] = []
-    hits: dict[str, int] = defaultdict(int)
-    misses: dict[str, int] = defaultdict(int)
+    hits, misses = Counter[str](), Counter[str]()
     evictions = corrupt = 0
     for e in run.epochs:
         counts = e.worker_counts
@@ -541,8 +535,7 @@ def straggler(s: StageSummary, total_s: float) -> Finding | None:
     pct = 100.0 * len(named) / len(s.stragglers)
     if pct < threshold("straggler_epochs_pct"):
         return None
-    by_rank = Counter(x.rank for x in named)
-    rank = by_rank.most_common(1)[0][0]
+    rank = Counter(x.rank for x in named).most_common(1)[0][0]
     mine = [x for x in named if x.rank == rank]
     cause = Counter(x.cause for x in mine).most_common(1)[0][0]
     excess = sum(x.excess_s for x in mine)
