@@ -67,10 +67,10 @@ def judge(
         if (f := rules.straggler(s, total_s)) is not None:
             findings.append(f)
     findings.extend(rules.cache(run, stages, adv, total_s))
-    findings.extend(sources.resources(run, stages, adv, total_s))
+    findings.extend(sources.resource_findings(run, stages, adv, total_s))
     findings.extend(alert_findings(run.alerts, findings, world_size(run)))
-    findings.extend(sources.trace(trace, run, adv, findings, total_s, stages))
-    findings.extend(sources.baseline(baseline, adv))
+    findings.extend(sources.trace_findings(trace, run, adv, findings, total_s, stages))
+    findings.extend(sources.baseline_findings(baseline, adv))
     # issue 22: memory creep named by attribute, recompiles (EpochScanCallback's records)
     try:
         findings.extend(growth_findings(run.run_dir) + recompile_findings(run.run_dir, total_s))

@@ -44,7 +44,7 @@ def _stat(
     return stat(values) if values else None
 
 
-def resources(
+def resource_findings(
     run: RunData, stages: dict[Stage, StageSummary], adv: Settings, total_s: float
 ) -> list[Finding]:
     out: list[Finding] = []
@@ -135,7 +135,7 @@ _TRACE_CAUSES = {
 }
 
 
-def trace(
+def trace_findings(
     trace: TraceAnalysis | None,
     run: RunData,
     adv: Settings,
@@ -188,7 +188,7 @@ def trace(
     return out
 
 
-def baseline(outcome: GateOutcome | None, adv: Settings) -> list[Finding]:
+def baseline_findings(outcome: GateOutcome | None, adv: Settings) -> list[Finding]:
     epochs = adv.name(adv.key("max_epochs", prefer=("trainer",)), "the Trainer's max_epochs")
     if outcome is not None and outcome.verdict == "insufficient data":
         # Too few epochs or batches on a side: rows that moved are noise of unknown size, so
