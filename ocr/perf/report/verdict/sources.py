@@ -158,14 +158,13 @@ def trace_findings(
                 found.append(Finding.from_dict(f, f"{path}: record {i}: finding {j}"))
             except ValueError as exc:
                 raise ReportInputError(str(exc)) from exc
-    seen: set[str] = set()
+    first: dict[str, Finding] = {}  # one finding per rule: the first
+    for f in found:
+        first.setdefault(f.id, f)
     out: list[Finding] = []
     train = stages.get(Stage.TRAIN)
     train_share = score(train.wall_s, total_s) if train is not None else 100.0
-    for f in found:
-        if f.id in seen:
-            continue
-        seen.add(f.id)
+    for f in first.values():
         bound = next((x for x in findings if x.id == "input_bound"), None)
         if f.id == "data_loading" and bound is not None:
             bound.corroboration.append(f"profiler trace: {f.title}")

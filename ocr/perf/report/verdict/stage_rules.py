@@ -440,10 +440,8 @@ def overheads(s: StageSummary, adv: Settings, total_s: float) -> list[Finding]:
 
 def _top_named(seconds: dict[str, float]) -> tuple[str, float] | None:
     """The callback or hook with the most time, or None when nothing was named."""
-    if not seconds:
-        return None
-    name = max(sorted(seconds), key=lambda k: seconds[k])
-    return (name, seconds[name]) if seconds[name] > 0 else None
+    name = max(sorted(seconds), key=lambda k: seconds[k], default=None)
+    return (name, seconds[name]) if name is not None and seconds[name] > 0 else None
 
 
 def cache(
