@@ -26,13 +26,9 @@ _EXPORTS = {
     "to_html": "ocr.perf.report.render",
     "to_markdown": "ocr.perf.report.render",
     "write_html": "ocr.perf.report.render",
-    "THRESHOLDS": "ocr.perf.report.verdict",
-    "Finding": "ocr.perf.report.verdict",
 }
 
 __all__ = [
-    "THRESHOLDS",
-    "Finding",
     "Report",
     "ReportInputError",
     "RunData",
@@ -48,7 +44,6 @@ if TYPE_CHECKING:
     from ocr.perf.report.build import Report, build_report
     from ocr.perf.report.load import ReportInputError, RunData, load_run
     from ocr.perf.report.render import print_summary, to_html, to_markdown, write_html
-    from ocr.perf.report.verdict import THRESHOLDS, Finding
 
 
 def __getattr__(name: str) -> Any:
