@@ -22,17 +22,13 @@ _EXPORTS = {
     "ReportInputError": "ocr.perf.report.load",
     "RunData": "ocr.perf.report.load",
     "load_run": "ocr.perf.report.load",
-    "print_summary": "ocr.perf.report.render",
-    "to_html": "ocr.perf.report.render",
-    "to_markdown": "ocr.perf.report.render",
-    "write_html": "ocr.perf.report.render",
-    "THRESHOLDS": "ocr.perf.report.verdict",
-    "Finding": "ocr.perf.report.verdict",
+    "print_summary": "ocr.perf.report.writers",
+    "to_html": "ocr.perf.report.writers",
+    "to_markdown": "ocr.perf.report.writers",
+    "write_html": "ocr.perf.report.writers",
 }
 
 __all__ = [
-    "THRESHOLDS",
-    "Finding",
     "Report",
     "ReportInputError",
     "RunData",
@@ -47,8 +43,7 @@ __all__ = [
 if TYPE_CHECKING:
     from ocr.perf.report.build import Report, build_report
     from ocr.perf.report.load import ReportInputError, RunData, load_run
-    from ocr.perf.report.render import print_summary, to_html, to_markdown, write_html
-    from ocr.perf.report.verdict import THRESHOLDS, Finding
+    from ocr.perf.report.writers import print_summary, to_html, to_markdown, write_html
 
 
 def __getattr__(name: str) -> Any:
