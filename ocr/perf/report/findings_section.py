@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ocr.perf.candidates import Candidate
 from ocr.perf.findings import CONFIDENCES, Finding
 from ocr.perf.report.build import Report
 from ocr.perf.report.document import Section, Table, cell
@@ -18,25 +19,21 @@ def candidate_lines(f: Finding) -> list[str]:
     what the change alters."""
     out = []
     for c in f.candidates:
-        tags = ["alters what is computed"] if c.alters_computation else []
-        if c.eval_time:
-            tags.append("evaluation-time: check on the checkpoint")
+        notes = _notes(c, "evaluation-time: check on the checkpoint")
         head = f"`{c.override}`: {c.description}" if c.override else c.description
-        out.append(head + (f" ({'; '.join(tags)})" if tags else ""))
+        out.append(head + (f" ({notes})" if notes else ""))
     return out
+
+
+def _notes(c: Candidate, eval_time: str) -> str:
+    """What the change alters, ``eval_time`` naming an evaluation-time change ("" if nothing)."""
+    tags = ["alters what is computed"] if c.alters_computation else []
+    return "; ".join(tags + ([eval_time] if c.eval_time else []))
 
 
 def _candidates_table(findings: list[Finding]) -> Table:
     rows = [
-        [
-            str(i),
-            c.description,
-            c.override or "-",
-            "; ".join(
-                (["alters what is computed"] if c.alters_computation else [])
-                + (["evaluation-time"] if c.eval_time else [])
-            ),
-        ]
+        [str(i), c.description, c.override or "-", _notes(c, "evaluation-time")]
         for i, f in enumerate(findings, 1)
         for c in f.candidates
     ]

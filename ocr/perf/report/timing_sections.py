@@ -250,10 +250,8 @@ def _ceiling_line(report: Report) -> str | None:
         "micro-benchmark)"
     )
     if peak.get("contended"):
-        line += ","
-    if peak.get("contended"):
         line += (
-            " measured while the host was busy, so possibly low (it is measured again at the "
+            ", measured while the host was busy, so possibly low (it is measured again at the "
             "next run; `OCR_PEAK_REFRESH=1` on a quiet host replaces it)"
         )
     spec_peak = flops.spec_peak_flops_per_sec

@@ -3,11 +3,28 @@ clock, and the trace's memory peaks and top ops."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
 from ocr.perf.report import plots
 from ocr.perf.report.build import Report
 from ocr.perf.report.document import Section, Table, cell
 
+if TYPE_CHECKING:
+    from ocr.perf.trace.result import DeviceOpRow, OpRow
+
 __all__ = ["trace_section"]
+
+
+def _numbered(
+    headers: list[str], ops: Sequence[OpRow | DeviceOpRow], fields: tuple[str, ...], caption: str
+) -> Table:
+    """One numbered row per op: its name, then its ``fields`` (percentages to one decimal)."""
+    rows = [
+        [str(i), op.name, *(cell(getattr(op, f), 1 if f.endswith("pct") else 2) for f in fields)]
+        for i, op in enumerate(ops, 1)
+    ]
+    return Table(["#", *headers], rows, caption)
 
 
 def trace_section(report: Report) -> Section:
@@ -102,39 +119,19 @@ def trace_section(report: Report) -> Section:
         )
     if trace.top_cpu_ops:
         sec.tables.append(
-            Table(
-                ["#", "op", "calls", "self ms", "total ms", "self %", "ms/step"],
-                [
-                    [
-                        str(i),
-                        r.name,
-                        cell(r.calls),
-                        cell(r.self_ms),
-                        cell(r.total_ms),
-                        cell(r.self_pct, 1),
-                        cell(r.self_ms_per_step),
-                    ]
-                    for i, r in enumerate(trace.top_cpu_ops, 1)
-                ],
+            _numbered(
+                ["op", "calls", "self ms", "total ms", "self %", "ms/step"],
+                trace.top_cpu_ops,
+                ("calls", "self_ms", "total_ms", "self_pct", "self_ms_per_step"),
                 "Top CPU ops by self time",
             )
         )
     if trace.top_cuda_ops:
         sec.tables.append(
-            Table(
-                ["#", "kernel", "calls", "total ms", "%", "ms/step", "launched by"],
-                [
-                    [
-                        str(i),
-                        d.name,
-                        cell(d.calls),
-                        cell(d.total_ms),
-                        cell(d.share_pct, 1),
-                        cell(d.self_ms_per_step),
-                        cell(d.launched_by),
-                    ]
-                    for i, d in enumerate(trace.top_cuda_ops, 1)
-                ],
+            _numbered(
+                ["kernel", "calls", "total ms", "%", "ms/step", "launched by"],
+                trace.top_cuda_ops,
+                ("calls", "total_ms", "share_pct", "self_ms_per_step", "launched_by"),
                 "Top CUDA kernels",
             )
         )
