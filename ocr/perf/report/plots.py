@@ -70,7 +70,9 @@ def _style() -> Iterator[None]:
         yield
 
 
-def _svg(fig: Figure) -> str:
+def _svg(fig: Figure | None) -> str | None:
+    if fig is None:
+        return None
     buf = io.StringIO()
     with _style():  # the SVG settings (hash salt, glyphs as paths) apply when saving
         fig.savefig(buf, format="svg", metadata={"Date": None}, bbox_inches="tight")
@@ -256,8 +258,7 @@ def throughput_figure(run: RunData) -> Figure | None:
 
 def throughput_plot(run: RunData) -> str | None:
     """:func:`throughput_figure` as SVG."""
-    fig = throughput_figure(run)
-    return None if fig is None else _svg(fig)
+    return _svg(throughput_figure(run))
 
 
 # (panel title, unit, [(metric name or prefix pattern, label)])
@@ -363,8 +364,7 @@ def resources_figure(run: RunData) -> Figure | None:
 
 def resources_plot(run: RunData) -> str | None:
     """:func:`resources_figure` as SVG."""
-    fig = resources_figure(run)
-    return None if fig is None else _svg(fig)
+    return _svg(resources_figure(run))
 
 
 def _mark_alerts(ax: Axes, run: RunData, t0: float, label: bool) -> None:

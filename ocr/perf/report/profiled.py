@@ -38,11 +38,9 @@ def profiler_overhead_s(run: RunData) -> dict[Stage, float]:
     return out
 
 
-def move_profiler_overhead(stages: dict[Stage, StageSummary], run: RunData) -> dict[Stage, float]:
+def move_profiler_overhead(stages: dict[Stage, StageSummary], run: RunData) -> None:
     """Move each stage's profiler cost from ``callbacks`` to its own :data:`PROFILER_PHASE` line
-    (never more than ``callbacks`` holds: the clock may not have run during a window). Returns the
-    seconds moved per stage."""
-    moved: dict[Stage, float] = {}
+    (never more than ``callbacks`` holds: the clock may not have run during a window)."""
     for stage, secs in profiler_overhead_s(run).items():
         summary = stages.get(stage)
         if summary is None or secs <= 0:
@@ -52,5 +50,3 @@ def move_profiler_overhead(stages: dict[Stage, StageSummary], run: RunData) -> d
             continue
         summary.phases_s["callbacks"] = summary.phases_s.get("callbacks", 0.0) - take
         summary.phases_s[PROFILER_PHASE] = summary.phases_s.get(PROFILER_PHASE, 0.0) + take
-        moved[stage] = take
-    return moved
