@@ -60,6 +60,13 @@ class Section:
     pre: str | None = None
     pre_label: str = ""
 
+    def add(self, table: Table, empty: str | None = None) -> None:
+        """Add ``table`` when it has rows; otherwise the note ``empty``, if given."""
+        if table.rows:
+            self.tables.append(table)
+        elif empty is not None:
+            self.paragraphs.append(empty)
+
 
 def cell(value: Any, nd: int = 2) -> str:
     """``value`` as a table cell: ``-`` for none or not finite, thousands separated, ``nd``

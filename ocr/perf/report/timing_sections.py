@@ -67,25 +67,21 @@ def phases_section(report: Report) -> Section:
                 "DataLoader work timed in the workers (overlaps with the phases above)",
             )
         )
-    named = _named_rows(stages)
-    if named:
-        sec.tables.append(
-            Table(
-                ["callback or hook", "kind"] + [s.label for s in stages],
-                named,
-                f"Time by callback hook and LightningModule hook, all epochs (the {_NAMED_ROWS} "
-                "largest; part of the callbacks, module_hooks and other phases above)",
-            )
+    sec.add(
+        Table(
+            ["callback or hook", "kind"] + [s.label for s in stages],
+            _named_rows(stages),
+            f"Time by callback hook and LightningModule hook, all epochs (the {_NAMED_ROWS} "
+            "largest; part of the callbacks, module_hooks and other phases above)",
         )
-    stragglers = _straggler_rows(stages)
-    if stragglers:
-        sec.tables.append(
-            Table(
-                ["stage", "epoch", "straggler rank", "excess s", "cause", "others' sync_wait s"],
-                stragglers,
-                "DDP: the rank the others waited for, per epoch (from the phases of every rank)",
-            )
+    )
+    sec.add(
+        Table(
+            ["stage", "epoch", "straggler rank", "excess s", "cause", "others' sync_wait s"],
+            _straggler_rows(stages),
+            "DDP: the rank the others waited for, per epoch (from the phases of every rank)",
         )
+    )
     by_rank = _rank_callback_rows(stages)
     if by_rank:
         sec.tables.append(by_rank)
@@ -179,39 +175,35 @@ def batches_section(report: Report) -> Section:
                 ),
             ]
         )
-    if rows:
-        sec.tables.append(
-            Table(
-                ["stage", "epoch", "batches", "mean ms", "median ms", "p95 ms", "p99 ms", "max ms"],
-                rows,
-                "Batch times per epoch",
-            )
-        )
-    else:
-        sec.paragraphs.append("Not recorded.")
+    sec.add(
+        Table(
+            ["stage", "epoch", "batches", "mean ms", "median ms", "p95 ms", "p99 ms", "max ms"],
+            rows,
+            "Batch times per epoch",
+        ),
+        empty="Not recorded.",
+    )
     profiled = profiled_batches(report.run)
     for stage in report.stages:
-        out = plots.batch_outliers(report.run, stage)
-        if out:
-            sec.tables.append(
-                Table(
-                    ["epoch", "batch", "ms", "x median", "note"],
+        sec.add(
+            Table(
+                ["epoch", "batch", "ms", "x median", "note"],
+                [
                     [
-                        [
-                            cell(o.epoch),
-                            cell(o.batch),
-                            cell(o.ms),
-                            cell(o.x_median),
-                            # the profiler's own cost, not the training's
-                            "profiled (trace recording / export)"
-                            if (stage, o.epoch, o.batch) in profiled
-                            else "",
-                        ]
-                        for o in out
-                    ],
-                    f"{stage.label}: outlier batches (robust z > 3.5)",
-                )
+                        cell(o.epoch),
+                        cell(o.batch),
+                        cell(o.ms),
+                        cell(o.x_median),
+                        # the profiler's own cost, not the training's
+                        "profiled (trace recording / export)"
+                        if (stage, o.epoch, o.batch) in profiled
+                        else "",
+                    ]
+                    for o in plots.batch_outliers(report.run, stage)
+                ],
+                f"{stage.label}: outlier batches (robust z > 3.5)",
             )
+        )
     if profiled:
         marks = sorted({(st, ep) for st, ep, _ in profiled})
         sec.paragraphs.append(
@@ -307,8 +299,5 @@ def throughput_section(report: Report) -> Section:
                 "-" if use is None else cell(use.flops_per_sec / 1e9),
                 "-" if use is None or use.mfu is None else cell(100.0 * use.mfu, 1),
             ]
-    if rows:
-        sec.tables.append(Table(header, rows, "Throughput per epoch"))
-    else:
-        sec.paragraphs.append("Not recorded.")
+    sec.add(Table(header, rows, "Throughput per epoch"), empty="Not recorded.")
     return sec

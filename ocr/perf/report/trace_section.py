@@ -36,37 +36,36 @@ def trace_section(report: Report) -> Section:
         plot_alt="allocated memory over the profiled window",
     )
     windows = report.run.profiler_windows
-    if windows:
-        sec.tables.append(
-            Table(
+    sec.add(
+        Table(
+            [
+                "stage",
+                "epoch",
+                "trigger",
+                "reason",
+                "steps",
+                "batches",
+                "export s",
+                "analysis s",
+                "traces",
+            ],
+            [
                 [
-                    "stage",
-                    "epoch",
-                    "trigger",
-                    "reason",
-                    "steps",
-                    "batches",
-                    "export s",
-                    "analysis s",
-                    "traces",
-                ],
-                [
-                    [
-                        cell(str(w.stage)),
-                        cell(w.epoch),
-                        cell(w.trigger),
-                        cell(w.reason),
-                        cell(w.steps),
-                        cell(w.batches),
-                        cell(w.overhead_s.get("export")),
-                        cell(w.overhead_s.get("analysis")),
-                        cell(w.traces),
-                    ]
-                    for w in windows
-                ],
-                "Profiler windows (export and analysis are the profiler's own cost)",
-            )
+                    cell(str(w.stage)),
+                    cell(w.epoch),
+                    cell(w.trigger),
+                    cell(w.reason),
+                    cell(w.steps),
+                    cell(w.batches),
+                    cell(w.overhead_s.get("export")),
+                    cell(w.overhead_s.get("analysis")),
+                    cell(w.traces),
+                ]
+                for w in windows
+            ],
+            "Profiler windows (export and analysis are the profiler's own cost)",
         )
+    )
     for w in windows:
         agreement = w.clock_agreement
         if agreement is None:
@@ -100,39 +99,36 @@ def trace_section(report: Report) -> Section:
         + ("GPU: " + ", ".join(s.devices) if s.has_gpu else "CPU only")
         + f"; data wait {cell(trace.dataloader_time_pct, 1)} % of the step time."
     )
-    if trace.memory_peaks:
-        sec.tables.append(
-            Table(
-                ["device", "peak allocated GiB", "% of capacity", "step", "phase"],
+    sec.add(
+        Table(
+            ["device", "peak allocated GiB", "% of capacity", "step", "phase"],
+            [
                 [
-                    [
-                        cell(p.device),
-                        cell(p.peak_allocated_bytes / 2**30, 3),
-                        cell(p.pct_of_capacity),
-                        cell(p.step),
-                        cell(p.phase),
-                    ]
-                    for p in trace.memory_peaks
-                ],
-                "Memory peaks",
-            )
+                    cell(p.device),
+                    cell(p.peak_allocated_bytes / 2**30, 3),
+                    cell(p.pct_of_capacity),
+                    cell(p.step),
+                    cell(p.phase),
+                ]
+                for p in trace.memory_peaks
+            ],
+            "Memory peaks",
         )
-    if trace.top_cpu_ops:
-        sec.tables.append(
-            _numbered(
-                ["op", "calls", "self ms", "total ms", "self %", "ms/step"],
-                trace.top_cpu_ops,
-                ("calls", "self_ms", "total_ms", "self_pct", "self_ms_per_step"),
-                "Top CPU ops by self time",
-            )
+    )
+    sec.add(
+        _numbered(
+            ["op", "calls", "self ms", "total ms", "self %", "ms/step"],
+            trace.top_cpu_ops,
+            ("calls", "self_ms", "total_ms", "self_pct", "self_ms_per_step"),
+            "Top CPU ops by self time",
         )
-    if trace.top_cuda_ops:
-        sec.tables.append(
-            _numbered(
-                ["kernel", "calls", "total ms", "%", "ms/step", "launched by"],
-                trace.top_cuda_ops,
-                ("calls", "total_ms", "share_pct", "self_ms_per_step", "launched_by"),
-                "Top CUDA kernels",
-            )
+    )
+    sec.add(
+        _numbered(
+            ["kernel", "calls", "total ms", "%", "ms/step", "launched by"],
+            trace.top_cuda_ops,
+            ("calls", "total_ms", "share_pct", "self_ms_per_step", "launched_by"),
+            "Top CUDA kernels",
         )
+    )
     return sec
