@@ -77,7 +77,7 @@ def resources_section(report: Report) -> Section:
     sec = Section(
         id="resources",
         title="CPU, GPU, memory and I/O over time",
-        plot=plots.resources_plot(run),
+        plot=plots.svg(plots.resources_figure(run)),
         plot_alt="resource samples over time with alerts marked",
     )
     if not run.resources:

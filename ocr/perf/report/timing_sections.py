@@ -258,7 +258,7 @@ def throughput_section(report: Report) -> Section:
     sec = Section(
         id="throughput",
         title="Throughput over time",
-        plot=plots.throughput_plot(report.run),
+        plot=plots.svg(plots.throughput_figure(report.run)),
         plot_alt="samples per second per epoch and over time",
     )
     rows = [
