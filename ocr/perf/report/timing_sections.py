@@ -82,23 +82,20 @@ def phases_section(report: Report) -> Section:
             "DDP: the rank the others waited for, per epoch (from the phases of every rank)",
         )
     )
-    by_rank = _rank_callback_rows(stages)
-    if by_rank:
-        sec.tables.append(by_rank)
+    sec.add(_rank_callback_table(stages))
     return sec
 
 
-def _rank_callback_rows(stages: list[StageSummary]) -> Table | None:
-    """DDP: seconds per callback on each rank, all stages and epochs ("-": not on that rank)."""
+def _rank_callback_table(stages: list[StageSummary]) -> Table:
+    """DDP: seconds per callback on each rank, all stages and epochs ("-": not on that rank); no
+    rows with one rank."""
     ranks = max((len(s.callbacks_s_by_rank) for s in stages), default=0)
     totals: list[dict[str, float]] = [{} for _ in range(ranks)]
     for s in stages:
         for acc, spent in zip(totals, s.callbacks_s_by_rank, strict=False):
             for name, secs in spent.items():
                 acc[name] = acc.get(name, 0.0) + secs
-    names = sorted({name for acc in totals for name in acc})
-    if ranks < 2 or not names:
-        return None
+    names = sorted({name for acc in totals for name in acc}) if ranks > 1 else []
     rows = [[name] + [cell(acc.get(name), 3) for acc in totals] for name in names]
     return Table(
         ["callback"] + [f"rank {r} s" for r in range(ranks)],
