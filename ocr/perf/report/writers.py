@@ -40,7 +40,7 @@ __all__ = ["print_summary", "sections", "title", "to_html", "to_markdown", "writ
 
 
 def sections(report: Report) -> list[Section]:
-    """The report's sections in page order (verdict first after the run's identity)."""
+    """The report's sections in page order (the verdict first, then the run's identity)."""
     return [
         verdict_section(report),
         run_section(report),
