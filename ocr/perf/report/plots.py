@@ -256,7 +256,7 @@ def throughput_figure(run: RunData) -> Figure | None:
         return fig
 
 
-# (panel title, unit, [(metric name or prefix pattern, label)])
+# (panel title, unit, metric names: "{i}" stands for each GPU index)
 _RESOURCE_PANELS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     (
         "CPU",
