@@ -105,14 +105,13 @@ def resources_section(report: Report) -> Section:
         sec.tables.append(Table([*header, "change"], rows, "Alerts"))
     else:
         sec.paragraphs.append("No alerts recorded.")
-    resource_summary = run.resource_summary
-    summary = resource_summary.metrics if resource_summary is not None else {}
-    if resource_summary is not None and summary:
-        sec.tables.append(
+    summary = run.resource_summary
+    if summary is not None:
+        sec.add(
             Table(
                 ["figure", "value"],
-                [[k, cell(v)] for k, v in sorted(summary.items())],
-                f"Summary at {resource_summary.run_kind} end",
+                [[k, cell(v)] for k, v in sorted(summary.metrics.items())],
+                f"Summary at {summary.run_kind} end",
                 collapsed=True,  # a listing of every metric's mean and max: look-up, not read
             )
         )
