@@ -20,8 +20,6 @@ _EXPORTS = {
     "Report": "ocr.perf.report.build",
     "build_report": "ocr.perf.report.build",
     "ReportInputError": "ocr.perf.report.load",
-    "RunData": "ocr.perf.report.load",
-    "load_run": "ocr.perf.report.load",
     "print_summary": "ocr.perf.report.writers",
     "to_html": "ocr.perf.report.writers",
     "to_markdown": "ocr.perf.report.writers",
@@ -31,9 +29,7 @@ _EXPORTS = {
 __all__ = [
     "Report",
     "ReportInputError",
-    "RunData",
     "build_report",
-    "load_run",
     "print_summary",
     "to_html",
     "to_markdown",
@@ -42,7 +38,7 @@ __all__ = [
 
 if TYPE_CHECKING:
     from ocr.perf.report.build import Report, build_report
-    from ocr.perf.report.load import ReportInputError, RunData, load_run
+    from ocr.perf.report.load import ReportInputError
     from ocr.perf.report.writers import print_summary, to_html, to_markdown, write_html
 
 
