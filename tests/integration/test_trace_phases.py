@@ -6,6 +6,11 @@ the step function, in a backward tensor hook, in a wrapped optimizer's ``step`` 
 dataset's ``__getitem__``. Every sleep is measured with ``perf_counter`` where it runs; the
 analyzer must put each in its phase within ±15 % of its measured duration, the phases must sum
 to the step, and the optimizer phase must hold nothing but optimizer work.
+
+Under load (a loaded CI machine) the code between the sleeps is descheduled too and a phase grows
+by more than its sleeps: a phase may then also hold up to the steps' time outside every planted
+sleep (``other``), but never another phase's sleep, which the lower bound of the phase that lost
+it catches whatever the load.
 """
 
 from __future__ import annotations
@@ -35,19 +40,23 @@ N_BATCHES = 6
 
 
 class Sleeps:
-    """Measured sleeps per (batch, phase); ``batch`` is set by the code under test."""
+    """Measured sleeps per (batch, phase); ``batch`` is set by the code under test. Each sleep is
+    kept with its own batch: under load one sleep can last several times another, so a mean over
+    the epoch is no stand-in for the steps a trace recorded."""
 
     def __init__(self) -> None:
         self.batch = -1
         self.by_batch: dict[int, dict[str, float]] = defaultdict(lambda: defaultdict(float))
-        self.data: list[float] = []
+        # by the batch current while the loader fetched: the fetch in step b's data wait runs
+        # before b starts (Lightning's one-batch prefetch, the plain loop alike), so it is b - 1's
+        self.data: dict[int, float] = defaultdict(float)
 
     def sleep(self, phase: str, seconds: float) -> None:
         t0 = time.perf_counter()
         time.sleep(seconds)
         dt = time.perf_counter() - t0
         if phase == "data_wait":
-            self.data.append(dt)
+            self.data[self.batch] += dt
         else:
             self.by_batch[self.batch][phase] += dt
 
@@ -180,21 +189,30 @@ def _fit(
     return analyze_trace(trace_dir, top_k=None), sleeps
 
 
-def _check(report: dict[str, Any], sleeps: Sleeps, batch_of_step: int = 0) -> None:
+def _assert_holds(phase: str, got: float, planted: float, other: float, detail: Any) -> None:
+    """``got`` ms of ``phase`` hold its ``planted`` ms of sleeps (-15 %) and, beyond them, at most
+    15 % of them or the ``other`` ms the steps spent outside every planted sleep (the code between
+    the sleeps, which load stretches), whichever is larger: a sleep of another phase counted here
+    would have to come out of that phase, failing its lower bound."""
+    assert got >= (1 - TOL) * planted, (phase, "lost planted sleep", got, planted, detail)
+    slack = max(TOL * planted, other)
+    assert got <= planted + slack, (phase, "holds more than its sleeps", got, planted, detail)
+
+
+def _check(report: dict[str, Any], sleeps: Sleeps) -> None:
     steps = [s for s in report["steps"] if s["stage"] == "train"]
     assert len(steps) == 4
     expected: dict[str, float] = defaultdict(float)
-    data_per_batch = 2 * sum(sleeps.data) / len(sleeps.data)
     for s in steps:
         assert sum(s["phases_ms"].values()) == pytest.approx(s["wall_ms"], abs=1e-3)
-        for phase, secs in sleeps.by_batch[s["number"] + batch_of_step].items():
+        batch = s["number"]
+        for phase, secs in sleeps.by_batch[batch].items():
             expected[phase] += 1e3 * secs
-        expected["data_wait"] += 1e3 * data_per_batch
+        expected["data_wait"] += 1e3 * sleeps.data[batch - 1]
     got = {p: sum(s["phases_ms"][p] for s in steps) for p in steps[0]["phases_ms"]}
+    other = sum(s["wall_ms"] for s in steps) - sum(expected.values())
     for phase in ("data_wait", "forward", "backward", "optimizer"):
-        assert got[phase] == pytest.approx(expected[phase], rel=TOL), (phase, got, dict(expected))
-    # nothing planted elsewhere reached the optimizer phase: it is at most its own sleeps
-    assert got["optimizer"] <= (1 + TOL) * expected["optimizer"]
+        _assert_holds(phase, got[phase], expected[phase], other, (got, dict(expected)))
 
 
 def test_automatic_optimization_with_our_profiler(tmp_path: Path) -> None:
@@ -335,14 +353,23 @@ def test_lightning_pytorch_profiler_files(tmp_path: Path) -> None:
     # step, which torch does not export. From the second step on, every label is there.
     steps = [s for s in report["steps"] if s["stage"] == "train"][1:]
     assert len(steps) == 3
-    # every batch sleeps alike: each step holds one batch's sleeps, whatever its boundaries
-    per_batch = {
-        p: sum(b[p] for b in sleeps.by_batch.values()) / len(sleeps.by_batch) * 1e3
-        for p in ("forward", "backward", "optimizer")
-    }
+    # each step holds one sleep of each phase whatever its boundaries, so the 3 steps hold those
+    # of 3 consecutive batches (which ones depends on where the boundaries cut a batch; under
+    # load one batch's sleep can last several times another's, so a mean is no stand-in)
     for s in steps:
         assert sum(s["phases_ms"].values()) == pytest.approx(s["wall_ms"], abs=1e-3)
     n = len(steps)
-    for phase, ms in per_batch.items():
-        got = sum(s["phases_ms"][phase] for s in steps)
-        assert got == pytest.approx(n * ms, rel=TOL), (phase, [s["phases_ms"] for s in steps])
+
+    def windows(ms: list[float]) -> list[float]:
+        return [sum(ms[i : i + n]) for i in range(len(ms) - n + 1)]
+
+    got = {p: sum(s["phases_ms"][p] for s in steps) for p in ("forward", "backward", "optimizer")}
+    planted = {
+        p: min(windows([1e3 * b[p] for b in sleeps.by_batch.values()]), key=lambda w: abs(w - ms))
+        for p, ms in got.items()
+    }
+    # the steps' data fetches are 3 consecutive ones too, wherever the analyzer puts them
+    data = min(windows([1e3 * ms for ms in sleeps.data.values()]))
+    other = sum(s["wall_ms"] for s in steps) - sum(planted.values()) - data
+    for phase, ms in got.items():
+        _assert_holds(phase, ms, planted[phase], other, [s["phases_ms"] for s in steps])

@@ -18,6 +18,7 @@ from ocr.perf.records import EpochRecord
 from ocr.perf.resources import ResourceSampler
 from ocr.perf.stage import Stage
 from scripts import gpu_check
+from scripts.gpucheck import doc, figures, nvml, preflight, runs, seams, trace
 from tests.unit.perf.test_resources import device, fake_nvml
 
 UUID = "3b0f6d7e-9c1a-4d0e-8f3b-2a1c5e7d9f10"  # torch's spelling: no "GPU-"
@@ -46,7 +47,7 @@ def verdicts(read: dict[str, Any]) -> dict[str, bool | None]:
 
 
 def test_nvml_agrees_with_a_recorded_nvidia_smi_answer() -> None:
-    read = gpu_check.paired_read(sampler(), UUID, run=smi_answer(SMI_LINE))
+    read = nvml.paired_read(sampler(), UUID, run=smi_answer(SMI_LINE))
     assert verdicts(read) == {
         "util_percent": True,
         "memory_used_gb": True,
@@ -63,17 +64,15 @@ def test_nvml_agrees_with_a_recorded_nvidia_smi_answer() -> None:
 
 def test_a_figure_off_beyond_its_tolerance_is_named_alone() -> None:
     hot = SMI_LINE.replace(", 71, ", ", 80, ")  # 9 degrees off, tolerance 2
-    read = gpu_check.paired_read(sampler(), UUID, run=smi_answer(hot))
+    read = nvml.paired_read(sampler(), UUID, run=smi_answer(hot))
     assert [f for f, ok in verdicts(read).items() if not ok] == ["temperature_c"]
 
 
 def test_throttle_masks_compare_without_the_idle_bit() -> None:
     idle = SMI_LINE.replace("0x0000000000000000", "0x0000000000000001")
-    assert verdicts(gpu_check.paired_read(sampler(), UUID, run=smi_answer(idle)))[
-        "throttle_reasons"
-    ]
+    assert verdicts(nvml.paired_read(sampler(), UUID, run=smi_answer(idle)))["throttle_reasons"]
     capped = SMI_LINE.replace("0x0000000000000000", "0x0000000000000004")  # SW power cap
-    assert not verdicts(gpu_check.paired_read(sampler(), UUID, run=smi_answer(capped)))[
+    assert not verdicts(nvml.paired_read(sampler(), UUID, run=smi_answer(capped)))[
         "throttle_reasons"
     ]
 
@@ -81,18 +80,18 @@ def test_throttle_masks_compare_without_the_idle_bit() -> None:
 def test_nvidia_smi_value_between_two_nvml_reads_agrees() -> None:
     before = {"util_percent": 40.0}
     after = {"util_percent": 95.0}  # the GPU got busy while nvidia-smi ran
-    smi = gpu_check.parse_smi(SMI_LINE.replace(", 87, ", ", 70, "))
-    row = gpu_check.compare_nvml_smi(before, smi, after)[0]
+    smi = nvml.parse_smi(SMI_LINE.replace(", 87, ", ", 70, "))
+    row = nvml.compare_nvml_smi(before, smi, after)[0]
     assert row["figure"] == "util_percent"
     assert row["agree"] is True
-    assert gpu_check.compare_nvml_smi(before, smi, {"util_percent": 45.0})[0]["agree"] is False
+    assert nvml.compare_nvml_smi(before, smi, {"util_percent": 45.0})[0]["agree"] is False
 
 
 def test_unsupported_fields_are_not_judged() -> None:
     line = SMI_LINE.replace("312.45", "[N/A]")
-    smi = gpu_check.parse_smi(line)
+    smi = nvml.parse_smi(line)
     assert smi["power.draw"] is None
-    read = gpu_check.paired_read(sampler(power_mw=None), UUID, run=smi_answer(line))
+    read = nvml.paired_read(sampler(power_mw=None), UUID, run=smi_answer(line))
     assert verdicts(read)["power_w"] is None
 
 
@@ -103,12 +102,12 @@ def test_an_answer_for_another_device_is_refused() -> None:
         return subprocess.CompletedProcess(argv, 0, stdout=other, stderr="")
 
     with pytest.raises(ValueError, match="answered for GPU-00000000"):
-        gpu_check.paired_read(sampler(), UUID, run=run)
+        nvml.paired_read(sampler(), UUID, run=run)
 
 
 def test_parse_smi_refuses_a_line_of_other_fields() -> None:
     with pytest.raises(ValueError, match="7 values for 8 fields"):
-        gpu_check.parse_smi("GPU-x, 1, 2, 3, 4, 5, 6")
+        nvml.parse_smi("GPU-x, 1, 2, 3, 4, 5, 6")
 
 
 # -- CUDA events against synchronized phase times -------------------------------------------------
@@ -117,7 +116,7 @@ def test_parse_smi_refuses_a_line_of_other_fields() -> None:
 def test_event_and_synchronized_phase_times_agree_within_ten_percent() -> None:
     events = {"data_wait": 1.0, "transfer": 0.6, "forward": 12.0, "backward": 21.0}
     synced = {"data_wait": 1.1, "transfer": 0.5, "forward": 12.9, "backward": 20.0}
-    rows = {r["phase"]: r for r in gpu_check.compare_phase_times(events, synced)}
+    rows = {r["phase"]: r for r in figures.compare_phase_times(events, synced)}
     assert all(r["agree"] for r in rows.values())
     assert rows["forward"]["diff_pct"] == pytest.approx(-100 * 0.9 / 12.9)
     # transfer is 20 % off but 0.1 ms is under 1 % of the 34.5 ms step: nobody resolves that
@@ -128,9 +127,9 @@ def test_a_phase_the_events_misplace_is_named() -> None:
     # asynchronous launches: the events give forward's GPU work to the host's next phase
     events = {"data_wait": 1.0, "forward": 8.0, "backward": 25.0}
     synced = {"data_wait": 1.0, "forward": 12.0, "backward": 21.0}
-    rows = gpu_check.compare_phase_times(events, synced)
+    rows = figures.compare_phase_times(events, synced)
     assert [r["phase"] for r in rows if not r["agree"]] == ["forward", "backward"]
-    text = "\n".join(gpu_check._render_comparison("events vs sync", rows))
+    text = "\n".join(doc.render_comparison("events vs sync", rows))
     assert "**differ on forward, backward**" in text
     assert "| forward | 8.00 | 12.00 | -33.3 | **no** |" in text
 
@@ -148,9 +147,9 @@ def test_stage_figures_per_batch_and_data_wait_share() -> None:
         )
         for e in range(4)
     ]
-    kept = gpu_check.kept_epochs(records, Stage.TRAIN, skip=[3])
+    kept = figures.kept_epochs(records, Stage.TRAIN, skip=[3])
     assert [r.epoch for r in kept] == [1, 2]
-    fig = gpu_check.stage_figures(kept, None, Stage.TRAIN)
+    fig = figures.stage_figures(kept, None, Stage.TRAIN)
     assert fig is not None
     assert fig["samples_per_s"] == pytest.approx(16.0)
     assert fig["data_wait_share"] == pytest.approx(0.25)
@@ -171,24 +170,24 @@ def test_wheel_check_names_missing_and_out_of_range_packages() -> None:
         return installed[name]
 
     reqs = [Requirement(r) for r in ("packaging>=20", "torch==2.13.0", "msgspec>=0.18")]
-    result = gpu_check.check_requirements(reqs, version_of, pins={"msgspec": "0.22.0"})
+    result = preflight.check_requirements(reqs, version_of, pins={"msgspec": "0.22.0"})
     assert result.missing == ["msgspec==0.22.0"]
     assert result.mismatched == ["torch 2.11.0+cu130 (pyproject: torch==2.13.0)"]
 
 
 def test_every_runtime_dependency_is_in_the_device_image_or_carried() -> None:
-    pins = gpu_check.pinned_versions()
-    names = {gpu_check._norm(r.name) for r in gpu_check.runtime_requirements()}
-    carried = {gpu_check._norm(n) for n in gpu_check.CARRIED}
-    assert names - gpu_check.DEVICE_HAS - carried == set()
+    pins = preflight.pinned_versions()
+    names = {preflight.norm_name(r.name) for r in preflight.runtime_requirements()}
+    carried = {preflight.norm_name(n) for n in preflight.CARRIED}
+    assert names - preflight.DEVICE_HAS - carried == set()
     # hydra-core and omegaconf need antlr4, which the image lacks
     assert "antlr4-python3-runtime" in carried
     assert all(n in pins for n in carried), "a carried wheel without a pinned version"
-    assert gpu_check.wheels_to_carry()[0] == f"hydra-core=={pins['hydra-core']}"
+    assert preflight.wheels_to_carry()[0] == f"hydra-core=={pins['hydra-core']}"
 
 
 def test_fetch_commands_are_the_device_readmes() -> None:
-    download, build = gpu_check.fetch_commands()
+    download, build = preflight.fetch_commands()
     assert download[:6] == ["python3", "-m", "pip", "download", "--no-deps", "--only-binary=:all:"]
     assert "--python-version" in download
     assert "manylinux_2_17_x86_64" in download
@@ -200,7 +199,7 @@ def test_fetch_commands_are_the_device_readmes() -> None:
 def test_device_command_fits_the_device_tool() -> None:
     args = gpu_check.parse_args(["--epochs", "3"])
     gpu_check.size_run(args, cuda=False)
-    command = gpu_check.device_command(args)
+    command = preflight.device_command(args)
     assert len(command) <= 2000
     assert command.startswith("python3 -m pip install -q --no-index --no-deps")
     assert "--target /tmp/site .whl/*.whl" in command
@@ -221,13 +220,13 @@ def test_run_size_follows_the_device_unless_given() -> None:
 
 
 def test_gpu_overrides_are_the_example_preset_at_16_mixed_with_workers_for_the_cores() -> None:
-    main_run = gpu_check.train_overrides(True, 4, 100, 16, sync=False)
+    main_run = runs.train_overrides(True, 4, 100, 16, sync=False)
     assert main_run[:2] == ["preset=example", "data=synthetic"]
     assert "data.synthetic.splits.train=1600" in main_run
     assert "trainer.precision=16-mixed" in main_run
     assert "data.num_workers=14" in main_run
     assert "callbacks.profiler.profile_epochs=[3]" in main_run
-    sync_run = gpu_check.train_overrides(True, 4, 100, 16, sync=True)
+    sync_run = runs.train_overrides(True, 4, 100, 16, sync=True)
     assert sync_run[-1] == "callbacks.performance_profiler.sync_cuda=true"
     assert not any(o.startswith("callbacks.profiler.") for o in sync_run)
 
@@ -242,7 +241,7 @@ def test_h2d_copies_by_source_memory() -> None:
         {"name": "Memcpy DtoD (Device -> Device)", "kind": "memcpy", "calls": 9, "total_ms": 1},
         {"name": "void at::native::kernel", "kind": "kernel", "calls": 90, "total_ms": 40},
     ]
-    assert gpu_check.h2d_copies(ops) == {
+    assert trace.h2d_copies(ops) == {
         "pinned": {"calls": 6.0, "ms": 1.5},
         "pageable": {"calls": 2.0, "ms": 3.0},
     }
@@ -251,15 +250,15 @@ def test_h2d_copies_by_source_memory() -> None:
 def test_fixture_is_saved_gzip_under_the_limit_and_refused_over_it(tmp_path: Path) -> None:
     small = tmp_path / "epoch_3.json.gz"
     small.write_bytes(gzip.compress(b'{"traceEvents": []}'))
-    saved = gpu_check.save_fixture(small, tmp_path / "fixtures", "NVIDIA H100 80GB HBM3")
+    saved = trace.save_fixture(small, tmp_path / "fixtures", "NVIDIA H100 80GB HBM3")
     assert (
         Path(saved["path"]).name == "dbnet_r18_640_16mixed_nvidia_h100_80gb_hbm3.pt.trace.json.gz"
     )
     assert gzip.decompress(Path(saved["path"]).read_bytes()) == b'{"traceEvents": []}'
     big = tmp_path / "big.json"
-    big.write_bytes(os.urandom(gpu_check.FIXTURE_MAX_BYTES + 1))  # incompressible
+    big.write_bytes(os.urandom(trace.FIXTURE_MAX_BYTES + 1))  # incompressible
     with pytest.raises(ValueError, match="over the fixture limit"):
-        gpu_check.save_fixture(big, tmp_path / "fixtures", "x")
+        trace.save_fixture(big, tmp_path / "fixtures", "x")
 
 
 def test_junit_counts(tmp_path: Path) -> None:
@@ -271,7 +270,7 @@ def test_junit_counts(tmp_path: Path) -> None:
         '<testcase classname="tests.b" name="test_ok2"/>'
         "</testsuite></testsuites>"
     )
-    counts = gpu_check.junit_counts(xml)
+    counts = seams.junit_counts(xml)
     assert counts["tests"] == 3
     assert counts["failures"] == 1
     assert counts["failing"] == ["tests.a::test_bad"]
@@ -283,23 +282,23 @@ def test_a_failing_read_never_stops_the_training_and_fails_the_nvml_part(
     def broken(*args: Any, **kwargs: Any) -> dict[str, Any]:
         raise FileNotFoundError("nvidia-smi")
 
-    monkeypatch.setattr(gpu_check, "paired_read", broken)
+    monkeypatch.setattr(nvml, "paired_read", broken)
 
     class Finished:
         def poll(self) -> int:
             return 0
 
     reads: list[dict[str, Any]] = []
-    gpu_check.read_while_training(UUID, tmp_path, reads)(Finished())  # type: ignore[arg-type]
+    nvml.read_while_training(UUID, tmp_path, reads)(Finished())  # type: ignore[arg-type]
     assert len(reads) == 1
     assert "FileNotFoundError: nvidia-smi" in reads[0]["error"]
     with pytest.raises(RuntimeError, match=r"(?s)read failed:\n.*FileNotFoundError: nvidia-smi"):
-        gpu_check.nvml_reads(reads)
+        nvml.nvml_reads(reads)
     with pytest.raises(RuntimeError, match="no paired"):
-        gpu_check.nvml_reads([])
+        nvml.nvml_reads([])
 
 
 def test_the_seam_test_files_exist() -> None:
     # a renamed seam test must break here, not on the device machine's few minutes
     root = Path(gpu_check.__file__).resolve().parents[1]
-    assert [f for f in gpu_check.SEAM_TESTS if not (root / f).is_file()] == []
+    assert [f for f in seams.SEAM_TESTS if not (root / f).is_file()] == []

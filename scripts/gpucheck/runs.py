@@ -1,0 +1,99 @@
+"""The check's training runs (their Hydra overrides), a logged subprocess from the repository
+root, and the logs archive."""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+import sys
+import tarfile
+from collections.abc import Sequence
+from pathlib import Path
+
+from benchmarks.baseline_doc import subprocess_env
+from scripts.gpucheck import REPO_ROOT
+
+
+def workers_for(cores: int) -> int:
+    """DataLoader workers sized to the cores: all but two (the training process and the
+    resource monitor's thread), at least one."""
+    return max(1, cores - 2)
+
+
+def train_overrides(
+    cuda: bool, epochs: int, train_batches: int, cores: int, *, sync: bool
+) -> list[str]:
+    """The Hydra overrides of the check's training runs. GPU: ``preset=example`` on synthetic
+    receipts sized for ``train_batches`` batches of 16; CPU: ``experiment=synthetic_debug``.
+    Monitors on; the main run profiles its last epoch, the ``sync`` run synchronizes CUDA at
+    every phase switch instead."""
+    workers = workers_for(cores)
+    if cuda:
+        out = [
+            "preset=example",
+            "data=synthetic",
+            f"data.synthetic.splits.train={16 * train_batches}",
+            f"data.synthetic.workers={cores}",
+            "trainer.precision=16-mixed",
+        ]
+    else:
+        out = ["experiment=synthetic_debug"]
+    out += [
+        f"data.num_workers={workers}",
+        "callbacks=monitoring",
+        f"trainer.max_epochs={epochs}",
+        f"trainer.limit_train_batches={train_batches}",
+        "callbacks.model_summary=null",
+    ]
+    if sync:
+        return [*out, "callbacks.performance_profiler.sync_cuda=true"]
+    return [
+        *out,
+        "callbacks.profiler.enabled=true",
+        f"callbacks.profiler.profile_epochs=[{epochs - 1}]",
+        "callbacks.profiler.profile_steps=3",
+        "callbacks.profiler.warmup_steps=1",
+        "callbacks.profiler.gzip=true",
+    ]
+
+
+def run_logged(argv: Sequence[str], log: Path, timeout: float | None = None) -> int:
+    """Run ``argv`` from the repository root (our environment), its output into ``log``; returns
+    the exit code."""
+    print(f"$ {shlex.join(argv)}", flush=True)
+    with open(log, "w", encoding="utf-8") as handle:
+        proc = subprocess.run(
+            list(argv),
+            cwd=REPO_ROOT,
+            env=subprocess_env(),
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            timeout=timeout,
+            check=False,
+        )
+    return proc.returncode
+
+
+def perf(*args: str) -> list[str]:
+    """``ocr-perf ARGS`` as this interpreter runs it (no console script needed)."""
+    return [sys.executable, "-m", "ocr.perf.cli", *args]
+
+
+def head(path: Path, lines: int) -> str:
+    """The first ``lines`` lines of a text file."""
+    return "\n".join(path.read_text(encoding="utf-8", errors="replace").splitlines()[:lines])
+
+
+def tail(path: Path, lines: int) -> str:
+    """The last ``lines`` lines of a text file."""
+    return "\n".join(path.read_text(encoding="utf-8", errors="replace").splitlines()[-lines:])
+
+
+def write_logs(archive: Path, work: Path) -> None:
+    """The runs' logs, perf files and ocr-perf outputs (no checkpoints, no traces) as a .tar.gz."""
+    archive.parent.mkdir(parents=True, exist_ok=True)
+    keep = (".log", ".json", ".jsonl", ".md", ".xml", ".yaml")
+    with tarfile.open(archive, "w:gz") as tar:
+        for path in sorted(work.rglob("*")):
+            if path.is_file() and path.name.endswith(keep) and "profiler_traces" not in path.parts:
+                tar.add(path, arcname=str(path.relative_to(work)))
