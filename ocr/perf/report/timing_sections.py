@@ -29,14 +29,12 @@ def phases_section(report: Report) -> Section:
         sec.paragraphs.append("Not recorded: perf/epochs.jsonl is absent or empty.")
         return sec
     stages = list(report.stages.values())
-    rows = []
     # the profiler's export and analysis: their own line (see ocr.perf.report.profiled)
     extra = (PROFILER_PHASE,) if any(PROFILER_PHASE in s.phases_s for s in stages) else ()
-    for phase in (*PHASES, *extra):
-        row = [phase]
-        for s in stages:
-            row.append(f"{s.phases_s.get(phase, 0.0):,.3f} s ({s.share(phase):.1f} %)")
-        rows.append(row)
+    rows = [
+        [phase] + [f"{s.phases_s.get(phase, 0.0):,.3f} s ({s.share(phase):.1f} %)" for s in stages]
+        for phase in (*PHASES, *extra)
+    ]
     rows.append(["wall"] + [f"{s.wall_s:,.3f} s" for s in stages])
     sec.tables.append(
         Table(
