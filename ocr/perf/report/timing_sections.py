@@ -156,20 +156,18 @@ def batches_section(report: Report) -> Section:
         plot=plots.batch_times_plot(report.run),
         plot_alt="histograms of batch times per stage",
     )
-    rows = []
-    for e in report.run.epochs:
-        st = e.batch_stats
-        rows.append(
-            [
-                e.stage.label,
-                cell(e.epoch),
-                cell(int(num(st.get("count"), e.num_batches))),
-                *(
-                    f"{1000.0 * num(st.get(k), math.nan):,.1f}"
-                    for k in ("mean", "median", "p95", "p99", "max")
-                ),
-            ]
-        )
+    rows = [
+        [
+            e.stage.label,
+            cell(e.epoch),
+            cell(int(num(e.batch_stats.get("count"), e.num_batches))),
+            *(
+                f"{1000.0 * num(e.batch_stats.get(k), math.nan):,.1f}"
+                for k in ("mean", "median", "p95", "p99", "max")
+            ),
+        ]
+        for e in report.run.epochs
+    ]
     sec.add(
         Table(
             ["stage", "epoch", "batches", "mean ms", "median ms", "p95 ms", "p99 ms", "max ms"],
