@@ -141,29 +141,28 @@ class PhaseClock:
         if not self.running:
             return
         at_ns = min(max(at_ns, self._since_ns), self._now())
-        previous = self.current
-        assert previous is not None
-        elapsed = at_ns - self._since_ns
-        self._totals[previous] += elapsed
-        if self.current_owner:
-            key = (previous, self.current_owner)
-            self._owned[key] = self._owned.get(key, 0) + elapsed
+        self._charge(self._totals, self._owned, at_ns)
         self._since_ns = at_ns
         self.current = phase
         self.current_owner = ""
+
+    def _charge(
+        self, totals: dict[str, int], owned: dict[tuple[str, str], int], until: int
+    ) -> None:
+        """Add the open interval, up to ``until`` ns, to ``totals`` and ``owned``."""
+        assert self.current is not None  # invariant while running
+        totals[self.current] += until - self._since_ns
+        if self.current_owner:
+            key = (self.current, self.current_owner)
+            owned[key] = owned.get(key, 0) + until - self._since_ns
 
     def peek(self) -> PhaseTotals:
         """Totals so far, with the open phase counted up to now; the clock keeps running."""
         if not self.running:
             raise RuntimeError("PhaseClock.peek() called on a clock that is not running")
         now = self._now()
-        totals = dict(self._totals)
-        owned = dict(self._owned)
-        assert self.current is not None
-        totals[self.current] += now - self._since_ns
-        if self.current_owner:
-            key = (self.current, self.current_owner)
-            owned[key] = owned.get(key, 0) + now - self._since_ns
+        totals, owned = dict(self._totals), dict(self._owned)
+        self._charge(totals, owned, now)
         return PhaseTotals(wall_ns=now - self._start_ns, phases_ns=totals, owners_ns=owned)
 
     def stop(self) -> PhaseTotals:
@@ -171,11 +170,7 @@ class PhaseClock:
         if not self.running:
             raise RuntimeError("PhaseClock.stop() called on a clock that is not running")
         now = self._now()
-        assert self.current is not None
-        self._totals[self.current] += now - self._since_ns
-        if self.current_owner:
-            key = (self.current, self.current_owner)
-            self._owned[key] = self._owned.get(key, 0) + now - self._since_ns
+        self._charge(self._totals, self._owned, now)
         self.running = False
         self.current = None
         self.current_owner = ""

@@ -68,19 +68,15 @@ def find_straggler(
     wall_s: Sequence[float],
     phases_s: Sequence[Mapping[str, float]],
     named_s: Sequence[Mapping[str, Mapping[str, float]]] = (),
-    *,
-    min_share: float = STRAGGLER_MIN_SHARE,
-    min_s: float = STRAGGLER_MIN_S,
 ) -> Straggler | None:
-    """The straggling rank of one stage epoch, or None.
+    """The straggling rank of one stage epoch (both :data:`STRAGGLER_MIN_SHARE` and
+    :data:`STRAGGLER_MIN_S` met), or None.
 
     Args:
         wall_s: each rank's epoch wall time, indexed by rank.
         phases_s: each rank's seconds per phase (``ocr.perf.clock.PHASES`` names; missing = 0).
         named_s: optional, per rank: phase group (``"callbacks"``, ``"module_hooks"``) -> name
             -> seconds, to name the callback or hook behind a callbacks / hooks cause.
-        min_share, min_s: the thresholds (see :data:`STRAGGLER_MIN_SHARE`,
-            :data:`STRAGGLER_MIN_S`); both must be met.
     """
     n = len(wall_s)
     if n < 2 or len(phases_s) != n:
@@ -95,7 +91,7 @@ def find_straggler(
     rank = max(finite, key=lambda r: (work[r], -r))
     excess = work[rank] - _median_others(work, rank)
     wall = float(statistics.median(wall_s[r] for r in finite))
-    if not (wall > 0 and excess >= min_s and excess >= min_share * wall):
+    if not (wall > 0 and excess >= STRAGGLER_MIN_S and excess >= STRAGGLER_MIN_SHARE * wall):
         return None
     names = {p for row in phases_s for p in row if p not in _NOT_WORK}
     deltas = {

@@ -488,15 +488,6 @@ class InstrumentedLoader:
         return self._loader is not None
 
     @property
-    def clock(self) -> PhaseClock | None:
-        """The clock charged with ``data_wait`` (settable, e.g. to move to another stage's)."""
-        return self._clock
-
-    @clock.setter
-    def clock(self, clock: PhaseClock | None) -> None:
-        self._clock = clock
-
-    @property
     def _next_clock(self) -> PhaseClock | None:
         return self._clock if self._charge_next else None
 

@@ -81,7 +81,7 @@ def test_the_error_classes_of_the_project_are_input_errors() -> None:
     from ocr.perf.baseline import BaselineError
     from ocr.perf.records import RunDirError
     from ocr.perf.report.load import ReportInputError
-    from ocr.perf.trace.load import TraceError
+    from ocr.perf.trace.table import TraceError
     from ocr.perf.try_window import TryWindowError
     from ocr.perf.tryout.command import TryInputError
     from ocr.run_folder import RunFolderInUseError

@@ -18,7 +18,7 @@ from ocr.perf.alerts.engine import (
     StragglerSignal,
 )
 from ocr.perf.alerts.findings import alert_finding, alert_findings
-from ocr.perf.alerts.rules import RULES, build_rules, rule_defaults
+from ocr.perf.alerts.rules import RULES, build_rules
 from ocr.perf.alerts.sinks import AlertSink, AlertWarning, JsonlSink, LogSink, WandbSink
 from ocr.perf.records import AlertEvent
 
@@ -39,5 +39,4 @@ __all__ = [
     "alert_finding",
     "alert_findings",
     "build_rules",
-    "rule_defaults",
 ]

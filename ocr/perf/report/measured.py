@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ocr.perf.records import RunDirError
+from ocr.perf.records import RunDirError, TryRecord
 from ocr.perf.report.document import Section, Table, cell
 from ocr.perf.tryout.paired import RECOMMEND_ABOVE
-from ocr.perf.tryout.results import TryRecord, latest_session
+from ocr.perf.tryout.results import latest_session
 from ocr.perf.tryout.session import HMEAN_TOLERANCE, paste_line
 
 if TYPE_CHECKING:

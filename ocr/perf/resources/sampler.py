@@ -109,8 +109,7 @@ class ResourceSampler:
         self._workers: dict[int, ProcHandle] = {}
         self._workers_scanned = -math.inf
         self._sys_cpu = psutil.cpu_times()
-        self._disk: tuple[float, Any] | None = None
-        self._net: tuple[float, Any] | None = None
+        self._counters: dict[str, tuple[float, Any]] = {}  # disk / network: (t, I/O counters)
         self._io_t = now
         self._cuda_total: float | None = None
         self._gpu = NvmlGpus(nvml, device_uuids)
@@ -277,39 +276,35 @@ class ResourceSampler:
         out["resources/memory_limit_gb"] = limit / GB
         out["resources/memory_available_gb"] = available / GB
 
-    @staticmethod
-    def _rates(
-        previous: tuple[float, Any] | None, now: float, counters: Any, fields: tuple[str, str]
-    ) -> tuple[float, float] | None:
-        if previous is None:
-            return None
+    def _sample_rates(
+        self,
+        out: dict[str, float],
+        now: float,
+        source: str,
+        counters: Any,
+        fields: tuple[str, ...],
+        keys: tuple[str, ...],
+    ) -> None:
+        """MB/s of each byte counter in ``fields`` since the previous sample, as ``keys``."""
+        if counters is None:
+            raise RuntimeError(f"no {source} I/O counters on this system")
+        previous = self._counters.get(source)
+        self._counters[source] = (now, counters)
+        if previous is None or now <= previous[0]:
+            return
         t0, before = previous
-        dt = now - t0
-        if dt <= 0:
-            return None
-        a, b = fields
-        return (
-            max(getattr(counters, a) - getattr(before, a), 0) / MB / dt,
-            max(getattr(counters, b) - getattr(before, b), 0) / MB / dt,
-        )
+        for key, name in zip(keys, fields, strict=True):
+            out[key] = max(getattr(counters, name) - getattr(before, name), 0) / MB / (now - t0)
 
     def _sample_disk(self, out: dict[str, float], now: float) -> None:
-        counters = psutil.disk_io_counters()
-        if counters is None:
-            raise RuntimeError("no disk I/O counters on this system")
-        rates = self._rates(self._disk, now, counters, ("read_bytes", "write_bytes"))
-        self._disk = (now, counters)
-        if rates is not None:
-            out["resources/disk_read_mb_s"], out["resources/disk_write_mb_s"] = rates
+        fields = ("read_bytes", "write_bytes")
+        keys = ("resources/disk_read_mb_s", "resources/disk_write_mb_s")
+        self._sample_rates(out, now, "disk", psutil.disk_io_counters(), fields, keys)
 
     def _sample_network(self, out: dict[str, float], now: float) -> None:
-        counters = psutil.net_io_counters()
-        if counters is None:
-            raise RuntimeError("no network I/O counters on this system")
-        rates = self._rates(self._net, now, counters, ("bytes_recv", "bytes_sent"))
-        self._net = (now, counters)
-        if rates is not None:
-            out["resources/net_recv_mb_s"], out["resources/net_sent_mb_s"] = rates
+        fields = ("bytes_recv", "bytes_sent")
+        keys = ("resources/net_recv_mb_s", "resources/net_sent_mb_s")
+        self._sample_rates(out, now, "network", psutil.net_io_counters(), fields, keys)
 
     def _sample_free_space(self, out: dict[str, float], now: float) -> None:
         assert self.checkpoint_dir is not None

@@ -9,24 +9,18 @@ typed (:class:`~ocr.perf.trace.result.TraceAnalysis`); ``analyze_trace`` returns
 No Lightning.
 """
 
-from ocr.perf.trace.compare import compare_reports, compare_traces
-from ocr.perf.trace.findings import THRESHOLDS, Finding, TraceMetrics
-from ocr.perf.trace.load import EventTable, TraceError, TraceSource, load_traces
+from ocr.perf.trace.compare import compare_reports
+from ocr.perf.trace.load import load_traces
 from ocr.perf.trace.report import analyze_path, analyze_table, analyze_trace
 from ocr.perf.trace.result import TraceAnalysis
+from ocr.perf.trace.table import TraceError
 
 __all__ = [
-    "THRESHOLDS",
-    "EventTable",
-    "Finding",
     "TraceAnalysis",
     "TraceError",
-    "TraceMetrics",
-    "TraceSource",
     "analyze_path",
     "analyze_table",
     "analyze_trace",
     "compare_reports",
-    "compare_traces",
     "load_traces",
 ]

@@ -1,4 +1,4 @@
-"""Aggregates over an :class:`~ocr.perf.trace.load.EventTable`: per-op totals (host and
+"""Aggregates over an :class:`~ocr.perf.trace.table.EventTable`: per-op totals (host and
 device), memory peaks with their timeline, and step-time statistics.
 
 Pure and vectorised, like :mod:`~ocr.perf.trace.steps`; results are the typed rows of
@@ -11,9 +11,9 @@ import math
 
 import numpy as np
 
-from ocr.perf.trace.load import EventTable, Kind
 from ocr.perf.trace.result import DeviceOpRow, MemoryPeak, OpRow, Outlier, StepStats
 from ocr.perf.trace.steps import PHASES, STEP_NAME, StepTable, launch_calls
+from ocr.perf.trace.table import EventTable, Kind
 
 __all__ = ["device_ops", "host_ops", "memory_report", "ms", "step_statistics"]
 

@@ -10,7 +10,6 @@ threshold but within the noise it is ``inconclusive``.
 from __future__ import annotations
 
 import math
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -24,11 +23,10 @@ from ocr.perf.trace.comparison import (
     StepDelta,
     TraceComparison,
 )
-from ocr.perf.trace.report import analyze_path
 from ocr.perf.trace.result import PhaseShare, StepStats, TraceAnalysis
 from ocr.perf.trace.steps import GPU_PARTS, PHASES
 
-__all__ = ["MIN_STEPS", "compare_reports", "compare_traces"]
+__all__ = ["MIN_STEPS", "compare_reports"]
 
 #: Fewer steps than this per side: the verdict rests on the point estimate alone.
 MIN_STEPS = 4
@@ -173,13 +171,4 @@ def compare_reports(
         ops_basis="self ms per step (total self ms when a trace has no steps)",
         dataloader_time_pct=Delta.of(a.dataloader_time_pct, b.dataloader_time_pct),
         findings=FindingIds(a=[f.id for f in a.findings], b=[f.id for f in b.findings]),
-    )
-
-
-def compare_traces(
-    a: str | Path, b: str | Path, threshold_pct: float = 5.0, top_k: int = 20
-) -> TraceComparison:
-    """Analyse two traces (files or directories) and compare them (see :func:`compare_reports`)."""
-    return compare_reports(
-        analyze_path(a, top_k=None), analyze_path(b, top_k=None), threshold_pct, top_k
     )

@@ -509,7 +509,3 @@ def _memory_columns(memory: list[_Event], base_ns: int) -> dict[str, np.ndarray]
         "device_id": col([a.device_id for a in args], -1).astype(np.int64)[ok],
     }
     return out
-
-
-# --------------------------------------------------------------------------------------------
-# building the table

@@ -14,14 +14,13 @@ from dataclasses import dataclass, field
 
 from ocr.perf.findings import (
     SEVERITY_ORDER,
-    THRESHOLDS,
     Finding,
     input_bound_severity,
     risk_score,
     threshold,
 )
 
-__all__ = ["THRESHOLDS", "TRACE_RISKS", "Finding", "TraceMetrics", "evaluate"]
+__all__ = ["TRACE_RISKS", "TraceMetrics", "evaluate"]
 
 #: Rules whose finding is a risk (scored by :func:`~ocr.perf.findings.risk_score`, a share of the
 #: whole run) rather than a share of the profiled steps' time.

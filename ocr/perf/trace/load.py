@@ -28,7 +28,6 @@ import numpy as np
 from ocr.perf.trace.decode import Parsed, code_table, parse_file
 from ocr.perf.trace.table import (
     CATEGORY_KIND,
-    KIND_NAMES,
     EventTable,
     Kind,
     MemoryTable,
@@ -36,16 +35,7 @@ from ocr.perf.trace.table import (
     TraceSource,
 )
 
-__all__ = [
-    "KIND_NAMES",
-    "EventTable",
-    "Kind",
-    "MemoryTable",
-    "TraceError",
-    "TraceSource",
-    "find_trace_files",
-    "load_traces",
-]
+__all__ = ["find_trace_files", "load_traces"]
 
 # Lightning embeds the callback's state dict in span names: "ModelCheckpoint{'monitor': ...}.on_x".
 _EMBEDDED_DICT = re.compile(r"\{.*\}")

@@ -1,5 +1,5 @@
 """The figures the trace's finding rules judge (:class:`~ocr.perf.trace.findings.TraceMetrics`),
-measured over one :class:`~ocr.perf.trace.load.EventTable` and its steps: data wait share, GPU
+measured over one :class:`~ocr.perf.trace.table.EventTable` and its steps: data wait share, GPU
 busy share, memory peak, host syncs, kernel and op sizes, the optimizer's own work."""
 
 from __future__ import annotations
@@ -10,7 +10,6 @@ import numpy as np
 
 from ocr.perf.findings import threshold
 from ocr.perf.trace.findings import TraceMetrics
-from ocr.perf.trace.load import EventTable, Kind
 from ocr.perf.trace.result import MemoryPeak
 from ocr.perf.trace.steps import (
     PHASES,
@@ -19,6 +18,7 @@ from ocr.perf.trace.steps import (
     locate,
     union_in_windows,
 )
+from ocr.perf.trace.table import EventTable, Kind
 
 __all__ = ["data_share_without_steps", "measure"]
 

@@ -14,7 +14,7 @@ import numpy as np
 from ocr.perf.findings import post_hoc_thresholds
 from ocr.perf.trace.aggregates import device_ops, host_ops, memory_report, ms, step_statistics
 from ocr.perf.trace.findings import evaluate
-from ocr.perf.trace.load import EventTable, Kind, TraceSource, load_traces
+from ocr.perf.trace.load import load_traces
 from ocr.perf.trace.metrics import data_share_without_steps, measure
 from ocr.perf.trace.result import (
     DeviceInfo,
@@ -29,6 +29,7 @@ from ocr.perf.trace.result import (
     TraceAnalysis,
 )
 from ocr.perf.trace.steps import GPU_PARTS, PHASES, StepTable, compute_steps
+from ocr.perf.trace.table import EventTable, Kind, TraceSource
 
 __all__ = ["analyze_path", "analyze_table", "analyze_trace"]
 
@@ -42,7 +43,7 @@ def analyze_trace(path: str | Path, top_k: int | None = 20) -> dict[str, Any]:
     ``top_cpu_ops``, ``top_cuda_ops``, ``memory_peaks``, ``dataloader_time_pct``, ``steps``
     (per-step breakdown whose phases sum to the step's wall time), ``phase_summary``,
     ``step_stats`` (per stage, with outlier steps), ``findings`` and ``sources``. ``top_k=None``
-    keeps every op. Raises :class:`~ocr.perf.trace.load.TraceError` for unreadable or malformed
+    keeps every op. Raises :class:`~ocr.perf.trace.table.TraceError` for unreadable or malformed
     input.
     """
     return analyze_path(path, top_k).as_dict()

@@ -1,7 +1,7 @@
 """Steps of a trace and the split of each one's wall time into phases.
 
 :func:`compute_steps` finds the ``ProfilerStep#N`` spans of an
-:class:`~ocr.perf.trace.load.EventTable` and splits each one's wall time into the live clock's
+:class:`~ocr.perf.trace.table.EventTable` and splits each one's wall time into the live clock's
 phases (:data:`PHASES`, see :mod:`ocr.perf.actions`) and, with device events, into
 :data:`GPU_PARTS`; :func:`locate` places any event in its step and phase. Pure and vectorised:
 nothing here reads files or prints. Times are int64 ns.
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ocr.perf.actions import TRACE_PHASES, classify_action, trace_phase
-from ocr.perf.trace.load import EventTable, Kind
+from ocr.perf.trace.table import EventTable, Kind
 
 __all__ = [
     "GPU_PARTS",
@@ -97,15 +97,7 @@ def union_in_windows(
     out = np.zeros(win_start.shape[0], np.int64)
     if starts.size == 0 or win_start.size == 0:
         return out
-    order = np.argsort(starts, kind="stable")
-    s, e = starts[order], ends[order]
-    run_end = np.maximum.accumulate(e)
-    new = np.ones(s.size, bool)
-    new[1:] = s[1:] > run_end[:-1]
-    group = np.cumsum(new) - 1
-    ms = s[new]
-    me = np.zeros(ms.size, np.int64)
-    np.maximum.at(me, group, e)
+    ms, me = _merge(starts, ends)
     before = np.concatenate(([0], np.cumsum(me - ms)))
 
     def covered(t: np.ndarray) -> np.ndarray:

@@ -18,7 +18,6 @@ import numpy as np
 from ocr.errors import InputError
 
 __all__ = [
-    "KIND_NAMES",
     "EventTable",
     "Kind",
     "MemoryTable",
@@ -56,20 +55,6 @@ class Kind:
     #: Device activity kinds (busy time on a GPU stream).
     DEVICE = (KERNEL, MEMCPY, MEMSET)
 
-
-KIND_NAMES: dict[int, str] = {
-    Kind.OTHER: "other",
-    Kind.CPU_OP: "cpu_op",
-    Kind.USER_ANNOTATION: "user_annotation",
-    Kind.PYTHON: "python_function",
-    Kind.RUNTIME: "cuda_runtime",
-    Kind.DRIVER: "cuda_driver",
-    Kind.KERNEL: "kernel",
-    Kind.MEMCPY: "gpu_memcpy",
-    Kind.MEMSET: "gpu_memset",
-    Kind.GPU_ANNOTATION: "gpu_user_annotation",
-    Kind.TRACE_SPAN: "trace",
-}
 
 # Lower-cased category -> kind. The 2021 schema spells them "Operator", "Runtime", "Kernel", ...
 CATEGORY_KIND: dict[str, int] = {
@@ -196,7 +181,3 @@ class EventTable:
     def name_ids(self, predicate: Any) -> np.ndarray:
         """Boolean lookup array over name codes: ``predicate(name)`` per interned name."""
         return np.fromiter((bool(predicate(n)) for n in self.names), bool, len(self.names))
-
-
-# --------------------------------------------------------------------------------------------
-# reading files

@@ -9,16 +9,12 @@ from pathlib import Path
 
 from ocr.perf.records import RecordWriter, TryRecord, read_records
 
-__all__ = ["TryRecord", "latest_session", "try_path", "write_records"]
-
-
-def try_path(run_dir: str | os.PathLike[str]) -> Path:
-    return TryRecord.path(run_dir)
+__all__ = ["latest_session", "write_records"]
 
 
 def write_records(run_dir: str | os.PathLike[str], records: list[TryRecord]) -> Path:
     """Append ``records`` to the run's ``perf/try.jsonl``; returns its path."""
-    writer = RecordWriter(try_path(run_dir))
+    writer = RecordWriter(TryRecord.path(run_dir))
     try:
         for record in records:
             writer.write(record)
@@ -29,7 +25,7 @@ def write_records(run_dir: str | os.PathLike[str], records: list[TryRecord]) -> 
 
 def latest_session(run_dir: str | os.PathLike[str]) -> list[TryRecord]:
     """The lines of the last session in the run's ``perf/try.jsonl`` (``[]`` without one)."""
-    records = read_records(try_path(run_dir), TryRecord)
+    records = read_records(TryRecord.path(run_dir), TryRecord)
     if not records:
         return []
     last = records[-1].session

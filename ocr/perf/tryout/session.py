@@ -19,10 +19,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from ocr.perf.candidates import Candidate
+from ocr.perf.records import TryRecord
 from ocr.perf.significance import paired_ratios
 from ocr.perf.tryout.command import RecordedCommand, override_key
 from ocr.perf.tryout.paired import status as try_status
-from ocr.perf.tryout.results import TryRecord
 from ocr.perf.tryout.trial import TrialResult, run_eval_trial, run_training_trial
 
 __all__ = ["HMEAN_TOLERANCE", "TrialEvent", "TryOptions", "TrySession", "paste_line"]

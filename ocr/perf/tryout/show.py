@@ -18,7 +18,7 @@ from rich.progress import (
 from rich.table import Table
 
 from ocr.console import fit_table, print_renderable, stdout_is_live
-from ocr.perf.tryout.results import TryRecord
+from ocr.perf.records import TryRecord
 from ocr.perf.tryout.session import TrialEvent
 
 __all__ = ["TrialProgress", "format_trial", "print_results"]

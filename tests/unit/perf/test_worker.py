@@ -434,18 +434,6 @@ def test_on_batch_errors_go_to_on_error_or_propagate() -> None:
         collect(loader2)
 
 
-def test_clock_can_be_swapped_on_the_handle() -> None:
-    loader = DataLoader(ToyDataset(2, sleep_s=0.001), batch_size=1)
-    first, second = PhaseClock(), PhaseClock()
-    handle = InstrumentedLoader(loader, lambda t: None, first)
-    handle.clock = second
-    first.start()
-    second.start()
-    collect(loader)
-    assert first.stop().phases_ns["data_wait"] == 0
-    assert second.stop().phases_ns["data_wait"] > 0
-
-
 def test_bad_arguments() -> None:
     loader = DataLoader(ToyDataset(2))
     with pytest.raises(TypeError, match="DataLoader"):

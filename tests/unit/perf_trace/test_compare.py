@@ -7,8 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from ocr.perf.trace import compare_traces
+from ocr.perf.trace import analyze_path, compare_reports
+from ocr.perf.trace.comparison import TraceComparison
 from tests.unit.perf_trace.synth import make_trace, write
+
+
+def compare_traces(a: Path, b: Path, threshold_pct: float) -> TraceComparison:
+    return compare_reports(analyze_path(a, top_k=None), analyze_path(b, top_k=None), threshold_pct)
 
 
 @pytest.fixture

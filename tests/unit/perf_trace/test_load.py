@@ -9,7 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ocr.perf.trace.load import EventTable, Kind, TraceError, load_traces
+from ocr.perf.trace.load import load_traces
+from ocr.perf.trace.table import EventTable, Kind, TraceError
 from tests.unit.perf_trace.synth import make_trace, write
 
 

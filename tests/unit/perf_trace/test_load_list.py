@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from ocr.perf.trace import analyze_table, analyze_trace
-from ocr.perf.trace.load import TraceError, load_traces
+from ocr.perf.trace.load import load_traces
+from ocr.perf.trace.table import TraceError
 from tests.unit.perf_trace.synth import make_trace, write
 
 

@@ -14,7 +14,8 @@ import pytest
 
 from ocr.perf.cli import main
 from ocr.perf.trace import decode
-from ocr.perf.trace.load import Kind, TraceError, load_traces
+from ocr.perf.trace.load import load_traces
+from ocr.perf.trace.table import Kind, TraceError
 
 
 def _x(name: str, ts: Any, dur: Any = 10, **extra: Any) -> dict[str, Any]:

@@ -2,8 +2,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ocr.perf.records import TryRecord
 from ocr.perf.report import build_report, to_html, to_markdown
-from ocr.perf.tryout.results import TryRecord, latest_session, try_path, write_records
+from ocr.perf.tryout.results import latest_session, write_records
 from tests.unit.perf_report.runs import epoch_record, make_run
 
 
@@ -72,7 +73,7 @@ def test_section_without_a_session_says_how_to_measure(tmp_path: Path) -> None:
 
 def test_unreadable_try_file_is_named_not_fatal(tmp_path: Path) -> None:
     run = make_run(tmp_path / "run", [epoch_record("train", 0, {"forward": 1.0})])
-    try_path(run).write_text('{"schema": "receipt-ocr/try", "v": 99}\n', encoding="utf-8")
+    TryRecord.path(run).write_text('{"schema": "receipt-ocr/try", "v": 99}\n', encoding="utf-8")
     md = to_markdown(build_report(run))
     assert "try.jsonl could not be read" in md
     assert "version 99" in md
