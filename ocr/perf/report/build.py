@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ocr.perf.findings import post_hoc_thresholds
+from ocr.perf.findings import Finding, post_hoc_thresholds
 from ocr.perf.gate import GateOutcome
 from ocr.perf.report.load import (
     TRACE_DIRNAME,
@@ -19,7 +19,7 @@ from ocr.perf.report.load import (
 from ocr.perf.report.profiled import move_profiler_overhead
 from ocr.perf.report.run_name import RunName, run_name
 from ocr.perf.report.stages import StageSummary, summarize_stages
-from ocr.perf.report.verdict import Finding, judge, trace_findings
+from ocr.perf.report.verdict import judge
 from ocr.perf.stage import Stage
 
 if TYPE_CHECKING:
@@ -140,8 +140,7 @@ def build_report(
         result, note = _compare_baseline(run.run_dir, baseline)
     else:
         note = "no baseline given (ocr-perf report RUN --baseline FILE)"
-    found = trace_findings(trace, run) if trace is not None else None
-    findings = judge(run, stages, found, result)
+    findings = judge(run, stages, trace, result)
     return Report(
         run=run,
         name=run_name(run),

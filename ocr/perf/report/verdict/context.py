@@ -1,0 +1,107 @@
+"""What every verdict rule reads about the run: how advice names its settings (:class:`Settings`),
+what the candidate generator (:func:`ocr.perf.advice.candidates_for`) needs to know, and the
+figures of a finding (evidence rounding, a score from seconds, the world size)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from ocr.perf.advice import ConfigKey, RunFacts, find_key
+from ocr.perf.records import RunRecord
+from ocr.perf.report.load import RunData
+from ocr.perf.report.stages import StageSummary
+
+
+class Settings:
+    """Names settings for advice: the run's own config key with its current value when the
+    config has one (found by leaf name, :func:`ocr.perf.advice.find_key`: our app's
+    ``data.num_workers``, another app's ``loader.num_workers``), a generic description
+    otherwise, so advice never names a key the run does not have."""
+
+    def __init__(self, run: RunData) -> None:
+        self.config = run.config
+        self.device = run.device
+        info = run.run_info
+        self.cpu_count = info.cpu_count if info is not None else None
+        self.cpu_bf16 = info.cpu_bf16 if info is not None else None
+        self.torch_threads = _torch_threads(info)
+
+    def key(
+        self,
+        leaf: str,
+        *,
+        stage: str | None = None,
+        parent: str | None = None,
+        prefer: Sequence[str] = ("data", "loader", "dataloader", "datamodule"),
+        aliases: Sequence[str] = (),
+    ) -> ConfigKey | None:
+        return find_key(
+            self.config, (leaf,), stage=stage, parent=parent, prefer=prefer, aliases=aliases
+        )
+
+    def name(self, key: ConfigKey | None, generic: str, current: Any = None) -> str:
+        """```data.num_workers` (now 2)`` or ``the DataLoader's num_workers (now 2)``."""
+        shown = key.value if key is not None and key.value is not None else current
+        label = f"`{key.path}`" if key is not None else generic
+        return f"{label} (now {shown})" if shown is not None else label
+
+    def facts(self, s: StageSummary | None, headroom: bool | None = None) -> RunFacts:
+        """What the candidate generator needs to know about this run and stage."""
+        return RunFacts(
+            config=self.config,
+            device=self.device,
+            cpu_count=self.cpu_count,
+            stage=s.stage if s is not None else None,
+            num_workers=s.num_workers if s is not None else None,
+            suggested_workers=suggested_workers(s, self.cpu_count) if s is not None else None,
+            batch_size=s.batch_size if s is not None else None,
+            compute_headroom=headroom,
+            cpu_bf16=self.cpu_bf16,
+            torch_threads=self.torch_threads,
+        )
+
+
+def _torch_threads(info: RunRecord | None) -> int | None:
+    """torch's compute threads in the run: ``torch_threads`` of run.json, else the thread count
+    its peak was measured with (the same process)."""
+    if info is None:
+        return None
+    peak = info.flops.peak if info.flops is not None else {}
+    for value in (info.torch_threads, peak.get("threads")):
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
+
+
+def suggested_workers(s: StageSummary, cpu_count: int | None) -> int | None:
+    """Workers needed so input keeps up with the main loop: serial worker seconds per batch /
+    main-loop seconds per batch (rounded up); capped at the cores when known."""
+    if s.num_batches == 0:
+        return None
+    worker_per_batch = (
+        s.worker_s.get("fetch", 0.0) + s.worker_s.get("collate", 0.0)
+    ) / s.num_batches
+    loop_per_batch = (s.wall_s - s.phases_s.get("data_wait", 0.0)) / s.num_batches
+    if worker_per_batch <= 0:
+        return None
+    needed = math.ceil(worker_per_batch / max(loop_per_batch, 1e-6))
+    if cpu_count:
+        needed = min(needed, cpu_count)
+    return max(needed, 1)
+
+
+def rounded(x: float | None, nd: int = 1) -> float | None:
+    """``x`` rounded to ``nd`` places for evidence; ``None`` when missing or not finite."""
+    return None if x is None or not math.isfinite(x) else round(float(x), nd)
+
+
+def score(seconds: float, total_s: float) -> float:
+    """``seconds`` as a share (%) of the run's recorded wall time ``total_s``, to 0.1."""
+    return round(100.0 * seconds / total_s, 1) if total_s > 0 else 0.0
+
+
+def world_size(run: RunData) -> int:
+    """Processes of the run (DDP ranks), from its epoch records; 1 without them."""
+    return max((e.world_size for e in run.epochs), default=1)

@@ -1,0 +1,242 @@
+"""Findings from the other evidence sources, ranked with the stage rules': the resource samples
+(CPU saturated, I/O wait, GPU underused, host memory high), the profiler trace and its windows'
+summaries, and the baseline comparison (a regression, or too little data to judge)."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from functools import partial
+from typing import TYPE_CHECKING
+
+from ocr.perf.advice import candidates_for
+from ocr.perf.findings import Finding, share_of_run, threshold
+from ocr.perf.report.load import ReportInputError, RunData
+from ocr.perf.report.stages import StageSummary
+from ocr.perf.report.verdict.context import Settings, rounded, score
+from ocr.perf.significance import Outcome
+from ocr.perf.stage import Stage
+from ocr.perf.trace.findings import TRACE_RISKS
+
+if TYPE_CHECKING:
+    from ocr.perf.gate import GateOutcome
+    from ocr.perf.trace.result import TraceAnalysis
+
+_RUNNING = ("train", "val", "test")
+Stat = Callable[[list[float]], float]
+_resource_finding = partial(Finding, source="resources", confidence="likely")
+
+
+def _stat(
+    run: RunData, name: str, phases: Sequence[str] = (), stat: Stat = statistics.median
+) -> float | None:
+    """``stat`` (the median) of the finite samples of metric ``name`` taken during ``phases``
+    (all when empty), or ``None`` without any."""
+    values = [
+        float(v)
+        for r in run.resources
+        if (not phases or r.phase in phases)
+        and (v := r.metrics.get(name)) is not None
+        and math.isfinite(v)
+    ]
+    return stat(values) if values else None
+
+
+def resource_findings(
+    run: RunData, stages: dict[Stage, StageSummary], adv: Settings, total_s: float
+) -> list[Finding]:
+    out: list[Finding] = []
+    if not run.resources:
+        return out
+    cpu = _stat(run, "resources/system_cpu_percent", _RUNNING)
+    if cpu is not None and cpu >= threshold("cpu_saturated_pct"):
+        out.append(
+            _resource_finding(
+                id="cpu_saturated",
+                severity="info",
+                score=0.0,
+                title=f"CPU saturated: median system CPU {cpu:.0f} % while running",
+                evidence={"system_cpu_median_pct": rounded(cpu)},
+                threshold={"median_pct": threshold("cpu_saturated_pct")},
+                suggestion=(
+                    "every core is busy: more DataLoader workers or torch threads cannot add "
+                    "speed; make the work cheaper or use a bigger machine."
+                ),
+            )
+        )
+    iowait = _stat(run, "resources/iowait_percent", _RUNNING)
+    if iowait is not None and iowait >= threshold("iowait_pct"):
+        out.append(
+            _resource_finding(
+                id="io_wait",
+                severity="warning",
+                score=rounded(iowait) or 0.0,
+                title=f"I/O wait: the CPUs stall on disk {iowait:.0f} % of the time (median)",
+                evidence={"iowait_median_pct": rounded(iowait)},
+                threshold={"median_pct": threshold("iowait_pct")},
+                suggestion=(
+                    "the data sits on a slow disk: copy the dataset to local SSD / tmpfs, or "
+                    "cache decoded images; more workers only queue more reads."
+                ),
+            )
+        )
+    train = stages.get(Stage.TRAIN)
+    if run.device == "cuda" and train is not None:
+        utils = [
+            u
+            for i in range(16)
+            if (u := _stat(run, f"resources/gpu{i}_util_percent", ("train",))) is not None
+        ]
+        if utils and min(utils) < threshold("gpu_busy_low_pct"):
+            util = min(utils)
+            out.append(
+                _resource_finding(
+                    id="gpu_underused",
+                    severity="warning",
+                    score=round((100.0 - util) / 100.0 * score(train.wall_s, total_s), 1),
+                    title=f"GPU underused: median utilisation {util:.0f} % while training",
+                    evidence={"gpu_util_median_pct": rounded(util)},
+                    threshold={"median_below_pct": threshold("gpu_busy_low_pct")},
+                    suggestion=(
+                        "keep the GPU fed: fix input first (see data wait), then raise the batch "
+                        "size and remove host syncs."
+                    ),
+                    stage="train",
+                    candidates=candidates_for("gpu_underused", adv.facts(train)),
+                )
+            )
+    memory = _stat(run, "resources/system_memory_percent", stat=max)
+    if memory is not None and memory >= threshold("host_memory_pct"):
+        out.append(
+            _resource_finding(
+                id="host_memory_high",
+                severity="warning",
+                score=threshold("risk_warning_score"),
+                title=f"host memory reached {memory:.0f} %",
+                evidence={"system_memory_max_pct": rounded(memory)},
+                threshold={"max_pct": threshold("host_memory_pct")},
+                suggestion=(
+                    "close to swapping or the OOM killer: fewer DataLoader workers or a smaller "
+                    "prefetch_factor (each worker holds prefetch_factor batches)."
+                ),
+            )
+        )
+    return out
+
+
+# trace finding -> the cause whose candidates it gets
+_TRACE_CAUSES = {
+    "data_loading": "data_loading",
+    "low_gpu_utilisation": "gpu_underused",
+    "launch_overhead": "launch_overhead",
+    "dispatch_overhead": "dispatch_overhead",
+}
+
+
+def trace_findings(
+    trace: TraceAnalysis | None,
+    run: RunData,
+    adv: Settings,
+    findings: list[Finding],
+    total_s: float,
+    stages: dict[Stage, StageSummary],
+) -> list[Finding]:
+    """The findings of the trace analysis as its rules made them, with the profiler windows'
+    trace-vs-clock disagreements (``perf/profiler.jsonl``); without a readable trace, every
+    finding of the windows' summaries. Ranked with the others' ``findings``: data loading
+    corroborates an input-bound finding instead of repeating it. A malformed record is a
+    :class:`~ocr.perf.report.load.ReportInputError` naming where it came from."""
+    found = list(trace.findings) if trace is not None else []
+    path = run.run_dir / "perf" / "profiler.jsonl"
+    for i, w in enumerate(run.profiler_windows, start=1):
+        for j, f in enumerate(w.summary.get("findings") or [], start=1):
+            if trace is not None and f.get("id") != "measurement_disagreement":
+                continue  # the analysis of the same traces has its own
+            try:
+                found.append(Finding.from_dict(f, f"{path}: record {i}: finding {j}"))
+            except ValueError as exc:
+                raise ReportInputError(str(exc)) from exc
+    first: dict[str, Finding] = {}  # one finding per rule: the first
+    for f in found:
+        first.setdefault(f.id, f)
+    out: list[Finding] = []
+    train = stages.get(Stage.TRAIN)
+    train_share = score(train.wall_s, total_s) if train is not None else 100.0
+    for f in first.values():
+        bound = next((x for x in findings if x.id == "input_bound"), None)
+        if f.id == "data_loading" and bound is not None:
+            bound.corroboration.append(f"profiler trace: {f.title}")
+            continue
+        # a trace rule scores a share of the profiled (train) steps: as a share of the run, the
+        # train stage's share of it; a risk's score is already the run's
+        share = f.score if f.id in TRACE_RISKS else share_of_run(f.score, train_share)
+        cause = _TRACE_CAUSES.get(f.id)
+        out.append(
+            replace(
+                f,
+                id=f"trace:{f.id}",
+                score=share,
+                source="trace",
+                candidates=(
+                    candidates_for(cause, adv.facts(train)) if cause else list(f.candidates)
+                ),
+            )
+        )
+    return out
+
+
+def baseline_findings(outcome: GateOutcome | None, adv: Settings) -> list[Finding]:
+    epochs = adv.name(adv.key("max_epochs", prefer=("trainer",)), "the Trainer's max_epochs")
+    if outcome is not None and outcome.verdict == "insufficient data":
+        # Too few epochs or batches on a side: rows that moved are noise of unknown size, so
+        # this is an info line (score 0), never a ranked regression.
+        return [
+            Finding(
+                id="baseline_insufficient_data",
+                severity="info",
+                score=0.0,
+                title=(
+                    "the baseline comparison has too little data to judge: "
+                    + "; ".join(outcome.insufficient)
+                ),
+                evidence={
+                    "unjudged_figures": [r.figure for r in outcome.rows if r.moved is not None]
+                },
+                threshold={},
+                suggestion=(
+                    f"record the baseline and this run with more epochs ({epochs}; the first is "
+                    "skipped) so the gate can measure epoch-to-epoch noise."
+                ),
+                source="baseline",
+            )
+        ]
+    if outcome is None or outcome.verdict != "regression":
+        return []
+    rows = [r for r in outcome.rows if r.status == Outcome.REGRESSION]
+    worst = max(rows, key=lambda r: abs((r.ratio or 1.0) - 1.0), default=None)
+    if worst is None:
+        return []
+    ratio = worst.ratio if worst.ratio is not None else 1.0
+    return [
+        Finding(
+            id="baseline_regression",
+            severity="warning",
+            score=round(min(100.0, abs(ratio - 1.0) * 100.0), 1),
+            title=(
+                f"regression against the baseline: {worst.figure} {worst.current} "
+                f"vs {worst.baseline} {worst.unit} ({ratio:.2f}x)".rstrip()
+            ),
+            evidence={
+                "regressed_figures": [r.figure for r in rows],
+                "worst_ratio": rounded(ratio, 3),
+            },
+            threshold={"threshold": worst.threshold or 0.0},
+            suggestion=(
+                "compare this run's phase breakdown with the baseline's: the phase that grew "
+                "names the change to look at."
+            ),
+            source="baseline",
+        )
+    ]
