@@ -27,10 +27,10 @@ from ocr.lightning_modules.callbacks import (
     ResourceMonitorCallback,
     ThroughputMonitorCallback,
 )
+from ocr.perf.cli import main as perf_main
 from ocr.perf.clock import perf_phase
 from ocr.perf.records import ResourceSample, ResourceSummary
 from ocr.perf.report import build_report, to_html, to_markdown, write_html
-from ocr.perf.report.cli import main as report_main
 from ocr.perf.report.plots import resources_figure, throughput_figure
 from tests.run_lines import read_dicts
 
@@ -172,8 +172,8 @@ def test_copied_run_dir_gives_the_same_report(tmp_path: Path) -> None:
     first, second = build_report(run), build_report(copy)
     assert to_markdown(first) == to_markdown(second)
     assert [f.as_dict() for f in first.findings] == [f.as_dict() for f in second.findings]
-    assert report_main([str(run), "-o", str(tmp_path / "a.html")]) == 0
-    assert report_main([str(copy), "-o", str(tmp_path / "b.html")]) == 0
+    assert perf_main(["report", str(run), "-o", str(tmp_path / "a.html")]) == 0
+    assert perf_main(["report", str(copy), "-o", str(tmp_path / "b.html")]) == 0
     html_a = (tmp_path / "a.html").read_bytes()
     assert html_a == (tmp_path / "b.html").read_bytes()
     assert b"<svg" in html_a  # the phase plot
@@ -225,7 +225,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 @pytest.mark.skipif(not CHROMIUM.exists(), reason="/usr/bin/chromium absent (apt install chromium)")
 def test_page_renders_in_headless_chromium_without_console_errors(tmp_path: Path) -> None:
     run = _run(tmp_path / "run", Module(metric_delay=0.05), _loader(), _loader(), batches=3)
-    assert report_main([str(run)]) == 0
+    assert perf_main(["report", str(run)]) == 0
     page = run / "perf" / "report.html"
     shot = tmp_path / "report.png"
     done = subprocess.run(

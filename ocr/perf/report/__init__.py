@@ -20,20 +20,16 @@ _EXPORTS = {
     "Report": "ocr.perf.report.build",
     "build_report": "ocr.perf.report.build",
     "ReportInputError": "ocr.perf.report.load",
-    "RunData": "ocr.perf.report.load",
-    "load_run": "ocr.perf.report.load",
-    "print_summary": "ocr.perf.report.render",
-    "to_html": "ocr.perf.report.render",
-    "to_markdown": "ocr.perf.report.render",
-    "write_html": "ocr.perf.report.render",
+    "print_summary": "ocr.perf.report.writers",
+    "to_html": "ocr.perf.report.writers",
+    "to_markdown": "ocr.perf.report.writers",
+    "write_html": "ocr.perf.report.writers",
 }
 
 __all__ = [
     "Report",
     "ReportInputError",
-    "RunData",
     "build_report",
-    "load_run",
     "print_summary",
     "to_html",
     "to_markdown",
@@ -42,8 +38,8 @@ __all__ = [
 
 if TYPE_CHECKING:
     from ocr.perf.report.build import Report, build_report
-    from ocr.perf.report.load import ReportInputError, RunData, load_run
-    from ocr.perf.report.render import print_summary, to_html, to_markdown, write_html
+    from ocr.perf.report.load import ReportInputError
+    from ocr.perf.report.writers import print_summary, to_html, to_markdown, write_html
 
 
 def __getattr__(name: str) -> Any:

@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["add_parser", "main", "run"]
+__all__ = ["add_parser", "run"]
 
 EXIT_OK = 0
 EXIT_BAD_INPUT = 2
@@ -80,15 +79,3 @@ def run(args: argparse.Namespace) -> int:
     if args.markdown:
         console.print(f"Markdown: {args.markdown}", highlight=False, markup=False)
     return EXIT_OK
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Stand-alone entry point (``python -m ocr.perf.report.cli RUN_DIR ...``)."""
-    parser = argparse.ArgumentParser(prog="ocr-perf")
-    add_parser(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(["report", *(sys.argv[1:] if argv is None else argv)])
-    return run(args)
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,14 +1,16 @@
 """The report as a document: sections of paragraphs and tables, before any output format.
 
-Every section builder (``render.py``, ``measured.py``) makes these; ``render.py`` writes them as
-terminal text, Markdown and HTML.
+Every section builder (``*_section(s).py``, ``measured.py``) makes these, their cells formatted
+by :func:`cell`; ``writers.py`` writes them as Markdown and HTML.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
+from typing import Any
 
-__all__ = ["OPEN_ROWS", "Section", "Table"]
+__all__ = ["OPEN_ROWS", "Section", "Table", "cell"]
 
 
 #: A table with more rows than this is collapsed (``<details>``) unless it says otherwise: the
@@ -57,3 +59,30 @@ class Section:
     plot_alt: str = ""
     pre: str | None = None
     pre_label: str = ""
+
+    def add(self, table: Table, empty: str | None = None) -> None:
+        """Add ``table`` when it has rows; otherwise the note ``empty``, if given."""
+        if table.rows:
+            self.tables.append(table)
+        elif empty is not None:
+            self.paragraphs.append(empty)
+
+
+def cell(value: Any, nd: int = 2) -> str:
+    """``value`` as a table cell: ``-`` for none or not finite, thousands separated, ``nd``
+    decimals for floats, yes / no, lists and maps joined."""
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return "-"
+        return f"{value:,.{nd}f}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, list | tuple):
+        return ", ".join(cell(v, nd) for v in value)
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={cell(v, nd)}" for k, v in value.items())
+    return str(value)

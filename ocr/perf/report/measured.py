@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ocr.perf.records import RunDirError, TryRecord
-from ocr.perf.report.document import Section, Table
+from ocr.perf.report.document import Section, Table, cell
 from ocr.perf.tryout.paired import RECOMMEND_ABOVE
 from ocr.perf.tryout.results import latest_session
 from ocr.perf.tryout.session import HMEAN_TOLERANCE, paste_line
@@ -17,23 +17,19 @@ if TYPE_CHECKING:
 __all__ = ["measured_changes_section"]
 
 
-def _cell(value: float | None, nd: int = 3) -> str:
-    return "-" if value is None else f"{value:.{nd}f}"
-
-
 def _row(r: TryRecord) -> list[str]:
     labels = [
         label
         for label, on in (("alters computation", r.alters_computation), ("eval-time", r.eval_time))
         if on
     ]
-    interval = "-" if r.low is None else f"[{_cell(r.low)}, {_cell(r.high)}]"
+    interval = "-" if r.low is None else f"[{cell(r.low, 3)}, {cell(r.high, 3)}]"
     change = r.override or r.description
     if r.kind == "combined":
         change = f"together: {change}"
     return [
         change,
-        _cell(r.median),
+        cell(r.median, 3),
         interval,
         str(r.pairs),
         r.status,

@@ -32,10 +32,9 @@ __all__ = [
     "memory_timeline_plot",
     "phase_plot",
     "resources_figure",
-    "resources_plot",
+    "svg",
     "thin",
     "throughput_figure",
-    "throughput_plot",
     "training_rates",
 ]
 
@@ -70,7 +69,10 @@ def _style() -> Iterator[None]:
         yield
 
 
-def _svg(fig: Figure) -> str:
+def svg(fig: Figure | None) -> str | None:
+    """``fig`` as an inline ``<svg>`` element (``None`` for no figure)."""
+    if fig is None:
+        return None
     buf = io.StringIO()
     with _style():  # the SVG settings (hash salt, glyphs as paths) apply when saving
         fig.savefig(buf, format="svg", metadata={"Date": None}, bbox_inches="tight")
@@ -112,7 +114,7 @@ def phase_plot(run: RunData) -> str | None:
         handles, labels = axes[0].get_legend_handles_labels()
         fig.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), frameon=False)
         fig.tight_layout()
-        return _svg(fig)
+        return svg(fig)
 
 
 def _batch_times(records: list[EpochRecord]) -> list[tuple[int | None, int, float]]:
@@ -181,7 +183,7 @@ def batch_times_plot(run: RunData) -> str | None:
             ax.legend(frameon=False, fontsize=7)
         axes[0].set_ylabel("batches")
         fig.tight_layout()
-        return _svg(fig)
+        return svg(fig)
 
 
 def _integer_x(ax: Axes) -> None:
@@ -254,13 +256,7 @@ def throughput_figure(run: RunData) -> Figure | None:
         return fig
 
 
-def throughput_plot(run: RunData) -> str | None:
-    """:func:`throughput_figure` as SVG."""
-    fig = throughput_figure(run)
-    return None if fig is None else _svg(fig)
-
-
-# (panel title, unit, [(metric name or prefix pattern, label)])
+# (panel title, unit, metric names: "{i}" stands for each GPU index)
 _RESOURCE_PANELS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     (
         "CPU",
@@ -361,12 +357,6 @@ def resources_figure(run: RunData) -> Figure | None:
         return fig
 
 
-def resources_plot(run: RunData) -> str | None:
-    """:func:`resources_figure` as SVG."""
-    fig = resources_figure(run)
-    return None if fig is None else _svg(fig)
-
-
 def _mark_alerts(ax: Axes, run: RunData, t0: float, label: bool) -> None:
     for alert in run.alerts:
         x = (alert.t - t0) / 60.0
@@ -408,4 +398,4 @@ def memory_timeline_plot(timeline: dict[str, list[list[float]]] | None) -> str |
         ax.set_ylabel("allocated (GiB)")
         ax.legend(frameon=False, fontsize=7)
         fig.tight_layout()
-        return _svg(fig)
+        return svg(fig)

@@ -15,7 +15,7 @@ from ocr.perf.report.load import RunData
 from ocr.perf.report.stages import StageSummary
 from ocr.perf.stage import Stage
 
-__all__ = ["PROFILER_PHASE", "move_profiler_overhead", "profiled_batches", "profiler_overhead_s"]
+__all__ = ["PROFILER_PHASE", "move_profiler_overhead", "profiled_batches"]
 
 #: The phase-table line that holds the profiler's own cost (not a phase of the live clock).
 PROFILER_PHASE = "profiler"
@@ -30,20 +30,13 @@ def profiled_batches(run: RunData) -> set[tuple[Stage, int, int]]:
     return out
 
 
-def profiler_overhead_s(run: RunData) -> dict[Stage, float]:
-    """Stage -> seconds of trace export and analysis, summed over its windows."""
-    out: dict[Stage, float] = {}
-    for w in run.profiler_windows:
-        out[w.stage] = out.get(w.stage, 0.0) + sum(w.overhead_s.values())
-    return out
-
-
-def move_profiler_overhead(stages: dict[Stage, StageSummary], run: RunData) -> dict[Stage, float]:
+def move_profiler_overhead(stages: dict[Stage, StageSummary], run: RunData) -> None:
     """Move each stage's profiler cost from ``callbacks`` to its own :data:`PROFILER_PHASE` line
-    (never more than ``callbacks`` holds: the clock may not have run during a window). Returns the
-    seconds moved per stage."""
-    moved: dict[Stage, float] = {}
-    for stage, secs in profiler_overhead_s(run).items():
+    (never more than ``callbacks`` holds: the clock may not have run during a window)."""
+    overhead: dict[Stage, float] = {}  # trace export and analysis, summed over the windows
+    for w in run.profiler_windows:
+        overhead[w.stage] = overhead.get(w.stage, 0.0) + sum(w.overhead_s.values())
+    for stage, secs in overhead.items():
         summary = stages.get(stage)
         if summary is None or secs <= 0:
             continue
@@ -52,5 +45,3 @@ def move_profiler_overhead(stages: dict[Stage, StageSummary], run: RunData) -> d
             continue
         summary.phases_s["callbacks"] = summary.phases_s.get("callbacks", 0.0) - take
         summary.phases_s[PROFILER_PHASE] = summary.phases_s.get(PROFILER_PHASE, 0.0) + take
-        moved[stage] = take
-    return moved

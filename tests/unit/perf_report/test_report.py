@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from rich.console import Console
 
+from ocr.perf.cli import main as perf_main
 from ocr.perf.findings import Finding
 from ocr.perf.gate import Band, GateOutcome, GateRow
 from ocr.perf.report import (
@@ -22,7 +23,6 @@ from ocr.perf.report import (
     to_markdown,
     write_html,
 )
-from ocr.perf.report.cli import main as report_main
 from tests.unit.perf_report.runs import CONFIG, T0, epoch_record, make_run
 
 INPUT_VAL = {"data_wait": 6.0, "forward": 1.0, "metric": 0.5, "callbacks": 0.1}
@@ -61,7 +61,7 @@ def test_missing_run_dir_is_an_error_naming_it(
     missing = tmp_path / "nope"
     with pytest.raises(ReportInputError, match="nope"):
         build_report(missing)
-    assert report_main([str(missing)]) == 2
+    assert perf_main(["report", str(missing)]) == 2
     assert "nope: not a run directory" in capsys.readouterr().err
 
 
@@ -73,7 +73,7 @@ def test_malformed_line_exits_2_naming_file_and_line(
     lines = path.read_text().splitlines()
     lines.insert(1, "{not json")
     path.write_text("\n".join(lines) + "\n")
-    assert report_main([str(tmp_path)]) == 2
+    assert perf_main(["report", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert "epochs.jsonl: line 2" in err
     assert not (tmp_path / "perf" / "report.html").exists()
@@ -391,7 +391,7 @@ def test_terminal_summary_and_cli_outputs(tmp_path: Path) -> None:
     assert "validation" in text
     assert "input-bound" in text
     md = tmp_path / "out" / "r.md"
-    assert report_main([str(run), "--markdown", str(md)]) == 0
+    assert perf_main(["report", str(run), "--markdown", str(md)]) == 0
     assert (run / "perf" / "report.html").is_file()  # the default output
     assert md.read_text().startswith("# Performance report")
     json.dumps([f.as_dict() for f in build_report(run).findings])  # JSON-ready

@@ -18,6 +18,7 @@ from rich.console import Console
 from ocr.perf.records import ResourceSummary
 from ocr.perf.report import build_report, print_summary, to_html, to_markdown
 from ocr.perf.report.document import OPEN_ROWS
+from ocr.perf.report.findings_section import ranked
 from ocr.perf.report.plots import (
     MAX_LINE_POINTS,
     resources_figure,
@@ -25,7 +26,6 @@ from ocr.perf.report.plots import (
     throughput_figure,
     training_rates,
 )
-from ocr.perf.report.render import ranked
 from tests.run_lines import write_lines
 from tests.unit.perf_report.runs import CONFIG, T0, epoch_record, make_run
 

@@ -1,0 +1,122 @@
+"""The verdict section: the findings ranked by score, their evidence and candidate changes, and
+the legend of what the severities and the score mean."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ocr.perf.candidates import Candidate
+from ocr.perf.findings import CONFIDENCES, Finding
+from ocr.perf.report.build import Report
+from ocr.perf.report.document import Section, Table, cell
+
+__all__ = ["candidate_lines", "evidence_text", "ranked", "severity_legend", "verdict_section"]
+
+
+def candidate_lines(f: Finding) -> list[str]:
+    """One line per candidate change of ``f``: the Hydra override to paste in backticks with
+    its description, or the description alone when the run's config has no key for it, and
+    what the change alters."""
+    out = []
+    for c in f.candidates:
+        notes = _notes(c, "evaluation-time: check on the checkpoint")
+        head = f"`{c.override}`: {c.description}" if c.override else c.description
+        out.append(head + (f" ({notes})" if notes else ""))
+    return out
+
+
+def _notes(c: Candidate, eval_time: str) -> str:
+    """What the change alters, ``eval_time`` naming an evaluation-time change ("" if nothing)."""
+    tags = ["alters what is computed"] if c.alters_computation else []
+    return "; ".join(tags + ([eval_time] if c.eval_time else []))
+
+
+def _candidates_table(findings: list[Finding]) -> Table:
+    rows = [
+        [str(i), c.description, c.override or "-", _notes(c, "evaluation-time")]
+        for i, f in enumerate(findings, 1)
+        for c in f.candidates
+    ]
+    return Table(
+        ["finding #", "change", "override", "note"],
+        rows,
+        caption="Changes to try: hypotheses until measured (ocr-perf try RUN_DIR)",
+        code_cols=(2,),
+    )
+
+
+def evidence_text(evidence: dict[str, Any]) -> str:
+    return "; ".join(f"{k} = {cell(v)}" for k, v in evidence.items() if v is not None)
+
+
+def ranked(report: Report) -> list[Finding]:
+    """The findings by score, highest first; equal scores keep the verdict's order (severity,
+    then rule). Sorted here too so that the page's order never depends on its producer."""
+    return sorted(report.findings, key=lambda f: -f.score)
+
+
+def _example(thresholds: dict[str, float], key: str) -> str:
+    """`` (e.g. data wait >= 40 % of a stage)`` from the verdict's own threshold; nothing when
+    the table has no such key (a figure the verdict does not use would mislead)."""
+    value = thresholds.get(key)
+    return "" if value is None else f" (e.g. data wait >= {value:g} % of a stage)"
+
+
+def severity_legend(report: Report) -> list[str]:
+    """What the severities and the score mean, one line each (the verdict's legend)."""
+    t = report.thresholds
+    risk = ""
+    if "risk_critical_score" in t and "risk_warning_score" in t:
+        risk = (
+            "; findings about a run that may die or give garbage rather than about its speed "
+            f"score {t['risk_critical_score']:g} when critical, {t['risk_warning_score']:g} as "
+            "a warning"
+        )
+    return [
+        "Score: the share (%) of the run's recorded wall time, all stages together, that the "
+        f"finding's cause accounts for{risk}. Findings are listed by score, highest first.",
+        "critical: the cause passes its rule's critical threshold"
+        f"{_example(t, 'input_critical_pct')} or threatens the run itself (NaN loss, disk or "
+        "memory running out); act on it first.",
+        f"warning: the cause passes its rule's warning threshold{_example(t, 'input_warn_pct')} "
+        "or is a risk worth watching; the change is likely to pay.",
+        "info: where the time goes, with no threshold passed (e.g. compute-bound): worth "
+        "knowing; the change may help, or there may be no headroom.",
+        "Cause: how sure the finding is of its cause: "
+        + "; ".join(f"{name}: {meaning}" for name, meaning in CONFIDENCES.items())
+        + ". Candidate changes are hypotheses until `ocr-perf try` measures them.",
+    ]
+
+
+def verdict_section(report: Report) -> Section:
+    rows = []
+    findings = ranked(report)
+    for i, f in enumerate(findings, 1):
+        extra = (" Also: " + " | ".join(f.corroboration)) if f.corroboration else ""
+        rows.append(
+            [
+                str(i),
+                f.severity,
+                f"{f.score:.1f}",
+                f.title,
+                f"cause {f.confidence}; " + evidence_text(f.evidence) + extra,
+                f.suggestion,
+            ]
+        )
+    lead = []
+    if findings:
+        top = findings[0]
+        lead.append(f"Most likely to help: {top.title}. Change: {top.suggestion}")
+    return Section(
+        id="verdict",
+        title="Verdict",
+        paragraphs=lead,
+        tables=[
+            Table(
+                ["#", "severity", "score", "finding", "evidence", "change"],
+                rows,
+                collapsed=False,  # the headline of the page, however many findings
+            )
+        ]
+        + ([_candidates_table(findings)] if any(f.candidates for f in findings) else []),
+    )

@@ -1,0 +1,134 @@
+"""The profiler section: the windows the profiler recorded, how its trace agrees with the phase
+clock, and the trace's memory peaks and top ops."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from ocr.perf.report import plots
+from ocr.perf.report.build import Report
+from ocr.perf.report.document import Section, Table, cell
+
+if TYPE_CHECKING:
+    from ocr.perf.trace.result import DeviceOpRow, OpRow
+
+__all__ = ["trace_section"]
+
+
+def _numbered(
+    headers: list[str], ops: Sequence[OpRow | DeviceOpRow], fields: tuple[str, ...], caption: str
+) -> Table:
+    """One numbered row per op: its name, then its ``fields`` (percentages to one decimal)."""
+    rows = [
+        [str(i), op.name, *(cell(getattr(op, f), 1 if f.endswith("pct") else 2) for f in fields)]
+        for i, op in enumerate(ops, 1)
+    ]
+    return Table(["#", *headers], rows, caption)
+
+
+def trace_section(report: Report) -> Section:
+    trace = report.trace
+    sec = Section(
+        id="trace",
+        title="Profiler trace: memory timeline and top ops",
+        plot=plots.memory_timeline_plot(trace.memory_timeline if trace is not None else None),
+        plot_alt="allocated memory over the profiled window",
+    )
+    windows = report.run.profiler_windows
+    sec.add(
+        Table(
+            [
+                "stage",
+                "epoch",
+                "trigger",
+                "reason",
+                "steps",
+                "batches",
+                "export s",
+                "analysis s",
+                "traces",
+            ],
+            [
+                [
+                    cell(str(w.stage)),
+                    cell(w.epoch),
+                    cell(w.trigger),
+                    cell(w.reason),
+                    cell(w.steps),
+                    cell(w.batches),
+                    cell(w.overhead_s.get("export")),
+                    cell(w.overhead_s.get("analysis")),
+                    cell(w.traces),
+                ]
+                for w in windows
+            ],
+            "Profiler windows (export and analysis are the profiler's own cost)",
+        )
+    )
+    for w in windows:
+        agreement = w.clock_agreement
+        if agreement is None:
+            continue
+        sec.tables.append(
+            Table(
+                ["phase", "ms/step", "trace ms/step", "Δ %", "agree"],
+                [
+                    [
+                        cell(p.get("phase")),
+                        cell(p.get("clock_ms")),
+                        cell(p.get("trace_ms")),
+                        cell(p.get("diff_pct")),
+                        "yes" if p.get("agree") else "NO",
+                    ]
+                    for p in agreement.get("phases") or []
+                ],
+                f"Profiled steps, {w.stage.label} epoch "
+                f"{cell(w.epoch)}: one figure per phase (the phase clock) with the trace's "
+                f"beside it, over the same {cell(agreement.get('steps'))} steps (tolerance "
+                f"{cell(agreement.get('tolerance_pct'))} %)",
+            )
+        )
+    if trace is None:
+        sec.paragraphs.append(report.trace_note or "No trace.")
+        return sec
+    s = trace.summary
+    sec.paragraphs.append(
+        f"Files: {', '.join(report.run.trace_files)}. {s.n_steps} steps, "
+        f"{cell(s.events)} events, "
+        + ("GPU: " + ", ".join(s.devices) if s.has_gpu else "CPU only")
+        + f"; data wait {cell(trace.dataloader_time_pct, 1)} % of the step time."
+    )
+    sec.add(
+        Table(
+            ["device", "peak allocated GiB", "% of capacity", "step", "phase"],
+            [
+                [
+                    cell(p.device),
+                    cell(p.peak_allocated_bytes / 2**30, 3),
+                    cell(p.pct_of_capacity),
+                    cell(p.step),
+                    cell(p.phase),
+                ]
+                for p in trace.memory_peaks
+            ],
+            "Memory peaks",
+        )
+    )
+    sec.add(
+        _numbered(
+            ["op", "calls", "self ms", "total ms", "self %", "ms/step"],
+            trace.top_cpu_ops,
+            ("calls", "self_ms", "total_ms", "self_pct", "self_ms_per_step"),
+            "Top CPU ops by self time",
+        )
+    )
+    sec.add(
+        _numbered(
+            ["kernel", "calls", "total ms", "%", "ms/step", "launched by"],
+            trace.top_cuda_ops,
+            ("calls", "total_ms", "share_pct", "self_ms_per_step", "launched_by"),
+            "Top CUDA kernels",
+        )
+    )
+    return sec
