@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ocr.errors import InputError
 from ocr.perf.findings import Finding, post_hoc_thresholds
 from ocr.perf.gate import GateOutcome
 from ocr.perf.report.load import (
@@ -109,11 +110,11 @@ def _compare_baseline(
         return None, "the baseline gate (ocr.perf.gate) is not available in this installation"
     try:
         reference = load_source(path)
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+    except (OSError, InputError) as exc:
         raise ReportInputError(f"{path}: not a usable baseline: {exc}") from exc
     try:
         return check_baseline(reference, load_source(run_dir)), None
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+    except (OSError, InputError) as exc:
         # The run may lack what the baseline compares: keep the rest of the report.
         return None, _relative(f"cannot compare with {path.name}: {exc}", run_dir)
 

@@ -351,6 +351,38 @@ def test_baseline_comparison_and_unavailable_gate(
         build_report(run, baseline=tmp_path / "missing.json")
 
 
+def test_a_gate_bug_keeps_its_traceback_while_bad_input_is_a_note(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run the baseline cannot be compared with is a note on the page; an exception of our
+    own gate (not bad input) is not turned into that note."""
+    from ocr.perf.baseline import BaselineError
+
+    run = input_bound_run(tmp_path / "run")
+    base = tmp_path / "base.json"
+    base.write_text("{}")
+    reader = types.ModuleType("ocr.perf.baseline")
+    reader.load_source = lambda path: {"path": str(path)}  # type: ignore[attr-defined]
+    gate = types.ModuleType("ocr.perf.gate")
+    monkeypatch.setitem(sys.modules, "ocr.perf.baseline", reader)
+    monkeypatch.setitem(sys.modules, "ocr.perf.gate", gate)
+
+    def refuse(baseline: object, current: object) -> None:
+        raise BaselineError("figure 'x' missing from the run")
+
+    gate.check_baseline = refuse  # type: ignore[attr-defined]
+    report = build_report(run, baseline=base)
+    assert report.baseline is None
+    assert "cannot compare with base.json: figure 'x' missing" in (report.baseline_note or "")
+
+    def bug(baseline: object, current: object) -> None:
+        raise KeyError("median")
+
+    gate.check_baseline = bug  # type: ignore[attr-defined]
+    with pytest.raises(KeyError, match="median"):
+        build_report(run, baseline=base)
+
+
 # -- rendering -----------------------------------------------------------------------------------
 
 
