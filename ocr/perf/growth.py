@@ -37,7 +37,7 @@ from types import FunctionType, MethodType, ModuleType
 from typing import TYPE_CHECKING, Any
 
 from ocr.perf.findings import Finding, risk_score
-from ocr.perf.records import GrowthNode, GrowthRecord, read_records
+from ocr.perf.records import GrowthNode, GrowthRecord, epoch_runs, read_records
 
 if TYPE_CHECKING:
     import torch
@@ -395,11 +395,7 @@ def growth_findings(run_dir: str | os.PathLike[str]) -> list[Finding]:
     """The verdict's memory-creep finding from a run directory's ``perf/growth.jsonl``: growth
     over the last :data:`GROWTH_EPOCHS` epochs of each run recorded there (a new run starts
     again at epoch 0), judged as the callback judged it live."""
-    runs: list[list[Scan]] = []
-    for s in read_scans(run_dir):
-        if not runs or s.epoch <= runs[-1][-1].epoch:
-            runs.append([])
-        runs[-1].append(s)
+    runs = epoch_runs(read_scans(run_dir))
     found: list[Growth] = []
     for scans in runs:
         found.extend(_ever_growing(scans))

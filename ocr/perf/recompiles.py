@@ -40,7 +40,7 @@ from typing import Any
 import msgspec
 
 from ocr.perf.findings import Finding
-from ocr.perf.records import RecompileReason, RecompilesRecord, read_records
+from ocr.perf.records import RecompileReason, RecompilesRecord, epoch_runs, read_records
 
 __all__ = [
     "RECOMPILE_CHURN",
@@ -360,10 +360,6 @@ def recompile_finding(epochs: Sequence[CompileEpoch], total_s: float = 0.0) -> F
 def recompile_findings(run_dir: str | os.PathLike[str], total_s: float = 0.0) -> list[Finding]:
     """The verdict's recompile finding from ``<run_dir>/perf/recompiles.jsonl``; each run
     recorded there (its epochs start again) is judged on its own, the worst one kept."""
-    runs: list[list[CompileEpoch]] = []
-    for e in read_compile_epochs(run_dir):
-        if not runs or e.epoch <= runs[-1][-1].epoch:
-            runs.append([])
-        runs[-1].append(e)
+    runs = epoch_runs(read_compile_epochs(run_dir))
     found = [f for run in runs if (f := recompile_finding(run, total_s)) is not None]
     return [max(found, key=lambda f: f.score)] if found else []

@@ -31,7 +31,7 @@ import json
 import os
 import threading
 import warnings
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import IO, Annotated, Any, ClassVar, TypeVar
 
@@ -61,6 +61,7 @@ __all__ = [
     "RunDirError",
     "RunRecord",
     "TryRecord",
+    "epoch_runs",
     "read_records",
     "read_run_record",
     "write_run_record",
@@ -696,3 +697,17 @@ def write_run_record(run_dir: str | os.PathLike[str], update: Mapping[str, JsonV
     tmp.write_bytes(msgspec.json.format(_ENCODER.encode(present), indent=2))
     os.replace(tmp, path)
     return path
+
+
+EpochScanned = TypeVar("EpochScanned", GrowthRecord, RecompilesRecord)
+
+
+def epoch_runs(records: Iterable[EpochScanned]) -> list[list[EpochScanned]]:
+    """Per-epoch records split into the runs that wrote them, in file order: a new run (a
+    restart, a second fit into the same folder) starts again at an epoch not after the last."""
+    runs: list[list[EpochScanned]] = []
+    for record in records:
+        if not runs or record.epoch <= runs[-1][-1].epoch:
+            runs.append([])
+        runs[-1].append(record)
+    return runs

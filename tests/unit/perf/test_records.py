@@ -19,12 +19,14 @@ from ocr.perf.records import (
     EpochRecord,
     IntervalRecord,
     ProfilerWindow,
+    RecompilesRecord,
     RecordWriter,
     ResourceSample,
     ResourceSummary,
     RunDirError,
     RunRecord,
     TryRecord,
+    epoch_runs,
     read_records,
     read_run_record,
 )
@@ -274,3 +276,10 @@ def test_text_with_unicode_line_separators_stays_one_line(tmp_path: Path) -> Non
     writer.write(event)
     writer.close()
     assert read_records(path, AlertEvent) == [event]
+
+
+def test_epoch_runs_split_where_a_new_run_starts_its_epochs_again() -> None:
+    epochs = [0, 1, 2, 0, 1, 1, 5]  # a second fit into the folder, then a resumed epoch
+    runs = epoch_runs(RecompilesRecord(epoch=e) for e in epochs)
+    assert [[r.epoch for r in run] for run in runs] == [[0, 1, 2], [0, 1], [1, 5]]
+    assert epoch_runs([]) == []
