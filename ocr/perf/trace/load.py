@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import gc
 import re
-from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -64,42 +63,6 @@ def find_trace_files(path: str | Path) -> list[Path]:
 # skipped without building a Python object. Values are typed ``Any`` (not ``float``/``str``) on
 # purpose: real traces carry ``ts`` as int, float or string, tids as int or ``"stream 7"``, and
 # the columns below must see exactly the values ``json.loads`` would give.
-
-
-def _intern(values: list[Any], table: defaultdict[Any, int]) -> np.ndarray:
-    """Codes of ``values`` in ``table`` (extended in place), in one C-speed pass. Unhashable
-    values (a malformed name that is a list, say) are interned by their ``str``."""
-    try:
-        return np.fromiter(map(table.__getitem__, values), np.int64, len(values))
-    except TypeError:
-        values = [v if isinstance(v, str | int | float | None) else str(v) for v in values]
-        return np.fromiter(map(table.__getitem__, values), np.int64, len(values))
-
-
-def _intern_pairs(
-    src: int, pids: list[Any], tids: list[Any], table: dict[tuple[int, Any, Any], int]
-) -> np.ndarray:
-    """Codes of the ``(src, pid, tid)`` triples in ``table`` without building a tuple per event:
-    pids and tids are interned on their own (few distinct values) and combined numerically."""
-    if not pids:
-        return np.zeros(0, np.int64)
-    pid_table = code_table()
-    tid_table = code_table()
-    pc = _intern(pids, pid_table)
-    tc = _intern(tids, tid_table)
-    combo, inverse = np.unique(pc * len(tid_table) + tc, return_inverse=True)
-    pid_vals, tid_vals = list(pid_table), list(tid_table)
-    codes = np.fromiter(
-        (
-            table.setdefault(
-                (src, pid_vals[c // len(tid_vals)], tid_vals[c % len(tid_vals)]), len(table)
-            )
-            for c in combo.tolist()
-        ),
-        np.int64,
-        combo.size,
-    )
-    return codes[inverse]
 
 
 def _normalise_name(raw: Any) -> str:
@@ -164,7 +127,6 @@ def _load_traces(roots: list[Path]) -> EventTable:
     cat_table = code_table()
     raw_thread: dict[tuple[int, Any, Any], int] = {}
     src_cols, name_cols, cat_cols, thread_cols = [], [], [], []
-    mem_thread_cols = []
     for i, p in enumerate(parsed):
         src_cols.append(np.full(len(p.key), i, np.int64))
         # codes per distinct key, then per event by indexing
@@ -178,7 +140,8 @@ def _load_traces(roots: list[Path]) -> EventTable:
         name_cols.append(name_of[p.key])
         cat_cols.append(cat_of[p.key])
         thread_cols.append(thread_of[p.key])
-        mem_thread_cols.append(_intern_pairs(i, p.mem_pid, p.mem_tid, raw_thread))
+        for pid, tid in p.mem_threads:  # threads that only allocate are threads too
+            raw_thread.setdefault((i, pid, tid), len(raw_thread))
 
     # Collapse raw thread keys whose string forms agree (2021: tid "25738" vs 25738).
     canon: dict[tuple[int, str, str], int] = {}
