@@ -158,10 +158,15 @@ _STEP = re.compile(r"^ProfilerStep#(\d+)$")
 
 
 def replicate(src: Path, dst: Path, target_mb: float) -> int:
-    """Write ``src`` with its timed events repeated until ``dst`` is about ``target_mb``; returns
-    the number of copies. Copies are shifted by the recorded span, ``ProfilerStep`` numbers,
-    ``correlation`` / ``External id`` and flow ``id`` are offset so that every copy is new work."""
-    doc = json.loads(src.read_text())
+    """Write ``src`` (plain or gzip) with its timed events repeated until ``dst`` is about
+    ``target_mb``; returns the number of copies. Copies are shifted by the recorded span,
+    ``ProfilerStep`` numbers, ``correlation`` / ``External id`` and flow ``id`` are offset so that
+    every copy is new work. Written as it is generated (one copy at a time), so a 4 GB trace
+    needs the memory of one copy; the bytes are those ``json.dump`` of the whole document
+    would write."""
+    opener = gzip.open if src.read_bytes()[:2] == b"\x1f\x8b" else open
+    with opener(src, "rb") as fh:
+        doc = json.loads(fh.read())
     events = doc["traceEvents"]
     timed: list[dict[str, Any]] = []
     fixed: list[dict[str, Any]] = []  # metadata: written once
@@ -184,27 +189,37 @@ def replicate(src: Path, dst: Path, target_mb: float) -> int:
     corr_span = max((c for c in corr if isinstance(c, int)), default=0) + 1
     one_copy = len(json.dumps(timed))
     copies = max(1, round(target_mb * 2**20 / one_copy))
-    out: list[dict[str, Any]] = list(fixed)
-    for k in range(copies):
-        for e in timed:
-            c = copy.copy(e)
-            c["ts"] = e["ts"] + k * period
-            m = _STEP.match(str(e.get("name", "")))
-            if m and k:
-                c["name"] = f"ProfilerStep#{int(m.group(1)) + k * n_steps}"
-            if isinstance(e.get("id"), int):
-                c["id"] = e["id"] + k * id_span
-            args = e.get("args")
-            if isinstance(args, dict) and ("correlation" in args or "External id" in args):
-                c["args"] = dict(args)
-                for key in ("correlation", "External id"):
-                    if isinstance(args.get(key), int):
-                        c["args"][key] = args[key] + k * corr_span
-            out.append(c)
-    doc["traceEvents"] = out
+
+    def shifted(e: dict[str, Any], k: int) -> dict[str, Any]:
+        c = copy.copy(e)
+        c["ts"] = e["ts"] + k * period
+        m = _STEP.match(str(e.get("name", "")))
+        if m and k:
+            c["name"] = f"ProfilerStep#{int(m.group(1)) + k * n_steps}"
+        if isinstance(e.get("id"), int):
+            c["id"] = e["id"] + k * id_span
+        args = e.get("args")
+        if isinstance(args, dict) and ("correlation" in args or "External id" in args):
+            c["args"] = dict(args)
+            for key in ("correlation", "External id"):
+                if isinstance(args.get(key), int):
+                    c["args"][key] = args[key] + k * corr_span
+        return c
+
     # torch writes one event per line; json.dumps' default separators are as wordy as torch's
-    with open(dst, "w") as fh:
-        json.dump(doc, fh)
+    with open(dst, "w") as out:
+        out.write("{")
+        for i, key in enumerate(doc):
+            out.write((", " if i else "") + json.dumps(key) + ": ")
+            if key != "traceEvents":
+                out.write(json.dumps(doc[key]))
+                continue
+            out.write("[" + ", ".join(map(json.dumps, fixed)))
+            for k in range(copies):
+                sep = ", " if fixed or k else ""
+                out.write(sep + ", ".join(json.dumps(shifted(e, k)) for e in timed))
+            out.write("]")
+        out.write("}")
     return copies
 
 
