@@ -24,6 +24,7 @@ from __future__ import annotations
 import codecs
 import re
 import zlib
+from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any, BinaryIO, TypeVar
 
@@ -39,6 +40,7 @@ _TOKEN = re.compile(rb'"(?:[^"\\]|\\.)*(?:"|\\?\Z)|[\[\]{}]', re.DOTALL)
 _STRING = re.compile(rb'"(?:[^"\\]|\\.)*(?:"|\\?\Z)', re.DOTALL)
 _SCALAR = re.compile(rb"[^ \t\n\r,\]}]+")
 _WS = b" \t\n\r"
+_SPACED_CUT = re.compile(rb"\}[ \t\n\r]+,")
 _TRAILING = re.compile(r"trailing characters \(byte (\d+)\)")
 _BOM = b"\xef\xbb\xbf"
 #: candidate cuts tried per window before the exact scanner takes over
@@ -236,8 +238,12 @@ class TraceStream:
             hi = min(len(buf), pos + size)
             for _ in range(_TRIES):
                 cut = buf.rfind(b"},", pos, hi)
-                if cut < 0:
-                    break
+                comma = cut + 1
+                if cut < 0:  # a writer that puts space between '}' and ','
+                    spaced = _last_spaced_cut(buf, pos, hi)
+                    if spaced is None:
+                        break
+                    cut, comma = spaced
                 try:
                     out = _decode_in_place(buf, pos, cut + 1, decode)
                 except msgspec.DecodeError as exc:
@@ -248,7 +254,7 @@ class TraceStream:
                         return decode(data[:end]), True
                     hi = cut
                     continue
-                self._pos = cut + 2  # the elements up to the cut, and the comma
+                self._pos = comma + 1  # the elements up to the cut, and the comma
                 return out, False
             found = _scan(buf, pos, size, self._eof)
             if found is None:  # not one whole element in the buffer yet
@@ -267,6 +273,13 @@ class TraceStream:
                 self._pos = cut + 1
                 return tail, True
             return tail, self._expect(b",]") == 0x5D
+
+
+def _last_spaced_cut(buf: bytearray, lo: int, hi: int) -> tuple[int, int] | None:
+    """The last ``}`` followed by whitespace and a ``,`` in ``buf[lo:hi]``, as (index of the
+    brace, index of the comma)."""
+    found = deque(_SPACED_CUT.finditer(buf, lo, hi), maxlen=1)
+    return (found[0].start(), found[0].end() - 1) if found else None
 
 
 def _decode_in_place(buf: bytearray, start: int, end: int, decode: Callable[[bytes], T]) -> T:
@@ -300,8 +313,8 @@ def _array_end(data: bytes, exc: msgspec.DecodeError) -> int | None:
 
 def _scan(buf: bytes | bytearray, pos: int, limit: int, eof: bool) -> tuple[int, bool] | None:
     """Exact boundary search: the end of the last element that starts within ``limit`` bytes
-    of ``pos`` (``(end, False)``), or the position of the ``]`` that closes the array
-    (``(index, True)``); ``None`` when the buffer ends before either."""
+    of ``pos`` and ends in the buffer (``(end, False)``), or the position of the ``]`` that
+    closes the array (``(index, True)``); ``None`` when the buffer ends before either."""
     depth = 0
     last = -1
     for m in _TOKEN.finditer(buf, pos):
@@ -322,6 +335,4 @@ def _scan(buf: bytes | bytearray, pos: int, limit: int, eof: bool) -> tuple[int,
             depth -= 1
             if depth == 0:
                 last = m.end()
-    if last >= 0 and eof:
-        return last, False
-    return None
+    return (last, False) if last >= 0 else None
