@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from ocr.perf.report import plots
 from ocr.perf.report.build import Report
 from ocr.perf.report.document import Section, Table, cell
+from ocr.perf.trace.names import short_names
 
 if TYPE_CHECKING:
     from ocr.perf.trace.result import DeviceOpRow, OpRow
@@ -19,12 +20,19 @@ __all__ = ["trace_section"]
 def _numbered(
     headers: list[str], ops: Sequence[OpRow | DeviceOpRow], fields: tuple[str, ...], caption: str
 ) -> Table:
-    """One numbered row per op: its name, then its ``fields`` (percentages to one decimal)."""
+    """One numbered row per op: its name (template and argument lists folded, the full name on
+    hover), then its ``fields`` (percentages to one decimal)."""
+    shown = short_names([op.name for op in ops])
     rows = [
-        [str(i), op.name, *(cell(getattr(op, f), 1 if f.endswith("pct") else 2) for f in fields)]
-        for i, op in enumerate(ops, 1)
+        [str(i), name, *(cell(getattr(op, f), 1 if f.endswith("pct") else 2) for f in fields)]
+        for i, (op, name) in enumerate(zip(ops, shown, strict=True), 1)
     ]
-    return Table(["#", *headers], rows, caption)
+    titles = {
+        (r, 1): op.name
+        for r, (op, name) in enumerate(zip(ops, shown, strict=True))
+        if name != op.name
+    }
+    return Table(["#", *headers], rows, caption, titles=titles)
 
 
 def trace_section(report: Report) -> Section:
