@@ -16,6 +16,9 @@ __all__ = ["short_name", "short_names"]
 
 #: A list this long or shorter stays as written (``module.py(1501)``, ``Tensor<int>``).
 FOLD_MIN_CHARS = 8
+#: A list without a comma or a nested list stays as written up to this length
+#: (``enumerate(DataLoader)#...``: a single word names something).
+FOLD_SINGLE_CHARS = 24
 _OPEN = {"<": ">", "(": ")"}
 _ELLIPSIS = "…"
 
@@ -47,7 +50,7 @@ def short_name(name: str, keep: int = 0) -> str:
         c = name[i]
         if c in _OPEN and i > 0 and (name[i - 1].isalnum() or name[i - 1] in "_>"):
             end = _closing(name, i)
-            if end is not None and end - i - 1 > FOLD_MIN_CHARS:
+            if end is not None and _foldable(name[i + 1 : end]):
                 if keep and c == "<":
                     out.append(c + short_name(name[i + 1 : end], keep - 1) + ">")
                 else:
@@ -75,6 +78,13 @@ def short_names(names: list[str], max_keep: int = 2) -> list[str]:
                 out[i] = s
         pending = [i for i in pending if out[i] is None]
     return [names[i] if s is None else s for i, s in enumerate(out)]
+
+
+def _foldable(inner: str) -> bool:
+    """Whether a list with this content is folded: several items, nested lists, or long."""
+    if len(inner) <= FOLD_MIN_CHARS:
+        return False
+    return len(inner) > FOLD_SINGLE_CHARS or any(c in inner for c in ",<(")
 
 
 def _closing(name: str, start: int) -> int | None:

@@ -56,6 +56,14 @@ _TBE = (
         ("f(a->b, c > d, e)", "f(…)"),
         ("broken<unbalanced, list", "broken<unbalanced, list"),
         ("Tensor<int>", "Tensor<int>"),
+        (
+            "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__",
+            "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__",
+        ),
+        (
+            "cask_cudnn_infer::computeBOffsetsKernel(cask_cudnn_infer::ComputeBOffsetsParams)",
+            "cask_cudnn_infer::computeBOffsetsKernel(…)",
+        ),
     ],
 )
 def test_short_name_folds_template_and_argument_lists(name: str, short: str) -> None:
