@@ -1,7 +1,7 @@
 """Memory creep named by attribute: what grows, epoch after epoch, in the objects a training run
 keeps (the LightningModule, the DataModule, the callbacks). Lightning-free.
 
-Since Lightning 2.0 removed ``*_epoch_end(outputs)``, users collect step outputs themselves, and
+Users collect step outputs themselves (Lightning 2 has no ``*_epoch_end(outputs)``), and
 ``self.losses.append(loss)`` without ``.detach()`` / ``.item()`` keeps every step's autograd graph
 (its activations) alive. Resource samples see the process grow; this module names the attribute.
 
@@ -42,20 +42,6 @@ from ocr.perf.records import GrowthNode, GrowthRecord, epoch_runs, read_records
 if TYPE_CHECKING:
     import torch
 
-__all__ = [
-    "GROWTH_EPOCHS",
-    "MAX_DEPTH",
-    "MAX_ITEMS",
-    "SAMPLE_ITEMS",
-    "Growth",
-    "NodeStats",
-    "Scan",
-    "growing",
-    "growth_finding",
-    "growth_findings",
-    "scan",
-]
-
 
 #: An attribute is growing when it grew in each of this many successive epochs (so the first
 #: finding can come at the end of epoch ``GROWTH_EPOCHS``, the third epoch of a run with 2).
@@ -90,12 +76,6 @@ def _torch_types() -> tuple[type[torch.Tensor], tuple[type, ...], frozenset[str]
 _CONTAINERS = (list, tuple, dict, deque, set, frozenset)
 
 
-#: What one path holds at a scan; one scan (the ``perf/growth.jsonl`` record). The record kinds
-#: live with the others in :mod:`ocr.perf.records`.
-NodeStats = GrowthNode
-Scan = GrowthRecord
-
-
 class _Walk:
     """The state of one scan: the item budget and the storages already counted."""
 
@@ -108,7 +88,7 @@ class _Walk:
         self.items = 0
         self.truncated = False
         self.seen_storages: set[tuple[str, int]] = set()
-        self.nodes: list[NodeStats] = []
+        self.nodes: list[GrowthNode] = []
 
     def spend(self) -> bool:
         if self.items >= self.max_items:
@@ -117,7 +97,7 @@ class _Walk:
         self.items += 1
         return True
 
-    def tensor(self, t: torch.Tensor, node: NodeStats) -> None:
+    def tensor(self, t: torch.Tensor, node: GrowthNode) -> None:
         node.tensors += 1
         if t.grad_fn is not None:
             node.graph = True
@@ -153,18 +133,20 @@ def _label(key: Any) -> str:
     return f"[{text if len(text) <= 40 else text[:37] + '...'}]"
 
 
-def _walk(value: Any, path: str, depth: int, walk: _Walk) -> NodeStats | None:
+def _walk(value: Any, path: str, depth: int, walk: _Walk) -> GrowthNode | None:
     """Stats of ``value`` at ``path`` (``None`` when it holds no tensor); containers holding
     tensors are appended to ``walk.nodes`` on the way."""
     if isinstance(value, walk.tensor_type):
-        node = NodeStats(path=path, kind="Tensor", length=int(value.shape[0]) if value.dim() else 1)
+        node = GrowthNode(
+            path=path, kind="Tensor", length=int(value.shape[0]) if value.dim() else 1
+        )
         walk.tensor(value, node)
         return node
     if isinstance(value, walk.opaque) or depth > MAX_DEPTH:
         return None
     if isinstance(value, _CONTAINERS):
         n = len(value)
-        node = NodeStats(path=path, kind=type(value).__name__, length=n)
+        node = GrowthNode(path=path, kind=type(value).__name__, length=n)
         items, factor, sampled = _sample(value, n)
         keys: Iterator[Any] = iter(value.keys()) if isinstance(value, dict) else iter(range(n))
         ordered = isinstance(value, dict | list | tuple) and not sampled
@@ -190,7 +172,7 @@ def _walk(value: Any, path: str, depth: int, walk: _Walk) -> NodeStats | None:
     attrs = getattr(value, "__dict__", None)
     if not isinstance(attrs, dict) or not attrs:
         return None
-    node = NodeStats(path=path, kind=type(value).__name__, length=len(attrs))
+    node = GrowthNode(path=path, kind=type(value).__name__, length=len(attrs))
     for name, item in list(attrs.items()):
         if not walk.spend():
             break
@@ -200,7 +182,7 @@ def _walk(value: Any, path: str, depth: int, walk: _Walk) -> NodeStats | None:
     return node if node.tensors else None
 
 
-def _add(parent: NodeStats, child: NodeStats) -> None:
+def _add(parent: GrowthNode, child: GrowthNode) -> None:
     parent.tensors += child.tensors
     parent.bytes += child.bytes
     parent.graph = parent.graph or child.graph
@@ -215,17 +197,14 @@ def scan(
     opaque: tuple[type, ...] = (),
     skip: frozenset[str] = frozenset(),
     max_items: int = MAX_ITEMS,
-) -> Scan:
+) -> GrowthRecord:
     """Measure what the objects of ``roots`` (label -> object, e.g. ``{"UserModule": module}``)
     hold in their attributes (see the module doc); ``epoch`` is stamped on the result.
 
     Args:
-        roots: the objects whose instance attributes are walked, by the label paths start with.
-        epoch: the epoch that ended.
         opaque: further types never walked into (the caller's trainer class).
         skip: attribute names of the roots left out (a framework base class's own state);
             ``nn.Module``'s own (parameters, buffers, submodules, hooks) always are.
-        max_items: the item budget of the scan (:data:`MAX_ITEMS`).
     """
     t0 = time.perf_counter_ns()
     tensor, torch_opaque, module_internals = _torch_types()
@@ -245,7 +224,7 @@ def scan(
     for node in walk.nodes:
         node.devices = sorted(node.devices)
     nodes = sorted(walk.nodes, key=lambda n: (-n.tensors, n.path))[:MAX_NODES]
-    return Scan(
+    return GrowthRecord(
         epoch=epoch,
         nodes=nodes,
         items=walk.items,
@@ -256,18 +235,9 @@ def scan(
 
 @dataclass
 class Growth:
-    """A path that grew in each of the last :data:`GROWTH_EPOCHS` epochs.
-
-    Args:
-        path: the attribute (``UserModule.losses``).
-        epochs: the epochs compared (``GROWTH_EPOCHS + 1`` of them, in order).
-        tensors_per_epoch: mean tensors added per epoch over them.
-        bytes_per_epoch: mean bytes added per epoch.
-        length_per_epoch: mean length added per epoch.
-        tensors: tensors held at the last epoch; ``bytes``: their bytes.
-        graph: whether they hold autograd graphs; ``devices``: where they live.
-        sampled: whether the counts were extrapolated from a sample.
-    """
+    """A path that grew in each of the last :data:`GROWTH_EPOCHS` epochs: ``epochs`` are the
+    ``GROWTH_EPOCHS + 1`` compared, ``*_per_epoch`` the mean added per epoch over them,
+    ``tensors`` / ``bytes`` what the last one held."""
 
     path: str
     epochs: list[int]
@@ -315,7 +285,7 @@ def _size(n: float) -> str:
     return f"{n:.0f} B"
 
 
-def growing(scans: Sequence[Scan], epochs: int = GROWTH_EPOCHS) -> list[Growth]:
+def growing(scans: Sequence[GrowthRecord], epochs: int = GROWTH_EPOCHS) -> list[Growth]:
     """The paths that grew (length, tensor count or bytes) between each pair of the last
     ``epochs + 1`` scans, in epoch order. A path that grows inside another growing one is named
     instead of it (``UserModule.outputs['train']``, not ``UserModule.outputs``)."""
@@ -328,7 +298,7 @@ def growing(scans: Sequence[Scan], epochs: int = GROWTH_EPOCHS) -> list[Growth]:
         series = [nodes.get(path) for nodes in by_scan]
         if any(n is None for n in series):
             continue
-        points: list[NodeStats] = [n for n in series if n is not None]
+        points: list[GrowthNode] = [n for n in series if n is not None]
         if not all(
             (b.length > a.length or b.tensors > a.tensors or b.bytes > a.bytes)
             and b.tensors >= a.tensors
@@ -385,25 +355,17 @@ def growth_finding(found: Sequence[Growth]) -> Finding | None:
     )
 
 
-def read_scans(run_dir: str | os.PathLike[str]) -> list[Scan]:
-    """The scans of ``<run_dir>/perf/growth.jsonl`` (``[]`` when absent); ``RunDirError`` naming
-    the file and line when one is malformed."""
-    return read_records(GrowthRecord.path(run_dir), GrowthRecord)
-
-
 def growth_findings(run_dir: str | os.PathLike[str]) -> list[Finding]:
     """The verdict's memory-creep finding from a run directory's ``perf/growth.jsonl``: growth
     over the last :data:`GROWTH_EPOCHS` epochs of each run recorded there (a new run starts
     again at epoch 0), judged as the callback judged it live."""
-    runs = epoch_runs(read_scans(run_dir))
-    found: list[Growth] = []
-    for scans in runs:
-        found.extend(_ever_growing(scans))
+    runs = epoch_runs(read_records(GrowthRecord.path(run_dir), GrowthRecord))
+    found = [g for scans in runs for g in _ever_growing(scans)]
     finding = growth_finding(list({g.path: g for g in found}.values()))
     return [finding] if finding is not None else []
 
 
-def _ever_growing(scans: Sequence[Scan]) -> list[Growth]:
+def _ever_growing(scans: Sequence[GrowthRecord]) -> list[Growth]:
     """What :func:`growing` found at any epoch end of one run (a container cleared later still
     grew while it was growing); the latest sighting per path."""
     out: dict[str, Growth] = {}

@@ -42,20 +42,6 @@ import msgspec
 from ocr.perf.findings import Finding
 from ocr.perf.records import RecompileReason, RecompilesRecord, epoch_runs, read_records
 
-__all__ = [
-    "RECOMPILE_CHURN",
-    "TESTED_TORCH",
-    "CompileEpoch",
-    "CompileWatch",
-    "Reason",
-    "ShapeCounter",
-    "normalize_reason",
-    "read_compile_epochs",
-    "recompile_finding",
-    "recompile_findings",
-]
-
-
 #: torch versions (major, minor) whose compilation-metrics surface this module was checked on.
 TESTED_TORCH = ((2, 13),)
 #: Recompiles in one epoch from which compiling is shape churn, even in the first epoch (one or
@@ -72,13 +58,9 @@ _SIZE = re.compile(
 _NUMBERS = re.compile(r"(expected|actual|==|!=|<=|>=|<|>)\s*-?\d+")
 
 
-#: One kind of recompile reason in an epoch; one epoch's count (the ``perf/recompiles.jsonl``
-#: record). The record kinds live with the others in :mod:`ocr.perf.records`.
-Reason = RecompileReason
-CompileEpoch = RecompilesRecord
-
-
-def _merge(reasons: Iterable[tuple[str, int, str | None, Iterable[int], str]]) -> list[Reason]:
+def _merge(
+    reasons: Iterable[tuple[str, int, str | None, Iterable[int], str]],
+) -> list[RecompileReason]:
     """``(reason, count, dimension, sizes, example)`` tallies merged by reason, most frequent
     first (sizes: the first 32 distinct, sorted; the first example)."""
     merged: dict[str, tuple[int, str | None, set[int], str]] = {}
@@ -86,7 +68,7 @@ def _merge(reasons: Iterable[tuple[str, int, str | None, Iterable[int], str]]) -
         n, dim, seen, first = merged.get(reason, (0, dimension, set(), example))
         merged[reason] = (n + count, dim, seen | set(sizes), first)
     out = [
-        Reason(reason=r, count=n, dimension=d, sizes=sorted(z)[:32], example=e)
+        RecompileReason(reason=r, count=n, dimension=d, sizes=sorted(z)[:32], example=e)
         for r, (n, d, z, e) in merged.items()
     ]
     return sorted(out, key=lambda r: (-r.count, r.reason))
@@ -105,8 +87,7 @@ def normalize_reason(text: str) -> tuple[str, str | None, list[int]]:
 
 
 def _surface() -> tuple[Any, str]:
-    """Torch's compilation-metrics surface (the ``torch._dynamo.utils`` module), or ``None``
-    and why not."""
+    """``torch._dynamo.utils``, or ``None`` and why not."""
     import torch
 
     try:
@@ -168,10 +149,10 @@ class CompileWatch:
             self._last = keys[-1]
         return entries[start:]
 
-    def take(self, epoch: int) -> CompileEpoch:
+    def take(self, epoch: int) -> RecompilesRecord:
         """The compiles since the previous call (or since construction)."""
         if self._utils is None:
-            return CompileEpoch(epoch=epoch, available=False, note=self.note)
+            return RecompilesRecord(epoch=epoch, available=False, note=self.note)
         compiles = recompiles = failed = dynamo_entries = 0
         compile_s = 0.0
         limit_hit = False
@@ -205,7 +186,7 @@ class CompileWatch:
         if not torch_tested():
             tested = ", ".join(f"{a}.{b}" for a, b in TESTED_TORCH)
             note = f"counted with torch {_torch_version()}; checked on {tested}"
-        return CompileEpoch(
+        return RecompilesRecord(
             epoch=epoch,
             compiles=compiles,
             recompiles=recompiles,
@@ -244,7 +225,6 @@ class ShapeCounter:
         self._more = False
 
     def note(self, batch: Any) -> None:
-        """Remember ``batch``'s shape."""
         t = batch
         if not isinstance(t, self._tensor):
             items = batch.values() if isinstance(batch, dict) else batch
@@ -266,13 +246,7 @@ class ShapeCounter:
         return count, ["x".join(str(d) for d in s) or "scalar" for s in shapes[:8]]
 
 
-def read_compile_epochs(run_dir: str | os.PathLike[str]) -> list[CompileEpoch]:
-    """The records of ``<run_dir>/perf/recompiles.jsonl`` (``[]`` when absent); ``RunDirError``
-    naming the file and line when one is malformed."""
-    return read_records(RecompilesRecord.path(run_dir), RecompilesRecord)
-
-
-def recompile_finding(epochs: Sequence[CompileEpoch], total_s: float = 0.0) -> Finding | None:
+def recompile_finding(epochs: Sequence[RecompilesRecord], total_s: float = 0.0) -> Finding | None:
     """A finding when recompiles recur after a run's first epoch, reach :data:`RECOMPILE_CHURN`
     in one epoch, or hit the recompile limit; ``None`` otherwise. ``epochs``: one run's records
     in order; ``total_s``: the run's recorded wall time. The score is the share of it spent
@@ -360,6 +334,6 @@ def recompile_finding(epochs: Sequence[CompileEpoch], total_s: float = 0.0) -> F
 def recompile_findings(run_dir: str | os.PathLike[str], total_s: float = 0.0) -> list[Finding]:
     """The verdict's recompile finding from ``<run_dir>/perf/recompiles.jsonl``; each run
     recorded there (its epochs start again) is judged on its own, the worst one kept."""
-    runs = epoch_runs(read_compile_epochs(run_dir))
+    runs = epoch_runs(read_records(RecompilesRecord.path(run_dir), RecompilesRecord))
     found = [f for run in runs if (f := recompile_finding(run, total_s)) is not None]
     return [max(found, key=lambda f: f.score)] if found else []
