@@ -49,20 +49,6 @@ import msgspec
 
 from ocr.perf.candidates import Candidate
 
-__all__ = [
-    "CONFIDENCES",
-    "SEVERITIES",
-    "SEVERITY_ORDER",
-    "THRESHOLDS",
-    "Finding",
-    "Threshold",
-    "input_bound_severity",
-    "post_hoc_thresholds",
-    "risk_score",
-    "share_of_run",
-    "threshold",
-]
-
 #: What each severity asks of the user (see the module doc).
 SEVERITIES: dict[str, str] = {
     "critical": "act before the next run: the run may die, or one cause costs most of its time",
@@ -81,18 +67,14 @@ CONFIDENCES: dict[str, str] = {
 
 @dataclass(frozen=True)
 class Threshold:
-    """One entry of the thresholds table.
+    """One entry of the thresholds table (see the module doc).
 
     Args:
-        value: the post-hoc value (verdict and trace rules), in ``unit``; ``None`` when only a
-            live alert uses the entry.
+        value: the post-hoc value, in ``unit``; ``None`` when only a live alert uses the entry.
         unit: ``%`` (of a stage's or step's wall time unless ``meaning`` says otherwise),
             ``s``, ``GB``, ``MB/min``, ``h``, ``us``, ``count`` or ``x`` (a factor).
-        meaning: what crosses it, in a sentence.
-        live: the live alert's value in the same unit, when it differs from (or there is no)
-            ``value``; ``None``: the alert, if any, uses ``value``.
-        why: why the live value differs from the post-hoc one (required when both are set and
-            differ).
+        live: the live alert's value when it differs from (or there is no) ``value``.
+        why: why the live value differs (required when both are set and differ).
     """
 
     value: float | None
@@ -262,8 +244,7 @@ def threshold(name: str, *, live: bool = False) -> float:
 
 
 def post_hoc_thresholds() -> dict[str, float]:
-    """``name -> value`` of every entry with a post-hoc value (what reports show as the
-    thresholds they judged with)."""
+    """``name -> value`` of every entry with a post-hoc value."""
     return {name: float(t.value) for name, t in THRESHOLDS.items() if t.value is not None}
 
 
@@ -279,8 +260,7 @@ def input_bound_severity(data_wait_pct: float) -> str | None:
 
 
 def risk_score(severity: str) -> float:
-    """The score (% of the run's wall time) of a risk of ``severity``: ``risk_critical_score``
-    for ``critical``, ``risk_warning_score`` otherwise (see the module doc)."""
+    """The score (% of the run's wall time) of a risk of ``severity`` (see the module doc)."""
     return threshold("risk_critical_score" if severity == "critical" else "risk_warning_score")
 
 
@@ -297,18 +277,13 @@ class Finding:
 
     Args:
         id: rule identifier (``input_bound``, ``data_loading``, ``alert:nan_loss``, ...).
-        severity: ``critical``, ``warning`` or ``info`` (:data:`SEVERITIES`).
         score: the share of wall time its cause costs, in % (0-100; see the module doc): of
             the run's in a verdict, of the profiled steps' in a trace rule's finding.
-        title: one line naming the cause with its main figure.
-        evidence: the figures behind it (seconds, percent, ms per sample, counts).
         threshold: the thresholds it was judged with, in the evidence's units.
         suggestion: the change in plain language; names only settings that exist in the run's
             configuration (see :mod:`ocr.perf.advice`).
-        stage: ``train``, ``val``, ``test`` or ``None``.
         source: ``step-time``, ``resources``, ``alerts``, ``trace`` or ``baseline``.
-        confidence: how sure the cause is: ``measured``, ``likely`` or ``guess``
-            (:data:`CONFIDENCES`).
+        confidence: ``measured``, ``likely`` or ``guess`` (:data:`CONFIDENCES`).
         corroboration: other sources that saw the same cause (an alert, a trace).
         candidates: machine-applicable changes to measure (``ocr-perf try``), best first.
     """
