@@ -43,8 +43,6 @@ from torch.utils.data.dataloader import _BaseDataLoaderIter
 
 from ocr.perf.clock import PhaseClock
 
-__all__ = ["InstrumentedLoader", "TimedBatch", "WorkerTiming", "report_count", "report_part"]
-
 _now = time.perf_counter_ns
 
 
@@ -54,18 +52,16 @@ class WorkerTiming:
 
     Args:
         fetch_ns: time in the dataset's ``__getitem__`` / ``__getitems__`` for this batch's items
-            (read, decode, augment), in ns. With ``num_workers=0``: from the start of ``next()``
-            to the start of collate.
-        collate_ns: time in the collate function, in ns (includes any reported parts of it).
-        parts_ns: finer parts reported with :func:`report_part` while this batch was built
-            (e.g. ``decode``, ``transform``, ``targets``), name -> ns; they overlap
-            ``fetch_ns``/``collate_ns``, they do not add to them.
+            (read, decode, augment). With ``num_workers=0``: from the start of ``next()`` to the
+            start of collate.
+        collate_ns: time in the collate function (includes any reported parts of it).
+        parts_ns: parts reported with :func:`report_part`; they overlap ``fetch_ns`` /
+            ``collate_ns``, they do not add to them.
         samples: dataset items in the batch (1 without automatic batching).
         worker_id: the DataLoader worker that built it; -1 for the main process.
         fetch_timed: False when the fetch could not be timed (see the module docstring);
-            ``fetch_ns`` is then 0, not a measurement. Default True.
-        counts: event counters reported with :func:`report_count` while this batch was built
-            (e.g. ``polygon_cache_hits``), name -> count. Default empty.
+            ``fetch_ns`` is then 0, not a measurement.
+        counts: counters reported with :func:`report_count`.
     """
 
     fetch_ns: int
@@ -88,26 +84,15 @@ class TimedBatch(NamedTuple):
 
 
 class _Accumulator:
-    """Timing collected in this process since the previous batch was collated."""
+    """Timing collected in this process since the previous batch was collated: ``active`` in
+    instrumented workers and inside an in-process ``next()``; ``depth``: nesting of timed dataset
+    calls (``__getitems__`` calling ``self[i]``); ``fetch_start_ns``: set in-process, where
+    fetch = collate start - this."""
 
-    __slots__ = (
-        "active",
-        "counts",
-        "depth",
-        "fetch_ns",
-        "fetch_start_ns",
-        "fetch_timed",
-        "parts",
-    )
+    __slots__ = ("active", "counts", "depth", "fetch_ns", "fetch_start_ns", "fetch_timed", "parts")
 
     def __init__(self) -> None:
-        self.active = False  # True in instrumented workers and inside an in-process next()
-        self.depth = 0  # nesting of timed dataset calls (__getitems__ calling self[i])
-        self.fetch_ns = 0
-        self.fetch_start_ns: int | None = None  # set in-process: fetch = collate start - this
-        self.fetch_timed = False
-        self.parts: dict[str, int] = {}
-        self.counts: dict[str, int] = {}
+        self.load(_idle())
 
     def save(self) -> tuple[Any, ...]:
         return (
@@ -130,6 +115,11 @@ class _Accumulator:
             self.parts,
             self.counts,
         ) = state
+
+
+def _idle(active: bool = False) -> tuple[Any, ...]:
+    """A fresh :class:`_Accumulator` state (``active``: a worker about to build batches)."""
+    return (active, 0, 0, None, False, {}, {})
 
 
 # Process-global rather than thread-local: a dataset may decode in helper threads and report
@@ -163,6 +153,7 @@ def report_count(name: str, n: int = 1) -> None:
 # -- worker side -------------------------------------------------------------------------------
 
 
+@dataclass
 class _TimedCollate:
     """Picklable collate wrapper: times ``collate_fn`` and attaches this batch's timing.
 
@@ -170,12 +161,8 @@ class _TimedCollate:
     batch, so the wrapper is transparent there.
     """
 
-    def __init__(self, collate_fn: Callable[[Any], Any], auto_collation: bool) -> None:
-        self.collate_fn = collate_fn
-        self.auto_collation = auto_collation
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.collate_fn!r})"
+    collate_fn: Callable[[Any], Any]
+    auto_collation: bool
 
     def __call__(self, data: Any) -> Any:
         acc = _ACC
@@ -213,19 +200,16 @@ class _TimedCollate:
         return tuple.__new__(TimedBatch, (batch, timing))
 
 
+@dataclass
 class _TimedWorkerInit:
     """Picklable ``worker_init_fn``: turns timing on in the worker, then calls the original."""
 
-    def __init__(self, worker_init_fn: Callable[[int], None] | None, map_style: bool) -> None:
-        self.worker_init_fn = worker_init_fn
-        self.map_style = map_style
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.worker_init_fn!r})"
+    worker_init_fn: Callable[[int], None] | None
+    map_style: bool
 
     def __call__(self, worker_id: int) -> None:
         acc = _ACC
-        acc.load((True, 0, 0, None, False, {}, {}))
+        acc.load(_idle(active=True))
         info = get_worker_info()
         if self.map_style and info is not None:
             acc.fetch_timed = _time_fetches(info.dataset)
@@ -321,34 +305,19 @@ class _TimedIterator(_BaseDataLoaderIter):
         handle = self._handle
         if handle is not None and not handle._delivering:
             handle = None
-        clock = handle._next_clock if handle is not None else None
+        clock = handle._clock if handle is not None and handle._charge_next else None
         owner = clock.current_owner if clock is not None else ""
         previous = clock.switch("data_wait") if clock is not None else ""
         try:
             if self._in_process:
                 acc = _ACC
                 # Nested inside another batch being built in this process: keep its state.
-                saved = acc.save() if acc.active else None
-                acc.active = True
-                acc.depth = 0
-                acc.fetch_ns = 0
-                acc.fetch_timed = True
-                acc.parts = {}
-                acc.counts = {}
-                acc.fetch_start_ns = _now()
+                saved = acc.save() if acc.active else _idle()
+                acc.load((True, 0, 0, _now(), True, {}, {}))
                 try:
                     item = next(self._inner)
                 finally:
-                    if saved is None:  # back to the idle state
-                        acc.active = False
-                        acc.fetch_start_ns = None
-                        acc.fetch_timed = False
-                        acc.fetch_ns = 0
-                        acc.depth = 0
-                        acc.parts = {}
-                        acc.counts = {}
-                    else:
-                        acc.load(saved)
+                    acc.load(saved)
             else:
                 item = next(self._inner)
             if type(item) is TimedBatch:
@@ -486,10 +455,6 @@ class InstrumentedLoader:
     def active(self) -> bool:
         """True until :meth:`restore`."""
         return self._loader is not None
-
-    @property
-    def _next_clock(self) -> PhaseClock | None:
-        return self._clock if self._charge_next else None
 
     def _deliver(self, timing: WorkerTiming) -> None:
         if self._on_error is None:
