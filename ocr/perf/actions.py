@@ -5,7 +5,7 @@ Lightning names every unit of work it runs through its profiler interface
 recorded by ``PyTorchProfiler``, prefixed ``[pl][profile]``). Both the live phase clock and the
 trace analyzer classify those names here, so the two can never disagree on what a name means.
 
-Names seen in Lightning 2.6 (see ``tests/unit/perf/test_actions.py`` and the seam tests):
+Names seen in Lightning 2.6 (see ``tests/integration/test_interpose_seams.py``):
 
 - ``[Callback]{state_key}.{hook}`` -> ``callbacks`` (owner: the callback's class name);
   checkpoint hooks (``on_save_checkpoint``, ``state_dict``...) -> ``checkpoint``.
@@ -33,22 +33,6 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from ocr.perf.clock import PHASES
-
-__all__ = [
-    "CALLBACK",
-    "DATAMODULE",
-    "LOOP",
-    "MODULE",
-    "OTHER",
-    "POOLED_IN_TRACE",
-    "STRATEGY",
-    "TRACE_PHASES",
-    "Action",
-    "callback_class_name",
-    "classify_action",
-    "strip_trace_prefix",
-    "trace_phase",
-]
 
 # -- the one phase vocabulary --------------------------------------------------------------------
 # The live clock's phases (``ocr.perf.clock.PHASES``) are the only phase names: the trace's step
@@ -83,18 +67,26 @@ STRATEGY = "strategy"
 LOOP = "loop"
 OTHER = "other"
 
+_CHECKPOINT_HOOKS = ("on_save_checkpoint", "on_load_checkpoint", "state_dict", "load_state_dict")
 # LightningModule / LightningDataModule hooks whose work is not the module's "own hook" work but
-# one of the step's phases.
-_TRANSFER_HOOKS = frozenset(
-    {"on_before_batch_transfer", "transfer_batch_to_device", "on_after_batch_transfer"}
-)
-_OPTIMIZER_HOOKS = frozenset(
-    {"optimizer_step", "optimizer_zero_grad", "configure_gradient_clipping", "lr_scheduler_step"}
-)
-_CHECKPOINT_HOOKS = frozenset(
-    {"on_save_checkpoint", "on_load_checkpoint", "state_dict", "load_state_dict"}
-)
-_STEP_HOOKS = frozenset({"training_step", "validation_step", "test_step", "predict_step"})
+# one of the step's phases; any other hook is "module_hooks".
+_MODULE_HOOK_PHASES = {
+    "on_before_batch_transfer": "transfer",
+    "transfer_batch_to_device": "transfer",
+    "on_after_batch_transfer": "transfer",
+    "optimizer_step": "optimizer",
+    "optimizer_zero_grad": "optimizer",
+    "configure_gradient_clipping": "optimizer",
+    "lr_scheduler_step": "optimizer",
+    **dict.fromkeys(_CHECKPOINT_HOOKS, "checkpoint"),
+}
+# The strategy's hooks that run the user's work; its others are Lightning's own bookkeeping.
+_STRATEGY_HOOK_PHASES = {
+    **dict.fromkeys(("training_step", "validation_step", "test_step", "predict_step"), "forward"),
+    "batch_to_device": "transfer",
+    "backward": "backward",
+    "optimizer_step": "optimizer",
+}
 _PREFIXES = (
     ("[Callback]", CALLBACK),
     ("[LightningModule]", MODULE),
@@ -106,10 +98,9 @@ _TRACE_PREFIX = "[pl][profile]"
 
 @dataclass(frozen=True, slots=True)
 class Action:
-    """The meaning of one action name.
+    """The meaning of one action name (as Lightning formats it).
 
     Args:
-        name: the action name as Lightning formats it.
         phase: the phase (``ocr.perf.clock.PHASES``) its own time belongs to; ``""`` for a
             transparent action whose time stays with the enclosing one.
         kind: ``"callback"``, ``"module"``, ``"datamodule"``, ``"strategy"``, ``"loop"`` (data
@@ -117,8 +108,6 @@ class Action:
         owner: who spent it, for the per-callback and per-hook split: the callback's class name
             for callbacks (:func:`callback_class_name`), ``Class.hook`` for LightningModule and
             DataModule hooks, ``""`` otherwise.
-        hook: the hook or method name (``on_validation_epoch_end``, ``training_step``,
-            ``train_dataloader_next``, ``save_checkpoint``...).
         target: the text between the prefix and the hook: a callback's full ``state_key``
             (two instances of one class differ here when their state keys do), the module's or
             strategy's class name; ``""`` for unprefixed names.
@@ -177,24 +166,6 @@ def _classify_prefixed(name: str, kind: str, owner: str, hook: str) -> Action:
         phase = "checkpoint" if hook in _CHECKPOINT_HOOKS else "callbacks"
         return Action(name, phase, kind, callback_class_name(owner), hook, owner)
     if kind == STRATEGY:
-        if hook in _STEP_HOOKS:
-            phase = "forward"
-        elif hook == "batch_to_device":
-            phase = "transfer"
-        elif hook == "backward":
-            phase = "backward"
-        elif hook == "optimizer_step":
-            phase = "optimizer"
-        else:
-            phase = ""  # Lightning's own per-stage bookkeeping: not the user's work
-        return Action(name, phase, kind, "", hook, owner)
-    # LightningModule / LightningDataModule hooks.
-    if hook in _TRANSFER_HOOKS:
-        phase = "transfer"
-    elif hook in _OPTIMIZER_HOOKS:
-        phase = "optimizer"
-    elif hook in _CHECKPOINT_HOOKS:
-        phase = "checkpoint"
-    else:
-        phase = "module_hooks"
+        return Action(name, _STRATEGY_HOOK_PHASES.get(hook, ""), kind, "", hook, owner)
+    phase = _MODULE_HOOK_PHASES.get(hook, "module_hooks")
     return Action(name, phase, kind, f"{owner}.{hook}", hook, owner)
