@@ -121,12 +121,6 @@ class Action:
     target: str = ""
 
 
-def strip_trace_prefix(name: str) -> str:
-    """An action name as recorded in a ``PyTorchProfiler`` trace (``[pl][profile]...``) -> the
-    plain action name; other names unchanged."""
-    return name[len(_TRACE_PREFIX) :] if name.startswith(_TRACE_PREFIX) else name
-
-
 def callback_class_name(state_key: str) -> str:
     """The class name inside a callback's ``state_key``: ``ModelCheckpoint{'monitor': ...}`` ->
     ``ModelCheckpoint``; a qualified name keeps its last part (``f.<locals>.Slow`` -> ``Slow``)."""
@@ -135,37 +129,28 @@ def callback_class_name(state_key: str) -> str:
     return base.rsplit(".", 1)[-1]
 
 
-def _split_hook(rest: str) -> tuple[str, str]:
-    """``{owner}.{hook}`` -> (owner, hook). The owner of a callback may embed a dict repr with
-    dots in it (``ModelCheckpoint{'dirpath': '/a/b.c'}``); the hook never has one."""
-    owner, dot, hook = rest.rpartition(".")
-    return (owner, hook) if dot else (rest, "")
-
-
 @lru_cache(maxsize=4096)
 def classify_action(name: str) -> Action:
-    """Classify one action name (see the module docstring). Pure; cached, because the same few
-    hundred names recur at every step."""
-    name = strip_trace_prefix(name)
+    """Classify one action name, plain or as a ``PyTorchProfiler`` trace records it (see the
+    module docstring). Pure; cached, because the same few hundred names recur at every step."""
+    name = name.removeprefix(_TRACE_PREFIX)
     for prefix, kind in _PREFIXES:
-        if name.startswith(prefix):
-            owner, hook = _split_hook(name[len(prefix) :])
-            return _classify_prefixed(name, kind, owner, hook)
+        if not name.startswith(prefix):
+            continue
+        # ``{owner}.{hook}``: a callback's owner may hold a dict repr with dots in it
+        # (``ModelCheckpoint{'dirpath': '/a/b.c'}``); the hook never has one.
+        owner, dot, hook = name[len(prefix) :].rpartition(".")
+        if not dot:
+            owner, hook = hook, ""
+        if kind == CALLBACK:
+            phase = "checkpoint" if hook in _CHECKPOINT_HOOKS else "callbacks"
+            return Action(name, phase, kind, callback_class_name(owner), hook, owner)
+        if kind == STRATEGY:
+            return Action(name, _STRATEGY_HOOK_PHASES.get(hook, ""), kind, "", hook, owner)
+        phase = _MODULE_HOOK_PHASES.get(hook, "module_hooks")
+        return Action(name, phase, kind, f"{owner}.{hook}", hook, owner)
     if name.startswith("[") and name.endswith("_next"):
         # [_TrainingEpochLoop].train_dataloader_next, [_EvaluationLoop].val_next / test_next
         return Action(name, "data_wait", LOOP, "", name.rpartition(".")[2])
-    if name == "optimizer_step":
-        return Action(name, "optimizer", OTHER, "", name)
-    if name == "save_checkpoint":
-        return Action(name, "checkpoint", OTHER, "", name)
-    return Action(name, "", OTHER, "", name)
-
-
-def _classify_prefixed(name: str, kind: str, owner: str, hook: str) -> Action:
-    if kind == CALLBACK:
-        phase = "checkpoint" if hook in _CHECKPOINT_HOOKS else "callbacks"
-        return Action(name, phase, kind, callback_class_name(owner), hook, owner)
-    if kind == STRATEGY:
-        return Action(name, _STRATEGY_HOOK_PHASES.get(hook, ""), kind, "", hook, owner)
-    phase = _MODULE_HOOK_PHASES.get(hook, "module_hooks")
-    return Action(name, phase, kind, f"{owner}.{hook}", hook, owner)
+    phase = {"optimizer_step": "optimizer", "save_checkpoint": "checkpoint"}.get(name, "")
+    return Action(name, phase, OTHER, "", name)
