@@ -101,15 +101,11 @@ def _surface() -> tuple[Any, str]:
     return dynamo_utils, ""
 
 
-def _torch_version() -> str:
-    import torch
-
-    return str(torch.__version__)
-
-
 def torch_tested() -> bool:
     """Whether this torch's (major, minor) is in :data:`TESTED_TORCH`."""
-    parts = _torch_version().split("+")[0].split(".")
+    import torch
+
+    parts = str(torch.__version__).split("+")[0].split(".")
     try:
         return (int(parts[0]), int(parts[1])) in TESTED_TORCH
     except (IndexError, ValueError):
@@ -184,8 +180,10 @@ class CompileWatch:
         self._frames = frames
         note = ""
         if not torch_tested():
+            import torch
+
             tested = ", ".join(f"{a}.{b}" for a, b in TESTED_TORCH)
-            note = f"counted with torch {_torch_version()}; checked on {tested}"
+            note = f"counted with torch {torch.__version__}; checked on {tested}"
         return RecompilesRecord(
             epoch=epoch,
             compiles=compiles,
