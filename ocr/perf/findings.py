@@ -3,24 +3,13 @@ thresholds table (:data:`THRESHOLDS`) that the live alert rules (:mod:`ocr.perf.
 trace rules (:mod:`ocr.perf.trace.findings`) and the verdict (:mod:`ocr.perf.report.verdict`)
 read their numbers from.
 
-Severity says what to do about a finding:
-
-- ``critical``: act before the next run: the run may die or produce garbage (NaN loss, a full
-  disk, an imminent OOM), or most of its time is lost to one cause (input-bound above
-  ``input_critical_pct``).
-- ``warning``: a material share of the time goes to one cause and there is a change to try.
-- ``info``: a fact worth knowing (compute-bound, CPU saturated) with no single change that is
-  known to help.
-
-Confidence says how sure the finding is of its *cause* (not of its advice, which stays a
-hypothesis until ``ocr-perf try`` measures it):
-
-- ``measured``: the cause's seconds (or bytes, counts) were measured on this run: phase
-  accounting, worker timing, counters, a profiled step's data loading or sync time; the rule
-  only compares them with a threshold.
-- ``likely``: inferred from a correlated signal: resource samples (CPU, GPU utilisation), an
-  alert's sampling window, a trace heuristic (op counts and durations).
-- ``guess``: a rule of thumb that nothing in this run measured.
+Severity (:data:`SEVERITIES`) says what to do about a finding: ``critical`` when the run may die
+or produce garbage (NaN loss, a full disk, an imminent OOM) or most of its time is lost to one
+cause (input-bound above ``input_critical_pct``). Confidence (:data:`CONFIDENCES`) says how sure
+the finding is of its *cause*, not of its advice, which stays a hypothesis until ``ocr-perf try``
+measures it: ``measured`` covers phase accounting, worker timing, counters, a profiled step's data
+loading or sync time, which the rule only compares with a threshold; ``likely`` resource samples,
+an alert's sampling window, a trace heuristic.
 
 Score: one unit for every finding, **the share of wall time (%) its cause costs**, which is what
 removing the cause could save at most, so findings of any source rank on one scale (highest
