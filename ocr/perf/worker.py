@@ -234,7 +234,25 @@ def _timed_method(method: Callable[..., Any]) -> Callable[..., Any]:
     return timed
 
 
-_TIMED_DATASET_CLASSES: dict[type, type] = {}
+@functools.cache
+def _timed_class(cls: type) -> type | None:
+    """The timing subclass of dataset class ``cls``; ``None`` when it cannot have one."""
+    getitem = getattr(cls, "__getitem__", None)
+    if getitem is None:
+        return None
+    namespace: dict[str, Any] = {
+        "__slots__": (),  # same layout as cls, so __class__ assignment is allowed
+        "__module__": __name__,
+        "_ocr_perf_timed": True,
+        "__getitem__": _timed_method(getitem),
+    }
+    getitems = getattr(cls, "__getitems__", None)
+    if getitems:  # the fetcher only calls it when truthy, so mirror that
+        namespace["__getitems__"] = _timed_method(getitems)
+    try:
+        return type(f"Timed{cls.__name__}", (cls,), namespace)
+    except TypeError:  # a final / builtin class
+        return None
 
 
 def _time_fetches(dataset: Any) -> bool:
@@ -242,25 +260,9 @@ def _time_fetches(dataset: Any) -> bool:
     cls = type(dataset)
     if getattr(cls, "_ocr_perf_timed", False):
         return True
-    timed_cls = _TIMED_DATASET_CLASSES.get(cls)
+    timed_cls = _timed_class(cls)  # type: ignore[arg-type]  # mypy: a class is no Hashable
     if timed_cls is None:
-        getitem = getattr(cls, "__getitem__", None)
-        if getitem is None:
-            return False
-        namespace: dict[str, Any] = {
-            "__slots__": (),  # same layout as cls, so __class__ assignment is allowed
-            "__module__": __name__,
-            "_ocr_perf_timed": True,
-            "__getitem__": _timed_method(getitem),
-        }
-        getitems = getattr(cls, "__getitems__", None)
-        if getitems:  # the fetcher only calls it when truthy, so mirror that
-            namespace["__getitems__"] = _timed_method(getitems)
-        try:
-            timed_cls = type(f"Timed{cls.__name__}", (cls,), namespace)
-        except TypeError:  # a final / builtin class
-            return False
-        _TIMED_DATASET_CLASSES[cls] = timed_cls
+        return False
     try:
         dataset.__class__ = timed_cls
     except TypeError:  # builtins (list, tuple) and C types refuse __class__ assignment
@@ -347,28 +349,21 @@ def _instrumented_iter(self: DataLoader) -> _BaseDataLoaderIter:
     return _TimedIterator(inner, handle, in_process=self.num_workers == 0)
 
 
-_INSTRUMENTED_LOADER_CLASSES: dict[type, type] = {}
 # Loader -> its live handle. Weak, so a loader copied or re-created from an instrumented one
 # (Lightning re-instantiates loaders by type) just unwraps batches and reports to nobody.
 _HANDLES: weakref.WeakKeyDictionary[DataLoader, InstrumentedLoader] = weakref.WeakKeyDictionary()
 
 
+@functools.cache
 def _instrumented_class(base: type[DataLoader]) -> type[DataLoader]:
-    cls = _INSTRUMENTED_LOADER_CLASSES.get(base)
-    if cls is None:
-        cls = type(
-            f"Instrumented{base.__name__}",
-            (base,),
-            {
-                "__slots__": (),
-                "__module__": __name__,
-                "__doc__": base.__doc__,
-                "__iter__": _instrumented_iter,
-                "_ocr_perf_base": base,
-            },
-        )
-        _INSTRUMENTED_LOADER_CLASSES[base] = cls
-    return cls
+    namespace = {
+        "__slots__": (),
+        "__module__": __name__,
+        "__doc__": base.__doc__,
+        "__iter__": _instrumented_iter,
+        "_ocr_perf_base": base,
+    }
+    return type(f"Instrumented{base.__name__}", (base,), namespace)
 
 
 def _drop_cached_iterator(loader: DataLoader) -> None:
@@ -429,14 +424,12 @@ class InstrumentedLoader:
         self._on_error = on_error
         self._delivering = True
         self._original_class = type(loader)
-        self._original_collate = loader.collate_fn
-        self._original_worker_init = loader.worker_init_fn
         self._collate = _TimedCollate(loader.collate_fn, loader.batch_sampler is not None)
         self._worker_init = _TimedWorkerInit(
             loader.worker_init_fn, map_style=not isinstance(loader.dataset, IterableDataset)
         )
         # The class first: it is the only step that can fail, and nothing needs undoing then.
-        loader.__class__ = _instrumented_class(type(loader))
+        loader.__class__ = _instrumented_class(type(loader))  # type: ignore[arg-type]
         loader.collate_fn = self._collate
         loader.worker_init_fn = self._worker_init
         _HANDLES[loader] = self
@@ -481,7 +474,7 @@ class InstrumentedLoader:
         if getattr(type(loader), "_ocr_perf_base", None) is self._original_class:
             loader.__class__ = self._original_class
         if loader.collate_fn is self._collate:
-            loader.collate_fn = self._original_collate
+            loader.collate_fn = self._collate.collate_fn
         if loader.worker_init_fn is self._worker_init:
-            loader.worker_init_fn = self._original_worker_init
+            loader.worker_init_fn = self._worker_init.worker_init_fn
         _drop_cached_iterator(loader)
