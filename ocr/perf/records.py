@@ -146,32 +146,26 @@ class EpochRecord(Record, tag="receipt-ocr/perf-epoch", kw_only=True, frozen=Tru
         epoch: ``trainer.current_epoch`` when the window opened.
         wall_s: the window's wall time in seconds (train: validation excluded).
         phases_s: seconds per phase, every name of ``PHASES``; they sum to ``wall_s``.
-        gpu_phases_s: GPU stream seconds between phase switches, per phase (CUDA only, else
-            empty).
+        gpu_phases_s: GPU stream seconds between phase switches, per phase (CUDA only).
         worker_s: DataLoader work timed where it ran, summed over the epoch, in seconds:
             ``fetch`` (dataset ``__getitem__``), ``collate`` and the finer parts user code
             reported (ours: ``decode``, ``transform``, ``targets``). Empty when the loader could
             not be instrumented.
         batch_stats: ``StreamingStats.summary()`` of the batch times (seconds between
             consecutive batch ends; the first from the window's start).
-        memory: ``ocr.perf.memory.memory_snapshot()`` at the close (empty when memory tracking is
-            off).
-        peak_rss_gb: largest process RSS sampled during the window (GiB); nan when off.
-        peak_gpu_memory_gb: CUDA peak allocated memory during the window (GiB); nan without CUDA.
+        memory: ``ocr.perf.memory.memory_snapshot()`` at the close (empty when tracking is off).
+        peak_rss_gb, peak_gpu_memory_gb: largest process RSS sampled, CUDA peak allocated memory
+            during the window (GiB); nan when off / without CUDA.
         spreads: DDP only: figure name (``epoch_time``, ``{phase}_time``, ``worker_fetch_time``,
             ``batch_mean``, ``samples_per_sec``, ...) -> ``rank_spread`` of its per-rank values.
-        global_samples: samples over all ranks (== ``samples`` on one process).
-        global_batches: batches over all ranks (== ``num_batches`` on one process).
-        global_wall_s: the slowest rank's ``wall_s`` (== ``wall_s`` on one process).
+        global_samples, global_batches: over all ranks; global_wall_s: the slowest rank's.
         worker_counts: event counters reported in the DataLoader with
             ``ocr.perf.worker.report_count`` (ours: ``polygon_cache_hits``, ``_misses``,
             ``_evictions``, ``_corrupt``, ``_bytes_written``), summed over the epoch (this rank).
         batch_times_s: the batch times in order (seconds), every ``batch_times_stride``-th one
             when the epoch had more than 4096.
-        num_workers: ``num_workers`` of the stage's DataLoader (None when not a DataLoader).
         batch_size: samples in the epoch's first batch (0 when there was none).
         device: ``"cuda"`` when CUDA phases were measured, else ``"cpu"``.
-        global_step: ``trainer.global_step`` at the close.
         callbacks_s: seconds per callback (class name; a second instance of a class gets
             ``#2``), its own hooks' time in any phase (a checkpoint save inside its hook is
             ``checkpoint``, not the callback's).
@@ -356,9 +350,7 @@ class TryRecord(Record, tag="receipt-ocr/try", kw_only=True, frozen=True):
         session: when the ``try`` session started (ISO 8601, UTC): groups a session's lines.
         kind: ``candidate``, or ``combined`` (the recommended ones together).
         override: the Hydra override(s), space-separated; ``None`` for a plain-language change.
-        description: the change in words.
         family: the candidate's family (``combined`` for the winners together).
-        alters_computation: the change alters what is computed (label it).
         eval_time: checked on the checkpoint with ``ocr-test`` (evaluation speed and H-mean).
         status: ``recommended``, ``no significant change``, ``regression``, ``inconclusive``,
             ``H-mean drop`` (faster or not, it lowers the H-mean beyond the tolerance),
