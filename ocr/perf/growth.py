@@ -5,23 +5,17 @@ Users collect step outputs themselves (Lightning 2 has no ``*_epoch_end(outputs)
 ``self.losses.append(loss)`` without ``.detach()`` / ``.item()`` keeps every step's autograd graph
 (its activations) alive. Resource samples see the process grow; this module names the attribute.
 
-:func:`scan` walks the instance ``__dict__`` of each root object to a bounded depth through
-containers (list, tuple, dict, deque, set) and plain objects, never into ``nn.Module``
-parameters, buffers or submodules, nor into the trainer, modules, classes or functions. For each
-attribute (and each container under it) that holds tensors it measures the length, the tensor
-count, the bytes of their storages (each storage counted once per scan, by its data pointer) and
-whether any tensor holds an autograd graph (``grad_fn is not None``). The walk is bounded: at
-most :data:`SAMPLE_ITEMS` items are looked at per container (spread over it; the counts of a
-bigger container are extrapolated and marked ``sampled``), at most :data:`MAX_ITEMS` items in all
-and :data:`MAX_DEPTH` levels. Its cost is recorded with every scan (``scan_ms``, ``items``);
-it runs at epoch ends only, never per step.
+:func:`scan` walks the instance ``__dict__`` of each root object through containers (list, tuple,
+dict, deque, set) and plain objects, never into ``nn.Module`` parameters, buffers or submodules,
+nor into the trainer, modules, classes or functions. For each attribute (and each container under
+it) that holds tensors it measures the length, the tensor count, the bytes of their storages (each
+storage counted once per scan, by its data pointer) and whether one holds an autograd graph. The
+walk is bounded (the constants below); its cost is recorded with every scan (``scan_ms``,
+``items``); it runs at epoch ends only, never per step.
 
-:func:`growing` compares the scans of successive epochs: a path whose length, tensor count or
-bytes grew in each of the last :data:`GROWTH_EPOCHS` epochs is growing, and
-:func:`growth_finding` turns that into a finding naming it. The callback
-(``ocr.lightning_modules.callbacks.EpochScanCallback``) writes one ``receipt-ocr/growth`` record
-per training epoch to ``perf/growth.jsonl``; the verdict reads them back
-(:func:`growth_findings`).
+:func:`growing` names a path whose length, tensor count or bytes grew in each of the last
+:data:`GROWTH_EPOCHS` epochs. ``EpochScanCallback`` writes one record per training epoch to
+``perf/growth.jsonl``; the verdict reads them back (:func:`growth_findings`).
 """
 
 from __future__ import annotations
@@ -65,8 +59,7 @@ _OPAQUE: tuple[type, ...] = (ModuleType, type, FunctionType, MethodType, str, by
 def _torch_types() -> tuple[type[torch.Tensor], tuple[type, ...], frozenset[str]]:
     """``(Tensor, (Module, Optimizer), names nn.Module keeps in its __dict__)``: imported on
     the first scan, so reading records (the report) does not import torch. Optimizer state
-    fills once, in the first steps; what nn.Module keeps in its ``__dict__`` is its parameters,
-    buffers, submodules, hooks and state."""
+    fills once, in the first steps."""
     import torch
 
     internals = frozenset(vars(torch.nn.Module()))

@@ -268,8 +268,7 @@ class ResourceSummary(Record, tag="receipt-ocr/resource-summary", kw_only=True, 
     Args:
         status: sampler part -> why it is unavailable.
         metrics: ``<name>_mean`` / ``<name>_max`` of each sampled metric and the totals.
-        run: what was sampled (``fit``, ``validate``, ``test``); ``None`` in older records
-            (read as ``fit``).
+        run: what was sampled (``fit``, ``validate``, ``test``); ``None`` is read as ``fit``.
     """
 
     FILE: ClassVar[str] = "resources.jsonl"
@@ -394,10 +393,8 @@ class GrowthNode(msgspec.Struct, kw_only=True):
     Args:
         path: ``Owner.attr`` then ``[key]`` / ``[i]`` / ``.attr`` steps (``UserModule.losses``).
         kind: the container's type name (``list``, ``dict``, ``Tensor``, an object's class).
-        length: ``len()`` (a tensor's first dimension).
-        tensors: tensors under it; bytes: their storages' bytes, each storage once per scan
-            (both extrapolated where ``sampled``). graph: whether one holds an autograd graph.
-        sampled: a container under it was sampled.
+        bytes: the tensors' storages' bytes, each storage once per scan (``tensors`` and
+            ``bytes`` extrapolated where ``sampled``). graph: one holds an autograd graph.
     """
 
     path: str
@@ -550,12 +547,7 @@ def _typed(kind: type[R], raw: Mapping[str, object], where: str) -> R:
 
 def read_records(path: str | os.PathLike[str], kind: type[R]) -> list[R]:
     """The records of ``kind`` in the JSON-lines file ``path``, in file order; ``[]`` when the
-    file does not exist.
-
-    Lines of another schema are skipped, unknown keys ignored. Raises :class:`RunDirError` for a
-    malformed line (other than a truncated last line, which is skipped with a warning), a record
-    without ``v``, with ``v`` above ``kind.VERSION`` or with a field of the wrong type.
-    """
+    file does not exist. Errors and skipped lines: see the module doc."""
     p = Path(path)
     try:
         with open(p, encoding="utf-8") as fh:

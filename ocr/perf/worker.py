@@ -128,12 +128,9 @@ _ACC = _Accumulator()
 
 
 def report_part(name: str, ns: int) -> None:
-    """Add ``ns`` nanoseconds to part ``name`` of the batch being built in this process.
-
-    Called by user code inside ``__getitem__`` or a collate function. A no-op (one attribute
-    test) unless this process is building a batch for an :class:`InstrumentedLoader`, so nothing
-    accumulates un-instrumented.
-    """
+    """Add ``ns`` nanoseconds to part ``name`` of the batch being built in this process (user
+    code inside ``__getitem__`` or a collate function). A no-op (one attribute test) unless this
+    process is building a batch for an :class:`InstrumentedLoader`."""
     acc = _ACC
     if acc.active:
         parts = acc.parts
@@ -382,18 +379,16 @@ class InstrumentedLoader:
     ``clock`` while that clock runs. Iterators created before instrumenting are not affected.
 
     Args:
-        loader: the ``torch.utils.data.DataLoader`` to instrument (any map-style dataset, any
-            collate function; iterable datasets get collate/part timing only). Must not already
-            be instrumented.
+        loader: not already instrumented; iterable datasets get collate/part timing only.
         on_batch: called in the consumer's thread, once per batch, with that batch's timing.
             Keep it cheap; it runs inside the ``data_wait`` window.
-        clock: the phase clock to charge the wait to; None (default) charges nothing.
+        clock: the phase clock to charge the wait to; None charges nothing.
         charge_next: False leaves the wait in ``next()`` to the caller (who already brackets it,
             e.g. with Lightning's ``*_dataloader_next`` action) and charges only the iterator's
-            creation (worker start-up) to ``data_wait``. Default True.
+            creation (worker start-up) to ``data_wait``.
         on_error: if given, an exception raised by ``on_batch`` is passed to it and ``on_batch``
-            is not called again (the loader keeps serving batches); if None (default) the
-            exception propagates to the consumer of the loader.
+            is not called again (the loader keeps serving batches); if None the exception
+            propagates to the consumer of the loader.
     """
 
     def __init__(
