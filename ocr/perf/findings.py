@@ -271,7 +271,8 @@ class Finding:
         threshold: the thresholds it was judged with, in the evidence's units.
         suggestion: the change in plain language; names only settings that exist in the run's
             configuration (see :mod:`ocr.perf.advice`).
-        source: ``step-time``, ``resources``, ``alerts``, ``trace`` or ``baseline``.
+        source: ``step-time``, ``resources``, ``alerts``, ``trace``, ``baseline``, ``growth``
+            or ``compile``.
         confidence: ``measured``, ``likely`` or ``guess`` (:data:`CONFIDENCES`).
         corroboration: other sources that saw the same cause (an alert, a trace).
         candidates: machine-applicable changes to measure (``ocr-perf try``), best first.

@@ -490,12 +490,6 @@ def _enc_hook(value: Any) -> Any:
 _ENCODER = msgspec.json.Encoder(enc_hook=_enc_hook)
 
 
-def _encode(record: Record) -> bytes:
-    if record.v != record.VERSION:
-        record = msgspec.structs.replace(record, v=record.VERSION)
-    return _ENCODER.encode(record)
-
-
 class RecordWriter:
     """Appends one record per line to ``path`` (``SomeRecord.path(run_dir)``, created with its
     folder on first write) and flushes it; thread-safe. Records of several kinds may share a
@@ -509,7 +503,9 @@ class RecordWriter:
     def write(self, record: Record) -> None:
         """Append ``record``. Raises ``OSError`` when the file cannot be written (callers in
         callbacks turn that into one warning), ``TypeError`` for an unencodable field."""
-        line = _encode(record) + b"\n"
+        if record.v != record.VERSION:
+            record = msgspec.structs.replace(record, v=record.VERSION)
+        line = _ENCODER.encode(record) + b"\n"
         with self._lock:
             if self._fh is None:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
