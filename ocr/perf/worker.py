@@ -83,47 +83,24 @@ class TimedBatch(NamedTuple):
 # -- the per-process accumulator ---------------------------------------------------------------
 
 
+@dataclass(slots=True)
 class _Accumulator:
     """Timing collected in this process since the previous batch was collated: ``active`` in
     instrumented workers and inside an in-process ``next()``; ``depth``: nesting of timed dataset
     calls (``__getitems__`` calling ``self[i]``); ``fetch_start_ns``: set in-process, where
     fetch = collate start - this."""
 
-    __slots__ = ("active", "counts", "depth", "fetch_ns", "fetch_start_ns", "fetch_timed", "parts")
-
-    def __init__(self) -> None:
-        self.load(_idle())
-
-    def save(self) -> tuple[Any, ...]:
-        return (
-            self.active,
-            self.depth,
-            self.fetch_ns,
-            self.fetch_start_ns,
-            self.fetch_timed,
-            self.parts,
-            self.counts,
-        )
-
-    def load(self, state: tuple[Any, ...]) -> None:
-        (
-            self.active,
-            self.depth,
-            self.fetch_ns,
-            self.fetch_start_ns,
-            self.fetch_timed,
-            self.parts,
-            self.counts,
-        ) = state
-
-
-def _idle(active: bool = False) -> tuple[Any, ...]:
-    """A fresh :class:`_Accumulator` state (``active``: a worker about to build batches)."""
-    return (active, 0, 0, None, False, {}, {})
+    active: bool = False
+    depth: int = 0
+    fetch_ns: int = 0
+    fetch_start_ns: int | None = None
+    fetch_timed: bool = False
+    parts: dict[str, int] = field(default_factory=dict)
+    counts: dict[str, int] = field(default_factory=dict)
 
 
 # Process-global rather than thread-local: a dataset may decode in helper threads and report
-# from them. Each worker process has its own copy.
+# from them. Each worker process has its own copy; an in-process ``next()`` swaps in its own.
 _ACC = _Accumulator()
 
 
@@ -205,11 +182,11 @@ class _TimedWorkerInit:
     map_style: bool
 
     def __call__(self, worker_id: int) -> None:
-        acc = _ACC
-        acc.load(_idle(active=True))
+        global _ACC
+        _ACC = _Accumulator(active=True)
         info = get_worker_info()
         if self.map_style and info is not None:
-            acc.fetch_timed = _time_fetches(info.dataset)
+            _ACC.fetch_timed = _time_fetches(info.dataset)
         if self.worker_init_fn is not None:
             self.worker_init_fn(worker_id)
 
@@ -300,6 +277,7 @@ class _TimedIterator(_BaseDataLoaderIter):
         self._inner._reset(*args, **kwargs)
 
     def __next__(self) -> Any:
+        global _ACC
         # Runs once per batch on the training loop's thread: kept flat and allocation-light.
         handle = self._handle
         if handle is not None and not handle._delivering:
@@ -309,14 +287,13 @@ class _TimedIterator(_BaseDataLoaderIter):
         previous = clock.switch("data_wait") if clock is not None else ""
         try:
             if self._in_process:
-                acc = _ACC
                 # Nested inside another batch being built in this process: keep its state.
-                saved = acc.save() if acc.active else _idle()
-                acc.load((True, 0, 0, _now(), True, {}, {}))
+                saved = _ACC if _ACC.active else _Accumulator()
+                _ACC = _Accumulator(True, 0, 0, _now(), True)
                 try:
                     item = next(self._inner)
                 finally:
-                    acc.load(saved)
+                    _ACC = saved
             else:
                 item = next(self._inner)
             if type(item) is TimedBatch:
