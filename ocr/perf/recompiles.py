@@ -129,21 +129,9 @@ class CompileWatch:
             self._last = _entry_key(entries[-1]) if entries else None
             self._frames = self._frames_total()
 
-    @property
-    def available(self) -> bool:
-        return self._utils is not None
-
     def _frames_total(self) -> int:
-        frames = self._utils.counters.get("frames") if self._utils is not None else None
+        frames = self._utils.counters.get("frames")
         return int(frames.get("total", 0)) if frames else 0
-
-    def _new_entries(self) -> list[Any]:
-        entries = list(self._utils.get_compilation_metrics()) if self._utils is not None else []
-        keys = [_entry_key(e) for e in entries]
-        start = keys.index(self._last) + 1 if self._last in keys else 0
-        if entries:
-            self._last = keys[-1]
-        return entries[start:]
 
     def take(self, epoch: int) -> RecompilesRecord:
         """The compiles since the previous call (or since construction)."""
@@ -154,7 +142,12 @@ class CompileWatch:
         limit_hit = False
         tallies: list[tuple[str, int, str | None, list[int], str]] = []
         functions: Counter[str] = Counter()
-        for entry in self._new_entries():
+        entries = list(self._utils.get_compilation_metrics())
+        keys = [_entry_key(e) for e in entries]
+        start = keys.index(self._last) + 1 if self._last in keys else 0
+        if entries:
+            self._last = keys[-1]
+        for entry in entries[start:]:
             if getattr(entry, "is_forward", None) is False:
                 continue  # a backward graph compiled by AOT autograd, not a Dynamo frame
             dynamo_entries += 1
@@ -264,7 +257,6 @@ def recompile_finding(epochs: Sequence[RecompilesRecord], total_s: float = 0.0) 
     reasons = _merge(
         (r.reason, r.count, r.dimension, r.sizes, r.example) for e in counted for r in e.reasons
     )
-    dims = list(dict.fromkeys(r.dimension for r in reasons if r.dimension))
     why = []
     if hit:
         limit = next((e.limit for e in hit if e.limit is not None), None)
@@ -280,10 +272,10 @@ def recompile_finding(epochs: Sequence[RecompilesRecord], total_s: float = 0.0) 
     if churn and not later:
         why.append(f"{max(e.recompiles for e in churn)} recompiles in one epoch")
     cause = ""
-    if dims:
-        sizes = next((r.sizes for r in reasons if r.dimension == dims[0]), [])
+    if dimmed := next((r for r in reasons if r.dimension), None):
+        sizes = dimmed.sizes
         shown = ", ".join(str(s) for s in sizes[:8]) + (", ..." if len(sizes) > 8 else "")
-        cause = f"; {dims[0]} changes" + (f" (sizes {shown})" if sizes else "")
+        cause = f"; {dimmed.dimension} changes" + (f" (sizes {shown})" if sizes else "")
     elif reasons:
         cause = f"; guard: {reasons[0].reason}"
     title = (
