@@ -10,11 +10,9 @@ Names seen in Lightning 2.6 (see ``tests/integration/test_interpose_seams.py``):
 - ``[Callback]{state_key}.{hook}`` -> ``callbacks`` (owner: the callback's class name);
   checkpoint hooks (``on_save_checkpoint``, ``state_dict``...) -> ``checkpoint``.
 - ``[LightningModule]{Class}.{hook}`` and ``[LightningDataModule]{Class}.{hook}`` ->
-  ``module_hooks`` (owner ``Class.hook``), except the batch transfer hooks -> ``transfer``, the
-  optimizer hooks (``optimizer_step``, ``optimizer_zero_grad``, ``configure_gradient_clipping``,
-  ``lr_scheduler_step``) -> ``optimizer`` and the checkpoint hooks -> ``checkpoint``.
-- ``[Strategy]{Class}.training_step`` (``validation_step``, ``test_step``, ``predict_step``) ->
-  ``forward``; ``.batch_to_device`` -> ``transfer``; ``.backward`` -> ``backward``.
+  ``module_hooks`` (owner ``Class.hook``), except the hooks of ``_MODULE_HOOK_PHASES``.
+- ``[Strategy]{Class}.{hook}``: the hooks of ``_STRATEGY_HOOK_PHASES`` (``training_step`` ->
+  ``forward``, ...).
 - ``[_TrainingEpochLoop].train_dataloader_next``, ``[_EvaluationLoop].val_next`` /
   ``test_next`` -> ``data_wait``.
 - ``optimizer_step`` (manual optimization) -> ``optimizer``; ``save_checkpoint`` ->
@@ -34,16 +32,12 @@ from functools import lru_cache
 
 from ocr.perf.clock import PHASES
 
-# -- the one phase vocabulary --------------------------------------------------------------------
-# The live clock's phases (``ocr.perf.clock.PHASES``) are the only phase names: the trace's step
-# breakdown, its agreement with the clock, the report, the CLI, the JSON and the loggers' phase
-# keys use them. A trace cannot tell three of them apart from the work around them (nothing in it
-# marks ``perf_phase`` blocks or a DDP wait), so its breakdown holds their time in the phase that
-# encloses them; this mapping is the only place that says so.
+# The clock's phases (``ocr.perf.clock.PHASES``) are the only phase names, in traces too. A trace
+# cannot tell three of them apart from the work around them (nothing in it marks ``perf_phase``
+# blocks or a DDP wait); this mapping is the only place that says where their time goes.
 
-#: Clock phase -> the trace phase whose time includes it, for the phases a trace cannot separate:
-#: postprocess and metric run inside the step function (forward); a wait for another rank is time
-#: no label in the trace claims (unattributed).
+#: Clock phase -> the trace phase whose time includes it: postprocess and metric run inside the
+#: step function (forward); a wait for another rank is time no label in the trace claims.
 POOLED_IN_TRACE: dict[str, str] = {
     "postprocess": "forward",
     "metric": "forward",

@@ -26,7 +26,7 @@ import os
 import time
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from types import FunctionType, MethodType, ModuleType
 from typing import TYPE_CHECKING, Any
 
@@ -69,19 +69,17 @@ def _torch_types() -> tuple[type[torch.Tensor], tuple[type, ...], frozenset[str]
 _CONTAINERS = (list, tuple, dict, deque, set, frozenset)
 
 
+@dataclass
 class _Walk:
     """The state of one scan: the item budget and the storages already counted."""
 
-    def __init__(
-        self, max_items: int, opaque: tuple[type, ...], tensor: type[torch.Tensor]
-    ) -> None:
-        self.max_items = max_items
-        self.opaque = opaque
-        self.tensor_type = tensor
-        self.items = 0
-        self.truncated = False
-        self.seen_storages: set[tuple[str, int]] = set()
-        self.nodes: list[GrowthNode] = []
+    max_items: int
+    opaque: tuple[type, ...]
+    tensor_type: type[torch.Tensor]
+    items: int = 0
+    truncated: bool = False
+    seen_storages: set[tuple[str, int]] = field(default_factory=set)
+    nodes: list[GrowthNode] = field(default_factory=list)
 
     def spend(self) -> bool:
         if self.items >= self.max_items:
