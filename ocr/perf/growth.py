@@ -286,10 +286,9 @@ def growing(scans: Sequence[GrowthRecord], epochs: int = GROWTH_EPOCHS) -> list[
     by_scan = [{n.path: n for n in s.nodes} for s in window]
     found: list[Growth] = []
     for path in sorted(by_scan[-1]):
-        series = [nodes.get(path) for nodes in by_scan]
-        if any(n is None for n in series):
+        if not all(path in nodes for nodes in by_scan):
             continue
-        points: list[GrowthNode] = [n for n in series if n is not None]
+        points = [nodes[path] for nodes in by_scan]
         if not all(
             (b.length > a.length or b.tensors > a.tensors or b.bytes > a.bytes)
             and b.tensors >= a.tensors
