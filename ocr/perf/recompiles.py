@@ -58,15 +58,13 @@ _SIZE = re.compile(
 _NUMBERS = re.compile(r"(expected|actual|==|!=|<=|>=|<|>)\s*-?\d+")
 
 
-def _merge(
-    reasons: Iterable[tuple[str, int, str | None, Iterable[int], str]],
-) -> list[RecompileReason]:
-    """``(reason, count, dimension, sizes, example)`` tallies merged by reason, most frequent
-    first (sizes: the first 32 distinct, sorted; the first example)."""
+def _merge(reasons: Iterable[RecompileReason]) -> list[RecompileReason]:
+    """``reasons`` merged by ``reason``, most frequent first (sizes: the first 32 distinct,
+    sorted; the first example)."""
     merged: dict[str, tuple[int, str | None, set[int], str]] = {}
-    for reason, count, dimension, sizes, example in reasons:
-        n, dim, seen, first = merged.get(reason, (0, dimension, set(), example))
-        merged[reason] = (n + count, dim, seen | set(sizes), first)
+    for r in reasons:
+        n, dim, seen, first = merged.get(r.reason, (0, r.dimension, set(), r.example))
+        merged[r.reason] = (n + r.count, dim, seen | set(r.sizes), first)
     out = [
         RecompileReason(reason=r, count=n, dimension=d, sizes=sorted(z)[:32], example=e)
         for r, (n, d, z, e) in merged.items()
@@ -140,7 +138,7 @@ class CompileWatch:
         compiles = recompiles = failed = dynamo_entries = 0
         compile_s = 0.0
         limit_hit = False
-        tallies: list[tuple[str, int, str | None, list[int], str]] = []
+        tallies: list[RecompileReason] = []
         functions: Counter[str] = Counter()
         entries = list(self._utils.get_compilation_metrics())
         keys = [_entry_key(e) for e in entries]
@@ -167,7 +165,12 @@ class CompileWatch:
             if raw is not None:
                 recompiles += 1
                 key, dimension, sizes = normalize_reason(str(raw))
-                tallies.append((key, 1, dimension, sizes, str(raw)[:300]))
+                example = str(raw)[:300]
+                tallies.append(
+                    RecompileReason(
+                        reason=key, count=1, dimension=dimension, sizes=sizes, example=example
+                    )
+                )
         frames = self._frames_total()
         lost = max(0, frames - self._frames - dynamo_entries)
         self._frames = frames
@@ -254,9 +257,7 @@ def recompile_finding(epochs: Sequence[RecompilesRecord], total_s: float = 0.0) 
         return None
     recompiles = sum(e.recompiles for e in counted)
     compile_s = sum(e.compile_s for e in counted)
-    reasons = _merge(
-        (r.reason, r.count, r.dimension, r.sizes, r.example) for e in counted for r in e.reasons
-    )
+    reasons = _merge(r for e in counted for r in e.reasons)
     why = []
     if hit:
         limit = next((e.limit for e in hit if e.limit is not None), None)
