@@ -72,12 +72,12 @@ def split_source(
     """Where the images of ``split`` are in ``dataset_dir`` (either layout).
 
     ``used_as`` names the stage the split serves when it differs (``ocr-test split=val``), for
-    error messages. Raises :class:`DatasetLayoutError` (an ``InputError``) for a missing folder,
-    a folder in neither layout, or a split the folder does not have.
+    error messages. Raises :class:`MissingPathError` for a missing folder and
+    :class:`DatasetLayoutError` for a folder in neither layout or without the split.
     """
     role = f"split {split!r}" + (f" (used as the {used_as} split)" if used_as else "")
     if not dataset_dir.is_dir():
-        raise DatasetLayoutError(
+        raise MissingPathError(
             f"data.dataset_dir: no such folder: {dataset_dir} (or experiment=synthetic_debug "
             f"for generated data); {LAYOUTS_HELP}"
         )
