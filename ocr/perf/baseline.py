@@ -47,21 +47,6 @@ from ocr.perf.records import (
 )
 from ocr.perf.rundir import polygon_cache_hit_rate, to_jsonable
 
-__all__ = [
-    "BASELINE_SCHEMA",
-    "BENCH_SCHEMA",
-    "MIN_BATCHES",
-    "MIN_EPOCHS_TO_JUDGE",
-    "Baseline",
-    "BaselineError",
-    "Figure",
-    "Source",
-    "load_source",
-    "make_baseline",
-    "too_little_data",
-    "write_baseline",
-]
-
 BASELINE_SCHEMA = "receipt-ocr/perf-baseline"
 BASELINE_VERSION = 1
 BENCH_SCHEMA = "receipt-ocr/bench"

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["Candidate"]
-
 
 @dataclass(frozen=True)
 class Candidate:

@@ -17,15 +17,6 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-__all__ = [
-    "PHASES",
-    "PhaseClock",
-    "PhaseTotals",
-    "active_clock",
-    "perf_phase",
-    "set_active_clock",
-]
-
 PHASES: tuple[str, ...] = (
     "data_wait",
     "transfer",

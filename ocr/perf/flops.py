@@ -20,12 +20,6 @@ import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
-__all__ = [
-    "FlopCount",
-    "batch_size_of",
-    "count_flops",
-]
-
 
 @dataclass(frozen=True)
 class FlopCount:

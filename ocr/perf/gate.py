@@ -42,21 +42,6 @@ from ocr.perf.records import JsonValue
 from ocr.perf.rundir import to_jsonable
 from ocr.perf.significance import ALPHA, Outcome, mann_whitney_greater, noise_allowance
 
-__all__ = [
-    "BATCH_ROW",
-    "DEFAULT_FRACTION_TOLERANCE",
-    "DEFAULT_TOLERANCE_PCT",
-    "MIN_EPOCHS_FOR_TEST",
-    "MISSING",
-    "NOT_JUDGED",
-    "PHASE_FLOOR_SHARE",
-    "VERDICTS",
-    "Band",
-    "GateOutcome",
-    "GateRow",
-    "check_baseline",
-]
-
 #: Relative tolerance of time / rate figures when none is given, in percent.
 DEFAULT_TOLERANCE_PCT = 10.0
 #: Tolerance of fraction figures (hit rates) when none is given, in percentage points.

@@ -18,8 +18,6 @@ if TYPE_CHECKING:
 
     from ocr.perf.baseline import Baseline
 
-__all__ = ["COLUMNS", "print_baseline", "print_check", "row_cells", "verdict_line"]
-
 #: The columns of :func:`row_cells`.
 COLUMNS = ("figure", "unit", "better", "baseline", "current", "change", "band", "status", "why")
 #: Shown under the table: how to read the band.

@@ -16,14 +16,6 @@ from dataclasses import dataclass
 from ocr.perf.records import EpochRecord, RunRecord
 from ocr.perf.stage import Stage
 
-__all__ = [
-    "Utilisation",
-    "epoch_utilisation",
-    "stage_flops_per_sample",
-    "stage_utilisation",
-    "utilisation",
-]
-
 
 @dataclass(frozen=True)
 class Utilisation:

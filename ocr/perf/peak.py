@@ -36,16 +36,6 @@ from pathlib import Path
 
 import torch
 
-__all__ = [
-    "BUSY_LOAD_PER_CPU",
-    "CACHE_FILE",
-    "PeakFlops",
-    "cache_path",
-    "dtype_for_precision",
-    "measured_peak",
-    "spec_peak",
-]
-
 CACHE_FILE = "peak_flops.json"
 _CACHE_VERSION = 1
 #: Seconds of timed work per kernel (after warm-up): long enough to average out scheduler

@@ -17,8 +17,6 @@ from dataclasses import dataclass
 
 from ocr.perf.findings import threshold
 
-__all__ = ["STRAGGLER_MIN_S", "STRAGGLER_MIN_SHARE", "Straggler", "find_straggler", "rank_spread"]
-
 #: A rank is named a straggler when it works at least this share of the epoch's (median) wall
 #: time longer than the median of the other ranks (``straggler_work_pct`` of the thresholds
 #: table) ...

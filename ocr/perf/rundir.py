@@ -18,8 +18,6 @@ import msgspec
 
 from ocr.perf.records import HydraApp, JsonValue, RunRecord, write_run_record
 
-__all__ = ["cpu_bf16", "polygon_cache_hit_rate", "run_info", "to_jsonable", "write_run_info"]
-
 
 def polygon_cache_hit_rate(counts: Mapping[str, float | None]) -> float | None:
     """Hit rate (0-1) of the PolygonCache from an epoch record's ``worker_counts`` (or any sum of

@@ -30,22 +30,6 @@ from functools import lru_cache
 
 import numpy as np
 
-__all__ = [
-    "ALPHA",
-    "BOOTSTRAP_RESAMPLES",
-    "CONFIDENCE",
-    "NOISE_SIGMAS",
-    "OUTCOME_STYLE",
-    "Outcome",
-    "PairedRatios",
-    "mann_whitney_greater",
-    "median_interval",
-    "noise_allowance",
-    "paired_ratios",
-    "ratio_of_medians_interval",
-    "ratio_outcome",
-]
-
 #: Significance level of the one-sided tests.
 ALPHA = 0.05
 #: Coverage of the bootstrap intervals.

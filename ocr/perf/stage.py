@@ -6,8 +6,6 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-__all__ = ["STAGE_ORDER", "Stage"]
-
 # Every accepted spelling -> the stage's value: ours, Lightning's RunningStage values ("train",
 # "validate", "test") and the trace analyzer's ("validation").
 _SPELLINGS = {

@@ -7,8 +7,6 @@ from collections.abc import Iterable
 
 import numpy as np
 
-__all__ = ["StreamingStats"]
-
 
 class StreamingStats:
     """Bounded-memory summary of a stream of non-negative values (seconds): exact count/mean/std

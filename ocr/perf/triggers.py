@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import threading
 
-__all__ = ["request_profile", "take_profile_request"]
-
 _lock = threading.Lock()
 _pending: str | None = None
 

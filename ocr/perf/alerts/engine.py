@@ -34,17 +34,6 @@ from ocr.perf.findings import threshold
 from ocr.perf.records import AlertEvent
 from ocr.perf.triggers import request_profile
 
-__all__ = [
-    "AlertEngine",
-    "Check",
-    "Rule",
-    "RuleContext",
-    "RuleState",
-    "Setting",
-    "StragglerSignal",
-]
-
-
 # -- the state machine of one rule --------------------------------------------------------------
 
 

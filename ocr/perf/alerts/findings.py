@@ -17,8 +17,6 @@ from ocr.perf.alerts.rules import RULES
 from ocr.perf.findings import Finding, risk_score
 from ocr.perf.records import AlertEvent
 
-__all__ = ["alert_finding", "alert_findings"]
-
 
 def _when(events: Sequence[AlertEvent]) -> str:
     """``since epoch E`` (still active: E is the epoch of the firing that never resolved) or

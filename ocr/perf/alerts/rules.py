@@ -25,8 +25,6 @@ from typing import ClassVar
 from ocr.errors import ConfigError
 from ocr.perf.alerts.engine import Check, Rule, RuleContext, Setting
 
-__all__ = ["RULES", "build_rules", "rule_defaults"]
-
 _GB = float(1 << 30)
 _MB = float(1 << 20)
 _GPU_KEY = re.compile(r"^resources/gpu(\d+)_(\w+)$")

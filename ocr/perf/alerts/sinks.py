@@ -12,8 +12,6 @@ import sys
 
 from ocr.perf.records import AlertEvent, RecordWriter
 
-__all__ = ["AlertSink", "AlertWarning", "JsonlSink", "LogSink", "WandbSink"]
-
 
 class AlertWarning(UserWarning):
     """An alert sink failed and is off for the run."""
