@@ -56,10 +56,7 @@ class GpuStarvation(Rule):
     name = "gpu_starvation"
     per_rank = True
     corroborates = "input_bound"
-    DEFAULTS: ClassVar[dict[str, Setting]] = {
-        "hold_s": 60.0,
-        "cooldown_s": 1800.0,
-    }
+    DEFAULTS: ClassVar[dict[str, Setting]] = {"hold_s": 60.0, "cooldown_s": 1800.0}
     FROM_TABLE: ClassVar[dict[str, tuple[str, float]]] = {
         "data_wait_share": ("input_warn_pct", 100.0),
         "data_wait_clear": ("input_clear_pct", 100.0),
@@ -121,10 +118,7 @@ class GpuMemoryNearOom(Rule):
     severity = "critical"
     per_rank = True
     risk = True
-    DEFAULTS: ClassVar[dict[str, Setting]] = {
-        "hold_s": 10.0,
-        "cooldown_s": 1800.0,
-    }
+    DEFAULTS: ClassVar[dict[str, Setting]] = {"hold_s": 10.0, "cooldown_s": 1800.0}
     FROM_TABLE: ClassVar[dict[str, tuple[str, float]]] = {
         "used_fraction": ("gpu_memory_high_pct", 100.0),
         "clear_fraction": ("gpu_memory_clear_pct", 100.0),
@@ -354,10 +348,7 @@ class DiskSpace(Rule):
     name = "disk_space"
     severity = "critical"
     risk = True
-    DEFAULTS: ClassVar[dict[str, Setting]] = {
-        "hold_s": 0.0,
-        "cooldown_s": 3600.0,
-    }
+    DEFAULTS: ClassVar[dict[str, Setting]] = {"hold_s": 0.0, "cooldown_s": 3600.0}
     FROM_TABLE: ClassVar[dict[str, tuple[str, float]]] = {
         "min_free_gb": ("disk_min_free_gb", 1.0),
         "checkpoints_ahead": ("disk_checkpoints_ahead", 1.0),
@@ -452,10 +443,7 @@ class StragglerRank(Rule):
 
     name = "straggler_rank"
     corroborates = "straggler"
-    DEFAULTS: ClassVar[dict[str, Setting]] = {
-        "hold_s": 0.0,
-        "cooldown_s": 0.0,
-    }
+    DEFAULTS: ClassVar[dict[str, Setting]] = {"hold_s": 0.0, "cooldown_s": 0.0}
     FROM_TABLE: ClassVar[dict[str, tuple[str, float]]] = {
         "share": ("straggler_work_pct", 100.0),
         "clear_share": ("straggler_clear_pct", 100.0),
@@ -492,10 +480,7 @@ class Hang(Rule):
     name = "hang"
     severity = "critical"
     risk = True
-    DEFAULTS: ClassVar[dict[str, Setting]] = {
-        "hold_s": 0.0,
-        "cooldown_s": 600.0,
-    }
+    DEFAULTS: ClassVar[dict[str, Setting]] = {"hold_s": 0.0, "cooldown_s": 600.0}
     FROM_TABLE: ClassVar[dict[str, tuple[str, float]]] = {
         "factor": ("hang_factor", 1.0),
         "min_s": ("hang_min_s", 1.0),
