@@ -46,6 +46,7 @@ from ocr.perf.records import (
     read_run_record,
 )
 from ocr.perf.rundir import polygon_cache_hit_rate, to_jsonable
+from ocr.perf.significance import noise_allowance
 
 BASELINE_SCHEMA = "receipt-ocr/perf-baseline"
 BASELINE_VERSION = 1
@@ -93,12 +94,19 @@ class Figure(msgspec.Struct, frozen=True):
 
     @property
     def median(self) -> float | None:
-        """The median of :attr:`values` (``None`` without values)."""
         return float(np.median(self.values)) if self.values else None
 
     @property
     def fraction(self) -> bool:
         return self.unit == "fraction"
+
+    @property
+    def noise(self) -> float:
+        """The noise allowance of :attr:`values` in the units the gate judges them: % of the
+        median, percentage points for a fraction."""
+        if self.fraction:
+            return 100.0 * noise_allowance(self.values, relative=False)
+        return noise_allowance(self.values)
 
     @classmethod
     def of(cls, values: Sequence[float | None], unit: str, better: Better) -> Figure:
@@ -119,15 +127,13 @@ class Baseline(msgspec.Struct):
     them (the JSON has the same fields, plus ``schema``, ``v`` and each figure's median).
 
     Args:
-        source: where the figures came from.
         stage: the stage summarised (``None`` for a bench that does not say).
         skip_epochs: leading epochs of the stage dropped (``None`` for a bench).
         epochs: the kept epochs' numbers (empty for a bench).
         workload: what was run (samples, num_batches, batch_size, num_workers, world_size; a
             bench's name and workload): a different one is not comparable.
         machine: where (device, cpu_count, cuda_devices, hostname, versions).
-        figures: the figures by name (module docstring).
-        batch_times_s: the pooled per-batch times of the kept epochs.
+        figures: by name (module docstring).
         batches: all batches of the kept epochs (``batch_times_s`` may be strided); ``None`` for
             a bench, or a baseline written before the field existed.
         counts: worker counters summed over the kept epochs.
@@ -208,10 +214,8 @@ def _epoch_figures(records: list[EpochRecord], where: str) -> dict[str, Figure]:
 
     for index, rec in enumerate(records):
         try:
-            wall = rec.wall_s
-            samples = rec.samples
-            batches = rec.num_batches
-            add("epoch_wall_s", "s", "lower", wall)
+            samples, batches = rec.samples, rec.num_batches
+            add("epoch_wall_s", "s", "lower", rec.wall_s)
             for phase, seconds in rec.phases_s.items():
                 add(f"phase_{phase}_s", "s", "lower", seconds)
             stats = rec.batch_stats
@@ -292,9 +296,7 @@ def _from_run(epochs_path: Path, stage: str | None, skip_epochs: int) -> Baselin
     machine: dict[str, Meta] = (
         _run_machine(run_dir, last.device) if run_dir else {"device": last.device}
     )
-    batch_times: list[float] = []
-    for rec in kept:
-        batch_times.extend(t for t in rec.batch_times_s if t is not None)
+    batch_times = [t for rec in kept for t in rec.batch_times_s if t is not None]
     samples = {r.samples for r in kept}
     batches = {r.num_batches for r in kept}
     if len(samples) > 1 or len(batches) > 1:
@@ -321,7 +323,6 @@ def _from_run(epochs_path: Path, stage: str | None, skip_epochs: int) -> Baselin
         machine=machine,
         figures=_epoch_figures(kept, str(epochs_path)),
         batch_times_s=batch_times,
-        # all batches of the kept epochs (batch_times_s may be strided on long epochs)
         batches=sum(r.num_batches for r in kept),
         counts=counts,
         notes=notes,
@@ -431,7 +432,7 @@ def make_baseline(
     skip_epochs: int = 1,
 ) -> Baseline:
     """:func:`load_source` plus ``name`` (default: the source's file or folder name) and
-    ``created_at`` (unix seconds): what ``ocr-perf baseline`` writes."""
+    ``created_at``: what ``ocr-perf baseline`` writes."""
     baseline = load_source(path, stage=stage, skip_epochs=skip_epochs)
     reason = too_little_data("baseline", baseline)
     if reason is not None:  # said now, not first at the check that cannot use it
