@@ -23,18 +23,9 @@ from torch.utils.flop_counter import FlopCounterMode
 
 @dataclass(frozen=True)
 class FlopCount:
-    """FLOPs of one call of a model on an example input.
-
-    Args:
-        forward: FLOPs of one forward on the example input (the whole batch).
-        forward_backward: FLOPs of a forward plus the backward of the sum of the outputs (the
-            whole batch); ``None`` when not counted (no parameter needs a gradient, or not
-            asked for).
-        batch_size: samples in the example input (the first dimension of its first tensor).
-        by_op: forward FLOPs per aten op (``"aten.convolution"`` -> FLOPs), for checks and
-            display.
-        input_shapes: the shapes of the example input's tensors, in order.
-    """
+    """FLOPs of one call of a model on an example input (the whole batch): ``forward_backward``
+    is a forward plus the backward of the sum of the outputs, ``None`` when not counted (no
+    parameter needs a gradient, or not asked for); ``by_op``: forward FLOPs per aten op."""
 
     forward: int
     forward_backward: int | None
@@ -102,13 +93,9 @@ def count_flops(model: nn.Module, example_input: Any, *, backward: bool = True) 
     (gradients it makes are dropped, batch-norm running statistics are restored).
 
     Args:
-        model: any ``nn.Module``.
         example_input: a tensor (one argument), a tuple (positional arguments) or a dict
             (keyword arguments), with the real shapes.
         backward: also count forward + backward (needs a floating output that requires grad).
-
-    Returns:
-        The :class:`FlopCount`.
     """
     # Batch-norm running statistics move on a training-mode forward: keep the model's state.
     saved = {name: buf.detach().clone() for name, buf in model.named_buffers()}

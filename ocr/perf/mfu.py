@@ -19,14 +19,9 @@ from ocr.perf.stage import Stage
 
 @dataclass(frozen=True)
 class Utilisation:
-    """Achieved FLOP/s of a stage window against the measured peak.
-
-    Args:
-        flops_per_sec: FLOPs per sample x samples (all ranks) / wall seconds.
-        mfu: ``flops_per_sec`` over the measured peak of all ranks (peak x world size), 0-1;
-            ``None`` without a peak.
-        spec_mfu: the same over the data-sheet peak (GPU only), or ``None``.
-    """
+    """Achieved FLOP/s of a stage window (FLOPs per sample x samples of all ranks / wall
+    seconds), and as ``mfu`` a share (0-1) of the measured peak of all ranks (peak x world size;
+    ``None`` without a peak), as ``spec_mfu`` of the data-sheet peak (GPU only)."""
 
     flops_per_sec: float
     mfu: float | None
