@@ -75,11 +75,9 @@ def _u_distribution(m: int, n: int) -> tuple[int, ...]:
 
 
 def mann_whitney_greater(x: Sequence[float] | np.ndarray, y: Sequence[float] | np.ndarray) -> float:
-    """One-sided p-value that ``y`` tends to be larger than ``x`` (Mann-Whitney U).
-
-    Exact without ties for up to 20 values per side, otherwise the normal approximation with tie
-    and continuity corrections; ``nan`` when a side is empty.
-    """
+    """One-sided p-value that ``y`` tends to be larger than ``x`` (Mann-Whitney U): exact without
+    ties for up to 20 values per side, else the normal approximation with tie and continuity
+    corrections; ``nan`` when a side is empty."""
     xa, ya = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
     m, n = int(xa.size), int(ya.size)
     if m == 0 or n == 0:
@@ -194,15 +192,11 @@ def ratio_outcome(low: float, high: float, bar: float, *, enough: bool = True) -
 
 def noise_allowance(values: Sequence[float], *, relative: bool = True) -> float:
     """The change a series' own noise can explain: :data:`NOISE_SIGMAS` standard deviations of
-    ``values`` (epoch figures, say), the standard deviation estimated robustly as the
-    interquartile range / 1.349 (numpy's linear quantiles).
-
-    ``relative``: in percent of the median (0 when the median is not positive); otherwise in the
-    values' unit. Fewer than two values: 0 (one value says nothing about noise; the caller
-    decides what that means). Unlike the max - min spread, outlying values (fewer than a quarter
-    on a side) cannot widen it: two noisy epochs among twelve leave it where the ten steady ones
-    put it. Unlike the median absolute deviation it stays steady on three or four values (about
-    the max - min range there), where that one can fall to nearly 0.
+    ``values``, estimated robustly as the interquartile range / 1.349; in percent of the median
+    when ``relative`` (0 when it is not positive), else in the values' unit; 0 for fewer than two
+    values. Unlike the max - min spread, outlying values (fewer than a quarter on a side) cannot
+    widen it; unlike the median absolute deviation it stays steady on three or four values, where
+    that one can fall to nearly 0.
     """
     arr = np.asarray(values, dtype=np.float64)
     arr = arr[np.isfinite(arr)]

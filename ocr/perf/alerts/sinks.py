@@ -18,7 +18,7 @@ class AlertWarning(UserWarning):
 
 
 class AlertSink:
-    """Receives alert events. :meth:`emit` may raise; the engine then turns the sink off."""
+    """Receives alert events (module docstring)."""
 
     name = "sink"
 
