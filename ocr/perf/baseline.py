@@ -29,6 +29,7 @@ import json
 import math
 import os
 import time
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Literal, cast
@@ -204,42 +205,34 @@ def _guess_unit(name: str) -> tuple[str, Better]:
     return "", "none"
 
 
-def _epoch_figures(records: list[EpochRecord], where: str) -> dict[str, Figure]:
+def _epoch_figures(records: list[EpochRecord]) -> dict[str, Figure]:
     """The figures of a stage's kept epochs (module docstring)."""
-    series: dict[str, tuple[str, Better, list[float]]] = {}
+    series: dict[str, tuple[str, Better, list[float | None]]] = {}
 
     def add(name: str, unit: str, better: Better, value: float | None) -> None:
-        entry = series.setdefault(name, (unit, better, []))
-        entry[2].append(math.nan if value is None else float(value))
+        series.setdefault(name, (unit, better, []))[2].append(value)
 
-    for index, rec in enumerate(records):
-        try:
-            samples, batches = rec.samples, rec.num_batches
-            add("epoch_wall_s", "s", "lower", rec.wall_s)
-            for phase, seconds in rec.phases_s.items():
-                add(f"phase_{phase}_s", "s", "lower", seconds)
-            stats = rec.batch_stats
-            add("batch_median_s", "s", "lower", stats.get("median"))
-            add("batch_p95_s", "s", "lower", stats.get("p95"))
-            rate = rec.samples_per_sec  # all ranks' samples / wall time
-            if rate is None and rec.all_wall_s > 0:
-                rate = rec.all_samples / rec.all_wall_s
-            add("samples_per_sec", "samples/s", "higher", rate)
-            worker = rec.worker_s
-            for part, seconds in worker.items():
-                if batches and seconds is not None:
-                    add(f"worker_{part}_ms_per_batch", "ms/batch", "lower", 1e3 * seconds / batches)
-            if worker.get("targets") is not None and samples:
-                add("targets_ms_per_image", "ms/image", "lower", 1e3 * worker["targets"] / samples)
-            hit_rate = polygon_cache_hit_rate(rec.worker_counts)
-            if hit_rate is not None:
-                add("polygon_cache_hit_rate", "fraction", "higher", hit_rate)
-            if rec.peak_rss_gb is not None:
-                add("peak_rss_gb", "GiB", "lower", rec.peak_rss_gb)
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise BaselineError(
-                f"{where}: {rec.stage} epoch {rec.epoch} (record {index + 1}) is malformed: {exc!r}"
-            ) from exc
+    for rec in records:
+        add("epoch_wall_s", "s", "lower", rec.wall_s)
+        for phase, seconds in rec.phases_s.items():
+            add(f"phase_{phase}_s", "s", "lower", seconds)
+        add("batch_median_s", "s", "lower", rec.batch_stats.get("median"))
+        add("batch_p95_s", "s", "lower", rec.batch_stats.get("p95"))
+        rate = rec.samples_per_sec  # all ranks' samples / wall time
+        if rate is None and rec.all_wall_s > 0:
+            rate = rec.all_samples / rec.all_wall_s
+        add("samples_per_sec", "samples/s", "higher", rate)
+        batches, samples, worker = rec.num_batches, rec.samples, rec.worker_s
+        for part, seconds in worker.items():
+            if batches:
+                add(f"worker_{part}_ms_per_batch", "ms/batch", "lower", 1e3 * seconds / batches)
+        if "targets" in worker and samples:
+            add("targets_ms_per_image", "ms/image", "lower", 1e3 * worker["targets"] / samples)
+        hit_rate = polygon_cache_hit_rate(rec.worker_counts)
+        if hit_rate is not None:
+            add("polygon_cache_hit_rate", "fraction", "higher", hit_rate)
+        if rec.peak_rss_gb is not None:
+            add("peak_rss_gb", "GiB", "lower", rec.peak_rss_gb)
     figures = {name: Figure.of(vals, unit, better) for name, (unit, better, vals) in series.items()}
     return {name: fig for name, fig in figures.items() if fig.values}
 
@@ -257,17 +250,12 @@ def _epochs_file(path: Path) -> Path | None:
 
 
 def _run_machine(run_dir: Path, device: str | None) -> dict[str, Meta]:
-    machine: dict[str, Meta] = {}
     try:
         record = read_run_record(run_dir)
     except (FileNotFoundError, RunDirError):
         record = None
-    for key in _MACHINE_KEYS:
-        value = getattr(record, key, None)
-        if value is not None:
-            machine[key] = value
-    machine["device"] = device
-    return machine
+    known = {key: getattr(record, key, None) for key in _MACHINE_KEYS}
+    return {**{k: v for k, v in known.items() if v is not None}, "device": device}
 
 
 def _from_run(epochs_path: Path, stage: str | None, skip_epochs: int) -> Baseline:
@@ -304,10 +292,9 @@ def _from_run(epochs_path: Path, stage: str | None, skip_epochs: int) -> Baselin
             f"the kept {stage} epochs differ in size (samples {sorted(samples)}, batches "
             f"{sorted(batches)}); the workload of the last one is recorded"
         )
-    counts: dict[str, int] = {}
+    counts: Counter[str] = Counter()
     for rec in kept:
-        for name, value in rec.worker_counts.items():
-            counts[name] = counts.get(name, 0) + value
+        counts.update(rec.worker_counts)
     return Baseline(
         source=Source("run", str(epochs_path)),
         stage=stage,
@@ -321,10 +308,10 @@ def _from_run(epochs_path: Path, stage: str | None, skip_epochs: int) -> Baselin
             "world_size": last.world_size,
         },
         machine=machine,
-        figures=_epoch_figures(kept, str(epochs_path)),
+        figures=_epoch_figures(kept),
         batch_times_s=batch_times,
         batches=sum(r.num_batches for r in kept),
-        counts=counts,
+        counts=dict(counts),
         notes=notes,
     )
 
