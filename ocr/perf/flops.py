@@ -97,14 +97,11 @@ def count_flops(model: nn.Module, example_input: Any, *, backward: bool = True) 
             (keyword arguments), with the real shapes.
         backward: also count forward + backward (needs a floating output that requires grad).
     """
-    # Batch-norm running statistics move on a training-mode forward: keep the model's state.
-    saved = {name: buf.detach().clone() for name, buf in model.named_buffers()}
-    grads = {name: p.grad for name, p in model.named_parameters()}
     # Dropout and friends draw random numbers: fork the generators so counting does not shift
     # the run's random stream (a run with the monitor trains like one without).
     cuda = sorted({int(t.device.index or 0) for t in _tensors(example_input) if t.is_cuda})
     with torch.random.fork_rng(devices=cuda):
-        forward, by_op, forward_backward = _count(model, example_input, backward, saved, grads)
+        forward, by_op, forward_backward = _count(model, example_input, backward)
     shapes = tuple(tuple(int(d) for d in t.shape) for t in _tensors(example_input))
     return FlopCount(
         forward=forward,
@@ -116,12 +113,11 @@ def count_flops(model: nn.Module, example_input: Any, *, backward: bool = True) 
 
 
 def _count(
-    model: nn.Module,
-    example_input: Any,
-    backward: bool,
-    saved: dict[str, torch.Tensor],
-    grads: dict[str, torch.Tensor | None],
+    model: nn.Module, example_input: Any, backward: bool
 ) -> tuple[int, dict[str, int], int | None]:
+    # Batch-norm running statistics move on a training-mode forward: keep the model's state.
+    saved = {name: buf.detach().clone() for name, buf in model.named_buffers()}
+    grads = {name: p.grad for name, p in model.named_parameters()}
     try:
         with torch.no_grad(), FlopCounterMode(display=False) as counter:
             _call(model, example_input)
