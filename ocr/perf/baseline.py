@@ -54,12 +54,9 @@ BASELINE_VERSION = 1
 BENCH_SCHEMA = "receipt-ocr/bench"
 BENCH_VERSION = 1
 
-#: Fewer pooled batch times than this on a side: the batch row is judged on its median alone,
-#: and a run side has too little data to judge.
+#: Fewer pooled batch times than this on a side: the batch row is judged on its median alone.
 MIN_BATCHES = 8
-#: A run side needs at least this many kept epochs: the baseline's epoch-to-epoch noise widens
-#: the thresholds, and noise needs two values (one epoch's 0 % is not evidence of no noise);
-#: the current side's median of one epoch is a single draw of that noise.
+#: Noise needs two values: one epoch's 0 % spread is not evidence of no noise.
 MIN_EPOCHS_TO_JUDGE = 2
 
 Better = Literal["lower", "higher", "none"]
@@ -374,13 +371,9 @@ def load_source(
 
     Args:
         path: run directory (or its ``perf/`` folder, or an ``epochs.jsonl`` file), bench JSON
-            (schema ``receipt-ocr/bench``) or baseline JSON (schema ``receipt-ocr/perf-baseline``).
-        stage: for runs, the stage to summarise; ``None`` = ``val`` if present, else ``train``,
-            else ``test``. Ignored for JSON files.
-        skip_epochs: for runs, leading epochs of the stage to drop (>= 0). Default 1.
-
-    Raises:
-        BaselineError: missing file, unknown format or malformed content (names the file).
+            or baseline JSON.
+        stage: for runs; ``None`` = ``val`` if present, else ``train``, else ``test``.
+        skip_epochs: for runs, leading epochs of the stage to drop (>= 0).
     """
     if skip_epochs < 0:
         raise BaselineError(f"skip_epochs must be >= 0, got {skip_epochs}")
@@ -442,9 +435,7 @@ def write_baseline(baseline: Baseline, out: str | os.PathLike[str]) -> Path:
 
 
 def too_little_data(side: str, source: Baseline) -> str | None:
-    """Why ``source`` (a run's figures) is too little to judge, or ``None`` (module docstring).
-
-    Bench sources are exempt: their repetitions are the benchmark's own design."""
+    """Why ``source`` is too little to judge, or ``None`` (module docstring)."""
     if source.source.kind != "run":
         return None
     epochs = len(source.epochs)
