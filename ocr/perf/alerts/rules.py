@@ -210,10 +210,9 @@ class HostMemoryLeak(Rule):
         span = points[-1][0] - points[0][0]
         if len(points) < 3 or span < s["window_s"] / 2:
             return None
-        mean_t = statistics.fmean(p[0] for p in points)
-        mean_m = statistics.fmean(p[1] for p in points)
-        var = sum((p[0] - mean_t) ** 2 for p in points)
-        slope_gb_s = sum((p[0] - mean_t) * (p[1] - mean_m) for p in points) / var if var else 0.0
+        times, sizes = zip(*points, strict=True)
+        # least-squares slope (span > 0: the times are not all equal)
+        slope_gb_s = statistics.linear_regression(times, sizes).slope if span else 0.0
         growth = slope_gb_s * 60 * _GB / _MB  # MiB per minute
         available = values.get("resources/memory_available_gb", math.inf)
         to_limit = available / slope_gb_s if slope_gb_s > 0 else math.inf
