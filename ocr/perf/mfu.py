@@ -3,9 +3,7 @@
 
 Plain arithmetic on recorded figures, importing neither torch nor Lightning, so the report and
 the CLI read it cheaply. The figures come from ``perf/run.json``'s ``"flops"`` object
-(:class:`~ocr.perf.records.FlopsInfo`), written by ``ThroughputMonitorCallback``: ``per_sample``
-(stage -> FLOPs per sample), ``peak_flops_per_sec`` (measured, per rank) and
-``spec_peak_flops_per_sec`` (GPU data sheet, or null).
+(:class:`~ocr.perf.records.FlopsInfo`), written by ``ThroughputMonitorCallback``.
 """
 
 from __future__ import annotations
@@ -56,8 +54,7 @@ def _positive(value: float | None) -> float | None:
 
 
 def stage_flops_per_sample(info: RunRecord | None, stage: Stage) -> float | None:
-    """FLOPs per sample of ``stage`` from ``perf/run.json``'s ``"flops"`` object (written by
-    ``ThroughputMonitorCallback``), or ``None`` when not recorded."""
+    """FLOPs per sample of ``stage``, or ``None`` when not recorded."""
     if info is None or info.flops is None:
         return None
     return _positive(info.flops.per_sample.get(stage))
@@ -70,8 +67,8 @@ def _peaks(info: RunRecord | None) -> tuple[float | None, float | None]:
 
 
 def epoch_utilisation(info: RunRecord | None, record: EpochRecord) -> Utilisation | None:
-    """:class:`Utilisation` of one ``perf/epochs.jsonl`` record, from ``perf/run.json``'s
-    ``"flops"`` object (``None`` when either lacks what it needs)."""
+    """:class:`Utilisation` of one ``perf/epochs.jsonl`` record (``None`` when either record
+    lacks what it needs)."""
     peak, spec = _peaks(info)
     return utilisation(
         stage_flops_per_sample(info, record.stage),
