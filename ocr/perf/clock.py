@@ -136,14 +136,11 @@ class PhaseClock:
         """Close the open phase and return the window's totals; the clock is stopped after."""
         if not self.running:
             raise RuntimeError("PhaseClock.stop() called on a clock that is not running")
-        now = self._now()
-        self._charge(self._totals, self._owned, now)
+        totals = self.peek()
         self.running = False
         self.current = None
         self.current_owner = ""
-        return PhaseTotals(
-            wall_ns=now - self._start_ns, phases_ns=dict(self._totals), owners_ns=self._owned
-        )
+        return totals
 
 
 _active: PhaseClock | None = None
