@@ -26,7 +26,6 @@ from ocr.perf.stage import Stage
 if TYPE_CHECKING:
     from ocr.perf.trace.result import TraceAnalysis
 
-__all__ = ["Report", "build_report"]
 
 # Rows kept from the trace analysis for the report (the rest is in `ocr-perf analyze`).
 _TRACE_TOP_K = 15

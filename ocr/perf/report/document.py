@@ -10,9 +10,6 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["OPEN_ROWS", "Section", "Table", "cell"]
-
-
 #: A table with more rows than this is collapsed (``<details>``) unless it says otherwise: the
 #: page should read top to bottom as headlines, with the long listings one click away.
 OPEN_ROWS = 10

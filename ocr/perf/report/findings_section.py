@@ -10,8 +10,6 @@ from ocr.perf.findings import CONFIDENCES, Finding
 from ocr.perf.report.build import Report
 from ocr.perf.report.document import Section, Table, cell
 
-__all__ = ["candidate_lines", "evidence_text", "ranked", "severity_legend", "verdict_section"]
-
 
 def candidate_lines(f: Finding) -> list[str]:
     """One line per candidate change of ``f``: the Hydra override to paste in backticks with

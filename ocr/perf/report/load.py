@@ -33,14 +33,6 @@ from ocr.perf.records import (
 )
 from ocr.perf.stage import STAGE_ORDER, Stage
 
-__all__ = [
-    "ReportInputError",
-    "RunData",
-    "config_value",
-    "is_run_dir",
-    "load_run",
-]
-
 TRACE_DIRNAME = "profiler_traces"
 _TRACE_SUFFIXES = (".json", ".json.gz")
 

@@ -24,20 +24,6 @@ from ocr.perf.report.load import RunData
 from ocr.perf.report.stages import num
 from ocr.perf.stage import STAGE_ORDER, Stage
 
-__all__ = [
-    "PHASE_COLORS",
-    "Outlier",
-    "batch_outliers",
-    "batch_times_plot",
-    "memory_timeline_plot",
-    "phase_plot",
-    "resources_figure",
-    "svg",
-    "thin",
-    "throughput_figure",
-    "training_rates",
-]
-
 PHASE_COLORS = {
     "data_wait": "#d62728",
     "transfer": "#ff9896",

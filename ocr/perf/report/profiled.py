@@ -15,8 +15,6 @@ from ocr.perf.report.load import RunData
 from ocr.perf.report.stages import StageSummary
 from ocr.perf.stage import Stage
 
-__all__ = ["PROFILER_PHASE", "move_profiler_overhead", "profiled_batches"]
-
 #: The phase-table line that holds the profiler's own cost (not a phase of the live clock).
 PROFILER_PHASE = "profiler"
 

@@ -25,8 +25,6 @@ from typing import Any
 
 from ocr.perf.report.load import RunData, config_value
 
-__all__ = ["RunName", "run_name"]
-
 
 @dataclass(frozen=True)
 class RunName:

@@ -9,8 +9,6 @@ from ocr.perf.ranks import Straggler
 from ocr.perf.records import EpochRecord
 from ocr.perf.stage import STAGE_ORDER, Stage
 
-__all__ = ["StageSummary", "num", "summarize_stages"]
-
 
 def num(value: object, default: float = 0.0) -> float:
     """``value`` as a float; ``default`` for ``None``, booleans, strings and other non-numbers

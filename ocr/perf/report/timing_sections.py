@@ -15,8 +15,6 @@ from ocr.perf.report.profiled import PROFILER_PHASE, profiled_batches
 from ocr.perf.report.stages import StageSummary, num
 from ocr.perf.stage import Stage
 
-__all__ = ["batches_section", "phases_section", "throughput_section"]
-
 
 def phases_section(report: Report) -> Section:
     sec = Section(

@@ -13,8 +13,6 @@ from ocr.perf.report.document import Section, Table, cell
 if TYPE_CHECKING:
     from ocr.perf.trace.result import DeviceOpRow, OpRow
 
-__all__ = ["trace_section"]
-
 
 def _numbered(
     headers: list[str], ops: Sequence[OpRow | DeviceOpRow], fields: tuple[str, ...], caption: str

@@ -36,8 +36,6 @@ from ocr.perf.report.run_sections import (
 from ocr.perf.report.timing_sections import batches_section, phases_section, throughput_section
 from ocr.perf.report.trace_section import trace_section
 
-__all__ = ["print_summary", "sections", "title", "to_html", "to_markdown", "write_html"]
-
 
 def sections(report: Report) -> list[Section]:
     """The report's sections in page order (the verdict first, then the run's identity)."""

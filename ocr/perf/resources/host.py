@@ -8,8 +8,6 @@ from pathlib import Path
 
 import psutil
 
-__all__ = ["ProcHandle", "existing_dir", "memory_limit"]
-
 
 def _read_int(path: str) -> int | None:
     try:

@@ -3,8 +3,6 @@ file and the report use these names), and the NVML throttle-reason bits they dec
 
 from __future__ import annotations
 
-__all__ = ["MB", "METRIC_DOCS", "PHASE_NAMES", "POWER_MASK", "THERMAL_MASK"]
-
 MB = float(1 << 20)
 PHASE_NAMES = ("train", "val", "test", "idle")
 

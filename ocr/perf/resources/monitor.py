@@ -18,8 +18,6 @@ from ocr.perf.records import RecordWriter, ResourceSample, ResourceSummary
 from ocr.perf.resources.sampler import ResourceMonitorWarning, ResourceSampler
 from ocr.perf.resources.signals import StepSignals, is_nonfinite
 
-__all__ = ["THREAD_NAME", "ResourceMonitor"]
-
 THREAD_NAME = "ocr-resource-monitor"
 
 # Metric-name suffixes averaged over a logging interval; other names (memory gauges, counters,

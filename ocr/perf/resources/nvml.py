@@ -12,8 +12,6 @@ from typing import Any
 from ocr.perf.memory import GB
 from ocr.perf.resources.metrics import POWER_MASK, THERMAL_MASK
 
-__all__ = ["NvmlGpus", "normalize_uuid"]
-
 
 def normalize_uuid(uuid: Any) -> str:
     """A GPU UUID in one spelling: lower case, without NVML's ``GPU-`` prefix (torch omits it)."""

@@ -39,8 +39,6 @@ from ocr.perf.resources.host import ProcHandle, existing_dir, memory_limit
 from ocr.perf.resources.metrics import MB, PHASE_NAMES
 from ocr.perf.resources.nvml import NvmlGpus
 
-__all__ = ["ResourceMonitorWarning", "ResourceSampler"]
-
 
 class ResourceMonitorWarning(UserWarning):
     """A resource source failed (it is off for the run) or the monitor turned itself off."""
