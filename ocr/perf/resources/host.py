@@ -82,8 +82,5 @@ class ProcHandle:
             int(c.read_bytes),
         )
         previous, self.io = self.io, current
-        return (
-            max(current[0] - previous[0], 0),
-            max(current[1] - previous[1], 0),
-            max(current[2] - previous[2], 0),
-        )
+        read, written, stored = (max(c - p, 0) for c, p in zip(current, previous, strict=True))
+        return read, written, stored

@@ -37,23 +37,15 @@ class ResourceMonitor:
     A tick that raises is one warning and stops the thread; training goes on.
 
     Args:
-        sampler: the :class:`ResourceSampler` (closed by :meth:`close`).
-        signals: the :class:`StepSignals` the training hooks stamp.
-        engine: alert rules and sinks, or ``None`` for no alerting. Default ``None``.
-        writer: ``resources.jsonl`` writer, or ``None`` (non-zero ranks). Default ``None``.
-        interval_s: seconds between samples. Default ``1.0``.
-        log_interval_s: seconds between logged records (independent of ``interval_s``; at least
-            one sample each). Default ``10.0``.
-        record_samples: write every sample to ``writer`` (about 2 KB each on a CPU host: some
-            7 MB per hour at ``interval_s=1``); ``False``: one record per logging interval, for
-            runs of weeks. Default ``True``.
-        rate_window_s: window of the data-wait share and the step rate, seconds. Default
-            ``10.0``.
-        rank: global rank written in the records. Default ``0``.
-        context: returns ``(step, epoch)`` for the records (read from the sampler thread).
-            Default: the signals' step count and epoch.
-        main_thread_ident: thread whose current frame a hang alert cites; default the thread
-            that builds the monitor.
+        engine: alert rules and sinks; ``None``: no alerting.
+        writer: ``resources.jsonl`` writer; ``None`` on non-zero ranks.
+        log_interval_s: independent of ``interval_s``; at least one sample each.
+        record_samples: about 2 KB a sample on a CPU host (some 7 MB per hour at
+            ``interval_s=1``); ``False``: one record per logging interval, for runs of weeks.
+        rate_window_s: window of the data-wait share and the step rate.
+        context: returns ``(step, epoch)`` for the records (called on the sampler thread);
+            default the signals' step count and epoch.
+        main_thread_ident: thread whose current frame a hang alert cites; default the caller's.
     """
 
     def __init__(
