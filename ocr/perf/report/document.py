@@ -17,12 +17,8 @@ OPEN_ROWS = 10
 
 @dataclass
 class Table:
-    """Rows of already formatted cells under ``headers``; ``caption`` above it.
-
-    ``collapsed``: shown folded in a ``<details>`` element (HTML and Markdown); ``None`` (the
-    default) folds it when it has more than :data:`OPEN_ROWS` rows. Headline tables (the
-    verdict, the phase breakdown) say ``False``, listings (the resource summary) ``True``.
-    """
+    """Rows of already formatted cells under ``headers``; ``caption`` above it. ``collapsed``:
+    folded in a ``<details>`` element; ``None`` folds it beyond :data:`OPEN_ROWS` rows."""
 
     headers: list[str]
     rows: list[list[str]]

@@ -12,9 +12,8 @@ from ocr.perf.report.document import Section, Table, cell
 
 
 def candidate_lines(f: Finding) -> list[str]:
-    """One line per candidate change of ``f``: the Hydra override to paste in backticks with
-    its description, or the description alone when the run's config has no key for it, and
-    what the change alters."""
+    """One line per candidate change of ``f``: the override to paste (when the run's config has
+    the key) with its description, and what the change alters."""
     out = []
     for c in f.candidates:
         notes = _notes(c, "evaluation-time: check on the checkpoint")
@@ -54,8 +53,7 @@ def ranked(report: Report) -> list[Finding]:
 
 
 def _example(thresholds: dict[str, float], key: str) -> str:
-    """`` (e.g. data wait >= 40 % of a stage)`` from the verdict's own threshold; nothing when
-    the table has no such key (a figure the verdict does not use would mislead)."""
+    """`` (e.g. data wait >= 40 % of a stage)`` from the verdict's own threshold, if it has one."""
     value = thresholds.get(key)
     return "" if value is None else f" (e.g. data wait >= {value:g} % of a stage)"
 

@@ -8,15 +8,15 @@ from __future__ import annotations
 
 import io
 import math
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import matplotlib as mpl
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
+from matplotlib.typing import RcKeyType
 
 from ocr.perf.clock import PHASES
 from ocr.perf.records import EpochRecord
@@ -39,7 +39,7 @@ PHASE_COLORS = {
     "unattributed": "#7f7f7f",
 }
 _STAGE_COLORS = {"train": "#1f77b4", "val": "#ff7f0e", "test": "#2ca02c"}
-_RC: dict[str, Any] = {
+_RC: dict[RcKeyType, Any] = {
     "svg.hashsalt": "receipt-ocr-report",
     "svg.fonttype": "path",
     "font.size": 9,
@@ -47,12 +47,7 @@ _RC: dict[str, Any] = {
     "axes.spines.right": False,
 }
 _SEVERITY_COLORS = {"critical": "#d62728", "warning": "#ff7f0e"}
-
-
-@contextmanager
-def _style() -> Iterator[None]:
-    with mpl.rc_context(_RC):  # type: ignore[arg-type]
-        yield
+_style = partial(mpl.rc_context, _RC)
 
 
 def svg(fig: Figure | None) -> str | None:

@@ -12,7 +12,7 @@ from ocr.perf.report import plots
 from ocr.perf.report.build import Report
 from ocr.perf.report.document import Section, Table, cell
 from ocr.perf.report.profiled import PROFILER_PHASE, profiled_batches
-from ocr.perf.report.stages import StageSummary, num
+from ocr.perf.report.stages import StageSummary, accumulate, num
 from ocr.perf.stage import Stage
 
 
@@ -27,7 +27,6 @@ def phases_section(report: Report) -> Section:
         sec.paragraphs.append("Not recorded: perf/epochs.jsonl is absent or empty.")
         return sec
     stages = list(report.stages.values())
-    # the profiler's export and analysis: their own line (see ocr.perf.report.profiled)
     extra = (PROFILER_PHASE,) if any(PROFILER_PHASE in s.phases_s for s in stages) else ()
     rows = [
         [phase] + [f"{s.phases_s.get(phase, 0.0):,.3f} s ({s.share(phase):.1f} %)" for s in stages]
@@ -89,8 +88,7 @@ def _rank_callback_table(stages: list[StageSummary]) -> Table:
     totals: list[dict[str, float]] = [{} for _ in range(ranks)]
     for s in stages:
         for acc, spent in zip(totals, s.callbacks_s_by_rank, strict=False):
-            for name, secs in spent.items():
-                acc[name] = acc.get(name, 0.0) + secs
+            accumulate(acc, spent)
     names = sorted({name for acc in totals for name in acc}) if ranks > 1 else []
     rows = [[name] + [cell(acc.get(name), 3) for acc in totals] for name in names]
     return Table(

@@ -234,13 +234,12 @@ def print_summary(report: Report, console: Console | None = None, top: int = 3) 
         t.add_column("samples/s", justify="right")
         for s in report.stages.values():
             biggest = sorted(PHASES, key=lambda p: -s.phases_s.get(p, 0.0))[:3]
-            rate = s.samples_per_sec
             t.add_row(
                 s.label,
                 str(s.epochs),
                 f"{s.wall_s:,.2f}",
                 ", ".join(f"{p} {s.share(p):.0f} %" for p in biggest),
-                f"{rate:,.1f}",
+                f"{s.samples_per_sec:,.1f}",
             )
         con.print(t)
     con.print(f"[bold]Verdict[/bold] ({escape(report.name.title)})", highlight=False)

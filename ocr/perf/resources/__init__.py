@@ -9,10 +9,7 @@ from __future__ import annotations
 
 from ocr.perf.resources.host import memory_limit
 from ocr.perf.resources.metrics import METRIC_DOCS
-from ocr.perf.resources.monitor import (
-    THREAD_NAME,
-    ResourceMonitor,
-)
+from ocr.perf.resources.monitor import THREAD_NAME, ResourceMonitor
 from ocr.perf.resources.nvml import normalize_uuid
 from ocr.perf.resources.sampler import ResourceMonitorWarning, ResourceSampler
 from ocr.perf.resources.signals import StepSignals

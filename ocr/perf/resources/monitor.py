@@ -310,16 +310,13 @@ class ResourceMonitor:
             out["alerts/fired"] = float(self.engine.fired_count)
         return out
 
-    def write_summary(
-        self, writer: RecordWriter | None = None, run: str | None = None
-    ) -> dict[str, float]:
+    def write_summary(self, run: str | None = None) -> dict[str, float]:
         """Write the summary record (schema ``receipt-ocr/resource-summary``) and return it.
         ``run`` names what was sampled (``"fit"``, ``"validate"``, ``"test"``): one run folder
         may hold a fit and the test that follows it."""
         summary = self.summary()
-        if writer is None and self.writer is not None:
+        if self.writer is not None:
             writer = RecordWriter(self.writer.path)
-        if writer is not None:
             record = ResourceSummary(
                 t=time.time(),
                 rank=self.rank,
