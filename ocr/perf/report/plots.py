@@ -237,39 +237,23 @@ def throughput_figure(run: RunData) -> Figure | None:
         return fig
 
 
-# (panel title, unit, metric names: "{i}" stands for each GPU index)
+# (panel title, unit, metric names without "resources/": "{i}" stands for each GPU index)
 _RESOURCE_PANELS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     (
         "CPU",
         "%",
-        (
-            "resources/process_cpu_percent",
-            "resources/workers_cpu_percent",
-            "resources/system_cpu_percent",
-            "resources/iowait_percent",
-        ),
+        ("process_cpu_percent", "workers_cpu_percent", "system_cpu_percent", "iowait_percent"),
     ),
-    (
-        "memory",
-        "GiB",
-        ("resources/process_rss_gb", "resources/workers_uss_gb", "resources/gpu{i}_memory_used_gb"),
-    ),
-    ("system memory", "%", ("resources/system_memory_percent",)),
-    ("GPU", "%", ("resources/gpu{i}_util_percent",)),
-    (
-        "I/O",
-        "MB/s",
-        (
-            "resources/disk_read_mb_s",
-            "resources/disk_write_mb_s",
-            "resources/net_recv_mb_s",
-            "resources/net_sent_mb_s",
-        ),
-    ),
+    ("memory", "GiB", ("process_rss_gb", "workers_uss_gb", "gpu{i}_memory_used_gb")),
+    ("system memory", "%", ("system_memory_percent",)),
+    ("GPU", "%", ("gpu{i}_util_percent",)),
+    ("I/O", "MB/s", ("disk_read_mb_s", "disk_write_mb_s", "net_recv_mb_s", "net_sent_mb_s")),
 )
 
 
 def _expand(name: str, present: set[str]) -> list[str]:
+    """The recorded ``resources/`` metrics of a panel's ``name`` (one per GPU for ``{i}``)."""
+    name = f"resources/{name}"
     if "{i}" not in name:
         return [name] if name in present else []
     return [n for i in range(16) if (n := name.format(i=i)) in present]

@@ -243,6 +243,19 @@ def _ceiling_line(report: Report) -> str | None:
     return line + (". " + "; ".join(parts) + "." if parts else ".")
 
 
+# (header, EpochRecord field): the wall time samples/s divides by, the samples of all ranks
+_THROUGHPUT_COLUMNS = (
+    ("wall s", "all_wall_s"),
+    ("samples", "all_samples"),
+    ("samples/s", "samples_per_sec"),
+    ("batches/s", "batches_per_sec"),
+    ("batch size", "batch_size"),
+    ("workers", "num_workers"),
+    ("peak RSS GiB", "peak_rss_gb"),
+    ("peak GPU GiB", "peak_gpu_memory_gb"),
+)
+
+
 def throughput_section(report: Report) -> Section:
     sec = Section(
         id="throughput",
@@ -251,32 +264,10 @@ def throughput_section(report: Report) -> Section:
         plot_alt="samples per second per epoch and over time",
     )
     rows = [
-        [
-            e.stage.label,
-            cell(e.epoch),
-            cell(e.all_wall_s),  # what samples/s divides by
-            cell(e.all_samples),  # all ranks
-            cell(e.samples_per_sec),
-            cell(e.batches_per_sec),
-            cell(e.batch_size),
-            cell(e.num_workers),
-            cell(e.peak_rss_gb),
-            cell(e.peak_gpu_memory_gb),
-        ]
+        [e.stage.label, cell(e.epoch), *(cell(getattr(e, f)) for _, f in _THROUGHPUT_COLUMNS)]
         for e in report.run.epochs
     ]
-    header = [
-        "stage",
-        "epoch",
-        "wall s",
-        "samples",
-        "samples/s",
-        "batches/s",
-        "batch size",
-        "workers",
-        "peak RSS GiB",
-        "peak GPU GiB",
-    ]
+    header = ["stage", "epoch", *(h for h, _ in _THROUGHPUT_COLUMNS)]
     ceiling = _ceiling_line(report)
     if ceiling is not None:
         # FLOPs were counted for this run: achieved GFLOP/s and MFU per epoch, next to the rate.

@@ -26,9 +26,7 @@ _MEAN_SUFFIXES = ("_percent", "_mb_s", "_w", "_c", "_mhz", "_share", "_per_s")
 
 
 class ResourceMonitor:
-    """The sampler on a daemon thread, the training signals, the alert engine and the records.
-
-    Each tick (every ``interval_s``): sample, add the training signals, evaluate the alert rules,
+    """Each tick (every ``interval_s``): sample, add the training signals, evaluate the alert rules,
     fold the values into the logging interval and the run summary, and (``record_samples``)
     write the sample to ``writer`` (``resources.jsonl``: the report plots every one). Every
     ``log_interval_s`` the interval's record (rates averaged) is left in :attr:`pending` for the

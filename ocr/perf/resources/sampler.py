@@ -13,8 +13,6 @@ Choices that matter for correctness:
   ``worker_refresh_s`` because a child scan costs milliseconds. Their memory is USS/PSS (summed
   RSS cannot see copy-on-write growth). A worker that exits between two samples loses its last
   interval's I/O.
-- GPUs through NVML (:class:`~ocr.perf.resources.nvml.NvmlGpus`). Without NVML:
-  ``status["gpu"] = "unavailable (<reason>)"``.
 - A source that raises is reported in one warning and marked unavailable; the others go on.
 """
 
@@ -45,9 +43,7 @@ class ResourceMonitorWarning(UserWarning):
 
 
 class ResourceSampler:
-    """Reads host, process, worker, disk, network and GPU figures; one call, one flat dict.
-
-    Not thread-safe: one thread calls :meth:`sample` (the monitor's). :attr:`phase` may be set
+    """Not thread-safe: one thread calls :meth:`sample` (the monitor's). :attr:`phase` may be set
     from another thread; I/O since the previous sample is charged to the phase current at
     sampling time.
 
