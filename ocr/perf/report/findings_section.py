@@ -99,14 +99,12 @@ def verdict_section(report: Report) -> Section:
                 f.suggestion,
             ]
         )
-    lead = []
-    if findings:
-        top = findings[0]
-        lead.append(f"Most likely to help: {top.title}. Change: {top.suggestion}")
     return Section(
         id="verdict",
         title="Verdict",
-        paragraphs=lead,
+        paragraphs=[
+            f"Most likely to help: {f.title}. Change: {f.suggestion}" for f in findings[:1]
+        ],
         tables=[
             Table(
                 ["#", "severity", "score", "finding", "evidence", "change"],

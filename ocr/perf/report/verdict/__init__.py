@@ -54,10 +54,8 @@ def judge(
     total_s = sum(s.wall_s for s in stages.values())
     findings: list[Finding] = []
     for s in stages.values():
-        for rule in rules.ONE_FINDING_RULES:
-            if (f := rule(s, run, adv, total_s)) is not None:
-                findings.append(f)
-        findings.extend(rules.overheads(s, adv, total_s))
+        findings += [f for rule in rules.ONE_FINDING_RULES if (f := rule(s, run, adv, total_s))]
+        findings += rules.overheads(s, adv, total_s)
         if (f := rules.straggler(s, total_s)) is not None:
             findings.append(f)
     findings.extend(rules.cache(run, stages, adv, total_s))
