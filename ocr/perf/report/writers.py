@@ -142,7 +142,7 @@ dl.legend dt{font-weight:700}dl.legend dd{margin:0}
 def _html_table(t: Table, sev_col: int | None = None) -> str:
     e = html.escape
     out = ["<table>"]
-    if t.caption:
+    if t.caption and not t.folded:  # a folded table's caption is its summary line
         out.append(f"<caption>{e(t.caption)}</caption>")
     out.append(
         "<thead><tr>" + "".join(f"<th>{e(h)}</th>" for h in t.headers) + "</tr></thead><tbody>"
@@ -156,9 +156,6 @@ def _html_table(t: Table, sev_col: int | None = None) -> str:
         out.append("<tr>" + "".join(cells) + "</tr>")
     out.append("</tbody></table>")
     if t.folded:
-        # the caption moves into the summary line, the table folds under it
-        if t.caption:
-            out.pop(1)
         return f"<details><summary>{e(t.summary)}</summary>\n" + "\n".join(out) + "</details>"
     return "\n".join(out)
 
