@@ -124,11 +124,7 @@ _RUN_MARKERS = (*(f"{PERF_DIRNAME}/{kind.FILE}" for kind in _KINDS), ".hydra/con
 
 
 def load_run(run_dir: str | os.PathLike[str]) -> RunData:
-    """Read every performance file of ``run_dir``.
-
-    Raises :class:`ReportInputError` when ``run_dir`` is not a directory or a file in it is
-    malformed or of a newer format (the message names the file).
-    """
+    """Read every performance file of ``run_dir`` (none at all: :class:`ReportInputError`)."""
     root = Path(run_dir)
     if not root.is_dir():
         raise ReportInputError(f"{root}: not a run directory (no such directory)")
