@@ -120,7 +120,6 @@ def build_report(
     """
     run = load_run(run_dir)
     stages = summarize_stages(run.epochs)
-    # the profiler's export and analysis are its own line, not the callbacks' time
     move_profiler_overhead(stages, run)
     trace, trace_note = _analyze_traces(run)
     result = note = name = None
