@@ -1,6 +1,8 @@
-"""Reading one torch.profiler / Kineto Chrome trace file: its bytes (plain, gzip, mmap), a typed
-msgspec decoder that materialises only the fields the table uses, and errors that name the file
-and the byte where it went wrong. :mod:`~ocr.perf.trace.load` turns the parsed files into one
+"""Reading one torch.profiler / Kineto Chrome trace file: streamed in pieces
+(:mod:`~ocr.perf.trace.scan`, plain or gzip) or, for a malformed file or a pipe, whole (its
+bytes mapped or read); a typed msgspec decoder that materialises only the fields the table uses;
+each piece reduced to compact columns before the next; errors that name the file and the byte
+where it went wrong. :mod:`~ocr.perf.trace.load` turns the parsed files into one
 :class:`~ocr.perf.trace.table.EventTable`.
 """
 

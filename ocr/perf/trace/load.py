@@ -1,10 +1,10 @@
 """Ingestion of torch.profiler / Kineto Chrome traces into one columnar event table.
 
 Every supported schema (the 2021 Kineto format with capitalised categories and absolute µs
-timestamps, up to torch 2.13 with float µs relative to ``baseTimeNanoseconds``) is read once and
-decoded by a typed msgspec decoder that materialises only the fields the table uses (of ``args``
-only ``correlation``, the ``[memory]`` figures and thread names; every other key is skipped),
-gathered into column lists and turned into numpy columns straight away; all later analyses are
+timestamps, up to torch 2.13 with float µs relative to ``baseTimeNanoseconds``) is read once, in
+pieces, and decoded by a typed msgspec decoder that materialises only the fields the table uses
+(of ``args`` only ``correlation``, the ``[memory]`` figures and thread names; every other key is
+skipped), each piece turned into numpy columns before the next is read; all later analyses are
 vectorised over those columns. Times are integer nanoseconds relative to
 :attr:`EventTable.origin_ns` so that parent/child comparisons never suffer float rounding.
 
