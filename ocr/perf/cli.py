@@ -1,6 +1,6 @@
 """``ocr-perf``: analyse and compare torch.profiler traces; record baselines and check against
 them; write a run's report (``ocr-perf report RUN_DIR``); measure candidate changes by re-running
-the run (``ocr-perf try RUN_DIR``).
+the run (``ocr-perf try RUN_DIR``); follow a run as it goes (``ocr-perf watch RUN_DIR``).
 
 Exit codes: 0 success, 1 ``compare`` found a regression beyond ``--fail-on-regression`` or
 ``check`` found a regression, 2 bad input (missing, unreadable, truncated or malformed trace,
@@ -132,7 +132,44 @@ def _parser() -> argparse.ArgumentParser:
     from ocr.perf.tryout.cli import add_parser as add_try_parser  # argparse only: cheap
 
     add_try_parser(sub)
+    w = sub.add_parser(
+        "watch",
+        help="follow a running (or finished) run from its files: epochs, phases, alerts",
+        description="Follow RUN_DIR from the files its monitors write (works over SSH and for "
+        "ranks on other nodes writing to a shared folder): a live view on a terminal, one line "
+        "per epoch, alert and start / end elsewhere. Stops when every rank's run has ended.",
+        epilog="Exit codes: 0 the run ended (or Ctrl-C), 1 the run stopped without an end (its "
+        "process is gone, or nothing new for --stale-after seconds), 2 bad input.",
+    )
+    w.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="the run directory")
+    w.add_argument("--poll", type=_positive_float, default=1.0, help="seconds between reads (1)")
+    w.add_argument(
+        "--stale-after",
+        type=_positive_float,
+        default=600.0,
+        metavar="S",
+        help="give up after S seconds without a new record and no end recorded (600)",
+    )
+    w.add_argument(
+        "--json", action="store_true", help="print each new record as one JSON line instead"
+    )
+    w.set_defaults(func=_watch)
     return p
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return value
+
+
+def _watch(args: argparse.Namespace) -> int:
+    from ocr.perf.watch import watch
+
+    return watch(
+        args.run_dir, poll_s=args.poll, stale_after_s=args.stale_after, json_lines=args.json
+    )
 
 
 def _add_source_options(parser: argparse.ArgumentParser) -> None:
@@ -180,7 +217,7 @@ def _run(args: argparse.Namespace) -> int:
 
     if args.command in ("baseline", "check"):
         return _baseline_main(args)
-    if args.command in ("report", "try"):
+    if args.command in ("report", "try", "watch"):
         return int(args.func(args))
     # Imported here so that `ocr-perf --help` and argument errors stay instant.
     from rich.console import Console

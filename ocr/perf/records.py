@@ -13,6 +13,7 @@ Layout (``<run>`` is ``trainer.default_root_dir``; the Hydra output folder for `
     <run>/perf/try.jsonl         TryRecord: what ``ocr-perf try`` measured
     <run>/perf/growth.jsonl      GrowthRecord: the attribute scan at each training epoch's end
     <run>/perf/recompiles.jsonl  RecompilesRecord: Dynamo compiles per training epoch
+    <run>/perf/lifecycle.jsonl   LifecycleRecord: each rank's fit / validate / test start and end
     <run>/profiler_traces/       torch.profiler Chrome traces
 
 Every line (and ``run.json``) carries ``"schema"`` (the record class's tag, e.g.
@@ -33,7 +34,7 @@ import threading
 import warnings
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import IO, Annotated, Any, ClassVar, TypeVar
+from typing import IO, Annotated, Any, ClassVar, Literal, TypeVar
 
 import msgspec
 
@@ -51,6 +52,7 @@ __all__ = [
     "HydraApp",
     "IntervalRecord",
     "JsonValue",
+    "LifecycleRecord",
     "ProfilerWindow",
     "RecompileReason",
     "RecompilesRecord",
@@ -62,6 +64,7 @@ __all__ = [
     "RunRecord",
     "TryRecord",
     "epoch_runs",
+    "parse_record",
     "read_records",
     "read_run_record",
     "write_run_record",
@@ -287,7 +290,8 @@ class IntervalRecord(Record, tag="receipt-ocr/perf-interval", kw_only=True, froz
     Args:
         t: unix time. stage, epoch: the open window. num_batches, samples: so far.
         elapsed_s: window time so far (pauses excluded). world_size: ranks.
-        step: ``trainer.global_step``.
+        step: ``trainer.global_step``. phases_s: seconds per phase so far (the clock's names).
+        samples_per_sec: ``samples`` over ``elapsed_s`` (this rank).
     """
 
     FILE: ClassVar[str] = "intervals.jsonl"
@@ -300,6 +304,32 @@ class IntervalRecord(Record, tag="receipt-ocr/perf-interval", kw_only=True, froz
     elapsed_s: float = 0.0
     world_size: int = 1
     step: int = 0
+    phases_s: dict[str, float] = {}
+    samples_per_sec: float | None = None
+
+
+class LifecycleRecord(Record, tag="receipt-ocr/lifecycle", kw_only=True, frozen=True):
+    """One ``perf/lifecycle.jsonl`` line: a Trainer run (``fit``, ``validate``, ``test``)
+    starting or ending on one rank; ``ocr-perf watch`` follows a run until every rank's last
+    start has its end.
+
+    Args:
+        t: unix time. event: ``"start"`` or ``"end"``. run: the Trainer entry point.
+        rank, world_size: this process's rank and the number of ranks.
+        pid, hostname: the process (a watcher on the same host sees a run that died unannounced).
+        status: ``end`` only: ``"finished"``, ``"failed"`` (an exception) or ``"interrupted"``.
+    """
+
+    FILE: ClassVar[str] = "lifecycle.jsonl"
+
+    t: float
+    event: Literal["start", "end"]
+    run: str = "fit"
+    rank: int = 0
+    world_size: int = 1
+    pid: int = 0
+    hostname: str = ""
+    status: Literal["finished", "failed", "interrupted"] | None = None
 
 
 class ResourceSample(Record, tag="receipt-ocr/resource-sample", kw_only=True, frozen=True):
@@ -623,6 +653,12 @@ def _typed(kind: type[R], raw: Mapping[str, object], where: str) -> R:
         return msgspec.convert(raw, kind)
     except msgspec.ValidationError as exc:
         raise RunDirError(f"{where}: {kind.schema()} record: {exc}") from exc
+
+
+def parse_record(kind: type[R], raw: Mapping[str, object], where: str) -> R:
+    """One decoded JSON object of ``kind``'s schema as ``kind`` (for readers that follow a file
+    as it grows); :class:`RunDirError` naming ``where`` as :func:`read_records` raises it."""
+    return _typed(kind, raw, where)
 
 
 def read_records(path: str | os.PathLike[str], kind: type[R]) -> list[R]:
