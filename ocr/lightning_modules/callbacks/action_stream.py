@@ -29,8 +29,6 @@ from typing import Any, Protocol
 import lightning as L
 from lightning.pytorch.profilers import PassThroughProfiler, Profiler
 
-__all__ = ["ActionListener", "ActionStream", "add_listener", "remove_listener"]
-
 
 class ActionListener(Protocol):
     """Receives every action start and stop, in order, on the training loop's thread. Must not

@@ -27,8 +27,6 @@ from ocr.lightning_modules.callbacks.try_window import TrialWindow, open_trial_w
 from ocr.perf.records import EpochRecord, JsonValue
 from ocr.perf.rundir import to_jsonable
 
-__all__ = ["RecorderCallback"]
-
 
 def _json_safe_hparams(pl_module: L.LightningModule) -> JsonValue:
     hparams = getattr(pl_module, "hparams", None) or {}

@@ -24,8 +24,6 @@ from ocr.perf.clock import PHASES
 from ocr.perf.ranks import find_straggler, rank_spread
 from ocr.perf.records import EpochRecord
 
-__all__ = ["CommTimer", "RankEpoch", "gather_ranks", "hook_ddp", "merge_ranks"]
-
 # Figures whose spread over ranks is reported. Durations first: their largest value names a
 # slowest rank.
 _DURATION_FIGURES: tuple[str, ...] = (

@@ -14,14 +14,6 @@ from ocr.errors import ConfigError
 from ocr.perf.records import EpochRecord
 from ocr.perf.stage import Stage
 
-__all__ = [
-    "IntervalProgress",
-    "Subscriber",
-    "log_to_loggers",
-    "normalize_stages",
-    "per_second",
-]
-
 #: Batch times kept per epoch for the run directory's epochs.jsonl (every k-th beyond this).
 MAX_KEPT_BATCH_TIMES = 4096
 

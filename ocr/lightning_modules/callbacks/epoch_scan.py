@@ -28,8 +28,6 @@ from ocr.perf.records import (
 )
 from ocr.perf.rundir import write_run_info
 
-__all__ = ["EpochScanCallback"]
-
 log = logging.getLogger(__name__)
 
 # Never walked into from an attribute: the run's machinery (the roots are walked on their own).

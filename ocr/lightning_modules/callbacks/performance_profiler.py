@@ -19,8 +19,6 @@ from ocr.perf.clock import PHASES
 from ocr.perf.records import EpochRecord
 from ocr.perf.rundir import polygon_cache_hit_rate
 
-__all__ = ["PerformanceProfilerCallback", "cache_metrics", "performance_metrics"]
-
 _BATCH_STATS = ("mean", "median", "p95", "p99", "std")
 _CACHE_COUNTS = (
     "polygon_cache_hits",

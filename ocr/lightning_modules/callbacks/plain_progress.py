@@ -22,8 +22,6 @@ from lightning.pytorch.callbacks.progress.progress_bar import ProgressBar
 
 from ocr.errors import ConfigError
 
-__all__ = ["PlainProgressBar"]
-
 
 def _clock(seconds: float) -> str:
     return str(timedelta(seconds=round(seconds)))

@@ -51,8 +51,6 @@ from ocr.perf import triggers
 from ocr.perf.alerts.rules import RULES
 from ocr.perf.records import ProfilerWindow, RecordWriter
 
-__all__ = ["ProfilerCallback"]
-
 log = logging.getLogger(__name__)
 
 _ACTIVITIES = {name.lower(): act for name, act in ProfilerActivity.__members__.items()}

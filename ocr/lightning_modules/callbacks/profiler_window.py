@@ -15,8 +15,6 @@ from ocr.lightning_modules.callbacks.untimed import untimed_hook
 from ocr.perf.actions import classify_action
 from ocr.perf.trace.agreement import ClockSnapshots
 
-__all__ = ["ActionRanges", "Window"]
-
 
 class ActionRanges:
     """Action listener that opens a ``record_function`` range per Lightning action while a window

@@ -88,8 +88,6 @@ from ocr.perf.records import EpochRecord
 from ocr.perf.stage import Stage
 from ocr.perf.worker import WorkerTiming
 
-__all__ = ["StageRecorder", "Subscriber"]
-
 # In-epoch memory samples (for the RSS peak) at most this often: a snapshot costs ~100 us.
 _MEMORY_PERIOD_NS = 1_000_000_000
 # Batch times are folded into the epoch's StreamingStats in chunks of this many.

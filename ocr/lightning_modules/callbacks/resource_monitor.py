@@ -39,8 +39,6 @@ from ocr.perf.resources import (
 )
 from ocr.perf.stage import Stage
 
-__all__ = ["ResourceMonitorCallback"]
-
 # trainer.validate / trainer.test: sampled like a fit of their own
 _STANDALONE = (TrainerFn.VALIDATING, TrainerFn.TESTING)
 # Figures of the printed summary, in this order (when sampled), then every GPU's.

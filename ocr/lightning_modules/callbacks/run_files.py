@@ -17,8 +17,6 @@ from ocr.perf.records import EpochRecord, IntervalRecord, JsonValue, RecordWrite
 from ocr.perf.rundir import write_run_info
 from ocr.perf.stage import Stage
 
-__all__ = ["RunFiles", "epoch_record"]
-
 
 def epoch_record(report: EpochRecord, t: float) -> EpochRecord:
     """``report`` as written at unix time ``t``, with the global rates (samples and batches of

@@ -20,14 +20,6 @@ from ocr.lightning_modules.callbacks.epoch_report import (
 from ocr.lightning_modules.callbacks.errors import PerfCallbackWarning
 from ocr.perf.records import EpochRecord
 
-__all__ = [
-    "Ceiling",
-    "ThroughputMonitorCallback",
-    "flops_metrics",
-    "measure_ceiling",
-    "throughput_metrics",
-]
-
 
 @dataclass(frozen=True)
 class Ceiling:
