@@ -26,7 +26,7 @@ from ocr.perf.records import EpochRecord
 
 # Figures whose spread over ranks is reported. Durations first: their largest value names a
 # slowest rank.
-_DURATION_FIGURES: tuple[str, ...] = (
+DURATION_FIGURES: tuple[str, ...] = (
     "epoch_time",
     *(f"{phase}_time" for phase in PHASES),
     "worker_fetch_time",
@@ -97,7 +97,7 @@ def merge_ranks(report: EpochRecord, rows: Sequence[RankEpoch]) -> EpochRecord:
     and each rank's callbacks."""
     per_rank = {
         name: [row.figures.get(name, math.nan) for row in rows]
-        for name in _DURATION_FIGURES + _OTHER_FIGURES
+        for name in DURATION_FIGURES + _OTHER_FIGURES
     }
     spreads = {name: rank_spread(values) for name, values in per_rank.items()}
     for name in _OTHER_FIGURES:

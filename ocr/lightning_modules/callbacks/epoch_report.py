@@ -20,8 +20,7 @@ MAX_KEPT_BATCH_TIMES = 4096
 
 def normalize_stages(stages: Iterable[str], owner: str) -> frozenset[Stage]:
     """The :class:`~ocr.perf.stage.Stage` of each user stage name (``"train"``, ``"validate"``
-    or ``"val"``, ``"test"``); anything else is a ``ValueError`` naming ``owner`` and the bad
-    value."""
+    or ``"val"``, ``"test"``); anything else is a ``ConfigError`` naming ``owner`` and it."""
     if isinstance(stages, str):
         raise ConfigError(
             f"{owner}: stages must be a list of stage names, got the string {stages!r}"
@@ -64,12 +63,9 @@ class IntervalProgress(NamedTuple):
     and a frozen dataclass's ``__init__`` costs several times more.)
 
     Args:
-        stage: ``"train"``, ``"val"`` or ``"test"``.
-        epoch: the epoch of the open window.
         num_batches: batches finished in the epoch so far (this rank).
         samples: samples in them (this rank).
         elapsed_s: window time so far (seconds, pauses excluded).
-        world_size: number of ranks.
         step: ``trainer.global_step`` when it was taken (the step to log at).
     """
 
@@ -95,3 +91,5 @@ class Subscriber(Protocol):
     def _receive_report(self, report: EpochRecord) -> None: ...
 
     def _receive_interval(self, progress: IntervalProgress) -> Mapping[str, float] | None: ...
+
+    def _recorder_off(self) -> None: ...

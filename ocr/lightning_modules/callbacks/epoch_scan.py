@@ -65,15 +65,14 @@ class EpochScanCallback(Callback):
     monitors'). The first write error is one warning and turns the writing off.
 
     Args:
-        enabled: ``False`` does nothing in any hook. Default ``True``.
-        memory_growth: scan attributes at each training epoch's end. Default ``True``.
-        recompiles: count Dynamo compiles per training epoch. Default ``True``.
+        enabled: ``False`` does nothing in any hook.
+        memory_growth: scan attributes at each training epoch's end.
+        recompiles: count Dynamo compiles per training epoch.
         batch_shapes: also count the distinct training batch shapes per epoch (the shape of the
             batch's first tensor; one set insertion per batch in ``on_train_batch_start``, the
-            only per-step work of this callback, so off by default: the hook is installed only
-            when this is ``True``). Default ``False``.
-        max_items: items one scan looks at, at most (:data:`ocr.perf.growth.MAX_ITEMS`).
-        write_run_files: write the two files above. Default ``True``.
+            only per-step work of this callback, installed only when this is ``True``).
+        max_items: items one scan looks at, at most.
+        write_run_files: write the two files above.
     """
 
     def __init__(

@@ -38,11 +38,11 @@ from typing import Any
 
 import lightning as L
 import torch
-from lightning.pytorch.callbacks import Callback
 from torch.profiler import ProfilerActivity
 
 from ocr.errors import ConfigError
 from ocr.lightning_modules.callbacks.action_stream import remove_listener
+from ocr.lightning_modules.callbacks.batch_hooks import BatchEndHooks
 from ocr.lightning_modules.callbacks.epoch_report import normalize_stages
 from ocr.lightning_modules.callbacks.errors import PerfCallbackWarning, warn_off
 from ocr.lightning_modules.callbacks.profiler_summary import summarise_window
@@ -69,46 +69,41 @@ def _trigger_kind(reason: str) -> str:
     return "alert" if rule in RULES else "request"
 
 
-class ProfilerCallback(Callback):
-    """torch.profiler over chosen epochs, with the trace analysed and summarised after each window.
+class ProfilerCallback(BatchEndHooks):
+    """torch.profiler over chosen epochs or on demand (see the module docstring).
 
     Args:
-        enabled: master switch (default ``True``); ``False`` makes every hook a no-op.
-        profile_epochs: 0-based epoch numbers (``trainer.current_epoch``) to profile
-            (default ``(1,)``: the second epoch, past the first epoch's warm-up effects).
-            Test runs are profiled whenever ``"test"`` is in ``stages``, whatever the epoch.
-        profile_steps: steps recorded per cycle (the schedule's ``active``), default 5.
-        warmup_steps: steps traced but discarded before each active phase, default 1.
-        skip_first: steps ignored once at the start of a window, default 0.
-        wait: idle steps before each cycle's warm-up, default 0.
-        repeat: cycles per window, default 1; 0 = cycles until the stage's epoch ends. Each cycle
-            is one trace file (the second and later ones suffixed ``_cycle{k}``).
-        activities: any of ``"cpu"``, ``"cuda"`` (also ``"xpu"``, ``"mtia"``, ``"hpu"``),
-            default ``("cpu", "cuda")``; an activity this build or machine cannot record is
-            dropped with one info line (a CPU-only run profiles the CPU).
-        record_shapes: record operator input shapes (default ``True``).
-        profile_memory: record allocations as ``[memory]`` events (default ``True``; CPU too).
-        with_stack: record Python stacks (default ``False``; large traces, slower).
-        output_dir: trace directory (default ``"profiler_traces"``); a relative path is resolved
-            under ``trainer.default_root_dir``.
-        export_chrome_trace: keep the Chrome trace ``epoch_{N}.json[.gz]`` (default ``True``).
-            ``False`` still writes it for the analysis, then deletes it.
-        gzip: write ``.json.gz`` (default ``False``).
+        enabled: ``False`` makes every hook a no-op.
+        profile_epochs: 0-based epoch numbers (``trainer.current_epoch``); the default, the
+            second epoch, is past the first epoch's warm-up effects. Test runs are profiled
+            whenever ``"test"`` is in ``stages``, whatever the epoch.
+        profile_steps: steps recorded per cycle (the schedule's ``active``).
+        warmup_steps: steps traced but discarded before each active phase.
+        skip_first: steps ignored once at the start of a window.
+        wait: idle steps before each cycle's warm-up.
+        repeat: cycles per window; 0 = cycles until the stage's epoch ends. Each cycle is one
+            trace file (the second and later ones suffixed ``_cycle{k}``).
+        activities: any of ``"cpu"``, ``"cuda"``, ``"xpu"``, ``"mtia"``, ``"hpu"``; one this
+            build or machine cannot record is dropped with one info line.
+        profile_memory: record allocations as ``[memory]`` events (CPU too).
+        with_stack: record Python stacks (large traces, slower).
+        output_dir: trace directory; a relative path is under ``trainer.default_root_dir``.
+        export_chrome_trace: keep the Chrome trace ``epoch_{N}.json[.gz]``; ``False`` still
+            writes it for the analysis, then deletes it.
         tensorboard: also place a copy, named as ``tensorboard_trace_handler`` names its files
-            (``{host}_{pid}.{time_ns}.pt.trace.json[.gz]``), in ``<output_dir>/tensorboard``
-            (default ``False``).
-        log_top_k_ops: rows in the printed top-k operator tables (default 10).
-        stages: which stages to profile, any of ``"train"``, ``"validate"`` (or ``"val"``),
-            ``"test"`` (default ``("train",)``). Validation and test traces are named
-            ``val_epoch_{N}`` / ``test_epoch_{N}``. On-demand windows open only in these stages.
-        trigger_file: on-demand trigger: when this file exists, a window (same schedule) opens at
-            the next polled step boundary and the file is removed, so each touch gives one window.
-            A relative path is resolved under ``trainer.default_root_dir`` (the run directory).
-            Default ``None`` (no file polling); the Hydra config sets ``PROFILE_NOW``.
+            (``{host}_{pid}.{time_ns}.pt.trace.json[.gz]``), in ``<output_dir>/tensorboard``.
+        log_top_k_ops: rows in the printed top-k operator tables.
+        stages: any of ``"train"``, ``"validate"`` (or ``"val"``), ``"test"``. Validation and
+            test traces are named ``val_epoch_{N}`` / ``test_epoch_{N}``. On-demand windows open
+            only in these stages.
+        trigger_file: when this file exists, a window opens at the next polled step boundary and
+            the file is removed (one touch, one window). A relative path is under
+            ``trainer.default_root_dir``; ``None``: no polling (the Hydra config sets
+            ``PROFILE_NOW``).
         profile_on_request: also open a window when
-            :func:`ocr.perf.triggers.take_profile_request` returns a reason (default ``False``).
-        check_every_n_steps: steps (batches of a profiled stage) between two polls of the trigger
-            file and the request, outside windows (default 20; one ``os.stat`` per poll).
+            :func:`ocr.perf.triggers.take_profile_request` returns a reason.
+        check_every_n_steps: steps of a profiled stage between two polls outside windows (one
+            ``os.stat`` per poll).
 
     On-demand windows are named ``ondemand_e{E}_s{S}`` (training; ``S`` = ``global_step`` at the
     trigger) or ``{val,test}_ondemand_e{E}_b{B}`` (``B`` = batch index); a trigger seen while a
@@ -118,21 +113,12 @@ class ProfilerCallback(Callback):
     removes it when its window closes.
 
     Under DDP every rank profiles itself and the file names get a ``_rank{R}`` suffix; only rank
-    zero prints, logs and writes ``<run>/perf/profiler.jsonl`` (one record per window: ``t``,
-    ``stage``, ``epoch``, ``trigger`` (``"epoch"``, ``"file"``, ``"alert"``, ``"request"``),
-    ``reason``, ``steps`` (recorded), ``traces`` (relative to the run directory), ``batches``
-    (first and last batch index the window covered), ``overhead_s`` (``export``, ``analysis``:
-    the profiler's own cost), ``summary`` (``top_cpu_ops``, ``findings``, ``dataloader_time_pct``,
-    ``step_time_ms``, ``phases_ms_per_step``), ``clock_agreement`` (the trace's ms/step per
-    phase beside the live phase clock's over the same steps, see
-    :mod:`ocr.perf.trace.agreement`; ``None`` without a running clock)). All cycles of a window
-    (``repeat > 1``) are analysed together.
+    zero prints, logs and writes ``<run>/perf/profiler.jsonl`` (one
+    :class:`~ocr.perf.records.ProfilerWindow` per window, all its cycles analysed together).
 
-    While a window records, every Lightning action (hooks, callbacks, ``training_step``,
-    ``backward``, ``optimizer_step``...) is a ``record_function`` range ``[pl][profile]{action}``
-    in the trace, from Lightning's action stream (:mod:`~ocr.lightning_modules.callbacks.
-    action_stream`); outside windows nothing listens. Logged after each window (``{stage}`` =
-    ``train``, ``val``, ``test``):
+    While a window records, every Lightning action is a ``record_function`` range
+    ``[pl][profile]{action}`` in the trace (:class:`~.profiler_window.ActionRanges`). Logged
+    after each window (``{stage}`` = ``train``, ``val``, ``test``):
     ``profiler/{stage}_step_time_ms`` (mean traced step), ``profiler/{stage}_dataloader_pct``,
     ``profiler/{stage}_top_op_self_ms`` (self time per step of the costliest CPU operator).
     """
@@ -162,11 +148,10 @@ class ProfilerCallback(Callback):
     ) -> None:
         super().__init__()
         owner = type(self).__name__
-        epochs = []
-        for e in profile_epochs:
-            epochs.append(_nonneg_int(owner, "profile_epochs entries", e))
         self.enabled = bool(enabled)
-        self.profile_epochs = frozenset(epochs)
+        self.profile_epochs = frozenset(
+            _nonneg_int(owner, "profile_epochs entries", e) for e in profile_epochs
+        )
         self.profile_steps = _nonneg_int(owner, "profile_steps", profile_steps, 1)
         self.warmup_steps = _nonneg_int(owner, "warmup_steps", warmup_steps)
         self.skip_first = _nonneg_int(owner, "skip_first", skip_first)
@@ -309,7 +294,7 @@ class ProfilerCallback(Callback):
             )
 
     def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        self._close(trainer, analyse=True)
+        self._close(trainer)
         self._consume_taken_file()
         self._active = False
         self._ondemand = False
@@ -346,7 +331,7 @@ class ProfilerCallback(Callback):
         epoch = trainer.current_epoch
         if stage != "test" and epoch not in self.profile_epochs:
             return
-        self._close(trainer, analyse=True)  # a window left open (mid-epoch validation)
+        self._close(trainer)  # a window left open (mid-epoch validation)
         if not self._active:
             return
         prefix = "" if stage == "train" else f"{stage}_"
@@ -441,7 +426,7 @@ class ProfilerCallback(Callback):
             return
         total = self.skip_first + (self.wait + self.warmup_steps + self.profile_steps) * self.repeat
         if self.repeat and window.steps >= total:
-            self._close(trainer, analyse=True)
+            self._close(trainer)
 
     def _tick(self, trainer: L.Trainer, stage: str, batch_idx: int) -> None:
         """Outside a window, at a step boundary of a profiled stage: poll every n-th step and open
@@ -528,7 +513,7 @@ class ProfilerCallback(Callback):
             window.discarded = True
             self._release()
 
-    def _close(self, trainer: L.Trainer, analyse: bool) -> None:
+    def _close(self, trainer: L.Trainer) -> None:
         window = self._release()
         if window is None:
             return
@@ -543,21 +528,16 @@ class ProfilerCallback(Callback):
                 # the stage's epoch ended before a step was recorded: open again at the next one
                 self._pending = (window.trigger, window.reason)
             return
-        if not analyse:
-            return
         try:
-            self._report(trainer, window)
+            traces = [self._relative(p) for p in window.traces] if self.export_chrome_trace else []
+            record = summarise_window(trainer, window, self.log_top_k_ops, traces)
+            self.windows.append(record)
+            self._write_record(record)
             if not self.export_chrome_trace:
                 for path in window.traces:
                     path.unlink()
         except Exception as exc:
             self._fail(exc)
-
-    def _report(self, trainer: L.Trainer, window: Window) -> None:
-        traces = [self._relative(p) for p in window.traces] if self.export_chrome_trace else []
-        record = summarise_window(trainer, window, self.log_top_k_ops, traces)
-        self.windows.append(record)
-        self._write_record(record)
 
     def _relative(self, path: Path) -> str:
         assert self._run_dir is not None
@@ -588,22 +568,17 @@ class ProfilerCallback(Callback):
         if self._active:
             self._open(trainer, "train")
 
-    def on_train_batch_end(
-        self,
-        trainer: L.Trainer,
-        pl_module: L.LightningModule,
-        outputs: Any,
-        batch: Any,
-        batch_idx: int,
+    def _batch_end(
+        self, trainer: L.Trainer, stage: str, outputs: Any, batch: Any, batch_idx: int, loader: int
     ) -> None:
         if self._window is not None:
-            self._step(trainer, "train", batch_idx)
-        elif self._ondemand:
-            self._tick(trainer, "train", batch_idx)
+            self._step(trainer, stage, batch_idx)
+        elif self._ondemand and not (stage == "val" and trainer.sanity_checking):
+            self._tick(trainer, stage, batch_idx)
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if self._window is not None:
-            self._close(trainer, analyse=True)
+            self._close(trainer)
 
     on_validation_end = on_test_end = on_train_epoch_end  # each stage's window ends with it
 
@@ -611,38 +586,10 @@ class ProfilerCallback(Callback):
         # Validation runs inside the training epoch: the train window ends before it, so a
         # train trace never holds validation steps.
         if self._window is not None:
-            self._close(trainer, analyse=True)
+            self._close(trainer)
         if self._active and not trainer.sanity_checking:
             self._open(trainer, "val")
-
-    def on_validation_batch_end(
-        self,
-        trainer: L.Trainer,
-        pl_module: L.LightningModule,
-        outputs: Any,
-        batch: Any,
-        batch_idx: int,
-        dataloader_idx: int = 0,
-    ) -> None:
-        if self._window is not None:
-            self._step(trainer, "val", batch_idx)
-        elif self._ondemand and not trainer.sanity_checking:
-            self._tick(trainer, "val", batch_idx)
 
     def on_test_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if self._active:
             self._open(trainer, "test")
-
-    def on_test_batch_end(
-        self,
-        trainer: L.Trainer,
-        pl_module: L.LightningModule,
-        outputs: Any,
-        batch: Any,
-        batch_idx: int,
-        dataloader_idx: int = 0,
-    ) -> None:
-        if self._window is not None:
-            self._step(trainer, "test", batch_idx)
-        elif self._ondemand:
-            self._tick(trainer, "test", batch_idx)

@@ -37,6 +37,9 @@ import math
 import time
 import warnings
 import weakref
+from collections import Counter
+from collections.abc import Callable
+from functools import partial
 from typing import Any, ClassVar
 
 import lightning as L
@@ -94,25 +97,6 @@ _MEMORY_PERIOD_NS = 1_000_000_000
 _BATCH_TIMES_CHUNK = 1024
 
 
-class _Tap:
-    """``on_batch`` of one instrumented DataLoader: routes its timings to a stage. Timings are
-    delivered inside the consuming loop's ``next()``, so the innermost open window is the
-    consumer, even for a loader shared by two stages; before any window opens (Lightning's first
-    iterator) the loader's own stage is used."""
-
-    __slots__ = ("recorder", "stage")
-
-    def __init__(self, recorder: StageRecorder, stage: str) -> None:
-        self.recorder = recorder
-        self.stage = stage
-
-    def __call__(self, timing: WorkerTiming) -> None:
-        recorder = self.recorder
-        if recorder.measuring:
-            stage = recorder._open[-1] if recorder._open else self.stage
-            recorder._states[stage].add_timing(timing)
-
-
 # -- the recorder --------------------------------------------------------------------------------
 
 
@@ -121,9 +105,6 @@ class StageRecorder:
 
     Use :meth:`attach` / :meth:`detach`. Every entry point turns an internal error into one
     :class:`PerfCallbackWarning` and stops measuring; training never sees an exception.
-
-    Args:
-        trainer: the Trainer measured.
     """
 
     _registry: ClassVar[weakref.WeakKeyDictionary[L.Trainer, StageRecorder]] = (
@@ -169,8 +150,7 @@ class StageRecorder:
 
     @classmethod
     def attach(cls, trainer: L.Trainer, subscriber: Subscriber) -> StageRecorder:
-        """The trainer's recorder (created and installed on first use) with ``subscriber``
-        added."""
+        """The trainer's recorder (created and installed on first use) with ``subscriber`` in."""
         recorder = cls._registry.get(trainer)
         if recorder is None or recorder.finished:
             recorder = cls(trainer)
@@ -243,19 +223,18 @@ class StageRecorder:
         state keys differ (instances with equal state keys are indistinguishable in the action
         stream and share one name)."""
         names: dict[str, str] = {}
-        count: dict[str, int] = {}
+        count: Counter[str] = Counter()
         for callback in trainer.callbacks:  # type: ignore[attr-defined]
-            key = callback.state_key
-            if key in names:
-                continue
-            base = type(callback).__name__
-            count[base] = count.get(base, 0) + 1
-            name = base if count[base] == 1 else f"{base}#{count[base]}"
-            names[key] = name
+            if callback.state_key not in names:
+                base = type(callback).__name__
+                count[base] += 1
+                names[callback.state_key] = base if count[base] == 1 else f"{base}#{count[base]}"
         self._callback_names = names
         self._info.clear()
 
-    def _route_loader(self, loader: DataLoader) -> tuple[_Tap, PhaseClock] | None:
+    def _route_loader(
+        self, loader: DataLoader
+    ) -> tuple[Callable[[WorkerTiming], None], PhaseClock] | None:
         trainer = self._trainer_ref()
         if trainer is None or not self.measuring:
             return None
@@ -264,7 +243,15 @@ class StageRecorder:
         if stage is None or stage not in self.stages:
             return None
         self._states[stage].num_workers = int(loader.num_workers)
-        return _Tap(self, stage), self.clock
+        return partial(self._on_timing, stage), self.clock
+
+    def _on_timing(self, stage: str, timing: WorkerTiming) -> None:
+        """A worker timing of a loader routed to ``stage``. Timings are delivered inside the
+        consuming loop's ``next()``, so the innermost open window is the consumer, even for a
+        loader shared by two stages; before any window opens (Lightning's first iterator) the
+        loader's own stage is used."""
+        if self.measuring:
+            self._states[self._open[-1] if self._open else stage].add_timing(timing)
 
     def shutdown(self) -> None:
         """Stop everything and undo what was installed (idempotent)."""
@@ -334,9 +321,7 @@ class StageRecorder:
         subs = list(self.subscribers)
         self.shutdown()
         for sub in subs:
-            off = getattr(sub, "_recorder_off", None)
-            if off is not None:
-                off()
+            sub._recorder_off()
 
     # -- the action stream (hot path) ------------------------------------------------------
 
@@ -562,6 +547,7 @@ class StageRecorder:
         if self._track_memory and now - self._memory_ns >= _MEMORY_PERIOD_NS:
             self._sample_memory(epoch)
         interval = self._interval
+        # training only: the step does not advance during evaluation, nothing to plot against
         if interval and epoch.num_batches % interval == 0 and stage == "train":
             self._on_interval(epoch, elapsed)
         if stage == "train" and self._sync_between_batches:
