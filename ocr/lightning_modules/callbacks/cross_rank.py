@@ -50,7 +50,6 @@ class RankEpoch:
     Args:
         ok: the rank's recording is healthy; ``False`` turns recording off on every rank.
         stage: ``"train"``, ``"val"`` or ``"test"`` (every rank must close the same one).
-        epoch: the epoch of the window.
         figures: figure name (``epoch_time``, ``{phase}_time``, ``samples``...) -> value; nan
             when the rank has none.
         callbacks_s: seconds per callback (display name) on this rank.
@@ -153,15 +152,15 @@ def _finite(values: Sequence[float]) -> list[float]:
 # -- the gradient all-reduce timer ---------------------------------------------------------------
 
 
+@dataclass(eq=False)
 class CommTimer:
     """State of the DDP communication hook :func:`_timed_allreduce`: the process group, and the
     time the last gradient bucket was handed over (local backward compute is done then; what
     follows until backward returns is the wait for the other ranks). Keeps working, harmlessly,
     after the recorder is gone."""
 
-    def __init__(self, process_group: torch.distributed.ProcessGroup) -> None:
-        self.process_group = process_group
-        self.ready_ns = 0
+    process_group: torch.distributed.ProcessGroup
+    ready_ns: int = 0
 
 
 def _timed_allreduce(

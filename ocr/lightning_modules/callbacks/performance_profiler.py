@@ -114,6 +114,11 @@ def render_table(report: EpochRecord) -> Table:
     table.add_column("share", justify="right")
     if ddp:
         table.add_column("max over ranks (rank)", justify="right")
+    blank = [""] if ddp else []  # the empty spread cell
+    wall = report.wall_s
+
+    def share(seconds: float) -> str:
+        return f"{100 * seconds / wall:.1f} %" if wall > 0 else ""
 
     def spread_cell(figure: str) -> list[str]:
         if not ddp:
@@ -124,17 +129,14 @@ def render_table(report: EpochRecord) -> Table:
             return [""]
         return [f"{top:.3f} ({int(rank)})"]
 
-    wall = report.wall_s
     for phase in PHASES:
         seconds = report.phases_s.get(phase, 0.0)
-        share = f"{100 * seconds / wall:.1f} %" if wall > 0 else ""
-        table.add_row(phase, f"{seconds:.3f}", share, *spread_cell(f"{phase}_time"))
+        table.add_row(phase, f"{seconds:.3f}", share(seconds), *spread_cell(f"{phase}_time"))
     table.add_row("epoch", f"{wall:.3f}", "100 %", *spread_cell("epoch_time"), end_section=True)
     named = {**report.callback_hooks_s, **report.module_hooks_s}
     top = sorted((kv for kv in named.items() if kv[1] >= MIN_NAMED_S), key=lambda kv: -kv[1])
     for label, seconds in top[:_TABLE_NAMED_ROWS]:
-        share = f"{100 * seconds / wall:.1f} %" if wall > 0 else ""
-        table.add_row(f"  {label}", f"{seconds:.3f}", share, *([""] if ddp else []))
+        table.add_row(f"  {label}", f"{seconds:.3f}", share(seconds), *blank)
     if top:
         table.rows[-1].end_section = True
     if report.straggler is not None:
@@ -142,7 +144,7 @@ def render_table(report: EpochRecord) -> Table:
             f"straggler: rank {report.straggler.rank}",
             f"+{report.straggler.excess_s:.3f}",
             report.straggler.cause,
-            *([""] if ddp else []),
+            *blank,
             end_section=True,
         )
     for part, seconds in report.worker_s.items():
@@ -155,19 +157,19 @@ def render_table(report: EpochRecord) -> Table:
         hits = int(cache[f"performance/{report.stage}_polygon_cache_hits"])
         misses = int(cache[f"performance/{report.stage}_polygon_cache_misses"])
         table.add_row(
-            "polygon cache hits", f"{hits}/{hits + misses}", f"{100 * rate:.1f} %", *spread_cell("")
+            "polygon cache hits", f"{hits}/{hits + misses}", f"{100 * rate:.1f} %", *blank
         )
     if report.worker_s or rate is not None:
         table.rows[-1].end_section = True
     stats = report.batch_stats
     if report.num_batches:
         for stat in _BATCH_STATS:
-            table.add_row(f"batch {stat}", f"{stats[stat]:.4f}", "", *([""] if ddp else []))
+            table.add_row(f"batch {stat}", f"{stats[stat]:.4f}", "", *blank)
         table.rows[-1].end_section = True
     for key, name in _MEMORY_KEYS.items():
         if key in report.memory:
             unit = "%" if key.endswith("percent") else "GiB"
-            table.add_row(name, f"{report.memory[key]:.2f} {unit}", "", *([""] if ddp else []))
+            table.add_row(name, f"{report.memory[key]:.2f} {unit}", "", *blank)
     return table
 
 

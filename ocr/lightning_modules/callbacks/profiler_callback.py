@@ -8,14 +8,12 @@ warmup / active / repeat``, and stopped when the schedule is done or the stage's
 trace goes to ``<output_dir>/epoch_{N}.json[.gz]``.
 
 On demand, a window with the same schedule opens at a step boundary when a trigger file appears
-(``<run>/PROFILE_NOW`` by default; it is taken away, so one touch = one window) or when
-:func:`ocr.perf.triggers.take_profile_request` returns a reason (the alert engine's throughput-drop
-rule calls ``request_profile``). Both are polled every ``check_every_n_steps`` steps outside a
-window, never on every step. Its traces are ``ondemand_e{E}_s{STEP}.json[.gz]``.
+or a profile is requested (the alert engine's throughput-drop rule does), polled every
+``check_every_n_steps`` steps outside a window, never on every step.
 
 When a window closes, all its cycles are analysed together with :mod:`ocr.perf.trace`: rank zero
-prints the top-k tables and findings and appends one record to ``<run>/perf/profiler.jsonl``
-(schema ``receipt-ocr/profiler-window``), every logger gets a few scalars.
+prints the top-k tables and findings and appends one :class:`~ocr.perf.records.ProfilerWindow` to
+``<run>/perf/profiler.jsonl``, every logger gets a few scalars.
 
 Outside a window nothing is attached: the profiler object is stopped and dropped, and every hook
 returns after an attribute read (plus a counter decrement in on-demand mode). Any profiler failure
@@ -113,8 +111,7 @@ class ProfilerCallback(BatchEndHooks):
     removes it when its window closes.
 
     Under DDP every rank profiles itself and the file names get a ``_rank{R}`` suffix; only rank
-    zero prints, logs and writes ``<run>/perf/profiler.jsonl`` (one
-    :class:`~ocr.perf.records.ProfilerWindow` per window, all its cycles analysed together).
+    zero prints, logs and writes ``profiler.jsonl``.
 
     While a window records, every Lightning action is a ``record_function`` range
     ``[pl][profile]{action}`` in the trace (:class:`~.profiler_window.ActionRanges`). Logged
@@ -202,10 +199,9 @@ class ProfilerCallback(BatchEndHooks):
         self._jsonl: RecordWriter | None = None
         self._is_zero = True
         self._world_size = 1
-        self._jsonl_warned = False
         #: Trace files written in this run, in order (rank-local).
         self.trace_paths: list[Path] = []
-        #: One dict per closed window of this run (the profiler.jsonl record, on every rank).
+        #: The profiler.jsonl record of each closed window of this run (on every rank).
         self.windows: list[ProfilerWindow] = []
 
     # -- configuration -----------------------------------------------------------------------
@@ -237,7 +233,6 @@ class ProfilerCallback(BatchEndHooks):
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         self._warned = False  # one warning per run
-        self._jsonl_warned = False
         self._active = self.enabled and bool(self.stages)
         self._ondemand = False
         self._pending = None
@@ -249,17 +244,14 @@ class ProfilerCallback(BatchEndHooks):
         try:
             run_dir = Path(trainer.default_root_dir)
             self._run_dir = run_dir
-            out = self.output_dir
-            if not out.is_absolute():
-                out = run_dir / out
-            self._dir = out
+            self._dir = run_dir / self.output_dir  # an absolute output_dir stays as it is
             self._world_size = trainer.world_size
             self._is_zero = trainer.is_global_zero
             self._rank_suffix = f"_rank{trainer.global_rank}" if trainer.world_size > 1 else ""
             self._torch_activities = self._resolve_activities()
             self._jsonl = RecordWriter(ProfilerWindow.path(run_dir)) if self._is_zero else None
             tf = self.trigger_file
-            self._trigger_path = None if tf is None else (tf if tf.is_absolute() else run_dir / tf)
+            self._trigger_path = None if tf is None else run_dir / tf
             self._ondemand = self._trigger_path is not None or self.profile_on_request
             self._countdown = self.check_every_n_steps
         except Exception as exc:
@@ -474,9 +466,7 @@ class ProfilerCallback(BatchEndHooks):
     def _remove_trigger_file(self) -> None:
         assert self._trigger_path is not None
         try:
-            self._trigger_path.unlink()
-        except FileNotFoundError:
-            pass
+            self._trigger_path.unlink(missing_ok=True)
         except OSError as exc:
             # (inode, mtime) of the file taken keeps it from firing again
             log.warning("%s: cannot remove %s (%s)", type(self).__name__, self._trigger_path, exc)
@@ -552,15 +542,13 @@ class ProfilerCallback(BatchEndHooks):
         try:
             self._jsonl.write(record)
         except OSError as exc:
-            self._jsonl = None
-            if not self._jsonl_warned:
-                self._jsonl_warned = True
-                warnings.warn(
-                    f"{type(self).__name__}: cannot write the profiler record "
-                    f"({type(exc).__name__}: {exc}); traces are still written",
-                    PerfCallbackWarning,
-                    stacklevel=2,
-                )
+            self._jsonl = None  # one warning: no more writes this run
+            warnings.warn(
+                f"{type(self).__name__}: cannot write the profiler record "
+                f"({type(exc).__name__}: {exc}); traces are still written",
+                PerfCallbackWarning,
+                stacklevel=2,
+            )
 
     # -- hooks -------------------------------------------------------------------------------
 

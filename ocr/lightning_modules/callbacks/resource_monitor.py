@@ -453,27 +453,23 @@ class _StragglerFeed:
 
     def _receive_report(self, report: EpochRecord) -> None:
         signals = self.callback._signals
-        if signals is not None:
-            signals.straggler = straggler_signal(report)
+        if signals is None:
+            return
+        epoch, straggler = report.epoch or 0, report.straggler
+        if straggler is None:  # rank -1 and share 0, so an earlier alert can resolve
+            signals.straggler = StragglerSignal(rank=-1, share=0.0, epoch=epoch)
+        else:
+            signals.straggler = StragglerSignal(
+                rank=straggler.rank,
+                share=straggler.share,
+                excess_s=straggler.excess_s,
+                cause=straggler.cause,
+                others_wait_s=straggler.others_wait_s,
+                epoch=epoch,
+            )
 
     def _receive_interval(self, progress: object) -> None:
         return None
 
     def _recorder_off(self) -> None:
         self.recorder = None
-
-
-def straggler_signal(report: EpochRecord) -> StragglerSignal:
-    """The ``straggler_rank`` rule's input from one epoch report: rank -1 and share 0 when no
-    rank straggles (so an earlier alert can resolve)."""
-    straggler = report.straggler
-    if straggler is None:
-        return StragglerSignal(rank=-1, share=0.0, epoch=report.epoch or 0)
-    return StragglerSignal(
-        rank=straggler.rank,
-        share=straggler.share,
-        excess_s=straggler.excess_s,
-        cause=straggler.cause,
-        others_wait_s=straggler.others_wait_s,
-        epoch=report.epoch or 0,
-    )

@@ -34,9 +34,6 @@ class RunFiles:
     at setup, one ``perf/epochs.jsonl`` line per stage epoch and ``perf/intervals.jsonl`` lines
     at the training log interval; rank zero only. The first write error is one warning and turns
     the writing off; measurement and logging go on.
-
-    Args:
-        run_dir: the run directory (``trainer.default_root_dir``).
     """
 
     def __init__(self, run_dir: str | os.PathLike[str]) -> None:
