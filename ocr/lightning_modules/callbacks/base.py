@@ -15,10 +15,10 @@ from typing import Any
 
 import lightning as L
 
-from ocr.errors import ConfigError
 from ocr.lightning_modules.callbacks.batch_hooks import BatchEndHooks
 from ocr.lightning_modules.callbacks.epoch_report import (
     IntervalProgress,
+    int_at_least,
     normalize_stages,
 )
 from ocr.lightning_modules.callbacks.errors import warn_off
@@ -65,10 +65,8 @@ class RecorderCallback(BatchEndHooks):
     ) -> None:
         super().__init__()
         name = type(self).__name__
-        if isinstance(log_interval, bool) or not isinstance(log_interval, int) or log_interval < 0:
-            raise ConfigError(f"{name}: log_interval must be an integer >= 0, got {log_interval!r}")
         self.enabled = bool(enabled)
-        self.log_interval = log_interval
+        self.log_interval = int_at_least(name, "log_interval", log_interval)
         self.stages = normalize_stages(stages, name)
         self.sync_cuda = bool(sync_cuda)
         self.track_memory = bool(track_memory)

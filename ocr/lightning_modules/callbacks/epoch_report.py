@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from typing import NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import lightning as L
 
@@ -32,6 +32,13 @@ def normalize_stages(stages: Iterable[str], owner: str) -> frozenset[Stage]:
         except ValueError as exc:
             raise ConfigError(f"{owner}: {exc} in stages") from None
     return frozenset(out)
+
+
+def int_at_least(owner: str, name: str, value: Any, minimum: int = 0) -> int:
+    """``value`` when it is an integer (not a bool) >= ``minimum``, else a ``ConfigError``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigError(f"{owner}: {name} must be an integer >= {minimum}, got {value!r}")
+    return value
 
 
 def per_second(count: float, seconds: float) -> float:

@@ -157,8 +157,7 @@ class EpochScanCallback(Callback):
             epoch = trainer.current_epoch
             if self.memory_growth:
                 self._scan(trainer, pl_module, epoch)
-            if self._watch is not None:
-                self._count_compiles(epoch)
+            self._count_compiles(epoch)
         except Exception as exc:
             self._fail(exc)
 

@@ -41,7 +41,7 @@ from torch.profiler import ProfilerActivity
 from ocr.errors import ConfigError
 from ocr.lightning_modules.callbacks.action_stream import remove_listener
 from ocr.lightning_modules.callbacks.batch_hooks import BatchEndHooks
-from ocr.lightning_modules.callbacks.epoch_report import normalize_stages
+from ocr.lightning_modules.callbacks.epoch_report import int_at_least, normalize_stages
 from ocr.lightning_modules.callbacks.errors import PerfCallbackWarning, warn_off
 from ocr.lightning_modules.callbacks.profiler_summary import summarise_window
 from ocr.lightning_modules.callbacks.profiler_window import Window
@@ -52,12 +52,6 @@ from ocr.perf.records import ProfilerWindow, RecordWriter
 log = logging.getLogger(__name__)
 
 _ACTIVITIES = {name.lower(): act for name, act in ProfilerActivity.__members__.items()}
-
-
-def _nonneg_int(owner: str, name: str, value: Any, minimum: int = 0) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ConfigError(f"{owner}: {name} must be an integer >= {minimum}, got {value!r}")
-    return value
 
 
 def _trigger_kind(reason: str) -> str:
@@ -147,13 +141,13 @@ class ProfilerCallback(BatchEndHooks):
         owner = type(self).__name__
         self.enabled = bool(enabled)
         self.profile_epochs = frozenset(
-            _nonneg_int(owner, "profile_epochs entries", e) for e in profile_epochs
+            int_at_least(owner, "profile_epochs entries", e) for e in profile_epochs
         )
-        self.profile_steps = _nonneg_int(owner, "profile_steps", profile_steps, 1)
-        self.warmup_steps = _nonneg_int(owner, "warmup_steps", warmup_steps)
-        self.skip_first = _nonneg_int(owner, "skip_first", skip_first)
-        self.wait = _nonneg_int(owner, "wait", wait)
-        self.repeat = _nonneg_int(owner, "repeat", repeat)
+        self.profile_steps = int_at_least(owner, "profile_steps", profile_steps, 1)
+        self.warmup_steps = int_at_least(owner, "warmup_steps", warmup_steps)
+        self.skip_first = int_at_least(owner, "skip_first", skip_first)
+        self.wait = int_at_least(owner, "wait", wait)
+        self.repeat = int_at_least(owner, "repeat", repeat)
         if isinstance(activities, str):
             raise ConfigError(f"{owner}: activities must be a list, got the string {activities!r}")
         self.activities: tuple[str, ...] = ()
@@ -174,13 +168,15 @@ class ProfilerCallback(BatchEndHooks):
         self.export_chrome_trace = bool(export_chrome_trace)
         self.gzip = bool(gzip)
         self.tensorboard = bool(tensorboard)
-        self.log_top_k_ops = _nonneg_int(owner, "log_top_k_ops", log_top_k_ops, 1)
+        self.log_top_k_ops = int_at_least(owner, "log_top_k_ops", log_top_k_ops, 1)
         self.stages = normalize_stages(stages, owner)
         if trigger_file is not None and not str(trigger_file).strip():
             raise ConfigError(f"{owner}: trigger_file is an empty path; use null to disable it")
         self.trigger_file = Path(trigger_file) if trigger_file is not None else None
         self.profile_on_request = bool(profile_on_request)
-        self.check_every_n_steps = _nonneg_int(owner, "check_every_n_steps", check_every_n_steps, 1)
+        self.check_every_n_steps = int_at_least(
+            owner, "check_every_n_steps", check_every_n_steps, 1
+        )
 
         self._active = False  # enabled and not failed, for the current run
         self._warned = False

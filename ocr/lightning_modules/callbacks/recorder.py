@@ -97,9 +97,6 @@ _MEMORY_PERIOD_NS = 1_000_000_000
 _BATCH_TIMES_CHUNK = 1024
 
 
-# -- the recorder --------------------------------------------------------------------------------
-
-
 class StageRecorder:
     """Per-trainer measurement shared by the performance monitors (see the module docstring).
 

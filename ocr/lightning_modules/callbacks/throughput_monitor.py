@@ -204,11 +204,9 @@ class ThroughputMonitorCallback(RecorderCallback):
                 stacklevel=2,
             )
             return
-        recorder = self._recorder
-        if self._ceiling is not None and recorder is not None and self.write_run_files:
-            files = recorder.files
-            if files is not None:
-                files.run_info({"flops": self._ceiling.run_info})
+        files = self._recorder.files if self._recorder is not None else None
+        if self._ceiling is not None and files is not None and self.write_run_files:
+            files.run_info({"flops": self._ceiling.run_info})
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._take_ceiling(trainer, pl_module)
