@@ -325,10 +325,9 @@ class StageRecorder:
     def wants(self, name: str) -> bool:
         """Whether the stream should tell us about ``name`` (asked once per name; see
         ``ActionStream``). Left out: transparent actions without a window event (their time stays
-        with the enclosing action either way) and hooks whose function does nothing
-        (``untimed.does_nothing``): Lightning dispatches every callback hook to every callback, so
-        most of a step's actions are inherited no-ops. The module's own ``on_after_backward``
-        closes the backward bracket, so the callbacks' no-op ones are not needed for it."""
+        with the enclosing action either way) and hooks that do nothing (``callbacks.untimed``).
+        The module's own ``on_after_backward`` closes the backward bracket, so the callbacks'
+        no-op ones are not needed for it."""
         try:
             _, phase, _, event = self._info.get(name) or self._learn(name)
             action = classify_action(name)
