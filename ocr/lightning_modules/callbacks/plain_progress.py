@@ -21,8 +21,7 @@ import lightning as L
 from lightning.pytorch.callbacks.progress.progress_bar import ProgressBar
 
 from ocr.errors import ConfigError
-
-__all__ = ["PlainProgressBar"]
+from ocr.lightning_modules.callbacks.batch_hooks import BatchEndHooks
 
 
 def _clock(seconds: float) -> str:
@@ -37,7 +36,7 @@ def _value(v: Any) -> str:
     return str(v)
 
 
-class PlainProgressBar(ProgressBar):
+class PlainProgressBar(BatchEndHooks, ProgressBar):
     """Plain-text progress lines on stdout (rank zero only, like every Lightning progress bar).
 
     Args:
@@ -103,57 +102,31 @@ class PlainProgressBar(ProgressBar):
         self._start_loop()
         self._epoch_start = self._loop_start
 
-    def on_train_batch_end(
-        self,
-        trainer: L.Trainer,
-        pl_module: L.LightningModule,
-        outputs: Any,
-        batch: Any,
-        batch_idx: int,
-    ) -> None:
-        done = batch_idx + 1
-        line = self._progress_line("train", done, self.total_train_batches)
-        metrics = self._metrics(trainer, pl_module)
-        self._maybe_print(f"{self._epoch_label(trainer)} {line} {metrics}".rstrip())
-
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         # runs after the epoch's validation, so the line carries the validation metrics too
         took = _clock(time.monotonic() - self._epoch_start)
         metrics = self._metrics(trainer, pl_module)
         self.print(f"{self._epoch_label(trainer)} done in {took} {metrics}".rstrip())
 
-    # -- validation / test -----------------------------------------------------------------------
     def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._start_loop()
 
     on_test_start = on_validation_start
 
-    def on_validation_batch_end(
-        self,
-        trainer: L.Trainer,
-        pl_module: L.LightningModule,
-        outputs: Any,
-        batch: Any,
-        batch_idx: int,
-        dataloader_idx: int = 0,
+    def _batch_end(
+        self, trainer: L.Trainer, stage: str, outputs: Any, batch: Any, batch_idx: int, loader: int
     ) -> None:
-        if trainer.sanity_checking:
-            return
-        total = trainer.num_val_batches[dataloader_idx]
-        line = self._progress_line("val", batch_idx + 1, total)
-        self._maybe_print(f"{self._epoch_label(trainer)} {line}")
-
-    def on_test_batch_end(
-        self,
-        trainer: L.Trainer,
-        pl_module: L.LightningModule,
-        outputs: Any,
-        batch: Any,
-        batch_idx: int,
-        dataloader_idx: int = 0,
-    ) -> None:
-        total = trainer.num_test_batches[dataloader_idx]
-        self._maybe_print(self._progress_line("test", batch_idx + 1, total))
+        if stage == "train":
+            line = self._progress_line("train", batch_idx + 1, self.total_train_batches)
+            metrics = self._metrics(trainer, trainer.lightning_module)
+            self._maybe_print(f"{self._epoch_label(trainer)} {line} {metrics}".rstrip())
+        elif stage == "val" and not trainer.sanity_checking:
+            line = self._progress_line("val", batch_idx + 1, trainer.num_val_batches[loader])
+            self._maybe_print(f"{self._epoch_label(trainer)} {line}")
+        elif stage == "test":
+            self._maybe_print(
+                self._progress_line("test", batch_idx + 1, trainer.num_test_batches[loader])
+            )
 
     def on_test_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self.print(f"test done in {_clock(time.monotonic() - self._loop_start)}")

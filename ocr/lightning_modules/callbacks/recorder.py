@@ -37,6 +37,9 @@ import math
 import time
 import warnings
 import weakref
+from collections import Counter
+from collections.abc import Callable
+from functools import partial
 from typing import Any, ClassVar
 
 import lightning as L
@@ -88,34 +91,10 @@ from ocr.perf.records import EpochRecord
 from ocr.perf.stage import Stage
 from ocr.perf.worker import WorkerTiming
 
-__all__ = ["StageRecorder", "Subscriber"]
-
 # In-epoch memory samples (for the RSS peak) at most this often: a snapshot costs ~100 us.
 _MEMORY_PERIOD_NS = 1_000_000_000
 # Batch times are folded into the epoch's StreamingStats in chunks of this many.
 _BATCH_TIMES_CHUNK = 1024
-
-
-class _Tap:
-    """``on_batch`` of one instrumented DataLoader: routes its timings to a stage. Timings are
-    delivered inside the consuming loop's ``next()``, so the innermost open window is the
-    consumer, even for a loader shared by two stages; before any window opens (Lightning's first
-    iterator) the loader's own stage is used."""
-
-    __slots__ = ("recorder", "stage")
-
-    def __init__(self, recorder: StageRecorder, stage: str) -> None:
-        self.recorder = recorder
-        self.stage = stage
-
-    def __call__(self, timing: WorkerTiming) -> None:
-        recorder = self.recorder
-        if recorder.measuring:
-            stage = recorder._open[-1] if recorder._open else self.stage
-            recorder._states[stage].add_timing(timing)
-
-
-# -- the recorder --------------------------------------------------------------------------------
 
 
 class StageRecorder:
@@ -123,9 +102,6 @@ class StageRecorder:
 
     Use :meth:`attach` / :meth:`detach`. Every entry point turns an internal error into one
     :class:`PerfCallbackWarning` and stops measuring; training never sees an exception.
-
-    Args:
-        trainer: the Trainer measured.
     """
 
     _registry: ClassVar[weakref.WeakKeyDictionary[L.Trainer, StageRecorder]] = (
@@ -171,8 +147,7 @@ class StageRecorder:
 
     @classmethod
     def attach(cls, trainer: L.Trainer, subscriber: Subscriber) -> StageRecorder:
-        """The trainer's recorder (created and installed on first use) with ``subscriber``
-        added."""
+        """The trainer's recorder (created and installed on first use) with ``subscriber`` in."""
         recorder = cls._registry.get(trainer)
         if recorder is None or recorder.finished:
             recorder = cls(trainer)
@@ -245,19 +220,18 @@ class StageRecorder:
         state keys differ (instances with equal state keys are indistinguishable in the action
         stream and share one name)."""
         names: dict[str, str] = {}
-        count: dict[str, int] = {}
+        count: Counter[str] = Counter()
         for callback in trainer.callbacks:  # type: ignore[attr-defined]
-            key = callback.state_key
-            if key in names:
-                continue
-            base = type(callback).__name__
-            count[base] = count.get(base, 0) + 1
-            name = base if count[base] == 1 else f"{base}#{count[base]}"
-            names[key] = name
+            if callback.state_key not in names:
+                base = type(callback).__name__
+                count[base] += 1
+                names[callback.state_key] = base if count[base] == 1 else f"{base}#{count[base]}"
         self._callback_names = names
         self._info.clear()
 
-    def _route_loader(self, loader: DataLoader) -> tuple[_Tap, PhaseClock] | None:
+    def _route_loader(
+        self, loader: DataLoader
+    ) -> tuple[Callable[[WorkerTiming], None], PhaseClock] | None:
         trainer = self._trainer_ref()
         if trainer is None or not self.measuring:
             return None
@@ -266,7 +240,15 @@ class StageRecorder:
         if stage is None or stage not in self.stages:
             return None
         self._states[stage].num_workers = int(loader.num_workers)
-        return _Tap(self, stage), self.clock
+        return partial(self._on_timing, stage), self.clock
+
+    def _on_timing(self, stage: str, timing: WorkerTiming) -> None:
+        """A worker timing of a loader routed to ``stage``. Timings are delivered inside the
+        consuming loop's ``next()``, so the innermost open window is the consumer, even for a
+        loader shared by two stages; before any window opens (Lightning's first iterator) the
+        loader's own stage is used."""
+        if self.measuring:
+            self._states[self._open[-1] if self._open else stage].add_timing(timing)
 
     def shutdown(self) -> None:
         """Stop everything and undo what was installed (idempotent)."""
@@ -336,19 +318,16 @@ class StageRecorder:
         subs = list(self.subscribers)
         self.shutdown()
         for sub in subs:
-            off = getattr(sub, "_recorder_off", None)
-            if off is not None:
-                off()
+            sub._recorder_off()
 
     # -- the action stream (hot path) ------------------------------------------------------
 
     def wants(self, name: str) -> bool:
         """Whether the stream should tell us about ``name`` (asked once per name; see
         ``ActionStream``). Left out: transparent actions without a window event (their time stays
-        with the enclosing action either way) and hooks whose function does nothing
-        (``untimed.does_nothing``): Lightning dispatches every callback hook to every callback, so
-        most of a step's actions are inherited no-ops. The module's own ``on_after_backward``
-        closes the backward bracket, so the callbacks' no-op ones are not needed for it."""
+        with the enclosing action either way) and hooks that do nothing (``callbacks.untimed``).
+        The module's own ``on_after_backward`` closes the backward bracket, so the callbacks'
+        no-op ones are not needed for it."""
         try:
             _, phase, _, event = self._info.get(name) or self._learn(name)
             action = classify_action(name)
@@ -564,6 +543,7 @@ class StageRecorder:
         if self._track_memory and now - self._memory_ns >= _MEMORY_PERIOD_NS:
             self._sample_memory(epoch)
         interval = self._interval
+        # training only: the step does not advance during evaluation, nothing to plot against
         if interval and epoch.num_batches % interval == 0 and stage == "train":
             self._on_interval(epoch, elapsed)
         if stage == "train" and self._sync_between_batches:

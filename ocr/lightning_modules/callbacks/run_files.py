@@ -17,8 +17,6 @@ from ocr.perf.records import EpochRecord, IntervalRecord, JsonValue, RecordWrite
 from ocr.perf.rundir import write_run_info
 from ocr.perf.stage import Stage
 
-__all__ = ["RunFiles", "epoch_record"]
-
 
 def epoch_record(report: EpochRecord, t: float) -> EpochRecord:
     """``report`` as written at unix time ``t``, with the global rates (samples and batches of
@@ -36,9 +34,6 @@ class RunFiles:
     at setup, one ``perf/epochs.jsonl`` line per stage epoch and ``perf/intervals.jsonl`` lines
     at the training log interval; rank zero only. The first write error is one warning and turns
     the writing off; measurement and logging go on.
-
-    Args:
-        run_dir: the run directory (``trainer.default_root_dir``).
     """
 
     def __init__(self, run_dir: str | os.PathLike[str]) -> None:

@@ -15,8 +15,6 @@ from ocr.perf.clock import PHASES
 from ocr.perf.stats import StreamingStats
 from ocr.perf.worker import WorkerTiming
 
-__all__ = ["EpochWindow", "StageState", "named_seconds", "nanmax"]
-
 
 @dataclass
 class EpochWindow:
