@@ -56,13 +56,14 @@ def plain_progress_when_not_a_terminal(
     class of the user's own (a subclass) is kept as it is."""
     from lightning.pytorch.callbacks import ProgressBar, RichProgressBar, TQDMProgressBar
 
+    from ocr.lightning_modules.callbacks.live_line import PhaseRichProgressBar
     from ocr.lightning_modules.callbacks.plain_progress import PlainProgressBar
 
     if stdout_is_live() if live is None else live:
         return callbacks
     out = [
         PlainProgressBar(PLAIN_PROGRESS_INTERVAL_S)
-        if type(c) in (RichProgressBar, TQDMProgressBar)
+        if type(c) in (RichProgressBar, PhaseRichProgressBar, TQDMProgressBar)
         else c
         for c in callbacks
     ]

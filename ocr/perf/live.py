@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from ocr.perf.findings import input_bound_severity, threshold
+
 #: Phases shown in the line (the largest first); the rest are left out.
 TOP_PHASES = 3
 #: A phase under this share of the wall time is not shown (it would read "0%").
@@ -41,3 +43,20 @@ def live_line(
     if verdict:
         parts.append(verdict)
     return " · ".join(p for p in parts if p)
+
+
+def live_verdict(stage: str, phases_s: Mapping[str, float], straggler_rank: int | None) -> str:
+    """The verdict word so far, by the report's thresholds: ``straggler rank N`` (the last
+    gathered epoch's), ``input-bound`` (data wait at the input-bound share), ``compute-bound``
+    (forward / backward / optimizer at the compute share), or ``""`` (not judged)."""
+    if straggler_rank is not None:
+        return f"straggler rank {straggler_rank}"
+    total = sum(v for v in phases_s.values() if v > 0)
+    if total <= 0:
+        return ""
+    if input_bound_severity(100 * phases_s.get("data_wait", 0.0) / total) is not None:
+        return "input-bound"
+    compute = ("forward", "backward", "optimizer") if stage == "train" else ("forward",)
+    if 100 * sum(phases_s.get(p, 0.0) for p in compute) / total >= threshold("compute_pct"):
+        return "compute-bound"
+    return ""

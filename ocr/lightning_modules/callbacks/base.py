@@ -170,7 +170,9 @@ class RecorderCallback(BatchEndHooks):
         self._enabled_run = False
         if recorder is not None:
             try:
-                recorder.shutdown()  # no gather: the ranks may be out of step
+                # no gather: the ranks may be out of step
+                interrupted = isinstance(exception, KeyboardInterrupt)
+                recorder.shutdown("interrupted" if interrupted else "failed")
             except Exception as exc:
                 self._fail(exc)
 

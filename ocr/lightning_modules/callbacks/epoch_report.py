@@ -74,6 +74,7 @@ class IntervalProgress(NamedTuple):
         samples: samples in them (this rank).
         elapsed_s: window time so far (seconds, pauses excluded).
         step: ``trainer.global_step`` when it was taken (the step to log at).
+        phases_s: the epoch's seconds per phase so far (the clock's names).
     """
 
     stage: str
@@ -83,6 +84,7 @@ class IntervalProgress(NamedTuple):
     elapsed_s: float
     world_size: int
     step: int
+    phases_s: dict[str, float] = {}  # noqa: RUF012 - a NamedTuple default, never mutated
 
 
 class Subscriber(Protocol):

@@ -8,6 +8,8 @@ log, ``| tee``) it shows nothing until the run ends. This bar prints a line ever
     Epoch 3/10 done in 0:02:04 train/loss=0.501 val/hmean=0.712
 
 Time-based rather than every N batches, so a slow and a fast run both log at a readable rate.
+With a performance monitor on the trainer, each progress line ends with the live phase line
+(``callbacks/live_line.py``).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from lightning.pytorch.callbacks.progress.progress_bar import ProgressBar
 
 from ocr.errors import ConfigError
 from ocr.lightning_modules.callbacks.batch_hooks import BatchEndHooks
+from ocr.lightning_modules.callbacks.live_line import live_text
 
 
 def _clock(seconds: float) -> str:
@@ -88,11 +91,12 @@ class PlainProgressBar(BatchEndHooks, ProgressBar):
         parts.insert(1, f"{rate:.2f} it/s elapsed {_clock(elapsed)}")
         return " ".join(parts)
 
-    def _maybe_print(self, line: str) -> None:
+    def _maybe_print(self, line: str, trainer: L.Trainer) -> None:
         now = time.monotonic()
         if now - self._last_line >= self.interval_s:
             self._last_line = now
-            self.print(line)
+            live = live_text(trainer)
+            self.print(f"{line} · {live}" if live else line)
 
     def _start_loop(self) -> None:
         self._loop_start = self._last_line = time.monotonic()
@@ -119,14 +123,13 @@ class PlainProgressBar(BatchEndHooks, ProgressBar):
         if stage == "train":
             line = self._progress_line("train", batch_idx + 1, self.total_train_batches)
             metrics = self._metrics(trainer, trainer.lightning_module)
-            self._maybe_print(f"{self._epoch_label(trainer)} {line} {metrics}".rstrip())
+            self._maybe_print(f"{self._epoch_label(trainer)} {line} {metrics}".rstrip(), trainer)
         elif stage == "val" and not trainer.sanity_checking:
             line = self._progress_line("val", batch_idx + 1, trainer.num_val_batches[loader])
-            self._maybe_print(f"{self._epoch_label(trainer)} {line}")
+            self._maybe_print(f"{self._epoch_label(trainer)} {line}", trainer)
         elif stage == "test":
-            self._maybe_print(
-                self._progress_line("test", batch_idx + 1, trainer.num_test_batches[loader])
-            )
+            total = trainer.num_test_batches[loader]
+            self._maybe_print(self._progress_line("test", batch_idx + 1, total), trainer)
 
     def on_test_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self.print(f"test done in {_clock(time.monotonic() - self._loop_start)}")

@@ -61,7 +61,7 @@ from ocr.lightning_modules.callbacks.interpose import (
     check_versions,
     syncs_before_train_batch,
 )
-from ocr.lightning_modules.callbacks.run_files import RunFiles
+from ocr.lightning_modules.callbacks.run_files import Lifecycle, RunFiles
 from ocr.lightning_modules.callbacks.stage_state import (
     EpochWindow,
     StageState,
@@ -87,6 +87,7 @@ from ocr.lightning_modules.callbacks.window_events import (
 from ocr.perf.actions import CALLBACK, DATAMODULE, MODULE, classify_action
 from ocr.perf.clock import PhaseClock, PhaseTotals, set_active_clock
 from ocr.perf.memory import memory_snapshot, reset_peak_memory
+from ocr.perf.ranks import Straggler
 from ocr.perf.records import EpochRecord
 from ocr.perf.stage import Stage
 from ocr.perf.worker import WorkerTiming
@@ -142,6 +143,8 @@ class StageRecorder:
         self._listening = False
         self.sync_wait_measured = "none" if self.world_size <= 1 else "gather"
         self.files: RunFiles | None = None
+        self._lifecycle: Lifecycle | None = None
+        self.straggler: Straggler | None = None  # of the last gathered epoch
 
     # -- membership ------------------------------------------------------------------------
 
@@ -198,6 +201,13 @@ class StageRecorder:
         self._name_callbacks(trainer)
         if any(s.write_run_files for s in self.subscribers):
             self._open_files(trainer)
+            fn = trainer.state.fn
+            self._lifecycle = Lifecycle(
+                perf_root(trainer),
+                str(fn.value) if fn is not None else "fit",
+                trainer.global_rank,
+                self.world_size,
+            )
         reason = check_versions()
         if reason is None:
             self._interposer = LoaderInterposer(trainer, self._route_loader, self._fail)
@@ -250,10 +260,14 @@ class StageRecorder:
         if self.measuring:
             self._states[self._open[-1] if self._open else stage].add_timing(timing)
 
-    def shutdown(self) -> None:
-        """Stop everything and undo what was installed (idempotent)."""
+    def shutdown(self, status: str = "finished") -> None:
+        """Stop everything and undo what was installed (idempotent); ``status`` (``finished``,
+        ``failed``, ``interrupted``) goes to this rank's end in ``perf/lifecycle.jsonl``."""
         self.measuring = False
         self.finished = True
+        lifecycle, self._lifecycle = self._lifecycle, None
+        if lifecycle is not None:
+            lifecycle.end(status)
         if self.files is not None:
             self.files.close()
         if self.clock.running:
@@ -551,6 +565,15 @@ class StageRecorder:
             if self.clock.running and self._current_label()[0] == "sync_wait":
                 self.clock.switch("sync_wait")
 
+    @classmethod
+    def of(cls, trainer: L.Trainer) -> StageRecorder | None:
+        """The trainer's recorder, if a performance monitor attached one."""
+        return cls._registry.get(trainer)
+
+    def open_window(self) -> EpochWindow | None:
+        """The innermost open window (a live progress line reads it)."""
+        return self._states[self._open[-1]].epoch if self._open and self.measuring else None
+
     def _on_interval(self, epoch: EpochWindow, elapsed_ns: int) -> None:
         trainer = self._trainer_ref()
         assert trainer is not None
@@ -562,6 +585,7 @@ class StageRecorder:
             elapsed_ns / 1e9,
             self.world_size,
             trainer.global_step,
+            epoch.phases_s(self.clock),
         )
         if self.files is not None:
             self.files.interval(progress)
@@ -751,6 +775,8 @@ class StageRecorder:
         if self.world_size <= 1:
             return local if self.measuring else None
         report, off = gather_ranks(local if self.measuring else None, self.world_size)
+        if report is not None:
+            self.straggler = report.straggler  # the live line names it until the next epoch
         if off is not None:
             if self.measuring:
                 warnings.warn(
