@@ -211,14 +211,13 @@ def _run(args: argparse.Namespace) -> int:
     if args.command in ("report", "try", "watch"):
         return int(args.func(args))
     # Imported here so that `ocr-perf --help` and argument errors stay instant.
-    from rich.console import Console
-
+    from ocr.console import make_console
     from ocr.perf.trace import analyze_path
     from ocr.perf.trace.compare import compare_reports
     from ocr.perf.trace.render import print_analysis, print_comparison, to_markdown
     from ocr.perf.trace.windows import attach_clock_agreement
 
-    console = Console()
+    console = make_console()
     try:
         if args.command == "analyze":
             report = analyze_path(args.trace, top_k=args.top_k)
@@ -251,14 +250,13 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _baseline_main(args: argparse.Namespace) -> int:
-    from rich.console import Console
-
     from ocr.cli_errors import report_error
+    from ocr.console import make_console
     from ocr.perf.baseline import load_source, make_baseline, write_baseline
     from ocr.perf.gate import check_baseline
     from ocr.perf.gate_table import print_baseline, print_check
 
-    console = Console()
+    console = make_console()
     options = {"stage": args.stage, "skip_epochs": args.skip_epochs}
     try:
         if args.command == "baseline":

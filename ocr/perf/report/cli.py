@@ -47,8 +47,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> int:
     """Build and write the report for parsed ``args``; print a terminal summary and the path."""
     # Imported here so that `ocr-perf --help` stays instant (matplotlib, numpy).
-    from rich.console import Console
-
+    from ocr.console import make_console
     from ocr.perf.report import (
         ReportInputError,
         build_report,
@@ -71,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
     except OSError as exc:
         print(f"ocr-perf: error: cannot write output: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    console = Console()
+    console = make_console()
     print_summary(report, console)
     console.print(f"Report: {output}", highlight=False, markup=False)
     if args.markdown:
