@@ -8,9 +8,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 EXIT_OK = 0
 EXIT_REGRESSION = 1
@@ -64,7 +68,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     a.add_argument("trace", type=Path, help="trace file or directory of traces")
     a.add_argument("--top-k", type=_positive_int, default=15, help="rows per op table (15)")
-    a.add_argument("--json", type=Path, metavar="OUT", help="write the full report as JSON")
+    a.add_argument(
+        "--json", type=Path, metavar="OUT", help="write the full report as JSON ('-': stdout)"
+    )
     a.add_argument("--markdown", type=Path, metavar="OUT", help="write a Markdown summary")
     c = sub.add_parser(
         "compare",
@@ -76,7 +82,9 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("a", type=Path, help="baseline trace or directory")
     c.add_argument("b", type=Path, help="candidate trace or directory")
     c.add_argument("--top-k", type=_positive_int, default=15, help="op rows to show (15)")
-    c.add_argument("--json", type=Path, metavar="OUT", help="write the comparison as JSON")
+    c.add_argument(
+        "--json", type=Path, metavar="OUT", help="write the comparison as JSON ('-': stdout)"
+    )
     c.add_argument(
         "--fail-on-regression",
         type=_non_negative,
@@ -105,7 +113,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     k.add_argument("baseline", type=Path, help="baseline JSON (or any source)")
     k.add_argument("current", type=Path, help="run directory, bench JSON or baseline JSON")
-    k.add_argument("--json", type=Path, metavar="OUT", help="write the comparison as JSON")
+    k.add_argument(
+        "--json", type=Path, metavar="OUT", help="write the comparison as JSON ('-': stdout)"
+    )
     k.add_argument(
         "--tolerance",
         type=_non_negative,
@@ -184,8 +194,22 @@ def _write(path: Path, text: str) -> None:
     path.write_text(text, encoding="utf-8")
 
 
-def _dump(obj: Any) -> str:
-    return json.dumps(obj, indent=2, allow_nan=False, default=str)
+def write_json(path: Path, obj: Any) -> None:
+    """``--json OUT``: ``obj`` as indented strict JSON into ``OUT``, or onto stdout for ``-``
+    (the command's tables then go to stderr: see :func:`_console`)."""
+    text = json.dumps(obj, indent=2, allow_nan=False, default=str)
+    if str(path) == "-":
+        sys.stdout.write(text + "\n")
+        sys.stdout.flush()
+    else:
+        _write(path, text)
+
+
+def _console(args: argparse.Namespace) -> Console:
+    """The console for a command's tables: stderr when ``--json -`` has stdout."""
+    from ocr.console import make_console
+
+    return make_console(stderr=str(getattr(args, "json", None)) == "-")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -211,20 +235,19 @@ def _run(args: argparse.Namespace) -> int:
     if args.command in ("report", "try", "watch"):
         return int(args.func(args))
     # Imported here so that `ocr-perf --help` and argument errors stay instant.
-    from ocr.console import make_console
     from ocr.perf.trace import analyze_path
     from ocr.perf.trace.compare import compare_reports
     from ocr.perf.trace.render import print_analysis, print_comparison, to_markdown
     from ocr.perf.trace.windows import attach_clock_agreement
 
-    console = make_console()
+    console = _console(args)
     try:
         if args.command == "analyze":
             report = analyze_path(args.trace, top_k=args.top_k)
             attach_clock_agreement(report)  # the phase clock's figures, for ProfilerCallback runs
             print_analysis(report, console)
             if args.json:
-                _write(args.json, _dump(report.as_dict()))
+                write_json(args.json, report.as_dict())
             if args.markdown:
                 _write(args.markdown, to_markdown(report))
             return EXIT_OK
@@ -237,7 +260,7 @@ def _run(args: argparse.Namespace) -> int:
         )
         print_comparison(result, console)
         if args.json:
-            _write(args.json, _dump(result.as_dict()))
+            write_json(args.json, result.as_dict())
         if args.fail_on_regression is not None and result.verdict["verdict"] == "regression":
             return EXIT_REGRESSION
         if result.verdict["verdict"] == "not comparable":
@@ -251,12 +274,11 @@ def _run(args: argparse.Namespace) -> int:
 
 def _baseline_main(args: argparse.Namespace) -> int:
     from ocr.cli_errors import report_error
-    from ocr.console import make_console
     from ocr.perf.baseline import load_source, make_baseline, write_baseline
     from ocr.perf.gate import check_baseline
     from ocr.perf.gate_table import print_baseline, print_check
 
-    console = make_console()
+    console = _console(args)
     options = {"stage": args.stage, "skip_epochs": args.skip_epochs}
     try:
         if args.command == "baseline":
@@ -273,7 +295,7 @@ def _baseline_main(args: argparse.Namespace) -> int:
         )
         print_check(result, console)
         if args.json:
-            _write(args.json, _dump(result.as_dict()))
+            write_json(args.json, result.as_dict())
     except OSError as exc:
         report_error("ocr-perf", f"cannot write output: {exc}")
         return EXIT_BAD_INPUT

@@ -35,6 +35,12 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     p.add_argument("--markdown", type=Path, metavar="OUT", help="also write a Markdown version")
     p.add_argument(
+        "--json",
+        type=Path,
+        metavar="OUT",
+        help="also write the verdict (headline, stages, ranked findings) as JSON ('-': stdout)",
+    )
+    p.add_argument(
         "--baseline",
         type=Path,
         metavar="FILE",
@@ -70,6 +76,17 @@ def run(args: argparse.Namespace) -> int:
     except OSError as exc:
         print(f"ocr-perf: error: cannot write output: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    if args.json is not None:
+        from ocr.perf.cli import write_json
+        from ocr.perf.report.writers import to_json
+
+        try:
+            write_json(args.json, to_json(report))
+        except OSError as exc:
+            print(f"ocr-perf: error: cannot write output: {exc}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+        if str(args.json) == "-":  # stdout is the JSON alone
+            return EXIT_OK
     console = make_console()
     print_summary(report, console)
     console.print(f"Report: {output}", highlight=False, markup=False)

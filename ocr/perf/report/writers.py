@@ -10,7 +10,9 @@ from __future__ import annotations
 import html
 import os
 from pathlib import Path
+from typing import Any
 
+import msgspec
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table as RichTable
@@ -224,6 +226,26 @@ def write_html(report: Report, path: str | os.PathLike[str]) -> Path:
 # -- terminal ------------------------------------------------------------------------------------
 
 _STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
+
+
+def to_json(report: Report) -> dict[str, Any]:
+    """What the terminal summary and the page's verdict state, JSON-ready (``ocr-perf report
+    --json``): the one-sentence headline, the per-stage figures (samples/s over all ranks) and
+    the ranked findings with their candidates."""
+    stages = {
+        str(stage): {
+            **msgspec.to_builtins(s),
+            "samples_per_sec": s.samples_per_sec,
+            "shares_pct": {p: s.share(p) for p in PHASES if s.phases_s.get(p)},
+        }
+        for stage, s in report.stages.items()
+    }
+    return {
+        "run": report.name.title,
+        "headline": headline(report),
+        "stages": stages,
+        "findings": [f.as_dict() for f in ranked(report)],
+    }
 
 
 def print_summary(report: Report, console: Console | None = None, top: int = 3) -> None:
