@@ -19,8 +19,11 @@
 from __future__ import annotations
 
 import io
+import json
 import os
+import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import rich
@@ -141,3 +144,15 @@ def _min_width(table: Table) -> int:
             need = max(probe.measure(c).minimum for c in cells)
         total += max(need, column.min_width or 0) + left + right
     return total
+
+
+def write_json(path: Path, obj: Any) -> None:
+    """A command's ``--json OUT``: ``obj`` as indented strict JSON into ``OUT``, or onto stdout
+    for ``-`` (the command then prints its tables to stderr)."""
+    text = json.dumps(obj, indent=2, allow_nan=False, default=str)
+    if str(path) == "-":
+        sys.stdout.write(text + "\n")
+        sys.stdout.flush()
+    else:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")

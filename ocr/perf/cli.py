@@ -7,11 +7,9 @@ codes: the ``EXIT_*`` constants (and ``--help``).
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -194,17 +192,6 @@ def _write(path: Path, text: str) -> None:
     path.write_text(text, encoding="utf-8")
 
 
-def write_json(path: Path, obj: Any) -> None:
-    """``--json OUT``: ``obj`` as indented strict JSON into ``OUT``, or onto stdout for ``-``
-    (the command's tables then go to stderr: see :func:`_console`)."""
-    text = json.dumps(obj, indent=2, allow_nan=False, default=str)
-    if str(path) == "-":
-        sys.stdout.write(text + "\n")
-        sys.stdout.flush()
-    else:
-        _write(path, text)
-
-
 def _console(args: argparse.Namespace) -> Console:
     """The console for a command's tables: stderr when ``--json -`` has stdout."""
     from ocr.console import make_console
@@ -235,6 +222,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.command in ("report", "try", "watch"):
         return int(args.func(args))
     # Imported here so that `ocr-perf --help` and argument errors stay instant.
+    from ocr.console import write_json
     from ocr.perf.trace import analyze_path
     from ocr.perf.trace.compare import compare_reports
     from ocr.perf.trace.render import print_analysis, print_comparison, to_markdown
@@ -274,6 +262,7 @@ def _run(args: argparse.Namespace) -> int:
 
 def _baseline_main(args: argparse.Namespace) -> int:
     from ocr.cli_errors import report_error
+    from ocr.console import write_json
     from ocr.perf.baseline import load_source, make_baseline, write_baseline
     from ocr.perf.gate import check_baseline
     from ocr.perf.gate_table import print_baseline, print_check

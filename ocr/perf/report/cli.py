@@ -77,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"ocr-perf: error: cannot write output: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     if args.json is not None:
-        from ocr.perf.cli import write_json
+        from ocr.console import write_json
         from ocr.perf.report.writers import to_json
 
         try:
