@@ -7,6 +7,7 @@ and the byte where it went wrong. :mod:`~ocr.perf.trace.load` turns the parsed f
 from __future__ import annotations
 
 import codecs
+import dataclasses
 import gzip
 import mmap
 import operator
@@ -431,6 +432,7 @@ def parse_file(path: Path) -> Parsed | None:
             "(counted as zero length)"
         )
         dur = np.where(bad_dur, 0.0, dur)
+        source = dataclasses.replace(source, invalid_durations=int(bad_dur.sum()))
     start_ns = _to_ns(ts, base_ns)
     dur_ns = np.rint(dur * 1000.0).astype(np.int64)
 
