@@ -74,6 +74,13 @@ def _parser() -> argparse.ArgumentParser:
     a.add_argument("--top-k", type=_positive_int, default=15, help="rows per op table (15)")
     a.add_argument("--json", type=Path, metavar="OUT", help="write the full report as JSON")
     a.add_argument("--markdown", type=Path, metavar="OUT", help="write a Markdown summary")
+    a.add_argument(
+        "--jobs",
+        type=_positive_int,
+        metavar="N",
+        help="a folder of rank traces: ranks analysed at once, one process each (default: the "
+        "usable cores); each rank's files are analysed together, the ranks side by side",
+    )
     c = sub.add_parser(
         "compare",
         help="compare two traces (files or directories); exit 1 on a regression if asked",
@@ -187,15 +194,34 @@ def _run(args: argparse.Namespace) -> int:
 
     from ocr.perf.trace import analyze_path
     from ocr.perf.trace.compare import compare_reports
+    from ocr.perf.trace.rank_render import (
+        print_communication,
+        print_integrity,
+        print_rank_set,
+        rank_set_markdown,
+    )
+    from ocr.perf.trace.rankset import analyze_rank_set
     from ocr.perf.trace.render import print_analysis, print_comparison, to_markdown
     from ocr.perf.trace.windows import attach_clock_agreement
 
     console = Console()
     try:
         if args.command == "analyze":
+            rank_set = analyze_rank_set(args.trace, jobs=args.jobs, top_k=args.top_k)
+            if rank_set is not None:
+                for analysis in rank_set.analyses.values():
+                    attach_clock_agreement(analysis)
+                print_rank_set(rank_set, console)
+                if args.json:
+                    _write(args.json, _dump(rank_set.as_dict()))
+                if args.markdown:
+                    _write(args.markdown, rank_set_markdown(rank_set))
+                return EXIT_OK
             report = analyze_path(args.trace, top_k=args.top_k)
             attach_clock_agreement(report)  # the phase clock's figures, for ProfilerCallback runs
             print_analysis(report, console)
+            print_communication(report.communication, console)
+            print_integrity(report.integrity, console)
             if args.json:
                 _write(args.json, _dump(report.as_dict()))
             if args.markdown:

@@ -21,7 +21,7 @@ from ocr.perf.findings import (
     threshold,
 )
 
-__all__ = ["TRACE_RISKS", "TraceMetrics", "evaluate"]
+__all__ = ["COMM_ONE_RANK_HINT", "TRACE_RISKS", "TraceMetrics", "evaluate"]
 
 #: Rules whose finding is a risk (scored by :func:`~ocr.perf.findings.risk_score`, a share of the
 #: whole run) rather than a share of the profiled steps' time.
@@ -118,6 +118,14 @@ class TraceMetrics:
     comm_exposed_phases_ms: dict[str, float] = field(default_factory=dict)
     comm_calls: dict[str, int] = field(default_factory=dict)
     live_sync_wait: dict[str, float] | None = None
+
+
+#: The end of the communication_bound advice for one rank's trace (a rank set names the
+#: straggler instead).
+COMM_ONE_RANK_HINT = (
+    " If the other ranks barely wait, this rank waits for a slower one: analyse every "
+    "rank's trace together (ocr-perf analyze DIR) to name the straggler."
+)
 
 
 def _r(x: float | None, nd: int = 2) -> float | None:
@@ -418,10 +426,7 @@ def _communication(m: TraceMetrics) -> Finding | None:
         )
     else:
         how += "; on CPU, gloo runs over TCP: fewer, larger all-reduces help most."
-    how += (
-        " If the other ranks barely wait, this rank waits for a slower one: analyse every "
-        "rank's trace together (ocr-perf analyze DIR) to name the straggler."
-    )
+    how += COMM_ONE_RANK_HINT
     evidence: dict[str, Any] = {
         "exposed_pct": _r(pct),
         "exposed_ms_per_step": _r(m.comm_exposed_ms_per_step, 3),
