@@ -200,7 +200,7 @@ def _run(args: argparse.Namespace) -> int:
         print_rank_set,
         rank_set_markdown,
     )
-    from ocr.perf.trace.rankset import analyze_rank_set
+    from ocr.perf.trace.rankset import add_live_sync_wait, analyze_rank_set, live_sync_wait
     from ocr.perf.trace.render import print_analysis, print_comparison, to_markdown
     from ocr.perf.trace.windows import attach_clock_agreement
 
@@ -219,6 +219,7 @@ def _run(args: argparse.Namespace) -> int:
                 return EXIT_OK
             report = analyze_path(args.trace, top_k=args.top_k)
             attach_clock_agreement(report)  # the phase clock's figures, for ProfilerCallback runs
+            add_live_sync_wait(report.findings, live_sync_wait([s.path for s in report.sources]))
             print_analysis(report, console)
             print_communication(report.communication, console)
             print_integrity(report.integrity, console)

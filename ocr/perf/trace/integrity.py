@@ -41,8 +41,8 @@ IMPLAUSIBLE_FACTOR = 2.0
 IMPLAUSIBLE_MIN_NS = 1_000_000_000
 #: Ranks' clocks disagree when the median offset of their aligned step ends exceeds this many ns
 #: and :data:`SKEW_STEP_SHARE` of the median step.
-SKEW_MIN_NS = 2_000_000
-SKEW_STEP_SHARE = 0.05
+SKEW_MIN_NS = 5_000_000
+SKEW_STEP_SHARE = 0.1
 
 _RUNTIME_LAUNCH = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx")
 

@@ -30,6 +30,7 @@ import msgspec
 
 from ocr.perf.findings import Finding
 from ocr.perf.ranks import STRAGGLER_MIN_S, STRAGGLER_MIN_SHARE, find_straggler
+from ocr.perf.records import EpochRecord, RunDirError, read_records
 from ocr.perf.trace.findings import COMM_ONE_RANK_HINT
 from ocr.perf.trace.integrity import Integrity, IntegrityProblem, clock_skew
 from ocr.perf.trace.load import find_trace_files, load_traces
@@ -266,6 +267,7 @@ def summarise_ranks(
         for f in a.findings:
             findings.append(_for_rank(f, r, stragglers))
     findings.sort(key=lambda f: (f.id != "straggler", -f.score))
+    add_live_sync_wait(findings, live_sync_wait([f for files in groups.values() for f in files]))
     problems: list[IntegrityProblem] = [p for a in analyses.values() for p in a.integrity.problems]
     skew = clock_skew(_step_ends(analyses), _median_step_ns(rows))
     if skew is not None:
@@ -280,6 +282,51 @@ def summarise_ranks(
         jobs=jobs,
         total_s=round(total_s, 3),
     )
+
+
+def live_sync_wait(
+    trace_paths: Sequence[str | Path], stage: str = "train"
+) -> dict[str, float] | None:
+    """The live clock's ``sync_wait`` of the run that holds the traces (the nearest directory
+    above them with ``perf/epochs.jsonl``), over its ``stage`` epochs, in ms per batch: this
+    (the recording) rank's and the ranks' min / median / max. None without such a run or
+    without DDP epochs; an unreadable record is no error (the trace stands on its own)."""
+    files = [Path(p).resolve() for p in trace_paths]
+    run = next(
+        (d for d in (files[0].parents[:3] if files else ()) if EpochRecord.path(d).is_file()),
+        None,
+    )
+    if run is None:
+        return None
+    try:
+        records = read_records(EpochRecord.path(run), EpochRecord)
+    except (RunDirError, OSError, ValueError):
+        return None
+    mine = [r for r in records if r.stage.trace_name == stage and r.num_batches]
+    if not mine:
+        return None
+    batches = sum(r.num_batches for r in mine)
+    out = {
+        "ms_per_batch": round(
+            1e3 * sum(r.phases_s.get("sync_wait", 0.0) for r in mine) / batches, 3
+        )
+    }
+    spread = [r.spreads.get("sync_wait_time") for r in mine]
+    if all(s is not None for s in spread):
+        for key in ("min", "median", "max"):
+            values = [s.get(key) for s in spread if s is not None]
+            if all(isinstance(v, float | int) for v in values):
+                out[f"ranks_{key}_ms"] = round(1e3 * sum(values) / batches, 3)  # type: ignore[arg-type]
+    return out
+
+
+def add_live_sync_wait(findings: Sequence[Finding], live: dict[str, float] | None) -> None:
+    """Put the live clock's ``sync_wait`` beside each communication finding's figures."""
+    if live is None:
+        return
+    for f in findings:
+        if f.id in ("communication_bound", "straggler"):
+            f.evidence["live_sync_wait"] = live
 
 
 def _rank_row(rank: int, stage: str, files: list[Path], a: TraceAnalysis) -> RankSummary | None:
