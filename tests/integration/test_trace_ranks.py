@@ -1,7 +1,7 @@
-"""``ocr-perf analyze`` over the rank traces of a real 2-rank gloo DDP run (CPU, ``ProfilerCallback``
-on every rank): with a sleep planted in rank 1's ``training_step`` the analysis names rank 1 and
-``forward`` and shows rank 0's wait as communication; without it, no straggler. The same traces,
-broken on purpose, give the rank set's integrity problems.
+"""``ocr-perf analyze`` over the rank traces of a real 2-rank gloo DDP run (CPU,
+``ProfilerCallback`` on every rank): with a sleep planted in rank 1's ``training_step`` the
+analysis names rank 1 and ``forward`` and shows rank 0's wait as communication; without it, no
+straggler. The same traces, broken on purpose, give the rank set's integrity problems.
 """
 
 from __future__ import annotations
@@ -86,14 +86,23 @@ def _record(root: Path, sleep_s: float) -> Path:
         timeout=240,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
-    assert "rank 0 done" in proc.stdout and "rank 1 done" in proc.stdout
+    assert "rank 0 done" in proc.stdout
+    assert "rank 1 done" in proc.stdout
     return run
 
 
 def _analyze(trace_dir: Path, out: Path, *extra: str) -> tuple[str, dict[str, Any]]:
     proc = subprocess.run(
-        [sys.executable, "-m", "ocr.perf.cli", "analyze", str(trace_dir), "--json", str(out)]
-        + list(extra),
+        [
+            sys.executable,
+            "-m",
+            "ocr.perf.cli",
+            "analyze",
+            str(trace_dir),
+            "--json",
+            str(out),
+            *list(extra),
+        ],
         capture_output=True,
         text=True,
         env=dict(_env(), COLUMNS="200"),
@@ -171,9 +180,11 @@ def test_a_rank_whose_clock_is_off_is_an_integrity_problem(
     _shift(traces / "epoch_0_rank1.json", skewed / "epoch_0_rank1.json", 250_000.0)
     stdout, doc = _analyze(skewed, tmp_path / "a.json")
     (problem,) = doc["integrity"]["problems"]
-    assert problem["id"] == "clock_skew" and problem["rank"] == 1
+    assert problem["id"] == "clock_skew"
+    assert problem["rank"] == 1
     assert re.search(r"rank 1's steps end \+2[45]\d\.\d ms", problem["message"]), problem
-    assert "Integrity" in stdout and "clock" in stdout
+    assert "Integrity" in stdout
+    assert "clock" in stdout
     # per-rank figures stand on each rank's own clock: the straggler is still named
     assert doc["stragglers"][0]["rank"] == 1
 
@@ -197,4 +208,5 @@ def test_a_file_without_a_rank_among_rank_files_is_refused(
         timeout=120,
     )
     assert proc.returncode == 2
-    assert "stray.json" in proc.stderr and "no rank" in proc.stderr
+    assert "stray.json" in proc.stderr
+    assert "no rank" in proc.stderr
