@@ -3,8 +3,8 @@ makes less certain.
 
 One check per problem, each returning at most one :class:`IntegrityProblem` per source file:
 
-- ``events_outside_steps``: host time outside every step (top op tables count it, the step
-  breakdown does not).
+- ``events_outside_steps``: host ops' and annotations' time outside every step (the top op
+  tables count it, the step breakdown does not).
 - ``unlinked_device_events``: kernels / copies whose launching runtime call is not in the trace
   (dropped correlation: device time per phase, "launched by" and transfers miss them).
 - ``cut_steps``: a step cut by the window's edge (its open spans closed together with it, or
@@ -108,7 +108,10 @@ def _problem(table: EventTable, src: int, **fields: object) -> IntegrityProblem:
 def _outside_steps(table: EventTable, steps: StepTable, src: int) -> IntegrityProblem | None:
     if not (steps.src == src).any():
         return None  # without steps every figure is over the whole trace
-    host = np.flatnonzero((table.src == src) & np.isin(table.kind, Kind.HOST))
+    # what the op tables count (the profiler's own runtime calls at its stop are no problem)
+    host = np.flatnonzero(
+        (table.src == src) & np.isin(table.kind, (Kind.CPU_OP, Kind.USER_ANNOTATION))
+    )
     total = int(table.self_ns[host].sum())
     if not total:
         return None
