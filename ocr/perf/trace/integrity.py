@@ -290,7 +290,8 @@ def clock_skew(
     step_ends_ns: Mapping[int, Mapping[str, int]], median_step_ns: float
 ) -> IntegrityProblem | None:
     """The clock skew between ranks, from the absolute end (ns) of each training step per rank
-    (``rank -> step label -> ns``): DDP's gradient all-reduce makes ranks leave every step
+    (``rank -> step label -> ns``, ranks with collectives in their steps only): DDP's gradient
+    all-reduce makes ranks leave every step
     together, so the median offset of a rank's step ends from the lowest rank's is its clock's
     offset. A problem when one exceeds :data:`SKEW_MIN_NS` and :data:`SKEW_STEP_SHARE` of the
     median step."""

@@ -198,8 +198,17 @@ class RankSetAnalysis(_Part):
         return out
 
 
-def _analyze_rank(files: list[Path], top_k: int | None) -> TraceAnalysis:
-    """One rank's files in one table (runs in a worker process)."""
+def _analyze_rank(files: list[Path], top_k: int | None) -> TraceAnalysis | tuple[str, str]:
+    """One rank's files in one table (runs in a worker process); bad input comes back as
+    ``(path, reason)`` (a :class:`TraceError` does not survive pickling: its constructor takes
+    two arguments) and is raised again by the caller."""
+    try:
+        return _analyze_files(files, top_k)
+    except TraceError as exc:
+        return exc.path, exc.reason
+
+
+def _analyze_files(files: list[Path], top_k: int | None) -> TraceAnalysis:
     t0 = time.perf_counter()
     table = load_traces(files)
     t_load = time.perf_counter() - t0
@@ -219,10 +228,18 @@ def analyze_ranks(
     """Each rank's analysis, ``jobs`` ranks at a time (default :func:`default_jobs`)."""
     jobs = min(jobs or default_jobs(), len(groups))
     if jobs <= 1:
-        return {r: _analyze_rank(files, top_k) for r, files in groups.items()}
+        return {r: _analyze_files(files, top_k) for r, files in groups.items()}
+    # spawn, not fork: the caller may hold threads (a progress bar, a logger); each worker holds
+    # one rank's table at a time
     with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn")) as pool:
         futures = {r: pool.submit(_analyze_rank, files, top_k) for r, files in groups.items()}
-        return {r: f.result() for r, f in futures.items()}
+        out = {}
+        for r, future in futures.items():
+            result = future.result()
+            if isinstance(result, tuple):
+                raise TraceError(*result)
+            out[r] = result
+        return out
 
 
 def analyze_rank_set(
@@ -443,7 +460,9 @@ def _step_ends(analyses: dict[int, TraceAnalysis]) -> dict[int, dict[str, int]]:
     out: dict[int, dict[str, int]] = {}
     for r, a in analyses.items():
         origin = a.summary.origin_ns
-        if origin is None:
+        # only collectives make ranks end their steps together
+        synced = any(c.stage == "train" and c.calls for c in a.communication)
+        if origin is None or not synced:
             continue
         out[r] = {
             s.step: origin + round(s.start_ms * 1e6) + s.wall_ns
