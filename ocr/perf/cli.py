@@ -195,6 +195,7 @@ def _run(args: argparse.Namespace) -> int:
     from ocr.perf.trace import analyze_path
     from ocr.perf.trace.compare import compare_reports
     from ocr.perf.trace.rank_render import (
+        integrity_markdown,
         print_communication,
         print_integrity,
         print_rank_set,
@@ -226,7 +227,7 @@ def _run(args: argparse.Namespace) -> int:
             if args.json:
                 _write(args.json, _dump(report.as_dict()))
             if args.markdown:
-                _write(args.markdown, to_markdown(report))
+                _write(args.markdown, to_markdown(report) + integrity_markdown(report.integrity))
             return EXIT_OK
         threshold = 5.0 if args.fail_on_regression is None else args.fail_on_regression
         result = compare_reports(

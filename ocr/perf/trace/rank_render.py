@@ -27,6 +27,13 @@ def print_integrity(integrity: Integrity, console: Console) -> None:
         console.print(f"  [yellow]![/yellow] {line}", highlight=False)
 
 
+def integrity_markdown(integrity: Integrity) -> str:
+    """The integrity section in Markdown: one item per problem; empty when clean."""
+    if integrity.clean:
+        return ""
+    return "\n## Integrity\n\n" + "".join(f"- {line}\n" for line in integrity.lines())
+
+
 def print_communication(rows: list[CommSummary], console: Console) -> None:
     """Time in collectives per source and stage: overlapped and exposed per step."""
     if not rows:
@@ -128,8 +135,4 @@ def rank_set_markdown(result: RankSetAnalysis) -> str:
         out += ["## Findings", ""]
         out += [f"- **{f.severity}** {f.title}: {f.suggestion}" for f in result.findings]
         out.append("")
-    if not result.integrity.clean:
-        out += ["## Integrity", ""]
-        out += [f"- {line}" for line in result.integrity.lines()]
-        out.append("")
-    return "\n".join(out)
+    return "\n".join(out) + integrity_markdown(result.integrity)
