@@ -98,6 +98,13 @@ def test_device_view_in_the_analysis(gpu_with_nccl: Path) -> None:
         row["overlapped_ms_per_step"] + row["exposed_ms_per_step"], abs=2e-3
     )
     assert report["metrics"]["comm_method"] == "device"
+    # one stream: nothing overlaps, every collective is exposed (14 % of the step here)
+    assert row["overlap_pct"] == 0.0
+    finding = next(f for f in report["findings"] if f["id"] == "communication_bound")
+    assert finding["evidence"]["exposed_in"] == "backward"
+    assert finding["evidence"]["exposed_pct"] == pytest.approx(row["exposed_pct"], abs=0.01)
+    assert "bucket_cap_mb" in finding["suggestion"]
+    assert "comm hook" in finding["suggestion"]  # GPU: compression
 
 
 def test_host_view_matches_the_oracle(
