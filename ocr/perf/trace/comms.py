@@ -219,6 +219,8 @@ def _host_rows(
 ) -> None:
     comm_proc = proc_of_thread[table.thread[comm]]
     busy_of: dict[int, tuple[np.ndarray, np.ndarray, int]] = {}
+    seg_order = np.argsort(steps.seg_step, kind="stable")  # the segments of each step together
+    seg_bounds = np.searchsorted(steps.seg_step[seg_order], np.arange(len(steps) + 1))
     for i in rows.tolist():
         s, e, t = int(steps.start[i]), int(steps.end[i]), int(steps.thread[i])
         mine = comm[comm_proc == proc_of_thread[t]]
@@ -231,9 +233,8 @@ def _host_rows(
         if t not in busy_of:
             busy_of[t] = _sorted_spans(table, np.flatnonzero(busy_op & (table.thread == t)))
         bs, be = _window(*busy_of[t], s, e)
-        _fill(out, steps, i, cs, ce, bs, be)
-        ex_s, ex_e = subtract(cs, ce, bs, be)
-        seg = np.flatnonzero(steps.seg_step == i)
+        ex_s, ex_e = _fill(out, i, cs, ce, bs, be)
+        seg = seg_order[seg_bounds[i] : seg_bounds[i + 1]]  # the step's phase segments
         per_seg = union_in_windows(ex_s, ex_e, steps.seg_start[seg], steps.seg_end[seg])
         out.exposed_phases[i] = np.bincount(
             steps.seg_phase[seg], weights=per_seg, minlength=len(PHASES)
@@ -262,7 +263,7 @@ def _device_rows(
         if cs.size == 0:
             continue
         ks, ke = _window(ks_all, ke_all, klook, s, e)
-        _fill(out, steps, i, cs, ce, ks, ke)
+        _fill(out, i, cs, ce, ks, ke)
         mine = (step_of == i) & (phase_of >= 0)
         weights = np.bincount(
             phase_of[mine], weights=table.dur[comm[mine]], minlength=len(PHASES)
@@ -277,24 +278,16 @@ def _device_rows(
 
 
 def _fill(
-    out: CommTable,
-    steps: StepTable,
-    i: int,
-    cs: np.ndarray,
-    ce: np.ndarray,
-    bs: np.ndarray,
-    be: np.ndarray,
-) -> None:
-    win_s = np.array([steps.start[i]], np.int64)
-    win_e = np.array([steps.end[i]], np.int64)
-    total = int(union_in_windows(cs, ce, win_s, win_e)[0])
-    busy = int(union_in_windows(bs, be, win_s, win_e)[0])
-    both = int(
-        union_in_windows(np.concatenate([cs, bs]), np.concatenate([ce, be]), win_s, win_e)[0]
-    )
-    out.total[i] = total
-    out.exposed[i] = both - busy
-    out.overlapped[i] = total - out.exposed[i]
+    out: CommTable, i: int, cs: np.ndarray, ce: np.ndarray, bs: np.ndarray, be: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Step ``i``'s total, exposed and overlapped ns from its collectives ``c`` and compute
+    ``b`` (both clipped to the step); returns the exposed intervals."""
+    ms, me = _merge(cs, ce)
+    ex_s, ex_e = subtract(cs, ce, bs, be)
+    out.total[i] = int((me - ms).sum())
+    out.exposed[i] = int((ex_e - ex_s).sum())
+    out.overlapped[i] = out.total[i] - out.exposed[i]
+    return ex_s, ex_e
 
 
 def _ms(ns: float) -> float:
