@@ -41,6 +41,9 @@ from ocr.perf.trace.table import TraceError
 #: Bytes of a file's (decompressed) head searched for ``distributedInfo``.
 HEAD_BYTES = 1 << 20
 _TAIL_BYTES = 1 << 16
+#: A gzip file without ``distributedInfo`` in its head is read through for its tail only up to
+#: this size (compressed); a larger one takes its rank from its name.
+GZIP_TAIL_SCAN_BYTES = 32 << 20
 _DIST_RANK = re.compile(rb'"distributedInfo"\s*:\s*\{[^{}\[\]]*?"rank"\s*:\s*(-?\d+)')
 _RANK_IN_NAME = re.compile(r"rank[_\-]?(\d+)", re.IGNORECASE)
 
@@ -53,26 +56,33 @@ def default_jobs() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def _open(path: Path) -> Any:
+def _is_gzip(path: Path) -> bool:
     with path.open("rb") as probe:
-        magic = probe.read(2)
-    return gzip.open(path, "rb") if magic == b"\x1f\x8b" else path.open("rb")
+        return probe.read(2) == b"\x1f\x8b"
 
 
 def _rank_in_text(path: Path) -> int | None:
-    """``distributedInfo.rank`` from the file's head, else its tail (a writer that puts the
-    metadata after ``traceEvents``); read in bounded chunks."""
+    """``distributedInfo.rank`` from the file's head (where torch writes it), else its tail (a
+    writer that puts the metadata after ``traceEvents``): a seek for a plain file; a gzip file is
+    read through (in bounded chunks) only up to :data:`GZIP_TAIL_SCAN_BYTES` compressed."""
     try:
-        with _open(path) as f:
+        gz = _is_gzip(path)
+        with gzip.open(path, "rb") if gz else path.open("rb") as f:
             head = f.read(HEAD_BYTES)
             m = _DIST_RANK.search(head)
             if m:
                 return int(m.group(1))
             if b'"traceEvents"' not in head or b'"distributedInfo"' in head:
                 return None
-            tail = head[-_TAIL_BYTES:]
-            while chunk := f.read(HEAD_BYTES):
-                tail = (tail + chunk)[-_TAIL_BYTES:]
+            if not gz:
+                f.seek(max(len(head), path.stat().st_size - _TAIL_BYTES))
+                tail = f.read()
+            elif path.stat().st_size <= GZIP_TAIL_SCAN_BYTES:
+                tail = head[-_TAIL_BYTES:]
+                while chunk := f.read(HEAD_BYTES):
+                    tail = (tail + chunk)[-_TAIL_BYTES:]
+            else:
+                return None
     except (OSError, EOFError, gzip.BadGzipFile) as exc:
         raise TraceError(path, f"cannot read: {exc}") from exc
     m = _DIST_RANK.search(tail)
