@@ -16,6 +16,7 @@ fell in into ``sync_wait``, so the rank that *works* longer is told from the ran
 from __future__ import annotations
 
 import gzip
+import json
 import os
 import re
 import statistics
@@ -44,7 +45,7 @@ _TAIL_BYTES = 1 << 16
 #: A gzip file without ``distributedInfo`` in its head is read through for its tail only up to
 #: this size (compressed); a larger one takes its rank from its name.
 GZIP_TAIL_SCAN_BYTES = 32 << 20
-_DIST_RANK = re.compile(rb'"distributedInfo"\s*:\s*\{[^{}\[\]]*?"rank"\s*:\s*(-?\d+)')
+_DIST_INFO = re.compile(rb'"distributedInfo"\s*:\s*(?=\{)')
 _RANK_IN_NAME = re.compile(r"rank[_\-]?(\d+)", re.IGNORECASE)
 
 
@@ -61,6 +62,19 @@ def _is_gzip(path: Path) -> bool:
         return probe.read(2) == b"\x1f\x8b"
 
 
+def _dist_rank(text: bytes) -> int | None:
+    """``distributedInfo.rank`` of the JSON text ``text`` (a head or tail of a trace file)."""
+    m = _DIST_INFO.search(text)
+    if m is None:
+        return None
+    try:
+        info, _ = json.JSONDecoder().raw_decode(text[m.end() :].decode("utf-8", "replace"))
+    except ValueError:  # cut off by the head's end: the object is larger than the head
+        return None
+    rank = info.get("rank") if isinstance(info, dict) else None
+    return rank if isinstance(rank, int) and not isinstance(rank, bool) else None
+
+
 def _rank_in_text(path: Path) -> int | None:
     """``distributedInfo.rank`` from the file's head (where torch writes it), else its tail (a
     writer that puts the metadata after ``traceEvents``): a seek for a plain file; a gzip file is
@@ -69,9 +83,9 @@ def _rank_in_text(path: Path) -> int | None:
         gz = _is_gzip(path)
         with gzip.open(path, "rb") if gz else path.open("rb") as f:
             head = f.read(HEAD_BYTES)
-            m = _DIST_RANK.search(head)
-            if m:
-                return int(m.group(1))
+            rank = _dist_rank(head)
+            if rank is not None:
+                return rank
             if b'"traceEvents"' not in head or b'"distributedInfo"' in head:
                 return None
             if not gz:
@@ -85,8 +99,7 @@ def _rank_in_text(path: Path) -> int | None:
                 return None
     except (OSError, EOFError, gzip.BadGzipFile) as exc:
         raise TraceError(path, f"cannot read: {exc}") from exc
-    m = _DIST_RANK.search(tail)
-    return int(m.group(1)) if m else None
+    return _dist_rank(tail)
 
 
 def rank_of(path: Path) -> tuple[int | None, str | None]:

@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import numpy as np
 import pytest
 
@@ -148,3 +149,26 @@ def test_host_view_matches_the_oracle(
         assert comm.exposed_phases[i].sum() == exposed
     assert 0 < comm.exposed.sum() < comm.total.sum()
     assert set(np.flatnonzero(comm.exposed_phases.sum(axis=0)).tolist()) <= set(range(len(PHASES)))
+
+
+def test_a_gpu_rank_set_shows_device_communication_side_by_side(
+    gpu_with_nccl: Path, tmp_path: Path
+) -> None:
+    """Two ranks of the NCCL trace (the same events: equal ranks, equal clocks)."""
+    from ocr.perf.trace.rankset import analyze_rank_set
+
+    doc = json.loads(gpu_with_nccl.read_text())
+    folder = tmp_path / "ranks"
+    folder.mkdir()
+    for rank in (0, 1):
+        info = {**doc["distributedInfo"], "rank": rank, "world_size": 2}
+        (folder / f"r{rank}.json").write_text(json.dumps({**doc, "distributedInfo": info}))
+    result = analyze_rank_set(folder, jobs=1)
+    assert result is not None
+    rows = {r.rank: r for r in result.ranks}
+    assert rows[0] == msgspec.structs.replace(rows[1], rank=0, files=["r0.json"])
+    assert rows[0].comm_method == "device"
+    assert rows[0].gpu_busy_pct is not None
+    assert rows[0].phases_ms["sync_wait"] == rows[0].comm_exposed_ms > 0
+    assert [(s.stage, s.rank) for s in result.stragglers] == [("train", None)]
+    assert result.integrity.clean

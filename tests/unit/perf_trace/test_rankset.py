@@ -88,3 +88,9 @@ def test_a_folder_that_is_not_a_rank_set_is_left_to_the_one_table_analysis(
     write(make_trace(), tmp_path / "b.json")
     assert analyze_rank_set(tmp_path) is None
     assert analyze_rank_set(tmp_path / "a.json") is None
+
+
+def test_rank_whatever_the_order_of_distributed_info_keys(tmp_path: Path) -> None:
+    doc = _head_first(0)
+    doc["distributedInfo"] = {"pg_config": [{"ranks": [0, 1], "rank": 9}], "rank": 4}
+    assert rank_of(write(doc, tmp_path / "t.json")) == (4, "distributedInfo")
