@@ -204,6 +204,7 @@ class RankSetAnalysis(_Part):
         analyses: each rank's full analysis (``str(rank)`` -> :class:`TraceAnalysis`).
         jobs: processes used.
         total_s: seconds it took.
+        version: the dict form's version (1).
     """
 
     input: str
@@ -214,10 +215,12 @@ class RankSetAnalysis(_Part):
     analyses: dict[str, TraceAnalysis]
     jobs: int
     total_s: float
+    version: int = 1
 
     def as_dict(self) -> dict[str, Any]:
-        """The JSON-ready form (``--json``): the attributes, ``integrity`` among them."""
-        out: dict[str, Any] = msgspec.to_builtins(self)
+        """The JSON-ready form (``--json``): the attributes, ``integrity`` among them;
+        ``version`` always present."""
+        out: dict[str, Any] = {"version": self.version, **msgspec.to_builtins(self)}
         return out
 
 
