@@ -68,7 +68,9 @@ def _parser() -> argparse.ArgumentParser:
         description="Read a torch.profiler / Kineto Chrome trace (a file, .json.gz, or a folder "
         "of them: Lightning's per-stage files, one per rank) and print the top CPU and device "
         "ops, each stage's step breakdown (data loading / forward / backward / optimizer / "
-        "hooks), step statistics, memory peaks and findings with a concrete change.",
+        "hooks), step statistics, memory peaks, communication, findings with a concrete change "
+        "and the trace's integrity problems. A folder of rank traces (DDP) is analysed rank by "
+        "rank (--jobs at a time) and shown side by side with the straggler.",
     )
     a.add_argument("trace", type=Path, help="trace file or directory of traces")
     a.add_argument("--top-k", type=_positive_int, default=15, help="rows per op table (15)")
