@@ -28,7 +28,9 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+import numpy as np
 
+from ocr.perf.actions import CALLBACK, DATAMODULE, MODULE, classify_action
 from ocr.perf.findings import Finding
 from ocr.perf.ranks import STRAGGLER_MIN_S, STRAGGLER_MIN_SHARE, find_straggler
 from ocr.perf.records import EpochRecord, RunDirError, read_records
@@ -37,7 +39,8 @@ from ocr.perf.trace.integrity import Integrity, IntegrityProblem, clock_skew
 from ocr.perf.trace.load import find_trace_files, load_traces
 from ocr.perf.trace.report import analyze_table
 from ocr.perf.trace.result import Timing, TraceAnalysis
-from ocr.perf.trace.table import TraceError
+from ocr.perf.trace.steps import StepTable, compute_steps, locate
+from ocr.perf.trace.table import EventTable, Kind, TraceError
 
 #: Bytes of a file's (decompressed) head searched for ``distributedInfo``.
 HEAD_BYTES = 1 << 20
@@ -224,7 +227,46 @@ class RankSetAnalysis(_Part):
         return out
 
 
-def _analyze_rank(files: list[Path], top_k: int | None) -> TraceAnalysis | tuple[str, str]:
+#: stage -> ``"callbacks"`` / ``"module_hooks"`` -> owner (callback class, ``Module.hook``) ->
+#: ms per step: what :func:`~ocr.perf.ranks.find_straggler` names a callbacks / hooks cause by.
+Named = dict[str, dict[str, dict[str, float]]]
+
+_NAMED_PREFIXES = (
+    "[pl][profile][Callback]",
+    "[pl][profile][LightningModule]",
+    "[pl][profile][LightningDataModule]",
+)
+_GROUP_OF_KIND = {CALLBACK: "callbacks", MODULE: "module_hooks", DATAMODULE: "module_hooks"}
+
+
+def _named_by_stage(table: EventTable, steps: StepTable) -> Named:
+    """Time per callback and per module hook in the steps, from Lightning's action spans
+    (``[pl][profile][Callback]...``), as the live clock names them."""
+    is_action = table.name_ids(
+        lambda n: n.startswith(("[pl][profile][Callback]", "[pl][profile][Light"))
+    )
+    idx = np.flatnonzero(is_action[table.name] & np.isin(table.kind, Kind.HOST) & (table.dur > 0))
+    step_of, _ = locate(steps, table, idx)
+    counts: dict[str, int] = {}
+    for stage in steps.stage:
+        counts[stage] = counts.get(stage, 0) + 1
+    out: Named = {}
+    for i, st in zip(idx.tolist(), step_of.tolist(), strict=True):
+        if st < 0:
+            continue
+        action = classify_action(table.names[int(table.name[i])])
+        group = _GROUP_OF_KIND.get(action.kind)
+        if group is None or not action.owner:
+            continue
+        stage = steps.stage[st]
+        per = out.setdefault(stage, {}).setdefault(group, {})
+        per[action.owner] = per.get(action.owner, 0.0) + float(table.dur[i]) / 1e6 / counts[stage]
+    return out
+
+
+def _analyze_rank(
+    files: list[Path], top_k: int | None
+) -> tuple[TraceAnalysis, Named] | tuple[str, str]:
     """One rank's files in one table (runs in a worker process); bad input comes back as
     ``(path, reason)`` (a :class:`TraceError` does not survive pickling: its constructor takes
     two arguments) and is raised again by the caller."""
@@ -234,7 +276,7 @@ def _analyze_rank(files: list[Path], top_k: int | None) -> TraceAnalysis | tuple
         return exc.path, exc.reason
 
 
-def _analyze_files(files: list[Path], top_k: int | None) -> TraceAnalysis:
+def _analyze_files(files: list[Path], top_k: int | None) -> tuple[TraceAnalysis, Named]:
     t0 = time.perf_counter()
     table = load_traces(files)
     t_load = time.perf_counter() - t0
@@ -245,13 +287,14 @@ def _analyze_files(files: list[Path], top_k: int | None) -> TraceAnalysis:
         total_s=round(time.perf_counter() - t0, 4),
     )
     analysis.input = str(files[0]) if len(files) == 1 else str(files[0].parent)
-    return analysis
+    return analysis, _named_by_stage(table, compute_steps(table, []))
 
 
 def analyze_ranks(
     groups: dict[int, list[Path]], jobs: int | None = None, top_k: int | None = 20
-) -> dict[int, TraceAnalysis]:
-    """Each rank's analysis, ``jobs`` ranks at a time (default :func:`default_jobs`)."""
+) -> dict[int, tuple[TraceAnalysis, Named]]:
+    """Each rank's analysis (and its time per callback and hook), ``jobs`` ranks at a time
+    (default :func:`default_jobs`)."""
     jobs = min(jobs or default_jobs(), len(groups))
     if jobs <= 1:
         return {r: _analyze_files(files, top_k) for r, files in groups.items()}
@@ -262,8 +305,8 @@ def analyze_ranks(
         out = {}
         for r, future in futures.items():
             result = future.result()
-            if isinstance(result, tuple):
-                raise TraceError(*result)
+            if isinstance(result[0], str):
+                raise TraceError(result[0], str(result[1]))
             out[r] = result
         return out
 
@@ -281,18 +324,27 @@ def analyze_rank_set(
     if groups is None:
         return None
     used = min(jobs or default_jobs(), len(groups))
-    analyses = analyze_ranks(groups, used, top_k)
-    return summarise_ranks(str(p), groups, analyses, jobs=used, total_s=time.perf_counter() - t0)
+    results = analyze_ranks(groups, used, top_k)
+    return summarise_ranks(
+        str(p),
+        groups,
+        {r: a for r, (a, _) in results.items()},
+        {r: named for r, (_, named) in results.items()},
+        jobs=used,
+        total_s=time.perf_counter() - t0,
+    )
 
 
 def summarise_ranks(
     where: str,
     groups: dict[int, list[Path]],
     analyses: dict[int, TraceAnalysis],
+    named: dict[int, Named] | None = None,
     jobs: int = 1,
     total_s: float = 0.0,
 ) -> RankSetAnalysis:
-    """The side-by-side view, stragglers, findings and integrity of per-rank analyses."""
+    """The side-by-side view, stragglers, findings and integrity of per-rank analyses (and
+    their time per callback and hook, to name a callbacks / hooks cause)."""
     rows: list[RankSummary] = []
     stragglers: list[StragglerView] = []
     stages = sorted(
@@ -304,7 +356,8 @@ def summarise_ranks(
         present = {r: row for r, row in mine.items() if row is not None}
         rows.extend(present.values())
         if len(present) == len(analyses) and len(present) >= 2:
-            stragglers.append(_straggler(stage, present))
+            by_rank = {r: (named or {}).get(r, {}).get(stage, {}) for r in present}
+            stragglers.append(_straggler(stage, present, by_rank))
     findings = [f for s in stragglers if (f := _straggler_finding(s)) is not None]
     for r, a in analyses.items():
         for f in a.findings:
@@ -405,7 +458,9 @@ def _rank_row(rank: int, stage: str, files: list[Path], a: TraceAnalysis) -> Ran
     return row
 
 
-def _straggler(stage: str, rows: dict[int, RankSummary]) -> StragglerView:
+def _straggler(
+    stage: str, rows: dict[int, RankSummary], named: dict[int, dict[str, dict[str, float]]]
+) -> StragglerView:
     """:func:`~ocr.perf.ranks.find_straggler` over the ranks' steps: per-step means times the
     fewest steps any rank has (the rule's thresholds are in seconds of the compared window)."""
     ranks = sorted(rows)
@@ -413,7 +468,11 @@ def _straggler(stage: str, rows: dict[int, RankSummary]) -> StragglerView:
     # find_straggler indexes by position: ranks here are their positions in ``ranks``
     wall_s = [rows[r].step_ms * n / 1e3 for r in ranks]
     phases_s = [{p: v * n / 1e3 for p, v in rows[r].phases_ms.items()} for r in ranks]
-    found = find_straggler(wall_s, phases_s)
+    named_s = [
+        {g: {k: v * n / 1e3 for k, v in per.items()} for g, per in named.get(r, {}).items()}
+        for r in ranks
+    ]
+    found = find_straggler(wall_s, phases_s, named_s)
     if found is None:
         return StragglerView(stage=stage, rank=None, steps=n)
     return StragglerView(

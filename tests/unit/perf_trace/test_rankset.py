@@ -94,3 +94,45 @@ def test_rank_whatever_the_order_of_distributed_info_keys(tmp_path: Path) -> Non
     doc = _head_first(0)
     doc["distributedInfo"] = {"pg_config": [{"ranks": [0, 1], "rank": 9}], "rank": 4}
     assert rank_of(write(doc, tmp_path / "t.json")) == (4, "distributedInfo")
+
+
+def _with_slow_callback(doc: dict, ms: float) -> dict:
+    """``doc`` with a Lightning callback span of ``ms`` at the end of every step (the steps
+    lengthened by it, later events shifted)."""
+    events = doc["traceEvents"]
+    steps = sorted(
+        (e for e in events if str(e.get("name", "")).startswith("ProfilerStep#")),
+        key=lambda e: e["ts"],
+    )
+    ends = [s["ts"] + s["dur"] for s in steps]
+    extra = ms * 1e3
+    for e in events:
+        if not isinstance(e.get("ts"), int | float):
+            continue
+        before = sum(end <= e["ts"] for end in ends)  # steps that ended before it
+        e["ts"] += before * extra
+    for k, s in enumerate(steps):
+        s["dur"] += extra
+        events.append(
+            {
+                "ph": "X",
+                "cat": "user_annotation",
+                "name": "[pl][profile][Callback]ImageLogger{'every': 1}.on_train_batch_end",
+                "pid": s["pid"],
+                "tid": s["tid"],
+                "ts": ends[k] + k * extra - 1,
+                "dur": extra - 1,
+            }
+        )
+    return doc
+
+
+def test_a_slow_callback_is_named_as_the_live_clock_names_it(tmp_path: Path) -> None:
+    """find_straggler's refinement: a callbacks cause names the callback class."""
+    write(make_trace(rank=0, seed=1), tmp_path / "r0.json")
+    write(_with_slow_callback(make_trace(rank=1, seed=2), 15.0), tmp_path / "r1.json")
+    result = analyze_rank_set(tmp_path, jobs=1)
+    assert result is not None
+    (s,) = result.stragglers
+    assert (s.rank, s.cause) == (1, "callbacks: ImageLogger")
+    assert s.cause_excess_ms == pytest.approx(15.0, rel=0.05)
