@@ -425,7 +425,7 @@ def parse_file(path: Path) -> Parsed | None:
     if not keep.all():
         warnings.append(f"{path.name}: dropped {int((~keep).sum())} events without a numeric 'ts'")
         key_code, ts, dur, corr = key_code[keep], ts[keep], dur[keep], corr[keep]
-    bad_dur = ~np.isfinite(dur) | (dur < 0)
+    bad_dur = ~np.isfinite(dur) | (dur < 0) | (dur >= 2.0**62 / 1000.0)  # int64 ns overflow
     if bad_dur.any():
         warnings.append(
             f"{path.name}: {int(bad_dur.sum())} complete events without a valid 'dur' "

@@ -10,7 +10,8 @@ One check per problem, each returning at most one :class:`IntegrityProblem` per 
 - ``cut_steps``: a step cut by the window's edge (its open spans closed together with it, or
   kernels it launched missing).
 - ``mixed_processes``: host events of more than one process (or rank) in one file.
-- ``invalid_durations``: negative, missing or implausible (longer than the whole trace) durations.
+- ``invalid_durations``: negative, missing, overflowing or implausible (longer than twice the
+  whole trace) durations.
 - ``no_device_timeline``: a GPU run (CUDA runtime calls, or devices listed) without device events.
 - ``clock_skew``: ranks whose step ends, which DDP's collectives align, disagree (a rank set,
   :func:`clock_skew`).
@@ -240,7 +241,7 @@ def _invalid_durations(table: EventTable, steps: StepTable, src: int) -> Integri
         return None
     parts = []
     if invalid:
-        parts.append(f"{invalid} negative or missing (counted as zero)")
+        parts.append(f"{invalid} negative, missing or overflowing (counted as zero)")
     if implausible:
         parts.append(f"{implausible} longer than twice the whole trace")
     return _problem(

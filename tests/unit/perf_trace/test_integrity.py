@@ -144,11 +144,12 @@ def test_negative_and_implausible_durations(cpu_doc: dict[str, Any], tmp_path: P
     for e in ops[:3]:
         e["dur"] = -5.0
     ops[3]["dur"] = 1e12  # 11.6 days in µs
+    ops[4]["dur"] = 1e20  # beyond int64 nanoseconds: it read as a negative length before
     report = _analyze(cpu_doc, tmp_path)
     assert "invalid_durations" in _ids(report)
     problem = next(p for p in report["integrity"]["problems"] if p["id"] == "invalid_durations")
-    assert problem["count"] == 4
-    assert "3 negative or missing" in problem["message"]
+    assert problem["count"] == 5
+    assert "4 negative, missing or overflowing" in problem["message"]
     assert "1 longer than twice the whole trace" in problem["message"]
 
 
