@@ -97,12 +97,25 @@ def check_integrity(table: EventTable, steps: StepTable) -> Integrity:
     return Integrity.of(problems)
 
 
-def _problem(table: EventTable, src: int, **fields: object) -> IntegrityProblem:
+def _problem(
+    table: EventTable,
+    src: int,
+    id: str,
+    message: str,
+    affects: list[str],
+    count: int,
+    share_pct: float | None = None,
+) -> IntegrityProblem:
+    """A problem of source ``src`` (its file name and rank filled in)."""
     source = table.sources[src]
     return IntegrityProblem(
+        id=id,
+        message=message,
+        affects=affects,
+        count=count,
+        share_pct=share_pct,
         source=source.path.name,
         rank=source.rank,
-        **fields,  # type: ignore[arg-type]
     )
 
 

@@ -15,6 +15,7 @@ fell in into ``sync_wait``, so the rank that *works* longer is told from the ran
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import json
 import os
@@ -531,13 +532,11 @@ def _for_rank(f: Finding, rank: int, stragglers: list[StragglerView]) -> Finding
             f"rank {rank} mostly waits for rank {waits_for.rank} ({waits_for.cause}): fix the "
             "straggler first. " + suggestion
         )
-    return Finding(
-        **{
-            **f.__dict__,
-            "title": f"rank {rank}: {f.title}",
-            "suggestion": suggestion,
-            "evidence": {**f.evidence, "rank": rank},
-        }
+    return dataclasses.replace(
+        f,
+        title=f"rank {rank}: {f.title}",
+        suggestion=suggestion,
+        evidence={**f.evidence, "rank": rank},
     )
 
 
