@@ -136,3 +136,11 @@ def test_a_slow_callback_is_named_as_the_live_clock_names_it(tmp_path: Path) -> 
     (s,) = result.stragglers
     assert (s.rank, s.cause) == (1, "callbacks: ImageLogger")
     assert s.cause_excess_ms == pytest.approx(15.0, rel=0.05)
+
+
+def test_default_jobs_are_the_usable_cores() -> None:
+    import os
+
+    from ocr.perf.trace.rankset import default_jobs
+
+    assert default_jobs() == len(os.sched_getaffinity(0))
