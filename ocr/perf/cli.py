@@ -254,7 +254,7 @@ def _run(args: argparse.Namespace) -> int:
                     attach_clock_agreement(analysis)
                 print_rank_set(rank_set, console)
                 if args.json:
-                    _write(args.json, _dump(rank_set.as_dict()))
+                    write_json(args.json, rank_set.as_dict())
                 if args.markdown:
                     _write(args.markdown, rank_set_markdown(rank_set))
                 return EXIT_OK
