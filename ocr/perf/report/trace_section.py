@@ -87,6 +87,8 @@ def trace_section(report: Report) -> Section:
         + ("GPU: " + ", ".join(s.devices) if s.has_gpu else "CPU only")
         + f"; data wait {cell(trace.dataloader_time_pct, 1)} % of the step time."
     )
+    # the trace's integrity: one line per problem, nothing when clean
+    sec.paragraphs += [f"Trace integrity: {line}." for line in trace.integrity.lines()]
     sec.add(
         Table(
             ["device", "peak allocated GiB", "% of capacity", "step", "phase"],
