@@ -223,3 +223,35 @@ def test_a_file_without_a_rank_among_rank_files_is_refused(
     assert proc.returncode == 2
     assert "stray.json" in proc.stderr
     assert "no rank" in proc.stderr
+
+
+def test_the_run_report_shows_one_rank_s_trace_and_the_ranks_side_by_side(
+    slow_rank_run: Path, tmp_path: Path
+) -> None:
+    """Before: the report's trace section summed both ranks' traces into one breakdown (12
+    steps) and never showed the per-rank spreads of epochs.jsonl."""
+    markdown = tmp_path / "report.md"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ocr.perf.cli",
+            "report",
+            str(slow_rank_run),
+            "-o",
+            str(tmp_path / "r.html"),
+            "--markdown",
+            str(markdown),
+        ],
+        capture_output=True,
+        text=True,
+        env=_env(),
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    text = markdown.read_text()
+    assert " 6 steps," in text
+    assert " 12 steps," not in text
+    assert "DDP: the figures below are rank 0's" in text
+    # the ranks side by side from the live records: rank 1 works longest in forward
+    assert re.search(r"^\| training \| forward \|( [\d.,]+ \|){3} 1 \|$", text, re.M), text
