@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from ocr.perf.report import plots
 from ocr.perf.report.build import Report
 from ocr.perf.report.document import Section, Table, cell
+from ocr.perf.report.load import TRACE_DIRNAME
 from ocr.perf.trace.names import short_names
 
 if TYPE_CHECKING:
@@ -95,6 +96,13 @@ def trace_section(report: Report) -> Section:
         + ("GPU: " + ", ".join(s.devices) if s.has_gpu else "CPU only")
         + f"; data wait {cell(trace.dataloader_time_pct, 1)} % of the step time."
     )
+    if len(trace.sources) < len(report.run.trace_files) and s.ranks:
+        sec.paragraphs.append(
+            f"DDP: the figures below are rank {s.ranks[0]}'s; `ocr-perf analyze "
+            f"{TRACE_DIRNAME}/` sets every rank side by side with the straggler."
+        )
+    # the trace's integrity: one line per problem, nothing when clean
+    sec.paragraphs += [f"Trace integrity: {line}." for line in trace.integrity.lines()]
     sec.add(
         Table(
             ["device", "peak allocated GiB", "% of capacity", "step", "phase"],

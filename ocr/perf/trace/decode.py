@@ -9,6 +9,7 @@ where it went wrong. :mod:`~ocr.perf.trace.load` turns the parsed files into one
 from __future__ import annotations
 
 import codecs
+import dataclasses
 import gzip
 import mmap
 import operator
@@ -580,7 +581,7 @@ class _Columns:
         if not keep.all():
             self.n_no_ts += int((~keep).sum())
             key_code, ts, dur, corr = key_code[keep], ts[keep], dur[keep], corr[keep]
-        bad_dur = ~np.isfinite(dur) | (dur < 0)
+        bad_dur = ~np.isfinite(dur) | (dur < 0) | (dur >= 2.0**62 / 1000.0)  # int64 ns overflow
         if bad_dur.any():
             self.n_bad_dur += int(bad_dur.sum())
             dur = np.where(bad_dur, 0.0, dur)
@@ -625,7 +626,10 @@ class _Columns:
         # in the order of (pid, tid) codes, as one sorted pass over all [memory] events gives
         mem_threads = [(pids[p], tids[t]) for p, t in sorted(self.mem_pairs)]
         return Parsed(
-            source=_source_meta(path, top, self.n_events, parse_s),
+            source=dataclasses.replace(
+                _source_meta(path, top, self.n_events, parse_s),
+                invalid_durations=self.n_bad_dur,
+            ),
             keys=list(self.keys),
             key=_join(self.key, np.int32),
             start=_to_ns(_join(self.ts, np.float64), base_ns),
