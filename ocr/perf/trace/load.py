@@ -15,8 +15,11 @@ same rank are never merged or overwritten.
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import gc
 import re
+import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -104,6 +107,26 @@ def load_traces(path: str | Path | Sequence[str | Path]) -> EventTable:
         return _load_traces(roots)
 
 
+def _release_free_heap() -> None:
+    """Hand the heap that decoding freed back to the system (glibc's ``malloc_trim``; nothing
+    elsewhere). The millions of small structs of a large file's pieces leave freed but resident
+    heap pages between the arrays that stay: on a 1 GB trace about 120 MB, which would count
+    again at the peak of the nesting pass."""
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
+
+
+@functools.cache
+def _malloc_trim() -> Any:
+    if sys.platform != "linux":
+        return None
+    try:
+        return ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):  # musl and others have no malloc_trim
+        return None
+
+
 def _load_traces(roots: list[Path]) -> EventTable:
     parsed: list[Parsed] = []
     warnings: list[str] = []
@@ -117,6 +140,7 @@ def _load_traces(roots: list[Path]) -> EventTable:
                     continue
                 raise TraceError(f, "JSON without a 'traceEvents' list: not a Chrome trace")
             parsed.append(p)
+            _release_free_heap()
     if not parsed:
         raise TraceError(root, "no trace files (JSON with 'traceEvents') found")
     for p in parsed:
@@ -195,7 +219,13 @@ def _load_traces(roots: list[Path]) -> EventTable:
         device_type=column(lambda i, p: p.mem.pop("device_type")),
         device_id=column(lambda i, p: p.mem.pop("device_id")),
     )
-    src = column(lambda i, p: np.full(len(p.key), i, np.int64))
+    # Narrow code columns (the table's size per event is what bounds a large trace's memory):
+    # codes of files, names and threads in int32, kinds in int8; the small lookup arrays are
+    # cast first so each column is built at its final width.
+    src = column(lambda i, p: np.full(len(p.key), i, _code_dtype(len(parsed))))
+    kind_of_cat = kind_of_cat.astype(np.int8)
+    name_map = name_map.astype(_code_dtype(len(norm_table)))
+    raw_to_canon = raw_to_canon.astype(_code_dtype(len(canon)))
     kind = column(lambda i, p: kind_of_cat[key_codes[i][1]][p.key])
     name = column(lambda i, p: name_map[key_codes[i][0]][p.key])
     thread = column(lambda i, p: raw_to_canon[key_codes[i][2]][p.key])
@@ -212,7 +242,7 @@ def _load_traces(roots: list[Path]) -> EventTable:
         thread=thread,
         start=column(lambda i, p: rel(_take(p, "start"))),
         dur=column(lambda i, p: _take(p, "dur")),
-        correlation=column(lambda i, p: _take(p, "corr")),
+        correlation=_narrow(column(lambda i, p: _take(p, "corr"))),
         memory=memory,
         origin_ns=origin,
         warnings=warnings,
@@ -220,6 +250,20 @@ def _load_traces(roots: list[Path]) -> EventTable:
     parsed.clear()
     _nest(table)
     return table
+
+
+def _code_dtype(n: int) -> type:
+    """The integer type of a column of codes ``0..n-1`` (and -1): int32 unless that is too
+    narrow."""
+    return np.int32 if n < 2**31 else np.int64
+
+
+def _narrow(a: np.ndarray) -> np.ndarray:
+    """An int64 column as int32 when every value fits (correlation ids usually do), else as
+    it is."""
+    if a.size and (int(a.min()) < -(2**31) or int(a.max()) >= 2**31):
+        return a
+    return a.astype(np.int32)
 
 
 def _take(p: Parsed, field: str) -> np.ndarray:
@@ -259,14 +303,15 @@ def _warn_rank_clashes(sources: list[TraceSource], warnings: list[str]) -> None:
 def _nest(table: EventTable) -> None:
     """Fill ``parent`` and ``self_ns``: the call tree of host events per thread.
 
-    Vectorised form of the usual stack walk. Events are sorted per thread by (start, longest
+    Vectorised form of the usual stack walk, one thread at a time (so that the temporaries
+    follow the largest thread, not the whole trace). Events are sorted by (start, longest
     first); an event's depth is the number of earlier events still open at its start, and its
     parent is the last earlier event one level up. Self time is the duration minus the part of
     each direct child that lies inside the parent (kept >= 0 when rounding lets a child overhang).
     Zero-length events take no part (they cannot contain anything and have no self time).
     """
     n = len(table)
-    parent = np.full(n, -1, np.int64)
+    parent: np.ndarray = np.full(n, -1, _code_dtype(n))
     self_ns = np.zeros(n, np.int64)
     device = np.isin(table.kind, Kind.DEVICE)
     self_ns[device] = table.dur[device]  # device activities are leaves
@@ -275,61 +320,57 @@ def _nest(table: EventTable) -> None:
     host &= table.dur > 0
     idx = np.flatnonzero(host)
     del host
-    # Temporaries are dropped as soon as they are used (a trace of millions of host events
-    # would otherwise hold a dozen of them at once).
-    if idx.size:
-        start = table.start[idx]
-        end = start + table.dur[idx]
-        thread = table.thread[idx]
-        tmin = int(start.min())
-        span = int(end.max()) - tmin + 1
-        # Threads laid end to end on one axis: every event of thread k ends before thread k+1's
-        # first start, so one sort and one searchsorted handle all threads at once.
-        offset = thread * span - tmin
-        s = start + offset
-        e = end + offset
-        del start, end, offset
-        order = np.lexsort((idx, -e, s))
-        s, e = s[order], e[order]
-        m = order.size
-        depth = np.searchsorted(np.sort(e), s, side="right")
-        np.subtract(np.arange(m, dtype=np.int64), depth, out=depth)
-        key = depth * m
-        key += np.arange(m, dtype=np.int64)
-        key.sort()  # sorted (depth, position) keys
-        probe = (depth - 1) * m
-        probe += np.arange(m, dtype=np.int64)
-        k = np.searchsorted(key, probe, side="left")
-        del probe
-        k -= 1
-        has = (depth > 0) & (k >= 0)
-        np.maximum(k, 0, out=k)
-        cand = np.where(has, key[k], 0)
-        del key, k
-        has &= cand // m == depth - 1
-        del depth
-        ppos = np.where(has, cand % m, -1)
-        del cand
-        # a parent must be on the same thread (guards against badly overlapping spans)
-        thread = thread[order]
-        same = np.zeros(m, bool)
-        same[has] = thread[ppos[has]] == thread[has]
-        del thread, has
-        ppos = np.where(same, ppos, -1)
-        del same
-        linked = ppos >= 0
-        safe = np.maximum(ppos, 0)
-        overlap = np.minimum(e, np.where(linked, e[safe], e)) - s
-        child_sum = np.bincount(ppos[linked], weights=overlap[linked], minlength=m)
-        del overlap
-        own = e - s
-        del e, s
-        own -= np.rint(child_sum).astype(np.int64)
-        del child_sum
-        np.maximum(own, 0, out=own)
-        sorted_idx = idx[order]
-        del idx, order
-        parent[sorted_idx] = np.where(linked, sorted_idx[safe], -1)
-        self_ns[sorted_idx] = own
+    thread = table.thread[idx]
+    by_thread = np.argsort(thread, kind="stable")
+    cuts = np.flatnonzero(np.diff(thread[by_thread])) + 1
+    del thread
+    for part in np.split(by_thread, cuts) if idx.size else ():
+        _nest_thread(table, idx[part], parent, self_ns)
     table.parent = parent
     table.self_ns = self_ns
+
+
+def _nest_thread(
+    table: EventTable, idx: np.ndarray, parent: np.ndarray, self_ns: np.ndarray
+) -> None:
+    """:func:`_nest` for the host events ``idx`` (ascending) of one thread."""
+    # Temporaries are dropped as soon as they are used (a thread of millions of host events
+    # would otherwise hold a dozen of them at once).
+    s = table.start[idx]
+    e = s + table.dur[idx]
+    order = np.lexsort((idx, -e, s))
+    s, e = s[order], e[order]
+    m = order.size
+    depth = np.searchsorted(np.sort(e), s, side="right")
+    np.subtract(np.arange(m, dtype=np.int64), depth, out=depth)
+    key = depth * m
+    key += np.arange(m, dtype=np.int64)
+    key.sort()  # sorted (depth, position) keys
+    probe = (depth - 1) * m
+    probe += np.arange(m, dtype=np.int64)
+    k = np.searchsorted(key, probe, side="left")
+    del probe
+    k -= 1
+    has = (depth > 0) & (k >= 0)
+    np.maximum(k, 0, out=k)
+    cand = np.where(has, key[k], 0)
+    del key, k
+    has &= cand // m == depth - 1
+    del depth
+    ppos = np.where(has, cand % m, -1)
+    del cand, has
+    linked = ppos >= 0
+    safe = np.maximum(ppos, 0)
+    del ppos
+    overlap = np.minimum(e, np.where(linked, e[safe], e)) - s
+    child_sum = np.bincount(safe[linked], weights=overlap[linked], minlength=m)
+    del overlap
+    own = e - s
+    del e, s
+    own -= np.rint(child_sum).astype(np.int64)
+    del child_sum
+    np.maximum(own, 0, out=own)
+    sorted_idx = idx[order]
+    del order
+    parent[sorted_idx] = np.where(linked, sorted_idx[safe], -1)
+    self_ns[sorted_idx] = own

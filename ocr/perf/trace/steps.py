@@ -246,10 +246,10 @@ def launch_calls(table: EventTable, dev: np.ndarray) -> np.ndarray:
     if rt.size == 0 or dev.size == 0:
         return out
     scale = int(max(table.correlation.max(), 0)) + 1
-    rkey = table.src[rt] * scale + table.correlation[rt]
+    rkey = table.src[rt].astype(np.int64) * scale + table.correlation[rt]
     order = np.argsort(rkey, kind="stable")
     rkey = rkey[order]
-    dkey = table.src[dev] * scale + table.correlation[dev]
+    dkey = table.src[dev].astype(np.int64) * scale + table.correlation[dev]
     k = np.clip(np.searchsorted(rkey, dkey), 0, rkey.size - 1)
     hit = (rkey[k] == dkey) & (table.correlation[dev] >= 0)
     out[hit] = rt[order][k[hit]]
