@@ -43,6 +43,7 @@ Prints figures only; never passes or fails on a time.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gzip
 import json
 import os
@@ -164,16 +165,24 @@ def record_cpu_trace(path: Path) -> None:
 _STEP = re.compile(r"^ProfilerStep#(\d+)$")
 
 
-def replicate(src: Path, dst: Path, target_mb: float) -> int:
+def replicate(
+    src: Path,
+    dst: Path,
+    target_mb: float,
+    stretch: float = 1.0,
+    top: dict[str, Any] | None = None,
+) -> int:
     """Write ``src`` (plain or gzip) with its timed events repeated until ``dst`` is about
     ``target_mb``; returns the number of copies. Copies are shifted by the recorded span,
     ``ProfilerStep`` numbers, ``correlation`` / ``External id`` and flow ``id`` are offset so that
     every copy is new work. Written as it is generated (one copy at a time), so a 4 GB trace
     needs the memory of one copy; the bytes are those ``json.dump`` of the whole document
-    would write."""
+    would write. ``stretch``: every time and duration scaled by it (a slower rank's steps);
+    ``top``: top-level keys set or replaced (``distributedInfo`` of a rank file)."""
     opener = gzip.open if src.read_bytes()[:2] == b"\x1f\x8b" else open
     with opener(src, "rb") as fh:
         doc = json.loads(fh.read())
+    doc.update(top or {})
     events = doc["traceEvents"]
     timed: list[dict[str, Any]] = []
     fixed: list[dict[str, Any]] = []  # metadata: written once
@@ -183,6 +192,12 @@ def replicate(src: Path, dst: Path, target_mb: float) -> int:
     t_lo = min(e["ts"] for e in timed)
     t_hi = max(e["ts"] + e.get("dur", 0) for e in timed)
     period = (t_hi - t_lo) * 1.02
+    if stretch != 1.0:
+        for e in timed:
+            e["ts"] = t_lo + (e["ts"] - t_lo) * stretch
+            if isinstance(e.get("dur"), int | float):
+                e["dur"] = e["dur"] * stretch
+        period *= stretch
     steps = [int(m.group(1)) for e in timed if (m := _STEP.match(str(e.get("name", ""))))]
     n_steps = max(steps) - min(steps) + 1 if steps else 0
     ids = [e.get("id", 0) for e in timed if isinstance(e.get("id"), int)]
@@ -530,6 +545,143 @@ def large_trace(
     )
 
 
+def _tree_rss_mb(proc: Any) -> float:
+    """RSS of ``proc`` and all its descendants (MiB); processes that ended meanwhile count 0."""
+    import psutil
+
+    total = 0
+    for p in [proc, *proc.children(recursive=True)]:
+        with contextlib.suppress(psutil.Error):
+            total += p.memory_info().rss
+    return total / 2**20
+
+
+def _run_tree(cmd: list[str]) -> tuple[float, float, int]:
+    """Run ``cmd``; (wall s, peak RSS summed over its process tree in MiB, exit code). Sampled
+    every 50 ms (a worker that lives shorter than that can be missed)."""
+    import psutil
+
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    ps = psutil.Process(proc.pid)
+    peak = 0.0
+    while proc.poll() is None:
+        with contextlib.suppress(psutil.Error):
+            peak = max(peak, _tree_rss_mb(ps))
+        time.sleep(0.05)
+    wall = time.perf_counter() - t0
+    if proc.returncode:
+        err = (proc.stderr.read() if proc.stderr else b"").decode(errors="replace").strip()
+        print(f"  {' '.join(cmd[-4:])}: exit {proc.returncode}: {err.splitlines()[-1:]}")
+    return wall, peak, proc.returncode
+
+
+def _patched_copy(src: Path, dst: Path, old: bytes, new: bytes) -> None:
+    """``src`` copied to ``dst`` with the one occurrence of ``old`` (in the first or last MiB)
+    replaced by ``new`` of the same length."""
+    assert len(old) == len(new)
+    shutil.copyfile(src, dst)
+    size = dst.stat().st_size
+    with open(dst, "r+b") as fh:
+        for at in (0, max(0, size - 2**20)):
+            fh.seek(at)
+            window = fh.read(2**20)
+            pos = window.find(old)
+            if pos >= 0:
+                fh.seek(at + pos)
+                fh.write(new)
+                return
+    raise RuntimeError(f"{old!r} not found in {src}")
+
+
+def rank_set(args: argparse.Namespace, rows: list[dict[str, Any]], figures: dict[str, Any]) -> None:
+    """``--ranks N``: N rank traces of ``--rank-size-mb`` each, generated from the 2024 GPU
+    fixture's steps with ``distributedInfo.rank`` set, rank ``--slow-rank`` with every step
+    stretched by ``--stretch``; ``ocr-perf analyze DIR`` on them with each of ``--jobs-list``:
+    wall s and peak RSS summed over its process tree, and the straggler it names."""
+    src = FIXTURES / "gpu_ns_resolution_2024.pt.trace.json.gz"
+    n, slow = args.ranks, args.slow_rank
+    if not src.exists():
+        print(f"multi-rank mode needs the fixture {src}")
+        return
+    if not 0 <= slow < n or n > 10:
+        print(f"--slow-rank must be one of the {n} ranks, and at most 10 ranks (one digit)")
+        return
+    with tempfile.TemporaryDirectory(prefix="trace-ranks-", dir=args.tmp_dir) as tmp:
+        work = Path(tmp)
+        disk = args.rank_size_mb * 2**20 * (n + 1)
+        free = shutil.disk_usage(work).free
+        if free < disk:
+            print(
+                f"skipped: needs ~{disk / 2**30:.1f} GiB of disk in {work}, {free / 2**30:.1f} free"
+            )
+            return
+        ranks = work / "ranks"
+        ranks.mkdir()
+
+        def info(r: int) -> dict[str, Any]:
+            return {"distributedInfo": {"rank": r, "world_size": n, "backend": "nccl"}}
+
+        def path(r: int) -> Path:
+            return ranks / f"rank{r}.pt.trace.json"
+
+        t0 = time.perf_counter()
+        base = 0 if slow != 0 else 1
+        replicate(src, path(base), args.rank_size_mb, top=info(base))
+        replicate(src, path(slow), args.rank_size_mb, stretch=args.stretch, top=info(slow))
+        for r in range(n):
+            if r not in (base, slow):
+                old = json.dumps(info(base)["distributedInfo"]).encode()
+                _patched_copy(
+                    path(base), path(r), old, json.dumps(info(r)["distributedInfo"]).encode()
+                )
+        total_mb = sum(path(r).stat().st_size for r in range(n)) / 2**20
+        print(
+            f"generated {n} rank traces, {total_mb:,.0f} MB in all, "
+            f"in {time.perf_counter() - t0:.0f} s: "
+            f"the 2024 GPU fixture's steps; rank {slow}'s stretched x{args.stretch}"
+        )
+        exe = Path(sys.executable).with_name("ocr-perf")
+        print(f"\n{'command':34} {'s':>7} {'MB/s':>7} {'peak MiB':>9}  straggler")
+        for jobs in args.jobs_list:
+            out = work / f"jobs{jobs}.json"
+            cmd = [str(exe), "analyze", str(ranks), "--jobs", str(jobs), "--json", str(out)]
+            wall, peak, rc = _run_tree(cmd)
+            named = "failed"
+            if rc == 0:
+                doc = json.loads(out.read_text())
+                named = (
+                    ", ".join(
+                        f"{s['stage']}: rank {s['rank']} "
+                        f"({s.get('cause')}, +{s.get('share_pct')} %)"
+                        if s.get("rank") is not None
+                        else f"{s['stage']}: none"
+                        for s in doc.get("stragglers", [])
+                    )
+                    or "none"
+                )
+            label = f"ocr-perf analyze DIR --jobs {jobs}"
+            print(f"{label:34} {wall:7.1f} {total_mb / wall:7.1f} {peak:9.0f}  {named}")
+            rows.append(
+                {
+                    "trace": f"{n}x{args.rank_size_mb:.0f}MB",
+                    "mb": total_mb,
+                    "tool": label,
+                    "status": "ok" if rc == 0 else f"exit {rc}",
+                    "min_s": wall,
+                    "mb_per_s": total_mb / wall,
+                    "peak_mb": peak,
+                    "straggler": named,
+                }
+            )
+            figures[f"ranks_jobs{jobs}_s"] = wall
+            figures[f"ranks_jobs{jobs}_peak_mb"] = peak
+        print(
+            f"\nslowed: rank {slow}; peak RSS sampled every 50 ms over the process tree "
+            f"(the CLI and its workers); {os.cpu_count()}-core machine, file cache warm"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--hta-python", default=sys.executable, help="interpreter with HTA")
@@ -550,11 +702,23 @@ def main() -> None:
     parser.add_argument(
         "--tmp-dir", type=Path, default=None, help="where the large-trace mode makes its temp dir"
     )
+    parser.add_argument("--ranks", type=int, default=0, help="multi-rank mode: N rank files")
+    parser.add_argument("--rank-size-mb", type=float, default=500.0, help="size of each rank file")
+    parser.add_argument("--slow-rank", type=int, default=3, help="the rank whose steps are slower")
+    parser.add_argument("--stretch", type=float, default=1.3, help="the slow rank's time factor")
+    parser.add_argument(
+        "--jobs-list",
+        type=lambda v: [int(x) for x in v.split(",")],
+        default=[1, 2],
+        help="--jobs values of ocr-perf analyze to run, comma-separated",
+    )
     args = parser.parse_args()
 
     rows: list[dict[str, Any]] = []
     figures: dict[str, float | None] = {}
-    if args.size_mb >= LARGE_MB or args.large:
+    if args.ranks:
+        rank_set(args, rows, figures)
+    elif args.size_mb >= LARGE_MB or args.large:
         large_trace(args, rows, figures)
     elif not args.only_overhead:
         analysis_table(args, rows, figures)
