@@ -176,7 +176,6 @@ def _cut_steps(table: EventTable, steps: StepTable, src: int) -> IntegrityProble
     if rows.size == 0:
         return None
     host = (table.src == src) & np.isin(table.kind, Kind.HOST) & (table.dur > 0)
-    ends = table.start + table.dur
     launches = table.name_ids(lambda n: n in _RUNTIME_LAUNCH)
     dev = np.flatnonzero((table.src == src) & np.isin(table.kind, Kind.DEVICE))
     launched = set(table.correlation[dev].tolist()) if dev.size else set()
@@ -190,7 +189,10 @@ def _cut_steps(table: EventTable, steps: StepTable, src: int) -> IntegrityProble
     for i in last.values():
         s, e = int(steps.start[i]), int(steps.end[i])
         inside = host & (table.thread == steps.thread[i]) & (table.start > s) & (table.start < e)
-        closed_with_it = inside & (np.abs(ends - e) <= CUT_TOLERANCE_NS)
+        # ends of the step's own events only (a full-trace column would cost 8 B per event)
+        ins = np.flatnonzero(inside)
+        del inside
+        closed_with_it = np.abs(table.start[ins] + table.dur[ins] - e) <= CUT_TOLERANCE_NS
         missing = 0
         if dev.size:
             rt = np.flatnonzero(
@@ -243,13 +245,14 @@ def _mixed_processes(table: EventTable, steps: StepTable, src: int) -> Integrity
 def _invalid_durations(table: EventTable, steps: StepTable, src: int) -> IntegrityProblem | None:
     source = table.sources[src]
     invalid = source.invalid_durations
-    mine = np.flatnonzero(table.src == src)
+    # masked reductions: no copy of the file's columns
+    mine = table.src == src
     implausible = 0
-    if mine.size:
-        starts = table.start[mine]
-        span = int(starts.max() - starts.min())
-        limit = max(IMPLAUSIBLE_FACTOR * span, IMPLAUSIBLE_MIN_NS)
-        implausible = int((table.dur[mine] > limit).sum())
+    if mine.any():
+        hi = int(np.max(table.start, where=mine, initial=np.iinfo(np.int64).min))
+        lo = int(np.min(table.start, where=mine, initial=np.iinfo(np.int64).max))
+        limit = max(IMPLAUSIBLE_FACTOR * (hi - lo), IMPLAUSIBLE_MIN_NS)
+        implausible = int(np.count_nonzero(mine & (table.dur > limit)))
     if not invalid and not implausible:
         return None
     parts = []

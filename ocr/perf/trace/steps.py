@@ -156,6 +156,10 @@ class StepTable:
         return self.end - self.start
 
 
+#: Events placed per block by :func:`locate`.
+_LOCATE_BLOCK = 1 << 20
+
+
 def _process_key(table: EventTable) -> np.ndarray:
     """Per thread code: ``src * 2**20 + pid code`` (threads of one process share it)."""
     pid_codes: dict[tuple[int, str], int] = {}
@@ -563,26 +567,31 @@ def locate(
         return step_of, phase_of
     if by_source:
         seg_keys = steps.seg_key >> 20
-        pkey_raw = table.src[events]
+        lookup, code = np.arange(len(table.sources), dtype=np.int64), table.src
     else:
         seg_keys = steps.seg_key
-        pkey_raw = _process_key(table)[table.thread[events]]
-    t = table.start[events]
-    # one axis, process major and time minor; dense process ranks keep the product in int64
-    keys, inverse = np.unique(np.concatenate([seg_keys, pkey_raw]), return_inverse=True)
-    seg_rank = inverse[: seg_keys.size]
-    pkey = inverse[seg_keys.size :]
-    scale = int(max(int(steps.seg_end.max()), int(t.max()))) + 1
+        lookup, code = _process_key(table), table.thread
+    # one axis, process major and time minor; dense process ranks keep the product in int64.
+    # Ranks come from the small per-source / per-thread lookup, not from a sort of all events.
+    keys = np.unique(np.concatenate([seg_keys, lookup]))
+    seg_rank = np.searchsorted(keys, seg_keys)
+    rank_of = np.searchsorted(keys, lookup)
+    scale = int(max(int(steps.seg_end.max()), int(table.start[events].max()))) + 1
     if keys.size * scale >= 2**62:
         raise OverflowError("trace spans too long to place events on one int64 axis")
     seg = seg_rank * scale + steps.seg_start
     order = np.argsort(seg, kind="stable")
     seg_sorted = seg[order]
-    q = pkey * scale + t
-    k = np.searchsorted(seg_sorted, q, side="right") - 1
-    ok = k >= 0
-    j = order[np.maximum(k, 0)]
-    ok &= (seg_rank[j] == pkey) & (t < steps.seg_end[j])
-    step_of[ok] = steps.seg_step[j[ok]]
-    phase_of[ok] = steps.seg_phase[j[ok]]
+    # in blocks: the temporaries of millions of events stay a few MB
+    for at in range(0, events.size, _LOCATE_BLOCK):
+        ev = events[at : at + _LOCATE_BLOCK]
+        t = table.start[ev]
+        pkey = rank_of[code[ev]]
+        q = pkey * scale + t
+        k = np.searchsorted(seg_sorted, q, side="right") - 1
+        ok = k >= 0
+        j = order[np.maximum(k, 0)]
+        ok &= (seg_rank[j] == pkey) & (t < steps.seg_end[j])
+        step_of[at : at + _LOCATE_BLOCK][ok] = steps.seg_step[j[ok]]
+        phase_of[at : at + _LOCATE_BLOCK][ok] = steps.seg_phase[j[ok]]
     return step_of, phase_of
