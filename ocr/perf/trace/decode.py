@@ -9,13 +9,16 @@ where it went wrong. :mod:`~ocr.perf.trace.load` turns the parsed files into one
 from __future__ import annotations
 
 import codecs
+import ctypes
 import dataclasses
+import functools
 import gzip
 import mmap
 import operator
 import os
 import re
 import stat
+import sys
 import time
 import zlib
 from collections import defaultdict
@@ -29,7 +32,7 @@ import numpy as np
 from ocr.perf.trace.scan import Fallback, TraceStream
 from ocr.perf.trace.table import TraceError, TraceSource
 
-__all__ = ["CHUNK_BYTES", "Parsed", "code_table", "parse_file"]
+__all__ = ["CHUNK_BYTES", "Parsed", "code_table", "parse_file", "release_free_heap"]
 
 #: Bytes of trace text read and decoded per piece: large enough that msgspec runs at full speed,
 #: small enough that a piece's structs (about 3x its text) stay a few tens of MB.
@@ -489,6 +492,8 @@ def _parse_stream(path: Path, fh: BinaryIO, chunk: int, t0: float) -> Parsed | N
         else:
             entries, generic = item
             cols.add(entries, generic)
+            del entries, item
+            release_free_heap()
     if not has_events:
         raise Fallback("no traceEvents")  # the whole-file path decides: not a trace, or why
     return cols.finish(path, _TopLevel(**top), time.perf_counter() - t0)
@@ -511,6 +516,25 @@ def _parse_whole(path: Path, t0: float, content: bytes | None = None) -> Parsed 
     cols.add_split(n_entries, n_bad, complete, memory, meta)
     del complete, memory, meta
     return cols.finish(path, top, time.perf_counter() - t0)
+
+
+def release_free_heap() -> None:
+    """Hand the heap that decoding freed back to the system (glibc's ``malloc_trim``; nothing
+    elsewhere). The many small structs of each piece leave freed but resident heap pages
+    between the column arrays that stay: without this, about 175 MB on a 1 GB trace."""
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
+
+
+@functools.cache
+def _malloc_trim() -> Any:
+    if sys.platform != "linux":
+        return None
+    try:
+        return ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):  # musl and others have no malloc_trim
+        return None
 
 
 class _Columns:
@@ -643,7 +667,8 @@ class _Columns:
 
 
 def _join(parts: list[np.ndarray], dtype: type) -> np.ndarray:
-    """The pieces of a column as one array (emptied: each piece is freed once copied)."""
+    """The pieces of a column as one array (emptied: each piece is freed once copied, and its
+    memory handed back, so that joining does not hold a column twice)."""
     if len(parts) == 1:
         return parts.pop()
     out: np.ndarray = np.empty(sum(p.size for p in parts), dtype)
@@ -652,7 +677,10 @@ def _join(parts: list[np.ndarray], dtype: type) -> np.ndarray:
         out[at : at + p.size] = p
         at += p.size
         parts[i] = out[:0]
+        if i % 32 == 31:  # the copied pieces' heap back to the system as we go
+            release_free_heap()
     parts.clear()
+    release_free_heap()
     return out
 
 

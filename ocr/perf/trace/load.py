@@ -15,11 +15,8 @@ same rank are never merged or overwritten.
 
 from __future__ import annotations
 
-import ctypes
-import functools
 import gc
 import re
-import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -27,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from ocr.perf.trace.decode import Parsed, code_table, parse_file
+from ocr.perf.trace.decode import Parsed, code_table, parse_file, release_free_heap
 from ocr.perf.trace.table import (
     CATEGORY_KIND,
     EventTable,
@@ -107,26 +104,6 @@ def load_traces(path: str | Path | Sequence[str | Path]) -> EventTable:
         return _load_traces(roots)
 
 
-def _release_free_heap() -> None:
-    """Hand the heap that decoding freed back to the system (glibc's ``malloc_trim``; nothing
-    elsewhere). The millions of small structs of a large file's pieces leave freed but resident
-    heap pages between the arrays that stay: on a 1 GB trace about 120 MB, which would count
-    again at the peak of the nesting pass."""
-    trim = _malloc_trim()
-    if trim is not None:
-        trim(0)
-
-
-@functools.cache
-def _malloc_trim() -> Any:
-    if sys.platform != "linux":
-        return None
-    try:
-        return ctypes.CDLL(None).malloc_trim
-    except (OSError, AttributeError):  # musl and others have no malloc_trim
-        return None
-
-
 def _load_traces(roots: list[Path]) -> EventTable:
     parsed: list[Parsed] = []
     warnings: list[str] = []
@@ -140,7 +117,7 @@ def _load_traces(roots: list[Path]) -> EventTable:
                     continue
                 raise TraceError(f, "JSON without a 'traceEvents' list: not a Chrome trace")
             parsed.append(p)
-            _release_free_heap()
+            release_free_heap()
     if not parsed:
         raise TraceError(root, "no trace files (JSON with 'traceEvents') found")
     for p in parsed:
@@ -328,26 +305,58 @@ def _nest(table: EventTable) -> None:
         _nest_thread(table, idx[part], parent, self_ns)
     table.parent = parent
     table.self_ns = self_ns
+    release_free_heap()
 
 
 def _nest_thread(
     table: EventTable, idx: np.ndarray, parent: np.ndarray, self_ns: np.ndarray
 ) -> None:
-    """:func:`_nest` for the host events ``idx`` (ascending) of one thread."""
-    # Temporaries are dropped as soon as they are used (a thread of millions of host events
-    # would otherwise hold a dozen of them at once).
+    """:func:`_nest` for the host events ``idx`` (ascending) of one thread.
+
+    Sorted once, then nested in blocks of about :data:`_NEST_BLOCK` events cut where nothing is
+    open (an event that starts when every earlier one has ended): no event of a block has a
+    parent in another, so a block's depths and parents are those of the whole thread, and the
+    temporaries follow the block, not the thread."""
     s = table.start[idx]
-    e = s + table.dur[idx]
-    order = np.lexsort((idx, -e, s))
-    s, e = s[order], e[order]
-    m = order.size
+    order = np.lexsort((idx, -(s + table.dur[idx]), s))
+    s = s[order]
+    e = s + table.dur[idx[order]]
+    sorted_idx = idx[order]
+    del order
+    m = sorted_idx.size
+    free = np.empty(m, bool)  # nothing open when event i starts
+    free[0] = True
+    np.greater_equal(s[1:], np.maximum.accumulate(e[:-1]), out=free[1:])
+    cuts = np.flatnonzero(free)
+    del free
+    at = 0
+    while at < m:
+        stop = int(cuts[min(int(np.searchsorted(cuts, at + _NEST_BLOCK)), cuts.size - 1)])
+        if stop <= at:
+            stop = m
+        _nest_block(s[at:stop], e[at:stop], sorted_idx[at:stop], parent, self_ns)
+        at = stop
+
+
+#: Host events nested at once (temporaries about 80 B per event).
+_NEST_BLOCK = 1 << 20
+
+
+def _nest_block(
+    s: np.ndarray, e: np.ndarray, sorted_idx: np.ndarray, parent: np.ndarray, self_ns: np.ndarray
+) -> None:
+    """Depth, parent and self time of host events sorted by (start, longest first) where
+    nothing before the first is open. Temporaries are dropped as soon as they are used."""
+    m = s.size
+    pos = np.arange(m, dtype=np.int64)
     depth = np.searchsorted(np.sort(e), s, side="right")
-    np.subtract(np.arange(m, dtype=np.int64), depth, out=depth)
+    np.subtract(pos, depth, out=depth)
     key = depth * m
-    key += np.arange(m, dtype=np.int64)
+    key += pos
     key.sort()  # sorted (depth, position) keys
     probe = (depth - 1) * m
-    probe += np.arange(m, dtype=np.int64)
+    probe += pos
+    del pos
     k = np.searchsorted(key, probe, side="left")
     del probe
     k -= 1
@@ -366,11 +375,8 @@ def _nest_thread(
     child_sum = np.bincount(safe[linked], weights=overlap[linked], minlength=m)
     del overlap
     own = e - s
-    del e, s
     own -= np.rint(child_sum).astype(np.int64)
     del child_sum
     np.maximum(own, 0, out=own)
-    sorted_idx = idx[order]
-    del order
     parent[sorted_idx] = np.where(linked, sorted_idx[safe], -1)
     self_ns[sorted_idx] = own
