@@ -492,8 +492,6 @@ def _parse_stream(path: Path, fh: BinaryIO, chunk: int, t0: float) -> Parsed | N
         else:
             entries, generic = item
             cols.add(entries, generic)
-            del entries, item
-            release_free_heap()
     if not has_events:
         raise Fallback("no traceEvents")  # the whole-file path decides: not a trace, or why
     return cols.finish(path, _TopLevel(**top), time.perf_counter() - t0)
