@@ -295,14 +295,16 @@ def _nest(table: EventTable) -> None:
     del device
     host = np.isin(table.kind, Kind.HOST)
     host &= table.dur > 0
-    idx = np.flatnonzero(host)
+    idx = np.flatnonzero(host).astype(_code_dtype(n))
     del host
+    # the host events grouped by thread (ascending within each), in the narrow index type
     thread = table.thread[idx]
     by_thread = np.argsort(thread, kind="stable")
+    idx = idx[by_thread]
     cuts = np.flatnonzero(np.diff(thread[by_thread])) + 1
-    del thread
-    for part in np.split(by_thread, cuts) if idx.size else ():
-        _nest_thread(table, idx[part], parent, self_ns)
+    del thread, by_thread
+    for part in np.split(idx, cuts) if idx.size else ():
+        _nest_thread(table, part, parent, self_ns)
     table.parent = parent
     table.self_ns = self_ns
     release_free_heap()
@@ -318,7 +320,11 @@ def _nest_thread(
     parent in another, so a block's depths and parents are those of the whole thread, and the
     temporaries follow the block, not the thread."""
     s = table.start[idx]
-    order = np.lexsort((idx, -(s + table.dur[idx]), s))
+    neg_end = table.dur[idx]
+    neg_end += s
+    np.negative(neg_end, out=neg_end)
+    order = np.lexsort((idx, neg_end, s))
+    del neg_end
     s = s[order]
     e = s + table.dur[idx[order]]
     sorted_idx = idx[order]
