@@ -295,7 +295,7 @@ def _nest(table: EventTable) -> None:
     del device
     host = np.isin(table.kind, Kind.HOST)
     host &= table.dur > 0
-    idx = np.flatnonzero(host).astype(_code_dtype(n))
+    idx: np.ndarray = np.flatnonzero(host).astype(_code_dtype(n))
     del host
     # the host events grouped by thread (ascending within each), in the narrow index type
     thread = table.thread[idx]
