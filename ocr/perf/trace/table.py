@@ -150,7 +150,10 @@ class EventTable:
             ``"25738"`` are one thread).
         thread_names: thread code -> ``thread_name`` metadata where the trace has it.
         src, kind, name, thread, start, dur, correlation: per-event columns (correlation ``-1``
-            where absent).
+            where absent). Codes are narrow to bound a large trace's memory: ``src``, ``name``,
+            ``thread`` (and ``parent``) int32, ``kind`` int8, ``correlation`` int32 where every
+            id fits (else int64); ``start``, ``dur``, ``self_ns`` int64 ns. Cast a code column
+            to int64 before arithmetic that can exceed int32 (``src * scale``).
         memory: the ``[memory]`` events.
         origin_ns: absolute epoch ns that ``start == 0`` stands for.
         warnings: data-quality notes (dropped events, missing fields, skipped files).
