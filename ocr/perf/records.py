@@ -51,6 +51,7 @@ __all__ = [
     "HydraApp",
     "IntervalRecord",
     "JsonValue",
+    "KnobRecord",
     "ProfilerWindow",
     "RecompileReason",
     "RecompilesRecord",
@@ -455,6 +456,23 @@ class TryRecord(Record, tag="receipt-ocr/try", kw_only=True, frozen=True):
     @property
     def recommended(self) -> bool:
         return self.status == "recommended"
+
+
+class KnobRecord(Record, tag="receipt-ocr/knob", kw_only=True, frozen=True):
+    """What became of one runtime knob in an ``ocr-perf try`` trial (:mod:`ocr.perf.knobs`): a
+    line of the trial's ``perf/knobs.jsonl``.
+
+    Args:
+        knob: the knob as ``name=value``.
+        status: ``applied`` or ``not applicable`` (the run cannot take it).
+        note: what was changed (``num_workers 0 -> 4``) or why it cannot be.
+    """
+
+    FILE: ClassVar[str] = "knobs.jsonl"
+
+    knob: str
+    status: str
+    note: str = ""
 
 
 class GrowthNode(msgspec.Struct, kw_only=True):
