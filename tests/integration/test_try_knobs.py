@@ -138,9 +138,8 @@ def test_pin_memory_and_a_positional_argument(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     loader = DataLoader(Images(), 6)  # batch_size given positionally
-    module, records = _fit(
-        tmp_path, monkeypatch, "knob:dataloader.pin_memory=true knob:dataloader.batch_size=8", loader
-    )
+    knobs = "knob:dataloader.pin_memory=true knob:dataloader.batch_size=8"
+    module, records = _fit(tmp_path, monkeypatch, knobs, loader)
     assert module.seen["pin_memory"] is True
     assert module.seen["batch"] == 8
     assert records[-1].status == "applied"
