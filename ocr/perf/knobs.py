@@ -79,6 +79,17 @@ class KnobSpec:
     choices: tuple[str, ...] = ()
     alters_computation: bool = False
 
+    @property
+    def placeholder(self) -> str:
+        """The values it takes, for help texts: ``N``, ``true|false``, ``high|medium``."""
+        if self.kind == "int":
+            return "N"
+        if self.kind == "bool":
+            return "true|false"
+        if self.kind == "choice":
+            return "|".join(self.choices)
+        return "true|BACKEND"
+
     def parse_value(self, text: str) -> KnobValue:
         """``text`` as this knob's value; :class:`KnobError` naming the knob and the value."""
         raw = text.strip()

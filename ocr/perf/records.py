@@ -416,7 +416,8 @@ class TryRecord(Record, tag="receipt-ocr/try", kw_only=True, frozen=True):
     Args:
         session: when the ``try`` session started (ISO 8601, UTC): groups a session's lines.
         kind: ``candidate``, or ``combined`` (the recommended ones together).
-        override: the Hydra override(s), space-separated; ``None`` for a plain-language change.
+        override: the change(s) as ``try`` applies them, space-separated: Hydra overrides and
+            runtime knobs (``knob:NAME=VALUE``); ``None`` for a plain-language change.
         description: the change in words.
         family: the candidate's family (``combined`` for the winners together).
         alters_computation: the change alters what is computed (label it).
@@ -430,6 +431,8 @@ class TryRecord(Record, tag="receipt-ocr/try", kw_only=True, frozen=True):
         base_samples_per_sec, changed_samples_per_sec: median speeds of the two sides.
         hmean_base, hmean_changed: eval-time only: H-mean on the checkpoint.
         note: why (not applicable, failed, untried, the H-mean drop), or "".
+        apply: how to make the knobs of the change in one's own code
+            (``DataLoader(..., num_workers=4)``; lines joined by ``; ``), or "".
     """
 
     FILE: ClassVar[str] = "try.jsonl"
@@ -452,6 +455,7 @@ class TryRecord(Record, tag="receipt-ocr/try", kw_only=True, frozen=True):
     hmean_base: float | None = None
     hmean_changed: float | None = None
     note: str = ""
+    apply: str = ""
 
     @property
     def recommended(self) -> bool:

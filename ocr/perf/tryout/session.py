@@ -19,13 +19,21 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from ocr.perf.candidates import Candidate
+from ocr.perf.knobs import KNOB_PREFIX, Knob, apply_lines, family_knob, is_knob
 from ocr.perf.records import TryRecord
 from ocr.perf.significance import paired_ratios
 from ocr.perf.tryout.command import RecordedCommand, override_key
 from ocr.perf.tryout.paired import status as try_status
 from ocr.perf.tryout.trial import TrialResult, run_eval_trial, run_training_trial
 
-__all__ = ["HMEAN_TOLERANCE", "TrialEvent", "TryOptions", "TrySession", "paste_line"]
+__all__ = [
+    "HMEAN_TOLERANCE",
+    "TrialEvent",
+    "TryOptions",
+    "TrySession",
+    "code_lines",
+    "paste_line",
+]
 
 #: An eval-time change that lowers the H-mean on the run's checkpoint by more than this is never
 #: recommended, however fast.
@@ -86,6 +94,7 @@ class _Arm:
     base: list[TrialResult] = field(default_factory=list)
     changed: list[TrialResult] = field(default_factory=list)
     failed: str | None = None
+    refused: bool = False  # the run cannot take a knob of the change (failed says why)
 
     @property
     def pairs(self) -> int:
@@ -96,6 +105,8 @@ def _keep_for(changes: Sequence[str]) -> frozenset[str]:
     """What the window must leave on because a change concerns it."""
     keep: set[str] = set()
     for change in changes:
+        if is_knob(change):
+            continue  # knobs change no validation, checkpoint or logger
         key = override_key(change).lower()
         if "val" in key.split(".")[-1] or "sanity" in key:
             keep.add("val")
@@ -152,13 +163,28 @@ class TrySession:
 
     # -- what can be measured --------------------------------------------------------------
 
+    def _change(self, c: Candidate) -> str | None:
+        """What the trial applies: the override on a Hydra app, else the knob."""
+        if c.override is not None and (self.command.hydra or c.knob is None):
+            return c.override
+        return c.knob.text if c.knob is not None else None
+
     def _not_applicable(self, c: Candidate) -> str | None:
-        if c.override is None:
-            return "a plain-language change: no override to apply; make it by hand and compare"
-        if not self.command.hydra:
+        if c.override is None and c.knob is None:
+            return (
+                "a plain-language change: no config key or runtime knob makes it; make it by "
+                "hand and compare"
+            )
+        if c.override is not None and not self.command.hydra and c.knob is None:
+            knob = _knob_for_override(c)
+            instead = (
+                f"measure it with --candidate {knob.text}"
+                if knob is not None
+                else "no runtime knob makes this change; make it by hand"
+            )
             return (
                 f"the run's command is not a Hydra app, so the override {c.override} cannot be "
-                "applied; make the change by hand"
+                f"applied; {instead}"
             )
         if c.eval_time:
             if self.command.lightning_module != _OUR_MODULE:
@@ -222,6 +248,9 @@ class TrySession:
         for side in order:
             changes = arm.changes if side == "B" else ()
             result = self._trial(arm, changes, label if side == "B" else "unchanged")
+            if result.not_applicable is not None:
+                arm.failed, arm.refused = result.not_applicable, True
+                return False
             if result.error is not None or result.speed is None:
                 who = "the change" if side == "B" else _BASE_FAILED
                 arm.failed = f"{who}: {result.error}"
@@ -280,7 +309,11 @@ class TrySession:
             "family": c.family,
             "alters_computation": c.alters_computation,
             "eval_time": c.eval_time,
+            "apply": "; ".join(apply_lines(_knobs(arm.changes))),
         }
+        if arm.refused:
+            note = f"the run cannot take it: {arm.failed}"
+            return TryRecord(**common, status="not applicable", note=note)  # type: ignore[arg-type]
         if arm.pairs == 0:
             status = "failed" if arm.failed else "untried"
             note = arm.failed or "the budget ran out before its first pair"
@@ -348,9 +381,10 @@ class TrySession:
                     note=why,
                 )
                 continue
-            assert c.override is not None
+            change = self._change(c)
+            assert change is not None
             kind = "eval" if c.eval_time else "train"
-            arms.append(_Arm(c, (c.override,), kind, _keep_for((c.override,))))
+            arms.append(_Arm(c, (change,), kind, _keep_for((change,))))
         self._planned = 2 * len(arms) * self.options.pairs
         left = self._measure(arms)
         if left:
@@ -391,14 +425,36 @@ class TrySession:
         return self._record(arm, kind="combined")
 
 
-def paste_line(records: Sequence[TryRecord]) -> str | None:
-    """The overrides to paste: the recommended ones, together when their combination was
-    verified (or there is one); the best single one when the combination was not recommended."""
+def _knobs(changes: Sequence[str]) -> list[Knob]:
+    return [Knob.parse(c) for c in changes if is_knob(c)]
+
+
+def _knob_for_override(c: Candidate) -> Knob | None:
+    """The knob that makes the change of the override ``c`` (by its family and value)."""
+    value = (c.override or "").partition("=")[2]
+    return family_knob(c.family, value) if value else None
+
+
+def _winners(records: Sequence[TryRecord]) -> list[TryRecord]:
+    """The recommended changes, all of them when their combination was verified (or there is
+    one); the best single one when the combination was not recommended."""
     winners = [r for r in records if r.kind == "candidate" and r.recommended and r.override]
-    if not winners:
-        return None
     combined = next((r for r in records if r.kind == "combined"), None)
-    if combined is None or combined.recommended:
-        return " ".join(r.override for r in winners if r.override)
-    best = max(winners, key=lambda r: r.median or 0.0)
-    return best.override
+    if not winners or combined is None or combined.recommended:
+        return winners
+    return [max(winners, key=lambda r: r.median or 0.0)]
+
+
+def _tokens(records: Sequence[TryRecord]) -> list[str]:
+    return [t for r in records for t in (r.override or "").split()]
+
+
+def paste_line(records: Sequence[TryRecord]) -> str | None:
+    """The Hydra overrides to paste (of :func:`_winners`), or ``None``."""
+    overrides = [t for t in _tokens(_winners(records)) if not t.startswith(KNOB_PREFIX)]
+    return " ".join(overrides) or None
+
+
+def code_lines(records: Sequence[TryRecord]) -> list[str]:
+    """The recommended runtime knobs (of :func:`_winners`) as changes to one's own code."""
+    return apply_lines(_knobs(_tokens(_winners(records))))

@@ -19,9 +19,10 @@ from rich.table import Table
 
 from ocr.console import fit_table, print_renderable, stdout_is_live
 from ocr.perf.records import TryRecord
+from ocr.perf.tryout.paired import RECOMMEND_ABOVE
 from ocr.perf.tryout.session import TrialEvent
 
-__all__ = ["TrialProgress", "format_trial", "print_results"]
+__all__ = ["TrialProgress", "format_trial", "print_results", "verdict_line"]
 
 
 def format_trial(event: TrialEvent) -> str:
@@ -112,17 +113,58 @@ def results_table(records: Sequence[TryRecord], dropped: frozenset[str] = frozen
     return table
 
 
+def _why_lines(records: Sequence[TryRecord]) -> list[str]:
+    """Why each change that was not measured was not (the table may have dropped its note)."""
+    words = {"not applicable": "Not applicable", "failed": "Failed", "untried": "Untried"}
+    return [
+        f"{words[r.status]}: {r.override or r.description}: {r.note}"
+        for r in records
+        if r.status in words and r.note
+    ]
+
+
+def verdict_line(records: Sequence[TryRecord], recommended: bool) -> str | None:
+    """What the session says when it recommends nothing: whether anything was measured at all
+    (a measured "no" and "nothing could be tried" read differently); ``None`` when it
+    recommends something."""
+    if recommended:
+        return None
+    measured = [r for r in records if r.pairs]
+    if not measured:
+        return (
+            "Nothing measured: no change could be applied or run (reasons above), so nothing "
+            "is known about their speed."
+        )
+    return (
+        f"Nothing recommended. {len(measured)} change(s) measured, none faster by more than "
+        f"{RECOMMEND_ABOVE - 1:.0%} with 95 % confidence."
+    )
+
+
 def print_results(
-    records: Sequence[TryRecord], budget_note: str, paste: str | None, path: Path
+    records: Sequence[TryRecord],
+    budget_note: str,
+    paste: str | None,
+    path: Path,
+    code: Sequence[str] = (),
 ) -> None:
+    """The table, then: the budget's note, why changes were not measured, the overrides to
+    paste and the changes to make in one's own code (or why nothing is recommended), and the
+    results file."""
     import rich
 
     width = rich.get_console().width
     print_renderable(fit_table(lambda d: results_table(records, d), ("note", "labels"), width))
+    lines = []
     if budget_note:
-        print_renderable(f"Budget: {budget_note}", markup=False, highlight=False)
+        lines.append(f"Budget: {budget_note}")
+    lines += _why_lines(records)
     if paste:
-        print_renderable(f"Paste: {paste}", markup=False, highlight=False)
-    else:
-        print_renderable("Nothing recommended.", markup=False)
-    print_renderable(f"Results: {path}", markup=False, highlight=False)
+        lines.append(f"Paste: {paste}")
+    lines += [f"In your code: {line}" for line in code]
+    verdict = verdict_line(records, bool(paste or code))
+    if verdict:
+        lines.append(verdict)
+    lines.append(f"Results: {path}")
+    for line in lines:
+        print_renderable(line, markup=False, highlight=False)
