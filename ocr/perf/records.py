@@ -52,6 +52,7 @@ __all__ = [
     "IntervalRecord",
     "JsonValue",
     "KnobRecord",
+    "LoaderSettings",
     "ProfilerWindow",
     "RecompileReason",
     "RecompilesRecord",
@@ -176,6 +177,21 @@ class RunRecord(Record, tag="receipt-ocr/run", kw_only=True, frozen=True):
     task_name: str | None = None
 
 
+class LoaderSettings(msgspec.Struct, kw_only=True, frozen=True):
+    """How the stage's DataLoader was built, read from the live loader (advice never proposes
+    what is already set, config or not).
+
+    Args:
+        persistent_workers: ``DataLoader.persistent_workers``.
+        pin_memory: ``DataLoader.pin_memory``.
+        prefetch_factor: ``DataLoader.prefetch_factor`` (``None`` without workers).
+    """
+
+    persistent_workers: bool | None = None
+    pin_memory: bool | None = None
+    prefetch_factor: int | None = None
+
+
 class EpochRecord(Record, tag="receipt-ocr/perf-epoch", kw_only=True, frozen=True):
     """One ``perf/epochs.jsonl`` line: what one stage epoch measured on this rank, plus the
     cross-rank spreads under DDP. The recorder hands it to its subscribers, then writes it with
@@ -213,6 +229,7 @@ class EpochRecord(Record, tag="receipt-ocr/perf-epoch", kw_only=True, frozen=Tru
             when the epoch had more than 4096.
         batch_times_stride: see ``batch_times_s``.
         num_workers: ``num_workers`` of the stage's DataLoader (None when not a DataLoader).
+        loader: the rest of that DataLoader's settings (None when not a DataLoader).
         batch_size: samples in the epoch's first batch (0 when there was none).
         device: ``"cuda"`` when CUDA phases were measured, else ``"cpu"``.
         global_step: ``trainer.global_step`` at the close.
@@ -258,6 +275,7 @@ class EpochRecord(Record, tag="receipt-ocr/perf-epoch", kw_only=True, frozen=Tru
     batch_times_s: list[float | None] = []
     batch_times_stride: int = 1
     num_workers: int | None = None
+    loader: LoaderSettings | None = None
     batch_size: int | None = 0
     device: str = "cpu"
     global_step: int = 0

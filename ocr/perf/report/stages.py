@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from ocr.perf.clock import PHASES
 from ocr.perf.ranks import Straggler
-from ocr.perf.records import EpochRecord
+from ocr.perf.records import EpochRecord, LoaderSettings
 from ocr.perf.stage import STAGE_ORDER, Stage
 
 __all__ = ["StageSummary", "num", "summarize_stages"]
@@ -36,6 +36,7 @@ class StageSummary:
         global_samples: summed samples over all ranks (``== samples`` on one process).
         global_wall_s: summed wall time of the slowest rank (``== wall_s`` on one process).
         num_workers: the DataLoader's ``num_workers`` of the last epoch that recorded it.
+        loader: the DataLoader's other settings of the last epoch that recorded them.
         batch_size: the first batch's size of the last epoch that recorded it.
         device: ``"cpu"`` or ``"cuda"``.
         spreads: the last epoch's cross-rank spreads (DDP), figure -> {min, median, max,
@@ -60,6 +61,7 @@ class StageSummary:
     global_samples: int = 0
     global_wall_s: float = 0.0
     num_workers: int | None = None
+    loader: LoaderSettings | None = None
     batch_size: int | None = None
     device: str = "cpu"
     spreads: dict[str, dict[str, float | None]] = field(default_factory=dict)
@@ -104,6 +106,8 @@ def summarize_stages(epochs: list[EpochRecord]) -> dict[Stage, StageSummary]:
         s.global_wall_s += record.all_wall_s
         if record.num_workers is not None:
             s.num_workers = record.num_workers
+        if record.loader is not None:
+            s.loader = record.loader
         if record.batch_size is not None:
             s.batch_size = record.batch_size
         if record.device == "cuda":

@@ -28,6 +28,8 @@ _EVAL_RECORDER = (
     "+callbacks.try_throughput={_target_:'ocr.lightning_modules.callbacks."
     "ThroughputMonitorCallback',flops:false,peak_memory:false}"
 )
+# Lightning's Trainer reads defaults of its arguments from PL_TRAINER_<ARG>: no default logger.
+_NO_DEFAULT_LOGGER = ("PL_TRAINER_LOGGER", "False")
 # Overrides of the training command that do not belong to ocr-test's config.
 _TRAIN_ONLY_KEYS = ("callbacks", "ckpt_path", "test_after_fit")
 
@@ -106,6 +108,11 @@ def run_training_trial(
     overrides = tuple(c for c in changes if not is_knob(c))
     window = TryWindow(warmup, batches, folder, keep, owner=os.getpid(), knobs=knobs)
     env = {**os.environ, ENV_VAR: window.to_env()}
+    if "loggers" not in keep:
+        # Lightning creates its loggers' experiments (a TensorBoard event file in the script's
+        # own folder) before any callback hook: the default logger is turned off through
+        # Lightning's documented PL_TRAINER_<ARG> defaults; a logger the script passes wins.
+        env.setdefault(_NO_DEFAULT_LOGGER[0], _NO_DEFAULT_LOGGER[1])
     started = time.perf_counter()
     argv = command.argv(folder, overrides)
     error = _run(argv, command.cwd, folder.with_suffix(".log"), env, timeout)

@@ -315,6 +315,9 @@ def test_knobs_are_measured_on_a_plain_script_and_say_how_to_apply(
     assert override.status == "not applicable"
     assert "--candidate knob:dataloader.num_workers=4" in override.note
     assert ("knob:dataloader.num_workers=4",) in calls
+    # a knob's pairs start with the change: the refused one cost no trial of the unchanged run
+    assert len(calls) == 3 * 2
+    assert calls[:2] == [("knob:dataloader.num_workers=4",), ()]
     assert paste_line(records) is None  # no Hydra override to paste
     assert code_lines(records) == ["DataLoader(..., num_workers=4)  # the training loader"]
 
