@@ -100,3 +100,67 @@ def test_a_knob_candidate_takes_family_and_labels_from_the_table() -> None:
     assert c.alters_computation
     assert c.override is None
     assert c.change == "knob:dataloader.batch_size=64"
+
+
+def test_findings_changes_are_knobs_without_a_config_key() -> None:
+    from ocr.perf.advice import RunFacts, candidates_for
+
+    plain = RunFacts(config=None, cpu_count=2, stage="train", num_workers=0)
+    found = {c.family: c for c in candidates_for("input_bound", plain)}
+    assert found["workers"].override is None
+    assert found["workers"].knob == Knob("dataloader.num_workers", 2)
+    assert found["persistent_workers"].knob == Knob("dataloader.persistent_workers", True)
+    # the run's config has the key: the override, as before, and no knob
+    hydra = RunFacts(config={"data": {"num_workers": 0}}, cpu_count=2, stage="train")
+    (workers, *_) = candidates_for("input_bound", hydra)
+    assert workers.override == "data.num_workers=2"
+    assert workers.knob is None
+    # compute-bound on CPU: compile and channels_last as knobs, a target cache has none
+    compute = candidates_for("compute_bound", RunFacts(config=None, cpu_count=2, torch_threads=1))
+    assert {c.knob.name for c in compute if c.knob} >= {
+        "torch.threads",
+        "model.channels_last",
+        "model.compile",
+    }
+    cache = candidates_for("input_bound", plain, part="targets")[0]
+    assert cache.family == "polygon_cache"
+    assert cache.knob is None
+
+
+def test_advice_never_proposes_what_the_live_loader_has() -> None:
+    from ocr.perf.advice import RunFacts, candidates_for
+
+    live = RunFacts(
+        config=None,
+        device="cuda",
+        cpu_count=8,
+        stage="train",
+        num_workers=2,
+        persistent_workers=True,
+        pin_memory=True,
+        prefetch_factor=4,
+    )
+    families = {c.family: c for c in candidates_for("input_bound", live)}
+    assert "persistent_workers" not in families
+    assert "pin_memory" not in families
+    assert families["prefetch"].knob == Knob("dataloader.prefetch_factor", 8)
+
+
+def test_waiting_workers_may_outnumber_the_cores() -> None:
+    from ocr.perf.advice import RunFacts, candidates_for
+
+    def workers(busy: float | None) -> int | None:
+        facts = RunFacts(
+            config=None,
+            cpu_count=2,
+            stage="train",
+            num_workers=2,
+            suggested_workers=9,
+            workers_busy=busy,
+        )
+        found = [c for c in candidates_for("input_bound", facts) if c.family == "workers"]
+        return int(found[0].knob.value) if found and found[0].knob else None
+
+    assert workers(0.03) == 4  # they wait: up to twice the cores
+    assert workers(0.9) is None  # they compute: the cores are used
+    assert workers(None) is None  # unknown: not beyond the cores
