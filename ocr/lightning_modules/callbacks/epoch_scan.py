@@ -17,8 +17,8 @@ from torch.utils.data import DataLoader
 
 from ocr.lightning_modules.callbacks.errors import PerfCallbackWarning, warn_off
 from ocr.lightning_modules.callbacks.try_window import perf_root
-from ocr.perf.growth import GROWTH_EPOCHS, MAX_ITEMS, Scan, growing, scan
-from ocr.perf.recompiles import CompileEpoch, CompileWatch, ShapeCounter, recompile_finding
+from ocr.perf.growth import GROWTH_EPOCHS, MAX_ITEMS, growing, scan
+from ocr.perf.recompiles import CompileWatch, ShapeCounter, recompile_finding
 from ocr.perf.records import (
     GrowthRecord,
     RecompilesRecord,
@@ -27,8 +27,6 @@ from ocr.perf.records import (
     RunRecord,
 )
 from ocr.perf.rundir import write_run_info
-
-__all__ = ["EpochScanCallback"]
 
 log = logging.getLogger(__name__)
 
@@ -67,15 +65,14 @@ class EpochScanCallback(Callback):
     monitors'). The first write error is one warning and turns the writing off.
 
     Args:
-        enabled: ``False`` does nothing in any hook. Default ``True``.
-        memory_growth: scan attributes at each training epoch's end. Default ``True``.
-        recompiles: count Dynamo compiles per training epoch. Default ``True``.
+        enabled: ``False`` does nothing in any hook.
+        memory_growth: scan attributes at each training epoch's end.
+        recompiles: count Dynamo compiles per training epoch.
         batch_shapes: also count the distinct training batch shapes per epoch (the shape of the
             batch's first tensor; one set insertion per batch in ``on_train_batch_start``, the
-            only per-step work of this callback, so off by default: the hook is installed only
-            when this is ``True``). Default ``False``.
-        max_items: items one scan looks at, at most (:data:`ocr.perf.growth.MAX_ITEMS`).
-        write_run_files: write the two files above. Default ``True``.
+            only per-step work of this callback, installed only when this is ``True``).
+        max_items: items one scan looks at, at most.
+        write_run_files: write the two files above.
     """
 
     def __init__(
@@ -98,10 +95,10 @@ class EpochScanCallback(Callback):
         self.write_run_files = bool(write_run_files)
         self._on = False
         self._warned = False
-        self._scans: deque[Scan] = deque(maxlen=GROWTH_EPOCHS + 1)
+        self._scans: deque[GrowthRecord] = deque(maxlen=GROWTH_EPOCHS + 1)
         self._named: set[str] = set()  # growing attributes already warned about
         self._compile_warned = False
-        self._compiles: list[CompileEpoch] = []  # this run's CompileEpoch records (one per epoch)
+        self._compiles: list[RecompilesRecord] = []  # this run's records (one per epoch)
         self._watch: CompileWatch | None = None
         self._shapes: ShapeCounter | None = None
         self._skip: frozenset[str] = frozenset()
@@ -160,8 +157,7 @@ class EpochScanCallback(Callback):
             epoch = trainer.current_epoch
             if self.memory_growth:
                 self._scan(trainer, pl_module, epoch)
-            if self._watch is not None:
-                self._count_compiles(epoch)
+            self._count_compiles(epoch)
         except Exception as exc:
             self._fail(exc)
 

@@ -3,20 +3,19 @@ the legend of what the severities and the score mean."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from ocr.perf.candidates import Candidate
 from ocr.perf.findings import CONFIDENCES, Finding
 from ocr.perf.report.build import Report
 from ocr.perf.report.document import Section, Table, cell
-
-__all__ = ["candidate_lines", "evidence_text", "ranked", "severity_legend", "verdict_section"]
+from ocr.perf.report.measured import best_measured
 
 
 def candidate_lines(f: Finding) -> list[str]:
-    """One line per candidate change of ``f``: the Hydra override to paste in backticks with
-    its description, or the description alone when the run's config has no key for it, and
-    what the change alters."""
+    """One line per candidate change of ``f``: the override to paste (when the run's config has
+    the key) with its description, and what the change alters."""
     out = []
     for c in f.candidates:
         notes = _notes(c, "evaluation-time: check on the checkpoint")
@@ -32,9 +31,11 @@ def _notes(c: Candidate, eval_time: str) -> str:
 
 
 def _candidates_table(findings: list[Finding]) -> Table:
+    same = repeats(findings)
     rows = [
-        [str(i), c.description, c.override or "-", _notes(c, "evaluation-time")]
-        for i, f in enumerate(findings, 1)
+        [str(i + 1), c.description, c.override or "-", _notes(c, "evaluation-time")]
+        for i, f in enumerate(findings)
+        if i not in same
         for c in f.candidates
     ]
     return Table(
@@ -55,9 +56,44 @@ def ranked(report: Report) -> list[Finding]:
     return sorted(report.findings, key=lambda f: -f.score)
 
 
+def headline(report: Report) -> str:
+    """The verdict in one sentence: the top finding (its parenthesised figures left to the
+    list) and the best change ``ocr-perf try`` measured on the run, or that none is measured."""
+    findings = ranked(report)
+    if not findings:
+        return "Nothing found to change."
+    top = re.sub(r"\s*\([^()]*\)$", "", findings[0].title)
+    best = best_measured(report)
+    if best is not None:
+        tail = f"; measured best change: {best.override or best.description} {best.median:.2f}x"
+    elif any(f.candidates for f in findings):
+        tail = "; no change measured yet (ocr-perf try RUN_DIR measures the candidates)"
+    else:
+        tail = ""
+    return f"{top}{tail}."
+
+
+def repeats(findings: list[Finding]) -> dict[int, int]:
+    """Finding index -> the index of an earlier finding with the same change (same rule and the
+    same suggestion but for its figures): the list says "as #N" instead of the paragraph."""
+    seen: dict[tuple[str, str], int] = {}
+    out = {}
+    for i, f in enumerate(findings):
+        key = (f.id, re.sub(r"\d[\d.,]*", "#", f.suggestion))
+        if key in seen:
+            out[i] = seen[key]
+        else:
+            seen[key] = i
+    return out
+
+
+def change_text(findings: list[Finding], i: int, same: dict[int, int]) -> str:
+    """Finding ``i``'s change, or ``as #N`` when an earlier finding says the same."""
+    return f"as #{same[i] + 1}" if i in same else findings[i].suggestion
+
+
 def _example(thresholds: dict[str, float], key: str) -> str:
-    """`` (e.g. data wait >= 40 % of a stage)`` from the verdict's own threshold; nothing when
-    the table has no such key (a figure the verdict does not use would mislead)."""
+    """`` (e.g. data wait >= 40 % of a stage)`` from the verdict's own threshold, if it has one."""
     value = thresholds.get(key)
     return "" if value is None else f" (e.g. data wait >= {value:g} % of a stage)"
 
@@ -91,26 +127,23 @@ def severity_legend(report: Report) -> list[str]:
 def verdict_section(report: Report) -> Section:
     rows = []
     findings = ranked(report)
-    for i, f in enumerate(findings, 1):
+    same = repeats(findings)
+    for i, f in enumerate(findings):
         extra = (" Also: " + " | ".join(f.corroboration)) if f.corroboration else ""
         rows.append(
             [
-                str(i),
+                str(i + 1),
                 f.severity,
                 f"{f.score:.1f}",
                 f.title,
                 f"cause {f.confidence}; " + evidence_text(f.evidence) + extra,
-                f.suggestion,
+                change_text(findings, i, same),
             ]
         )
-    lead = []
-    if findings:
-        top = findings[0]
-        lead.append(f"Most likely to help: {top.title}. Change: {top.suggestion}")
     return Section(
         id="verdict",
         title="Verdict",
-        paragraphs=lead,
+        paragraphs=[headline(report)],
         tables=[
             Table(
                 ["#", "severity", "score", "finding", "evidence", "change"],

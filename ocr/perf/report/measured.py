@@ -14,8 +14,6 @@ from ocr.perf.tryout.session import HMEAN_TOLERANCE, code_lines, paste_line
 if TYPE_CHECKING:
     from ocr.perf.report.build import Report
 
-__all__ = ["measured_changes_section"]
-
 
 def _row(r: TryRecord) -> list[str]:
     labels = [
@@ -69,3 +67,15 @@ def measured_changes_section(report: Report) -> Section:
     if code:
         sec.paragraphs.append("In your code: " + "; ".join(f"`{line}`" for line in code))
     return sec
+
+
+def best_measured(report: Report) -> TryRecord | None:
+    """The recommended change of the run's latest ``ocr-perf try`` session with the largest
+    median speed-up (the combined winners included); ``None`` when none was recommended or the
+    file cannot be read (the section says why)."""
+    try:
+        records = latest_session(report.run.run_dir)
+    except RunDirError:
+        return None
+    winners = [r for r in records if r.status == "recommended" and r.median is not None]
+    return max(winners, key=lambda r: r.median or 0.0, default=None)
