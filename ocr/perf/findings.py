@@ -194,6 +194,12 @@ THRESHOLDS: dict[str, Threshold] = {
     "worker_part_dominant_pct": Threshold(
         50.0, "%", "share of fetch / collate from which a finer part (targets, decode) is named"
     ),
+    "workers_waiting_pct": Threshold(
+        50.0,
+        "%",
+        "a DataLoader worker's median CPU (% of one core) below which it mostly waits (I/O, "
+        "sleep): more workers than cores can still help",
+    ),
     "cache_hit_min_pct": Threshold(50.0, "%", "polygon cache hit rate after the first epoch"),
     "risk_critical_score": Threshold(
         100.0, "%", "score of a critical risk: a run that may die loses all of its wall time"
