@@ -3,10 +3,12 @@ command, within a time budget; then the recommended changes together.
 
 Rounds go over the candidates (round 1: a pair for each, round 2: another pair for each, ...), so
 a budget that runs out leaves every candidate some pairs instead of leaving the last ones
-untried. Within a pair the order alternates (A B, then B A, ...; A the unchanged command). The
-plan follows the measured cost: before each pair the session checks that the longest pair of that
-kind so far still fits in what is left of the budget, and stops cleanly when it does not, naming
-what it left untried. A trial may not run past the budget's end (it is stopped there).
+untried. Within a pair the order alternates (A B, then B A, ...; A the unchanged command; a
+runtime knob's pairs start with B, since a knob the run cannot take ends its trial at setup and
+the change is then "not applicable" with the trial's reason). The plan follows the measured
+cost: before each pair the session checks that the longest pair of that kind so far still fits
+in what is left of the budget, and stops cleanly when it does not, naming what it left untried.
+A trial may not run past the budget's end (it is stopped there).
 """
 
 from __future__ import annotations
