@@ -149,12 +149,14 @@ def _finding_candidates(run_dir: Path) -> list[Any]:
 
 def run(args: argparse.Namespace) -> int:
     """Run a ``try`` session for parsed ``args``."""
+    from ocr.console import widen_for_logs
     from ocr.perf.tryout.candidate_options import parse_candidate, unique_candidates
     from ocr.perf.tryout.command import TryInputError, recorded_command
     from ocr.perf.tryout.results import write_records
     from ocr.perf.tryout.session import TryOptions, TrySession, code_lines, paste_line
     from ocr.perf.tryout.show import TrialProgress, print_results
 
+    widen_for_logs()  # a log (not a terminal) gets the table's columns whole
     run_dir: Path = args.run_dir
     command = recorded_command(run_dir)
     explicit = [parse_candidate(text) for text in args.candidate]

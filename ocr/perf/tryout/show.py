@@ -137,7 +137,7 @@ def verdict_line(records: Sequence[TryRecord], recommended: bool) -> str | None:
         )
     return (
         f"Nothing recommended. {len(measured)} change(s) measured, none faster by more than "
-        f"{RECOMMEND_ABOVE - 1:.0%} with 95 % confidence."
+        f"{100 * (RECOMMEND_ABOVE - 1):.0f} % with 95 % confidence."
     )
 
 
@@ -166,5 +166,5 @@ def print_results(
     if verdict:
         lines.append(verdict)
     lines.append(f"Results: {path}")
-    for line in lines:
-        print_renderable(line, markup=False, highlight=False)
+    for line in lines:  # whole lines: a log keeps each reason and code change on one line
+        print_renderable(line, markup=False, highlight=False, soft_wrap=True)
