@@ -19,7 +19,7 @@ the CPU supports bf16).
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ocr.perf.candidates import Candidate
@@ -248,13 +248,21 @@ def _workers_after(f: RunFacts, planned: bool) -> int:
     return want if planned and want is not None else (now or 0)
 
 
+def _with_workers(c: Candidate | None, f: RunFacts) -> Candidate | None:
+    """``c`` (a change that needs worker processes, planned by the workers candidate) without
+    its runtime knob when the run has no workers yet: alone, the knob would not apply."""
+    if c is None or c.knob is None or _workers_after(f, planned=False):
+        return c
+    return replace(c, description=c.description + ", once it has workers", knob=None)
+
+
 def _prefetch(f: RunFacts) -> Candidate | None:
     if not _workers_after(f, planned=True):
         return None  # prefetch_factor needs worker processes
     key = find_key(f.config, ("prefetch_factor",), stage=f.stage)
     now = _as_int(key.value) if key is not None else f.prefetch_factor
     want = 2 * (now or 2)  # torch's default is 2 batches per worker
-    return _candidate(
+    found = _candidate(
         "prefetch",
         key,
         want,
@@ -262,18 +270,20 @@ def _prefetch(f: RunFacts) -> Candidate | None:
         f"keep {want} batches per worker in flight (the DataLoader's prefetch_factor"
         + (f", now {now})" if now else ")"),
     )
+    return _with_workers(found, f)
 
 
 def _persistent(f: RunFacts, planned: bool) -> Candidate | None:
     if not _workers_after(f, planned):
         return None
-    return _switch_on(
+    found = _switch_on(
         "persistent_workers",
         find_key(f.config, ("persistent_workers",), stage=f.stage),
         "keep workers alive between epochs: {key}{now} -> true",
         "keep workers alive between epochs (the DataLoader's persistent_workers=True)",
         f.persistent_workers,
     )
+    return _with_workers(found, f)
 
 
 def _pin_memory(f: RunFacts) -> Candidate | None:

@@ -222,13 +222,16 @@ class TrySession:
         self._trial_cost[arm.kind] = max(self._trial_cost.get(arm.kind, 0.0), result.seconds)
         if self.on_trial is not None:
             speed = result.speed.samples_per_sec if result.speed else None
+            why = result.error
+            if result.not_applicable is not None:
+                why = f"not applicable: {result.not_applicable}"
             self.on_trial(
                 TrialEvent(
                     label,
                     arm.pairs + 1,
                     result.seconds,
                     speed,
-                    result.error,
+                    why,
                     self._done,
                     self._planned,
                 )

@@ -27,7 +27,11 @@ __all__ = ["TrialProgress", "format_trial", "print_results", "verdict_line"]
 
 def format_trial(event: TrialEvent) -> str:
     """One trial as a line: ``trial 3/20  data.num_workers=2 (pair 2)  41.2 samples/s  6.1 s``."""
-    speed = f"{event.samples_per_sec:.1f} samples/s" if event.samples_per_sec else "failed"
+    if event.samples_per_sec:
+        speed = f"{event.samples_per_sec:.1f} samples/s"
+    else:  # a knob the run cannot take is not a failure of the trial
+        refused = event.error is not None and event.error.startswith("not applicable")
+        speed = "-" if refused else "failed"
     line = f"trial {event.done}/{event.planned}  {event.label} (pair {event.pair})  {speed}"
     line += f"  {event.seconds:.1f} s"
     return line + (f"  {event.error}" if event.error else "")

@@ -109,7 +109,12 @@ def test_findings_changes_are_knobs_without_a_config_key() -> None:
     found = {c.family: c for c in candidates_for("input_bound", plain)}
     assert found["workers"].override is None
     assert found["workers"].knob == Knob("dataloader.num_workers", 2)
-    assert found["persistent_workers"].knob == Knob("dataloader.persistent_workers", True)
+    # persistent workers need workers: alone, on a run without any, the knob would not apply
+    assert found["persistent_workers"].knob is None
+    assert "once it has workers" in found["persistent_workers"].description
+    with_workers = RunFacts(config=None, cpu_count=2, stage="train", num_workers=1)
+    persistent = [c for c in candidates_for("unattributed", with_workers)]
+    assert persistent[0].knob == Knob("dataloader.persistent_workers", True)
     # the run's config has the key: the override, as before, and no knob
     hydra = RunFacts(config={"data": {"num_workers": 0}}, cpu_count=2, stage="train")
     (workers, *_) = candidates_for("input_bound", hydra)
