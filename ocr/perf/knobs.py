@@ -32,6 +32,7 @@ __all__ = [
     "KnobSpec",
     "apply_lines",
     "family_knob",
+    "has_knob",
     "is_knob",
     "knobs_of",
 ]
@@ -303,6 +304,11 @@ class Knob:
         if not stripped.startswith(KNOB_PREFIX):
             raise KnobError(f"{text!r} is not a knob (knobs are written {KNOB_PREFIX}NAME=VALUE)")
         return cls.parse_setting(stripped[len(KNOB_PREFIX) :])
+
+
+def has_knob(family: str) -> bool:
+    """Whether a runtime knob makes changes of the candidate ``family``."""
+    return family in _BY_FAMILY
 
 
 def family_knob(family: str, value: KnobValue) -> Knob | None:

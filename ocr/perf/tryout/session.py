@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from ocr.perf.candidates import Candidate
-from ocr.perf.knobs import KNOB_PREFIX, Knob, apply_lines, family_knob, is_knob
+from ocr.perf.knobs import KNOB_PREFIX, Knob, apply_lines, family_knob, has_knob, is_knob
 from ocr.perf.records import TryRecord
 from ocr.perf.significance import paired_ratios
 from ocr.perf.tryout.command import RecordedCommand, override_key
@@ -173,6 +173,12 @@ class TrySession:
 
     def _not_applicable(self, c: Candidate) -> str | None:
         if c.override is None and c.knob is None:
+            if has_knob(c.family):
+                return (
+                    "its runtime knob does not apply to the run as it is (it needs the "
+                    "finding's first change, e.g. worker processes): make that change, record "
+                    "the run again and measure this one"
+                )
             return (
                 "a plain-language change: no config key or runtime knob makes it; make it by "
                 "hand and compare"

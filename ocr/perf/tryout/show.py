@@ -19,7 +19,7 @@ from rich.table import Table
 
 from ocr.console import fit_table, print_renderable, stdout_is_live
 from ocr.perf.records import TryRecord
-from ocr.perf.tryout.paired import RECOMMEND_ABOVE
+from ocr.perf.tryout.paired import MIN_PAIRS, RECOMMEND_ABOVE
 from ocr.perf.tryout.session import TrialEvent
 
 __all__ = ["TrialProgress", "format_trial", "print_results", "verdict_line"]
@@ -138,6 +138,13 @@ def verdict_line(records: Sequence[TryRecord], recommended: bool) -> str | None:
         return (
             "Nothing measured: no change could be applied or run (reasons above), so nothing "
             "is known about their speed."
+        )
+    short = [r for r in measured if r.pairs < MIN_PAIRS]
+    if short:
+        return (
+            f"Nothing recommended yet: {len(short)} of {len(measured)} measured change(s) had "
+            f"fewer than {MIN_PAIRS} pairs, too few to tell; a larger --budget (or fewer "
+            "changes) measures them."
         )
     return (
         f"Nothing recommended. {len(measured)} change(s) measured, none faster by more than "

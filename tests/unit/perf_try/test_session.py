@@ -164,7 +164,7 @@ def test_what_cannot_be_applied_is_said_per_candidate(
     tmp_path: Path, fake_trials: tuple[FakeClock, list[tuple[str, ...]]]
 ) -> None:
     clock, calls = fake_trials
-    words = Candidate("threads", "use fewer torch threads", None)
+    words = Candidate("other", "cache the decoded images", None)
     plain = TrySession(
         _command(tmp_path, hydra=False),
         [WORKERS, words],
@@ -175,6 +175,13 @@ def test_what_cannot_be_applied_is_said_per_candidate(
     assert [r.status for r in plain] == ["not applicable", "not applicable"]
     assert "not a Hydra app" in plain[0].note
     assert "plain-language" in plain[1].note
+    # a family that has a knob, proposed without one (it needs an earlier change first)
+    later = Candidate("persistent_workers", "keep workers alive, once it has workers", None)
+    (record,) = TrySession(
+        _command(tmp_path, hydra=False), [later], TryOptions(100, 3), tmp_path / "d", clock=clock
+    ).run()
+    assert record.status == "not applicable"
+    assert "does not apply to the run as it is" in record.note
     foreign = TrySession(
         _command(tmp_path, module="MyModule"),
         [BOX],

@@ -61,3 +61,16 @@ def test_a_winner_is_pasted_or_made_in_code(
     out = capsys.readouterr().out
     assert "In your code: DataLoader(..., num_workers=4)  # the training loader" in out
     assert "Nothing" not in out
+
+
+def test_too_few_pairs_is_not_a_measured_no(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    records = [
+        _record("knob:model.compile=true", "inconclusive", pairs=1),
+        _record("knob:cudnn.benchmark=true", "no significant change", pairs=3),
+    ]
+    print_results(records, "the budget ran out", None, tmp_path / "try.jsonl")
+    out = capsys.readouterr().out
+    assert "Nothing recommended yet: 1 of 2 measured change(s) had fewer than 3 pairs" in out
+    assert "--budget" in out
