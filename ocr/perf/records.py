@@ -152,6 +152,15 @@ class LoaderSettings(msgspec.Struct, kw_only=True, frozen=True):
     pin_memory: bool | None = None
     prefetch_factor: int | None = None
 
+    @classmethod
+    def of(cls, loader: Any) -> LoaderSettings:
+        """The settings of a live ``torch.utils.data.DataLoader``."""
+        return cls(
+            persistent_workers=bool(loader.persistent_workers),
+            pin_memory=bool(loader.pin_memory),
+            prefetch_factor=loader.prefetch_factor,
+        )
+
 
 class EpochRecord(Record, tag="receipt-ocr/perf-epoch", kw_only=True, frozen=True):
     """One ``perf/epochs.jsonl`` line: what one stage epoch measured on this rank, plus the

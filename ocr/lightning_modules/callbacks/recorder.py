@@ -250,11 +250,7 @@ class StageRecorder:
         if stage is None or stage not in self.stages:
             return None
         self._states[stage].num_workers = int(loader.num_workers)
-        self._states[stage].loader = LoaderSettings(
-            persistent_workers=bool(loader.persistent_workers),
-            pin_memory=bool(loader.pin_memory),
-            prefetch_factor=loader.prefetch_factor,
-        )
+        self._states[stage].loader = LoaderSettings.of(loader)
         return partial(self._on_timing, stage), self.clock
 
     def _on_timing(self, stage: str, timing: WorkerTiming) -> None:
