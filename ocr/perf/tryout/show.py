@@ -143,8 +143,8 @@ def verdict_line(records: Sequence[TryRecord], recommended: bool) -> str | None:
     if short:
         return (
             f"Nothing recommended yet: {len(short)} of {len(measured)} measured change(s) had "
-            f"fewer than {MIN_PAIRS} pairs, too few to tell; a larger --budget (or fewer "
-            "changes) measures them."
+            f"fewer than {MIN_PAIRS} pairs, too few to tell; more --pairs or a larger "
+            "--budget (or fewer changes) measures them."
         )
     return (
         f"Nothing recommended. {len(measured)} change(s) measured, none faster by more than "
