@@ -13,6 +13,7 @@ import torch
 from ocr.lightning_modules.callbacks.action_stream import add_listener
 from ocr.lightning_modules.callbacks.untimed import untimed_hook
 from ocr.perf.actions import classify_action
+from ocr.perf.sync_debug import SyncDetector, SyncLine
 from ocr.perf.trace.agreement import ClockSnapshots
 
 __all__ = ["ActionRanges", "Window"]
@@ -99,3 +100,5 @@ class Window:
         self.last_batch: int | None = None
         self.export_s = 0.0  # time in prof.step()/stop() calls that exported a trace
         self.trainer: L.Trainer | None = None  # set while the action listener is attached
+        self.syncs: SyncDetector | None = None  # detect_syncs: on while the window records
+        self.sync_lines: list[SyncLine] = []  # what it found, at the close

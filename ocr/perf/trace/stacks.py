@@ -49,7 +49,9 @@ FRAMEWORK_PACKAGES = frozenset(
 )
 _STDLIB = frozenset(sys.stdlib_module_names)
 _FRAME = re.compile(r"^(?P<file>.+)\((?P<line>\d+)\): (?P<func>.+)$")
-_BUILTIN = re.compile(r"^<built-in (?:method (?P<meth>\w+) of (?P<cls>\w+) object|function (?P<fn>\w+))")
+_BUILTIN = re.compile(
+    r"^<built-in (?:method (?P<meth>\w+) of (?P<cls>\w+) object|function (?P<fn>\w+))"
+)
 #: Deepest Python stack walked above a sync call (Lightning's loops are ~60 frames deep).
 _MAX_DEPTH = 400
 
@@ -164,7 +166,8 @@ def sync_sites(table: EventTable, sync_idx: np.ndarray, n_steps: int) -> list[Sy
     for k in np.flatnonzero(found >= 0).tolist():
         sites.setdefault(int(table.name[found[k]]), []).append(k)
     out = []
-    for code, rows in sites.items():
+    for code, members in sites.items():
+        rows = np.array(members, np.int64)
         parsed = parse_frame(table.names[code])
         assert parsed is not None  # user frames parse by construction
         idx = sync_idx[rows]
@@ -175,8 +178,8 @@ def sync_sites(table: EventTable, sync_idx: np.ndarray, n_steps: int) -> list[Sy
                 file=parsed[0],
                 line=parsed[1],
                 function=parsed[2],
-                calls=len(rows),
-                per_step=len(rows) / per,
+                calls=len(members),
+                per_step=len(members) / per,
                 ms_per_step=float(table.dur[idx].sum()) / per / 1e6,
                 via=via,
                 ops=tuple(sorted({table.names[c] for c in table.name[idx].tolist()})),
