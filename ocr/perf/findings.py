@@ -87,7 +87,8 @@ class Threshold:
         value: the post-hoc value (verdict and trace rules), in ``unit``; ``None`` when only a
             live alert uses the entry.
         unit: ``%`` (of a stage's or step's wall time unless ``meaning`` says otherwise),
-            ``s``, ``GB``, ``MB/min``, ``h``, ``us``, ``count`` or ``x`` (a factor).
+            ``s``, ``GB``, ``MB``, ``MB/min``, ``h``, ``us``, ``count`` or ``x`` (a factor or a
+            correlation).
         meaning: what crosses it, in a sentence.
         live: the live alert's value in the same unit, when it differs from (or there is no)
             ``value``; ``None``: the alert, if any, uses ``value``.
@@ -224,6 +225,17 @@ THRESHOLDS: dict[str, Threshold] = {
         50.0, "%", "share of fetch / collate from which a finer part (targets, decode) is named"
     ),
     "cache_hit_min_pct": Threshold(50.0, "%", "polygon cache hit rate after the first epoch"),
+    # -- DataLoader workers' memory (ocr.perf.worker_memory) -----------------------------------
+    "worker_memory_growth_mb": Threshold(64.0, "MB", "a worker's USS growth worth classifying"),
+    "worker_memory_tail_pct": Threshold(
+        15.0, "%", "share of a worker's growth in the last third of its readings: below, a plateau"
+    ),
+    "copy_on_read_container_mb": Threshold(
+        32.0, "MB", "Python objects in one dataset container from which copy-on-read matters"
+    ),
+    "copy_on_read_min_r": Threshold(
+        0.9, "x", "correlation of a worker's USS with the distinct samples it fetched"
+    ),
     "risk_critical_score": Threshold(
         100.0, "%", "score of a critical risk: a run that may die loses all of its wall time"
     ),
