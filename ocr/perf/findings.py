@@ -225,6 +225,12 @@ THRESHOLDS: dict[str, Threshold] = {
         50.0, "%", "share of fetch / collate from which a finer part (targets, decode) is named"
     ),
     "cache_hit_min_pct": Threshold(50.0, "%", "polygon cache hit rate after the first epoch"),
+    # -- main-process growth from the resource samples (ocr.perf.process_growth) ---------------
+    "process_growth_mb_per_min": Threshold(
+        5.0, "MB/min", "main-process memory slope (post hoc, any run length) worth reporting"
+    ),
+    "process_growth_min_r2": Threshold(0.8, "x", "R² of that slope: steady growth, not noise"),
+    "process_growth_min_s": Threshold(60.0, "s", "and fitted over at least this long"),
     # -- DataLoader workers' memory (ocr.perf.worker_memory) -----------------------------------
     "worker_memory_growth_mb": Threshold(64.0, "MB", "a worker's USS growth worth classifying"),
     "worker_memory_tail_pct": Threshold(
