@@ -29,19 +29,20 @@ from __future__ import annotations
 
 import math
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from ocr.perf.findings import Finding, risk_score, threshold
+from ocr.perf.records import DatasetContainer, ResourceSample
 
 __all__ = [
     "KINDS",
-    "ContainerSize",
     "WorkerMemoryClass",
     "WorkerMemoryPoint",
     "classify",
+    "classify_samples",
     "python_containers",
     "worker_memory_finding",
 ]
@@ -70,32 +71,6 @@ class WorkerMemoryPoint:
 
 
 @dataclass(frozen=True)
-class ContainerSize:
-    """A Python container held by the dataset, with the bytes of the objects in it (what a
-    worker that reads them all gets a copy of).
-
-    Args:
-        attribute: ``Class.attr`` (``Class.attr.inner`` one level down).
-        kind: ``list``, ``dict``, ``tuple``, ``set``.
-        length: its number of items.
-        python_bytes: estimated bytes of the container and its objects (array data buffers not
-            counted: reading them copies nothing).
-        sampled: the estimate extrapolates from some of the items.
-    """
-
-    attribute: str
-    kind: str
-    length: int
-    python_bytes: int
-    sampled: bool
-
-    @property
-    def mb(self) -> float:
-        """``python_bytes`` in MiB."""
-        return self.python_bytes / _MB
-
-
-@dataclass(frozen=True)
 class WorkerMemoryClass:
     """One worker's memory, classified (see the module doc).
 
@@ -118,7 +93,7 @@ class WorkerMemoryClass:
     tail_pct: float
     rate_mb_per_min: float
     r_fetched: float | None = None
-    container: ContainerSize | None = None
+    container: DatasetContainer | None = None
 
 
 def _object_bytes(value: object, depth: int) -> int:
@@ -141,7 +116,7 @@ def _object_bytes(value: object, depth: int) -> int:
     return size
 
 
-def _size(attribute: str, value: object) -> ContainerSize:
+def _size(attribute: str, value: object) -> DatasetContainer:
     assert isinstance(value, _CONTAINERS)
     items: Sequence[object] | list[object]
     if isinstance(value, dict):
@@ -161,16 +136,22 @@ def _size(attribute: str, value: object) -> ContainerSize:
     n = len(value)
     per = sum(_object_bytes(v, 3) for v in items) / max(len(items), 1)
     total = sys.getsizeof(value) + int(per * n)
-    return ContainerSize(attribute, type(value).__name__, n, total, sampled=len(items) < n)
+    return DatasetContainer(
+        attribute=attribute,
+        kind=type(value).__name__,
+        length=n,
+        python_bytes=total,
+        sampled=len(items) < n,
+    )
 
 
-def python_containers(dataset: object, min_bytes: float | None = None) -> list[ContainerSize]:
+def python_containers(dataset: object, min_bytes: float | None = None) -> list[DatasetContainer]:
     """The Python containers in ``dataset``'s attributes (and one level into plain objects and
     wrapped datasets such as ``Subset.dataset``) whose objects total at least ``min_bytes``
     (default ``copy_on_read_container_mb``), largest first. Reads attributes only; cost grows
     with :data:`_SAMPLE`, not with the container."""
     floor = threshold("copy_on_read_container_mb") * _MB if min_bytes is None else min_bytes
-    found: list[ContainerSize] = []
+    found: list[DatasetContainer] = []
     seen: set[int] = set()
 
     def visit(obj: object, prefix: str, depth: int) -> None:
@@ -202,7 +183,7 @@ def _pearson(x: np.ndarray, y: np.ndarray) -> float | None:
 def classify(
     worker: str,
     points: Sequence[WorkerMemoryPoint],
-    containers: Sequence[ContainerSize] = (),
+    containers: Sequence[DatasetContainer] = (),
 ) -> WorkerMemoryClass | None:
     """The class of one worker's readings (sorted by time here); ``None`` with fewer than three
     readings. ``containers``: the dataset's (:func:`python_containers`)."""
@@ -347,13 +328,19 @@ def worker_memory_finding(
     )
 
 
-def series_by_worker(
-    rows: Iterable[tuple[str, float, float, int | None]],
-) -> Mapping[str, list[WorkerMemoryPoint]]:
-    """``(worker, t, uss_bytes, fetched)`` rows grouped into one series per worker."""
-    out: dict[str, list[WorkerMemoryPoint]] = {}
-    for worker, t, uss, fetched in rows:
-        if not (math.isfinite(t) and math.isfinite(uss)):
+def classify_samples(
+    samples: Iterable[ResourceSample],
+    containers: Sequence[DatasetContainer] = (),
+    rank: int = 0,
+) -> list[WorkerMemoryClass]:
+    """Classify each worker (by pid) of ``rank``'s resource samples (their ``workers_uss``);
+    the samples carry no fetch counts, so copy-on-read is judged by the containers' size."""
+    series: dict[str, list[WorkerMemoryPoint]] = {}
+    for s in samples:
+        if s.rank != rank:
             continue
-        out.setdefault(worker, []).append(WorkerMemoryPoint(t, uss, fetched))
-    return out
+        for pid, uss in s.workers_uss.items():
+            if math.isfinite(uss):
+                series.setdefault(pid, []).append(WorkerMemoryPoint(s.t, uss))
+    out = [classify(pid, pts, containers) for pid, pts in series.items()]
+    return [c for c in out if c is not None]

@@ -13,9 +13,11 @@ import psutil
 import pytest
 from torch.utils.data import DataLoader, Dataset
 
+from ocr.perf.records import DatasetContainer, ResourceSample
 from ocr.perf.worker_memory import (
     WorkerMemoryPoint,
     classify,
+    classify_samples,
     python_containers,
     worker_memory_finding,
 )
@@ -142,3 +144,24 @@ def test_growth_without_big_containers_is_not_copy_on_read() -> None:
     got = classify("w0", pts, containers=())
     assert got is not None
     assert got.kind == "growing"
+
+
+def test_classify_samples_per_pid_from_resource_records() -> None:
+    big = DatasetContainer(
+        attribute="MyDataset.rows", kind="list", length=10**6, python_bytes=300 * 2**20
+    )
+    samples = [
+        ResourceSample(
+            t=10.0 * k,
+            phase="train",
+            workers_uss={"101": (40 + 30 * k) * 2**20, "102": min(40 + 60 * k, 200) * 2**20},
+        )
+        for k in range(9)
+    ]
+    samples.append(ResourceSample(t=95.0, rank=1, workers_uss={"999": 1.0}))  # another rank
+    got = {c.worker: c for c in classify_samples(samples)}
+    assert set(got) == {"101", "102"}
+    assert got["101"].kind == "growing"
+    assert got["102"].kind == "plateau"
+    with_list = {c.worker: c.kind for c in classify_samples(samples, [big])}
+    assert with_list == {"101": "copy_on_read", "102": "copy_on_read"}
