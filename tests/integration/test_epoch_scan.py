@@ -19,6 +19,7 @@ from torch.utils.data import DataLoader, Dataset
 from ocr.lightning_modules.callbacks import EpochScanCallback
 from ocr.perf.growth import read_scans
 from ocr.perf.recompiles import read_compile_epochs
+from ocr.perf.records import read_run_record
 from ocr.perf.report.load import load_run
 from ocr.perf.report.stages import summarize_stages
 from ocr.perf.report.verdict import judge
@@ -176,3 +177,29 @@ def test_disabled_writes_nothing(tmp_path: Path) -> None:
     )
     trainer.fit(Collecting("tensor"), DataLoader(Sized((8,) * 2), batch_size=1))
     assert not (tmp_path / "perf").exists()
+
+
+class HoldsRows(Sized):
+    """A dataset that also holds a Python list of ~45 MB (tuples of floats)."""
+
+    def __init__(self, sizes: tuple[int, ...]) -> None:
+        super().__init__(sizes)
+        self.rows = [(float(i), float(i + 1)) for i in range(400_000)]
+
+
+def test_dataset_containers_recorded_at_train_start(tmp_path: Path) -> None:
+    trainer = L.Trainer(
+        accelerator="cpu",
+        max_epochs=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[EpochScanCallback()],
+        default_root_dir=tmp_path,
+    )
+    trainer.fit(Collecting("number"), DataLoader(HoldsRows((8, 8)), batch_size=1))
+    info = read_run_record(tmp_path)
+    assert [c.attribute for c in info.dataset_containers] == ["HoldsRows.rows"]
+    assert info.dataset_containers[0].length == 400_000
+    assert 35 < info.dataset_containers[0].mb < 60

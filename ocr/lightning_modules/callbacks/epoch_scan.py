@@ -27,6 +27,7 @@ from ocr.perf.records import (
     RunRecord,
 )
 from ocr.perf.rundir import write_run_info
+from ocr.perf.worker_memory import python_containers
 
 __all__ = ["EpochScanCallback"]
 
@@ -64,7 +65,9 @@ class EpochScanCallback(Callback):
     Files (``<run>/perf/``, rank zero, format in ``ocr.perf.rundir``): ``growth.jsonl``
     (``receipt-ocr/growth``) and ``recompiles.jsonl`` (``receipt-ocr/recompiles``), one line per
     training epoch, and its part of ``run.json`` (host, versions; merged with the other
-    monitors'). The first write error is one warning and turns the writing off.
+    monitors'; with ``memory_growth``, the training dataset's Python containers of at least
+    ``copy_on_read_container_mb``, read once at the start of training, for the verdict's
+    DataLoader workers' memory). The first write error is one warning and turns the writing off.
 
     Args:
         enabled: ``False`` does nothing in any hook. Default ``True``.
@@ -143,6 +146,21 @@ class EpochScanCallback(Callback):
             writer.close()
         self._writers = {}
         self._watch = None
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        # The training dataset's large Python containers, once: what forked DataLoader workers
+        # copy as they read it (ocr.perf.worker_memory; the verdict's worker_memory finding).
+        if not (self._on and self.memory_growth and self.write_run_files):
+            return
+        try:
+            dataset = getattr(trainer.train_dataloader, "dataset", None)
+            found = python_containers(dataset) if dataset is not None else []
+            if found:
+                root = perf_root(trainer)
+                extra = {"dataset_containers": msgspec.to_builtins(found)}
+                self._guarded(RunRecord.path(root), lambda: write_run_info(root, extra))
+        except Exception as exc:
+            self._fail(exc)
 
     # -- per epoch ---------------------------------------------------------------------------
 
