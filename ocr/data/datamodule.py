@@ -1,10 +1,15 @@
 """LightningDataModule for receipt text detection.
 
-Folder layout (the receipt competition's)::
+Folder layouts (:mod:`ocr.data.layout`)::
 
-    dataset_dir/
+    dataset_dir/                       split layout (the receipt competition's)
       images/{train,val,test}/<file>   images of each split
       jsons/{train,val,test}.json      annotations (test may have no words)
+
+    dataset_dir/                       flat layout (receipts as people keep them)
+      images/<file>                    every image
+      annotations.json                 one annotation file; train/val split by a seeded ratio,
+                                       test = every image
 
 With ``synthetic`` set, the folder is generated on first use by ``ocr.data.synth`` into a cache
 folder keyed by the generator's parameters, so a changed spec never reuses stale data. An explicit
@@ -33,8 +38,9 @@ from torch.utils.data import DataLoader
 from ocr.data.cache import polygon_cache_from_config
 from ocr.data.collate import DBCollateFN
 from ocr.data.dataset import ReceiptDataset
+from ocr.data.layout import SplitSource, split_source
 from ocr.data.transforms import ReceiptTransform
-from ocr.errors import ConfigError, MissingPathError
+from ocr.errors import ConfigError
 
 DEFAULT_CACHE_ROOT = "~/.cache/receipt-ocr"
 
@@ -98,7 +104,7 @@ class ReceiptDataModule(L.LightningDataModule):
     """Receipt detection data: datasets, transforms, DB collate and DataLoaders.
 
     Args:
-        dataset_dir: folder with ``images/`` and ``jsons/`` (see module docstring). May be ``None``
+        dataset_dir: a folder in either layout (see module docstring). May be ``None``
             when ``synthetic`` is given: a cache folder is derived from the spec.
         canvas_size: side of the square model input in pixels (multiple of 32). Default 640.
         batch_size: training batch size (samples). Default 8.
@@ -123,6 +129,8 @@ class ReceiptDataModule(L.LightningDataModule):
             ``<cache_root>/polygon-cache``); ``None`` = no cache. The validation loader uses it;
             the training loader only when its augmentation is geometrically deterministic
             (random rotation, scale or translation give new polygons, hence new keys, every time).
+        val_fraction: flat layout only: the share of images held out for validation. Default 0.2.
+        split_seed: flat layout only: the seed of that split (the same images every run).
     """
 
     def __init__(
@@ -141,6 +149,8 @@ class ReceiptDataModule(L.LightningDataModule):
         cache_root: str | Path | None = None,
         splits: Mapping[str, str] | None = None,
         polygon_cache: Mapping[str, Any] | None = None,
+        val_fraction: float = 0.2,
+        split_seed: int = 0,
     ) -> None:
         super().__init__()
         if dataset_dir is None and synthetic is None:
@@ -149,6 +159,10 @@ class ReceiptDataModule(L.LightningDataModule):
             raise ConfigError(f"data.batch_size must be positive, got {batch_size!r}")
         if num_workers < 0:
             raise ConfigError(f"data.num_workers must be >= 0, got {num_workers!r}")
+        if not 0.0 < val_fraction < 1.0:
+            raise ConfigError(f"data.val_fraction must be in (0, 1), got {val_fraction!r}")
+        self.val_fraction = float(val_fraction)
+        self.split_seed = int(split_seed)
         self.synthetic = dict(synthetic) if synthetic is not None else None
         if dataset_dir is not None:
             self.dataset_dir = Path(dataset_dir).expanduser()
@@ -205,32 +219,27 @@ class ReceiptDataModule(L.LightningDataModule):
                 "(they go to the cache folder) or name a new or empty folder",
             ) from None
 
-    def split_paths(self, stage: str) -> tuple[Path, Path]:
-        """(image folder, annotation file) of a stage's split."""
+    def split_source(self, stage: str) -> SplitSource:
+        """Where the images of a stage's split are (either layout, :mod:`ocr.data.layout`)."""
         name = self.splits[stage]
-        return self.dataset_dir / "images" / name, self.dataset_dir / "jsons" / f"{name}.json"
+        return split_source(
+            self.dataset_dir,
+            name,
+            val_fraction=self.val_fraction,
+            seed=self.split_seed,
+            used_as=stage if name != stage else "",
+        )
 
     def _dataset(self, stage: str) -> ReceiptDataset:
         if stage not in self.datasets:
-            image_dir, ann = self.split_paths(stage)
-            if not self.dataset_dir.is_dir():
-                raise MissingPathError(
-                    f"data.dataset_dir: no such folder: {self.dataset_dir} (a folder with "
-                    "images/ and jsons/, or experiment=synthetic_debug for generated data)"
-                )
-            if not ann.is_file():
-                # name the split the user asked for (ocr-test split=val evaluates 'val' as 'test')
-                name = self.splits[stage]
-                role = f"split {name!r}"
-                if name != stage:
-                    role += f" (used as the {stage} split)"
-                raise MissingPathError(
-                    f"annotation file for {role} not found: {ann} "
-                    f"(data.dataset_dir={self.dataset_dir})"
-                )
+            source = self.split_source(stage)
             transform = self.train_transform if stage == "train" else self.eval_transform
             self.datasets[stage] = ReceiptDataset(
-                image_dir, ann, transform, require_words=stage in ("train", "val")
+                source.image_dir,
+                source.annotation_file,
+                transform,
+                require_words=stage in ("train", "val"),
+                file_names=source.file_names,
             )
         return self.datasets[stage]
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import time
 import warnings
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -57,6 +58,8 @@ class ReceiptDataset(Dataset[dict[str, Any]]):
         max_outside_frac: a word with a vertex farther outside the image than this fraction of
             the image width/height is skipped; ``None`` keeps any word overlapping the image.
             Default 0.25.
+        file_names: only these images of the file (a flat-layout folder's train or val part);
+            ``None`` = every image.
 
     Attributes:
         skipped: skip reason -> number of words skipped for it.
@@ -78,6 +81,7 @@ class ReceiptDataset(Dataset[dict[str, Any]]):
         *,
         require_words: bool = False,
         max_outside_frac: float | None = 0.25,
+        file_names: Collection[str] | None = None,
     ) -> None:
         self.image_dir = Path(image_dir)
         self.annotation_file = Path(annotation_file)
@@ -86,6 +90,8 @@ class ReceiptDataset(Dataset[dict[str, Any]]):
         if not self.image_dir.is_dir():
             raise MissingPathError(f"{source}: image folder not found: {self.image_dir}")
         images = load_annotations(self.annotation_file, require_words=require_words)
+        if file_names is not None:
+            images = [image for image in images if image.file_name in file_names]
 
         root = os.path.normpath(os.path.abspath(self.image_dir))
         missing: list[str] = []

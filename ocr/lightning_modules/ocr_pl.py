@@ -157,7 +157,15 @@ class OCRLightningModule(L.LightningModule):
     def on_validation_epoch_end(self) -> None:
         with perf_phase("metric"):
             scores = self.val_metric.compute()
-        self.log_dict({f"val/{k}": v for k, v in scores.items()}, prog_bar=True)
+        # compute() already summed every rank's counters, so the scores are equal on all ranks:
+        # syncing their max changes nothing (exact for any number of ranks) and spares DDP runs
+        # Lightning's epoch-level "use sync_dist=True" warning.
+        self.log_dict(
+            {f"val/{k}": v for k, v in scores.items()},
+            prog_bar=True,
+            sync_dist=True,
+            reduce_fx="max",
+        )
         self.val_metric.reset()
 
     def test_step(self, batch: Mapping[str, Any], batch_idx: int) -> None:
@@ -186,7 +194,11 @@ class OCRLightningModule(L.LightningModule):
         if has_gt.item() > 0:
             with perf_phase("metric"):
                 scores = self.test_metric.compute()
-            self.log_dict({f"{self.test_metric_prefix}/{k}": v for k, v in scores.items()})
+            self.log_dict(  # equal on all ranks, as in on_validation_epoch_end
+                {f"{self.test_metric_prefix}/{k}": v for k, v in scores.items()},
+                sync_dist=True,
+                reduce_fx="max",
+            )
         else:
             warnings.warn(
                 "the test split has no ground-truth words: no metric, predictions only",

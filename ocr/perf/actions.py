@@ -5,16 +5,14 @@ Lightning names every unit of work it runs through its profiler interface
 recorded by ``PyTorchProfiler``, prefixed ``[pl][profile]``). Both the live phase clock and the
 trace analyzer classify those names here, so the two can never disagree on what a name means.
 
-Names seen in Lightning 2.6 (see ``tests/unit/perf/test_actions.py`` and the seam tests):
+Names seen in Lightning 2.6 (see ``tests/integration/test_interpose_seams.py``):
 
 - ``[Callback]{state_key}.{hook}`` -> ``callbacks`` (owner: the callback's class name);
   checkpoint hooks (``on_save_checkpoint``, ``state_dict``...) -> ``checkpoint``.
 - ``[LightningModule]{Class}.{hook}`` and ``[LightningDataModule]{Class}.{hook}`` ->
-  ``module_hooks`` (owner ``Class.hook``), except the batch transfer hooks -> ``transfer``, the
-  optimizer hooks (``optimizer_step``, ``optimizer_zero_grad``, ``configure_gradient_clipping``,
-  ``lr_scheduler_step``) -> ``optimizer`` and the checkpoint hooks -> ``checkpoint``.
-- ``[Strategy]{Class}.training_step`` (``validation_step``, ``test_step``, ``predict_step``) ->
-  ``forward``; ``.batch_to_device`` -> ``transfer``; ``.backward`` -> ``backward``.
+  ``module_hooks`` (owner ``Class.hook``), except the hooks of ``_MODULE_HOOK_PHASES``.
+- ``[Strategy]{Class}.{hook}``: the hooks of ``_STRATEGY_HOOK_PHASES`` (``training_step`` ->
+  ``forward``, ...).
 - ``[_TrainingEpochLoop].train_dataloader_next``, ``[_EvaluationLoop].val_next`` /
   ``test_next`` -> ``data_wait``.
 - ``optimizer_step`` (manual optimization) -> ``optimizer``; ``save_checkpoint`` ->
@@ -34,32 +32,12 @@ from functools import lru_cache
 
 from ocr.perf.clock import PHASES
 
-__all__ = [
-    "CALLBACK",
-    "DATAMODULE",
-    "LOOP",
-    "MODULE",
-    "OTHER",
-    "POOLED_IN_TRACE",
-    "STRATEGY",
-    "TRACE_PHASES",
-    "Action",
-    "callback_class_name",
-    "classify_action",
-    "strip_trace_prefix",
-    "trace_phase",
-]
+# The clock's phases (``ocr.perf.clock.PHASES``) are the only phase names, in traces too. A trace
+# cannot tell three of them apart from the work around them (nothing in it marks ``perf_phase``
+# blocks or a DDP wait); this mapping is the only place that says where their time goes.
 
-# -- the one phase vocabulary --------------------------------------------------------------------
-# The live clock's phases (``ocr.perf.clock.PHASES``) are the only phase names: the trace's step
-# breakdown, its agreement with the clock, the report, the CLI, the JSON and the loggers' phase
-# keys use them. A trace cannot tell three of them apart from the work around them (nothing in it
-# marks ``perf_phase`` blocks or a DDP wait), so its breakdown holds their time in the phase that
-# encloses them; this mapping is the only place that says so.
-
-#: Clock phase -> the trace phase whose time includes it, for the phases a trace cannot separate:
-#: postprocess and metric run inside the step function (forward); a wait for another rank is time
-#: no label in the trace claims (unattributed).
+#: Clock phase -> the trace phase whose time includes it: postprocess and metric run inside the
+#: step function (forward); a wait for another rank is time no label in the trace claims.
 POOLED_IN_TRACE: dict[str, str] = {
     "postprocess": "forward",
     "metric": "forward",
@@ -83,18 +61,26 @@ STRATEGY = "strategy"
 LOOP = "loop"
 OTHER = "other"
 
+_CHECKPOINT_HOOKS = ("on_save_checkpoint", "on_load_checkpoint", "state_dict", "load_state_dict")
 # LightningModule / LightningDataModule hooks whose work is not the module's "own hook" work but
-# one of the step's phases.
-_TRANSFER_HOOKS = frozenset(
-    {"on_before_batch_transfer", "transfer_batch_to_device", "on_after_batch_transfer"}
-)
-_OPTIMIZER_HOOKS = frozenset(
-    {"optimizer_step", "optimizer_zero_grad", "configure_gradient_clipping", "lr_scheduler_step"}
-)
-_CHECKPOINT_HOOKS = frozenset(
-    {"on_save_checkpoint", "on_load_checkpoint", "state_dict", "load_state_dict"}
-)
-_STEP_HOOKS = frozenset({"training_step", "validation_step", "test_step", "predict_step"})
+# one of the step's phases; any other hook is "module_hooks".
+_MODULE_HOOK_PHASES = {
+    "on_before_batch_transfer": "transfer",
+    "transfer_batch_to_device": "transfer",
+    "on_after_batch_transfer": "transfer",
+    "optimizer_step": "optimizer",
+    "optimizer_zero_grad": "optimizer",
+    "configure_gradient_clipping": "optimizer",
+    "lr_scheduler_step": "optimizer",
+    **dict.fromkeys(_CHECKPOINT_HOOKS, "checkpoint"),
+}
+# The strategy's hooks that run the user's work; its others are Lightning's own bookkeeping.
+_STRATEGY_HOOK_PHASES = {
+    **dict.fromkeys(("training_step", "validation_step", "test_step", "predict_step"), "forward"),
+    "batch_to_device": "transfer",
+    "backward": "backward",
+    "optimizer_step": "optimizer",
+}
 _PREFIXES = (
     ("[Callback]", CALLBACK),
     ("[LightningModule]", MODULE),
@@ -106,10 +92,9 @@ _TRACE_PREFIX = "[pl][profile]"
 
 @dataclass(frozen=True, slots=True)
 class Action:
-    """The meaning of one action name.
+    """The meaning of one action name (as Lightning formats it).
 
     Args:
-        name: the action name as Lightning formats it.
         phase: the phase (``ocr.perf.clock.PHASES``) its own time belongs to; ``""`` for a
             transparent action whose time stays with the enclosing one.
         kind: ``"callback"``, ``"module"``, ``"datamodule"``, ``"strategy"``, ``"loop"`` (data
@@ -117,8 +102,6 @@ class Action:
         owner: who spent it, for the per-callback and per-hook split: the callback's class name
             for callbacks (:func:`callback_class_name`), ``Class.hook`` for LightningModule and
             DataModule hooks, ``""`` otherwise.
-        hook: the hook or method name (``on_validation_epoch_end``, ``training_step``,
-            ``train_dataloader_next``, ``save_checkpoint``...).
         target: the text between the prefix and the hook: a callback's full ``state_key``
             (two instances of one class differ here when their state keys do), the module's or
             strategy's class name; ``""`` for unprefixed names.
@@ -132,12 +115,6 @@ class Action:
     target: str = ""
 
 
-def strip_trace_prefix(name: str) -> str:
-    """An action name as recorded in a ``PyTorchProfiler`` trace (``[pl][profile]...``) -> the
-    plain action name; other names unchanged."""
-    return name[len(_TRACE_PREFIX) :] if name.startswith(_TRACE_PREFIX) else name
-
-
 def callback_class_name(state_key: str) -> str:
     """The class name inside a callback's ``state_key``: ``ModelCheckpoint{'monitor': ...}`` ->
     ``ModelCheckpoint``; a qualified name keeps its last part (``f.<locals>.Slow`` -> ``Slow``)."""
@@ -146,55 +123,28 @@ def callback_class_name(state_key: str) -> str:
     return base.rsplit(".", 1)[-1]
 
 
-def _split_hook(rest: str) -> tuple[str, str]:
-    """``{owner}.{hook}`` -> (owner, hook). The owner of a callback may embed a dict repr with
-    dots in it (``ModelCheckpoint{'dirpath': '/a/b.c'}``); the hook never has one."""
-    owner, dot, hook = rest.rpartition(".")
-    return (owner, hook) if dot else (rest, "")
-
-
 @lru_cache(maxsize=4096)
 def classify_action(name: str) -> Action:
-    """Classify one action name (see the module docstring). Pure; cached, because the same few
-    hundred names recur at every step."""
-    name = strip_trace_prefix(name)
+    """Classify one action name, plain or as a ``PyTorchProfiler`` trace records it (see the
+    module docstring). Pure; cached, because the same few hundred names recur at every step."""
+    name = name.removeprefix(_TRACE_PREFIX)
     for prefix, kind in _PREFIXES:
-        if name.startswith(prefix):
-            owner, hook = _split_hook(name[len(prefix) :])
-            return _classify_prefixed(name, kind, owner, hook)
+        if not name.startswith(prefix):
+            continue
+        # ``{owner}.{hook}``: a callback's owner may hold a dict repr with dots in it
+        # (``ModelCheckpoint{'dirpath': '/a/b.c'}``); the hook never has one.
+        owner, dot, hook = name[len(prefix) :].rpartition(".")
+        if not dot:
+            owner, hook = hook, ""
+        if kind == CALLBACK:
+            phase = "checkpoint" if hook in _CHECKPOINT_HOOKS else "callbacks"
+            return Action(name, phase, kind, callback_class_name(owner), hook, owner)
+        if kind == STRATEGY:
+            return Action(name, _STRATEGY_HOOK_PHASES.get(hook, ""), kind, "", hook, owner)
+        phase = _MODULE_HOOK_PHASES.get(hook, "module_hooks")
+        return Action(name, phase, kind, f"{owner}.{hook}", hook, owner)
     if name.startswith("[") and name.endswith("_next"):
         # [_TrainingEpochLoop].train_dataloader_next, [_EvaluationLoop].val_next / test_next
         return Action(name, "data_wait", LOOP, "", name.rpartition(".")[2])
-    if name == "optimizer_step":
-        return Action(name, "optimizer", OTHER, "", name)
-    if name == "save_checkpoint":
-        return Action(name, "checkpoint", OTHER, "", name)
-    return Action(name, "", OTHER, "", name)
-
-
-def _classify_prefixed(name: str, kind: str, owner: str, hook: str) -> Action:
-    if kind == CALLBACK:
-        phase = "checkpoint" if hook in _CHECKPOINT_HOOKS else "callbacks"
-        return Action(name, phase, kind, callback_class_name(owner), hook, owner)
-    if kind == STRATEGY:
-        if hook in _STEP_HOOKS:
-            phase = "forward"
-        elif hook == "batch_to_device":
-            phase = "transfer"
-        elif hook == "backward":
-            phase = "backward"
-        elif hook == "optimizer_step":
-            phase = "optimizer"
-        else:
-            phase = ""  # Lightning's own per-stage bookkeeping: not the user's work
-        return Action(name, phase, kind, "", hook, owner)
-    # LightningModule / LightningDataModule hooks.
-    if hook in _TRANSFER_HOOKS:
-        phase = "transfer"
-    elif hook in _OPTIMIZER_HOOKS:
-        phase = "optimizer"
-    elif hook in _CHECKPOINT_HOOKS:
-        phase = "checkpoint"
-    else:
-        phase = "module_hooks"
-    return Action(name, phase, kind, f"{owner}.{hook}", hook, owner)
+    phase = {"optimizer_step": "optimizer", "save_checkpoint": "checkpoint"}.get(name, "")
+    return Action(name, phase, OTHER, "", name)

@@ -24,8 +24,6 @@ from typing import Any
 
 from ocr.perf.candidates import Candidate
 
-__all__ = ["ConfigKey", "RunFacts", "candidates_for", "find_key", "override"]
-
 # Parents under which a loader setting most likely configures the DataLoader.
 _LOADER_PARENTS = ("loader", "dataloader", "data", "datamodule", "dataset")
 # Stage names as config sections use them.
@@ -38,13 +36,9 @@ _STAGE_WORDS = {
 
 @dataclass(frozen=True)
 class ConfigKey:
-    """A setting found in a run's configuration.
-
-    Args:
-        path: its dotted path (``data.num_workers``), usable as a Hydra override key.
-        value: its current value as recorded (may be ``None`` or an interpolation string).
-        note: why this key was chosen when several matched, else ``None``.
-    """
+    """A setting found in a run's configuration: ``path`` is dotted (a Hydra override key),
+    ``value`` as recorded (maybe an interpolation string), ``note`` why this key was chosen
+    when several matched."""
 
     path: str
     value: Any
@@ -58,17 +52,11 @@ class RunFacts:
     Args:
         config: the run's resolved Hydra config (``.hydra/config.yaml``), ``None`` when the run
             was not configured by a Hydra app.
-        device: ``"cpu"`` or ``"cuda"``.
-        cpu_count: the host's logical CPUs (``perf/run.json``), if known.
-        stage: the finding's stage (``train``, ``val``, ``test``) or ``None``.
-        num_workers: the DataLoader workers the stage ran with, if recorded.
         suggested_workers: workers that would keep input up with the main loop (from worker
             seconds per batch / main-loop seconds per batch), if measurable.
-        batch_size: the stage's batch size, if recorded.
         compute_headroom: ``True`` when the compute phases run well below the measured peak,
             ``False`` near it, ``None`` unknown (no FLOPs recorded).
-        cpu_bf16: the CPU runs bf16 natively (``perf/run.json`` ``cpu_bf16``), ``None`` unknown.
-        torch_threads: torch's compute threads in the run (``perf/run.json``), if recorded.
+        cpu_bf16: the CPU runs bf16 natively, ``None`` unknown.
     """
 
     config: dict[str, Any] | None
@@ -145,16 +133,12 @@ def find_key(
 
 
 def _hydra_value(value: Any) -> str:
+    """``value`` in Hydra's override syntax."""
     if isinstance(value, bool):
         return "true" if value else "false"
     if value is None:
         return "null"
     return str(value)
-
-
-def override(key: ConfigKey, value: Any) -> str:
-    """``path=value`` in Hydra's override syntax (booleans as ``true`` / ``false``)."""
-    return f"{key.path}={_hydra_value(value)}"
 
 
 def _now(key: ConfigKey) -> str:
@@ -181,7 +165,7 @@ def _candidate(
     text = described.format(key=f"`{key.path}`", now=_now(key))
     if key.note:
         text += f" ({key.note})"
-    return Candidate(family, text, override(key, value), alters, eval_time)
+    return Candidate(family, text, f"{key.path}={_hydra_value(value)}", alters, eval_time)
 
 
 def _switch_on(family: str, key: ConfigKey | None, described: str, plain: str) -> Candidate | None:

@@ -29,6 +29,7 @@ import json
 import math
 import os
 import time
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Literal, cast
@@ -46,33 +47,16 @@ from ocr.perf.records import (
     read_run_record,
 )
 from ocr.perf.rundir import polygon_cache_hit_rate, to_jsonable
-
-__all__ = [
-    "BASELINE_SCHEMA",
-    "BENCH_SCHEMA",
-    "MIN_BATCHES",
-    "MIN_EPOCHS_TO_JUDGE",
-    "Baseline",
-    "BaselineError",
-    "Figure",
-    "Source",
-    "load_source",
-    "make_baseline",
-    "too_little_data",
-    "write_baseline",
-]
+from ocr.perf.significance import noise_allowance
 
 BASELINE_SCHEMA = "receipt-ocr/perf-baseline"
 BASELINE_VERSION = 1
 BENCH_SCHEMA = "receipt-ocr/bench"
 BENCH_VERSION = 1
 
-#: Fewer pooled batch times than this on a side: the batch row is judged on its median alone,
-#: and a run side has too little data to judge.
+#: Fewer pooled batch times than this on a side: the batch row is judged on its median alone.
 MIN_BATCHES = 8
-#: A run side needs at least this many kept epochs: the baseline's epoch-to-epoch noise widens
-#: the thresholds, and noise needs two values (one epoch's 0 % is not evidence of no noise);
-#: the current side's median of one epoch is a single draw of that noise.
+#: Noise needs two values: one epoch's 0 % spread is not evidence of no noise.
 MIN_EPOCHS_TO_JUDGE = 2
 
 Better = Literal["lower", "higher", "none"]
@@ -108,12 +92,19 @@ class Figure(msgspec.Struct, frozen=True):
 
     @property
     def median(self) -> float | None:
-        """The median of :attr:`values` (``None`` without values)."""
         return float(np.median(self.values)) if self.values else None
 
     @property
     def fraction(self) -> bool:
         return self.unit == "fraction"
+
+    @property
+    def noise(self) -> float:
+        """The noise allowance of :attr:`values` in the units the gate judges them: % of the
+        median, percentage points for a fraction."""
+        if self.fraction:
+            return 100.0 * noise_allowance(self.values, relative=False)
+        return noise_allowance(self.values)
 
     @classmethod
     def of(cls, values: Sequence[float | None], unit: str, better: Better) -> Figure:
@@ -134,15 +125,13 @@ class Baseline(msgspec.Struct):
     them (the JSON has the same fields, plus ``schema``, ``v`` and each figure's median).
 
     Args:
-        source: where the figures came from.
         stage: the stage summarised (``None`` for a bench that does not say).
         skip_epochs: leading epochs of the stage dropped (``None`` for a bench).
         epochs: the kept epochs' numbers (empty for a bench).
         workload: what was run (samples, num_batches, batch_size, num_workers, world_size; a
             bench's name and workload): a different one is not comparable.
         machine: where (device, cpu_count, cuda_devices, hostname, versions).
-        figures: the figures by name (module docstring).
-        batch_times_s: the pooled per-batch times of the kept epochs.
+        figures: by name (module docstring).
         batches: all batches of the kept epochs (``batch_times_s`` may be strided); ``None`` for
             a bench, or a baseline written before the field existed.
         counts: worker counters summed over the kept epochs.
@@ -213,44 +202,34 @@ def _guess_unit(name: str) -> tuple[str, Better]:
     return "", "none"
 
 
-def _epoch_figures(records: list[EpochRecord], where: str) -> dict[str, Figure]:
+def _epoch_figures(records: list[EpochRecord]) -> dict[str, Figure]:
     """The figures of a stage's kept epochs (module docstring)."""
-    series: dict[str, tuple[str, Better, list[float]]] = {}
+    series: dict[str, tuple[str, Better, list[float | None]]] = {}
 
     def add(name: str, unit: str, better: Better, value: float | None) -> None:
-        entry = series.setdefault(name, (unit, better, []))
-        entry[2].append(math.nan if value is None else float(value))
+        series.setdefault(name, (unit, better, []))[2].append(value)
 
-    for index, rec in enumerate(records):
-        try:
-            wall = rec.wall_s
-            samples = rec.samples
-            batches = rec.num_batches
-            add("epoch_wall_s", "s", "lower", wall)
-            for phase, seconds in rec.phases_s.items():
-                add(f"phase_{phase}_s", "s", "lower", seconds)
-            stats = rec.batch_stats
-            add("batch_median_s", "s", "lower", stats.get("median"))
-            add("batch_p95_s", "s", "lower", stats.get("p95"))
-            rate = rec.samples_per_sec  # all ranks' samples / wall time
-            if rate is None and rec.all_wall_s > 0:
-                rate = rec.all_samples / rec.all_wall_s
-            add("samples_per_sec", "samples/s", "higher", rate)
-            worker = rec.worker_s
-            for part, seconds in worker.items():
-                if batches and seconds is not None:
-                    add(f"worker_{part}_ms_per_batch", "ms/batch", "lower", 1e3 * seconds / batches)
-            if worker.get("targets") is not None and samples:
-                add("targets_ms_per_image", "ms/image", "lower", 1e3 * worker["targets"] / samples)
-            hit_rate = polygon_cache_hit_rate(rec.worker_counts)
-            if hit_rate is not None:
-                add("polygon_cache_hit_rate", "fraction", "higher", hit_rate)
-            if rec.peak_rss_gb is not None:
-                add("peak_rss_gb", "GiB", "lower", rec.peak_rss_gb)
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise BaselineError(
-                f"{where}: {rec.stage} epoch {rec.epoch} (record {index + 1}) is malformed: {exc!r}"
-            ) from exc
+    for rec in records:
+        add("epoch_wall_s", "s", "lower", rec.wall_s)
+        for phase, seconds in rec.phases_s.items():
+            add(f"phase_{phase}_s", "s", "lower", seconds)
+        add("batch_median_s", "s", "lower", rec.batch_stats.get("median"))
+        add("batch_p95_s", "s", "lower", rec.batch_stats.get("p95"))
+        rate = rec.samples_per_sec  # all ranks' samples / wall time
+        if rate is None and rec.all_wall_s > 0:
+            rate = rec.all_samples / rec.all_wall_s
+        add("samples_per_sec", "samples/s", "higher", rate)
+        batches, samples, worker = rec.num_batches, rec.samples, rec.worker_s
+        for part, seconds in worker.items():
+            if batches:
+                add(f"worker_{part}_ms_per_batch", "ms/batch", "lower", 1e3 * seconds / batches)
+        if "targets" in worker and samples:
+            add("targets_ms_per_image", "ms/image", "lower", 1e3 * worker["targets"] / samples)
+        hit_rate = polygon_cache_hit_rate(rec.worker_counts)
+        if hit_rate is not None:
+            add("polygon_cache_hit_rate", "fraction", "higher", hit_rate)
+        if rec.peak_rss_gb is not None:
+            add("peak_rss_gb", "GiB", "lower", rec.peak_rss_gb)
     figures = {name: Figure.of(vals, unit, better) for name, (unit, better, vals) in series.items()}
     return {name: fig for name, fig in figures.items() if fig.values}
 
@@ -268,17 +247,12 @@ def _epochs_file(path: Path) -> Path | None:
 
 
 def _run_machine(run_dir: Path, device: str | None) -> dict[str, Meta]:
-    machine: dict[str, Meta] = {}
     try:
         record = read_run_record(run_dir)
     except (FileNotFoundError, RunDirError):
         record = None
-    for key in _MACHINE_KEYS:
-        value = getattr(record, key, None)
-        if value is not None:
-            machine[key] = value
-    machine["device"] = device
-    return machine
+    known = {key: getattr(record, key, None) for key in _MACHINE_KEYS}
+    return {**{k: v for k, v in known.items() if v is not None}, "device": device}
 
 
 def _from_run(epochs_path: Path, stage: str | None, skip_epochs: int) -> Baseline:
@@ -307,9 +281,7 @@ def _from_run(epochs_path: Path, stage: str | None, skip_epochs: int) -> Baselin
     machine: dict[str, Meta] = (
         _run_machine(run_dir, last.device) if run_dir else {"device": last.device}
     )
-    batch_times: list[float] = []
-    for rec in kept:
-        batch_times.extend(t for t in rec.batch_times_s if t is not None)
+    batch_times = [t for rec in kept for t in rec.batch_times_s if t is not None]
     samples = {r.samples for r in kept}
     batches = {r.num_batches for r in kept}
     if len(samples) > 1 or len(batches) > 1:
@@ -317,10 +289,9 @@ def _from_run(epochs_path: Path, stage: str | None, skip_epochs: int) -> Baselin
             f"the kept {stage} epochs differ in size (samples {sorted(samples)}, batches "
             f"{sorted(batches)}); the workload of the last one is recorded"
         )
-    counts: dict[str, int] = {}
+    counts: Counter[str] = Counter()
     for rec in kept:
-        for name, value in rec.worker_counts.items():
-            counts[name] = counts.get(name, 0) + value
+        counts.update(rec.worker_counts)
     return Baseline(
         source=Source("run", str(epochs_path)),
         stage=stage,
@@ -334,11 +305,10 @@ def _from_run(epochs_path: Path, stage: str | None, skip_epochs: int) -> Baselin
             "world_size": last.world_size,
         },
         machine=machine,
-        figures=_epoch_figures(kept, str(epochs_path)),
+        figures=_epoch_figures(kept),
         batch_times_s=batch_times,
-        # all batches of the kept epochs (batch_times_s may be strided on long epochs)
         batches=sum(r.num_batches for r in kept),
-        counts=counts,
+        counts=dict(counts),
         notes=notes,
     )
 
@@ -401,13 +371,9 @@ def load_source(
 
     Args:
         path: run directory (or its ``perf/`` folder, or an ``epochs.jsonl`` file), bench JSON
-            (schema ``receipt-ocr/bench``) or baseline JSON (schema ``receipt-ocr/perf-baseline``).
-        stage: for runs, the stage to summarise; ``None`` = ``val`` if present, else ``train``,
-            else ``test``. Ignored for JSON files.
-        skip_epochs: for runs, leading epochs of the stage to drop (>= 0). Default 1.
-
-    Raises:
-        BaselineError: missing file, unknown format or malformed content (names the file).
+            or baseline JSON.
+        stage: for runs; ``None`` = ``val`` if present, else ``train``, else ``test``.
+        skip_epochs: for runs, leading epochs of the stage to drop (>= 0).
     """
     if skip_epochs < 0:
         raise BaselineError(f"skip_epochs must be >= 0, got {skip_epochs}")
@@ -446,7 +412,7 @@ def make_baseline(
     skip_epochs: int = 1,
 ) -> Baseline:
     """:func:`load_source` plus ``name`` (default: the source's file or folder name) and
-    ``created_at`` (unix seconds): what ``ocr-perf baseline`` writes."""
+    ``created_at``: what ``ocr-perf baseline`` writes."""
     baseline = load_source(path, stage=stage, skip_epochs=skip_epochs)
     reason = too_little_data("baseline", baseline)
     if reason is not None:  # said now, not first at the check that cannot use it
@@ -469,9 +435,7 @@ def write_baseline(baseline: Baseline, out: str | os.PathLike[str]) -> Path:
 
 
 def too_little_data(side: str, source: Baseline) -> str | None:
-    """Why ``source`` (a run's figures) is too little to judge, or ``None`` (module docstring).
-
-    Bench sources are exempt: their repetitions are the benchmark's own design."""
+    """Why ``source`` is too little to judge, or ``None`` (module docstring)."""
     if source.source.kind != "run":
         return None
     epochs = len(source.epochs)

@@ -10,20 +10,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["Candidate"]
-
 
 @dataclass(frozen=True)
 class Candidate:
-    """One proposed change.
+    """One proposed change (``override``: module docstring).
 
     Args:
         family: what kind of change: ``workers``, ``prefetch``, ``persistent_workers``,
             ``pin_memory``, ``polygon_cache``, ``threads``, ``channels_last``, ``compile``,
             ``batch_size``, ``precision``, ``cudnn_benchmark``, ``postprocess`` or ``other``.
-        description: the change in plain language (always set).
-        override: a Hydra override (``data.num_workers=4``) whose key exists in the run's config;
-            ``None`` when the change cannot be expressed as one.
         alters_computation: the change alters what is computed (canvas size, batch size,
             precision, postprocess limits), so a speed-up alone does not make it safe.
         eval_time: the change only affects evaluation outputs (postprocess limits); it must be

@@ -1,12 +1,6 @@
 """``ocr-perf``: analyse and compare torch.profiler traces; record baselines and check against
 them; write a run's report (``ocr-perf report RUN_DIR``); measure candidate changes by re-running
-the run (``ocr-perf try RUN_DIR``).
-
-Exit codes: 0 success, 1 ``compare`` found a regression beyond ``--fail-on-regression`` or
-``check`` found a regression, 2 bad input (missing, unreadable, truncated or malformed trace,
-run directory or baseline, sources that are not comparable, bad arguments), 3 ``check`` had
-too little data to judge (too few epochs or batches on either side: neither a pass nor a
-regression).
+the run (``ocr-perf try RUN_DIR``). Exit codes: the ``EXIT_*`` constants (and ``--help``).
 """
 
 from __future__ import annotations
@@ -16,8 +10,6 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
-
-__all__ = ["main"]
 
 EXIT_OK = 0
 EXIT_REGRESSION = 1
@@ -59,8 +51,7 @@ def _parser() -> argparse.ArgumentParser:
         "`ocr-perf COMMAND --help` describes each command.",
     )
     p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    # metavar lists every command in the usage line and `help` text (argparse's default
-    # "{analyze,compare,...}" is also what an omitted help= would hide)
+    # metavar: one word in the usage line; the commands are listed under "commands"
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND", title="commands")
     a = sub.add_parser(
         "analyze",
@@ -160,9 +151,8 @@ def _dump(obj: Any) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``ocr-perf``; returns the exit code. Bad input (see
-    :mod:`ocr.cli_errors`) is one line on stderr and exit 2; ``HYDRA_FULL_ERROR=1`` shows the
-    traceback."""
+    """Entry point of ``ocr-perf``; returns the exit code. Bad input (:mod:`ocr.cli_errors`) is
+    one line on stderr and exit 2; ``HYDRA_FULL_ERROR=1`` shows the traceback."""
     from ocr.cli_errors import full_error_requested, is_expected, report_error
 
     args = _parser().parse_args(argv)

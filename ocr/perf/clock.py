@@ -17,15 +17,6 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-__all__ = [
-    "PHASES",
-    "PhaseClock",
-    "PhaseTotals",
-    "active_clock",
-    "perf_phase",
-    "set_active_clock",
-]
-
 PHASES: tuple[str, ...] = (
     "data_wait",
     "transfer",
@@ -50,15 +41,9 @@ def _check_phase(phase: str) -> None:
 
 @dataclass(frozen=True)
 class PhaseTotals:
-    """Totals of one closed clock window.
-
-    Args:
-        wall_ns: wall time from ``start()`` to ``stop()`` (or to the ``peek()``), in ns.
-        phases_ns: phase name -> ns spent in it; every name of :data:`PHASES` is present and the
-            values sum to ``wall_ns`` exactly.
-        owners_ns: ``(phase, owner)`` -> ns, for the intervals opened with an owner (a callback's
-            class, ``Module.hook``); a finer split of ``phases_ns``, not in addition to it.
-    """
+    """Totals of one clock window (``start()`` to ``stop()`` or ``peek()``), in ns: every name
+    of :data:`PHASES` is in ``phases_ns`` and they sum to ``wall_ns`` exactly; ``owners_ns``
+    splits the intervals opened with an owner finer (not in addition)."""
 
     wall_ns: int
     phases_ns: dict[str, int]
@@ -66,23 +51,10 @@ class PhaseTotals:
 
 
 class PhaseClock:
-    """Exclusive phase accounting: while running, exactly one phase is open; switch() closes the
-    open interval and opens another, so per-phase totals sum EXACTLY to wall time by construction.
-
-    Not thread-safe: one clock is driven from the training loop's thread.
-
-    Args:
-        now: monotonic time source returning integer nanoseconds. Default
-            ``time.perf_counter_ns``; tests pass a fake.
-
-    Each interval may also carry an *owner* (who spent it: a callback's class name, a module's
-    ``Class.hook``), kept as a finer split of its phase.
-
-    Attributes:
-        running: True between ``start()`` and ``stop()``.
-        current: the open phase while running, else None.
-        current_owner: the open interval's owner (``""`` for none).
-    """
+    """Exclusive phase accounting (module docstring); ``now`` returns monotonic integer ns.
+    Each interval may carry an *owner* (who spent it: a callback's class name, a module's
+    ``Class.hook``; ``""`` for none). Not thread-safe: one clock is driven from the training
+    loop's thread."""
 
     def __init__(self, now: Callable[[], int] = time.perf_counter_ns) -> None:
         self._now = now
@@ -110,11 +82,7 @@ class PhaseClock:
 
     def switch(self, phase: str, owner: str = "") -> str:
         """Close the open interval and open ``phase`` (owned by ``owner``); return the phase that
-        was open.
-
-        Returns ``""`` and does nothing when the clock is not running, so callers never need to
-        check. Switching to the open phase only closes and reopens the same interval.
-        """
+        was open, or ``""`` and do nothing when the clock is not running."""
         # Hot path (dozens of calls per training step): the check is inlined.
         if phase not in _PHASE_SET:  # also when stopped: a typo must fail in tests, not in runs
             _check_phase(phase)
@@ -149,7 +117,6 @@ class PhaseClock:
     def _charge(
         self, totals: dict[str, int], owned: dict[tuple[str, str], int], until: int
     ) -> None:
-        """Add the open interval, up to ``until`` ns, to ``totals`` and ``owned``."""
         assert self.current is not None  # invariant while running
         totals[self.current] += until - self._since_ns
         if self.current_owner:
@@ -169,14 +136,11 @@ class PhaseClock:
         """Close the open phase and return the window's totals; the clock is stopped after."""
         if not self.running:
             raise RuntimeError("PhaseClock.stop() called on a clock that is not running")
-        now = self._now()
-        self._charge(self._totals, self._owned, now)
+        totals = self.peek()
         self.running = False
         self.current = None
         self.current_owner = ""
-        return PhaseTotals(
-            wall_ns=now - self._start_ns, phases_ns=dict(self._totals), owners_ns=self._owned
-        )
+        return totals
 
 
 _active: PhaseClock | None = None
@@ -189,7 +153,6 @@ def set_active_clock(clock: PhaseClock | None) -> None:
 
 
 def active_clock() -> PhaseClock | None:
-    """The clock set by :func:`set_active_clock`, or None."""
     return _active
 
 

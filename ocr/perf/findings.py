@@ -3,24 +3,13 @@ thresholds table (:data:`THRESHOLDS`) that the live alert rules (:mod:`ocr.perf.
 trace rules (:mod:`ocr.perf.trace.findings`) and the verdict (:mod:`ocr.perf.report.verdict`)
 read their numbers from.
 
-Severity says what to do about a finding:
-
-- ``critical``: act before the next run: the run may die or produce garbage (NaN loss, a full
-  disk, an imminent OOM), or most of its time is lost to one cause (input-bound above
-  ``input_critical_pct``).
-- ``warning``: a material share of the time goes to one cause and there is a change to try.
-- ``info``: a fact worth knowing (compute-bound, CPU saturated) with no single change that is
-  known to help.
-
-Confidence says how sure the finding is of its *cause* (not of its advice, which stays a
-hypothesis until ``ocr-perf try`` measures it):
-
-- ``measured``: the cause's seconds (or bytes, counts) were measured on this run: phase
-  accounting, worker timing, counters, a profiled step's data loading or sync time; the rule
-  only compares them with a threshold.
-- ``likely``: inferred from a correlated signal: resource samples (CPU, GPU utilisation), an
-  alert's sampling window, a trace heuristic (op counts and durations).
-- ``guess``: a rule of thumb that nothing in this run measured.
+Severity (:data:`SEVERITIES`) says what to do about a finding: ``critical`` when the run may die
+or produce garbage (NaN loss, a full disk, an imminent OOM) or most of its time is lost to one
+cause (input-bound above ``input_critical_pct``). Confidence (:data:`CONFIDENCES`) says how sure
+the finding is of its *cause*, not of its advice, which stays a hypothesis until ``ocr-perf try``
+measures it: ``measured`` covers phase accounting, worker timing, counters, a profiled step's data
+loading or sync time, which the rule only compares with a threshold; ``likely`` resource samples,
+an alert's sampling window, a trace heuristic.
 
 Score: one unit for every finding, **the share of wall time (%) its cause costs**, which is what
 removing the cause could save at most, so findings of any source rank on one scale (highest
@@ -49,20 +38,6 @@ import msgspec
 
 from ocr.perf.candidates import Candidate
 
-__all__ = [
-    "CONFIDENCES",
-    "SEVERITIES",
-    "SEVERITY_ORDER",
-    "THRESHOLDS",
-    "Finding",
-    "Threshold",
-    "input_bound_severity",
-    "post_hoc_thresholds",
-    "risk_score",
-    "share_of_run",
-    "threshold",
-]
-
 #: What each severity asks of the user (see the module doc).
 SEVERITIES: dict[str, str] = {
     "critical": "act before the next run: the run may die, or one cause costs most of its time",
@@ -81,19 +56,15 @@ CONFIDENCES: dict[str, str] = {
 
 @dataclass(frozen=True)
 class Threshold:
-    """One entry of the thresholds table.
+    """One entry of the thresholds table (see the module doc).
 
     Args:
-        value: the post-hoc value (verdict and trace rules), in ``unit``; ``None`` when only a
-            live alert uses the entry.
+        value: the post-hoc value, in ``unit``; ``None`` when only a live alert uses the entry.
         unit: ``%`` (of a stage's or step's wall time unless ``meaning`` says otherwise),
             ``s``, ``GB``, ``MB``, ``MB/min``, ``h``, ``us``, ``count`` or ``x`` (a factor or a
             correlation).
-        meaning: what crosses it, in a sentence.
-        live: the live alert's value in the same unit, when it differs from (or there is no)
-            ``value``; ``None``: the alert, if any, uses ``value``.
-        why: why the live value differs from the post-hoc one (required when both are set and
-            differ).
+        live: the live alert's value when it differs from (or there is no) ``value``.
+        why: why the live value differs (required when both are set and differ).
     """
 
     value: float | None
@@ -280,8 +251,7 @@ def threshold(name: str, *, live: bool = False) -> float:
 
 
 def post_hoc_thresholds() -> dict[str, float]:
-    """``name -> value`` of every entry with a post-hoc value (what reports show as the
-    thresholds they judged with)."""
+    """``name -> value`` of every entry with a post-hoc value."""
     return {name: float(t.value) for name, t in THRESHOLDS.items() if t.value is not None}
 
 
@@ -297,8 +267,7 @@ def input_bound_severity(data_wait_pct: float) -> str | None:
 
 
 def risk_score(severity: str) -> float:
-    """The score (% of the run's wall time) of a risk of ``severity``: ``risk_critical_score``
-    for ``critical``, ``risk_warning_score`` otherwise (see the module doc)."""
+    """The score (% of the run's wall time) of a risk of ``severity`` (see the module doc)."""
     return threshold("risk_critical_score" if severity == "critical" else "risk_warning_score")
 
 
@@ -315,18 +284,14 @@ class Finding:
 
     Args:
         id: rule identifier (``input_bound``, ``data_loading``, ``alert:nan_loss``, ...).
-        severity: ``critical``, ``warning`` or ``info`` (:data:`SEVERITIES`).
         score: the share of wall time its cause costs, in % (0-100; see the module doc): of
             the run's in a verdict, of the profiled steps' in a trace rule's finding.
-        title: one line naming the cause with its main figure.
-        evidence: the figures behind it (seconds, percent, ms per sample, counts).
         threshold: the thresholds it was judged with, in the evidence's units.
         suggestion: the change in plain language; names only settings that exist in the run's
             configuration (see :mod:`ocr.perf.advice`).
-        stage: ``train``, ``val``, ``test`` or ``None``.
-        source: ``step-time``, ``resources``, ``alerts``, ``trace`` or ``baseline``.
-        confidence: how sure the cause is: ``measured``, ``likely`` or ``guess``
-            (:data:`CONFIDENCES`).
+        source: ``step-time``, ``resources``, ``alerts``, ``trace``, ``baseline``, ``growth``
+            or ``compile``.
+        confidence: ``measured``, ``likely`` or ``guess`` (:data:`CONFIDENCES`).
         corroboration: other sources that saw the same cause (an alert, a trace).
         candidates: machine-applicable changes to measure (``ocr-perf try``), best first.
     """

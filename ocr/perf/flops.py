@@ -20,27 +20,12 @@ import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
-__all__ = [
-    "FlopCount",
-    "batch_size_of",
-    "count_flops",
-]
-
 
 @dataclass(frozen=True)
 class FlopCount:
-    """FLOPs of one call of a model on an example input.
-
-    Args:
-        forward: FLOPs of one forward on the example input (the whole batch).
-        forward_backward: FLOPs of a forward plus the backward of the sum of the outputs (the
-            whole batch); ``None`` when not counted (no parameter needs a gradient, or not
-            asked for).
-        batch_size: samples in the example input (the first dimension of its first tensor).
-        by_op: forward FLOPs per aten op (``"aten.convolution"`` -> FLOPs), for checks and
-            display.
-        input_shapes: the shapes of the example input's tensors, in order.
-    """
+    """FLOPs of one call of a model on an example input (the whole batch): ``forward_backward``
+    is a forward plus the backward of the sum of the outputs, ``None`` when not counted (no
+    parameter needs a gradient, or not asked for); ``by_op``: forward FLOPs per aten op."""
 
     forward: int
     forward_backward: int | None
@@ -108,22 +93,15 @@ def count_flops(model: nn.Module, example_input: Any, *, backward: bool = True) 
     (gradients it makes are dropped, batch-norm running statistics are restored).
 
     Args:
-        model: any ``nn.Module``.
         example_input: a tensor (one argument), a tuple (positional arguments) or a dict
             (keyword arguments), with the real shapes.
         backward: also count forward + backward (needs a floating output that requires grad).
-
-    Returns:
-        The :class:`FlopCount`.
     """
-    # Batch-norm running statistics move on a training-mode forward: keep the model's state.
-    saved = {name: buf.detach().clone() for name, buf in model.named_buffers()}
-    grads = {name: p.grad for name, p in model.named_parameters()}
     # Dropout and friends draw random numbers: fork the generators so counting does not shift
     # the run's random stream (a run with the monitor trains like one without).
     cuda = sorted({int(t.device.index or 0) for t in _tensors(example_input) if t.is_cuda})
     with torch.random.fork_rng(devices=cuda):
-        forward, by_op, forward_backward = _count(model, example_input, backward, saved, grads)
+        forward, by_op, forward_backward = _count(model, example_input, backward)
     shapes = tuple(tuple(int(d) for d in t.shape) for t in _tensors(example_input))
     return FlopCount(
         forward=forward,
@@ -135,12 +113,11 @@ def count_flops(model: nn.Module, example_input: Any, *, backward: bool = True) 
 
 
 def _count(
-    model: nn.Module,
-    example_input: Any,
-    backward: bool,
-    saved: dict[str, torch.Tensor],
-    grads: dict[str, torch.Tensor | None],
+    model: nn.Module, example_input: Any, backward: bool
 ) -> tuple[int, dict[str, int], int | None]:
+    # Batch-norm running statistics move on a training-mode forward: keep the model's state.
+    saved = {name: buf.detach().clone() for name, buf in model.named_buffers()}
+    grads = {name: p.grad for name, p in model.named_parameters()}
     try:
         with torch.no_grad(), FlopCounterMode(display=False) as counter:
             _call(model, example_input)

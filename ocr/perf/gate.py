@@ -40,22 +40,7 @@ from ocr.errors import ConfigError
 from ocr.perf.baseline import MIN_BATCHES, Baseline, Figure, too_little_data
 from ocr.perf.records import JsonValue
 from ocr.perf.rundir import to_jsonable
-from ocr.perf.significance import ALPHA, Outcome, mann_whitney_greater, noise_allowance
-
-__all__ = [
-    "BATCH_ROW",
-    "DEFAULT_FRACTION_TOLERANCE",
-    "DEFAULT_TOLERANCE_PCT",
-    "MIN_EPOCHS_FOR_TEST",
-    "MISSING",
-    "NOT_JUDGED",
-    "PHASE_FLOOR_SHARE",
-    "VERDICTS",
-    "Band",
-    "GateOutcome",
-    "GateRow",
-    "check_baseline",
-]
+from ocr.perf.significance import ALPHA, Outcome, mann_whitney_greater
 
 #: Relative tolerance of time / rate figures when none is given, in percent.
 DEFAULT_TOLERANCE_PCT = 10.0
@@ -80,14 +65,9 @@ _WORKLOAD_KEYS = ("samples", "num_batches", "batch_size", "world_size", "name")
 
 @dataclass(frozen=True)
 class Band:
-    """The change a figure must leave to count as moved, as applied.
-
-    Args:
-        down: the lower edge (a negative change, in :attr:`unit`).
-        up: the upper edge (a positive change).
-        unit: ``%`` (relative change), ``pts`` (percentage points, for fractions) or ``s``
-            (seconds: a phase whose floor, 2 % of the epoch, is wider than its threshold).
-    """
+    """The change a figure must leave to count as moved, as applied: edges ``down`` < 0 < ``up``
+    in ``unit``: ``%`` (relative change), ``pts`` (percentage points, for fractions) or ``s``
+    (seconds: a phase whose floor, 2 % of the epoch, is wider than its threshold)."""
 
     down: float
     up: float
@@ -131,14 +111,8 @@ class GateRow:
 
 @dataclass(frozen=True)
 class GateOutcome:
-    """What :func:`check_baseline` found.
-
-    Args:
-        verdict: one of :data:`VERDICTS`.
-        rows: every compared figure.
-        notes: comparability and other remarks.
-        insufficient: why either side has too little data to judge.
-    """
+    """What :func:`check_baseline` found: a verdict of :data:`VERDICTS`, every compared
+    figure, comparability notes and why either side has too little data to judge."""
 
     verdict: str
     rows: list[GateRow] = field(default_factory=list)
@@ -153,13 +127,6 @@ class GateOutcome:
 
 
 # -- one row -------------------------------------------------------------------------------------
-
-
-def _noise(values: Sequence[float], fraction: bool) -> float:
-    """The baseline's epoch-to-epoch noise allowance in the row's units (% or pts)."""
-    if fraction:
-        return 100.0 * noise_allowance(values, relative=False)
-    return noise_allowance(values)
 
 
 def _change(base: float, cur: float, fraction: bool) -> float:
@@ -186,8 +153,7 @@ def _test(
     few values; the rule in words when it could not run)."""
     if min(len(base), len(cur)) < min_n:
         return None, f"no noise test (fewer than {min_n} {what} a side): the medians decide"
-    a, b = np.asarray(base, dtype=np.float64), np.asarray(cur, dtype=np.float64)
-    return (mann_whitney_greater(a, b) if up else mann_whitney_greater(b, a)), None
+    return (mann_whitney_greater(base, cur) if up else mann_whitney_greater(cur, base)), None
 
 
 def _row(
@@ -208,7 +174,7 @@ def _row(
     counts."""
     fraction = bfig.fraction
     unit = "pts" if fraction else "%"
-    noise = _noise(bfig.values, fraction)
+    noise = bfig.noise
     threshold = max(tolerance, noise)
     widened = noise > tolerance
     rules = [
@@ -344,8 +310,6 @@ def check_baseline(
     returns them); see the module docstring for the rules.
 
     Args:
-        baseline: the reference figures.
-        current: the figures to judge.
         tolerance_pct: minimal relative change that counts, in percent (percentage points for
             fractions); widened per figure to the baseline's epoch-to-epoch noise. ``None`` =
             :data:`DEFAULT_TOLERANCE_PCT` (:data:`DEFAULT_FRACTION_TOLERANCE` points for

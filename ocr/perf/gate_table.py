@@ -10,15 +10,13 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ocr.perf.gate import MISSING, NOT_JUDGED, Band, GateOutcome, GateRow
-from ocr.perf.significance import OUTCOME_STYLE, Outcome, noise_allowance
+from ocr.perf.significance import OUTCOME_STYLE, Outcome
 
 if TYPE_CHECKING:
     from rich.console import Console
     from rich.table import Table
 
     from ocr.perf.baseline import Baseline
-
-__all__ = ["COLUMNS", "print_baseline", "print_check", "row_cells", "verdict_line"]
 
 #: The columns of :func:`row_cells`.
 COLUMNS = ("figure", "unit", "better", "baseline", "current", "change", "band", "status", "why")
@@ -112,7 +110,6 @@ def _floor(row: GateRow) -> bool:
 
 
 def verdict_line(outcome: GateOutcome) -> str:
-    """The verdict as a plain sentence (no markup)."""
     return f"verdict: {outcome.verdict}"
 
 
@@ -188,15 +185,11 @@ def print_baseline(baseline: Baseline, console: Console | None = None) -> None:
         table.add_column(column, justify="right", no_wrap=True)
     table.add_column("values", overflow="fold", min_width=12)
     for name, fig in baseline.figures.items():
-        if fig.fraction:
-            noise = f"{100.0 * noise_allowance(fig.values, relative=False):.1f} pts"
-        else:
-            noise = f"{noise_allowance(fig.values):.1f} %"
         table.add_row(
             name,
             _unit_label(name, fig.unit),
             _num(fig.median),
-            noise,
+            f"{fig.noise:.1f} {'pts' if fig.fraction else '%'}",
             ", ".join(_num(v) for v in fig.values[:8]),
         )
     console.print(table)

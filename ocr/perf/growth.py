@@ -1,27 +1,21 @@
 """Memory creep named by attribute: what grows, epoch after epoch, in the objects a training run
 keeps (the LightningModule, the DataModule, the callbacks). Lightning-free.
 
-Since Lightning 2.0 removed ``*_epoch_end(outputs)``, users collect step outputs themselves, and
+Users collect step outputs themselves (Lightning 2 has no ``*_epoch_end(outputs)``), and
 ``self.losses.append(loss)`` without ``.detach()`` / ``.item()`` keeps every step's autograd graph
 (its activations) alive. Resource samples see the process grow; this module names the attribute.
 
-:func:`scan` walks the instance ``__dict__`` of each root object to a bounded depth through
-containers (list, tuple, dict, deque, set) and plain objects, never into ``nn.Module``
-parameters, buffers or submodules, nor into the trainer, modules, classes or functions. For each
-attribute (and each container under it) that holds tensors it measures the length, the tensor
-count, the bytes of their storages (each storage counted once per scan, by its data pointer) and
-whether any tensor holds an autograd graph (``grad_fn is not None``). The walk is bounded: at
-most :data:`SAMPLE_ITEMS` items are looked at per container (spread over it; the counts of a
-bigger container are extrapolated and marked ``sampled``), at most :data:`MAX_ITEMS` items in all
-and :data:`MAX_DEPTH` levels. Its cost is recorded with every scan (``scan_ms``, ``items``);
-it runs at epoch ends only, never per step.
+:func:`scan` walks the instance ``__dict__`` of each root object through containers (list, tuple,
+dict, deque, set) and plain objects, never into ``nn.Module`` parameters, buffers or submodules,
+nor into the trainer, modules, classes or functions. For each attribute (and each container under
+it) that holds tensors it measures the length, the tensor count, the bytes of their storages (each
+storage counted once per scan, by its data pointer) and whether one holds an autograd graph. The
+walk is bounded (the constants below); its cost is recorded with every scan (``scan_ms``,
+``items``); it runs at epoch ends only, never per step.
 
-:func:`growing` compares the scans of successive epochs: a path whose length, tensor count or
-bytes grew in each of the last :data:`GROWTH_EPOCHS` epochs is growing, and
-:func:`growth_finding` turns that into a finding naming it. The callback
-(``ocr.lightning_modules.callbacks.EpochScanCallback``) writes one ``receipt-ocr/growth`` record
-per training epoch to ``perf/growth.jsonl``; the verdict reads them back
-(:func:`growth_findings`).
+:func:`growing` names a path whose length, tensor count or bytes grew in each of the last
+:data:`GROWTH_EPOCHS` epochs. ``EpochScanCallback`` writes one record per training epoch to
+``perf/growth.jsonl``; the verdict reads them back (:func:`growth_findings`).
 """
 
 from __future__ import annotations
@@ -32,7 +26,7 @@ import os
 import time
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from types import FunctionType, MethodType, ModuleType
 from typing import TYPE_CHECKING, Any
 
@@ -41,20 +35,6 @@ from ocr.perf.records import GrowthNode, GrowthRecord, epoch_runs, read_records
 
 if TYPE_CHECKING:
     import torch
-
-__all__ = [
-    "GROWTH_EPOCHS",
-    "MAX_DEPTH",
-    "MAX_ITEMS",
-    "SAMPLE_ITEMS",
-    "Growth",
-    "NodeStats",
-    "Scan",
-    "growing",
-    "growth_finding",
-    "growth_findings",
-    "scan",
-]
 
 
 #: An attribute is growing when it grew in each of this many successive epochs (so the first
@@ -79,8 +59,7 @@ _OPAQUE: tuple[type, ...] = (ModuleType, type, FunctionType, MethodType, str, by
 def _torch_types() -> tuple[type[torch.Tensor], tuple[type, ...], frozenset[str]]:
     """``(Tensor, (Module, Optimizer), names nn.Module keeps in its __dict__)``: imported on
     the first scan, so reading records (the report) does not import torch. Optimizer state
-    fills once, in the first steps; what nn.Module keeps in its ``__dict__`` is its parameters,
-    buffers, submodules, hooks and state."""
+    fills once, in the first steps."""
     import torch
 
     internals = frozenset(vars(torch.nn.Module()))
@@ -90,25 +69,17 @@ def _torch_types() -> tuple[type[torch.Tensor], tuple[type, ...], frozenset[str]
 _CONTAINERS = (list, tuple, dict, deque, set, frozenset)
 
 
-#: What one path holds at a scan; one scan (the ``perf/growth.jsonl`` record). The record kinds
-#: live with the others in :mod:`ocr.perf.records`.
-NodeStats = GrowthNode
-Scan = GrowthRecord
-
-
+@dataclass
 class _Walk:
     """The state of one scan: the item budget and the storages already counted."""
 
-    def __init__(
-        self, max_items: int, opaque: tuple[type, ...], tensor: type[torch.Tensor]
-    ) -> None:
-        self.max_items = max_items
-        self.opaque = opaque
-        self.tensor_type = tensor
-        self.items = 0
-        self.truncated = False
-        self.seen_storages: set[tuple[str, int]] = set()
-        self.nodes: list[NodeStats] = []
+    max_items: int
+    opaque: tuple[type, ...]
+    tensor_type: type[torch.Tensor]
+    items: int = 0
+    truncated: bool = False
+    seen_storages: set[tuple[str, int]] = field(default_factory=set)
+    nodes: list[GrowthNode] = field(default_factory=list)
 
     def spend(self) -> bool:
         if self.items >= self.max_items:
@@ -117,7 +88,7 @@ class _Walk:
         self.items += 1
         return True
 
-    def tensor(self, t: torch.Tensor, node: NodeStats) -> None:
+    def tensor(self, t: torch.Tensor, node: GrowthNode) -> None:
         node.tensors += 1
         if t.grad_fn is not None:
             node.graph = True
@@ -153,18 +124,20 @@ def _label(key: Any) -> str:
     return f"[{text if len(text) <= 40 else text[:37] + '...'}]"
 
 
-def _walk(value: Any, path: str, depth: int, walk: _Walk) -> NodeStats | None:
+def _walk(value: Any, path: str, depth: int, walk: _Walk) -> GrowthNode | None:
     """Stats of ``value`` at ``path`` (``None`` when it holds no tensor); containers holding
     tensors are appended to ``walk.nodes`` on the way."""
     if isinstance(value, walk.tensor_type):
-        node = NodeStats(path=path, kind="Tensor", length=int(value.shape[0]) if value.dim() else 1)
+        node = GrowthNode(
+            path=path, kind="Tensor", length=int(value.shape[0]) if value.dim() else 1
+        )
         walk.tensor(value, node)
         return node
     if isinstance(value, walk.opaque) or depth > MAX_DEPTH:
         return None
     if isinstance(value, _CONTAINERS):
         n = len(value)
-        node = NodeStats(path=path, kind=type(value).__name__, length=n)
+        node = GrowthNode(path=path, kind=type(value).__name__, length=n)
         items, factor, sampled = _sample(value, n)
         keys: Iterator[Any] = iter(value.keys()) if isinstance(value, dict) else iter(range(n))
         ordered = isinstance(value, dict | list | tuple) and not sampled
@@ -190,7 +163,7 @@ def _walk(value: Any, path: str, depth: int, walk: _Walk) -> NodeStats | None:
     attrs = getattr(value, "__dict__", None)
     if not isinstance(attrs, dict) or not attrs:
         return None
-    node = NodeStats(path=path, kind=type(value).__name__, length=len(attrs))
+    node = GrowthNode(path=path, kind=type(value).__name__, length=len(attrs))
     for name, item in list(attrs.items()):
         if not walk.spend():
             break
@@ -200,7 +173,7 @@ def _walk(value: Any, path: str, depth: int, walk: _Walk) -> NodeStats | None:
     return node if node.tensors else None
 
 
-def _add(parent: NodeStats, child: NodeStats) -> None:
+def _add(parent: GrowthNode, child: GrowthNode) -> None:
     parent.tensors += child.tensors
     parent.bytes += child.bytes
     parent.graph = parent.graph or child.graph
@@ -215,17 +188,14 @@ def scan(
     opaque: tuple[type, ...] = (),
     skip: frozenset[str] = frozenset(),
     max_items: int = MAX_ITEMS,
-) -> Scan:
+) -> GrowthRecord:
     """Measure what the objects of ``roots`` (label -> object, e.g. ``{"UserModule": module}``)
     hold in their attributes (see the module doc); ``epoch`` is stamped on the result.
 
     Args:
-        roots: the objects whose instance attributes are walked, by the label paths start with.
-        epoch: the epoch that ended.
         opaque: further types never walked into (the caller's trainer class).
         skip: attribute names of the roots left out (a framework base class's own state);
             ``nn.Module``'s own (parameters, buffers, submodules, hooks) always are.
-        max_items: the item budget of the scan (:data:`MAX_ITEMS`).
     """
     t0 = time.perf_counter_ns()
     tensor, torch_opaque, module_internals = _torch_types()
@@ -245,7 +215,7 @@ def scan(
     for node in walk.nodes:
         node.devices = sorted(node.devices)
     nodes = sorted(walk.nodes, key=lambda n: (-n.tensors, n.path))[:MAX_NODES]
-    return Scan(
+    return GrowthRecord(
         epoch=epoch,
         nodes=nodes,
         items=walk.items,
@@ -256,18 +226,9 @@ def scan(
 
 @dataclass
 class Growth:
-    """A path that grew in each of the last :data:`GROWTH_EPOCHS` epochs.
-
-    Args:
-        path: the attribute (``UserModule.losses``).
-        epochs: the epochs compared (``GROWTH_EPOCHS + 1`` of them, in order).
-        tensors_per_epoch: mean tensors added per epoch over them.
-        bytes_per_epoch: mean bytes added per epoch.
-        length_per_epoch: mean length added per epoch.
-        tensors: tensors held at the last epoch; ``bytes``: their bytes.
-        graph: whether they hold autograd graphs; ``devices``: where they live.
-        sampled: whether the counts were extrapolated from a sample.
-    """
+    """A path that grew in each of the last :data:`GROWTH_EPOCHS` epochs: ``epochs`` are the
+    ``GROWTH_EPOCHS + 1`` compared, ``*_per_epoch`` the mean added per epoch over them,
+    ``tensors`` / ``bytes`` what the last one held."""
 
     path: str
     epochs: list[int]
@@ -315,7 +276,7 @@ def _size(n: float) -> str:
     return f"{n:.0f} B"
 
 
-def growing(scans: Sequence[Scan], epochs: int = GROWTH_EPOCHS) -> list[Growth]:
+def growing(scans: Sequence[GrowthRecord], epochs: int = GROWTH_EPOCHS) -> list[Growth]:
     """The paths that grew (length, tensor count or bytes) between each pair of the last
     ``epochs + 1`` scans, in epoch order. A path that grows inside another growing one is named
     instead of it (``UserModule.outputs['train']``, not ``UserModule.outputs``)."""
@@ -325,10 +286,9 @@ def growing(scans: Sequence[Scan], epochs: int = GROWTH_EPOCHS) -> list[Growth]:
     by_scan = [{n.path: n for n in s.nodes} for s in window]
     found: list[Growth] = []
     for path in sorted(by_scan[-1]):
-        series = [nodes.get(path) for nodes in by_scan]
-        if any(n is None for n in series):
+        if not all(path in nodes for nodes in by_scan):
             continue
-        points: list[NodeStats] = [n for n in series if n is not None]
+        points = [nodes[path] for nodes in by_scan]
         if not all(
             (b.length > a.length or b.tensors > a.tensors or b.bytes > a.bytes)
             and b.tensors >= a.tensors
@@ -385,25 +345,17 @@ def growth_finding(found: Sequence[Growth]) -> Finding | None:
     )
 
 
-def read_scans(run_dir: str | os.PathLike[str]) -> list[Scan]:
-    """The scans of ``<run_dir>/perf/growth.jsonl`` (``[]`` when absent); ``RunDirError`` naming
-    the file and line when one is malformed."""
-    return read_records(GrowthRecord.path(run_dir), GrowthRecord)
-
-
 def growth_findings(run_dir: str | os.PathLike[str]) -> list[Finding]:
     """The verdict's memory-creep finding from a run directory's ``perf/growth.jsonl``: growth
     over the last :data:`GROWTH_EPOCHS` epochs of each run recorded there (a new run starts
     again at epoch 0), judged as the callback judged it live."""
-    runs = epoch_runs(read_scans(run_dir))
-    found: list[Growth] = []
-    for scans in runs:
-        found.extend(_ever_growing(scans))
+    runs = epoch_runs(read_records(GrowthRecord.path(run_dir), GrowthRecord))
+    found = [g for scans in runs for g in _ever_growing(scans)]
     finding = growth_finding(list({g.path: g for g in found}.values()))
     return [finding] if finding is not None else []
 
 
-def _ever_growing(scans: Sequence[Scan]) -> list[Growth]:
+def _ever_growing(scans: Sequence[GrowthRecord]) -> list[Growth]:
     """What :func:`growing` found at any epoch end of one run (a container cleared later still
     grew while it was growing); the latest sighting per path."""
     out: dict[str, Growth] = {}

@@ -7,8 +7,6 @@ import os
 import psutil
 import torch
 
-__all__ = ["GB", "memory_snapshot", "reset_peak_memory"]
-
 GB = float(1 << 30)  # "GB" in metric names means GiB, as torch's memory summaries do
 
 # A handle is cached because building one per call costs more than the reading itself; it is

@@ -3,9 +3,7 @@
 
 Plain arithmetic on recorded figures, importing neither torch nor Lightning, so the report and
 the CLI read it cheaply. The figures come from ``perf/run.json``'s ``"flops"`` object
-(:class:`~ocr.perf.records.FlopsInfo`), written by ``ThroughputMonitorCallback``: ``per_sample``
-(stage -> FLOPs per sample), ``peak_flops_per_sec`` (measured, per rank) and
-``spec_peak_flops_per_sec`` (GPU data sheet, or null).
+(:class:`~ocr.perf.records.FlopsInfo`), written by ``ThroughputMonitorCallback``.
 """
 
 from __future__ import annotations
@@ -16,25 +14,12 @@ from dataclasses import dataclass
 from ocr.perf.records import EpochRecord, RunRecord
 from ocr.perf.stage import Stage
 
-__all__ = [
-    "Utilisation",
-    "epoch_utilisation",
-    "stage_flops_per_sample",
-    "stage_utilisation",
-    "utilisation",
-]
-
 
 @dataclass(frozen=True)
 class Utilisation:
-    """Achieved FLOP/s of a stage window against the measured peak.
-
-    Args:
-        flops_per_sec: FLOPs per sample x samples (all ranks) / wall seconds.
-        mfu: ``flops_per_sec`` over the measured peak of all ranks (peak x world size), 0-1;
-            ``None`` without a peak.
-        spec_mfu: the same over the data-sheet peak (GPU only), or ``None``.
-    """
+    """Achieved FLOP/s of a stage window (FLOPs per sample x samples of all ranks / wall
+    seconds), and as ``mfu`` a share (0-1) of the measured peak of all ranks (peak x world size;
+    ``None`` without a peak), as ``spec_mfu`` of the data-sheet peak (GPU only)."""
 
     flops_per_sec: float
     mfu: float | None
@@ -69,8 +54,7 @@ def _positive(value: float | None) -> float | None:
 
 
 def stage_flops_per_sample(info: RunRecord | None, stage: Stage) -> float | None:
-    """FLOPs per sample of ``stage`` from ``perf/run.json``'s ``"flops"`` object (written by
-    ``ThroughputMonitorCallback``), or ``None`` when not recorded."""
+    """FLOPs per sample of ``stage``, or ``None`` when not recorded."""
     if info is None or info.flops is None:
         return None
     return _positive(info.flops.per_sample.get(stage))
@@ -83,8 +67,8 @@ def _peaks(info: RunRecord | None) -> tuple[float | None, float | None]:
 
 
 def epoch_utilisation(info: RunRecord | None, record: EpochRecord) -> Utilisation | None:
-    """:class:`Utilisation` of one ``perf/epochs.jsonl`` record, from ``perf/run.json``'s
-    ``"flops"`` object (``None`` when either lacks what it needs)."""
+    """:class:`Utilisation` of one ``perf/epochs.jsonl`` record (``None`` when either record
+    lacks what it needs)."""
     peak, spec = _peaks(info)
     return utilisation(
         stage_flops_per_sample(info, record.stage),

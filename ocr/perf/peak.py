@@ -36,16 +36,6 @@ from pathlib import Path
 
 import torch
 
-__all__ = [
-    "BUSY_LOAD_PER_CPU",
-    "CACHE_FILE",
-    "PeakFlops",
-    "cache_path",
-    "dtype_for_precision",
-    "measured_peak",
-    "spec_peak",
-]
-
 CACHE_FILE = "peak_flops.json"
 _CACHE_VERSION = 1
 #: Seconds of timed work per kernel (after warm-up): long enough to average out scheduler
@@ -72,22 +62,9 @@ _SPEC_TFLOPS: tuple[tuple[str, dict[str, float]], ...] = (
 
 @dataclass(frozen=True)
 class PeakFlops:
-    """A measured peak.
-
-    Args:
-        flops_per_sec: the higher of ``matmul_flops_per_sec`` and ``conv_flops_per_sec``.
-        matmul_flops_per_sec: ``n x n`` matmuls.
-        conv_flops_per_sec: a 3x3 convolution, 64 -> 64 channels.
-        device: ``"cpu"`` or ``"cuda:0"``...
-        device_name: the CPU's or GPU's name.
-        dtype: ``"float32"``, ``"bfloat16"`` or ``"float16"``.
-        threads: torch's intra-op threads when measured (CPU).
-        host: host name.
-        measured_at: unix time of the measurement.
-        contended: measured while the host was busy (CPU: load average per CPU above
-            :data:`BUSY_LOAD_PER_CPU`): possibly an underestimate.
-        cached: read from the cache (not measured by this call).
-    """
+    """A measured peak: ``flops_per_sec`` is the higher of the matmul's and the 3x3
+    convolution's; ``threads`` torch's intra-op threads (CPU; 0 on CUDA); ``contended``: measured
+    while the host was busy, possibly an underestimate; ``cached``: read from the cache."""
 
     flops_per_sec: float
     matmul_flops_per_sec: float
@@ -103,8 +80,7 @@ class PeakFlops:
 
 
 def cache_path() -> Path:
-    """``$OCR_CACHE_DIR/peak_flops.json`` (default ``~/.cache/receipt-ocr``; the same root as
-    ``ocr.data``'s caches, read here without importing it)."""
+    """The same root as ``ocr.data``'s caches, read here without importing it."""
     root = Path(os.environ.get("OCR_CACHE_DIR", "~/.cache/receipt-ocr")).expanduser()
     return root / CACHE_FILE
 
@@ -192,10 +168,6 @@ def _host_busy(device: torch.device) -> bool:
     return os.getloadavg()[0] / max(os.cpu_count() or 1, 1) > BUSY_LOAD_PER_CPU
 
 
-def _key(host: str, device_name: str, dtype: str, threads: int) -> str:
-    return f"{host}|{device_name}|{dtype}|threads={threads}|torch={torch.__version__}"
-
-
 def _read_cache(path: Path) -> dict[str, dict[str, object]]:
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
@@ -223,17 +195,8 @@ def measured_peak(
     *,
     refresh: bool | None = None,
 ) -> PeakFlops:
-    """This host's peak FLOP/s on ``device`` in ``dtype``, from the cache or measured (see the
-    module doc).
-
-    Args:
-        device: where to measure (``"cpu"``, ``"cuda"``, ``"cuda:1"``...).
-        dtype: the matmul dtype (see :func:`dtype_for_precision`).
-        refresh: measure even when cached; ``None`` = ``OCR_PEAK_REFRESH=1`` in the environment.
-
-    Returns:
-        The :class:`PeakFlops` (``cached=True`` when read from the cache).
-    """
+    """This host's peak FLOP/s on ``device`` in ``dtype``, from the cache or measured (module
+    docstring); ``refresh``: measure even when cached (``None``: ``OCR_PEAK_REFRESH=1``)."""
     dev = torch.device(device)
     if dev.type == "cuda" and dev.index is None:
         dev = torch.device("cuda", torch.cuda.current_device())
@@ -243,7 +206,7 @@ def measured_peak(
     name = _device_name(dev)
     dname = _dtype_name(dtype)
     threads = torch.get_num_threads() if dev.type == "cpu" else 0
-    key = _key(host, name, dname, threads)
+    key = f"{host}|{name}|{dname}|threads={threads}|torch={torch.__version__}"
     path = cache_path()
     entries = _read_cache(path)
     previous: PeakFlops | None = None

@@ -17,8 +17,6 @@ from dataclasses import dataclass
 
 from ocr.perf.findings import threshold
 
-__all__ = ["STRAGGLER_MIN_S", "STRAGGLER_MIN_SHARE", "Straggler", "find_straggler", "rank_spread"]
-
 #: A rank is named a straggler when it works at least this share of the epoch's (median) wall
 #: time longer than the median of the other ranks (``straggler_work_pct`` of the thresholds
 #: table) ...
@@ -37,18 +35,15 @@ _NAMED_PHASES = {
 
 @dataclass(frozen=True)
 class Straggler:
-    """The rank the others wait for, and why.
+    """The rank the others wait for, and why (seconds per epoch).
 
     Args:
-        rank: the straggling rank.
         excess_s: its work time (wall minus ``sync_wait``) beyond the median of the other
-            ranks', in seconds per epoch.
+            ranks'.
         share: ``excess_s`` over the median wall time of the epoch (0-1).
-        cause: the phase in which it spends the most beyond the others (``forward``,
-            ``data_wait``, ``backward``...), refined for callbacks and hooks to
-            ``callbacks: ClassName`` or ``module_hooks: Module.hook``.
-        cause_excess_s: the straggler's excess in that phase / callback / hook, seconds.
-        others_wait_s: the median ``sync_wait`` of the other ranks (their wait for it), seconds.
+        cause: the phase in which it spends the most beyond the others (``forward``...),
+            refined to ``callbacks: ClassName`` or ``module_hooks: Module.hook``.
+        others_wait_s: the median ``sync_wait`` of the other ranks (their wait for it).
     """
 
     rank: int
@@ -64,6 +59,17 @@ def _median_others(values: Sequence[float], rank: int) -> float:
     return float(statistics.median(others)) if others else math.nan
 
 
+def _excess(
+    rows: Sequence[Mapping[str, float]], rank: int, skip: frozenset[str] = frozenset()
+) -> dict[str, float]:
+    """Per key of ``rows`` (one per rank; missing = 0): ``rank``'s value beyond the others'."""
+    keys = {k for row in rows for k in row if k not in skip}
+    return {
+        k: rows[rank].get(k, 0.0) - _median_others([row.get(k, 0.0) for row in rows], rank)
+        for k in keys
+    }
+
+
 def find_straggler(
     wall_s: Sequence[float],
     phases_s: Sequence[Mapping[str, float]],
@@ -73,8 +79,7 @@ def find_straggler(
     :data:`STRAGGLER_MIN_S` met), or None.
 
     Args:
-        wall_s: each rank's epoch wall time, indexed by rank.
-        phases_s: each rank's seconds per phase (``ocr.perf.clock.PHASES`` names; missing = 0).
+        phases_s: per rank, seconds per phase (``ocr.perf.clock.PHASES`` names; missing = 0).
         named_s: optional, per rank: phase group (``"callbacks"``, ``"module_hooks"``) -> name
             -> seconds, to name the callback or hook behind a callbacks / hooks cause.
     """
@@ -93,21 +98,12 @@ def find_straggler(
     wall = float(statistics.median(wall_s[r] for r in finite))
     if not (wall > 0 and excess >= STRAGGLER_MIN_S and excess >= STRAGGLER_MIN_SHARE * wall):
         return None
-    names = {p for row in phases_s for p in row if p not in _NOT_WORK}
-    deltas = {
-        p: phases_s[rank].get(p, 0.0) - _median_others([row.get(p, 0.0) for row in phases_s], rank)
-        for p in names
-    }
+    deltas = _excess(phases_s, rank, _NOT_WORK)
     cause = max(sorted(deltas), key=lambda p: deltas[p])
     cause_excess = deltas[cause]
     group = _NAMED_PHASES.get(cause)
     if group is not None and len(named_s) == n:
-        labels = {k for row in named_s for k in row.get(group, {})}
-        named = {
-            k: named_s[rank].get(group, {}).get(k, 0.0)
-            - _median_others([row.get(group, {}).get(k, 0.0) for row in named_s], rank)
-            for k in labels
-        }
+        named = _excess([row.get(group, {}) for row in named_s], rank)
         if named:
             top = max(sorted(named), key=lambda k: named[k])
             if named[top] > 0.5 * cause_excess:

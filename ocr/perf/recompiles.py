@@ -42,20 +42,6 @@ import msgspec
 from ocr.perf.findings import Finding
 from ocr.perf.records import RecompileReason, RecompilesRecord, epoch_runs, read_records
 
-__all__ = [
-    "RECOMPILE_CHURN",
-    "TESTED_TORCH",
-    "CompileEpoch",
-    "CompileWatch",
-    "Reason",
-    "ShapeCounter",
-    "normalize_reason",
-    "read_compile_epochs",
-    "recompile_finding",
-    "recompile_findings",
-]
-
-
 #: torch versions (major, minor) whose compilation-metrics surface this module was checked on.
 TESTED_TORCH = ((2, 13),)
 #: Recompiles in one epoch from which compiling is shape churn, even in the first epoch (one or
@@ -72,21 +58,15 @@ _SIZE = re.compile(
 _NUMBERS = re.compile(r"(expected|actual|==|!=|<=|>=|<|>)\s*-?\d+")
 
 
-#: One kind of recompile reason in an epoch; one epoch's count (the ``perf/recompiles.jsonl``
-#: record). The record kinds live with the others in :mod:`ocr.perf.records`.
-Reason = RecompileReason
-CompileEpoch = RecompilesRecord
-
-
-def _merge(reasons: Iterable[tuple[str, int, str | None, Iterable[int], str]]) -> list[Reason]:
-    """``(reason, count, dimension, sizes, example)`` tallies merged by reason, most frequent
-    first (sizes: the first 32 distinct, sorted; the first example)."""
+def _merge(reasons: Iterable[RecompileReason]) -> list[RecompileReason]:
+    """``reasons`` merged by ``reason``, most frequent first (sizes: the first 32 distinct,
+    sorted; the first example)."""
     merged: dict[str, tuple[int, str | None, set[int], str]] = {}
-    for reason, count, dimension, sizes, example in reasons:
-        n, dim, seen, first = merged.get(reason, (0, dimension, set(), example))
-        merged[reason] = (n + count, dim, seen | set(sizes), first)
+    for r in reasons:
+        n, dim, seen, first = merged.get(r.reason, (0, r.dimension, set(), r.example))
+        merged[r.reason] = (n + r.count, dim, seen | set(r.sizes), first)
     out = [
-        Reason(reason=r, count=n, dimension=d, sizes=sorted(z)[:32], example=e)
+        RecompileReason(reason=r, count=n, dimension=d, sizes=sorted(z)[:32], example=e)
         for r, (n, d, z, e) in merged.items()
     ]
     return sorted(out, key=lambda r: (-r.count, r.reason))
@@ -105,8 +85,7 @@ def normalize_reason(text: str) -> tuple[str, str | None, list[int]]:
 
 
 def _surface() -> tuple[Any, str]:
-    """Torch's compilation-metrics surface (the ``torch._dynamo.utils`` module), or ``None``
-    and why not."""
+    """``torch._dynamo.utils``, or ``None`` and why not."""
     import torch
 
     try:
@@ -120,15 +99,11 @@ def _surface() -> tuple[Any, str]:
     return dynamo_utils, ""
 
 
-def _torch_version() -> str:
-    import torch
-
-    return str(torch.__version__)
-
-
 def torch_tested() -> bool:
     """Whether this torch's (major, minor) is in :data:`TESTED_TORCH`."""
-    parts = _torch_version().split("+")[0].split(".")
+    import torch
+
+    parts = str(torch.__version__).split("+")[0].split(".")
     try:
         return (int(parts[0]), int(parts[1])) in TESTED_TORCH
     except (IndexError, ValueError):
@@ -152,32 +127,25 @@ class CompileWatch:
             self._last = _entry_key(entries[-1]) if entries else None
             self._frames = self._frames_total()
 
-    @property
-    def available(self) -> bool:
-        return self._utils is not None
-
     def _frames_total(self) -> int:
-        frames = self._utils.counters.get("frames") if self._utils is not None else None
+        frames = self._utils.counters.get("frames")
         return int(frames.get("total", 0)) if frames else 0
 
-    def _new_entries(self) -> list[Any]:
-        entries = list(self._utils.get_compilation_metrics()) if self._utils is not None else []
+    def take(self, epoch: int) -> RecompilesRecord:
+        """The compiles since the previous call (or since construction)."""
+        if self._utils is None:
+            return RecompilesRecord(epoch=epoch, available=False, note=self.note)
+        compiles = recompiles = failed = dynamo_entries = 0
+        compile_s = 0.0
+        limit_hit = False
+        tallies: list[RecompileReason] = []
+        functions: Counter[str] = Counter()
+        entries = list(self._utils.get_compilation_metrics())
         keys = [_entry_key(e) for e in entries]
         start = keys.index(self._last) + 1 if self._last in keys else 0
         if entries:
             self._last = keys[-1]
-        return entries[start:]
-
-    def take(self, epoch: int) -> CompileEpoch:
-        """The compiles since the previous call (or since construction)."""
-        if self._utils is None:
-            return CompileEpoch(epoch=epoch, available=False, note=self.note)
-        compiles = recompiles = failed = dynamo_entries = 0
-        compile_s = 0.0
-        limit_hit = False
-        tallies: list[tuple[str, int, str | None, list[int], str]] = []
-        functions: Counter[str] = Counter()
-        for entry in self._new_entries():
+        for entry in entries[start:]:
             if getattr(entry, "is_forward", None) is False:
                 continue  # a backward graph compiled by AOT autograd, not a Dynamo frame
             dynamo_entries += 1
@@ -197,15 +165,22 @@ class CompileWatch:
             if raw is not None:
                 recompiles += 1
                 key, dimension, sizes = normalize_reason(str(raw))
-                tallies.append((key, 1, dimension, sizes, str(raw)[:300]))
+                example = str(raw)[:300]
+                tallies.append(
+                    RecompileReason(
+                        reason=key, count=1, dimension=dimension, sizes=sizes, example=example
+                    )
+                )
         frames = self._frames_total()
         lost = max(0, frames - self._frames - dynamo_entries)
         self._frames = frames
         note = ""
         if not torch_tested():
+            import torch
+
             tested = ", ".join(f"{a}.{b}" for a, b in TESTED_TORCH)
-            note = f"counted with torch {_torch_version()}; checked on {tested}"
-        return CompileEpoch(
+            note = f"counted with torch {torch.__version__}; checked on {tested}"
+        return RecompilesRecord(
             epoch=epoch,
             compiles=compiles,
             recompiles=recompiles,
@@ -244,7 +219,6 @@ class ShapeCounter:
         self._more = False
 
     def note(self, batch: Any) -> None:
-        """Remember ``batch``'s shape."""
         t = batch
         if not isinstance(t, self._tensor):
             items = batch.values() if isinstance(batch, dict) else batch
@@ -266,13 +240,7 @@ class ShapeCounter:
         return count, ["x".join(str(d) for d in s) or "scalar" for s in shapes[:8]]
 
 
-def read_compile_epochs(run_dir: str | os.PathLike[str]) -> list[CompileEpoch]:
-    """The records of ``<run_dir>/perf/recompiles.jsonl`` (``[]`` when absent); ``RunDirError``
-    naming the file and line when one is malformed."""
-    return read_records(RecompilesRecord.path(run_dir), RecompilesRecord)
-
-
-def recompile_finding(epochs: Sequence[CompileEpoch], total_s: float = 0.0) -> Finding | None:
+def recompile_finding(epochs: Sequence[RecompilesRecord], total_s: float = 0.0) -> Finding | None:
     """A finding when recompiles recur after a run's first epoch, reach :data:`RECOMPILE_CHURN`
     in one epoch, or hit the recompile limit; ``None`` otherwise. ``epochs``: one run's records
     in order; ``total_s``: the run's recorded wall time. The score is the share of it spent
@@ -289,10 +257,7 @@ def recompile_finding(epochs: Sequence[CompileEpoch], total_s: float = 0.0) -> F
         return None
     recompiles = sum(e.recompiles for e in counted)
     compile_s = sum(e.compile_s for e in counted)
-    reasons = _merge(
-        (r.reason, r.count, r.dimension, r.sizes, r.example) for e in counted for r in e.reasons
-    )
-    dims = list(dict.fromkeys(r.dimension for r in reasons if r.dimension))
+    reasons = _merge(r for e in counted for r in e.reasons)
     why = []
     if hit:
         limit = next((e.limit for e in hit if e.limit is not None), None)
@@ -308,10 +273,10 @@ def recompile_finding(epochs: Sequence[CompileEpoch], total_s: float = 0.0) -> F
     if churn and not later:
         why.append(f"{max(e.recompiles for e in churn)} recompiles in one epoch")
     cause = ""
-    if dims:
-        sizes = next((r.sizes for r in reasons if r.dimension == dims[0]), [])
+    if dimmed := next((r for r in reasons if r.dimension), None):
+        sizes = dimmed.sizes
         shown = ", ".join(str(s) for s in sizes[:8]) + (", ..." if len(sizes) > 8 else "")
-        cause = f"; {dims[0]} changes" + (f" (sizes {shown})" if sizes else "")
+        cause = f"; {dimmed.dimension} changes" + (f" (sizes {shown})" if sizes else "")
     elif reasons:
         cause = f"; guard: {reasons[0].reason}"
     title = (
@@ -360,6 +325,6 @@ def recompile_finding(epochs: Sequence[CompileEpoch], total_s: float = 0.0) -> F
 def recompile_findings(run_dir: str | os.PathLike[str], total_s: float = 0.0) -> list[Finding]:
     """The verdict's recompile finding from ``<run_dir>/perf/recompiles.jsonl``; each run
     recorded there (its epochs start again) is judged on its own, the worst one kept."""
-    runs = epoch_runs(read_compile_epochs(run_dir))
+    runs = epoch_runs(read_records(RecompilesRecord.path(run_dir), RecompilesRecord))
     found = [f for run in runs if (f := recompile_finding(run, total_s)) is not None]
     return [max(found, key=lambda f: f.score)] if found else []

@@ -41,33 +41,6 @@ from ocr.errors import InputError
 from ocr.perf.ranks import Straggler
 from ocr.perf.stage import Stage
 
-__all__ = [
-    "PERF_DIRNAME",
-    "AlertEvent",
-    "DatasetContainer",
-    "EpochRecord",
-    "FlopsInfo",
-    "GrowthNode",
-    "GrowthRecord",
-    "HydraApp",
-    "IntervalRecord",
-    "JsonValue",
-    "ProfilerWindow",
-    "RecompileReason",
-    "RecompilesRecord",
-    "Record",
-    "RecordWriter",
-    "ResourceSample",
-    "ResourceSummary",
-    "RunDirError",
-    "RunRecord",
-    "TryRecord",
-    "epoch_runs",
-    "read_records",
-    "read_run_record",
-    "write_run_record",
-]
-
 PERF_DIRNAME = "perf"
 
 #: A JSON value as the records hold it (hparams, free-form summaries).
@@ -109,13 +82,7 @@ class Record(msgspec.Struct, kw_only=True, frozen=True, tag_field="schema"):
 
 class HydraApp(msgspec.Struct, kw_only=True, frozen=True):
     """The Hydra app a run was started as (``ocr-perf try`` re-runs it with overrides).
-
-    Args:
-        output_dir: its output folder. cwd: where the command was started.
-        config_name: the primary config's name.
-        overrides_file: where it saved the command's overrides, relative to ``output_dir``
-            (``None`` when it saves no ``.hydra/`` folder). overrides: the task overrides.
-    """
+    ``overrides_file`` is relative to ``output_dir``; ``None`` when it saves no ``.hydra/``."""
 
     output_dir: str | None = None
     cwd: str | None = None
@@ -125,15 +92,9 @@ class HydraApp(msgspec.Struct, kw_only=True, frozen=True):
 
 
 class FlopsInfo(msgspec.Struct, kw_only=True, frozen=True):
-    """``run.json``'s ``"flops"`` object (``ThroughputMonitorCallback``).
-
-    Args:
-        per_sample: stage -> FLOPs per sample (train: forward + backward).
-        peak_flops_per_sec: the measured peak per rank; spec_peak_flops_per_sec: the data-sheet
-            peak (GPU only). peak: the peak measurement's details (``ocr.perf.peak``).
-        example_input_shapes, example_batch_size, forward_flops, train_forward_backward_flops:
-            what the FLOPs were counted on.
-    """
+    """``run.json``'s ``"flops"`` object (``ThroughputMonitorCallback``): ``per_sample`` is
+    stage -> FLOPs per sample (train: forward + backward); ``peak_flops_per_sec`` the measured
+    peak per rank, ``spec_peak_flops_per_sec`` the data-sheet one (GPU only)."""
 
     per_sample: dict[str, float] = {}
     example_input_shapes: list[list[int]] = []
@@ -207,40 +168,29 @@ class EpochRecord(Record, tag="receipt-ocr/perf-epoch", kw_only=True, frozen=Tru
     ``t`` and the global rates set. Non-finite figures are NaN in memory, ``None`` once read.
 
     Args:
-        stage: the stage.
         epoch: ``trainer.current_epoch`` when the window opened.
         wall_s: the window's wall time in seconds (train: validation excluded).
         phases_s: seconds per phase, every name of ``PHASES``; they sum to ``wall_s``.
-        gpu_phases_s: GPU stream seconds between phase switches, per phase (CUDA only, else
-            empty).
+        gpu_phases_s: GPU stream seconds between phase switches, per phase (CUDA only).
         worker_s: DataLoader work timed where it ran, summed over the epoch, in seconds:
             ``fetch`` (dataset ``__getitem__``), ``collate`` and the finer parts user code
             reported (ours: ``decode``, ``transform``, ``targets``). Empty when the loader could
             not be instrumented.
         batch_stats: ``StreamingStats.summary()`` of the batch times (seconds between
             consecutive batch ends; the first from the window's start).
-        num_batches: batches completed in the window.
-        samples: samples in those batches.
-        memory: ``ocr.perf.memory.memory_snapshot()`` at the close (empty when memory tracking is
-            off).
-        peak_rss_gb: largest process RSS sampled during the window (GiB); nan when off.
-        peak_gpu_memory_gb: CUDA peak allocated memory during the window (GiB); nan without CUDA.
-        world_size: number of ranks.
+        memory: ``ocr.perf.memory.memory_snapshot()`` at the close (empty when tracking is off).
+        peak_rss_gb, peak_gpu_memory_gb: largest process RSS sampled, CUDA peak allocated memory
+            during the window (GiB); nan when off / without CUDA.
         spreads: DDP only: figure name (``epoch_time``, ``{phase}_time``, ``worker_fetch_time``,
             ``batch_mean``, ``samples_per_sec``, ...) -> ``rank_spread`` of its per-rank values.
-        global_samples: samples over all ranks (== ``samples`` on one process).
-        global_batches: batches over all ranks (== ``num_batches`` on one process).
-        global_wall_s: the slowest rank's ``wall_s`` (== ``wall_s`` on one process).
+        global_samples, global_batches: over all ranks; global_wall_s: the slowest rank's.
         worker_counts: event counters reported in the DataLoader with
             ``ocr.perf.worker.report_count`` (ours: ``polygon_cache_hits``, ``_misses``,
             ``_evictions``, ``_corrupt``, ``_bytes_written``), summed over the epoch (this rank).
         batch_times_s: the batch times in order (seconds), every ``batch_times_stride``-th one
             when the epoch had more than 4096.
-        batch_times_stride: see ``batch_times_s``.
-        num_workers: ``num_workers`` of the stage's DataLoader (None when not a DataLoader).
         batch_size: samples in the epoch's first batch (0 when there was none).
         device: ``"cuda"`` when CUDA phases were measured, else ``"cpu"``.
-        global_step: ``trainer.global_step`` at the close.
         callbacks_s: seconds per callback (class name; a second instance of a class gets
             ``#2``), its own hooks' time in any phase (a checkpoint save inside its hook is
             ``checkpoint``, not the callback's).
@@ -308,13 +258,8 @@ class EpochRecord(Record, tag="receipt-ocr/perf-epoch", kw_only=True, frozen=Tru
 
 
 class IntervalRecord(Record, tag="receipt-ocr/perf-interval", kw_only=True, frozen=True):
-    """One ``perf/intervals.jsonl`` line: progress of an open training epoch (this rank).
-
-    Args:
-        t: unix time. stage, epoch: the open window. num_batches, samples: so far.
-        elapsed_s: window time so far (pauses excluded). world_size: ranks.
-        step: ``trainer.global_step``.
-    """
+    """One ``perf/intervals.jsonl`` line: progress of an open training epoch (this rank) so
+    far; ``elapsed_s`` excludes pauses."""
 
     FILE: ClassVar[str] = "intervals.jsonl"
 
@@ -348,10 +293,9 @@ class ResourceSummary(Record, tag="receipt-ocr/resource-summary", kw_only=True, 
     """The resource monitor's summary at a run's end (``perf/resources.jsonl``).
 
     Args:
-        t: unix time. rank: the writing rank. status: sampler part -> why it is unavailable.
+        status: sampler part -> why it is unavailable.
         metrics: ``<name>_mean`` / ``<name>_max`` of each sampled metric and the totals.
-        run: what was sampled (``fit``, ``validate``, ``test``); ``None`` in older records
-            (read as ``fit``).
+        run: what was sampled (``fit``, ``validate``, ``test``); ``None`` is read as ``fit``.
     """
 
     FILE: ClassVar[str] = "resources.jsonl"
@@ -368,19 +312,8 @@ class ResourceSummary(Record, tag="receipt-ocr/resource-summary", kw_only=True, 
 
 
 class AlertEvent(Record, tag="receipt-ocr/alert", kw_only=True, frozen=True):
-    """One alert event (a ``perf/alerts.jsonl`` line).
-
-    Args:
-        t: unix time of the event, seconds.
-        rule: the rule name.
-        event: ``"fired"`` or ``"resolved"``.
-        severity: ``"warning"`` or ``"critical"``.
-        message: one readable sentence with figures.
-        evidence: figures behind it.
-        threshold: thresholds used.
-        suggestion: a concrete change to make.
-        step: global step. epoch: epoch. rank: global rank of the process that saw it.
-    """
+    """One alert event (a ``perf/alerts.jsonl`` line); ``rank`` is the global rank of the
+    process that saw it."""
 
     FILE: ClassVar[str] = "alerts.jsonl"
 
@@ -407,9 +340,8 @@ class ProfilerWindow(Record, tag="receipt-ocr/profiler-window", kw_only=True, fr
     """One torch.profiler window (a ``perf/profiler.jsonl`` line).
 
     Args:
-        t: unix time of the close. stage, epoch: what it profiled.
         trigger: ``epochs``, ``file``, ``alert`` or ``request``; reason: why (the alert's words).
-        steps: steps in its traces. traces: trace files, relative to the run directory.
+        traces: trace files, relative to the run directory.
         batches: ``[first, last]`` batch index it covered (whose time the profiler inflated).
         overhead_s: the profiler's own cost: ``export`` and ``analysis`` seconds.
         summary: the analysis's summary (``top_cpu_ops``, ``findings``, ``dataloader_time_pct``,
@@ -444,17 +376,13 @@ class TryRecord(Record, tag="receipt-ocr/try", kw_only=True, frozen=True):
         session: when the ``try`` session started (ISO 8601, UTC): groups a session's lines.
         kind: ``candidate``, or ``combined`` (the recommended ones together).
         override: the Hydra override(s), space-separated; ``None`` for a plain-language change.
-        description: the change in words.
         family: the candidate's family (``combined`` for the winners together).
-        alters_computation: the change alters what is computed (label it).
         eval_time: checked on the checkpoint with ``ocr-test`` (evaluation speed and H-mean).
         status: ``recommended``, ``no significant change``, ``regression``, ``inconclusive``,
             ``H-mean drop`` (faster or not, it lowers the H-mean beyond the tolerance),
             ``not applicable``, ``failed`` or ``untried`` (the budget ran out).
-        pairs: pairs measured.
         ratios: ``speed(changed) / speed(unchanged)`` per pair.
         median, low, high: the median ratio and its 95 % bootstrap interval (None without pairs).
-        base_samples_per_sec, changed_samples_per_sec: median speeds of the two sides.
         hmean_base, hmean_changed: eval-time only: H-mean on the checkpoint.
         note: why (not applicable, failed, untried, the H-mean drop), or "".
     """
@@ -492,10 +420,8 @@ class GrowthNode(msgspec.Struct, kw_only=True):
     Args:
         path: ``Owner.attr`` then ``[key]`` / ``[i]`` / ``.attr`` steps (``UserModule.losses``).
         kind: the container's type name (``list``, ``dict``, ``Tensor``, an object's class).
-        length: ``len()`` of the container (a tensor's first dimension).
-        tensors: tensors under it; bytes: their storages' bytes, each storage once per scan
-            (both extrapolated where ``sampled``). graph: whether one holds an autograd graph.
-        devices: their device types, sorted. sampled: a container under it was sampled.
+        bytes: the tensors' storages' bytes, each storage once per scan (``tensors`` and
+            ``bytes`` extrapolated where ``sampled``). graph: one holds an autograd graph.
     """
 
     path: str
@@ -512,10 +438,8 @@ class GrowthRecord(Record, tag="receipt-ocr/growth", kw_only=True, frozen=True):
     """One ``perf/growth.jsonl`` line: the attribute scan at one training epoch's end
     (``EpochScanCallback``, ``ocr.perf.growth.scan``).
 
-    Args:
-        epoch: the training epoch that ended. nodes: the paths holding tensors (most first).
-        items: items the scan looked at; scan_ms: its wall time; truncated: whether its item
-            budget stopped it.
+    ``nodes`` are the paths holding tensors (most first); ``truncated``: the scan's item
+    budget stopped it.
     """
 
     FILE: ClassVar[str] = "growth.jsonl"
@@ -532,9 +456,8 @@ class RecompileReason(msgspec.Struct, kw_only=True, frozen=True):
 
     Args:
         reason: the failed guard without its varying numbers
-            (``tensor 'args[0]' size mismatch at index 2``). count: recompiles it caused.
-        dimension: ``dimension 2 of args[0]`` for a size / stride guard. sizes: the sizes seen on
-            it. example: one reason as torch wrote it.
+            (``tensor 'args[0]' size mismatch at index 2``).
+        dimension: ``dimension 2 of args[0]`` for a size / stride guard; sizes: those seen on it.
     """
 
     reason: str
@@ -549,13 +472,12 @@ class RecompilesRecord(Record, tag="receipt-ocr/recompiles", kw_only=True, froze
     (``EpochScanCallback``, ``ocr.perf.recompiles.CompileWatch``).
 
     Args:
-        epoch: the training epoch. available: whether compiles could be counted (``note``: why
-            not, or the untested torch version).
+        available: whether compiles could be counted (``note``: why not, or the untested torch
+            version).
         compiles: frames compiled; recompiles: of them, recompiles. reasons: most frequent first.
         functions: compiles per compiled function (``co_name (file)``).
-        compile_s: seconds compiling. limit_hit: whether the recompile limit was hit (the
-            function then runs eagerly); limit: the limit in force. failed: compiles that failed
-            otherwise. lost: compiles beyond torch's bounded metrics list.
+        limit_hit: the recompile limit was hit (the function then runs eagerly). failed: compiles
+            that failed otherwise. lost: compiles beyond torch's bounded metrics list.
         batch_shapes: distinct batch shapes in the epoch (``None``: not counted);
             shape_examples: up to 8 of them.
     """
@@ -595,19 +517,10 @@ def _enc_hook(value: Any) -> Any:
 _ENCODER = msgspec.json.Encoder(enc_hook=_enc_hook)
 
 
-def _encode(record: Record) -> bytes:
-    if record.v != record.VERSION:
-        record = msgspec.structs.replace(record, v=record.VERSION)
-    return _ENCODER.encode(record)
-
-
 class RecordWriter:
-    """Appends one record per line to ``path`` (created with its folder on first write) and
-    flushes it; thread-safe. Records of several kinds may share a file.
-
-    Args:
-        path: the ``.jsonl`` file (``SomeRecord.path(run_dir)``).
-    """
+    """Appends one record per line to ``path`` (``SomeRecord.path(run_dir)``, created with its
+    folder on first write) and flushes it; thread-safe. Records of several kinds may share a
+    file."""
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
@@ -617,7 +530,9 @@ class RecordWriter:
     def write(self, record: Record) -> None:
         """Append ``record``. Raises ``OSError`` when the file cannot be written (callers in
         callbacks turn that into one warning), ``TypeError`` for an unencodable field."""
-        line = _encode(record) + b"\n"
+        if record.v != record.VERSION:
+            record = msgspec.structs.replace(record, v=record.VERSION)
+        line = _ENCODER.encode(record) + b"\n"
         with self._lock:
             if self._fh is None:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -655,12 +570,7 @@ def _typed(kind: type[R], raw: Mapping[str, object], where: str) -> R:
 
 def read_records(path: str | os.PathLike[str], kind: type[R]) -> list[R]:
     """The records of ``kind`` in the JSON-lines file ``path``, in file order; ``[]`` when the
-    file does not exist.
-
-    Lines of another schema are skipped, unknown keys ignored. Raises :class:`RunDirError` for a
-    malformed line (other than a truncated last line, which is skipped with a warning), a record
-    without ``v``, with ``v`` above ``kind.VERSION`` or with a field of the wrong type.
-    """
+    file does not exist. Errors and skipped lines: see the module doc."""
     p = Path(path)
     try:
         with open(p, encoding="utf-8") as fh:
@@ -720,7 +630,7 @@ def write_run_record(run_dir: str | os.PathLike[str], update: Mapping[str, JsonV
     merged.update({"schema": RunRecord.schema(), "v": RunRecord.VERSION})
     record = _typed(RunRecord, merged, str(path))
     tmp = path.with_name(f".run.json.{os.getpid()}.tmp")
-    # fields nobody set stay out of the file, as they always have
+    # fields nobody set stay out of the file
     present = {k: v for k, v in msgspec.to_builtins(record).items() if v is not None}
     tmp.write_bytes(msgspec.json.format(_ENCODER.encode(present), indent=2))
     os.replace(tmp, path)

@@ -18,13 +18,11 @@ import msgspec
 
 from ocr.perf.records import HydraApp, JsonValue, RunRecord, write_run_record
 
-__all__ = ["cpu_bf16", "polygon_cache_hit_rate", "run_info", "to_jsonable", "write_run_info"]
-
 
 def polygon_cache_hit_rate(counts: Mapping[str, float | None]) -> float | None:
     """Hit rate (0-1) of the PolygonCache from an epoch record's ``worker_counts`` (or any sum of
-    them): ``polygon_cache_hits / (hits + polygon_cache_misses)``; ``None`` without a lookup.
-    Absent counters (the writers leave zeros out), ``None`` and non-numbers count as 0."""
+    them); ``None`` without a lookup. Absent counters (the writers leave zeros out), ``None`` and
+    non-numbers count as 0."""
 
     def count(name: str) -> float:
         value = counts.get(name)
@@ -72,8 +70,7 @@ def cpu_bf16() -> bool | None:
 
 
 def _hydra_app() -> HydraApp | None:
-    """The Hydra app this process runs, when it is one (``ocr-perf try`` re-runs it with
-    overrides). ``None`` when Hydra is not imported or no Hydra app is running."""
+    """The Hydra app this process runs (``ocr-perf try`` re-runs it with overrides), if any."""
     if "hydra" not in sys.modules:
         return None
     try:
@@ -96,10 +93,9 @@ def _hydra_app() -> HydraApp | None:
 
 
 def run_info() -> RunRecord:
-    """What a report needs to know about the machine and software of this process, and the
-    command that started it (``ocr-perf try`` re-runs it): ``argv``, ``executable`` (the Python
-    interpreter), ``orig_argv`` (the interpreter's own command line: ``python -m pkg ...`` or
-    a console script), ``cwd`` and ``hydra`` (``None`` for a plain script)."""
+    """The machine and software of this process, and the command that started it (``ocr-perf
+    try`` re-runs it; ``orig_argv`` is the interpreter's own: ``python -m pkg ...`` or a console
+    script)."""
 
     def version(name: str) -> str | None:
         value = getattr(sys.modules.get(name), "__version__", None)
@@ -119,7 +115,6 @@ def run_info() -> RunRecord:
         orig_argv=list(getattr(sys, "orig_argv", sys.argv)),
         cwd=os.getcwd(),
         hydra=_hydra_app(),
-        # compute threads (advice on CPU)
         torch_threads=torch.get_num_threads() if torch is not None else None,
         cuda_devices=[torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
         if cuda and torch is not None

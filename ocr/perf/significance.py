@@ -1,23 +1,11 @@
 """Is a measured change real? The statistics every comparison of the toolkit uses, and its words.
 
-Three commands compare measurements and say whether something changed: ``ocr-perf compare``
-(step times of two traces, :mod:`ocr.perf.trace.compare`), ``ocr-perf check`` (epoch figures
-of a run against a baseline, :mod:`ocr.perf.gate`) and ``ocr-perf try`` (paired speed ratios,
-:mod:`ocr.perf.tryout.paired`). They share:
-
-* :class:`Outcome`, the one set of words for the result of a comparison: ``regression``,
-  ``improvement``, ``no significant change``, ``inconclusive``;
-* :func:`mann_whitney_greater`, a one-sided Mann-Whitney U test (exact for small samples);
-* one percentile bootstrap of a median (:func:`median_interval` for paired ratios,
-  :func:`ratio_of_medians_interval` for two independent samples), seeded so a rerun on the same
-  figures gives the same interval;
-* :func:`paired_ratios` / :func:`ratio_outcome`, the median of paired ratios with its interval
-  and what it lets us say against a bar;
-* :func:`noise_allowance`, the epoch-to-epoch noise of a series as a robust spread (three
-  standard deviations estimated from the interquartile range), which outlying values cannot
-  widen.
-
-Only the words are shared, not one threshold: each command decides what change counts.
+Used by ``ocr-perf compare`` (step times of two traces, :mod:`ocr.perf.trace.compare`),
+``ocr-perf check`` (a run against a baseline, :mod:`ocr.perf.gate`) and ``ocr-perf try`` (paired
+speed ratios, :mod:`ocr.perf.tryout.paired`): the :class:`Outcome` words, a one-sided
+Mann-Whitney U test, one seeded percentile bootstrap of a median (a rerun on the same figures
+gives the same interval) and a robust noise allowance. Only the words are shared, not one
+threshold: each command decides what change counts.
 """
 
 from __future__ import annotations
@@ -29,22 +17,6 @@ from enum import StrEnum
 from functools import lru_cache
 
 import numpy as np
-
-__all__ = [
-    "ALPHA",
-    "BOOTSTRAP_RESAMPLES",
-    "CONFIDENCE",
-    "NOISE_SIGMAS",
-    "OUTCOME_STYLE",
-    "Outcome",
-    "PairedRatios",
-    "mann_whitney_greater",
-    "median_interval",
-    "noise_allowance",
-    "paired_ratios",
-    "ratio_of_medians_interval",
-    "ratio_outcome",
-]
 
 #: Significance level of the one-sided tests.
 ALPHA = 0.05
@@ -103,11 +75,9 @@ def _u_distribution(m: int, n: int) -> tuple[int, ...]:
 
 
 def mann_whitney_greater(x: Sequence[float] | np.ndarray, y: Sequence[float] | np.ndarray) -> float:
-    """One-sided p-value that ``y`` tends to be larger than ``x`` (Mann-Whitney U).
-
-    Exact without ties for up to 20 values per side, otherwise the normal approximation with tie
-    and continuity corrections; ``nan`` when a side is empty.
-    """
+    """One-sided p-value that ``y`` tends to be larger than ``x`` (Mann-Whitney U): exact without
+    ties for up to 20 values per side, else the normal approximation with tie and continuity
+    corrections; ``nan`` when a side is empty."""
     xa, ya = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
     m, n = int(xa.size), int(ya.size)
     if m == 0 or n == 0:
@@ -133,7 +103,6 @@ def mann_whitney_greater(x: Sequence[float] | np.ndarray, y: Sequence[float] | n
 
 
 def _resampled_medians(values: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """The medians of :data:`BOOTSTRAP_RESAMPLES` resamples (with replacement) of ``values``."""
     picks = rng.integers(0, values.size, size=(BOOTSTRAP_RESAMPLES, values.size))
     return np.median(values[picks], axis=1)
 
@@ -172,13 +141,8 @@ def ratio_of_medians_interval(
 
 @dataclass(frozen=True)
 class PairedRatios:
-    """Median of paired ratios and its bootstrap interval (resampling the pairs).
-
-    Args:
-        ratios: one ratio per pair, in run order (e.g. ``speed(B) / speed(A)``).
-        median: their median.
-        low, high: the :data:`CONFIDENCE` percentile-bootstrap interval of the median.
-    """
+    """Median of paired ratios (one per pair in run order, e.g. ``speed(B) / speed(A)``) and
+    its :data:`CONFIDENCE` percentile-bootstrap interval ``[low, high]`` (resampling the pairs)."""
 
     ratios: tuple[float, ...]
     median: float
@@ -192,7 +156,7 @@ class PairedRatios:
 
 def paired_ratios(ratios: Sequence[float], seed: int = BOOTSTRAP_SEED) -> PairedRatios:
     """The median of ``ratios`` with its bootstrap interval (``ValueError`` when empty)."""
-    values = np.asarray([float(r) for r in ratios], dtype=np.float64)
+    values = np.asarray(ratios, dtype=np.float64)
     if values.size == 0:
         raise ValueError("paired_ratios: no ratios")
     low, high = median_interval(values, seed)
@@ -228,17 +192,13 @@ def ratio_outcome(low: float, high: float, bar: float, *, enough: bool = True) -
 
 def noise_allowance(values: Sequence[float], *, relative: bool = True) -> float:
     """The change a series' own noise can explain: :data:`NOISE_SIGMAS` standard deviations of
-    ``values`` (epoch figures, say), the standard deviation estimated robustly as the
-    interquartile range / 1.349 (numpy's linear quantiles).
-
-    ``relative``: in percent of the median (0 when the median is not positive); otherwise in the
-    values' unit. Fewer than two values: 0 (one value says nothing about noise; the caller
-    decides what that means). Unlike the max - min spread, outlying values (fewer than a quarter
-    on a side) cannot widen it: two noisy epochs among twelve leave it where the ten steady ones
-    put it. Unlike the median absolute deviation it stays steady on three or four values (about
-    the max - min range there), where that one can fall to nearly 0.
+    ``values``, estimated robustly as the interquartile range / 1.349; in percent of the median
+    when ``relative`` (0 when it is not positive), else in the values' unit; 0 for fewer than two
+    values. Unlike the max - min spread, outlying values (fewer than a quarter on a side) cannot
+    widen it; unlike the median absolute deviation it stays steady on three or four values, where
+    that one can fall to nearly 0.
     """
-    arr = np.asarray([float(v) for v in values], dtype=np.float64)
+    arr = np.asarray(values, dtype=np.float64)
     arr = arr[np.isfinite(arr)]
     if arr.size < 2:
         return 0.0

@@ -6,10 +6,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-__all__ = ["STAGE_ORDER", "Stage"]
-
-# Every accepted spelling -> the stage's value: ours, Lightning's RunningStage values ("train",
-# "validate", "test") and the trace analyzer's ("validation").
+# Every accepted spelling -> the stage's value.
 _SPELLINGS = {
     "train": "train",
     "val": "val",
@@ -28,9 +25,7 @@ class Stage(StrEnum):
 
     @classmethod
     def parse(cls, name: str) -> Stage:
-        """The stage of ``name``: ``train``, ``val`` / ``validate`` / ``validation``, ``test``
-        (Lightning's ``RunningStage`` names included). ``ValueError`` naming the accepted names
-        for anything else."""
+        """The stage of any spelling of it; ``ValueError`` naming the accepted names else."""
         value = _SPELLINGS.get(str(name))
         if value is None:
             raise ValueError(
@@ -48,13 +43,12 @@ class Stage(StrEnum):
 
     @property
     def label(self) -> str:
-        """The word for it in prose: ``training``, ``validation``, ``test``."""
+        """The word for it in prose."""
         return {"train": "training", "val": "validation", "test": "test"}[self.value]
 
     @property
     def trace_name(self) -> str:
-        """The trace analyzer's name for it (``ocr.perf.trace``): ``train``, ``validation``,
-        ``test``."""
+        """The trace analyzer's name for it (``ocr.perf.trace``)."""
         return "validation" if self is Stage.VAL else self.value
 
 

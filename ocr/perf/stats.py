@@ -7,8 +7,6 @@ from collections.abc import Iterable
 
 import numpy as np
 
-__all__ = ["StreamingStats"]
-
 
 class StreamingStats:
     """Bounded-memory summary of a stream of non-negative values (seconds): exact count/mean/std
@@ -26,15 +24,11 @@ class StreamingStats:
     ``std`` is the population standard deviation (``ddof=0``, like ``numpy.std``).
 
     Args:
-        relative_accuracy: ``a``, the largest relative error of a quantile, in ``(0, 0.5)``.
-            Default 0.005 (half of the 1 % promised, so rounding at bucket edges stays inside it).
-        min_value: values below this (in the stream's unit; seconds for durations) count as zero
-            for the quantiles. Default 1e-9 (1 ns). Mean/std/min/max stay exact.
-        max_value: values above this are put in the top bucket for the quantiles (quantiles are
-            then clipped to the exact maximum). Default 1e9 (~32 years in seconds).
-
-    Attributes:
-        count: number of values added.
+        relative_accuracy: ``a``, in ``(0, 0.5)``; the default is half of the 1 % promised, so
+            rounding at bucket edges stays inside it.
+        min_value: values below this (1 ns by default) count as zero for the quantiles.
+        max_value: values above this (~32 years by default) go in the top bucket for the
+            quantiles (then clipped to the exact maximum).
     """
 
     def __init__(
@@ -145,24 +139,22 @@ class StreamingStats:
 
     # -- reading ----------------------------------------------------------------------------
 
+    # mean, std, min and max are exact; nan when empty
+
     @property
     def mean(self) -> float:
-        """Exact mean; nan when empty."""
         return self._mean if self.count else math.nan
 
     @property
     def std(self) -> float:
-        """Exact population standard deviation (ddof=0); nan when empty."""
         return math.sqrt(max(self._m2, 0.0) / self.count) if self.count else math.nan
 
     @property
     def min(self) -> float:
-        """Smallest value; nan when empty."""
         return self._min if self.count else math.nan
 
     @property
     def max(self) -> float:
-        """Largest value; nan when empty."""
         return self._max if self.count else math.nan
 
     @property

@@ -10,16 +10,13 @@ from __future__ import annotations
 
 import threading
 
-__all__ = ["request_profile", "take_profile_request"]
-
 _lock = threading.Lock()
 _pending: str | None = None
 
 
 def request_profile(reason: str) -> None:
-    """Ask for a profiler window at the next step; ``reason`` (e.g. ``"throughput_drop: 31 %
-    below baseline"``) is recorded with the trace. A request made while another is pending
-    replaces its reason (one window serves both). Thread-safe."""
+    """Ask for a profiler window at the next step; ``reason`` is recorded with the trace and
+    replaces a pending request's (one window serves both). Thread-safe."""
     global _pending
     with _lock:
         _pending = str(reason) or "requested"

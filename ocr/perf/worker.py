@@ -43,8 +43,6 @@ from torch.utils.data.dataloader import _BaseDataLoaderIter
 
 from ocr.perf.clock import PhaseClock
 
-__all__ = ["InstrumentedLoader", "TimedBatch", "WorkerTiming", "report_count", "report_part"]
-
 _now = time.perf_counter_ns
 
 
@@ -54,18 +52,16 @@ class WorkerTiming:
 
     Args:
         fetch_ns: time in the dataset's ``__getitem__`` / ``__getitems__`` for this batch's items
-            (read, decode, augment), in ns. With ``num_workers=0``: from the start of ``next()``
-            to the start of collate.
-        collate_ns: time in the collate function, in ns (includes any reported parts of it).
-        parts_ns: finer parts reported with :func:`report_part` while this batch was built
-            (e.g. ``decode``, ``transform``, ``targets``), name -> ns; they overlap
-            ``fetch_ns``/``collate_ns``, they do not add to them.
+            (read, decode, augment). With ``num_workers=0``: from the start of ``next()`` to the
+            start of collate.
+        collate_ns: time in the collate function (includes any reported parts of it).
+        parts_ns: parts reported with :func:`report_part`; they overlap ``fetch_ns`` /
+            ``collate_ns``, they do not add to them.
         samples: dataset items in the batch (1 without automatic batching).
         worker_id: the DataLoader worker that built it; -1 for the main process.
         fetch_timed: False when the fetch could not be timed (see the module docstring);
-            ``fetch_ns`` is then 0, not a measurement. Default True.
-        counts: event counters reported with :func:`report_count` while this batch was built
-            (e.g. ``polygon_cache_hits``), name -> count. Default empty.
+            ``fetch_ns`` is then 0, not a measurement.
+        counts: counters reported with :func:`report_count`.
     """
 
     fetch_ns: int
@@ -87,63 +83,31 @@ class TimedBatch(NamedTuple):
 # -- the per-process accumulator ---------------------------------------------------------------
 
 
+@dataclass(slots=True)
 class _Accumulator:
-    """Timing collected in this process since the previous batch was collated."""
+    """Timing collected in this process since the previous batch was collated: ``active`` in
+    instrumented workers and inside an in-process ``next()``; ``depth``: nesting of timed dataset
+    calls (``__getitems__`` calling ``self[i]``); ``fetch_start_ns``: set in-process, where
+    fetch = collate start - this."""
 
-    __slots__ = (
-        "active",
-        "counts",
-        "depth",
-        "fetch_ns",
-        "fetch_start_ns",
-        "fetch_timed",
-        "parts",
-    )
-
-    def __init__(self) -> None:
-        self.active = False  # True in instrumented workers and inside an in-process next()
-        self.depth = 0  # nesting of timed dataset calls (__getitems__ calling self[i])
-        self.fetch_ns = 0
-        self.fetch_start_ns: int | None = None  # set in-process: fetch = collate start - this
-        self.fetch_timed = False
-        self.parts: dict[str, int] = {}
-        self.counts: dict[str, int] = {}
-
-    def save(self) -> tuple[Any, ...]:
-        return (
-            self.active,
-            self.depth,
-            self.fetch_ns,
-            self.fetch_start_ns,
-            self.fetch_timed,
-            self.parts,
-            self.counts,
-        )
-
-    def load(self, state: tuple[Any, ...]) -> None:
-        (
-            self.active,
-            self.depth,
-            self.fetch_ns,
-            self.fetch_start_ns,
-            self.fetch_timed,
-            self.parts,
-            self.counts,
-        ) = state
+    active: bool = False
+    depth: int = 0
+    fetch_ns: int = 0
+    fetch_start_ns: int | None = None
+    fetch_timed: bool = False
+    parts: dict[str, int] = field(default_factory=dict)
+    counts: dict[str, int] = field(default_factory=dict)
 
 
 # Process-global rather than thread-local: a dataset may decode in helper threads and report
-# from them. Each worker process has its own copy.
+# from them. Each worker process has its own copy; an in-process ``next()`` swaps in its own.
 _ACC = _Accumulator()
 
 
 def report_part(name: str, ns: int) -> None:
-    """Add ``ns`` nanoseconds to part ``name`` of the batch being built in this process.
-
-    Called by user code inside ``__getitem__`` or a collate function. A no-op (one attribute
-    test) unless this process is building a batch for an :class:`InstrumentedLoader`, so nothing
-    accumulates un-instrumented.
-    """
+    """Add ``ns`` nanoseconds to part ``name`` of the batch being built in this process (user
+    code inside ``__getitem__`` or a collate function). A no-op (one attribute test) unless this
+    process is building a batch for an :class:`InstrumentedLoader`."""
     acc = _ACC
     if acc.active:
         parts = acc.parts
@@ -163,6 +127,7 @@ def report_count(name: str, n: int = 1) -> None:
 # -- worker side -------------------------------------------------------------------------------
 
 
+@dataclass
 class _TimedCollate:
     """Picklable collate wrapper: times ``collate_fn`` and attaches this batch's timing.
 
@@ -170,12 +135,8 @@ class _TimedCollate:
     batch, so the wrapper is transparent there.
     """
 
-    def __init__(self, collate_fn: Callable[[Any], Any], auto_collation: bool) -> None:
-        self.collate_fn = collate_fn
-        self.auto_collation = auto_collation
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.collate_fn!r})"
+    collate_fn: Callable[[Any], Any]
+    auto_collation: bool
 
     def __call__(self, data: Any) -> Any:
         acc = _ACC
@@ -213,22 +174,19 @@ class _TimedCollate:
         return tuple.__new__(TimedBatch, (batch, timing))
 
 
+@dataclass
 class _TimedWorkerInit:
     """Picklable ``worker_init_fn``: turns timing on in the worker, then calls the original."""
 
-    def __init__(self, worker_init_fn: Callable[[int], None] | None, map_style: bool) -> None:
-        self.worker_init_fn = worker_init_fn
-        self.map_style = map_style
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.worker_init_fn!r})"
+    worker_init_fn: Callable[[int], None] | None
+    map_style: bool
 
     def __call__(self, worker_id: int) -> None:
-        acc = _ACC
-        acc.load((True, 0, 0, None, False, {}, {}))
+        global _ACC
+        _ACC = _Accumulator(active=True)
         info = get_worker_info()
         if self.map_style and info is not None:
-            acc.fetch_timed = _time_fetches(info.dataset)
+            _ACC.fetch_timed = _time_fetches(info.dataset)
         if self.worker_init_fn is not None:
             self.worker_init_fn(worker_id)
 
@@ -250,7 +208,25 @@ def _timed_method(method: Callable[..., Any]) -> Callable[..., Any]:
     return timed
 
 
-_TIMED_DATASET_CLASSES: dict[type, type] = {}
+@functools.cache
+def _timed_class(cls: type) -> type | None:
+    """The timing subclass of dataset class ``cls``; ``None`` when it cannot have one."""
+    getitem = getattr(cls, "__getitem__", None)
+    if getitem is None:
+        return None
+    namespace: dict[str, Any] = {
+        "__slots__": (),  # same layout as cls, so __class__ assignment is allowed
+        "__module__": __name__,
+        "_ocr_perf_timed": True,
+        "__getitem__": _timed_method(getitem),
+    }
+    getitems = getattr(cls, "__getitems__", None)
+    if getitems:  # the fetcher only calls it when truthy, so mirror that
+        namespace["__getitems__"] = _timed_method(getitems)
+    try:
+        return type(f"Timed{cls.__name__}", (cls,), namespace)
+    except TypeError:  # a final / builtin class
+        return None
 
 
 def _time_fetches(dataset: Any) -> bool:
@@ -258,25 +234,9 @@ def _time_fetches(dataset: Any) -> bool:
     cls = type(dataset)
     if getattr(cls, "_ocr_perf_timed", False):
         return True
-    timed_cls = _TIMED_DATASET_CLASSES.get(cls)
+    timed_cls = _timed_class(cls)  # type: ignore[arg-type]  # mypy: a class is no Hashable
     if timed_cls is None:
-        getitem = getattr(cls, "__getitem__", None)
-        if getitem is None:
-            return False
-        namespace: dict[str, Any] = {
-            "__slots__": (),  # same layout as cls, so __class__ assignment is allowed
-            "__module__": __name__,
-            "_ocr_perf_timed": True,
-            "__getitem__": _timed_method(getitem),
-        }
-        getitems = getattr(cls, "__getitems__", None)
-        if getitems:  # the fetcher only calls it when truthy, so mirror that
-            namespace["__getitems__"] = _timed_method(getitems)
-        try:
-            timed_cls = type(f"Timed{cls.__name__}", (cls,), namespace)
-        except TypeError:  # a final / builtin class
-            return False
-        _TIMED_DATASET_CLASSES[cls] = timed_cls
+        return False
     try:
         dataset.__class__ = timed_cls
     except TypeError:  # builtins (list, tuple) and C types refuse __class__ assignment
@@ -317,38 +277,23 @@ class _TimedIterator(_BaseDataLoaderIter):
         self._inner._reset(*args, **kwargs)
 
     def __next__(self) -> Any:
+        global _ACC
         # Runs once per batch on the training loop's thread: kept flat and allocation-light.
         handle = self._handle
         if handle is not None and not handle._delivering:
             handle = None
-        clock = handle._next_clock if handle is not None else None
+        clock = handle._clock if handle is not None and handle._charge_next else None
         owner = clock.current_owner if clock is not None else ""
         previous = clock.switch("data_wait") if clock is not None else ""
         try:
             if self._in_process:
-                acc = _ACC
                 # Nested inside another batch being built in this process: keep its state.
-                saved = acc.save() if acc.active else None
-                acc.active = True
-                acc.depth = 0
-                acc.fetch_ns = 0
-                acc.fetch_timed = True
-                acc.parts = {}
-                acc.counts = {}
-                acc.fetch_start_ns = _now()
+                saved = _ACC if _ACC.active else _Accumulator()
+                _ACC = _Accumulator(True, 0, 0, _now(), True)
                 try:
                     item = next(self._inner)
                 finally:
-                    if saved is None:  # back to the idle state
-                        acc.active = False
-                        acc.fetch_start_ns = None
-                        acc.fetch_timed = False
-                        acc.fetch_ns = 0
-                        acc.depth = 0
-                        acc.parts = {}
-                        acc.counts = {}
-                    else:
-                        acc.load(saved)
+                    _ACC = saved
             else:
                 item = next(self._inner)
             if type(item) is TimedBatch:
@@ -378,28 +323,21 @@ def _instrumented_iter(self: DataLoader) -> _BaseDataLoaderIter:
     return _TimedIterator(inner, handle, in_process=self.num_workers == 0)
 
 
-_INSTRUMENTED_LOADER_CLASSES: dict[type, type] = {}
 # Loader -> its live handle. Weak, so a loader copied or re-created from an instrumented one
 # (Lightning re-instantiates loaders by type) just unwraps batches and reports to nobody.
 _HANDLES: weakref.WeakKeyDictionary[DataLoader, InstrumentedLoader] = weakref.WeakKeyDictionary()
 
 
+@functools.cache
 def _instrumented_class(base: type[DataLoader]) -> type[DataLoader]:
-    cls = _INSTRUMENTED_LOADER_CLASSES.get(base)
-    if cls is None:
-        cls = type(
-            f"Instrumented{base.__name__}",
-            (base,),
-            {
-                "__slots__": (),
-                "__module__": __name__,
-                "__doc__": base.__doc__,
-                "__iter__": _instrumented_iter,
-                "_ocr_perf_base": base,
-            },
-        )
-        _INSTRUMENTED_LOADER_CLASSES[base] = cls
-    return cls
+    namespace = {
+        "__slots__": (),
+        "__module__": __name__,
+        "__doc__": base.__doc__,
+        "__iter__": _instrumented_iter,
+        "_ocr_perf_base": base,
+    }
+    return type(f"Instrumented{base.__name__}", (base,), namespace)
 
 
 def _drop_cached_iterator(loader: DataLoader) -> None:
@@ -418,18 +356,16 @@ class InstrumentedLoader:
     ``clock`` while that clock runs. Iterators created before instrumenting are not affected.
 
     Args:
-        loader: the ``torch.utils.data.DataLoader`` to instrument (any map-style dataset, any
-            collate function; iterable datasets get collate/part timing only). Must not already
-            be instrumented.
+        loader: not already instrumented; iterable datasets get collate/part timing only.
         on_batch: called in the consumer's thread, once per batch, with that batch's timing.
             Keep it cheap; it runs inside the ``data_wait`` window.
-        clock: the phase clock to charge the wait to; None (default) charges nothing.
+        clock: the phase clock to charge the wait to; None charges nothing.
         charge_next: False leaves the wait in ``next()`` to the caller (who already brackets it,
             e.g. with Lightning's ``*_dataloader_next`` action) and charges only the iterator's
-            creation (worker start-up) to ``data_wait``. Default True.
+            creation (worker start-up) to ``data_wait``.
         on_error: if given, an exception raised by ``on_batch`` is passed to it and ``on_batch``
-            is not called again (the loader keeps serving batches); if None (default) the
-            exception propagates to the consumer of the loader.
+            is not called again (the loader keeps serving batches); if None the exception
+            propagates to the consumer of the loader.
     """
 
     def __init__(
@@ -460,14 +396,12 @@ class InstrumentedLoader:
         self._on_error = on_error
         self._delivering = True
         self._original_class = type(loader)
-        self._original_collate = loader.collate_fn
-        self._original_worker_init = loader.worker_init_fn
         self._collate = _TimedCollate(loader.collate_fn, loader.batch_sampler is not None)
         self._worker_init = _TimedWorkerInit(
             loader.worker_init_fn, map_style=not isinstance(loader.dataset, IterableDataset)
         )
         # The class first: it is the only step that can fail, and nothing needs undoing then.
-        loader.__class__ = _instrumented_class(type(loader))
+        loader.__class__ = _instrumented_class(type(loader))  # type: ignore[arg-type]
         loader.collate_fn = self._collate
         loader.worker_init_fn = self._worker_init
         _HANDLES[loader] = self
@@ -486,10 +420,6 @@ class InstrumentedLoader:
     def active(self) -> bool:
         """True until :meth:`restore`."""
         return self._loader is not None
-
-    @property
-    def _next_clock(self) -> PhaseClock | None:
-        return self._clock if self._charge_next else None
 
     def _deliver(self, timing: WorkerTiming) -> None:
         if self._on_error is None:
@@ -516,7 +446,7 @@ class InstrumentedLoader:
         if getattr(type(loader), "_ocr_perf_base", None) is self._original_class:
             loader.__class__ = self._original_class
         if loader.collate_fn is self._collate:
-            loader.collate_fn = self._original_collate
+            loader.collate_fn = self._collate.collate_fn
         if loader.worker_init_fn is self._worker_init:
-            loader.worker_init_fn = self._original_worker_init
+            loader.worker_init_fn = self._worker_init.worker_init_fn
         _drop_cached_iterator(loader)

@@ -17,9 +17,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from ocr.lightning_modules.callbacks import EpochScanCallback
-from ocr.perf.growth import read_scans
-from ocr.perf.recompiles import read_compile_epochs
-from ocr.perf.records import read_run_record
+from ocr.perf.records import GrowthRecord, RecompilesRecord, read_records, read_run_record
 from ocr.perf.report.load import load_run
 from ocr.perf.report.stages import summarize_stages
 from ocr.perf.report.verdict import judge
@@ -89,7 +87,7 @@ def test_loss_kept_with_graph_is_named(tmp_path: Path, caplog: pytest.LogCapture
     assert len(warned) == 1
     assert "Collecting.losses" in warned[0]
     assert "autograd graph" in warned[0]
-    scans = read_scans(tmp_path)
+    scans = read_records(GrowthRecord.path(tmp_path), GrowthRecord)
     assert [s.epoch for s in scans] == [0, 1, 2]
     assert all(s.scan_ms >= 0 and s.items > 0 for s in scans)
     run = load_run(tmp_path)
@@ -106,7 +104,7 @@ def test_loss_kept_as_number_is_not(tmp_path: Path, caplog: pytest.LogCaptureFix
     assert not [r for r in caplog.records if "memory creep" in r.getMessage()]
     run = load_run(tmp_path)
     assert not [f for f in judge(run, summarize_stages(run.epochs)) if f.id == "memory_creep"]
-    assert len(read_scans(tmp_path)) == 3
+    assert len(read_records(GrowthRecord.path(tmp_path), GrowthRecord)) == 3
 
 
 def test_compiled_module_six_sizes_recompiles(
@@ -114,7 +112,7 @@ def test_compiled_module_six_sizes_recompiles(
 ) -> None:
     with caplog.at_level(logging.WARNING):
         _fit(tmp_path, Collecting("item", compiled=True, dynamic=False), SIZES, epochs=2)
-    epochs = read_compile_epochs(tmp_path)
+    epochs = read_records(RecompilesRecord.path(tmp_path), RecompilesRecord)
     assert epochs[0].compiles == len(SIZES)
     assert epochs[0].recompiles == len(SIZES) - 1
     assert epochs[0].reasons[0].dimension is not None
@@ -131,7 +129,7 @@ def test_compiled_module_six_sizes_recompiles(
 
 def test_compiled_module_fixed_size_no_finding(tmp_path: Path) -> None:
     _fit(tmp_path, Collecting("item", compiled=True, dynamic=False), (12,) * 6, epochs=2)
-    epochs = read_compile_epochs(tmp_path)
+    epochs = read_records(RecompilesRecord.path(tmp_path), RecompilesRecord)
     assert [e.compiles for e in epochs] == [1, 0]
     assert [e.recompiles for e in epochs] == [0, 0]
     assert [e.batch_shapes for e in epochs] == [1, 1]

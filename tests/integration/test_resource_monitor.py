@@ -21,7 +21,7 @@ from ocr.lightning_modules.callbacks import ResourceMonitorCallback
 from ocr.perf.alerts import RULES
 from ocr.perf.records import AlertEvent, ResourceSample, ResourceSummary
 from ocr.perf.report import build_report, to_markdown
-from ocr.perf.resources import THREAD_NAME
+from ocr.perf.resources.monitor import THREAD_NAME
 from tests.memory_logger import MemoryLogger
 from tests.run_lines import read_dicts
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import csv
 import os
+import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -184,6 +186,8 @@ def test_ddp_two_cpu_ranks_train_and_test_gather_predictions(
     run = tmp_path / "run"
     proc = _run("ocr.train", *ddp, "trainer.max_epochs=1", f"hydra.run.dir={run}", cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    # Our module logs DDP-safe metrics: Lightning has nothing to warn about.
+    assert "sync_dist" not in proc.stdout + proc.stderr
     assert (run / "checkpoints" / "last.ckpt").is_file()
     out = tmp_path / "test"
     proc = _run(
@@ -195,7 +199,44 @@ def test_ddp_two_cpu_ranks_train_and_test_gather_predictions(
         cwd=tmp_path,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    assert "sync_dist" not in proc.stdout + proc.stderr
     preds = load_annotations(out / "predictions.json")
     gt = load_annotations(tiny_dataset / "jsons" / "val.json")
     # Each rank saw half of the images; the file holds all of them.
     assert sorted(p.file_name for p in preds) == sorted(g.file_name for g in gt)
+
+
+def test_ocr_test_on_real_receipts_in_the_flat_layout(
+    trained_run: Path, receipts_dir: Path, tmp_path: Path
+) -> None:
+    # A folder as people keep receipts (images/ + one annotations.json), used as it is.
+    data = tmp_path / "receipts"
+    shutil.copytree(receipts_dir, data)
+    out = tmp_path / "test"
+    proc = _run(
+        "ocr.test",
+        *TINY,
+        f"data.dataset_dir={data}",
+        f"checkpoint_path={trained_run}/checkpoints/last.ckpt",
+        f"hydra.run.dir={out}",
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    assert re.search(r"H-mean on split 'test': \d\.\d{4}", proc.stdout), proc.stdout[-2000:]
+    preds = load_annotations(out / "predictions.json")
+    assert sorted(p.file_name for p in preds) == ["1.jpeg", "2.jpeg"]
+
+
+@pytest.mark.parametrize("module", ["ocr.train", "ocr.test"])
+def test_help_starts_with_worked_examples(module: str, tmp_path: Path) -> None:
+    proc = _run(module, "--help", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith(f"ocr-{module.split('.')[1]}: ")
+    examples = lines.index("Examples:")
+    assert examples < 4
+    assert "experiment=synthetic_debug" in lines[examples + 1]
+    assert "data.dataset_dir=" in proc.stdout
+    assert "annotations.json" in proc.stdout
+    assert "Config groups" in proc.stdout
+    assert len(lines) < 40

@@ -17,8 +17,8 @@ from torch.utils.data import DataLoader
 
 from ocr.lightning_modules.callbacks.errors import PerfCallbackWarning, warn_off
 from ocr.lightning_modules.callbacks.try_window import perf_root
-from ocr.perf.growth import GROWTH_EPOCHS, MAX_ITEMS, Scan, growing, scan
-from ocr.perf.recompiles import CompileEpoch, CompileWatch, ShapeCounter, recompile_finding
+from ocr.perf.growth import GROWTH_EPOCHS, MAX_ITEMS, growing, scan
+from ocr.perf.recompiles import CompileWatch, ShapeCounter, recompile_finding
 from ocr.perf.records import (
     GrowthRecord,
     RecompilesRecord,
@@ -101,10 +101,10 @@ class EpochScanCallback(Callback):
         self.write_run_files = bool(write_run_files)
         self._on = False
         self._warned = False
-        self._scans: deque[Scan] = deque(maxlen=GROWTH_EPOCHS + 1)
+        self._scans: deque[GrowthRecord] = deque(maxlen=GROWTH_EPOCHS + 1)
         self._named: set[str] = set()  # growing attributes already warned about
         self._compile_warned = False
-        self._compiles: list[CompileEpoch] = []  # this run's CompileEpoch records (one per epoch)
+        self._compiles: list[RecompilesRecord] = []  # this run's records (one per epoch)
         self._watch: CompileWatch | None = None
         self._shapes: ShapeCounter | None = None
         self._skip: frozenset[str] = frozenset()

@@ -34,27 +34,12 @@ from ocr.perf.findings import threshold
 from ocr.perf.records import AlertEvent
 from ocr.perf.triggers import request_profile
 
-__all__ = [
-    "AlertEngine",
-    "Check",
-    "Rule",
-    "RuleContext",
-    "RuleState",
-    "Setting",
-    "StragglerSignal",
-]
-
-
 # -- the state machine of one rule --------------------------------------------------------------
 
 
 class RuleState:
-    """Hold time, hysteresis and cool-down of one rule.
-
-    Args:
-        hold_s: seconds the condition must hold before the rule fires (0: at once).
-        cooldown_s: seconds after a firing during which the rule does not fire again.
-    """
+    """Hold time (``hold_s``, 0: fire at once), hysteresis and cool-down (``cooldown_s``, no
+    second firing sooner) of one rule, in seconds."""
 
     def __init__(self, hold_s: float, cooldown_s: float) -> None:
         self.hold_s = float(hold_s)
@@ -95,17 +80,9 @@ class RuleState:
 
 @dataclass(frozen=True)
 class StragglerSignal:
-    """The ``straggler_rank`` rule's input: the straggler of the last epoch gather.
-
-    Args:
-        rank: global rank of the straggler; ``-1`` when no rank straggles (so an alert can
-            resolve).
-        share: its excess work as a share (0-1) of the epoch's wall time.
-        excess_s: its excess work over the median rank, seconds.
-        cause: the phase it spends more in (``data_wait``, ``forward``...).
-        others_wait_s: what the other ranks wait for it, seconds.
-        epoch: the epoch gathered.
-    """
+    """The ``straggler_rank`` rule's input: the straggler of the last epoch gather (``rank``
+    ``-1`` when no rank straggles, so an alert can resolve; ``share`` of the epoch's wall time,
+    0-1; ``cause`` the phase it spends more in)."""
 
     rank: int
     share: float
@@ -117,16 +94,9 @@ class StragglerSignal:
 
 @dataclass(frozen=True)
 class RuleContext:
-    """What a rule knows besides the sampled values.
-
-    Args:
-        phase: ``"train"``, ``"val"``, ``"test"`` or ``"idle"``.
-        step: the trainer's global step.
-        epoch: the current epoch.
-        checkpoint_bytes: estimated size of the next checkpoint, bytes.
-        straggler: the last cross-rank gather's straggler, ``None`` before any gather.
-        where: the training thread's current line (``file:line in function``), when known.
-    """
+    """What a rule knows besides the sampled values: ``phase`` (``train``, ``val``, ``test``
+    or ``idle``), the estimated size of the next checkpoint, the last gather's straggler
+    (``None`` before any) and ``where`` the training thread is (``file:line in function``)."""
 
     phase: str = "train"
     step: int = 0
@@ -138,18 +108,9 @@ class RuleContext:
 
 @dataclass(frozen=True)
 class Check:
-    """One evaluation of a rule.
-
-    Args:
-        breach: the firing condition holds.
-        clear: the clear (hysteresis) condition holds.
-        message: one sentence with the figures, for a firing.
-        resolve: one sentence with the figures, for a resolve.
-        evidence: the figures, name -> number or string.
-        suggestion: a concrete change to make.
-        threshold: the thresholds used, name -> number; ``None``: the rule's table thresholds
-            (:meth:`Rule.thresholds`).
-    """
+    """One evaluation of a rule: whether the firing and the clear (hysteresis) conditions hold,
+    one sentence with the figures for a firing (``message``) and for a resolve, the figures, a
+    concrete change to make, and the thresholds used (``None``: :meth:`Rule.thresholds`)."""
 
     breach: bool
     clear: bool
@@ -246,31 +207,16 @@ class Rule:
         """Evaluate one sample; ``None`` when the rule's inputs are absent."""
         raise NotImplementedError
 
-    def step(
-        self, t: float, values: Mapping[str, float], ctx: RuleContext
-    ) -> tuple[str, Check] | None:
-        """Evaluate and advance the state machine: ``(event, check)`` or ``None``."""
-        check = self.check(t, values, ctx)
-        event = self.state.update(
-            t, None if check is None else check.breach, False if check is None else check.clear
-        )
-        if event is None or check is None:
-            return None
-        return event, check
-
 
 class AlertEngine:
     """Runs rules over samples and sends their events to sinks.
 
     Args:
-        rules: the rules (:func:`ocr.perf.alerts.rules.build_rules`).
-        sinks: where events go. Default ``()``.
-        rank: global rank of this process (in every event). Default ``0``.
+        rank: global rank of this process (in every event).
         all_rules: evaluate every rule (rank zero, or one process); ``False``: only the
-            rules marked ``per_rank``. Default ``True``.
+            rules marked ``per_rank``.
         request_profiles: a firing of a rule marked ``requests_profile`` (``throughput_drop``)
-            calls ``ocr.perf.triggers.request_profile("<rule>: <message>")``. Default
-            ``False``.
+            calls ``ocr.perf.triggers.request_profile("<rule>: <message>")``.
     """
 
     def __init__(
@@ -308,20 +254,16 @@ class AlertEngine:
         """Evaluate every rule on one sample taken at ``t`` (monotonic seconds; default now)
         with the context the rules read (:class:`RuleContext`); send and return the events."""
         t = time.monotonic() if t is None else t
-        ctx = RuleContext(
-            phase=phase,
-            step=step,
-            epoch=epoch,
-            checkpoint_bytes=checkpoint_bytes,
-            straggler=straggler,
-            where=where,
-        )
+        ctx = RuleContext(phase, step, epoch, checkpoint_bytes, straggler, where)
         events = []
         for rule in self.rules:
-            result = rule.step(t, values, ctx)
-            if result is None:
+            check = rule.check(t, values, ctx)
+            if check is None:
+                rule.state.update(t, None)
                 continue
-            kind, check = result
+            kind = rule.state.update(t, check.breach, check.clear)
+            if kind is None:
+                continue
             event = AlertEvent(
                 t=time.time(),
                 rule=rule.name,

@@ -17,8 +17,6 @@ from ocr.perf.alerts.rules import RULES
 from ocr.perf.findings import Finding, risk_score
 from ocr.perf.records import AlertEvent
 
-__all__ = ["alert_finding", "alert_findings"]
-
 
 def _when(events: Sequence[AlertEvent]) -> str:
     """``since epoch E`` (still active: E is the epoch of the firing that never resolved) or
@@ -31,18 +29,18 @@ def _when(events: Sequence[AlertEvent]) -> str:
 
 
 def alert_finding(events: Sequence[AlertEvent], rank: int | None = None) -> Finding | None:
-    """One rule's events of one rank as a :class:`~ocr.perf.findings.Finding`
-    (``alert:<rule>``): the last firing's message, evidence and suggestion, how often it fired
-    and whether it was still active at the end; ``None`` when it never fired. ``rank``: name
-    the rank in the title and the evidence (runs of several processes); ``None``: one process.
-    The score is left 0: ranking against the other findings is :func:`alert_findings`' job.
-    Confidence is ``likely``: an alert judges sampling windows, not the whole run."""
+    """One rule's events of one rank as an ``alert:<rule>`` finding (``None`` when it never
+    fired), the rank named unless ``None``; score 0 (:func:`alert_findings` ranks it), confidence
+    ``likely``: an alert judges sampling windows, not the whole run."""
     fired = [e for e in events if e.event == "fired"]
     if not fired:
         return None
     last = fired[-1]
-    evidence: dict[str, float | str | int | bool | None] = dict(last.evidence)
-    evidence.update({"times_fired": len(fired), "still_active_at_end": events[-1].event == "fired"})
+    evidence: dict[str, float | str | int | bool | None] = {
+        **last.evidence,
+        "times_fired": len(fired),
+        "still_active_at_end": events[-1].event == "fired",
+    }
     message = last.message or "(no message)"
     title = f"alert {last.rule}: {message}"
     if rank is not None:
@@ -53,7 +51,7 @@ def alert_finding(events: Sequence[AlertEvent], rank: int | None = None) -> Find
         severity="critical" if any(e.severity == "critical" for e in fired) else "warning",
         score=0.0,
         title=title,
-        evidence=dict(evidence),
+        evidence=evidence,
         threshold=dict(last.threshold),
         suggestion=last.suggestion or "see the alert's message.",
         source="alerts",
@@ -66,10 +64,11 @@ def alert_findings(
 ) -> list[Finding]:
     """One finding per (rank, rule) that fired, scored against the time ``findings``: a rule
     marked ``risk`` in the catalogue scores by its severity (``risk_critical_score`` /
-    ``risk_warning_score``), any other alert ``risk_warning_score``;
-    an alert whose rule ``corroborates`` a finding present in ``findings`` (starvation for
-    ``input_bound``) is attached to that finding's corroboration instead. Ranks are named when
-    ``world_size`` > 1 or an event comes from a rank other than 0."""
+    ``risk_warning_score``), any other alert (a speed alert no time finding confirms has no
+    measured share of the run) ``risk_warning_score``; an alert whose rule ``corroborates`` a
+    finding present in ``findings`` (starvation for ``input_bound``) is attached to that
+    finding's corroboration instead. Ranks are named when ``world_size`` > 1 or an event comes
+    from a rank other than 0."""
     by_key: dict[tuple[int, str], list[AlertEvent]] = defaultdict(list)
     for e in events:
         by_key[(e.rank, e.rule)].append(e)
@@ -91,9 +90,6 @@ def alert_findings(
                 line += fired[-1].message
             related[0].corroboration.append(line)
             continue
-        # A risk scores by its severity (ocr.perf.findings.risk_score); an alert about speed
-        # that no time finding confirms has no measured share of the run: it ranks as a risk
-        # warning does.
         risk = meta is not None and meta.risk
         out.append(replace(finding, score=risk_score(finding.severity if risk else "warning")))
     return out

@@ -25,8 +25,6 @@ from typing import ClassVar
 from ocr.errors import ConfigError
 from ocr.perf.alerts.engine import Check, Rule, RuleContext, Setting
 
-__all__ = ["RULES", "build_rules", "rule_defaults"]
-
 _GB = float(1 << 30)
 _MB = float(1 << 20)
 _GPU_KEY = re.compile(r"^resources/gpu(\d+)_(\w+)$")
@@ -58,10 +56,7 @@ class GpuStarvation(Rule):
     name = "gpu_starvation"
     per_rank = True
     corroborates = "input_bound"
-    DEFAULTS: ClassVar[dict[str, Setting]] = {
-        "hold_s": 60.0,
-        "cooldown_s": 1800.0,
-    }
+    DEFAULTS: ClassVar[dict[str, Setting]] = {"hold_s": 60.0, "cooldown_s": 1800.0}
     FROM_TABLE: ClassVar[dict[str, tuple[str, float]]] = {
         "data_wait_share": ("input_warn_pct", 100.0),
         "data_wait_clear": ("input_clear_pct", 100.0),
@@ -123,10 +118,7 @@ class GpuMemoryNearOom(Rule):
     severity = "critical"
     per_rank = True
     risk = True
-    DEFAULTS: ClassVar[dict[str, Setting]] = {
-        "hold_s": 10.0,
-        "cooldown_s": 1800.0,
-    }
+    DEFAULTS: ClassVar[dict[str, Setting]] = {"hold_s": 10.0, "cooldown_s": 1800.0}
     FROM_TABLE: ClassVar[dict[str, tuple[str, float]]] = {
         "used_fraction": ("gpu_memory_high_pct", 100.0),
         "clear_fraction": ("gpu_memory_clear_pct", 100.0),
@@ -218,10 +210,9 @@ class HostMemoryLeak(Rule):
         span = points[-1][0] - points[0][0]
         if len(points) < 3 or span < s["window_s"] / 2:
             return None
-        mean_t = statistics.fmean(p[0] for p in points)
-        mean_m = statistics.fmean(p[1] for p in points)
-        var = sum((p[0] - mean_t) ** 2 for p in points)
-        slope_gb_s = sum((p[0] - mean_t) * (p[1] - mean_m) for p in points) / var if var else 0.0
+        times, sizes = zip(*points, strict=True)
+        # least-squares slope (span > 0: the times are not all equal)
+        slope_gb_s = statistics.linear_regression(times, sizes).slope if span else 0.0
         growth = slope_gb_s * 60 * _GB / _MB  # MiB per minute
         available = values.get("resources/memory_available_gb", math.inf)
         to_limit = available / slope_gb_s if slope_gb_s > 0 else math.inf
@@ -356,10 +347,7 @@ class DiskSpace(Rule):
     name = "disk_space"
     severity = "critical"
     risk = True
-    DEFAULTS: ClassVar[dict[str, Setting]] = {
-        "hold_s": 0.0,
-        "cooldown_s": 3600.0,
-    }
+    DEFAULTS: ClassVar[dict[str, Setting]] = {"hold_s": 0.0, "cooldown_s": 3600.0}
     FROM_TABLE: ClassVar[dict[str, tuple[str, float]]] = {
         "min_free_gb": ("disk_min_free_gb", 1.0),
         "checkpoints_ahead": ("disk_checkpoints_ahead", 1.0),
@@ -454,10 +442,7 @@ class StragglerRank(Rule):
 
     name = "straggler_rank"
     corroborates = "straggler"
-    DEFAULTS: ClassVar[dict[str, Setting]] = {
-        "hold_s": 0.0,
-        "cooldown_s": 0.0,
-    }
+    DEFAULTS: ClassVar[dict[str, Setting]] = {"hold_s": 0.0, "cooldown_s": 0.0}
     FROM_TABLE: ClassVar[dict[str, tuple[str, float]]] = {
         "share": ("straggler_work_pct", 100.0),
         "clear_share": ("straggler_clear_pct", 100.0),
@@ -494,10 +479,7 @@ class Hang(Rule):
     name = "hang"
     severity = "critical"
     risk = True
-    DEFAULTS: ClassVar[dict[str, Setting]] = {
-        "hold_s": 0.0,
-        "cooldown_s": 600.0,
-    }
+    DEFAULTS: ClassVar[dict[str, Setting]] = {"hold_s": 0.0, "cooldown_s": 600.0}
     FROM_TABLE: ClassVar[dict[str, tuple[str, float]]] = {
         "factor": ("hang_factor", 1.0),
         "min_s": ("hang_min_s", 1.0),

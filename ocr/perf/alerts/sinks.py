@@ -12,15 +12,13 @@ import sys
 
 from ocr.perf.records import AlertEvent, RecordWriter
 
-__all__ = ["AlertSink", "AlertWarning", "JsonlSink", "LogSink", "WandbSink"]
-
 
 class AlertWarning(UserWarning):
     """An alert sink failed and is off for the run."""
 
 
 class AlertSink:
-    """Receives alert events. :meth:`emit` may raise; the engine then turns the sink off."""
+    """Receives alert events (module docstring)."""
 
     name = "sink"
 

@@ -26,7 +26,6 @@ from ocr.perf.stage import Stage
 if TYPE_CHECKING:
     from ocr.perf.trace.result import TraceAnalysis
 
-__all__ = ["Report", "build_report"]
 
 # Rows kept from the trace analysis for the report (the rest is in `ocr-perf analyze`).
 _TRACE_TOP_K = 15
@@ -36,18 +35,10 @@ _TRACE_TOP_K = 15
 class Report:
     """Everything the page, the Markdown and the terminal summary show.
 
-    Args:
-        run: the run directory's files as read (:class:`~ocr.perf.report.load.RunData`).
-        name: what the title calls the run (:mod:`ocr.perf.report.run_name`).
-        stages: per-stage totals over the recorded epochs, train / val / test order.
-        findings: the verdict, ranked (first = the change most likely to help).
-        trace: the profiler trace analysis (its top ops cut to what the report shows, file
-            paths relative to the run), or ``None``.
-        trace_note: why there is no trace analysis (not recorded, unreadable), or ``None``.
-        baseline: ``ocr.perf.gate.check_baseline``'s outcome, or ``None``.
-        baseline_name: the baseline file's name as given (no folder, so copies compare equal).
-        baseline_note: why there is no comparison (none given, gate unavailable, bad file).
-        thresholds: the post-hoc thresholds judged with (``ocr.perf.findings.THRESHOLDS``).
+    ``findings`` are ranked (first = the change most likely to help); ``trace`` has its top ops
+    cut to what the report shows and paths relative to the run; each ``*_note`` says why its
+    section has nothing; ``baseline_name`` is the file's name without its folder (so copies
+    compare equal).
     """
 
     run: RunData
@@ -122,17 +113,13 @@ def _compare_baseline(
 def build_report(
     run_dir: str | os.PathLike[str], baseline: str | os.PathLike[str] | None = None
 ) -> Report:
-    """Read ``run_dir`` (and compare with ``baseline``, a baseline JSON, bench JSON or run dir,
-    when given) and judge it.
-
-    Raises :class:`~ocr.perf.report.load.ReportInputError` naming the file when the run
-    directory is missing, one of its files is malformed, or the baseline file is missing or
-    unusable. An unreadable trace or baseline only
-    leaves its section with a note.
+    """Read ``run_dir`` (and compare with ``baseline``: a baseline JSON, bench JSON or run dir)
+    and judge it. A missing run directory, a malformed file or an unusable baseline file is a
+    :class:`~ocr.perf.report.load.ReportInputError`; an unreadable trace or an incomparable
+    baseline only leaves its section with a note.
     """
     run = load_run(run_dir)
     stages = summarize_stages(run.epochs)
-    # the profiler's export and analysis are its own line, not the callbacks' time
     move_profiler_overhead(stages, run)
     trace, trace_note = _analyze_traces(run)
     result = note = name = None

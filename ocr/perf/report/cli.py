@@ -11,8 +11,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-__all__ = ["add_parser", "run"]
-
 EXIT_OK = 0
 EXIT_BAD_INPUT = 2
 

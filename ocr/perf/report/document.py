@@ -10,9 +10,6 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["OPEN_ROWS", "Section", "Table", "cell"]
-
-
 #: A table with more rows than this is collapsed (``<details>``) unless it says otherwise: the
 #: page should read top to bottom as headlines, with the long listings one click away.
 OPEN_ROWS = 10
@@ -20,12 +17,8 @@ OPEN_ROWS = 10
 
 @dataclass
 class Table:
-    """Rows of already formatted cells under ``headers``; ``caption`` above it.
-
-    ``collapsed``: shown folded in a ``<details>`` element (HTML and Markdown); ``None`` (the
-    default) folds it when it has more than :data:`OPEN_ROWS` rows. Headline tables (the
-    verdict, the phase breakdown) say ``False``, listings (the resource summary) ``True``.
-    """
+    """Rows of already formatted cells under ``headers``; ``caption`` above it. ``collapsed``:
+    folded in a ``<details>`` element; ``None`` folds it beyond :data:`OPEN_ROWS` rows."""
 
     headers: list[str]
     rows: list[list[str]]

@@ -10,13 +10,10 @@ from ocr.perf.findings import CONFIDENCES, Finding
 from ocr.perf.report.build import Report
 from ocr.perf.report.document import Section, Table, cell
 
-__all__ = ["candidate_lines", "evidence_text", "ranked", "severity_legend", "verdict_section"]
-
 
 def candidate_lines(f: Finding) -> list[str]:
-    """One line per candidate change of ``f``: the Hydra override to paste in backticks with
-    its description, or the description alone when the run's config has no key for it, and
-    what the change alters."""
+    """One line per candidate change of ``f``: the override to paste (when the run's config has
+    the key) with its description, and what the change alters."""
     out = []
     for c in f.candidates:
         notes = _notes(c, "evaluation-time: check on the checkpoint")
@@ -56,8 +53,7 @@ def ranked(report: Report) -> list[Finding]:
 
 
 def _example(thresholds: dict[str, float], key: str) -> str:
-    """`` (e.g. data wait >= 40 % of a stage)`` from the verdict's own threshold; nothing when
-    the table has no such key (a figure the verdict does not use would mislead)."""
+    """`` (e.g. data wait >= 40 % of a stage)`` from the verdict's own threshold, if it has one."""
     value = thresholds.get(key)
     return "" if value is None else f" (e.g. data wait >= {value:g} % of a stage)"
 
@@ -103,14 +99,12 @@ def verdict_section(report: Report) -> Section:
                 f.suggestion,
             ]
         )
-    lead = []
-    if findings:
-        top = findings[0]
-        lead.append(f"Most likely to help: {top.title}. Change: {top.suggestion}")
     return Section(
         id="verdict",
         title="Verdict",
-        paragraphs=lead,
+        paragraphs=[
+            f"Most likely to help: {f.title}. Change: {f.suggestion}" for f in findings[:1]
+        ],
         tables=[
             Table(
                 ["#", "severity", "score", "finding", "evidence", "change"],

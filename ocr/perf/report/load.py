@@ -33,14 +33,6 @@ from ocr.perf.records import (
 )
 from ocr.perf.stage import STAGE_ORDER, Stage
 
-__all__ = [
-    "ReportInputError",
-    "RunData",
-    "config_value",
-    "is_run_dir",
-    "load_run",
-]
-
 TRACE_DIRNAME = "profiler_traces"
 _TRACE_SUFFIXES = (".json", ".json.gz")
 
@@ -53,23 +45,10 @@ class ReportInputError(InputError, ValueError):
 class RunData:
     """What a run directory holds, as read from its files (all optional).
 
-    Args:
-        run_dir: the run directory that was read.
-        run_info: ``perf/run.json`` (host, versions, hparams), or ``None`` when absent.
-        config: ``.hydra/config.yaml`` parsed, or ``None`` when absent.
-        config_text: that file's text as written (shown verbatim in the report).
-        overrides: ``.hydra/overrides.yaml`` (the command-line overrides), or ``[]``.
-        hydra_job_name: ``hydra.job.name`` from ``.hydra/hydra.yaml``, or ``None``.
-        epochs: ``perf/epochs.jsonl`` records, the fit's epochs in order (training before
-            validation), then test.
-        intervals: ``perf/intervals.jsonl`` records.
-        resources: ``perf/resources.jsonl`` resource-sample records.
-        resource_summary: the last resource-summary record of a fit (of any run when there is
-            none), or ``None``.
-        alerts: ``perf/alerts.jsonl`` records.
-        profiler_windows: ``perf/profiler.jsonl`` records.
-        trace_files: trace files under ``profiler_traces/``, relative to ``run_dir``, sorted.
-        notes: one sentence per thing that was not recorded (shown in the report).
+    ``epochs`` are in reading order (the fit's epochs, training before validation, then test);
+    ``resource_summary`` is the last summary of a fit (of any run when there is none);
+    ``trace_files`` are relative to ``run_dir``, sorted; ``notes`` hold one sentence per thing
+    that was not recorded (shown in the report).
     """
 
     run_dir: Path
@@ -130,39 +109,26 @@ def _read(path: Path, kind: type[R]) -> list[R]:
         raise ReportInputError(f"{path}: cannot read: {exc}") from exc
 
 
-def _hydra_job_name(path: Path) -> str | None:
-    """``hydra.job.name`` of Hydra's own record of the run, ``None`` when absent or unset."""
-    if not path.is_file():
-        return None
+def _yaml(path: Path) -> tuple[str, Any]:
+    """``path``'s text and its parsed YAML; a :class:`ReportInputError` naming it otherwise."""
     try:
-        loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
+        return text, yaml.safe_load(text)
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
         raise ReportInputError(f"{path}: not readable YAML: {exc}") from exc
-    name = config_value(loaded if isinstance(loaded, dict) else None, "hydra.job.name")
-    return name if isinstance(name, str) and name.strip() else None
 
 
 #: Files of which one marks a run directory (what the callbacks and Hydra write).
 _KINDS = (RunRecord, EpochRecord, IntervalRecord, ResourceSample, AlertEvent, ProfilerWindow)
-RUN_MARKERS = (*(f"{PERF_DIRNAME}/{kind.FILE}" for kind in _KINDS), ".hydra/config.yaml")
-
-
-def is_run_dir(path: str | os.PathLike[str]) -> bool:
-    """Whether ``path`` holds one of :data:`RUN_MARKERS` (a training / test run's folder)."""
-    root = Path(path)
-    return any((root / marker).is_file() for marker in RUN_MARKERS)
+_RUN_MARKERS = (*(f"{PERF_DIRNAME}/{kind.FILE}" for kind in _KINDS), ".hydra/config.yaml")
 
 
 def load_run(run_dir: str | os.PathLike[str]) -> RunData:
-    """Read every performance file of ``run_dir``.
-
-    Raises :class:`ReportInputError` when ``run_dir`` is not a directory or a file in it is
-    malformed or of a newer format (the message names the file).
-    """
+    """Read every performance file of ``run_dir`` (none at all: :class:`ReportInputError`)."""
     root = Path(run_dir)
     if not root.is_dir():
         raise ReportInputError(f"{root}: not a run directory (no such directory)")
-    if not is_run_dir(root):
+    if not any((root / marker).is_file() for marker in _RUN_MARKERS):
         # refused before anything is written: `ocr-perf report ocr` must not drop a report.html
         # into a source folder (which has a perf/ package, but none of the files below)
         raise ReportInputError(
@@ -181,23 +147,19 @@ def load_run(run_dir: str | os.PathLike[str]) -> RunData:
     hydra = root / ".hydra"
     config_path = hydra / "config.yaml"
     if config_path.is_file():
-        try:
-            data.config_text = config_path.read_text(encoding="utf-8")
-            loaded = yaml.safe_load(data.config_text)
-        except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-            raise ReportInputError(f"{config_path}: not readable YAML: {exc}") from exc
+        data.config_text, loaded = _yaml(config_path)
         if loaded is not None and not isinstance(loaded, dict):
             raise ReportInputError(f"{config_path}: expected a mapping at the top level")
         data.config = loaded or {}
         overrides_path = hydra / "overrides.yaml"
         if overrides_path.is_file():
-            try:
-                loaded_overrides = yaml.safe_load(overrides_path.read_text(encoding="utf-8"))
-            except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-                raise ReportInputError(f"{overrides_path}: not readable YAML: {exc}") from exc
-            if isinstance(loaded_overrides, list):
-                data.overrides = [str(o) for o in loaded_overrides]
-        data.hydra_job_name = _hydra_job_name(hydra / "hydra.yaml")
+            overrides = _yaml(overrides_path)[1]
+            if isinstance(overrides, list):
+                data.overrides = [str(o) for o in overrides]
+        if (hydra / "hydra.yaml").is_file():
+            loaded = _yaml(hydra / "hydra.yaml")[1]
+            name = config_value(loaded if isinstance(loaded, dict) else None, "hydra.job.name")
+            data.hydra_job_name = name if isinstance(name, str) and name.strip() else None
     else:
         data.notes.append(".hydra/config.yaml: not recorded (advice names generic settings)")
 

@@ -14,8 +14,6 @@ from ocr.perf.tryout.session import HMEAN_TOLERANCE, paste_line
 if TYPE_CHECKING:
     from ocr.perf.report.build import Report
 
-__all__ = ["measured_changes_section"]
-
 
 def _row(r: TryRecord) -> list[str]:
     labels = [

@@ -8,35 +8,21 @@ from __future__ import annotations
 
 import io
 import math
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import matplotlib as mpl
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
+from matplotlib.typing import RcKeyType
 
 from ocr.perf.clock import PHASES
 from ocr.perf.records import EpochRecord
 from ocr.perf.report.load import RunData
 from ocr.perf.report.stages import num
 from ocr.perf.stage import STAGE_ORDER, Stage
-
-__all__ = [
-    "PHASE_COLORS",
-    "Outlier",
-    "batch_outliers",
-    "batch_times_plot",
-    "memory_timeline_plot",
-    "phase_plot",
-    "resources_figure",
-    "svg",
-    "thin",
-    "throughput_figure",
-    "training_rates",
-]
 
 PHASE_COLORS = {
     "data_wait": "#d62728",
@@ -53,7 +39,7 @@ PHASE_COLORS = {
     "unattributed": "#7f7f7f",
 }
 _STAGE_COLORS = {"train": "#1f77b4", "val": "#ff7f0e", "test": "#2ca02c"}
-_RC: dict[str, Any] = {
+_RC: dict[RcKeyType, Any] = {
     "svg.hashsalt": "receipt-ocr-report",
     "svg.fonttype": "path",
     "font.size": 9,
@@ -61,12 +47,7 @@ _RC: dict[str, Any] = {
     "axes.spines.right": False,
 }
 _SEVERITY_COLORS = {"critical": "#d62728", "warning": "#ff7f0e"}
-
-
-@contextmanager
-def _style() -> Iterator[None]:
-    with mpl.rc_context(_RC):  # type: ignore[arg-type]
-        yield
+_style = partial(mpl.rc_context, _RC)
 
 
 def svg(fig: Figure | None) -> str | None:
@@ -256,39 +237,23 @@ def throughput_figure(run: RunData) -> Figure | None:
         return fig
 
 
-# (panel title, unit, metric names: "{i}" stands for each GPU index)
+# (panel title, unit, metric names without "resources/": "{i}" stands for each GPU index)
 _RESOURCE_PANELS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     (
         "CPU",
         "%",
-        (
-            "resources/process_cpu_percent",
-            "resources/workers_cpu_percent",
-            "resources/system_cpu_percent",
-            "resources/iowait_percent",
-        ),
+        ("process_cpu_percent", "workers_cpu_percent", "system_cpu_percent", "iowait_percent"),
     ),
-    (
-        "memory",
-        "GiB",
-        ("resources/process_rss_gb", "resources/workers_uss_gb", "resources/gpu{i}_memory_used_gb"),
-    ),
-    ("system memory", "%", ("resources/system_memory_percent",)),
-    ("GPU", "%", ("resources/gpu{i}_util_percent",)),
-    (
-        "I/O",
-        "MB/s",
-        (
-            "resources/disk_read_mb_s",
-            "resources/disk_write_mb_s",
-            "resources/net_recv_mb_s",
-            "resources/net_sent_mb_s",
-        ),
-    ),
+    ("memory", "GiB", ("process_rss_gb", "workers_uss_gb", "gpu{i}_memory_used_gb")),
+    ("system memory", "%", ("system_memory_percent",)),
+    ("GPU", "%", ("gpu{i}_util_percent",)),
+    ("I/O", "MB/s", ("disk_read_mb_s", "disk_write_mb_s", "net_recv_mb_s", "net_sent_mb_s")),
 )
 
 
 def _expand(name: str, present: set[str]) -> list[str]:
+    """The recorded ``resources/`` metrics of a panel's ``name`` (one per GPU for ``{i}``)."""
+    name = f"resources/{name}"
     if "{i}" not in name:
         return [name] if name in present else []
     return [n for i in range(16) if (n := name.format(i=i)) in present]

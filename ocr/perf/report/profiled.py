@@ -1,12 +1,9 @@
 """What the profiler windows changed in a run, so the report does not blame the training for it.
 
-A profiled epoch is slower in the steps the profiler recorded (recording, and the trace export at
-the window's last step) and the phase clock books the export and the analysis under
-``callbacks``, since they run inside ``ProfilerCallback``'s hooks. ``perf/profiler.jsonl`` records
-which batches each window covered (``batches``) and what the export and analysis cost
-(``overhead_s``); this module turns those into the report's marks: the profiled batches (labelled
-among the batch-time outliers) and a ``profiler`` line of its own in the phase table, taken out of
-``callbacks``.
+Profiled steps are slower, and the phase clock books the trace export and analysis under
+``callbacks`` (they run in ``ProfilerCallback``'s hooks). From ``perf/profiler.jsonl`` this marks
+the profiled batches among the outliers and moves the export and analysis to a phase-table line
+of their own.
 """
 
 from __future__ import annotations
@@ -14,8 +11,6 @@ from __future__ import annotations
 from ocr.perf.report.load import RunData
 from ocr.perf.report.stages import StageSummary
 from ocr.perf.stage import Stage
-
-__all__ = ["PROFILER_PHASE", "move_profiler_overhead", "profiled_batches"]
 
 #: The phase-table line that holds the profiler's own cost (not a phase of the live clock).
 PROFILER_PHASE = "profiler"

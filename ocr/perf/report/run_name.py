@@ -25,18 +25,11 @@ from typing import Any
 
 from ocr.perf.report.load import RunData, config_value
 
-__all__ = ["RunName", "run_name"]
-
 
 @dataclass(frozen=True)
 class RunName:
-    """What the report calls the run.
-
-    Args:
-        name: the run's name (see the module doc for where it comes from).
-        source: where ``name`` was read, in words (shown under the title).
-        folder: the run directory's own name.
-    """
+    """What the report calls the run; ``source`` says in words where ``name`` was read (shown
+    under the title)."""
 
     name: str
     source: str

@@ -15,14 +15,6 @@ from ocr.perf.report.build import Report
 from ocr.perf.report.document import Section, Table, cell
 from ocr.perf.rundir import polygon_cache_hit_rate
 
-__all__ = [
-    "baseline_section",
-    "cache_section",
-    "config_section",
-    "resources_section",
-    "run_section",
-]
-
 
 def _utc(t: Any) -> str:
     if not isinstance(t, int | float) or isinstance(t, bool) or not math.isfinite(t):

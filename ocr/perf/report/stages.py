@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from ocr.perf.clock import PHASES
 from ocr.perf.ranks import Straggler
 from ocr.perf.records import EpochRecord
 from ocr.perf.stage import STAGE_ORDER, Stage
-
-__all__ = ["StageSummary", "num", "summarize_stages"]
 
 
 def num(value: object, default: float = 0.0) -> float:
@@ -22,31 +22,14 @@ def num(value: object, default: float = 0.0) -> float:
 
 @dataclass
 class StageSummary:
-    """One stage's figures summed over its recorded epochs.
+    """One stage's figures summed over its recorded epochs (seconds, counts).
 
-    Args:
-        stage: ``"train"``, ``"val"`` or ``"test"``.
-        epochs: number of recorded epochs of the stage.
-        wall_s: summed wall time (s).
-        phases_s: summed seconds per phase (every name of ``ocr.perf.clock.PHASES``).
-        worker_s: summed worker-side seconds per part (``fetch``, ``collate``, ...).
-        worker_counts: summed worker counters (``polygon_cache_hits``, ...).
-        num_batches: summed batches.
-        samples: summed samples (this rank's: rank zero's under DDP).
-        global_samples: summed samples over all ranks (``== samples`` on one process).
-        global_wall_s: summed wall time of the slowest rank (``== wall_s`` on one process).
-        num_workers: the DataLoader's ``num_workers`` of the last epoch that recorded it.
-        batch_size: the first batch's size of the last epoch that recorded it.
-        device: ``"cpu"`` or ``"cuda"``.
-        spreads: the last epoch's cross-rank spreads (DDP), figure -> {min, median, max,
-            slowest_rank}.
-        callbacks_s: summed seconds per callback (class name).
-        callback_hooks_s: summed seconds per callback hook (``ClassName.hook``).
-        module_hooks_s: summed seconds per LightningModule / DataModule hook (``Class.hook``).
-        callbacks_s_by_rank: DDP: summed seconds per callback on each rank, indexed by rank
-            (ranks may have different callbacks).
-        stragglers: ``(epoch, straggler or None)`` for each epoch recorded under DDP, in
-            record order (None: no rank straggled).
+    ``samples`` are this rank's (rank zero's under DDP), ``global_samples`` all ranks' and
+    ``global_wall_s`` the slowest rank's (equal to ``samples`` / ``wall_s`` on one process).
+    ``num_workers`` and ``batch_size`` are the last epoch's that recorded them, ``spreads`` the
+    last epoch's cross-rank spreads (DDP: figure -> min, median, max, slowest_rank).
+    ``callbacks_s_by_rank`` is indexed by rank (ranks may have different callbacks);
+    ``stragglers`` is ``(epoch, straggler or None)`` per epoch recorded under DDP.
     """
 
     stage: Stage
@@ -85,6 +68,12 @@ class StageSummary:
         return 100.0 * self.phases_s.get(phase, 0.0) / self.wall_s if self.wall_s > 0 else 0.0
 
 
+def accumulate(acc: dict[str, Any], more: Mapping[str, Any], zero: float = 0.0) -> None:
+    """Add ``more``'s values into ``acc``, key by key (a new key starts from ``zero``)."""
+    for name, value in more.items():
+        acc[name] = acc.get(name, zero) + value
+
+
 def summarize_stages(epochs: list[EpochRecord]) -> dict[Stage, StageSummary]:
     """Stage -> :class:`StageSummary`, in train / val / test order."""
     out: dict[Stage, StageSummary] = {}
@@ -92,12 +81,9 @@ def summarize_stages(epochs: list[EpochRecord]) -> dict[Stage, StageSummary]:
         s = out.setdefault(record.stage, StageSummary(stage=record.stage))
         s.epochs += 1
         s.wall_s += record.wall_s
-        for phase, value in record.phases_s.items():
-            s.phases_s[phase] = s.phases_s.get(phase, 0.0) + value
-        for part, value in record.worker_s.items():
-            s.worker_s[part] = s.worker_s.get(part, 0.0) + value
-        for name, count in record.worker_counts.items():
-            s.worker_counts[name] = s.worker_counts.get(name, 0) + count
+        accumulate(s.phases_s, record.phases_s)
+        accumulate(s.worker_s, record.worker_s)
+        accumulate(s.worker_counts, record.worker_counts, 0)
         s.num_batches += record.num_batches
         s.samples += record.samples
         s.global_samples += record.all_samples
@@ -110,16 +96,13 @@ def summarize_stages(epochs: list[EpochRecord]) -> dict[Stage, StageSummary]:
             s.device = "cuda"
         if record.spreads:
             s.spreads = record.spreads
-        for key in ("callbacks_s", "callback_hooks_s", "module_hooks_s"):
-            acc = getattr(s, key)
-            for name, value in getattr(record, key).items():
-                acc[name] = acc.get(name, 0.0) + value
+        accumulate(s.callbacks_s, record.callbacks_s)
+        accumulate(s.callback_hooks_s, record.callback_hooks_s)
+        accumulate(s.module_hooks_s, record.module_hooks_s)
         by_rank = record.callbacks_s_by_rank
-        while len(s.callbacks_s_by_rank) < len(by_rank):
-            s.callbacks_s_by_rank.append({})
+        s.callbacks_s_by_rank += [{} for _ in range(len(by_rank) - len(s.callbacks_s_by_rank))]
         for acc, spent in zip(s.callbacks_s_by_rank, by_rank, strict=False):
-            for name, value in spent.items():
-                acc[name] = acc.get(name, 0.0) + value
+            accumulate(acc, spent)
         if record.world_size > 1:
             s.stragglers.append((record.epoch or 0, record.straggler))
     return {stage: out[stage] for stage in STAGE_ORDER if stage in out}

@@ -12,10 +12,8 @@ from ocr.perf.report import plots
 from ocr.perf.report.build import Report
 from ocr.perf.report.document import Section, Table, cell
 from ocr.perf.report.profiled import PROFILER_PHASE, profiled_batches
-from ocr.perf.report.stages import StageSummary, num
+from ocr.perf.report.stages import StageSummary, accumulate, num
 from ocr.perf.stage import Stage
-
-__all__ = ["batches_section", "phases_section", "throughput_section"]
 
 
 def phases_section(report: Report) -> Section:
@@ -29,7 +27,6 @@ def phases_section(report: Report) -> Section:
         sec.paragraphs.append("Not recorded: perf/epochs.jsonl is absent or empty.")
         return sec
     stages = list(report.stages.values())
-    # the profiler's export and analysis: their own line (see ocr.perf.report.profiled)
     extra = (PROFILER_PHASE,) if any(PROFILER_PHASE in s.phases_s for s in stages) else ()
     rows = [
         [phase] + [f"{s.phases_s.get(phase, 0.0):,.3f} s ({s.share(phase):.1f} %)" for s in stages]
@@ -91,8 +88,7 @@ def _rank_callback_table(stages: list[StageSummary]) -> Table:
     totals: list[dict[str, float]] = [{} for _ in range(ranks)]
     for s in stages:
         for acc, spent in zip(totals, s.callbacks_s_by_rank, strict=False):
-            for name, secs in spent.items():
-                acc[name] = acc.get(name, 0.0) + secs
+            accumulate(acc, spent)
     names = sorted({name for acc in totals for name in acc}) if ranks > 1 else []
     rows = [[name] + [cell(acc.get(name), 3) for acc in totals] for name in names]
     return Table(
@@ -247,6 +243,19 @@ def _ceiling_line(report: Report) -> str | None:
     return line + (". " + "; ".join(parts) + "." if parts else ".")
 
 
+# (header, EpochRecord field): the wall time samples/s divides by, the samples of all ranks
+_THROUGHPUT_COLUMNS = (
+    ("wall s", "all_wall_s"),
+    ("samples", "all_samples"),
+    ("samples/s", "samples_per_sec"),
+    ("batches/s", "batches_per_sec"),
+    ("batch size", "batch_size"),
+    ("workers", "num_workers"),
+    ("peak RSS GiB", "peak_rss_gb"),
+    ("peak GPU GiB", "peak_gpu_memory_gb"),
+)
+
+
 def throughput_section(report: Report) -> Section:
     sec = Section(
         id="throughput",
@@ -255,32 +264,10 @@ def throughput_section(report: Report) -> Section:
         plot_alt="samples per second per epoch and over time",
     )
     rows = [
-        [
-            e.stage.label,
-            cell(e.epoch),
-            cell(e.all_wall_s),  # what samples/s divides by
-            cell(e.all_samples),  # all ranks
-            cell(e.samples_per_sec),
-            cell(e.batches_per_sec),
-            cell(e.batch_size),
-            cell(e.num_workers),
-            cell(e.peak_rss_gb),
-            cell(e.peak_gpu_memory_gb),
-        ]
+        [e.stage.label, cell(e.epoch), *(cell(getattr(e, f)) for _, f in _THROUGHPUT_COLUMNS)]
         for e in report.run.epochs
     ]
-    header = [
-        "stage",
-        "epoch",
-        "wall s",
-        "samples",
-        "samples/s",
-        "batches/s",
-        "batch size",
-        "workers",
-        "peak RSS GiB",
-        "peak GPU GiB",
-    ]
+    header = ["stage", "epoch", *(h for h, _ in _THROUGHPUT_COLUMNS)]
     ceiling = _ceiling_line(report)
     if ceiling is not None:
         # FLOPs were counted for this run: achieved GFLOP/s and MFU per epoch, next to the rate.

@@ -13,7 +13,9 @@ from ocr.perf.report.document import Section, Table, cell
 if TYPE_CHECKING:
     from ocr.perf.trace.result import DeviceOpRow, OpRow
 
-__all__ = ["trace_section"]
+
+# ProfilerWindow fields shown as they are, each under its own name
+_WINDOW_FIELDS = ("stage", "epoch", "trigger", "reason", "steps", "batches")
 
 
 def _numbered(
@@ -36,33 +38,19 @@ def trace_section(report: Report) -> Section:
         plot_alt="allocated memory over the profiled window",
     )
     windows = report.run.profiler_windows
+    rows = [
+        [
+            *(cell(getattr(w, f)) for f in _WINDOW_FIELDS),
+            cell(w.overhead_s.get("export")),
+            cell(w.overhead_s.get("analysis")),
+            cell(w.traces),
+        ]
+        for w in windows
+    ]
     sec.add(
         Table(
-            [
-                "stage",
-                "epoch",
-                "trigger",
-                "reason",
-                "steps",
-                "batches",
-                "export s",
-                "analysis s",
-                "traces",
-            ],
-            [
-                [
-                    cell(str(w.stage)),
-                    cell(w.epoch),
-                    cell(w.trigger),
-                    cell(w.reason),
-                    cell(w.steps),
-                    cell(w.batches),
-                    cell(w.overhead_s.get("export")),
-                    cell(w.overhead_s.get("analysis")),
-                    cell(w.traces),
-                ]
-                for w in windows
-            ],
+            [*_WINDOW_FIELDS, "export s", "analysis s", "traces"],
+            rows,
             "Profiler windows (export and analysis are the profiler's own cost)",
         )
     )

@@ -36,8 +36,6 @@ from ocr.perf.report.run_sections import (
 from ocr.perf.report.timing_sections import batches_section, phases_section, throughput_section
 from ocr.perf.report.trace_section import trace_section
 
-__all__ = ["print_summary", "sections", "title", "to_html", "to_markdown", "write_html"]
-
 
 def sections(report: Report) -> list[Section]:
     """The report's sections in page order (the verdict first, then the run's identity)."""
@@ -144,7 +142,7 @@ dl.legend dt{font-weight:700}dl.legend dd{margin:0}
 def _html_table(t: Table, sev_col: int | None = None) -> str:
     e = html.escape
     out = ["<table>"]
-    if t.caption:
+    if t.caption and not t.folded:  # a folded table's caption is its summary line
         out.append(f"<caption>{e(t.caption)}</caption>")
     out.append(
         "<thead><tr>" + "".join(f"<th>{e(h)}</th>" for h in t.headers) + "</tr></thead><tbody>"
@@ -158,9 +156,6 @@ def _html_table(t: Table, sev_col: int | None = None) -> str:
         out.append("<tr>" + "".join(cells) + "</tr>")
     out.append("</tbody></table>")
     if t.folded:
-        # the caption moves into the summary line, the table folds under it
-        if t.caption:
-            out.pop(1)
         return f"<details><summary>{e(t.summary)}</summary>\n" + "\n".join(out) + "</details>"
     return "\n".join(out)
 
@@ -236,13 +231,12 @@ def print_summary(report: Report, console: Console | None = None, top: int = 3) 
         t.add_column("samples/s", justify="right")
         for s in report.stages.values():
             biggest = sorted(PHASES, key=lambda p: -s.phases_s.get(p, 0.0))[:3]
-            rate = s.samples_per_sec
             t.add_row(
                 s.label,
                 str(s.epochs),
                 f"{s.wall_s:,.2f}",
                 ", ".join(f"{p} {s.share(p):.0f} %" for p in biggest),
-                f"{rate:,.1f}",
+                f"{s.samples_per_sec:,.1f}",
             )
         con.print(t)
     con.print(f"[bold]Verdict[/bold] ({escape(report.name.title)})", highlight=False)

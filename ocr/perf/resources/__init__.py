@@ -7,23 +7,15 @@ reads every source once per call (names in :mod:`~ocr.perf.resources.metrics`; p
 
 from __future__ import annotations
 
-from ocr.perf.resources.host import memory_limit
 from ocr.perf.resources.metrics import METRIC_DOCS
-from ocr.perf.resources.monitor import (
-    THREAD_NAME,
-    ResourceMonitor,
-)
-from ocr.perf.resources.nvml import normalize_uuid
+from ocr.perf.resources.monitor import ResourceMonitor
 from ocr.perf.resources.sampler import ResourceMonitorWarning, ResourceSampler
 from ocr.perf.resources.signals import StepSignals
 
 __all__ = [
     "METRIC_DOCS",
-    "THREAD_NAME",
     "ResourceMonitor",
     "ResourceMonitorWarning",
     "ResourceSampler",
     "StepSignals",
-    "memory_limit",
-    "normalize_uuid",
 ]

@@ -8,8 +8,6 @@ from pathlib import Path
 
 import psutil
 
-__all__ = ["ProcHandle", "existing_dir", "memory_limit"]
-
 
 def _read_int(path: str) -> int | None:
     try:
@@ -84,8 +82,5 @@ class ProcHandle:
             int(c.read_bytes),
         )
         previous, self.io = self.io, current
-        return (
-            max(current[0] - previous[0], 0),
-            max(current[1] - previous[1], 0),
-            max(current[2] - previous[2], 0),
-        )
+        read, written, stored = (max(c - p, 0) for c, p in zip(current, previous, strict=True))
+        return read, written, stored

@@ -3,8 +3,6 @@ file and the report use these names), and the NVML throttle-reason bits they dec
 
 from __future__ import annotations
 
-__all__ = ["MB", "METRIC_DOCS", "PHASE_NAMES", "POWER_MASK", "THERMAL_MASK"]
-
 MB = float(1 << 20)
 PHASE_NAMES = ("train", "val", "test", "idle")
 
@@ -18,8 +16,7 @@ THERMAL_MASK = _HW_SLOWDOWN | _SW_THERMAL | _HW_THERMAL
 POWER_MASK = _HW_POWER_BRAKE | _SW_POWER_CAP
 
 # Every metric name (without the "resources/" prefix; ``{i}`` is the index of the GPU among this
-# process's CUDA devices, ``{phase}`` one of PHASE_NAMES) -> its meaning. Stable: the loggers, the
-# JSON-lines file and the report use these names.
+# process's CUDA devices, ``{phase}`` one of PHASE_NAMES) -> its meaning.
 METRIC_DOCS: dict[str, str] = {
     "process_cpu_percent": "main process CPU, % of one core (all its threads)",
     "process_rss_gb": "main process resident memory, GiB",

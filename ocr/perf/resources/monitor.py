@@ -18,8 +18,6 @@ from ocr.perf.records import RecordWriter, ResourceSample, ResourceSummary
 from ocr.perf.resources.sampler import ResourceMonitorWarning, ResourceSampler
 from ocr.perf.resources.signals import StepSignals, is_nonfinite
 
-__all__ = ["THREAD_NAME", "ResourceMonitor"]
-
 THREAD_NAME = "ocr-resource-monitor"
 
 # Metric-name suffixes averaged over a logging interval; other names (memory gauges, counters,
@@ -28,9 +26,7 @@ _MEAN_SUFFIXES = ("_percent", "_mb_s", "_w", "_c", "_mhz", "_share", "_per_s")
 
 
 class ResourceMonitor:
-    """The sampler on a daemon thread, the training signals, the alert engine and the records.
-
-    Each tick (every ``interval_s``): sample, add the training signals, evaluate the alert rules,
+    """Each tick (every ``interval_s``): sample, add the training signals, evaluate the alert rules,
     fold the values into the logging interval and the run summary, and (``record_samples``)
     write the sample to ``writer`` (``resources.jsonl``: the report plots every one). Every
     ``log_interval_s`` the interval's record (rates averaged) is left in :attr:`pending` for the
@@ -39,23 +35,15 @@ class ResourceMonitor:
     A tick that raises is one warning and stops the thread; training goes on.
 
     Args:
-        sampler: the :class:`ResourceSampler` (closed by :meth:`close`).
-        signals: the :class:`StepSignals` the training hooks stamp.
-        engine: alert rules and sinks, or ``None`` for no alerting. Default ``None``.
-        writer: ``resources.jsonl`` writer, or ``None`` (non-zero ranks). Default ``None``.
-        interval_s: seconds between samples. Default ``1.0``.
-        log_interval_s: seconds between logged records (independent of ``interval_s``; at least
-            one sample each). Default ``10.0``.
-        record_samples: write every sample to ``writer`` (about 2 KB each on a CPU host: some
-            7 MB per hour at ``interval_s=1``); ``False``: one record per logging interval, for
-            runs of weeks. Default ``True``.
-        rate_window_s: window of the data-wait share and the step rate, seconds. Default
-            ``10.0``.
-        rank: global rank written in the records. Default ``0``.
-        context: returns ``(step, epoch)`` for the records (read from the sampler thread).
-            Default: the signals' step count and epoch.
-        main_thread_ident: thread whose current frame a hang alert cites; default the thread
-            that builds the monitor.
+        engine: alert rules and sinks; ``None``: no alerting.
+        writer: ``resources.jsonl`` writer; ``None`` on non-zero ranks.
+        log_interval_s: independent of ``interval_s``; at least one sample each.
+        record_samples: about 2 KB a sample on a CPU host (some 7 MB per hour at
+            ``interval_s=1``); ``False``: one record per logging interval, for runs of weeks.
+        rate_window_s: window of the data-wait share and the step rate.
+        context: returns ``(step, epoch)`` for the records (called on the sampler thread);
+            default the signals' step count and epoch.
+        main_thread_ident: thread whose current frame a hang alert cites; default the caller's.
     """
 
     def __init__(
@@ -320,16 +308,13 @@ class ResourceMonitor:
             out["alerts/fired"] = float(self.engine.fired_count)
         return out
 
-    def write_summary(
-        self, writer: RecordWriter | None = None, run: str | None = None
-    ) -> dict[str, float]:
+    def write_summary(self, run: str | None = None) -> dict[str, float]:
         """Write the summary record (schema ``receipt-ocr/resource-summary``) and return it.
         ``run`` names what was sampled (``"fit"``, ``"validate"``, ``"test"``): one run folder
         may hold a fit and the test that follows it."""
         summary = self.summary()
-        if writer is None and self.writer is not None:
+        if self.writer is not None:
             writer = RecordWriter(self.writer.path)
-        if writer is not None:
             record = ResourceSummary(
                 t=time.time(),
                 rank=self.rank,

@@ -12,8 +12,6 @@ from typing import Any
 from ocr.perf.memory import GB
 from ocr.perf.resources.metrics import POWER_MASK, THERMAL_MASK
 
-__all__ = ["NvmlGpus", "normalize_uuid"]
-
 
 def normalize_uuid(uuid: Any) -> str:
     """A GPU UUID in one spelling: lower case, without NVML's ``GPU-`` prefix (torch omits it)."""
@@ -26,13 +24,9 @@ def normalize_uuid(uuid: Any) -> str:
 class NvmlGpus:
     """NVML handles of the GPUs this process uses.
 
-    Args:
-        nvml: the NVML module (tests pass a fake); ``None`` imports ``pynvml``.
-        device_uuids: UUIDs of the GPUs (any spelling), in the order that numbers them
-            ``gpu0``, ``gpu1``...; ``None``: every GPU NVML sees; empty: none.
-
-    Attributes:
-        status: ``"ok (<n> device(s) via NVML)"`` or ``"unavailable (<reason>)"``.
+    ``device_uuids`` (any spelling, with or without ``GPU-``) are in the order that numbers them
+    ``gpu0``, ``gpu1``...; ``None``: every GPU NVML sees; empty: none. :attr:`status` is
+    ``"ok (<n> device(s) via NVML)"`` or ``"unavailable (<reason>)"``.
     """
 
     def __init__(self, nvml: Any, device_uuids: Sequence[str] | None) -> None:

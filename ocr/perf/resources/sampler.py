@@ -13,8 +13,6 @@ Choices that matter for correctness:
   ``worker_refresh_s`` because a child scan costs milliseconds. Their memory is USS/PSS (summed
   RSS cannot see copy-on-write growth). A worker that exits between two samples loses its last
   interval's I/O.
-- GPUs through NVML (:class:`~ocr.perf.resources.nvml.NvmlGpus`). Without NVML:
-  ``status["gpu"] = "unavailable (<reason>)"``.
 - A source that raises is reported in one warning and marked unavailable; the others go on.
 """
 
@@ -39,37 +37,28 @@ from ocr.perf.resources.host import ProcHandle, existing_dir, memory_limit
 from ocr.perf.resources.metrics import MB, PHASE_NAMES
 from ocr.perf.resources.nvml import NvmlGpus
 
-__all__ = ["ResourceMonitorWarning", "ResourceSampler"]
-
 
 class ResourceMonitorWarning(UserWarning):
     """A resource source failed (it is off for the run) or the monitor turned itself off."""
 
 
 class ResourceSampler:
-    """Reads host, process, worker, disk, network and GPU figures; one call, one flat dict.
-
-    Not thread-safe: one thread calls :meth:`sample` (the monitor's). :attr:`phase` may be set
+    """Not thread-safe: one thread calls :meth:`sample` (the monitor's). :attr:`phase` may be set
     from another thread; I/O since the previous sample is charged to the phase current at
     sampling time.
 
     Args:
-        checkpoint_dir: folder whose file system's free space is reported
-            (``checkpoint_dir_free_gb``); its nearest existing parent while it does not exist.
-            ``None``: not reported. Default ``None``.
-        device_uuids: UUIDs of the GPUs this process uses (any spelling, with or without
-            ``GPU-``), in the order that numbers them ``gpu0``, ``gpu1``...; ``None``: every GPU
-            NVML sees; empty: no GPU sampling. Default ``None``.
-        cuda_device: torch CUDA device index whose allocator counters are read (only when CUDA
-            is initialised in this process), or ``None`` for none. Default ``None``.
-        worker_refresh_s: seconds between scans for DataLoader worker processes (a scan costs a
-            few ms). Default ``5.0``.
-        memory_detail_s: seconds between reads of USS/PSS of the main process and every worker
-            (``memory_full_info`` walks every mapping: ~3 ms per process once torch is loaded);
-            samples in between reuse the last figures. ``0``: never (no USS/PSS; the leak rule
-            then watches RSS). Default ``5.0``.
-        nvml: the NVML module (tests pass a fake); ``None`` imports ``pynvml``. Default ``None``.
-        warn: called with one message when a source fails; default ``warnings.warn`` with
+        checkpoint_dir: folder whose file system's free space is reported (its nearest existing
+            parent while it does not exist); ``None``: not reported.
+        device_uuids: as :class:`~ocr.perf.resources.nvml.NvmlGpus` takes them.
+        cuda_device: torch CUDA device whose allocator counters are read (only once CUDA is
+            initialised in this process); ``None``: none.
+        worker_refresh_s: seconds between scans for DataLoader workers (a scan costs a few ms).
+        memory_detail_s: seconds between USS/PSS reads (``memory_full_info`` walks every
+            mapping: ~3 ms per process once torch is loaded; samples in between reuse the last
+            figures); ``0``: never (the leak rule then watches RSS).
+        nvml: the NVML module (tests pass a fake); ``None`` imports ``pynvml``.
+        warn: called with one message when a source fails; default a
             :class:`ResourceMonitorWarning`.
     """
 
@@ -277,15 +266,10 @@ class ResourceSampler:
         out["resources/memory_available_gb"] = available / GB
 
     def _sample_rates(
-        self,
-        out: dict[str, float],
-        now: float,
-        source: str,
-        counters: Any,
-        fields: tuple[str, ...],
-        keys: tuple[str, ...],
+        self, out: dict[str, float], now: float, source: str, counters: Any, names: dict[str, str]
     ) -> None:
-        """MB/s of each byte counter in ``fields`` since the previous sample, as ``keys``."""
+        """MB/s of each byte counter since the previous sample: ``names`` maps a counter's field
+        to its metric (without ``resources/``)."""
         if counters is None:
             raise RuntimeError(f"no {source} I/O counters on this system")
         previous = self._counters.get(source)
@@ -293,18 +277,17 @@ class ResourceSampler:
         if previous is None or now <= previous[0]:
             return
         t0, before = previous
-        for key, name in zip(keys, fields, strict=True):
-            out[key] = max(getattr(counters, name) - getattr(before, name), 0) / MB / (now - t0)
+        for name, key in names.items():
+            delta = max(getattr(counters, name) - getattr(before, name), 0)
+            out[f"resources/{key}"] = delta / MB / (now - t0)
 
     def _sample_disk(self, out: dict[str, float], now: float) -> None:
-        fields = ("read_bytes", "write_bytes")
-        keys = ("resources/disk_read_mb_s", "resources/disk_write_mb_s")
-        self._sample_rates(out, now, "disk", psutil.disk_io_counters(), fields, keys)
+        names = {"read_bytes": "disk_read_mb_s", "write_bytes": "disk_write_mb_s"}
+        self._sample_rates(out, now, "disk", psutil.disk_io_counters(), names)
 
     def _sample_network(self, out: dict[str, float], now: float) -> None:
-        fields = ("bytes_recv", "bytes_sent")
-        keys = ("resources/net_recv_mb_s", "resources/net_sent_mb_s")
-        self._sample_rates(out, now, "network", psutil.net_io_counters(), fields, keys)
+        names = {"bytes_recv": "net_recv_mb_s", "bytes_sent": "net_sent_mb_s"}
+        self._sample_rates(out, now, "network", psutil.net_io_counters(), names)
 
     def _sample_free_space(self, out: dict[str, float], now: float) -> None:
         assert self.checkpoint_dir is not None

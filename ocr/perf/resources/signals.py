@@ -9,8 +9,6 @@ from typing import Any
 
 from ocr.perf.alerts import StragglerSignal
 
-__all__ = ["StepSignals", "is_nonfinite"]
-
 
 class StepSignals:
     """Counters stamped by the training thread's hooks (a few attribute writes per step) and

@@ -11,7 +11,6 @@ import torch
 from ocr.perf import growth
 from ocr.perf.growth import (
     GROWTH_EPOCHS,
-    Scan,
     growing,
     growth_finding,
     growth_findings,
@@ -38,7 +37,7 @@ class Holder(torch.nn.Module):
         self.window.append(loss.detach().clone())
 
 
-def _scans(epochs: int, steps: int = 5) -> list[Scan]:
+def _scans(epochs: int, steps: int = 5) -> list[GrowthRecord]:
     m = Holder()
     out = []
     for epoch in range(epochs):

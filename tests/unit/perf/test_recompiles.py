@@ -11,16 +11,14 @@ import torch
 
 from ocr.perf.recompiles import (
     RECOMPILE_CHURN,
-    CompileEpoch,
     CompileWatch,
-    Reason,
     ShapeCounter,
     normalize_reason,
     recompile_finding,
     recompile_findings,
     torch_tested,
 )
-from ocr.perf.records import RecompilesRecord, RecordWriter
+from ocr.perf.records import RecompileReason, RecompilesRecord, RecordWriter
 
 SIZES = (8, 10, 12, 14, 16, 18)
 
@@ -32,7 +30,7 @@ def _fresh_dynamo() -> Iterator[None]:
     torch._dynamo.reset()
 
 
-def _run(model: torch.nn.Module, sizes: tuple[int, ...], epochs: int) -> list[CompileEpoch]:
+def _run(model: torch.nn.Module, sizes: tuple[int, ...], epochs: int) -> list[RecompilesRecord]:
     watch = CompileWatch()
     out = []
     for epoch in range(epochs):
@@ -112,24 +110,26 @@ def test_automatic_dynamic_recompiles_once_no_finding() -> None:
 
 def test_rule_recurring_after_first_epoch() -> None:
     reason = [
-        Reason(
+        RecompileReason(
             reason="tensor 'x' size mismatch at index 1",
             count=1,
             dimension="dimension 1 of x",
             sizes=[5, 7],
         )
     ]
-    epochs = [CompileEpoch(epoch=0, compiles=2, recompiles=1), CompileEpoch(epoch=1)]
+    epochs = [RecompilesRecord(epoch=0, compiles=2, recompiles=1), RecompilesRecord(epoch=1)]
     assert recompile_finding(epochs) is None
-    epochs.append(CompileEpoch(epoch=2, compiles=1, recompiles=1, reasons=reason, compile_s=2.0))
+    epochs.append(
+        RecompilesRecord(epoch=2, compiles=1, recompiles=1, reasons=reason, compile_s=2.0)
+    )
     finding = recompile_finding(epochs, total_s=10.0)
     assert finding is not None
     assert "after the first epoch" in finding.title
     assert finding.score == 20.0  # 2 s compiling of 10 s: the share of wall time
     assert "dimension 1 of x" in finding.title
-    churn = [CompileEpoch(epoch=0, compiles=RECOMPILE_CHURN + 1, recompiles=RECOMPILE_CHURN)]
+    churn = [RecompilesRecord(epoch=0, compiles=RECOMPILE_CHURN + 1, recompiles=RECOMPILE_CHURN)]
     assert recompile_finding(churn) is not None
-    assert recompile_finding([CompileEpoch(epoch=0, available=False, note="no dynamo")]) is None
+    assert recompile_finding([RecompilesRecord(epoch=0, available=False, note="no dynamo")]) is None
 
 
 def test_normalize_reason() -> None:
@@ -158,8 +158,12 @@ def test_shape_counter() -> None:
 
 def test_records_round_trip(tmp_path: Path) -> None:
     writer = RecordWriter(RecompilesRecord.path(tmp_path))
-    reason = Reason(reason="tensor 'x' size mismatch at index 1", count=5, dimension="d 1 of x")
-    writer.write(CompileEpoch(epoch=0, compiles=6, recompiles=5, reasons=[reason], batch_shapes=6))
+    reason = RecompileReason(
+        reason="tensor 'x' size mismatch at index 1", count=5, dimension="d 1 of x"
+    )
+    writer.write(
+        RecompilesRecord(epoch=0, compiles=6, recompiles=5, reasons=[reason], batch_shapes=6)
+    )
     writer.close()
     found = recompile_findings(tmp_path, total_s=100.0)
     assert len(found) == 1

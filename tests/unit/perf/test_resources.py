@@ -22,14 +22,14 @@ from ocr.perf import resources
 from ocr.perf.alerts import AlertEngine, build_rules
 from ocr.perf.records import RecordWriter, ResourceSample, ResourceSummary
 from ocr.perf.resources import (
-    THREAD_NAME,
     ResourceMonitor,
     ResourceMonitorWarning,
     ResourceSampler,
     StepSignals,
-    memory_limit,
-    normalize_uuid,
 )
+from ocr.perf.resources.host import memory_limit
+from ocr.perf.resources.monitor import THREAD_NAME
+from ocr.perf.resources.nvml import normalize_uuid
 from tests.run_lines import read_dicts
 
 GIB = float(1 << 30)

@@ -14,14 +14,8 @@ phrased for the device the run used: CPU runs get CPU advice (cores shared by Da
 and compute threads, no AMP / pinned memory). Each finding also carries candidate changes
 (:func:`ocr.perf.advice.candidates_for`) that ``ocr-perf try`` can measure.
 
-Findings, severities and thresholds are the shared vocabulary of :mod:`ocr.perf.findings`;
-alerts come in as typed events (:class:`~ocr.perf.records.AlertEvent`), trace findings as
-:class:`~ocr.perf.findings.Finding` and the baseline comparison as
-:class:`~ocr.perf.gate.GateOutcome`.
-
-The parts: :mod:`.stage_rules` (input-bound, slow phases, compute-bound, cache, straggler),
-:mod:`.sources` (resource samples, the profiler trace, the baseline comparison) and
-:mod:`.context` (how advice names the run's settings; rounding, score, world size).
+Findings, severities and thresholds are those of :mod:`ocr.perf.findings`. The rules are in
+:mod:`.stage_rules` (per stage), :mod:`.sources` (resources, trace, baseline) and :mod:`.context`.
 """
 
 from __future__ import annotations
@@ -60,10 +54,8 @@ def judge(
     total_s = sum(s.wall_s for s in stages.values())
     findings: list[Finding] = []
     for s in stages.values():
-        for rule in rules.ONE_FINDING_RULES:
-            if (f := rule(s, run, adv, total_s)) is not None:
-                findings.append(f)
-        findings.extend(rules.overheads(s, adv, total_s))
+        findings += [f for rule in rules.ONE_FINDING_RULES if (f := rule(s, run, adv, total_s))]
+        findings += rules.overheads(s, adv, total_s)
         if (f := rules.straggler(s, total_s)) is not None:
             findings.append(f)
     findings.extend(rules.cache(run, stages, adv, total_s))
@@ -71,7 +63,7 @@ def judge(
     findings.extend(alert_findings(run.alerts, findings, world_size(run)))
     findings.extend(sources.trace_findings(trace, run, adv, findings, total_s, stages))
     findings.extend(sources.baseline_findings(baseline, adv))
-    # issue 22: memory creep named by attribute, recompiles (EpochScanCallback's records)
+    # memory creep named by attribute, recompiles (EpochScanCallback's records)
     try:
         findings.extend(growth_findings(run.run_dir) + recompile_findings(run.run_dir, total_s))
     except RunDirError as exc:  # a malformed record, named with its file

@@ -15,10 +15,7 @@ from ocr.perf.report.stages import StageSummary
 
 
 class Settings:
-    """Names settings for advice: the run's own config key with its current value when the
-    config has one (found by leaf name, :func:`ocr.perf.advice.find_key`: our app's
-    ``data.num_workers``, another app's ``loader.num_workers``), a generic description
-    otherwise, so advice never names a key the run does not have."""
+    """Names settings for advice (the run's own key, else words: see :mod:`..verdict`)."""
 
     def __init__(self, run: RunData) -> None:
         self.config = run.config
