@@ -182,6 +182,7 @@ class ResourceMonitor:
             step=step,
             rank=self.rank,
             metrics={k: v for k, v in metrics.items() if math.isfinite(v)},
+            workers_uss=self.sampler.worker_uss(),  # per worker: ocr.perf.worker_memory
         )
 
     def _where(self, values: Mapping[str, float]) -> str | None:
