@@ -68,6 +68,9 @@ def judge(
         findings.extend(growth_findings(run.run_dir) + recompile_findings(run.run_dir, total_s))
     except RunDirError as exc:  # a malformed record, named with its file
         raise ReportInputError(str(exc)) from exc
+    # issue 22: workers' memory classified, main-process growth no attribute explains
+    explained = any(f.id == "memory_creep" for f in findings)
+    findings.extend(sources.memory_findings(run, stages, adv, explained))
     if not stages:
         findings.append(
             Finding(
