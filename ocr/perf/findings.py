@@ -207,6 +207,9 @@ THRESHOLDS: dict[str, Threshold] = {
     "worker_memory_tail_pct": Threshold(
         15.0, "%", "share of a worker's growth in the last third of its readings: below, a plateau"
     ),
+    "worker_memory_tail_mb": Threshold(
+        32.0, "MB", "and at least this much of it: a short run's warm-up is not continuing growth"
+    ),
     "copy_on_read_container_mb": Threshold(
         32.0, "MB", "Python objects in one dataset container from which copy-on-read matters"
     ),

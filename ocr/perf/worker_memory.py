@@ -17,8 +17,9 @@ samples fetched when known):
   ``copy_on_read_container_mb`` (:func:`python_containers` names them), and the growth tracks the
   distinct samples fetched (Pearson r >= ``copy_on_read_min_r``) or, without those counts, stays
   within the containers' size;
-- ``plateau``: grew, but less than ``worker_memory_tail_pct`` % of the growth came in the last
-  third of the series (a cache filling, allocator arenas reaching their high-water mark);
+- ``plateau``: grew, but less than ``worker_memory_tail_pct`` % of the growth (or less than
+  ``worker_memory_tail_mb``) came in the last third of the series (a cache filling, allocator
+  arenas reaching their high-water mark);
 - ``growing``: the growth goes on (a per-worker cache without a bound, a leak).
 
 :func:`worker_memory_finding` turns the classes of a run's workers into one finding with the
@@ -222,7 +223,11 @@ def classify(
             tracks = growth <= 1.5 * sum(c.mb for c in big)
         if tracks:
             return WorkerMemoryClass(kind="copy_on_read", container=top, **base)  # type: ignore[arg-type]
-    kind = "plateau" if tail_pct < threshold("worker_memory_tail_pct") else "growing"
+    tail_mb = growth * tail_pct / 100.0
+    going_on = tail_pct >= threshold("worker_memory_tail_pct") and tail_mb >= threshold(
+        "worker_memory_tail_mb"
+    )
+    kind = "growing" if going_on else "plateau"
     return WorkerMemoryClass(kind=kind, **base)  # type: ignore[arg-type]
 
 
@@ -318,6 +323,7 @@ def worker_memory_finding(
         threshold={
             "growth_mb": threshold("worker_memory_growth_mb"),
             "tail_pct": threshold("worker_memory_tail_pct"),
+            "tail_mb": threshold("worker_memory_tail_mb"),
             "container_mb": threshold("copy_on_read_container_mb"),
             "min_r": threshold("copy_on_read_min_r"),
         },
