@@ -8,6 +8,9 @@
   table's last rows.
 * :func:`fit_table` drops optional columns of a table, in a fixed order, until it fits the
   terminal (80 columns included) instead of letting Rich squeeze a column to nothing.
+* :func:`make_console` / :func:`widen_for_logs`: output read from a log file or CI (stdout not a
+  terminal) is as wide as ``COLUMNS`` says, or :data:`LOG_WIDTH` when it is unset (Rich's own
+  default there is 80 columns, which folds outcome words and names mid-word).
 * :func:`plain_progress_when_not_a_terminal` swaps a live progress bar for
   :class:`~ocr.lightning_modules.callbacks.PlainProgressBar` when stdout is not a terminal (a log
   file, a pipe), where a live bar prints nothing until the run ends.
@@ -16,7 +19,11 @@
 from __future__ import annotations
 
 import io
+import json
+import os
+import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import rich
@@ -32,6 +39,33 @@ __all__ = [
 
 #: Seconds between two plain progress lines.
 PLAIN_PROGRESS_INTERVAL_S = 30.0
+
+
+#: Columns of command output that is not a terminal when ``COLUMNS`` is unset.
+LOG_WIDTH = 200
+
+
+def _log_width(console: Console) -> int | None:
+    """:data:`LOG_WIDTH` for a console that is not a terminal without ``COLUMNS``, else None."""
+    if console.is_terminal or console.is_jupyter or os.environ.get("COLUMNS", "").isdigit():
+        return None
+    return LOG_WIDTH
+
+
+def make_console(**kwargs: Any) -> Console:
+    """A Rich console for a command's output: the terminal's width, else ``COLUMNS``, else
+    :data:`LOG_WIDTH`; ``kwargs`` go to :class:`rich.console.Console`."""
+    console = Console(**kwargs)
+    width = _log_width(console)
+    return console if width is None else Console(width=width, **kwargs)
+
+
+def widen_for_logs() -> None:
+    """Apply :func:`make_console`'s width to Rich's global console (progress bars, the model
+    summary, :func:`print_renderable`); call once at a command's start."""
+    width = _log_width(rich.get_console())
+    if width is not None:
+        rich.reconfigure(width=width)
 
 
 def print_renderable(obj: RenderableType, **kwargs: Any) -> None:
@@ -56,13 +90,14 @@ def plain_progress_when_not_a_terminal(
     class of the user's own (a subclass) is kept as it is."""
     from lightning.pytorch.callbacks import ProgressBar, RichProgressBar, TQDMProgressBar
 
+    from ocr.lightning_modules.callbacks.live_line import PhaseRichProgressBar
     from ocr.lightning_modules.callbacks.plain_progress import PlainProgressBar
 
     if stdout_is_live() if live is None else live:
         return callbacks
     out = [
         PlainProgressBar(PLAIN_PROGRESS_INTERVAL_S)
-        if type(c) in (RichProgressBar, TQDMProgressBar)
+        if type(c) in (RichProgressBar, PhaseRichProgressBar, TQDMProgressBar)
         else c
         for c in callbacks
     ]
@@ -109,3 +144,15 @@ def _min_width(table: Table) -> int:
             need = max(probe.measure(c).minimum for c in cells)
         total += max(need, column.min_width or 0) + left + right
     return total
+
+
+def write_json(path: Path, obj: Any) -> None:
+    """A command's ``--json OUT``: ``obj`` as indented strict JSON into ``OUT``, or onto stdout
+    for ``-`` (the command then prints its tables to stderr)."""
+    text = json.dumps(obj, indent=2, allow_nan=False, default=str)
+    if str(path) == "-":
+        sys.stdout.write(text + "\n")
+        sys.stdout.flush()
+    else:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")

@@ -13,10 +13,10 @@ import hydra
 import lightning as L
 import torch
 from omegaconf import DictConfig, OmegaConf
-from rich.console import Console
 from rich.table import Table
 
 import ocr.configs  # noqa: F401  (registers the trainer/lightning config node)
+from ocr.console import make_console
 from ocr.errors import ConfigError, InputError
 from ocr.noise import quiet_console
 from ocr.perf.rundir import write_run_info
@@ -239,7 +239,7 @@ def summarize_metrics(title: str, metrics: Mapping[str, float], trainer: L.Train
     for key in sorted(metrics):
         if key.startswith(("val/", "test/")):
             table.add_row(key, f"{metrics[key]:.4f}")
-    Console().print(table)
+    make_console().print(table)
     if "val/hmean" in metrics:
         print(f"VAL H-mean: {metrics['val/hmean']:.4f}")
     # Not trainer.log_dir: under DDP it is a broadcast, and this runs on rank zero only.

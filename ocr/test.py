@@ -23,7 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 from rich.table import Table
 
 from ocr.cli_errors import expected_errors
-from ocr.console import print_renderable
+from ocr.console import print_renderable, widen_for_logs
 from ocr.errors import CheckpointError, ConfigError, MissingPathError
 from ocr.runtime import apply_torch_threads, build_trainer, register_resolvers
 
@@ -100,6 +100,7 @@ def _print_results(split: str, metrics: dict[str, float], trainer: L.Trainer) ->
 @hydra.main(version_base="1.3", config_path="configs", config_name="test")
 def main(cfg: DictConfig) -> None:
     # bad input: one line on stderr and exit 2 (HYDRA_FULL_ERROR=1: the traceback)
+    widen_for_logs()  # a log's tables and model summary keep their rows whole
     with expected_errors("ocr-test"):
         run_test(cfg)
 

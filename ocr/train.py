@@ -19,6 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from ocr.checkpoint_path import check_checkpoint_path
 from ocr.cli_errors import expected_errors
+from ocr.console import widen_for_logs
 from ocr.hparams import TensorBoardHparams, record_config_as_hparams
 from ocr.run_folder import claim_run_folder
 from ocr.runtime import (
@@ -66,6 +67,7 @@ def run_train(cfg: DictConfig) -> dict[str, float]:
 @hydra.main(version_base="1.3", config_path="configs", config_name="train")
 def main(cfg: DictConfig) -> None:
     # bad input: one line on stderr and exit 2 (HYDRA_FULL_ERROR=1: the traceback)
+    widen_for_logs()  # a log's tables and model summary keep their rows whole
     with expected_errors("ocr-train"):
         run_train(cfg)
 

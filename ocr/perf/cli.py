@@ -1,15 +1,18 @@
 """``ocr-perf``: analyse and compare torch.profiler traces; record baselines and check against
 them; write a run's report (``ocr-perf report RUN_DIR``); measure candidate changes by re-running
-the run (``ocr-perf try RUN_DIR``). Exit codes: the ``EXIT_*`` constants (and ``--help``).
+the run (``ocr-perf try RUN_DIR``); follow a run as it goes (``ocr-perf watch RUN_DIR``). Exit
+codes: the ``EXIT_*`` constants (and ``--help``).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 EXIT_OK = 0
 EXIT_REGRESSION = 1
@@ -63,7 +66,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     a.add_argument("trace", type=Path, help="trace file or directory of traces")
     a.add_argument("--top-k", type=_positive_int, default=15, help="rows per op table (15)")
-    a.add_argument("--json", type=Path, metavar="OUT", help="write the full report as JSON")
+    a.add_argument(
+        "--json", type=Path, metavar="OUT", help="write the full report as JSON ('-': stdout)"
+    )
     a.add_argument("--markdown", type=Path, metavar="OUT", help="write a Markdown summary")
     c = sub.add_parser(
         "compare",
@@ -75,7 +80,9 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("a", type=Path, help="baseline trace or directory")
     c.add_argument("b", type=Path, help="candidate trace or directory")
     c.add_argument("--top-k", type=_positive_int, default=15, help="op rows to show (15)")
-    c.add_argument("--json", type=Path, metavar="OUT", help="write the comparison as JSON")
+    c.add_argument(
+        "--json", type=Path, metavar="OUT", help="write the comparison as JSON ('-': stdout)"
+    )
     c.add_argument(
         "--fail-on-regression",
         type=_non_negative,
@@ -104,7 +111,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     k.add_argument("baseline", type=Path, help="baseline JSON (or any source)")
     k.add_argument("current", type=Path, help="run directory, bench JSON or baseline JSON")
-    k.add_argument("--json", type=Path, metavar="OUT", help="write the comparison as JSON")
+    k.add_argument(
+        "--json", type=Path, metavar="OUT", help="write the comparison as JSON ('-': stdout)"
+    )
     k.add_argument(
         "--tolerance",
         type=_non_negative,
@@ -123,7 +132,44 @@ def _parser() -> argparse.ArgumentParser:
     from ocr.perf.tryout.cli import add_parser as add_try_parser  # argparse only: cheap
 
     add_try_parser(sub)
+    w = sub.add_parser(
+        "watch",
+        help="follow a running (or finished) run from its files: epochs, phases, alerts",
+        description="Follow RUN_DIR from the files its monitors write (works over SSH and for "
+        "ranks on other nodes writing to a shared folder): a live view on a terminal, one line "
+        "per epoch, alert and start / end elsewhere. Stops when every rank's run has ended.",
+        epilog="Exit codes: 0 the run ended (or Ctrl-C), 1 the run stopped without an end (its "
+        "process is gone, or nothing new for --stale-after seconds), 2 bad input.",
+    )
+    w.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="the run directory")
+    w.add_argument("--poll", type=_positive_float, default=1.0, help="seconds between reads (1)")
+    w.add_argument(
+        "--stale-after",
+        type=_positive_float,
+        default=600.0,
+        metavar="S",
+        help="give up after S seconds without a new record and no end recorded (600)",
+    )
+    w.add_argument(
+        "--json", action="store_true", help="print each new record as one JSON line instead"
+    )
+    w.set_defaults(func=_watch)
     return p
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return value
+
+
+def _watch(args: argparse.Namespace) -> int:
+    from ocr.perf.watch import watch
+
+    return watch(
+        args.run_dir, poll_s=args.poll, stale_after_s=args.stale_after, json_lines=args.json
+    )
 
 
 def _add_source_options(parser: argparse.ArgumentParser) -> None:
@@ -146,8 +192,11 @@ def _write(path: Path, text: str) -> None:
     path.write_text(text, encoding="utf-8")
 
 
-def _dump(obj: Any) -> str:
-    return json.dumps(obj, indent=2, allow_nan=False, default=str)
+def _console(args: argparse.Namespace) -> Console:
+    """The console for a command's tables: stderr when ``--json -`` has stdout."""
+    from ocr.console import make_console
+
+    return make_console(stderr=str(getattr(args, "json", None)) == "-")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -170,24 +219,23 @@ def _run(args: argparse.Namespace) -> int:
 
     if args.command in ("baseline", "check"):
         return _baseline_main(args)
-    if args.command in ("report", "try"):
+    if args.command in ("report", "try", "watch"):
         return int(args.func(args))
     # Imported here so that `ocr-perf --help` and argument errors stay instant.
-    from rich.console import Console
-
+    from ocr.console import write_json
     from ocr.perf.trace import analyze_path
     from ocr.perf.trace.compare import compare_reports
     from ocr.perf.trace.render import print_analysis, print_comparison, to_markdown
     from ocr.perf.trace.windows import attach_clock_agreement
 
-    console = Console()
+    console = _console(args)
     try:
         if args.command == "analyze":
             report = analyze_path(args.trace, top_k=args.top_k)
             attach_clock_agreement(report)  # the phase clock's figures, for ProfilerCallback runs
             print_analysis(report, console)
             if args.json:
-                _write(args.json, _dump(report.as_dict()))
+                write_json(args.json, report.as_dict())
             if args.markdown:
                 _write(args.markdown, to_markdown(report))
             return EXIT_OK
@@ -200,7 +248,7 @@ def _run(args: argparse.Namespace) -> int:
         )
         print_comparison(result, console)
         if args.json:
-            _write(args.json, _dump(result.as_dict()))
+            write_json(args.json, result.as_dict())
         if args.fail_on_regression is not None and result.verdict["verdict"] == "regression":
             return EXIT_REGRESSION
         if result.verdict["verdict"] == "not comparable":
@@ -213,14 +261,13 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _baseline_main(args: argparse.Namespace) -> int:
-    from rich.console import Console
-
     from ocr.cli_errors import report_error
+    from ocr.console import write_json
     from ocr.perf.baseline import load_source, make_baseline, write_baseline
     from ocr.perf.gate import check_baseline
     from ocr.perf.gate_table import print_baseline, print_check
 
-    console = Console()
+    console = _console(args)
     options = {"stage": args.stage, "skip_epochs": args.skip_epochs}
     try:
         if args.command == "baseline":
@@ -237,7 +284,7 @@ def _baseline_main(args: argparse.Namespace) -> int:
         )
         print_check(result, console)
         if args.json:
-            _write(args.json, _dump(result.as_dict()))
+            write_json(args.json, result.as_dict())
     except OSError as exc:
         report_error("ocr-perf", f"cannot write output: {exc}")
         return EXIT_BAD_INPUT

@@ -13,6 +13,7 @@ Layout (``<run>`` is ``trainer.default_root_dir``; the Hydra output folder for `
     <run>/perf/try.jsonl         TryRecord: what ``ocr-perf try`` measured
     <run>/perf/growth.jsonl      GrowthRecord: the attribute scan at each training epoch's end
     <run>/perf/recompiles.jsonl  RecompilesRecord: Dynamo compiles per training epoch
+    <run>/perf/lifecycle.jsonl   LifecycleRecord: each rank's fit / validate / test start and end
     <run>/profiler_traces/       torch.profiler Chrome traces
 
 Every line (and ``run.json``) carries ``"schema"`` (the record class's tag, e.g.
@@ -33,7 +34,7 @@ import threading
 import warnings
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import IO, Annotated, Any, ClassVar, TypeVar
+from typing import IO, Annotated, Any, ClassVar, Literal, TypeVar
 
 import msgspec
 
@@ -259,7 +260,8 @@ class EpochRecord(Record, tag="receipt-ocr/perf-epoch", kw_only=True, frozen=Tru
 
 class IntervalRecord(Record, tag="receipt-ocr/perf-interval", kw_only=True, frozen=True):
     """One ``perf/intervals.jsonl`` line: progress of an open training epoch (this rank) so
-    far; ``elapsed_s`` excludes pauses."""
+    far; ``elapsed_s`` excludes pauses, ``phases_s`` are the clock's seconds per phase so far and
+    ``samples_per_sec`` is ``samples`` over ``elapsed_s``."""
 
     FILE: ClassVar[str] = "intervals.jsonl"
 
@@ -271,6 +273,32 @@ class IntervalRecord(Record, tag="receipt-ocr/perf-interval", kw_only=True, froz
     elapsed_s: float = 0.0
     world_size: int = 1
     step: int = 0
+    phases_s: dict[str, float] = {}
+    samples_per_sec: float | None = None
+
+
+class LifecycleRecord(Record, tag="receipt-ocr/lifecycle", kw_only=True, frozen=True):
+    """One ``perf/lifecycle.jsonl`` line: a Trainer run (``fit``, ``validate``, ``test``)
+    starting or ending on one rank; ``ocr-perf watch`` follows a run until every rank's last
+    start has its end.
+
+    Args:
+        t: unix time. event: ``"start"`` or ``"end"``. run: the Trainer entry point.
+        rank, world_size: this process's rank and the number of ranks.
+        pid, hostname: the process (a watcher on the same host sees a run that died unannounced).
+        status: ``end`` only: ``"finished"``, ``"failed"`` (an exception) or ``"interrupted"``.
+    """
+
+    FILE: ClassVar[str] = "lifecycle.jsonl"
+
+    t: float
+    event: Literal["start", "end"]
+    run: str = "fit"
+    rank: int = 0
+    world_size: int = 1
+    pid: int = 0
+    hostname: str = ""
+    status: Literal["finished", "failed", "interrupted"] | None = None
 
 
 class ResourceSample(Record, tag="receipt-ocr/resource-sample", kw_only=True, frozen=True):
@@ -551,7 +579,7 @@ class RecordWriter:
 # -- reading -----------------------------------------------------------------------------------
 
 
-def _typed(kind: type[R], raw: Mapping[str, object], where: str) -> R:
+def parse_record(kind: type[R], raw: Mapping[str, object], where: str) -> R:
     """``raw`` (one object of ``kind``'s schema) as ``kind``; :class:`RunDirError` naming
     ``where`` for a missing / newer version or a field of the wrong type."""
     version = raw.get("v")
@@ -595,7 +623,7 @@ def read_records(path: str | os.PathLike[str], kind: type[R]) -> list[R]:
         if not isinstance(raw, dict):
             raise RunDirError(f"{p}: line {number} is not a JSON object")
         if raw.get("schema") == kind.schema():
-            out.append(_typed(kind, raw, f"{p}: line {number}"))
+            out.append(parse_record(kind, raw, f"{p}: line {number}"))
     return out
 
 
@@ -609,7 +637,7 @@ def read_run_record(run_dir: str | os.PathLike[str]) -> RunRecord:
         raise RunDirError(f"{path}: not valid JSON: {exc.msg} (line {exc.lineno})") from exc
     if not isinstance(raw, dict) or raw.get("schema") != RunRecord.schema():
         raise RunDirError(f"{path}: not a {RunRecord.schema()} file")
-    return _typed(RunRecord, raw, str(path))
+    return parse_record(RunRecord, raw, str(path))
 
 
 def write_run_record(run_dir: str | os.PathLike[str], update: Mapping[str, JsonValue]) -> Path:
@@ -628,7 +656,7 @@ def write_run_record(run_dir: str | os.PathLike[str], update: Mapping[str, JsonV
     if current.get("started_at") is not None:
         merged["started_at"] = current["started_at"]
     merged.update({"schema": RunRecord.schema(), "v": RunRecord.VERSION})
-    record = _typed(RunRecord, merged, str(path))
+    record = parse_record(RunRecord, merged, str(path))
     tmp = path.with_name(f".run.json.{os.getpid()}.tmp")
     # fields nobody set stay out of the file
     present = {k: v for k, v in msgspec.to_builtins(record).items() if v is not None}

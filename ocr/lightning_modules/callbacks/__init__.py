@@ -2,6 +2,7 @@
 
 from ocr.lightning_modules.callbacks.epoch_scan import EpochScanCallback
 from ocr.lightning_modules.callbacks.errors import PerfCallbackWarning
+from ocr.lightning_modules.callbacks.live_line import PhaseRichProgressBar
 from ocr.lightning_modules.callbacks.performance_profiler import PerformanceProfilerCallback
 from ocr.lightning_modules.callbacks.plain_progress import PlainProgressBar
 from ocr.lightning_modules.callbacks.profiler_callback import ProfilerCallback
@@ -12,6 +13,7 @@ __all__ = [
     "EpochScanCallback",
     "PerfCallbackWarning",
     "PerformanceProfilerCallback",
+    "PhaseRichProgressBar",
     "PlainProgressBar",
     "ProfilerCallback",
     "ResourceMonitorCallback",

@@ -23,13 +23,12 @@ and ``profile()`` then hands Lightning a shared do-nothing context manager (chea
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from typing import Any, Protocol
 
 import lightning as L
 from lightning.pytorch.profilers import PassThroughProfiler, Profiler
-
-__all__ = ["ActionListener", "ActionStream", "add_listener", "remove_listener"]
 
 
 class ActionListener(Protocol):
@@ -49,19 +48,8 @@ def _wants(listener: ActionListener, name: str) -> bool:
     return True if wants is None else bool(wants(name))
 
 
-class _NoSpan:
-    """The context manager for an action no listener wants and no user profiler times."""
-
-    __slots__ = ()
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
-
-
-_NO_SPAN = _NoSpan()
+# The span of an action no listener wants and no user profiler times (reusable, reentrant).
+_NO_SPAN: contextlib.nullcontext[None] = contextlib.nullcontext()
 
 
 class _Span:
@@ -115,7 +103,7 @@ class ActionStream(Profiler):
         # name -> (listeners that want it, the same reversed); filled on first sight of a name.
         self._routes: dict[str, tuple[tuple[ActionListener, ...], tuple[ActionListener, ...]]] = {}
         # name -> the span profile() returns for it (one per name: spans hold no per-use state)
-        self._spans: dict[str, _Span | _NoSpan] = {}
+        self._spans: dict[str, _Span | contextlib.nullcontext[None]] = {}
         # The default PassThroughProfiler does nothing: skip the two calls per action.
         passthrough = type(inner) is PassThroughProfiler
         self._inner_start = None if passthrough else inner.start
@@ -167,7 +155,7 @@ class ActionStream(Profiler):
         route = self._routes.get(name) or self._route(name)
         if self._inner_profile:
             return _WrappedSpan(self, name, route)  # holds its user's context: one per use
-        span: _Span | _NoSpan
+        span: _Span | contextlib.nullcontext[None]
         if not route[0] and self._inner_start is None:
             span = _NO_SPAN
         else:

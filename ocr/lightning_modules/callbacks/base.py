@@ -14,11 +14,11 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 import lightning as L
-from lightning.pytorch.callbacks import Callback
 
-from ocr.errors import ConfigError
+from ocr.lightning_modules.callbacks.batch_hooks import BatchEndHooks
 from ocr.lightning_modules.callbacks.epoch_report import (
     IntervalProgress,
+    int_at_least,
     normalize_stages,
 )
 from ocr.lightning_modules.callbacks.errors import warn_off
@@ -27,22 +27,20 @@ from ocr.lightning_modules.callbacks.try_window import TrialWindow, open_trial_w
 from ocr.perf.records import EpochRecord, JsonValue
 from ocr.perf.rundir import to_jsonable
 
-__all__ = ["RecorderCallback"]
-
 
 def _json_safe_hparams(pl_module: L.LightningModule) -> JsonValue:
     hparams = getattr(pl_module, "hparams", None) or {}
     try:
         from omegaconf import DictConfig, OmegaConf
 
-        out: dict[str, object] = {}
-        for key, value in dict(hparams).items():
-            out[str(key)] = (
-                OmegaConf.to_container(value, resolve=True)
+        return to_jsonable(
+            {
+                str(key): OmegaConf.to_container(value, resolve=True)
                 if isinstance(value, DictConfig)
                 else value
-            )
-        return to_jsonable(out)
+                for key, value in dict(hparams).items()
+            }
+        )
     except Exception:
         return {}
 
@@ -52,7 +50,7 @@ _NOTE_BATCH_HOOKS = frozenset(
 )
 
 
-class RecorderCallback(Callback):
+class RecorderCallback(BatchEndHooks):
     """Base of the performance callbacks (see the module docstring)."""
 
     def __init__(
@@ -67,10 +65,8 @@ class RecorderCallback(Callback):
     ) -> None:
         super().__init__()
         name = type(self).__name__
-        if isinstance(log_interval, bool) or not isinstance(log_interval, int) or log_interval < 0:
-            raise ConfigError(f"{name}: log_interval must be an integer >= 0, got {log_interval!r}")
         self.enabled = bool(enabled)
-        self.log_interval = log_interval
+        self.log_interval = int_at_least(name, "log_interval", log_interval)
         self.stages = normalize_stages(stages, name)
         self.sync_cuda = bool(sync_cuda)
         self.track_memory = bool(track_memory)
@@ -102,7 +98,7 @@ class RecorderCallback(Callback):
 
     def _receive_interval(self, progress: IntervalProgress) -> Mapping[str, float] | None:
         interval = self.log_interval
-        if interval == 0 or progress.num_batches % interval or not self._enabled_run:
+        if not interval or progress.num_batches % interval or not self._enabled_run:
             return None
         if progress.stage not in self.stages:
             return None
@@ -174,58 +170,30 @@ class RecorderCallback(Callback):
         self._enabled_run = False
         if recorder is not None:
             try:
-                recorder.shutdown()  # no gather: the ranks may be out of step
+                # no gather: the ranks may be out of step
+                interrupted = isinstance(exception, KeyboardInterrupt)
+                recorder.shutdown("interrupted" if interrupted else "failed")
             except Exception as exc:
                 self._fail(exc)
 
     # -- batch sizes for batches that no instrumented DataLoader counted -------------------
 
     def _untimed_hook(self, hook: str) -> bool:
-        """Whether ``hook`` is only our own batch-size bookkeeping (the three hooks below, not
-        overridden by a subclass): the recorder does not time it as a callback action, since
-        timing it would cost more than it takes; its few instructions stay with the enclosing
-        phase."""
-        return hook in _NOTE_BATCH_HOOKS and getattr(type(self), hook) is getattr(
-            RecorderCallback, hook
+        """Whether ``hook`` is only our own batch-size bookkeeping (a batch-end hook no subclass
+        overrides): timing it would cost more than it takes, so it stays in the enclosing phase."""
+        cls = type(self)
+        return (
+            hook in _NOTE_BATCH_HOOKS
+            and getattr(cls, hook) is getattr(RecorderCallback, hook)
+            and cls._batch_end is RecorderCallback._batch_end
         )
 
-    def on_train_batch_end(
-        self,
-        trainer: L.Trainer,
-        pl_module: L.LightningModule,
-        outputs: Any,
-        batch: Any,
-        batch_idx: int,
+    def _batch_end(
+        self, trainer: L.Trainer, stage: str, outputs: Any, batch: Any, batch_idx: int, loader: int
     ) -> None:
         recorder = self._recorder
         if recorder is not None:
-            recorder.note_batch("train", batch)
+            recorder.note_batch(stage, batch)
         window = self._trial
-        if window is not None:
+        if window is not None and stage == "train":
             window.batch_done(trainer, self)
-
-    def on_validation_batch_end(
-        self,
-        trainer: L.Trainer,
-        pl_module: L.LightningModule,
-        outputs: Any,
-        batch: Any,
-        batch_idx: int,
-        dataloader_idx: int = 0,
-    ) -> None:
-        recorder = self._recorder
-        if recorder is not None:
-            recorder.note_batch("val", batch)
-
-    def on_test_batch_end(
-        self,
-        trainer: L.Trainer,
-        pl_module: L.LightningModule,
-        outputs: Any,
-        batch: Any,
-        batch_idx: int,
-        dataloader_idx: int = 0,
-    ) -> None:
-        recorder = self._recorder
-        if recorder is not None:
-            recorder.note_batch("test", batch)

@@ -24,11 +24,9 @@ from ocr.perf.clock import PHASES
 from ocr.perf.ranks import find_straggler, rank_spread
 from ocr.perf.records import EpochRecord
 
-__all__ = ["CommTimer", "RankEpoch", "gather_ranks", "hook_ddp", "merge_ranks"]
-
 # Figures whose spread over ranks is reported. Durations first: their largest value names a
 # slowest rank.
-_DURATION_FIGURES: tuple[str, ...] = (
+DURATION_FIGURES: tuple[str, ...] = (
     "epoch_time",
     *(f"{phase}_time" for phase in PHASES),
     "worker_fetch_time",
@@ -52,7 +50,6 @@ class RankEpoch:
     Args:
         ok: the rank's recording is healthy; ``False`` turns recording off on every rank.
         stage: ``"train"``, ``"val"`` or ``"test"`` (every rank must close the same one).
-        epoch: the epoch of the window.
         figures: figure name (``epoch_time``, ``{phase}_time``, ``samples``...) -> value; nan
             when the rank has none.
         callbacks_s: seconds per callback (display name) on this rank.
@@ -99,7 +96,7 @@ def merge_ranks(report: EpochRecord, rows: Sequence[RankEpoch]) -> EpochRecord:
     and each rank's callbacks."""
     per_rank = {
         name: [row.figures.get(name, math.nan) for row in rows]
-        for name in _DURATION_FIGURES + _OTHER_FIGURES
+        for name in DURATION_FIGURES + _OTHER_FIGURES
     }
     spreads = {name: rank_spread(values) for name, values in per_rank.items()}
     for name in _OTHER_FIGURES:
@@ -155,15 +152,15 @@ def _finite(values: Sequence[float]) -> list[float]:
 # -- the gradient all-reduce timer ---------------------------------------------------------------
 
 
+@dataclass(eq=False)
 class CommTimer:
     """State of the DDP communication hook :func:`_timed_allreduce`: the process group, and the
     time the last gradient bucket was handed over (local backward compute is done then; what
     follows until backward returns is the wait for the other ranks). Keeps working, harmlessly,
     after the recorder is gone."""
 
-    def __init__(self, process_group: torch.distributed.ProcessGroup) -> None:
-        self.process_group = process_group
-        self.ready_ns = 0
+    process_group: torch.distributed.ProcessGroup
+    ready_ns: int = 0
 
 
 def _timed_allreduce(

@@ -10,8 +10,6 @@ import torch
 
 from ocr.perf.clock import PHASES, PhaseClock, PhaseTotals
 
-__all__ = ["CudaPhaseEvents", "EventClock"]
-
 # Drain CUDA events with a blocking read past this many pending switches (a GPU running far
 # behind the host); bounds the event memory of very long epochs.
 _MAX_PENDING_EVENTS = 4096

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from typing import NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import lightning as L
 
@@ -14,22 +14,13 @@ from ocr.errors import ConfigError
 from ocr.perf.records import EpochRecord
 from ocr.perf.stage import Stage
 
-__all__ = [
-    "IntervalProgress",
-    "Subscriber",
-    "log_to_loggers",
-    "normalize_stages",
-    "per_second",
-]
-
 #: Batch times kept per epoch for the run directory's epochs.jsonl (every k-th beyond this).
 MAX_KEPT_BATCH_TIMES = 4096
 
 
 def normalize_stages(stages: Iterable[str], owner: str) -> frozenset[Stage]:
     """The :class:`~ocr.perf.stage.Stage` of each user stage name (``"train"``, ``"validate"``
-    or ``"val"``, ``"test"``); anything else is a ``ValueError`` naming ``owner`` and the bad
-    value."""
+    or ``"val"``, ``"test"``); anything else is a ``ConfigError`` naming ``owner`` and it."""
     if isinstance(stages, str):
         raise ConfigError(
             f"{owner}: stages must be a list of stage names, got the string {stages!r}"
@@ -41,6 +32,13 @@ def normalize_stages(stages: Iterable[str], owner: str) -> frozenset[Stage]:
         except ValueError as exc:
             raise ConfigError(f"{owner}: {exc} in stages") from None
     return frozenset(out)
+
+
+def int_at_least(owner: str, name: str, value: Any, minimum: int = 0) -> int:
+    """``value`` when it is an integer (not a bool) >= ``minimum``, else a ``ConfigError``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigError(f"{owner}: {name} must be an integer >= {minimum}, got {value!r}")
+    return value
 
 
 def per_second(count: float, seconds: float) -> float:
@@ -72,13 +70,11 @@ class IntervalProgress(NamedTuple):
     and a frozen dataclass's ``__init__`` costs several times more.)
 
     Args:
-        stage: ``"train"``, ``"val"`` or ``"test"``.
-        epoch: the epoch of the open window.
         num_batches: batches finished in the epoch so far (this rank).
         samples: samples in them (this rank).
         elapsed_s: window time so far (seconds, pauses excluded).
-        world_size: number of ranks.
         step: ``trainer.global_step`` when it was taken (the step to log at).
+        phases_s: the epoch's seconds per phase so far (the clock's names).
     """
 
     stage: str
@@ -88,6 +84,7 @@ class IntervalProgress(NamedTuple):
     elapsed_s: float
     world_size: int
     step: int
+    phases_s: dict[str, float] = {}  # noqa: RUF012 - a NamedTuple default, never mutated
 
 
 class Subscriber(Protocol):
@@ -103,3 +100,5 @@ class Subscriber(Protocol):
     def _receive_report(self, report: EpochRecord) -> None: ...
 
     def _receive_interval(self, progress: IntervalProgress) -> Mapping[str, float] | None: ...
+
+    def _recorder_off(self) -> None: ...

@@ -29,8 +29,6 @@ from ocr.perf.records import (
 from ocr.perf.rundir import write_run_info
 from ocr.perf.worker_memory import python_containers
 
-__all__ = ["EpochScanCallback"]
-
 log = logging.getLogger(__name__)
 
 # Never walked into from an attribute: the run's machinery (the roots are walked on their own).
@@ -70,15 +68,14 @@ class EpochScanCallback(Callback):
     DataLoader workers' memory). The first write error is one warning and turns the writing off.
 
     Args:
-        enabled: ``False`` does nothing in any hook. Default ``True``.
-        memory_growth: scan attributes at each training epoch's end. Default ``True``.
-        recompiles: count Dynamo compiles per training epoch. Default ``True``.
+        enabled: ``False`` does nothing in any hook.
+        memory_growth: scan attributes at each training epoch's end.
+        recompiles: count Dynamo compiles per training epoch.
         batch_shapes: also count the distinct training batch shapes per epoch (the shape of the
             batch's first tensor; one set insertion per batch in ``on_train_batch_start``, the
-            only per-step work of this callback, so off by default: the hook is installed only
-            when this is ``True``). Default ``False``.
-        max_items: items one scan looks at, at most (:data:`ocr.perf.growth.MAX_ITEMS`).
-        write_run_files: write the two files above. Default ``True``.
+            only per-step work of this callback, installed only when this is ``True``).
+        max_items: items one scan looks at, at most.
+        write_run_files: write the two files above.
     """
 
     def __init__(
@@ -178,8 +175,7 @@ class EpochScanCallback(Callback):
             epoch = trainer.current_epoch
             if self.memory_growth:
                 self._scan(trainer, pl_module, epoch)
-            if self._watch is not None:
-                self._count_compiles(epoch)
+            self._count_compiles(epoch)
         except Exception as exc:
             self._fail(exc)
 

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import warnings
 
-__all__ = ["PerfCallbackWarning", "warn_off"]
-
 
 class PerfCallbackWarning(UserWarning):
     """A performance callback hit an internal error (and turned itself off), or could not

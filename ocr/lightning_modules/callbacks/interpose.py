@@ -30,8 +30,6 @@ from torch.utils.data import DataLoader
 from ocr.perf.clock import PhaseClock
 from ocr.perf.worker import InstrumentedLoader, WorkerTiming
 
-__all__ = ["TESTED_VERSIONS", "LoaderInterposer", "check_versions", "syncs_before_train_batch"]
-
 #: Package -> [lowest, first untested) release, tested with the seam tests.
 TESTED_VERSIONS: dict[str, tuple[str, str]] = {
     "lightning": ("2.6.0", "2.7.0"),

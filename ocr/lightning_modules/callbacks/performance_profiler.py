@@ -10,6 +10,7 @@ from rich.table import Table
 
 from ocr.console import print_renderable
 from ocr.lightning_modules.callbacks.base import RecorderCallback
+from ocr.lightning_modules.callbacks.cross_rank import DURATION_FIGURES
 from ocr.lightning_modules.callbacks.epoch_report import (
     IntervalProgress,
     log_to_loggers,
@@ -18,8 +19,6 @@ from ocr.lightning_modules.callbacks.epoch_report import (
 from ocr.perf.clock import PHASES
 from ocr.perf.records import EpochRecord
 from ocr.perf.rundir import polygon_cache_hit_rate
-
-__all__ = ["PerformanceProfilerCallback", "cache_metrics", "performance_metrics"]
 
 _BATCH_STATS = ("mean", "median", "p95", "p99", "std")
 _CACHE_COUNTS = (
@@ -40,40 +39,11 @@ _MEMORY_KEYS = {
 MIN_NAMED_S = 1e-3
 #: Named callbacks / hooks shown in the verbose table (the largest first).
 _TABLE_NAMED_ROWS = 8
-_SPREAD_FIGURES = (
-    "epoch_time",
-    *(f"{phase}_time" for phase in PHASES),
-    "worker_fetch_time",
-    "worker_collate_time",
-    "batch_mean",
-)
 
 
 def performance_metrics(report: EpochRecord, memory: bool = True) -> dict[str, float | None]:
-    """The metrics of one stage epoch (``stage`` = ``train``, ``val`` or ``test``):
-
-    - ``performance/{stage}_epoch_time`` and ``performance/{stage}_{phase}_time`` (seconds; the
-      phases sum to the epoch time), ``performance/{stage}_worker_{part}_time`` (seconds summed
-      over the epoch, measured in the DataLoader workers: ``fetch``, ``collate``, finer parts),
-    - ``performance/{stage}_batch_{mean,median,p95,p99,std}`` (seconds) and
-      ``performance/{stage}_num_batches``,
-    - on CUDA ``performance/{stage}_gpu_{phase}_time`` (GPU stream seconds per phase),
-    - with ``memory``: ``performance/gpu_memory_gb``, ``performance/gpu_memory_reserved_gb``
-      (CUDA only), ``performance/cpu_memory_percent`` (host memory in use, %) and
-      ``performance/process_rss_gb`` at the epoch's end; validation keeps these historical
-      unprefixed names, train and test insert the stage (``performance/test_gpu_memory_gb``),
-    - under DDP, for the epoch time, each phase, worker fetch/collate and the mean batch time:
-      ``..._min``, ``..._median``, ``..._max`` over ranks and ``..._slowest_rank`` (the rank with
-      the largest value; names never contain a rank number). The plain keys are rank zero's own
-      figures, so they still sum.
-    - ``performance/{stage}_callback/{ClassName}_time``: seconds in each callback's own hooks
-      (every callback that spent at least 1 ms in the epoch; ``ClassName#2`` for a second
-      instance of a class),
-    - under DDP, ``performance/{stage}_straggler_rank`` (-1 when no rank straggles) and
-      ``performance/{stage}_straggler_excess_time`` (seconds per epoch the straggler works
-      beyond the median rank; 0 when none); the cause is in ``perf/epochs.jsonl``,
-    - when a PolygonCache was used: :func:`cache_metrics`.
-    """
+    """The ``performance/...`` metrics of one stage epoch (the README's table of metric keys);
+    ``memory``: with the memory gauges at the epoch's end."""
     stage = report.stage
     head = f"performance/{stage}_"
     out: dict[str, float | None] = {
@@ -94,7 +64,7 @@ def performance_metrics(report: EpochRecord, memory: bool = True) -> dict[str, f
         for key, name in _MEMORY_KEYS.items():
             if key in report.memory:
                 out[f"{mem_head}{name}"] = report.memory[key]
-    for figure in _SPREAD_FIGURES:
+    for figure in DURATION_FIGURES:
         spread = report.spreads.get(figure)
         if spread is not None:
             for stat, value in spread.items():
@@ -111,10 +81,7 @@ def performance_metrics(report: EpochRecord, memory: bool = True) -> dict[str, f
 
 
 def cache_metrics(report: EpochRecord) -> dict[str, float]:
-    """PolygonCache figures of one stage epoch, from the counts its workers reported (this rank):
-    ``performance/{stage}_polygon_cache_{hits,misses,evictions,corrupt,bytes_written}`` and
-    ``performance/{stage}_polygon_cache_hit_rate`` (0-1); validation also as the unprefixed
-    ``performance/polygon_cache_hit_rate``. Empty when no cache lookup happened."""
+    """PolygonCache figures of one stage epoch (this rank's workers); empty without a lookup."""
     counts = report.worker_counts
     rate = polygon_cache_hit_rate(counts)
     if rate is None:
@@ -147,6 +114,11 @@ def render_table(report: EpochRecord) -> Table:
     table.add_column("share", justify="right")
     if ddp:
         table.add_column("max over ranks (rank)", justify="right")
+    blank = [""] if ddp else []  # the empty spread cell
+    wall = report.wall_s
+
+    def share(seconds: float) -> str:
+        return f"{100 * seconds / wall:.1f} %" if wall > 0 else ""
 
     def spread_cell(figure: str) -> list[str]:
         if not ddp:
@@ -157,17 +129,14 @@ def render_table(report: EpochRecord) -> Table:
             return [""]
         return [f"{top:.3f} ({int(rank)})"]
 
-    wall = report.wall_s
     for phase in PHASES:
         seconds = report.phases_s.get(phase, 0.0)
-        share = f"{100 * seconds / wall:.1f} %" if wall > 0 else ""
-        table.add_row(phase, f"{seconds:.3f}", share, *spread_cell(f"{phase}_time"))
+        table.add_row(phase, f"{seconds:.3f}", share(seconds), *spread_cell(f"{phase}_time"))
     table.add_row("epoch", f"{wall:.3f}", "100 %", *spread_cell("epoch_time"), end_section=True)
     named = {**report.callback_hooks_s, **report.module_hooks_s}
     top = sorted((kv for kv in named.items() if kv[1] >= MIN_NAMED_S), key=lambda kv: -kv[1])
     for label, seconds in top[:_TABLE_NAMED_ROWS]:
-        share = f"{100 * seconds / wall:.1f} %" if wall > 0 else ""
-        table.add_row(f"  {label}", f"{seconds:.3f}", share, *([""] if ddp else []))
+        table.add_row(f"  {label}", f"{seconds:.3f}", share(seconds), *blank)
     if top:
         table.rows[-1].end_section = True
     if report.straggler is not None:
@@ -175,7 +144,7 @@ def render_table(report: EpochRecord) -> Table:
             f"straggler: rank {report.straggler.rank}",
             f"+{report.straggler.excess_s:.3f}",
             report.straggler.cause,
-            *([""] if ddp else []),
+            *blank,
             end_section=True,
         )
     for part, seconds in report.worker_s.items():
@@ -188,19 +157,19 @@ def render_table(report: EpochRecord) -> Table:
         hits = int(cache[f"performance/{report.stage}_polygon_cache_hits"])
         misses = int(cache[f"performance/{report.stage}_polygon_cache_misses"])
         table.add_row(
-            "polygon cache hits", f"{hits}/{hits + misses}", f"{100 * rate:.1f} %", *spread_cell("")
+            "polygon cache hits", f"{hits}/{hits + misses}", f"{100 * rate:.1f} %", *blank
         )
     if report.worker_s or rate is not None:
         table.rows[-1].end_section = True
     stats = report.batch_stats
     if report.num_batches:
         for stat in _BATCH_STATS:
-            table.add_row(f"batch {stat}", f"{stats[stat]:.4f}", "", *([""] if ddp else []))
+            table.add_row(f"batch {stat}", f"{stats[stat]:.4f}", "", *blank)
         table.rows[-1].end_section = True
     for key, name in _MEMORY_KEYS.items():
         if key in report.memory:
             unit = "%" if key.endswith("percent") else "GiB"
-            table.add_row(name, f"{report.memory[key]:.2f} {unit}", "", *([""] if ddp else []))
+            table.add_row(name, f"{report.memory[key]:.2f} {unit}", "", *blank)
     return table
 
 
@@ -208,16 +177,12 @@ class PerformanceProfilerCallback(RecorderCallback):
     """Attribute every second of each train / validation / test epoch to a named phase and log
     per-batch and per-epoch timing, DataLoader worker time and memory.
 
-    Each epoch's wall time is split into ``data_wait``, ``transfer``, ``forward``,
-    ``backward``, ``optimizer``, ``sync_wait``, ``postprocess``, ``metric``, ``module_hooks``,
-    ``callbacks``, ``checkpoint`` and ``unattributed``, which sum to it (from Lightning's own
-    action stream: the innermost running hook, callback or strategy call owns the time), with
-    the time of each callback and LightningModule hook by name; validation inside ``fit`` is its
-    own ``val`` epoch, excluded from the train epoch's time.
-    Work done in DataLoader workers (fetch, collate, parts such as DB target generation) is timed
-    in the worker and reported even though it overlaps compute. Metric names:
-    :func:`performance_metrics`. Logged through ``trainer.loggers`` from rank zero (no logger:
-    nothing logged); under DDP one gather per epoch adds min / median / max and the slowest rank.
+    Each epoch's wall time is split into the phases of ``ocr.perf.clock.PHASES``, which sum to
+    it (the innermost running hook, callback or strategy call of Lightning's action stream owns
+    the time), with the time of each callback and LightningModule hook by name; validation inside
+    ``fit`` is its own ``val`` epoch, excluded from the train epoch's time. Work done in
+    DataLoader workers is timed in the worker and reported beside the phases (it overlaps
+    compute). Metric keys: the README's table. Logged through ``trainer.loggers`` from rank zero.
     Never synchronises CUDA unless asked. An internal error becomes one warning and turns the
     callback off; training continues.
 
@@ -226,26 +191,23 @@ class PerformanceProfilerCallback(RecorderCallback):
         trainer = Trainer(callbacks=[PerformanceProfilerCallback(verbose=True)])
 
     Args:
-        enabled: record anything at all; ``False`` makes every hook return at once.
-            Default ``True``.
+        enabled: ``False`` makes every hook return at once.
         log_interval: every this many training batches, log ``performance/train_batch_time``
             (mean seconds per batch since the previous such log, data wait included) at the
-            current step. ``0``: epoch ends only. In batches. Default ``10``.
+            current step. ``0``: epoch ends only.
         profile_memory: log memory gauges at each epoch end (process RSS, host memory %, CUDA
             allocated / reserved when CUDA is in use); memory is also sampled at most once a
-            second during an epoch (~0.1 ms per sample) for the epoch's peak. Default ``True``.
+            second during an epoch (~0.1 ms per sample) for the epoch's peak.
         verbose: print a table of the epoch (phases and their share, worker parts, batch-time
-            statistics, memory) at each recorded epoch end, on rank zero. Default ``False``.
+            statistics, memory) at each recorded epoch end, on rank zero.
         stages: stages to record, any of ``"train"``, ``"validate"`` (or ``"val"``),
-            ``"test"``. Default all three.
+            ``"test"``.
         sync_cuda: call ``torch.cuda.synchronize()`` at every phase switch so the host phases
             include their GPU work (exact, but slows training); without it the GPU time per
             phase comes from CUDA events read without blocking. No effect without CUDA.
-            Default ``False``.
         write_run_files: write the run directory's ``perf/epochs.jsonl``,
             ``perf/intervals.jsonl`` and ``perf/run.json`` (``trainer.default_root_dir``; format
             in ``ocr.perf.records``), read by ``ocr-perf report`` and ``ocr-perf baseline``.
-            Default ``True``.
     """
 
     def __init__(
@@ -276,8 +238,6 @@ class PerformanceProfilerCallback(RecorderCallback):
             print_renderable(render_table(report))  # above a live progress bar, not under it
 
     def _interval_metrics(self, progress: IntervalProgress) -> dict[str, float] | None:
-        if progress.stage != "train":
-            return None  # the step does not advance during evaluation: nothing to plot against
         epoch, batches, elapsed = self._anchor
         if epoch != progress.epoch or batches > progress.num_batches:
             batches, elapsed = 0, 0.0

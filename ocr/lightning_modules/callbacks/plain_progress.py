@@ -8,6 +8,8 @@ log, ``| tee``) it shows nothing until the run ends. This bar prints a line ever
     Epoch 3/10 done in 0:02:04 train/loss=0.501 val/hmean=0.712
 
 Time-based rather than every N batches, so a slow and a fast run both log at a readable rate.
+With a performance monitor on the trainer, each progress line ends with the live phase line
+(``callbacks/live_line.py``).
 """
 
 from __future__ import annotations
@@ -21,8 +23,8 @@ import lightning as L
 from lightning.pytorch.callbacks.progress.progress_bar import ProgressBar
 
 from ocr.errors import ConfigError
-
-__all__ = ["PlainProgressBar"]
+from ocr.lightning_modules.callbacks.batch_hooks import BatchEndHooks
+from ocr.lightning_modules.callbacks.live_line import live_text
 
 
 def _clock(seconds: float) -> str:
@@ -37,7 +39,7 @@ def _value(v: Any) -> str:
     return str(v)
 
 
-class PlainProgressBar(ProgressBar):
+class PlainProgressBar(BatchEndHooks, ProgressBar):
     """Plain-text progress lines on stdout (rank zero only, like every Lightning progress bar).
 
     Args:
@@ -89,11 +91,12 @@ class PlainProgressBar(ProgressBar):
         parts.insert(1, f"{rate:.2f} it/s elapsed {_clock(elapsed)}")
         return " ".join(parts)
 
-    def _maybe_print(self, line: str) -> None:
+    def _maybe_print(self, line: str, trainer: L.Trainer) -> None:
         now = time.monotonic()
         if now - self._last_line >= self.interval_s:
             self._last_line = now
-            self.print(line)
+            live = live_text(trainer)
+            self.print(f"{line} · {live}" if live else line)
 
     def _start_loop(self) -> None:
         self._loop_start = self._last_line = time.monotonic()
@@ -103,57 +106,30 @@ class PlainProgressBar(ProgressBar):
         self._start_loop()
         self._epoch_start = self._loop_start
 
-    def on_train_batch_end(
-        self,
-        trainer: L.Trainer,
-        pl_module: L.LightningModule,
-        outputs: Any,
-        batch: Any,
-        batch_idx: int,
-    ) -> None:
-        done = batch_idx + 1
-        line = self._progress_line("train", done, self.total_train_batches)
-        metrics = self._metrics(trainer, pl_module)
-        self._maybe_print(f"{self._epoch_label(trainer)} {line} {metrics}".rstrip())
-
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         # runs after the epoch's validation, so the line carries the validation metrics too
         took = _clock(time.monotonic() - self._epoch_start)
         metrics = self._metrics(trainer, pl_module)
         self.print(f"{self._epoch_label(trainer)} done in {took} {metrics}".rstrip())
 
-    # -- validation / test -----------------------------------------------------------------------
     def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._start_loop()
 
     on_test_start = on_validation_start
 
-    def on_validation_batch_end(
-        self,
-        trainer: L.Trainer,
-        pl_module: L.LightningModule,
-        outputs: Any,
-        batch: Any,
-        batch_idx: int,
-        dataloader_idx: int = 0,
+    def _batch_end(
+        self, trainer: L.Trainer, stage: str, outputs: Any, batch: Any, batch_idx: int, loader: int
     ) -> None:
-        if trainer.sanity_checking:
-            return
-        total = trainer.num_val_batches[dataloader_idx]
-        line = self._progress_line("val", batch_idx + 1, total)
-        self._maybe_print(f"{self._epoch_label(trainer)} {line}")
-
-    def on_test_batch_end(
-        self,
-        trainer: L.Trainer,
-        pl_module: L.LightningModule,
-        outputs: Any,
-        batch: Any,
-        batch_idx: int,
-        dataloader_idx: int = 0,
-    ) -> None:
-        total = trainer.num_test_batches[dataloader_idx]
-        self._maybe_print(self._progress_line("test", batch_idx + 1, total))
+        if stage == "train":
+            line = self._progress_line("train", batch_idx + 1, self.total_train_batches)
+            metrics = self._metrics(trainer, trainer.lightning_module)
+            self._maybe_print(f"{self._epoch_label(trainer)} {line} {metrics}".rstrip(), trainer)
+        elif stage == "val" and not trainer.sanity_checking:
+            line = self._progress_line("val", batch_idx + 1, trainer.num_val_batches[loader])
+            self._maybe_print(f"{self._epoch_label(trainer)} {line}", trainer)
+        elif stage == "test":
+            total = trainer.num_test_batches[loader]
+            self._maybe_print(self._progress_line("test", batch_idx + 1, total), trainer)
 
     def on_test_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self.print(f"test done in {_clock(time.monotonic() - self._loop_start)}")

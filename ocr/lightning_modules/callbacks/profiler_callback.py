@@ -8,14 +8,12 @@ warmup / active / repeat``, and stopped when the schedule is done or the stage's
 trace goes to ``<output_dir>/epoch_{N}.json[.gz]``.
 
 On demand, a window with the same schedule opens at a step boundary when a trigger file appears
-(``<run>/PROFILE_NOW`` by default; it is taken away, so one touch = one window) or when
-:func:`ocr.perf.triggers.take_profile_request` returns a reason (the alert engine's throughput-drop
-rule calls ``request_profile``). Both are polled every ``check_every_n_steps`` steps outside a
-window, never on every step. Its traces are ``ondemand_e{E}_s{STEP}.json[.gz]``.
+or a profile is requested (the alert engine's throughput-drop rule does), polled every
+``check_every_n_steps`` steps outside a window, never on every step.
 
 When a window closes, all its cycles are analysed together with :mod:`ocr.perf.trace`: rank zero
-prints the top-k tables and findings and appends one record to ``<run>/perf/profiler.jsonl``
-(schema ``receipt-ocr/profiler-window``), every logger gets a few scalars.
+prints the top-k tables and findings and appends one :class:`~ocr.perf.records.ProfilerWindow` to
+``<run>/perf/profiler.jsonl``, every logger gets a few scalars.
 
 Outside a window nothing is attached: the profiler object is stopped and dropped, and every hook
 returns after an attribute read (plus a counter decrement in on-demand mode). Any profiler failure
@@ -38,12 +36,12 @@ from typing import Any
 
 import lightning as L
 import torch
-from lightning.pytorch.callbacks import Callback
 from torch.profiler import ProfilerActivity
 
 from ocr.errors import ConfigError
 from ocr.lightning_modules.callbacks.action_stream import remove_listener
-from ocr.lightning_modules.callbacks.epoch_report import normalize_stages
+from ocr.lightning_modules.callbacks.batch_hooks import BatchEndHooks
+from ocr.lightning_modules.callbacks.epoch_report import int_at_least, normalize_stages
 from ocr.lightning_modules.callbacks.errors import PerfCallbackWarning, warn_off
 from ocr.lightning_modules.callbacks.profiler_summary import summarise_window
 from ocr.lightning_modules.callbacks.profiler_window import Window
@@ -52,17 +50,9 @@ from ocr.perf.alerts.rules import RULES
 from ocr.perf.records import ProfilerWindow, RecordWriter
 from ocr.perf.sync_debug import SyncDetector
 
-__all__ = ["ProfilerCallback"]
-
 log = logging.getLogger(__name__)
 
 _ACTIVITIES = {name.lower(): act for name, act in ProfilerActivity.__members__.items()}
-
-
-def _nonneg_int(owner: str, name: str, value: Any, minimum: int = 0) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ConfigError(f"{owner}: {name} must be an integer >= {minimum}, got {value!r}")
-    return value
 
 
 def _trigger_kind(reason: str) -> str:
@@ -72,51 +62,46 @@ def _trigger_kind(reason: str) -> str:
     return "alert" if rule in RULES else "request"
 
 
-class ProfilerCallback(Callback):
-    """torch.profiler over chosen epochs, with the trace analysed and summarised after each window.
+class ProfilerCallback(BatchEndHooks):
+    """torch.profiler over chosen epochs or on demand (see the module docstring).
 
     Args:
-        enabled: master switch (default ``True``); ``False`` makes every hook a no-op.
-        profile_epochs: 0-based epoch numbers (``trainer.current_epoch``) to profile
-            (default ``(1,)``: the second epoch, past the first epoch's warm-up effects).
-            Test runs are profiled whenever ``"test"`` is in ``stages``, whatever the epoch.
-        profile_steps: steps recorded per cycle (the schedule's ``active``), default 5.
-        warmup_steps: steps traced but discarded before each active phase, default 1.
-        skip_first: steps ignored once at the start of a window, default 0.
-        wait: idle steps before each cycle's warm-up, default 0.
-        repeat: cycles per window, default 1; 0 = cycles until the stage's epoch ends. Each cycle
-            is one trace file (the second and later ones suffixed ``_cycle{k}``).
-        activities: any of ``"cpu"``, ``"cuda"`` (also ``"xpu"``, ``"mtia"``, ``"hpu"``),
-            default ``("cpu", "cuda")``; an activity this build or machine cannot record is
-            dropped with one info line (a CPU-only run profiles the CPU).
-        record_shapes: record operator input shapes (default ``True``).
-        profile_memory: record allocations as ``[memory]`` events (default ``True``; CPU too).
-        with_stack: record Python stacks (default ``False``; large traces, slower).
-        output_dir: trace directory (default ``"profiler_traces"``); a relative path is resolved
-            under ``trainer.default_root_dir``.
-        export_chrome_trace: keep the Chrome trace ``epoch_{N}.json[.gz]`` (default ``True``).
-            ``False`` still writes it for the analysis, then deletes it.
-        gzip: write ``.json.gz`` (default ``False``).
+        enabled: ``False`` makes every hook a no-op.
+        profile_epochs: 0-based epoch numbers (``trainer.current_epoch``); the default, the
+            second epoch, is past the first epoch's warm-up effects. Test runs are profiled
+            whenever ``"test"`` is in ``stages``, whatever the epoch.
+        profile_steps: steps recorded per cycle (the schedule's ``active``).
+        warmup_steps: steps traced but discarded before each active phase.
+        skip_first: steps ignored once at the start of a window.
+        wait: idle steps before each cycle's warm-up.
+        repeat: cycles per window; 0 = cycles until the stage's epoch ends. Each cycle is one
+            trace file (the second and later ones suffixed ``_cycle{k}``).
+        activities: any of ``"cpu"``, ``"cuda"``, ``"xpu"``, ``"mtia"``, ``"hpu"``; one this
+            build or machine cannot record is dropped with one info line.
+        profile_memory: record allocations as ``[memory]`` events (CPU too).
+        with_stack: record Python stacks (large traces, slower).
+        output_dir: trace directory; a relative path is under ``trainer.default_root_dir``.
+        export_chrome_trace: keep the Chrome trace ``epoch_{N}.json[.gz]``; ``False`` still
+            writes it for the analysis, then deletes it.
         tensorboard: also place a copy, named as ``tensorboard_trace_handler`` names its files
-            (``{host}_{pid}.{time_ns}.pt.trace.json[.gz]``), in ``<output_dir>/tensorboard``
-            (default ``False``).
-        log_top_k_ops: rows in the printed top-k operator tables (default 10).
-        stages: which stages to profile, any of ``"train"``, ``"validate"`` (or ``"val"``),
-            ``"test"`` (default ``("train",)``). Validation and test traces are named
-            ``val_epoch_{N}`` / ``test_epoch_{N}``. On-demand windows open only in these stages.
-        trigger_file: on-demand trigger: when this file exists, a window (same schedule) opens at
-            the next polled step boundary and the file is removed, so each touch gives one window.
-            A relative path is resolved under ``trainer.default_root_dir`` (the run directory).
-            Default ``None`` (no file polling); the Hydra config sets ``PROFILE_NOW``.
+            (``{host}_{pid}.{time_ns}.pt.trace.json[.gz]``), in ``<output_dir>/tensorboard``.
+        log_top_k_ops: rows in the printed top-k operator tables.
+        stages: any of ``"train"``, ``"validate"`` (or ``"val"``), ``"test"``. Validation and
+            test traces are named ``val_epoch_{N}`` / ``test_epoch_{N}``. On-demand windows open
+            only in these stages.
+        trigger_file: when this file exists, a window opens at the next polled step boundary and
+            the file is removed (one touch, one window). A relative path is under
+            ``trainer.default_root_dir``; ``None``: no polling (the Hydra config sets
+            ``PROFILE_NOW``).
         profile_on_request: also open a window when
-            :func:`ocr.perf.triggers.take_profile_request` returns a reason (default ``False``).
-        check_every_n_steps: steps (batches of a profiled stage) between two polls of the trigger
-            file and the request, outside windows (default 20; one ``os.stat`` per poll).
+            :func:`ocr.perf.triggers.take_profile_request` returns a reason.
+        check_every_n_steps: steps of a profiled stage between two polls outside windows (one
+            ``os.stat`` per poll).
         detect_syncs: while a window records, also name the lines of code that synchronize CUDA
             (``torch.cuda.set_sync_debug_mode("warn")``, see :mod:`ocr.perf.sync_debug`): a
-            ``host_sync_lines`` finding in the window's summary (default ``False``; each sync
-            then costs a warning and a stack walk, which the window's timings include). A
-            CPU-only run says once that syncs do not apply.
+            ``host_sync_lines`` finding in the window's summary (each sync then costs a warning
+            and a stack walk, which the window's timings include). A CPU-only run says once that
+            syncs do not apply.
 
     On-demand windows are named ``ondemand_e{E}_s{S}`` (training; ``S`` = ``global_step`` at the
     trigger) or ``{val,test}_ondemand_e{E}_b{B}`` (``B`` = batch index); a trigger seen while a
@@ -126,21 +111,11 @@ class ProfilerCallback(Callback):
     removes it when its window closes.
 
     Under DDP every rank profiles itself and the file names get a ``_rank{R}`` suffix; only rank
-    zero prints, logs and writes ``<run>/perf/profiler.jsonl`` (one record per window: ``t``,
-    ``stage``, ``epoch``, ``trigger`` (``"epoch"``, ``"file"``, ``"alert"``, ``"request"``),
-    ``reason``, ``steps`` (recorded), ``traces`` (relative to the run directory), ``batches``
-    (first and last batch index the window covered), ``overhead_s`` (``export``, ``analysis``:
-    the profiler's own cost), ``summary`` (``top_cpu_ops``, ``findings``, ``dataloader_time_pct``,
-    ``step_time_ms``, ``phases_ms_per_step``), ``clock_agreement`` (the trace's ms/step per
-    phase beside the live phase clock's over the same steps, see
-    :mod:`ocr.perf.trace.agreement`; ``None`` without a running clock)). All cycles of a window
-    (``repeat > 1``) are analysed together.
+    zero prints, logs and writes ``profiler.jsonl``.
 
-    While a window records, every Lightning action (hooks, callbacks, ``training_step``,
-    ``backward``, ``optimizer_step``...) is a ``record_function`` range ``[pl][profile]{action}``
-    in the trace, from Lightning's action stream (:mod:`~ocr.lightning_modules.callbacks.
-    action_stream`); outside windows nothing listens. Logged after each window (``{stage}`` =
-    ``train``, ``val``, ``test``):
+    While a window records, every Lightning action is a ``record_function`` range
+    ``[pl][profile]{action}`` in the trace (:class:`~.profiler_window.ActionRanges`). Logged
+    after each window (``{stage}`` = ``train``, ``val``, ``test``):
     ``profiler/{stage}_step_time_ms`` (mean traced step), ``profiler/{stage}_dataloader_pct``,
     ``profiler/{stage}_top_op_self_ms`` (self time per step of the costliest CPU operator).
     """
@@ -171,16 +146,15 @@ class ProfilerCallback(Callback):
     ) -> None:
         super().__init__()
         owner = type(self).__name__
-        epochs = []
-        for e in profile_epochs:
-            epochs.append(_nonneg_int(owner, "profile_epochs entries", e))
         self.enabled = bool(enabled)
-        self.profile_epochs = frozenset(epochs)
-        self.profile_steps = _nonneg_int(owner, "profile_steps", profile_steps, 1)
-        self.warmup_steps = _nonneg_int(owner, "warmup_steps", warmup_steps)
-        self.skip_first = _nonneg_int(owner, "skip_first", skip_first)
-        self.wait = _nonneg_int(owner, "wait", wait)
-        self.repeat = _nonneg_int(owner, "repeat", repeat)
+        self.profile_epochs = frozenset(
+            int_at_least(owner, "profile_epochs entries", e) for e in profile_epochs
+        )
+        self.profile_steps = int_at_least(owner, "profile_steps", profile_steps, 1)
+        self.warmup_steps = int_at_least(owner, "warmup_steps", warmup_steps)
+        self.skip_first = int_at_least(owner, "skip_first", skip_first)
+        self.wait = int_at_least(owner, "wait", wait)
+        self.repeat = int_at_least(owner, "repeat", repeat)
         if isinstance(activities, str):
             raise ConfigError(f"{owner}: activities must be a list, got the string {activities!r}")
         self.activities: tuple[str, ...] = ()
@@ -201,13 +175,15 @@ class ProfilerCallback(Callback):
         self.export_chrome_trace = bool(export_chrome_trace)
         self.gzip = bool(gzip)
         self.tensorboard = bool(tensorboard)
-        self.log_top_k_ops = _nonneg_int(owner, "log_top_k_ops", log_top_k_ops, 1)
+        self.log_top_k_ops = int_at_least(owner, "log_top_k_ops", log_top_k_ops, 1)
         self.stages = normalize_stages(stages, owner)
         if trigger_file is not None and not str(trigger_file).strip():
             raise ConfigError(f"{owner}: trigger_file is an empty path; use null to disable it")
         self.trigger_file = Path(trigger_file) if trigger_file is not None else None
         self.profile_on_request = bool(profile_on_request)
-        self.check_every_n_steps = _nonneg_int(owner, "check_every_n_steps", check_every_n_steps, 1)
+        self.check_every_n_steps = int_at_least(
+            owner, "check_every_n_steps", check_every_n_steps, 1
+        )
         self.detect_syncs = bool(detect_syncs)
 
         self._active = False  # enabled and not failed, for the current run
@@ -227,11 +203,10 @@ class ProfilerCallback(Callback):
         self._jsonl: RecordWriter | None = None
         self._is_zero = True
         self._world_size = 1
-        self._jsonl_warned = False
         self._syncs_said = False  # detect_syncs on a CPU-only run: said once
         #: Trace files written in this run, in order (rank-local).
         self.trace_paths: list[Path] = []
-        #: One dict per closed window of this run (the profiler.jsonl record, on every rank).
+        #: The profiler.jsonl record of each closed window of this run (on every rank).
         self.windows: list[ProfilerWindow] = []
 
     # -- configuration -----------------------------------------------------------------------
@@ -263,7 +238,6 @@ class ProfilerCallback(Callback):
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         self._warned = False  # one warning per run
-        self._jsonl_warned = False
         self._active = self.enabled and bool(self.stages)
         self._ondemand = False
         self._pending = None
@@ -275,17 +249,14 @@ class ProfilerCallback(Callback):
         try:
             run_dir = Path(trainer.default_root_dir)
             self._run_dir = run_dir
-            out = self.output_dir
-            if not out.is_absolute():
-                out = run_dir / out
-            self._dir = out
+            self._dir = run_dir / self.output_dir  # an absolute output_dir stays as it is
             self._world_size = trainer.world_size
             self._is_zero = trainer.is_global_zero
             self._rank_suffix = f"_rank{trainer.global_rank}" if trainer.world_size > 1 else ""
             self._torch_activities = self._resolve_activities()
             self._jsonl = RecordWriter(ProfilerWindow.path(run_dir)) if self._is_zero else None
             tf = self.trigger_file
-            self._trigger_path = None if tf is None else (tf if tf.is_absolute() else run_dir / tf)
+            self._trigger_path = None if tf is None else run_dir / tf
             self._ondemand = self._trigger_path is not None or self.profile_on_request
             self._countdown = self.check_every_n_steps
         except Exception as exc:
@@ -320,7 +291,7 @@ class ProfilerCallback(Callback):
             )
 
     def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        self._close(trainer, analyse=True)
+        self._close(trainer)
         self._consume_taken_file()
         self._active = False
         self._ondemand = False
@@ -357,7 +328,7 @@ class ProfilerCallback(Callback):
         epoch = trainer.current_epoch
         if stage != "test" and epoch not in self.profile_epochs:
             return
-        self._close(trainer, analyse=True)  # a window left open (mid-epoch validation)
+        self._close(trainer)  # a window left open (mid-epoch validation)
         if not self._active:
             return
         prefix = "" if stage == "train" else f"{stage}_"
@@ -464,7 +435,7 @@ class ProfilerCallback(Callback):
             return
         total = self.skip_first + (self.wait + self.warmup_steps + self.profile_steps) * self.repeat
         if self.repeat and window.steps >= total:
-            self._close(trainer, analyse=True)
+            self._close(trainer)
 
     def _tick(self, trainer: L.Trainer, stage: str, batch_idx: int) -> None:
         """Outside a window, at a step boundary of a profiled stage: poll every n-th step and open
@@ -512,9 +483,7 @@ class ProfilerCallback(Callback):
     def _remove_trigger_file(self) -> None:
         assert self._trigger_path is not None
         try:
-            self._trigger_path.unlink()
-        except FileNotFoundError:
-            pass
+            self._trigger_path.unlink(missing_ok=True)
         except OSError as exc:
             # (inode, mtime) of the file taken keeps it from firing again
             log.warning("%s: cannot remove %s (%s)", type(self).__name__, self._trigger_path, exc)
@@ -557,7 +526,7 @@ class ProfilerCallback(Callback):
             window.discarded = True
             self._release()
 
-    def _close(self, trainer: L.Trainer, analyse: bool) -> None:
+    def _close(self, trainer: L.Trainer) -> None:
         window = self._release()
         if window is None:
             return
@@ -572,21 +541,16 @@ class ProfilerCallback(Callback):
                 # the stage's epoch ended before a step was recorded: open again at the next one
                 self._pending = (window.trigger, window.reason)
             return
-        if not analyse:
-            return
         try:
-            self._report(trainer, window)
+            traces = [self._relative(p) for p in window.traces] if self.export_chrome_trace else []
+            record = summarise_window(trainer, window, self.log_top_k_ops, traces)
+            self.windows.append(record)
+            self._write_record(record)
             if not self.export_chrome_trace:
                 for path in window.traces:
                     path.unlink()
         except Exception as exc:
             self._fail(exc)
-
-    def _report(self, trainer: L.Trainer, window: Window) -> None:
-        traces = [self._relative(p) for p in window.traces] if self.export_chrome_trace else []
-        record = summarise_window(trainer, window, self.log_top_k_ops, traces)
-        self.windows.append(record)
-        self._write_record(record)
 
     def _relative(self, path: Path) -> str:
         assert self._run_dir is not None
@@ -601,15 +565,13 @@ class ProfilerCallback(Callback):
         try:
             self._jsonl.write(record)
         except OSError as exc:
-            self._jsonl = None
-            if not self._jsonl_warned:
-                self._jsonl_warned = True
-                warnings.warn(
-                    f"{type(self).__name__}: cannot write the profiler record "
-                    f"({type(exc).__name__}: {exc}); traces are still written",
-                    PerfCallbackWarning,
-                    stacklevel=2,
-                )
+            self._jsonl = None  # one warning: no more writes this run
+            warnings.warn(
+                f"{type(self).__name__}: cannot write the profiler record "
+                f"({type(exc).__name__}: {exc}); traces are still written",
+                PerfCallbackWarning,
+                stacklevel=2,
+            )
 
     # -- hooks -------------------------------------------------------------------------------
 
@@ -617,22 +579,17 @@ class ProfilerCallback(Callback):
         if self._active:
             self._open(trainer, "train")
 
-    def on_train_batch_end(
-        self,
-        trainer: L.Trainer,
-        pl_module: L.LightningModule,
-        outputs: Any,
-        batch: Any,
-        batch_idx: int,
+    def _batch_end(
+        self, trainer: L.Trainer, stage: str, outputs: Any, batch: Any, batch_idx: int, loader: int
     ) -> None:
         if self._window is not None:
-            self._step(trainer, "train", batch_idx)
-        elif self._ondemand:
-            self._tick(trainer, "train", batch_idx)
+            self._step(trainer, stage, batch_idx)
+        elif self._ondemand and not (stage == "val" and trainer.sanity_checking):
+            self._tick(trainer, stage, batch_idx)
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if self._window is not None:
-            self._close(trainer, analyse=True)
+            self._close(trainer)
 
     on_validation_end = on_test_end = on_train_epoch_end  # each stage's window ends with it
 
@@ -640,38 +597,10 @@ class ProfilerCallback(Callback):
         # Validation runs inside the training epoch: the train window ends before it, so a
         # train trace never holds validation steps.
         if self._window is not None:
-            self._close(trainer, analyse=True)
+            self._close(trainer)
         if self._active and not trainer.sanity_checking:
             self._open(trainer, "val")
-
-    def on_validation_batch_end(
-        self,
-        trainer: L.Trainer,
-        pl_module: L.LightningModule,
-        outputs: Any,
-        batch: Any,
-        batch_idx: int,
-        dataloader_idx: int = 0,
-    ) -> None:
-        if self._window is not None:
-            self._step(trainer, "val", batch_idx)
-        elif self._ondemand and not trainer.sanity_checking:
-            self._tick(trainer, "val", batch_idx)
 
     def on_test_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if self._active:
             self._open(trainer, "test")
-
-    def on_test_batch_end(
-        self,
-        trainer: L.Trainer,
-        pl_module: L.LightningModule,
-        outputs: Any,
-        batch: Any,
-        batch_idx: int,
-        dataloader_idx: int = 0,
-    ) -> None:
-        if self._window is not None:
-            self._step(trainer, "test", batch_idx)
-        elif self._ondemand:
-            self._tick(trainer, "test", batch_idx)

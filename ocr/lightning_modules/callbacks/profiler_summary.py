@@ -19,8 +19,6 @@ from ocr.perf.trace import analyze_table, load_traces
 from ocr.perf.trace.agreement import compare_with_clock
 from ocr.perf.trace.render import print_analysis
 
-__all__ = ["summarise_window"]
-
 log = logging.getLogger("ocr.lightning_modules.callbacks.profiler_callback")
 
 

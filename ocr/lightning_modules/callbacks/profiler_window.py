@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import weakref
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import lightning as L
@@ -15,8 +16,6 @@ from ocr.lightning_modules.callbacks.untimed import untimed_hook
 from ocr.perf.actions import classify_action
 from ocr.perf.sync_debug import SyncDetector, SyncLine
 from ocr.perf.trace.agreement import ClockSnapshots
-
-__all__ = ["ActionRanges", "Window"]
 
 
 class ActionRanges:
@@ -72,33 +71,26 @@ class ActionRanges:
             self.action_stop(self._open[-1][0])
 
 
+@dataclass(eq=False)
 class Window:
     """One open profiling window: the live profiler and the files its cycles wrote."""
 
-    def __init__(
-        self,
-        stage: str,
-        epoch: int,
-        prof: torch.profiler.profile,
-        basename: str,
-        trigger: str,
-        reason: str,
-    ) -> None:
-        self.stage = stage
-        self.epoch = epoch
-        self.prof = prof
-        self.basename = basename  # trace file name without cycle, rank and extension
-        self.trigger = trigger  # "epoch" | "file" | "alert" | "request"
-        self.reason = reason
-        self.steps = 0
-        self.traces: list[Path] = []
-        self.error: BaseException | None = None
-        self.discarded = False  # stop without exporting (exception, failure)
-        self.ranges = ActionRanges()
-        self.clock = ClockSnapshots()  # the live phase clock at each ProfilerStep boundary
-        self.first_batch: int | None = None  # batch_idx of the first and last step recorded
-        self.last_batch: int | None = None
-        self.export_s = 0.0  # time in prof.step()/stop() calls that exported a trace
-        self.trainer: L.Trainer | None = None  # set while the action listener is attached
-        self.syncs: SyncDetector | None = None  # detect_syncs: on while the window records
-        self.sync_lines: list[SyncLine] = []  # what it found, at the close
+    stage: str
+    epoch: int
+    prof: torch.profiler.profile
+    basename: str  # trace file name without cycle, rank and extension
+    trigger: str  # "epoch" | "file" | "alert" | "request"
+    reason: str
+    steps: int = 0
+    traces: list[Path] = field(default_factory=list)
+    error: BaseException | None = None
+    discarded: bool = False  # stop without exporting (exception, failure)
+    ranges: ActionRanges = field(default_factory=ActionRanges)
+    # the live phase clock at each ProfilerStep boundary
+    clock: ClockSnapshots = field(default_factory=ClockSnapshots)
+    first_batch: int | None = None  # batch_idx of the first and last step recorded
+    last_batch: int | None = None
+    export_s: float = 0.0  # time in prof.step()/stop() calls that exported a trace
+    trainer: L.Trainer | None = None  # set while the action listener is attached
+    syncs: SyncDetector | None = None  # detect_syncs: on while the window records
+    sync_lines: list[SyncLine] = field(default_factory=list)  # what it found, at the close

@@ -37,6 +37,9 @@ import math
 import time
 import warnings
 import weakref
+from collections import Counter
+from collections.abc import Callable
+from functools import partial
 from typing import Any, ClassVar
 
 import lightning as L
@@ -58,7 +61,7 @@ from ocr.lightning_modules.callbacks.interpose import (
     check_versions,
     syncs_before_train_batch,
 )
-from ocr.lightning_modules.callbacks.run_files import RunFiles
+from ocr.lightning_modules.callbacks.run_files import Lifecycle, RunFiles
 from ocr.lightning_modules.callbacks.stage_state import (
     EpochWindow,
     StageState,
@@ -84,11 +87,10 @@ from ocr.lightning_modules.callbacks.window_events import (
 from ocr.perf.actions import CALLBACK, DATAMODULE, MODULE, classify_action
 from ocr.perf.clock import PhaseClock, PhaseTotals, set_active_clock
 from ocr.perf.memory import memory_snapshot, reset_peak_memory
+from ocr.perf.ranks import Straggler
 from ocr.perf.records import EpochRecord
 from ocr.perf.stage import Stage
 from ocr.perf.worker import WorkerTiming
-
-__all__ = ["StageRecorder", "Subscriber"]
 
 # In-epoch memory samples (for the RSS peak) at most this often: a snapshot costs ~100 us.
 _MEMORY_PERIOD_NS = 1_000_000_000
@@ -96,36 +98,11 @@ _MEMORY_PERIOD_NS = 1_000_000_000
 _BATCH_TIMES_CHUNK = 1024
 
 
-class _Tap:
-    """``on_batch`` of one instrumented DataLoader: routes its timings to a stage. Timings are
-    delivered inside the consuming loop's ``next()``, so the innermost open window is the
-    consumer, even for a loader shared by two stages; before any window opens (Lightning's first
-    iterator) the loader's own stage is used."""
-
-    __slots__ = ("recorder", "stage")
-
-    def __init__(self, recorder: StageRecorder, stage: str) -> None:
-        self.recorder = recorder
-        self.stage = stage
-
-    def __call__(self, timing: WorkerTiming) -> None:
-        recorder = self.recorder
-        if recorder.measuring:
-            stage = recorder._open[-1] if recorder._open else self.stage
-            recorder._states[stage].add_timing(timing)
-
-
-# -- the recorder --------------------------------------------------------------------------------
-
-
 class StageRecorder:
     """Per-trainer measurement shared by the performance monitors (see the module docstring).
 
     Use :meth:`attach` / :meth:`detach`. Every entry point turns an internal error into one
     :class:`PerfCallbackWarning` and stops measuring; training never sees an exception.
-
-    Args:
-        trainer: the Trainer measured.
     """
 
     _registry: ClassVar[weakref.WeakKeyDictionary[L.Trainer, StageRecorder]] = (
@@ -166,13 +143,14 @@ class StageRecorder:
         self._listening = False
         self.sync_wait_measured = "none" if self.world_size <= 1 else "gather"
         self.files: RunFiles | None = None
+        self._lifecycle: Lifecycle | None = None
+        self.straggler: Straggler | None = None  # of the last gathered epoch
 
     # -- membership ------------------------------------------------------------------------
 
     @classmethod
     def attach(cls, trainer: L.Trainer, subscriber: Subscriber) -> StageRecorder:
-        """The trainer's recorder (created and installed on first use) with ``subscriber``
-        added."""
+        """The trainer's recorder (created and installed on first use) with ``subscriber`` in."""
         recorder = cls._registry.get(trainer)
         if recorder is None or recorder.finished:
             recorder = cls(trainer)
@@ -223,6 +201,13 @@ class StageRecorder:
         self._name_callbacks(trainer)
         if any(s.write_run_files for s in self.subscribers):
             self._open_files(trainer)
+            fn = trainer.state.fn
+            self._lifecycle = Lifecycle(
+                perf_root(trainer),
+                str(fn.value) if fn is not None else "fit",
+                trainer.global_rank,
+                self.world_size,
+            )
         reason = check_versions()
         if reason is None:
             self._interposer = LoaderInterposer(trainer, self._route_loader, self._fail)
@@ -245,19 +230,18 @@ class StageRecorder:
         state keys differ (instances with equal state keys are indistinguishable in the action
         stream and share one name)."""
         names: dict[str, str] = {}
-        count: dict[str, int] = {}
+        count: Counter[str] = Counter()
         for callback in trainer.callbacks:  # type: ignore[attr-defined]
-            key = callback.state_key
-            if key in names:
-                continue
-            base = type(callback).__name__
-            count[base] = count.get(base, 0) + 1
-            name = base if count[base] == 1 else f"{base}#{count[base]}"
-            names[key] = name
+            if callback.state_key not in names:
+                base = type(callback).__name__
+                count[base] += 1
+                names[callback.state_key] = base if count[base] == 1 else f"{base}#{count[base]}"
         self._callback_names = names
         self._info.clear()
 
-    def _route_loader(self, loader: DataLoader) -> tuple[_Tap, PhaseClock] | None:
+    def _route_loader(
+        self, loader: DataLoader
+    ) -> tuple[Callable[[WorkerTiming], None], PhaseClock] | None:
         trainer = self._trainer_ref()
         if trainer is None or not self.measuring:
             return None
@@ -266,12 +250,24 @@ class StageRecorder:
         if stage is None or stage not in self.stages:
             return None
         self._states[stage].num_workers = int(loader.num_workers)
-        return _Tap(self, stage), self.clock
+        return partial(self._on_timing, stage), self.clock
 
-    def shutdown(self) -> None:
-        """Stop everything and undo what was installed (idempotent)."""
+    def _on_timing(self, stage: str, timing: WorkerTiming) -> None:
+        """A worker timing of a loader routed to ``stage``. Timings are delivered inside the
+        consuming loop's ``next()``, so the innermost open window is the consumer, even for a
+        loader shared by two stages; before any window opens (Lightning's first iterator) the
+        loader's own stage is used."""
+        if self.measuring:
+            self._states[self._open[-1] if self._open else stage].add_timing(timing)
+
+    def shutdown(self, status: str = "finished") -> None:
+        """Stop everything and undo what was installed (idempotent); ``status`` (``finished``,
+        ``failed``, ``interrupted``) goes to this rank's end in ``perf/lifecycle.jsonl``."""
         self.measuring = False
         self.finished = True
+        lifecycle, self._lifecycle = self._lifecycle, None
+        if lifecycle is not None:
+            lifecycle.end(status)
         if self.files is not None:
             self.files.close()
         if self.clock.running:
@@ -336,19 +332,16 @@ class StageRecorder:
         subs = list(self.subscribers)
         self.shutdown()
         for sub in subs:
-            off = getattr(sub, "_recorder_off", None)
-            if off is not None:
-                off()
+            sub._recorder_off()
 
     # -- the action stream (hot path) ------------------------------------------------------
 
     def wants(self, name: str) -> bool:
         """Whether the stream should tell us about ``name`` (asked once per name; see
         ``ActionStream``). Left out: transparent actions without a window event (their time stays
-        with the enclosing action either way) and hooks whose function does nothing
-        (``untimed.does_nothing``): Lightning dispatches every callback hook to every callback, so
-        most of a step's actions are inherited no-ops. The module's own ``on_after_backward``
-        closes the backward bracket, so the callbacks' no-op ones are not needed for it."""
+        with the enclosing action either way) and hooks that do nothing (``callbacks.untimed``).
+        The module's own ``on_after_backward`` closes the backward bracket, so the callbacks'
+        no-op ones are not needed for it."""
         try:
             _, phase, _, event = self._info.get(name) or self._learn(name)
             action = classify_action(name)
@@ -564,12 +557,22 @@ class StageRecorder:
         if self._track_memory and now - self._memory_ns >= _MEMORY_PERIOD_NS:
             self._sample_memory(epoch)
         interval = self._interval
+        # training only: the step does not advance during evaluation, nothing to plot against
         if interval and epoch.num_batches % interval == 0 and stage == "train":
             self._on_interval(epoch, elapsed)
         if stage == "train" and self._sync_between_batches:
             self._between_batches = True  # until the next action starts
             if self.clock.running and self._current_label()[0] == "sync_wait":
                 self.clock.switch("sync_wait")
+
+    @classmethod
+    def of(cls, trainer: L.Trainer) -> StageRecorder | None:
+        """The trainer's recorder, if a performance monitor attached one."""
+        return cls._registry.get(trainer)
+
+    def open_window(self) -> EpochWindow | None:
+        """The innermost open window (a live progress line reads it)."""
+        return self._states[self._open[-1]].epoch if self._open and self.measuring else None
 
     def _on_interval(self, epoch: EpochWindow, elapsed_ns: int) -> None:
         trainer = self._trainer_ref()
@@ -582,6 +585,7 @@ class StageRecorder:
             elapsed_ns / 1e9,
             self.world_size,
             trainer.global_step,
+            epoch.phases_s(self.clock),
         )
         if self.files is not None:
             self.files.interval(progress)
@@ -771,6 +775,8 @@ class StageRecorder:
         if self.world_size <= 1:
             return local if self.measuring else None
         report, off = gather_ranks(local if self.measuring else None, self.world_size)
+        if report is not None:
+            self.straggler = report.straggler  # the live line names it until the next epoch
         if off is not None:
             if self.measuring:
                 warnings.warn(

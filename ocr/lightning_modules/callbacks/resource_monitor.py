@@ -12,12 +12,12 @@ from typing import Any
 import lightning as L
 import rich
 import torch
-from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities import rank_zero_info
 from rich.table import Table
 
 from ocr.errors import ConfigError
+from ocr.lightning_modules.callbacks.batch_hooks import BatchEndHooks
 from ocr.lightning_modules.callbacks.epoch_report import log_to_loggers
 from ocr.lightning_modules.callbacks.errors import warn_off
 from ocr.lightning_modules.callbacks.recorder import StageRecorder
@@ -38,8 +38,6 @@ from ocr.perf.resources import (
     StepSignals,
 )
 from ocr.perf.stage import Stage
-
-__all__ = ["ResourceMonitorCallback"]
 
 # trainer.validate / trainer.test: sampled like a fit of their own
 _STANDALONE = (TrainerFn.VALIDATING, TrainerFn.TESTING)
@@ -99,71 +97,60 @@ def _checkpoint_bytes(trainer: L.Trainer, pl_module: L.LightningModule, folder: 
     return float(max(total, newest))
 
 
-class ResourceMonitorCallback(Callback):
+class ResourceMonitorCallback(BatchEndHooks):
     """Samples host, DataLoader-worker, disk, network and GPU resources on a background thread
     during ``fit``, logs them, and raises alerts that fire once with evidence and resolve.
 
     The sampler thread (daemon, ``ocr-resource-monitor``) starts at ``on_fit_start`` and is
-    stopped and joined at the end of fit, on an exception (``on_exception``, which Lightning
-    also calls for ``KeyboardInterrupt``) and at ``teardown``. The training hooks only stamp
-    ``perf_counter_ns`` and counters (a few attribute writes per step); sampling, the rules and
-    file writes run on the thread. Metrics reach ``trainer.loggers`` (rank zero) from the
-    training thread at the next batch end after each logging interval: loggers are not
+    stopped and joined at the end of fit, on an exception (also ``KeyboardInterrupt``) and at
+    ``teardown``. The training hooks only stamp ``perf_counter_ns`` and counters; sampling, the
+    rules and file writes run on the thread. Metrics reach ``trainer.loggers`` (rank zero) from
+    the training thread at the next batch end after each logging interval: loggers are not
     thread-safe. An internal error is one warning and the monitor turns off; training goes on.
-    It watches ``fit`` (a ``validate`` or ``test`` run on its own is not sampled). The alert
-    rules, their thresholds and defaults: the catalogue ``ocr.perf.alerts.rules``.
+    A ``validate`` or ``test`` run on its own is sampled as a run of its own. The alert rules,
+    their thresholds and defaults: the catalogue ``ocr.perf.alerts.rules``.
 
-    Metrics: ``resources/<name>`` for the process and its DataLoader workers (CPU, RSS, USS,
-    PSS, threads, files), the host (CPU, iowait, memory, disk and network rates), free space
-    where checkpoints go, per-phase I/O totals, each of this rank's GPUs (``gpu{i}_...``),
-    the torch allocator and the training signals; every name and its meaning in
-    ``ocr.perf.resources.METRIC_DOCS``.
-    In the logged metrics, rates, percentages and shares are averaged over the logging interval
-    and gauges and totals are the interval's last value; ``resources.jsonl`` holds each sample.
-    At fit end: ``resources/<name>_mean`` / ``_max`` over the run,
-    ``resources/samples`` and ``alerts/fired``, logged, written and printed.
+    Metrics: ``resources/<name>`` for the process and its DataLoader workers, the host, free
+    space where checkpoints go, per-phase I/O totals, each of this rank's GPUs
+    (``gpu{i}_...``), the torch allocator and the training signals; every name and its meaning
+    in ``ocr.perf.resources.METRIC_DOCS``. Rates, percentages and shares are averaged over the
+    logging interval, gauges and totals are its last value. At fit end:
+    ``resources/<name>_mean`` / ``_max`` over the run, ``resources/samples`` and
+    ``alerts/fired``, logged, written and printed.
 
     Files (``<trainer.default_root_dir>/perf/``): ``resources.jsonl`` (rank zero; one
     ``receipt-ocr/resource-sample`` line per sample, or per logging interval without
-    ``record_samples``, and a closing
-    ``receipt-ocr/resource-summary``), ``alerts.jsonl`` (``receipt-ocr/alert`` events of every
-    rank, each with its rank: rank zero evaluates every rule, other ranks the rules about their
-    own inputs, marked ``per_rank``).
+    ``record_samples``, and a closing ``receipt-ocr/resource-summary``), ``alerts.jsonl``
+    (``receipt-ocr/alert`` events of every rank, each with its rank: rank zero evaluates every
+    rule, other ranks the rules about their own inputs, marked ``per_rank``).
 
-    Data wait (starvation rule) is measured here, not taken from the step-time recorder: the
-    time between a training batch's end and the next one's start over the step period (an
-    upper bound: other callbacks' batch hooks fall in the gap too), so the rule works with or
-    without the performance callbacks. DDP: every rank samples its own processes and device;
-    ``straggler_rank`` compares ranks' mean step time from one ``all_gather`` per training
-    epoch (every rank enters it at ``on_train_epoch_end``).
+    Data wait (starvation rule) is measured here: the time between a training batch's end and
+    the next one's start over the step period (an upper bound: other callbacks' batch hooks fall
+    in the gap too), so the rule works without the performance callbacks. DDP: every rank
+    samples its own processes and device; ``straggler_rank`` takes each training epoch's
+    straggler from the shared recorder's one epoch gather.
 
     Args:
-        enabled: monitor at all; ``False`` makes every hook return at once. Default ``True``.
-        interval_s: seconds between samples. Default ``1.0``.
-        log_interval_s: seconds between logged / written records, independent of
-            ``interval_s``. Default ``10.0``.
+        enabled: ``False`` makes every hook return at once.
+        interval_s: seconds between samples.
+        log_interval_s: seconds between logged / written records, independent of ``interval_s``.
         rate_window_s: window of ``data_wait_share`` and ``train_steps_per_s``, seconds of
-            training. Default ``10.0``.
+            training.
         record_samples: write every sample to ``resources.jsonl`` (the report's resource plots
             show each; about 2 KB per sample on a CPU host, ~7 MB per hour at ``interval_s=1``);
-            ``False``: one line per logging interval (the logged averages). Default ``True``.
+            ``False``: one line per logging interval (the logged averages).
         checkpoint_dir: folder whose free space is watched; default the checkpoint callback's
             ``dirpath``, else ``trainer.default_root_dir``.
-        worker_refresh_s: seconds between scans for DataLoader worker processes. Default
-            ``5.0``.
+        worker_refresh_s: seconds between scans for DataLoader worker processes.
         memory_detail_s: seconds between USS/PSS reads (~3 ms per process); ``0``: RSS only.
-            Default ``5.0``.
-        alerts: evaluate the alert rules. Default ``True``.
         rules: per-rule settings, rule name -> {setting: value} (``enabled``, ``hold_s``,
-            ``cooldown_s`` and each rule's thresholds; see ``ocr.perf.alerts.rules``). Default:
-            the rules' defaults.
+            ``cooldown_s`` and each rule's thresholds; see ``ocr.perf.alerts.rules``); the
+            rules' defaults where not given.
         wandb_alerts: also send events with ``wandb.alert`` when a wandb run is active.
-            Default ``True``.
         profile_on_throughput_drop: a firing of a rule that asks for one (``requests_profile``:
-            ``throughput_drop``) requests a profiler window
-            (``ProfilerCallback`` in on-demand mode takes it). Default ``False``.
-        print_summary: print the run's resource summary at fit end (rank zero). Default
-            ``True``.
+            ``throughput_drop``) requests a profiler window (``ProfilerCallback`` in on-demand
+            mode takes it).
+        print_summary: print the run's resource summary at fit end (rank zero).
     """
 
     def __init__(
@@ -220,9 +207,6 @@ class ResourceMonitorCallback(Callback):
     # -- life cycle ----------------------------------------------------------------------------
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._begin(trainer, pl_module)
-
-    def _begin(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if not self.enabled:
             return
         self.summary = {}
@@ -230,12 +214,6 @@ class ResourceMonitorCallback(Callback):
             self._start(trainer, pl_module)
         except Exception as exc:
             self._off(exc)
-
-    def _begin_standalone(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        """``trainer.validate`` / ``trainer.test`` are sampled as runs of their own; the fit's
-        validation belongs to the fit's monitor."""
-        if self.monitor is None and trainer.state.fn in _STANDALONE:
-            self._begin(trainer, pl_module)
 
     def _end_standalone(self, trainer: L.Trainer) -> bool:
         """Finish a standalone validate / test run (True when this was one)."""
@@ -394,33 +372,33 @@ class ResourceMonitorCallback(Callback):
             signals.epoch = trainer.current_epoch
             signals.set_phase("train")
 
-    def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._begin_standalone(trainer, pl_module)
-        signals = self._signals
-        if signals is not None:
-            signals.set_phase("val")
+    def _eval_start(self, trainer: L.Trainer, pl_module: L.LightningModule, phase: str) -> None:
+        # trainer.validate / trainer.test are sampled as runs of their own; the fit's validation
+        # belongs to the fit's monitor.
+        if self.monitor is None and trainer.state.fn in _STANDALONE:
+            self.on_fit_start(trainer, pl_module)
+        self._set_phase(phase)
 
-    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if self._end_standalone(trainer):
-            return
-        signals = self._signals
-        if signals is not None:
-            # Back to the training epoch (its end: checkpointing), except after the sanity check.
-            signals.set_phase("idle" if trainer.sanity_checking else "train")
+    def _set_phase(self, phase: str) -> None:
+        if self._signals is not None:
+            self._signals.set_phase(phase)
+
+    def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._eval_start(trainer, pl_module, "val")
 
     def on_test_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._begin_standalone(trainer, pl_module)
-        signals = self._signals
-        if signals is not None:
-            signals.set_phase("test")
+        self._eval_start(trainer, pl_module, "test")
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if not self._end_standalone(trainer):
+            # Back to the training epoch (its end: checkpointing), except after the sanity check.
+            self._set_phase("idle" if trainer.sanity_checking else "train")
 
     def on_test_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._end_standalone(trainer)
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        signals = self._signals
-        if signals is not None:
-            signals.set_phase("idle")
+        self._set_phase("idle")
 
     # -- steps (hot path: stamps only) ---------------------------------------------------------
 
@@ -431,41 +409,20 @@ class ResourceMonitorCallback(Callback):
         if signals is not None:
             signals.train_batch_start()
 
-    def on_train_batch_end(
-        self,
-        trainer: L.Trainer,
-        pl_module: L.LightningModule,
-        outputs: Any,
-        batch: Any,
-        batch_idx: int,
+    def _batch_end(
+        self, trainer: L.Trainer, stage: str, outputs: Any, batch: Any, batch_idx: int, loader: int
     ) -> None:
         signals = self._signals
         if signals is None:
             return
-        # The loss tensor is kept, not read: the sampler thread checks it is finite.
-        signals.train_batch_end(outputs.get("loss") if isinstance(outputs, dict) else outputs)
+        if stage == "train":
+            # The loss tensor is kept, not read: the sampler thread checks it is finite.
+            signals.train_batch_end(outputs.get("loss") if isinstance(outputs, dict) else outputs)
+        else:
+            signals.eval_batch_end()
         monitor = self.monitor
         if monitor is not None and monitor.pending is not None:
             self._log_pending(trainer, monitor)
-
-    def on_validation_batch_end(
-        self,
-        trainer: L.Trainer,
-        pl_module: L.LightningModule,
-        outputs: Any,
-        batch: Any,
-        batch_idx: int,
-        dataloader_idx: int = 0,
-    ) -> None:
-        signals = self._signals
-        if signals is None:
-            return
-        signals.eval_batch_end()
-        monitor = self.monitor
-        if monitor is not None and monitor.pending is not None:
-            self._log_pending(trainer, monitor)
-
-    on_test_batch_end = on_validation_batch_end
 
     # -- epoch ends ----------------------------------------------------------------------------
 
@@ -496,27 +453,23 @@ class _StragglerFeed:
 
     def _receive_report(self, report: EpochRecord) -> None:
         signals = self.callback._signals
-        if signals is not None:
-            signals.straggler = straggler_signal(report)
+        if signals is None:
+            return
+        epoch, straggler = report.epoch or 0, report.straggler
+        if straggler is None:  # rank -1 and share 0, so an earlier alert can resolve
+            signals.straggler = StragglerSignal(rank=-1, share=0.0, epoch=epoch)
+        else:
+            signals.straggler = StragglerSignal(
+                rank=straggler.rank,
+                share=straggler.share,
+                excess_s=straggler.excess_s,
+                cause=straggler.cause,
+                others_wait_s=straggler.others_wait_s,
+                epoch=epoch,
+            )
 
     def _receive_interval(self, progress: object) -> None:
         return None
 
     def _recorder_off(self) -> None:
         self.recorder = None
-
-
-def straggler_signal(report: EpochRecord) -> StragglerSignal:
-    """The ``straggler_rank`` rule's input from one epoch report: rank -1 and share 0 when no
-    rank straggles (so an earlier alert can resolve)."""
-    straggler = report.straggler
-    if straggler is None:
-        return StragglerSignal(rank=-1, share=0.0, epoch=report.epoch or 0)
-    return StragglerSignal(
-        rank=straggler.rank,
-        share=straggler.share,
-        excess_s=straggler.excess_s,
-        cause=straggler.cause,
-        others_wait_s=straggler.others_wait_s,
-        epoch=report.epoch or 0,
-    )

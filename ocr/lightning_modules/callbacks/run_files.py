@@ -1,9 +1,10 @@
-"""The recorder's part of the run directory: ``perf/run.json``, ``perf/epochs.jsonl`` and
-``perf/intervals.jsonl`` (records in ``ocr.perf.records``)."""
+"""The recorder's part of the run directory: ``perf/run.json``, ``perf/epochs.jsonl``,
+``perf/intervals.jsonl`` and ``perf/lifecycle.jsonl`` (records in ``ocr.perf.records``)."""
 
 from __future__ import annotations
 
 import os
+import socket
 import time
 import warnings
 from collections.abc import Callable, Mapping
@@ -13,11 +14,18 @@ import msgspec
 
 from ocr.lightning_modules.callbacks.epoch_report import IntervalProgress, per_second
 from ocr.lightning_modules.callbacks.errors import PerfCallbackWarning
-from ocr.perf.records import EpochRecord, IntervalRecord, JsonValue, RecordWriter
+from ocr.perf.records import (
+    EpochRecord,
+    IntervalRecord,
+    JsonValue,
+    LifecycleRecord,
+    RecordWriter,
+)
 from ocr.perf.rundir import write_run_info
 from ocr.perf.stage import Stage
 
-__all__ = ["RunFiles", "epoch_record"]
+#: Seconds between two writes of pending interval records while an epoch runs.
+LIVE_WRITE_S = 10.0
 
 
 def epoch_record(report: EpochRecord, t: float) -> EpochRecord:
@@ -36,18 +44,17 @@ class RunFiles:
     at setup, one ``perf/epochs.jsonl`` line per stage epoch and ``perf/intervals.jsonl`` lines
     at the training log interval; rank zero only. The first write error is one warning and turns
     the writing off; measurement and logging go on.
-
-    Args:
-        run_dir: the run directory (``trainer.default_root_dir``).
     """
 
     def __init__(self, run_dir: str | os.PathLike[str]) -> None:
         self.run_dir = Path(run_dir)
         self.epochs = RecordWriter(EpochRecord.path(self.run_dir))
         self.intervals = RecordWriter(IntervalRecord.path(self.run_dir))
-        # Interval records wait here until the epoch closes: a write + flush every few steps
-        # would land on the training hot path.
+        # Interval records wait here and are written at most every LIVE_WRITE_S (and when the
+        # epoch closes): a write + flush every few steps would land on the training hot path;
+        # one line every 10 s keeps `ocr-perf watch` and the live view current.
         self._pending_intervals: list[tuple[float, IntervalProgress]] = []
+        self._last_write = time.monotonic()
         self.ok = True
 
     def _guard(self, write: Callable[[], object]) -> None:
@@ -74,14 +81,64 @@ class RunFiles:
     def interval(self, progress: IntervalProgress) -> None:
         if self.ok:
             self._pending_intervals.append((time.time(), progress))
+            if time.monotonic() - self._last_write >= LIVE_WRITE_S:
+                self.flush_intervals()
 
     def flush_intervals(self) -> None:
         pending, self._pending_intervals = self._pending_intervals, []
+        self._last_write = time.monotonic()
         for t, progress in pending:
-            record = IntervalRecord(t=t, **{**progress._asdict(), "stage": Stage(progress.stage)})
+            record = IntervalRecord(
+                t=t,
+                **{**progress._asdict(), "stage": Stage(progress.stage)},
+                samples_per_sec=per_second(progress.samples, progress.elapsed_s),
+            )
             self._guard(lambda r=record: self.intervals.write(r))  # type: ignore[misc]
 
     def close(self) -> None:
         self.flush_intervals()
         self.epochs.close()
         self.intervals.close()
+
+
+class Lifecycle:
+    """This rank's start and end of a Trainer run in ``perf/lifecycle.jsonl`` (every rank
+    writes its own lines; ``ocr-perf watch`` follows the run until each rank's end). The first
+    write error is one warning and turns it off."""
+
+    def __init__(self, run_dir: Path, run: str, rank: int, world_size: int) -> None:
+        self._writer: RecordWriter | None = RecordWriter(LifecycleRecord.path(run_dir))
+        self._fields = {
+            "run": run,
+            "rank": rank,
+            "world_size": world_size,
+            "pid": os.getpid(),
+            "hostname": socket.gethostname(),
+        }
+        self._write("start", None)
+
+    def _write(self, event: str, status: str | None) -> None:
+        writer = self._writer
+        if writer is None:
+            return
+        try:
+            writer.write(
+                msgspec.convert(
+                    {"t": time.time(), "event": event, "status": status, **self._fields},
+                    LifecycleRecord,
+                )
+            )
+        except OSError as exc:
+            self._writer = None
+            warnings.warn(
+                f"performance callbacks: cannot write {writer.path} ({exc}); the run goes on",
+                PerfCallbackWarning,
+                stacklevel=3,
+            )
+
+    def end(self, status: str) -> None:
+        """Write the end once (``finished``, ``failed`` or ``interrupted``) and close."""
+        self._write("end", status)
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None

@@ -11,11 +11,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ocr.lightning_modules.callbacks.epoch_report import MAX_KEPT_BATCH_TIMES
-from ocr.perf.clock import PHASES
+from ocr.perf.clock import PHASES, PhaseClock
 from ocr.perf.stats import StreamingStats
 from ocr.perf.worker import WorkerTiming
-
-__all__ = ["EpochWindow", "StageState", "named_seconds", "nanmax"]
 
 
 @dataclass
@@ -43,6 +41,20 @@ class EpochWindow:
 
     def elapsed_ns(self, now: int) -> int:
         return self.closed_ns if self.paused else self.closed_ns + now - self.segment_start_ns
+
+    def phases_s(self, clock: PhaseClock) -> dict[str, float]:
+        """Seconds per phase so far: the closed segments, plus ``clock`` (the innermost open
+        window's) up to now when this window is not paused."""
+        ns = dict(self.phases_ns)
+        if not self.paused and clock.running:
+            for name, value in clock.peek().phases_ns.items():
+                ns[name] += value
+        return {name: value / 1e9 for name, value in ns.items() if value}
+
+    def samples_per_sec(self, now: int) -> float:
+        """Samples so far over the window's time so far (``now``: ``perf_counter_ns``)."""
+        elapsed = self.elapsed_ns(now) / 1e9
+        return self.samples / elapsed if elapsed > 0 else 0.0
 
     def flush_batch_times(self) -> None:
         pending = self.pending_ns

@@ -20,14 +20,6 @@ from ocr.lightning_modules.callbacks.epoch_report import (
 from ocr.lightning_modules.callbacks.errors import PerfCallbackWarning
 from ocr.perf.records import EpochRecord
 
-__all__ = [
-    "Ceiling",
-    "ThroughputMonitorCallback",
-    "flops_metrics",
-    "measure_ceiling",
-    "throughput_metrics",
-]
-
 
 @dataclass(frozen=True)
 class Ceiling:
@@ -119,19 +111,8 @@ def flops_metrics(report: EpochRecord, ceiling: Ceiling | None) -> dict[str, flo
 
 
 def throughput_metrics(report: EpochRecord, peak_memory: bool = True) -> dict[str, float | None]:
-    """The metrics of one stage epoch (``stage`` = ``train``, ``val`` or ``test``):
-
-    - ``throughput/{stage}_samples_per_sec`` and ``throughput/{stage}_batches_per_sec``: over
-      all ranks, divided by the epoch's wall time (the slowest rank's under DDP); the epoch is the
-      stage's clock window, so training throughput excludes validation,
-    - ``throughput/{stage}_data_wait_share``: fraction (0-1) of the epoch the main process was
-      blocked on the DataLoader (rank zero's own under DDP),
-    - with ``peak_memory``: ``performance/{stage}_peak_rss_gb`` (largest sampled process RSS)
-      and, on CUDA, ``performance/{stage}_peak_gpu_memory_gb`` (peak allocated, reset each
-      epoch), in GiB,
-    - under DDP, each rank's own rates as ``..._samples_per_sec_{min,median,max}`` and
-      ``..._batches_per_sec_{min,median,max}``, and the peaks' ``_{min,median,max}``.
-    """
+    """The ``throughput/...`` metrics of one stage epoch and, with ``peak_memory``, its peak
+    memory (the README's table of metric keys)."""
     stage = report.stage
     head = f"throughput/{stage}_"
     out: dict[str, float | None] = {
@@ -162,30 +143,26 @@ class ThroughputMonitorCallback(RecorderCallback):
     number of dataset items the instrumented DataLoader put in it (else Lightning's
     ``extract_batch_size``), so variable and partial batches count exactly. Under DDP the rates
     cover all ranks (one gather per epoch). Shares its measurement with
-    ``PerformanceProfilerCallback`` when both are used. Metric names: :func:`throughput_metrics`.
+    ``PerformanceProfilerCallback`` when both are used. Metric keys: the README's table.
     An internal error becomes one warning and turns the callback off; training continues.
 
     Args:
-        enabled: record anything at all; ``False`` makes every hook return at once.
-            Default ``True``.
+        enabled: ``False`` makes every hook return at once.
         log_interval: every this many training batches, also log the epoch-so-far
             ``throughput/train_samples_per_sec`` and ``throughput/train_batches_per_sec`` (rank
             zero's rate times the number of ranks, which run in step under DDP) at the current
-            step. ``0``: epoch ends only. In batches. Default ``10``.
+            step. ``0``: epoch ends only.
         peak_memory: log the per-epoch peaks of process RSS and CUDA allocated memory (RSS is
             sampled at epoch boundaries and at most once a second in between; the CUDA peak is
-            exact). Default ``True``.
+            exact).
         stages: stages to report, any of ``"train"``, ``"validate"`` (or ``"val"``), ``"test"``.
-            Default all three.
-        write_run_files: write the run directory's ``perf/epochs.jsonl``,
-            ``perf/intervals.jsonl`` and ``perf/run.json`` (see ``PerformanceProfilerCallback``).
-            Default ``True``.
+        write_run_files: as ``PerformanceProfilerCallback``'s.
         flops: when the LightningModule has an ``example_input_array``, count its FLOPs per
             sample once at the start (``ocr.perf.flops``), take this host's measured peak
             (``ocr.perf.peak``, cached per host and dtype) and log
             ``throughput/{stage}_flops_per_sec`` and ``throughput/{stage}_mfu`` each epoch (see
             :func:`flops_metrics`); the figures also go to ``perf/run.json`` (``"flops"``) for
-            the report. A module without one gets no FLOPs metrics. Default ``True``.
+            the report. A module without one gets no FLOPs metrics.
     """
 
     def __init__(
@@ -227,11 +204,9 @@ class ThroughputMonitorCallback(RecorderCallback):
                 stacklevel=2,
             )
             return
-        recorder = self._recorder
-        if self._ceiling is not None and recorder is not None and self.write_run_files:
-            files = recorder.files
-            if files is not None:
-                files.run_info({"flops": self._ceiling.run_info})
+        files = self._recorder.files if self._recorder is not None else None
+        if self._ceiling is not None and files is not None and self.write_run_files:
+            files.run_info({"flops": self._ceiling.run_info})
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._take_ceiling(trainer, pl_module)
@@ -248,8 +223,6 @@ class ThroughputMonitorCallback(RecorderCallback):
         log_to_loggers(trainer, metrics)
 
     def _interval_metrics(self, progress: IntervalProgress) -> dict[str, float] | None:
-        if progress.stage != "train":
-            return None  # the step does not advance during evaluation
         scale = progress.world_size
         return {
             "throughput/train_samples_per_sec": per_second(

@@ -17,8 +17,6 @@ import lightning as L
 
 from ocr.perf.actions import CALLBACK, DATAMODULE, MODULE
 
-__all__ = ["does_nothing", "lightning_own_hook", "untimed_hook"]
-
 # Instruction names that carry no work (3.11 fills code with these; 3.12+ adds RETURN_CONST).
 _NO_WORK_OPS = frozenset({"RESUME", "NOP", "CACHE", "EXTENDED_ARG"})
 

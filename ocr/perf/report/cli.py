@@ -35,6 +35,12 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     p.add_argument("--markdown", type=Path, metavar="OUT", help="also write a Markdown version")
     p.add_argument(
+        "--json",
+        type=Path,
+        metavar="OUT",
+        help="also write the verdict (headline, stages, ranked findings) as JSON ('-': stdout)",
+    )
+    p.add_argument(
         "--baseline",
         type=Path,
         metavar="FILE",
@@ -47,8 +53,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> int:
     """Build and write the report for parsed ``args``; print a terminal summary and the path."""
     # Imported here so that `ocr-perf --help` stays instant (matplotlib, numpy).
-    from rich.console import Console
-
+    from ocr.console import make_console
     from ocr.perf.report import (
         ReportInputError,
         build_report,
@@ -71,7 +76,18 @@ def run(args: argparse.Namespace) -> int:
     except OSError as exc:
         print(f"ocr-perf: error: cannot write output: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    console = Console()
+    if args.json is not None:
+        from ocr.console import write_json
+        from ocr.perf.report.writers import to_json
+
+        try:
+            write_json(args.json, to_json(report))
+        except OSError as exc:
+            print(f"ocr-perf: error: cannot write output: {exc}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+        if str(args.json) == "-":  # stdout is the JSON alone
+            return EXIT_OK
+    console = make_console()
     print_summary(report, console)
     console.print(f"Report: {output}", highlight=False, markup=False)
     if args.markdown:

@@ -3,12 +3,14 @@ the legend of what the severities and the score mean."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from ocr.perf.candidates import Candidate
 from ocr.perf.findings import CONFIDENCES, Finding
 from ocr.perf.report.build import Report
 from ocr.perf.report.document import Section, Table, cell
+from ocr.perf.report.measured import best_measured
 
 
 def candidate_lines(f: Finding) -> list[str]:
@@ -29,9 +31,11 @@ def _notes(c: Candidate, eval_time: str) -> str:
 
 
 def _candidates_table(findings: list[Finding]) -> Table:
+    same = repeats(findings)
     rows = [
-        [str(i), c.description, c.override or "-", _notes(c, "evaluation-time")]
-        for i, f in enumerate(findings, 1)
+        [str(i + 1), c.description, c.override or "-", _notes(c, "evaluation-time")]
+        for i, f in enumerate(findings)
+        if i not in same
         for c in f.candidates
     ]
     return Table(
@@ -50,6 +54,42 @@ def ranked(report: Report) -> list[Finding]:
     """The findings by score, highest first; equal scores keep the verdict's order (severity,
     then rule). Sorted here too so that the page's order never depends on its producer."""
     return sorted(report.findings, key=lambda f: -f.score)
+
+
+def headline(report: Report) -> str:
+    """The verdict in one sentence: the top finding (its parenthesised figures left to the
+    list) and the best change ``ocr-perf try`` measured on the run, or that none is measured."""
+    findings = ranked(report)
+    if not findings:
+        return "Nothing found to change."
+    top = re.sub(r"\s*\([^()]*\)$", "", findings[0].title)
+    best = best_measured(report)
+    if best is not None:
+        tail = f"; measured best change: {best.override or best.description} {best.median:.2f}x"
+    elif any(f.candidates for f in findings):
+        tail = "; no change measured yet (ocr-perf try RUN_DIR measures the candidates)"
+    else:
+        tail = ""
+    return f"{top}{tail}."
+
+
+def repeats(findings: list[Finding]) -> dict[int, int]:
+    """Finding index -> the index of an earlier finding with the same change (same rule and the
+    same suggestion but for its figures): the list says "as #N" instead of the paragraph."""
+    seen: dict[tuple[str, str], int] = {}
+    out = {}
+    for i, f in enumerate(findings):
+        key = (f.id, re.sub(r"\d[\d.,]*", "#", f.suggestion))
+        if key in seen:
+            out[i] = seen[key]
+        else:
+            seen[key] = i
+    return out
+
+
+def change_text(findings: list[Finding], i: int, same: dict[int, int]) -> str:
+    """Finding ``i``'s change, or ``as #N`` when an earlier finding says the same."""
+    return f"as #{same[i] + 1}" if i in same else findings[i].suggestion
 
 
 def _example(thresholds: dict[str, float], key: str) -> str:
@@ -87,24 +127,23 @@ def severity_legend(report: Report) -> list[str]:
 def verdict_section(report: Report) -> Section:
     rows = []
     findings = ranked(report)
-    for i, f in enumerate(findings, 1):
+    same = repeats(findings)
+    for i, f in enumerate(findings):
         extra = (" Also: " + " | ".join(f.corroboration)) if f.corroboration else ""
         rows.append(
             [
-                str(i),
+                str(i + 1),
                 f.severity,
                 f"{f.score:.1f}",
                 f.title,
                 f"cause {f.confidence}; " + evidence_text(f.evidence) + extra,
-                f.suggestion,
+                change_text(findings, i, same),
             ]
         )
     return Section(
         id="verdict",
         title="Verdict",
-        paragraphs=[
-            f"Most likely to help: {f.title}. Change: {f.suggestion}" for f in findings[:1]
-        ],
+        paragraphs=[headline(report)],
         tables=[
             Table(
                 ["#", "severity", "score", "finding", "evidence", "change"],

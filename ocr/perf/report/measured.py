@@ -64,3 +64,15 @@ def measured_changes_section(report: Report) -> Section:
     if paste:
         sec.paragraphs.append(f"To apply: {paste}")
     return sec
+
+
+def best_measured(report: Report) -> TryRecord | None:
+    """The recommended change of the run's latest ``ocr-perf try`` session with the largest
+    median speed-up (the combined winners included); ``None`` when none was recommended or the
+    file cannot be read (the section says why)."""
+    try:
+        records = latest_session(report.run.run_dir)
+    except RunDirError:
+        return None
+    winners = [r for r in records if r.status == "recommended" and r.median is not None]
+    return max(winners, key=lambda r: r.median or 0.0, default=None)

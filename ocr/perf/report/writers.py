@@ -10,18 +10,24 @@ from __future__ import annotations
 import html
 import os
 from pathlib import Path
+from typing import Any
 
+import msgspec
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table as RichTable
 
+from ocr.console import make_console
 from ocr.perf.clock import PHASES
 from ocr.perf.report.build import Report
 from ocr.perf.report.document import Section, Table
 from ocr.perf.report.findings_section import (
     candidate_lines,
+    change_text,
     evidence_text,
+    headline,
     ranked,
+    repeats,
     severity_legend,
     verdict_section,
 )
@@ -96,14 +102,17 @@ def to_markdown(report: Report) -> str:
         for p in sec.paragraphs:
             lines += [p, ""]
         if sec.id == "verdict":
-            for i, f in enumerate(ranked(report), 1):
+            findings = ranked(report)
+            same = repeats(findings)
+            for i, f in enumerate(findings):
                 head = f"{f.severity}, score {f.score:.1f}, cause {f.confidence}"
-                lines.append(f"{i}. **[{head}] {f.title}**  ")
+                lines.append(f"{i + 1}. **[{head}] {f.title}**  ")
                 lines.append(f"   Evidence: {evidence_text(f.evidence) or '-'}  ")
                 for c in f.corroboration:
                     lines.append(f"   Also: {c}  ")
-                tries = candidate_lines(f)
-                lines.append(f"   Change: {f.suggestion}" + ("  " if tries else ""))
+                tries = [] if i in same else candidate_lines(f)
+                change = change_text(findings, i, same)
+                lines.append(f"   Change: {change}" + ("  " if tries else ""))
                 lines += [f"   Try: {t}  " for t in tries[:-1]]
                 lines += [f"   Try: {t}" for t in tries[-1:]]
             lines.append("")
@@ -219,9 +228,29 @@ def write_html(report: Report, path: str | os.PathLike[str]) -> Path:
 _STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
 
 
+def to_json(report: Report) -> dict[str, Any]:
+    """What the terminal summary and the page's verdict state, JSON-ready (``ocr-perf report
+    --json``): the one-sentence headline, the per-stage figures (samples/s over all ranks) and
+    the ranked findings with their candidates."""
+    stages = {
+        str(stage): {
+            **msgspec.to_builtins(s),
+            "samples_per_sec": s.samples_per_sec,
+            "shares_pct": {p: s.share(p) for p in PHASES if s.phases_s.get(p)},
+        }
+        for stage, s in report.stages.items()
+    }
+    return {
+        "run": report.name.title,
+        "headline": headline(report),
+        "stages": stages,
+        "findings": [f.as_dict() for f in ranked(report)],
+    }
+
+
 def print_summary(report: Report, console: Console | None = None, top: int = 3) -> None:
     """A few lines: where the time went per stage and the ``top`` findings with their change."""
-    con = console or Console()
+    con = console or make_console()
     if report.stages:
         t = RichTable(title="Where the time went", title_justify="left", header_style="bold")
         t.add_column("stage")
@@ -240,15 +269,20 @@ def print_summary(report: Report, console: Console | None = None, top: int = 3) 
             )
         con.print(t)
     con.print(f"[bold]Verdict[/bold] ({escape(report.name.title)})", highlight=False)
-    for i, f in enumerate(ranked(report)[:top], 1):
+    con.print(headline(report), markup=False, highlight=False, soft_wrap=True)
+    findings = ranked(report)
+    same = repeats(findings)
+    for i, f in enumerate(findings[:top]):
         style = _STYLE.get(f.severity, "")
         con.print(
-            f"{i}. [{style}]{f.severity}[/{style}] (score {f.score:.1f}, cause {f.confidence}) "
-            f"{escape(f.title)}",
+            f"{i + 1}. [{style}]{f.severity}[/{style}] (score {f.score:.1f}, cause "
+            f"{f.confidence}) {escape(f.title)}",
             highlight=False,
         )
-        con.print(f"   change: {f.suggestion}", markup=False, highlight=False)
-        for line in candidate_lines(f):
-            con.print(f"   try: {line}", markup=False, highlight=False)
+        # prose lines are never folded (a log keeps each on one line)
+        change = change_text(findings, i, same)
+        con.print(f"   change: {change}", markup=False, highlight=False, soft_wrap=True)
+        for line in [] if i in same else candidate_lines(f):
+            con.print(f"   try: {line}", markup=False, highlight=False, soft_wrap=True)
     if len(report.findings) > top:
         con.print(f"   ... {len(report.findings) - top} more in the report", highlight=False)

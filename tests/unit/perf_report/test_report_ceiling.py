@@ -5,11 +5,17 @@ throughput section shows GFLOP/s and MFU. Hand-made run folders (``perf/run.json
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 from typing import Any
 
-from ocr.perf.report import build_report, to_markdown
+import msgspec
+from rich.console import Console
+
+from ocr.perf.records import EpochRecord, RecordWriter, TryRecord
+from ocr.perf.report import build_report, print_summary, to_markdown
+from ocr.perf.report.findings_section import headline
 from tests.unit.perf_report.runs import CONFIG, epoch_record, make_run
 
 # 10 batches of 4 per epoch; forward dominates (compute-bound).
@@ -40,8 +46,9 @@ def test_headroom_keeps_the_compute_advice_and_says_how_far(tmp_path: Path) -> N
     report, f = finding(compute_bound_run(tmp_path, peak=1e11))
     assert f.evidence["compute_mfu_pct"] == 10.0
     assert f.evidence["peak_gflops_per_sec"] == 100.0
-    assert "how far from the machine's limit" in f.suggestion
-    assert "10 % of this host's measured peak" in f.suggestion
+    # how far from the limit is said once, in the title; the change says what it leaves
+    assert "at 10 % of this host's measured peak" in f.title
+    assert "measured peak" not in f.suggestion
     assert "10.0x headroom" in f.suggestion
     assert "torch.compile" in f.suggestion  # compute changes have room to pay
     md = to_markdown(report)
@@ -75,3 +82,48 @@ def test_a_peak_measured_on_a_busy_host_is_flagged(tmp_path: Path) -> None:
     (root / "perf" / "run.json").write_text(json.dumps(info))
     md = to_markdown(build_report(root))
     assert "measured while the host was busy, so possibly low" in md
+
+
+TRAIN = {"data_wait": 0.2, "forward": 2.0, "backward": 3.0, "optimizer": 0.5}
+
+
+def test_the_verdict_opens_with_one_sentence_and_says_each_change_once(tmp_path: Path) -> None:
+    run = compute_bound_run(tmp_path, peak=1e11)
+    writer = RecordWriter(EpochRecord.path(run))  # training epochs beside the validation ones
+    for e in range(2):
+        writer.write(msgspec.convert(epoch_record("train", e, TRAIN), EpochRecord))
+    writer.close()
+    report = build_report(run)
+    assert {f.stage for f in report.findings if f.id == "compute_bound"} == {"train", "val"}
+    sentence = headline(report)
+    assert sentence.startswith("compute-bound: ")
+    assert "of this host's measured peak; no change measured yet" in sentence
+    assert sentence.count(".") == 1
+    assert sentence.endswith(".")
+    md = to_markdown(report)
+    # the second compute-bound finding points at the first instead of repeating its paragraph
+    assert md.count("x headroom to that peak") == 1
+    assert "   Change: as #1" in md
+    # the winner of the run's `ocr-perf try` session is named in the sentence
+    tried = RecordWriter(TryRecord.path(run))
+    tried.write(
+        TryRecord(
+            session="2026-11-24T12:00:00Z",
+            kind="candidate",
+            override="model.channels_last=true",
+            description="channels-last",
+            family="memory_format",
+            alters_computation=False,
+            eval_time=False,
+            status="recommended",
+            pairs=4,
+            median=1.25,
+            low=1.09,
+            high=1.51,
+        )
+    )
+    tried.close()
+    console = Console(width=80, record=True, file=io.StringIO())
+    print_summary(build_report(run), console)
+    text = console.export_text()
+    assert "; measured best change: model.channels_last=true 1.25x.\n" in text

@@ -131,7 +131,11 @@ def test_findings_appear_in_score_order_whatever_order_they_come_in(tmp_path: Pa
     rows = re.findall(r"<tr><td>\d+</td><td[^>]*>\w+</td><td>([\d.]+)</td>", verdict)
     assert [float(r) for r in rows] == pytest.approx(expected)
     top = ranked(report)[0]
-    assert f"Most likely to help: {top.title}" in md
+    # the verdict opens with one sentence: the top finding without its parenthesised figures
+    first = md.split("## Verdict\n\n", 1)[1].split("\n", 1)[0]
+    assert first.startswith(re.sub(r"\s*\([^()]*\)$", "", top.title))
+    assert first.endswith(".")
+    assert "Change:" not in first
 
 
 def test_severity_legend_explains_each_severity_and_the_score(tmp_path: Path) -> None:

@@ -292,22 +292,21 @@ def compute_bound(s: StageSummary, run: RunData, adv: Settings, total_s: float) 
             compute_gflops_per_sec=rounded(achieved / 1e9, 2),
             peak_gflops_per_sec=rounded(peak / 1e9, 2),
         )
-        where = (
-            f"how far from the machine's limit: while computing, the model runs at "
-            f"{mfu_pct:.0f} % of this host's measured peak ({achieved / 1e9:.3g} of "
-            f"{peak / 1e9:.3g} GFLOP/s; {stage_mfu_pct:.0f} % over the whole {s.label} epoch)"
+        # How far from the machine's limit: said once, in the title; the figures behind it
+        # (achieved and peak GFLOP/s, the whole epoch's MFU) are the evidence.
+        title = (
+            f"compute-bound: {pct:.0f} % of {s.label} wall time is {' / '.join(phases)} at "
+            f"{mfu_pct:.0f} % of this host's measured peak ({ms_per_batch:.0f} ms/batch, "
+            f"{rate:.1f} samples/s)"
         )
         if mfu_pct >= threshold("compute_headroom_mfu_pct"):
-            title = (
-                f"compute-bound near the machine's limit: {pct:.0f} % of {s.label} wall "
-                f"time is {' / '.join(phases)} at {mfu_pct:.0f} % of the measured peak"
-            )
+            title = title.replace("compute-bound:", "compute-bound near the machine's limit:")
             suggestion = (
-                f"{where}: no headroom for faster kernels (compile, channels_last, threads "
-                f"gain little here); only less work per sample (smaller {canvas}, "
-                f"{smaller_model}) or faster hardware makes this stage faster."
+                "no headroom for faster kernels (compile, channels_last, threads gain little "
+                f"here); only less work per sample (smaller {canvas}, {smaller_model}) or "
+                "faster hardware makes this stage faster."
             )
-        headroom = f"{where}, up to {100.0 / max(mfu_pct, 1e-9):.1f}x headroom: "
+        headroom = f"up to {100.0 / max(mfu_pct, 1e-9):.1f}x headroom to that peak: "
         has_room: bool | None = True
     else:
         # Without FLOPs the distance to the limit is unknown: the kernel changes below are

@@ -1,0 +1,76 @@
+"""The live phase line in the progress bars: ``forward 52% backward 41% data_wait 3% · 17.0
+samples/s · compute-bound``, read from the performance monitors' recorder (its open window, the
+phase clock so far, the last gathered epoch's straggler) and worded by :mod:`ocr.perf.live`.
+
+Nothing is measured for it: the recorder keeps these figures anyway. The line is composed only
+when a bar is about to show it (a time check per batch), and a run without a performance monitor
+shows no line. :class:`PhaseRichProgressBar` is Lightning's ``RichProgressBar`` with the line as
+one more item after the metrics; :class:`~ocr.lightning_modules.callbacks.PlainProgressBar`
+appends it to its lines.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from typing import Any
+
+import lightning as L
+from lightning.pytorch.callbacks import RichProgressBar
+
+from ocr.lightning_modules.callbacks.errors import PerfCallbackWarning
+from ocr.lightning_modules.callbacks.recorder import StageRecorder
+from ocr.perf.live import live_line, live_verdict
+
+#: Seconds between two updates of the line in the Rich bar.
+REFRESH_S = 2.0
+
+_failed = False
+
+
+def live_text(trainer: L.Trainer) -> str:
+    """The live line of ``trainer``'s open epoch, or ``""`` (no monitor, no open window). An
+    error is one warning, then the line stays empty for the process: a progress bar never
+    fails training."""
+    global _failed
+    recorder = StageRecorder.of(trainer)
+    if recorder is None or _failed:
+        return ""
+    try:
+        epoch = recorder.open_window()
+        if epoch is None:
+            return ""
+        phases = epoch.phases_s(recorder.clock)
+        straggler = recorder.straggler.rank if recorder.straggler is not None else None
+        verdict = live_verdict(epoch.stage, phases, straggler)
+        return live_line(phases, epoch.samples_per_sec(time.perf_counter_ns()), verdict)
+    except Exception as exc:
+        _failed = True
+        warnings.warn(
+            f"the progress bar's live phase line is off ({type(exc).__name__}: {exc})",
+            PerfCallbackWarning,
+            stacklevel=2,
+        )
+        return ""
+
+
+class PhaseRichProgressBar(RichProgressBar):
+    """Lightning's ``RichProgressBar`` (same arguments) showing the live phase line after the
+    metrics, updated every :data:`REFRESH_S` seconds."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._line = ""
+        self._line_at = float("-inf")
+
+    def get_metrics(
+        self, trainer: L.Trainer, pl_module: L.LightningModule
+    ) -> dict[str, int | str | float | dict[str, float]]:
+        items = super().get_metrics(trainer, pl_module)
+        now = time.monotonic()
+        if now - self._line_at >= REFRESH_S:
+            self._line_at = now
+            self._line = live_text(trainer)
+        if self._line:
+            items["phases"] = self._line
+        return items
