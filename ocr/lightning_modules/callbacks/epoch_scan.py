@@ -17,6 +17,7 @@ from torch.utils.data import DataLoader
 
 from ocr.lightning_modules.callbacks.errors import PerfCallbackWarning, warn_off
 from ocr.lightning_modules.callbacks.try_window import perf_root
+from ocr.perf.alerts.engine import GrowthSignal
 from ocr.perf.growth import GROWTH_EPOCHS, MAX_ITEMS, growing, scan
 from ocr.perf.recompiles import CompileWatch, ShapeCounter, recompile_finding
 from ocr.perf.records import (
@@ -51,7 +52,9 @@ class EpochScanCallback(Callback):
     ``scan_ms``) and compares the last epochs: an attribute that grew in each of the last
     :data:`~ocr.perf.growth.GROWTH_EPOCHS` epochs is named in one log warning
     (``UserModule.losses: +120 tensors / epoch ..., holding autograd graphs -- append
-    loss.detach() ...``) and in the verdict's ``memory_creep`` finding.
+    loss.detach() ...``) and in the verdict's ``memory_creep`` finding; with a
+    ``ResourceMonitorCallback`` beside it, also in its ``memory_creep`` alert
+    (``perf/alerts.jsonl``, the alert sinks), which resolves when nothing grows any more.
 
     *Recompiles.* Counts what Dynamo compiled in the epoch, the recompiles with the guard that
     failed (the changing dimension named), the seconds compiling and whether the recompile limit
@@ -203,10 +206,22 @@ class EpochScanCallback(Callback):
         )
         self._scans.append(result)
         self._write("growth", result)
-        new = [g for g in growing(list(self._scans)) if g.path not in self._named]
-        for g in new:
-            self._named.add(g.path)
-            log.warning("memory creep (epoch %d): %s", epoch, g.message)
+        found = growing(list(self._scans))
+        for g in found:
+            if g.path not in self._named:
+                self._named.add(g.path)
+                log.warning("memory creep (epoch %d): %s", epoch, g.message)
+        # the memory_creep alert rule's input, for a resource monitor's engine (alerts.jsonl)
+        signal = GrowthSignal(
+            epoch=epoch,
+            paths=tuple(g.path for g in found),
+            message=found[0].message.removesuffix(f" -- {found[0].advice}") if found else "",
+            advice=found[0].advice if found else "",
+        )
+        for callback in trainer.callbacks:  # type: ignore[attr-defined]
+            signals = getattr(getattr(callback, "monitor", None), "signals", None)
+            if signals is not None and hasattr(signals, "growth"):
+                signals.growth = signal
 
     def _count_compiles(self, epoch: int) -> None:
         watch = self._watch

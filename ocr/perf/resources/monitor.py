@@ -165,6 +165,7 @@ class ResourceMonitor:
                     epoch=epoch,
                     checkpoint_bytes=self.signals.checkpoint_bytes,
                     straggler=self.signals.straggler,
+                    growth=self.signals.growth,
                     where=self._where(values),
                 )
             if self.record_samples:
