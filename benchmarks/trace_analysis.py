@@ -27,15 +27,22 @@ Then the callback overhead: a tight Lightning loop on a tiny model with no callb
 ``ProfilerCallback(profile_epochs=[99])`` (never inside a window) and with on-demand polling on as
 well, interleaved over ``--overhead-reps`` repetitions; µs per steady-state step, min and median.
 
+Large-trace mode (``--size-mb 1000`` and more, or ``--large``): one trace of that size generated
+from the 2024 GPU fixture's steps (written as it is generated, into a temporary directory made
+for it and removed at the end; ``--tmp-dir`` picks where), and its ``.json.gz``: ours on each
+(wall s, MB/s of the uncompressed size, peak RSS) beside ``json.load`` and HTA where they fit in
+RAM, else the RAM they would need (json.load's from its peak on a 30 MB trace of the same
+events, HTA's from its users' 4.75x).
+
 Prints figures only; never passes or fails on a time.
 
     python benchmarks/trace_analysis.py [--hta-python /work/hta-venv/bin/python] [--json OUT]
+    python benchmarks/trace_analysis.py --size-mb 4000 [--tmp-dir DIR]
 """
 
 from __future__ import annotations
 
 import argparse
-import copy
 import gzip
 import json
 import os
@@ -158,10 +165,15 @@ _STEP = re.compile(r"^ProfilerStep#(\d+)$")
 
 
 def replicate(src: Path, dst: Path, target_mb: float) -> int:
-    """Write ``src`` with its timed events repeated until ``dst`` is about ``target_mb``; returns
-    the number of copies. Copies are shifted by the recorded span, ``ProfilerStep`` numbers,
-    ``correlation`` / ``External id`` and flow ``id`` are offset so that every copy is new work."""
-    doc = json.loads(src.read_text())
+    """Write ``src`` (plain or gzip) with its timed events repeated until ``dst`` is about
+    ``target_mb``; returns the number of copies. Copies are shifted by the recorded span,
+    ``ProfilerStep`` numbers, ``correlation`` / ``External id`` and flow ``id`` are offset so that
+    every copy is new work. Written as it is generated (one copy at a time), so a 4 GB trace
+    needs the memory of one copy; the bytes are those ``json.dump`` of the whole document
+    would write."""
+    opener = gzip.open if src.read_bytes()[:2] == b"\x1f\x8b" else open
+    with opener(src, "rb") as fh:
+        doc = json.loads(fh.read())
     events = doc["traceEvents"]
     timed: list[dict[str, Any]] = []
     fixed: list[dict[str, Any]] = []  # metadata: written once
@@ -184,28 +196,69 @@ def replicate(src: Path, dst: Path, target_mb: float) -> int:
     corr_span = max((c for c in corr if isinstance(c, int)), default=0) + 1
     one_copy = len(json.dumps(timed))
     copies = max(1, round(target_mb * 2**20 / one_copy))
-    out: list[dict[str, Any]] = list(fixed)
-    for k in range(copies):
-        for e in timed:
-            c = copy.copy(e)
-            c["ts"] = e["ts"] + k * period
-            m = _STEP.match(str(e.get("name", "")))
-            if m and k:
-                c["name"] = f"ProfilerStep#{int(m.group(1)) + k * n_steps}"
-            if isinstance(e.get("id"), int):
-                c["id"] = e["id"] + k * id_span
-            args = e.get("args")
-            if isinstance(args, dict) and ("correlation" in args or "External id" in args):
-                c["args"] = dict(args)
-                for key in ("correlation", "External id"):
-                    if isinstance(args.get(key), int):
-                        c["args"][key] = args[key] + k * corr_span
-            out.append(c)
-    doc["traceEvents"] = out
+    # Each event is serialised once, with the fields a copy changes left open: a 4 GB trace is
+    # then written at disk speed rather than json.dumps speed.
+    templates = [_template(e) for e in timed]
+
+    def text(parts: list[str | tuple[Any, ...]], k: int) -> str:
+        out = []
+        for p in parts:
+            if isinstance(p, str):
+                out.append(p)
+            elif p[0] == "ts":
+                out.append(repr(p[1] + k * period))
+            elif p[0] == "id":
+                out.append(str(p[1] + k * id_span))
+            elif p[0] == "step":
+                out.append(json.dumps(f"ProfilerStep#{p[1] + k * n_steps}" if k else p[2]))
+            else:  # a correlation / External id
+                out.append(str(p[1] + k * corr_span))
+        return "".join(out)
+
     # torch writes one event per line; json.dumps' default separators are as wordy as torch's
-    with open(dst, "w") as fh:
-        json.dump(doc, fh)
+    with open(dst, "w") as out:
+        out.write("{")
+        for i, key in enumerate(doc):
+            out.write((", " if i else "") + json.dumps(key) + ": ")
+            if key != "traceEvents":
+                out.write(json.dumps(doc[key]))
+                continue
+            out.write("[" + ", ".join(map(json.dumps, fixed)))
+            for k in range(copies):
+                sep = ", " if fixed or k else ""
+                out.write(sep + ", ".join(text(t, k) for t in templates))
+            out.write("]")
+        out.write("}")
     return copies
+
+
+_MARK = re.compile(r'"\\u0001(\d+)\\u0001"')
+
+
+def _template(e: dict[str, Any]) -> list[str | tuple[Any, ...]]:
+    """``e`` as JSON text pieces with the fields a copy changes (``ts``, flow ``id``, a
+    ``ProfilerStep`` name, ``correlation`` / ``External id``) as ``(field, original)``."""
+    c = dict(e)
+    fields: list[tuple[Any, ...]] = []
+
+    def mark(field: tuple[Any, ...]) -> str:
+        fields.append(field)
+        return f"\x01{len(fields) - 1}\x01"
+
+    c["ts"] = mark(("ts", e["ts"]))
+    m = _STEP.match(str(e.get("name", "")))
+    if m:
+        c["name"] = mark(("step", int(m.group(1)), e["name"]))
+    if isinstance(e.get("id"), int):
+        c["id"] = mark(("id", e["id"]))
+    args = e.get("args")
+    if isinstance(args, dict) and ("correlation" in args or "External id" in args):
+        c["args"] = dict(args)
+        for key in ("correlation", "External id"):
+            if isinstance(args.get(key), int):
+                c["args"][key] = mark(("corr", args[key]))
+    pieces = _MARK.split(json.dumps(c))
+    return [p if i % 2 == 0 else fields[int(p)] for i, p in enumerate(pieces)]
 
 
 # -- measurement ------------------------------------------------------------------------------
@@ -372,10 +425,120 @@ def analysis_table(
             )
 
 
+LARGE_MB = 1000.0  # --size-mb from here on: the large-trace mode
+HTA_RAM_X = 4.75  # HTA's RAM per trace byte, as its users report it (950 GB for 200 GB)
+
+
+def large_trace(
+    args: argparse.Namespace, rows: list[dict[str, Any]], figures: dict[str, Any]
+) -> None:
+    """``--size-mb`` >= :data:`LARGE_MB`: one trace of that size, generated from the 2024 GPU
+    fixture's steps (written as it is generated into a temporary directory made here and removed
+    at the end), and its ``.json.gz``; ours on each (wall s, MB/s of the uncompressed size, peak
+    RSS) beside ``json.load`` and HTA where they fit in RAM (else the RAM they would need)."""
+    import psutil
+
+    src = FIXTURES / "gpu_ns_resolution_2024.pt.trace.json.gz"
+    if not src.exists():
+        print(f"large-trace mode needs the fixture {src}")
+        return
+    with tempfile.TemporaryDirectory(prefix="trace-bench-", dir=args.tmp_dir) as tmp:
+        work = Path(tmp)
+        disk = args.size_mb * 2**20 * 1.25  # the trace and its gzip
+        free = shutil.disk_usage(work).free
+        if free < disk:
+            print(
+                f"skipped: needs ~{disk / 2**30:.1f} GiB of disk in {work}, {free / 2**30:.1f} free"
+            )
+            return
+        for d in ("plain", "gz", "small"):
+            (work / d).mkdir()
+        plain = work / "plain" / "gpu_large.pt.trace.json"
+        t0 = time.perf_counter()
+        copies = replicate(src, plain, args.size_mb)
+        gen_s = time.perf_counter() - t0
+        size_mb = plain.stat().st_size / 2**20
+        gz = work / "gz" / "gpu_large.pt.trace.json.gz"
+        t0 = time.perf_counter()
+        with open(plain, "rb") as fin, gzip.open(gz, "wb", compresslevel=1) as fout:
+            shutil.copyfileobj(fin, fout, 16 << 20)
+        gz_s = time.perf_counter() - t0
+        print(
+            f"generated {size_mb:,.0f} MB in {gen_s:.0f} s: the 2024 GPU fixture's steps "
+            f"x {copies} "
+            f"(+ .json.gz, {gz.stat().st_size / 2**20:,.0f} MB, in {gz_s:.0f} s) in {work}"
+        )
+        # json.load's RAM per trace byte, from a 30 MB trace of the same events
+        small = work / "small" / "gpu_small.pt.trace.json"
+        replicate(src, small, 30.0)
+        probe = run_tool(sys.executable, "json", small, 1)
+        per_mb = (
+            probe["peak_mb"] / (small.stat().st_size / 2**20) if probe["status"] == "ok" else None
+        )
+        avail_gib = psutil.virtual_memory().available / 2**30
+        results: dict[str, dict[str, Any]] = {}
+        results["ours"] = run_tool(sys.executable, "ours", plain, 1)
+        results["ours .gz"] = run_tool(sys.executable, "ours", gz, 1)
+        need_gib = per_mb * size_mb / 1024 if per_mb else None
+        if need_gib is not None and need_gib < 0.7 * avail_gib:
+            results["json.load"] = run_tool(sys.executable, "json", plain, 1)
+        else:
+            need = f"~{need_gib:.0f} GiB" if need_gib is not None else "an unknown amount of RAM"
+            results["json.load"] = {
+                "status": f"skipped, needs {need} ({per_mb:.1f}x the file on 30 MB; "
+                f"{avail_gib:.0f} GiB available)"
+            }
+        hta_need = HTA_RAM_X * size_mb / 1024
+        hta = run_tool(args.hta_python, "hta", small, 1)  # importable at all?
+        if hta["status"] == "not installed":
+            results["HTA"] = {"status": f"not installed ({args.hta_python} cannot import hta)"}
+        elif hta_need >= 0.7 * avail_gib:
+            results["HTA"] = {
+                "status": f"skipped, needs ~{hta_need:.0f} GiB ({HTA_RAM_X}x the trace, as its "
+                f"users report; {avail_gib:.0f} GiB available)"
+            }
+        else:
+            results["HTA"] = run_tool(args.hta_python, "hta", plain, 1)
+    print(f"\n{'tool':10} {'s':>8} {'MB/s':>7} {'peak MiB':>9} {'peak/file':>9}  status")
+    for tool, r in results.items():
+        ok = r["status"] == "ok"
+        mbs = size_mb / r["min_s"] if ok else None
+        row = {
+            "trace": f"gpu-{size_mb:.0f}MB",
+            "mb": size_mb,
+            "tool": tool,
+            "status": r["status"] if ok or "error" not in r else f"{r['status']}: {r['error']}",
+            "min_s": r.get("min_s"),
+            "mb_per_s": mbs,
+            "peak_mb": r.get("peak_mb"),
+        }
+        rows.append(row)
+        key = f"large_{tool.replace('.', '_').replace(' ', '_').lower()}"
+        figures[f"{key}_s"] = r.get("min_s")
+        figures[f"{key}_mb_per_s"] = mbs
+        figures[f"{key}_peak_mb"] = r.get("peak_mb")
+        cells = (
+            f"{r['min_s']:8.1f} {mbs:7.1f} {r['peak_mb']:9.0f} {r['peak_mb'] / size_mb:9.3f}"
+            if ok
+            else f"{'-':>8} {'-':>7} {'-':>9} {'-':>9}"
+        )
+        print(f"{tool:10} {cells}  {row['status']}")
+    figures["large_mb"] = size_mb
+    print(
+        f"\ngoal: ours <= 1 GiB peak RSS at any size; MB/s of the uncompressed trace, one process "
+        f"(wall s on a {os.cpu_count()}-core machine, file cache warm for the plain file)"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--hta-python", default=sys.executable, help="interpreter with HTA")
-    parser.add_argument("--size-mb", type=float, default=30.0, help="generated trace size")
+    parser.add_argument(
+        "--size-mb",
+        type=float,
+        default=30.0,
+        help=f"generated trace size; from {LARGE_MB:.0f} on, the large-trace mode only",
+    )
     parser.add_argument("--reps", type=int, default=5, help="runs of ours and json.load")
     parser.add_argument("--hta-reps", type=int, default=2)
     parser.add_argument("--overhead-steps", type=int, default=2000)
@@ -383,11 +546,17 @@ def main() -> None:
     parser.add_argument("--skip-overhead", action="store_true")
     parser.add_argument("--only-overhead", action="store_true", help="skip the trace analysis")
     parser.add_argument("--json", type=Path, help="write the figures as a receipt-ocr/bench file")
+    parser.add_argument("--large", action="store_true", help="the large-trace mode at any size")
+    parser.add_argument(
+        "--tmp-dir", type=Path, default=None, help="where the large-trace mode makes its temp dir"
+    )
     args = parser.parse_args()
 
     rows: list[dict[str, Any]] = []
     figures: dict[str, float | None] = {}
-    if not args.only_overhead:
+    if args.size_mb >= LARGE_MB or args.large:
+        large_trace(args, rows, figures)
+    elif not args.only_overhead:
         analysis_table(args, rows, figures)
 
     if not args.skip_overhead:

@@ -62,7 +62,9 @@ def _parser() -> argparse.ArgumentParser:
         description="Read a torch.profiler / Kineto Chrome trace (a file, .json.gz, or a folder "
         "of them: Lightning's per-stage files, one per rank) and print the top CPU and device "
         "ops, each stage's step breakdown (data loading / forward / backward / optimizer / "
-        "hooks), step statistics, memory peaks and findings with a concrete change.",
+        "hooks), step statistics, memory peaks, communication, findings with a concrete change "
+        "and the trace's integrity problems. A folder of rank traces (DDP) is analysed rank by "
+        "rank (--jobs at a time) and shown side by side with the straggler.",
     )
     a.add_argument("trace", type=Path, help="trace file or directory of traces")
     a.add_argument("--top-k", type=_positive_int, default=15, help="rows per op table (15)")
@@ -70,6 +72,13 @@ def _parser() -> argparse.ArgumentParser:
         "--json", type=Path, metavar="OUT", help="write the full report as JSON ('-': stdout)"
     )
     a.add_argument("--markdown", type=Path, metavar="OUT", help="write a Markdown summary")
+    a.add_argument(
+        "--jobs",
+        type=_positive_int,
+        metavar="N",
+        help="a folder of rank traces: ranks analysed at once, one process each (default: the "
+        "usable cores); each rank's files are analysed together, the ranks side by side",
+    )
     c = sub.add_parser(
         "compare",
         help="compare two traces (files or directories); exit 1 on a regression if asked",
@@ -225,19 +234,40 @@ def _run(args: argparse.Namespace) -> int:
     from ocr.console import write_json
     from ocr.perf.trace import analyze_path
     from ocr.perf.trace.compare import compare_reports
+    from ocr.perf.trace.rank_render import (
+        integrity_markdown,
+        print_communication,
+        print_integrity,
+        print_rank_set,
+        rank_set_markdown,
+    )
+    from ocr.perf.trace.rankset import add_live_sync_wait, analyze_rank_set, live_sync_wait
     from ocr.perf.trace.render import print_analysis, print_comparison, to_markdown
     from ocr.perf.trace.windows import attach_clock_agreement
 
     console = _console(args)
     try:
         if args.command == "analyze":
+            rank_set = analyze_rank_set(args.trace, jobs=args.jobs, top_k=args.top_k)
+            if rank_set is not None:
+                for analysis in rank_set.analyses.values():
+                    attach_clock_agreement(analysis)
+                print_rank_set(rank_set, console)
+                if args.json:
+                    write_json(args.json, rank_set.as_dict())
+                if args.markdown:
+                    _write(args.markdown, rank_set_markdown(rank_set))
+                return EXIT_OK
             report = analyze_path(args.trace, top_k=args.top_k)
             attach_clock_agreement(report)  # the phase clock's figures, for ProfilerCallback runs
+            add_live_sync_wait(report.findings, live_sync_wait([s.path for s in report.sources]))
             print_analysis(report, console)
+            print_communication(report.communication, console)
+            print_integrity(report.integrity, console)
             if args.json:
                 write_json(args.json, report.as_dict())
             if args.markdown:
-                _write(args.markdown, to_markdown(report))
+                _write(args.markdown, to_markdown(report) + integrity_markdown(report.integrity))
             return EXIT_OK
         threshold = 5.0 if args.fail_on_regression is None else args.fail_on_regression
         result = compare_reports(

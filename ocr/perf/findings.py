@@ -176,6 +176,13 @@ THRESHOLDS: dict[str, Threshold] = {
     "straggler_epochs_pct": Threshold(
         50.0, "%", "share of a stage's epochs with the same straggler for the verdict to name it"
     ),
+    # -- communication (trace communication_bound) ----------------------------------------------
+    "comm_exposed_warn_pct": Threshold(
+        10.0, "%", "exposed communication (no compute beside it) share of the step time"
+    ),
+    "comm_exposed_critical_pct": Threshold(
+        30.0, "%", "exposed communication share from which it is critical"
+    ),
     # -- step-time phases (verdict) --------------------------------------------------------------
     "metric_warn_pct": Threshold(15.0, "%", "metric phase share (warning)"),
     "metric_critical_pct": Threshold(35.0, "%", "metric phase share (critical)"),

@@ -155,6 +155,15 @@ def test_a_callback_on_one_rank_only_keeps_the_gather_in_shape(
             assert straggler["cause"] == "callbacks: ImageLogger"
     # The report's per-rank callback table names it for rank 1 only.
     assert re.search(r"^\| ImageLogger \| - \| \d+\.\d{3} \|$", ddp_report[1], re.M)
+    # The ranks side by side: rank 1 has the longest callbacks (the run report read only the
+    # straggler before; the per-rank min / median / max of epochs.jsonl were never shown).
+    last = next(r for r in reversed(records) if r["stage"] == "train")
+    spread = last["spreads"]["callbacks_time"]
+    row = (
+        f"| training | callbacks | {spread['min']:,.3f} | {spread['median']:,.3f} | "
+        f"{spread['max']:,.3f} | 1 |"
+    )
+    assert row in ddp_report[1]
 
 
 def test_one_samples_per_second_everywhere(

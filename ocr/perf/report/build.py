@@ -74,11 +74,17 @@ def _no_trace_note(run: RunData) -> str:
 def _analyze_traces(run: RunData) -> tuple[TraceAnalysis | None, str | None]:
     if not run.trace_files:
         return None, _no_trace_note(run)
-    from ocr.perf.trace import TraceError, analyze_path
+    from ocr.perf.trace import TraceError, analyze_path, analyze_table, load_traces
+    from ocr.perf.trace.load import find_trace_files
+    from ocr.perf.trace.rankset import group_by_rank
 
     root = run.run_dir
     try:
-        analysis = analyze_path(root / TRACE_DIRNAME, top_k=_TRACE_TOP_K)
+        groups = group_by_rank(find_trace_files(root / TRACE_DIRNAME))
+        if groups is None:
+            analysis = analyze_path(root / TRACE_DIRNAME, top_k=_TRACE_TOP_K)
+        else:  # DDP: the lowest rank's traces, never the ranks summed into one breakdown
+            analysis = analyze_table(load_traces(groups[min(groups)]), top_k=_TRACE_TOP_K)
     except (TraceError, OSError) as exc:
         return None, _relative(f"profiler trace unreadable: {exc}", root)
     for source in analysis.sources:

@@ -25,6 +25,8 @@ class Table:
     caption: str = ""
     collapsed: bool | None = None
     code_cols: tuple[int, ...] = ()  # cells shown as code in HTML (overrides to paste)
+    #: (row, column) -> the full text of a cell shown shortened (HTML: on hover, ``title``)
+    titles: dict[tuple[int, int], str] = field(default_factory=dict)
 
     @property
     def folded(self) -> bool:

@@ -77,8 +77,32 @@ def phases_section(report: Report) -> Section:
             "DDP: the rank the others waited for, per epoch (from the phases of every rank)",
         )
     )
+    sec.add(_rank_spread_table(stages))
     sec.add(_rank_callback_table(stages))
     return sec
+
+
+def _rank_spread_table(stages: list[StageSummary]) -> Table:
+    """DDP: each figure's min / median / max across ranks (and the rank with the max), from the
+    last epoch of each stage: the ranks side by side; no rows with one rank."""
+    rows = []
+    for s in stages:
+        for name in ("epoch_time", *(f"{p}_time" for p in PHASES)):
+            spread = s.spreads.get(name)
+            if not spread or not spread.get("max"):
+                continue
+            slowest = spread.get("slowest_rank")
+            rows.append(
+                [s.label, name.removesuffix("_time") if name != "epoch_time" else "epoch"]
+                + [cell(spread.get(k), 3) for k in ("min", "median", "max")]
+                + ["-" if slowest is None or math.isnan(slowest) else str(int(slowest))]
+            )
+    return Table(
+        ["stage", "figure", "min s", "median s", "max s", "rank of max"],
+        rows,
+        "DDP: each phase across ranks, last epoch of each stage (a rank that waits shows "
+        "sync_wait; the one it waits for, the phase it works longer in)",
+    )
 
 
 def _rank_callback_table(stages: list[StageSummary]) -> Table:

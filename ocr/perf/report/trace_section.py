@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING
 from ocr.perf.report import plots
 from ocr.perf.report.build import Report
 from ocr.perf.report.document import Section, Table, cell
+from ocr.perf.report.load import TRACE_DIRNAME
+from ocr.perf.trace.names import short_names
 
 if TYPE_CHECKING:
     from ocr.perf.trace.result import DeviceOpRow, OpRow
@@ -21,12 +23,19 @@ _WINDOW_FIELDS = ("stage", "epoch", "trigger", "reason", "steps", "batches")
 def _numbered(
     headers: list[str], ops: Sequence[OpRow | DeviceOpRow], fields: tuple[str, ...], caption: str
 ) -> Table:
-    """One numbered row per op: its name, then its ``fields`` (percentages to one decimal)."""
+    """One numbered row per op: its name (template and argument lists folded, the full name on
+    hover), then its ``fields`` (percentages to one decimal)."""
+    shown = short_names([op.name for op in ops])
     rows = [
-        [str(i), op.name, *(cell(getattr(op, f), 1 if f.endswith("pct") else 2) for f in fields)]
-        for i, op in enumerate(ops, 1)
+        [str(i), name, *(cell(getattr(op, f), 1 if f.endswith("pct") else 2) for f in fields)]
+        for i, (op, name) in enumerate(zip(ops, shown, strict=True), 1)
     ]
-    return Table(["#", *headers], rows, caption)
+    titles = {
+        (r, 1): op.name
+        for r, (op, name) in enumerate(zip(ops, shown, strict=True))
+        if name != op.name
+    }
+    return Table(["#", *headers], rows, caption, titles=titles)
 
 
 def trace_section(report: Report) -> Section:
@@ -87,6 +96,13 @@ def trace_section(report: Report) -> Section:
         + ("GPU: " + ", ".join(s.devices) if s.has_gpu else "CPU only")
         + f"; data wait {cell(trace.dataloader_time_pct, 1)} % of the step time."
     )
+    if len(trace.sources) < len(report.run.trace_files) and s.ranks:
+        sec.paragraphs.append(
+            f"DDP: the figures below are rank {s.ranks[0]}'s; `ocr-perf analyze "
+            f"{TRACE_DIRNAME}/` sets every rank side by side with the straggler."
+        )
+    # the trace's integrity: one line per problem, nothing when clean
+    sec.paragraphs += [f"Trace integrity: {line}." for line in trace.integrity.lines()]
     sec.add(
         Table(
             ["device", "peak allocated GiB", "% of capacity", "step", "phase"],

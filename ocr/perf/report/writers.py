@@ -156,10 +156,12 @@ def _html_table(t: Table, sev_col: int | None = None) -> str:
     out.append(
         "<thead><tr>" + "".join(f"<th>{e(h)}</th>" for h in t.headers) + "</tr></thead><tbody>"
     )
-    for row in t.rows:
+    for r, row in enumerate(t.rows):
         cells = []
         for i, c in enumerate(row):
             cls = f' class="sev-{e(c)}"' if i == sev_col else ""
+            if (r, i) in t.titles:
+                cls += f' title="{e(t.titles[r, i])}"'
             text = f"<code>{e(c)}</code>" if i in t.code_cols and c != "-" else e(c)
             cells.append(f"<td{cls}>{text}</td>")
         out.append("<tr>" + "".join(cells) + "</tr>")

@@ -1,12 +1,15 @@
-"""Reading one torch.profiler / Kineto Chrome trace file: its bytes (plain, gzip, mmap), a typed
-msgspec decoder that materialises only the fields the table uses, and errors that name the file
-and the byte where it went wrong. :mod:`~ocr.perf.trace.load` turns the parsed files into one
+"""Reading one torch.profiler / Kineto Chrome trace file: streamed in pieces
+(:mod:`~ocr.perf.trace.scan`, plain or gzip) or, for a malformed file or a pipe, whole (its
+bytes mapped or read); a typed msgspec decoder that materialises only the fields the table uses;
+each piece reduced to compact columns before the next; errors that name the file and the byte
+where it went wrong. :mod:`~ocr.perf.trace.load` turns the parsed files into one
 :class:`~ocr.perf.trace.table.EventTable`.
 """
 
 from __future__ import annotations
 
 import codecs
+import dataclasses
 import gzip
 import mmap
 import operator
@@ -18,14 +21,21 @@ import zlib
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Union
+from typing import TYPE_CHECKING, Any, BinaryIO, Union, cast
 
 import msgspec
 import numpy as np
 
+from ocr.perf.trace.scan import Fallback, TraceStream
 from ocr.perf.trace.table import TraceError, TraceSource
 
-__all__ = ["Parsed", "code_table", "parse_file"]
+__all__ = ["CHUNK_BYTES", "Parsed", "code_table", "parse_file"]
+
+#: Bytes of trace text read and decoded per piece: large enough that msgspec runs at full speed,
+#: small enough that a piece's structs (about 3x its text) stay a few tens of MB.
+CHUNK_BYTES = 8 << 20
+#: Elements per block of the in-place time conversion.
+_BLOCK = 1 << 20
 
 _RANK_IN_NAME = re.compile(r"rank[_\-]?(\d+)", re.IGNORECASE)
 
@@ -151,11 +161,24 @@ class _TaggedDocument(_Document, gc=False):
 _DECODER = msgspec.json.Decoder(_Document | list[_Entry] | _Scalar)
 _FAST_DECODER = msgspec.json.Decoder(_TaggedDocument | list[_Tagged])
 _UTF8_CHUNK = 1 << 20
+# one piece of the event list (the stream hands out complete JSON arrays)
+_FAST_PIECE = msgspec.json.Decoder(list[_Tagged])
+_GENERIC_PIECE = msgspec.json.Decoder(list[_Entry])
+_TOP_KEYS = frozenset(_TopLevel.__struct_fields__)
+# [memory] columns and the value that stands for an absent or non-numeric one
+_MEM_FIELDS: dict[str, float] = {
+    "ts": np.nan,
+    "nbytes": 0,
+    "total_allocated": -1,
+    "total_reserved": -1,
+    "device_type": 0,
+    "device_id": -1,
+}
 _BYTE_POS = re.compile(r"\s*\(byte (\d+)\)$")
 _NOT_WS = re.compile(rb"[^ \t\n\r]")
 
 
-def _read_bytes(path: Path) -> memoryview:
+def _read_bytes(path: Path, content: bytes | None = None) -> memoryview:
     """The file's bytes (gunzipped when it starts with the gzip magic, whatever its suffix),
     without a UTF-8 byte order mark. Checked to be UTF-8 as a whole, because the decoder only
     looks at the strings it keeps.
@@ -163,15 +186,18 @@ def _read_bytes(path: Path) -> memoryview:
     A plain file is memory-mapped, not read: copying 35 MB into a fresh buffer took as long as a
     third of the decoding on the dev machine. (A file truncated by another process while it is
     being decoded would end this process with SIGBUS; trace writers only append.)
+    ``content``: the bytes already read from ``path`` (a pipe cannot be opened twice).
     """
     try:
-        with open(path, "rb") as fh:
-            st = os.fstat(fh.fileno())
-            buf: bytes | mmap.mmap
-            if stat.S_ISREG(st.st_mode) and st.st_size > 0:
-                buf = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
-            else:  # a pipe (``<(zcat ...)``), a device, an empty file: read what comes
-                buf = fh.read()
+        if content is not None:
+            buf: bytes | mmap.mmap = content
+        else:
+            with open(path, "rb") as fh:
+                st = os.fstat(fh.fileno())
+                if stat.S_ISREG(st.st_mode) and st.st_size > 0:
+                    buf = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+                else:  # a pipe (``<(zcat ...)``), a device, an empty file: read what comes
+                    buf = fh.read()
     except OSError as exc:
         raise TraceError(path, f"cannot read: {exc.strerror or exc}") from exc
     if buf[:2] == b"\x1f\x8b":
@@ -305,7 +331,9 @@ def _numeric(values: list[Any]) -> np.ndarray:
 
 
 def _to_ns(ts_us: np.ndarray, base_ns: int) -> np.ndarray:
-    """Float µs (absolute or relative to ``base_ns``) -> absolute int64 ns.
+    """Float µs (absolute or relative to ``base_ns``) -> absolute int64 ns, converted in place
+    (``ts_us`` is consumed: the result shares its memory) and in blocks, so that a column of
+    millions of events needs no full-size temporaries.
 
     The integer part is split off first: 1.7e15 µs times 1000 exceeds float64's exact range, the
     difference to an integer origin does not.
@@ -313,8 +341,12 @@ def _to_ns(ts_us: np.ndarray, base_ns: int) -> np.ndarray:
     if ts_us.size == 0:
         return np.zeros(0, np.int64)
     origin_us = int(np.floor(np.nanmin(ts_us)))
-    rel_ns = np.rint((ts_us - origin_us) * 1000.0).astype(np.int64)
-    return rel_ns + np.int64(base_ns + origin_us * 1000)
+    offset = np.int64(base_ns + origin_us * 1000)
+    out = ts_us.view(np.int64)
+    for i in range(0, ts_us.size, _BLOCK):
+        block = ts_us[i : i + _BLOCK]
+        out[i : i + _BLOCK] = np.rint((block - origin_us) * 1000.0).astype(np.int64) + offset
+    return out
 
 
 @dataclass
@@ -328,8 +360,7 @@ class Parsed:
     dur: np.ndarray
     corr: np.ndarray
     mem: dict[str, np.ndarray]
-    mem_pid: list[Any]
-    mem_tid: list[Any]
+    mem_threads: list[tuple[Any, Any]]  # the distinct (pid, tid) of the [memory] events
     thread_names: dict[tuple[str, str], str]
     warnings: list[str]
 
@@ -388,77 +419,259 @@ def _split_generic(path: Path, data: memoryview) -> _Split | None:
     return top, n_events, n_events - len(events), complete, memory, meta
 
 
-def parse_file(path: Path) -> Parsed | None:
+def _decode_piece(data: bytes) -> tuple[list[Any], bool]:
+    """One piece of the event list (a JSON array): the tagged decoder, else the generic one for
+    a piece it cannot take; ``(entries, generic)``. Invalid JSON raises
+    :class:`msgspec.DecodeError` (the stream then cuts elsewhere); a value no decoder can
+    represent ends the streaming (the whole-file path names it)."""
+    try:
+        return _FAST_PIECE.decode(data), False
+    except msgspec.ValidationError:
+        pass
+    return _decode_piece_generic(data)
+
+
+def _decode_piece_generic(data: bytes) -> tuple[list[Any], bool]:
+    try:
+        return _GENERIC_PIECE.decode(data), True
+    except msgspec.ValidationError as exc:
+        raise Fallback(str(exc)) from exc
+
+
+def parse_file(path: Path, chunk_bytes: int | None = None) -> Parsed | None:
     """Read one file into columns; ``None`` when it is JSON but not a trace (directory scans).
 
-    The whole document is decoded at once by a typed msgspec decoder into slotted structs holding
-    only the fields the table uses (``args`` keys included), then the complete events' fields are
-    gathered into column lists. The tagged decoder is tried first; a file it cannot take is
-    decoded again generically (same columns, the only path that reports malformed JSON).
+    A regular file (plain or gzip) is streamed: its ``traceEvents`` are decoded in pieces of
+    about ``chunk_bytes`` (:mod:`~ocr.perf.trace.scan`) by a typed msgspec decoder into slotted
+    structs holding only the fields the table uses, and each piece is reduced to compact column
+    arrays before the next is read, so memory follows the number of complete events, not the
+    size of the file. A file the stream cannot take (malformed, unusual) and a pipe are decoded
+    whole, as one piece; that path names the problem of a malformed file. ``chunk_bytes``
+    defaults to :data:`CHUNK_BYTES` (read when called).
     """
     t0 = time.perf_counter()
-    data = _read_bytes(path)
+    chunk = CHUNK_BYTES if chunk_bytes is None else chunk_bytes
+    content = None
+    try:
+        with open(path, "rb") as fh:
+            st = os.fstat(fh.fileno())
+            if stat.S_ISREG(st.st_mode) and st.st_size > 0:
+                gz = fh.read(2) == b"\x1f\x8b"
+                fh.seek(0)
+                stream = cast(BinaryIO, gzip.GzipFile(fileobj=fh, mode="rb") if gz else fh)
+                try:
+                    return _parse_stream(path, stream, chunk, t0)
+                except Fallback:
+                    pass
+            else:  # a pipe (``<(zcat ...)``), a device, an empty file: read what comes
+                content = fh.read()
+    except OSError as exc:
+        raise TraceError(path, f"cannot read: {exc.strerror or exc}") from exc
+    return _parse_whole(path, t0, content)
+
+
+def _parse_stream(path: Path, fh: BinaryIO, chunk: int, t0: float) -> Parsed | None:
+    cols = _Columns()
+    top: dict[str, Any] = {}
+    key = ""
+    has_events = False
+    for part, item in TraceStream(fh, chunk).document(chunk, _decode_piece):
+        if part == "key":
+            key = msgspec.json.decode(item)
+            has_events |= key == "traceEvents"
+        elif part == "value":
+            try:
+                value = msgspec.json.decode(item)
+            except msgspec.DecodeError as exc:
+                raise Fallback(str(exc)) from exc
+            if key in _TOP_KEYS:
+                top[key] = value
+        else:
+            entries, generic = item
+            cols.add(entries, generic)
+    if not has_events:
+        raise Fallback("no traceEvents")  # the whole-file path decides: not a trace, or why
+    return cols.finish(path, _TopLevel(**top), time.perf_counter() - t0)
+
+
+def _parse_whole(path: Path, t0: float, content: bytes | None = None) -> Parsed | None:
+    """The whole file decoded at once (the tagged decoder, else the generic one, which is the
+    only path that reports malformed JSON)."""
+    data = _read_bytes(path, content)
+    del content
     split = _split_fast(data)
     if split is None:
         split = _split_generic(path, data)
     del data
-    parse_s = time.perf_counter() - t0
     if split is None:
         return None
-    top, n_events, n_bad, complete, memory, meta = split
-    keys, key_code = _intern_keys(complete)
-    ts = _numeric([e.ts for e in complete])
-    dur = _numeric([e.dur for e in complete])
-    corr = _numeric(
-        [a.correlation if isinstance(a := e.args, _Correlation) else -1 for e in complete]
-    )
-    del complete
+    top, n_entries, n_bad, complete, memory, meta = split
+    del split
+    cols = _Columns()
+    cols.add_split(n_entries, n_bad, complete, memory, meta)
+    del complete, memory, meta
+    return cols.finish(path, top, time.perf_counter() - t0)
 
-    warnings: list[str] = []
-    source = _source_meta(path, top, n_events, parse_s)
-    base_ns = _as_int(top.baseTimeNanoseconds) or 0
-    if n_bad:
-        warnings.append(f"{path.name}: skipped {n_bad} trace entries that are not JSON objects")
 
-    keep = np.isfinite(ts)
-    if not keep.all():
-        warnings.append(f"{path.name}: dropped {int((~keep).sum())} events without a numeric 'ts'")
-        key_code, ts, dur, corr = key_code[keep], ts[keep], dur[keep], corr[keep]
-    bad_dur = ~np.isfinite(dur) | (dur < 0)
-    if bad_dur.any():
-        warnings.append(
-            f"{path.name}: {int(bad_dur.sum())} complete events without a valid 'dur' "
-            "(counted as zero length)"
+class _Columns:
+    """The columns of one file, gathered piece by piece: complete events reduced to a code of
+    their distinct ``(cat, name, pid, tid)`` and three numeric arrays, ``[memory]`` events to
+    numeric arrays, ``thread_name`` metadata to a dict. Values are read exactly as the decoder
+    gives them (as :func:`json.loads` would); times stay float µs until :meth:`finish`, which
+    converts them with the file's earliest time as the origin."""
+
+    def __init__(self) -> None:
+        self.keys = code_table()
+        self.key: list[np.ndarray] = []
+        self.ts: list[np.ndarray] = []
+        self.dur: list[np.ndarray] = []
+        self.corr: list[np.ndarray] = []
+        self.mem: dict[str, list[np.ndarray]] = {k: [] for k in _MEM_FIELDS}
+        self.mem_pid = code_table()
+        self.mem_tid = code_table()
+        self.mem_pairs: set[tuple[int, int]] = set()
+        self.thread_names: dict[tuple[str, str], str] = {}
+        self.n_events = self.n_bad = self.n_no_ts = self.n_bad_dur = 0
+
+    def add(self, entries: list[Any], generic: bool) -> None:
+        """Reduce one piece of the event list (decoded by the fast or the generic decoder)."""
+        n, n_bad = len(entries), 0
+        if generic:
+            events: list[Any] = [e for e in entries if type(e) is _Event]
+            n_bad = n - len(events)
+            complete = [e for e in events if e.ph == "X"]
+            memory = [e for e in events if (e.ph == "i" or e.ph == "I") and e.name == "[memory]"]
+            meta = [e for e in events if e.ph == "M"]
+            del events
+        else:
+            complete = [e for e in entries if type(e) is _Complete]
+            # filter() with the C-level type check: 2.5x faster than isinstance in a comprehension
+            instants = filter(_Instant.__instancecheck__, entries)
+            memory = [e for e in instants if e.name == "[memory]"]
+            meta = [e for e in entries if type(e) is _Meta]
+        del entries
+        self.add_split(n, n_bad, complete, memory, meta)
+
+    def add_split(
+        self, n_entries: int, n_bad: int, complete: list[Any], memory: list[Any], meta: list[Any]
+    ) -> None:
+        """:meth:`add` for entries already sorted by phase."""
+        self.n_events += n_entries
+        self.n_bad += n_bad
+        self._complete(complete)
+        del complete
+        self._memory(memory)
+        for ev in meta:
+            if ev.name == "thread_name" and type(ev.args) is _Args:
+                label = ev.args.name
+                if isinstance(label, str):
+                    # several thread_name entries may exist for one tid: keep the most specific
+                    key = (str(ev.pid), str(ev.tid))
+                    if key not in self.thread_names or "autograd" in label:
+                        self.thread_names[key] = label
+
+    def _complete(self, complete: list[Any]) -> None:
+        key_code = _intern(self.keys, complete, _EVENT_KEY, _safe_key)
+        ts = _numeric([e.ts for e in complete])
+        dur = _numeric([e.dur for e in complete])
+        corr = _numeric(
+            [a.correlation if isinstance(a := e.args, _Correlation) else -1 for e in complete]
         )
-        dur = np.where(bad_dur, 0.0, dur)
-    start_ns = _to_ns(ts, base_ns)
-    dur_ns = np.rint(dur * 1000.0).astype(np.int64)
+        keep = np.isfinite(ts)
+        if not keep.all():
+            self.n_no_ts += int((~keep).sum())
+            key_code, ts, dur, corr = key_code[keep], ts[keep], dur[keep], corr[keep]
+        bad_dur = ~np.isfinite(dur) | (dur < 0) | (dur >= 2.0**62 / 1000.0)  # int64 ns overflow
+        if bad_dur.any():
+            self.n_bad_dur += int(bad_dur.sum())
+            dur = np.where(bad_dur, 0.0, dur)
+        self.key.append(key_code.astype(np.int32) if len(self.keys) < 2**31 else key_code)
+        self.ts.append(ts)
+        self.dur.append(np.rint(dur * 1000.0).astype(np.int64))
+        self.corr.append(np.where(np.isfinite(corr), corr, -1).astype(np.int64))
 
-    corr = np.where(np.isfinite(corr), corr, -1).astype(np.int64)
+    def _memory(self, memory: list[Any]) -> None:
+        if not memory:
+            return
+        pc = _intern(self.mem_pid, memory, _PID, _safe_scalar)
+        tc = _intern(self.mem_tid, memory, _TID, _safe_scalar)
+        self.mem_pairs.update(zip(pc.tolist(), tc.tolist(), strict=True))
+        args = [a if type(a := e.args) is _Args else _NO_ARGS for e in memory]
+        ts = _numeric([e.ts for e in memory])
+        ok = np.isfinite(ts)
+        self.mem["ts"].append(ts[ok])
+        for name, default in _MEM_FIELDS.items():
+            if name != "ts":
+                arr = _numeric([getattr(a, name) for a in args])
+                self.mem[name].append(np.where(np.isfinite(arr), arr, default).astype(np.int64)[ok])
 
-    mem_cols = _memory_columns(memory, base_ns)
-    thread_names: dict[tuple[str, str], str] = {}
-    for ev in meta:
-        if ev.name == "thread_name" and type(ev.args) is _Args:
-            label = ev.args.name
-            if isinstance(label, str):
-                # several thread_name entries may exist for one tid: keep the most specific one
-                key = (str(ev.pid), str(ev.tid))
-                if key not in thread_names or "autograd" in label:
-                    thread_names[key] = label
-    return Parsed(
-        source=source,
-        keys=keys,
-        key=key_code,
-        start=start_ns,
-        dur=dur_ns,
-        corr=corr,
-        mem=mem_cols,
-        mem_pid=[e.pid for e in memory],
-        mem_tid=[e.tid for e in memory],
-        thread_names=thread_names,
-        warnings=warnings,
-    )
+    def finish(self, path: Path, top: _TopLevel, parse_s: float) -> Parsed:
+        """The file's :class:`Parsed` (the gathered arrays joined, times in absolute ns)."""
+        warnings: list[str] = []
+        if self.n_bad:
+            warnings.append(
+                f"{path.name}: skipped {self.n_bad} trace entries that are not JSON objects"
+            )
+        if self.n_no_ts:
+            warnings.append(f"{path.name}: dropped {self.n_no_ts} events without a numeric 'ts'")
+        if self.n_bad_dur:
+            warnings.append(
+                f"{path.name}: {self.n_bad_dur} complete events without a valid 'dur' "
+                "(counted as zero length)"
+            )
+        base_ns = _as_int(top.baseTimeNanoseconds) or 0
+        mem = {k: _join(v, np.float64 if k == "ts" else np.int64) for k, v in self.mem.items()}
+        mem["ts"] = _to_ns(mem["ts"], base_ns)
+        pids, tids = list(self.mem_pid), list(self.mem_tid)
+        # in the order of (pid, tid) codes, as one sorted pass over all [memory] events gives
+        mem_threads = [(pids[p], tids[t]) for p, t in sorted(self.mem_pairs)]
+        return Parsed(
+            source=dataclasses.replace(
+                _source_meta(path, top, self.n_events, parse_s),
+                invalid_durations=self.n_bad_dur,
+            ),
+            keys=list(self.keys),
+            key=_join(self.key, np.int32),
+            start=_to_ns(_join(self.ts, np.float64), base_ns),
+            dur=_join(self.dur, np.int64),
+            corr=_join(self.corr, np.int64),
+            mem=mem,
+            mem_threads=mem_threads,
+            thread_names=self.thread_names,
+            warnings=warnings,
+        )
+
+
+def _join(parts: list[np.ndarray], dtype: type) -> np.ndarray:
+    """The pieces of a column as one array (emptied: each piece is freed once copied)."""
+    if len(parts) == 1:
+        return parts.pop()
+    out: np.ndarray = np.empty(sum(p.size for p in parts), dtype)
+    at = 0
+    for i, p in enumerate(parts):
+        out[at : at + p.size] = p
+        at += p.size
+        parts[i] = out[:0]
+    parts.clear()
+    return out
+
+
+def _safe_scalar(v: Any) -> Any:
+    return v if isinstance(v, str | int | float | None) else str(v)
+
+
+def _safe_key(k: tuple[Any, ...]) -> tuple[Any, ...]:
+    return tuple(_safe_scalar(v) for v in k)
+
+
+def _intern(table: defaultdict[Any, int], events: list[Any], field: Any, safe: Any) -> np.ndarray:
+    """Codes of ``field(event)`` in ``table`` (extended in place), in one C-speed pass.
+    Unhashable values (a malformed name that is a list, say) are interned by their ``str``."""
+    try:
+        return np.fromiter(map(table.__getitem__, map(field, events)), np.int64, len(events))
+    except TypeError:
+        values = [safe(field(e)) for e in events]
+        return np.fromiter(map(table.__getitem__, values), np.int64, len(values))
 
 
 def code_table() -> defaultdict[Any, int]:
@@ -469,43 +682,5 @@ def code_table() -> defaultdict[Any, int]:
 
 
 _EVENT_KEY = operator.attrgetter("cat", "name", "pid", "tid")
-
-
-def _intern_keys(events: list[Any]) -> tuple[list[tuple[Any, Any, Any, Any]], np.ndarray]:
-    """The distinct ``(cat, name, pid, tid)`` of ``events`` and each event's code among them.
-
-    One pass over the events for all four string-ish fields (few distinct combinations): a
-    third of the time of interning each field on its own. Unhashable values (a malformed name
-    that is a list, say) are interned by their ``str``.
-    """
-    table = code_table()
-    try:
-        codes = np.fromiter(map(table.__getitem__, map(_EVENT_KEY, events)), np.int64, len(events))
-    except TypeError:
-        table = code_table()
-        keys = [
-            tuple(v if isinstance(v, str | int | float | None) else str(v) for v in k)
-            for k in map(_EVENT_KEY, events)
-        ]
-        codes = np.fromiter(map(table.__getitem__, keys), np.int64, len(keys))
-    return list(table), codes
-
-
-def _memory_columns(memory: list[_Event], base_ns: int) -> dict[str, np.ndarray]:
-    args = [a if type(a := e.args) is _Args else _NO_ARGS for e in memory]
-
-    def col(values: list[Any], default: float) -> np.ndarray:
-        arr = _numeric(values)
-        return np.where(np.isfinite(arr), arr, default)
-
-    ts = _numeric([e.ts for e in memory])
-    ok = np.isfinite(ts)
-    out = {
-        "ts": _to_ns(ts[ok], base_ns),
-        "nbytes": col([a.nbytes for a in args], 0).astype(np.int64)[ok],
-        "total_allocated": col([a.total_allocated for a in args], -1).astype(np.int64)[ok],
-        "total_reserved": col([a.total_reserved for a in args], -1).astype(np.int64)[ok],
-        "device_type": col([a.device_type for a in args], 0).astype(np.int64)[ok],
-        "device_id": col([a.device_id for a in args], -1).astype(np.int64)[ok],
-    }
-    return out
+_PID = operator.attrgetter("pid")
+_TID = operator.attrgetter("tid")

@@ -11,6 +11,7 @@ verdict scales it by the stage's share of the run); the memory risk scores by th
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from ocr.perf.findings import (
     SEVERITY_ORDER,
@@ -21,7 +22,7 @@ from ocr.perf.findings import (
 )
 from ocr.perf.trace.stacks import SyncSite
 
-__all__ = ["TRACE_RISKS", "TraceMetrics", "evaluate"]
+__all__ = ["COMM_ONE_RANK_HINT", "TRACE_RISKS", "TraceMetrics", "evaluate"]
 
 #: Rules whose finding is a risk (scored by :func:`~ocr.perf.findings.risk_score`, a share of the
 #: whole run) rather than a share of the profiled steps' time.
@@ -68,6 +69,17 @@ class TraceMetrics:
         optimizer_ops_per_param: ``optimizer_ops_per_step / optimizer_params``: about 1 or more
             for the per-parameter loop, well below for foreach and fused implementations.
         optimizer_pct: optimizer phase in % of step wall time.
+        comm_method: how communication was measured (``"device"``, ``"host"``), ``None``
+            without collectives.
+        comm_ms_per_step: time in collectives per step (ms).
+        comm_exposed_ms_per_step: of which exposed (no compute beside it) per step (ms).
+        comm_exposed_pct: exposed communication in % of step wall time.
+        comm_overlap_pct: overlapped share of the time in collectives (%).
+        comm_exposed_phases_ms: exposed ms per step by host phase.
+        comm_calls: collective name -> calls in the steps.
+        live_sync_wait: the live clock's ``sync_wait`` of the same run and stage where known:
+            ``ms_per_batch`` (this rank) and ``ranks_min_ms`` / ``ranks_median_ms`` /
+            ``ranks_max_ms`` (per batch, across ranks).
     """
 
     has_gpu: bool
@@ -101,6 +113,22 @@ class TraceMetrics:
     optimizer_params: int | None = None
     optimizer_ops_per_param: float | None = None
     optimizer_pct: float | None = None
+    comm_method: str | None = None
+    comm_ms_per_step: float | None = None
+    comm_exposed_ms_per_step: float | None = None
+    comm_exposed_pct: float | None = None
+    comm_overlap_pct: float | None = None
+    comm_exposed_phases_ms: dict[str, float] = field(default_factory=dict)
+    comm_calls: dict[str, int] = field(default_factory=dict)
+    live_sync_wait: dict[str, float] | None = None
+
+
+#: The end of the communication_bound advice for one rank's trace (a rank set names the
+#: straggler instead).
+COMM_ONE_RANK_HINT = (
+    " If the other ranks barely wait, this rank waits for a slower one: analyse every "
+    "rank's trace together (ocr-perf analyze DIR) to name the straggler."
+)
 
 
 def _r(x: float | None, nd: int = 2) -> float | None:
@@ -160,6 +188,8 @@ def _gpu_utilisation(m: TraceMetrics) -> Finding | None:
         causes.append("host sync points stall the launch queue")
     if m.tiny_kernel_pct and m.tiny_kernel_pct >= threshold("tiny_kernel_share_pct"):
         causes.append("kernels are too small to cover launch latency")
+    if (m.comm_exposed_pct or 0) >= threshold("comm_exposed_warn_pct"):
+        causes.append("it waits on communication (see communication_bound)")
     why = ("; likely: " + ", ".join(causes)) if causes else ""
     return Finding(
         id="low_gpu_utilisation",
@@ -376,7 +406,75 @@ def _optimizer(m: TraceMetrics) -> Finding | None:
     )
 
 
-_RULES = (_data_loading, _gpu_utilisation, _memory, _sync, _tiny_kernels, _tiny_cpu_ops, _optimizer)
+def _communication(m: TraceMetrics) -> Finding | None:
+    pct = m.comm_exposed_pct
+    if m.comm_method is None or pct is None or pct < threshold("comm_exposed_warn_pct"):
+        return None
+    phases = m.comm_exposed_phases_ms
+    where = max(sorted(phases), key=lambda p: phases[p]) if phases else None
+    if where == "backward":
+        how = (
+            "The gradient all-reduce is not hidden behind backward: keep DDP's overlap working "
+            "(find_unused_parameters=False, or static_graph=True), tune bucket_cap_mb (smaller "
+            "buckets start earlier) and set gradient_as_bucket_view=True; with gradient "
+            "accumulation, all-reduce only on the last micro-batch (no_sync)"
+        )
+    else:
+        how = (
+            f"Collectives outside backward (mostly in {where}) block the step: sync fewer "
+            "times (self.log(..., sync_dist=True) per step, per-step all_gather or .item() of "
+            "a reduced metric: reduce once per epoch), broadcast_buffers=False when no buffer "
+            "needs it"
+        )
+    if m.has_gpu:
+        how += (
+            "; when bandwidth-bound, compress gradients with a DDP comm hook "
+            "(bf16_compress_hook, PowerSGD)."
+        )
+    else:
+        how += "; on CPU, gloo runs over TCP: fewer, larger all-reduces help most."
+    how += COMM_ONE_RANK_HINT
+    evidence: dict[str, Any] = {
+        "exposed_pct": _r(pct),
+        "exposed_ms_per_step": _r(m.comm_exposed_ms_per_step, 3),
+        "comm_ms_per_step": _r(m.comm_ms_per_step, 3),
+        "overlap_pct": _r(m.comm_overlap_pct),
+        "exposed_in": where,
+        "method": m.comm_method,
+        "calls": m.comm_calls,
+    }
+    if m.live_sync_wait is not None:
+        evidence["live_sync_wait"] = m.live_sync_wait
+    critical = pct >= threshold("comm_exposed_critical_pct")
+    return Finding(
+        id="communication_bound",
+        severity="critical" if critical else "warning",
+        score=_r(pct) or 0.0,
+        source="trace",
+        title=(
+            f"Exposed communication takes {pct:.1f}% of the step time "
+            f"({m.comm_exposed_ms_per_step or 0:.3g} ms/step, "
+            f"{m.comm_overlap_pct or 0:.0f}% of collectives hidden behind compute)"
+        ),
+        evidence=evidence,
+        threshold={
+            "warning_pct": threshold("comm_exposed_warn_pct"),
+            "critical_pct": threshold("comm_exposed_critical_pct"),
+        },
+        suggestion=how,
+    )
+
+
+_RULES = (
+    _data_loading,
+    _communication,
+    _gpu_utilisation,
+    _memory,
+    _sync,
+    _tiny_kernels,
+    _tiny_cpu_ops,
+    _optimizer,
+)
 
 
 def evaluate(metrics: TraceMetrics) -> list[Finding]:

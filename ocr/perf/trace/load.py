@@ -1,10 +1,10 @@
 """Ingestion of torch.profiler / Kineto Chrome traces into one columnar event table.
 
 Every supported schema (the 2021 Kineto format with capitalised categories and absolute µs
-timestamps, up to torch 2.13 with float µs relative to ``baseTimeNanoseconds``) is read once and
-decoded by a typed msgspec decoder that materialises only the fields the table uses (of ``args``
-only ``correlation``, the ``[memory]`` figures and thread names; every other key is skipped),
-gathered into column lists and turned into numpy columns straight away; all later analyses are
+timestamps, up to torch 2.13 with float µs relative to ``baseTimeNanoseconds``) is read once, in
+pieces, and decoded by a typed msgspec decoder that materialises only the fields the table uses
+(of ``args`` only ``correlation``, the ``[memory]`` figures and thread names; every other key is
+skipped), each piece turned into numpy columns before the next is read; all later analyses are
 vectorised over those columns. Times are integer nanoseconds relative to
 :attr:`EventTable.origin_ns` so that parent/child comparisons never suffer float rounding.
 
@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import gc
 import re
-from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -64,42 +63,6 @@ def find_trace_files(path: str | Path) -> list[Path]:
 # skipped without building a Python object. Values are typed ``Any`` (not ``float``/``str``) on
 # purpose: real traces carry ``ts`` as int, float or string, tids as int or ``"stream 7"``, and
 # the columns below must see exactly the values ``json.loads`` would give.
-
-
-def _intern(values: list[Any], table: defaultdict[Any, int]) -> np.ndarray:
-    """Codes of ``values`` in ``table`` (extended in place), in one C-speed pass. Unhashable
-    values (a malformed name that is a list, say) are interned by their ``str``."""
-    try:
-        return np.fromiter(map(table.__getitem__, values), np.int64, len(values))
-    except TypeError:
-        values = [v if isinstance(v, str | int | float | None) else str(v) for v in values]
-        return np.fromiter(map(table.__getitem__, values), np.int64, len(values))
-
-
-def _intern_pairs(
-    src: int, pids: list[Any], tids: list[Any], table: dict[tuple[int, Any, Any], int]
-) -> np.ndarray:
-    """Codes of the ``(src, pid, tid)`` triples in ``table`` without building a tuple per event:
-    pids and tids are interned on their own (few distinct values) and combined numerically."""
-    if not pids:
-        return np.zeros(0, np.int64)
-    pid_table = code_table()
-    tid_table = code_table()
-    pc = _intern(pids, pid_table)
-    tc = _intern(tids, tid_table)
-    combo, inverse = np.unique(pc * len(tid_table) + tc, return_inverse=True)
-    pid_vals, tid_vals = list(pid_table), list(tid_table)
-    codes = np.fromiter(
-        (
-            table.setdefault(
-                (src, pid_vals[c // len(tid_vals)], tid_vals[c % len(tid_vals)]), len(table)
-            )
-            for c in combo.tolist()
-        ),
-        np.int64,
-        combo.size,
-    )
-    return codes[inverse]
 
 
 def _normalise_name(raw: Any) -> str:
@@ -163,11 +126,9 @@ def _load_traces(roots: list[Path]) -> EventTable:
     name_table = code_table()
     cat_table = code_table()
     raw_thread: dict[tuple[int, Any, Any], int] = {}
-    src_cols, name_cols, cat_cols, thread_cols = [], [], [], []
-    mem_thread_cols = []
+    # codes per distinct (cat, name, pid, tid) of each file; per event by indexing, below
+    key_codes: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
     for i, p in enumerate(parsed):
-        src_cols.append(np.full(len(p.key), i, np.int64))
-        # codes per distinct key, then per event by indexing
         name_of = np.fromiter((name_table[k[1]] for k in p.keys), np.int64, len(p.keys))
         cat_of = np.fromiter((cat_table[k[0]] for k in p.keys), np.int64, len(p.keys))
         thread_of = np.fromiter(
@@ -175,10 +136,9 @@ def _load_traces(roots: list[Path]) -> EventTable:
             np.int64,
             len(p.keys),
         )
-        name_cols.append(name_of[p.key])
-        cat_cols.append(cat_of[p.key])
-        thread_cols.append(thread_of[p.key])
-        mem_thread_cols.append(_intern_pairs(i, p.mem_pid, p.mem_tid, raw_thread))
+        key_codes.append((name_of, cat_of, thread_of))
+        for pid, tid in p.mem_threads:  # threads that only allocate are threads too
+            raw_thread.setdefault((i, pid, tid), len(raw_thread))
 
     # Collapse raw thread keys whose string forms agree (2021: tid "25738" vs 25738).
     canon: dict[tuple[int, str, str], int] = {}
@@ -210,43 +170,72 @@ def _load_traces(roots: list[Path]) -> EventTable:
         len(cat_table),
     )
 
-    start_abs = np.concatenate([p.start for p in parsed])
-    mem_abs = np.concatenate([p.mem["ts"] for p in parsed])
-    candidates = [int(a.min()) for a in (start_abs, mem_abs) if a.size]
-    if not candidates:
+    starts = [int(a.min()) for p in parsed for a in (p.start, p.mem["ts"]) if a.size]
+    if not starts:
         raise TraceError(root, "trace holds no timed events")
-    origin = min(candidates)
+    origin = min(starts)
 
-    def cat(arrays: list[np.ndarray]) -> np.ndarray:
-        return np.concatenate(arrays) if arrays else np.zeros(0, np.int64)
+    # Each column is built on its own from the files' arrays, which are dropped as they are
+    # used: a large trace never holds two copies of a column (a single file's arrays are
+    # reused as they are).
+    def column(get: Any) -> np.ndarray:
+        parts = [get(i, p) for i, p in enumerate(parsed)]
+        return _concat(parts)
+
+    def rel(a: np.ndarray) -> np.ndarray:
+        a -= origin
+        return a
 
     memory = MemoryTable(
-        src=cat([np.full(len(p.mem["ts"]), i, np.int64) for i, p in enumerate(parsed)]),
-        ts=mem_abs - origin,
-        nbytes=cat([p.mem["nbytes"] for p in parsed]),
-        total_allocated=cat([p.mem["total_allocated"] for p in parsed]),
-        total_reserved=cat([p.mem["total_reserved"] for p in parsed]),
-        device_type=cat([p.mem["device_type"] for p in parsed]),
-        device_id=cat([p.mem["device_id"] for p in parsed]),
+        src=column(lambda i, p: np.full(len(p.mem["ts"]), i, np.int64)),
+        ts=column(lambda i, p: rel(p.mem.pop("ts"))),
+        nbytes=column(lambda i, p: p.mem.pop("nbytes")),
+        total_allocated=column(lambda i, p: p.mem.pop("total_allocated")),
+        total_reserved=column(lambda i, p: p.mem.pop("total_reserved")),
+        device_type=column(lambda i, p: p.mem.pop("device_type")),
+        device_id=column(lambda i, p: p.mem.pop("device_id")),
     )
+    src = column(lambda i, p: np.full(len(p.key), i, np.int64))
+    kind = column(lambda i, p: kind_of_cat[key_codes[i][1]][p.key])
+    name = column(lambda i, p: name_map[key_codes[i][0]][p.key])
+    thread = column(lambda i, p: raw_to_canon[key_codes[i][2]][p.key])
+    for p in parsed:
+        p.key = p.key[:0]
     table = EventTable(
         sources=[p.source for p in parsed],
         names=list(norm_table),
         thread_keys=thread_keys,
         thread_names=thread_names,
-        src=cat(src_cols),
-        kind=kind_of_cat[cat(cat_cols)] if cat_cols else np.zeros(0, np.int64),
-        name=name_map[cat(name_cols)] if name_cols else np.zeros(0, np.int64),
-        thread=raw_to_canon[cat(thread_cols)] if thread_cols else np.zeros(0, np.int64),
-        start=start_abs - origin,
-        dur=cat([p.dur for p in parsed]),
-        correlation=cat([p.corr for p in parsed]),
+        src=src,
+        kind=kind,
+        name=name,
+        thread=thread,
+        start=column(lambda i, p: rel(_take(p, "start"))),
+        dur=column(lambda i, p: _take(p, "dur")),
+        correlation=column(lambda i, p: _take(p, "corr")),
         memory=memory,
         origin_ns=origin,
         warnings=warnings,
     )
+    parsed.clear()
     _nest(table)
     return table
+
+
+def _take(p: Parsed, field: str) -> np.ndarray:
+    """``p``'s column ``field``, leaving an empty one behind (its memory goes with the table)."""
+    a: np.ndarray = getattr(p, field)
+    setattr(p, field, a[:0])
+    return a
+
+
+def _concat(parts: list[np.ndarray]) -> np.ndarray:
+    """``np.concatenate`` that returns a single part as it is (no copy)."""
+    if not parts:
+        return np.zeros(0, np.int64)
+    if len(parts) == 1:
+        return parts[0]
+    return np.concatenate(parts)
 
 
 def _warn_rank_clashes(sources: list[TraceSource], warnings: list[str]) -> None:
@@ -279,10 +268,15 @@ def _nest(table: EventTable) -> None:
     n = len(table)
     parent = np.full(n, -1, np.int64)
     self_ns = np.zeros(n, np.int64)
-    host = np.isin(table.kind, Kind.HOST) & (table.dur > 0)
     device = np.isin(table.kind, Kind.DEVICE)
     self_ns[device] = table.dur[device]  # device activities are leaves
+    del device
+    host = np.isin(table.kind, Kind.HOST)
+    host &= table.dur > 0
     idx = np.flatnonzero(host)
+    del host
+    # Temporaries are dropped as soon as they are used (a trace of millions of host events
+    # would otherwise hold a dozen of them at once).
     if idx.size:
         start = table.start[idx]
         end = start + table.dur[idx]
@@ -294,27 +288,48 @@ def _nest(table: EventTable) -> None:
         offset = thread * span - tmin
         s = start + offset
         e = end + offset
+        del start, end, offset
         order = np.lexsort((idx, -e, s))
         s, e = s[order], e[order]
         m = order.size
-        pos = np.arange(m, dtype=np.int64)
-        depth = pos - np.searchsorted(np.sort(e), s, side="right")
-        key = depth * m + pos
-        sorted_key = np.sort(key)
-        k = np.searchsorted(sorted_key, (depth - 1) * m + pos, side="left") - 1
+        depth = np.searchsorted(np.sort(e), s, side="right")
+        np.subtract(np.arange(m, dtype=np.int64), depth, out=depth)
+        key = depth * m
+        key += np.arange(m, dtype=np.int64)
+        key.sort()  # sorted (depth, position) keys
+        probe = (depth - 1) * m
+        probe += np.arange(m, dtype=np.int64)
+        k = np.searchsorted(key, probe, side="left")
+        del probe
+        k -= 1
         has = (depth > 0) & (k >= 0)
-        cand = np.where(has, sorted_key[np.maximum(k, 0)], 0)
+        np.maximum(k, 0, out=k)
+        cand = np.where(has, key[k], 0)
+        del key, k
         has &= cand // m == depth - 1
+        del depth
         ppos = np.where(has, cand % m, -1)
+        del cand
         # a parent must be on the same thread (guards against badly overlapping spans)
+        thread = thread[order]
         same = np.zeros(m, bool)
-        same[has] = thread[order][ppos[has]] == thread[order][has]
+        same[has] = thread[ppos[has]] == thread[has]
+        del thread, has
         ppos = np.where(same, ppos, -1)
-        overlap = np.minimum(e, np.where(ppos >= 0, e[np.maximum(ppos, 0)], e)) - s
-        child_sum = np.bincount(ppos[ppos >= 0], weights=overlap[ppos >= 0], minlength=m)
-        own = np.maximum((e - s) - np.rint(child_sum).astype(np.int64), 0)
+        del same
+        linked = ppos >= 0
+        safe = np.maximum(ppos, 0)
+        overlap = np.minimum(e, np.where(linked, e[safe], e)) - s
+        child_sum = np.bincount(ppos[linked], weights=overlap[linked], minlength=m)
+        del overlap
+        own = e - s
+        del e, s
+        own -= np.rint(child_sum).astype(np.int64)
+        del child_sum
+        np.maximum(own, 0, out=own)
         sorted_idx = idx[order]
-        parent[sorted_idx] = np.where(ppos >= 0, sorted_idx[np.maximum(ppos, 0)], -1)
+        del idx, order
+        parent[sorted_idx] = np.where(linked, sorted_idx[safe], -1)
         self_ns[sorted_idx] = own
     table.parent = parent
     table.self_ns = self_ns

@@ -13,6 +13,7 @@ from ocr.perf.findings import Finding
 from ocr.perf.significance import OUTCOME_STYLE
 from ocr.perf.trace.agreement import PhaseAgreement
 from ocr.perf.trace.comparison import TraceComparison
+from ocr.perf.trace.names import short_name, short_names
 from ocr.perf.trace.result import DeviceOpRow, OpRow, TraceAnalysis
 from ocr.perf.trace.steps import GPU_PARTS, PHASES
 
@@ -47,13 +48,13 @@ def _fmt(v: Any, nd: int = 3) -> str:
     return str(v)
 
 
-def _op_cells(i: int, r: OpRow | DeviceOpRow) -> dict[str, str]:
-    """One row of :func:`_op_table`: column -> text."""
-    row = {"#": str(i), "name": r.name, "calls": str(r.calls), "total ms": _fmt(r.total_ms)}
+def _op_cells(i: int, r: OpRow | DeviceOpRow, name: str) -> dict[str, str]:
+    """One row of :func:`_op_table`: column -> text (``name``: the op's name as shown)."""
+    row = {"#": str(i), "name": name, "calls": str(r.calls), "total ms": _fmt(r.total_ms)}
     row["ms/step"] = _fmt(r.self_ms_per_step)
     if isinstance(r, DeviceOpRow):
         row["%"] = _fmt(r.share_pct, 1)
-        row["launched by"] = r.launched_by or "-"
+        row["launched by"] = short_name(r.launched_by) if r.launched_by else "-"
     else:
         row["self ms"] = _fmt(r.self_ms)
         row["%"] = _fmt(r.self_pct, 1)
@@ -62,14 +63,17 @@ def _op_cells(i: int, r: OpRow | DeviceOpRow) -> dict[str, str]:
 
 def _op_table(title: str, rows: Sequence[OpRow | DeviceOpRow], device: bool, width: int) -> Table:
     """Top ops. Numbers never wrap; op names are never cut (two long names cut to the same
-    prefix read as one op): they fold onto more lines. When the terminal is too narrow even so,
-    columns go in a fixed order: ``total ms`` (CPU), ``launched by`` (device), ``calls``."""
+    prefix read as one op): their template and argument lists are folded (``kernel<…>(…)``,
+    :func:`~ocr.perf.trace.names.short_names`, kept apart where two would read alike) and what
+    remains folds onto more lines. When the terminal is too narrow even so, columns go in a
+    fixed order: ``total ms`` (CPU), ``launched by`` (device), ``calls``."""
     columns: list[tuple[str, str]] = [("#", "num"), ("name", "text"), ("calls", "num")]
     if device:
         columns += [("total ms", "num"), ("%", "num"), ("ms/step", "num"), ("launched by", "text")]
     else:
         columns += [("self ms", "num"), ("total ms", "num"), ("%", "num"), ("ms/step", "num")]
-    cells = [_op_cells(i, r) for i, r in enumerate(rows, 1)]
+    shown = short_names([r.name for r in rows])
+    cells = [_op_cells(i, r, name) for i, (r, name) in enumerate(zip(rows, shown, strict=True), 1)]
 
     def build(dropped: frozenset[str]) -> Table:
         t = Table(title=title, title_justify="left", header_style="bold")
@@ -211,9 +215,10 @@ def print_comparison(result: TraceComparison, console: Console | None = None) ->
             t.add_row(name, _fmt(d.a), _fmt(d.b), _fmt(d.delta), _fmt(d.delta_pct, 1))
         con.print(t)
     columns = ("op", "table", "A", "B", "Δ ms", "Δ %")
+    shown = short_names([r.name for r in result.ops])
     op_rows: list[tuple[str, ...]] = [
-        (r.name, r.table, _fmt(r.a_ms), _fmt(r.b_ms), _fmt(r.delta_ms), _fmt(r.delta_pct, 1))
-        for r in result.ops
+        (name, r.table, _fmt(r.a_ms), _fmt(r.b_ms), _fmt(r.delta_ms), _fmt(r.delta_pct, 1))
+        for r, name in zip(result.ops, shown, strict=True)
     ]
 
     def build(dropped: frozenset[str]) -> Table:
@@ -251,8 +256,10 @@ def to_markdown(report: TraceAnalysis) -> str:
     )
     out += ["", "## Top CPU ops (self time)", "", "| op | calls | self ms | total ms | % |"]
     out.append("|---|---:|---:|---:|---:|")
-    for r in report.top_cpu_ops:
-        name = r.name.replace("|", "\\|")
+    for r, shown in zip(
+        report.top_cpu_ops, short_names([r.name for r in report.top_cpu_ops]), strict=True
+    ):
+        name = shown.replace("|", "\\|")
         out.append(
             f"| `{name}` | {r.calls} | {r.self_ms:.3f} | {r.total_ms:.3f} | {r.self_pct:.1f} |"
         )
@@ -264,8 +271,9 @@ def to_markdown(report: TraceAnalysis) -> str:
             "| op | kind | calls | ms | % |",
             "|---|---|---:|---:|---:|",
         ]
-        for d in report.top_cuda_ops:
-            name = d.name.replace("|", "\\|")
+        device_shown = short_names([d.name for d in report.top_cuda_ops])
+        for d, short in zip(report.top_cuda_ops, device_shown, strict=True):
+            name = short.replace("|", "\\|")
             out.append(
                 f"| `{name}` | {d.kind} | {d.calls} | {d.total_ms:.3f} | {d.share_pct:.1f} |"
             )

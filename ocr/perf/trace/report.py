@@ -13,7 +13,9 @@ import numpy as np
 
 from ocr.perf.findings import post_hoc_thresholds
 from ocr.perf.trace.aggregates import device_ops, host_ops, memory_report, ms, step_statistics
+from ocr.perf.trace.comms import add_metrics, communication, summarise
 from ocr.perf.trace.findings import evaluate
+from ocr.perf.trace.integrity import check_integrity
 from ocr.perf.trace.load import load_traces
 from ocr.perf.trace.metrics import data_share_without_steps, measure
 from ocr.perf.trace.result import (
@@ -82,6 +84,8 @@ def analyze_table(table: EventTable, top_k: int | None = 20) -> TraceAnalysis:
 
     peaks, timeline = memory_report(table, steps)
     metrics = measure(table, steps, has_gpu, dl_pct, peaks)
+    comm = communication(table, steps)
+    add_metrics(metrics, comm, steps)
 
     stages = sorted(set(steps.stage), key=lambda s: (s != "train", s))
     step_stats: dict[str, StepStats] = {}
@@ -108,6 +112,7 @@ def analyze_table(table: EventTable, top_k: int | None = 20) -> TraceAnalysis:
             ranks=sorted({s.rank for s in table.sources if s.rank is not None}),
             n_steps=n_steps,
             stages=stages,
+            origin_ns=table.origin_ns,
         ),
         top_cpu_ops=host_ops(table, (Kind.CPU_OP,), top_k, n_steps),
         top_annotations=host_ops(table, (Kind.USER_ANNOTATION,), top_k, n_steps),
@@ -126,6 +131,8 @@ def analyze_table(table: EventTable, top_k: int | None = 20) -> TraceAnalysis:
         findings=evaluate(metrics),
         thresholds=post_hoc_thresholds(),
         warnings=warnings,
+        integrity=check_integrity(table, steps),
+        communication=summarise(comm, steps, [s.rank for s in table.sources]),
     )
 
 

@@ -17,9 +17,11 @@ import msgspec
 from ocr.perf.findings import Finding
 from ocr.perf.trace.agreement import Agreement
 from ocr.perf.trace.findings import TraceMetrics
+from ocr.perf.trace.integrity import Integrity
 
 __all__ = [
     "REPORT_VERSION",
+    "CommSummary",
     "DeviceInfo",
     "DeviceOpRow",
     "MemoryPeak",
@@ -69,7 +71,8 @@ class SourceInfo(_Part):
 
 
 class Summary(_Part):
-    """What the trace holds: events, span, devices, ranks, steps and their stages."""
+    """What the trace holds: events, span, devices, ranks, steps and their stages;
+    ``origin_ns``: the absolute epoch ns that ``start_ms`` 0 of the steps stands for."""
 
     events: int
     span_ms: float
@@ -78,6 +81,7 @@ class Summary(_Part):
     ranks: list[int]
     n_steps: int
     stages: list[str]
+    origin_ns: int | None = None
 
 
 class OpRow(_Part):
@@ -199,6 +203,37 @@ class RankRow(_Part):
     data_wait_pct: float | None
 
 
+class CommSummary(_Part):
+    """Communication of one source file (one rank) in one stage's steps, per step (ms): time in
+    collectives, the part overlapped with compute and the part exposed (see
+    :mod:`~ocr.perf.trace.comms`).
+
+    Args:
+        source, rank, stage: which steps.
+        method: ``"device"`` (NCCL kernels vs the other kernels) or ``"host"`` (gloo / c10d
+            spans vs the step thread's ops).
+        steps: steps counted.
+        ms_per_step, overlapped_ms_per_step, exposed_ms_per_step: per step.
+        exposed_pct: exposed share of the steps' wall time (%).
+        overlap_pct: overlapped share of the time in collectives (%).
+        exposed_phases_ms: exposed ms per step by the host phase it falls in (or launched from).
+        calls: collective name -> calls in these steps.
+    """
+
+    source: int
+    rank: int | None
+    stage: str
+    method: str
+    steps: int
+    ms_per_step: float
+    overlapped_ms_per_step: float
+    exposed_ms_per_step: float
+    exposed_pct: float
+    overlap_pct: float | None
+    exposed_phases_ms: dict[str, float]
+    calls: dict[str, int]
+
+
 class Timing(_Part):
     """Seconds spent loading (of which parsing JSON) and in all."""
 
@@ -228,6 +263,9 @@ class TraceAnalysis(_Part):
             disagree), most severe first.
         thresholds: the post-hoc thresholds judged with.
         warnings: what the loader or the step finder skipped or doubted.
+        integrity: the problems of the trace that make figures less certain (``clean`` when
+            none).
+        communication: collectives per source and stage (empty without any).
         version: :data:`REPORT_VERSION`.
         clock_agreement: the live phase clock over the same steps, when known.
         timing: how long the analysis took (set by ``analyze_trace``).
@@ -250,6 +288,8 @@ class TraceAnalysis(_Part):
     findings: list[Finding]
     thresholds: dict[str, float]
     warnings: list[str]
+    integrity: Integrity
+    communication: list[CommSummary] = []
     version: int = REPORT_VERSION
     clock_agreement: Agreement | None = None
     timing: Timing | None = None

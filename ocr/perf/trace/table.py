@@ -93,6 +93,8 @@ class TraceSource:
         device_properties: ``deviceProperties`` as written (GPU name, ``totalGlobalMem``, ...).
         n_events: number of entries in ``traceEvents``.
         parse_s: seconds spent reading and decoding the JSON (wall clock).
+        invalid_durations: complete events whose ``dur`` was negative, missing or not a number
+            (read as zero length).
     """
 
     path: Path
@@ -104,6 +106,7 @@ class TraceSource:
     device_properties: tuple[dict[str, Any], ...]
     n_events: int
     parse_s: float
+    invalid_durations: int = 0
 
 
 @dataclass

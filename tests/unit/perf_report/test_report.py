@@ -278,6 +278,37 @@ def test_real_gpu_trace_gives_top_ops_and_memory(tmp_path: Path) -> None:
     assert "Top CUDA kernels" in trace_section
 
 
+_DEVICE = ("kernel", "gpu_memcpy", "gpu_memset")
+
+
+def test_the_trace_integrity_is_one_line_per_problem_and_nothing_when_clean(
+    tmp_path: Path,
+) -> None:
+    import gzip
+
+    source = REAL_TRACE / "gpu_ns_resolution_2024.pt.trace.json.gz"
+    if not source.is_file():
+        pytest.skip(f"{source} absent (real trace fixtures live outside the repo)")
+    with gzip.open(source, "rt") as f:
+        doc = json.load(f)
+    pages = {}
+    for name, events in (
+        ("clean", doc["traceEvents"]),
+        ("broken", [e for e in doc["traceEvents"] if e.get("cat") not in _DEVICE]),
+    ):
+        run = input_bound_run(tmp_path / name)
+        (run / "profiler_traces").mkdir()
+        (run / "profiler_traces" / "epoch_0.json").write_text(
+            json.dumps({**doc, "traceEvents": events})
+        )
+        page = to_html(build_report(run))
+        pages[name] = page[page.index('id="trace"') : page.index('id="cache"')]
+    assert "Trace integrity" not in pages["clean"]
+    (line,) = re.findall(r"Trace integrity: [^<]*", pages["broken"])
+    assert "without device events" in line
+    assert "gpu_busy_pct" in line
+
+
 def test_trace_findings_reach_the_verdict_as_objects_in_the_one_score_unit(
     tmp_path: Path,
 ) -> None:

@@ -219,6 +219,7 @@ def _same_tables(a: Any, b: Any) -> None:
 
 def _generic_only(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(decode, "_split_fast", lambda data: None)
+    monkeypatch.setattr(decode, "_decode_piece", decode._decode_piece_generic)
 
 
 def _mixed_events() -> list[Any]:
