@@ -439,8 +439,9 @@ def _postprocess(f: RunFacts) -> list[Candidate]:
 def candidates_for(cause: str, facts: RunFacts, *, part: str | None = None) -> list[Candidate]:
     """Changes to try for ``cause`` (a finding id: ``input_bound``, ``compute_bound``,
     ``slow_postprocess``, ``unattributed``, ``gpu_underused``, ``launch_overhead``,
-    ``dispatch_overhead``, ``data_loading``), most promising first; ``part`` is the worker
-    part that explains an input-bound stage (``targets`` puts the target cache first).
+    ``dispatch_overhead``, ``data_loading``, ``worker_memory``), most promising first; ``part``
+    is the worker part that explains an input-bound stage (``targets`` puts the target cache
+    first).
     Compute changes come only when ``facts.compute_headroom`` is not ``False``."""
     found: list[Candidate | None] = []
     compute_ok = facts.compute_headroom is not False
@@ -471,7 +472,8 @@ def candidates_for(cause: str, facts: RunFacts, *, part: str | None = None) -> l
             ]
     elif cause == "slow_postprocess":
         found += _postprocess(facts)
-    elif cause == "unattributed":
+    elif cause in ("unattributed", "worker_memory"):
+        # worker_memory: non-persistent workers copy the dataset again every epoch
         found.append(_persistent(facts, planned=False))
     elif cause == "gpu_underused":
         found += [_workers(facts), _pin_memory(facts), _batch_size(facts)]

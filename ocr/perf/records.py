@@ -107,6 +107,29 @@ class FlopsInfo(msgspec.Struct, kw_only=True, frozen=True):
     peak: dict[str, Any] = {}  # JSON values
 
 
+class DatasetContainer(msgspec.Struct, kw_only=True, frozen=True):
+    """A Python container a training dataset holds, with the bytes of the objects in it (what
+    each forked DataLoader worker that reads them gets a copy of; ``ocr.perf.worker_memory``).
+
+    Args:
+        attribute: ``Class.attr`` (``Class.attr.inner`` one level down).
+        kind: ``list``, ``dict``, ``tuple``, ``set``. length: its number of items.
+        python_bytes: estimated bytes of the container and its objects (array buffers excluded:
+            reading them copies nothing). sampled: extrapolated from some of the items.
+    """
+
+    attribute: str
+    kind: str
+    length: int
+    python_bytes: int
+    sampled: bool = False
+
+    @property
+    def mb(self) -> float:
+        """``python_bytes`` in MiB."""
+        return self.python_bytes / float(1 << 20)
+
+
 class RunRecord(Record, tag="receipt-ocr/run", kw_only=True, frozen=True):
     """``perf/run.json``: the machine, software and command of a run (several writers each add
     their part; :func:`write_run_record` merges). Every field is optional."""
@@ -136,6 +159,8 @@ class RunRecord(Record, tag="receipt-ocr/run", kw_only=True, frozen=True):
     flops: FlopsInfo | None = None
     experiment_tag: str | None = None
     task_name: str | None = None
+    # the training dataset's large Python containers (copy-on-read in DataLoader workers)
+    dataset_containers: list[DatasetContainer] = []
 
 
 class LoaderSettings(msgspec.Struct, kw_only=True, frozen=True):
@@ -305,7 +330,8 @@ class LifecycleRecord(Record, tag="receipt-ocr/lifecycle", kw_only=True, frozen=
 
 class ResourceSample(Record, tag="receipt-ocr/resource-sample", kw_only=True, frozen=True):
     """One ``perf/resources.jsonl`` sample (or interval mean): ``resources/...`` metrics (finite
-    values only), with the phase, epoch, step and rank it was taken in."""
+    values only), with the phase, epoch, step and rank it was taken in; ``workers_uss``: each
+    DataLoader worker's USS in bytes by pid (samples only, where USS is read)."""
 
     FILE: ClassVar[str] = "resources.jsonl"
 
@@ -315,6 +341,7 @@ class ResourceSample(Record, tag="receipt-ocr/resource-sample", kw_only=True, fr
     step: int = 0
     rank: int = 0
     metrics: dict[str, float] = {}
+    workers_uss: dict[str, float] = {}
 
 
 class ResourceSummary(Record, tag="receipt-ocr/resource-summary", kw_only=True, frozen=True):
