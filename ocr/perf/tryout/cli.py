@@ -127,6 +127,12 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         action="store_true",
         help="measure only the --candidate changes, not the findings' candidates",
     )
+    p.add_argument(
+        "--json",
+        type=Path,
+        metavar="OUT",
+        help="also write the session's results (perf/try.jsonl's records) as JSON (- : stdout)",
+    )
     p.set_defaults(func=run)
     return p
 
@@ -156,6 +162,10 @@ def run(args: argparse.Namespace) -> int:
     from ocr.perf.tryout.session import TryOptions, TrySession, code_lines, paste_line
     from ocr.perf.tryout.show import TrialProgress, print_results
 
+    if str(args.json) == "-":  # the JSON alone on stdout: the tables go to stderr
+        import rich
+
+        rich.reconfigure(stderr=True)
     widen_for_logs()  # a log (not a terminal) gets the table's columns whole
     run_dir: Path = args.run_dir
     command = recorded_command(run_dir)
@@ -189,4 +199,10 @@ def run(args: argparse.Namespace) -> int:
         shutil.rmtree(scratch, ignore_errors=True)  # the trials' folders are ours, made above
     path = write_records(run_dir, records)
     print_results(records, session.budget_note, paste_line(records), path, code_lines(records))
+    if args.json is not None:
+        import msgspec
+
+        from ocr.console import write_json
+
+        write_json(args.json, msgspec.to_builtins(records))
     return EXIT_OK if any(r.pairs for r in records) else EXIT_NOTHING_MEASURED

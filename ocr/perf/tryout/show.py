@@ -102,7 +102,7 @@ def results_table(records: Sequence[TryRecord], dropped: frozenset[str] = frozen
     table.add_column("change", overflow="fold", min_width=16)
     table.add_column("speed-up", no_wrap=True)
     table.add_column("pairs", justify="right", no_wrap=True)
-    table.add_column("outcome", overflow="fold", min_width=12)
+    table.add_column("outcome", no_wrap=True)  # status words stay whole (grep, logs)
     if "labels" not in dropped:
         table.add_column("labels", overflow="fold", min_width=10)
     if "note" not in dropped:
@@ -125,6 +125,15 @@ def _why_lines(records: Sequence[TryRecord]) -> list[str]:
         for r in records
         if r.status in words and r.note
     ]
+
+
+def outcome_line(r: TryRecord) -> str:
+    """One plain line a script can grep: ``model.channels_last=true: 1.23x [1.02, 1.29]
+    inconclusive`` (``-`` without pairs, then the outcome)."""
+    figures = "-" if r.median is None else f"{r.median:.2f}x"
+    if r.low is not None and r.high is not None:
+        figures += f" [{r.low:.2f}, {r.high:.2f}]"
+    return f"{r.override or r.description}: {figures} {r.status}"
 
 
 def verdict_line(records: Sequence[TryRecord], recommended: bool) -> str | None:
@@ -176,6 +185,7 @@ def print_results(
     verdict = verdict_line(records, bool(paste or code))
     if verdict:
         lines.append(verdict)
+    lines += [outcome_line(r) for r in records]
     lines.append(f"Results: {path}")
     for line in lines:  # whole lines: a log keeps each reason and code change on one line
         print_renderable(line, markup=False, highlight=False, soft_wrap=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from ocr.perf.records import TryRecord
@@ -74,3 +75,19 @@ def test_too_few_pairs_is_not_a_measured_no(
     out = capsys.readouterr().out
     assert "Nothing recommended yet: 1 of 2 measured change(s) had fewer than 3 pairs" in out
     assert "--budget" in out
+
+
+def test_each_outcome_ends_as_one_plain_line_a_script_can_grep(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    measured = msgspec.structs.replace(
+        _record("model.channels_last=true", "inconclusive", pairs=3),
+        median=1.234,
+        low=1.02,
+        high=1.29,
+    )
+    records = [measured, _record("knob:torch.threads=1", "untried", note="budget")]
+    print_results(records, "", None, tmp_path / "try.jsonl")
+    lines = capsys.readouterr().out.splitlines()
+    assert "model.channels_last=true: 1.23x [1.02, 1.29] inconclusive" in lines
+    assert "knob:torch.threads=1: - untried" in lines
