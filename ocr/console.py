@@ -63,9 +63,10 @@ def make_console(**kwargs: Any) -> Console:
 def widen_for_logs() -> None:
     """Apply :func:`make_console`'s width to Rich's global console (progress bars, the model
     summary, :func:`print_renderable`); call once at a command's start."""
-    width = _log_width(rich.get_console())
+    console = rich.get_console()
+    width = _log_width(console)
     if width is not None:
-        rich.reconfigure(width=width)
+        rich.reconfigure(width=width, stderr=console.stderr)
 
 
 def print_renderable(obj: RenderableType, **kwargs: Any) -> None:

@@ -19,12 +19,19 @@ import ocr.configs  # noqa: F401  (registers the trainer/lightning config node)
 from ocr.console import make_console
 from ocr.errors import ConfigError, InputError
 from ocr.noise import quiet_console
-from ocr.perf.rundir import write_run_info
+from ocr.perf.rundir import cpu_bf16, write_run_info
 
 
-def auto_precision() -> str:
-    """Mixed precision on CUDA, full precision elsewhere (fp16 autocast is unsupported on CPU)."""
-    return "16-mixed" if torch.cuda.is_available() else "32-true"
+def auto_precision(cpu: str = "") -> str:
+    """``${ocr_auto_precision:}``: mixed precision on CUDA, full precision elsewhere (fp16
+    autocast is unsupported on CPU). ``${ocr_auto_precision:bf16}``: bf16 mixed precision on a
+    CPU with native bf16 dot products too (``avx512_bf16`` / ``amx_bf16``; emulated bf16 would
+    be slower than float32, so other CPUs keep 32-true)."""
+    if cpu not in ("", "bf16"):
+        raise ConfigError(f"ocr_auto_precision takes nothing or 'bf16', got {cpu!r}")
+    if torch.cuda.is_available():
+        return "16-mixed"
+    return "bf16-mixed" if cpu == "bf16" and cpu_bf16() else "32-true"
 
 
 def apply_torch_threads(value: Any) -> None:

@@ -19,10 +19,12 @@ the CPU supports bf16).
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ocr.perf.candidates import Candidate
+from ocr.perf.findings import threshold
+from ocr.perf.knobs import family_knob
 
 # Parents under which a loader setting most likely configures the DataLoader.
 _LOADER_PARENTS = ("loader", "dataloader", "data", "datamodule", "dataset")
@@ -57,6 +59,11 @@ class RunFacts:
         compute_headroom: ``True`` when the compute phases run well below the measured peak,
             ``False`` near it, ``None`` unknown (no FLOPs recorded).
         cpu_bf16: the CPU runs bf16 natively, ``None`` unknown.
+        workers_busy: a DataLoader worker's median CPU share, as a fraction of one core (from
+            the resource samples), ``None`` unknown; below ``workers_waiting_pct`` they wait
+            (I/O, sleep), so more workers than cores can still help.
+        persistent_workers, pin_memory, prefetch_factor: the live DataLoader's settings
+            (recorded per epoch), ``None`` unknown: never proposed when already set.
     """
 
     config: dict[str, Any] | None
@@ -69,6 +76,20 @@ class RunFacts:
     compute_headroom: bool | None = None
     cpu_bf16: bool | None = None
     torch_threads: int | None = None
+    workers_busy: float | None = None
+    persistent_workers: bool | None = None
+    pin_memory: bool | None = None
+    prefetch_factor: int | None = None
+
+    @property
+    def workers_wait(self) -> bool:
+        return workers_wait(self.workers_busy)
+
+
+def workers_wait(busy: float | None) -> bool:
+    """Whether DataLoader workers with a median CPU share ``busy`` (fraction of one core) mostly
+    wait (measured): then their count is not bounded by the cores."""
+    return busy is not None and busy * 100.0 < threshold("workers_waiting_pct")
 
 
 def _walk(node: Any, prefix: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], Any]]:
@@ -159,18 +180,22 @@ def _candidate(
     alters: bool = False,
     eval_time: bool = False,
 ) -> Candidate:
-    """``described`` names the setting by its key (when found), ``plain`` without one."""
+    """``described`` names the setting by its key (when found), ``plain`` without one; without
+    a key, the runtime knob that makes the change, if any (``ocr-perf try`` applies it)."""
     if key is None:
-        return Candidate(family, plain, None, alters, eval_time)
+        return Candidate(family, plain, None, alters, eval_time, family_knob(family, value))
     text = described.format(key=f"`{key.path}`", now=_now(key))
     if key.note:
         text += f" ({key.note})"
     return Candidate(family, text, f"{key.path}={_hydra_value(value)}", alters, eval_time)
 
 
-def _switch_on(family: str, key: ConfigKey | None, described: str, plain: str) -> Candidate | None:
-    """A setting to turn on (see :func:`_candidate`); ``None`` when the config has it on."""
-    if key is not None and key.value is True:
+def _switch_on(
+    family: str, key: ConfigKey | None, described: str, plain: str, live: bool | None = None
+) -> Candidate | None:
+    """A setting to turn on (see :func:`_candidate`); ``None`` when the config or the live
+    object (``live``) has it on."""
+    if live is True or (key is not None and key.value is True):
         return None
     return _candidate(family, key, True, described, plain)
 
@@ -197,7 +222,8 @@ def _worker_plan(f: RunFacts) -> tuple[ConfigKey | None, int | None, int | None]
     else:
         return key, now, None
     if cores:
-        want = min(want, cores)  # more processes than cores only queue for them
+        # more processes than cores only queue for them, unless they wait (I/O, sleep)
+        want = min(want, 2 * cores if f.workers_wait else cores)
     return key, now, (want if now is None or want > now else None)
 
 
@@ -222,30 +248,42 @@ def _workers_after(f: RunFacts, planned: bool) -> int:
     return want if planned and want is not None else (now or 0)
 
 
+def _with_workers(c: Candidate | None, f: RunFacts) -> Candidate | None:
+    """``c`` (a change that needs worker processes, planned by the workers candidate) without
+    its runtime knob when the run has no workers yet: alone, the knob would not apply."""
+    if c is None or c.knob is None or _workers_after(f, planned=False):
+        return c
+    return replace(c, description=c.description + ", once it has workers", knob=None)
+
+
 def _prefetch(f: RunFacts) -> Candidate | None:
     if not _workers_after(f, planned=True):
         return None  # prefetch_factor needs worker processes
     key = find_key(f.config, ("prefetch_factor",), stage=f.stage)
-    now = _as_int(key.value) if key is not None else None
+    now = _as_int(key.value) if key is not None else f.prefetch_factor
     want = 2 * (now or 2)  # torch's default is 2 batches per worker
-    return _candidate(
+    found = _candidate(
         "prefetch",
         key,
         want,
         f"keep {want} batches per worker in flight: {{key}}{{now}} -> {want}",
-        f"keep {want} batches per worker in flight (the DataLoader's prefetch_factor)",
+        f"keep {want} batches per worker in flight (the DataLoader's prefetch_factor"
+        + (f", now {now})" if now else ")"),
     )
+    return _with_workers(found, f)
 
 
 def _persistent(f: RunFacts, planned: bool) -> Candidate | None:
     if not _workers_after(f, planned):
         return None
-    return _switch_on(
+    found = _switch_on(
         "persistent_workers",
         find_key(f.config, ("persistent_workers",), stage=f.stage),
         "keep workers alive between epochs: {key}{now} -> true",
         "keep workers alive between epochs (the DataLoader's persistent_workers=True)",
+        f.persistent_workers,
     )
+    return _with_workers(found, f)
 
 
 def _pin_memory(f: RunFacts) -> Candidate | None:
@@ -256,6 +294,7 @@ def _pin_memory(f: RunFacts) -> Candidate | None:
         find_key(f.config, ("pin_memory",), stage=f.stage),
         "copy batches from pinned memory: {key}{now} -> true",
         "copy batches from pinned memory (the DataLoader's pin_memory=True)",
+        f.pin_memory,
     )
 
 
@@ -400,8 +439,9 @@ def _postprocess(f: RunFacts) -> list[Candidate]:
 def candidates_for(cause: str, facts: RunFacts, *, part: str | None = None) -> list[Candidate]:
     """Changes to try for ``cause`` (a finding id: ``input_bound``, ``compute_bound``,
     ``slow_postprocess``, ``unattributed``, ``gpu_underused``, ``launch_overhead``,
-    ``dispatch_overhead``, ``data_loading``), most promising first; ``part`` is the worker
-    part that explains an input-bound stage (``targets`` puts the target cache first).
+    ``dispatch_overhead``, ``data_loading``, ``worker_memory``), most promising first; ``part``
+    is the worker part that explains an input-bound stage (``targets`` puts the target cache
+    first).
     Compute changes come only when ``facts.compute_headroom`` is not ``False``."""
     found: list[Candidate | None] = []
     compute_ok = facts.compute_headroom is not False
@@ -432,7 +472,8 @@ def candidates_for(cause: str, facts: RunFacts, *, part: str | None = None) -> l
             ]
     elif cause == "slow_postprocess":
         found += _postprocess(facts)
-    elif cause == "unattributed":
+    elif cause in ("unattributed", "worker_memory"):
+        # worker_memory: non-persistent workers copy the dataset again every epoch
         found.append(_persistent(facts, planned=False))
     elif cause == "gpu_underused":
         found += [_workers(facts), _pin_memory(facts), _batch_size(facts)]

@@ -3,12 +3,15 @@
 The verdict's findings carry candidates; ``ocr-perf try`` re-runs the run's own command with each
 candidate's override and measures it. A candidate's ``override`` is a Hydra override whose key
 exists in the run's resolved configuration; a run not configured by a Hydra app (or a change
-with no key in its config) gets a plain-language ``description`` only, which ``try`` cannot apply.
+with no key in its config) gets a plain-language ``description``, and a runtime ``knob``
+(:mod:`ocr.perf.knobs`) where one makes the change, which ``try`` applies through the callbacks.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from ocr.perf.knobs import Knob
 
 
 @dataclass(frozen=True)
@@ -23,6 +26,8 @@ class Candidate:
             precision, postprocess limits), so a speed-up alone does not make it safe.
         eval_time: the change only affects evaluation outputs (postprocess limits); it must be
             checked on the run's checkpoint, not only timed.
+        knob: the runtime knob that makes the change without a config key (``override`` is
+            ``None`` then), or ``None``.
     """
 
     family: str
@@ -30,3 +35,9 @@ class Candidate:
     override: str | None = None
     alters_computation: bool = False
     eval_time: bool = False
+    knob: Knob | None = None
+
+    @property
+    def change(self) -> str | None:
+        """What ``ocr-perf try`` applies: the override, else the knob (``knob:...``)."""
+        return self.override or (self.knob.text if self.knob is not None else None)

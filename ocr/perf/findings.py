@@ -61,7 +61,8 @@ class Threshold:
     Args:
         value: the post-hoc value, in ``unit``; ``None`` when only a live alert uses the entry.
         unit: ``%`` (of a stage's or step's wall time unless ``meaning`` says otherwise),
-            ``s``, ``GB``, ``MB/min``, ``h``, ``us``, ``count`` or ``x`` (a factor).
+            ``s``, ``GB``, ``MB``, ``MB/min``, ``h``, ``us``, ``count`` or ``x`` (a factor or a
+            correlation).
         live: the live alert's value when it differs from (or there is no) ``value``.
         why: why the live value differs (required when both are set and differ).
     """
@@ -201,7 +202,33 @@ THRESHOLDS: dict[str, Threshold] = {
     "worker_part_dominant_pct": Threshold(
         50.0, "%", "share of fetch / collate from which a finer part (targets, decode) is named"
     ),
+    "workers_waiting_pct": Threshold(
+        50.0,
+        "%",
+        "a DataLoader worker's median CPU (% of one core) below which it mostly waits (I/O, "
+        "sleep): more workers than cores can still help",
+    ),
     "cache_hit_min_pct": Threshold(50.0, "%", "polygon cache hit rate after the first epoch"),
+    # -- main-process growth from the resource samples (ocr.perf.process_growth) ---------------
+    "process_growth_mb_per_min": Threshold(
+        5.0, "MB/min", "main-process memory slope (post hoc, any run length) worth reporting"
+    ),
+    "process_growth_min_r2": Threshold(0.8, "x", "R² of that slope: steady growth, not noise"),
+    "process_growth_min_s": Threshold(60.0, "s", "and fitted over at least this long"),
+    # -- DataLoader workers' memory (ocr.perf.worker_memory) -----------------------------------
+    "worker_memory_growth_mb": Threshold(64.0, "MB", "a worker's USS growth worth classifying"),
+    "worker_memory_tail_pct": Threshold(
+        15.0, "%", "share of a worker's growth in the last third of its readings: below, a plateau"
+    ),
+    "worker_memory_tail_mb": Threshold(
+        32.0, "MB", "and at least this much of it: a short run's warm-up is not continuing growth"
+    ),
+    "copy_on_read_container_mb": Threshold(
+        32.0, "MB", "Python objects in one dataset container from which copy-on-read matters"
+    ),
+    "copy_on_read_min_r": Threshold(
+        0.9, "x", "correlation of a worker's USS with the distinct samples it fetched"
+    ),
     "risk_critical_score": Threshold(
         100.0, "%", "score of a critical risk: a run that may die loses all of its wall time"
     ),

@@ -107,6 +107,29 @@ class FlopsInfo(msgspec.Struct, kw_only=True, frozen=True):
     peak: dict[str, Any] = {}  # JSON values
 
 
+class DatasetContainer(msgspec.Struct, kw_only=True, frozen=True):
+    """A Python container a training dataset holds, with the bytes of the objects in it (what
+    each forked DataLoader worker that reads them gets a copy of; ``ocr.perf.worker_memory``).
+
+    Args:
+        attribute: ``Class.attr`` (``Class.attr.inner`` one level down).
+        kind: ``list``, ``dict``, ``tuple``, ``set``. length: its number of items.
+        python_bytes: estimated bytes of the container and its objects (array buffers excluded:
+            reading them copies nothing). sampled: extrapolated from some of the items.
+    """
+
+    attribute: str
+    kind: str
+    length: int
+    python_bytes: int
+    sampled: bool = False
+
+    @property
+    def mb(self) -> float:
+        """``python_bytes`` in MiB."""
+        return self.python_bytes / float(1 << 20)
+
+
 class RunRecord(Record, tag="receipt-ocr/run", kw_only=True, frozen=True):
     """``perf/run.json``: the machine, software and command of a run (several writers each add
     their part; :func:`write_run_record` merges). Every field is optional."""
@@ -136,6 +159,32 @@ class RunRecord(Record, tag="receipt-ocr/run", kw_only=True, frozen=True):
     flops: FlopsInfo | None = None
     experiment_tag: str | None = None
     task_name: str | None = None
+    # the training dataset's large Python containers (copy-on-read in DataLoader workers)
+    dataset_containers: list[DatasetContainer] = []
+
+
+class LoaderSettings(msgspec.Struct, kw_only=True, frozen=True):
+    """How the stage's DataLoader was built, read from the live loader (advice never proposes
+    what is already set, config or not).
+
+    Args:
+        persistent_workers: ``DataLoader.persistent_workers``.
+        pin_memory: ``DataLoader.pin_memory``.
+        prefetch_factor: ``DataLoader.prefetch_factor`` (``None`` without workers).
+    """
+
+    persistent_workers: bool | None = None
+    pin_memory: bool | None = None
+    prefetch_factor: int | None = None
+
+    @classmethod
+    def of(cls, loader: Any) -> LoaderSettings:
+        """The settings of a live ``torch.utils.data.DataLoader``."""
+        return cls(
+            persistent_workers=bool(loader.persistent_workers),
+            pin_memory=bool(loader.pin_memory),
+            prefetch_factor=loader.prefetch_factor,
+        )
 
 
 class EpochRecord(Record, tag="receipt-ocr/perf-epoch", kw_only=True, frozen=True):
@@ -165,6 +214,8 @@ class EpochRecord(Record, tag="receipt-ocr/perf-epoch", kw_only=True, frozen=Tru
             ``_evictions``, ``_corrupt``, ``_bytes_written``), summed over the epoch (this rank).
         batch_times_s: the batch times in order (seconds), every ``batch_times_stride``-th one
             when the epoch had more than 4096.
+        loader: the stage's DataLoader's settings besides ``num_workers`` (None when not a
+            DataLoader).
         batch_size: samples in the epoch's first batch (0 when there was none).
         device: ``"cuda"`` when CUDA phases were measured, else ``"cpu"``.
         callbacks_s: seconds per callback (class name; a second instance of a class gets
@@ -209,6 +260,7 @@ class EpochRecord(Record, tag="receipt-ocr/perf-epoch", kw_only=True, frozen=Tru
     batch_times_s: list[float | None] = []
     batch_times_stride: int = 1
     num_workers: int | None = None
+    loader: LoaderSettings | None = None
     batch_size: int | None = 0
     device: str = "cpu"
     global_step: int = 0
@@ -278,7 +330,8 @@ class LifecycleRecord(Record, tag="receipt-ocr/lifecycle", kw_only=True, frozen=
 
 class ResourceSample(Record, tag="receipt-ocr/resource-sample", kw_only=True, frozen=True):
     """One ``perf/resources.jsonl`` sample (or interval mean): ``resources/...`` metrics (finite
-    values only), with the phase, epoch, step and rank it was taken in."""
+    values only), with the phase, epoch, step and rank it was taken in; ``workers_uss``: each
+    DataLoader worker's USS in bytes by pid (samples only, where USS is read)."""
 
     FILE: ClassVar[str] = "resources.jsonl"
 
@@ -288,6 +341,7 @@ class ResourceSample(Record, tag="receipt-ocr/resource-sample", kw_only=True, fr
     step: int = 0
     rank: int = 0
     metrics: dict[str, float] = {}
+    workers_uss: dict[str, float] = {}
 
 
 class ResourceSummary(Record, tag="receipt-ocr/resource-summary", kw_only=True, frozen=True):
@@ -376,7 +430,8 @@ class TryRecord(Record, tag="receipt-ocr/try", kw_only=True, frozen=True):
     Args:
         session: when the ``try`` session started (ISO 8601, UTC): groups a session's lines.
         kind: ``candidate``, or ``combined`` (the recommended ones together).
-        override: the Hydra override(s), space-separated; ``None`` for a plain-language change.
+        override: the change(s) as ``try`` applies them, space-separated: Hydra overrides and
+            runtime knobs (``knob:NAME=VALUE``); ``None`` for a plain-language change.
         family: the candidate's family (``combined`` for the winners together).
         eval_time: checked on the checkpoint with ``ocr-test`` (evaluation speed and H-mean).
         status: ``recommended``, ``no significant change``, ``regression``, ``inconclusive``,
@@ -386,6 +441,8 @@ class TryRecord(Record, tag="receipt-ocr/try", kw_only=True, frozen=True):
         median, low, high: the median ratio and its 95 % bootstrap interval (None without pairs).
         hmean_base, hmean_changed: eval-time only: H-mean on the checkpoint.
         note: why (not applicable, failed, untried, the H-mean drop), or "".
+        apply: how to make the knobs of the change in one's own code
+            (``DataLoader(..., num_workers=4)``; lines joined by ``; ``), or "".
     """
 
     FILE: ClassVar[str] = "try.jsonl"
@@ -408,10 +465,28 @@ class TryRecord(Record, tag="receipt-ocr/try", kw_only=True, frozen=True):
     hmean_base: float | None = None
     hmean_changed: float | None = None
     note: str = ""
+    apply: str = ""
 
     @property
     def recommended(self) -> bool:
         return self.status == "recommended"
+
+
+class KnobRecord(Record, tag="receipt-ocr/knob", kw_only=True, frozen=True):
+    """What became of one runtime knob in an ``ocr-perf try`` trial (:mod:`ocr.perf.knobs`): a
+    line of the trial's ``perf/knobs.jsonl``.
+
+    Args:
+        knob: the knob as ``name=value``.
+        status: ``applied`` or ``not applicable`` (the run cannot take it).
+        note: what was changed (``num_workers 0 -> 4``) or why it cannot be.
+    """
+
+    FILE: ClassVar[str] = "knobs.jsonl"
+
+    knob: str
+    status: str
+    note: str = ""
 
 
 class GrowthNode(msgspec.Struct, kw_only=True):

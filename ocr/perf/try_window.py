@@ -11,13 +11,16 @@ instead of ``trainer.default_root_dir`` (a foreign app may hard-code that folder
 (``trainer.should_stop``) after ``warmup + batches`` training batches. The speed is then read from
 the trial's ``perf/epochs.jsonl`` (``ocr.perf.tryout.measure``), skipping the warm-up batches.
 
-Format: ``warmup=5;batches=20;perf_dir=/tmp/x;keep=val,checkpoint;owner=1234`` (keys in any
-order; ``keep`` and ``owner`` optional). ``owner`` is the process id of the ``ocr-perf try`` that
-set the variable. A window whose owner is not an ancestor of the training process (a variable
-exported in a shell, inherited by an unrelated job, or copied from a trial's log) is *stray*:
-it still applies, and the callbacks announce it with one warning naming the variable and what it
-does (:meth:`TryWindow.announcement`), since it silently turns a fit into a short trial without
-checkpoints or loggers. Pure Python: no Lightning here.
+Inside the window the callbacks also apply the trial's runtime knobs (:mod:`ocr.perf.knobs`,
+``knobs``), and write what became of each into the trial's ``perf/knobs.jsonl``.
+
+Format: ``warmup=5;batches=20;perf_dir=/tmp/x;keep=val,checkpoint;owner=1234;knobs=a.b=4,c=true``
+(keys in any order; ``keep``, ``owner`` and ``knobs`` optional). ``owner`` is the process id of
+the ``ocr-perf try`` that set the variable. A window whose owner is not an ancestor of the
+training process (a variable exported in a shell, inherited by an unrelated job, or copied from
+a trial's log) is *stray*: it still applies, and the callbacks announce it with one warning
+naming the variable and what it does (:meth:`TryWindow.announcement`), since it silently turns a
+fit into a short trial without checkpoints or loggers. Pure Python: no Lightning here.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ocr.errors import InputError
+from ocr.perf.knobs import Knob, KnobError
 
 __all__ = ["ENV_VAR", "KEEP_CHOICES", "TryWindow", "TryWindowError"]
 
@@ -52,6 +56,7 @@ class TryWindow:
             made for this trial).
         keep: parts left on because the change concerns them (subset of :data:`KEEP_CHOICES`).
         owner: process id of the ``ocr-perf try`` that opened the window (``None``: unknown).
+        knobs: runtime changes the callbacks apply at setup (:mod:`ocr.perf.knobs`).
     """
 
     warmup: int
@@ -59,6 +64,7 @@ class TryWindow:
     perf_dir: Path
     keep: frozenset[str] = field(default_factory=frozenset)
     owner: int | None = None
+    knobs: tuple[Knob, ...] = ()
 
     def __post_init__(self) -> None:
         if self.warmup < 0 or self.batches < 1:
@@ -84,6 +90,8 @@ class TryWindow:
             parts.append(f"keep={','.join(sorted(self.keep))}")
         if self.owner is not None:
             parts.append(f"owner={self.owner}")
+        if self.knobs:
+            parts.append(f"knobs={','.join(k.setting for k in self.knobs)}")
         return ";".join(parts)
 
     def opened_by_ocr_perf_try(self) -> bool:
@@ -110,7 +118,8 @@ class TryWindow:
             )
             if part not in self.keep
         ]
-        does = ", ".join([f"stops after {self.total_batches} training batches", *off])
+        knobs = [f"applies {', '.join(k.setting for k in self.knobs)}"] if self.knobs else []
+        does = ", ".join([f"stops after {self.total_batches} training batches", *off, *knobs])
         return (
             f"{ENV_VAR} is set ({self.to_env()!r}) outside `ocr-perf try`: this fit is a short "
             f"trial window. It {does}, and writes its perf/ files into {self.perf_dir}. Unset "
@@ -141,7 +150,13 @@ class TryWindow:
         owner = fields.get("owner")
         if owner is not None and not owner.isdigit():
             raise TryWindowError(f"{ENV_VAR}={text!r}: owner must be a process id")
-        return cls(warmup, batches, Path(fields["perf_dir"]), keep, int(owner) if owner else None)
+        try:
+            knobs = tuple(Knob.parse_setting(k) for k in fields.get("knobs", "").split(",") if k)
+        except KnobError as exc:
+            raise TryWindowError(f"{ENV_VAR}={text!r}: {exc}") from exc
+        return cls(
+            warmup, batches, Path(fields["perf_dir"]), keep, int(owner) if owner else None, knobs
+        )
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> TryWindow | None:

@@ -16,8 +16,15 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from ocr.lightning_modules.callbacks import EpochScanCallback
-from ocr.perf.records import GrowthRecord, RecompilesRecord, read_records
+from ocr.lightning_modules.callbacks import EpochScanCallback, ResourceMonitorCallback
+from ocr.perf.alerts import RULES
+from ocr.perf.records import (
+    AlertEvent,
+    GrowthRecord,
+    RecompilesRecord,
+    read_records,
+    read_run_record,
+)
 from ocr.perf.report.load import load_run
 from ocr.perf.report.stages import summarize_stages
 from ocr.perf.report.verdict import judge
@@ -175,3 +182,61 @@ def test_disabled_writes_nothing(tmp_path: Path) -> None:
     )
     trainer.fit(Collecting("tensor"), DataLoader(Sized((8,) * 2), batch_size=1))
     assert not (tmp_path / "perf").exists()
+
+
+class HoldsRows(Sized):
+    """A dataset that also holds a Python list of ~45 MB (tuples of floats)."""
+
+    def __init__(self, sizes: tuple[int, ...]) -> None:
+        super().__init__(sizes)
+        self.rows = [(float(i), float(i + 1)) for i in range(400_000)]
+
+
+def test_dataset_containers_recorded_at_train_start(tmp_path: Path) -> None:
+    trainer = L.Trainer(
+        accelerator="cpu",
+        max_epochs=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[EpochScanCallback()],
+        default_root_dir=tmp_path,
+    )
+    trainer.fit(Collecting("number"), DataLoader(HoldsRows((8, 8)), batch_size=1))
+    info = read_run_record(tmp_path)
+    assert [c.attribute for c in info.dataset_containers] == ["HoldsRows.rows"]
+    assert info.dataset_containers[0].length == 400_000
+    assert 35 < info.dataset_containers[0].mb < 60
+
+
+def test_growth_alert_in_alerts_jsonl_corroborates_the_finding(tmp_path: Path) -> None:
+    """With a resource monitor beside it, the scan's growth becomes a memory_creep alert in
+    perf/alerts.jsonl (the attribute named), and the verdict attaches it to the memory_creep
+    finding instead of listing it twice; only that rule is on."""
+    rules = {name: {"enabled": name == "memory_creep"} for name in RULES}
+    monitor = ResourceMonitorCallback(
+        interval_s=0.05, log_interval_s=0.2, rate_window_s=0.5, print_summary=False, rules=rules
+    )
+    trainer = L.Trainer(
+        accelerator="cpu",
+        max_epochs=3,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[EpochScanCallback(), monitor],
+        default_root_dir=tmp_path,
+    )
+    trainer.fit(Collecting("tensor"), DataLoader(Sized((8,) * 4), batch_size=1))
+    alerts = read_records(AlertEvent.path(tmp_path), AlertEvent)
+    fired = [a for a in alerts if a.rule == "memory_creep" and a.event == "fired"]
+    assert len(fired) == 1
+    assert "Collecting.losses" in fired[0].message
+    assert "epoch 2" in fired[0].message
+    assert fired[0].suggestion.startswith("append loss.detach()")
+    run = load_run(tmp_path)
+    found = judge(run, summarize_stages(run.epochs))
+    assert not [f for f in found if f.id == "alert:memory_creep"]
+    (creep,) = [f for f in found if f.id == "memory_creep"]
+    assert any("memory_creep" in line for line in creep.corroboration)

@@ -159,3 +159,27 @@ def test_picklable_and_works_in_a_worker():
     direct = DBCollateFN(shrink_ratio=0.3)([make_item(2), make_item(3)])
     assert torch.equal(batches[1]["prob_maps"], direct["prob_maps"])
     assert torch.equal(batches[1]["thresh_maps"], direct["thresh_maps"])
+
+
+class _ReportsSharing:
+    """Collates with DBCollateFN, then says (inside the worker) which tensors it built in shared
+    memory: the batch must not be built in the worker's heap and copied when it is sent."""
+
+    def __init__(self) -> None:
+        self.fn = DBCollateFN()
+
+    def __call__(self, items: list[dict]) -> dict:
+        batch = self.fn(items)
+        batch["built_shared"] = sorted(k for k in ("images", *MAP_KEYS) if batch[k].is_shared())
+        return batch
+
+
+def test_worker_builds_the_batch_in_shared_memory():
+    loader = DataLoader(_Items(), batch_size=2, num_workers=1, collate_fn=_ReportsSharing())
+    batches = list(loader)
+    assert [b["built_shared"] for b in batches] == [sorted(("images", *MAP_KEYS))] * 2
+    direct = DBCollateFN()([make_item(2), make_item(3)])
+    assert all(not direct[k].is_shared() for k in ("images", *MAP_KEYS))  # main process: heap
+    for key in MAP_KEYS:  # (images are torch.rand: not comparable)
+        assert torch.equal(batches[1][key], direct[key]), key
+    assert batches[1]["images"].shape == direct["images"].shape

@@ -252,3 +252,20 @@ def test_wandb_switch_and_tag(tmp_path: Path) -> None:
     assert logger._wandb_init["tags"] == ["baseline_profiling"]
     # Lightning's anonymous=None makes wandb warn "The anonymous setting has no effect".
     assert "anonymous" not in logger._wandb_init
+
+
+def test_auto_precision_takes_bf16_only_where_the_cpu_has_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import ocr.runtime as runtime
+
+    monkeypatch.setattr(runtime.torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(runtime, "cpu_bf16", lambda: True)
+    assert runtime.auto_precision() == "32-true"  # the default stays full precision on CPU
+    assert runtime.auto_precision("bf16") == "bf16-mixed"
+    monkeypatch.setattr(runtime, "cpu_bf16", lambda: False)  # emulated bf16 would be slower
+    assert runtime.auto_precision("bf16") == "32-true"
+    monkeypatch.setattr(runtime.torch.cuda, "is_available", lambda: True)
+    assert runtime.auto_precision("bf16") == "16-mixed"
+    with pytest.raises(InputError, match="takes nothing or 'bf16', got 'fp8'"):
+        runtime.auto_precision("fp8")

@@ -17,6 +17,7 @@ from torch.utils.data import DataLoader
 
 from ocr.lightning_modules.callbacks.errors import PerfCallbackWarning, warn_off
 from ocr.lightning_modules.callbacks.try_window import perf_root
+from ocr.perf.alerts.engine import GrowthSignal
 from ocr.perf.growth import GROWTH_EPOCHS, MAX_ITEMS, growing, scan
 from ocr.perf.recompiles import CompileWatch, ShapeCounter, recompile_finding
 from ocr.perf.records import (
@@ -27,6 +28,7 @@ from ocr.perf.records import (
     RunRecord,
 )
 from ocr.perf.rundir import write_run_info
+from ocr.perf.worker_memory import python_containers
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +52,9 @@ class EpochScanCallback(Callback):
     ``scan_ms``) and compares the last epochs: an attribute that grew in each of the last
     :data:`~ocr.perf.growth.GROWTH_EPOCHS` epochs is named in one log warning
     (``UserModule.losses: +120 tensors / epoch ..., holding autograd graphs -- append
-    loss.detach() ...``) and in the verdict's ``memory_creep`` finding.
+    loss.detach() ...``) and in the verdict's ``memory_creep`` finding; with a
+    ``ResourceMonitorCallback`` beside it, also in its ``memory_creep`` alert
+    (``perf/alerts.jsonl``, the alert sinks), which resolves when nothing grows any more.
 
     *Recompiles.* Counts what Dynamo compiled in the epoch, the recompiles with the guard that
     failed (the changing dimension named), the seconds compiling and whether the recompile limit
@@ -62,7 +66,9 @@ class EpochScanCallback(Callback):
     Files (``<run>/perf/``, rank zero, format in ``ocr.perf.rundir``): ``growth.jsonl``
     (``receipt-ocr/growth``) and ``recompiles.jsonl`` (``receipt-ocr/recompiles``), one line per
     training epoch, and its part of ``run.json`` (host, versions; merged with the other
-    monitors'). The first write error is one warning and turns the writing off.
+    monitors'; with ``memory_growth``, the training dataset's Python containers of at least
+    ``copy_on_read_container_mb``, read once at the start of training, for the verdict's
+    DataLoader workers' memory). The first write error is one warning and turns the writing off.
 
     Args:
         enabled: ``False`` does nothing in any hook.
@@ -141,6 +147,21 @@ class EpochScanCallback(Callback):
         self._writers = {}
         self._watch = None
 
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        # The training dataset's large Python containers, once: what forked DataLoader workers
+        # copy as they read it (ocr.perf.worker_memory; the verdict's worker_memory finding).
+        if not (self._on and self.memory_growth and self.write_run_files):
+            return
+        try:
+            dataset = getattr(trainer.train_dataloader, "dataset", None)
+            found = python_containers(dataset) if dataset is not None else []
+            if found:
+                root = perf_root(trainer)
+                extra = {"dataset_containers": msgspec.to_builtins(found)}
+                self._guarded(RunRecord.path(root), lambda: write_run_info(root, extra))
+        except Exception as exc:
+            self._fail(exc)
+
     # -- per epoch ---------------------------------------------------------------------------
 
     def _note_batch(
@@ -185,10 +206,22 @@ class EpochScanCallback(Callback):
         )
         self._scans.append(result)
         self._write("growth", result)
-        new = [g for g in growing(list(self._scans)) if g.path not in self._named]
-        for g in new:
-            self._named.add(g.path)
-            log.warning("memory creep (epoch %d): %s", epoch, g.message)
+        found = growing(list(self._scans))
+        for g in found:
+            if g.path not in self._named:
+                self._named.add(g.path)
+                log.warning("memory creep (epoch %d): %s", epoch, g.message)
+        # the memory_creep alert rule's input, for a resource monitor's engine (alerts.jsonl)
+        signal = GrowthSignal(
+            epoch=epoch,
+            paths=tuple(g.path for g in found),
+            message=found[0].message.removesuffix(f" -- {found[0].advice}") if found else "",
+            advice=found[0].advice if found else "",
+        )
+        for callback in trainer.callbacks:  # type: ignore[attr-defined]
+            signals = getattr(getattr(callback, "monitor", None), "signals", None)
+            if signals is not None and hasattr(signals, "growth"):
+                signals.growth = signal
 
     def _count_compiles(self, epoch: int) -> None:
         watch = self._watch

@@ -48,6 +48,7 @@ from ocr.lightning_modules.callbacks.profiler_window import Window
 from ocr.perf import triggers
 from ocr.perf.alerts.rules import RULES
 from ocr.perf.records import ProfilerWindow, RecordWriter
+from ocr.perf.sync_debug import SyncDetector
 
 log = logging.getLogger(__name__)
 
@@ -96,6 +97,11 @@ class ProfilerCallback(BatchEndHooks):
             :func:`ocr.perf.triggers.take_profile_request` returns a reason.
         check_every_n_steps: steps of a profiled stage between two polls outside windows (one
             ``os.stat`` per poll).
+        detect_syncs: while a window records, also name the lines of code that synchronize CUDA
+            (``torch.cuda.set_sync_debug_mode("warn")``, see :mod:`ocr.perf.sync_debug`): a
+            ``host_sync_lines`` finding in the window's summary (each sync then costs a warning
+            and a stack walk, which the window's timings include). A CPU-only run says once that
+            syncs do not apply.
 
     On-demand windows are named ``ondemand_e{E}_s{S}`` (training; ``S`` = ``global_step`` at the
     trigger) or ``{val,test}_ondemand_e{E}_b{B}`` (``B`` = batch index); a trigger seen while a
@@ -136,6 +142,7 @@ class ProfilerCallback(BatchEndHooks):
         trigger_file: str | os.PathLike[str] | None = None,
         profile_on_request: bool = False,
         check_every_n_steps: int = 20,
+        detect_syncs: bool = False,
     ) -> None:
         super().__init__()
         owner = type(self).__name__
@@ -177,6 +184,7 @@ class ProfilerCallback(BatchEndHooks):
         self.check_every_n_steps = int_at_least(
             owner, "check_every_n_steps", check_every_n_steps, 1
         )
+        self.detect_syncs = bool(detect_syncs)
 
         self._active = False  # enabled and not failed, for the current run
         self._warned = False
@@ -195,6 +203,7 @@ class ProfilerCallback(BatchEndHooks):
         self._jsonl: RecordWriter | None = None
         self._is_zero = True
         self._world_size = 1
+        self._syncs_said = False  # detect_syncs on a CPU-only run: said once
         #: Trace files written in this run, in order (rank-local).
         self.trace_paths: list[Path] = []
         #: The profiler.jsonl record of each closed window of this run (on every rank).
@@ -365,12 +374,24 @@ class ProfilerCallback(BatchEndHooks):
             window = Window(stage, epoch, prof, basename, trigger, reason)
             self._window = window
             prof.start()
+            if self.detect_syncs:
+                self._start_syncs(window)
             window.clock.begin(prof.step_num)
             # Lightning's actions as ranges in the trace, only while the window records.
             window.ranges.attach(trainer)
             window.trainer = trainer
         except Exception as exc:
             self._fail(exc)
+
+    def _start_syncs(self, window: Window) -> None:
+        detector = SyncDetector()
+        if detector.start():
+            window.syncs = detector
+        elif not self._syncs_said:
+            self._syncs_said = True
+            log.info(
+                "ProfilerCallback: detect_syncs: no CUDA device, host-device syncs do not apply"
+            )
 
     def _on_trace_ready(self, prof: torch.profiler.profile) -> None:
         # Called by torch from inside step()/stop(): never raise through its state machine;
@@ -476,6 +497,12 @@ class ProfilerCallback(BatchEndHooks):
         """Stop and drop the live profiler; the window (with its error, if any) is returned."""
         window = self._window
         if window is not None:
+            if window.syncs is not None:
+                try:
+                    window.sync_lines = window.syncs.stop(window.steps)
+                except Exception as exc:
+                    window.error = window.error or exc
+                window.syncs = None
             window.ranges.close_all()
             if window.trainer is not None:
                 remove_listener(window.trainer, window.ranges)

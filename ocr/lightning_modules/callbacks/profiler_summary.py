@@ -14,6 +14,7 @@ from ocr.lightning_modules.callbacks.epoch_report import log_to_loggers
 from ocr.lightning_modules.callbacks.profiler_window import Window
 from ocr.perf.records import ProfilerWindow
 from ocr.perf.stage import Stage
+from ocr.perf.sync_debug import sync_lines_finding
 from ocr.perf.trace import analyze_table, load_traces
 from ocr.perf.trace.agreement import compare_with_clock
 from ocr.perf.trace.render import print_analysis
@@ -34,6 +35,9 @@ def summarise_window(
     agreement = compare_with_clock(report, window.clock, trace_stage)
     if agreement is not None:
         report.add_agreement(agreement)
+    lines = sync_lines_finding(window.sync_lines, window.steps, stage)
+    if lines is not None:
+        report.findings.append(lines)
     if trainer.is_global_zero:
         print_analysis(report)
     analysis_s = time.perf_counter() - t0

@@ -14,6 +14,7 @@ import torch
 from ocr.lightning_modules.callbacks.action_stream import add_listener
 from ocr.lightning_modules.callbacks.untimed import untimed_hook
 from ocr.perf.actions import classify_action
+from ocr.perf.sync_debug import SyncDetector, SyncLine
 from ocr.perf.trace.agreement import ClockSnapshots
 
 
@@ -91,3 +92,5 @@ class Window:
     last_batch: int | None = None
     export_s: float = 0.0  # time in prof.step()/stop() calls that exported a trace
     trainer: L.Trainer | None = None  # set while the action listener is attached
+    syncs: SyncDetector | None = None  # detect_syncs: on while the window records
+    sync_lines: list[SyncLine] = field(default_factory=list)  # what it found, at the close

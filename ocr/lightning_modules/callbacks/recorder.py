@@ -88,7 +88,7 @@ from ocr.perf.actions import CALLBACK, DATAMODULE, MODULE, classify_action
 from ocr.perf.clock import PhaseClock, PhaseTotals, set_active_clock
 from ocr.perf.memory import memory_snapshot, reset_peak_memory
 from ocr.perf.ranks import Straggler
-from ocr.perf.records import EpochRecord
+from ocr.perf.records import EpochRecord, LoaderSettings
 from ocr.perf.stage import Stage
 from ocr.perf.worker import WorkerTiming
 
@@ -250,6 +250,7 @@ class StageRecorder:
         if stage is None or stage not in self.stages:
             return None
         self._states[stage].num_workers = int(loader.num_workers)
+        self._states[stage].loader = LoaderSettings.of(loader)
         return partial(self._on_timing, stage), self.clock
 
     def _on_timing(self, stage: str, timing: WorkerTiming) -> None:
@@ -760,6 +761,7 @@ class StageRecorder:
             batch_times_s=list(kept),
             batch_times_stride=stride,
             num_workers=state.num_workers,
+            loader=state.loader,
             batch_size=epoch.first_batch_samples,
             device="cuda" if self._events is not None else "cpu",
             global_step=int(trainer.global_step) if trainer is not None else 0,

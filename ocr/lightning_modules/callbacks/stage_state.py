@@ -12,6 +12,7 @@ import numpy as np
 
 from ocr.lightning_modules.callbacks.epoch_report import MAX_KEPT_BATCH_TIMES
 from ocr.perf.clock import PHASES, PhaseClock
+from ocr.perf.records import LoaderSettings
 from ocr.perf.stats import StreamingStats
 from ocr.perf.worker import WorkerTiming
 
@@ -83,6 +84,7 @@ class StageState:
     worker_ns: dict[str, int] = field(default_factory=dict)
     worker_counts: dict[str, int] = field(default_factory=dict)
     num_workers: int | None = None
+    loader: LoaderSettings | None = None
     # Sample counts of batches received but not yet finished (Lightning may prefetch one).
     timing_samples: deque[int] = field(default_factory=lambda: deque(maxlen=8))
     noted_samples: int | None = None  # size of the batch in flight, from a batch hook

@@ -9,6 +9,9 @@ Lightning app that records with our callbacks gets the same short window, whatev
 keys are called. Nothing happens without the variable. A window set outside ``ocr-perf try`` (a
 stray variable) still opens, with one warning naming the variable and what it does.
 
+The trial's runtime knobs (``ocr-perf try --candidate knob:...``) are applied here too, before the
+recorder opens its files: :mod:`ocr.lightning_modules.callbacks.knobs_apply`.
+
 Lightning creates the loggers' experiments before the callbacks' ``setup`` (a CSV logger makes its
 empty version folder then); replacing the loggers here means nothing is logged into them.
 """
@@ -90,4 +93,8 @@ def open_trial_window(trainer: L.Trainer, owner: object) -> TrialWindow | None:
     fit_loop.epoch_loop.min_steps = None
     state = TrialWindow(window, owner)
     setattr(trainer, _ATTR, state)
+    if window.knobs:
+        from ocr.lightning_modules.callbacks.knobs_apply import apply_knobs
+
+        apply_knobs(trainer, window.knobs, window.perf_dir)
     return state

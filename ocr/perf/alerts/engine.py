@@ -93,10 +93,23 @@ class StragglerSignal:
 
 
 @dataclass(frozen=True)
+class GrowthSignal:
+    """The ``memory_creep`` rule's input: what the epoch scan of ``epoch`` found growing
+    (``ocr.perf.growth``; ``paths`` empty when nothing grows any more, so an alert can resolve),
+    in one sentence and with its advice."""
+
+    epoch: int
+    paths: tuple[str, ...] = ()
+    message: str = ""
+    advice: str = ""
+
+
+@dataclass(frozen=True)
 class RuleContext:
     """What a rule knows besides the sampled values: ``phase`` (``train``, ``val``, ``test``
     or ``idle``), the estimated size of the next checkpoint, the last gather's straggler
-    (``None`` before any) and ``where`` the training thread is (``file:line in function``)."""
+    (``None`` before any), ``where`` the training thread is (``file:line in function``) and
+    the last epoch scan's growth (``None`` before any)."""
 
     phase: str = "train"
     step: int = 0
@@ -104,6 +117,7 @@ class RuleContext:
     checkpoint_bytes: float = 0.0
     straggler: StragglerSignal | None = None
     where: str | None = None
+    growth: GrowthSignal | None = None
 
 
 @dataclass(frozen=True)
@@ -250,11 +264,12 @@ class AlertEngine:
         checkpoint_bytes: float = 0.0,
         straggler: StragglerSignal | None = None,
         where: str | None = None,
+        growth: GrowthSignal | None = None,
     ) -> list[AlertEvent]:
         """Evaluate every rule on one sample taken at ``t`` (monotonic seconds; default now)
         with the context the rules read (:class:`RuleContext`); send and return the events."""
         t = time.monotonic() if t is None else t
-        ctx = RuleContext(phase, step, epoch, checkpoint_bytes, straggler, where)
+        ctx = RuleContext(phase, step, epoch, checkpoint_bytes, straggler, where, growth)
         events = []
         for rule in self.rules:
             check = rule.check(t, values, ctx)

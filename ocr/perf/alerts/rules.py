@@ -9,7 +9,8 @@ Each rule's settings and defaults are in its ``DEFAULTS``; its thresholds come f
 ``ocr.perf.findings.THRESHOLDS`` through ``FROM_TABLE``; all of them can be overridden per rule
 with :func:`build_rules`, and every rule can be switched off with ``enabled: false``. The rules:
 ``gpu_starvation``, ``gpu_memory_near_oom``, ``host_memory_leak``, ``throughput_drop``,
-``nan_loss``, ``disk_space``, ``thermal_throttle``, ``straggler_rank``, ``hang``.
+``nan_loss``, ``disk_space``, ``thermal_throttle``, ``straggler_rank``, ``hang``,
+``memory_creep``.
 """
 
 from __future__ import annotations
@@ -519,6 +520,32 @@ class Hang(Rule):
         )
 
 
+class MemoryCreep(Rule):
+    """An attribute of the LightningModule, the DataModule or a callback grows epoch after epoch
+    (``EpochScanCallback``'s scan at each training epoch's end, :mod:`ocr.perf.growth`): named
+    with its growth per epoch and whether it holds autograd graphs, live, epochs before the
+    process runs out of memory. Resolves when a later scan finds nothing growing."""
+
+    name = "memory_creep"
+    risk = True
+    corroborates = "memory_creep"
+    DEFAULTS: ClassVar[dict[str, Setting]] = {"hold_s": 0.0, "cooldown_s": 0.0}
+
+    def check(self, t: float, values: Mapping[str, float], ctx: RuleContext) -> Check | None:
+        info = ctx.growth
+        if info is None:
+            return None
+        more = f" (and {len(info.paths) - 1} more)" if len(info.paths) > 1 else ""
+        return Check(
+            breach=bool(info.paths),
+            clear=not info.paths,
+            message=f"Memory creep at epoch {info.epoch}: {info.message}{more}",
+            resolve=f"Nothing grows any more (epoch {info.epoch} scan).",
+            evidence={"epoch": float(info.epoch), "attributes": ", ".join(info.paths)},
+            suggestion=info.advice or "see the message.",
+        )
+
+
 RULES: dict[str, type[Rule]] = {
     cls.name: cls
     for cls in (
@@ -531,6 +558,7 @@ RULES: dict[str, type[Rule]] = {
         ThermalThrottle,
         StragglerRank,
         Hang,
+        MemoryCreep,
     )
 }
 

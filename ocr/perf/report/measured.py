@@ -9,7 +9,7 @@ from ocr.perf.records import RunDirError, TryRecord
 from ocr.perf.report.document import Section, Table, cell
 from ocr.perf.tryout.paired import RECOMMEND_ABOVE
 from ocr.perf.tryout.results import latest_session
-from ocr.perf.tryout.session import HMEAN_TOLERANCE, paste_line
+from ocr.perf.tryout.session import HMEAN_TOLERANCE, code_lines, paste_line
 
 if TYPE_CHECKING:
     from ocr.perf.report.build import Report
@@ -63,6 +63,9 @@ def measured_changes_section(report: Report) -> Section:
     paste = paste_line(records)
     if paste:
         sec.paragraphs.append(f"To apply: {paste}")
+    code = code_lines(records)
+    if code:
+        sec.paragraphs.append("In your code: " + "; ".join(f"`{line}`" for line in code))
     return sec
 
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from ocr.perf.clock import PHASES
 from ocr.perf.ranks import Straggler
-from ocr.perf.records import EpochRecord
+from ocr.perf.records import EpochRecord, LoaderSettings
 from ocr.perf.stage import STAGE_ORDER, Stage
 
 
@@ -26,10 +26,11 @@ class StageSummary:
 
     ``samples`` are this rank's (rank zero's under DDP), ``global_samples`` all ranks' and
     ``global_wall_s`` the slowest rank's (equal to ``samples`` / ``wall_s`` on one process).
-    ``num_workers`` and ``batch_size`` are the last epoch's that recorded them, ``spreads`` the
-    last epoch's cross-rank spreads (DDP: figure -> min, median, max, slowest_rank).
-    ``callbacks_s_by_rank`` is indexed by rank (ranks may have different callbacks);
-    ``stragglers`` is ``(epoch, straggler or None)`` per epoch recorded under DDP.
+    ``num_workers``, ``loader`` (the DataLoader's other settings) and ``batch_size`` are the last
+    epoch's that recorded them, ``spreads`` the last epoch's cross-rank spreads (DDP: figure ->
+    min, median, max, slowest_rank). ``callbacks_s_by_rank`` is indexed by rank (ranks may have
+    different callbacks); ``stragglers`` is ``(epoch, straggler or None)`` per epoch recorded
+    under DDP.
     """
 
     stage: Stage
@@ -43,6 +44,7 @@ class StageSummary:
     global_samples: int = 0
     global_wall_s: float = 0.0
     num_workers: int | None = None
+    loader: LoaderSettings | None = None
     batch_size: int | None = None
     device: str = "cpu"
     spreads: dict[str, dict[str, float | None]] = field(default_factory=dict)
@@ -90,6 +92,8 @@ def summarize_stages(epochs: list[EpochRecord]) -> dict[Stage, StageSummary]:
         s.global_wall_s += record.all_wall_s
         if record.num_workers is not None:
             s.num_workers = record.num_workers
+        if record.loader is not None:
+            s.loader = record.loader
         if record.batch_size is not None:
             s.batch_size = record.batch_size
         if record.device == "cuda":

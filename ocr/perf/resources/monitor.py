@@ -165,6 +165,7 @@ class ResourceMonitor:
                     epoch=epoch,
                     checkpoint_bytes=self.signals.checkpoint_bytes,
                     straggler=self.signals.straggler,
+                    growth=self.signals.growth,
                     where=self._where(values),
                 )
             if self.record_samples:
@@ -182,6 +183,7 @@ class ResourceMonitor:
             step=step,
             rank=self.rank,
             metrics={k: v for k, v in metrics.items() if math.isfinite(v)},
+            workers_uss=self.sampler.worker_uss(),  # per worker: ocr.perf.worker_memory
         )
 
     def _where(self, values: Mapping[str, float]) -> str | None:

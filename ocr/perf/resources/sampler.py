@@ -155,6 +155,11 @@ class ResourceSampler:
             out["resources/process_tree_memory_gb"] = out["resources/process_rss_gb"] + workers
         return out
 
+    def worker_uss(self) -> dict[str, float]:
+        """Each DataLoader worker's USS in bytes at its last read, by pid (empty when USS is
+        not read): the per-worker series ``ocr.perf.worker_memory`` classifies."""
+        return {str(pid): w.uss for pid, w in self._workers.items() if w.uss is not None}
+
     def _full_memory(self, proc: ProcHandle, due: bool) -> tuple[float, float] | None:
         """(USS, PSS) bytes of ``proc``, re-read when ``due`` or never read; ``None`` when the
         platform or permissions do not give them."""

@@ -8,6 +8,7 @@ import time
 from typing import Any
 
 from ocr.perf.alerts import StragglerSignal
+from ocr.perf.alerts.engine import GrowthSignal
 
 
 class StepSignals:
@@ -25,6 +26,7 @@ class StepSignals:
         "batches",
         "checkpoint_bytes",
         "epoch",
+        "growth",
         "last_end_ns",
         "last_train_end_ns",
         "loss",
@@ -51,6 +53,7 @@ class StepSignals:
         self.loss: Any = None
         self.checkpoint_bytes = 0.0
         self.straggler: StragglerSignal | None = None
+        self.growth: GrowthSignal | None = None  # the last epoch scan's (EpochScanCallback)
 
     def set_phase(self, phase: str) -> None:
         """Enter ``phase`` ("train", "val", "test", "idle"); closes the train stretch."""

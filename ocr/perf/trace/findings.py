@@ -20,6 +20,7 @@ from ocr.perf.findings import (
     risk_score,
     threshold,
 )
+from ocr.perf.trace.stacks import SyncSite
 
 __all__ = ["COMM_ONE_RANK_HINT", "TRACE_RISKS", "TraceMetrics", "evaluate"]
 
@@ -47,6 +48,7 @@ class TraceMetrics:
             ``_local_scalar_dense`` and ``cuda*Synchronize``).
         sync_ms_per_step: host time in them per step (ms, outermost calls only).
         sync_top: the sync call names with counts.
+        sync_sites: the user's functions that made them (traces with Python stacks only).
         kernels_per_step: device kernels per step.
         tiny_kernel_pct: kernels shorter than ``tiny_kernel_us`` (%).
         median_kernel_us: median kernel duration (µs).
@@ -93,6 +95,7 @@ class TraceMetrics:
     sync_calls_per_step: float | None = None
     sync_ms_per_step: float | None = None
     sync_top: dict[str, int] = field(default_factory=dict)
+    sync_sites: list[SyncSite] = field(default_factory=list)
     kernels_per_step: float | None = None
     tiny_kernel_pct: float | None = None
     median_kernel_us: float | None = None
@@ -241,6 +244,7 @@ def _sync(m: TraceMetrics) -> Finding | None:
         "sync_calls_per_step"
     ):
         return None
+    top = m.sync_sites[0] if m.sync_sites else None
     return Finding(
         id="host_sync",
         severity="warning",
@@ -249,12 +253,15 @@ def _sync(m: TraceMetrics) -> Finding | None:
         title=(
             f"{m.sync_calls_per_step:.1f} host-device sync points per step "
             f"({pct:.1f}% of the step time)"
+            + (f", {top.per_step:.1f}/step from {top.where} ({top.via})" if top else "")
         ),
         evidence={
             "sync_calls_per_step": _r(m.sync_calls_per_step),
             "sync_ms_per_step": _r(m.sync_ms_per_step, 3),
             "sync_pct_of_step": _r(pct),
             "calls": m.sync_top,
+            "sites": [s.as_evidence() for s in m.sync_sites[:5]]
+            or "record the trace with with_stack=True to name the lines",
         },
         threshold={
             "time_pct": threshold("sync_time_pct"),

@@ -11,6 +11,7 @@ import numpy as np
 from ocr.perf.findings import threshold
 from ocr.perf.trace.findings import TraceMetrics
 from ocr.perf.trace.result import MemoryPeak
+from ocr.perf.trace.stacks import sync_sites
 from ocr.perf.trace.steps import (
     PHASES,
     StepTable,
@@ -107,6 +108,7 @@ def measure(
         idx, _ = in_steps(outer)
         m.sync_calls_per_step = idx.size / per
         m.sync_ms_per_step = float(table.dur[idx].sum()) / per / 1e6
+        m.sync_sites = sync_sites(table, idx, n)
         names, counts = np.unique(table.name[idx], return_counts=True)
         m.sync_top = {
             table.names[c]: int(k) for c, k in zip(names.tolist(), counts.tolist(), strict=True)

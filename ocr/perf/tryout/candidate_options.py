@@ -5,6 +5,8 @@ The family and the labels of an explicit override are inferred from the key's le
 that is all a command-line override says: ``batch_size``, ``precision``, a canvas / image size and
 ``postprocess.*`` alter what is computed; ``postprocess.*`` is evaluation-time (checked on the
 checkpoint, not timed in training). Unknown keys are family ``other``, not altering computation.
+A ``knob:NAME=VALUE`` value is a runtime knob (:mod:`ocr.perf.knobs`): its family and labels
+come from the knob table.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from collections.abc import Iterable, Sequence
 
 from ocr.perf.candidates import Candidate
 from ocr.perf.findings import Finding
+from ocr.perf.knobs import Knob, is_knob
 from ocr.perf.tryout.command import TryInputError, override_key
 
 __all__ = ["TOP_FINDINGS", "candidates_from_findings", "parse_candidate", "unique_candidates"]
@@ -38,12 +41,24 @@ _ALTERS = frozenset({"batch_size", "precision", "canvas_size", "image_size", "im
 
 
 def parse_candidate(text: str) -> Candidate:
-    """A ``--candidate`` value (a Hydra override ``key=value``) as a :class:`Candidate`;
-    :class:`TryInputError` naming the value when it is not one."""
+    """A ``--candidate`` value (a Hydra override ``key=value`` or a knob ``knob:NAME=VALUE``) as
+    a :class:`Candidate`; :class:`TryInputError` (or :class:`~ocr.perf.knobs.KnobError`) naming
+    the value when it is not one."""
+    if is_knob(text):
+        knob = Knob.parse(text)
+        spec = knob.spec
+        return Candidate(
+            family=spec.family,
+            description=f"{spec.meaning}: {knob.setting}",
+            alters_computation=spec.alters_computation,
+            knob=knob,
+        )
     key, sep, value = text.partition("=")
     key = override_key(key + "=")
     if not sep or not key or not value.strip() or any(c.isspace() for c in key):
-        raise TryInputError(f"--candidate {text!r}: expected a Hydra override KEY=VALUE")
+        raise TryInputError(
+            f"--candidate {text!r}: expected a Hydra override KEY=VALUE or a knob knob:NAME=VALUE"
+        )
     leaf = key.rsplit(".", 1)[-1]
     parts = key.split(".")
     eval_time = "postprocess" in parts
@@ -81,11 +96,11 @@ def candidates_from_findings(
 
 
 def unique_candidates(candidates: Sequence[Candidate]) -> list[Candidate]:
-    """First of each override (a plain-language one by its description)."""
+    """First of each change (override or knob; a plain-language one by its description)."""
     seen: set[str] = set()
     out: list[Candidate] = []
     for c in candidates:
-        key = c.override or f"text:{c.description}"
+        key = c.change or f"text:{c.description}"
         if key not in seen:
             seen.add(key)
             out.append(c)

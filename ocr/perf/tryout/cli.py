@@ -3,7 +3,13 @@
 Re-runs the run's own command with each candidate change in short training windows, interleaved
 with the unchanged command, and prints the measured speed-up per change with its interval; results
 go to ``RUN_DIR/perf/try.jsonl`` and the report's "Measured changes" section. Exit codes: 0 done
-(whatever was measured), 2 bad input (no command recorded, no candidates, bad option).
+(something was measured, recommended or not), 1 nothing could be measured (every change not
+applicable, failed or untried), 2 bad input (no command recorded or one that cannot be re-run, no
+candidates, bad option).
+
+A change is a Hydra override of the run's config (``data.num_workers=4``) or a runtime knob
+(``knob:dataloader.num_workers=4``, :mod:`ocr.perf.knobs`) that our callbacks apply in the
+trial, for a plain script or a key the config does not have.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from typing import Any
 __all__ = ["add_parser", "parse_budget", "run"]
 
 EXIT_OK = 0
+EXIT_NOTHING_MEASURED = 1
 _BUDGET = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smh]?)\s*$")
 _UNIT_S = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0}
 
@@ -44,6 +51,33 @@ def _non_negative(text: str) -> int:
     return value
 
 
+def _epilog() -> str:
+    import textwrap
+
+    from ocr.perf.knobs import KNOBS
+
+    def wrap(text: str, indent: str = "") -> str:
+        return textwrap.fill(text, 88, initial_indent=indent, subsequent_indent=indent + "    ")
+
+    rows = "\n".join(
+        wrap(f"knob:{name}={spec.placeholder}  {spec.meaning}", "  ")
+        for name, spec in KNOBS.items()
+    )
+    return (
+        wrap(
+            "Runtime knobs (knob:NAME=VALUE; ':' is not valid in a Hydra key, so a knob is never "
+            "an override): our callbacks apply them at setup inside the trial, for any Lightning "
+            "script that records with them, Hydra or not:"
+        )
+        + f"\n{rows}\n\n"
+        + wrap(
+            "Exit codes: 0 done, 1 nothing could be measured (every change not applicable, "
+            "failed or untried), 2 bad input (no command recorded or one that cannot be re-run, "
+            "no candidate, bad option)."
+        )
+    )
+
+
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Add the ``try`` command to ``subparsers``."""
     p: argparse.ArgumentParser = subparsers.add_parser(
@@ -55,15 +89,17 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
             "the unchanged command, and report each change's speed-up (median of paired ratios) "
             "with a 95 % bootstrap interval: 'recommended' when its low end is above 1.03."
         ),
-        epilog="Exit codes: 0 done, 2 bad input (no command recorded, no candidate, bad option).",
+        epilog=_epilog(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="the run directory")
     p.add_argument(
         "--candidate",
         action="append",
         default=[],
-        metavar="OVERRIDE",
-        help="a Hydra override to measure, e.g. data.num_workers=4 (repeatable)",
+        metavar="CHANGE",
+        help="a change to measure (repeatable): a Hydra override of the run's config, e.g. "
+        "data.num_workers=4, or a runtime knob, e.g. knob:dataloader.num_workers=4 (knobs below)",
     )
     p.add_argument(
         "--budget",
@@ -91,6 +127,12 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         action="store_true",
         help="measure only the --candidate changes, not the findings' candidates",
     )
+    p.add_argument(
+        "--json",
+        type=Path,
+        metavar="OUT",
+        help="also write the session's results (perf/try.jsonl's records) as JSON (- : stdout)",
+    )
     p.set_defaults(func=run)
     return p
 
@@ -113,12 +155,18 @@ def _finding_candidates(run_dir: Path) -> list[Any]:
 
 def run(args: argparse.Namespace) -> int:
     """Run a ``try`` session for parsed ``args``."""
+    from ocr.console import widen_for_logs
     from ocr.perf.tryout.candidate_options import parse_candidate, unique_candidates
     from ocr.perf.tryout.command import TryInputError, recorded_command
     from ocr.perf.tryout.results import write_records
-    from ocr.perf.tryout.session import TryOptions, TrySession, paste_line
+    from ocr.perf.tryout.session import TryOptions, TrySession, code_lines, paste_line
     from ocr.perf.tryout.show import TrialProgress, print_results
 
+    if str(args.json) == "-":  # the JSON alone on stdout: the tables go to stderr
+        import rich
+
+        rich.reconfigure(stderr=True)
+    widen_for_logs()  # a log (not a terminal) gets the table's columns whole
     run_dir: Path = args.run_dir
     command = recorded_command(run_dir)
     explicit = [parse_candidate(text) for text in args.candidate]
@@ -150,5 +198,11 @@ def run(args: argparse.Namespace) -> int:
     finally:
         shutil.rmtree(scratch, ignore_errors=True)  # the trials' folders are ours, made above
     path = write_records(run_dir, records)
-    print_results(records, session.budget_note, paste_line(records), path)
-    return EXIT_OK
+    print_results(records, session.budget_note, paste_line(records), path, code_lines(records))
+    if args.json is not None:
+        import msgspec
+
+        from ocr.console import write_json
+
+        write_json(args.json, msgspec.to_builtins(records))
+    return EXIT_OK if any(r.pairs for r in records) else EXIT_NOTHING_MEASURED

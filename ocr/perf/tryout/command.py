@@ -1,10 +1,18 @@
 """The command a run was started with, as ``perf/run.json`` recorded it, and a trial's command
 line built from it (the same interpreter, script and arguments, in the same working folder, with
-the trial's output folder and one change)."""
+the trial's output folder and one change).
+
+A plain script (no Hydra) is re-run as it was: interpreter, its flags, the script and its
+arguments, in its working folder; its changes are runtime knobs, passed in the trial window, not
+on its command line. A command that cannot be re-run is refused with why (exit 2): code read from
+standard input (``python -``), the interactive prompt (``python``, ``python -i``), a Jupyter /
+IPython kernel, or a script that no longer exists.
+"""
 
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -70,9 +78,14 @@ class RecordedCommand:
         """The command line of a trial writing into ``output_dir`` with ``changes`` (Hydra
         overrides; an earlier override of the same key is replaced). ``drop_keys``: overrides
         of these keys (or their sub-keys) are left out. ``launcher``: another entry point of the
-        same app (``ocr-test``). Only for a Hydra app."""
+        same app (``ocr-test``). A plain script: its own command line, unchanged (``changes``
+        and ``launcher`` are refused: it has no overrides)."""
         if not self.hydra:
-            raise TryInputError(f"{self.run_dir}: not a Hydra app; its arguments cannot be changed")
+            if changes or launcher is not None:
+                raise TryInputError(
+                    f"{self.run_dir}: not a Hydra app; its arguments cannot be changed"
+                )
+            return [self.executable, *self.launcher, *self.overrides]
         replaced = {override_key(c) for c in changes}
         dropped = (*_DROPPED_KEYS, *drop_keys)
 
@@ -106,6 +119,40 @@ def _read_overrides(path: Path) -> list[str] | None:
     if not isinstance(data, list) or not all(isinstance(x, str) for x in data):
         raise TryInputError(f"{path}: expected a list of override strings")
     return data
+
+
+# python -i, alone or among other single-letter flags that take no value (-ui)
+_INTERACTIVE_FLAG = re.compile(r"-[bBdEIOPqsSuvx]*i[bBdEIOPqsSuvx]*")
+
+
+def _check_rerunnable(
+    root: Path, orig: list[str], script: str, launcher: list[str], cwd: Path
+) -> None:
+    """:class:`TryInputError` naming why a plain script's command cannot be re-run."""
+    why: str | None = None
+    interpreter_opts: list[str] = []
+    for arg in launcher:
+        if not arg.startswith("-") or arg in ("-m", "-c"):
+            break
+        interpreter_opts.append(arg)
+    if any("ipykernel" in a or a.endswith("ipython") for a in (script, *orig[:3])):
+        why = "it ran in a Jupyter / IPython kernel, an interactive session"
+    elif script == "-":
+        why = "its code came from standard input (python -), which a re-run cannot replay"
+    elif script == "":
+        why = "it ran at the interactive Python prompt"
+    elif any(_INTERACTIVE_FLAG.fullmatch(o) for o in interpreter_opts):
+        why = "python -i opens an interactive prompt after the script, which waits for input"
+    elif "-m" not in launcher and "-c" not in launcher:
+        path = Path(script)
+        path = path if path.is_absolute() else cwd / path
+        if not path.exists():
+            why = f"its script {path} no longer exists"
+    if why is not None:
+        raise TryInputError(
+            f"{root}: the run's command ({' '.join(orig)}) cannot be re-run: {why}; run the "
+            "training from a script file (python train.py ...) and record that run"
+        )
 
 
 def recorded_command(run_dir: str | os.PathLike[str]) -> RecordedCommand:
@@ -145,6 +192,8 @@ def recorded_command(run_dir: str | os.PathLike[str]) -> RecordedCommand:
             overrides = _read_overrides(root / hydra_info.overrides_file)
         if overrides is None:
             overrides = list(hydra_info.overrides)
+    if not hydra:
+        _check_rerunnable(root, [str(a) for a in orig], str(argv[0]), launcher, cwd)
     flags: list[str] = []
     plain: list[str] = []
     for arg in app_args:

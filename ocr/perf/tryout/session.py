@@ -3,10 +3,12 @@ command, within a time budget; then the recommended changes together.
 
 Rounds go over the candidates (round 1: a pair for each, round 2: another pair for each, ...), so
 a budget that runs out leaves every candidate some pairs instead of leaving the last ones
-untried. Within a pair the order alternates (A B, then B A, ...; A the unchanged command). The
-plan follows the measured cost: before each pair the session checks that the longest pair of that
-kind so far still fits in what is left of the budget, and stops cleanly when it does not, naming
-what it left untried. A trial may not run past the budget's end (it is stopped there).
+untried. Within a pair the order alternates (A B, then B A, ...; A the unchanged command; a
+runtime knob's pairs start with B, since a knob the run cannot take ends its trial at setup and
+the change is then "not applicable" with the trial's reason). The plan follows the measured
+cost: before each pair the session checks that the longest pair of that kind so far still fits
+in what is left of the budget, and stops cleanly when it does not, naming what it left untried.
+A trial may not run past the budget's end (it is stopped there).
 """
 
 from __future__ import annotations
@@ -19,13 +21,21 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from ocr.perf.candidates import Candidate
+from ocr.perf.knobs import KNOB_PREFIX, Knob, apply_lines, family_knob, has_knob, is_knob
 from ocr.perf.records import TryRecord
 from ocr.perf.significance import paired_ratios
 from ocr.perf.tryout.command import RecordedCommand, override_key
 from ocr.perf.tryout.paired import status as try_status
 from ocr.perf.tryout.trial import TrialResult, run_eval_trial, run_training_trial
 
-__all__ = ["HMEAN_TOLERANCE", "TrialEvent", "TryOptions", "TrySession", "paste_line"]
+__all__ = [
+    "HMEAN_TOLERANCE",
+    "TrialEvent",
+    "TryOptions",
+    "TrySession",
+    "code_lines",
+    "paste_line",
+]
 
 #: An eval-time change that lowers the H-mean on the run's checkpoint by more than this is never
 #: recommended, however fast.
@@ -86,6 +96,7 @@ class _Arm:
     base: list[TrialResult] = field(default_factory=list)
     changed: list[TrialResult] = field(default_factory=list)
     failed: str | None = None
+    refused: bool = False  # the run cannot take a knob of the change (failed says why)
 
     @property
     def pairs(self) -> int:
@@ -96,6 +107,8 @@ def _keep_for(changes: Sequence[str]) -> frozenset[str]:
     """What the window must leave on because a change concerns it."""
     keep: set[str] = set()
     for change in changes:
+        if is_knob(change):
+            continue  # knobs change no validation, checkpoint or logger
         key = override_key(change).lower()
         if "val" in key.split(".")[-1] or "sanity" in key:
             keep.add("val")
@@ -152,13 +165,34 @@ class TrySession:
 
     # -- what can be measured --------------------------------------------------------------
 
+    def _change(self, c: Candidate) -> str | None:
+        """What the trial applies: the override on a Hydra app, else the knob."""
+        if c.override is not None and (self.command.hydra or c.knob is None):
+            return c.override
+        return c.knob.text if c.knob is not None else None
+
     def _not_applicable(self, c: Candidate) -> str | None:
-        if c.override is None:
-            return "a plain-language change: no override to apply; make it by hand and compare"
-        if not self.command.hydra:
+        if c.override is None and c.knob is None:
+            if has_knob(c.family):
+                return (
+                    "its runtime knob does not apply to the run as it is (it needs the "
+                    "finding's first change, e.g. worker processes): make that change, record "
+                    "the run again and measure this one"
+                )
+            return (
+                "a plain-language change: no config key or runtime knob makes it; make it by "
+                "hand and compare"
+            )
+        if c.override is not None and not self.command.hydra and c.knob is None:
+            knob = _knob_for_override(c)
+            instead = (
+                f"measure it with --candidate {knob.text}"
+                if knob is not None
+                else "no runtime knob makes this change; make it by hand"
+            )
             return (
                 f"the run's command is not a Hydra app, so the override {c.override} cannot be "
-                "applied; make the change by hand"
+                f"applied; {instead}"
             )
         if c.eval_time:
             if self.command.lightning_module != _OUR_MODULE:
@@ -194,13 +228,16 @@ class TrySession:
         self._trial_cost[arm.kind] = max(self._trial_cost.get(arm.kind, 0.0), result.seconds)
         if self.on_trial is not None:
             speed = result.speed.samples_per_sec if result.speed else None
+            why = result.error
+            if result.not_applicable is not None:
+                why = f"not applicable: {result.not_applicable}"
             self.on_trial(
                 TrialEvent(
                     label,
                     arm.pairs + 1,
                     result.seconds,
                     speed,
-                    result.error,
+                    why,
                     self._done,
                     self._planned,
                 )
@@ -216,12 +253,18 @@ class TrySession:
         # the plan is an estimate from the longest pair so far: a shorter one leaves room for
         # a pair it did not count
         self._planned = max(self._planned, self._done + 2)
-        order = ("A", "B") if index % 2 == 0 else ("B", "A")
+        # A knob the run cannot take ends its trial at setup: a knob's pairs start with the
+        # change (B A, A B, ...) so that no trial of the unchanged command is spent first.
+        first_b = any(is_knob(c) for c in arm.changes)
+        order = ("A", "B") if (index + first_b) % 2 == 0 else ("B", "A")
         results: dict[str, TrialResult] = {}
         label = " ".join(arm.changes)
         for side in order:
             changes = arm.changes if side == "B" else ()
             result = self._trial(arm, changes, label if side == "B" else "unchanged")
+            if result.not_applicable is not None:
+                arm.failed, arm.refused = result.not_applicable, True
+                return False
             if result.error is not None or result.speed is None:
                 who = "the change" if side == "B" else _BASE_FAILED
                 arm.failed = f"{who}: {result.error}"
@@ -280,7 +323,11 @@ class TrySession:
             "family": c.family,
             "alters_computation": c.alters_computation,
             "eval_time": c.eval_time,
+            "apply": "; ".join(apply_lines(_knobs(arm.changes))),
         }
+        if arm.refused:
+            note = f"the run cannot take it: {arm.failed}"
+            return TryRecord(**common, status="not applicable", note=note)  # type: ignore[arg-type]
         if arm.pairs == 0:
             status = "failed" if arm.failed else "untried"
             note = arm.failed or "the budget ran out before its first pair"
@@ -348,9 +395,10 @@ class TrySession:
                     note=why,
                 )
                 continue
-            assert c.override is not None
+            change = self._change(c)
+            assert change is not None
             kind = "eval" if c.eval_time else "train"
-            arms.append(_Arm(c, (c.override,), kind, _keep_for((c.override,))))
+            arms.append(_Arm(c, (change,), kind, _keep_for((change,))))
         self._planned = 2 * len(arms) * self.options.pairs
         left = self._measure(arms)
         if left:
@@ -391,14 +439,36 @@ class TrySession:
         return self._record(arm, kind="combined")
 
 
-def paste_line(records: Sequence[TryRecord]) -> str | None:
-    """The overrides to paste: the recommended ones, together when their combination was
-    verified (or there is one); the best single one when the combination was not recommended."""
+def _knobs(changes: Sequence[str]) -> list[Knob]:
+    return [Knob.parse(c) for c in changes if is_knob(c)]
+
+
+def _knob_for_override(c: Candidate) -> Knob | None:
+    """The knob that makes the change of the override ``c`` (by its family and value)."""
+    value = (c.override or "").partition("=")[2]
+    return family_knob(c.family, value) if value else None
+
+
+def _winners(records: Sequence[TryRecord]) -> list[TryRecord]:
+    """The recommended changes, all of them when their combination was verified (or there is
+    one); the best single one when the combination was not recommended."""
     winners = [r for r in records if r.kind == "candidate" and r.recommended and r.override]
-    if not winners:
-        return None
     combined = next((r for r in records if r.kind == "combined"), None)
-    if combined is None or combined.recommended:
-        return " ".join(r.override for r in winners if r.override)
-    best = max(winners, key=lambda r: r.median or 0.0)
-    return best.override
+    if not winners or combined is None or combined.recommended:
+        return winners
+    return [max(winners, key=lambda r: r.median or 0.0)]
+
+
+def _tokens(records: Sequence[TryRecord]) -> list[str]:
+    return [t for r in records for t in (r.override or "").split()]
+
+
+def paste_line(records: Sequence[TryRecord]) -> str | None:
+    """The Hydra overrides to paste (of :func:`_winners`), or ``None``."""
+    overrides = [t for t in _tokens(_winners(records)) if not t.startswith(KNOB_PREFIX)]
+    return " ".join(overrides) or None
+
+
+def code_lines(records: Sequence[TryRecord]) -> list[str]:
+    """The recommended runtime knobs (of :func:`_winners`) as changes to one's own code."""
+    return apply_lines(_knobs(_tokens(_winners(records))))

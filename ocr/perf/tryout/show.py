@@ -19,14 +19,19 @@ from rich.table import Table
 
 from ocr.console import fit_table, print_renderable, stdout_is_live
 from ocr.perf.records import TryRecord
+from ocr.perf.tryout.paired import MIN_PAIRS, RECOMMEND_ABOVE
 from ocr.perf.tryout.session import TrialEvent
 
-__all__ = ["TrialProgress", "format_trial", "print_results"]
+__all__ = ["TrialProgress", "format_trial", "print_results", "verdict_line"]
 
 
 def format_trial(event: TrialEvent) -> str:
     """One trial as a line: ``trial 3/20  data.num_workers=2 (pair 2)  41.2 samples/s  6.1 s``."""
-    speed = f"{event.samples_per_sec:.1f} samples/s" if event.samples_per_sec else "failed"
+    if event.samples_per_sec:
+        speed = f"{event.samples_per_sec:.1f} samples/s"
+    else:  # a knob the run cannot take is not a failure of the trial
+        refused = event.error is not None and event.error.startswith("not applicable")
+        speed = "-" if refused else "failed"
     line = f"trial {event.done}/{event.planned}  {event.label} (pair {event.pair})  {speed}"
     line += f"  {event.seconds:.1f} s"
     return line + (f"  {event.error}" if event.error else "")
@@ -97,7 +102,7 @@ def results_table(records: Sequence[TryRecord], dropped: frozenset[str] = frozen
     table.add_column("change", overflow="fold", min_width=16)
     table.add_column("speed-up", no_wrap=True)
     table.add_column("pairs", justify="right", no_wrap=True)
-    table.add_column("outcome", overflow="fold", min_width=12)
+    table.add_column("outcome", no_wrap=True)  # status words stay whole (grep, logs)
     if "labels" not in dropped:
         table.add_column("labels", overflow="fold", min_width=10)
     if "note" not in dropped:
@@ -112,17 +117,75 @@ def results_table(records: Sequence[TryRecord], dropped: frozenset[str] = frozen
     return table
 
 
+def _why_lines(records: Sequence[TryRecord]) -> list[str]:
+    """Why each change that was not measured was not (the table may have dropped its note)."""
+    words = {"not applicable": "Not applicable", "failed": "Failed", "untried": "Untried"}
+    return [
+        f"{words[r.status]}: {r.override or r.description}: {r.note}"
+        for r in records
+        if r.status in words and r.note
+    ]
+
+
+def outcome_line(r: TryRecord) -> str:
+    """One plain line a script can grep: ``model.channels_last=true: 1.23x [1.02, 1.29]
+    inconclusive`` (``-`` without pairs, then the outcome)."""
+    figures = "-" if r.median is None else f"{r.median:.2f}x"
+    if r.low is not None and r.high is not None:
+        figures += f" [{r.low:.2f}, {r.high:.2f}]"
+    return f"{r.override or r.description}: {figures} {r.status}"
+
+
+def verdict_line(records: Sequence[TryRecord], recommended: bool) -> str | None:
+    """What the session says when it recommends nothing: whether anything was measured at all
+    (a measured "no" and "nothing could be tried" read differently); ``None`` when it
+    recommends something."""
+    if recommended:
+        return None
+    measured = [r for r in records if r.pairs]
+    if not measured:
+        return (
+            "Nothing measured: no change could be applied or run (reasons above), so nothing "
+            "is known about their speed."
+        )
+    short = [r for r in measured if r.pairs < MIN_PAIRS]
+    if short:
+        return (
+            f"Nothing recommended yet: {len(short)} of {len(measured)} measured change(s) had "
+            f"fewer than {MIN_PAIRS} pairs, too few to tell; more --pairs or a larger "
+            "--budget (or fewer changes) measures them."
+        )
+    return (
+        f"Nothing recommended. {len(measured)} change(s) measured, none faster by more than "
+        f"{100 * (RECOMMEND_ABOVE - 1):.0f} % with 95 % confidence."
+    )
+
+
 def print_results(
-    records: Sequence[TryRecord], budget_note: str, paste: str | None, path: Path
+    records: Sequence[TryRecord],
+    budget_note: str,
+    paste: str | None,
+    path: Path,
+    code: Sequence[str] = (),
 ) -> None:
+    """The table, then: the budget's note, why changes were not measured, the overrides to
+    paste and the changes to make in one's own code (or why nothing is recommended), and the
+    results file."""
     import rich
 
     width = rich.get_console().width
     print_renderable(fit_table(lambda d: results_table(records, d), ("note", "labels"), width))
+    lines = []
     if budget_note:
-        print_renderable(f"Budget: {budget_note}", markup=False, highlight=False)
+        lines.append(f"Budget: {budget_note}")
+    lines += _why_lines(records)
     if paste:
-        print_renderable(f"Paste: {paste}", markup=False, highlight=False)
-    else:
-        print_renderable("Nothing recommended.", markup=False)
-    print_renderable(f"Results: {path}", markup=False, highlight=False)
+        lines.append(f"Paste: {paste}")
+    lines += [f"In your code: {line}" for line in code]
+    verdict = verdict_line(records, bool(paste or code))
+    if verdict:
+        lines.append(verdict)
+    lines += [outcome_line(r) for r in records]
+    lines.append(f"Results: {path}")
+    for line in lines:  # whole lines: a log keeps each reason and code change on one line
+        print_renderable(line, markup=False, highlight=False, soft_wrap=True)

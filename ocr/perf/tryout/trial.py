@@ -10,6 +10,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from ocr.perf.knobs import is_knob, knobs_of
+from ocr.perf.records import KnobRecord, RunDirError, read_records
 from ocr.perf.stage import Stage
 from ocr.perf.try_window import ENV_VAR, TryWindow
 from ocr.perf.tryout.command import RecordedCommand
@@ -26,6 +28,8 @@ _EVAL_RECORDER = (
     "+callbacks.try_throughput={_target_:'ocr.lightning_modules.callbacks."
     "ThroughputMonitorCallback',flops:false,peak_memory:false}"
 )
+# Lightning's Trainer reads defaults of its arguments from PL_TRAINER_<ARG>: no default logger.
+_NO_DEFAULT_LOGGER = ("PL_TRAINER_LOGGER", "False")
 # Overrides of the training command that do not belong to ocr-test's config.
 _TRAIN_ONLY_KEYS = ("callbacks", "ckpt_path", "test_after_fit")
 
@@ -40,6 +44,8 @@ class TrialResult:
         speed: its steady-state speed, or ``None`` when it failed.
         error: why it failed (exit status and the last lines of its output), else ``None``.
         hmean: the H-mean an eval trial printed, else ``None``.
+        not_applicable: why the run cannot take a knob of the change (the trial ended at
+            setup), else ``None``.
     """
 
     folder: Path
@@ -47,6 +53,7 @@ class TrialResult:
     speed: TrialSpeed | None
     error: str | None = None
     hmean: float | None = None
+    not_applicable: str | None = None
 
 
 def _run(argv: list[str], cwd: Path, log: Path, env: dict[str, str], timeout: float) -> str | None:
@@ -54,7 +61,13 @@ def _run(argv: list[str], cwd: Path, log: Path, env: dict[str, str], timeout: fl
     with open(log, "w", encoding="utf-8") as out:
         try:
             proc = subprocess.run(
-                argv, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT, timeout=timeout
+                argv,
+                cwd=cwd,
+                env=env,
+                stdin=subprocess.DEVNULL,  # a trial never waits for input
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                timeout=timeout,
             )
         except subprocess.TimeoutExpired:
             return f"stopped after {timeout:.0f} s (time limit of a trial); output: {log}"
@@ -63,6 +76,18 @@ def _run(argv: list[str], cwd: Path, log: Path, env: dict[str, str], timeout: fl
     lines = log.read_text(encoding="utf-8", errors="replace").strip().splitlines()
     tail = " | ".join(line.strip() for line in lines[-_TAIL_LINES:])
     return f"exit status {proc.returncode}: {tail}"
+
+
+def _refused_knob(folder: Path) -> str | None:
+    """Why the trial's run could not take one of its knobs (``perf/knobs.jsonl``), else None."""
+    try:
+        records = read_records(KnobRecord.path(folder), KnobRecord)
+    except RunDirError as exc:
+        return f"its knob results could not be read: {exc}"
+    for record in records:
+        if record.status != "applied":
+            return f"{record.knob}: {record.note}"
+    return None
 
 
 def run_training_trial(
@@ -75,15 +100,26 @@ def run_training_trial(
     timeout: float,
     keep: frozenset[str] = frozenset(),
 ) -> TrialResult:
-    """The run's own command with ``changes`` in a short training window (``ocr.perf.try_window``)
-    writing into ``folder`` (must not exist yet; made here)."""
+    """The run's own command with ``changes`` (Hydra overrides on its command line, runtime knobs
+    ``knob:...`` in the window) in a short training window (``ocr.perf.try_window``) writing
+    into ``folder`` (must not exist yet; made here)."""
     folder.mkdir(parents=True)
-    window = TryWindow(warmup, batches, folder, keep, owner=os.getpid())
+    knobs = knobs_of(changes)
+    overrides = tuple(c for c in changes if not is_knob(c))
+    window = TryWindow(warmup, batches, folder, keep, owner=os.getpid(), knobs=knobs)
     env = {**os.environ, ENV_VAR: window.to_env()}
+    if "loggers" not in keep:
+        # Lightning creates its loggers' experiments (a TensorBoard event file in the script's
+        # own folder) before any callback hook: the default logger is turned off through
+        # Lightning's documented PL_TRAINER_<ARG> defaults; a logger the script passes wins.
+        env.setdefault(_NO_DEFAULT_LOGGER[0], _NO_DEFAULT_LOGGER[1])
     started = time.perf_counter()
-    argv = command.argv(folder, changes)
+    argv = command.argv(folder, overrides)
     error = _run(argv, command.cwd, folder.with_suffix(".log"), env, timeout)
     seconds = time.perf_counter() - started
+    refused = _refused_knob(folder) if knobs else None
+    if refused is not None:
+        return TrialResult(folder, seconds, None, error, not_applicable=refused)
     if error is not None:
         return TrialResult(folder, seconds, None, error)
     speed = stage_speed(folder, Stage.TRAIN, warmup, batches)

@@ -300,10 +300,14 @@ def test_workers_are_found_and_their_cpu_read_with_kept_handles() -> None:
         first = sampler.sample()
         time.sleep(0.3)
         second = sampler.sample()
+        per_worker = sampler.worker_uss()
     finally:
         child.terminate()
         child.join()
     assert first["resources/workers_count"] == before["resources/workers_count"] + 1
+    # each worker's USS by pid (what the worker-memory classifier reads from the samples)
+    assert per_worker[str(child.pid)] > 0
+    assert sum(per_worker.values()) == pytest.approx(second["resources/workers_uss_gb"] * (1 << 30))
     # Measured from the worker's creation on first sight, from the kept handle after: never 0.
     assert first["resources/workers_cpu_percent"] > 0
     assert second["resources/workers_cpu_percent"] > 0
@@ -339,6 +343,9 @@ class ScriptedSampler:
 
     def close(self) -> None:
         self.closed = True
+
+    def worker_uss(self) -> dict[str, float]:
+        return {"4242": 1e8}
 
 
 def make_monitor(tmp_path: Path, values: Callable[[int], dict[str, float]], **kw: Any):
@@ -389,6 +396,7 @@ def test_every_sample_is_written_while_the_loggers_get_interval_averages(
     assert "resources/process_cpu_percent" not in records[2]["metrics"]
     assert records[3]["metrics"]["resources/process_cpu_percent"] == 40.0  # raw, not averaged
     assert {"t", "phase", "epoch", "step", "rank", "metrics"} <= set(records[0])
+    assert all(r["workers_uss"] == {"4242": 1e8} for r in records)  # per worker, not logged
     # the loggers' record: the second interval (samples 4..6), rates averaged, gauges last
     assert monitor.take_pending() == {
         "resources/process_cpu_percent": pytest.approx(60.0),

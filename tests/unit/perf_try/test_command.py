@@ -69,17 +69,55 @@ def test_console_script_flags_and_a_replaced_override(tmp_path: Path) -> None:
     ]
 
 
-def test_plain_script_is_no_hydra_app(tmp_path: Path) -> None:
+def test_plain_script_is_re_run_as_it_was(tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text("")
     info = {
         "executable": "/usr/bin/python3",
-        "orig_argv": ["/usr/bin/python3", "train.py", "--lr", "0.1"],
+        "orig_argv": ["/usr/bin/python3", "-u", "train.py", "--lr", "0.1"],
         "argv": ["train.py", "--lr", "0.1"],
         "cwd": str(tmp_path),
     }
     cmd = recorded_command(_run_dir(tmp_path, info, None))
     assert not cmd.hydra
+    assert cmd.cwd == tmp_path
+    # interpreter, its flags, the script and its arguments: nothing added (changes are knobs)
+    assert cmd.argv(tmp_path / "t") == ["/usr/bin/python3", "-u", "train.py", "--lr", "0.1"]
     with pytest.raises(TryInputError, match="not a Hydra app"):
-        cmd.argv(tmp_path / "t")
+        cmd.argv(tmp_path / "t", ("lr=0.2",))
+
+
+@pytest.mark.parametrize(
+    ("orig", "argv", "why"),
+    [
+        (["python", "-"], ["-"], "standard input"),
+        (["python"], [""], "interactive Python prompt"),
+        (["python", "-ui", "train.py"], ["train.py"], "python -i"),
+        (
+            ["python", "-m", "ipykernel_launcher", "-f", "k.json"],
+            ["/venv/ipykernel_launcher.py", "-f", "k.json"],
+            "Jupyter",
+        ),
+        (["python", "gone.py"], ["gone.py"], "gone.py no longer exists"),
+    ],
+)
+def test_a_command_that_cannot_be_re_run_is_exit_2_with_why(
+    tmp_path: Path,
+    orig: list[str],
+    argv: list[str],
+    why: str,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    (tmp_path / "train.py").write_text("")
+    info = {"executable": "python", "orig_argv": orig, "argv": argv, "cwd": str(tmp_path)}
+    run = _run_dir(tmp_path, info, None)
+    code = perf_main(["try", str(run), "--candidate", "knob:torch.threads=1"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "cannot be re-run" in err
+    assert why in err
+    # -W takes a value: "ignore" is not a flag, and the script is still found
+    ok = {**info, "orig_argv": ["python", "-W", "ignore", "train.py"], "argv": ["train.py"]}
+    assert recorded_command(_run_dir(tmp_path / "ok", ok, None)).launcher[-1] == "train.py"
 
 
 def test_run_without_a_recorded_command_is_exit_2(

@@ -77,3 +77,21 @@ def test_unreadable_try_file_is_named_not_fatal(tmp_path: Path) -> None:
     md = to_markdown(build_report(run))
     assert "try.jsonl could not be read" in md
     assert "version 99" in md
+
+
+def test_a_knob_winner_says_how_to_make_it_in_ones_own_code(tmp_path: Path) -> None:
+    run = make_run(tmp_path / "run", [epoch_record("train", 0, {"forward": 1.0})])
+    knob = _record(
+        "2026-01-03T00:00:00+00:00",
+        "knob:dataloader.num_workers=4",
+        "recommended",
+        pairs=3,
+        median=1.6,
+        low=1.4,
+        high=1.9,
+        apply="DataLoader(..., num_workers=4)  # the training loader",
+    )
+    write_records(run, [knob])
+    section = to_markdown(build_report(run)).split("## Measured changes", 1)[1]
+    assert "In your code: `DataLoader(..., num_workers=4)  # the training loader`" in section
+    assert "To apply:" not in section.split("\n## ", 1)[0]  # no Hydra override to paste

@@ -7,10 +7,17 @@ from pathlib import Path
 import pytest
 
 from ocr.perf.candidates import Candidate
+from ocr.perf.knobs import Knob
 from ocr.perf.tryout import session as session_mod
 from ocr.perf.tryout.command import RecordedCommand
 from ocr.perf.tryout.measure import TrialSpeed
-from ocr.perf.tryout.session import HMEAN_TOLERANCE, TryOptions, TrySession, paste_line
+from ocr.perf.tryout.session import (
+    HMEAN_TOLERANCE,
+    TryOptions,
+    TrySession,
+    code_lines,
+    paste_line,
+)
 from ocr.perf.tryout.trial import TrialResult
 
 WORKERS = Candidate("workers", "more workers", "data.num_workers=4")
@@ -157,7 +164,7 @@ def test_what_cannot_be_applied_is_said_per_candidate(
     tmp_path: Path, fake_trials: tuple[FakeClock, list[tuple[str, ...]]]
 ) -> None:
     clock, calls = fake_trials
-    words = Candidate("threads", "use fewer torch threads", None)
+    words = Candidate("other", "cache the decoded images", None)
     plain = TrySession(
         _command(tmp_path, hydra=False),
         [WORKERS, words],
@@ -168,6 +175,13 @@ def test_what_cannot_be_applied_is_said_per_candidate(
     assert [r.status for r in plain] == ["not applicable", "not applicable"]
     assert "not a Hydra app" in plain[0].note
     assert "plain-language" in plain[1].note
+    # a family that has a knob, proposed without one (it needs an earlier change first)
+    later = Candidate("persistent_workers", "keep workers alive, once it has workers", None)
+    (record,) = TrySession(
+        _command(tmp_path, hydra=False), [later], TryOptions(100, 3), tmp_path / "d", clock=clock
+    ).run()
+    assert record.status == "not applicable"
+    assert "does not apply to the run as it is" in record.note
     foreign = TrySession(
         _command(tmp_path, module="MyModule"),
         [BOX],
@@ -265,3 +279,65 @@ def test_progress_never_counts_past_its_plan(
         clock=clock,
     ).run()
     assert all(e.done <= e.planned for e in events)
+
+
+KNOB_WORKERS = Candidate(
+    "workers", "more workers", knob=Knob.parse("knob:dataloader.num_workers=4")
+)
+KNOB_PRECISION = Candidate(
+    "precision", "fp16", None, True, knob=Knob.parse("knob:trainer.precision=16-mixed")
+)
+
+
+def test_knobs_are_measured_on_a_plain_script_and_say_how_to_apply(
+    tmp_path: Path,
+    fake_trials: tuple[FakeClock, list[tuple[str, ...]]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clock, calls = fake_trials
+    ok = session_mod.run_training_trial
+
+    def refusing(command, folder, changes, **kwargs):  # type: ignore[no-untyped-def]
+        if any("precision" in c for c in changes):
+            why = "trainer.precision=16-mixed: Lightning does not run 16-mixed on CPU"
+            return TrialResult(folder, 1.0, None, "exit status 1", not_applicable=why)
+        return ok(command, folder, changes, **kwargs)
+
+    monkeypatch.setattr(session_mod, "run_training_trial", refusing)
+    records = TrySession(
+        _command(tmp_path, hydra=False),
+        [KNOB_WORKERS, KNOB_PRECISION, WORKERS],
+        TryOptions(10_000, 3),
+        tmp_path / "w",
+        clock=clock,
+    ).run()
+    workers, precision, override = records
+    assert workers.status == "recommended"
+    assert workers.override == "knob:dataloader.num_workers=4"
+    assert workers.apply == "DataLoader(..., num_workers=4)  # the training loader"
+    assert precision.status == "not applicable"
+    assert "16-mixed on CPU" in precision.note
+    assert precision.pairs == 0
+    # a Hydra override on a plain script: not applicable, with the knob that makes it
+    assert override.status == "not applicable"
+    assert "--candidate knob:dataloader.num_workers=4" in override.note
+    assert ("knob:dataloader.num_workers=4",) in calls
+    # a knob's pairs start with the change: the refused one cost no trial of the unchanged run
+    assert len(calls) == 3 * 2
+    assert calls[:2] == [("knob:dataloader.num_workers=4",), ()]
+    assert paste_line(records) is None  # no Hydra override to paste
+    assert code_lines(records) == ["DataLoader(..., num_workers=4)  # the training loader"]
+
+
+def test_a_hydra_app_takes_overrides_and_knobs_together(
+    tmp_path: Path, fake_trials: tuple[FakeClock, list[tuple[str, ...]]]
+) -> None:
+    clock, _ = fake_trials
+    prefetch = Candidate("prefetch", "deeper", knob=Knob.parse("knob:dataloader.prefetch_factor=4"))
+    records = TrySession(
+        _command(tmp_path), [WORKERS, prefetch], TryOptions(10_000, 3), tmp_path / "w", clock=clock
+    ).run()
+    assert [r.status for r in records] == ["recommended", "recommended", "recommended"]
+    assert records[-1].override == "data.num_workers=4 knob:dataloader.prefetch_factor=4"
+    assert paste_line(records) == "data.num_workers=4"
+    assert code_lines(records) == ["DataLoader(..., prefetch_factor=4)  # the training loader"]

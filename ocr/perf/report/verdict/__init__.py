@@ -60,14 +60,18 @@ def judge(
             findings.append(f)
     findings.extend(rules.cache(run, stages, adv, total_s))
     findings.extend(sources.resource_findings(run, stages, adv, total_s))
-    findings.extend(alert_findings(run.alerts, findings, world_size(run)))
-    findings.extend(sources.trace_findings(trace, run, adv, findings, total_s, stages))
-    findings.extend(sources.baseline_findings(baseline, adv))
-    # memory creep named by attribute, recompiles (EpochScanCallback's records)
+    # memory creep named by attribute, recompiles (EpochScanCallback's records), before the
+    # alerts: the memory_creep alert corroborates its finding
     try:
         findings.extend(growth_findings(run.run_dir) + recompile_findings(run.run_dir, total_s))
     except RunDirError as exc:  # a malformed record, named with its file
         raise ReportInputError(str(exc)) from exc
+    # issue 22: workers' memory classified, main-process growth no attribute explains
+    explained = any(f.id == "memory_creep" for f in findings)
+    findings.extend(sources.memory_findings(run, stages, adv, explained))
+    findings.extend(alert_findings(run.alerts, findings, world_size(run)))
+    findings.extend(sources.trace_findings(trace, run, adv, findings, total_s, stages))
+    findings.extend(sources.baseline_findings(baseline, adv))
     if not stages:
         findings.append(
             Finding(

@@ -5,10 +5,11 @@ figures of a finding (evidence rounding, a score from seconds, the world size)."
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Sequence
 from typing import Any
 
-from ocr.perf.advice import ConfigKey, RunFacts, find_key
+from ocr.perf.advice import ConfigKey, RunFacts, find_key, workers_wait
 from ocr.perf.records import RunRecord
 from ocr.perf.report.load import RunData
 from ocr.perf.report.stages import StageSummary
@@ -24,6 +25,21 @@ class Settings:
         self.cpu_count = info.cpu_count if info is not None else None
         self.cpu_bf16 = info.cpu_bf16 if info is not None else None
         self.torch_threads = _torch_threads(info)
+        self._resources = run.resources
+
+    def workers_busy(self, s: StageSummary) -> float | None:
+        """A DataLoader worker's median CPU share during ``s`` (fraction of one core): the
+        resource samples' workers' CPU over the workers; ``None`` without samples or workers."""
+        values = [
+            v
+            for r in self._resources
+            if r.phase == s.stage
+            and (v := r.metrics.get("resources/workers_cpu_percent")) is not None
+            and math.isfinite(v)
+        ]
+        if not values or not s.num_workers:
+            return None
+        return statistics.median(values) / s.num_workers / 100.0
 
     def key(
         self,
@@ -46,17 +62,23 @@ class Settings:
 
     def facts(self, s: StageSummary | None, headroom: bool | None = None) -> RunFacts:
         """What the candidate generator needs to know about this run and stage."""
+        busy = self.workers_busy(s) if s is not None else None
+        loader = s.loader if s is not None else None
         return RunFacts(
             config=self.config,
             device=self.device,
             cpu_count=self.cpu_count,
             stage=s.stage if s is not None else None,
             num_workers=s.num_workers if s is not None else None,
-            suggested_workers=suggested_workers(s, self.cpu_count) if s is not None else None,
+            suggested_workers=suggested_workers(s, self.cpu_count, busy) if s is not None else None,
             batch_size=s.batch_size if s is not None else None,
             compute_headroom=headroom,
             cpu_bf16=self.cpu_bf16,
             torch_threads=self.torch_threads,
+            workers_busy=busy,
+            persistent_workers=loader.persistent_workers if loader is not None else None,
+            pin_memory=loader.pin_memory if loader is not None else None,
+            prefetch_factor=loader.prefetch_factor if loader is not None else None,
         )
 
 
@@ -72,9 +94,12 @@ def _torch_threads(info: RunRecord | None) -> int | None:
     return None
 
 
-def suggested_workers(s: StageSummary, cpu_count: int | None) -> int | None:
+def suggested_workers(
+    s: StageSummary, cpu_count: int | None, busy: float | None = None
+) -> int | None:
     """Workers needed so input keeps up with the main loop: serial worker seconds per batch /
-    main-loop seconds per batch (rounded up); capped at the cores when known."""
+    main-loop seconds per batch (rounded up); capped at the cores when known, at twice the
+    cores when the workers mostly wait (``busy``: a worker's CPU share, :func:`workers_wait`)."""
     if s.num_batches == 0:
         return None
     worker_per_batch = (
@@ -85,7 +110,7 @@ def suggested_workers(s: StageSummary, cpu_count: int | None) -> int | None:
         return None
     needed = math.ceil(worker_per_batch / max(loop_per_batch, 1e-6))
     if cpu_count:
-        needed = min(needed, cpu_count)
+        needed = min(needed, 2 * cpu_count if workers_wait(busy) else cpu_count)
     return max(needed, 1)
 
 

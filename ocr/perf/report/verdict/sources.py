@@ -13,12 +13,14 @@ from typing import TYPE_CHECKING
 
 from ocr.perf.advice import candidates_for
 from ocr.perf.findings import Finding, share_of_run, threshold
+from ocr.perf.process_growth import process_growth, process_growth_finding
 from ocr.perf.report.load import ReportInputError, RunData
 from ocr.perf.report.stages import StageSummary
 from ocr.perf.report.verdict.context import Settings, rounded, score
 from ocr.perf.significance import Outcome
 from ocr.perf.stage import Stage
 from ocr.perf.trace.findings import TRACE_RISKS
+from ocr.perf.worker_memory import classify_samples, worker_memory_finding
 
 if TYPE_CHECKING:
     from ocr.perf.gate import GateOutcome
@@ -123,6 +125,29 @@ def resource_findings(
                 ),
             )
         )
+    return out
+
+
+def memory_findings(
+    run: RunData, stages: dict[Stage, StageSummary], adv: Settings, explained: bool
+) -> list[Finding]:
+    """Issue 22: each DataLoader worker's USS series (the resource samples) classified, with the
+    training dataset's Python containers (``run.json``) for copy-on-read; and main-process growth
+    (``explained``: a ``memory_creep`` finding already names what grows)."""
+    out: list[Finding] = []
+    if not run.resources:
+        return out
+    info = run.run_info
+    containers = info.dataset_containers if info is not None else []
+    key = adv.key("persistent_workers", stage="train")
+    persistent = key.value if key is not None and isinstance(key.value, bool) else None
+    workers = worker_memory_finding(classify_samples(run.resources, containers), persistent)
+    if workers is not None:
+        workers.candidates = candidates_for("worker_memory", adv.facts(stages.get(Stage.TRAIN)))
+        out.append(workers)
+    main = process_growth_finding(process_growth(run.resources), explained)
+    if main is not None:
+        out.append(main)
     return out
 
 

@@ -8,7 +8,7 @@ import math
 from collections import Counter
 from typing import Any
 
-from ocr.perf.advice import candidates_for
+from ocr.perf.advice import candidates_for, workers_wait
 from ocr.perf.candidates import Candidate
 from ocr.perf.findings import THRESHOLDS, Finding, input_bound_severity, threshold
 from ocr.perf.mfu import stage_flops_per_sample, stage_utilisation
@@ -124,7 +124,8 @@ def input_bound(s: StageSummary, run: RunData, adv: Settings, total_s: float) ->
     workers_key = adv.key("num_workers", stage=s.stage, aliases=("workers",))
     workers = adv.name(workers_key, "the DataLoader's num_workers", s.num_workers)
     advice: list[str] = []
-    want = suggested_workers(s, adv.cpu_count)
+    busy = adv.workers_busy(s)  # a worker's CPU share: waiting workers are not cores in use
+    want = suggested_workers(s, adv.cpu_count, busy)
     if part == "targets":
         cache = adv.key("enabled", parent="polygon_cache")
         if cache is None:
@@ -157,10 +158,27 @@ def input_bound(s: StageSummary, run: RunData, adv: Settings, total_s: float) ->
         n = max(2, min(want or 2, adv.cpu_count or 4))
         advice.append(f"load in parallel: set {workers} to {n}")
     elif want is not None and want > s.num_workers:
-        advice.append(f"raise {workers} to {want}")
-    elif adv.cpu_count and s.num_workers >= adv.cpu_count:
+        beyond = busy is not None and adv.cpu_count is not None and want > adv.cpu_count
         advice.append(
-            f"{workers} already uses all {adv.cpu_count} cores: more workers will not help"
+            f"raise {workers} to {want}"
+            + (
+                f" (its workers wait, at {100.0 * busy:.0f} % of a core each, so more workers "
+                f"than the {adv.cpu_count} cores still help)"
+                if beyond and busy is not None
+                else ""
+            )
+        )
+    elif adv.cpu_count and s.num_workers >= adv.cpu_count and not workers_wait(busy):
+        advice.append(
+            f"{workers} already uses all {adv.cpu_count} cores"
+            + (
+                f" (its workers compute, at {100.0 * busy:.0f} % of a core each): more workers "
+                "will not help"
+                if busy is not None
+                else ": more workers help only if they wait (I/O, sleep) rather than compute; "
+                "their CPU share was not recorded (ResourceMonitorCallback records it), so "
+                "measure it with ocr-perf try"
+            )
         )
     if run.device == "cpu":
         advice.append(
@@ -170,12 +188,14 @@ def input_bound(s: StageSummary, run: RunData, adv: Settings, total_s: float) ->
         )
     else:
         pin = adv.key("pin_memory", stage=s.stage)
-        if pin is None or pin.value is not True:
+        pinned = (pin is not None and pin.value is True) or (s.loader and s.loader.pin_memory)
+        if not pinned:
             advice.append(f"use pinned memory ({adv.name(pin, 'pin_memory')})")
     evidence = {
         "stage_wall_s": rounded(s.wall_s, 3),
         "worker_bottleneck": part,
         "num_workers": s.num_workers,
+        "worker_cpu_pct_of_core": rounded(100.0 * busy) if busy is not None else None,
         "samples": s.samples,
         **evidence,
     }
@@ -414,9 +434,11 @@ def overheads(s: StageSummary, adv: Settings, total_s: float) -> list[Finding]:
         )
     if (pct := phase_share(s, "unattributed", "unattributed")) is not None:
         key = adv.key("persistent_workers", stage=s.stage)
-        persistent = key.value if key is not None else None
+        live = s.loader.persistent_workers if s.loader is not None else None
+        persistent = key.value if key is not None else live
         advice = "worker start-up and epoch-start hooks land here"
-        if persistent is False or (persistent is None and s.num_workers):
+        config_off = key is not None and key.value is False
+        if persistent is not True and (config_off or s.num_workers):
             setting = adv.name(key, "the DataLoader's persistent_workers")
             advice += f"; keep workers alive between epochs ({setting} -> true)"
         title = f"{pct:.0f} % of {s.label} wall time is not attributed to any phase"
