@@ -64,6 +64,7 @@ class RunFacts:
             (I/O, sleep), so more workers than cores can still help.
         persistent_workers, pin_memory, prefetch_factor: the live DataLoader's settings
             (recorded per epoch), ``None`` unknown: never proposed when already set.
+        precision: the Trainer's precision as the run used it (``run.json``), ``None`` unknown.
     """
 
     config: dict[str, Any] | None
@@ -80,6 +81,7 @@ class RunFacts:
     persistent_workers: bool | None = None
     pin_memory: bool | None = None
     prefetch_factor: int | None = None
+    precision: str | None = None
 
     @property
     def workers_wait(self) -> bool:
@@ -326,24 +328,20 @@ def _threads(f: RunFacts) -> Candidate | None:
     )
 
 
-def _channels_last(f: RunFacts) -> Candidate:
-    key = find_key(f.config, ("channels_last",), prefer=())
-    return _candidate(
+def _channels_last(f: RunFacts) -> Candidate | None:
+    return _switch_on(
         "channels_last",
-        key,
-        True,
+        find_key(f.config, ("channels_last",), prefer=()),
         "convolutions in channels-last layout: {key}{now} -> true",
         "convolutions in channels-last layout: model.to(memory_format=torch.channels_last) and "
         "the same for each input batch",
     )
 
 
-def _compile(f: RunFacts) -> Candidate:
-    key = find_key(f.config, ("compile", "torch_compile"), prefer=())
-    return _candidate(
+def _compile(f: RunFacts) -> Candidate | None:
+    return _switch_on(
         "compile",
-        key,
-        True,
+        find_key(f.config, ("compile", "torch_compile"), prefer=()),
         "compile the model: {key}{now} -> true",
         "compile the model: torch.compile(model) before fitting (the first steps are slower)",
     )
@@ -376,8 +374,8 @@ def _precision(f: RunFacts) -> Candidate | None:
     else:
         return None  # CPUs without native bf16 run it slower than float32
     key = find_key(f.config, ("precision",), prefer=("trainer",))
-    if key is not None and str(key.value) == want:
-        return None
+    if f.precision == want or (key is not None and str(key.value) == want):
+        return None  # the run already computed in it (the Trainer's own precision, recorded)
     return _candidate(
         "precision",
         key,

@@ -154,6 +154,7 @@ class RunRecord(Record, tag="receipt-ocr/run", kw_only=True, frozen=True):
     cuda_devices: list[str] = []
     world_size: int | None = None
     device: str | None = None
+    precision: str | None = None  # the Trainer's, as it ran (e.g. "bf16-mixed")
     lightning_module: str | None = None
     hparams: dict[str, Any] = {}  # JSON values
     flops: FlopsInfo | None = None

@@ -220,8 +220,9 @@ class StageRecorder:
         if not trainer.is_global_zero:
             return
         self.files = RunFiles(perf_root(trainer))  # a try trial's own folder inside a window
+        device, precision = str(trainer.strategy.root_device), str(trainer.precision)
         self.files.run_info(
-            {"world_size": self.world_size, "device": str(trainer.strategy.root_device)}
+            {"world_size": self.world_size, "device": device, "precision": precision}
         )
 
     def _name_callbacks(self, trainer: L.Trainer) -> None:

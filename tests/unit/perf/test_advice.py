@@ -236,3 +236,17 @@ def test_a_value_left_as_an_interpolation_is_not_shown_as_the_value() -> None:
     assert precision.override == "trainer.precision=bf16-mixed"
     assert "(now ${" not in precision.description
     assert "decided at run time by `${ocr_auto_precision:}`" in precision.description
+
+
+def test_what_the_run_already_does_is_never_proposed() -> None:
+    # the demo's own settings: channels-last on, precision decided at run time (bf16-mixed)
+    config = {
+        "model": {"channels_last": True, "compile": True},
+        "trainer": {"precision": "${ocr_auto_precision:bf16}"},
+    }
+    facts = RunFacts(config, device="cpu", cpu_count=2, cpu_bf16=True, precision="bf16-mixed")
+    families = {c.family for c in candidates_for("compute_bound", facts)}
+    assert not families & {"channels_last", "compile", "precision"}
+    # the same config on a run that computed in float32 still gets the precision candidate
+    float32 = RunFacts(config, device="cpu", cpu_count=2, cpu_bf16=True, precision="32-true")
+    assert "precision" in {c.family for c in candidates_for("compute_bound", float32)}

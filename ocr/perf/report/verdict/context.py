@@ -25,6 +25,7 @@ class Settings:
         self.cpu_count = info.cpu_count if info is not None else None
         self.cpu_bf16 = info.cpu_bf16 if info is not None else None
         self.torch_threads = _torch_threads(info)
+        self.precision = info.precision if info is not None else None
         self._resources = run.resources
 
     def workers_busy(self, s: StageSummary) -> float | None:
@@ -79,6 +80,7 @@ class Settings:
             persistent_workers=loader.persistent_workers if loader is not None else None,
             pin_memory=loader.pin_memory if loader is not None else None,
             prefetch_factor=loader.prefetch_factor if loader is not None else None,
+            precision=self.precision,
         )
 
 
