@@ -28,7 +28,14 @@ import numpy as np
 
 from ocr.perf.trace.findings import TraceMetrics
 from ocr.perf.trace.result import CommSummary
-from ocr.perf.trace.steps import PHASES, StepTable, launch_calls, locate, union_in_windows
+from ocr.perf.trace.steps import (
+    PHASES,
+    StepTable,
+    launch_calls,
+    locate,
+    merge_intervals,
+    union_in_windows,
+)
 from ocr.perf.trace.table import EventTable, Kind
 
 #: Host spans of collectives: the process-group backends' record_functions and the c10d ops.
@@ -73,21 +80,6 @@ class CommTable:
         return any(m is not None for m in self.method.values())
 
 
-def _merge(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Union of intervals as sorted disjoint ``(starts, ends)``."""
-    if starts.size == 0:
-        return starts, ends
-    order = np.argsort(starts, kind="stable")
-    s, e = starts[order], ends[order]
-    run_end = np.maximum.accumulate(e)
-    new = np.ones(s.size, bool)
-    new[1:] = s[1:] > run_end[:-1]
-    group = np.cumsum(new) - 1
-    me = np.zeros(int(group[-1]) + 1, np.int64)
-    np.maximum.at(me, group, e)
-    return s[new], me
-
-
 def _inside(ms: np.ndarray, me: np.ndarray, t: np.ndarray) -> np.ndarray:
     """Whether each time ``t`` lies in one of the disjoint sorted intervals ``[ms, me)``."""
     if ms.size == 0:
@@ -101,14 +93,14 @@ def subtract(
 ) -> tuple[np.ndarray, np.ndarray]:
     """The parts of the union of intervals ``a`` not covered by the union of ``b``, as disjoint
     sorted ``(starts, ends)``."""
-    as_, ae = _merge(a_s, a_e)
+    as_, ae = merge_intervals(a_s, a_e)
     if as_.size == 0:
         return as_, ae
-    bs, be = _merge(b_s, b_e)
+    bs, be = merge_intervals(b_s, b_e)
     cuts = np.unique(np.concatenate([as_, ae, bs, be]))
     left, right = cuts[:-1], cuts[1:]
     keep = _inside(as_, ae, left) & ~_inside(bs, be, left)
-    return _merge(left[keep], right[keep])
+    return merge_intervals(left[keep], right[keep])
 
 
 def _window(
@@ -282,7 +274,7 @@ def _fill(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Step ``i``'s total, exposed and overlapped ns from its collectives ``c`` and compute
     ``b`` (both clipped to the step); returns the exposed intervals."""
-    ms, me = _merge(cs, ce)
+    ms, me = merge_intervals(cs, ce)
     ex_s, ex_e = subtract(cs, ce, bs, be)
     out.total[i] = int((me - ms).sum())
     out.exposed[i] = int((ex_e - ex_s).sum())

@@ -26,6 +26,7 @@ __all__ = [
     "compute_steps",
     "launch_calls",
     "locate",
+    "merge_intervals",
     "union_in_windows",
 ]
 
@@ -97,7 +98,7 @@ def union_in_windows(
     out = np.zeros(win_start.shape[0], np.int64)
     if starts.size == 0 or win_start.size == 0:
         return out
-    ms, me = _merge(starts, ends)
+    ms, me = merge_intervals(starts, ends)
     before = np.concatenate(([0], np.cumsum(me - ms)))
 
     def covered(t: np.ndarray) -> np.ndarray:
@@ -276,7 +277,7 @@ def _backward_clusters(
     return [(int(us[a]), int(ue[b])) for a, b in zip(firsts.tolist(), lasts.tolist(), strict=True)]
 
 
-def _merge(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def merge_intervals(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Union of intervals as sorted disjoint ``(starts, ends)``."""
     if starts.size == 0:
         return starts, ends
@@ -445,7 +446,7 @@ def compute_steps(table: EventTable, warnings: list[str]) -> StepTable:
                 break
         pk = int(pkey_of_thread[t])
         bsel = (bwd_pkey == pk) & (bwd_start < e) & (bwd_end > s)
-        us, ue = _merge(bwd_start[bsel], bwd_end[bsel])
+        us, ue = merge_intervals(bwd_start[bsel], bwd_end[bsel])
         blo = np.searchsorted(brk_thread, t, side="left")
         bhi = np.searchsorted(brk_thread, t, side="right")
         passes = _backward_clusters(us, ue, brk_start[blo:bhi])
