@@ -37,9 +37,9 @@ from ocr.perf.ranks import STRAGGLER_MIN_S, STRAGGLER_MIN_SHARE, find_straggler
 from ocr.perf.records import EpochRecord, RunDirError, read_records
 from ocr.perf.trace.findings import COMM_ONE_RANK_HINT
 from ocr.perf.trace.integrity import Integrity, IntegrityProblem, clock_skew
-from ocr.perf.trace.load import find_trace_files, load_traces
-from ocr.perf.trace.report import analyze_table
-from ocr.perf.trace.result import Timing, TraceAnalysis
+from ocr.perf.trace.load import find_trace_files
+from ocr.perf.trace.report import timed_analysis
+from ocr.perf.trace.result import TraceAnalysis
 from ocr.perf.trace.steps import StepTable, compute_steps, locate
 from ocr.perf.trace.table import EventTable, Kind, TraceError
 
@@ -278,16 +278,8 @@ def _analyze_rank(
 
 
 def _analyze_files(files: list[Path], top_k: int | None) -> tuple[TraceAnalysis, Named]:
-    t0 = time.perf_counter()
-    table = load_traces(files)
-    t_load = time.perf_counter() - t0
-    analysis = analyze_table(table, top_k=top_k)
-    analysis.timing = Timing(
-        load_s=round(t_load, 4),
-        parse_s=round(sum(s.parse_s for s in table.sources), 4),
-        total_s=round(time.perf_counter() - t0, 4),
-    )
-    analysis.input = str(files[0]) if len(files) == 1 else str(files[0].parent)
+    label = str(files[0]) if len(files) == 1 else str(files[0].parent)
+    analysis, table = timed_analysis(files, label, top_k)
     return analysis, _named_by_stage(table, compute_steps(table, []))
 
 

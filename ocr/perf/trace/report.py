@@ -6,6 +6,7 @@ API (documented keys ``top_cpu_ops``, ``top_cuda_ops``, ``memory_peaks``,
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -54,8 +55,18 @@ def analyze_trace(path: str | Path, top_k: int | None = 20) -> dict[str, Any]:
 def analyze_path(path: str | Path, top_k: int | None = 20) -> TraceAnalysis:
     """The typed analysis of a trace file or directory (see :func:`analyze_trace`), with its
     ``timing`` and ``input``."""
+    analysis, _ = timed_analysis(path, str(path), top_k)
+    return analysis
+
+
+def timed_analysis(
+    source: str | Path | Sequence[Path], label: str, top_k: int | None = 20
+) -> tuple[TraceAnalysis, EventTable]:
+    """Load ``source`` (a file, a directory or files of one rank), analyse it and set the
+    analysis's ``timing`` and ``input`` (``label``); the table comes back for callers that look
+    further (the rank view)."""
     t0 = time.perf_counter()
-    table = load_traces(path)
+    table = load_traces(source)
     t_load = time.perf_counter() - t0
     analysis = analyze_table(table, top_k=top_k)
     analysis.timing = Timing(
@@ -63,8 +74,8 @@ def analyze_path(path: str | Path, top_k: int | None = 20) -> TraceAnalysis:
         parse_s=round(sum(s.parse_s for s in table.sources), 4),
         total_s=round(time.perf_counter() - t0, 4),
     )
-    analysis.input = str(path)
-    return analysis
+    analysis.input = label
+    return analysis, table
 
 
 def analyze_table(table: EventTable, top_k: int | None = 20) -> TraceAnalysis:
