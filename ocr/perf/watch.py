@@ -105,7 +105,7 @@ class _Tail:
         return out
 
 
-class RunFiles:
+class RunTail:
     """The followed files of one run directory; :meth:`poll` returns what was appended since the
     last call, in time order."""
 
@@ -308,7 +308,7 @@ class Watch:
         """Read until the run ends; each new record updates :attr:`state` and, without a live
         view (``redraw`` None), is emitted as plain lines. Returns the exit code and sets
         :attr:`reason`; the caller prints :func:`summary_lines`."""
-        files = RunFiles(self.run_dir)
+        files = RunTail(self.run_dir)
         last_news = self.clock()
         reason: str | None = None
         code = EXIT_ENDED

@@ -65,6 +65,7 @@ def test_report_json_states_the_headline_and_the_stages(tmp_path: Path) -> None:
     out = _perf("report", str(run), "--json", "-")
     assert out.returncode == 0, out.stderr
     doc = json.loads(out.stdout)
+    assert "Verdict" in out.stderr  # the terminal summary, beside the JSON
     assert doc["headline"].startswith("input-bound: ")
     assert doc["findings"][0]["id"] == "input_bound"
     assert doc["stages"]["val"]["shares_pct"]["data_wait"] > 70

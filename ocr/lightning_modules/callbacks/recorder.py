@@ -587,7 +587,7 @@ class StageRecorder:
             elapsed_ns / 1e9,
             self.world_size,
             trainer.global_step,
-            epoch.phases_s(self.clock),
+            epoch.phases_s(self.clock) if self.files is not None else {},  # for the record
         )
         if self.files is not None:
             self.files.interval(progress)

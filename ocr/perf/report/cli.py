@@ -85,9 +85,8 @@ def run(args: argparse.Namespace) -> int:
         except OSError as exc:
             print(f"ocr-perf: error: cannot write output: {exc}", file=sys.stderr)
             return EXIT_BAD_INPUT
-        if str(args.json) == "-":  # stdout is the JSON alone
-            return EXIT_OK
-    console = make_console()
+    # with --json - stdout is the JSON alone: the summary goes to stderr
+    console = make_console(stderr=str(args.json) == "-")
     print_summary(report, console)
     console.print(f"Report: {output}", highlight=False, markup=False)
     if args.markdown:

@@ -25,7 +25,7 @@ from ocr.perf.records import (
     RunDirError,
 )
 from ocr.perf.stage import Stage
-from ocr.perf.watch import EXIT_ENDED, EXIT_LOST, RunFiles, Watch
+from ocr.perf.watch import EXIT_ENDED, EXIT_LOST, RunTail, Watch
 
 HOST = socket.gethostname()
 
@@ -183,7 +183,7 @@ def test_nothing_new_for_too_long_gives_up(tmp_path: Path) -> None:
 
 
 def test_lines_are_read_whole_and_a_rewritten_file_is_read_again(tmp_path: Path) -> None:
-    files = RunFiles(tmp_path)
+    files = RunTail(tmp_path)
     path = EpochRecord.path(tmp_path)
     path.parent.mkdir(parents=True)
     line = json.dumps({"schema": "receipt-ocr/perf-epoch", "v": 1, "stage": "train", "wall_s": 1})
