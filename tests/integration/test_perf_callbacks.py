@@ -858,11 +858,13 @@ def test_ddp_names_the_straggler_and_its_cause_while_the_others_wait(
         assert straggler is not None, record["spreads"]
         assert straggler["rank"] == 1
         assert straggler["cause"] == cause
-        assert straggler["cause_excess_s"] == pytest.approx(planted, rel=0.35)
+        # seconds on a shared 2-core machine: the planted wait is a floor and noise only adds
+        # (0.4 s planted read 0.55-0.63 s under load): bounded on both sides, not +-35 %
+        assert 0.65 * planted <= straggler["cause_excess_s"] <= 2.0 * planted
         assert float(row["performance/train_straggler_rank"]) == 1
         assert float(row["performance/train_straggler_excess_time"]) > 0.5 * planted
         # Rank 0 (whose own figures these are) waited for rank 1 in sync_wait ...
-        assert record["phases_s"]["sync_wait"] == pytest.approx(planted, rel=0.35)
+        assert 0.65 * planted <= record["phases_s"]["sync_wait"] <= 2.0 * planted
         # ... and its backward holds only its own compute, not the wait.
         assert record["phases_s"]["backward"] < 0.35 * planted
     if cause is not None:
