@@ -14,6 +14,9 @@ Suppressed:
   choose ``RichModelSummary`` on purpose.
 * Lightning's own use of ``torch.utils._pytree.LeafSpec`` (a ``FutureWarning`` from torch that
   only Lightning can fix).
+* Lightning's "Precision bf16-mixed is not supported by the model summary ... Using 32 bits
+  instead" (also ``16-mixed``): mixed precision keeps the parameters in 32 bits, so the size the
+  summary prints is right (our ``experiment=synthetic_debug`` trains in bf16-mixed).
 * WandB's "The anonymous setting has no effect" (see :func:`ocr.runtime.make_wandb_logger`,
   which stops Lightning from passing the setting).
 """
@@ -34,6 +37,7 @@ NOISE_MESSAGES: tuple[str, ...] = (
     "Trainer already configured with model summary callbacks",
 )
 _PYTREE_DEPRECATION = r"`isinstance\(treespec, LeafSpec\)` is deprecated"
+_MIXED_SUMMARY = r"Precision (bf16|16)-mixed is not supported by the model summary"
 
 
 class _DropMessages(logging.Filter):
@@ -73,6 +77,7 @@ def quiet_console() -> None:
         category=FutureWarning,
         module=re.escape("lightning.pytorch.utilities._pytree"),
     )
+    warnings.filterwarnings("ignore", message=_MIXED_SUMMARY, category=UserWarning)
     # Warnings then reach the console and the run's log file in the one logging format.
     logging.captureWarnings(True)
     warnings_logger = logging.getLogger("py.warnings")

@@ -55,3 +55,22 @@ def test_warnings_reach_logging_on_one_line(quiet: None, caplog: pytest.LogCaptu
     (record,) = [r for r in caplog.records if r.name == "py.warnings"]
     assert "a user's warning" in record.getMessage()
     assert not record.getMessage().endswith("\n")
+
+
+def test_the_summarys_mixed_precision_notice_is_dropped_other_precisions_kept(
+    quiet: None,
+) -> None:
+    """Mixed precision keeps 32-bit parameters: the summary's size is right, its notice noise."""
+    tail = (
+        " is not supported by the model summary.  Estimated model size in MB will not be accurate."
+    )
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("default")
+        quiet_console()
+        for precision in ("bf16-mixed", "16-mixed", "transformer-engine"):
+            _emit_from(
+                "lightning.pytorch.utilities.model_summary.model_summary",
+                f"Precision {precision}{tail}",
+                UserWarning,
+            )
+    assert [str(w.message) for w in seen] == [f"Precision transformer-engine{tail}"]
