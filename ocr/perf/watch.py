@@ -38,6 +38,7 @@ from ocr.perf.records import (
     RunDirError,
     parse_record,
 )
+from ocr.perf.stage import Stage
 
 EXIT_ENDED = 0
 EXIT_LOST = 1
@@ -247,11 +248,16 @@ def summary_lines(state: WatchState, reason: str) -> list[str]:
 # -- the two views ----------------------------------------------------------------------------
 
 
+def _epoch_order(record: EpochRecord) -> tuple[int, int]:
+    return (record.epoch or 0, list(Stage).index(record.stage))
+
+
 def _live_view(state: WatchState, run_dir: Path) -> RenderableType:
     table = Table(title=f"ocr-perf watch {run_dir}", title_justify="left", expand=False)
     for name in ("epoch", "stage", "wall s", "samples/s", "phases"):
         table.add_column(name, no_wrap=name != "phases", overflow="fold")
-    for record in state.epochs[-12:]:
+    # in fit, an epoch's validation lands before its training epoch ends: list train first
+    for record in sorted(state.epochs[-12:], key=_epoch_order):
         rate = record.samples_per_sec
         table.add_row(
             str(record.epoch),

@@ -216,3 +216,19 @@ def test_cli_json_lines_and_missing_folder(
     assert out[-1] == {"watch": "stopped", "reason": "finished (fit)", "exit": 0}
     assert perf_main(["watch", str(tmp_path / "nope")]) == 2
     assert "run directory not found" in capsys.readouterr().err
+
+
+def test_the_live_view_lists_an_epochs_training_before_its_validation(tmp_path: Path) -> None:
+    """In fit, epoch 0's validation record lands before its training record: the view still
+    reads epoch by epoch, train then val."""
+    from rich.console import Console
+
+    from ocr.perf.watch import WatchState, _live_view
+
+    state = WatchState()
+    for epoch, stage, wall in ((0, Stage.VAL, 4.4), (0, Stage.TRAIN, 88.0), (1, Stage.VAL, 4.5)):
+        state.apply(EpochRecord(stage=stage, epoch=epoch, wall_s=wall, samples=8))
+    console = Console(width=120, record=True, file=open(os.devnull, "w"))  # noqa: SIM115
+    console.print(_live_view(state, tmp_path))
+    rows = [line.split("│")[1:3] for line in console.export_text().splitlines() if "│" in line]
+    assert [(e.strip(), s.strip()) for e, s in rows] == [("0", "train"), ("0", "val"), ("1", "val")]
