@@ -127,3 +127,27 @@ def test_the_verdict_opens_with_one_sentence_and_says_each_change_once(tmp_path:
     print_summary(build_report(run), console)
     text = console.export_text()
     assert "; measured best change: model.channels_last=true 1.25x.\n" in text
+
+
+def test_the_compute_advice_names_only_changes_the_run_does_not_already_make(
+    tmp_path: Path,
+) -> None:
+    """The demo trains channels-last; its verdict told it to "try torch.compile and
+    channels_last" all the same. The words now follow the candidates."""
+    _, plain = finding(compute_bound_run(tmp_path / "plain", peak=1e11))
+    assert "channels_last" in plain.suggestion
+    assert "torch.compile" in plain.suggestion
+    config = {**CONFIG, "model": {**CONFIG["model"], "channels_last": True, "compile": True}}
+    info = {"cpu_count": 2, "torch_threads": 2}
+    root = make_run(
+        tmp_path / "on",
+        [epoch_record("val", e, VAL) for e in range(2)],
+        config=config,
+        run_info=info,
+    )
+    _, on = finding(root)
+    assert "channels_last" not in on.suggestion
+    assert "torch.compile" not in on.suggestion
+    assert "torch threads" not in on.suggestion  # compute already uses both cores
+    assert "make it cheaper" in on.suggestion
+    assert not {c.family for c in on.candidates} & {"channels_last", "compile", "threads"}

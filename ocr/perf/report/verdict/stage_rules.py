@@ -335,21 +335,26 @@ def compute_bound(s: StageSummary, run: RunData, adv: Settings, total_s: float) 
         has_room = None
     candidates: list[Candidate] = []
     if suggestion is None:  # room for faster kernels, or unknown
-        if run.device == "cpu":
-            threads = f"{adv.cpu_count} cores here" if adv.cpu_count else "the physical cores"
-            suggestion = headroom + (
-                f"the model's own compute dominates on CPU: make it cheaper (smaller {canvas}, "
-                f"{smaller_model}), try torch.compile and channels_last, and give torch threads "
-                f"{threads} (the DataLoader workers mostly wait while compute dominates)."
-            )
-        else:
-            precision = adv.name(adv.key("precision", prefer=("trainer",)), "the precision")
-            suggestion = headroom + (
-                f"the GPU work dominates: mixed precision ({precision} -> 16-mixed or "
-                f"bf16-mixed), a larger {batch} if memory allows, torch.compile and "
-                "channels_last."
-            )
         candidates = candidates_for("compute_bound", adv.facts(s, has_room))
+        # only the kernel changes the run does not already make (its candidates)
+        words = {
+            "threads": f"{adv.cpu_count} cores here" if adv.cpu_count else "the physical cores",
+            "batch": batch,
+            "precision": adv.name(adv.key("precision", prefer=("trainer",)), "the precision"),
+            "mixed": "bf16-mixed" if run.device == "cpu" else "16-mixed or bf16-mixed",
+        }
+        proposed = [
+            _KERNEL_WORDS[c.family].format(**words) for c in candidates if c.family in _KERNEL_WORDS
+        ]
+        kernels = f"; try {_joined(proposed)}" if proposed else ""
+        where = (
+            "the model's own compute dominates on CPU"
+            if run.device == "cpu"
+            else "the GPU work dominates"
+        )
+        suggestion = (
+            f"{headroom}{where}: make it cheaper (smaller {canvas}, {smaller_model}){kernels}."
+        )
     return Finding(
         id="compute_bound",
         severity="info",
@@ -361,6 +366,23 @@ def compute_bound(s: StageSummary, run: RunData, adv: Settings, total_s: float) 
         stage=s.stage,
         candidates=candidates,
     )
+
+
+#: How the compute-bound suggestion words each kernel-level candidate family.
+_KERNEL_WORDS = {
+    "threads": (
+        "torch threads on {threads} (the DataLoader workers mostly wait while compute dominates)"
+    ),
+    "channels_last": "channels_last",
+    "compile": "torch.compile",
+    "precision": "mixed precision ({precision} -> {mixed})",
+    "cudnn_benchmark": "cuDNN's autotuner (benchmark=True)",
+    "batch_size": "a larger {batch} if memory allows",
+}
+
+
+def _joined(words: list[str]) -> str:
+    return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
 
 
 def _compute_mfu(
