@@ -35,11 +35,18 @@ def live_line(
     phases_s: Mapping[str, float],
     samples_per_sec: float | None,
     verdict: str | None = None,
+    *,
+    world_size: int = 1,
 ) -> str:
-    """The phase split, ``· N samples/s`` and ``· <verdict>`` (each part only when known)."""
+    """The phase split, ``· N samples/s`` and ``· <verdict>`` (each part only when known).
+
+    ``samples_per_sec`` is all ranks' rate, the one the epoch records and the report state. A
+    rate measured on one rank of ``world_size`` is scaled to all ranks (DDP ranks step together,
+    one batch each) and says so: ``14.6 samples/s (2 ranks)``."""
     parts = [phase_split(phases_s)]
     if samples_per_sec is not None and samples_per_sec > 0:
-        parts.append(f"{samples_per_sec:.1f} samples/s")
+        ranks = f" ({world_size} ranks)" if world_size > 1 else ""
+        parts.append(f"{samples_per_sec * world_size:.1f} samples/s{ranks}")
     if verdict:
         parts.append(verdict)
     return " · ".join(p for p in parts if p)

@@ -204,7 +204,7 @@ def interval_line(record: IntervalRecord) -> str:
         f"  epoch {record.epoch} {record.stage} so far: {record.num_batches} batches, "
         f"{record.elapsed_s:.1f} s"
     )
-    rest = live_line(record.phases_s, record.samples_per_sec)
+    rest = live_line(record.phases_s, record.samples_per_sec, world_size=record.world_size)
     return f"{head} · {rest}" if rest else head
 
 

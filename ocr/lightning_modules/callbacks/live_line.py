@@ -43,7 +43,8 @@ def live_text(trainer: L.Trainer) -> str:
         phases = epoch.phases_s(recorder.clock)
         straggler = recorder.straggler.rank if recorder.straggler is not None else None
         verdict = live_verdict(epoch.stage, phases, straggler)
-        return live_line(phases, epoch.samples_per_sec(time.perf_counter_ns()), verdict)
+        rate = epoch.samples_per_sec(time.perf_counter_ns())  # this rank's
+        return live_line(phases, rate, verdict, world_size=trainer.world_size)
     except Exception as exc:
         _failed = True
         warnings.warn(

@@ -232,3 +232,24 @@ def test_the_live_view_lists_an_epochs_training_before_its_validation(tmp_path: 
     console.print(_live_view(state, tmp_path))
     rows = [line.split("│")[1:3] for line in console.export_text().splitlines() if "│" in line]
     assert [(e.strip(), s.strip()) for e, s in rows] == [("0", "train"), ("0", "val"), ("1", "val")]
+
+
+def test_live_rates_are_all_ranks_like_the_epoch_records() -> None:
+    """Under DDP the epoch records and the report state all ranks' samples/s; the live line and
+    the watch's open-epoch line scale one rank's rate to them and say so (one figure per fact)."""
+    from ocr.perf.watch import interval_line
+
+    phases = {"forward": 2.0, "backward": 1.0}
+    assert live_line(phases, 7.3).endswith("· 7.3 samples/s")
+    assert live_line(phases, 7.3, world_size=2).endswith("· 14.6 samples/s (2 ranks)")
+    record = IntervalRecord(
+        stage=Stage.TRAIN,
+        epoch=1,
+        num_batches=20,
+        samples=80,
+        elapsed_s=10.0,
+        world_size=2,
+        phases_s=phases,
+        samples_per_sec=8.0,
+    )
+    assert "16.0 samples/s (2 ranks)" in interval_line(record)
