@@ -89,6 +89,30 @@ def test_plain_progress_lines_carry_the_live_phase_line(
     assert all(r.samples_per_sec is not None and r.samples_per_sec > 0 for r in intervals)
 
 
+class SleepyValidation(SleepyStep):
+    """Its validation step sleeps too: the validation window has its own phase split."""
+
+    def validation_step(self, batch: list[torch.Tensor], batch_idx: int) -> None:
+        time.sleep(self.sleep_s)
+
+
+def test_a_validation_windows_live_line_names_its_stage(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The Rich bar keeps a line for a while, so a validation split could stand beside the next
+    training bar: it names its stage; a training split does not need to."""
+    _trainer(tmp_path, num_sanity_val_steps=0).fit(
+        SleepyValidation(), _loader(), _loader()
+    )
+    lines = capsys.readouterr().out.splitlines()
+    val = [line for line in lines if " val " in line and " · " in line]
+    train = [line for line in lines if " train " in line and " · " in line]
+    assert val, "\n".join(lines)
+    assert all(" · val: forward " in line for line in val), "\n".join(val)
+    assert train
+    assert not [line for line in train if "val:" in line], "\n".join(train)
+
+
 def test_a_failed_run_ends_failed(tmp_path: Path) -> None:
     with pytest.raises(RuntimeError, match="planted failure"):
         _trainer(tmp_path).fit(SleepyStep(fail_at=3), _loader())

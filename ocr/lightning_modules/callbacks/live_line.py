@@ -21,6 +21,7 @@ from lightning.pytorch.callbacks import RichProgressBar
 from ocr.lightning_modules.callbacks.errors import PerfCallbackWarning
 from ocr.lightning_modules.callbacks.recorder import StageRecorder
 from ocr.perf.live import live_line, live_verdict
+from ocr.perf.stage import Stage
 
 #: Seconds between two updates of the line in the Rich bar.
 REFRESH_S = 2.0
@@ -44,7 +45,10 @@ def live_text(trainer: L.Trainer) -> str:
         straggler = recorder.straggler.rank if recorder.straggler is not None else None
         verdict = live_verdict(epoch.stage, phases, straggler)
         rate = epoch.samples_per_sec(time.perf_counter_ns())  # this rank's
-        return live_line(phases, rate, verdict, world_size=trainer.world_size)
+        line = live_line(phases, rate, verdict, world_size=trainer.world_size)
+        # a validation window's split names its stage: the Rich bar keeps a line up to
+        # REFRESH_S, so it can still stand beside the next training epoch's bar
+        return line if not line or epoch.stage == Stage.TRAIN else f"{epoch.stage}: {line}"
     except Exception as exc:
         _failed = True
         warnings.warn(
