@@ -101,9 +101,7 @@ def test_a_validation_windows_live_line_names_its_stage(
 ) -> None:
     """The Rich bar keeps a line for a while, so a validation split could stand beside the next
     training bar: it names its stage; a training split does not need to."""
-    _trainer(tmp_path, num_sanity_val_steps=0).fit(
-        SleepyValidation(), _loader(), _loader()
-    )
+    _trainer(tmp_path, num_sanity_val_steps=0).fit(SleepyValidation(), _loader(), _loader())
     lines = capsys.readouterr().out.splitlines()
     val = [line for line in lines if " val " in line and " · " in line]
     train = [line for line in lines if " train " in line and " · " in line]
