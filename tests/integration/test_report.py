@@ -162,7 +162,11 @@ def test_compute_bound_is_named_first(tmp_path: Path) -> None:
     assert first.stage == "train"
     assert "CPU" in first.suggestion  # CPU runs get CPU advice
     assert "AMP" not in first.suggestion
-    assert "precision" not in first.suggestion
+    assert "-> 16-mixed" not in first.suggestion  # the GPU words
+    # mixed precision only as the run's own candidate (bf16-mixed, on a CPU with native bf16)
+    bf16 = [c for c in first.candidates if c.family == "precision"]
+    assert ("precision" in first.suggestion) == bool(bf16)
+    assert all("bf16-mixed" in c.description for c in bf16)
 
 
 def test_copied_run_dir_gives_the_same_report(tmp_path: Path) -> None:
