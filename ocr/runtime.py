@@ -251,3 +251,13 @@ def summarize_metrics(title: str, metrics: Mapping[str, float], trainer: L.Train
         print(f"VAL H-mean: {metrics['val/hmean']:.4f}")
     # Not trainer.log_dir: under DDP it is a broadcast, and this runs on rank zero only.
     print(f"run directory: {trainer.default_root_dir}")
+
+
+def end_distributed() -> None:
+    """Destroy the default process group after a run that finished, as PyTorch documents for
+    the end of a training script (once per process). Lightning leaves it up; Gloo's worker
+    threads then meet the interpreter's shutdown and can abort the process ("terminate called
+    without an active exception", exit -6) after a run that succeeded. Not called after a
+    failure: other ranks may still be inside a collective."""
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()

@@ -25,7 +25,7 @@ from rich.table import Table
 from ocr.cli_errors import expected_errors
 from ocr.console import print_renderable, widen_for_logs
 from ocr.errors import CheckpointError, ConfigError, MissingPathError
-from ocr.runtime import apply_torch_threads, build_trainer, register_resolvers
+from ocr.runtime import apply_torch_threads, build_trainer, end_distributed, register_resolvers
 
 log = logging.getLogger(__name__)
 register_resolvers()
@@ -103,6 +103,7 @@ def main(cfg: DictConfig) -> None:
     widen_for_logs()  # a log's tables and model summary keep their rows whole
     with expected_errors("ocr-test"):
         run_test(cfg)
+    end_distributed()  # after success only (see its docstring)
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ from ocr.run_folder import claim_run_folder
 from ocr.runtime import (
     apply_torch_threads,
     build_trainer,
+    end_distributed,
     register_resolvers,
     summarize_metrics,
 )
@@ -70,6 +71,7 @@ def main(cfg: DictConfig) -> None:
     widen_for_logs()  # a log's tables and model summary keep their rows whole
     with expected_errors("ocr-train"):
         run_train(cfg)
+    end_distributed()  # after success only (see its docstring)
 
 
 if __name__ == "__main__":

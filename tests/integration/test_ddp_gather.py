@@ -78,6 +78,7 @@ if __name__ == "__main__":
     val = TensorDataset(torch.randn(16, 4), torch.randn(16, 1))
     trainer.fit(Module(), DataLoader(train, batch_size=4), DataLoader(val, batch_size=4))
     print(f"rank {trainer.global_rank} finished at epoch {trainer.current_epoch}")
+    torch.distributed.destroy_process_group()  # PyTorch's shutdown: Gloo threads can abort the exit
 """
 TRAIN_SAMPLES, VAL_SAMPLES = 64, 16  # over both ranks, per epoch
 

@@ -778,6 +778,7 @@ if __name__ == "__main__":
     )
     trainer.fit(Module(), DataLoader(Data(), batch_size=4))
     print(f"rank {{trainer.global_rank}} finished at epoch {{trainer.current_epoch}}")
+    torch.distributed.destroy_process_group()  # PyTorch's shutdown: Gloo threads can abort the exit
 """
 DDP_DELAY = 0.05
 DDP_STEPS = 8  # 64 samples / 2 ranks / batch 4

@@ -205,6 +205,7 @@ if __name__ == "__main__":
     )
     trainer.fit(Module(), DataLoader(data, batch_size=4))
     print(f"rank {trainer.global_rank} windows {len(cb.windows)}")
+    torch.distributed.destroy_process_group()  # PyTorch's shutdown: Gloo threads can abort the exit
 """
 
 

@@ -69,6 +69,7 @@ if __name__ == "__main__":
     # both runs in one launch (Lightning starts rank 1 once): the DDP start-up is paid once
     fit(sys.argv[1], float(sys.argv[2]))
     fit(sys.argv[3], 0.0)
+    torch.distributed.destroy_process_group()  # PyTorch's shutdown: Gloo threads can abort the exit
 """
 SLEEP_S = 0.04
 

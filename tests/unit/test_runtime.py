@@ -269,3 +269,25 @@ def test_auto_precision_takes_bf16_only_where_the_cpu_has_it(
     assert runtime.auto_precision("bf16") == "16-mixed"
     with pytest.raises(InputError, match="takes nothing or 'bf16', got 'fp8'"):
         runtime.auto_precision("fp8")
+
+
+def test_end_distributed_destroys_the_process_group_and_is_a_no_op_without_one(
+    tmp_path: Path,
+) -> None:
+    """ocr-train / ocr-test end a run that finished by destroying the process group, as PyTorch
+    documents: left to the interpreter's exit, Gloo's threads can abort a successful run."""
+    import torch.distributed as dist
+
+    from ocr.runtime import end_distributed
+
+    end_distributed()  # no group: nothing to do
+    dist.init_process_group(
+        "gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1
+    )
+    try:
+        assert dist.is_initialized()
+        end_distributed()
+        assert not dist.is_initialized()
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
