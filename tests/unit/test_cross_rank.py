@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import torch
 import torch.distributed as dist
 
 from ocr.lightning_modules.callbacks.cross_rank import RankEpoch, gather_ranks, merge_ranks
@@ -117,3 +118,21 @@ def test_without_a_process_group_every_rank_turns_off_alike() -> None:
     assert merged is None
     assert off is not None
     assert "no torch.distributed process group" in off
+
+
+@pytest.mark.usefixtures("one_rank_group")
+def test_the_timing_hook_holds_no_default_group_and_still_all_reduces() -> None:
+    """A reference to the default group in the hook's state kept the Gloo group alive past
+    destroy_process_group(): finished 2-rank runs then aborted at exit (3 in 12, 0 in 12
+    without the reference). The hook looks the group up when it runs instead."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    from ocr.lightning_modules.callbacks.cross_rank import hook_ddp
+
+    model = DistributedDataParallel(torch.nn.Linear(4, 1))
+    timer = hook_ddp(model)
+    assert timer is not None
+    assert timer.process_group is None
+    model(torch.randn(8, 4)).sum().backward()
+    assert timer.ready_ns > 0
+    assert model.module.weight.grad is not None
