@@ -163,7 +163,7 @@ class CommTimer:
     ready_ns: int = 0
 
 
-def dist_world() -> torch.distributed.ProcessGroup:
+def _default_group() -> torch.distributed.ProcessGroup:
     """The default process group, looked up when used (never held)."""
     group = torch.distributed.group.WORLD
     if group is None:
@@ -178,7 +178,7 @@ def _timed_allreduce(
     The annotations are required: DDP checks them at registration."""
     from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 
-    group = state.process_group if state.process_group is not None else dist_world()
+    group = state.process_group if state.process_group is not None else _default_group()
     future = allreduce_hook(group, bucket)
     state.ready_ns = time.perf_counter_ns()
     return future
@@ -204,7 +204,8 @@ def hook_ddp(model: torch.nn.Module) -> CommTimer | None:
     # The default group is not held here (None means it to the all-reduce): a reference in the
     # hook's state kept the Gloo group alive past destroy_process_group(), and its teardown in
     # the interpreter's finalization aborted finished runs ("terminate called without an active
-    # exception"; 3 launches in 12 with our monitors, 0 in 12 without).
+    # exception": 3 finished 2-rank launches in 12 with destroy_process_group() called, 0 in 12
+    # since).
     group = model.process_group
     timer = CommTimer(None if group is torch.distributed.group.WORLD else group)
     try:
