@@ -8,14 +8,26 @@ Pure and vectorised, like :mod:`~ocr.perf.trace.steps`; results are the typed ro
 from __future__ import annotations
 
 import math
+from collections import Counter
+from dataclasses import dataclass
 
 import numpy as np
 
-from ocr.perf.trace.result import DeviceOpRow, MemoryPeak, OpRow, Outlier, StepStats
-from ocr.perf.trace.steps import PHASES, STEP_NAME, StepTable, launch_calls
+from ocr.perf.trace.result import DeviceOpRow, OpRow, Outlier, StepStats
+from ocr.perf.trace.steps import STEP_NAME, launch_calls
 from ocr.perf.trace.table import EventTable, Kind
 
-__all__ = ["device_ops", "host_ops", "memory_report", "ms", "step_statistics"]
+__all__ = [
+    "DeviceSums",
+    "OpSums",
+    "device_ops",
+    "device_sums",
+    "host_ops",
+    "host_self_ns",
+    "host_sums",
+    "ms",
+    "step_statistics",
+]
 
 
 def ms(ns: float) -> float:
@@ -23,83 +35,153 @@ def ms(ns: float) -> float:
     return round(float(ns) / 1e6, 6)
 
 
-def host_ops(
-    table: EventTable, kinds: tuple[int, ...], top_k: int | None, n_steps: int
-) -> list[OpRow]:
-    """Per-name aggregates of host events of ``kinds``: calls, self and total time, share of all
-    host self time; sorted by self time. ``ProfilerStep#N`` names are pooled as
-    ``ProfilerStep*`` (as torch's ``key_averages`` does)."""
-    host = np.isin(table.kind, Kind.HOST)
-    total_self = float(table.self_ns[host].sum()) or 1.0
-    sel = np.isin(table.kind, kinds)
+@dataclass
+class OpSums:
+    """Per-name sums of host events (name codes of the table, plus one pooled
+    ``ProfilerStep*`` code at the end): calls, self and total (outermost same-name calls) ns."""
+
+    calls: np.ndarray
+    self_ns: np.ndarray
+    total_ns: np.ndarray
+
+    def __add__(self, other: OpSums) -> OpSums:
+        return OpSums(
+            self.calls + other.calls,
+            self.self_ns + other.self_ns,
+            self.total_ns + other.total_ns,
+        )
+
+
+def host_sums(table: EventTable, kinds: tuple[int, ...]) -> OpSums:
+    """:class:`OpSums` of the table's counted host events of ``kinds``. ``ProfilerStep#N`` names
+    are pooled as ``ProfilerStep*`` (as torch's ``key_averages`` does)."""
+    sel = np.isin(table.kind, kinds) & table.members()
     step_alias = table.name_ids(lambda n: STEP_NAME.match(n) is not None)
     names = table.name[sel]
-    pooled = "ProfilerStep*"
     alias_code = len(table.names)
     names = np.where(step_alias[names], alias_code, names)
     size = alias_code + 1
     calls = np.bincount(names, minlength=size)
-    self_ns = np.bincount(names, weights=table.self_ns[sel], minlength=size)
+    self_ns = np.bincount(names, weights=table.self_ns[sel], minlength=size).astype(np.int64)
     # total time: nested calls of the same name are not double counted (only the outermost)
     parent = table.parent[sel]
     par_name = np.where(parent >= 0, table.name[np.maximum(parent, 0)], -1)
     par_name = np.where((par_name >= 0) & step_alias[np.maximum(par_name, 0)], alias_code, par_name)
     outer = par_name != names
     total_ns = np.bincount(names[outer], weights=table.dur[sel][outer], minlength=size)
-    order = np.argsort(-self_ns, kind="stable")
-    order = order[calls[order] > 0]
+    return OpSums(calls, self_ns, total_ns.astype(np.int64))
+
+
+def host_self_ns(table: EventTable) -> int:
+    """Self time of the counted host events (every host kind): the base of ``self_pct``."""
+    host = np.isin(table.kind, Kind.HOST) & table.members()
+    return int(table.self_ns[host].sum())
+
+
+def host_ops(
+    names: list[str], sums: OpSums, total_self: int, top_k: int | None, n_steps: int
+) -> list[OpRow]:
+    """Rows of :class:`OpSums` (``names`` the table's): calls, self and total time, share of
+    all host self time (``total_self``); sorted by self time."""
+    pooled = "ProfilerStep*"
+    alias_code = len(names)
+    total = float(total_self) or 1.0
+    order = np.argsort(-sums.self_ns, kind="stable")
+    order = order[sums.calls[order] > 0]
     if top_k is not None:
         order = order[:top_k]
     rows = []
     for c in order.tolist():
         rows.append(
             OpRow(
-                name=pooled if c == alias_code else table.names[c],
-                calls=int(calls[c]),
-                self_ms=ms(self_ns[c]),
-                total_ms=ms(total_ns[c]),
-                self_pct=round(float(100.0 * self_ns[c] / total_self), 3),
-                self_ms_per_step=ms(self_ns[c] / n_steps) if n_steps else None,
+                name=pooled if c == alias_code else names[c],
+                calls=int(sums.calls[c]),
+                self_ms=ms(sums.self_ns[c]),
+                total_ms=ms(sums.total_ns[c]),
+                self_pct=round(float(100.0 * sums.self_ns[c] / total), 3),
+                self_ms_per_step=ms(sums.self_ns[c] / n_steps) if n_steps else None,
             )
         )
     return rows
 
 
-def device_ops(table: EventTable, top_k: int | None, n_steps: int) -> list[DeviceOpRow]:
-    """Per-name aggregates of kernels, memcpy and memset: calls, total (= self) time, mean, share
-    of device busy time, and the CPU op that launched them most often (via ``correlation``)."""
-    dev = np.flatnonzero(np.isin(table.kind, Kind.DEVICE))
-    if dev.size == 0:
-        return []
-    total = float(table.dur[dev].sum()) or 1.0
-    names = table.name[dev]
+@dataclass
+class DeviceSums:
+    """Per-name sums of device events: calls, ns, the kind of each name (first seen, -1 for
+    none) and launches per ``(device name, launching op name)`` code pair."""
+
+    calls: np.ndarray
+    dur: np.ndarray
+    kind: np.ndarray
+    launched: Counter[tuple[int, int]]
+
+    def __add__(self, other: DeviceSums) -> DeviceSums:
+        return DeviceSums(
+            self.calls + other.calls,
+            self.dur + other.dur,
+            np.where(self.kind >= 0, self.kind, other.kind),
+            self.launched + other.launched,
+        )
+
+
+def device_sums(table: EventTable) -> DeviceSums:
+    """:class:`DeviceSums` of the table's counted kernels, memcpy and memset; the launching
+    op through ``correlation``."""
     size = len(table.names)
-    calls = np.bincount(names, minlength=size)
-    dur = np.bincount(names, weights=table.dur[dev], minlength=size)
+    dev = np.flatnonzero(np.isin(table.kind, Kind.DEVICE) & table.members())
+    names = table.name[dev]
+    kind = np.full(size, -1, np.int64)
+    codes, at = np.unique(names, return_index=True)  # the first event of each name
+    kind[codes] = table.kind[dev[at]]
     launcher = _launchers(table, dev)
-    order = np.argsort(-dur, kind="stable")
-    order = order[calls[order] > 0]
+    ok = launcher >= 0
+    pairs, counts = np.unique(
+        names[ok].astype(np.int64) * (size + 1) + launcher[ok], return_counts=True
+    )
+    launched: Counter[tuple[int, int]] = Counter(
+        {
+            (int(p) // (size + 1), int(p) % (size + 1)): int(k)
+            for p, k in zip(pairs.tolist(), counts.tolist(), strict=True)
+        }
+    )
+    return DeviceSums(
+        calls=np.bincount(names, minlength=size),
+        dur=np.bincount(names, weights=table.dur[dev], minlength=size).astype(np.int64),
+        kind=kind,
+        launched=launched,
+    )
+
+
+def device_ops(
+    names: list[str], sums: DeviceSums, top_k: int | None, n_steps: int
+) -> list[DeviceOpRow]:
+    """Rows of :class:`DeviceSums`: calls, total (= self) time, mean, share of device busy time,
+    and the CPU op that launched them most often."""
+    if not sums.calls.any():
+        return []
+    total = float(sums.dur.sum()) or 1.0
+    order = np.argsort(-sums.dur, kind="stable")
+    order = order[sums.calls[order] > 0]
     if top_k is not None:
         order = order[:top_k]
-    kind_of: dict[int, int] = {}
-    for c, k in zip(names.tolist(), table.kind[dev].tolist(), strict=True):
-        kind_of.setdefault(c, k)
+    by_name: dict[int, list[tuple[int, int]]] = {}
+    for (d, launcher), k in sums.launched.items():
+        by_name.setdefault(d, []).append((k, launcher))
     rows = []
     for c in order.tolist():
-        launched = launcher[names == c]
-        launched = launched[launched >= 0]
-        by = table.names[int(np.bincount(launched).argmax())] if launched.size else None
+        # the most frequent launcher, the lowest code on a tie (as ``bincount().argmax()``)
+        best = max(by_name.get(c, []), key=lambda kl: (kl[0], -kl[1]), default=None)
         rows.append(
             DeviceOpRow(
-                name=table.names[c],
-                kind=_DEVICE_KINDS[kind_of[c]],
-                calls=int(calls[c]),
-                total_ms=ms(dur[c]),
-                self_ms=ms(dur[c]),
-                mean_us=round(float(dur[c]) / float(calls[c]) / 1e3, 3),
-                share_pct=round(float(100.0 * dur[c] / total), 3),
-                self_ms_per_step=ms(dur[c] / n_steps) if n_steps else None,
-                launched_by=by,
+                name=names[c],
+                kind=_DEVICE_KINDS[int(sums.kind[c])],
+                calls=int(sums.calls[c]),
+                total_ms=ms(sums.dur[c]),
+                self_ms=ms(sums.dur[c]),
+                mean_us=round(float(sums.dur[c]) / float(sums.calls[c]) / 1e3, 3),
+                share_pct=round(float(100.0 * sums.dur[c] / total), 3),
+                self_ms_per_step=ms(sums.dur[c] / n_steps) if n_steps else None,
+                launched_by=names[best[1]] if best is not None else None,
             )
         )
     return rows
@@ -117,88 +199,6 @@ def _launchers(table: EventTable, dev: np.ndarray) -> np.ndarray:
     ok = par >= 0
     out[ok] = table.name[par[ok]]
     return out
-
-
-def memory_report(
-    table: EventTable, steps: StepTable, points: int = 200
-) -> tuple[list[MemoryPeak], dict[str, list[list[float]]]]:
-    """Peak memory per (source, device) and a downsampled timeline of allocated bytes.
-
-    Uses ``Total Allocated``/``Total Reserved`` where the trace writes them; older traces only have
-    per-event ``Bytes``, so the running sum is used and the peak is marked ``estimated`` (growth
-    since profiling started; allocations made before are unknown)."""
-    mem = table.memory
-    peaks: list[MemoryPeak] = []
-    timeline: dict[str, list[list[float]]] = {}
-    if len(mem) == 0:
-        return peaks, timeline
-    dev_key = mem.src * 1_000_000 + mem.device_type * 1000 + (mem.device_id + 1)
-    for key in np.unique(dev_key).tolist():
-        rows = np.flatnonzero(dev_key == key)
-        rows = rows[np.argsort(mem.ts[rows], kind="stable")]
-        src = int(mem.src[rows[0]])
-        dtype, did = int(mem.device_type[rows[0]]), int(mem.device_id[rows[0]])
-        device = "cpu" if dtype == 0 else (f"cuda:{did}" if dtype == 1 else f"type{dtype}:{did}")
-        alloc = mem.total_allocated[rows]
-        estimated = bool((alloc < 0).any())
-        if estimated:
-            alloc = np.cumsum(mem.nbytes[rows])
-            alloc = alloc - min(0, int(alloc.min()))
-        reserved = mem.total_reserved[rows]
-        k = int(np.argmax(alloc))
-        t_peak = int(mem.ts[rows[k]])
-        label = f"{device}" if len(table.sources) == 1 else f"{device}@{src}"
-        capacity = None
-        if dtype == 1:
-            for d in table.sources[src].device_properties:
-                if d.get("id") == did and isinstance(d.get("totalGlobalMem"), int | float):
-                    capacity = int(d["totalGlobalMem"])
-        step_label = None
-        phase = None
-        if len(steps):
-            inside = np.flatnonzero(
-                (steps.src == src) & (steps.start <= t_peak) & (steps.end > t_peak)
-            )
-            if inside.size:
-                si = int(inside[0])
-                step_label = steps.label[si]
-                seg = np.flatnonzero(
-                    (steps.seg_step == si) & (steps.seg_start <= t_peak) & (steps.seg_end > t_peak)
-                )
-                if seg.size:
-                    phase = PHASES[int(steps.seg_phase[seg[0]])]
-        peak_reserved = int(reserved.max()) if (reserved >= 0).any() else None
-        peaks.append(
-            MemoryPeak(
-                device=device,
-                source=src,
-                peak_allocated_bytes=int(alloc[k]),
-                peak_reserved_bytes=peak_reserved,
-                estimated=estimated,
-                at_ms=ms(t_peak),
-                step=step_label,
-                phase=phase,
-                capacity_bytes=capacity,
-                pct_of_capacity=(
-                    round(100.0 * max(int(alloc[k]), peak_reserved or 0) / capacity, 2)
-                    if capacity
-                    else None
-                ),
-                events=int(rows.size),
-            )
-        )
-        # downsample keeping each bin's maximum so the peak survives
-        bins = np.minimum(
-            ((mem.ts[rows] - mem.ts[rows[0]]) * points) // max(1, int(np.ptp(mem.ts[rows])) + 1),
-            points - 1,
-        )
-        hi = np.full(points, -1, np.int64)
-        np.maximum.at(hi, bins, alloc)
-        t_bin = np.zeros(points, np.int64)
-        np.maximum.at(t_bin, bins, mem.ts[rows])
-        used = hi >= 0
-        timeline[label] = [[ms(t), int(v)] for t, v in zip(t_bin[used], hi[used], strict=True)]
-    return peaks, timeline
 
 
 def step_statistics(wall_ns: np.ndarray, labels: list[str]) -> StepStats | None:

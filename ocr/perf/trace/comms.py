@@ -190,6 +190,35 @@ def communication(table: EventTable, steps: StepTable) -> CommTable:
     return out
 
 
+def concat_comm(parts: list[CommTable]) -> CommTable:
+    """The :class:`CommTable` of consecutive time windows of one file (rows follow
+    :func:`~ocr.perf.trace.steps.concat_steps`; a source measures on the device where any
+    window does)."""
+    if len(parts) == 1:
+        return parts[0]
+    method: dict[int, str | None] = {}
+    calls: dict[int, dict[str, int]] = {}
+    names_ns: dict[int, dict[str, int]] = {}
+    for p in parts:
+        for src, m in p.method.items():
+            if m == "device" or method.get(src) is None:
+                method[src] = m
+        for into, per in ((calls, p.calls), (names_ns, p.names_ns)):
+            for src, d in per.items():
+                target = into.setdefault(src, {})
+                for k, v in d.items():
+                    target[k] = target.get(k, 0) + v
+    return CommTable(
+        method=method,
+        total=np.concatenate([p.total for p in parts]),
+        overlapped=np.concatenate([p.overlapped for p in parts]),
+        exposed=np.concatenate([p.exposed for p in parts]),
+        exposed_phases=np.concatenate([p.exposed_phases for p in parts]),
+        calls=calls,
+        names_ns=names_ns,
+    )
+
+
 def _process_of_thread(table: EventTable) -> np.ndarray:
     """Per thread code, a code shared by the threads of one (source, pid)."""
     codes: dict[tuple[int, str], int] = {}

@@ -22,6 +22,7 @@ import sys
 import time
 import zlib
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, Union, cast
@@ -441,7 +442,9 @@ def _decode_piece_generic(data: bytes) -> tuple[list[Any], bool]:
         raise Fallback(str(exc)) from exc
 
 
-def parse_file(path: Path, chunk_bytes: int | None = None) -> Parsed | None:
+def parse_file(
+    path: Path, chunk_bytes: int | None = None, columns: Callable[[], _Columns] | None = None
+) -> Parsed | None:
     """Read one file into columns; ``None`` when it is JSON but not a trace (directory scans).
 
     A regular file (plain or gzip) is streamed: its ``traceEvents`` are decoded in pieces of
@@ -450,8 +453,10 @@ def parse_file(path: Path, chunk_bytes: int | None = None) -> Parsed | None:
     arrays before the next is read, so memory follows the number of complete events, not the
     size of the file. A file the stream cannot take (malformed, unusual) and a pipe are decoded
     whole, as one piece; that path names the problem of a malformed file. ``chunk_bytes``
-    defaults to :data:`CHUNK_BYTES` (read when called).
+    defaults to :data:`CHUNK_BYTES` (read when called); ``columns`` makes the sink of each
+    attempt (:mod:`~ocr.perf.trace.spill` spills large files to disk).
     """
+    make = columns or _Columns
     t0 = time.perf_counter()
     chunk = CHUNK_BYTES if chunk_bytes is None else chunk_bytes
     content = None
@@ -463,18 +468,17 @@ def parse_file(path: Path, chunk_bytes: int | None = None) -> Parsed | None:
                 fh.seek(0)
                 stream = cast(BinaryIO, gzip.GzipFile(fileobj=fh, mode="rb") if gz else fh)
                 try:
-                    return _parse_stream(path, stream, chunk, t0)
+                    return _parse_stream(path, stream, chunk, t0, make())
                 except Fallback:
                     pass
             else:  # a pipe (``<(zcat ...)``), a device, an empty file: read what comes
                 content = fh.read()
     except OSError as exc:
         raise TraceError(path, f"cannot read: {exc.strerror or exc}") from exc
-    return _parse_whole(path, t0, content)
+    return _parse_whole(path, t0, make(), content)
 
 
-def _parse_stream(path: Path, fh: BinaryIO, chunk: int, t0: float) -> Parsed | None:
-    cols = _Columns()
+def _parse_stream(path: Path, fh: BinaryIO, chunk: int, t0: float, cols: _Columns) -> Parsed | None:
     top: dict[str, Any] = {}
     key = ""
     has_events = False
@@ -497,7 +501,9 @@ def _parse_stream(path: Path, fh: BinaryIO, chunk: int, t0: float) -> Parsed | N
     return cols.finish(path, _TopLevel(**top), time.perf_counter() - t0)
 
 
-def _parse_whole(path: Path, t0: float, content: bytes | None = None) -> Parsed | None:
+def _parse_whole(
+    path: Path, t0: float, cols: _Columns, content: bytes | None = None
+) -> Parsed | None:
     """The whole file decoded at once (the tagged decoder, else the generic one, which is the
     only path that reports malformed JSON)."""
     data = _read_bytes(path, content)
@@ -510,7 +516,6 @@ def _parse_whole(path: Path, t0: float, content: bytes | None = None) -> Parsed 
         return None
     top, n_entries, n_bad, complete, memory, meta = split
     del split
-    cols = _Columns()
     cols.add_split(n_entries, n_bad, complete, memory, meta)
     del complete, memory, meta
     return cols.finish(path, top, time.perf_counter() - t0)
@@ -554,6 +559,7 @@ class _Columns:
         self.mem_pairs: set[tuple[int, int]] = set()
         self.thread_names: dict[tuple[str, str], str] = {}
         self.n_events = self.n_bad = self.n_no_ts = self.n_bad_dur = 0
+        self.base_ns = 0
 
     def add(self, entries: list[Any], generic: bool) -> None:
         """Reduce one piece of the event list (decoded by the fast or the generic decoder)."""
@@ -641,7 +647,7 @@ class _Columns:
                 f"{path.name}: {self.n_bad_dur} complete events without a valid 'dur' "
                 "(counted as zero length)"
             )
-        base_ns = _as_int(top.baseTimeNanoseconds) or 0
+        base_ns = self.base_ns = _as_int(top.baseTimeNanoseconds) or 0
         mem = {k: _join(v, np.float64 if k == "ts" else np.int64) for k, v in self.mem.items()}
         mem["ts"] = _to_ns(mem["ts"], base_ns)
         pids, tids = list(self.mem_pid), list(self.mem_tid)

@@ -22,13 +22,15 @@ A clean trace has no problem; :class:`Integrity` says so with ``clean``.
 from __future__ import annotations
 
 import statistics
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 
 import msgspec
 import numpy as np
 
 from ocr.perf.trace.steps import StepTable, launch_calls, locate
-from ocr.perf.trace.table import EventTable, Kind
+from ocr.perf.trace.table import EventTable, Kind, TraceSource
 
 #: Host self time outside every step, % of all host self time, from which it is a problem.
 OUTSIDE_STEPS_PCT = 1.0
@@ -86,19 +88,122 @@ class Integrity(msgspec.Struct, kw_only=True):
         return [f"{p.message} (less certain: {', '.join(p.affects)})" for p in self.problems]
 
 
-def check_integrity(table: EventTable, steps: StepTable) -> Integrity:
-    """Every per-file check of the module doc over ``table`` and its ``steps``."""
-    problems: list[IntegrityProblem] = []
+@dataclass
+class IntegritySums:
+    """What the per-file checks need, per source index, as sums over the time windows of one
+    file (a table is one window): host self time (ops and annotations) and of it outside every
+    step, device time and of it without a launching call, the processes of host events, events
+    of implausible length, device events and kernel launches, and the steps cut by the window's
+    edge (step indexes; looked for in the last window with steps only)."""
+
+    host_self: Counter[int] = field(default_factory=Counter)
+    outside_self: Counter[int] = field(default_factory=Counter)
+    outside_n: Counter[int] = field(default_factory=Counter)
+    dev_ns: Counter[int] = field(default_factory=Counter)
+    lost_ns: Counter[int] = field(default_factory=Counter)
+    lost_n: Counter[int] = field(default_factory=Counter)
+    pids: dict[int, set[str]] = field(default_factory=dict)
+    step_pids: dict[int, set[str]] = field(default_factory=dict)
+    implausible: Counter[int] = field(default_factory=Counter)
+    dev_events: Counter[int] = field(default_factory=Counter)
+    launches: Counter[int] = field(default_factory=Counter)
+    cut: dict[int, list[int]] = field(default_factory=dict)
+
+    def __add__(self, o: IntegritySums) -> IntegritySums:
+        pids, step_pids = _union(self.pids, o.pids), _union(self.step_pids, o.step_pids)
+        return IntegritySums(
+            host_self=self.host_self + o.host_self,
+            outside_self=self.outside_self + o.outside_self,
+            outside_n=self.outside_n + o.outside_n,
+            dev_ns=self.dev_ns + o.dev_ns,
+            lost_ns=self.lost_ns + o.lost_ns,
+            lost_n=self.lost_n + o.lost_n,
+            pids=pids,
+            step_pids=step_pids,
+            implausible=self.implausible + o.implausible,
+            dev_events=self.dev_events + o.dev_events,
+            launches=self.launches + o.launches,
+            cut=o.cut or self.cut,  # the later window's
+        )
+
+
+def _union(a: dict[int, set[str]], b: dict[int, set[str]]) -> dict[int, set[str]]:
+    out = {k: set(v) for k, v in a.items()}
+    for k, v in b.items():
+        out.setdefault(k, set()).update(v)
+    return out
+
+
+def implausible_limits(table: EventTable) -> dict[int, int]:
+    """Per source of a whole table, the duration above which an event is implausible."""
+    out = {}
     for src in range(len(table.sources)):
+        mine = table.src == src
+        if mine.any():
+            hi = int(np.max(table.start, where=mine, initial=np.iinfo(np.int64).min))
+            lo = int(np.min(table.start, where=mine, initial=np.iinfo(np.int64).max))
+            out[src] = implausible_limit(lo, hi)
+    return out
+
+
+def implausible_limit(lo: int, hi: int) -> int:
+    """The implausible duration for events starting between ``lo`` and ``hi`` (ns)."""
+    return int(max(IMPLAUSIBLE_FACTOR * (hi - lo), IMPLAUSIBLE_MIN_NS))
+
+
+def integrity_sums(
+    table: EventTable,
+    steps: StepTable,
+    limits: Mapping[int, int],
+    cut: bool = True,
+    step_offset: int = 0,
+) -> IntegritySums:
+    """The :class:`IntegritySums` of ``table``'s counted events with its ``steps``; ``limits``
+    from :func:`implausible_limits`; ``cut``: look for the steps the window's edge cut (the
+    table holds the file's last steps; their indexes shifted by ``step_offset``)."""
+    out = IntegritySums()
+    member = table.members()
+    launches = table.name_ids(lambda n: n in _RUNTIME_LAUNCH)
+    for src in range(len(table.sources)):
+        mine = (table.src == src) & member
+        host = np.flatnonzero(mine & np.isin(table.kind, (Kind.CPU_OP, Kind.USER_ANNOTATION)))
+        out.host_self[src] = int(table.self_ns[host].sum())
+        step_of, _ = locate(steps, table, host)
+        outside = host[step_of < 0]
+        out.outside_self[src] = int(table.self_ns[outside].sum())
+        out.outside_n[src] = int(outside.size)
+        threads = np.unique(table.thread[host])
+        out.pids[src] = {table.thread_keys[t][1] for t in threads.tolist()}
+        out.step_pids[src] = {
+            table.thread_keys[int(t)][1] for t in steps.thread[steps.src == src].tolist()
+        }
+        dev = np.flatnonzero(mine & np.isin(table.kind, Kind.DEVICE))
+        lost = dev[launch_calls(table, dev) < 0]
+        out.dev_ns[src] = int(table.dur[dev].sum())
+        out.lost_ns[src] = int(table.dur[lost].sum())
+        out.lost_n[src] = int(lost.size)
+        out.dev_events[src] = int(dev.size)
+        out.launches[src] = int((mine & (table.kind == Kind.RUNTIME) & launches[table.name]).sum())
+        if src in limits:
+            out.implausible[src] = int(np.count_nonzero(mine & (table.dur > limits[src])))
+        if cut:
+            out.cut[src] = [i + step_offset for i in _cut_steps(table, steps, src)]
+    return out
+
+
+def check_integrity(sums: IntegritySums, steps: StepTable, sources: list[TraceSource]) -> Integrity:
+    """Every per-file check of the module doc from the file's sums and its (merged) ``steps``."""
+    problems: list[IntegrityProblem] = []
+    for src in range(len(sources)):
         for check in _CHECKS:
-            found = check(table, steps, src)
+            found = check(sums, steps, sources, src)
             if found is not None:
                 problems.append(found)
     return Integrity.of(problems)
 
 
 def _problem(
-    table: EventTable,
+    sources: list[TraceSource],
     src: int,
     id: str,
     message: str,
@@ -107,7 +212,7 @@ def _problem(
     share_pct: float | None = None,
 ) -> IntegrityProblem:
     """A problem of source ``src`` (its file name and rank filled in)."""
-    source = table.sources[src]
+    source = sources[src]
     return IntegrityProblem(
         id=id,
         message=message,
@@ -119,67 +224,67 @@ def _problem(
     )
 
 
-def _outside_steps(table: EventTable, steps: StepTable, src: int) -> IntegrityProblem | None:
+def _outside_steps(
+    sums: IntegritySums, steps: StepTable, sources: list[TraceSource], src: int
+) -> IntegrityProblem | None:
     if not (steps.src == src).any():
         return None  # without steps every figure is over the whole trace
     # what the op tables count (the profiler's own runtime calls at its stop are no problem)
-    host = np.flatnonzero(
-        (table.src == src) & np.isin(table.kind, (Kind.CPU_OP, Kind.USER_ANNOTATION))
-    )
-    total = int(table.self_ns[host].sum())
+    total = sums.host_self[src]
     if not total:
         return None
-    step_of, _ = locate(steps, table, host)
-    out = host[step_of < 0]
-    share = 100.0 * float(table.self_ns[out].sum()) / total
+    share = 100.0 * float(sums.outside_self[src]) / total
     if share < OUTSIDE_STEPS_PCT:
         return None
+    n = sums.outside_n[src]
     return _problem(
-        table,
+        sources,
         src,
         id="events_outside_steps",
         message=(
-            f"{table.sources[src].path.name}: {out.size} host events ({share:.1f}% of host time) "
+            f"{sources[src].path.name}: {n} host events ({share:.1f}% of host time) "
             "lie outside every step"
         ),
         affects=["top_cpu_ops", "top_annotations", "top_cuda_ops"],
-        count=int(out.size),
+        count=n,
         share_pct=round(share, 2),
     )
 
 
-def _unlinked_device(table: EventTable, steps: StepTable, src: int) -> IntegrityProblem | None:
-    dev = np.flatnonzero((table.src == src) & np.isin(table.kind, Kind.DEVICE))
-    total = int(table.dur[dev].sum())
+def _unlinked_device(
+    sums: IntegritySums, steps: StepTable, sources: list[TraceSource], src: int
+) -> IntegrityProblem | None:
+    total = sums.dev_ns[src]
     if not total:
         return None
-    lost = dev[launch_calls(table, dev) < 0]
-    share = 100.0 * float(table.dur[lost].sum()) / total
+    share = 100.0 * float(sums.lost_ns[src]) / total
     if share < UNLINKED_DEVICE_PCT:
         return None
+    n = sums.lost_n[src]
     return _problem(
-        table,
+        sources,
         src,
         id="unlinked_device_events",
         message=(
-            f"{table.sources[src].path.name}: {lost.size} device events ({share:.1f}% of device "
+            f"{sources[src].path.name}: {n} device events ({share:.1f}% of device "
             "time) have no launching call in the trace (dropped correlation)"
         ),
         affects=["steps.gpu_phases_ms", "phase_summary.gpu_phases", "top_cuda_ops.launched_by"],
-        count=int(lost.size),
+        count=n,
         share_pct=round(share, 2),
     )
 
 
-def _cut_steps(table: EventTable, steps: StepTable, src: int) -> IntegrityProblem | None:
+def _cut_steps(table: EventTable, steps: StepTable, src: int) -> list[int]:
+    """The last step of each thread of ``src`` if the window's edge cut it (step indexes)."""
     rows = np.flatnonzero(steps.src == src)
     if rows.size == 0:
-        return None
+        return []
     host = (table.src == src) & np.isin(table.kind, Kind.HOST) & (table.dur > 0)
     launches = table.name_ids(lambda n: n in _RUNTIME_LAUNCH)
     dev = np.flatnonzero((table.src == src) & np.isin(table.kind, Kind.DEVICE))
     launched = set(table.correlation[dev].tolist()) if dev.size else set()
-    cut: list[str] = []
+    cut: list[int] = []
     # the window's edge cuts the last step of each thread (stop mid-step)
     last: dict[int, int] = {}
     for i in rows.tolist():
@@ -205,35 +310,42 @@ def _cut_steps(table: EventTable, steps: StepTable, src: int) -> IntegrityProble
             )
             missing = sum(c not in launched for c in table.correlation[rt].tolist())
         if closed_with_it.any() or missing:
-            cut.append(steps.label[i])
+            cut.append(i)
+    return cut
+
+
+def _cut(
+    sums: IntegritySums, steps: StepTable, sources: list[TraceSource], src: int
+) -> IntegrityProblem | None:
+    cut = sums.cut.get(src, [])
     if not cut:
         return None
     return _problem(
-        table,
+        sources,
         src,
         id="cut_steps",
         message=(
-            f"{table.sources[src].path.name}: {', '.join(cut)} cut by the window's edge (spans "
-            "closed with the step or kernels it launched missing)"
+            f"{sources[src].path.name}: {', '.join(steps.label[i] for i in cut)} cut by the "
+            "window's edge (spans closed with the step or kernels it launched missing)"
         ),
         affects=["steps", "step_stats", "phase_summary"],
         count=len(cut),
     )
 
 
-def _mixed_processes(table: EventTable, steps: StepTable, src: int) -> IntegrityProblem | None:
-    host = (table.src == src) & np.isin(table.kind, (Kind.CPU_OP, Kind.USER_ANNOTATION))
-    threads = np.unique(table.thread[host])
-    pids = sorted({table.thread_keys[t][1] for t in threads.tolist()})
+def _mixed_processes(
+    sums: IntegritySums, steps: StepTable, sources: list[TraceSource], src: int
+) -> IntegrityProblem | None:
+    pids = sorted(sums.pids.get(src, set()))
     if len(pids) < 2:
         return None
-    step_pids = sorted({table.thread_keys[int(t)][1] for t in steps.thread[steps.src == src]})
+    step_pids = sorted(sums.step_pids.get(src, set()))
     return _problem(
-        table,
+        sources,
         src,
         id="mixed_processes",
         message=(
-            f"{table.sources[src].path.name}: host events of {len(pids)} processes in one file "
+            f"{sources[src].path.name}: host events of {len(pids)} processes in one file "
             f"(pids {', '.join(pids[:4])}{'...' if len(pids) > 4 else ''}; "
             f"{len(step_pids)} with steps): ranks or runs mixed"
         ),
@@ -242,17 +354,12 @@ def _mixed_processes(table: EventTable, steps: StepTable, src: int) -> Integrity
     )
 
 
-def _invalid_durations(table: EventTable, steps: StepTable, src: int) -> IntegrityProblem | None:
-    source = table.sources[src]
+def _invalid_durations(
+    sums: IntegritySums, steps: StepTable, sources: list[TraceSource], src: int
+) -> IntegrityProblem | None:
+    source = sources[src]
     invalid = source.invalid_durations
-    # masked reductions: no copy of the file's columns
-    mine = table.src == src
-    implausible = 0
-    if mine.any():
-        hi = int(np.max(table.start, where=mine, initial=np.iinfo(np.int64).min))
-        lo = int(np.min(table.start, where=mine, initial=np.iinfo(np.int64).max))
-        limit = max(IMPLAUSIBLE_FACTOR * (hi - lo), IMPLAUSIBLE_MIN_NS)
-        implausible = int(np.count_nonzero(mine & (table.dur > limit)))
+    implausible = sums.implausible[src]
     if not invalid and not implausible:
         return None
     parts = []
@@ -261,7 +368,7 @@ def _invalid_durations(table: EventTable, steps: StepTable, src: int) -> Integri
     if implausible:
         parts.append(f"{implausible} longer than twice the whole trace")
     return _problem(
-        table,
+        sources,
         src,
         id="invalid_durations",
         message=f"{source.path.name}: event durations {' and '.join(parts)}",
@@ -270,22 +377,22 @@ def _invalid_durations(table: EventTable, steps: StepTable, src: int) -> Integri
     )
 
 
-def _no_device_timeline(table: EventTable, steps: StepTable, src: int) -> IntegrityProblem | None:
-    mine = table.src == src
-    if (mine & np.isin(table.kind, Kind.DEVICE)).any():
+def _no_device_timeline(
+    sums: IntegritySums, steps: StepTable, sources: list[TraceSource], src: int
+) -> IntegrityProblem | None:
+    if sums.dev_events[src]:
         return None
-    launches = table.name_ids(lambda n: n in _RUNTIME_LAUNCH)
-    n_launch = int((mine & (table.kind == Kind.RUNTIME) & launches[table.name]).sum())
-    gpus = [d for d in table.sources[src].device_properties if d.get("name")]
+    n_launch = sums.launches[src]
+    gpus = [d for d in sources[src].device_properties if d.get("name")]
     if not n_launch and not gpus:
         return None
     why = f"{n_launch} kernel launches" if n_launch else f"{len(gpus)} GPUs listed"
     return _problem(
-        table,
+        sources,
         src,
         id="no_device_timeline",
         message=(
-            f"{table.sources[src].path.name}: a GPU run ({why}) without device events (CUDA "
+            f"{sources[src].path.name}: a GPU run ({why}) without device events (CUDA "
             "activity not recorded)"
         ),
         affects=["top_cuda_ops", "metrics.gpu_busy_pct", "communication", "memory_peaks"],
@@ -293,10 +400,12 @@ def _no_device_timeline(table: EventTable, steps: StepTable, src: int) -> Integr
     )
 
 
-_CHECKS: tuple[Callable[[EventTable, StepTable, int], IntegrityProblem | None], ...] = (
+_CHECKS: tuple[
+    Callable[[IntegritySums, StepTable, list[TraceSource], int], IntegrityProblem | None], ...
+] = (
     _outside_steps,
     _unlinked_device,
-    _cut_steps,
+    _cut,
     _mixed_processes,
     _invalid_durations,
     _no_device_timeline,

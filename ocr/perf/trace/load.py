@@ -22,9 +22,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import numba
 import numpy as np
 
 from ocr.perf.trace.decode import Parsed, code_table, parse_file, release_free_heap
+from ocr.perf.trace.spill import Spilled, parse_or_spill
 from ocr.perf.trace.table import (
     CATEGORY_KIND,
     EventTable,
@@ -34,7 +36,7 @@ from ocr.perf.trace.table import (
     TraceSource,
 )
 
-__all__ = ["find_trace_files", "load_traces"]
+__all__ = ["find_trace_files", "load_or_spill", "load_traces", "table_of"]
 
 # Lightning embeds the callback's state dict in span names: "ModelCheckpoint{'monitor': ...}.on_x".
 _EMBEDDED_DICT = re.compile(r"\{.*\}")
@@ -101,28 +103,51 @@ def load_traces(path: str | Path | Sequence[str | Path]) -> EventTable:
         if not roots:
             raise TraceError("<no paths>", "an empty list of trace paths")
     with _gc_paused():
-        return _load_traces(roots)
+        table = _load_traces(roots)
+    assert isinstance(table, EventTable)  # nothing spills unless asked
+    return table
 
 
-def _load_traces(roots: list[Path]) -> EventTable:
+def load_or_spill(path: str | Path | Sequence[str | Path]) -> EventTable | Spilled:
+    """:func:`load_traces`, except that a single file with more than
+    :data:`~ocr.perf.trace.spill.SPILL_EVENTS` complete events comes back spilled to disk (for
+    :func:`~ocr.perf.trace.windowed.analyze_spilled`), not as a table."""
+    roots = [Path(path)] if isinstance(path, str | Path) else [Path(p) for p in path]
+    if not roots:
+        raise TraceError("<no paths>", "an empty list of trace paths")
+    with _gc_paused():
+        return _load_traces(roots, spill=True)
+
+
+def _load_traces(roots: list[Path], spill: bool = False) -> EventTable | Spilled:
     parsed: list[Parsed] = []
     warnings: list[str] = []
     root = roots[0]
-    for r in roots:
-        for f in find_trace_files(r):
-            p = parse_file(f)
-            if p is None:
-                if r.is_dir():
-                    warnings.append(f"{f}: skipped, JSON without 'traceEvents' (not a trace)")
-                    continue
-                raise TraceError(f, "JSON without a 'traceEvents' list: not a Chrome trace")
-            parsed.append(p)
-            release_free_heap()
+    files = [(r, f) for r in roots for f in find_trace_files(r)]
+    for r, f in files:
+        p = parse_or_spill(f) if spill and len(files) == 1 else parse_file(f)
+        if isinstance(p, Spilled):
+            return p
+        if p is None:
+            if r.is_dir():
+                warnings.append(f"{f}: skipped, JSON without 'traceEvents' (not a trace)")
+                continue
+            raise TraceError(f, "JSON without a 'traceEvents' list: not a Chrome trace")
+        parsed.append(p)
+        release_free_heap()
     if not parsed:
         raise TraceError(root, "no trace files (JSON with 'traceEvents') found")
     for p in parsed:
         warnings.extend(p.warnings)
     _warn_rank_clashes([p.source for p in parsed], warnings)
+    return table_of(parsed, warnings, root)
+
+
+def table_of(
+    parsed: list[Parsed], warnings: list[str], root: Path, origin: int | None = None
+) -> EventTable:
+    """One :class:`EventTable` of the files' columns (emptied as they are used), nested; times
+    relative to ``origin`` (absolute ns; default the earliest event)."""
 
     name_table = code_table()
     cat_table = code_table()
@@ -171,10 +196,12 @@ def _load_traces(roots: list[Path]) -> EventTable:
         len(cat_table),
     )
 
-    starts = [int(a.min()) for p in parsed for a in (p.start, p.mem["ts"]) if a.size]
-    if not starts:
-        raise TraceError(root, "trace holds no timed events")
-    origin = min(starts)
+    if origin is None:
+        starts = [int(a.min()) for p in parsed for a in (p.start, p.mem["ts"]) if a.size]
+        if not starts:
+            raise TraceError(root, "trace holds no timed events")
+        origin = min(starts)
+    base: int = origin
 
     # Each column is built on its own from the files' arrays, which are dropped as they are
     # used: a large trace never holds two copies of a column (a single file's arrays are
@@ -184,7 +211,7 @@ def _load_traces(roots: list[Path]) -> EventTable:
         return _concat(parts)
 
     def rel(a: np.ndarray) -> np.ndarray:
-        a -= origin
+        a -= base
         return a
 
     memory = MemoryTable(
@@ -221,7 +248,7 @@ def _load_traces(roots: list[Path]) -> EventTable:
         dur=column(lambda i, p: _take(p, "dur")),
         correlation=_narrow(column(lambda i, p: _take(p, "corr"))),
         memory=memory,
-        origin_ns=origin,
+        origin_ns=base,
         warnings=warnings,
     )
     parsed.clear()
@@ -351,33 +378,19 @@ _NEST_BLOCK = 1 << 20
 def _nest_block(
     s: np.ndarray, e: np.ndarray, sorted_idx: np.ndarray, parent: np.ndarray, self_ns: np.ndarray
 ) -> None:
-    """Depth, parent and self time of host events sorted by (start, longest first) where
-    nothing before the first is open. Temporaries are dropped as soon as they are used."""
+    """Parent and self time of host events sorted by (start, longest first) where nothing
+    before the first is open. An event's parent is the latest-started earlier event still open
+    at its start (with properly nested spans, the one that contains it; with spans that overlap
+    without nesting, as Lightning's and the profiler's step spans do, the innermost one open
+    then): it depends only on the events open at that instant, so a time window of the trace
+    that holds them finds the same parent. Self time is the duration minus the part of each
+    direct child that lies inside the parent."""
     m = s.size
-    pos = np.arange(m, dtype=np.int64)
-    depth = np.searchsorted(np.sort(e), s, side="right")
-    np.subtract(pos, depth, out=depth)
-    key = depth * m
-    key += pos
-    key.sort()  # sorted (depth, position) keys
-    probe = (depth - 1) * m
-    probe += pos
-    del pos
-    k = np.searchsorted(key, probe, side="left")
-    del probe
-    k -= 1
-    has = (depth > 0) & (k >= 0)
-    np.maximum(k, 0, out=k)
-    cand = np.where(has, key[k], 0)
-    del key, k
-    has &= cand // m == depth - 1
-    del depth
-    ppos = np.where(has, cand % m, -1)
-    del cand, has
+    ppos = _open_parents(s, e)
     linked = ppos >= 0
     safe = np.maximum(ppos, 0)
     del ppos
-    overlap = np.minimum(e, np.where(linked, e[safe], e)) - s
+    overlap = np.maximum(np.minimum(e, np.where(linked, e[safe], e)) - s, 0)
     child_sum = np.bincount(safe[linked], weights=overlap[linked], minlength=m)
     del overlap
     own = e - s
@@ -386,3 +399,36 @@ def _nest_block(
     np.maximum(own, 0, out=own)
     parent[sorted_idx] = np.where(linked, sorted_idx[safe], -1)
     self_ns[sorted_idx] = own
+
+
+def _parents_loop(s: np.ndarray, e: np.ndarray) -> np.ndarray:  # pragma: no cover - compiled
+    m = s.shape[0]
+    parent = np.full(m, -1, np.int64)
+    stack = np.empty(m, np.int64)
+    top = 0
+    for i in range(m):
+        while top > 0 and e[stack[top - 1]] <= s[i]:
+            top -= 1
+        if top > 0:
+            parent[i] = stack[top - 1]
+        stack[top] = i
+        top += 1
+    return parent
+
+
+def _compiled() -> Any:
+    try:
+        return numba.njit(cache=True, nogil=True)(_parents_loop)
+    except RuntimeError:  # no writable cache location: compile per process
+        return numba.njit(cache=False, nogil=True)(_parents_loop)
+
+
+_open_parents_jit = _compiled()
+
+
+def _open_parents(s: np.ndarray, e: np.ndarray) -> np.ndarray:
+    """Position of each event's parent in the sorted block (-1: none): one pass with the stack
+    of open events (compiled)."""
+    return np.asarray(
+        _open_parents_jit(s.astype(np.int64, copy=False), e.astype(np.int64, copy=False))
+    )

@@ -5,13 +5,15 @@ busy share, memory peak, host syncs, kernel and op sizes, the optimizer's own wo
 from __future__ import annotations
 
 import re
+from collections import Counter
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from ocr.perf.findings import threshold
 from ocr.perf.trace.findings import TraceMetrics
 from ocr.perf.trace.result import MemoryPeak
-from ocr.perf.trace.stacks import sync_sites
+from ocr.perf.trace.stacks import SyncCall, sync_calls, sync_sites
 from ocr.perf.trace.steps import (
     PHASES,
     StepTable,
@@ -21,7 +23,7 @@ from ocr.perf.trace.steps import (
 )
 from ocr.perf.trace.table import EventTable, Kind
 
-__all__ = ["data_share_without_steps", "measure"]
+__all__ = ["MeasureSums", "data_share_without_steps", "measure", "measure_sums"]
 
 _P_DATA = PHASES.index("data_wait")
 _P_OPT = PHASES.index("optimizer")
@@ -55,42 +57,78 @@ def data_share_without_steps(table: EventTable) -> float:
     return 100.0 * float(covered[0]) / span
 
 
-def measure(
-    table: EventTable,
-    steps: StepTable,
-    has_gpu: bool,
-    dl_pct: float,
-    peaks: list[MemoryPeak],
-) -> TraceMetrics:
-    """The figures of ``table`` (with its ``steps``, whether it ``has_gpu``, its data wait
-    share ``dl_pct`` and memory ``peaks``); events outside the steps count only when there are
-    no steps."""
+@dataclass
+class MeasureSums:
+    """What :func:`measure` needs of the events in steps, as sums that add over the time
+    windows of one file: counts, ns, and each duration's count where a median is asked for."""
+
+    sync_calls: list[SyncCall] = field(default_factory=list)
+    n_sync: int = 0
+    sync_ns: int = 0
+    sync_top: Counter[int] = field(default_factory=Counter)  # name code -> calls
+    n_kernels: int = 0
+    n_tiny_kernels: int = 0
+    kernel_durs: Counter[int] = field(default_factory=Counter)
+    launch_ns: int = 0
+    n_ops: int = 0
+    n_tiny_ops: int = 0
+    tiny_op_self_ns: int = 0
+    op_durs: Counter[int] = field(default_factory=Counter)
+    optimizer_steps: int = 0
+    optimizer_own_ops: int = 0
+    optimizer_multi: int = 0
+    optimizer_multi_own: int = 0
+    optimizer_params: int = 0
+
+    def __add__(self, o: MeasureSums) -> MeasureSums:
+        return MeasureSums(
+            sync_calls=self.sync_calls + o.sync_calls,
+            n_sync=self.n_sync + o.n_sync,
+            sync_ns=self.sync_ns + o.sync_ns,
+            sync_top=self.sync_top + o.sync_top,
+            n_kernels=self.n_kernels + o.n_kernels,
+            n_tiny_kernels=self.n_tiny_kernels + o.n_tiny_kernels,
+            kernel_durs=self.kernel_durs + o.kernel_durs,
+            launch_ns=self.launch_ns + o.launch_ns,
+            n_ops=self.n_ops + o.n_ops,
+            n_tiny_ops=self.n_tiny_ops + o.n_tiny_ops,
+            tiny_op_self_ns=self.tiny_op_self_ns + o.tiny_op_self_ns,
+            op_durs=self.op_durs + o.op_durs,
+            optimizer_steps=self.optimizer_steps + o.optimizer_steps,
+            optimizer_own_ops=self.optimizer_own_ops + o.optimizer_own_ops,
+            optimizer_multi=self.optimizer_multi + o.optimizer_multi,
+            optimizer_multi_own=self.optimizer_multi_own + o.optimizer_multi_own,
+            optimizer_params=max(self.optimizer_params, o.optimizer_params),
+        )
+
+
+def _counts(values: np.ndarray) -> Counter[int]:
+    v, k = np.unique(values, return_counts=True)
+    return Counter(dict(zip(v.tolist(), k.tolist(), strict=True)))
+
+
+def _median(counts: Counter[int]) -> float:
+    """``np.median`` of the values counted in ``counts``."""
+    values = sorted(counts)
+    cum = np.cumsum([counts[v] for v in values])
+    n = int(cum[-1])
+    lo = values[int(np.searchsorted(cum, (n - 1) // 2, side="right"))]
+    hi = values[int(np.searchsorted(cum, n // 2, side="right"))]
+    return float(np.mean(np.array([lo, hi], np.float64)))
+
+
+def measure_sums(table: EventTable, steps: StepTable, has_gpu: bool) -> MeasureSums:
+    """The :class:`MeasureSums` of ``table``'s events in its ``steps`` (all events when there are
+    no steps); ``has_gpu``: whether the file has device events."""
     n = len(steps)
-    wall_total = int(steps.wall.sum())
-    m = TraceMetrics(
-        has_gpu=has_gpu, n_steps=n, step_wall_ms=wall_total / 1e6, data_wait_pct=dl_pct
-    )
-    if n:
-        m.data_wait_ms_per_step = float(steps.phases[:, _P_DATA].mean()) / 1e6
-    m.loader_kinds = sorted({g.group(1) for name in table.names if (g := _LOADER.match(name))})
-    m.optimizer_names = sorted(
-        {g.group(1) for name in table.names if (g := _OPTIMIZER.match(name))}
-    )
-    per = max(n, 1)
+    out = MeasureSums()
 
-    if has_gpu and steps.gpu is not None and wall_total:
-        idle = int(steps.gpu[:, -1].sum())
-        m.gpu_busy_pct = 100.0 * (wall_total - idle) / wall_total
-        m.gpu_idle_ms_per_step = idle / n / 1e6
-    cuda_peaks = [(pct, p.device) for p in peaks if (pct := p.pct_of_capacity) is not None]
-    if cuda_peaks:
-        m.memory_peak_pct, m.memory_peak_device = max(cuda_peaks)
-
-    # events inside steps (all when there are no steps)
+    # events inside steps (all counted ones when there are no steps)
     def in_steps(mask: np.ndarray, by_source: bool = False) -> tuple[np.ndarray, np.ndarray]:
-        idx = np.flatnonzero(mask)
         if not n:
+            idx = np.flatnonzero(mask & table.members())
             return idx, np.full(idx.size, -1, np.int64)
+        idx = np.flatnonzero(mask)
         step_of, phase_of = locate(steps, table, idx, by_source=by_source)
         keep = step_of >= 0
         return idx[keep], phase_of[keep]
@@ -106,42 +144,103 @@ def measure(
             outer[valid] &= ~sync[anc[valid]]
             anc = np.where(valid, table.parent[np.maximum(anc, 0)], -1)
         idx, _ = in_steps(outer)
-        m.sync_calls_per_step = idx.size / per
-        m.sync_ms_per_step = float(table.dur[idx].sum()) / per / 1e6
-        m.sync_sites = sync_sites(table, idx, n)
+        out.n_sync = int(idx.size)
+        out.sync_ns = int(table.dur[idx].sum())
+        out.sync_calls = sync_calls(table, idx)
         names, counts = np.unique(table.name[idx], return_counts=True)
-        m.sync_top = {
-            table.names[c]: int(k) for c, k in zip(names.tolist(), counts.tolist(), strict=True)
-        }
-
+        out.sync_top = Counter(dict(zip(names.tolist(), counts.tolist(), strict=True)))
         kidx, _ = in_steps(table.kind == Kind.KERNEL, by_source=True)
-        if kidx.size:
-            kd = table.dur[kidx]
-            m.kernels_per_step = kidx.size / per
-            m.tiny_kernel_pct = 100.0 * float((kd < threshold("tiny_kernel_us") * 1e3).mean())
-            m.median_kernel_us = float(np.median(kd)) / 1e3
+        kd = table.dur[kidx]
+        out.n_kernels = int(kidx.size)
+        out.n_tiny_kernels = int((kd < threshold("tiny_kernel_us") * 1e3).sum())
+        out.kernel_durs = _counts(kd)
         is_launch = table.name_ids(
             lambda s: s in ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel")
         )
         lidx, _ = in_steps(is_launch[table.name] & (table.kind == Kind.RUNTIME))
-        m.launch_ms_per_step = float(table.dur[lidx].sum()) / per / 1e6
+        out.launch_ns = int(table.dur[lidx].sum())
 
     oidx, ophase = in_steps(table.kind == Kind.CPU_OP)
-    if oidx.size:
-        od = table.dur[oidx]
-        m.cpu_ops_per_step = oidx.size / per
-        tiny = od < threshold("tiny_op_us") * 1e3
-        m.tiny_op_pct = 100.0 * float(tiny.mean())
+    od = table.dur[oidx]
+    tiny = od < threshold("tiny_op_us") * 1e3
+    out.n_ops = int(oidx.size)
+    out.n_tiny_ops = int(tiny.sum())
+    out.tiny_op_self_ns = int(table.self_ns[oidx][tiny].sum())
+    out.op_durs = _counts(od)
+    if n and _optimizer_names(table):
+        _optimizer_sums(table, steps, out, oidx, ophase)
+    return out
+
+
+def _optimizer_names(table: EventTable) -> list[str]:
+    return sorted({g.group(1) for name in table.names if (g := _OPTIMIZER.match(name))})
+
+
+def measure(
+    sums: MeasureSums,
+    names: list[str],
+    steps: StepTable,
+    has_gpu: bool,
+    dl_pct: float,
+    peaks: list[MemoryPeak],
+) -> TraceMetrics:
+    """The figures of a table (its ``names``) or of the windows of one file, from their
+    :class:`MeasureSums`, ``steps``, whether the file ``has_gpu``, its data wait share
+    ``dl_pct`` and memory ``peaks``; events outside the steps count only when there are no
+    steps."""
+    n = len(steps)
+    wall_total = int(steps.wall.sum())
+    m = TraceMetrics(
+        has_gpu=has_gpu, n_steps=n, step_wall_ms=wall_total / 1e6, data_wait_pct=dl_pct
+    )
+    if n:
+        m.data_wait_ms_per_step = float(steps.phases[:, _P_DATA].mean()) / 1e6
+    m.loader_kinds = sorted({g.group(1) for name in names if (g := _LOADER.match(name))})
+    m.optimizer_names = sorted({g.group(1) for name in names if (g := _OPTIMIZER.match(name))})
+    per = max(n, 1)
+
+    if has_gpu and steps.gpu is not None and wall_total:
+        idle = int(steps.gpu[:, -1].sum())
+        m.gpu_busy_pct = 100.0 * (wall_total - idle) / wall_total
+        m.gpu_idle_ms_per_step = idle / n / 1e6
+    cuda_peaks = [(pct, p.device) for p in peaks if (pct := p.pct_of_capacity) is not None]
+    if cuda_peaks:
+        m.memory_peak_pct, m.memory_peak_device = max(cuda_peaks)
+
+    if has_gpu:
+        m.sync_calls_per_step = sums.n_sync / per
+        m.sync_ms_per_step = float(sums.sync_ns) / per / 1e6
+        m.sync_sites = sync_sites(sums.sync_calls, n)
+        m.sync_top = {names[c]: int(sums.sync_top[c]) for c in sorted(sums.sync_top)}
+        if sums.n_kernels:
+            m.kernels_per_step = sums.n_kernels / per
+            m.tiny_kernel_pct = 100.0 * (sums.n_tiny_kernels / sums.n_kernels)
+            m.median_kernel_us = _median(sums.kernel_durs) / 1e3
+        m.launch_ms_per_step = float(sums.launch_ns) / per / 1e6
+
+    if sums.n_ops:
+        m.cpu_ops_per_step = sums.n_ops / per
+        m.tiny_op_pct = 100.0 * (sums.n_tiny_ops / sums.n_ops)
         if wall_total:
-            m.tiny_op_time_pct = 100.0 * float(table.self_ns[oidx][tiny].sum()) / wall_total
-        m.median_op_us = float(np.median(od)) / 1e3
+            m.tiny_op_time_pct = 100.0 * float(sums.tiny_op_self_ns) / wall_total
+        m.median_op_us = _median(sums.op_durs) / 1e3
     if n and m.optimizer_names:
-        _optimizer_metrics(table, steps, m, oidx, ophase)
+        n_opt = sums.optimizer_steps or n
+        m.optimizer_steps = n_opt
+        m.optimizer_ops_per_step = sums.optimizer_own_ops / n_opt
+        m.optimizer_multi_tensor_ops = sums.optimizer_multi
+        m.optimizer_multi_tensor_ops_per_step = sums.optimizer_multi_own / n_opt
+        m.optimizer_ms_per_step = float(steps.phases[:, _P_OPT].mean()) / 1e6
+        opt_ns = float(steps.phases[:, _P_OPT].sum())
+        m.optimizer_pct = 100.0 * opt_ns / wall_total if wall_total else 0.0
+        if sums.optimizer_params:
+            m.optimizer_params = sums.optimizer_params
+            m.optimizer_ops_per_param = m.optimizer_ops_per_step / m.optimizer_params
     return m
 
 
-def _optimizer_metrics(
-    table: EventTable, steps: StepTable, m: TraceMetrics, oidx: np.ndarray, ophase: np.ndarray
+def _optimizer_sums(
+    table: EventTable, steps: StepTable, out: MeasureSums, oidx: np.ndarray, ophase: np.ndarray
 ) -> None:
     """The optimizer's own work: outermost ops in the optimizer phase (the forward and backward
     Lightning runs inside ``Optimizer.step``'s closure are their own phases), per optimizer step
@@ -161,15 +260,11 @@ def _optimizer_metrics(
     # an optimizer step annotated twice (a subclass calling super().step()) counts once
     par_o = table.parent[opt_spans]
     outer = ~((par_o >= 0) & is_step[table.name[np.maximum(par_o, 0)]])
-    n_opt_steps = int(((opt_step_of >= 0) & outer).sum()) or len(steps)
-    m.optimizer_steps = n_opt_steps
-    m.optimizer_ops_per_step = own.size / n_opt_steps
+    out.optimizer_steps = int(((opt_step_of >= 0) & outer).sum())
+    out.optimizer_own_ops = int(own.size)
     multi = table.name_ids(lambda s: "_foreach_" in s or "_fused_" in s)
-    m.optimizer_multi_tensor_ops = int(multi[table.name[in_opt]].sum())
-    m.optimizer_multi_tensor_ops_per_step = int(multi[table.name[own]].sum()) / n_opt_steps
-    m.optimizer_ms_per_step = float(steps.phases[:, _P_OPT].mean()) / 1e6
-    wall = int(steps.wall.sum())
-    m.optimizer_pct = 100.0 * float(steps.phases[:, _P_OPT].sum()) / wall if wall else 0.0
+    out.optimizer_multi = int(multi[table.name[in_opt]].sum())
+    out.optimizer_multi_own = int(multi[table.name[own]].sum())
     acc = table.name_ids(lambda s: s.endswith("AccumulateGrad") and "evaluate_function" in s)
     grads = np.flatnonzero(acc[table.name] & (table.kind == Kind.CPU_OP))
     if grads.size == 0:  # traces without the engine's wrapper op
@@ -177,6 +272,4 @@ def _optimizer_metrics(
         grads = np.flatnonzero(acc[table.name] & (table.kind == Kind.CPU_OP))
     g_step, _ = locate(steps, table, grads)
     counts = np.bincount(g_step[g_step >= 0], minlength=len(steps))
-    if counts.size and counts.max() > 0:
-        m.optimizer_params = int(counts.max())
-        m.optimizer_ops_per_param = m.optimizer_ops_per_step / m.optimizer_params
+    out.optimizer_params = int(counts.max()) if counts.size else 0

@@ -29,19 +29,17 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-import numpy as np
 
-from ocr.perf.actions import CALLBACK, DATAMODULE, MODULE, classify_action
 from ocr.perf.findings import Finding
 from ocr.perf.ranks import STRAGGLER_MIN_S, STRAGGLER_MIN_SHARE, find_straggler
 from ocr.perf.records import EpochRecord, RunDirError, read_records
 from ocr.perf.trace.findings import COMM_ONE_RANK_HINT
 from ocr.perf.trace.integrity import Integrity, IntegrityProblem, clock_skew
 from ocr.perf.trace.load import find_trace_files
+from ocr.perf.trace.partial import Named
 from ocr.perf.trace.report import timed_analysis
 from ocr.perf.trace.result import TraceAnalysis
-from ocr.perf.trace.steps import StepTable, compute_steps, locate
-from ocr.perf.trace.table import EventTable, Kind, TraceError
+from ocr.perf.trace.table import TraceError
 
 #: Bytes of a file's (decompressed) head searched for ``distributedInfo``.
 HEAD_BYTES = 1 << 20
@@ -230,41 +228,6 @@ class RankSetAnalysis(_Part):
 
 #: stage -> ``"callbacks"`` / ``"module_hooks"`` -> owner (callback class, ``Module.hook``) ->
 #: ms per step: what :func:`~ocr.perf.ranks.find_straggler` names a callbacks / hooks cause by.
-Named = dict[str, dict[str, dict[str, float]]]
-
-_NAMED_PREFIXES = (
-    "[pl][profile][Callback]",
-    "[pl][profile][LightningModule]",
-    "[pl][profile][LightningDataModule]",
-)
-_GROUP_OF_KIND = {CALLBACK: "callbacks", MODULE: "module_hooks", DATAMODULE: "module_hooks"}
-
-
-def _named_by_stage(table: EventTable, steps: StepTable) -> Named:
-    """Time per callback and per module hook in the steps, from Lightning's action spans
-    (``[pl][profile][Callback]...``), as the live clock names them."""
-    is_action = table.name_ids(
-        lambda n: n.startswith(("[pl][profile][Callback]", "[pl][profile][Light"))
-    )
-    idx = np.flatnonzero(is_action[table.name] & np.isin(table.kind, Kind.HOST) & (table.dur > 0))
-    step_of, _ = locate(steps, table, idx)
-    counts: dict[str, int] = {}
-    for stage in steps.stage:
-        counts[stage] = counts.get(stage, 0) + 1
-    out: Named = {}
-    for i, st in zip(idx.tolist(), step_of.tolist(), strict=True):
-        if st < 0:
-            continue
-        action = classify_action(table.names[int(table.name[i])])
-        group = _GROUP_OF_KIND.get(action.kind)
-        if group is None or not action.owner:
-            continue
-        stage = steps.stage[st]
-        per = out.setdefault(stage, {}).setdefault(group, {})
-        per[action.owner] = per.get(action.owner, 0.0) + float(table.dur[i]) / 1e6 / counts[stage]
-    return out
-
-
 def _analyze_rank(
     files: list[Path], top_k: int | None
 ) -> tuple[TraceAnalysis, Named] | tuple[str, str]:
@@ -279,8 +242,7 @@ def _analyze_rank(
 
 def _analyze_files(files: list[Path], top_k: int | None) -> tuple[TraceAnalysis, Named]:
     label = str(files[0]) if len(files) == 1 else str(files[0].parent)
-    analysis, table = timed_analysis(files, label, top_k)
-    return analysis, _named_by_stage(table, compute_steps(table, []))
+    return timed_analysis(files, label, top_k)
 
 
 def analyze_ranks(

@@ -24,7 +24,15 @@ import numpy as np
 
 from ocr.perf.trace.table import EventTable, Kind
 
-__all__ = ["FRAMEWORK_PACKAGES", "SyncSite", "is_user_frame", "parse_frame", "sync_sites"]
+__all__ = [
+    "FRAMEWORK_PACKAGES",
+    "SyncCall",
+    "SyncSite",
+    "is_user_frame",
+    "parse_frame",
+    "sync_calls",
+    "sync_sites",
+]
 
 #: Top-level packages whose frames are never "the user's code" (their callers are).
 FRAMEWORK_PACKAGES = frozenset(
@@ -137,10 +145,21 @@ def _via(name: str) -> str:
     return name
 
 
-def sync_sites(table: EventTable, sync_idx: np.ndarray, n_steps: int) -> list[SyncSite]:
-    """The user's functions behind the sync calls ``sync_idx`` (event indexes, usually the
-    outermost sync calls inside the steps) over ``n_steps`` steps, most calls first; calls with no
-    user frame above them (no Python events, or only framework frames) are left out."""
+@dataclass(frozen=True)
+class SyncCall:
+    """One sync call with its user frame: the frame's event name, the Python frame just below
+    it (``via``, ``None`` where there is none), the call's ns and op name."""
+
+    frame: str
+    via: str | None
+    dur: int
+    op: str
+
+
+def sync_calls(table: EventTable, sync_idx: np.ndarray) -> list[SyncCall]:
+    """The user's function behind each sync call ``sync_idx`` (event indexes, usually the
+    outermost sync calls inside the steps); calls with no user frame above them (no Python
+    events, or only framework frames) are left out."""
     if sync_idx.size == 0 or not (table.kind == Kind.PYTHON).any():
         return []
     user = table.name_ids(is_user_frame)
@@ -161,18 +180,31 @@ def sync_sites(table: EventTable, sync_idx: np.ndarray, n_steps: int) -> list[Sy
         py = is_py[a] & ~hit
         last_py[rows[py]] = a[py]
         anc[rows] = np.where(hit, a, table.parent[a])
+    names = table.names
+    return [
+        SyncCall(
+            frame=names[table.name[found[k]]],
+            via=_via(names[table.name[below[k]]]) if below[k] >= 0 else None,
+            dur=int(table.dur[sync_idx[k]]),
+            op=names[table.name[sync_idx[k]]],
+        )
+        for k in np.flatnonzero(found >= 0).tolist()
+    ]
+
+
+def sync_sites(calls: list[SyncCall], n_steps: int) -> list[SyncSite]:
+    """The :class:`SyncSite` of each user function among ``calls`` over ``n_steps`` steps, most
+    calls first."""
     per = max(n_steps, 1)
-    sites: dict[int, list[int]] = {}
-    for k in np.flatnonzero(found >= 0).tolist():
-        sites.setdefault(int(table.name[found[k]]), []).append(k)
+    sites: dict[str, list[SyncCall]] = {}
+    for call in calls:
+        sites.setdefault(call.frame, []).append(call)
     out = []
-    for code, members in sites.items():
-        rows = np.array(members, np.int64)
-        parsed = parse_frame(table.names[code])
+    for frame, members in sites.items():
+        parsed = parse_frame(frame)
         assert parsed is not None  # user frames parse by construction
-        idx = sync_idx[rows]
-        vias = [_via(table.names[table.name[b]]) for b in below[rows].tolist() if b >= 0]
-        via = max(set(vias), key=vias.count) if vias else ""
+        vias = [c.via for c in members if c.via is not None]
+        via = max(sorted(set(vias)), key=vias.count) if vias else ""
         out.append(
             SyncSite(
                 file=parsed[0],
@@ -180,9 +212,9 @@ def sync_sites(table: EventTable, sync_idx: np.ndarray, n_steps: int) -> list[Sy
                 function=parsed[2],
                 calls=len(members),
                 per_step=len(members) / per,
-                ms_per_step=float(table.dur[idx].sum()) / per / 1e6,
+                ms_per_step=float(sum(c.dur for c in members)) / per / 1e6,
                 via=via,
-                ops=tuple(sorted({table.names[c] for c in table.name[idx].tolist()})),
+                ops=tuple(sorted({c.op for c in members})),
             )
         )
     return sorted(out, key=lambda s: (-s.calls, s.file, s.line))

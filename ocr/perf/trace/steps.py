@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -24,6 +25,7 @@ __all__ = [
     "StepTable",
     "classify_phase",
     "compute_steps",
+    "concat_steps",
     "launch_calls",
     "locate",
     "merge_intervals",
@@ -352,6 +354,73 @@ def _infer_regions(
     return out_s, out_e, out_p
 
 
+def _labels(src: np.ndarray, numbers: np.ndarray) -> list[str]:
+    """A unique label per step: ``ProfilerStep#N``, a repeat of N in one source
+    ``ProfilerStep#N (2)``."""
+    labels: list[str] = []
+    seen: dict[tuple[int, int], int] = {}
+    for s, num in zip(src.tolist(), numbers.tolist(), strict=True):
+        k = (s, num)
+        seen[k] = seen.get(k, 0) + 1
+        base = f"ProfilerStep#{num}"
+        labels.append(base if seen[k] == 1 else f"{base} ({seen[k]})")
+    return labels
+
+
+def concat_steps(parts: list[StepTable]) -> StepTable:
+    """The steps of consecutive time windows of one file as one table (labels made unique
+    again; a window without device events gets device rows of pure idle where others have
+    them)."""
+    parts = [p for p in parts if len(p)]
+    if not parts:
+        return _empty_steps()
+    if len(parts) == 1:
+        return parts[0]
+    n = [len(p) for p in parts]
+    offsets = np.cumsum([0, *n[:-1]])
+
+    def cat(get: Any) -> np.ndarray:
+        return np.concatenate([get(p) for p in parts])
+
+    src, number = cat(lambda p: p.src), cat(lambda p: p.number)
+    gpu = gpu_phases = None
+    if any(p.gpu is not None for p in parts):
+        gpu = np.concatenate(
+            [
+                p.gpu
+                if p.gpu is not None
+                else np.column_stack([np.zeros((len(p), len(GPU_PARTS) - 1), np.int64), p.wall])
+                for p in parts
+            ]
+        )
+        gpu_phases = np.concatenate(
+            [
+                p.gpu_phases
+                if p.gpu_phases is not None
+                else np.zeros((len(p), len(PHASES)), np.int64)
+                for p in parts
+            ]
+        )
+    return StepTable(
+        label=_labels(src, number),
+        number=number,
+        src=src,
+        thread=cat(lambda p: p.thread),
+        start=cat(lambda p: p.start),
+        end=cat(lambda p: p.end),
+        stage=[s for p in parts for s in p.stage],
+        phases=cat(lambda p: p.phases),
+        gpu=gpu,
+        gpu_phases=gpu_phases,
+        runtime_ns=cat(lambda p: p.runtime_ns),
+        seg_key=cat(lambda p: p.seg_key),
+        seg_start=cat(lambda p: p.seg_start),
+        seg_end=cat(lambda p: p.seg_end),
+        seg_phase=cat(lambda p: p.seg_phase),
+        seg_step=np.concatenate([p.seg_step + off for p, off in zip(parts, offsets, strict=True)]),
+    )
+
+
 def _empty_steps() -> StepTable:
     e = np.zeros(0, np.int64)
     no_phases = np.zeros((0, len(PHASES)), np.int64)
@@ -388,13 +457,7 @@ def compute_steps(table: EventTable, warnings: list[str]) -> StepTable:
         np.int64,
         n,
     )
-    labels: list[str] = []
-    seen: dict[tuple[int, int], int] = {}
-    for i in range(n):
-        k = (int(st_src[i]), int(numbers[i]))
-        seen[k] = seen.get(k, 0) + 1
-        base = f"ProfilerStep#{numbers[i]}"
-        labels.append(base if seen[k] == 1 else f"{base} ({seen[k]})")
+    labels = _labels(st_src, numbers)
 
     mk, phase_of_name = _marker_arrays(table)
     is_transfer_op = phase_of_name[table.name[mk]] < 0

@@ -157,6 +157,7 @@ class EventTable:
         memory: the ``[memory]`` events.
         origin_ns: absolute epoch ns that ``start == 0`` stands for.
         warnings: data-quality notes (dropped events, missing fields, skipped files).
+        member: see :meth:`members` (``None``: every event).
     """
 
     sources: list[TraceSource]
@@ -175,6 +176,16 @@ class EventTable:
     warnings: list[str] = field(default_factory=list)
     parent: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
     self_ns: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
+    member: np.ndarray | None = None
+
+    def members(self) -> np.ndarray:
+        """Whether each event is counted by this table's aggregates: all of them, except in a
+        time window of a larger file (:mod:`~ocr.perf.trace.windowed`), whose table also holds
+        the events around the window (context for nesting, phases and device busy time) that
+        another window counts."""
+        if self.member is None:
+            return np.ones(len(self), bool)
+        return self.member
 
     def __len__(self) -> int:
         return int(self.start.shape[0])

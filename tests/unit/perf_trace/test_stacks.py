@@ -18,7 +18,7 @@ from torch.profiler import ProfilerActivity, profile, schedule
 
 from ocr.perf.trace.load import load_traces
 from ocr.perf.trace.report import analyze_path
-from ocr.perf.trace.stacks import is_user_frame, sync_sites
+from ocr.perf.trace.stacks import is_user_frame, sync_calls, sync_sites
 from ocr.perf.trace.table import Kind
 
 ITEMS_PER_STEP = 6
@@ -84,7 +84,7 @@ def test_sync_site_names_this_file_and_function(cpu_trace: Path) -> None:
     items = table.name_ids(lambda s: s == "aten::item")
     idx = np.flatnonzero(items[table.name] & (table.kind == Kind.CPU_OP))
     assert idx.size == ITEMS_PER_STEP * STEPS
-    sites = sync_sites(table, idx, STEPS)
+    sites = sync_sites(sync_calls(table, idx), STEPS)
     assert len(sites) == 1
     site = sites[0]
     assert site.file.endswith("tests/unit/perf_trace/test_stacks.py")
@@ -104,7 +104,7 @@ def test_without_python_events_no_sites(cpu_trace: Path, tmp_path: Path) -> None
     items = table.name_ids(lambda s: s == "aten::item")
     idx = np.flatnonzero(items[table.name] & (table.kind == Kind.CPU_OP))
     assert idx.size == ITEMS_PER_STEP * STEPS
-    assert sync_sites(table, idx, STEPS) == []
+    assert sync_sites(sync_calls(table, idx), STEPS) == []
 
 
 def test_host_sync_finding_names_the_line(cpu_trace: Path, tmp_path: Path) -> None:

@@ -1,0 +1,209 @@
+"""A trace file too large for one table: its columns spilled to disk while it streams.
+
+:func:`parse_or_spill` reads a file like :func:`~ocr.perf.trace.decode.parse_file`; once the
+file holds more than :data:`SPILL_EVENTS` complete events, every decoded piece's columns go to
+raw column files in a folder of our own (under the system's temporary folder, or ``tmp_dir``)
+instead of memory, and the result is a :class:`Spilled`: the file's metadata and distinct
+event keys in memory, the per-event columns on disk, read back block by block
+(:meth:`Spilled.blocks`) by :mod:`~ocr.perf.trace.windowed`. Times are converted exactly as the
+in-memory path converts them (float µs to int ns against the file's earliest time), so a
+spilled file gives the same numbers.
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ocr.perf.trace.decode import _MEM_FIELDS, Parsed, _Columns, parse_file
+from ocr.perf.trace.table import TraceSource
+
+__all__ = ["SPILL_EVENTS", "EventBlock", "Spilled", "parse_or_spill"]
+
+#: Complete events of one file kept in memory; a file with more spills its columns to disk and
+#: is analysed in time windows (read when called, so tests can lower it).
+SPILL_EVENTS = 4_000_000
+#: Events per block read back from disk.
+BLOCK_EVENTS = 1 << 21
+
+_EVENT_COLUMNS: dict[str, type] = {
+    "key": np.int32,
+    "ts": np.float64,
+    "dur": np.int64,
+    "corr": np.int64,
+}
+_MEM_TYPES: dict[str, type] = {k: (np.float64 if k == "ts" else np.int64) for k in _MEM_FIELDS}
+
+
+@dataclass
+class EventBlock:
+    """A block of a spilled file's complete events (rows ``offset .. offset + len``): key codes
+    (into :attr:`Spilled.keys`), start (absolute ns), duration (ns) and correlation id."""
+
+    offset: int
+    key: np.ndarray
+    start: np.ndarray
+    dur: np.ndarray
+    corr: np.ndarray
+
+    def __len__(self) -> int:
+        return int(self.key.shape[0])
+
+
+@dataclass
+class Spilled:
+    """One file's events on disk (see the module doc).
+
+    Args:
+        source: the file's metadata.
+        keys: the distinct ``(cat, name, pid, tid)`` of its complete events.
+        thread_names, mem_threads, warnings: as in :class:`~ocr.perf.trace.decode.Parsed`.
+        directory: the folder holding the column files (ours: removed by :meth:`close`).
+        n_events, n_memory: complete and ``[memory]`` events on disk.
+        base_ns: the file's ``baseTimeNanoseconds``.
+        origin_us, mem_origin_us: the earliest complete / ``[memory]`` time (µs, floored), the
+            origin the in-memory conversion would use.
+    """
+
+    source: TraceSource
+    keys: list[tuple[Any, Any, Any, Any]]
+    thread_names: dict[tuple[str, str], str]
+    mem_threads: list[tuple[Any, Any]]
+    warnings: list[str]
+    directory: Path
+    n_events: int
+    n_memory: int
+    base_ns: int
+    origin_us: int
+    mem_origin_us: int
+
+    def _read(self, column: str, dtype: type, start: int, count: int) -> np.ndarray:
+        item = np.dtype(dtype).itemsize
+        return np.fromfile(self.directory / column, dtype, count, offset=start * item)
+
+    def blocks(self, block: int | None = None) -> Iterator[EventBlock]:
+        """The complete events in file order, ``block`` rows at a time."""
+        size = block or BLOCK_EVENTS
+        offset_ns = np.int64(self.base_ns + self.origin_us * 1000)
+        for at in range(0, self.n_events, size):
+            count = min(size, self.n_events - at)
+            ts = self._read("ts", np.float64, at, count)
+            yield EventBlock(
+                offset=at,
+                key=self._read("key", np.int32, at, count),
+                start=_block_ns(ts, self.origin_us, offset_ns),
+                dur=self._read("dur", np.int64, at, count),
+                corr=self._read("corr", np.int64, at, count),
+            )
+
+    def memory(self, start: int, count: int) -> dict[str, np.ndarray]:
+        """``[memory]`` rows ``start .. start + count`` (``ts`` in absolute ns)."""
+        out = {k: self._read("mem_" + k, t, start, count) for k, t in _MEM_TYPES.items()}
+        offset_ns = np.int64(self.base_ns + self.mem_origin_us * 1000)
+        out["ts"] = _block_ns(out["ts"], self.mem_origin_us, offset_ns)
+        return out
+
+    def close(self) -> None:
+        """Remove the column files (the folder is ours)."""
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def _block_ns(ts_us: np.ndarray, origin_us: int, offset_ns: np.int64) -> np.ndarray:
+    """:func:`~ocr.perf.trace.decode._to_ns` of one block with the file's origin."""
+    return np.rint((ts_us - origin_us) * 1000.0).astype(np.int64) + offset_ns
+
+
+class _SpillColumns(_Columns):
+    """:class:`~ocr.perf.trace.decode._Columns` that moves its pieces to disk once the file has
+    more than ``limit`` complete events (and every piece after)."""
+
+    def __init__(self, limit: int, tmp_dir: Path | None) -> None:
+        super().__init__()
+        self.limit = limit
+        self.tmp_dir = tmp_dir
+        self.directory: Path | None = None
+        self.n_spilled = self.n_mem_spilled = 0
+        self.min_ts = self.min_mem_ts = math.inf
+
+    def add_split(
+        self, n_entries: int, n_bad: int, complete: list[Any], memory: list[Any], meta: list[Any]
+    ) -> None:
+        super().add_split(n_entries, n_bad, complete, memory, meta)
+        if self.directory is not None or sum(a.size for a in self.ts) > self.limit:
+            self._flush()
+
+    def _flush(self) -> None:
+        if self.directory is None:
+            self.directory = Path(tempfile.mkdtemp(prefix="ocr-trace-", dir=self.tmp_dir))
+        for name in _EVENT_COLUMNS:
+            parts: list[np.ndarray] = getattr(self, name)
+            with open(self.directory / name, "ab") as fh:
+                for part in parts:
+                    if name == "ts" and part.size:
+                        self.min_ts = min(self.min_ts, float(np.nanmin(part)))
+                    part.tofile(fh)
+            if name == "key":
+                self.n_spilled += sum(p.size for p in parts)
+            parts.clear()
+        for name, parts in self.mem.items():
+            with open(self.directory / ("mem_" + name), "ab") as fh:
+                for part in parts:
+                    if name == "ts" and part.size:
+                        self.min_mem_ts = min(self.min_mem_ts, float(np.nanmin(part)))
+                    part.astype(_MEM_TYPES[name], copy=False).tofile(fh)
+            if name == "ts":
+                self.n_mem_spilled += sum(p.size for p in parts)
+            parts.clear()
+
+    def finish(self, path: Path, top: Any, parse_s: float) -> Parsed:
+        if self.directory is not None:
+            self._flush()
+        return super().finish(path, top, parse_s)
+
+    def spilled(self, parsed: Parsed) -> Spilled:
+        assert self.directory is not None
+        return Spilled(
+            source=parsed.source,
+            keys=parsed.keys,
+            thread_names=parsed.thread_names,
+            mem_threads=parsed.mem_threads,
+            warnings=parsed.warnings,
+            directory=self.directory,
+            n_events=self.n_spilled,
+            n_memory=self.n_mem_spilled,
+            base_ns=self.base_ns,
+            origin_us=math.floor(self.min_ts) if self.n_spilled else 0,
+            mem_origin_us=math.floor(self.min_mem_ts) if self.n_mem_spilled else 0,
+        )
+
+
+def parse_or_spill(
+    path: Path, limit: int | None = None, tmp_dir: Path | None = None
+) -> Parsed | Spilled | None:
+    """:func:`~ocr.perf.trace.decode.parse_file`, spilling to disk past ``limit`` complete
+    events (default :data:`SPILL_EVENTS`); ``None`` when the file is JSON but no trace."""
+    made: list[_SpillColumns] = []
+
+    def columns() -> _SpillColumns:
+        made.append(_SpillColumns(SPILL_EVENTS if limit is None else limit, tmp_dir))
+        return made[-1]
+
+    try:
+        parsed = parse_file(path, columns=columns)
+    finally:  # a stream that fell back to the whole file leaves a first attempt behind
+        for cols in made[:-1]:
+            if cols.directory is not None:
+                shutil.rmtree(cols.directory, ignore_errors=True)
+    last = made[-1] if made else None
+    if parsed is None or last is None or last.directory is None:
+        if last is not None and last.directory is not None:
+            shutil.rmtree(last.directory, ignore_errors=True)
+        return parsed
+    return last.spilled(parsed)

@@ -1,0 +1,140 @@
+"""A file too large for one table (issue 21.1): spilled to disk and analysed in time windows, it
+gives the same analysis as the file analysed whole, for CPU traces, Lightning traces whose spans
+overlap without nesting, and real GPU traces (kernels still running across a cut, memory)."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ocr.perf.trace import spill, windowed
+from ocr.perf.trace.load import load_traces
+from ocr.perf.trace.report import timed_analysis
+from ocr.perf.trace.table import Kind
+from tests.unit.perf_trace.bigtrace import write_replicated
+
+
+def _plain(analysis: Any) -> dict[str, Any]:
+    d = analysis.as_dict()
+    for key in ("timing", "input"):
+        d.pop(key, None)
+    for s in d["sources"]:
+        s.pop("parse_s")
+    return d
+
+
+def _whole_and_windowed(
+    path: Path, monkeypatch: pytest.MonkeyPatch, window_events: int
+) -> tuple[Any, Any, int]:
+    whole = timed_analysis(path, str(path), None)
+    windows: list[int] = []
+    plan = windowed._plan
+
+    def counting(sp: spill.Spilled, n: int) -> Any:
+        p = plan(sp, n)
+        windows.append(p.windows)
+        return p
+
+    with monkeypatch.context() as m:
+        m.setattr(spill, "SPILL_EVENTS", 0)
+        m.setattr(spill, "BLOCK_EVENTS", 4096)  # several blocks per pass, too
+        m.setattr(windowed, "WINDOW_EVENTS", window_events)
+        m.setattr(windowed, "_plan", counting)
+        parts = timed_analysis(path, str(path), None)
+    assert len(windows) == 1, "the file was not spilled"
+    return whole, parts, windows[0]
+
+
+def test_a_replicated_cpu_trace_in_windows_is_the_trace_whole(
+    recorded_cpu_trace: tuple[Path, dict[str, Any]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "big.json"
+    write_replicated(recorded_cpu_trace[0], path, 3 << 20)
+    (whole, by_hook), (parts, parts_by_hook), n = _whole_and_windowed(path, monkeypatch, 1000)
+    assert n >= 4
+    assert whole.summary.n_steps >= 10
+    assert whole.memory_peaks
+    assert _plain(parts) == _plain(whole)
+    assert parts_by_hook == by_hook
+
+
+def test_the_gpu_fixtures_in_windows_are_the_fixtures_whole(
+    traces_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for path in sorted(traces_dir.glob("*.json.gz")):
+        (whole, _), (parts, _), n = _whole_and_windowed(path, monkeypatch, 5000)
+        assert n >= 4, path.name
+        assert whole.summary.has_gpu
+        assert whole.top_cuda_ops
+        assert _plain(parts) == _plain(whole), path.name
+
+
+def _lightning_like(path: Path) -> Path:
+    """Steps whose spans overlap the callbacks' spans without nesting in them (as Lightning's
+    ``[pl][profile]`` spans and ``ProfilerStep#N`` do), inside one epoch span that crosses every
+    cut, with ops in each step."""
+    ev: list[dict[str, Any]] = []
+
+    def span(name: str, ts: float, dur: float, cat: str = "user_annotation") -> None:
+        ev.append({"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": dur})
+
+    span("[pl][profile]run_training_epoch", 0.0, 10_000.0)
+    for k in range(40):
+        t = 100.0 + 200.0 * k
+        span(f"ProfilerStep#{k}", t, 190.0)
+        span("[pl][profile][Callback]Logger.on_train_batch_end", t - 20.0, 40.0)  # overlaps
+        span("[pl][profile][LightningModule]M.training_step", t + 30.0, 100.0)
+        for j in range(5):
+            span("aten::mm", t + 35.0 + 15.0 * j, 10.0 + j, cat="cpu_op")
+            span("aten::empty", t + 36.0 + 15.0 * j, 2.0, cat="cpu_op")
+        span("Optimizer.step#SGD.step", t + 140.0, 30.0)
+    path.write_text(json.dumps({"traceEvents": ev}))
+    return path
+
+
+def test_spans_that_overlap_without_nesting_give_the_same_windows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = _lightning_like(tmp_path / "lightning.json")
+    (whole, by_hook), (parts, parts_by_hook), n = _whole_and_windowed(path, monkeypatch, 60)
+    assert n >= 8
+    assert _plain(parts) == _plain(whole)
+    assert parts_by_hook == by_hook
+    # the epoch span's self time counts every window's gaps: its duration less its children's
+    epoch = next(r for r in whole.top_annotations if r.name.endswith("run_training_epoch"))
+    assert 0 < epoch.self_ms < 10.0
+
+
+def test_a_parent_is_the_latest_span_still_open(tmp_path: Path) -> None:
+    """An op that starts after the step's neighbour span has ended belongs to the step, not to
+    that span (which the step overlaps without nesting in it)."""
+    table = load_traces(_lightning_like(tmp_path / "lightning.json"))
+    names = table.names
+    for i in range(len(table)):
+        if names[table.name[i]] != "aten::mm" or table.kind[i] != Kind.CPU_OP:
+            continue
+        p = int(table.parent[i])
+        assert names[table.name[p]].endswith("training_step")
+        assert table.start[p] <= table.start[i] < table.start[p] + table.dur[p]
+
+
+def test_the_spill_folder_is_removed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = _lightning_like(tmp_path / "lightning.json")
+    made: list[Path] = []
+    mkdtemp = tempfile.mkdtemp
+
+    def spy(*args: Any, **kwargs: Any) -> str:
+        made.append(Path(mkdtemp(*args, **kwargs)))
+        return str(made[-1])
+
+    monkeypatch.setattr(spill, "SPILL_EVENTS", 0)
+    monkeypatch.setattr(windowed, "WINDOW_EVENTS", 60)
+    monkeypatch.setattr(spill.tempfile, "mkdtemp", spy)
+    analysis, _ = timed_analysis(path, str(path), None)
+    assert analysis.summary.n_steps == 40
+    assert len(made) == 1
+    assert not made[0].exists()
