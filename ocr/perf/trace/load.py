@@ -15,6 +15,7 @@ same rank are never merged or overwritten.
 
 from __future__ import annotations
 
+import functools
 import gc
 import re
 from collections.abc import Iterator, Sequence
@@ -22,7 +23,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import numba
 import numpy as np
 
 from ocr.perf.trace.decode import Parsed, code_table, parse_file, release_free_heap
@@ -416,19 +416,19 @@ def _parents_loop(s: np.ndarray, e: np.ndarray) -> np.ndarray:  # pragma: no cov
     return parent
 
 
+@functools.cache
 def _compiled() -> Any:
+    """The compiled stack pass (numba imported and the kernel compiled, or loaded from its disk
+    cache, at the first trace nested: importing the package stays light)."""
+    import numba
+
     try:
         return numba.njit(cache=True, nogil=True)(_parents_loop)
     except RuntimeError:  # no writable cache location: compile per process
         return numba.njit(cache=False, nogil=True)(_parents_loop)
 
 
-_open_parents_jit = _compiled()
-
-
 def _open_parents(s: np.ndarray, e: np.ndarray) -> np.ndarray:
     """Position of each event's parent in the sorted block (-1: none): one pass with the stack
     of open events (compiled)."""
-    return np.asarray(
-        _open_parents_jit(s.astype(np.int64, copy=False), e.astype(np.int64, copy=False))
-    )
+    return np.asarray(_compiled()(s.astype(np.int64, copy=False), e.astype(np.int64, copy=False)))
