@@ -15,7 +15,6 @@ same rank are never merged or overwritten.
 
 from __future__ import annotations
 
-import functools
 import gc
 import re
 from collections.abc import Iterator, Sequence
@@ -401,34 +400,28 @@ def _nest_block(
     self_ns[sorted_idx] = own
 
 
-def _parents_loop(s: np.ndarray, e: np.ndarray) -> np.ndarray:  # pragma: no cover - compiled
-    m = s.shape[0]
-    parent = np.full(m, -1, np.int64)
-    stack = np.empty(m, np.int64)
-    top = 0
-    for i in range(m):
-        while top > 0 and e[stack[top - 1]] <= s[i]:
-            top -= 1
-        if top > 0:
-            parent[i] = stack[top - 1]
-        stack[top] = i
-        top += 1
-    return parent
-
-
-@functools.cache
-def _compiled() -> Any:
-    """The compiled stack pass (numba imported and the kernel compiled, or loaded from its disk
-    cache, at the first trace nested: importing the package stays light)."""
-    import numba
-
-    try:
-        return numba.njit(cache=True, nogil=True)(_parents_loop)
-    except RuntimeError:  # no writable cache location: compile per process
-        return numba.njit(cache=False, nogil=True)(_parents_loop)
-
-
 def _open_parents(s: np.ndarray, e: np.ndarray) -> np.ndarray:
-    """Position of each event's parent in the sorted block (-1: none): one pass with the stack
-    of open events (compiled)."""
-    return np.asarray(_compiled()(s.astype(np.int64, copy=False), e.astype(np.int64, copy=False)))
+    """Position of each event's parent in the sorted block (-1: none): the latest earlier event
+    with ``e > s`` of the event, found by pointer jumping. ``up[j]`` is first ``j - 1`` and ends as
+    the latest earlier event whose end exceeds ``e[j]`` (every event skipped on the way ends no
+    later than ``e[j]``, so none of them can be open where ``j`` is not); the parent search then
+    follows ``up`` from ``i - 1`` past the events that ended by ``s[i]``. Rounds grow with the
+    nesting depth, not with the number of events."""
+    m = s.size
+    up = np.arange(-1, m - 1, dtype=np.int64)
+    active = np.flatnonzero(up >= 0)
+    while active.size:
+        c = up[active]
+        jump = e[c] <= e[active]
+        active, c = active[jump], c[jump]
+        up[active] = up[c]
+        active = active[up[active] >= 0]
+    parent = np.arange(-1, m - 1, dtype=np.int64)
+    active = np.flatnonzero(parent >= 0)
+    while active.size:
+        c = parent[active]
+        ended = e[c] <= s[active]
+        active, c = active[ended], c[ended]
+        parent[active] = up[c]
+        active = active[parent[active] >= 0]
+    return parent

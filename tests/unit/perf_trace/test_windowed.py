@@ -9,10 +9,11 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from ocr.perf.trace import spill, windowed
-from ocr.perf.trace.load import load_traces
+from ocr.perf.trace.load import _open_parents, load_traces
 from ocr.perf.trace.report import timed_analysis
 from ocr.perf.trace.table import Kind
 from tests.unit.perf_trace.bigtrace import write_replicated
@@ -107,6 +108,27 @@ def test_spans_that_overlap_without_nesting_give_the_same_windows(
     # the epoch span's self time counts every window's gaps: its duration less its children's
     epoch = next(r for r in whole.top_annotations if r.name.endswith("run_training_epoch"))
     assert 0 < epoch.self_ms < 10.0
+
+
+def test_parents_by_pointer_jumping_are_the_stack_of_open_spans() -> None:
+    """The vectorised parent search against the plain stack walk, on random overlapping
+    spans (nested, overlapping without nesting, equal)."""
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        m = int(rng.integers(1, 300))
+        s = np.sort(rng.integers(0, 1000, m))
+        e = s + rng.integers(1, 300, m)
+        order = np.lexsort((-e, s))
+        s, e = s[order], e[order]
+        expected = np.full(m, -1)
+        stack: list[int] = []
+        for i in range(m):
+            while stack and e[stack[-1]] <= s[i]:
+                stack.pop()
+            if stack:
+                expected[i] = stack[-1]
+            stack.append(i)
+        assert (_open_parents(s, e) == expected).all()
 
 
 def test_a_parent_is_the_latest_span_still_open(tmp_path: Path) -> None:
