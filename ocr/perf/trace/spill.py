@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from ocr.perf.trace.decode import _MEM_FIELDS, Parsed, _Columns, parse_file
-from ocr.perf.trace.table import TraceSource
+from ocr.perf.trace.table import TraceError, TraceSource
 
 __all__ = ["SPILL_EVENTS", "EventBlock", "Spilled", "parse_or_spill"]
 
@@ -124,8 +124,9 @@ class _SpillColumns(_Columns):
     """:class:`~ocr.perf.trace.decode._Columns` that moves its pieces to disk once the file has
     more than ``limit`` complete events (and every piece after)."""
 
-    def __init__(self, limit: int, tmp_dir: Path | None) -> None:
+    def __init__(self, path: Path, limit: int, tmp_dir: Path | None) -> None:
         super().__init__()
+        self.path = path
         self.limit = limit
         self.tmp_dir = tmp_dir
         self.directory: Path | None = None
@@ -140,6 +141,17 @@ class _SpillColumns(_Columns):
             self._flush()
 
     def _flush(self) -> None:
+        try:
+            self._write()
+        except OSError as exc:  # a full or read-only disk: the user's to fix, said in one line
+            raise TraceError(
+                self.path,
+                f"too large for memory, and its columns cannot be written to "
+                f"{self.directory or self.tmp_dir or tempfile.gettempdir()} "
+                f"({exc.strerror or exc}); set TMPDIR to a folder with room",
+            ) from exc
+
+    def _write(self) -> None:
         if self.directory is None:
             self.directory = Path(tempfile.mkdtemp(prefix="ocr-trace-", dir=self.tmp_dir))
         for name in _EVENT_COLUMNS:
@@ -192,7 +204,7 @@ def parse_or_spill(
     made: list[_SpillColumns] = []
 
     def columns() -> _SpillColumns:
-        made.append(_SpillColumns(SPILL_EVENTS if limit is None else limit, tmp_dir))
+        made.append(_SpillColumns(path, SPILL_EVENTS if limit is None else limit, tmp_dir))
         return made[-1]
 
     try:

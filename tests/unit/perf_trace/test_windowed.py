@@ -15,7 +15,7 @@ import pytest
 from ocr.perf.trace import spill, windowed
 from ocr.perf.trace.load import _open_parents, load_traces
 from ocr.perf.trace.report import timed_analysis
-from ocr.perf.trace.table import Kind
+from ocr.perf.trace.table import Kind, TraceError
 from tests.unit.perf_trace.bigtrace import write_replicated
 
 
@@ -160,3 +160,10 @@ def test_the_spill_folder_is_removed(tmp_path: Path, monkeypatch: pytest.MonkeyP
     assert analysis.summary.n_steps == 40
     assert len(made) == 1
     assert not made[0].exists()
+
+
+def test_a_spill_that_cannot_be_written_is_one_clear_error(tmp_path: Path) -> None:
+    path = _lightning_like(tmp_path / "lightning.json")
+    with pytest.raises(TraceError, match="set TMPDIR to a folder with room") as err:
+        spill.parse_or_spill(path, limit=0, tmp_dir=tmp_path / "missing")
+    assert str(path) in str(err.value)
