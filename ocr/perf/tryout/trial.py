@@ -15,7 +15,7 @@ from ocr.perf.records import KnobRecord, RunDirError, read_records
 from ocr.perf.stage import Stage
 from ocr.perf.try_window import ENV_VAR, TryWindow
 from ocr.perf.tryout.command import RecordedCommand
-from ocr.perf.tryout.measure import TrialSpeed, stage_speed
+from ocr.perf.tryout.measure import stage_speed
 
 __all__ = ["TrialResult", "run_eval_trial", "run_training_trial"]
 
@@ -41,7 +41,7 @@ class TrialResult:
     Args:
         folder: its output folder.
         seconds: its wall time, start-up included.
-        speed: its steady-state speed, or ``None`` when it failed.
+        speed: its steady-state speed (samples per second), or ``None`` when it failed.
         error: why it failed (exit status and the last lines of its output), else ``None``.
         hmean: the H-mean an eval trial printed, else ``None``.
         not_applicable: why the run cannot take a knob of the change (the trial ended at
@@ -50,7 +50,7 @@ class TrialResult:
 
     folder: Path
     seconds: float
-    speed: TrialSpeed | None
+    speed: float | None
     error: str | None = None
     hmean: float | None = None
     not_applicable: str | None = None

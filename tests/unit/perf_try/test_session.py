@@ -10,7 +10,6 @@ from ocr.perf.candidates import Candidate
 from ocr.perf.knobs import Knob
 from ocr.perf.tryout import session as session_mod
 from ocr.perf.tryout.command import RecordedCommand
-from ocr.perf.tryout.measure import TrialSpeed
 from ocr.perf.tryout.session import (
     HMEAN_TOLERANCE,
     TryOptions,
@@ -67,13 +66,13 @@ def fake_trials(monkeypatch: pytest.MonkeyPatch) -> tuple[FakeClock, list[tuple[
     def training(command, folder, changes, **kwargs):  # type: ignore[no-untyped-def]
         calls.append(changes)
         clock.now += 10.0
-        return TrialResult(folder, 10.0, TrialSpeed(speed(changes), 0.1, 20, True))
+        return TrialResult(folder, 10.0, speed(changes))
 
     def evaluation(command, folder, changes, checkpoint, **kwargs):  # type: ignore[no-untyped-def]
         calls.append(changes)
         clock.now += 10.0
         hmean = 0.60 if any("box_thresh" in c for c in changes) else 0.80
-        return TrialResult(folder, 10.0, TrialSpeed(speed(changes), 0.1, 5, True), None, hmean)
+        return TrialResult(folder, 10.0, speed(changes), None, hmean)
 
     monkeypatch.setattr(session_mod, "run_training_trial", training)
     monkeypatch.setattr(session_mod, "run_eval_trial", evaluation)
