@@ -260,7 +260,6 @@ def _remedy(kind: str, persistent: bool | None) -> str:
 def worker_memory_finding(
     classes: Iterable[WorkerMemoryClass],
     persistent_workers: bool | None = None,
-    stage: str | None = None,
 ) -> Finding | None:
     """One finding for a run's workers (the most serious class wins); ``None`` when every worker
     is stable or there are none."""
@@ -328,7 +327,6 @@ def worker_memory_finding(
             "min_r": threshold("copy_on_read_min_r"),
         },
         suggestion=_remedy(kind, persistent_workers),
-        stage=stage,
         source="resources",
         confidence="measured" if worst.r_fetched is not None else "likely",
     )
