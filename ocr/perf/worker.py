@@ -412,11 +412,6 @@ class InstrumentedLoader:
         return f"{type(self).__name__}({self._original_class.__name__}, {state})"
 
     @property
-    def loader(self) -> DataLoader | None:
-        """The instrumented loader; None after :meth:`restore`."""
-        return self._loader
-
-    @property
     def active(self) -> bool:
         """True until :meth:`restore`."""
         return self._loader is not None
