@@ -36,7 +36,8 @@ from lightning.pytorch.callbacks import Callback
 
 from ocr.lightning_modules.callbacks import ResourceMonitorCallback
 from ocr.perf.alerts import AlertEngine, build_rules
-from ocr.perf.resources import THREAD_NAME, ResourceMonitor, ResourceSampler, StepSignals
+from ocr.perf.resources import ResourceMonitor, ResourceSampler, StepSignals
+from ocr.perf.resources.monitor import THREAD_NAME
 
 WARMUP_STEPS = 200
 

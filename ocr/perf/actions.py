@@ -107,7 +107,6 @@ class Action:
             strategy's class name; ``""`` for unprefixed names.
     """
 
-    name: str
     phase: str
     kind: str
     owner: str
@@ -138,13 +137,13 @@ def classify_action(name: str) -> Action:
             owner, hook = hook, ""
         if kind == CALLBACK:
             phase = "checkpoint" if hook in _CHECKPOINT_HOOKS else "callbacks"
-            return Action(name, phase, kind, callback_class_name(owner), hook, owner)
+            return Action(phase, kind, callback_class_name(owner), hook, owner)
         if kind == STRATEGY:
-            return Action(name, _STRATEGY_HOOK_PHASES.get(hook, ""), kind, "", hook, owner)
+            return Action(_STRATEGY_HOOK_PHASES.get(hook, ""), kind, "", hook, owner)
         phase = _MODULE_HOOK_PHASES.get(hook, "module_hooks")
-        return Action(name, phase, kind, f"{owner}.{hook}", hook, owner)
+        return Action(phase, kind, f"{owner}.{hook}", hook, owner)
     if name.startswith("[") and name.endswith("_next"):
         # [_TrainingEpochLoop].train_dataloader_next, [_EvaluationLoop].val_next / test_next
-        return Action(name, "data_wait", LOOP, "", name.rpartition(".")[2])
+        return Action("data_wait", LOOP, "", name.rpartition(".")[2])
     phase = {"optimizer_step": "optimizer", "save_checkpoint": "checkpoint"}.get(name, "")
-    return Action(name, phase, OTHER, "", name)
+    return Action(phase, OTHER, "", name)

@@ -11,12 +11,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ocr.cli_errors import EXIT_BAD_INPUT
+
 if TYPE_CHECKING:
     from rich.console import Console
 
 EXIT_OK = 0
 EXIT_REGRESSION = 1
-EXIT_BAD_INPUT = 2
 #: ``check``: either side has too few epochs or batches to judge (never 1: not a regression).
 EXIT_INSUFFICIENT_DATA = 3
 

@@ -66,10 +66,6 @@ class PhaseClock:
         self.current: str | None = None
         self.current_owner = ""
 
-    def __repr__(self) -> str:
-        state = f"running, in {self.current!r}" if self.running else "stopped"
-        return f"{type(self).__name__}({state})"
-
     def start(self, phase: str = "unattributed") -> None:
         """Reset the totals and open ``phase`` (restarts a running clock, dropping its totals)."""
         _check_phase(phase)

@@ -13,7 +13,7 @@ No Lightning import: this is used by the throughput callback and by plain script
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -25,12 +25,11 @@ from torch.utils.flop_counter import FlopCounterMode
 class FlopCount:
     """FLOPs of one call of a model on an example input (the whole batch): ``forward_backward``
     is a forward plus the backward of the sum of the outputs, ``None`` when not counted (no
-    parameter needs a gradient, or not asked for); ``by_op``: forward FLOPs per aten op."""
+    parameter needs a gradient, or not asked for)."""
 
     forward: int
     forward_backward: int | None
     batch_size: int
-    by_op: dict[str, int] = field(default_factory=dict)
     input_shapes: tuple[tuple[int, ...], ...] = ()
 
     @property
@@ -77,14 +76,6 @@ def _call(model: nn.Module, example_input: Any) -> Any:
     return model(example_input)
 
 
-def _by_op(counter: FlopCounterMode) -> dict[str, int]:
-    totals: dict[str, int] = {}
-    for op, count in counter.get_flop_counts().get("Global", {}).items():
-        name = str(op).removesuffix(".default")
-        totals[name] = totals.get(name, 0) + int(count)
-    return totals
-
-
 def count_flops(model: nn.Module, example_input: Any, *, backward: bool = True) -> FlopCount:
     """Count the FLOPs of ``model`` on ``example_input`` (see the module doc).
 
@@ -101,20 +92,17 @@ def count_flops(model: nn.Module, example_input: Any, *, backward: bool = True) 
     # the run's random stream (a run with the monitor trains like one without).
     cuda = sorted({int(t.device.index or 0) for t in _tensors(example_input) if t.is_cuda})
     with torch.random.fork_rng(devices=cuda):
-        forward, by_op, forward_backward = _count(model, example_input, backward)
+        forward, forward_backward = _count(model, example_input, backward)
     shapes = tuple(tuple(int(d) for d in t.shape) for t in _tensors(example_input))
     return FlopCount(
         forward=forward,
         forward_backward=forward_backward,
         batch_size=batch_size_of(example_input),
-        by_op=by_op,
         input_shapes=shapes,
     )
 
 
-def _count(
-    model: nn.Module, example_input: Any, backward: bool
-) -> tuple[int, dict[str, int], int | None]:
+def _count(model: nn.Module, example_input: Any, backward: bool) -> tuple[int, int | None]:
     # Batch-norm running statistics move on a training-mode forward: keep the model's state.
     saved = {name: buf.detach().clone() for name, buf in model.named_buffers()}
     grads = {name: p.grad for name, p in model.named_parameters()}
@@ -122,7 +110,6 @@ def _count(
         with torch.no_grad(), FlopCounterMode(display=False) as counter:
             _call(model, example_input)
         forward = int(counter.get_total_flops())
-        by_op = _by_op(counter)
         forward_backward: int | None = None
         if backward and any(p.requires_grad for p in model.parameters()):
             with torch.enable_grad(), FlopCounterMode(display=False) as counter:
@@ -142,4 +129,4 @@ def _count(
                 buffers[name].copy_(value)
         for name, p in model.named_parameters():
             p.grad = grads.get(name)
-    return forward, by_op, forward_backward
+    return forward, forward_backward

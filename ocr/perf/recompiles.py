@@ -199,11 +199,8 @@ def _recompile_limit() -> int | None:
     import torch
 
     config = getattr(getattr(torch, "_dynamo", None), "config", None)
-    for name in ("recompile_limit", "cache_size_limit"):
-        value = getattr(config, name, None)
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-    return None
+    value = getattr(config, "recompile_limit", None)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 class ShapeCounter:

@@ -112,7 +112,7 @@ def run_info() -> RunRecord:
         cpu_bf16=cpu_bf16(),
         argv=list(sys.argv),
         executable=sys.executable,
-        orig_argv=list(getattr(sys, "orig_argv", sys.argv)),
+        orig_argv=list(sys.orig_argv),
         cwd=os.getcwd(),
         hydra=_hydra_app(),
         torch_threads=torch.get_num_threads() if torch is not None else None,

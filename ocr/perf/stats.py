@@ -17,7 +17,7 @@ class StreamingStats:
     ``(gamma**(i-1), gamma**i]`` with ``gamma = (1 + a) / (1 - a)``, and reports its values as
     ``2 gamma**i / (gamma + 1)``, which is within ``a`` of every one of them. Only the buckets seen
     are stored, and values are clamped into ``[min_value, max_value]`` first, so the number of
-    buckets never exceeds :attr:`max_buckets` however long the stream. Quantiles interpolate
+    buckets is bounded by that range however long the stream. Quantiles interpolate
     linearly between the two nearest order statistics, like ``numpy.quantile``'s default, so they
     are within ``a`` of numpy's answer on the same data. The extremes (q = 0, q = 1) are exact.
 
@@ -156,16 +156,6 @@ class StreamingStats:
     @property
     def max(self) -> float:
         return self._max if self.count else math.nan
-
-    @property
-    def num_buckets(self) -> int:
-        """Histogram buckets in use (the only storage that depends on the data)."""
-        return len(self._buckets) + (1 if self._zeros else 0)
-
-    @property
-    def max_buckets(self) -> int:
-        """Upper bound of :attr:`num_buckets` for these settings, whatever the stream."""
-        return self._key(self.max_value) - self._key(self.min_value) + 2
 
     def _order_statistics(self, ranks: list[int]) -> list[float]:
         """Estimates of the values at 0-based sorted positions ``ranks`` (ascending)."""

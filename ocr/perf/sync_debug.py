@@ -92,11 +92,6 @@ class SyncDetector:
         self._counts: Counter[tuple[str, int, str]] = Counter()
         self._next_show: Any = None
 
-    @property
-    def on(self) -> bool:
-        """Whether the detector is catching syncs now."""
-        return self._catch is not None
-
     def start(self, force: bool = False) -> bool:
         """Turn sync warnings on and start counting; ``False`` (nothing done) without CUDA unless
         ``force`` (tests: catch the warnings without switching the CUDA mode)."""

@@ -51,13 +51,13 @@ FOLLOWED: tuple[type[Record], ...] = (
     ResourceSample,
     AlertEvent,
 )
-#: Resource metrics in the view: (metric, label, unit, scale).
+#: Resource metrics in the view: (metric, label, unit).
 _RESOURCES = (
-    ("resources/process_cpu_percent", "cpu", "%", 1.0),
-    ("resources/process_rss_gb", "rss", " GiB", 1.0),
-    ("resources/workers_uss_gb", "workers uss", " GiB", 1.0),
-    ("resources/gpu_util_percent", "gpu", "%", 1.0),
-    ("resources/cuda_allocated_gb", "cuda", " GiB", 1.0),
+    ("resources/process_cpu_percent", "cpu", "%"),
+    ("resources/process_rss_gb", "rss", " GiB"),
+    ("resources/workers_uss_gb", "workers uss", " GiB"),
+    ("resources/gpu_util_percent", "gpu", "%"),
+    ("resources/cuda_allocated_gb", "cuda", " GiB"),
 )
 
 
@@ -210,8 +210,8 @@ def interval_line(record: IntervalRecord) -> str:
 
 def resources_line(sample: ResourceSample) -> str:
     parts = [
-        f"{label} {sample.metrics[name] * scale:.{0 if unit == '%' else 2}f}{unit}"
-        for name, label, unit, scale in _RESOURCES
+        f"{label} {sample.metrics[name]:.{0 if unit == '%' else 2}f}{unit}"
+        for name, label, unit in _RESOURCES
         if name in sample.metrics
     ]
     return f"  resources rank {sample.rank}: " + ", ".join(parts) if parts else ""
@@ -354,14 +354,13 @@ def watch(
     poll_s: float = 1.0,
     stale_after_s: float = 600.0,
     json_lines: bool = False,
-    console: Console | None = None,
 ) -> int:
     """``ocr-perf watch``: follow ``run_dir`` (live view on a terminal, lines elsewhere), print
     the summary and return the exit code. :class:`MissingPathError` when ``run_dir`` is not a
     folder."""
     if not run_dir.is_dir():
         raise MissingPathError(f"run directory not found: {run_dir}")
-    con = console or Console()
+    con = Console()
     w = Watch(run_dir, poll_s=poll_s, stale_after_s=stale_after_s, json_lines=json_lines)
 
     def emit(line: str) -> None:

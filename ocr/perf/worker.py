@@ -407,20 +407,6 @@ class InstrumentedLoader:
         _HANDLES[loader] = self
         _drop_cached_iterator(loader)
 
-    def __repr__(self) -> str:
-        state = "active" if self.active else "restored"
-        return f"{type(self).__name__}({self._original_class.__name__}, {state})"
-
-    @property
-    def loader(self) -> DataLoader | None:
-        """The instrumented loader; None after :meth:`restore`."""
-        return self._loader
-
-    @property
-    def active(self) -> bool:
-        """True until :meth:`restore`."""
-        return self._loader is not None
-
     def _deliver(self, timing: WorkerTiming) -> None:
         if self._on_error is None:
             self._on_batch(timing)

@@ -146,12 +146,12 @@ def _size(attribute: str, value: object) -> DatasetContainer:
     )
 
 
-def python_containers(dataset: object, min_bytes: float | None = None) -> list[DatasetContainer]:
+def python_containers(dataset: object) -> list[DatasetContainer]:
     """The Python containers in ``dataset``'s attributes (and one level into plain objects and
-    wrapped datasets such as ``Subset.dataset``) whose objects total at least ``min_bytes``
-    (default ``copy_on_read_container_mb``), largest first. Reads attributes only; cost grows
-    with :data:`_SAMPLE`, not with the container."""
-    floor = threshold("copy_on_read_container_mb") * _MB if min_bytes is None else min_bytes
+    wrapped datasets such as ``Subset.dataset``) whose objects total at least
+    ``copy_on_read_container_mb``, largest first. Reads attributes only; cost grows with
+    :data:`_SAMPLE`, not with the container."""
+    floor = threshold("copy_on_read_container_mb") * _MB
     found: list[DatasetContainer] = []
     seen: set[int] = set()
 
@@ -260,7 +260,6 @@ def _remedy(kind: str, persistent: bool | None) -> str:
 def worker_memory_finding(
     classes: Iterable[WorkerMemoryClass],
     persistent_workers: bool | None = None,
-    stage: str | None = None,
 ) -> Finding | None:
     """One finding for a run's workers (the most serious class wins); ``None`` when every worker
     is stable or there are none."""
@@ -328,7 +327,6 @@ def worker_memory_finding(
             "min_r": threshold("copy_on_read_min_r"),
         },
         suggestion=_remedy(kind, persistent_workers),
-        stage=stage,
         source="resources",
         confidence="measured" if worst.r_fetched is not None else "likely",
     )

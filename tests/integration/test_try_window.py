@@ -16,6 +16,7 @@ from lightning.pytorch.loggers import CSVLogger
 from torch.utils.data import DataLoader, TensorDataset
 
 from ocr.lightning_modules.callbacks import ThroughputMonitorCallback
+from ocr.perf.records import EpochRecord, read_records
 from ocr.perf.try_window import ENV_VAR, TryWindow
 from ocr.perf.tryout.measure import stage_speed
 
@@ -72,11 +73,11 @@ def test_window_stops_after_warmup_and_measured_batches(
     # callback's setup; nothing is logged into it
     assert [p for p in (tmp_path / "app_root" / "csv").rglob("*") if p.is_file()] == []
     assert not (tmp_path / "app_root" / "perf").exists()
+    epochs = read_records(EpochRecord.path(trial), EpochRecord)
+    assert sum(len(r.batch_times_s) for r in epochs if r.stage == "train") == 7
     speed = stage_speed(trial, "train", 2, 5)
     assert speed is not None
-    assert speed.batches == 5
-    assert speed.complete
-    assert speed.samples_per_sec > 0
+    assert speed > 0
 
 
 def test_window_keeps_what_the_change_concerns(

@@ -74,9 +74,10 @@ class CudaPhaseEvents:
 
 
 class EventClock(PhaseClock):
-    """PhaseClock that also records CUDA events at switches and/or synchronises before them."""
+    """PhaseClock that also records CUDA events at switches and, with ``sync``, synchronises
+    before them."""
 
-    def __init__(self, events: CudaPhaseEvents | None, sync: Callable[[], None] | None) -> None:
+    def __init__(self, events: CudaPhaseEvents, sync: Callable[[], None] | None) -> None:
         super().__init__()
         self.events = events
         self.sync = sync
@@ -85,22 +86,21 @@ class EventClock(PhaseClock):
         if self.sync is not None:
             self.sync()
         super().start(phase)
-        if self.events is not None:
-            self.events.anchor()
+        self.events.anchor()
 
     def switch(self, phase: str, owner: str = "") -> str:
         changes = phase != self.current  # events and syncs only where the phase changes
         if changes and self.running and self.sync is not None:
             self.sync()  # the closing phase's GPU work completes inside that phase
         previous = super().switch(phase, owner)
-        if changes and previous and self.events is not None:
+        if changes and previous:
             self.events.mark(previous)
         return previous
 
     def switch_since(self, phase: str, at_ns: int) -> None:
         closing = self.current
         super().switch_since(phase, at_ns)
-        if closing and closing != phase and self.events is not None:
+        if closing and closing != phase:
             self.events.mark(closing)  # recorded now: the GPU interval ends at the host's now
 
     def stop(self) -> PhaseTotals:
@@ -108,6 +108,6 @@ class EventClock(PhaseClock):
             self.sync()
         closing = self.current
         totals = super().stop()
-        if closing and self.events is not None:
+        if closing:
             self.events.mark(closing)
         return totals

@@ -215,7 +215,7 @@ class ProfilerCallback(BatchEndHooks):
         supported = torch.profiler.supported_activities()
         available = {
             "cuda": torch.cuda.is_available(),
-            "xpu": hasattr(torch, "xpu") and torch.xpu.is_available(),
+            "xpu": torch.xpu.is_available(),
         }
         out: list[ProfilerActivity] = []
         dropped: list[str] = []

@@ -100,11 +100,9 @@ def _compare_baseline(
     path = Path(baseline)
     if not path.exists():
         raise ReportInputError(f"{path}: baseline not found")
-    try:
-        from ocr.perf.baseline import load_source
-        from ocr.perf.gate import check_baseline
-    except ImportError:
-        return None, "the baseline gate (ocr.perf.gate) is not available in this installation"
+    from ocr.perf.baseline import load_source
+    from ocr.perf.gate import check_baseline
+
     try:
         reference = load_source(path)
     except (OSError, InputError) as exc:

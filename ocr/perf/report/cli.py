@@ -7,12 +7,12 @@ unwritable output); the message names the file.
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 from typing import Any
 
+from ocr.cli_errors import EXIT_BAD_INPUT, report_error
+
 EXIT_OK = 0
-EXIT_BAD_INPUT = 2
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -65,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         report = build_report(args.run_dir, baseline=args.baseline)
     except ReportInputError as exc:
-        print(f"ocr-perf: error: {exc}", file=sys.stderr)
+        report_error("ocr-perf", exc)
         return EXIT_BAD_INPUT
     output = args.output or Path(args.run_dir) / "perf" / "report.html"
     try:
@@ -74,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
             args.markdown.parent.mkdir(parents=True, exist_ok=True)
             args.markdown.write_text(to_markdown(report), encoding="utf-8")
     except OSError as exc:
-        print(f"ocr-perf: error: cannot write output: {exc}", file=sys.stderr)
+        report_error("ocr-perf", f"cannot write output: {exc}")
         return EXIT_BAD_INPUT
     if args.json is not None:
         from ocr.console import write_json
@@ -83,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
         try:
             write_json(args.json, to_json(report))
         except OSError as exc:
-            print(f"ocr-perf: error: cannot write output: {exc}", file=sys.stderr)
+            report_error("ocr-perf", f"cannot write output: {exc}")
             return EXIT_BAD_INPUT
     # with --json - stdout is the JSON alone: the summary goes to stderr
     console = make_console(stderr=str(args.json) == "-")

@@ -10,17 +10,13 @@ from ocr.perf.report.document import Section, Table, cell
 from ocr.perf.tryout.paired import RECOMMEND_ABOVE
 from ocr.perf.tryout.results import latest_session
 from ocr.perf.tryout.session import HMEAN_TOLERANCE, code_lines, paste_line
+from ocr.perf.tryout.show import labels
 
 if TYPE_CHECKING:
     from ocr.perf.report.build import Report
 
 
 def _row(r: TryRecord) -> list[str]:
-    labels = [
-        label
-        for label, on in (("alters computation", r.alters_computation), ("eval-time", r.eval_time))
-        if on
-    ]
     interval = "-" if r.low is None else f"[{cell(r.low, 3)}, {cell(r.high, 3)}]"
     change = r.override or r.description
     if r.kind == "combined":
@@ -31,7 +27,7 @@ def _row(r: TryRecord) -> list[str]:
         interval,
         str(r.pairs),
         r.status,
-        ", ".join(labels),
+        labels(r),
         r.note,
     ]
 

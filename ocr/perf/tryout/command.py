@@ -55,7 +55,6 @@ class RecordedCommand:
         cwd: the working folder it ran in.
         hydra: the app is a Hydra app (overrides can be applied).
         lightning_module: the LightningModule's class name, when recorded.
-        task_name: the Hydra config's ``task_name`` when recorded (``train`` for ours).
     """
 
     run_dir: Path
@@ -66,7 +65,6 @@ class RecordedCommand:
     cwd: Path
     hydra: bool
     lightning_module: str | None = None
-    task_name: str | None = None
 
     def argv(
         self,
@@ -200,7 +198,6 @@ def recorded_command(run_dir: str | os.PathLike[str]) -> RecordedCommand:
         if arg in _MULTIRUN_FLAGS:
             continue
         (plain if _is_override(arg) else flags).append(arg)
-    task = info.task_name or info.hparams.get("task_name")
     return RecordedCommand(
         run_dir=root,
         executable=executable,
@@ -210,5 +207,4 @@ def recorded_command(run_dir: str | os.PathLike[str]) -> RecordedCommand:
         cwd=cwd,
         hydra=hydra,
         lightning_module=info.lightning_module,
-        task_name=str(task) if task is not None else None,
     )

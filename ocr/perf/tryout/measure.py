@@ -3,38 +3,20 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 
 from ocr.perf.records import EpochRecord, read_records
 from ocr.perf.stage import Stage
 
-__all__ = ["TrialSpeed", "stage_speed"]
-
-
-@dataclass(frozen=True)
-class TrialSpeed:
-    """Steady-state speed of one trial.
-
-    Args:
-        samples_per_sec: samples over the measured batches / their summed batch times.
-        sec_per_batch: mean batch time of the measured batches (seconds).
-        batches: batches measured.
-        complete: as many batches as asked were measured (the run did not end first).
-    """
-
-    samples_per_sec: float
-    sec_per_batch: float
-    batches: int
-    complete: bool
+__all__ = ["stage_speed"]
 
 
 def stage_speed(
     run_dir: str | os.PathLike[str], stage: Stage, skip: int, batches: int | None
-) -> TrialSpeed | None:
-    """Speed of ``stage`` (``train``, ``val``, ``test``) over its batches in file order, the
-    first ``skip`` left out, at most ``batches`` (``None``: all). A batch's samples are its
-    epoch's mean (``samples / num_batches``: a short last batch counts fairly). ``None`` when
-    the files hold no measured batch of the stage."""
+) -> float | None:
+    """Samples per second of ``stage`` (``train``, ``val``, ``test``) over its batches in file
+    order, the first ``skip`` left out, at most ``batches`` (``None``: all). A batch's samples
+    are its epoch's mean (``samples / num_batches``: a short last batch counts fairly). ``None``
+    when the files hold no measured batch of the stage."""
     records = read_records(EpochRecord.path(run_dir), EpochRecord)
     times: list[float] = []
     samples: list[float] = []
@@ -53,9 +35,4 @@ def stage_speed(
     total = sum(measured_t)
     if not measured_t or total <= 0:
         return None
-    return TrialSpeed(
-        samples_per_sec=sum(measured_s) / total,
-        sec_per_batch=total / len(measured_t),
-        batches=len(measured_t),
-        complete=batches is None or len(measured_t) >= batches,
-    )
+    return sum(measured_s) / total

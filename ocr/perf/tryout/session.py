@@ -227,7 +227,6 @@ class TrySession:
         self._done += 1
         self._trial_cost[arm.kind] = max(self._trial_cost.get(arm.kind, 0.0), result.seconds)
         if self.on_trial is not None:
-            speed = result.speed.samples_per_sec if result.speed else None
             why = result.error
             if result.not_applicable is not None:
                 why = f"not applicable: {result.not_applicable}"
@@ -236,7 +235,7 @@ class TrySession:
                     label,
                     arm.pairs + 1,
                     result.seconds,
-                    speed,
+                    result.speed,
                     why,
                     self._done,
                     self._planned,
@@ -333,7 +332,7 @@ class TrySession:
             note = arm.failed or "the budget ran out before its first pair"
             return TryRecord(**common, status=status, note=note)  # type: ignore[arg-type]
         ratios = [
-            b.speed.samples_per_sec / a.speed.samples_per_sec
+            b.speed / a.speed
             for a, b in zip(arm.base, arm.changed, strict=True)
             if a.speed is not None and b.speed is not None
         ]
@@ -364,10 +363,8 @@ class TrySession:
             median=s.median,
             low=s.low,
             high=s.high,
-            base_samples_per_sec=_median([r.speed.samples_per_sec for r in arm.base if r.speed]),
-            changed_samples_per_sec=_median(
-                [r.speed.samples_per_sec for r in arm.changed if r.speed]
-            ),
+            base_samples_per_sec=_median([r.speed for r in arm.base]),
+            changed_samples_per_sec=_median([r.speed for r in arm.changed]),
             hmean_base=hmean_base,
             hmean_changed=hmean_changed,
             note="; ".join(notes),

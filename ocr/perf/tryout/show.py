@@ -22,7 +22,7 @@ from ocr.perf.records import TryRecord
 from ocr.perf.tryout.paired import MIN_PAIRS, RECOMMEND_ABOVE
 from ocr.perf.tryout.session import TrialEvent
 
-__all__ = ["TrialProgress", "format_trial", "print_results", "verdict_line"]
+__all__ = ["TrialProgress", "format_trial", "labels", "print_results", "verdict_line"]
 
 
 def format_trial(event: TrialEvent) -> str:
@@ -88,13 +88,15 @@ def _interval(r: TryRecord) -> str:
     return f"{r.median:.3f} [{r.low:.3f}, {r.high:.3f}]"
 
 
-def _labels(r: TryRecord) -> str:
-    labels = []
+def labels(r: TryRecord) -> str:
+    """``alters computation``, ``eval-time``, both (comma-separated) or ``""``: a change's
+    labels, as the table here and the report's show them."""
+    words = []
     if r.alters_computation:
-        labels.append("alters computation")
+        words.append("alters computation")
     if r.eval_time:
-        labels.append("eval-time")
-    return ", ".join(labels)
+        words.append("eval-time")
+    return ", ".join(words)
 
 
 def results_table(records: Sequence[TryRecord], dropped: frozenset[str] = frozenset()) -> Table:
@@ -110,7 +112,7 @@ def results_table(records: Sequence[TryRecord], dropped: frozenset[str] = frozen
     for r in records:
         row = [r.override or r.description, _interval(r), str(r.pairs), r.status]
         if "labels" not in dropped:
-            row.append(_labels(r))
+            row.append(labels(r))
         if "note" not in dropped:
             row.append(r.note)
         table.add_row(*row)

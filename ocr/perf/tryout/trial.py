@@ -15,7 +15,7 @@ from ocr.perf.records import KnobRecord, RunDirError, read_records
 from ocr.perf.stage import Stage
 from ocr.perf.try_window import ENV_VAR, TryWindow
 from ocr.perf.tryout.command import RecordedCommand
-from ocr.perf.tryout.measure import TrialSpeed, stage_speed
+from ocr.perf.tryout.measure import stage_speed
 
 __all__ = ["TrialResult", "run_eval_trial", "run_training_trial"]
 
@@ -39,18 +39,16 @@ class TrialResult:
     """What one trial gave.
 
     Args:
-        folder: its output folder.
         seconds: its wall time, start-up included.
-        speed: its steady-state speed, or ``None`` when it failed.
+        speed: its steady-state speed (samples per second), or ``None`` when it failed.
         error: why it failed (exit status and the last lines of its output), else ``None``.
         hmean: the H-mean an eval trial printed, else ``None``.
         not_applicable: why the run cannot take a knob of the change (the trial ended at
             setup), else ``None``.
     """
 
-    folder: Path
     seconds: float
-    speed: TrialSpeed | None
+    speed: float | None
     error: str | None = None
     hmean: float | None = None
     not_applicable: str | None = None
@@ -119,9 +117,9 @@ def run_training_trial(
     seconds = time.perf_counter() - started
     refused = _refused_knob(folder) if knobs else None
     if refused is not None:
-        return TrialResult(folder, seconds, None, error, not_applicable=refused)
+        return TrialResult(seconds, None, error, not_applicable=refused)
     if error is not None:
-        return TrialResult(folder, seconds, None, error)
+        return TrialResult(seconds, None, error)
     speed = stage_speed(folder, Stage.TRAIN, warmup, batches)
     if speed is None:
         error = (
@@ -129,7 +127,7 @@ def run_training_trial(
             "app must record with ocr's performance callbacks (PerformanceProfilerCallback or "
             "ThroughputMonitorCallback, stage train) and train more than the warm-up batches"
         )
-    return TrialResult(folder, seconds, speed, error)
+    return TrialResult(seconds, speed, error)
 
 
 def run_eval_trial(
@@ -154,10 +152,10 @@ def run_eval_trial(
     error = _run(argv, command.cwd, log, dict(os.environ), timeout)
     seconds = time.perf_counter() - started
     if error is not None:
-        return TrialResult(folder, seconds, None, error)
+        return TrialResult(seconds, None, error)
     match = _HMEAN_LINE.search(log.read_text(encoding="utf-8", errors="replace"))
     hmean = float(match.group(1)) if match else None
     speed = stage_speed(folder, Stage.TEST, 1, None)
     if speed is None or hmean is None:
-        return TrialResult(folder, seconds, speed, f"ocr-test gave no speed or H-mean; see {log}")
-    return TrialResult(folder, seconds, speed, None, hmean)
+        return TrialResult(seconds, speed, f"ocr-test gave no speed or H-mean; see {log}")
+    return TrialResult(seconds, speed, None, hmean)

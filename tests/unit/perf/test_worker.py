@@ -294,16 +294,12 @@ def test_restore_undoes_everything(num_workers: int, persistent: bool) -> None:
     assert all(same(a, b) for a, b in zip(collect(loader), plain, strict=True))
     assert len(timings) == 3
     assert type(loader.dataset) is ToyDataset  # only workers' copies are ever swapped
-    assert handle.active
-    assert handle.loader is loader
 
     handle.restore()
     assert type(loader) is DataLoader
     assert loader.collate_fn is original_collate
     assert loader.worker_init_fn is original_init
     assert type(loader.dataset) is ToyDataset
-    assert not handle.active
-    assert handle.loader is None
     after = collect(loader, epochs=2)
     assert all(same(a, b) for a, b in zip(after, plain * 2, strict=True))
     assert len(timings) == 3  # nothing reported after restore
@@ -444,7 +440,8 @@ def test_bad_arguments() -> None:
     with pytest.raises(ValueError, match="already instrumented"):
         InstrumentedLoader(loader, lambda t: None)
     handle.restore()
-    assert InstrumentedLoader(loader, lambda t: None).active  # again after restore: fine
+    InstrumentedLoader(loader, lambda t: None)  # again after restore: fine
+    assert type(loader) is not DataLoader
 
 
 @pytest.mark.parametrize("num_workers", [0, 1])

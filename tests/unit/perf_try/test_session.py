@@ -10,7 +10,6 @@ from ocr.perf.candidates import Candidate
 from ocr.perf.knobs import Knob
 from ocr.perf.tryout import session as session_mod
 from ocr.perf.tryout.command import RecordedCommand
-from ocr.perf.tryout.measure import TrialSpeed
 from ocr.perf.tryout.session import (
     HMEAN_TOLERANCE,
     TryOptions,
@@ -67,13 +66,13 @@ def fake_trials(monkeypatch: pytest.MonkeyPatch) -> tuple[FakeClock, list[tuple[
     def training(command, folder, changes, **kwargs):  # type: ignore[no-untyped-def]
         calls.append(changes)
         clock.now += 10.0
-        return TrialResult(folder, 10.0, TrialSpeed(speed(changes), 0.1, 20, True))
+        return TrialResult(10.0, speed(changes))
 
     def evaluation(command, folder, changes, checkpoint, **kwargs):  # type: ignore[no-untyped-def]
         calls.append(changes)
         clock.now += 10.0
         hmean = 0.60 if any("box_thresh" in c for c in changes) else 0.80
-        return TrialResult(folder, 10.0, TrialSpeed(speed(changes), 0.1, 5, True), None, hmean)
+        return TrialResult(10.0, speed(changes), None, hmean)
 
     monkeypatch.setattr(session_mod, "run_training_trial", training)
     monkeypatch.setattr(session_mod, "run_eval_trial", evaluation)
@@ -205,7 +204,7 @@ def test_a_failing_trial_fails_its_candidate_only(
 
     def flaky(command, folder, changes, **kwargs):  # type: ignore[no-untyped-def]
         if any("prefetch" in c for c in changes):
-            return TrialResult(folder, 1.0, None, "exit status 1: KeyError: prefetch_factor")
+            return TrialResult(1.0, None, "exit status 1: KeyError: prefetch_factor")
         return ok(command, folder, changes, **kwargs)
 
     monkeypatch.setattr(session_mod, "run_training_trial", flaky)
@@ -230,7 +229,7 @@ def test_a_failing_unchanged_command_stops_every_candidate_of_its_kind(
 
     def broken(command, folder, changes, **kwargs):  # type: ignore[no-untyped-def]
         calls.append(changes)
-        return TrialResult(folder, 1.0, None, "exit status 1: MisconfigurationException")
+        return TrialResult(1.0, None, "exit status 1: MisconfigurationException")
 
     monkeypatch.setattr(session_mod, "run_training_trial", broken)
     records = TrySession(
@@ -300,7 +299,7 @@ def test_knobs_are_measured_on_a_plain_script_and_say_how_to_apply(
     def refusing(command, folder, changes, **kwargs):  # type: ignore[no-untyped-def]
         if any("precision" in c for c in changes):
             why = "trainer.precision=16-mixed: Lightning does not run 16-mixed on CPU"
-            return TrialResult(folder, 1.0, None, "exit status 1", not_applicable=why)
+            return TrialResult(1.0, None, "exit status 1", not_applicable=why)
         return ok(command, folder, changes, **kwargs)
 
     monkeypatch.setattr(session_mod, "run_training_trial", refusing)
