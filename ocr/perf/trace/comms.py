@@ -75,10 +75,6 @@ class CommTable:
     calls: dict[int, dict[str, int]]
     names_ns: dict[int, dict[str, int]]
 
-    def any(self) -> bool:
-        """Whether any source has collectives."""
-        return any(m is not None for m in self.method.values())
-
 
 def _inside(ms: np.ndarray, me: np.ndarray, t: np.ndarray) -> np.ndarray:
     """Whether each time ``t`` lies in one of the disjoint sorted intervals ``[ms, me)``."""
