@@ -407,21 +407,20 @@ def _open_parents(s: np.ndarray, e: np.ndarray) -> np.ndarray:
     later than ``e[j]``, so none of them can be open where ``j`` is not); the parent search then
     follows ``up`` from ``i - 1`` past the events that ended by ``s[i]``. Rounds grow with the
     nesting depth, not with the number of events."""
-    m = s.size
-    up = np.arange(-1, m - 1, dtype=np.int64)
-    active = np.flatnonzero(up >= 0)
+    up = _latest_ending_after(e, e, None)
+    return _latest_ending_after(s, e, up)
+
+
+def _latest_ending_after(limit: np.ndarray, e: np.ndarray, via: np.ndarray | None) -> np.ndarray:
+    """For each event ``i``, the latest earlier event ending after ``limit[i]``: from ``i - 1``,
+    jump along ``via`` (``None``: along the pointers being found) past events ending by then."""
+    ptr = np.arange(-1, e.size - 1, dtype=np.int64)
+    jumps = ptr if via is None else via
+    active = np.flatnonzero(ptr >= 0)
     while active.size:
-        c = up[active]
-        jump = e[c] <= e[active]
-        active, c = active[jump], c[jump]
-        up[active] = up[c]
-        active = active[up[active] >= 0]
-    parent = np.arange(-1, m - 1, dtype=np.int64)
-    active = np.flatnonzero(parent >= 0)
-    while active.size:
-        c = parent[active]
-        ended = e[c] <= s[active]
+        c = ptr[active]
+        ended = e[c] <= limit[active]
         active, c = active[ended], c[ended]
-        parent[active] = up[c]
-        active = active[parent[active] >= 0]
-    return parent
+        ptr[active] = jumps[c]
+        active = active[ptr[active] >= 0]
+    return ptr
