@@ -46,6 +46,7 @@ DEFAULT_CONFIGS = (
     "3 other callbacks",
     "3 others + both (ours)",
     "3 others + both (ours) + EpochScan",
+    "3 others + both (ours) + EpochScan apart",
     "3 others + Lightning SimpleProfiler",
     "3 others + Lightning ThroughputMonitor",
 )

@@ -77,8 +77,16 @@ CONFIGS: dict[str, Callable[[], list[Callback | Profiler]]] = {
         PerformanceProfilerCallback(),
         ThroughputMonitorCallback(),
     ],
-    # EpochScanCallback at its defaults: nothing per step but Lightning's dispatch to it.
+    # What callbacks=monitoring builds (less the resource monitor's thread): EpochScanCallback at
+    # its defaults nested in the performance profiler, so no callback of its own to dispatch to.
     "3 others + both (ours) + EpochScan": lambda: [
+        *others(),
+        PerformanceProfilerCallback(epoch_scan=EpochScanCallback()),
+        ThroughputMonitorCallback(),
+    ],
+    # The scan as a callback of its own (callbacks=epoch_scan beside the monitors): Lightning's
+    # dispatch of every step's hooks to one more callback.
+    "3 others + both (ours) + EpochScan apart": lambda: [
         *others(),
         PerformanceProfilerCallback(),
         ThroughputMonitorCallback(),

@@ -54,7 +54,8 @@ def register_resolvers() -> None:
 def _instantiate_group(group: Any, group_name: str) -> list[Any]:
     """Build every entry of ``cfg.<group_name>``. ``null`` entries (``callbacks.x=null``) and
     entries with ``enabled: false`` are skipped: a disabled callback or logger is never built, so
-    it costs nothing. Any other entry must have a ``_target_``: a leftover such as
+    it costs nothing (unless it carries an enabled nested entry: :func:`_carries_enabled_entry`).
+    Any other entry must have a ``_target_``: a leftover such as
     ``+callbacks.profiler.enabled=true`` without the profiler's config is an error naming the key,
     not a silent no-op."""
     if not group:
@@ -72,7 +73,7 @@ def _instantiate_group(group: Any, group_name: str) -> list[Any]:
                 f"{group_name} config that defines it (ocr-train --cfg job shows the composed "
                 f"config), or remove it."
             )
-        if node.get("enabled", True) is False:
+        if node.get("enabled", True) is False and not _carries_enabled_entry(node):
             continue
         try:
             out.append(hydra.utils.instantiate(node))
@@ -82,6 +83,17 @@ def _instantiate_group(group: Any, group_name: str) -> list[Any]:
                 raise  # a bug inside the constructor: it keeps its traceback
             raise ConfigError(f"could not build {key} ({node.get('_target_')}): {problem}") from exc
     return out
+
+
+def _carries_enabled_entry(node: Mapping[str, Any] | DictConfig) -> bool:
+    """Whether ``node`` holds an entry of its own with a ``_target_`` that is not disabled (the
+    ``epoch_scan`` nested in ``callbacks=monitoring``'s ``performance_profiler``): a disabled
+    callback carrying one is still built, so the nested one runs."""
+    raw = OmegaConf.to_container(node, resolve=False) if isinstance(node, DictConfig) else node
+    if not isinstance(raw, Mapping):
+        return False
+    nested = [entry for entry in raw.values() if isinstance(entry, Mapping) and "_target_" in entry]
+    return any(entry.get("enabled", True) is not False for entry in nested)
 
 
 def _config_problem(exc: Exception, node: Mapping[str, Any] | DictConfig) -> str | None:

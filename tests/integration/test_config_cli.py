@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from ocr.data.synth import generate_dataset
+from ocr.perf.records import EpochRecord, GrowthRecord, RecompilesRecord, read_records
 
 pytestmark = pytest.mark.slow
 
@@ -104,6 +105,20 @@ def test_profiler_switches_on_with_any_callbacks_choice(profiled_run: tuple[Path
     assert (run / "profiler_traces" / "epoch_1.json").is_file()
     assert (run / "perf" / "profiler.jsonl").is_file()  # the profiler's record
     assert (run / "perf" / "resources.jsonl").is_file()  # and the monitors of callbacks=monitoring
+
+
+def test_monitoring_runs_the_epoch_scan_nested_in_the_profiler(
+    profiled_run: tuple[Path, str],
+) -> None:
+    """callbacks=monitoring's epoch scan rides on the performance profiler (no callback of its
+    own) and still writes its two files, one line per training epoch, its time named after it."""
+    run, _ = profiled_run
+    assert [g.epoch for g in read_records(GrowthRecord.path(run), GrowthRecord)] == [0, 1]
+    assert [r.epoch for r in read_records(RecompilesRecord.path(run), RecompilesRecord)] == [0, 1]
+    train = [r for r in read_records(EpochRecord.path(run), EpochRecord) if r.stage == "train"]
+    assert len(train) == 2
+    for record in train:
+        assert record.callback_hooks_s["EpochScanCallback.on_train_epoch_end"] > 0
 
 
 def test_profile_epochs_past_the_end_are_named_once(profiled_run: tuple[Path, str]) -> None:

@@ -1,13 +1,17 @@
 """EpochScanCallback on tiny Trainer runs with LightningModules written here: a loss kept with its
 graph in a list is named (log, perf/growth.jsonl, the verdict) within the first 3 epochs; a loss
 kept as a number is not; a compiled module fed 6 batch sizes has its recompiles counted with the
-changing dimension named; fixed sizes give none."""
+changing dimension named; fixed sizes give none. The same scan nested in a
+PerformanceProfilerCallback (what callbacks=monitoring builds) finds the same, runs with the
+profiler disabled, feeds the resource monitor's memory_creep alert, and its time is named after
+the scan."""
 
 from __future__ import annotations
 
 import logging
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,10 +20,15 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from ocr.lightning_modules.callbacks import EpochScanCallback, ResourceMonitorCallback
+from ocr.lightning_modules.callbacks import (
+    EpochScanCallback,
+    PerformanceProfilerCallback,
+    ResourceMonitorCallback,
+)
 from ocr.perf.alerts import RULES
 from ocr.perf.records import (
     AlertEvent,
+    EpochRecord,
     GrowthRecord,
     RecompilesRecord,
     read_records,
@@ -66,7 +75,13 @@ class Collecting(L.LightningModule):
         return torch.optim.SGD(self.parameters(), lr=0.01)
 
 
-def _fit(tmp_path: Path, module: L.LightningModule, sizes: tuple[int, ...], epochs: int) -> None:
+def _fit(
+    tmp_path: Path,
+    module: L.LightningModule,
+    sizes: tuple[int, ...],
+    epochs: int,
+    callbacks: list[L.Callback] | None = None,
+) -> L.Trainer:
     trainer = L.Trainer(
         accelerator="cpu",
         max_epochs=epochs,
@@ -74,10 +89,16 @@ def _fit(tmp_path: Path, module: L.LightningModule, sizes: tuple[int, ...], epoc
         enable_checkpointing=False,
         enable_progress_bar=False,
         enable_model_summary=False,
-        callbacks=[EpochScanCallback(batch_shapes=True)],
+        callbacks=[EpochScanCallback(batch_shapes=True)] if callbacks is None else callbacks,
         default_root_dir=tmp_path,
     )
     trainer.fit(module, DataLoader(Sized(sizes), batch_size=1))
+    return trainer
+
+
+def _nested(scan: EpochScanCallback, **profiler: bool) -> list[L.Callback]:
+    """The scan nested in a performance profiler, as callbacks=monitoring builds it."""
+    return [PerformanceProfilerCallback(epoch_scan=scan, **profiler)]
 
 
 @pytest.fixture(autouse=True)
@@ -87,9 +108,15 @@ def _fresh_dynamo() -> Iterator[None]:
     torch._dynamo.reset()
 
 
-def test_loss_kept_with_graph_is_named(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+@pytest.mark.parametrize("nested", [False, True], ids=["apart", "nested"])
+def test_loss_kept_with_graph_is_named(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, nested: bool
+) -> None:
+    callbacks = _nested(EpochScanCallback(batch_shapes=True)) if nested else None
     with caplog.at_level(logging.WARNING):
-        _fit(tmp_path, Collecting("tensor"), (8,) * 4, epochs=3)
+        trainer = _fit(tmp_path, Collecting("tensor"), (8,) * 4, epochs=3, callbacks=callbacks)
+    standalone = [c for c in trainer.callbacks if isinstance(c, EpochScanCallback)]
+    assert len(standalone) == (0 if nested else 1)
     warned = [r.getMessage() for r in caplog.records if "memory creep" in r.getMessage()]
     assert len(warned) == 1
     assert "Collecting.losses" in warned[0]
@@ -239,4 +266,112 @@ def test_growth_alert_in_alerts_jsonl_corroborates_the_finding(tmp_path: Path) -
     found = judge(run, summarize_stages(run.epochs))
     assert not [f for f in found if f.id == "alert:memory_creep"]
     (creep,) = [f for f in found if f.id == "memory_creep"]
+    assert any("memory_creep" in line for line in creep.corroboration)
+
+
+# -- nested in the performance profiler (callbacks=monitoring) -----------------------------------
+
+
+def _train_epochs(root: Path) -> list[EpochRecord]:
+    return [r for r in read_records(EpochRecord.path(root), EpochRecord) if r.stage == "train"]
+
+
+def test_nested_scan_time_is_named_after_the_scan(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A delay planted in the nested scan's work is the EpochScanCallback's callback time in the
+    training epoch's record (its own action inside the profiler's hook: self-time, not counted
+    twice), not the profiler callback's; each epoch's phases still sum to its wall time."""
+    scan = EpochScanCallback()
+    planted: list[float] = []
+    real_scan = scan._scan
+
+    def slow_scan(*args: object) -> None:
+        start = time.perf_counter()
+        time.sleep(0.05)
+        planted.append(time.perf_counter() - start)
+        real_scan(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(scan, "_scan", slow_scan)
+    _fit(tmp_path, Collecting("item"), (8,) * 4, epochs=3, callbacks=_nested(scan))
+    epochs = _train_epochs(tmp_path)
+    assert len(epochs) == len(planted) == 3
+    for record, delay in zip(epochs, planted, strict=True):
+        assert sum(record.phases_s.values()) == pytest.approx(record.wall_s, rel=0.02)
+        named = record.callbacks_s.get("EpochScanCallback", 0.0)
+        assert named >= delay  # the sleep and the scan itself
+        assert named == pytest.approx(delay, rel=0.5)
+        assert record.callback_hooks_s["EpochScanCallback.on_train_epoch_end"] == named
+        # the profiler's forwarding hook is not timed: what it spends is its epoch report only
+        assert record.callbacks_s.get("PerformanceProfilerCallback", 0.0) < 0.2 * delay
+        assert record.phases_s["callbacks"] >= named
+
+
+def test_nested_scan_runs_with_the_profiler_disabled(tmp_path: Path) -> None:
+    """A disabled profiler records nothing (no epochs.jsonl) yet runs the enabled scan nested in
+    it: growth.jsonl, recompiles.jsonl with the batch shapes its one per-step hook counted."""
+    callbacks = _nested(EpochScanCallback(batch_shapes=True), enabled=False)
+    _fit(tmp_path, Collecting("tensor"), (8, 10, 12), epochs=3, callbacks=callbacks)
+    assert not EpochRecord.path(tmp_path).exists()
+    growth = read_records(GrowthRecord.path(tmp_path), GrowthRecord)
+    assert [g.epoch for g in growth] == [0, 1, 2]
+    compiles = read_records(RecompilesRecord.path(tmp_path), RecompilesRecord)
+    assert [c.batch_shapes for c in compiles] == [3, 3, 3]
+    run = load_run(tmp_path)
+    assert [f for f in judge(run, summarize_stages(run.epochs)) if f.id == "memory_creep"]
+
+
+def test_nested_disabled_scan_installs_nothing(tmp_path: Path) -> None:
+    from lightning.pytorch.callbacks import Callback
+
+    profiler = PerformanceProfilerCallback(epoch_scan=EpochScanCallback(enabled=False))
+    for hook in ("on_train_start", "on_train_epoch_end", "on_train_batch_start"):
+        assert hook not in vars(profiler)
+        assert getattr(type(profiler), hook) is getattr(Callback, hook)
+    _fit(tmp_path, Collecting("tensor"), (8,) * 2, epochs=1, callbacks=[profiler])
+    assert not GrowthRecord.path(tmp_path).exists()
+    assert EpochRecord.path(tmp_path).exists()
+
+
+def test_nested_scan_adds_no_per_step_hook_at_its_defaults() -> None:
+    """Nested at its defaults the scan gives the profiler no batch hook (Lightning's dispatch
+    reaches the same inherited no-ops as without it); batch_shapes=True installs one, which the
+    clock leaves to the scan's own action."""
+    from lightning.pytorch.callbacks import Callback
+
+    from ocr.lightning_modules.callbacks.untimed import does_nothing
+
+    plain = PerformanceProfilerCallback()
+    nested = PerformanceProfilerCallback(epoch_scan=EpochScanCallback())
+    per_step = [h for h in vars(Callback) if "batch" in h or "backward" in h or "optimizer" in h]
+    assert "on_train_batch_start" in per_step
+    for hook in per_step:
+        assert getattr(nested, hook).__func__ is getattr(plain, hook).__func__, hook
+    assert does_nothing(nested.on_train_batch_start.__func__)
+    counting = PerformanceProfilerCallback(epoch_scan=EpochScanCallback(batch_shapes=True))
+    assert not does_nothing(counting.on_train_batch_start)
+    assert counting._untimed_hook("on_train_batch_start")
+    assert counting._untimed_hook("on_train_epoch_end")
+    assert not counting._untimed_hook("setup")
+
+
+def test_epoch_scan_argument_is_checked() -> None:
+    with pytest.raises(ValueError, match="epoch_scan must be an EpochScanCallback"):
+        PerformanceProfilerCallback(epoch_scan={"enabled": True})  # type: ignore[arg-type]
+
+
+def test_growth_alert_with_the_scan_nested(tmp_path: Path) -> None:
+    """The nested scan feeds the resource monitor's memory_creep alert like a separate one."""
+    rules = {name: {"enabled": name == "memory_creep"} for name in RULES}
+    monitor = ResourceMonitorCallback(
+        interval_s=0.05, log_interval_s=0.2, rate_window_s=0.5, print_summary=False, rules=rules
+    )
+    callbacks = [*_nested(EpochScanCallback()), monitor]
+    _fit(tmp_path, Collecting("tensor"), (8,) * 4, epochs=3, callbacks=callbacks)
+    alerts = read_records(AlertEvent.path(tmp_path), AlertEvent)
+    fired = [a for a in alerts if a.rule == "memory_creep" and a.event == "fired"]
+    assert len(fired) == 1
+    assert "Collecting.losses" in fired[0].message
+    run = load_run(tmp_path)
+    (creep,) = [f for f in judge(run, summarize_stages(run.epochs)) if f.id == "memory_creep"]
     assert any("memory_creep" in line for line in creep.corroboration)

@@ -577,6 +577,34 @@ def test_empty_validation_set(tmp_path: Path) -> None:
     assert not log.throughput("val")
 
 
+def test_in_epoch_memory_samples_read_only_what_the_peaks_need(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In-epoch samples (here at every batch) are peak samples; the whole snapshot (host memory
+    too) is read once per closed window, for its gauges; the peaks still come out."""
+    calls: defaultdict[str, int] = defaultdict(int)
+    for name in ("memory_snapshot", "peak_sample"):
+        real = getattr(recorder_module, name)
+
+        def counting(real: Any = real, name: str = name) -> dict[str, float]:
+            calls[name] += 1
+            return real()
+
+        monkeypatch.setattr(recorder_module, name, counting)
+    monkeypatch.setattr(recorder_module, "_MEMORY_PERIOD_NS", 0)
+    log = MemoryLogger()
+    t = trainer(tmp_path, [PerformanceProfilerCallback()], log, max_epochs=2, limit_val_batches=0)
+    t.fit(TinyModule(), loader(12))  # 3 batches per epoch
+    assert calls["memory_snapshot"] == 2  # the two training windows' closes
+    assert calls["peak_sample"] >= 2 * 3
+    rows = log.epochs("train")
+    assert len(rows) == 2
+    assert all(r["performance/train_process_rss_gb"] > 0 for r in rows)
+    assert all(r["performance/train_cpu_memory_percent"] > 0 for r in rows)
+    records = read_dicts(tmp_path / "perf" / "epochs.jsonl", EpochRecord)
+    assert [r["peak_rss_gb"] > 0 for r in records] == [True, True]
+
+
 def test_internal_error_warns_once_and_training_completes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

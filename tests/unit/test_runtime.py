@@ -13,7 +13,11 @@ from hydra.errors import InstantiationException
 from omegaconf import OmegaConf
 
 from ocr.errors import ConfigError, InputError
-from ocr.lightning_modules.callbacks import ProfilerCallback
+from ocr.lightning_modules.callbacks import (
+    EpochScanCallback,
+    PerformanceProfilerCallback,
+    ProfilerCallback,
+)
 from ocr.perf.records import read_run_record
 from ocr.runtime import (
     build_callbacks,
@@ -150,6 +154,58 @@ def test_profiler_sits_disabled_in_every_callbacks_choice_and_costs_nothing() ->
     # `+` on a key that exists is refused by Hydra, naming it.
     with pytest.raises(Exception, match=r"callbacks\.profiler\.enabled"):
         _compose("+callbacks.profiler.enabled=true")
+
+
+def _scan_callbacks(*overrides: str) -> list[Any]:
+    """The performance profiler and epoch scan entries of the composed callbacks, built."""
+    cfg = _compose(*overrides)
+    keys = ("performance_profiler", "epoch_scan")
+    only = {k: v for k, v in cfg.callbacks.items() if k in keys}
+    built = build_callbacks(OmegaConf.create({"callbacks": only}))
+    return [c for c in built if type(c).__name__ != "PlainProgressBar"]
+
+
+def test_monitoring_runs_the_epoch_scan_nested_in_the_profiler() -> None:
+    """callbacks=monitoring builds no EpochScanCallback of its own (one callback fewer for
+    Lightning to dispatch every step's hooks to) but one nested in the performance profiler, with
+    the settings callbacks=epoch_scan gives the scan alone (both from epoch_scan/default.yaml)."""
+    cfg = _compose("callbacks=monitoring")
+    assert "epoch_scan" not in cfg.callbacks
+    scan_cfg = cfg.callbacks.performance_profiler.epoch_scan
+    alone_cfg = _compose("callbacks=epoch_scan").callbacks.epoch_scan
+    assert OmegaConf.to_container(scan_cfg) == OmegaConf.to_container(alone_cfg)
+    (profiler,) = _scan_callbacks("callbacks=monitoring")
+    assert isinstance(profiler, PerformanceProfilerCallback)
+    assert isinstance(profiler.epoch_scan, EpochScanCallback)
+    assert profiler.epoch_scan.enabled
+    assert not profiler.epoch_scan.batch_shapes
+    (alone,) = _scan_callbacks("callbacks=epoch_scan")
+    assert isinstance(alone, EpochScanCallback)
+    (profiler,) = _scan_callbacks("callbacks=performance_profiler")
+    assert profiler.epoch_scan is None
+    # the scan's settings on the command line, and no scan
+    (profiler,) = _scan_callbacks(
+        "callbacks=monitoring", "callbacks.performance_profiler.epoch_scan.batch_shapes=true"
+    )
+    assert profiler.epoch_scan.batch_shapes
+    (profiler,) = _scan_callbacks(
+        "callbacks=monitoring", "callbacks.performance_profiler.epoch_scan=null"
+    )
+    assert profiler.epoch_scan is None
+
+
+def test_disabled_profiler_carrying_an_enabled_scan_is_built() -> None:
+    """enabled=false skips building an entry, except one that carries an enabled nested entry:
+    the disabled profiler is built (it records nothing) so that the scan it carries runs."""
+    off = "callbacks.performance_profiler.enabled=false"
+    (profiler,) = _scan_callbacks("callbacks=monitoring", off)
+    assert isinstance(profiler, PerformanceProfilerCallback)
+    assert not profiler.enabled
+    assert isinstance(profiler.epoch_scan, EpochScanCallback)
+    assert profiler.epoch_scan.enabled
+    scan_off = "callbacks.performance_profiler.epoch_scan.enabled=false"
+    assert _scan_callbacks("callbacks=monitoring", off, scan_off) == []
+    assert _scan_callbacks("callbacks=performance_profiler", off) == []
 
 
 def test_evaluation_callbacks_have_no_training_callbacks() -> None:

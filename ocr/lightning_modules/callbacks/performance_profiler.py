@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from typing import Any
 
 import lightning as L
 from rich.table import Table
 
 from ocr.console import print_renderable
+from ocr.errors import ConfigError
 from ocr.lightning_modules.callbacks.base import RecorderCallback
 from ocr.lightning_modules.callbacks.cross_rank import DURATION_FIGURES
 from ocr.lightning_modules.callbacks.epoch_report import (
@@ -16,6 +18,7 @@ from ocr.lightning_modules.callbacks.epoch_report import (
     log_to_loggers,
     per_second,
 )
+from ocr.lightning_modules.callbacks.epoch_scan import EpochScanCallback
 from ocr.perf.clock import PHASES
 from ocr.perf.records import EpochRecord
 from ocr.perf.rundir import polygon_cache_hit_rate
@@ -208,6 +211,16 @@ class PerformanceProfilerCallback(RecorderCallback):
         write_run_files: write the run directory's ``perf/epochs.jsonl``,
             ``perf/intervals.jsonl`` and ``perf/run.json`` (``trainer.default_root_dir``; format
             in ``ocr.perf.records``), read by ``ocr-perf report`` and ``ocr-perf baseline``.
+        epoch_scan: an :class:`EpochScanCallback` run from this callback's hooks instead of as a
+            callback of its own (``callbacks=monitoring`` does this): Lightning dispatches each
+            step's hooks to every callback, and one more callback costs some 65,000
+            instructions per step even when all its hooks are inherited no-ops; nested, the scan
+            costs nothing per step (unless its ``batch_shapes`` is on). It runs whether or not
+            this callback is ``enabled``, sees the same hooks (``setup``, ``on_train_start``,
+            ``on_train_epoch_end``, ``teardown``; ``on_train_batch_start`` with
+            ``batch_shapes``) in the same order as a separate callback after this one, and each
+            runs inside its own action ``[Callback]EpochScanCallback.<hook>``, so the clock and
+            any Lightning profiler name its time after the scan, not after this callback.
     """
 
     def __init__(
@@ -219,7 +232,13 @@ class PerformanceProfilerCallback(RecorderCallback):
         stages: Iterable[str] = ("train", "validate", "test"),
         sync_cuda: bool = False,
         write_run_files: bool = True,
+        epoch_scan: EpochScanCallback | None = None,
     ) -> None:
+        if epoch_scan is not None and not isinstance(epoch_scan, EpochScanCallback):
+            raise ConfigError(
+                "PerformanceProfilerCallback: epoch_scan must be an EpochScanCallback or None, "
+                f"got {type(epoch_scan).__name__}"
+            )
         super().__init__(
             enabled=enabled,
             log_interval=log_interval,
@@ -231,6 +250,65 @@ class PerformanceProfilerCallback(RecorderCallback):
         self.profile_memory = bool(profile_memory)
         self.verbose = bool(verbose)
         self._anchor: tuple[int, int, float] = (-1, 0, 0.0)  # epoch, batches, elapsed_s
+        self.epoch_scan = epoch_scan
+        self._scan_hooks = self._nest(epoch_scan)
+
+    # -- a nested EpochScanCallback --------------------------------------------------------
+
+    def _nest(self, scan: EpochScanCallback | None) -> dict[str, str]:
+        """Install on this instance the hooks that run ``scan``'s (only for an enabled scan:
+        otherwise Lightning's dispatch reaches the inherited no-ops, which the clock leaves
+        out); hook -> the action name the scan's hook runs under. ``setup`` and ``teardown``
+        are this class's own and forward to the scan themselves."""
+        if scan is None:
+            return {}
+        hooks = ["setup", "teardown"]
+        if scan.enabled:
+            hooks += ["on_train_start", "on_train_epoch_end"]
+            self.on_train_start = self._scan_train_start  # type: ignore[method-assign]
+            self.on_train_epoch_end = self._scan_train_epoch_end  # type: ignore[method-assign]
+            if scan.batch_shapes:  # the scan's one per-step hook, only when it has one
+                hooks.append("on_train_batch_start")
+                self.on_train_batch_start = self._scan_train_batch_start  # type: ignore[method-assign]
+        return {hook: f"[Callback]{scan.state_key}.{hook}" for hook in hooks}
+
+    def _untimed_hook(self, hook: str) -> bool:
+        # The scan's hooks time themselves under the scan's own action; this callback's hook
+        # around one only forwards it (setup and teardown are this callback's own work too).
+        return (
+            hook in self._scan_hooks and hook not in ("setup", "teardown")
+        ) or super()._untimed_hook(hook)
+
+    def _run_scan(self, trainer: L.Trainer, hook: str, *args: Any) -> None:
+        """The nested scan's ``hook``, inside its own action (``trainer.profiler``: the recorder
+        when a monitor records, the user's profiler, or Lightning's pass-through)."""
+        scan = self.epoch_scan
+        if scan is not None:
+            with trainer.profiler.profile(self._scan_hooks[hook]):  # type: ignore[attr-defined]
+                getattr(scan, hook)(trainer, *args)
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        super().setup(trainer, pl_module, stage)
+        self._run_scan(trainer, "setup", pl_module, stage)
+
+    def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        super().teardown(trainer, pl_module, stage)
+        self._run_scan(trainer, "teardown", pl_module, stage)
+
+    def _scan_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._run_scan(trainer, "on_train_start", pl_module)
+
+    def _scan_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        # Inside the training epoch's window, like a separate scan's: the recorder closes that
+        # window only at the next epoch's start (or the end of training).
+        self._run_scan(trainer, "on_train_epoch_end", pl_module)
+
+    def _scan_train_batch_start(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int
+    ) -> None:
+        self._run_scan(trainer, "on_train_batch_start", pl_module, batch, batch_idx)
+
+    # -- presentation ----------------------------------------------------------------------
 
     def _on_report(self, trainer: L.Trainer, report: EpochRecord) -> None:
         log_to_loggers(trainer, performance_metrics(report, memory=self.profile_memory))

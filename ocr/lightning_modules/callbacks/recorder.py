@@ -86,7 +86,7 @@ from ocr.lightning_modules.callbacks.window_events import (
 )
 from ocr.perf.actions import CALLBACK, DATAMODULE, MODULE, classify_action
 from ocr.perf.clock import PhaseClock, PhaseTotals, set_active_clock
-from ocr.perf.memory import memory_snapshot, reset_peak_memory
+from ocr.perf.memory import memory_snapshot, peak_sample, reset_peak_memory
 from ocr.perf.ranks import Straggler
 from ocr.perf.records import EpochRecord, LoaderSettings
 from ocr.perf.stage import Stage
@@ -600,8 +600,11 @@ class StageRecorder:
         if merged:
             log_to_loggers(trainer, merged, progress.step)
 
-    def _sample_memory(self, epoch: EpochWindow) -> dict[str, float]:
-        snap = memory_snapshot()
+    def _sample_memory(self, epoch: EpochWindow, full: bool = False) -> dict[str, float]:
+        """Fold a memory reading into the window's peaks; ``full``: the whole snapshot (the
+        epoch-end gauges), else only what the peaks need (``peak_sample``: in-epoch samples,
+        once a second at most, are a quarter of a snapshot's cost)."""
+        snap = memory_snapshot() if full else peak_sample()
         self._memory_ns = time.perf_counter_ns()
         epoch.peak_rss_gb = nanmax(epoch.peak_rss_gb, snap.get("process_rss_gb"))
         epoch.peak_gpu_gb = nanmax(epoch.peak_gpu_gb, snap.get("cuda_max_allocated_gb"))
@@ -728,7 +731,7 @@ class StageRecorder:
         wall_ns = epoch.closed_ns + totals.wall_ns
         memory: dict[str, float | None] = {}
         if self._track_memory:
-            memory.update(self._sample_memory(epoch))
+            memory.update(self._sample_memory(epoch, full=True))
         worker = {name: ns / 1e9 for name, ns in state.worker_ns.items()}
         counts, state.worker_counts = state.worker_counts, {}
         state.worker_ns = {}

@@ -1,4 +1,5 @@
-"""memory_snapshot / reset_peak_memory: keys, types, the cached process handle, fake CUDA."""
+"""memory_snapshot / peak_sample / reset_peak_memory: keys, types, the cached process handle, fake
+CUDA."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 import torch
 
 from ocr.perf import memory
-from ocr.perf.memory import GB, memory_snapshot, reset_peak_memory
+from ocr.perf.memory import GB, memory_snapshot, peak_sample, reset_peak_memory
 
 CUDA_KEYS = {"cuda_allocated_gb", "cuda_reserved_gb", "cuda_max_allocated_gb"}
 
@@ -78,6 +79,8 @@ def test_fake_cuda_device(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(torch.cuda, "max_memory_allocated", reader("max", 3 * int(GB)))
     monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", reader("reset", 0))
 
+    assert peak_sample()["cuda_max_allocated_gb"] == 3.0
+    calls.clear()
     snap = memory_snapshot()
     assert snap["cuda_allocated_gb"] == 1.5
     assert snap["cuda_reserved_gb"] == 2.0
@@ -96,3 +99,13 @@ def test_reset_peak_memory_without_cuda_is_a_no_op(monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", forbidden)
     reset_peak_memory()
     assert not CUDA_KEYS & set(memory_snapshot())
+
+
+def test_peak_sample_reads_what_the_peaks_need() -> None:
+    """The in-epoch sample: this process's RSS (the snapshot's reading) without the host-wide
+    figures; the CUDA peak only with initialised CUDA."""
+    cuda_live = torch.cuda.is_available() and torch.cuda.is_initialized()
+    sample = peak_sample()
+    assert set(sample) == {"process_rss_gb"} | ({"cuda_max_allocated_gb"} if cuda_live else set())
+    assert type(sample["process_rss_gb"]) is float
+    assert sample["process_rss_gb"] == pytest.approx(memory_snapshot()["process_rss_gb"], rel=0.1)
