@@ -66,7 +66,6 @@ from ocr.lightning_modules.callbacks.stage_state import (
     EpochWindow,
     StageState,
     named_seconds,
-    nanmax,
 )
 from ocr.lightning_modules.callbacks.try_window import perf_root
 from ocr.lightning_modules.callbacks.untimed import lightning_own_hook, untimed_hook
@@ -606,8 +605,7 @@ class StageRecorder:
         once a second at most, are a quarter of a snapshot's cost)."""
         snap = memory_snapshot() if full else peak_sample()
         self._memory_ns = time.perf_counter_ns()
-        epoch.peak_rss_gb = nanmax(epoch.peak_rss_gb, snap.get("process_rss_gb"))
-        epoch.peak_gpu_gb = nanmax(epoch.peak_gpu_gb, snap.get("cuda_max_allocated_gb"))
+        epoch.fold_memory(snap)
         return snap
 
     # -- windows ---------------------------------------------------------------------------

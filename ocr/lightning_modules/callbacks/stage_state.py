@@ -43,6 +43,11 @@ class EpochWindow:
     def elapsed_ns(self, now: int) -> int:
         return self.closed_ns if self.paused else self.closed_ns + now - self.segment_start_ns
 
+    def fold_memory(self, snap: Mapping[str, float]) -> None:
+        """Raise the window's memory peaks to a reading (``ocr.perf.memory``'s names)."""
+        self.peak_rss_gb = nanmax(self.peak_rss_gb, snap.get("process_rss_gb"))
+        self.peak_gpu_gb = nanmax(self.peak_gpu_gb, snap.get("cuda_max_allocated_gb"))
+
     def phases_s(self, clock: PhaseClock) -> dict[str, float]:
         """Seconds per phase so far: the closed segments, plus ``clock`` (the innermost open
         window's) up to now when this window is not paused."""
