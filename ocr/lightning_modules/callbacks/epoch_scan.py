@@ -63,6 +63,11 @@ class EpochScanCallback(Callback):
     after the first epoch, reach :data:`~ocr.perf.recompiles.RECOMPILE_CHURN` in one epoch or hit
     the limit. Without compile the records say 0 compiles.
 
+    Attach it as a callback of its own (``callbacks=epoch_scan``) or nested in a
+    ``PerformanceProfilerCallback(epoch_scan=...)`` (``callbacks=monitoring``), which runs its
+    hooks for it: the same work, without Lightning dispatching every step's hooks to one more
+    callback.
+
     Files (``<run>/perf/``, rank zero, format in ``ocr.perf.rundir``): ``growth.jsonl``
     (``receipt-ocr/growth``) and ``recompiles.jsonl`` (``receipt-ocr/recompiles``), one line per
     training epoch, and its part of ``run.json`` (host, versions; merged with the other

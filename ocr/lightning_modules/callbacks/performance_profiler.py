@@ -194,13 +194,15 @@ class PerformanceProfilerCallback(RecorderCallback):
         trainer = Trainer(callbacks=[PerformanceProfilerCallback(verbose=True)])
 
     Args:
-        enabled: ``False`` makes every hook return at once.
+        enabled: ``False`` records nothing: every hook returns at once, but for running a
+            nested ``epoch_scan``.
         log_interval: every this many training batches, log ``performance/train_batch_time``
             (mean seconds per batch since the previous such log, data wait included) at the
             current step. ``0``: epoch ends only.
         profile_memory: log memory gauges at each epoch end (process RSS, host memory %, CUDA
             allocated / reserved when CUDA is in use); memory is also sampled at most once a
-            second during an epoch (~0.1 ms per sample) for the epoch's peak.
+            second during an epoch (process RSS and the CUDA peak only, ~10 µs per sample) for
+            the epoch's peak.
         verbose: print a table of the epoch (phases and their share, worker parts, batch-time
             statistics, memory) at each recorded epoch end, on rank zero.
         stages: stages to record, any of ``"train"``, ``"validate"`` (or ``"val"``),
@@ -216,11 +218,12 @@ class PerformanceProfilerCallback(RecorderCallback):
             step's hooks to every callback, and one more callback costs some 65,000
             instructions per step even when all its hooks are inherited no-ops; nested, the scan
             costs nothing per step (unless its ``batch_shapes`` is on). It runs whether or not
-            this callback is ``enabled``, sees the same hooks (``setup``, ``on_train_start``,
-            ``on_train_epoch_end``, ``teardown``; ``on_train_batch_start`` with
-            ``batch_shapes``) in the same order as a separate callback after this one, and each
-            runs inside its own action ``[Callback]EpochScanCallback.<hook>``, so the clock and
-            any Lightning profiler name its time after the scan, not after this callback.
+            this callback is ``enabled`` and gets the hooks it uses (``setup``,
+            ``on_train_start``, ``on_train_epoch_end``, ``teardown``; ``on_train_batch_start``
+            with ``batch_shapes``) right after this callback's own part of each, as a separate
+            callback listed just after this one would; each runs inside its own action
+            ``[Callback]EpochScanCallback.<hook>``, so the clock and any Lightning profiler name
+            its time after the scan, not after this callback.
     """
 
     def __init__(

@@ -91,7 +91,7 @@ from ocr.perf.records import EpochRecord, LoaderSettings
 from ocr.perf.stage import Stage
 from ocr.perf.worker import WorkerTiming
 
-# In-epoch memory samples (for the RSS peak) at most this often: a snapshot costs ~100 us.
+# In-epoch memory samples (for the peaks) at most this often: a peak sample costs ~10 us (natively).
 _MEMORY_PERIOD_NS = 1_000_000_000
 # Batch times are folded into the epoch's StreamingStats in chunks of this many.
 _BATCH_TIMES_CHUNK = 1024
