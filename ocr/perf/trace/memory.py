@@ -16,7 +16,7 @@ from ocr.perf.trace.result import MemoryPeak
 from ocr.perf.trace.steps import PHASES, StepTable
 from ocr.perf.trace.table import MemoryTable, TraceSource
 
-__all__ = ["DeviceRange", "MemoryPeaks", "device_ranges"]
+__all__ = ["DeviceRange", "MemoryPeaks", "device_key", "device_ranges"]
 
 #: Points of each device's timeline.
 POINTS = 200
@@ -32,8 +32,13 @@ class DeviceRange:
     estimated: bool
 
 
+def device_key(src: np.ndarray | int, device_type: np.ndarray, device_id: np.ndarray) -> np.ndarray:
+    """The key of each ``[memory]`` event's (source, device)."""
+    return src * 1_000_000 + device_type * 1000 + (device_id + 1)
+
+
 def _keys(mem: MemoryTable) -> np.ndarray:
-    return mem.src * 1_000_000 + mem.device_type * 1000 + (mem.device_id + 1)
+    return device_key(mem.src, mem.device_type, mem.device_id)
 
 
 def device_ranges(mem: MemoryTable) -> dict[int, DeviceRange]:

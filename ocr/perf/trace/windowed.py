@@ -25,7 +25,7 @@ import numpy as np
 from ocr.perf.trace.decode import _MEM_FIELDS, Parsed, release_free_heap
 from ocr.perf.trace.integrity import implausible_limit
 from ocr.perf.trace.load import _normalise_name, table_of
-from ocr.perf.trace.memory import DeviceRange, MemoryPeaks
+from ocr.perf.trace.memory import DeviceRange, MemoryPeaks, device_key
 from ocr.perf.trace.partial import Named, TablePartial, finish, merge, named, partial_of
 from ocr.perf.trace.result import TraceAnalysis
 from ocr.perf.trace.spill import Spilled
@@ -143,7 +143,7 @@ def _plan(sp: Spilled, window_events: int) -> _Plan:
         rt = (kinds[k] == Kind.RUNTIME) & (b.corr >= 0)
         rt_corr.append(b.corr[rt])
         rt_start.append(b.start[rt])
-    mem_lo = _memory_start(sp)
+    mem_lo, mem_ranges = _memory_ranges(sp)
     origin = min(lo, mem_lo)
     starts, ends = np.concatenate(step_s), np.concatenate(step_e)
     cuts = _cuts(sp, starts, ends, window_events)
@@ -160,7 +160,10 @@ def _plan(sp: Spilled, window_events: int) -> _Plan:
         origin=origin,
         limit=implausible_limit(lo, hi) if sp.n_events else 0,
         last_step_window=last,
-        memory=_memory_ranges(sp, origin),
+        memory={
+            k: DeviceRange(r.first - origin, r.last - origin, r.estimated)
+            for k, r in mem_ranges.items()
+        },
     )
 
 
@@ -191,32 +194,24 @@ def _cuts(sp: Spilled, starts: np.ndarray, ends: np.ndarray, window_events: int)
     return np.asarray(chosen, np.int64)
 
 
-def _memory_start(sp: Spilled) -> int:
-    if not sp.n_memory:
-        return _NO_END
-    lo = _NO_END
-    for at in range(0, sp.n_memory, 1 << 21):
-        ts = sp.memory(at, min(1 << 21, sp.n_memory - at))["ts"]
-        lo = min(lo, int(ts.min()))
-    return lo
-
-
-def _memory_ranges(sp: Spilled, origin: int) -> dict[int, DeviceRange]:
-    """Per device key (source 0): first and last time (ns from ``origin``), estimated."""
-    out: dict[int, DeviceRange] = {}
+def _memory_ranges(sp: Spilled) -> tuple[int, dict[int, DeviceRange]]:
+    """One pass over the ``[memory]`` events: the earliest time (absolute ns) and, per device
+    key (source 0), the first and last time (absolute ns) and whether it is estimated."""
+    spans: dict[int, tuple[int, int, bool]] = {}
     for at in range(0, sp.n_memory, 1 << 21):
         m = sp.memory(at, min(1 << 21, sp.n_memory - at))
-        keys = m["device_type"] * 1000 + (m["device_id"] + 1)
+        keys = device_key(0, m["device_type"], m["device_id"])
         for key in np.unique(keys).tolist():
             rows = keys == key
-            ts = m["ts"][rows] - origin
-            est = bool((m["total_allocated"][rows] < 0).any())
-            old = out.get(key)
+            ts = m["ts"][rows]
             first, last = int(ts.min()), int(ts.max())
-            if old is not None:
-                first, last, est = min(first, old.first), max(last, old.last), est or old.estimated
-            out[key] = DeviceRange(first, last, est)
-    return out
+            est = bool((m["total_allocated"][rows] < 0).any())
+            if key in spans:
+                f0, l0, e0 = spans[key]
+                first, last, est = min(first, f0), max(last, l0), est or e0
+            spans[key] = (first, last, est)
+    lo = min((f for f, _, _ in spans.values()), default=_NO_END)
+    return lo, {k: DeviceRange(f, la, e) for k, (f, la, e) in spans.items()}
 
 
 def _windows(sp: Spilled, plan: _Plan) -> Iterator[tuple[int, EventTable, np.ndarray]]:
