@@ -62,7 +62,6 @@ class TablePartial:
         measured: what the metrics need; ``integrity``: what the checks need.
         named_ns: ns of Lightning's hook and callback spans in steps per (stage, group, owner).
         no_steps_data_pct: the data share of a table without steps.
-        warnings: the step finder's notes.
     """
 
     steps: StepTable
@@ -79,7 +78,6 @@ class TablePartial:
     integrity: IntegritySums
     named_ns: Counter[tuple[str, str, str]] = field(default_factory=Counter)
     no_steps_data_pct: float = 0.0
-    warnings: list[str] = field(default_factory=list)
 
 
 def partial_of(
@@ -89,7 +87,6 @@ def partial_of(
     limits: Mapping[int, int],
     cut: bool = True,
     step_offset: int = 0,
-    warnings: list[str] | None = None,
 ) -> TablePartial:
     """The :class:`TablePartial` of ``table`` with its ``steps``; ``has_gpu``: whether the file
     has device events; ``limits``: implausible durations per source; ``cut``: look for steps cut
@@ -112,7 +109,6 @@ def partial_of(
         integrity=integrity_sums(table, steps, limits, cut=cut, step_offset=step_offset),
         named_ns=_named_ns(table, steps),
         no_steps_data_pct=0.0 if len(steps) else data_share_without_steps(table),
-        warnings=list(warnings or []),
     )
 
 
@@ -135,7 +131,6 @@ def merge(parts: list[TablePartial]) -> TablePartial:
         measured=first.measured,
         integrity=first.integrity,
         named_ns=sum((p.named_ns for p in parts), Counter()),
-        warnings=_merged_warnings([w for p in parts for w in p.warnings]),
     )
     for p in parts[1:]:
         out.cpu = out.cpu + p.cpu
@@ -144,23 +139,6 @@ def merge(parts: list[TablePartial]) -> TablePartial:
         out.measured = out.measured + p.measured
         out.integrity = out.integrity + p.integrity
     return out
-
-
-def _merged_warnings(warnings: list[str]) -> list[str]:
-    """The windows' notes, each once; the step finder's count of ignored spans summed."""
-    out: list[str] = []
-    ignored = 0
-    for w in warnings:
-        if w.startswith("ignored ") and w.endswith(_IGNORED):
-            ignored += int(w.split()[1])
-        elif w not in out:
-            out.append(w)
-    if ignored:
-        out.append(f"ignored {ignored}{_IGNORED}")
-    return out
-
-
-_IGNORED = " ProfilerStep spans nested in or equal to another one"
 
 
 def finish(
@@ -214,7 +192,7 @@ def finish(
         metrics=metrics,
         findings=evaluate(metrics),
         thresholds=post_hoc_thresholds(),
-        warnings=[*warnings, *part.warnings],
+        warnings=[*warnings, *steps.warnings()],
         integrity=check_integrity(part.integrity, steps, sources),
         communication=summarise(part.comm, steps, [s.rank for s in sources]),
     )

@@ -78,10 +78,9 @@ def analyze_table(table: EventTable, top_k: int | None = 20) -> TraceAnalysis:
 
 def _analyze(table: EventTable, top_k: int | None) -> tuple[TraceAnalysis, TablePartial]:
     """The analysis of a whole table (one window of itself) and its partial."""
-    step_warnings: list[str] = []
-    steps = compute_steps(table, step_warnings)
+    steps = compute_steps(table)
     has_gpu = bool(np.isin(table.kind, Kind.DEVICE).any())
-    part = partial_of(table, steps, has_gpu, implausible_limits(table), warnings=step_warnings)
+    part = partial_of(table, steps, has_gpu, implausible_limits(table))
     memory = MemoryPeaks(device_ranges(table.memory))
     memory.add(table.memory, steps)
     analysis = finish(

@@ -9,6 +9,7 @@ nothing here reads files or prints. Times are int64 ns.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -149,6 +150,13 @@ class StepTable:
     seg_end: np.ndarray
     seg_phase: np.ndarray
     seg_step: np.ndarray
+    ignored: int = 0  # ProfilerStep spans dropped: nested in or equal to another one
+
+    def warnings(self) -> list[str]:
+        """What the step finder skipped, as the analysis's warnings say it."""
+        if not self.ignored:
+            return []
+        return [f"ignored {self.ignored} ProfilerStep spans nested in or equal to another one"]
 
     def __len__(self) -> int:
         return len(self.label)
@@ -176,13 +184,14 @@ def _process_key(table: EventTable) -> np.ndarray:
     )
 
 
-def _find_steps(table: EventTable, warnings: list[str]) -> list[int]:
-    """Event indices of the step spans after dropping exact duplicates and nested repeats."""
+def _find_steps(table: EventTable) -> tuple[list[int], int]:
+    """Event indices of the step spans after dropping exact duplicates and nested repeats, and
+    the number dropped."""
     is_step_name = table.name_ids(lambda n: STEP_NAME.match(n) is not None)
     host = np.isin(table.kind, Kind.HOST)
     idx = np.flatnonzero(is_step_name[table.name] & host & (table.dur > 0))
     if idx.size == 0:
-        return []
+        return [], 0
     order = np.lexsort((-table.dur[idx], table.start[idx], table.thread[idx]))
     idx = idx[order]
     kept: list[int] = []
@@ -196,10 +205,8 @@ def _find_steps(table: EventTable, warnings: list[str]) -> list[int]:
             continue
         kept.append(i)
         last_end[t] = max(e, last_end.get(t, e))
-    if dropped:
-        warnings.append(f"ignored {dropped} ProfilerStep spans nested in or equal to another one")
     kept.sort(key=lambda i: (int(table.src[i]), int(table.start[i])))
-    return kept
+    return kept, dropped
 
 
 def _marker_arrays(table: EventTable) -> tuple[np.ndarray, np.ndarray]:
@@ -371,11 +378,12 @@ def concat_steps(parts: list[StepTable]) -> StepTable:
     """The steps of consecutive time windows of one file as one table (labels made unique
     again; a window without device events gets device rows of pure idle where others have
     them)."""
+    ignored = sum(p.ignored for p in parts)
     parts = [p for p in parts if len(p)]
     if not parts:
         return _empty_steps()
     if len(parts) == 1:
-        return parts[0]
+        return dataclasses.replace(parts[0], ignored=ignored)
     n = [len(p) for p in parts]
     offsets = np.cumsum([0, *n[:-1]])
 
@@ -418,6 +426,7 @@ def concat_steps(parts: list[StepTable]) -> StepTable:
         seg_end=cat(lambda p: p.seg_end),
         seg_phase=cat(lambda p: p.seg_phase),
         seg_step=np.concatenate([p.seg_step + off for p, off in zip(parts, offsets, strict=True)]),
+        ignored=ignored,
     )
 
 
@@ -427,7 +436,7 @@ def _empty_steps() -> StepTable:
     return StepTable([], e, e, e, e, e, [], no_phases, None, None, e, e, e, e, e, e)
 
 
-def compute_steps(table: EventTable, warnings: list[str]) -> StepTable:
+def compute_steps(table: EventTable) -> StepTable:
     """Find the steps and split each one's wall time into :data:`PHASES` (host view) and, when the
     process has device events, :data:`GPU_PARTS` (device view) and device time per phase.
 
@@ -439,7 +448,7 @@ def compute_steps(table: EventTable, warnings: list[str]) -> StepTable:
     them); time no label claims is unattributed. Labels
     missing from the trace are inferred (see :func:`_infer_regions`).
     """
-    steps = _find_steps(table, warnings)
+    steps, ignored = _find_steps(table)
     n = len(steps)
     pkey_of_thread = _process_key(table)
     if n == 0:
@@ -558,6 +567,7 @@ def compute_steps(table: EventTable, warnings: list[str]) -> StepTable:
         seg_end=np.concatenate(seg_e),
         seg_phase=np.concatenate(seg_p),
         seg_step=np.concatenate(seg_step),
+        ignored=ignored,
     )
     _device_view(table, out, pkey_of_thread)
     return out

@@ -79,8 +79,7 @@ def analyze_spilled(
             fix = np.flatnonzero(np.isin(gid, list(self_ns)))
             if fix.size:
                 table.self_ns[fix] = [self_ns[g] for g in gid[fix].tolist()]
-            step_warnings: list[str] = []
-            steps = compute_steps(table, step_warnings)
+            steps = compute_steps(table)
             parts.append(
                 partial_of(
                     table,
@@ -89,7 +88,6 @@ def analyze_spilled(
                     {0: plan.limit},
                     cut=w == plan.last_step_window,
                     step_offset=offset,
-                    warnings=step_warnings,
                 )
             )
             memory.add(table.memory, steps, offset)

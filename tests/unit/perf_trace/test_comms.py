@@ -73,7 +73,7 @@ def gpu_with_nccl(traces_dir: Path, tmp_path: Path) -> Path:
 
 def test_device_view_matches_the_oracle(gpu_with_nccl: Path) -> None:
     table = load_traces(gpu_with_nccl)
-    steps = compute_steps(table, [])
+    steps = compute_steps(table)
     comm = communication(table, steps)
     assert comm.method == {0: "device"}
     is_nccl = table.name_ids(lambda n: n == NCCL)[table.name] & (table.kind == Kind.KERNEL)
@@ -134,7 +134,7 @@ def test_host_view_matches_the_oracle(
     path = tmp_path / "gloo.json"
     path.write_text(json.dumps(doc))
     table = load_traces(path)
-    steps = compute_steps(table, [])
+    steps = compute_steps(table)
     comm = communication(table, steps)
     assert comm.method == {0: "host"}
     gloo = table.name_ids(lambda n: n == "gloo:all_reduce")[table.name]

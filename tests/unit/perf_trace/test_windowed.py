@@ -167,3 +167,19 @@ def test_a_spill_that_cannot_be_written_is_one_clear_error(tmp_path: Path) -> No
     with pytest.raises(TraceError, match="set TMPDIR to a folder with room") as err:
         spill.parse_or_spill(path, limit=0, tmp_dir=tmp_path / "missing")
     assert str(path) in str(err.value)
+
+
+def test_step_spans_ignored_in_several_windows_are_counted_once_each(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = _lightning_like(tmp_path / "lightning.json")
+    doc = json.loads(path.read_text())
+    steps = [e for e in doc["traceEvents"] if e["name"].startswith("ProfilerStep#")]
+    doc["traceEvents"] += [dict(steps[k]) for k in (2, 20, 38)]  # exact duplicates, far apart
+    path.write_text(json.dumps(doc))
+    (whole, _), (parts, _), n = _whole_and_windowed(path, monkeypatch, 60)
+    assert n >= 8
+    note = "ignored 3 ProfilerStep spans nested in or equal to another one"
+    assert note in whole.warnings
+    assert parts.warnings == whole.warnings
+    assert _plain(parts) == _plain(whole)
