@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 import msgspec
 import numpy as np
 
+from ocr.perf.trace.additive import Additive, later
 from ocr.perf.trace.steps import StepTable, launch_calls, locate
 from ocr.perf.trace.table import EventTable, Kind, TraceSource
 
@@ -89,7 +90,7 @@ class Integrity(msgspec.Struct, kw_only=True):
 
 
 @dataclass
-class IntegritySums:
+class IntegritySums(Additive):
     """What the per-file checks need, per source index, as sums over the time windows of one
     file (a table is one window): host self time (ops and annotations) and of it outside every
     step, device time and of it without a launching call, the processes of host events, events
@@ -107,31 +108,7 @@ class IntegritySums:
     implausible: Counter[int] = field(default_factory=Counter)
     dev_events: Counter[int] = field(default_factory=Counter)
     launches: Counter[int] = field(default_factory=Counter)
-    cut: dict[int, list[int]] = field(default_factory=dict)
-
-    def __add__(self, o: IntegritySums) -> IntegritySums:
-        pids, step_pids = _union(self.pids, o.pids), _union(self.step_pids, o.step_pids)
-        return IntegritySums(
-            host_self=self.host_self + o.host_self,
-            outside_self=self.outside_self + o.outside_self,
-            outside_n=self.outside_n + o.outside_n,
-            dev_ns=self.dev_ns + o.dev_ns,
-            lost_ns=self.lost_ns + o.lost_ns,
-            lost_n=self.lost_n + o.lost_n,
-            pids=pids,
-            step_pids=step_pids,
-            implausible=self.implausible + o.implausible,
-            dev_events=self.dev_events + o.dev_events,
-            launches=self.launches + o.launches,
-            cut=o.cut or self.cut,  # the later window's
-        )
-
-
-def _union(a: dict[int, set[str]], b: dict[int, set[str]]) -> dict[int, set[str]]:
-    out = {k: set(v) for k, v in a.items()}
-    for k, v in b.items():
-        out.setdefault(k, set()).update(v)
-    return out
+    cut: dict[int, list[int]] = field(default_factory=dict, metadata={"merge": later})
 
 
 def implausible_limits(table: EventTable) -> dict[int, int]:

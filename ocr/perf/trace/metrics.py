@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ocr.perf.findings import threshold
+from ocr.perf.trace.additive import Additive
 from ocr.perf.trace.findings import TraceMetrics
 from ocr.perf.trace.result import MemoryPeak
 from ocr.perf.trace.stacks import SyncCall, sync_calls, sync_sites
@@ -58,7 +59,7 @@ def data_share_without_steps(table: EventTable) -> float:
 
 
 @dataclass
-class MeasureSums:
+class MeasureSums(Additive):
     """What :func:`measure` needs of the events in steps, as sums that add over the time
     windows of one file: counts, ns, and each duration's count where a median is asked for."""
 
@@ -78,28 +79,7 @@ class MeasureSums:
     optimizer_own_ops: int = 0
     optimizer_multi: int = 0
     optimizer_multi_own: int = 0
-    optimizer_params: int = 0
-
-    def __add__(self, o: MeasureSums) -> MeasureSums:
-        return MeasureSums(
-            sync_calls=self.sync_calls + o.sync_calls,
-            n_sync=self.n_sync + o.n_sync,
-            sync_ns=self.sync_ns + o.sync_ns,
-            sync_top=self.sync_top + o.sync_top,
-            n_kernels=self.n_kernels + o.n_kernels,
-            n_tiny_kernels=self.n_tiny_kernels + o.n_tiny_kernels,
-            kernel_durs=self.kernel_durs + o.kernel_durs,
-            launch_ns=self.launch_ns + o.launch_ns,
-            n_ops=self.n_ops + o.n_ops,
-            n_tiny_ops=self.n_tiny_ops + o.n_tiny_ops,
-            tiny_op_self_ns=self.tiny_op_self_ns + o.tiny_op_self_ns,
-            op_durs=self.op_durs + o.op_durs,
-            optimizer_steps=self.optimizer_steps + o.optimizer_steps,
-            optimizer_own_ops=self.optimizer_own_ops + o.optimizer_own_ops,
-            optimizer_multi=self.optimizer_multi + o.optimizer_multi,
-            optimizer_multi_own=self.optimizer_multi_own + o.optimizer_multi_own,
-            optimizer_params=max(self.optimizer_params, o.optimizer_params),
-        )
+    optimizer_params: int = field(default=0, metadata={"merge": max})  # per step: the most
 
 
 def _counts(values: np.ndarray) -> Counter[int]:

@@ -183,3 +183,23 @@ def test_step_spans_ignored_in_several_windows_are_counted_once_each(
     assert note in whole.warnings
     assert parts.warnings == whole.warnings
     assert _plain(parts) == _plain(whole)
+
+
+def test_window_sums_add_field_by_field() -> None:
+    from collections import Counter
+
+    from ocr.perf.trace.integrity import IntegritySums
+    from ocr.perf.trace.metrics import MeasureSums
+
+    a = IntegritySums(host_self=Counter({0: 5}), pids={0: {"1"}}, cut={0: [3]})
+    b = IntegritySums(pids={0: {"2"}})
+    both = a + b
+    assert isinstance(both.outside_n, Counter)  # empty counters stay counters
+    assert both.host_self[0] == 5
+    assert both.pids == {0: {"1", "2"}}
+    assert both.cut == {0: [3]}  # the later window's, where it looked
+    assert (b + a).cut == {0: [3]}
+    m = MeasureSums(n_ops=2, optimizer_params=7, op_durs=Counter({10: 2}))
+    m2 = m + MeasureSums(n_ops=3, optimizer_params=4, op_durs=Counter({10: 1, 12: 1}))
+    assert (m2.n_ops, m2.optimizer_params) == (5, 7)
+    assert m2.op_durs == Counter({10: 3, 12: 1})
