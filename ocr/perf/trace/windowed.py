@@ -46,6 +46,7 @@ class _Plan:
     """What one pass over the file decides: the cuts, the launches, the file's extent."""
 
     kind_of_key: np.ndarray
+    device_key: np.ndarray  # per key: a device event
     cuts: np.ndarray  # sorted cut times (absolute ns); window w is [cuts[w-1], cuts[w])
     launch_corr: np.ndarray  # sorted correlation ids of runtime calls
     launch_start: np.ndarray  # their start (absolute ns)
@@ -151,6 +152,7 @@ def _plan(sp: Spilled, window_events: int) -> _Plan:
     last = int(np.searchsorted(cuts, starts.max(), side="right")) if starts.size else -1
     return _Plan(
         kind_of_key=kinds,
+        device_key=device,
         cuts=cuts,
         launch_corr=corr[order],
         launch_start=launch_start,
@@ -212,16 +214,19 @@ def _memory_ranges(sp: Spilled) -> tuple[int, dict[int, DeviceRange]]:
     return lo, {k: DeviceRange(f, la, e) for k, (f, la, e) in spans.items()}
 
 
-def _windows(sp: Spilled, plan: _Plan) -> Iterator[tuple[int, EventTable, np.ndarray]]:
-    """Each window's table (nested, ``member`` set) and the file rows of its events."""
+def _windows(
+    sp: Spilled, plan: _Plan, memory: bool = True
+) -> Iterator[tuple[int, EventTable, np.ndarray]]:
+    """Each window's table (nested, ``member`` set; its ``[memory]`` events with ``memory``)
+    and the file rows of its events."""
     for w in range(plan.windows):
-        yield w, *_window(sp, plan, w)
+        yield w, *_window(sp, plan, w, memory)
 
 
-def _window(sp: Spilled, plan: _Plan, w: int) -> tuple[EventTable, np.ndarray]:
+def _window(sp: Spilled, plan: _Plan, w: int, memory: bool) -> tuple[EventTable, np.ndarray]:
     lo = int(plan.cuts[w - 1]) if w > 0 else _NO_START
     hi = int(plan.cuts[w]) if w < plan.cuts.size else _NO_END
-    device = np.isin(plan.kind_of_key, Kind.DEVICE)
+    device = plan.device_key
     cols: dict[str, list[np.ndarray]] = {k: [] for k in ("key", "start", "dur", "corr", "gid", "m")}
     for b in sp.blocks():
         own = plan.window_of(b.start) == w
@@ -236,7 +241,7 @@ def _window(sp: Spilled, plan: _Plan, w: int) -> tuple[EventTable, np.ndarray]:
         cols["corr"].append(b.corr[idx])
         cols["gid"].append(idx + b.offset)
         cols["m"].append(own[idx])
-    mem = _window_memory(sp, lo, hi)
+    mem = _window_memory(sp, lo, hi) if memory else _window_memory(sp, 0, 0, read=False)
     parsed = Parsed(
         source=sp.source,
         keys=sp.keys,
@@ -264,9 +269,10 @@ def _launch_window(plan: _Plan, corr: np.ndarray, start: np.ndarray) -> np.ndarr
     return plan.window_of(np.where(hit, plan.launch_start[k], start))
 
 
-def _window_memory(sp: Spilled, lo: int, hi: int) -> dict[str, np.ndarray]:
+def _window_memory(sp: Spilled, lo: int, hi: int, read: bool = True) -> dict[str, np.ndarray]:
+    """The ``[memory]`` events with ``lo <= ts < hi`` (none without ``read``)."""
     parts: dict[str, list[np.ndarray]] = {}
-    for at in range(0, sp.n_memory, 1 << 21):
+    for at in range(0, sp.n_memory if read else 0, 1 << 21):
         m = sp.memory(at, min(1 << 21, sp.n_memory - at))
         keep = (m["ts"] >= lo) & (m["ts"] < hi)
         for k, v in m.items():
@@ -283,7 +289,7 @@ def _straddler_self(sp: Spilled, plan: _Plan) -> dict[int, int]:
         return {}
     child: Counter[int] = Counter()
     dur: dict[int, int] = {}
-    for w, table, gid in _windows(sp, plan):
+    for w, table, gid in _windows(sp, plan, memory=False):  # nesting needs no [memory] events
         lo = int(plan.cuts[w - 1]) if w > 0 else _NO_START
         hi = int(plan.cuts[w]) if w < plan.cuts.size else _NO_END
         abs_start = table.start + table.origin_ns
