@@ -11,7 +11,10 @@
 - **Import cycles**: strongly connected components of the import graph of ``ocr`` (imports
   inside functions count: deferring an import hides a cycle, it does not remove it; imports
   under ``if TYPE_CHECKING:`` do not).
-- **Largest files** in ``ocr/`` and the toolkit's line count (``ocr/perf`` + the callbacks).
+- **Largest files** in ``ocr/`` and the toolkit's line count (``ocr/perf`` + the callbacks),
+  split into code, docstring, comment and blank lines, and into the modules that issues 21, 22,
+  24 and 25 created (:data:`LATER_FEATURES`, filed with issue 20 and built after its reshaping)
+  and the rest. What those issues added to modules they share with the rest counts in the rest.
 """
 
 from __future__ import annotations
@@ -25,6 +28,48 @@ from pathlib import Path
 
 TOOLKIT = ("perf", "lightning_modules/callbacks")
 _MAPPINGS = {"dict", "Dict", "Mapping", "MutableMapping"}
+#: The toolkit modules each later issue created (paths under ``ocr/``), by issue number.
+LATER_FEATURES: dict[int, tuple[str, tuple[str, ...]]] = {
+    21: (
+        "traces at any size and across ranks",
+        tuple(
+            f"perf/trace/{name}.py"
+            for name in (
+                "scan",
+                "spill",
+                "windowed",
+                "partial",
+                "memory",
+                "additive",
+                "names",
+                "rankset",
+                "rank_render",
+                "comms",
+                "integrity",
+            )
+        ),
+    ),
+    22: (
+        "silent slowdowns named with their cause",
+        (
+            "perf/growth.py",
+            "perf/recompiles.py",
+            "perf/process_growth.py",
+            "perf/worker_memory.py",
+            "perf/sync_debug.py",
+            "perf/trace/stacks.py",
+            "lightning_modules/callbacks/epoch_scan.py",
+        ),
+    ),
+    24: (
+        "a run you can watch and read",
+        ("perf/watch.py", "perf/live.py", "lightning_modules/callbacks/live_line.py"),
+    ),
+    25: (
+        "ocr-perf try for any Lightning script",
+        ("perf/knobs.py", "lightning_modules/callbacks/knobs_apply.py"),
+    ),
+}
 
 
 def _is_any_dict(node: ast.AST | None) -> bool:
@@ -186,6 +231,23 @@ def import_cycles(root: Path) -> list[list[str]]:
     return cycles
 
 
+def line_kinds(path: Path) -> Counter[str]:
+    """How many of a file's lines are ``code``, ``doc`` (docstrings), ``comment`` and ``blank``."""
+    text = path.read_text(encoding="utf-8")
+    lines = text.splitlines()
+    kinds = [
+        "blank" if not s.strip() else "comment" if s.strip().startswith("#") else "code"
+        for s in lines
+    ]
+    tree = ast.parse(text, filename=str(path))
+    docs = _docstring_nodes(tree)
+    for node in ast.walk(tree):
+        if id(node) in docs and isinstance(node, ast.Constant) and node.end_lineno is not None:
+            for i in range(node.lineno - 1, node.end_lineno):
+                kinds[i] = "doc"
+    return Counter(kinds)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--root", default="ocr", help="the package folder (default: ocr)")
@@ -202,6 +264,15 @@ def main(argv: list[str] | None = None) -> int:
     cycles = import_cycles(root)
     sizes = sorted(((len(p.read_text().splitlines()), str(p)) for p in every), reverse=True)
     toolkit_lines = sum(len(p.read_text().splitlines()) for p in toolkit)
+    kinds: Counter[str] = Counter()
+    for p in toolkit:
+        kinds += line_kinds(p)
+    later = {
+        issue: sum(
+            len((root / rel).read_text().splitlines()) for rel in paths if (root / rel).is_file()
+        )
+        for issue, (_, paths) in LATER_FEATURES.items()
+    }
     result = {
         "any_dict_slots": len(slots),
         "schema_spellings": dict(sorted(schemas.items())),
@@ -210,6 +281,9 @@ def main(argv: list[str] | None = None) -> int:
         "largest_files": [{"lines": n, "path": p} for n, p in sizes[:5]],
         "toolkit_lines": toolkit_lines,
         "ocr_lines": sum(n for n, _ in sizes),
+        "toolkit_line_kinds": {k: kinds[k] for k in ("code", "doc", "comment", "blank")},
+        "later_issue_module_lines": {str(k): v for k, v in later.items()},
+        "toolkit_lines_without_later_issue_modules": toolkit_lines - sum(later.values()),
     }
     if args.json:
         print(json.dumps(result, indent=2))
@@ -229,6 +303,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {n:5d}  {p}")
     total = result["ocr_lines"]
     print(f"toolkit lines (ocr/perf + callbacks): {toolkit_lines}; all of {root}/: {total}")
+    split = ", ".join(f"{k} {v}" for k, v in result["toolkit_line_kinds"].items())
+    print(f"  by kind: {split}")
+    for issue, (title, paths) in LATER_FEATURES.items():
+        print(f"  modules created by issue {issue} ({title}, {len(paths)}): {later[issue]}")
+    rest = result["toolkit_lines_without_later_issue_modules"]
+    print(f"  the rest (what issue 20 reshaped, with what later issues added to it): {rest}")
     return 0
 
 
