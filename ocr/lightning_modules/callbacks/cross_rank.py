@@ -202,10 +202,8 @@ def hook_ddp(model: torch.nn.Module) -> CommTimer | None:
     if not isinstance(model, DistributedDataParallel):
         return None
     # The default group is not held here (None means it to the all-reduce): a reference in the
-    # hook's state kept the Gloo group alive past destroy_process_group(), and its teardown in
-    # the interpreter's finalization aborted finished runs ("terminate called without an active
-    # exception": 3 finished 2-rank launches in 12 with destroy_process_group() called, 0 in 12
-    # since).
+    # hook's state kept the Gloo group alive past destroy_process_group(), and its teardown at
+    # interpreter exit aborted finished runs ("terminate called without an active exception").
     group = model.process_group
     timer = CommTimer(None if group is torch.distributed.group.WORLD else group)
     try:

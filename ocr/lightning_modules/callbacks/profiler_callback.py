@@ -1,25 +1,15 @@
 """``ProfilerCallback``: torch.profiler windows over chosen epochs or on demand, analysed as soon
 as they close.
 
-Each profiled epoch of a stage gets one window: a ``torch.profiler.profile`` started at the
-stage's epoch start, stepped at every batch end (so a ``ProfilerStep`` span covers the step and the
-fetch of the next batch, as in a plain PyTorch loop) under the schedule ``skip_first / wait /
-warmup / active / repeat``, and stopped when the schedule is done or the stage's epoch ends. The
-trace goes to ``<output_dir>/epoch_{N}.json[.gz]``.
+A window is a ``torch.profiler.profile`` started at the stage's epoch start (or, on demand, at a
+step boundary), stepped at every batch end (so a ``ProfilerStep`` span covers the step and the
+fetch of the next batch, as in a plain PyTorch loop) and stopped when its schedule is done or the
+stage's epoch ends. All its cycles are then analysed together with :mod:`ocr.perf.trace`.
 
-On demand, a window with the same schedule opens at a step boundary when a trigger file appears
-or a profile is requested (the alert engine's throughput-drop rule does), polled every
-``check_every_n_steps`` steps outside a window, never on every step.
-
-When a window closes, all its cycles are analysed together with :mod:`ocr.perf.trace`: rank zero
-prints the top-k tables and findings and appends one :class:`~ocr.perf.records.ProfilerWindow` to
-``<run>/perf/profiler.jsonl``, every logger gets a few scalars.
-
-Outside a window nothing is attached: the profiler object is stopped and dropped, and every hook
-returns after an attribute read (plus a counter decrement in on-demand mode). Any profiler failure
-(cannot start, unwritable directory, export error) is one :class:`PerfCallbackWarning`; the
-callback then turns itself off and training goes on. A failure to write ``profiler.jsonl`` is one
-warning too; profiling goes on without the record.
+Outside a window nothing is attached: every hook returns after an attribute read (plus a counter
+decrement in on-demand mode). Any profiler failure (cannot start, unwritable directory, export
+error) is one :class:`PerfCallbackWarning`, then the callback is off and training goes on; a
+failure to write ``profiler.jsonl`` is one warning too, and profiling goes on without the record.
 """
 
 from __future__ import annotations
@@ -64,6 +54,10 @@ def _trigger_kind(reason: str) -> str:
 
 class ProfilerCallback(BatchEndHooks):
     """torch.profiler over chosen epochs or on demand (see the module docstring).
+
+    Traces go to ``<output_dir>/epoch_{N}.json[.gz]``. When a window closes, rank zero prints the
+    top-k tables and findings and appends one :class:`~ocr.perf.records.ProfilerWindow` to
+    ``<run>/perf/profiler.jsonl``; every logger gets a few scalars.
 
     Args:
         enabled: ``False`` makes every hook a no-op.

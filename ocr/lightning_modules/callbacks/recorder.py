@@ -1,34 +1,27 @@
 """Per-trainer measurement behind the performance callbacks, driven by Lightning's action stream.
 
 One :class:`StageRecorder` per ``Trainer`` is shared by every monitor attached to it (reference
-counted): one clock, one set of instrumented DataLoaders and one cross-rank gather per epoch,
-however many monitors subscribe. The recorder is an ``ActionListener``
-(``callbacks/action_stream.py``): Lightning's own start/stop of every hook, callback, strategy
-call and data fetch drives it, so no callback drives it and no hook is hidden or patched.
+counted): one clock, one set of instrumented DataLoaders and one cross-rank gather per epoch. It
+is an ``ActionListener`` (``callbacks/action_stream.py``): Lightning's own start/stop of every
+hook, callback, strategy call and data fetch drives it; no hook is hidden or patched.
 
-Attribution: each action is classified once (``ocr.perf.actions``); the innermost running action
-that is not transparent owns the time, with its owner (a callback's class and hook, a module's
-``Class.hook``) kept as a finer split. Two moments have no action of their own and are
-recognised from the stream: under ``manual_backward`` the backward pass runs between the
-module's ``on_before_backward`` and the first ``on_after_backward`` (the precision plugin
-brackets it in both optimization modes); and the all-reduce wait at the end of a DDP backward
-starts when DDP hands its last gradient bucket to the communication hook we register
-(``DistributedDataParallel.register_comm_hook``, public torch API), so that stretch becomes
-``sync_wait`` instead of ``backward``.
+Attribution: the innermost running action that is not transparent owns the time, with its owner
+(a callback's class and hook, a module's ``Class.hook``) as a finer split. Two moments have no
+action of their own: the backward pass runs between the module's ``on_before_backward`` and the
+first ``on_after_backward`` (the precision plugin brackets it in both optimization modes, also
+under ``manual_backward``); and the all-reduce wait at the end of a DDP backward starts when DDP
+hands its last gradient bucket to our communication hook, so that stretch is ``sync_wait``.
 
 Windows: ``train`` from the first ``on_train_epoch_start`` action to the next one or
 ``on_train_end`` (lazily, so the module's epoch-end work and checkpointing stay in the epoch that
 caused them); ``val`` / ``test`` from the first ``on_{validation,test}_start`` action to the end
 of the strategy's ``on_{validation,test}_end`` (the last hook Lightning dispatches there).
-Validation inside ``fit`` pauses the train window, so each stage's phases sum to its own wall
-time. The sanity check is not recorded. A resumed run that starts mid-epoch opens its train
-window at the first data fetch.
+Validation inside ``fit`` pauses the train window. The sanity check is not recorded. A run
+resumed mid-epoch opens its train window at the first data fetch.
 
-DDP: every rank measures itself; at each epoch close one exchange of every rank's figures
-(``callbacks/cross_rank.py``: one collective of the same shape on every rank, whatever each
-rank's callbacks) gives the per-rank figures and the straggler. A health flag travels with it: a
-rank whose recording failed keeps joining the exchanges with the flag down and, at that
-exchange, every rank turns recording off together.
+DDP: at each epoch close one exchange of every rank's figures (``callbacks/cross_rank.py``) gives
+the per-rank figures and the straggler; a rank whose recording failed keeps joining the exchanges
+with its health flag down, and at that exchange every rank turns recording off together.
 """
 
 from __future__ import annotations
