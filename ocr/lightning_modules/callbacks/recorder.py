@@ -188,7 +188,7 @@ class StageRecorder:
         if device.type == "cuda" and torch.cuda.is_available():
             self._device = device
             self._events = CudaPhaseEvents()
-            self.clock = EventClock(self._events, None)
+            self.clock = EventClock(self._events)
             self._configure()  # sets the clock's sync
         self._name_callbacks(trainer)
         if any(s.write_run_files for s in self.subscribers):
