@@ -203,14 +203,9 @@ class ProfilerCallback(BatchEndHooks):
         #: The profiler.jsonl record of each closed window of this run (on every rank).
         self.windows: list[ProfilerWindow] = []
 
-    # -- configuration -----------------------------------------------------------------------
-
     def _resolve_activities(self) -> list[ProfilerActivity]:
         supported = torch.profiler.supported_activities()
-        available = {
-            "cuda": torch.cuda.is_available(),
-            "xpu": torch.xpu.is_available(),
-        }
+        available = {"cuda": torch.cuda.is_available(), "xpu": torch.xpu.is_available()}
         out: list[ProfilerActivity] = []
         dropped: list[str] = []
         for name in self.activities:
@@ -257,9 +252,9 @@ class ProfilerCallback(BatchEndHooks):
             self._fail(exc)
 
     def _warn_never_profiled(self, trainer: L.Trainer, stage: str) -> None:
-        """One warning at setup naming what this run can never profile: epochs at or beyond
-        ``max_epochs``, or a ``stages`` choice that this run (``fit`` / ``test`` / ...) never
-        enters. Without it such a run ends with no trace and no word why."""
+        """One warning at setup naming what this run can never profile (epochs at or beyond
+        ``max_epochs``, stages this run never enters): such a run would end with no trace and no
+        word why."""
         runs = {"fit": {"train", "val"}, "validate": {"val"}, "test": {"test"}}.get(stage, set())
         owner = type(self).__name__
         problems = []
