@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from functools import partial
 from typing import Any
 
 import lightning as L
@@ -258,12 +259,14 @@ class PerformanceProfilerCallback(RecorderCallback):
             return {}
         hooks = ["setup", "teardown"]
         if scan.enabled:
-            hooks += ["on_train_start", "on_train_epoch_end"]
-            self.on_train_start = self._scan_train_start  # type: ignore[method-assign]
-            self.on_train_epoch_end = self._scan_train_epoch_end  # type: ignore[method-assign]
+            # on_train_epoch_end runs inside the training epoch's window, like a separate scan's:
+            # the recorder closes that window only at the next epoch's start or training's end.
+            installed = ["on_train_start", "on_train_epoch_end"]
             if scan.batch_shapes:  # the scan's one per-step hook, only when it has one
-                hooks.append("on_train_batch_start")
-                self.on_train_batch_start = self._scan_train_batch_start  # type: ignore[method-assign]
+                installed.append("on_train_batch_start")
+            for hook in installed:
+                setattr(self, hook, partial(self._run_scan, hook))
+            hooks += installed
         return {hook: f"[Callback]{scan.state_key}.{hook}" for hook in hooks}
 
     def _untimed_hook(self, hook: str) -> bool:
@@ -273,7 +276,7 @@ class PerformanceProfilerCallback(RecorderCallback):
             hook in self._scan_hooks and hook not in ("setup", "teardown")
         ) or super()._untimed_hook(hook)
 
-    def _run_scan(self, trainer: L.Trainer, hook: str, *args: Any) -> None:
+    def _run_scan(self, hook: str, trainer: L.Trainer, *args: Any) -> None:
         """The nested scan's ``hook``, inside its own action of ``trainer.profiler``."""
         scan = self.epoch_scan
         if scan is not None:
@@ -282,24 +285,11 @@ class PerformanceProfilerCallback(RecorderCallback):
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         super().setup(trainer, pl_module, stage)
-        self._run_scan(trainer, "setup", pl_module, stage)
+        self._run_scan("setup", trainer, pl_module, stage)
 
     def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         super().teardown(trainer, pl_module, stage)
-        self._run_scan(trainer, "teardown", pl_module, stage)
-
-    def _scan_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._run_scan(trainer, "on_train_start", pl_module)
-
-    def _scan_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        # Inside the training epoch's window, like a separate scan's: the recorder closes that
-        # window only at the next epoch's start (or the end of training).
-        self._run_scan(trainer, "on_train_epoch_end", pl_module)
-
-    def _scan_train_batch_start(
-        self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int
-    ) -> None:
-        self._run_scan(trainer, "on_train_batch_start", pl_module, batch, batch_idx)
+        self._run_scan("teardown", trainer, pl_module, stage)
 
     def _on_report(self, trainer: L.Trainer, report: EpochRecord) -> None:
         log_to_loggers(trainer, performance_metrics(report, memory=self.profile_memory))
