@@ -256,28 +256,25 @@ class ProfilerCallback(BatchEndHooks):
         ``max_epochs``, stages this run never enters): such a run would end with no trace and no
         word why."""
         runs = {"fit": {"train", "val"}, "validate": {"val"}, "test": {"test"}}.get(stage, set())
-        owner = type(self).__name__
-        problems = []
+        last = trainer.max_epochs  # -1 / None: no epoch limit
+        late = sorted(e for e in self.profile_epochs if last is not None and 0 <= last <= e)
         if not self.stages & runs:
-            problems.append(
+            problem = (
                 f"stages {sorted(map(str, self.stages))} never run in this {stage} run "
                 f"(it runs {sorted(runs) or 'none of them'})"
             )
-        elif stage == "fit" and self.stages & {"train", "val"}:
-            last = trainer.max_epochs  # -1 / None: no epoch limit
-            late = sorted(e for e in self.profile_epochs if last is not None and 0 <= last <= e)
-            if late and last is not None:
-                problems.append(
-                    f"profile_epochs {late} are never reached (max_epochs={last}: epochs "
-                    f"0..{last - 1})"
-                )
-        if problems:
-            warnings.warn(
-                f"{owner}: {'; '.join(problems)}, so they produce no trace; adjust profile_epochs "
-                "/ stages or max_epochs",
-                PerfCallbackWarning,
-                stacklevel=2,
+        elif stage == "fit" and self.stages & {"train", "val"} and late and last is not None:
+            problem = (
+                f"profile_epochs {late} are never reached (max_epochs={last}: epochs 0..{last - 1})"
             )
+        else:
+            return
+        warnings.warn(
+            f"{type(self).__name__}: {problem}, so they produce no trace; adjust profile_epochs "
+            "/ stages or max_epochs",
+            PerfCallbackWarning,
+            stacklevel=2,
+        )
 
     def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         self._close(trainer)
