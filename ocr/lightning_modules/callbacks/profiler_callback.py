@@ -92,24 +92,22 @@ class ProfilerCallback(BatchEndHooks):
         check_every_n_steps: steps of a profiled stage between two polls outside windows (one
             ``os.stat`` per poll).
         detect_syncs: while a window records, also name the lines of code that synchronize CUDA
-            (``torch.cuda.set_sync_debug_mode("warn")``, see :mod:`ocr.perf.sync_debug`): a
-            ``host_sync_lines`` finding in the window's summary (each sync then costs a warning
-            and a stack walk, which the window's timings include). A CPU-only run says once that
-            syncs do not apply.
+            (:mod:`ocr.perf.sync_debug`) in a ``host_sync_lines`` finding (each sync then costs a
+            warning and a stack walk, which the window's timings include). A CPU-only run says
+            once that syncs do not apply.
 
     On-demand windows are named ``ondemand_e{E}_s{S}`` (training; ``S`` = ``global_step`` at the
     trigger) or ``{val,test}_ondemand_e{E}_b{B}`` (``B`` = batch index); a trigger seen while a
     window is open waits for it to close; a window that ends with its stage's epoch before
-    recording a step is opened again at the next step boundary. Under DDP every rank polls the file
-    at the same step counts and fires once per file (identified by inode and mtime); rank zero
-    removes it when its window closes.
+    recording a step is opened again at the next step boundary.
 
-    Under DDP every rank profiles itself and the file names get a ``_rank{R}`` suffix; only rank
-    zero prints, logs and writes ``profiler.jsonl``.
+    Under DDP every rank profiles itself (file names get a ``_rank{R}`` suffix) and polls the
+    trigger file at the same step counts, firing once per file (identified by inode and mtime;
+    rank zero removes it when its window closes); only rank zero prints, logs and writes
+    ``profiler.jsonl``.
 
-    While a window records, every Lightning action is a ``record_function`` range
-    ``[pl][profile]{action}`` in the trace (:class:`~.profiler_window.ActionRanges`). Logged
-    after each window (``{stage}`` = ``train``, ``val``, ``test``):
+    While a window records, every Lightning action is a range ``[pl][profile]{action}`` in the
+    trace. Logged after each window (``{stage}`` = ``train``, ``val``, ``test``):
     ``profiler/{stage}_step_time_ms`` (mean traced step), ``profiler/{stage}_dataloader_pct``,
     ``profiler/{stage}_top_op_self_ms`` (self time per step of the costliest CPU operator).
     """
