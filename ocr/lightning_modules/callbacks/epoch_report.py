@@ -61,16 +61,14 @@ def log_to_loggers(
 
 
 class IntervalProgress(NamedTuple):
-    """Progress of an open training epoch, every ``gcd`` of the subscribers' ``log_interval``
-    batches. (A NamedTuple rather than a frozen dataclass: it is built on the training hot path,
-    and a frozen dataclass's ``__init__`` costs several times more.)
+    """Progress of an open training epoch (this rank's), every ``gcd`` of the subscribers'
+    ``log_interval`` batches. A NamedTuple: it is built on the training hot path, where a frozen
+    dataclass's ``__init__`` costs several times more.
 
     Args:
-        num_batches: batches finished in the epoch so far (this rank).
-        samples: samples in them (this rank).
         elapsed_s: window time so far (seconds, pauses excluded).
         step: ``trainer.global_step`` when it was taken (the step to log at).
-        phases_s: the epoch's seconds per phase so far (the clock's names).
+        phases_s: the epoch's seconds per phase so far.
     """
 
     stage: str

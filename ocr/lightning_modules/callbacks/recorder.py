@@ -91,11 +91,9 @@ _BATCH_TIMES_CHUNK = 1024
 
 
 class StageRecorder:
-    """Per-trainer measurement shared by the performance monitors (see the module docstring).
-
-    Use :meth:`attach` / :meth:`detach`. Every entry point turns an internal error into one
-    :class:`PerfCallbackWarning` and stops measuring; training never sees an exception.
-    """
+    """Per-trainer measurement shared by the performance monitors; use :meth:`attach` /
+    :meth:`detach`. Every entry point turns an internal error into one
+    :class:`PerfCallbackWarning` and stops measuring; training never sees an exception."""
 
     _registry: ClassVar[weakref.WeakKeyDictionary[L.Trainer, StageRecorder]] = (
         weakref.WeakKeyDictionary()
@@ -218,10 +216,8 @@ class StageRecorder:
         )
 
     def _name_callbacks(self, trainer: L.Trainer) -> None:
-        """Display names of the trainer's callbacks by ``state_key`` (what Lightning's action
-        names carry): the class name, ``#2``, ``#3``... for further instances of a class whose
-        state keys differ (instances with equal state keys are indistinguishable in the action
-        stream and share one name)."""
+        """Display names of the trainer's callbacks by ``state_key`` (what action names carry):
+        the class name, then ``#2``, ``#3``... (instances with equal state keys share one)."""
         names: dict[str, str] = {}
         count: Counter[str] = Counter()
         for callback in trainer.callbacks:  # type: ignore[attr-defined]
@@ -316,8 +312,7 @@ class StageRecorder:
         """A subscriber's own presentation failed (it already warned): it gets no more
         reports."""
         if self.world_size > 1:
-            # All ranks must leave together: stop measuring here, tell the peers at the next
-            # gather.
+            # All ranks must leave together: stop here, tell the peers at the next gather.
             self._fail(RuntimeError("a subscriber failed"), warn=False)
         else:
             self.detach(subscriber)
@@ -331,11 +326,10 @@ class StageRecorder:
     # -- the action stream (hot path) ------------------------------------------------------
 
     def wants(self, name: str) -> bool:
-        """Whether the stream should tell us about ``name`` (asked once per name; see
-        ``ActionStream``). Left out: transparent actions without a window event (their time stays
-        with the enclosing action either way) and hooks that do nothing (``callbacks.untimed``).
-        The module's own ``on_after_backward`` closes the backward bracket, so the callbacks'
-        no-op ones are not needed for it."""
+        """Whether the stream should tell us about ``name`` (asked once per name). Left out:
+        transparent actions without a window event (their time stays with the enclosing action
+        either way) and hooks that do nothing. The module's own ``on_after_backward`` closes the
+        backward bracket, so the callbacks' no-op ones are not needed for it."""
         try:
             _, phase, _, event = self._info.get(name) or self._learn(name)
             action = classify_action(name)
