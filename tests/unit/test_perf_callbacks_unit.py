@@ -270,7 +270,7 @@ def test_event_clock_marks_switches_and_syncs_only_when_asked() -> None:
     tl = FakeTimeline()
     events = CudaPhaseEvents(lambda: FakeEvent(tl))
     syncs: list[str] = []
-    clock = _EventClock(events, None)
+    clock = _EventClock(events)
     clock.start("unattributed")
     tl.now_ms = 1.0
     clock.switch("forward")

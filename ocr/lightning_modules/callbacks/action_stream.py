@@ -1,24 +1,20 @@
 """Listen to Lightning's profiler action stream while keeping the user's profiler.
 
 Lightning calls ``trainer.profiler.start(name)`` / ``stop(name)`` (through ``profile(name)``)
-around every callback hook, LightningModule and DataModule hook, strategy call
-(``training_step``, ``backward``, ``batch_to_device``...), data fetch, manual optimizer step and
-checkpoint save (``ocr.perf.actions`` lists the names). That is the public
-``lightning.pytorch.profilers.Profiler`` interface, and it names everything that runs.
+around every callback, module and datamodule hook, strategy call, data fetch, manual optimizer
+step and checkpoint save (``ocr.perf.actions`` lists the names): the public
+``lightning.pytorch.profilers.Profiler`` interface names everything that runs.
 
-:class:`ActionStream` is a ``Profiler`` that wraps the trainer's own one (``PassThroughProfiler``
-by default, or whatever the user passed as ``Trainer(profiler=...)``): every call reaches the
-user's profiler exactly as before (its ``setup``, ``describe``, ``summary`` and ``teardown``
-too), and each start/stop is also handed to the listeners (:class:`ActionListener`). It is put in
-``trainer.profiler`` by the first :func:`add_listener` (from a callback's ``setup``, after Lightning
-has set up the user's profiler) and taken out by the last :func:`remove_listener` (from
-``teardown``, before Lightning calls the user's profiler's ``describe()``).
+:class:`ActionStream` wraps the trainer's own profiler (``PassThroughProfiler`` or the user's
+``Trainer(profiler=...)``), which still gets every call, and hands each start/stop to the
+listeners too. The first :func:`add_listener` (a callback's ``setup``, after Lightning has set up
+the user's profiler) puts it in ``trainer.profiler``; the last :func:`remove_listener`
+(``teardown``, before Lightning calls the user's profiler's ``describe()``) takes it out.
 
-Cost. Lightning dispatches every callback hook to every callback, overridden or not, so most
-actions of a step are a callback's inherited no-op. A listener may say which names it wants
-(``wants(name)``, asked once per name and listener); a name nobody wants costs one dict lookup,
-and ``profile()`` then hands Lightning a shared do-nothing context manager (cheaper than
-``PassThroughProfiler``'s generator-based one). The user's profiler still gets every call.
+Cost: most actions of a step are a callback's inherited no-op. A listener may say which names it
+wants (``wants(name)``, asked once per name); a name nobody wants costs one dict lookup, and
+``profile()`` then hands Lightning a shared do-nothing context manager (cheaper than
+``PassThroughProfiler``'s generator-based one).
 """
 
 from __future__ import annotations
@@ -42,8 +38,7 @@ class ActionListener(Protocol):
 
 
 def _wants(listener: ActionListener, name: str) -> bool:
-    """Whether ``listener`` wants ``name``: its ``wants(name)`` when it has one (optional, asked
-    once per name), else every name."""
+    """The listener's optional ``wants(name)``; without one, every name."""
     wants = getattr(listener, "wants", None)
     return True if wants is None else bool(wants(name))
 
@@ -54,9 +49,8 @@ _NO_SPAN: contextlib.nullcontext[None] = contextlib.nullcontext()
 
 class _Span:
     """``profile(name)``'s context manager: a slotted class is cheaper per use than a
-    ``contextlib.contextmanager`` generator, and this runs for every hook of every callback. It
-    holds everything its name needs (the listeners that want it, the user's start / stop) and
-    no per-use state, so one instance per name serves every use, nested ones included."""
+    ``contextlib.contextmanager`` generator. It holds no per-use state, so one instance per name
+    serves every use, nested ones included."""
 
     __slots__ = ("_inner_start", "_inner_stop", "_name", "_starts", "_stops")
 
@@ -90,11 +84,8 @@ class _Span:
 
 
 class ActionStream(Profiler):
-    """A Lightning ``Profiler`` that forwards everything to ``inner`` and tells listeners.
-
-    Args:
-        inner: the trainer's profiler before this one was put in its place.
-    """
+    """A Lightning ``Profiler`` that forwards everything to ``inner`` (the trainer's profiler
+    before this one) and tells listeners."""
 
     def __init__(self, inner: Profiler) -> None:
         super().__init__()
@@ -111,10 +102,6 @@ class ActionStream(Profiler):
         # A profiler that overrides profile() itself (not only start/stop) gets its own
         # context manager, so it sees exactly what it would have seen without us.
         self._inner_profile = type(inner).profile is not Profiler.profile
-
-    @property
-    def listeners(self) -> tuple[ActionListener, ...]:
-        return self._listeners
 
     def add(self, listener: ActionListener) -> None:
         if listener not in self._listeners:
@@ -236,5 +223,5 @@ def remove_listener(trainer: L.Trainer, listener: ActionListener) -> None:
     if not isinstance(stream, ActionStream):
         return
     stream.remove(listener)
-    if not stream.listeners:
+    if not stream._listeners:
         trainer.profiler = stream.inner  # type: ignore[attr-defined]

@@ -1,10 +1,8 @@
-"""Base of the performance callbacks: subscribe to the trainer's shared ``StageRecorder`` for the
-run and turn its reports into logs (subclasses: :meth:`RecorderCallback._on_report`,
-:meth:`RecorderCallback._interval_metrics`).
+"""Base of the performance callbacks: subscribe to the trainer's shared ``StageRecorder`` and
+turn its reports into logs.
 
-The hooks are thin on purpose: the recorder is driven by Lightning's action stream, not by these
-hooks. They only join and leave it (``setup`` / ``teardown`` / ``on_exception``), forget the
-sanity check's DataLoader timings, and hand batch sizes over when the batch did not come from an
+The hooks are thin on purpose: Lightning's action stream drives the recorder, not these hooks.
+They only join and leave it, and hand batch sizes over when the batch did not come from an
 instrumented DataLoader.
 """
 
@@ -51,7 +49,8 @@ _NOTE_BATCH_HOOKS = frozenset(
 
 
 class RecorderCallback(BatchEndHooks):
-    """Base of the performance callbacks (see the module docstring)."""
+    """Base of the performance callbacks: subclasses override :meth:`_on_report` and
+    :meth:`_interval_metrics`."""
 
     def __init__(
         self,
@@ -76,8 +75,6 @@ class RecorderCallback(BatchEndHooks):
         self._warned = False
         self._trial: TrialWindow | None = None  # an `ocr-perf try` window on this run
 
-    # -- subclass API ----------------------------------------------------------------------
-
     def _on_report(self, trainer: L.Trainer, report: EpochRecord) -> None:
         """Present a finished stage epoch (log, print)."""
 
@@ -85,8 +82,6 @@ class RecorderCallback(BatchEndHooks):
         """In-epoch progress metrics (every ``log_interval`` batches), logged by the recorder at
         ``progress.step`` in one call together with the other subscribers'."""
         return None
-
-    # -- plumbing --------------------------------------------------------------------------
 
     def _receive_report(self, report: EpochRecord) -> None:
         if not self._enabled_run or report.stage not in self.stages:
@@ -130,8 +125,6 @@ class RecorderCallback(BatchEndHooks):
         recorder, self._recorder = self._recorder, None
         if recorder is not None:
             recorder.fail_subscriber(self)
-
-    # -- lifecycle hooks -------------------------------------------------------------------
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         if not self.enabled or not self.stages:

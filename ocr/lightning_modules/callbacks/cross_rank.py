@@ -1,12 +1,10 @@
 """What crosses DDP ranks: the epoch-close exchange and the gradient all-reduce timer.
 
-At each stage epoch's close every rank sends one :class:`RankEpoch` (figures, per-callback and
-per-module-hook seconds, a health flag) in one ``torch.distributed.all_gather_object``, which
-pads every rank's bytes itself: the same collectives with the same shapes on every rank whatever
-its callbacks, hooks or phases (a callback built on one rank only is a name in that rank's row).
-A failed rank joins with its flag down, so all ranks turn recording off together.
-:func:`hook_ddp` times the gradient all-reduce, so the recorder can charge the wait for the
-other ranks to ``sync_wait``.
+At each stage epoch's close every rank sends one :class:`RankEpoch` in one
+``torch.distributed.all_gather_object``, which pads every rank's bytes itself: the same
+collectives with the same shapes on every rank whatever its callbacks, hooks or phases (a
+callback built on one rank only is a name in that rank's row). :func:`hook_ddp` times the
+gradient all-reduce, so the recorder can charge the wait for the other ranks to ``sync_wait``.
 """
 
 from __future__ import annotations
@@ -154,10 +152,9 @@ def _finite(values: Sequence[float]) -> list[float]:
 
 @dataclass(eq=False)
 class CommTimer:
-    """State of the DDP communication hook :func:`_timed_allreduce`: the process group, and the
-    time the last gradient bucket was handed over (local backward compute is done then; what
-    follows until backward returns is the wait for the other ranks). Keeps working, harmlessly,
-    after the recorder is gone."""
+    """State of the DDP communication hook :func:`_timed_allreduce`: the process group, and when
+    the last gradient bucket was handed over (local backward compute is done then; what follows
+    until backward returns is the wait for the other ranks). Outlives the recorder, harmlessly."""
 
     process_group: torch.distributed.ProcessGroup | None
     ready_ns: int = 0
@@ -202,10 +199,8 @@ def hook_ddp(model: torch.nn.Module) -> CommTimer | None:
     if not isinstance(model, DistributedDataParallel):
         return None
     # The default group is not held here (None means it to the all-reduce): a reference in the
-    # hook's state kept the Gloo group alive past destroy_process_group(), and its teardown in
-    # the interpreter's finalization aborted finished runs ("terminate called without an active
-    # exception": 3 finished 2-rank launches in 12 with destroy_process_group() called, 0 in 12
-    # since).
+    # hook's state kept the Gloo group alive past destroy_process_group(), and its teardown at
+    # interpreter exit aborted finished runs ("terminate called without an active exception").
     group = model.process_group
     timer = CommTimer(None if group is torch.distributed.group.WORLD else group)
     try:

@@ -16,16 +16,13 @@ _MAX_PENDING_EVENTS = 4096
 
 
 class CudaPhaseEvents:
-    """GPU time per phase from CUDA events recorded at phase switches, read without blocking.
-
-    Events form a chain: the interval between two consecutive events belongs to the phase that
-    was open on the host between the two records. :meth:`drain` folds finished intervals into
-    :attr:`totals_ms` and recycles their events.
+    """A chain of CUDA events: the interval between two consecutive events belongs to the phase
+    that was open on the host between the two records. :meth:`drain` folds finished intervals
+    into :attr:`totals_ms` and recycles their events.
 
     Args:
-        event_factory: makes one timing event; default ``torch.cuda.Event(enable_timing=True)``.
-            Tests pass fakes with ``record()``, ``query()``, ``synchronize()`` and
-            ``elapsed_time(other)`` (milliseconds).
+        event_factory: makes one timing event; default ``torch.cuda.Event(enable_timing=True)``
+            (tests pass fakes).
     """
 
     def __init__(self, event_factory: Callable[[], Any] | None = None) -> None:
@@ -74,13 +71,13 @@ class CudaPhaseEvents:
 
 
 class EventClock(PhaseClock):
-    """PhaseClock that also records CUDA events at switches and, with ``sync``, synchronises
+    """PhaseClock that also records CUDA events at switches and, with ``sync`` set, synchronises
     before them."""
 
-    def __init__(self, events: CudaPhaseEvents, sync: Callable[[], None] | None) -> None:
+    def __init__(self, events: CudaPhaseEvents) -> None:
         super().__init__()
         self.events = events
-        self.sync = sync
+        self.sync: Callable[[], None] | None = None
 
     def start(self, phase: str = "unattributed") -> None:
         if self.sync is not None:

@@ -1,6 +1,5 @@
-"""What the recorder hands to its subscribers besides each epoch's
-:class:`~ocr.perf.records.EpochRecord` (:class:`IntervalProgress`), and the small helpers that
-present them."""
+"""What the recorder hands to its subscribers besides each epoch's ``EpochRecord``, and the small
+helpers that present them."""
 
 from __future__ import annotations
 
@@ -13,9 +12,6 @@ import lightning as L
 from ocr.errors import ConfigError
 from ocr.perf.records import EpochRecord
 from ocr.perf.stage import Stage
-
-#: Batch times kept per epoch for the run directory's epochs.jsonl (every k-th beyond this).
-MAX_KEPT_BATCH_TIMES = 4096
 
 
 def normalize_stages(stages: Iterable[str], owner: str) -> frozenset[Stage]:
@@ -51,7 +47,7 @@ def log_to_loggers(
 ) -> None:
     """Log ``metrics`` through every logger of ``trainer`` at ``step`` (default
     ``trainer.global_step``), from rank zero only; non-finite and None values (an empty
-    stage's statistics) are left out. No logger: no-op."""
+    stage's statistics) are left out."""
     loggers = trainer.loggers
     if not loggers or not trainer.is_global_zero:
         return
@@ -65,16 +61,14 @@ def log_to_loggers(
 
 
 class IntervalProgress(NamedTuple):
-    """Progress of an open training epoch, every ``gcd`` of the subscribers' ``log_interval``
-    batches. (A NamedTuple rather than a frozen dataclass: it is built on the training hot path,
-    and a frozen dataclass's ``__init__`` costs several times more.)
+    """Progress of an open training epoch (this rank's), every ``gcd`` of the subscribers'
+    ``log_interval`` batches. A NamedTuple: it is built on the training hot path, where a frozen
+    dataclass's ``__init__`` costs several times more.
 
     Args:
-        num_batches: batches finished in the epoch so far (this rank).
-        samples: samples in them (this rank).
         elapsed_s: window time so far (seconds, pauses excluded).
         step: ``trainer.global_step`` when it was taken (the step to log at).
-        phases_s: the epoch's seconds per phase so far (the clock's names).
+        phases_s: the epoch's seconds per phase so far.
     """
 
     stage: str
@@ -88,8 +82,7 @@ class IntervalProgress(NamedTuple):
 
 
 class Subscriber(Protocol):
-    """What the recorder needs of a monitor that subscribes to it (``RecorderCallback`` and the
-    resource monitor's adapter)."""
+    """A monitor subscribed to the recorder (``RecorderCallback``, the resource monitor's feed)."""
 
     stages: frozenset[Stage]
     log_interval: int

@@ -43,37 +43,22 @@ def _base_names() -> frozenset[str]:
 
 
 class EpochScanCallback(Callback):
-    """Finds what no phase shows: memory that creeps and ``torch.compile`` recompiles, at each
-    training epoch's end on rank zero (rank-local: no collectives).
-
-    *Memory creep.* Walks the LightningModule's, the DataModule's and the other callbacks'
-    attributes (:func:`ocr.perf.growth.scan`: containers holding tensors, their length, bytes and
-    whether they hold autograd graphs; bounded to ``max_items`` items, its cost recorded as
-    ``scan_ms``) and compares the last epochs: an attribute that grew in each of the last
-    :data:`~ocr.perf.growth.GROWTH_EPOCHS` epochs is named in one log warning
-    (``UserModule.losses: +120 tensors / epoch ..., holding autograd graphs -- append
-    loss.detach() ...``) and in the verdict's ``memory_creep`` finding; with a
-    ``ResourceMonitorCallback`` beside it, also in its ``memory_creep`` alert
-    (``perf/alerts.jsonl``, the alert sinks), which resolves when nothing grows any more.
-
-    *Recompiles.* Counts what Dynamo compiled in the epoch, the recompiles with the guard that
-    failed (the changing dimension named), the seconds compiling and whether the recompile limit
-    was hit (:class:`ocr.perf.recompiles.CompileWatch`: reads torch's compilation metrics at the
-    epoch's end); a log warning and the verdict's ``recompiles`` finding when recompiles recur
-    after the first epoch, reach :data:`~ocr.perf.recompiles.RECOMPILE_CHURN` in one epoch or hit
-    the limit. Without compile the records say 0 compiles.
+    """Finds what no phase shows, at each training epoch's end on rank zero (no collectives):
+    memory that creeps, named by attribute (:func:`ocr.perf.growth.scan` over the
+    LightningModule's, the DataModule's and the other callbacks' attributes), and
+    ``torch.compile`` recompiles with the guard that failed
+    (:class:`ocr.perf.recompiles.CompileWatch`). Each is a log warning and a verdict finding;
+    with a ``ResourceMonitorCallback`` beside it, creep is also its ``memory_creep`` alert. The
+    README's section has the details and costs.
 
     Attach it as a callback of its own (``callbacks=epoch_scan``) or nested in a
     ``PerformanceProfilerCallback(epoch_scan=...)`` (``callbacks=monitoring``), which runs its
-    hooks for it: the same work, without Lightning dispatching every step's hooks to one more
-    callback.
+    hooks for it.
 
-    Files (``<run>/perf/``, rank zero, format in ``ocr.perf.rundir``): ``growth.jsonl``
-    (``receipt-ocr/growth``) and ``recompiles.jsonl`` (``receipt-ocr/recompiles``), one line per
-    training epoch, and its part of ``run.json`` (host, versions; merged with the other
-    monitors'; with ``memory_growth``, the training dataset's Python containers of at least
-    ``copy_on_read_container_mb``, read once at the start of training, for the verdict's
-    DataLoader workers' memory). The first write error is one warning and turns the writing off.
+    Files (``<run>/perf/``, rank zero): ``growth.jsonl`` and ``recompiles.jsonl``, one line per
+    training epoch, and its part of ``run.json`` (with ``memory_growth``, the training dataset's
+    Python containers, read once at the start of training). The first write error is one
+    warning and turns the writing off.
 
     Args:
         enabled: ``False`` does nothing in any hook.
@@ -118,8 +103,6 @@ class EpochScanCallback(Callback):
             # Installed on the instance only when asked for: at the default Lightning's dispatch
             # reaches the inherited no-op, which the performance clock leaves out.
             self.on_train_batch_start = self._note_batch  # type: ignore[method-assign]
-
-    # -- lifecycle ---------------------------------------------------------------------------
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         self._on = False
@@ -166,8 +149,6 @@ class EpochScanCallback(Callback):
                 self._guarded(RunRecord.path(root), lambda: write_run_info(root, extra))
         except Exception as exc:
             self._fail(exc)
-
-    # -- per epoch ---------------------------------------------------------------------------
 
     def _note_batch(
         self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int

@@ -1,19 +1,16 @@
 """The one place where the performance callbacks interpose on Lightning and torch beyond their
 public interfaces: worker-side DataLoader timing.
 
-Why it is needed: work done in DataLoader workers (decode, augment, collate, DB targets) overlaps
-the training step, so no hook can see it; it has to be timed in the worker and carried back with
-the batch (``ocr.perf.worker.InstrumentedLoader``: a chained ``worker_init_fn``, a timed
-``collate_fn``, and class swaps of the loader and of the *worker's copy* of the dataset). And the
-loader must be instrumented before Lightning creates its first iterator, which happens inside
-``fit`` before any callback hook runs (``_FitLoop.setup_data`` calls ``iter()`` right after
-``strategy.process_dataloader(loader)``); the public seam that sees every loader at that moment is
-``Strategy.process_dataloader``, which we wrap on the strategy instance for the run.
+Work done in DataLoader workers overlaps the training step, so no hook can see it; it is timed in
+the worker and carried back with the batch (``ocr.perf.worker.InstrumentedLoader``). The loader
+must be instrumented before Lightning creates its first iterator, inside ``fit`` before any
+callback hook runs (``_FitLoop.setup_data`` calls ``iter()`` right after
+``strategy.process_dataloader(loader)``): so we wrap ``Strategy.process_dataloader`` on the
+strategy instance for the run.
 
-What we rely on is pinned by ``tests/integration/test_interpose_seams.py`` (one test per seam)
-and accepted only in the tested version range below; outside it :func:`check_versions` returns a
-reason, the callbacks warn once, and attribution degrades to what the public action stream gives
-(phases, callbacks, hooks; no worker-side parts).
+What we rely on is pinned by ``tests/integration/test_interpose_seams.py`` and accepted only in
+the tested version range below; outside it the callbacks warn once and measure only what the
+public action stream gives (no worker-side parts).
 """
 
 from __future__ import annotations
@@ -58,21 +55,19 @@ def check_versions(versions: dict[str, str] | None = None) -> str | None:
 def syncs_before_train_batch(world_size: int) -> bool:
     """Whether the gap between a training batch's last hook and the next batch's data fetch is
     a wait for the other ranks: Lightning 2.6 broadcasts a SIGTERM flag from rank 0 at the start
-    of every training batch under DDP (``_TrainingEpochLoop._broadcast_sigterm_tensor``, no
-    profiler action around it), so a rank that is ahead blocks there until the slowest rank
-    arrives. Pinned by ``test_interpose_seams.py``; assumed only in the tested range."""
+    of every training batch under DDP (no profiler action around it), so a rank that is ahead
+    blocks there. Assumed only in the tested range."""
     return world_size > 1 and check_versions() is None
 
 
 class LoaderInterposer:
-    """Instrument each DataLoader the trainer's strategy processes, before Lightning iterates it.
+    """Instrument each DataLoader the trainer's strategy processes (until :meth:`restore`),
+    before Lightning iterates it.
 
     Args:
-        trainer: the Trainer whose strategy's ``process_dataloader`` is wrapped until
-            :meth:`restore`.
         route: called with the processed loader; returns ``(on_batch, clock)`` to instrument it
-            (worker timings go to ``on_batch``; the iterator's creation, i.e. worker start-up, is
-            charged to ``data_wait`` on ``clock``), or None to leave it alone.
+            (worker timings go to ``on_batch``; worker start-up is ``data_wait`` on ``clock``),
+            or None to leave it alone.
         on_error: called with any exception of the instrumentation (the loader is then served
             as it is).
     """

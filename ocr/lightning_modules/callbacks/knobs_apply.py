@@ -12,17 +12,14 @@ configure, at ``setup``, through public APIs:
   the run uses one of those two plugins (single-device and DDP strategies): a strategy with a
   plugin of its own (FSDP, DeepSpeed, ...) cannot, and Lightning does not run ``16-mixed`` on CPU.
 - ``loader`` knobs: the training DataLoader re-created with the new arguments when the strategy
-  processes it (``Strategy.process_dataloader``, whose result Lightning uses), the way Lightning
-  re-creates loaders to inject distributed samplers (``_get_dataloader_init_args_and_kwargs``
-  and ``_reinstantiate_wrapped_cls``: private, so accepted only in the Lightning range of
-  :data:`~ocr.lightning_modules.callbacks.interpose.TESTED_VERSIONS`, the one table of
-  version gates; pinned by ``tests/integration/test_try_knobs.py``). The sampler and a custom
-  batch sampler are kept as they are.
+  processes it (``Strategy.process_dataloader``), the way Lightning re-creates loaders to inject
+  distributed samplers (private functions, so accepted only in the Lightning range of
+  :data:`~ocr.lightning_modules.callbacks.interpose.TESTED_VERSIONS`; pinned by
+  ``tests/integration/test_try_knobs.py``). The sampler and a custom batch sampler are kept.
 
-Each knob's fate goes to the trial's ``perf/knobs.jsonl`` (:class:`ocr.perf.records.KnobRecord`:
-``applied`` with what changed, or ``not applicable`` with why). A knob the run cannot take
-ends the trial (:class:`KnobNotApplicable`) rather than measuring the unchanged run twice;
-``ocr-perf try`` reads the reason back and shows the change as "not applicable".
+Each knob's fate goes to the trial's ``perf/knobs.jsonl`` (``applied`` with what changed, or
+``not applicable`` with why). A knob the run cannot take ends the trial
+(:class:`KnobNotApplicable`) rather than measuring the unchanged run twice.
 """
 
 from __future__ import annotations
@@ -36,10 +33,11 @@ import torch
 from torch.utils.data import BatchSampler, DataLoader
 
 from ocr.errors import InputError
+from ocr.lightning_modules.callbacks.interpose import check_versions
 from ocr.perf.knobs import Knob
 from ocr.perf.records import KnobRecord, RecordWriter
 
-__all__ = ["KnobNotApplicable", "apply_knobs", "loader_knobs_gate", "recreate_loader"]
+__all__ = ["KnobNotApplicable", "apply_knobs", "recreate_loader"]
 
 
 class KnobNotApplicable(InputError, ValueError):
@@ -48,19 +46,6 @@ class KnobNotApplicable(InputError, ValueError):
 
 class _Refused(Exception):
     """A knob cannot be applied: the reason (internal, becomes :class:`KnobNotApplicable`)."""
-
-
-def loader_knobs_gate() -> str | None:
-    """``None`` when Lightning's DataLoader re-creation may be used here, else why not."""
-    from ocr.lightning_modules.callbacks.interpose import check_versions
-
-    reason = check_versions({"lightning": L.__version__})
-    if reason is None:
-        return None
-    return (
-        f"re-creating the DataLoader uses Lightning internals checked on a range this Lightning "
-        f"({L.__version__}) is outside of: {reason.split(';')[0]}"
-    )
 
 
 class _Log:
@@ -84,9 +69,6 @@ class _Log:
             self.write(knob, "not applicable", reason)
         names = ", ".join(k.setting for k in knobs)
         return KnobNotApplicable(f"knob {names}: not applicable to this run: {reason}")
-
-
-# -- knobs applied at setup ----------------------------------------------------------------------
 
 
 def _torch_knob(knob: Knob) -> str:
@@ -155,9 +137,6 @@ def _precision_knob(trainer: L.Trainer, knob: Knob) -> str:
     return f"precision {before} -> {value}"
 
 
-# -- loader knobs: at Strategy.process_dataloader ------------------------------------------------
-
-
 def recreate_loader(loader: DataLoader[Any], knobs: Sequence[Knob]) -> tuple[DataLoader[Any], str]:
     """``loader`` re-created with the loader ``knobs``' arguments (same dataset, sampler, batch
     sampler and other arguments), and a note of what changed; :class:`_Refused` with why when it
@@ -197,29 +176,26 @@ def recreate_loader(loader: DataLoader[Any], knobs: Sequence[Knob]) -> tuple[Dat
     return new, f"training {name}: " + ", ".join(notes)
 
 
-class _LoaderKnobs:
-    """Re-creates each training DataLoader the strategy processes with the loader knobs."""
+def _recreate_training_loaders(trainer: L.Trainer, knobs: Sequence[Knob], log: _Log) -> None:
+    """Re-create each training DataLoader the strategy processes with the loader knobs."""
+    from lightning.pytorch.trainer.states import RunningStage
 
-    def __init__(self, trainer: L.Trainer, knobs: Sequence[Knob], log: _Log) -> None:
-        from lightning.pytorch.trainer.states import RunningStage
+    strategy = trainer.strategy
+    original = strategy.process_dataloader
 
-        self.knobs = tuple(knobs)
-        strategy = trainer.strategy
-        original = strategy.process_dataloader
+    def process_dataloader(dataloader: object) -> object:
+        out = original(dataloader)
+        if trainer.state.stage != RunningStage.TRAINING or not isinstance(out, DataLoader):
+            return out
+        try:
+            new, note = recreate_loader(out, knobs)
+        except _Refused as exc:
+            raise log.refuse(knobs, str(exc)) from exc
+        for knob in knobs:
+            log.write(knob, "applied", note)
+        return new
 
-        def process_dataloader(dataloader: object) -> object:
-            out = original(dataloader)
-            if trainer.state.stage != RunningStage.TRAINING or not isinstance(out, DataLoader):
-                return out
-            try:
-                new, note = recreate_loader(out, self.knobs)
-            except _Refused as exc:
-                raise log.refuse(self.knobs, str(exc)) from exc
-            for knob in self.knobs:
-                log.write(knob, "applied", note)
-            return new
-
-        strategy.process_dataloader = process_dataloader  # type: ignore[method-assign]
+    strategy.process_dataloader = process_dataloader  # type: ignore[method-assign]
 
 
 def apply_knobs(trainer: L.Trainer, knobs: Sequence[Knob], perf_dir: Path) -> None:
@@ -243,7 +219,12 @@ def apply_knobs(trainer: L.Trainer, knobs: Sequence[Knob], perf_dir: Path) -> No
             raise log.refuse([knob], str(exc)) from exc
         log.write(knob, "applied", note)
     if loader:
-        reason = loader_knobs_gate()
+        # Lightning's DataLoader re-creation is private: only in the tested version range.
+        reason = check_versions({"lightning": L.__version__})
         if reason is not None:
-            raise log.refuse(loader, reason)
-        _LoaderKnobs(trainer, loader, log)
+            raise log.refuse(
+                loader,
+                f"re-creating the DataLoader uses Lightning internals checked on a range this "
+                f"Lightning ({L.__version__}) is outside of: {reason.split(';')[0]}",
+            )
+        _recreate_training_loaders(trainer, loader, log)

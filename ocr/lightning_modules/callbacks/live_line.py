@@ -3,10 +3,8 @@ samples/s · compute-bound``, read from the performance monitors' recorder (its 
 phase clock so far, the last gathered epoch's straggler) and worded by :mod:`ocr.perf.live`.
 
 Nothing is measured for it: the recorder keeps these figures anyway. The line is composed only
-when a bar is about to show it (a time check per batch), and a run without a performance monitor
-shows no line. :class:`PhaseRichProgressBar` is Lightning's ``RichProgressBar`` with the line as
-one more item after the metrics; :class:`~ocr.lightning_modules.callbacks.PlainProgressBar`
-appends it to its lines.
+when a bar is about to show it (a time check per batch); a run without a performance monitor
+shows no line.
 """
 
 from __future__ import annotations
@@ -30,9 +28,8 @@ _failed = False
 
 
 def live_text(trainer: L.Trainer) -> str:
-    """The live line of ``trainer``'s open epoch, or ``""`` (no monitor, no open window). An
-    error is one warning, then the line stays empty for the process: a progress bar never
-    fails training."""
+    """The live line of ``trainer``'s open epoch, or ``""``. An error is one warning, then the
+    line stays empty for the process: a progress bar never fails training."""
     global _failed
     recorder = StageRecorder.of(trainer)
     if recorder is None or _failed:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from functools import partial
 from typing import Any
 
 import lightning as L
@@ -181,13 +182,11 @@ class PerformanceProfilerCallback(RecorderCallback):
     per-batch and per-epoch timing, DataLoader worker time and memory.
 
     Each epoch's wall time is split into the phases of ``ocr.perf.clock.PHASES``, which sum to
-    it (the innermost running hook, callback or strategy call of Lightning's action stream owns
-    the time), with the time of each callback and LightningModule hook by name; validation inside
-    ``fit`` is its own ``val`` epoch, excluded from the train epoch's time. Work done in
-    DataLoader workers is timed in the worker and reported beside the phases (it overlaps
-    compute). Metric keys: the README's table. Logged through ``trainer.loggers`` from rank zero.
-    Never synchronises CUDA unless asked. An internal error becomes one warning and turns the
-    callback off; training continues.
+    it, with the time of each callback and LightningModule hook by name; validation inside
+    ``fit`` is its own ``val`` epoch. Work done in DataLoader workers is timed in the worker and
+    reported beside the phases (it overlaps compute). Metric keys: the README's table. Logged
+    from rank zero. Never synchronises CUDA unless asked. An internal error becomes one warning
+    and turns the callback off; training continues.
 
     Example::
 
@@ -214,16 +213,12 @@ class PerformanceProfilerCallback(RecorderCallback):
             ``perf/intervals.jsonl`` and ``perf/run.json`` (``trainer.default_root_dir``; format
             in ``ocr.perf.records``), read by ``ocr-perf report`` and ``ocr-perf baseline``.
         epoch_scan: an :class:`EpochScanCallback` run from this callback's hooks instead of as a
-            callback of its own (``callbacks=monitoring`` does this): Lightning dispatches each
-            step's hooks to every callback, and one more callback costs some 65,000
-            instructions per step even when all its hooks are inherited no-ops; nested, the scan
-            costs nothing per step (unless its ``batch_shapes`` is on). It runs whether or not
-            this callback is ``enabled`` and gets the hooks it uses (``setup``,
-            ``on_train_start``, ``on_train_epoch_end``, ``teardown``; ``on_train_batch_start``
-            with ``batch_shapes``) right after this callback's own part of each, as a separate
-            callback listed just after this one would; each runs inside its own action
-            ``[Callback]EpochScanCallback.<hook>``, so the clock and any Lightning profiler name
-            its time after the scan, not after this callback.
+            callback of its own (``callbacks=monitoring``): one more callback costs some 65,000
+            instructions per step even when all its hooks are inherited no-ops, since Lightning
+            dispatches each step's hooks to every callback. It runs whether or not this callback
+            is ``enabled``, each of its hooks right after this callback's own part, as a callback
+            listed just after this one would, inside its own action
+            ``[Callback]EpochScanCallback.<hook>`` (the clock names its time after the scan).
     """
 
     def __init__(
@@ -256,23 +251,22 @@ class PerformanceProfilerCallback(RecorderCallback):
         self.epoch_scan = epoch_scan
         self._scan_hooks = self._nest(epoch_scan)
 
-    # -- a nested EpochScanCallback --------------------------------------------------------
-
     def _nest(self, scan: EpochScanCallback | None) -> dict[str, str]:
-        """Install on this instance the hooks that run ``scan``'s (only for an enabled scan:
-        otherwise Lightning's dispatch reaches the inherited no-ops, which the clock leaves
-        out); hook -> the action name the scan's hook runs under. ``setup`` and ``teardown``
-        are this class's own and forward to the scan themselves."""
+        """Install on this instance the hooks that run ``scan``'s (only those an enabled scan
+        uses: the others stay inherited no-ops, which the clock leaves out); hook -> the action
+        name the scan's hook runs under. ``setup`` and ``teardown`` forward themselves."""
         if scan is None:
             return {}
         hooks = ["setup", "teardown"]
         if scan.enabled:
-            hooks += ["on_train_start", "on_train_epoch_end"]
-            self.on_train_start = self._scan_train_start  # type: ignore[method-assign]
-            self.on_train_epoch_end = self._scan_train_epoch_end  # type: ignore[method-assign]
+            # on_train_epoch_end runs inside the training epoch's window, like a separate scan's:
+            # the recorder closes that window only at the next epoch's start or training's end.
+            installed = ["on_train_start", "on_train_epoch_end"]
             if scan.batch_shapes:  # the scan's one per-step hook, only when it has one
-                hooks.append("on_train_batch_start")
-                self.on_train_batch_start = self._scan_train_batch_start  # type: ignore[method-assign]
+                installed.append("on_train_batch_start")
+            for hook in installed:
+                setattr(self, hook, partial(self._run_scan, hook))
+            hooks += installed
         return {hook: f"[Callback]{scan.state_key}.{hook}" for hook in hooks}
 
     def _untimed_hook(self, hook: str) -> bool:
@@ -282,9 +276,8 @@ class PerformanceProfilerCallback(RecorderCallback):
             hook in self._scan_hooks and hook not in ("setup", "teardown")
         ) or super()._untimed_hook(hook)
 
-    def _run_scan(self, trainer: L.Trainer, hook: str, *args: Any) -> None:
-        """The nested scan's ``hook``, inside its own action (``trainer.profiler``: the recorder
-        when a monitor records, the user's profiler, or Lightning's pass-through)."""
+    def _run_scan(self, hook: str, trainer: L.Trainer, *args: Any) -> None:
+        """The nested scan's ``hook``, inside its own action of ``trainer.profiler``."""
         scan = self.epoch_scan
         if scan is not None:
             with trainer.profiler.profile(self._scan_hooks[hook]):  # type: ignore[attr-defined]
@@ -292,26 +285,11 @@ class PerformanceProfilerCallback(RecorderCallback):
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         super().setup(trainer, pl_module, stage)
-        self._run_scan(trainer, "setup", pl_module, stage)
+        self._run_scan("setup", trainer, pl_module, stage)
 
     def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         super().teardown(trainer, pl_module, stage)
-        self._run_scan(trainer, "teardown", pl_module, stage)
-
-    def _scan_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._run_scan(trainer, "on_train_start", pl_module)
-
-    def _scan_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        # Inside the training epoch's window, like a separate scan's: the recorder closes that
-        # window only at the next epoch's start (or the end of training).
-        self._run_scan(trainer, "on_train_epoch_end", pl_module)
-
-    def _scan_train_batch_start(
-        self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int
-    ) -> None:
-        self._run_scan(trainer, "on_train_batch_start", pl_module, batch, batch_idx)
-
-    # -- presentation ----------------------------------------------------------------------
+        self._run_scan("teardown", trainer, pl_module, stage)
 
     def _on_report(self, trainer: L.Trainer, report: EpochRecord) -> None:
         log_to_loggers(trainer, performance_metrics(report, memory=self.profile_memory))

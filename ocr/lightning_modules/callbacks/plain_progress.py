@@ -8,8 +8,7 @@ log, ``| tee``) it shows nothing until the run ends. This bar prints a line ever
     Epoch 3/10 done in 0:02:04 train/loss=0.501 val/hmean=0.712
 
 Time-based rather than every N batches, so a slow and a fast run both log at a readable rate.
-With a performance monitor on the trainer, each progress line ends with the live phase line
-(``callbacks/live_line.py``).
+With a performance monitor on the trainer, each progress line ends with the live phase line.
 """
 
 from __future__ import annotations
@@ -67,7 +66,6 @@ class PlainProgressBar(BatchEndHooks, ProgressBar):
             kwargs.setdefault("flush", True)
             print(*args, **kwargs)
 
-    # -- formatting ------------------------------------------------------------------------------
     def _epoch_label(self, trainer: L.Trainer) -> str:
         # Lightning counts epochs from 0 and its bars show "Epoch 0/9" for 10 epochs: same here
         total = trainer.max_epochs
@@ -101,7 +99,6 @@ class PlainProgressBar(BatchEndHooks, ProgressBar):
     def _start_loop(self) -> None:
         self._loop_start = self._last_line = time.monotonic()
 
-    # -- training --------------------------------------------------------------------------------
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._start_loop()
         self._epoch_start = self._loop_start

@@ -1,25 +1,15 @@
 """``ProfilerCallback``: torch.profiler windows over chosen epochs or on demand, analysed as soon
 as they close.
 
-Each profiled epoch of a stage gets one window: a ``torch.profiler.profile`` started at the
-stage's epoch start, stepped at every batch end (so a ``ProfilerStep`` span covers the step and the
-fetch of the next batch, as in a plain PyTorch loop) under the schedule ``skip_first / wait /
-warmup / active / repeat``, and stopped when the schedule is done or the stage's epoch ends. The
-trace goes to ``<output_dir>/epoch_{N}.json[.gz]``.
+A window is a ``torch.profiler.profile`` started at the stage's epoch start (or, on demand, at a
+step boundary), stepped at every batch end (so a ``ProfilerStep`` span covers the step and the
+fetch of the next batch, as in a plain PyTorch loop) and stopped when its schedule is done or the
+stage's epoch ends. All its cycles are then analysed together with :mod:`ocr.perf.trace`.
 
-On demand, a window with the same schedule opens at a step boundary when a trigger file appears
-or a profile is requested (the alert engine's throughput-drop rule does), polled every
-``check_every_n_steps`` steps outside a window, never on every step.
-
-When a window closes, all its cycles are analysed together with :mod:`ocr.perf.trace`: rank zero
-prints the top-k tables and findings and appends one :class:`~ocr.perf.records.ProfilerWindow` to
-``<run>/perf/profiler.jsonl``, every logger gets a few scalars.
-
-Outside a window nothing is attached: the profiler object is stopped and dropped, and every hook
-returns after an attribute read (plus a counter decrement in on-demand mode). Any profiler failure
-(cannot start, unwritable directory, export error) is one :class:`PerfCallbackWarning`; the
-callback then turns itself off and training goes on. A failure to write ``profiler.jsonl`` is one
-warning too; profiling goes on without the record.
+Outside a window nothing is attached: every hook returns after an attribute read (plus a counter
+decrement in on-demand mode). Any profiler failure (cannot start, unwritable directory, export
+error) is one :class:`PerfCallbackWarning`, then the callback is off and training goes on; a
+failure to write ``profiler.jsonl`` is one warning too, and profiling goes on without the record.
 """
 
 from __future__ import annotations
@@ -65,6 +55,10 @@ def _trigger_kind(reason: str) -> str:
 class ProfilerCallback(BatchEndHooks):
     """torch.profiler over chosen epochs or on demand (see the module docstring).
 
+    Traces go to ``<output_dir>/epoch_{N}.json[.gz]``. When a window closes, rank zero prints the
+    top-k tables and findings and appends one :class:`~ocr.perf.records.ProfilerWindow` to
+    ``<run>/perf/profiler.jsonl``; every logger gets a few scalars.
+
     Args:
         enabled: ``False`` makes every hook a no-op.
         profile_epochs: 0-based epoch numbers (``trainer.current_epoch``); the default, the
@@ -98,24 +92,22 @@ class ProfilerCallback(BatchEndHooks):
         check_every_n_steps: steps of a profiled stage between two polls outside windows (one
             ``os.stat`` per poll).
         detect_syncs: while a window records, also name the lines of code that synchronize CUDA
-            (``torch.cuda.set_sync_debug_mode("warn")``, see :mod:`ocr.perf.sync_debug`): a
-            ``host_sync_lines`` finding in the window's summary (each sync then costs a warning
-            and a stack walk, which the window's timings include). A CPU-only run says once that
-            syncs do not apply.
+            (:mod:`ocr.perf.sync_debug`) in a ``host_sync_lines`` finding (each sync then costs a
+            warning and a stack walk, which the window's timings include). A CPU-only run says
+            once that syncs do not apply.
 
     On-demand windows are named ``ondemand_e{E}_s{S}`` (training; ``S`` = ``global_step`` at the
     trigger) or ``{val,test}_ondemand_e{E}_b{B}`` (``B`` = batch index); a trigger seen while a
     window is open waits for it to close; a window that ends with its stage's epoch before
-    recording a step is opened again at the next step boundary. Under DDP every rank polls the file
-    at the same step counts and fires once per file (identified by inode and mtime); rank zero
-    removes it when its window closes.
+    recording a step is opened again at the next step boundary.
 
-    Under DDP every rank profiles itself and the file names get a ``_rank{R}`` suffix; only rank
-    zero prints, logs and writes ``profiler.jsonl``.
+    Under DDP every rank profiles itself (file names get a ``_rank{R}`` suffix) and polls the
+    trigger file at the same step counts, firing once per file (identified by inode and mtime;
+    rank zero removes it when its window closes); only rank zero prints, logs and writes
+    ``profiler.jsonl``.
 
-    While a window records, every Lightning action is a ``record_function`` range
-    ``[pl][profile]{action}`` in the trace (:class:`~.profiler_window.ActionRanges`). Logged
-    after each window (``{stage}`` = ``train``, ``val``, ``test``):
+    While a window records, every Lightning action is a range ``[pl][profile]{action}`` in the
+    trace. Logged after each window (``{stage}`` = ``train``, ``val``, ``test``):
     ``profiler/{stage}_step_time_ms`` (mean traced step), ``profiler/{stage}_dataloader_pct``,
     ``profiler/{stage}_top_op_self_ms`` (self time per step of the costliest CPU operator).
     """
@@ -209,14 +201,9 @@ class ProfilerCallback(BatchEndHooks):
         #: The profiler.jsonl record of each closed window of this run (on every rank).
         self.windows: list[ProfilerWindow] = []
 
-    # -- configuration -----------------------------------------------------------------------
-
     def _resolve_activities(self) -> list[ProfilerActivity]:
         supported = torch.profiler.supported_activities()
-        available = {
-            "cuda": torch.cuda.is_available(),
-            "xpu": torch.xpu.is_available(),
-        }
+        available = {"cuda": torch.cuda.is_available(), "xpu": torch.xpu.is_available()}
         out: list[ProfilerActivity] = []
         dropped: list[str] = []
         for name in self.activities:
@@ -263,32 +250,29 @@ class ProfilerCallback(BatchEndHooks):
             self._fail(exc)
 
     def _warn_never_profiled(self, trainer: L.Trainer, stage: str) -> None:
-        """One warning at setup naming what this run can never profile: epochs at or beyond
-        ``max_epochs``, or a ``stages`` choice that this run (``fit`` / ``test`` / ...) never
-        enters. Without it such a run ends with no trace and no word why."""
+        """One warning at setup naming what this run can never profile (epochs at or beyond
+        ``max_epochs``, stages this run never enters): such a run would end with no trace and no
+        word why."""
         runs = {"fit": {"train", "val"}, "validate": {"val"}, "test": {"test"}}.get(stage, set())
-        owner = type(self).__name__
-        problems = []
+        last = trainer.max_epochs  # -1 / None: no epoch limit
+        late = sorted(e for e in self.profile_epochs if last is not None and 0 <= last <= e)
         if not self.stages & runs:
-            problems.append(
+            problem = (
                 f"stages {sorted(map(str, self.stages))} never run in this {stage} run "
                 f"(it runs {sorted(runs) or 'none of them'})"
             )
-        elif stage == "fit" and self.stages & {"train", "val"}:
-            last = trainer.max_epochs  # -1 / None: no epoch limit
-            late = sorted(e for e in self.profile_epochs if last is not None and 0 <= last <= e)
-            if late and last is not None:
-                problems.append(
-                    f"profile_epochs {late} are never reached (max_epochs={last}: epochs "
-                    f"0..{last - 1})"
-                )
-        if problems:
-            warnings.warn(
-                f"{owner}: {'; '.join(problems)}, so they produce no trace; adjust profile_epochs "
-                "/ stages or max_epochs",
-                PerfCallbackWarning,
-                stacklevel=2,
+        elif stage == "fit" and self.stages & {"train", "val"} and late and last is not None:
+            problem = (
+                f"profile_epochs {late} are never reached (max_epochs={last}: epochs 0..{last - 1})"
             )
+        else:
+            return
+        warnings.warn(
+            f"{type(self).__name__}: {problem}, so they produce no trace; adjust profile_epochs "
+            "/ stages or max_epochs",
+            PerfCallbackWarning,
+            stacklevel=2,
+        )
 
     def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         self._close(trainer)

@@ -19,11 +19,10 @@ from ocr.perf.trace.agreement import ClockSnapshots
 
 
 class ActionRanges:
-    """Action listener that opens a ``record_function`` range per Lightning action while a window
-    records, so the trace names ``training_step``, ``backward``, ``optimizer_step``, every
-    callback and hook (``[pl][profile]{action}``, as Lightning's ``PyTorchProfiler`` writes them:
-    the analyzer reads both alike). A stop without its start (an action that began before the
-    window) is ignored; ranges still open when the window ends are closed then."""
+    """Action listener that opens a ``record_function`` range ``[pl][profile]{action}`` (as
+    Lightning's ``PyTorchProfiler`` names them) per Lightning action while a window records. A
+    stop without its start (an action that began before the window) is ignored; ranges still
+    open when the window ends are closed then."""
 
     __slots__ = ("_open", "_trainer")
 
@@ -32,14 +31,12 @@ class ActionRanges:
         self._trainer: weakref.ref[L.Trainer] | None = None
 
     def attach(self, trainer: L.Trainer) -> None:
-        """Listen to ``trainer``'s actions (see :meth:`wants`)."""
         self._trainer = weakref.ref(trainer)
         add_listener(trainer, self)
 
     def wants(self, name: str) -> bool:
-        """Every action but those whose hook does nothing (``callbacks.untimed``): the phase
-        clock leaves the same ones out, so trace and clock agree on the hooks' time, and a
-        range per inherited ``pass`` would cost profiler overhead for nothing."""
+        """Every action but those whose hook does nothing (``callbacks.untimed``): the clock
+        leaves the same ones out, so trace and clock agree on the hooks' time."""
         trainer = self._trainer() if self._trainer is not None else None
         if trainer is None:
             return True
@@ -73,7 +70,7 @@ class ActionRanges:
 
 @dataclass(eq=False)
 class Window:
-    """One open profiling window: the live profiler and the files its cycles wrote."""
+    """One open profiling window."""
 
     stage: str
     epoch: int

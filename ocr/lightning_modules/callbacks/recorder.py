@@ -1,34 +1,27 @@
 """Per-trainer measurement behind the performance callbacks, driven by Lightning's action stream.
 
 One :class:`StageRecorder` per ``Trainer`` is shared by every monitor attached to it (reference
-counted): one clock, one set of instrumented DataLoaders and one cross-rank gather per epoch,
-however many monitors subscribe. The recorder is an ``ActionListener``
-(``callbacks/action_stream.py``): Lightning's own start/stop of every hook, callback, strategy
-call and data fetch drives it, so no callback drives it and no hook is hidden or patched.
+counted): one clock, one set of instrumented DataLoaders and one cross-rank gather per epoch. It
+is an ``ActionListener`` (``callbacks/action_stream.py``): Lightning's own start/stop of every
+hook, callback, strategy call and data fetch drives it; no hook is hidden or patched.
 
-Attribution: each action is classified once (``ocr.perf.actions``); the innermost running action
-that is not transparent owns the time, with its owner (a callback's class and hook, a module's
-``Class.hook``) kept as a finer split. Two moments have no action of their own and are
-recognised from the stream: under ``manual_backward`` the backward pass runs between the
-module's ``on_before_backward`` and the first ``on_after_backward`` (the precision plugin
-brackets it in both optimization modes); and the all-reduce wait at the end of a DDP backward
-starts when DDP hands its last gradient bucket to the communication hook we register
-(``DistributedDataParallel.register_comm_hook``, public torch API), so that stretch becomes
-``sync_wait`` instead of ``backward``.
+Attribution: the innermost running action that is not transparent owns the time, with its owner
+(a callback's class and hook, a module's ``Class.hook``) as a finer split. Two moments have no
+action of their own: the backward pass runs between the module's ``on_before_backward`` and the
+first ``on_after_backward`` (the precision plugin brackets it in both optimization modes, also
+under ``manual_backward``); and the all-reduce wait at the end of a DDP backward starts when DDP
+hands its last gradient bucket to our communication hook, so that stretch is ``sync_wait``.
 
 Windows: ``train`` from the first ``on_train_epoch_start`` action to the next one or
 ``on_train_end`` (lazily, so the module's epoch-end work and checkpointing stay in the epoch that
 caused them); ``val`` / ``test`` from the first ``on_{validation,test}_start`` action to the end
 of the strategy's ``on_{validation,test}_end`` (the last hook Lightning dispatches there).
-Validation inside ``fit`` pauses the train window, so each stage's phases sum to its own wall
-time. The sanity check is not recorded. A resumed run that starts mid-epoch opens its train
-window at the first data fetch.
+Validation inside ``fit`` pauses the train window. The sanity check is not recorded. A run
+resumed mid-epoch opens its train window at the first data fetch.
 
-DDP: every rank measures itself; at each epoch close one exchange of every rank's figures
-(``callbacks/cross_rank.py``: one collective of the same shape on every rank, whatever each
-rank's callbacks) gives the per-rank figures and the straggler. A health flag travels with it: a
-rank whose recording failed keeps joining the exchanges with the flag down and, at that
-exchange, every rank turns recording off together.
+DDP: at each epoch close one exchange of every rank's figures (``callbacks/cross_rank.py``) gives
+the per-rank figures and the straggler; a rank whose recording failed keeps joining the exchanges
+with its health flag down, and at that exchange every rank turns recording off together.
 """
 
 from __future__ import annotations
@@ -98,11 +91,9 @@ _BATCH_TIMES_CHUNK = 1024
 
 
 class StageRecorder:
-    """Per-trainer measurement shared by the performance monitors (see the module docstring).
-
-    Use :meth:`attach` / :meth:`detach`. Every entry point turns an internal error into one
-    :class:`PerfCallbackWarning` and stops measuring; training never sees an exception.
-    """
+    """Per-trainer measurement shared by the performance monitors; use :meth:`attach` /
+    :meth:`detach`. Every entry point turns an internal error into one
+    :class:`PerfCallbackWarning` and stops measuring; training never sees an exception."""
 
     _registry: ClassVar[weakref.WeakKeyDictionary[L.Trainer, StageRecorder]] = (
         weakref.WeakKeyDictionary()
@@ -195,7 +186,7 @@ class StageRecorder:
         if device.type == "cuda" and torch.cuda.is_available():
             self._device = device
             self._events = CudaPhaseEvents()
-            self.clock = EventClock(self._events, None)
+            self.clock = EventClock(self._events)
             self._configure()  # sets the clock's sync
         self._name_callbacks(trainer)
         if any(s.write_run_files for s in self.subscribers):
@@ -225,10 +216,8 @@ class StageRecorder:
         )
 
     def _name_callbacks(self, trainer: L.Trainer) -> None:
-        """Display names of the trainer's callbacks by ``state_key`` (what Lightning's action
-        names carry): the class name, ``#2``, ``#3``... for further instances of a class whose
-        state keys differ (instances with equal state keys are indistinguishable in the action
-        stream and share one name)."""
+        """Display names of the trainer's callbacks by ``state_key`` (what action names carry):
+        the class name, then ``#2``, ``#3``... (instances with equal state keys share one)."""
         names: dict[str, str] = {}
         count: Counter[str] = Counter()
         for callback in trainer.callbacks:  # type: ignore[attr-defined]
@@ -323,8 +312,7 @@ class StageRecorder:
         """A subscriber's own presentation failed (it already warned): it gets no more
         reports."""
         if self.world_size > 1:
-            # All ranks must leave together: stop measuring here, tell the peers at the next
-            # gather.
+            # All ranks must leave together: stop here, tell the peers at the next gather.
             self._fail(RuntimeError("a subscriber failed"), warn=False)
         else:
             self.detach(subscriber)
@@ -338,11 +326,10 @@ class StageRecorder:
     # -- the action stream (hot path) ------------------------------------------------------
 
     def wants(self, name: str) -> bool:
-        """Whether the stream should tell us about ``name`` (asked once per name; see
-        ``ActionStream``). Left out: transparent actions without a window event (their time stays
-        with the enclosing action either way) and hooks that do nothing (``callbacks.untimed``).
-        The module's own ``on_after_backward`` closes the backward bracket, so the callbacks'
-        no-op ones are not needed for it."""
+        """Whether the stream should tell us about ``name`` (asked once per name). Left out:
+        transparent actions without a window event (their time stays with the enclosing action
+        either way) and hooks that do nothing. The module's own ``on_after_backward`` closes the
+        backward bracket, so the callbacks' no-op ones are not needed for it."""
         try:
             _, phase, _, event = self._info.get(name) or self._learn(name)
             action = classify_action(name)

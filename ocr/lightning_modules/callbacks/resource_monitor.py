@@ -99,36 +99,21 @@ def _checkpoint_bytes(trainer: L.Trainer, pl_module: L.LightningModule, folder: 
 
 class ResourceMonitorCallback(BatchEndHooks):
     """Samples host, DataLoader-worker, disk, network and GPU resources on a background thread
-    during ``fit``, logs them, and raises alerts that fire once with evidence and resolve.
+    during ``fit``, logs them, and raises alerts that fire once with evidence and resolve (the
+    README's section; metric names in ``ocr.perf.resources.METRIC_DOCS``, rules and their
+    defaults in ``ocr.perf.alerts.rules``).
 
     The sampler thread (daemon, ``ocr-resource-monitor``) starts at ``on_fit_start`` and is
-    stopped and joined at the end of fit, on an exception (also ``KeyboardInterrupt``) and at
-    ``teardown``. The training hooks only stamp ``perf_counter_ns`` and counters; sampling, the
-    rules and file writes run on the thread. Metrics reach ``trainer.loggers`` (rank zero) from
-    the training thread at the next batch end after each logging interval: loggers are not
-    thread-safe. An internal error is one warning and the monitor turns off; training goes on.
-    A ``validate`` or ``test`` run on its own is sampled as a run of its own. The alert rules,
-    their thresholds and defaults: the catalogue ``ocr.perf.alerts.rules``.
+    joined at the end of fit, on an exception (also ``KeyboardInterrupt``) and at ``teardown``.
+    The training hooks only stamp ``perf_counter_ns`` and counters; sampling, the rules and file
+    writes run on the thread. Metrics reach ``trainer.loggers`` (rank zero) from the training
+    thread at the next batch end after each logging interval: loggers are not thread-safe. An
+    internal error is one warning and the monitor turns off; training goes on.
 
-    Metrics: ``resources/<name>`` for the process and its DataLoader workers, the host, free
-    space where checkpoints go, per-phase I/O totals, each of this rank's GPUs
-    (``gpu{i}_...``), the torch allocator and the training signals; every name and its meaning
-    in ``ocr.perf.resources.METRIC_DOCS``. Rates, percentages and shares are averaged over the
-    logging interval, gauges and totals are its last value. At fit end:
-    ``resources/<name>_mean`` / ``_max`` over the run, ``resources/samples`` and
-    ``alerts/fired``, logged, written and printed.
-
-    Files (``<trainer.default_root_dir>/perf/``): ``resources.jsonl`` (rank zero; one
-    ``receipt-ocr/resource-sample`` line per sample, or per logging interval without
-    ``record_samples``, and a closing ``receipt-ocr/resource-summary``), ``alerts.jsonl``
-    (``receipt-ocr/alert`` events of every rank, each with its rank: rank zero evaluates every
-    rule, other ranks the rules about their own inputs, marked ``per_rank``).
-
-    Data wait (starvation rule) is measured here: the time between a training batch's end and
-    the next one's start over the step period (an upper bound: other callbacks' batch hooks fall
-    in the gap too), so the rule works without the performance callbacks. DDP: every rank
-    samples its own processes and device; ``straggler_rank`` takes each training epoch's
-    straggler from the shared recorder's one epoch gather.
+    Data wait (starvation rule) is measured here, so the rule works without the performance
+    callbacks: the time between a training batch's end and the next one's start over the step
+    period (an upper bound: other callbacks' batch hooks fall in the gap too). Under DDP every
+    rank samples its own processes and device and writes its own alerts to ``alerts.jsonl``.
 
     Args:
         enabled: ``False`` makes every hook return at once.
@@ -203,8 +188,6 @@ class ResourceMonitorCallback(BatchEndHooks):
         self._signals: StepSignals | None = None
         self._feed: _StragglerFeed | None = None
         self._ckpt_dir = Path(".")
-
-    # -- life cycle ----------------------------------------------------------------------------
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if not self.enabled:
@@ -364,8 +347,6 @@ class ResourceMonitorCallback(BatchEndHooks):
             fired = ", ".join(f"{rule} x{n}" for rule, n in sorted(monitor.engine.fired.items()))
             console.print(f"alerts fired: {fired or 'none'}")
 
-    # -- phases --------------------------------------------------------------------------------
-
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         signals = self._signals
         if signals is not None:
@@ -400,7 +381,7 @@ class ResourceMonitorCallback(BatchEndHooks):
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._set_phase("idle")
 
-    # -- steps (hot path: stamps only) ---------------------------------------------------------
+    # hot path: stamps only
 
     def on_train_batch_start(
         self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int
@@ -424,8 +405,6 @@ class ResourceMonitorCallback(BatchEndHooks):
         if monitor is not None and monitor.pending is not None:
             self._log_pending(trainer, monitor)
 
-    # -- epoch ends ----------------------------------------------------------------------------
-
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         signals = self._signals
         if signals is None:
@@ -437,9 +416,9 @@ class ResourceMonitorCallback(BatchEndHooks):
 
 
 class _StragglerFeed:
-    """The resource monitor's subscription to the trainer's shared ``StageRecorder`` under DDP:
-    each training epoch's straggler (named by its cause, from the one epoch gather) becomes the
-    ``straggler_rank`` rule's signal. Asks for nothing else (no files, no memory, no logging)."""
+    """The resource monitor's subscription to the shared ``StageRecorder`` under DDP: each
+    training epoch's straggler becomes the ``straggler_rank`` rule's signal. Asks for nothing
+    else (no files, no memory, no logging)."""
 
     stages = frozenset({Stage.TRAIN})
     log_interval = 0

@@ -40,11 +40,9 @@ def epoch_record(report: EpochRecord, t: float) -> EpochRecord:
 
 
 class RunFiles:
-    """Writes the recorder's part of the run directory (``ocr.perf.records``): ``perf/run.json``
-    at setup, one ``perf/epochs.jsonl`` line per stage epoch and ``perf/intervals.jsonl`` lines
-    at the training log interval; rank zero only. The first write error is one warning and turns
-    the writing off; measurement and logging go on.
-    """
+    """Writes ``perf/run.json``, ``perf/epochs.jsonl`` and ``perf/intervals.jsonl`` (rank zero
+    only). The first write error is one warning and turns the writing off; measurement and
+    logging go on."""
 
     def __init__(self, run_dir: str | os.PathLike[str]) -> None:
         self.run_dir = Path(run_dir)

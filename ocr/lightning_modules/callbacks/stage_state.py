@@ -1,5 +1,4 @@
-"""What the ``StageRecorder`` keeps per stage and per open epoch window, and the pure helpers
-that turn it into an ``EpochRecord``'s figures."""
+"""What the ``StageRecorder`` keeps per stage and per open epoch window."""
 
 from __future__ import annotations
 
@@ -10,17 +9,18 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ocr.lightning_modules.callbacks.epoch_report import MAX_KEPT_BATCH_TIMES
 from ocr.perf.clock import PHASES, PhaseClock
 from ocr.perf.records import LoaderSettings
 from ocr.perf.stats import StreamingStats
 from ocr.perf.worker import WorkerTiming
 
+#: Batch times kept per epoch for the run directory's epochs.jsonl (every k-th beyond this).
+MAX_KEPT_BATCH_TIMES = 4096
+
 
 @dataclass
 class EpochWindow:
-    """One open (or paused) window of a stage epoch: its phase and owner nanoseconds, batch
-    times and counts, and its memory peaks."""
+    """One open (or paused) window of a stage epoch."""
 
     stage: str
     epoch: int
@@ -81,8 +81,7 @@ class EpochWindow:
 
 @dataclass
 class StageState:
-    """What a stage keeps between its windows: worker timings and batch sizes waiting to be
-    counted, and the open window."""
+    """What a stage keeps between its windows, and the open window."""
 
     # Worker timings arrive with batches; they accumulate here and move into the epoch at its
     # close, so a batch prefetched before the window opened still counts for that epoch.

@@ -26,12 +26,11 @@ class Ceiling:
     """What a stage epoch's FLOP/s are measured against, taken once per run.
 
     Args:
-        flops_per_sample: stage (``train``, ``val``, ``test``) -> FLOPs per sample: forward +
-            backward for ``train``, forward (eval mode) for the others.
-        peak_flops_per_sec: this host's measured peak on the module's device and dtype
-            (``ocr.perf.peak.measured_peak``), per rank.
+        flops_per_sample: stage -> FLOPs per sample: forward + backward for ``train``, forward
+            (eval mode) for the others.
+        peak_flops_per_sec: this host's measured peak on the module's device and dtype, per rank.
         spec_peak_flops_per_sec: the GPU's data-sheet peak, or ``None`` (CPU, unknown GPU).
-        run_info: the JSON-ready ``"flops"`` object written into ``perf/run.json``.
+        run_info: the ``"flops"`` object written into ``perf/run.json``.
     """
 
     flops_per_sample: dict[str, float]
@@ -139,12 +138,10 @@ class ThroughputMonitorCallback(RecorderCallback):
     the per-epoch peak memory and the share of time spent waiting for data.
 
     Unlike Lightning's ``ThroughputMonitor`` it never synchronises CUDA, needs no warm-up window,
-    reports validation and test too, and takes each batch's size from the batch itself: the
-    number of dataset items the instrumented DataLoader put in it (else Lightning's
-    ``extract_batch_size``), so variable and partial batches count exactly. Under DDP the rates
-    cover all ranks (one gather per epoch). Shares its measurement with
-    ``PerformanceProfilerCallback`` when both are used. Metric keys: the README's table.
-    An internal error becomes one warning and turns the callback off; training continues.
+    reports validation and test too, and counts each batch's samples exactly: the dataset items
+    the instrumented DataLoader put in it (else Lightning's ``extract_batch_size``). Under DDP
+    the rates cover all ranks. Metric keys: the README's table. An internal error becomes one
+    warning and turns the callback off; training continues.
 
     Args:
         enabled: ``False`` makes every hook return at once.
@@ -158,11 +155,9 @@ class ThroughputMonitorCallback(RecorderCallback):
         stages: stages to report, any of ``"train"``, ``"validate"`` (or ``"val"``), ``"test"``.
         write_run_files: as ``PerformanceProfilerCallback``'s.
         flops: when the LightningModule has an ``example_input_array``, count its FLOPs per
-            sample once at the start (``ocr.perf.flops``), take this host's measured peak
-            (``ocr.perf.peak``, cached per host and dtype) and log
-            ``throughput/{stage}_flops_per_sec`` and ``throughput/{stage}_mfu`` each epoch (see
-            :func:`flops_metrics`); the figures also go to ``perf/run.json`` (``"flops"``) for
-            the report. A module without one gets no FLOPs metrics.
+            sample once at the start, take this host's measured peak (cached per host and
+            dtype) and log :func:`flops_metrics` each epoch; the figures also go to
+            ``perf/run.json`` (``"flops"``).
     """
 
     def __init__(

@@ -1,19 +1,11 @@
 """The Lightning side of an ``ocr-perf try`` trial window (format: :mod:`ocr.perf.try_window`).
 
 When ``OCR_PERF_TRY_WINDOW`` is set, the first performance callback to set up in a fit opens the
-window on its trainer: everything goes through attributes Lightning documents on the Trainer
-(``limit_val_batches``, ``num_sanity_val_steps``, ``callbacks``, ``loggers`` (replaced by
-Lightning's ``DummyLogger``), ``should_stop``) and
-the fit loop's ``min_epochs`` / ``min_steps`` (which would hold ``should_stop`` off), so any
-Lightning app that records with our callbacks gets the same short window, whatever its config
-keys are called. Nothing happens without the variable. A window set outside ``ocr-perf try`` (a
-stray variable) still opens, with one warning naming the variable and what it does.
-
-The trial's runtime knobs (``ocr-perf try --candidate knob:...``) are applied here too, before the
-recorder opens its files: :mod:`ocr.lightning_modules.callbacks.knobs_apply`.
-
-Lightning creates the loggers' experiments before the callbacks' ``setup`` (a CSV logger makes its
-empty version folder then); replacing the loggers here means nothing is logged into them.
+window on its trainer, only through attributes Lightning documents on the Trainer and the fit
+loop's ``min_epochs`` / ``min_steps`` (which would hold ``should_stop`` off), so any Lightning app
+that records with our callbacks gets the same short window, whatever its config keys are called.
+A window set outside ``ocr-perf try`` (a stray variable) still opens, with one warning. The
+trial's runtime knobs are applied here too (:mod:`~ocr.lightning_modules.callbacks.knobs_apply`).
 """
 
 from __future__ import annotations
@@ -27,8 +19,6 @@ from lightning.pytorch.loggers.logger import DummyLogger
 from lightning.pytorch.trainer.states import TrainerFn
 
 from ocr.perf.try_window import TryWindow
-
-__all__ = ["TrialWindow", "open_trial_window", "perf_root", "trial_window_of"]
 
 _ATTR = "_ocr_perf_try_window"
 
@@ -86,7 +76,8 @@ def open_trial_window(trainer: L.Trainer, owner: object) -> TrialWindow | None:
         trainer.callbacks = [c for c in current if not isinstance(c, Checkpoint)]  # type: ignore[attr-defined]
     if "loggers" not in window.keep:
         # Lightning's own stand-in for "the user's loggers, disabled" (its tuner uses it): logs
-        # nothing, yet callbacks that require a logger (LearningRateMonitor) still run.
+        # nothing, yet callbacks that require a logger (LearningRateMonitor) still run. (The
+        # loggers' experiments exist already: a CSV logger leaves an empty version folder.)
         trainer.loggers = [DummyLogger()]
     fit_loop = trainer.fit_loop
     fit_loop.min_epochs = None

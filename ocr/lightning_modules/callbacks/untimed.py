@@ -1,11 +1,9 @@
 """Which Lightning actions are not worth timing: the hook they run does nothing.
 
-Lightning dispatches every callback hook to every callback, overridden or not, and calls the
-LightningModule's inherited hooks too, so most actions of a training step run an inherited
-``pass``. Their time is nanoseconds; listening to them (a clock switch each, a profiler range
-each) costs more than they take. The phase clock (``recorder.StageRecorder``) and the profiler's
-action ranges (``profiler_callback``) leave the same ones out, so a trace and the clock still
-agree on ``hooks``.
+Most actions of a training step run an inherited ``pass`` (Lightning dispatches every hook to
+every callback and calls the module's inherited hooks). Listening to them costs more than they
+take. The phase clock and the profiler's action ranges leave the same ones out, so a trace and
+the clock agree on ``hooks``.
 """
 
 from __future__ import annotations
@@ -23,10 +21,8 @@ _NO_WORK_OPS = frozenset({"RESUME", "NOP", "CACHE", "EXTENDED_ARG"})
 
 def does_nothing(fn: Any) -> bool:
     """Whether ``fn`` (a hook as found on a class) only returns a constant or one of its
-    arguments: Lightning's inherited ``Callback`` / ``ModelHooks`` hooks (``pass``) and
-    ``on_before_batch_transfer`` (``return batch``). Its action takes nanoseconds, so leaving
-    it out of the stream moves nothing between phases. Anything else (not a plain function,
-    wrapped, unreadable) counts as work."""
+    arguments: Lightning's inherited hooks (``pass``) and ``on_before_batch_transfer``
+    (``return batch``). Anything else (not a plain function, wrapped, unreadable) is work."""
     code = getattr(fn, "__code__", None)
     if code is None or hasattr(fn, "__wrapped__"):
         return False
@@ -59,7 +55,6 @@ def untimed_hook(trainer: L.Trainer, kind: str, target: str, hook: str) -> bool:
 
 
 def _module(trainer: L.Trainer, kind: str) -> Any:
-    """The trainer's LightningModule (``kind`` MODULE) or LightningDataModule, or ``None``."""
     return trainer.lightning_module if kind == MODULE else getattr(trainer, "datamodule", None)
 
 
