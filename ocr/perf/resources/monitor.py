@@ -12,7 +12,6 @@ import warnings
 from collections import deque
 from collections.abc import Callable, Mapping
 
-from ocr.errors import ConfigError
 from ocr.perf.alerts import AlertEngine
 from ocr.perf.records import RecordWriter, ResourceSample, ResourceSummary
 from ocr.perf.resources.sampler import ResourceMonitorWarning, ResourceSampler
@@ -32,7 +31,8 @@ class ResourceMonitor:
     ``log_interval_s`` the interval's record (rates averaged) is left in :attr:`pending` for the
     training thread to hand to the loggers (:meth:`take_pending`: loggers are not thread-safe),
     and, without ``record_samples``, written instead.
-    A tick that raises is one warning and stops the thread; training goes on.
+    A tick that raises is one warning and stops the thread; training goes on. The intervals are
+    validated where they come from config (``ResourceMonitorCallback``).
 
     Args:
         engine: alert rules and sinks; ``None``: no alerting.
@@ -60,13 +60,6 @@ class ResourceMonitor:
         context: Callable[[], tuple[int, int]] | None = None,
         main_thread_ident: int | None = None,
     ) -> None:
-        for name, value in (
-            ("interval_s", interval_s),
-            ("log_interval_s", log_interval_s),
-            ("rate_window_s", rate_window_s),
-        ):
-            if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-                raise ConfigError(f"ResourceMonitor: {name} must be > 0 seconds, got {value!r}")
         self.sampler = sampler
         self.signals = signals
         self.engine = engine

@@ -31,7 +31,6 @@ from typing import Any
 
 import psutil
 
-from ocr.errors import ConfigError
 from ocr.perf.memory import GB
 from ocr.perf.resources.host import ProcHandle, existing_dir, memory_limit
 from ocr.perf.resources.metrics import MB, PHASE_NAMES
@@ -46,6 +45,8 @@ class ResourceSampler:
     """Not thread-safe: one thread calls :meth:`sample` (the monitor's). :attr:`phase` may be set
     from another thread; I/O since the previous sample is charged to the phase current at
     sampling time.
+
+    The intervals are validated where they come from config (``ResourceMonitorCallback``).
 
     Args:
         checkpoint_dir: folder whose file system's free space is reported (its nearest existing
@@ -72,13 +73,9 @@ class ResourceSampler:
         nvml: Any = None,
         warn: Callable[[str], None] | None = None,
     ) -> None:
-        if not worker_refresh_s > 0:
-            raise ConfigError(f"worker_refresh_s must be > 0 seconds, got {worker_refresh_s!r}")
         self.checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir is not None else None
         self.cuda_device = cuda_device
         self.worker_refresh_s = float(worker_refresh_s)
-        if isinstance(memory_detail_s, bool) or not memory_detail_s >= 0:
-            raise ConfigError(f"memory_detail_s must be >= 0 seconds, got {memory_detail_s!r}")
         self.memory_detail_s = float(memory_detail_s)
         self._want_detail = self.memory_detail_s > 0  # USS/PSS wanted at all
         self._detail_t = -math.inf
