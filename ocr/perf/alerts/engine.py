@@ -11,10 +11,7 @@ lies on the safe side of the firing threshold), and the figures that explain it.
 - a sample without the rule's inputs (``Check`` is ``None``: another phase, no GPU) changes
   nothing but restarts a pending hold.
 
-:class:`AlertEngine` runs the enabled rules over each sample and sends the events
-(:class:`~ocr.perf.records.AlertEvent`, stamped with the process's global rank) to the
-sinks (:mod:`ocr.perf.alerts.sinks`). The rules themselves are the catalogue,
-:mod:`ocr.perf.alerts.rules`.
+The rules themselves are the catalogue, :mod:`ocr.perf.alerts.rules`.
 """
 
 from __future__ import annotations
@@ -248,28 +245,12 @@ class AlertEngine:
         self.request_profiles = request_profiles
         self.fired: Counter[str] = Counter()
 
-    @property
-    def fired_count(self) -> int:
-        """Events fired so far, all rules."""
-        return sum(self.fired.values())
-
     def update(
-        self,
-        values: Mapping[str, float],
-        *,
-        t: float | None = None,
-        phase: str = "train",
-        step: int = 0,
-        epoch: int = 0,
-        checkpoint_bytes: float = 0.0,
-        straggler: StragglerSignal | None = None,
-        where: str | None = None,
-        growth: GrowthSignal | None = None,
+        self, values: Mapping[str, float], ctx: RuleContext = RuleContext(), t: float | None = None
     ) -> list[AlertEvent]:
         """Evaluate every rule on one sample taken at ``t`` (monotonic seconds; default now)
-        with the context the rules read (:class:`RuleContext`); send and return the events."""
+        with the context the rules read; send and return the events."""
         t = time.monotonic() if t is None else t
-        ctx = RuleContext(phase, step, epoch, checkpoint_bytes, straggler, where, growth)
         events = []
         for rule in self.rules:
             check = rule.check(t, values, ctx)
@@ -288,8 +269,8 @@ class AlertEngine:
                 evidence=check.evidence,
                 threshold=rule.thresholds() if check.threshold is None else check.threshold,
                 suggestion=check.suggestion,
-                step=step,
-                epoch=epoch,
+                step=ctx.step,
+                epoch=ctx.epoch,
                 rank=self.rank,
             )
             events.append(event)

@@ -12,7 +12,7 @@ import warnings
 from collections import deque
 from collections.abc import Callable, Mapping
 
-from ocr.perf.alerts import AlertEngine
+from ocr.perf.alerts import AlertEngine, RuleContext
 from ocr.perf.records import RecordWriter, ResourceSample, ResourceSummary
 from ocr.perf.resources.sampler import ResourceMonitorWarning, ResourceSampler
 from ocr.perf.resources.signals import StepSignals, is_nonfinite
@@ -150,17 +150,16 @@ class ResourceMonitor:
             values.update(self._training_signals())
             step, epoch = self._context()
             if self.engine is not None:
-                self.engine.update(
-                    values,
-                    t=mono,
+                ctx = RuleContext(
                     phase=self.signals.phase,
                     step=step,
                     epoch=epoch,
                     checkpoint_bytes=self.signals.checkpoint_bytes,
                     straggler=self.signals.straggler,
-                    growth=self.signals.growth,
                     where=self._where(values),
+                    growth=self.signals.growth,
                 )
+                self.engine.update(values, ctx, t=mono)
             if self.record_samples:
                 self._write(self._record(values, step, epoch))
             self._fold(values, mono, step, epoch)
@@ -300,7 +299,7 @@ class ResourceMonitor:
             out[f"{name}_max"] = peak
         out["resources/samples"] = float(self.samples)
         if self.engine is not None:
-            out["alerts/fired"] = float(self.engine.fired_count)
+            out["alerts/fired"] = float(sum(self.engine.fired.values()))
         return out
 
     def write_summary(self, run: str | None = None) -> dict[str, float]:
