@@ -149,16 +149,9 @@ def _check_setting(rule: str, key: str, default: Setting, value: object) -> Sett
 
 
 class Rule:
-    """Base of the alert rules. A rule owns its metadata: subclasses set :attr:`name`,
-    :attr:`severity`, :attr:`per_rank`, :attr:`risk`, :attr:`corroborates`,
-    :attr:`requests_profile`, :attr:`DEFAULTS` / :attr:`FROM_TABLE` (their own settings) and
-    implement :meth:`check`. What else needs a rule's metadata (the verdict, the profiler's
-    window labels, the Hydra config) reads it from the catalogue
-    (:data:`ocr.perf.alerts.rules.RULES`), never from a copy.
-
-    Every rule takes ``enabled`` (bool), ``hold_s`` (seconds the condition must hold) and
-    ``cooldown_s`` (seconds between two firings) besides its own settings; a setting not in
-    ``DEFAULTS`` / ``FROM_TABLE`` is a ``ValueError`` naming the rule and the setting.
+    """Base of the alert rules. A rule owns its metadata (the class attributes below) and its
+    settings (:attr:`COMMON`, its own :attr:`DEFAULTS` / :attr:`FROM_TABLE`) and implements
+    :meth:`check`; a setting it does not have is a ``ValueError`` naming the rule and setting.
 
     Attributes:
         per_rank: evaluated on every rank (inputs that are the rank's own: its data wait, host
@@ -177,6 +170,7 @@ class Rule:
     risk: ClassVar[bool] = False
     corroborates: ClassVar[str | None] = None
     requests_profile: ClassVar[bool] = False
+    #: Every rule's settings besides its own (``hold_s``, ``cooldown_s``: :class:`RuleState`).
     COMMON: ClassVar[dict[str, Setting]] = {"enabled": True, "hold_s": 0.0, "cooldown_s": 600.0}
     DEFAULTS: ClassVar[dict[str, Setting]] = {}
     #: Settings whose default is a number of the thresholds table (its live value):
