@@ -38,19 +38,12 @@ from ocr.perf.records import (
     RunDirError,
     parse_record,
 )
-from ocr.perf.stage import Stage
+from ocr.perf.stage import STAGE_ORDER
 
 EXIT_ENDED = 0
 EXIT_LOST = 1
 
-#: The record kinds followed, each in its file.
-FOLLOWED: tuple[type[Record], ...] = (
-    LifecycleRecord,
-    EpochRecord,
-    IntervalRecord,
-    ResourceSample,
-    AlertEvent,
-)
+FOLLOWED = (LifecycleRecord, EpochRecord, IntervalRecord, ResourceSample, AlertEvent)
 #: Resource metrics in the view: (metric, label, unit).
 _RESOURCES = (
     ("resources/process_cpu_percent", "cpu", "%"),
@@ -107,8 +100,8 @@ class _Tail:
 
 
 class RunTail:
-    """The followed files of one run directory; :meth:`poll` returns what was appended since the
-    last call, in time order."""
+    """The :data:`FOLLOWED` files of one run directory; :meth:`poll` returns what was appended
+    since the last call, in time order."""
 
     def __init__(self, run_dir: Path) -> None:
         self.run_dir = run_dir
@@ -137,7 +130,8 @@ def _pid_gone(record: LifecycleRecord) -> bool:
 
 @dataclass
 class WatchState:
-    """What has been read so far."""
+    """What has been read so far: the last interval, resource sample (per rank) and lifecycle
+    record (per rank), every epoch and alert."""
 
     epochs: list[EpochRecord] = field(default_factory=list)
     interval: IntervalRecord | None = None
@@ -249,7 +243,7 @@ def summary_lines(state: WatchState, reason: str) -> list[str]:
 
 
 def _epoch_order(record: EpochRecord) -> tuple[int, int]:
-    return (record.epoch or 0, list(Stage).index(record.stage))
+    return (record.epoch or 0, STAGE_ORDER.index(record.stage))
 
 
 def _live_view(state: WatchState, run_dir: Path) -> RenderableType:
@@ -311,9 +305,8 @@ class Watch:
                         yield line
 
     def follow(self, emit: Callable[[str], None], redraw: Callable[[], None] | None) -> int:
-        """Read until the run ends; each new record updates :attr:`state` and, without a live
-        view (``redraw`` None), is emitted as plain lines. Returns the exit code and sets
-        :attr:`reason`; the caller prints :func:`summary_lines`."""
+        """Read until the run ends, updating :attr:`state` and either redrawing the live view or
+        (``redraw`` None) emitting plain lines; return the exit code."""
         files = RunTail(self.run_dir)
         last_news = self.clock()
         reason: str | None = None
@@ -355,9 +348,8 @@ def watch(
     stale_after_s: float = 600.0,
     json_lines: bool = False,
 ) -> int:
-    """``ocr-perf watch``: follow ``run_dir`` (live view on a terminal, lines elsewhere), print
-    the summary and return the exit code. :class:`MissingPathError` when ``run_dir`` is not a
-    folder."""
+    """``ocr-perf watch`` (module doc): the exit code; :class:`MissingPathError` when ``run_dir``
+    is not a folder."""
     if not run_dir.is_dir():
         raise MissingPathError(f"run directory not found: {run_dir}")
     con = Console()
