@@ -59,8 +59,6 @@ class ResourceSampler:
             mapping: ~3 ms per process once torch is loaded; samples in between reuse the last
             figures); ``0``: never (the leak rule then watches RSS).
         nvml: the NVML module (tests pass a fake); ``None`` imports ``pynvml``.
-        warn: called with one message when a source fails; default a
-            :class:`ResourceMonitorWarning`.
     """
 
     def __init__(
@@ -71,7 +69,6 @@ class ResourceSampler:
         worker_refresh_s: float = 5.0,
         memory_detail_s: float = 5.0,
         nvml: Any = None,
-        warn: Callable[[str], None] | None = None,
     ) -> None:
         self.checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir is not None else None
         self.cuda_device = cuda_device
@@ -82,7 +79,6 @@ class ResourceSampler:
         self.phase = "idle"
         self.status: dict[str, str] = {}
         self.io_totals: dict[str, list[float]] = {p: [0.0, 0.0] for p in PHASE_NAMES}
-        self._warn = warn or (lambda m: warnings.warn(m, ResourceMonitorWarning, stacklevel=3))
         self._off: set[str] = set()
         now = time.monotonic()
         self._main = ProcHandle(psutil.Process(), now)
@@ -121,9 +117,11 @@ class ResourceSampler:
         except Exception as exc:
             self._off.add(source)
             self.status[source] = f"unavailable ({type(exc).__name__}: {exc})"
-            self._warn(
+            warnings.warn(
                 f"resource monitor: {source} sampling failed and is off for this run "
-                f"({type(exc).__name__}: {exc})"
+                f"({type(exc).__name__}: {exc})",
+                ResourceMonitorWarning,
+                stacklevel=2,
             )
 
     def sample(self, now: float | None = None) -> dict[str, float]:
