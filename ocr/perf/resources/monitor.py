@@ -81,11 +81,9 @@ class ResourceMonitor:
         self._periods: deque[float] = deque(maxlen=600)
         self._last_steps = 0
         self._last_train_ns = 0
-        self._interval_sums: dict[str, float] = {}
-        self._interval_counts: dict[str, int] = {}
-        self._interval_last: dict[str, float] = {}
+        self._interval: dict[str, tuple[float, int, float]] = {}  # name -> (sum, count, last)
         self._interval_start: float | None = None
-        self._summary: dict[str, list[float]] = {}  # name -> [sum, count, max, last]
+        self._summary: dict[str, tuple[float, int, float, float]] = {}  # (sum, count, max, last)
         self._write_failed = False
 
     # -- thread --------------------------------------------------------------------------------
@@ -229,21 +227,13 @@ class ResourceMonitor:
     def _fold(self, values: Mapping[str, float], mono: float, step: int, epoch: int) -> None:
         if self._interval_start is None:
             self._interval_start = mono
-        sums, counts, last = self._interval_sums, self._interval_counts, self._interval_last
         for name, value in values.items():
             if not math.isfinite(value):
                 continue
-            sums[name] = sums.get(name, 0.0) + value
-            counts[name] = counts.get(name, 0) + 1
-            last[name] = value
-            entry = self._summary.get(name)
-            if entry is None:
-                self._summary[name] = [value, 1.0, value, value]
-            else:
-                entry[0] += value
-                entry[1] += 1.0
-                entry[2] = max(entry[2], value)
-                entry[3] = value
+            total, count, _ = self._interval.get(name, (0.0, 0, value))
+            self._interval[name] = (total + value, count + 1, value)
+            total, count, peak, _ = self._summary.get(name, (0.0, 0, value, value))
+            self._summary[name] = (total + value, count + 1, max(peak, value), value)
         if mono - self._interval_start >= self.log_interval_s - 1e-9:
             self.flush_interval(step, epoch)
             self._interval_start = mono
@@ -251,15 +241,13 @@ class ResourceMonitor:
     def flush_interval(self, step: int | None = None, epoch: int | None = None) -> None:
         """Close the logging interval: its record to :attr:`pending` (and to the writer without
         ``record_samples``)."""
-        if not self._interval_last:
+        if not self._interval:
             return
         metrics = {
-            name: (self._interval_sums[name] / self._interval_counts[name])
-            if name.endswith(_MEAN_SUFFIXES)
-            else value
-            for name, value in self._interval_last.items()
+            name: total / count if name.endswith(_MEAN_SUFFIXES) else last
+            for name, (total, count, last) in self._interval.items()
         }
-        self._interval_sums, self._interval_counts, self._interval_last = {}, {}, {}
+        self._interval = {}
         if step is None or epoch is None:
             step, epoch = self._context()
         self.pending = metrics
