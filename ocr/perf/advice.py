@@ -456,12 +456,7 @@ def candidates_for(cause: str, facts: RunFacts, *, part: str | None = None) -> l
                 _batch_size(facts),
             ]
         else:
-            found += [
-                _threads(facts),
-                _channels_last(facts),
-                _compile(facts),
-                _precision(facts),
-            ]
+            found += [_threads(facts), _channels_last(facts), _compile(facts), _precision(facts)]
     elif cause == "slow_postprocess":
         found += _postprocess(facts)
     elif cause in ("unattributed", "worker_memory"):

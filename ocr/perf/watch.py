@@ -342,11 +342,7 @@ class Watch:
 
 
 def watch(
-    run_dir: Path,
-    *,
-    poll_s: float = 1.0,
-    stale_after_s: float = 600.0,
-    json_lines: bool = False,
+    run_dir: Path, *, poll_s: float = 1.0, stale_after_s: float = 600.0, json_lines: bool = False
 ) -> int:
     """``ocr-perf watch`` (module doc): the exit code; :class:`MissingPathError` when ``run_dir``
     is not a folder."""

@@ -9,14 +9,7 @@ verdict findings per rank and rule).
 
 from __future__ import annotations
 
-from ocr.perf.alerts.engine import (
-    AlertEngine,
-    Check,
-    Rule,
-    RuleContext,
-    RuleState,
-    StragglerSignal,
-)
+from ocr.perf.alerts.engine import AlertEngine, Check, Rule, RuleContext, RuleState, StragglerSignal
 from ocr.perf.alerts.findings import alert_finding, alert_findings
 from ocr.perf.alerts.rules import RULES, build_rules
 from ocr.perf.alerts.sinks import AlertSink, AlertWarning, JsonlSink, LogSink, WandbSink

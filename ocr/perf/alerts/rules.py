@@ -550,9 +550,7 @@ RULES: dict[str, type[Rule]] = {
 }
 
 
-def build_rules(
-    settings: Mapping[str, Mapping[str, object] | None] | None = None,
-) -> list[Rule]:
+def build_rules(settings: Mapping[str, Mapping[str, object] | None] | None = None) -> list[Rule]:
     """The default rules with ``settings`` (rule name -> its overrides) applied; rules with
     ``enabled: false`` are left out. An unknown rule or setting is a ``ValueError`` naming it."""
     settings = dict(settings or {})
