@@ -169,9 +169,7 @@ class WatchState:
 
     def active_alerts(self) -> list[AlertEvent]:
         """Alerts whose last event (per rank and rule) is ``fired``."""
-        last: dict[tuple[int, str], AlertEvent] = {}
-        for event in self.alerts:
-            last[(event.rank, event.rule)] = event
+        last = {(e.rank, e.rule): e for e in self.alerts}
         return [e for e in last.values() if e.event == "fired"]
 
 
@@ -309,8 +307,6 @@ class Watch:
         (``redraw`` None) emitting plain lines; return the exit code."""
         files = RunTail(self.run_dir)
         last_news = self.clock()
-        reason: str | None = None
-        code = EXIT_ENDED
         try:
             while True:
                 new = files.poll()
@@ -323,22 +319,20 @@ class Watch:
                     last_news = self.clock()
                     if redraw is not None:
                         redraw()
-                reason = self.state.ended()
-                if reason is not None:
-                    code = EXIT_ENDED if "gone" not in reason else EXIT_LOST
-                    break
+                ended = self.state.ended()
+                if ended is not None:
+                    self.reason = ended
+                    return EXIT_LOST if "gone" in ended else EXIT_ENDED
                 if self.clock() - last_news > self.stale_after_s:
-                    reason = (
+                    self.reason = (
                         f"nothing new for {self.stale_after_s:.0f} s and no end recorded: the "
                         "run may have stopped (or its monitors are off)"
                     )
-                    code = EXIT_LOST
-                    break
+                    return EXIT_LOST
                 self.sleep(self.poll_s)
         except KeyboardInterrupt:
-            reason, code = "stopped watching (Ctrl-C); the run goes on", EXIT_ENDED
-        self.reason = reason
-        return code
+            self.reason = "stopped watching (Ctrl-C); the run goes on"
+            return EXIT_ENDED
 
 
 def watch(
