@@ -104,7 +104,6 @@ class RunTail:
     since the last call, in time order."""
 
     def __init__(self, run_dir: Path) -> None:
-        self.run_dir = run_dir
         by_file: dict[Path, dict[str, type[Record]]] = {}
         for kind in FOLLOWED:
             by_file.setdefault(kind.path(run_dir), {})[kind.schema()] = kind

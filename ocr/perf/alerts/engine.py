@@ -49,7 +49,7 @@ class RuleState:
         """Feed one observation at time ``t`` (seconds, monotonic). ``breach``: the firing
         condition holds (``None``: no data); ``clear``: the clear condition holds. Returns
         ``"fired"``, ``"resolved"`` or ``None``."""
-        if breach is None:
+        if breach is None or not (self.firing or breach):
             self.pending_since = None
             return None
         if self.firing:
@@ -57,9 +57,6 @@ class RuleState:
                 self.firing = False
                 self.pending_since = None
                 return "resolved"
-            return None
-        if not breach:
-            self.pending_since = None
             return None
         if self.pending_since is None:
             self.pending_since = t
