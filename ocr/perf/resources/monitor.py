@@ -30,17 +30,13 @@ class ResourceMonitor:
     write the sample to ``writer`` (``resources.jsonl``: the report plots every one). Every
     ``log_interval_s`` the interval's record (rates averaged) is left in :attr:`pending` for the
     training thread to hand to the loggers (:meth:`take_pending`: loggers are not thread-safe),
-    and, without ``record_samples``, written instead.
-    A tick that raises is one warning and stops the thread; training goes on. The intervals are
-    validated where they come from config (``ResourceMonitorCallback``).
+    and, without ``record_samples``, written instead. A tick that raises is one warning and stops
+    the thread; training goes on. The settings are ``ResourceMonitorCallback``'s, documented and
+    validated there.
 
     Args:
         engine: alert rules and sinks; ``None``: no alerting.
         writer: ``resources.jsonl`` writer; ``None`` on non-zero ranks.
-        log_interval_s: independent of ``interval_s``; at least one sample each.
-        record_samples: about 2 KB a sample on a CPU host (some 7 MB per hour at
-            ``interval_s=1``); ``False``: one record per logging interval, for runs of weeks.
-        rate_window_s: window of the data-wait share and the step rate.
         context: returns ``(step, epoch)`` for the records (called on the sampler thread);
             default the signals' step count and epoch.
         main_thread_ident: thread whose current frame a hang alert cites; default the caller's.
