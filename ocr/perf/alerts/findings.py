@@ -3,8 +3,7 @@ catalogue.
 
 Under DDP every rank appends to the same ``perf/alerts.jsonl``: a rule's events are kept apart
 by the rank that saw them, so "still active at the end" and "fired 3x" describe one rank, and
-the finding says which ("rank 1: alert gpu_starvation since epoch 2: ..."). A single-process
-run reads as before, without a rank.
+the finding says which ("rank 1: alert gpu_starvation since epoch 2: ...").
 """
 
 from __future__ import annotations

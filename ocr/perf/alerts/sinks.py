@@ -1,8 +1,5 @@
-"""Where alert events go: the log, ``perf/alerts.jsonl`` and ``wandb.alert``.
-
-A sink's :meth:`AlertSink.emit` may raise: the engine then turns that sink off with one
-:class:`AlertWarning` and the others go on.
-"""
+"""Where alert events go: the log, ``perf/alerts.jsonl`` and ``wandb.alert``. A sink that
+raises is turned off by the engine with one :class:`AlertWarning`; the others go on."""
 
 from __future__ import annotations
 
@@ -18,7 +15,7 @@ class AlertWarning(UserWarning):
 
 
 class AlertSink:
-    """Receives alert events (module docstring)."""
+    """Receives alert events."""
 
     name = "sink"
 
