@@ -27,12 +27,8 @@ _GPU_KEY = re.compile(r"^resources/gpu(\d+)_(\w+)$")
 
 
 def _gpu_values(values: Mapping[str, float], field_name: str) -> dict[int, float]:
-    out = {}
-    for key, value in values.items():
-        m = _GPU_KEY.match(key)
-        if m is not None and m.group(2) == field_name and math.isfinite(value):
-            out[int(m.group(1))] = value
-    return out
+    matches = ((_GPU_KEY.match(key), value) for key, value in values.items())
+    return {int(m[1]): v for m, v in matches if m and m[2] == field_name and math.isfinite(v)}
 
 
 def _duration(seconds: float) -> str:

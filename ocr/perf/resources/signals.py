@@ -71,10 +71,8 @@ class StepSignals:
         return closed + (now - since if since else 0)
 
     def train_batch_start(self) -> None:
-        now = time.perf_counter_ns()
-        last = self.last_train_end_ns
-        if last:
-            self.wait_ns += now - last
+        if self.last_train_end_ns:
+            self.wait_ns += time.perf_counter_ns() - self.last_train_end_ns
 
     def train_batch_end(self, loss: Any) -> None:
         now = time.perf_counter_ns()
