@@ -16,6 +16,7 @@ import socket
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import msgspec
@@ -343,10 +344,7 @@ def watch(
         raise MissingPathError(f"run directory not found: {run_dir}")
     con = Console()
     w = Watch(run_dir, poll_s=poll_s, stale_after_s=stale_after_s, json_lines=json_lines)
-
-    def emit(line: str) -> None:
-        con.print(line, markup=False, highlight=False, soft_wrap=True)
-
+    emit = partial(con.print, markup=False, highlight=False, soft_wrap=True)
     if not (run_dir / PERF_DIRNAME).is_dir() and not json_lines:
         emit(f"waiting for {run_dir / PERF_DIRNAME} (the run's monitors write there) ...")
     if json_lines or not con.is_terminal:

@@ -7,8 +7,7 @@ import math
 import time
 from typing import Any
 
-from ocr.perf.alerts import StragglerSignal
-from ocr.perf.alerts.engine import GrowthSignal
+from ocr.perf.alerts.engine import GrowthSignal, StragglerSignal
 
 
 class StepSignals:
