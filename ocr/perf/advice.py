@@ -448,15 +448,10 @@ def candidates_for(cause: str, facts: RunFacts, *, part: str | None = None) -> l
         ]
     elif cause == "compute_bound" and compute_ok:
         if facts.device == "cuda":
-            found += [
-                _precision(facts),
-                _cudnn_benchmark(facts),
-                _channels_last(facts),
-                _compile(facts),
-                _batch_size(facts),
-            ]
+            families = [_precision, _cudnn_benchmark, _channels_last, _compile, _batch_size]
         else:
-            found += [_threads(facts), _channels_last(facts), _compile(facts), _precision(facts)]
+            families = [_threads, _channels_last, _compile, _precision]
+        found += [family(facts) for family in families]
     elif cause == "slow_postprocess":
         found += _postprocess(facts)
     elif cause in ("unattributed", "worker_memory"):
