@@ -559,7 +559,7 @@ class RecompilesRecord(Record, tag="receipt-ocr/recompiles", kw_only=True, froze
 # -- writing -----------------------------------------------------------------------------------
 
 
-def _enc_hook(value: Any) -> Any:
+def enc_hook(value: Any) -> Any:
     """numpy / torch scalars as Python numbers; paths and anything else as text."""
     item = getattr(value, "item", None)
     if callable(item):
@@ -570,7 +570,7 @@ def _enc_hook(value: Any) -> Any:
     return str(value)
 
 
-_ENCODER = msgspec.json.Encoder(enc_hook=_enc_hook)
+_ENCODER = msgspec.json.Encoder(enc_hook=enc_hook)
 
 
 class RecordWriter:
@@ -679,7 +679,7 @@ def write_run_record(run_dir: str | os.PathLike[str], update: Mapping[str, JsonV
         current: dict[str, Any] = msgspec.to_builtins(read_run_record(run_dir))
     except (FileNotFoundError, RunDirError):
         current = {}
-    fields = msgspec.to_builtins(update, enc_hook=_enc_hook)
+    fields = msgspec.to_builtins(update, enc_hook=enc_hook)
     merged = {**current, **{k: v for k, v in fields.items() if v is not None}}
     if current.get("started_at") is not None:
         merged["started_at"] = current["started_at"]
