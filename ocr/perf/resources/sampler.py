@@ -44,9 +44,7 @@ class ResourceMonitorWarning(UserWarning):
 class ResourceSampler:
     """Not thread-safe: one thread calls :meth:`sample` (the monitor's). :attr:`phase` may be set
     from another thread; I/O since the previous sample is charged to the phase current at
-    sampling time.
-
-    The intervals are validated where they come from config (``ResourceMonitorCallback``).
+    sampling time. The intervals are validated where they come from config (the callback).
 
     Args:
         checkpoint_dir: folder whose file system's free space is reported (its nearest existing
