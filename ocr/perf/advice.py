@@ -3,10 +3,8 @@
 A finding's cause (input-bound, compute-bound, slow postprocessing, ...) maps to families of
 changes (:class:`~ocr.perf.candidates.Candidate`). Each family is one setting that many apps name
 differently, so the setting is looked up by its *leaf name* in the run's recorded configuration
-(``<run>/.hydra/config.yaml``): ``num_workers`` is ``data.num_workers`` in our app,
-``dataloader.num_workers`` or ``loader.workers`` in another. Several matches are resolved in
-favour of a data / loader-like parent (and of the finding's stage, ``train`` / ``val``), and the
-candidate's description says which key was chosen over which. No match (or no Hydra config at
+(``<run>/.hydra/config.yaml``; :func:`find_key`): ``num_workers`` is ``data.num_workers`` in our
+app, ``dataloader.num_workers`` or ``loader.workers`` in another. No match (or no Hydra config at
 all, e.g. a LightningModule trained from a plain script) gives a plain-language change with
 ``override=None``: never a key the run does not have.
 
@@ -83,10 +81,6 @@ class RunFacts:
     prefetch_factor: int | None = None
     precision: str | None = None
 
-    @property
-    def workers_wait(self) -> bool:
-        return workers_wait(self.workers_busy)
-
 
 def workers_wait(busy: float | None) -> bool:
     """Whether DataLoader workers with a median CPU share ``busy`` (fraction of one core) mostly
@@ -125,8 +119,8 @@ def find_key(
     """The key of ``config`` whose last component is one of ``leaves`` (and whose parent is
     ``parent`` when given), or, when none is, one of ``aliases`` under a ``prefer``-like parent
     (``loader.workers``: a bare ``workers`` elsewhere may mean something else). Hydra's own
-    section (``hydra``) is skipped. Several matches: a ``prefer``-like parent first, then the
-    ``stage``'s section, then the shortest path; the note names the others."""
+    section (``hydra``) is skipped. Several matches: ordered by :func:`_rank`, the note names
+    the others (the candidate's description says which key was chosen over which)."""
     if not config:
         return None
 
@@ -225,7 +219,7 @@ def _worker_plan(f: RunFacts) -> tuple[ConfigKey | None, int | None, int | None]
         return key, now, None
     if cores:
         # more processes than cores only queue for them, unless they wait (I/O, sleep)
-        want = min(want, 2 * cores if f.workers_wait else cores)
+        want = min(want, 2 * cores if workers_wait(f.workers_busy) else cores)
     return key, now, (want if now is None or want > now else None)
 
 
@@ -454,20 +448,10 @@ def candidates_for(cause: str, facts: RunFacts, *, part: str | None = None) -> l
         ]
     elif cause == "compute_bound" and compute_ok:
         if facts.device == "cuda":
-            found += [
-                _precision(facts),
-                _cudnn_benchmark(facts),
-                _channels_last(facts),
-                _compile(facts),
-                _batch_size(facts),
-            ]
+            families = [_precision, _cudnn_benchmark, _channels_last, _compile, _batch_size]
         else:
-            found += [
-                _threads(facts),
-                _channels_last(facts),
-                _compile(facts),
-                _precision(facts),
-            ]
+            families = [_threads, _channels_last, _compile, _precision]
+        found += [family(facts) for family in families]
     elif cause == "slow_postprocess":
         found += _postprocess(facts)
     elif cause in ("unattributed", "worker_memory"):

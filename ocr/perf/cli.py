@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ocr.cli_errors import EXIT_BAD_INPUT
+from ocr.cli_errors import EXIT_BAD_INPUT, full_error_requested, is_expected, report_error
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -212,8 +212,6 @@ def _console(args: argparse.Namespace) -> Console:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``ocr-perf``; returns the exit code. Bad input (:mod:`ocr.cli_errors`) is
     one line on stderr and exit 2; ``HYDRA_FULL_ERROR=1`` shows the traceback."""
-    from ocr.cli_errors import full_error_requested, is_expected, report_error
-
     args = _parser().parse_args(argv)
     try:
         return _run(args)
@@ -225,8 +223,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from ocr.cli_errors import report_error
-
     if args.command in ("baseline", "check"):
         return _baseline_main(args)
     if args.command in ("report", "try", "watch"):
@@ -292,7 +288,6 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _baseline_main(args: argparse.Namespace) -> int:
-    from ocr.cli_errors import report_error
     from ocr.console import write_json
     from ocr.perf.baseline import load_source, make_baseline, write_baseline
     from ocr.perf.gate import check_baseline

@@ -3,23 +3,21 @@ thresholds table (:data:`THRESHOLDS`) that the live alert rules (:mod:`ocr.perf.
 trace rules (:mod:`ocr.perf.trace.findings`) and the verdict (:mod:`ocr.perf.report.verdict`)
 read their numbers from.
 
-Severity (:data:`SEVERITIES`) says what to do about a finding: ``critical`` when the run may die
-or produce garbage (NaN loss, a full disk, an imminent OOM) or most of its time is lost to one
-cause (input-bound above ``input_critical_pct``). Confidence (:data:`CONFIDENCES`) says how sure
-the finding is of its *cause*, not of its advice, which stays a hypothesis until ``ocr-perf try``
-measures it: ``measured`` covers phase accounting, worker timing, counters, a profiled step's data
-loading or sync time, which the rule only compares with a threshold; ``likely`` resource samples,
-an alert's sampling window, a trace heuristic.
+Severity says what to do about a finding: ``critical``: act before the next run, the run may die
+or produce garbage (NaN loss, a full disk, an imminent OOM) or one cause costs most of its time
+(input-bound above ``input_critical_pct``); ``warning``: one cause costs a material share of the
+time and there is a change to try; ``info``: worth knowing, no single change is known to help.
+Confidence (:data:`CONFIDENCES`) is about the finding's *cause*, not its advice, which stays a
+hypothesis until ``ocr-perf try`` measures it.
 
 Score: one unit for every finding, **the share of wall time (%) its cause costs**, which is what
 removing the cause could save at most, so findings of any source rank on one scale (highest
 first). A rule scores the share of the wall time it looked at: a stage's epochs (the verdict) or
 the profiled steps (the trace rules); the verdict turns a share of a stage into a share of the
-run with :func:`share_of_run`. A risk (a run that may die: an imminent OOM, a full disk, NaN loss)
-has no time share; a dead run loses all of it, so a critical risk scores 100 and a warning about
-one 10 (:func:`risk_score`, from :data:`THRESHOLDS` ``risk_*_score``). A finding about the
-measurement itself (trace and clock disagree) scores 0: nothing to save. Severity comes from
-:data:`THRESHOLDS` too, never from the score.
+run with :func:`share_of_run`. A risk (a run that may die) has no time share; a dead run loses
+all of it, so a risk scores by :func:`risk_score`. A finding about the measurement itself (trace
+and clock disagree) scores 0: nothing to save. Severity comes from :data:`THRESHOLDS` too, never
+from the score.
 
 Thresholds. Each entry of :data:`THRESHOLDS` has a post-hoc ``value`` (the verdict and the trace
 rules judge a whole stage or a profiled window after the fact) and, where a live alert needs a
@@ -38,15 +36,9 @@ import msgspec
 
 from ocr.perf.candidates import Candidate
 
-#: What each severity asks of the user (see the module doc).
-SEVERITIES: dict[str, str] = {
-    "critical": "act before the next run: the run may die, or one cause costs most of its time",
-    "warning": "one cause costs a material share of the time, and there is a change to try",
-    "info": "worth knowing; no single change is known to help",
-}
 SEVERITY_ORDER: dict[str, int] = {"critical": 0, "warning": 1, "info": 2}
 
-#: How sure a finding is of its cause (see the module doc).
+#: How sure a finding is of its cause.
 CONFIDENCES: dict[str, str] = {
     "measured": "the cause's seconds (bytes, counts) were measured on this run",
     "likely": "inferred from a correlated signal (resource samples, an alert, op-count heuristics)",
@@ -56,29 +48,16 @@ CONFIDENCES: dict[str, str] = {
 
 @dataclass(frozen=True)
 class Threshold:
-    """One entry of the thresholds table (see the module doc).
-
-    Args:
-        value: the post-hoc value, in ``unit``; ``None`` when only a live alert uses the entry.
-        unit: ``%`` (of a stage's or step's wall time unless ``meaning`` says otherwise),
-            ``s``, ``GB``, ``MB``, ``MB/min``, ``h``, ``us``, ``count`` or ``x`` (a factor or a
-            correlation).
-        live: the live alert's value when it differs from (or there is no) ``value``.
-        why: why the live value differs (required when both are set and differ).
-    """
+    """One entry of the thresholds table (see the module doc; its unit test checks every entry):
+    ``value`` post hoc and ``live`` (when it differs, with ``why``) in ``unit``: ``%`` (of a
+    stage's or step's wall time unless ``meaning`` says otherwise), ``s``, ``GB``, ``MB``,
+    ``MB/min``, ``h``, ``us``, ``count`` or ``x`` (a factor or a correlation)."""
 
     value: float | None
     unit: str
     meaning: str
     live: float | None = None
     why: str = ""
-
-    def __post_init__(self) -> None:
-        if self.value is None and self.live is None:
-            raise ValueError(f"threshold {self.meaning!r}: neither a value nor a live value")
-        differs = self.value is not None and self.live is not None and self.live != self.value
-        if differs and not self.why:
-            raise ValueError(f"threshold {self.meaning!r}: live differs, say why")
 
 
 _LIVE_WINDOW = (

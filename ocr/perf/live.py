@@ -38,11 +38,10 @@ def live_line(
     *,
     world_size: int = 1,
 ) -> str:
-    """The phase split, ``· N samples/s`` and ``· <verdict>`` (each part only when known).
-
-    ``samples_per_sec`` is all ranks' rate, the one the epoch records and the report state. A
-    rate measured on one rank of ``world_size`` is scaled to all ranks (DDP ranks step together,
-    one batch each) and says so: ``14.6 samples/s (2 ranks)``."""
+    """The line (module doc), each part only when known. ``samples_per_sec`` is all ranks' rate,
+    the one the epoch records and the report state; a rate measured on one rank of
+    ``world_size`` is scaled to all ranks (DDP ranks step together, one batch each) and says so:
+    ``14.6 samples/s (2 ranks)``."""
     parts = [phase_split(phases_s)]
     if samples_per_sec is not None and samples_per_sec > 0:
         ranks = f" ({world_size} ranks)" if world_size > 1 else ""

@@ -165,14 +165,9 @@ class RunRecord(Record, tag="receipt-ocr/run", kw_only=True, frozen=True):
 
 
 class LoaderSettings(msgspec.Struct, kw_only=True, frozen=True):
-    """How the stage's DataLoader was built, read from the live loader (advice never proposes
-    what is already set, config or not).
-
-    Args:
-        persistent_workers: ``DataLoader.persistent_workers``.
-        pin_memory: ``DataLoader.pin_memory``.
-        prefetch_factor: ``DataLoader.prefetch_factor`` (``None`` without workers).
-    """
+    """How the stage's DataLoader was built: its attributes of these names, read from the live
+    loader (advice never proposes what is already set, config or not); ``prefetch_factor`` is
+    ``None`` without workers."""
 
     persistent_workers: bool | None = None
     pin_memory: bool | None = None
@@ -306,16 +301,10 @@ class IntervalRecord(Record, tag="receipt-ocr/perf-interval", kw_only=True, froz
 
 
 class LifecycleRecord(Record, tag="receipt-ocr/lifecycle", kw_only=True, frozen=True):
-    """One ``perf/lifecycle.jsonl`` line: a Trainer run (``fit``, ``validate``, ``test``)
-    starting or ending on one rank; ``ocr-perf watch`` follows a run until every rank's last
-    start has its end.
-
-    Args:
-        t: unix time. event: ``"start"`` or ``"end"``. run: the Trainer entry point.
-        rank, world_size: this process's rank and the number of ranks.
-        pid, hostname: the process (a watcher on the same host sees a run that died unannounced).
-        status: ``end`` only: ``"finished"``, ``"failed"`` (an exception) or ``"interrupted"``.
-    """
+    """One ``perf/lifecycle.jsonl`` line: a Trainer run (``run``: ``fit``, ``validate``,
+    ``test``) starting or ending on one rank at unix time ``t``; ``ocr-perf watch`` follows a run
+    until every rank's last start has its end. ``pid`` and ``hostname`` let a watcher on the same
+    host see a run that died unannounced; ``status`` is an end's (``failed``: an exception)."""
 
     FILE: ClassVar[str] = "lifecycle.jsonl"
 
@@ -346,13 +335,9 @@ class ResourceSample(Record, tag="receipt-ocr/resource-sample", kw_only=True, fr
 
 
 class ResourceSummary(Record, tag="receipt-ocr/resource-summary", kw_only=True, frozen=True):
-    """The resource monitor's summary at a run's end (``perf/resources.jsonl``).
-
-    Args:
-        status: sampler part -> why it is unavailable.
-        metrics: ``<name>_mean`` / ``<name>_max`` of each sampled metric and the totals.
-        run: what was sampled (``fit``, ``validate``, ``test``); ``None`` is read as ``fit``.
-    """
+    """The resource monitor's summary at a run's end: ``status`` (sampler part -> why it is
+    unavailable), ``metrics`` (``<name>_mean`` / ``<name>_max`` of each sampled metric and the
+    totals), ``run`` (what was sampled: ``fit``, ``validate``, ``test``; ``None`` reads as fit)."""
 
     FILE: ClassVar[str] = "resources.jsonl"
 
@@ -368,8 +353,7 @@ class ResourceSummary(Record, tag="receipt-ocr/resource-summary", kw_only=True, 
 
 
 class AlertEvent(Record, tag="receipt-ocr/alert", kw_only=True, frozen=True):
-    """One alert event (a ``perf/alerts.jsonl`` line); ``rank`` is the global rank of the
-    process that saw it."""
+    """One alert event; ``rank`` is the global rank of the process that saw it."""
 
     FILE: ClassVar[str] = "alerts.jsonl"
 
@@ -474,14 +458,9 @@ class TryRecord(Record, tag="receipt-ocr/try", kw_only=True, frozen=True):
 
 
 class KnobRecord(Record, tag="receipt-ocr/knob", kw_only=True, frozen=True):
-    """What became of one runtime knob in an ``ocr-perf try`` trial (:mod:`ocr.perf.knobs`): a
-    line of the trial's ``perf/knobs.jsonl``.
-
-    Args:
-        knob: the knob as ``name=value``.
-        status: ``applied`` or ``not applicable`` (the run cannot take it).
-        note: what was changed (``num_workers 0 -> 4``) or why it cannot be.
-    """
+    """What became of one runtime knob (``name=value``) in an ``ocr-perf try`` trial
+    (:mod:`ocr.perf.knobs`): ``status`` ``applied`` or ``not applicable`` (the run cannot take
+    it), ``note`` what was changed (``num_workers 0 -> 4``) or why it cannot be."""
 
     FILE: ClassVar[str] = "knobs.jsonl"
 
@@ -580,7 +559,7 @@ class RecompilesRecord(Record, tag="receipt-ocr/recompiles", kw_only=True, froze
 # -- writing -----------------------------------------------------------------------------------
 
 
-def _enc_hook(value: Any) -> Any:
+def enc_hook(value: Any) -> Any:
     """numpy / torch scalars as Python numbers; paths and anything else as text."""
     item = getattr(value, "item", None)
     if callable(item):
@@ -591,7 +570,7 @@ def _enc_hook(value: Any) -> Any:
     return str(value)
 
 
-_ENCODER = msgspec.json.Encoder(enc_hook=_enc_hook)
+_ENCODER = msgspec.json.Encoder(enc_hook=enc_hook)
 
 
 class RecordWriter:
@@ -700,7 +679,7 @@ def write_run_record(run_dir: str | os.PathLike[str], update: Mapping[str, JsonV
         current: dict[str, Any] = msgspec.to_builtins(read_run_record(run_dir))
     except (FileNotFoundError, RunDirError):
         current = {}
-    fields = msgspec.to_builtins(update, enc_hook=_enc_hook)
+    fields = msgspec.to_builtins(update, enc_hook=enc_hook)
     merged = {**current, **{k: v for k, v in fields.items() if v is not None}}
     if current.get("started_at") is not None:
         merged["started_at"] = current["started_at"]

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import msgspec
 
-from ocr.perf.records import HydraApp, JsonValue, RunRecord, write_run_record
+from ocr.perf.records import HydraApp, JsonValue, RunRecord, enc_hook, write_run_record
 
 
 def polygon_cache_hit_rate(counts: Mapping[str, float | None]) -> float | None:
@@ -45,13 +45,7 @@ def to_jsonable(value: object) -> JsonValue:
         return {str(k): to_jsonable(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [to_jsonable(v) for v in value]
-    item = getattr(value, "item", None)  # numpy / torch scalars
-    if callable(item):
-        try:
-            return to_jsonable(item())
-        except (TypeError, ValueError):
-            pass
-    return str(value)
+    return to_jsonable(enc_hook(value))  # numpy / torch scalars as numbers, the rest as text
 
 
 def cpu_bf16() -> bool | None:

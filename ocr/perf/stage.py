@@ -7,13 +7,7 @@ from __future__ import annotations
 from enum import StrEnum
 
 # Every accepted spelling -> the stage's value.
-_SPELLINGS = {
-    "train": "train",
-    "val": "val",
-    "validate": "val",
-    "validation": "val",
-    "test": "test",
-}
+_SPELLINGS = {s: s for s in ("train", "val", "test")} | {"validate": "val", "validation": "val"}
 
 
 class Stage(StrEnum):

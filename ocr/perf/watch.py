@@ -16,6 +16,7 @@ import socket
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import msgspec
@@ -38,19 +39,12 @@ from ocr.perf.records import (
     RunDirError,
     parse_record,
 )
-from ocr.perf.stage import Stage
+from ocr.perf.stage import STAGE_ORDER
 
 EXIT_ENDED = 0
 EXIT_LOST = 1
 
-#: The record kinds followed, each in its file.
-FOLLOWED: tuple[type[Record], ...] = (
-    LifecycleRecord,
-    EpochRecord,
-    IntervalRecord,
-    ResourceSample,
-    AlertEvent,
-)
+FOLLOWED = (LifecycleRecord, EpochRecord, IntervalRecord, ResourceSample, AlertEvent)
 #: Resource metrics in the view: (metric, label, unit).
 _RESOURCES = (
     ("resources/process_cpu_percent", "cpu", "%"),
@@ -107,11 +101,10 @@ class _Tail:
 
 
 class RunTail:
-    """The followed files of one run directory; :meth:`poll` returns what was appended since the
-    last call, in time order."""
+    """The :data:`FOLLOWED` files of one run directory; :meth:`poll` returns what was appended
+    since the last call, in time order."""
 
     def __init__(self, run_dir: Path) -> None:
-        self.run_dir = run_dir
         by_file: dict[Path, dict[str, type[Record]]] = {}
         for kind in FOLLOWED:
             by_file.setdefault(kind.path(run_dir), {})[kind.schema()] = kind
@@ -137,7 +130,8 @@ def _pid_gone(record: LifecycleRecord) -> bool:
 
 @dataclass
 class WatchState:
-    """What has been read so far."""
+    """What has been read so far: the last interval, resource sample (per rank) and lifecycle
+    record (per rank), every epoch and alert."""
 
     epochs: list[EpochRecord] = field(default_factory=list)
     interval: IntervalRecord | None = None
@@ -175,9 +169,7 @@ class WatchState:
 
     def active_alerts(self) -> list[AlertEvent]:
         """Alerts whose last event (per rank and rule) is ``fired``."""
-        last: dict[tuple[int, str], AlertEvent] = {}
-        for event in self.alerts:
-            last[(event.rank, event.rule)] = event
+        last = {(e.rank, e.rule): e for e in self.alerts}
         return [e for e in last.values() if e.event == "fired"]
 
 
@@ -249,7 +241,7 @@ def summary_lines(state: WatchState, reason: str) -> list[str]:
 
 
 def _epoch_order(record: EpochRecord) -> tuple[int, int]:
-    return (record.epoch or 0, list(Stage).index(record.stage))
+    return (record.epoch or 0, STAGE_ORDER.index(record.stage))
 
 
 def _live_view(state: WatchState, run_dir: Path) -> RenderableType:
@@ -311,13 +303,10 @@ class Watch:
                         yield line
 
     def follow(self, emit: Callable[[str], None], redraw: Callable[[], None] | None) -> int:
-        """Read until the run ends; each new record updates :attr:`state` and, without a live
-        view (``redraw`` None), is emitted as plain lines. Returns the exit code and sets
-        :attr:`reason`; the caller prints :func:`summary_lines`."""
+        """Read until the run ends, updating :attr:`state` and either redrawing the live view or
+        (``redraw`` None) emitting plain lines; return the exit code."""
         files = RunTail(self.run_dir)
         last_news = self.clock()
-        reason: str | None = None
-        code = EXIT_ENDED
         try:
             while True:
                 new = files.poll()
@@ -330,42 +319,32 @@ class Watch:
                     last_news = self.clock()
                     if redraw is not None:
                         redraw()
-                reason = self.state.ended()
-                if reason is not None:
-                    code = EXIT_ENDED if "gone" not in reason else EXIT_LOST
-                    break
+                ended = self.state.ended()
+                if ended is not None:
+                    self.reason = ended
+                    return EXIT_LOST if "gone" in ended else EXIT_ENDED
                 if self.clock() - last_news > self.stale_after_s:
-                    reason = (
+                    self.reason = (
                         f"nothing new for {self.stale_after_s:.0f} s and no end recorded: the "
                         "run may have stopped (or its monitors are off)"
                     )
-                    code = EXIT_LOST
-                    break
+                    return EXIT_LOST
                 self.sleep(self.poll_s)
         except KeyboardInterrupt:
-            reason, code = "stopped watching (Ctrl-C); the run goes on", EXIT_ENDED
-        self.reason = reason
-        return code
+            self.reason = "stopped watching (Ctrl-C); the run goes on"
+            return EXIT_ENDED
 
 
 def watch(
-    run_dir: Path,
-    *,
-    poll_s: float = 1.0,
-    stale_after_s: float = 600.0,
-    json_lines: bool = False,
+    run_dir: Path, *, poll_s: float = 1.0, stale_after_s: float = 600.0, json_lines: bool = False
 ) -> int:
-    """``ocr-perf watch``: follow ``run_dir`` (live view on a terminal, lines elsewhere), print
-    the summary and return the exit code. :class:`MissingPathError` when ``run_dir`` is not a
-    folder."""
+    """``ocr-perf watch`` (module doc): the exit code; :class:`MissingPathError` when ``run_dir``
+    is not a folder."""
     if not run_dir.is_dir():
         raise MissingPathError(f"run directory not found: {run_dir}")
     con = Console()
     w = Watch(run_dir, poll_s=poll_s, stale_after_s=stale_after_s, json_lines=json_lines)
-
-    def emit(line: str) -> None:
-        con.print(line, markup=False, highlight=False, soft_wrap=True)
-
+    emit = partial(con.print, markup=False, highlight=False, soft_wrap=True)
     if not (run_dir / PERF_DIRNAME).is_dir() and not json_lines:
         emit(f"waiting for {run_dir / PERF_DIRNAME} (the run's monitors write there) ...")
     if json_lines or not con.is_terminal:

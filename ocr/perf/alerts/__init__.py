@@ -1,22 +1,11 @@
 """Alert rules that fire once, with evidence, and resolve; state kept client-side (works offline).
-
-:mod:`~ocr.perf.alerts.engine` (a rule's state machine, the ``Rule`` base, the engine),
-:mod:`~ocr.perf.alerts.rules` (the catalogue: a rule is declared there once),
-:mod:`~ocr.perf.alerts.sinks` (log, ``alerts.jsonl``, wandb; the event is
-:class:`ocr.perf.records.AlertEvent`, with its rank), :mod:`~ocr.perf.alerts.findings` (events ->
-verdict findings per rank and rule).
+Modules: ``engine`` (state machine, ``Rule`` base, engine), ``rules`` (the catalogue), ``sinks``
+(log, ``alerts.jsonl``, wandb) and ``findings`` (events -> verdict findings per rank and rule).
 """
 
 from __future__ import annotations
 
-from ocr.perf.alerts.engine import (
-    AlertEngine,
-    Check,
-    Rule,
-    RuleContext,
-    RuleState,
-    StragglerSignal,
-)
+from ocr.perf.alerts.engine import AlertEngine, Check, Rule, RuleContext, RuleState, StragglerSignal
 from ocr.perf.alerts.findings import alert_finding, alert_findings
 from ocr.perf.alerts.rules import RULES, build_rules
 from ocr.perf.alerts.sinks import AlertSink, AlertWarning, JsonlSink, LogSink, WandbSink

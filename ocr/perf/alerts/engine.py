@@ -11,10 +11,7 @@ lies on the safe side of the firing threshold), and the figures that explain it.
 - a sample without the rule's inputs (``Check`` is ``None``: another phase, no GPU) changes
   nothing but restarts a pending hold.
 
-:class:`AlertEngine` runs the enabled rules over each sample and sends the events
-(:class:`~ocr.perf.records.AlertEvent`, stamped with the process's global rank) to the
-sinks (:mod:`ocr.perf.alerts.sinks`). The rules themselves are the catalogue,
-:mod:`ocr.perf.alerts.rules`.
+The rules themselves are the catalogue, :mod:`ocr.perf.alerts.rules`.
 """
 
 from __future__ import annotations
@@ -52,7 +49,7 @@ class RuleState:
         """Feed one observation at time ``t`` (seconds, monotonic). ``breach``: the firing
         condition holds (``None``: no data); ``clear``: the clear condition holds. Returns
         ``"fired"``, ``"resolved"`` or ``None``."""
-        if breach is None:
+        if breach is None or not (self.firing or breach):
             self.pending_since = None
             return None
         if self.firing:
@@ -60,9 +57,6 @@ class RuleState:
                 self.firing = False
                 self.pending_since = None
                 return "resolved"
-            return None
-        if not breach:
-            self.pending_since = None
             return None
         if self.pending_since is None:
             self.pending_since = t
@@ -152,16 +146,9 @@ def _check_setting(rule: str, key: str, default: Setting, value: object) -> Sett
 
 
 class Rule:
-    """Base of the alert rules. A rule owns its metadata: subclasses set :attr:`name`,
-    :attr:`severity`, :attr:`per_rank`, :attr:`risk`, :attr:`corroborates`,
-    :attr:`requests_profile`, :attr:`DEFAULTS` / :attr:`FROM_TABLE` (their own settings) and
-    implement :meth:`check`. What else needs a rule's metadata (the verdict, the profiler's
-    window labels, the Hydra config) reads it from the catalogue
-    (:data:`ocr.perf.alerts.rules.RULES`), never from a copy.
-
-    Every rule takes ``enabled`` (bool), ``hold_s`` (seconds the condition must hold) and
-    ``cooldown_s`` (seconds between two firings) besides its own settings; a setting not in
-    ``DEFAULTS`` / ``FROM_TABLE`` is a ``ValueError`` naming the rule and the setting.
+    """Base of the alert rules. A rule owns its metadata (the class attributes below) and its
+    settings (:attr:`COMMON`, its own :attr:`DEFAULTS` / :attr:`FROM_TABLE`) and implements
+    :meth:`check`; a setting it does not have is a ``ValueError`` naming the rule and setting.
 
     Attributes:
         per_rank: evaluated on every rank (inputs that are the rank's own: its data wait, host
@@ -180,6 +167,7 @@ class Rule:
     risk: ClassVar[bool] = False
     corroborates: ClassVar[str | None] = None
     requests_profile: ClassVar[bool] = False
+    #: Every rule's settings besides its own (``hold_s``, ``cooldown_s``: :class:`RuleState`).
     COMMON: ClassVar[dict[str, Setting]] = {"enabled": True, "hold_s": 0.0, "cooldown_s": 600.0}
     DEFAULTS: ClassVar[dict[str, Setting]] = {}
     #: Settings whose default is a number of the thresholds table (its live value):
@@ -248,28 +236,12 @@ class AlertEngine:
         self.request_profiles = request_profiles
         self.fired: Counter[str] = Counter()
 
-    @property
-    def fired_count(self) -> int:
-        """Events fired so far, all rules."""
-        return sum(self.fired.values())
-
     def update(
-        self,
-        values: Mapping[str, float],
-        *,
-        t: float | None = None,
-        phase: str = "train",
-        step: int = 0,
-        epoch: int = 0,
-        checkpoint_bytes: float = 0.0,
-        straggler: StragglerSignal | None = None,
-        where: str | None = None,
-        growth: GrowthSignal | None = None,
+        self, values: Mapping[str, float], ctx: RuleContext = RuleContext(), t: float | None = None
     ) -> list[AlertEvent]:
         """Evaluate every rule on one sample taken at ``t`` (monotonic seconds; default now)
-        with the context the rules read (:class:`RuleContext`); send and return the events."""
+        with the context the rules read; send and return the events."""
         t = time.monotonic() if t is None else t
-        ctx = RuleContext(phase, step, epoch, checkpoint_bytes, straggler, where, growth)
         events = []
         for rule in self.rules:
             check = rule.check(t, values, ctx)
@@ -288,8 +260,8 @@ class AlertEngine:
                 evidence=check.evidence,
                 threshold=rule.thresholds() if check.threshold is None else check.threshold,
                 suggestion=check.suggestion,
-                step=step,
-                epoch=epoch,
+                step=ctx.step,
+                epoch=ctx.epoch,
                 rank=self.rank,
             )
             events.append(event)

@@ -3,8 +3,7 @@ catalogue.
 
 Under DDP every rank appends to the same ``perf/alerts.jsonl``: a rule's events are kept apart
 by the rank that saw them, so "still active at the end" and "fired 3x" describe one rank, and
-the finding says which ("rank 1: alert gpu_starvation since epoch 2: ..."). A single-process
-run reads as before, without a rank.
+the finding says which ("rank 1: alert gpu_starvation since epoch 2: ...").
 """
 
 from __future__ import annotations
@@ -80,15 +79,13 @@ def alert_findings(
         if finding is None:
             continue
         meta = RULES.get(rule)
-        fired = [e for e in group if e.event == "fired"]
-        corroborates = meta.corroborates if meta is not None else None
-        related = [f for f in findings if corroborates is not None and f.id == corroborates]
-        if related:
-            line = f"alert {rule} fired {len(fired)}x: {fired[-1].message}"
-            if named:
-                line = f"rank {rank}: alert {rule} fired {len(fired)}x {_when(group)}: "
-                line += fired[-1].message
-            related[0].corroboration.append(line)
+        related = next((f for f in findings if meta and f.id == meta.corroborates), None)
+        if related is not None:
+            fired = [e for e in group if e.event == "fired"]
+            who, when = (f"rank {rank}: ", f" {_when(group)}") if named else ("", "")
+            related.corroboration.append(
+                f"{who}alert {rule} fired {len(fired)}x{when}: {fired[-1].message}"
+            )
             continue
         risk = meta is not None and meta.risk
         out.append(replace(finding, score=risk_score(finding.severity if risk else "warning")))

@@ -2,15 +2,10 @@
 
 Adding a rule means adding its class here (and its test): :data:`RULES` is what the engine
 builds (:func:`build_rules`), what the Hydra config offers (``callbacks.resource_monitor.rules``,
-derived from :meth:`~ocr.perf.alerts.engine.Rule.defaults`), what the profiler labels an
-alert-triggered window by and what the verdict reads a rule's risk and corroboration from.
-
-Each rule's settings and defaults are in its ``DEFAULTS``; its thresholds come from the one table
-``ocr.perf.findings.THRESHOLDS`` through ``FROM_TABLE``; all of them can be overridden per rule
-with :func:`build_rules`, and every rule can be switched off with ``enabled: false``. The rules:
-``gpu_starvation``, ``gpu_memory_near_oom``, ``host_memory_leak``, ``throughput_drop``,
-``nan_loss``, ``disk_space``, ``thermal_throttle``, ``straggler_rank``, ``hang``,
-``memory_creep``.
+from :func:`rule_defaults`), what the profiler labels an alert-triggered window by and what the
+verdict reads a rule's risk and corroboration from: never a copy. A rule's thresholds come from
+the one table ``ocr.perf.findings.THRESHOLDS`` through its ``FROM_TABLE``; every setting can be
+overridden per rule, and every rule switched off with ``enabled: false``.
 """
 
 from __future__ import annotations
@@ -32,12 +27,8 @@ _GPU_KEY = re.compile(r"^resources/gpu(\d+)_(\w+)$")
 
 
 def _gpu_values(values: Mapping[str, float], field_name: str) -> dict[int, float]:
-    out = {}
-    for key, value in values.items():
-        m = _GPU_KEY.match(key)
-        if m is not None and m.group(2) == field_name and math.isfinite(value):
-            out[int(m.group(1))] = value
-    return out
+    matches = ((_GPU_KEY.match(key), value) for key, value in values.items())
+    return {int(m[1]): v for m, v in matches if m and m[2] == field_name and math.isfinite(v)}
 
 
 def _duration(seconds: float) -> str:
@@ -402,28 +393,20 @@ class ThermalThrottle(Rule):
             return None
         bad = self._THERMAL | (self._POWER_CAP if self.settings["include_power_cap"] else 0)
         hit = {i: int(m) & bad for i, m in masks.items() if int(m) & bad}
-        temps = _gpu_values(values, "temperature_c")
-        clocks = _gpu_values(values, "sm_clock_mhz")
-        power = _gpu_values(values, "power_w")
         device = min(hit) if hit else min(masks)
-        evidence: dict[str, float | str] = {
-            "gpu": float(device),
-            "reasons_mask": float(int(masks[device])),
+        mask = int(masks[device])
+        figures = {
+            k: _gpu_values(values, k).get(device, math.nan)
+            for k in ("temperature_c", "sm_clock_mhz", "power_w")
         }
-        for label, series in (
-            ("temperature_c", temps),
-            ("sm_clock_mhz", clocks),
-            ("power_w", power),
-        ):
-            if device in series:
-                evidence[label] = series[device]
+        evidence: dict[str, float | str] = {"gpu": float(device), "reasons_mask": float(mask)}
+        evidence.update({k: v for k, v in figures.items() if math.isfinite(v)})
         return Check(
             breach=bool(hit),
             clear=not hit,
             message=(
-                f"GPU {device} is throttling (clock-event reasons 0x{int(masks[device]):x}) at "
-                f"{temps.get(device, math.nan):.0f} C, SM clock "
-                f"{clocks.get(device, math.nan):.0f} MHz."
+                f"GPU {device} is throttling (clock-event reasons 0x{mask:x}) at "
+                f"{figures['temperature_c']:.0f} C, SM clock {figures['sm_clock_mhz']:.0f} MHz."
             ),
             resolve=f"GPU {device} no longer throttles.",
             evidence=evidence,
@@ -563,9 +546,7 @@ RULES: dict[str, type[Rule]] = {
 }
 
 
-def build_rules(
-    settings: Mapping[str, Mapping[str, object] | None] | None = None,
-) -> list[Rule]:
+def build_rules(settings: Mapping[str, Mapping[str, object] | None] | None = None) -> list[Rule]:
     """The default rules with ``settings`` (rule name -> its overrides) applied; rules with
     ``enabled: false`` are left out. An unknown rule or setting is a ``ValueError`` naming it."""
     settings = dict(settings or {})

@@ -1,8 +1,5 @@
-"""Where alert events go: the log, ``perf/alerts.jsonl`` and ``wandb.alert``.
-
-A sink's :meth:`AlertSink.emit` may raise: the engine then turns that sink off with one
-:class:`AlertWarning` and the others go on.
-"""
+"""Where alert events go: the log, ``perf/alerts.jsonl`` and ``wandb.alert``. A sink that
+raises is turned off by the engine with one :class:`AlertWarning`; the others go on."""
 
 from __future__ import annotations
 
@@ -18,7 +15,7 @@ class AlertWarning(UserWarning):
 
 
 class AlertSink:
-    """Receives alert events (module docstring)."""
+    """Receives alert events."""
 
     name = "sink"
 
@@ -39,11 +36,8 @@ class LogSink(AlertSink):
         self.logger = logger or logging.getLogger("ocr.perf.alerts")
 
     def emit(self, event: AlertEvent) -> None:
-        level = (
-            logging.ERROR
-            if event.event == "fired" and event.severity == "critical"
-            else logging.WARNING
-        )
+        critical = event.event == "fired" and event.severity == "critical"
+        level = logging.ERROR if critical else logging.WARNING
         text = f"[alert {event.rule} {event.event}] {event.message}"
         if event.event == "fired" and event.suggestion:
             text += f" Suggestion: {event.suggestion}"
@@ -76,15 +70,9 @@ class WandbSink(AlertSink):
         run = getattr(wandb, "run", None) if wandb is not None else None
         if run is None:
             return
-        levels = getattr(wandb, "AlertLevel", None)
         level = None
-        if levels is not None:
-            level = (
-                levels.INFO
-                if event.event == "resolved"
-                else levels.ERROR
-                if event.severity == "critical"
-                else levels.WARN
-            )
+        if (levels := getattr(wandb, "AlertLevel", None)) is not None:
+            name = "ERROR" if event.severity == "critical" else "WARN"
+            level = getattr(levels, "INFO" if event.event == "resolved" else name)
         text = event.message + (f"\n{event.suggestion}" if event.event == "fired" else "")
         run.alert(title=f"{event.rule} {event.event}", text=text, level=level, wait_duration=0)

@@ -1,8 +1,6 @@
-"""Resource sampling off the training thread (no Lightning): :mod:`~ocr.perf.resources.sampler`
-reads every source once per call (names in :mod:`~ocr.perf.resources.metrics`; process handles in
-:mod:`~ocr.perf.resources.host`, GPUs in :mod:`~ocr.perf.resources.nvml`);
-:mod:`~ocr.perf.resources.monitor` runs it on a daemon thread with the hooks' stamps
-(:mod:`~ocr.perf.resources.signals`), the alert engine, the records and the run summary.
+"""Resource sampling off the training thread (no Lightning): ``sampler`` reads every source once
+per call (names in ``metrics``, process handles in ``host``, GPUs in ``nvml``); ``monitor`` runs
+it on a daemon thread with the hooks' stamps (``signals``), the alert engine and the records.
 """
 
 from __future__ import annotations

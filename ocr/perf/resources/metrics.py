@@ -7,13 +7,8 @@ MB = float(1 << 20)
 PHASE_NAMES = ("train", "val", "test", "idle")
 
 # NVML clock-event ("throttle") reason bits (stable NVML API values).
-_SW_POWER_CAP = 0x4
-_HW_SLOWDOWN = 0x8
-_SW_THERMAL = 0x20
-_HW_THERMAL = 0x40
-_HW_POWER_BRAKE = 0x80
-THERMAL_MASK = _HW_SLOWDOWN | _SW_THERMAL | _HW_THERMAL
-POWER_MASK = _HW_POWER_BRAKE | _SW_POWER_CAP
+THERMAL_MASK = 0x8 | 0x20 | 0x40  # HW slowdown, SW thermal, HW thermal
+POWER_MASK = 0x80 | 0x4  # HW power brake, SW power cap
 
 # Every metric name (without the "resources/" prefix; ``{i}`` is the index of the GPU among this
 # process's CUDA devices, ``{phase}`` one of PHASE_NAMES) -> its meaning.

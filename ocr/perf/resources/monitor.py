@@ -12,8 +12,7 @@ import warnings
 from collections import deque
 from collections.abc import Callable, Mapping
 
-from ocr.errors import ConfigError
-from ocr.perf.alerts import AlertEngine
+from ocr.perf.alerts import AlertEngine, RuleContext
 from ocr.perf.records import RecordWriter, ResourceSample, ResourceSummary
 from ocr.perf.resources.sampler import ResourceMonitorWarning, ResourceSampler
 from ocr.perf.resources.signals import StepSignals, is_nonfinite
@@ -31,16 +30,13 @@ class ResourceMonitor:
     write the sample to ``writer`` (``resources.jsonl``: the report plots every one). Every
     ``log_interval_s`` the interval's record (rates averaged) is left in :attr:`pending` for the
     training thread to hand to the loggers (:meth:`take_pending`: loggers are not thread-safe),
-    and, without ``record_samples``, written instead.
-    A tick that raises is one warning and stops the thread; training goes on.
+    and, without ``record_samples``, written instead. A tick that raises is one warning and stops
+    the thread; training goes on. The settings are ``ResourceMonitorCallback``'s, documented and
+    validated there.
 
     Args:
         engine: alert rules and sinks; ``None``: no alerting.
         writer: ``resources.jsonl`` writer; ``None`` on non-zero ranks.
-        log_interval_s: independent of ``interval_s``; at least one sample each.
-        record_samples: about 2 KB a sample on a CPU host (some 7 MB per hour at
-            ``interval_s=1``); ``False``: one record per logging interval, for runs of weeks.
-        rate_window_s: window of the data-wait share and the step rate.
         context: returns ``(step, epoch)`` for the records (called on the sampler thread);
             default the signals' step count and epoch.
         main_thread_ident: thread whose current frame a hang alert cites; default the caller's.
@@ -60,13 +56,6 @@ class ResourceMonitor:
         context: Callable[[], tuple[int, int]] | None = None,
         main_thread_ident: int | None = None,
     ) -> None:
-        for name, value in (
-            ("interval_s", interval_s),
-            ("log_interval_s", log_interval_s),
-            ("rate_window_s", rate_window_s),
-        ):
-            if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-                raise ConfigError(f"ResourceMonitor: {name} must be > 0 seconds, got {value!r}")
         self.sampler = sampler
         self.signals = signals
         self.engine = engine
@@ -88,11 +77,9 @@ class ResourceMonitor:
         self._periods: deque[float] = deque(maxlen=600)
         self._last_steps = 0
         self._last_train_ns = 0
-        self._interval_sums: dict[str, float] = {}
-        self._interval_counts: dict[str, int] = {}
-        self._interval_last: dict[str, float] = {}
+        self._interval: dict[str, tuple[float, int, float]] = {}  # name -> (sum, count, last)
         self._interval_start: float | None = None
-        self._summary: dict[str, list[float]] = {}  # name -> [sum, count, max, last]
+        self._summary: dict[str, tuple[float, int, float, float]] = {}  # (sum, count, max, last)
         self._write_failed = False
 
     # -- thread --------------------------------------------------------------------------------
@@ -157,17 +144,16 @@ class ResourceMonitor:
             values.update(self._training_signals())
             step, epoch = self._context()
             if self.engine is not None:
-                self.engine.update(
-                    values,
-                    t=mono,
+                ctx = RuleContext(
                     phase=self.signals.phase,
                     step=step,
                     epoch=epoch,
                     checkpoint_bytes=self.signals.checkpoint_bytes,
                     straggler=self.signals.straggler,
-                    growth=self.signals.growth,
                     where=self._where(values),
+                    growth=self.signals.growth,
                 )
+                self.engine.update(values, ctx, t=mono)
             if self.record_samples:
                 self._write(self._record(values, step, epoch))
             self._fold(values, mono, step, epoch)
@@ -237,21 +223,13 @@ class ResourceMonitor:
     def _fold(self, values: Mapping[str, float], mono: float, step: int, epoch: int) -> None:
         if self._interval_start is None:
             self._interval_start = mono
-        sums, counts, last = self._interval_sums, self._interval_counts, self._interval_last
         for name, value in values.items():
             if not math.isfinite(value):
                 continue
-            sums[name] = sums.get(name, 0.0) + value
-            counts[name] = counts.get(name, 0) + 1
-            last[name] = value
-            entry = self._summary.get(name)
-            if entry is None:
-                self._summary[name] = [value, 1.0, value, value]
-            else:
-                entry[0] += value
-                entry[1] += 1.0
-                entry[2] = max(entry[2], value)
-                entry[3] = value
+            total, count, _ = self._interval.get(name, (0.0, 0, value))
+            self._interval[name] = (total + value, count + 1, value)
+            total, count, peak, _ = self._summary.get(name, (0.0, 0, value, value))
+            self._summary[name] = (total + value, count + 1, max(peak, value), value)
         if mono - self._interval_start >= self.log_interval_s - 1e-9:
             self.flush_interval(step, epoch)
             self._interval_start = mono
@@ -259,15 +237,13 @@ class ResourceMonitor:
     def flush_interval(self, step: int | None = None, epoch: int | None = None) -> None:
         """Close the logging interval: its record to :attr:`pending` (and to the writer without
         ``record_samples``)."""
-        if not self._interval_last:
+        if not self._interval:
             return
         metrics = {
-            name: (self._interval_sums[name] / self._interval_counts[name])
-            if name.endswith(_MEAN_SUFFIXES)
-            else value
-            for name, value in self._interval_last.items()
+            name: total / count if name.endswith(_MEAN_SUFFIXES) else last
+            for name, (total, count, last) in self._interval.items()
         }
-        self._interval_sums, self._interval_counts, self._interval_last = {}, {}, {}
+        self._interval = {}
         if step is None or epoch is None:
             step, epoch = self._context()
         self.pending = metrics
@@ -307,7 +283,7 @@ class ResourceMonitor:
             out[f"{name}_max"] = peak
         out["resources/samples"] = float(self.samples)
         if self.engine is not None:
-            out["alerts/fired"] = float(self.engine.fired_count)
+            out["alerts/fired"] = float(sum(self.engine.fired.values()))
         return out
 
     def write_summary(self, run: str | None = None) -> dict[str, float]:

@@ -56,10 +56,8 @@ class NvmlGpus:
             self.status = f"unavailable ({type(exc).__name__}: {exc})"
             return
         try:
-            handles = {}
-            for index in range(module.nvmlDeviceGetCount()):
-                handle = module.nvmlDeviceGetHandleByIndex(index)
-                handles[normalize_uuid(module.nvmlDeviceGetUUID(handle))] = handle
+            every = map(module.nvmlDeviceGetHandleByIndex, range(module.nvmlDeviceGetCount()))
+            handles = {normalize_uuid(module.nvmlDeviceGetUUID(h)): h for h in every}
             if device_uuids is None:
                 self._gpus = list(handles.values())
             else:

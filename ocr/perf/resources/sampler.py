@@ -31,7 +31,6 @@ from typing import Any
 
 import psutil
 
-from ocr.errors import ConfigError
 from ocr.perf.memory import GB
 from ocr.perf.resources.host import ProcHandle, existing_dir, memory_limit
 from ocr.perf.resources.metrics import MB, PHASE_NAMES
@@ -45,7 +44,7 @@ class ResourceMonitorWarning(UserWarning):
 class ResourceSampler:
     """Not thread-safe: one thread calls :meth:`sample` (the monitor's). :attr:`phase` may be set
     from another thread; I/O since the previous sample is charged to the phase current at
-    sampling time.
+    sampling time. The intervals are validated where they come from config (the callback).
 
     Args:
         checkpoint_dir: folder whose file system's free space is reported (its nearest existing
@@ -58,8 +57,6 @@ class ResourceSampler:
             mapping: ~3 ms per process once torch is loaded; samples in between reuse the last
             figures); ``0``: never (the leak rule then watches RSS).
         nvml: the NVML module (tests pass a fake); ``None`` imports ``pynvml``.
-        warn: called with one message when a source fails; default a
-            :class:`ResourceMonitorWarning`.
     """
 
     def __init__(
@@ -70,22 +67,16 @@ class ResourceSampler:
         worker_refresh_s: float = 5.0,
         memory_detail_s: float = 5.0,
         nvml: Any = None,
-        warn: Callable[[str], None] | None = None,
     ) -> None:
-        if not worker_refresh_s > 0:
-            raise ConfigError(f"worker_refresh_s must be > 0 seconds, got {worker_refresh_s!r}")
         self.checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir is not None else None
         self.cuda_device = cuda_device
         self.worker_refresh_s = float(worker_refresh_s)
-        if isinstance(memory_detail_s, bool) or not memory_detail_s >= 0:
-            raise ConfigError(f"memory_detail_s must be >= 0 seconds, got {memory_detail_s!r}")
         self.memory_detail_s = float(memory_detail_s)
         self._want_detail = self.memory_detail_s > 0  # USS/PSS wanted at all
         self._detail_t = -math.inf
         self.phase = "idle"
         self.status: dict[str, str] = {}
         self.io_totals: dict[str, list[float]] = {p: [0.0, 0.0] for p in PHASE_NAMES}
-        self._warn = warn or (lambda m: warnings.warn(m, ResourceMonitorWarning, stacklevel=3))
         self._off: set[str] = set()
         now = time.monotonic()
         self._main = ProcHandle(psutil.Process(), now)
@@ -124,9 +115,11 @@ class ResourceSampler:
         except Exception as exc:
             self._off.add(source)
             self.status[source] = f"unavailable ({type(exc).__name__}: {exc})"
-            self._warn(
+            warnings.warn(
                 f"resource monitor: {source} sampling failed and is off for this run "
-                f"({type(exc).__name__}: {exc})"
+                f"({type(exc).__name__}: {exc})",
+                ResourceMonitorWarning,
+                stacklevel=2,
             )
 
     def sample(self, now: float | None = None) -> dict[str, float]:

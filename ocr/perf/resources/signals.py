@@ -7,8 +7,7 @@ import math
 import time
 from typing import Any
 
-from ocr.perf.alerts import StragglerSignal
-from ocr.perf.alerts.engine import GrowthSignal
+from ocr.perf.alerts.engine import GrowthSignal, StragglerSignal
 
 
 class StepSignals:
@@ -71,10 +70,8 @@ class StepSignals:
         return closed + (now - since if since else 0)
 
     def train_batch_start(self) -> None:
-        now = time.perf_counter_ns()
-        last = self.last_train_end_ns
-        if last:
-            self.wait_ns += now - last
+        if self.last_train_end_ns:
+            self.wait_ns += time.perf_counter_ns() - self.last_train_end_ns
 
     def train_batch_end(self, loss: Any) -> None:
         now = time.perf_counter_ns()

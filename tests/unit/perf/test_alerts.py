@@ -22,6 +22,7 @@ from ocr.perf.alerts import (
     AlertWarning,
     JsonlSink,
     LogSink,
+    RuleContext,
     RuleState,
     StragglerSignal,
     WandbSink,
@@ -87,7 +88,7 @@ def feed(
 ) -> list[AlertEvent]:
     events = []
     for t, values in samples:
-        events += engine.update(values, t=t, **ctx)
+        events += engine.update(values, RuleContext(**ctx), t=t)
     return events
 
 
@@ -307,7 +308,7 @@ def test_non_zero_ranks_keep_only_per_rank_rules() -> None:
 
 
 def nan_event(engine: AlertEngine) -> list[AlertEvent]:
-    return engine.update({"resources/loss_nonfinite": 1.0}, t=0.0, step=7, epoch=1)
+    return engine.update({"resources/loss_nonfinite": 1.0}, RuleContext(step=7, epoch=1), t=0.0)
 
 
 def test_jsonl_and_log_sinks(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
@@ -316,7 +317,7 @@ def test_jsonl_and_log_sinks(tmp_path: Path, caplog: pytest.LogCaptureFixture) -
     engine = AlertEngine(build_rules({"nan_loss": {}}), [LogSink(), sink], rank=0)
     with caplog.at_level(logging.WARNING, logger="ocr.perf.alerts"):
         nan_event(engine)
-        engine.update({"resources/loss_nonfinite": 0.0}, t=1.0, step=8, epoch=1)
+        engine.update({"resources/loss_nonfinite": 0.0}, RuleContext(step=8, epoch=1), t=1.0)
     engine.close()
     records = read_dicts(path, AlertEvent)
     assert [(r["rule"], r["event"], r["step"]) for r in records] == [
