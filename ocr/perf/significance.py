@@ -113,25 +113,15 @@ def _tails(samples: np.ndarray) -> tuple[float, float]:
     return float(low), float(high)
 
 
-def median_interval(
-    values: Sequence[float] | np.ndarray, seed: int = BOOTSTRAP_SEED
-) -> tuple[float, float]:
-    """The :data:`CONFIDENCE` percentile-bootstrap interval of the median of ``values``."""
-    arr = np.asarray(values, dtype=np.float64)
-    if arr.size == 0:
-        raise ValueError("median_interval: no values")
-    return _tails(_resampled_medians(arr, np.random.default_rng(seed)))
-
-
 def ratio_of_medians_interval(
-    a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray, seed: int = BOOTSTRAP_SEED
+    a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray
 ) -> tuple[float, float]:
     """The :data:`CONFIDENCE` bootstrap interval of ``median(b) / median(a)`` (two independent
     samples, each resampled on its own)."""
     aa, ba = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
     if aa.size == 0 or ba.size == 0:
         raise ValueError("ratio_of_medians_interval: a side has no values")
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(BOOTSTRAP_SEED)
     ma, mb = _resampled_medians(aa, rng), _resampled_medians(ba, rng)
     return _tails(mb / np.where(ma > 0, ma, np.nan))
 
@@ -154,12 +144,12 @@ class PairedRatios:
         return len(self.ratios)
 
 
-def paired_ratios(ratios: Sequence[float], seed: int = BOOTSTRAP_SEED) -> PairedRatios:
+def paired_ratios(ratios: Sequence[float]) -> PairedRatios:
     """The median of ``ratios`` with its bootstrap interval (``ValueError`` when empty)."""
     values = np.asarray(ratios, dtype=np.float64)
     if values.size == 0:
         raise ValueError("paired_ratios: no ratios")
-    low, high = median_interval(values, seed)
+    low, high = _tails(_resampled_medians(values, np.random.default_rng(BOOTSTRAP_SEED)))
     return PairedRatios(tuple(values.tolist()), float(np.median(values)), low, high)
 
 
