@@ -51,8 +51,6 @@ PHASE_FLOOR_SHARE = 0.02
 #: With at least this many epochs on both sides a figure row also needs a significant
 #: Mann-Whitney test (with 3 against 3 the smallest possible p-value is 0.05).
 MIN_EPOCHS_FOR_TEST = 4
-#: The verdicts of :func:`check_baseline`, from the most to the least binding.
-VERDICTS = ("not comparable", "insufficient data", "regression", "pass")
 #: The row of the pooled per-batch times.
 BATCH_ROW = "batch_time_s (distribution)"
 #: Row statuses besides the outcome words: in the baseline but not now; no better direction.
@@ -146,16 +144,6 @@ def _band(threshold: float, fraction: bool, floor_pct: float) -> Band:
     return Band(min(down, -floor_pct), max(threshold, floor_pct), "%")
 
 
-def _test(
-    base: Sequence[float], cur: Sequence[float], up: bool, min_n: int, what: str
-) -> tuple[float | None, str | None]:
-    """(p-value that ``cur`` is shifted ``up`` (else down) from ``base``, or ``None`` with too
-    few values; the rule in words when it could not run)."""
-    if min(len(base), len(cur)) < min_n:
-        return None, f"no noise test (fewer than {min_n} {what} a side): the medians decide"
-    return (mann_whitney_greater(base, cur) if up else mann_whitney_greater(cur, base)), None
-
-
 def _row(
     name: str,
     bfig: Figure,
@@ -217,7 +205,10 @@ def _row(
         rules.append("no better direction: not judged")
         return row(NOT_JUDGED, band=band, **measured)
     direction = band.moved(change)
-    p_value, no_test = _test(test[0], test[1], change > 0, min_n, what)
+    p_value = None  # that the current values are shifted the way the median moved
+    if min(map(len, test)) >= min_n:
+        lower, higher = test if change > 0 else test[::-1]
+        p_value = mann_whitney_greater(lower, higher)
     shown = f"{change:+.3g} s" if unit == "s" else f"{change:+.1f} {unit}"
     moved: str | None = None
     if direction is None:
@@ -228,7 +219,7 @@ def _row(
         moved = str(Outcome.REGRESSION if worse else Outcome.IMPROVEMENT)
         rules.append(f"change {shown} outside the band")
         if p_value is None:
-            rules.append(str(no_test))
+            rules.append(f"no noise test (fewer than {min_n} {what} a side): the medians decide")
             status = moved
         elif p_value < ALPHA:
             rules.append(f"Mann-Whitney p={p_value:.3f} < {ALPHA}: beyond the noise")
