@@ -10,7 +10,7 @@ from typing import Any
 
 from ocr.perf.advice import candidates_for, workers_wait
 from ocr.perf.candidates import Candidate
-from ocr.perf.findings import THRESHOLDS, Finding, input_bound_severity, threshold
+from ocr.perf.findings import THRESHOLDS, Finding, threshold
 from ocr.perf.mfu import stage_flops_per_sample, stage_utilisation
 from ocr.perf.ranks import STRAGGLER_MIN_S, STRAGGLER_MIN_SHARE
 from ocr.perf.report.load import RunData
@@ -46,7 +46,6 @@ def phase_finding(
     rule: str,
     top: tuple[str, float] | None = None,
     *,
-    severity: str | None = None,
     evidence: dict[str, Any] | None = None,
     candidates: list[Candidate] | None = None,
 ) -> Finding:
@@ -59,11 +58,9 @@ def phase_finding(
     limits = {"warning_pct": threshold(f"{rule}_warn_pct")}
     if f"{rule}_critical_pct" in THRESHOLDS:
         limits["critical_pct"] = threshold(f"{rule}_critical_pct")
-    if severity is None:
-        severity = "critical" if pct >= limits.get("critical_pct", math.inf) else "warning"
     return Finding(
         id=finding_id,
-        severity=severity,
+        severity="critical" if pct >= limits.get("critical_pct", math.inf) else "warning",
         score=score(secs, total_s),
         title=title,
         evidence={
@@ -207,7 +204,6 @@ def input_bound(s: StageSummary, run: RunData, adv: Settings, total_s: float) ->
         title,
         "; ".join(advice) + ".",
         "input",
-        severity=input_bound_severity(pct),
         evidence=evidence,
         candidates=candidates_for("input_bound", adv.facts(s), part=part),
     )
@@ -295,13 +291,11 @@ def compute_bound(s: StageSummary, run: RunData, adv: Settings, total_s: float) 
         "device": run.device,
     }
     limits = {"compute_pct": threshold("compute_pct")}
-    title = (
-        f"compute-bound: {pct:.0f} % of {s.label} wall time is "
-        f"{' / '.join(phases)} ({ms_per_batch:.0f} ms/batch, {rate:.1f} samples/s)"
-    )
+    kind, at = "compute-bound", ""
     suggestion: str | None = None
     # How far from the machine's limit: the compute phases' achieved FLOP/s over the measured
-    # peak (samples x FLOPs per sample / compute seconds), when the run counted its FLOPs.
+    # peak (samples x FLOPs per sample / compute seconds), when the run counted its FLOPs; said
+    # once, in the title, with the figures behind it (and the whole epoch's MFU) as evidence.
     limit = _compute_mfu(s, run, secs)
     if limit is not None:
         mfu_pct, stage_mfu_pct, achieved, peak = limit
@@ -312,15 +306,9 @@ def compute_bound(s: StageSummary, run: RunData, adv: Settings, total_s: float) 
             compute_gflops_per_sec=rounded(achieved / 1e9, 2),
             peak_gflops_per_sec=rounded(peak / 1e9, 2),
         )
-        # How far from the machine's limit: said once, in the title; the figures behind it
-        # (achieved and peak GFLOP/s, the whole epoch's MFU) are the evidence.
-        title = (
-            f"compute-bound: {pct:.0f} % of {s.label} wall time is {' / '.join(phases)} at "
-            f"{mfu_pct:.0f} % of this host's measured peak ({ms_per_batch:.0f} ms/batch, "
-            f"{rate:.1f} samples/s)"
-        )
+        at = f" at {mfu_pct:.0f} % of this host's measured peak"
         if mfu_pct >= threshold("compute_headroom_mfu_pct"):
-            title = title.replace("compute-bound:", "compute-bound near the machine's limit:")
+            kind = "compute-bound near the machine's limit"
             suggestion = (
                 "no headroom for faster kernels (compile, channels_last, threads gain little "
                 f"here); only less work per sample (smaller {canvas}, {smaller_model}) or "
@@ -359,7 +347,10 @@ def compute_bound(s: StageSummary, run: RunData, adv: Settings, total_s: float) 
         id="compute_bound",
         severity="info",
         score=score(secs, total_s),
-        title=title,
+        title=(
+            f"{kind}: {pct:.0f} % of {s.label} wall time is {' / '.join(phases)}{at} "
+            f"({ms_per_batch:.0f} ms/batch, {rate:.1f} samples/s)"
+        ),
         evidence=evidence,
         threshold=limits,
         suggestion=suggestion,
