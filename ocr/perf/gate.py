@@ -109,8 +109,9 @@ class GateRow:
 
 @dataclass(frozen=True)
 class GateOutcome:
-    """What :func:`check_baseline` found: a verdict of :data:`VERDICTS`, every compared
-    figure, comparability notes and why either side has too little data to judge."""
+    """What :func:`check_baseline` found: a verdict (from the most binding: ``not comparable``,
+    ``insufficient data``, ``regression``, ``pass``), every compared figure, comparability notes
+    and why either side has too little data to judge."""
 
     verdict: str
     rows: list[GateRow] = field(default_factory=list)
@@ -298,16 +299,10 @@ def check_baseline(
     allow_other_machine: bool = False,
 ) -> GateOutcome:
     """Compare ``current`` with ``baseline`` (both as :func:`~ocr.perf.baseline.load_source`
-    returns them); see the module docstring for the rules.
-
-    Args:
-        tolerance_pct: minimal relative change that counts, in percent (percentage points for
-            fractions); widened per figure to the baseline's epoch-to-epoch noise. ``None`` =
-            :data:`DEFAULT_TOLERANCE_PCT` (:data:`DEFAULT_FRACTION_TOLERANCE` points for
-            fractions).
-        allow_other_machine: compare across machine classes (a warning note) instead of
-            answering ``"not comparable"``.
-    """
+    returns them) by the rules of the module docstring. ``tolerance_pct``: the smallest change
+    that counts, in percent (points for fractions; ``None``: the defaults above);
+    ``allow_other_machine``: compare across machine classes (a warning note) instead of
+    answering ``"not comparable"``."""
     if tolerance_pct is not None and not tolerance_pct >= 0:
         raise ConfigError(f"tolerance_pct must be >= 0, got {tolerance_pct!r}")
     comparable, notes = _comparability(baseline, current, allow_other_machine)

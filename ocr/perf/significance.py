@@ -155,17 +155,10 @@ def paired_ratios(ratios: Sequence[float]) -> PairedRatios:
 
 def ratio_outcome(low: float, high: float, bar: float, *, enough: bool = True) -> Outcome:
     """What an interval ``[low, high]`` of a ratio (above 1 = better) says against ``bar`` (> 1,
-    the smallest ratio that counts).
-
-    * ``improvement``: ``low > bar`` (better by more than the bar, with confidence);
-    * ``no significant change``: the interval contains 1, or lies wholly inside
-      ``[1 / bar, bar]`` (any change is smaller than what counts);
-    * ``regression``: ``high < 1`` (and the interval is not inside the band);
-    * ``inconclusive``: anything else (better, but maybe by less than the bar), or not
-      ``enough`` data (whatever the interval shows).
-    """
-    if not bar > 1.0:
-        raise ValueError(f"ratio_outcome: bar must be > 1, got {bar!r}")
+    the smallest ratio that counts): ``improvement`` when it lies above the bar; ``no significant
+    change`` when it contains 1 or lies inside ``[1 / bar, bar]`` (any change is smaller than what
+    counts); ``regression`` when it lies below 1; else, or without ``enough`` data,
+    ``inconclusive``."""
     if not enough:
         return Outcome.INCONCLUSIVE
     if low > bar:
