@@ -117,7 +117,7 @@ def to_markdown(report: Report) -> str:
                 lines += [f"   Try: {t}" for t in tries[-1:]]
             lines.append("")
             lines += ["**Severity and score**", ""]
-            lines += [f"- {item}" for item in severity_legend(report)]
+            lines += [f"- {item}" for item in severity_legend()]
             lines.append("")
         else:
             for t in sec.tables:
@@ -175,7 +175,7 @@ def _html_legend(report: Report) -> str:
     """The severity legend as a definition list (score first, then the three severities)."""
     e = html.escape
     items = []
-    for line in severity_legend(report):
+    for line in severity_legend():
         term, _, text = line.partition(": ")
         cls = f' class="sev-{e(term)}"' if term in ("critical", "warning", "info") else ""
         items.append(f"<dt{cls}>{e(term)}</dt><dd>{e(text)}</dd>")
