@@ -108,7 +108,7 @@ def resource_findings(
 def memory_findings(
     run: RunData, stages: dict[Stage, StageSummary], adv: Settings, explained: bool
 ) -> list[Finding]:
-    """Issue 22: each DataLoader worker's USS series (the resource samples) classified, with the
+    """Each DataLoader worker's USS series (the resource samples) classified, with the
     training dataset's Python containers (``run.json``) for copy-on-read; and main-process growth
     (``explained``: a ``memory_creep`` finding already names what grows)."""
     out: list[Finding] = []
