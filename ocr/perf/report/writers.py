@@ -108,17 +108,14 @@ def to_markdown(report: Report) -> str:
                 head = f"{f.severity}, score {f.score:.1f}, cause {f.confidence}"
                 lines.append(f"{i + 1}. **[{head}] {f.title}**  ")
                 lines.append(f"   Evidence: {evidence_text(f.evidence) or '-'}  ")
-                for c in f.corroboration:
-                    lines.append(f"   Also: {c}  ")
+                lines += [f"   Also: {c}  " for c in f.corroboration]
                 tries = [] if i in same else candidate_lines(f)
                 change = change_text(findings, i, same)
                 lines.append(f"   Change: {change}" + ("  " if tries else ""))
                 lines += [f"   Try: {t}  " for t in tries[:-1]]
                 lines += [f"   Try: {t}" for t in tries[-1:]]
-            lines.append("")
-            lines += ["**Severity and score**", ""]
-            lines += [f"- {item}" for item in severity_legend()]
-            lines.append("")
+            legend = [f"- {item}" for item in severity_legend()]
+            lines += ["", "**Severity and score**", "", *legend, ""]
         else:
             for t in sec.tables:
                 lines += _md_table(t)
@@ -171,7 +168,7 @@ def _html_table(t: Table, sev_col: int | None = None) -> str:
     return "\n".join(out)
 
 
-def _html_legend(report: Report) -> str:
+def _html_legend() -> str:
     """The severity legend as a definition list (score first, then the three severities)."""
     e = html.escape
     items = []
@@ -186,10 +183,9 @@ def to_html(report: Report) -> str:
     """The report as one self-contained HTML page (inline CSS and SVG, no scripts, no network)."""
     e = html.escape
     secs = sections(report)
-    name = report.name
     body = [
         f"<h1>{e(title(report))}</h1>",
-        f'<p class="subtitle">Run name from {e(name.source)}.</p>',
+        f'<p class="subtitle">Run name from {e(report.name.source)}.</p>',
         "<nav>" + "".join(f'<a href="#{e(s.id)}">{e(s.title)}</a>' for s in secs) + "</nav>",
     ]
     for sec in secs:
@@ -198,12 +194,12 @@ def to_html(report: Report) -> str:
             cls = ' class="top"' if sec.id == "verdict" and i == 0 and report.findings else ""
             body.append(f"<p{cls}>{e(p)}</p>")
         if sec.plot is not None:
-            label = e(sec.plot_alt)
-            body.append(f'<figure class="plot" role="img" aria-label="{label}">{sec.plot}</figure>')
+            alt = e(sec.plot_alt)
+            body.append(f'<figure class="plot" role="img" aria-label="{alt}">{sec.plot}</figure>')
         for t in sec.tables:
             body.append(_html_table(t, sev_col=1 if sec.id == "verdict" else None))
         if sec.id == "verdict":
-            body.append(_html_legend(report))
+            body.append(_html_legend())
         if sec.pre is not None:
             body.append(
                 f"<details><summary>{e(sec.pre_label)}</summary><pre>{e(sec.pre)}</pre></details>"
