@@ -109,16 +109,15 @@ def verdict_line(outcome: GateOutcome) -> str:
     return f"verdict: {outcome.verdict}"
 
 
-def print_check(outcome: GateOutcome, console: Console | None = None) -> None:
+def print_check(outcome: GateOutcome, console: Console) -> None:
     """A table of :func:`~ocr.perf.gate.check_baseline`'s rows (what moved first) and its
     verdict.
 
     Fits the terminal: the figure name and the rules wrap, and when even that is too wide the
     rules move under the table, then the unit, the better direction, the baseline and the
     current value are left out; the change, the band and the status are always shown."""
-    from ocr.console import fit_table, make_console
+    from ocr.console import fit_table
 
-    console = console or make_console()
     ordered = sorted(outcome.rows, key=lambda r: _ORDER.get(r.status, 9))
     cells = [row_cells(r) for r in ordered]
     styles = [_STYLES.get(r.status, "") for r in ordered]
@@ -162,13 +161,10 @@ def print_check(outcome: GateOutcome, console: Console | None = None) -> None:
     console.print(verdict_line(outcome), style=style, markup=False, highlight=False)
 
 
-def print_baseline(baseline: Baseline, console: Console | None = None) -> None:
+def print_baseline(baseline: Baseline, console: Console) -> None:
     """A table of a baseline's figures (median, the noise allowance of its epochs, values)."""
     from rich.table import Table
 
-    from ocr.console import make_console
-
-    console = console or make_console()
     table = Table(
         title=f"baseline {baseline.name or ''}: {baseline.source.kind} {baseline.source.path}, "
         f"stage {baseline.stage}, epochs {baseline.epochs}"

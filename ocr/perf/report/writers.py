@@ -17,7 +17,6 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table as RichTable
 
-from ocr.console import make_console
 from ocr.perf.clock import PHASES
 from ocr.perf.report.build import Report
 from ocr.perf.report.document import Section, Table
@@ -246,9 +245,8 @@ def to_json(report: Report) -> dict[str, Any]:
     }
 
 
-def print_summary(report: Report, console: Console | None = None, top: int = 3) -> None:
+def print_summary(report: Report, console: Console, top: int = 3) -> None:
     """A few lines: where the time went per stage and the ``top`` findings with their change."""
-    con = console or make_console()
     if report.stages:
         t = RichTable(title="Where the time went", title_justify="left", header_style="bold")
         t.add_column("stage")
@@ -265,22 +263,22 @@ def print_summary(report: Report, console: Console | None = None, top: int = 3) 
                 ", ".join(f"{p} {s.share(p):.0f} %" for p in biggest),
                 f"{s.samples_per_sec:,.1f}",
             )
-        con.print(t)
-    con.print(f"[bold]Verdict[/bold] ({escape(report.name.title)})", highlight=False)
-    con.print(headline(report), markup=False, highlight=False, soft_wrap=True)
+        console.print(t)
+    console.print(f"[bold]Verdict[/bold] ({escape(report.name.title)})", highlight=False)
+    console.print(headline(report), markup=False, highlight=False, soft_wrap=True)
     findings = ranked(report)
     same = repeats(findings)
     for i, f in enumerate(findings[:top]):
         style = _STYLE.get(f.severity, "")
-        con.print(
+        console.print(
             f"{i + 1}. [{style}]{f.severity}[/{style}] (score {f.score:.1f}, cause "
             f"{f.confidence}) {escape(f.title)}",
             highlight=False,
         )
         # prose lines are never folded (a log keeps each on one line)
         change = change_text(findings, i, same)
-        con.print(f"   change: {change}", markup=False, highlight=False, soft_wrap=True)
+        console.print(f"   change: {change}", markup=False, highlight=False, soft_wrap=True)
         for line in [] if i in same else candidate_lines(f):
-            con.print(f"   try: {line}", markup=False, highlight=False, soft_wrap=True)
+            console.print(f"   try: {line}", markup=False, highlight=False, soft_wrap=True)
     if len(report.findings) > top:
-        con.print(f"   ... {len(report.findings) - top} more in the report", highlight=False)
+        console.print(f"   ... {len(report.findings) - top} more in the report", highlight=False)
