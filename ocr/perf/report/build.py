@@ -10,13 +10,7 @@ from typing import TYPE_CHECKING
 from ocr.errors import InputError
 from ocr.perf.findings import Finding
 from ocr.perf.gate import GateOutcome
-from ocr.perf.report.load import (
-    TRACE_DIRNAME,
-    ReportInputError,
-    RunData,
-    config_value,
-    load_run,
-)
+from ocr.perf.report.load import TRACE_DIRNAME, ReportInputError, RunData, config_value, load_run
 from ocr.perf.report.profiled import move_profiler_overhead
 from ocr.perf.report.run_name import RunName, run_name
 from ocr.perf.report.stages import StageSummary, summarize_stages

@@ -348,11 +348,7 @@ def memory_timeline_plot(timeline: dict[str, list[list[float]]] | None) -> str |
             if not points:
                 continue
             start = points[0][0]
-            ax.plot(
-                [p[0] - start for p in points],
-                [p[1] / 2**30 for p in points],
-                label=device,
-            )
+            ax.plot([p[0] - start for p in points], [p[1] / 2**30 for p in points], label=device)
         ax.set_xlabel("ms since the first allocation in the trace")
         ax.set_ylabel("allocated (GiB)")
         ax.legend(frameon=False, fontsize=7)

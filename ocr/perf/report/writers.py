@@ -69,14 +69,7 @@ def _md_cell(text: str) -> str:
 def _md_details(summary: str, body: list[str]) -> list[str]:
     """``body`` folded under ``summary`` (GitHub renders ``<details>``; the blank lines let the
     Markdown inside it render)."""
-    return [
-        "<details>",
-        f"<summary>{html.escape(summary)}</summary>",
-        "",
-        *body,
-        "</details>",
-        "",
-    ]
+    return ["<details>", f"<summary>{html.escape(summary)}</summary>", "", *body, "</details>", ""]
 
 
 def _md_table(t: Table) -> list[str]:
