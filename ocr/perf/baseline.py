@@ -178,9 +178,6 @@ class Baseline(msgspec.Struct):
             raise BaselineError(f"{where}: malformed {BASELINE_SCHEMA} file: {exc}") from exc
 
 
-# -- figures of a run ----------------------------------------------------------------------------
-
-
 def _guess_unit(name: str) -> tuple[str, Better]:
     """(unit, better) of a bench figure from its name, when the bench JSON does not say."""
     lower = name.lower()
@@ -232,9 +229,6 @@ def _epoch_figures(records: list[EpochRecord]) -> dict[str, Figure]:
             add("peak_rss_gb", "GiB", "lower", rec.peak_rss_gb)
     figures = {name: Figure.of(vals, unit, better) for name, (unit, better, vals) in series.items()}
     return {name: fig for name, fig in figures.items() if fig.values}
-
-
-# -- sources -------------------------------------------------------------------------------------
 
 
 def _epochs_file(path: Path) -> Path | None:

@@ -125,9 +125,6 @@ class GateOutcome:
         return out
 
 
-# -- one row -------------------------------------------------------------------------------------
-
-
 def _change(base: float, cur: float, fraction: bool) -> float:
     if fraction:
         return 100.0 * (cur - base)
@@ -229,9 +226,6 @@ def _row(
             rules.append(f"Mann-Whitney p={p_value:.3f} >= {ALPHA}: within the noise")
             status = str(Outcome.INCONCLUSIVE)
     return row(status, band=band, p_value=p_value, moved=moved, **measured)
-
-
-# -- the gate ------------------------------------------------------------------------------------
 
 
 def _comparability(

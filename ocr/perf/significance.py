@@ -56,9 +56,6 @@ OUTCOME_STYLE: dict[str, str] = {
 }
 
 
-# -- Mann-Whitney U ------------------------------------------------------------------------------
-
-
 @lru_cache(maxsize=256)
 def _u_distribution(m: int, n: int) -> tuple[int, ...]:
     """Counts of each U value (0..m*n) over all C(m+n, m) orderings without ties."""
@@ -99,9 +96,6 @@ def mann_whitney_greater(x: Sequence[float] | np.ndarray, y: Sequence[float] | n
     return 0.5 * math.erfc(z / math.sqrt(2))
 
 
-# -- bootstrap -----------------------------------------------------------------------------------
-
-
 def _resampled_medians(values: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     picks = rng.integers(0, values.size, size=(BOOTSTRAP_RESAMPLES, values.size))
     return np.median(values[picks], axis=1)
@@ -124,9 +118,6 @@ def ratio_of_medians_interval(
     rng = np.random.default_rng(BOOTSTRAP_SEED)
     ma, mb = _resampled_medians(aa, rng), _resampled_medians(ba, rng)
     return _tails(mb / np.where(ma > 0, ma, np.nan))
-
-
-# -- paired ratios -------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -168,9 +159,6 @@ def ratio_outcome(low: float, high: float, bar: float, *, enough: bool = True) -
     if high < 1.0:
         return Outcome.REGRESSION
     return Outcome.INCONCLUSIVE
-
-
-# -- noise of a series ---------------------------------------------------------------------------
 
 
 def noise_allowance(values: Sequence[float], *, relative: bool = True) -> float:
