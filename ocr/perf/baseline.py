@@ -361,14 +361,8 @@ def _from_bench(doc: Mapping[str, object], path: Path) -> Baseline:
 def load_source(
     path: str | os.PathLike[str], *, stage: str | None = None, skip_epochs: int = 1
 ) -> Baseline:
-    """A run directory, a bench JSON or a baseline JSON as a :class:`Baseline`.
-
-    Args:
-        path: run directory (or its ``perf/`` folder, or an ``epochs.jsonl`` file), bench JSON
-            or baseline JSON.
-        stage: for runs; ``None`` = ``val`` if present, else ``train``, else ``test``.
-        skip_epochs: for runs, leading epochs of the stage to drop (>= 0).
-    """
+    """A source of the module docstring as a :class:`Baseline`; ``stage`` (``None``: ``val`` if
+    present, else ``train``, else ``test``) and ``skip_epochs`` (>= 0) apply to runs."""
     if skip_epochs < 0:
         raise BaselineError(f"skip_epochs must be >= 0, got {skip_epochs}")
     p = Path(path)
