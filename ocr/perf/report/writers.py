@@ -242,11 +242,8 @@ def print_summary(report: Report, console: Console, top: int = 3) -> None:
     """A few lines: where the time went per stage and the ``top`` findings with their change."""
     if report.stages:
         t = RichTable(title="Where the time went", title_justify="left", header_style="bold")
-        t.add_column("stage")
-        t.add_column("epochs", justify="right")
-        t.add_column("wall s", justify="right")
-        t.add_column("largest phases")
-        t.add_column("samples/s", justify="right")
+        for name in ("stage", "epochs", "wall s", "largest phases", "samples/s"):
+            t.add_column(name, justify="left" if name in ("stage", "largest phases") else "right")
         for s in report.stages.values():
             biggest = sorted(PHASES, key=lambda p: -s.phases_s.get(p, 0.0))[:3]
             t.add_row(
