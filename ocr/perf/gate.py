@@ -231,38 +231,34 @@ def _row(
 def _comparability(
     baseline: Baseline, current: Baseline, allow_other_machine: bool
 ) -> tuple[bool, list[str]]:
-    notes: list[str] = []
-    ok = True
+    notes: list[str] = []  # why the two are not comparable, then what to know anyway
     if baseline.stage != current.stage:
-        ok = False
         notes.append(f"different stages: baseline {baseline.stage!r}, current {current.stage!r}")
     kinds = (baseline.source.kind, current.source.kind)
     if "bench" in kinds and kinds[0] != kinds[1]:
-        ok = False
         notes.append(f"a {kinds[0]} compared with a {kinds[1]}: different kinds of figures")
     wb, wc = baseline.workload, current.workload
     for key in _WORKLOAD_KEYS:
         if key in wb and key in wc and wb[key] != wc[key]:
-            ok = False
             notes.append(f"different workload: {key} {wb[key]!r} in the baseline, {wc[key]!r} now")
     mb, mc = baseline.machine, current.machine
-    differ = [
+    differ = "; ".join(
         f"{key} {mb[key]!r} vs {mc[key]!r}"
         for key in _MACHINE_CLASS_KEYS
         if key in mb and key in mc and mb[key] != mc[key]
-    ]
-    if differ:
-        if allow_other_machine:
-            notes.append("WARNING: different machines (" + "; ".join(differ) + "), compared anyway")
-        else:
-            ok = False
-            notes.append(
-                "different machines (" + "; ".join(differ) + "): wall times are not comparable "
-                "(allow_other_machine / --allow-other-machine compares anyway)"
-            )
-    elif mb.get("hostname") and mc.get("hostname") and mb["hostname"] != mc["hostname"]:
-        notes.append(f"different hosts of the same class: {mb['hostname']} vs {mc['hostname']}")
-    return ok, notes
+    )
+    if differ and not allow_other_machine:
+        notes.append(
+            f"different machines ({differ}): wall times are not comparable "
+            "(allow_other_machine / --allow-other-machine compares anyway)"
+        )
+    comparable = not notes
+    if differ and allow_other_machine:
+        notes.append(f"WARNING: different machines ({differ}), compared anyway")
+    hosts = mb.get("hostname"), mc.get("hostname")
+    if not differ and all(hosts) and hosts[0] != hosts[1]:
+        notes.append(f"different hosts of the same class: {hosts[0]} vs {hosts[1]}")
+    return comparable, notes
 
 
 def _batch_row(baseline: Baseline, current: Baseline, tolerance: float) -> GateRow | None:
