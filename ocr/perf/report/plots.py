@@ -127,14 +127,8 @@ def batch_outliers(run: RunData, stage: Stage, limit: int = 8) -> list[Outlier]:
     for epoch, index, t in times:
         z = 0.6745 * (t - median) / mad if mad > 0 else (math.inf if t > median else 0.0)
         if z > 3.5 and t >= 1.5 * median:
-            rows.append(
-                Outlier(
-                    epoch=epoch,
-                    batch=index,
-                    ms=round(1000.0 * t, 2),
-                    x_median=round(t / median, 2) if median > 0 else None,
-                )
-            )
+            x_median = round(t / median, 2) if median > 0 else None
+            rows.append(Outlier(epoch, index, round(1000.0 * t, 2), x_median))
     rows.sort(key=lambda r: (-r.ms, str(r.epoch), r.batch))
     return rows[:limit]
 
