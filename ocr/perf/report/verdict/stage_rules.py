@@ -10,7 +10,7 @@ from typing import Any
 
 from ocr.perf.advice import candidates_for, workers_wait
 from ocr.perf.candidates import Candidate
-from ocr.perf.findings import THRESHOLDS, Finding, threshold
+from ocr.perf.findings import THRESHOLDS, Finding, input_bound_severity, threshold
 from ocr.perf.mfu import stage_flops_per_sample, stage_utilisation
 from ocr.perf.ranks import STRAGGLER_MIN_S, STRAGGLER_MIN_SHARE
 from ocr.perf.report.load import RunData
@@ -46,6 +46,7 @@ def phase_finding(
     rule: str,
     top: tuple[str, float] | None = None,
     *,
+    severity: str | None = None,
     evidence: dict[str, Any] | None = None,
     candidates: list[Candidate] | None = None,
 ) -> Finding:
@@ -58,9 +59,11 @@ def phase_finding(
     limits = {"warning_pct": threshold(f"{rule}_warn_pct")}
     if f"{rule}_critical_pct" in THRESHOLDS:
         limits["critical_pct"] = threshold(f"{rule}_critical_pct")
+    if severity is None:
+        severity = "critical" if pct >= limits.get("critical_pct", math.inf) else "warning"
     return Finding(
         id=finding_id,
-        severity="critical" if pct >= limits.get("critical_pct", math.inf) else "warning",
+        severity=severity,
         score=score(secs, total_s),
         title=title,
         evidence={
@@ -204,6 +207,7 @@ def input_bound(s: StageSummary, run: RunData, adv: Settings, total_s: float) ->
         title,
         "; ".join(advice) + ".",
         "input",
+        severity=input_bound_severity(pct),
         evidence=evidence,
         candidates=candidates_for("input_bound", adv.facts(s), part=part),
     )
