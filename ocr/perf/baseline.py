@@ -178,9 +178,6 @@ class Baseline(msgspec.Struct):
             raise BaselineError(f"{where}: malformed {BASELINE_SCHEMA} file: {exc}") from exc
 
 
-# -- figures of a run ----------------------------------------------------------------------------
-
-
 def _guess_unit(name: str) -> tuple[str, Better]:
     """(unit, better) of a bench figure from its name, when the bench JSON does not say."""
     lower = name.lower()
@@ -232,9 +229,6 @@ def _epoch_figures(records: list[EpochRecord]) -> dict[str, Figure]:
             add("peak_rss_gb", "GiB", "lower", rec.peak_rss_gb)
     figures = {name: Figure.of(vals, unit, better) for name, (unit, better, vals) in series.items()}
     return {name: fig for name, fig in figures.items() if fig.values}
-
-
-# -- sources -------------------------------------------------------------------------------------
 
 
 def _epochs_file(path: Path) -> Path | None:
@@ -367,14 +361,8 @@ def _from_bench(doc: Mapping[str, object], path: Path) -> Baseline:
 def load_source(
     path: str | os.PathLike[str], *, stage: str | None = None, skip_epochs: int = 1
 ) -> Baseline:
-    """A run directory, a bench JSON or a baseline JSON as a :class:`Baseline`.
-
-    Args:
-        path: run directory (or its ``perf/`` folder, or an ``epochs.jsonl`` file), bench JSON
-            or baseline JSON.
-        stage: for runs; ``None`` = ``val`` if present, else ``train``, else ``test``.
-        skip_epochs: for runs, leading epochs of the stage to drop (>= 0).
-    """
+    """A source of the module docstring as a :class:`Baseline`; ``stage`` (``None``: ``val`` if
+    present, else ``train``, else ``test``) and ``skip_epochs`` (>= 0) apply to runs."""
     if skip_epochs < 0:
         raise BaselineError(f"skip_epochs must be >= 0, got {skip_epochs}")
     p = Path(path)

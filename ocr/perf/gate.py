@@ -51,8 +51,6 @@ PHASE_FLOOR_SHARE = 0.02
 #: With at least this many epochs on both sides a figure row also needs a significant
 #: Mann-Whitney test (with 3 against 3 the smallest possible p-value is 0.05).
 MIN_EPOCHS_FOR_TEST = 4
-#: The verdicts of :func:`check_baseline`, from the most to the least binding.
-VERDICTS = ("not comparable", "insufficient data", "regression", "pass")
 #: The row of the pooled per-batch times.
 BATCH_ROW = "batch_time_s (distribution)"
 #: Row statuses besides the outcome words: in the baseline but not now; no better direction.
@@ -111,8 +109,9 @@ class GateRow:
 
 @dataclass(frozen=True)
 class GateOutcome:
-    """What :func:`check_baseline` found: a verdict of :data:`VERDICTS`, every compared
-    figure, comparability notes and why either side has too little data to judge."""
+    """What :func:`check_baseline` found: a verdict (from the most binding: ``not comparable``,
+    ``insufficient data``, ``regression``, ``pass``), every compared figure, comparability notes
+    and why either side has too little data to judge."""
 
     verdict: str
     rows: list[GateRow] = field(default_factory=list)
@@ -124,9 +123,6 @@ class GateOutcome:
         out = to_jsonable(asdict(self))
         assert isinstance(out, dict)
         return out
-
-
-# -- one row -------------------------------------------------------------------------------------
 
 
 def _change(base: float, cur: float, fraction: bool) -> float:
@@ -144,16 +140,6 @@ def _band(threshold: float, fraction: bool, floor_pct: float) -> Band:
         return Band(-threshold, threshold, "pts")
     down = 100.0 * (1.0 / (1.0 + threshold / 100.0) - 1.0)
     return Band(min(down, -floor_pct), max(threshold, floor_pct), "%")
-
-
-def _test(
-    base: Sequence[float], cur: Sequence[float], up: bool, min_n: int, what: str
-) -> tuple[float | None, str | None]:
-    """(p-value that ``cur`` is shifted ``up`` (else down) from ``base``, or ``None`` with too
-    few values; the rule in words when it could not run)."""
-    if min(len(base), len(cur)) < min_n:
-        return None, f"no noise test (fewer than {min_n} {what} a side): the medians decide"
-    return (mann_whitney_greater(base, cur) if up else mann_whitney_greater(cur, base)), None
 
 
 def _row(
@@ -217,7 +203,10 @@ def _row(
         rules.append("no better direction: not judged")
         return row(NOT_JUDGED, band=band, **measured)
     direction = band.moved(change)
-    p_value, no_test = _test(test[0], test[1], change > 0, min_n, what)
+    p_value = None  # that the current values are shifted the way the median moved
+    if min(map(len, test)) >= min_n:
+        lower, higher = test if change > 0 else test[::-1]
+        p_value = mann_whitney_greater(lower, higher)
     shown = f"{change:+.3g} s" if unit == "s" else f"{change:+.1f} {unit}"
     moved: str | None = None
     if direction is None:
@@ -228,7 +217,7 @@ def _row(
         moved = str(Outcome.REGRESSION if worse else Outcome.IMPROVEMENT)
         rules.append(f"change {shown} outside the band")
         if p_value is None:
-            rules.append(str(no_test))
+            rules.append(f"no noise test (fewer than {min_n} {what} a side): the medians decide")
             status = moved
         elif p_value < ALPHA:
             rules.append(f"Mann-Whitney p={p_value:.3f} < {ALPHA}: beyond the noise")
@@ -239,44 +228,37 @@ def _row(
     return row(status, band=band, p_value=p_value, moved=moved, **measured)
 
 
-# -- the gate ------------------------------------------------------------------------------------
-
-
 def _comparability(
     baseline: Baseline, current: Baseline, allow_other_machine: bool
 ) -> tuple[bool, list[str]]:
-    notes: list[str] = []
-    ok = True
+    notes: list[str] = []  # why the two are not comparable, then what to know anyway
     if baseline.stage != current.stage:
-        ok = False
         notes.append(f"different stages: baseline {baseline.stage!r}, current {current.stage!r}")
     kinds = (baseline.source.kind, current.source.kind)
     if "bench" in kinds and kinds[0] != kinds[1]:
-        ok = False
         notes.append(f"a {kinds[0]} compared with a {kinds[1]}: different kinds of figures")
     wb, wc = baseline.workload, current.workload
     for key in _WORKLOAD_KEYS:
         if key in wb and key in wc and wb[key] != wc[key]:
-            ok = False
             notes.append(f"different workload: {key} {wb[key]!r} in the baseline, {wc[key]!r} now")
     mb, mc = baseline.machine, current.machine
-    differ = [
+    differ = "; ".join(
         f"{key} {mb[key]!r} vs {mc[key]!r}"
         for key in _MACHINE_CLASS_KEYS
         if key in mb and key in mc and mb[key] != mc[key]
-    ]
-    if differ:
-        if allow_other_machine:
-            notes.append("WARNING: different machines (" + "; ".join(differ) + "), compared anyway")
-        else:
-            ok = False
-            notes.append(
-                "different machines (" + "; ".join(differ) + "): wall times are not comparable "
-                "(allow_other_machine / --allow-other-machine compares anyway)"
-            )
-    elif mb.get("hostname") and mc.get("hostname") and mb["hostname"] != mc["hostname"]:
-        notes.append(f"different hosts of the same class: {mb['hostname']} vs {mc['hostname']}")
-    return ok, notes
+    )
+    if differ and not allow_other_machine:
+        notes.append(
+            f"different machines ({differ}): wall times are not comparable "
+            "(allow_other_machine / --allow-other-machine compares anyway)"
+        )
+    comparable = not notes
+    if differ and allow_other_machine:
+        notes.append(f"WARNING: different machines ({differ}), compared anyway")
+    hosts = mb.get("hostname"), mc.get("hostname")
+    if not differ and all(hosts) and hosts[0] != hosts[1]:
+        notes.append(f"different hosts of the same class: {hosts[0]} vs {hosts[1]}")
+    return comparable, notes
 
 
 def _batch_row(baseline: Baseline, current: Baseline, tolerance: float) -> GateRow | None:
@@ -307,16 +289,10 @@ def check_baseline(
     allow_other_machine: bool = False,
 ) -> GateOutcome:
     """Compare ``current`` with ``baseline`` (both as :func:`~ocr.perf.baseline.load_source`
-    returns them); see the module docstring for the rules.
-
-    Args:
-        tolerance_pct: minimal relative change that counts, in percent (percentage points for
-            fractions); widened per figure to the baseline's epoch-to-epoch noise. ``None`` =
-            :data:`DEFAULT_TOLERANCE_PCT` (:data:`DEFAULT_FRACTION_TOLERANCE` points for
-            fractions).
-        allow_other_machine: compare across machine classes (a warning note) instead of
-            answering ``"not comparable"``.
-    """
+    returns them) by the rules of the module docstring. ``tolerance_pct``: the smallest change
+    that counts, in percent (points for fractions; ``None``: the defaults above);
+    ``allow_other_machine``: compare across machine classes (a warning note) instead of
+    answering ``"not comparable"``."""
     if tolerance_pct is not None and not tolerance_pct >= 0:
         raise ConfigError(f"tolerance_pct must be >= 0, got {tolerance_pct!r}")
     comparable, notes = _comparability(baseline, current, allow_other_machine)

@@ -105,34 +105,26 @@ def row_cells(row: GateRow) -> tuple[str, ...]:
     )
 
 
-def _floor(row: GateRow) -> bool:
-    return row.band is not None and row.band.unit == "s"
-
-
 def verdict_line(outcome: GateOutcome) -> str:
     return f"verdict: {outcome.verdict}"
 
 
-def print_check(outcome: GateOutcome, console: Console | None = None) -> None:
+def print_check(outcome: GateOutcome, console: Console) -> None:
     """A table of :func:`~ocr.perf.gate.check_baseline`'s rows (what moved first) and its
     verdict.
 
     Fits the terminal: the figure name and the rules wrap, and when even that is too wide the
     rules move under the table, then the unit, the better direction, the baseline and the
     current value are left out; the change, the band and the status are always shown."""
-    from ocr.console import fit_table, make_console
+    from ocr.console import fit_table
 
-    console = console or make_console()
     ordered = sorted(outcome.rows, key=lambda r: _ORDER.get(r.status, 9))
     cells = [row_cells(r) for r in ordered]
     styles = [_STYLES.get(r.status, "") for r in ordered]
 
-    shown: set[str] = set(COLUMNS)
-
     def build(dropped: frozenset[str]) -> Table:
         from rich.table import Table
 
-        shown.intersection_update(c for c in COLUMNS if c not in dropped)
         table = Table(title="performance check: current vs baseline (medians over epochs)")
         keep = [i for i, c in enumerate(COLUMNS) if c not in dropped]
         for i in keep:
@@ -147,15 +139,16 @@ def print_check(outcome: GateOutcome, console: Console | None = None) -> None:
             table.add_row(*(row[i] for i in keep), style=style)
         return table
 
-    drop = ("why", "unit", "better", "baseline", "current")
-    console.print(fit_table(build, drop, console.width))
-    if "why" not in shown:  # the rules, under the table: in full for what moved
+    table = fit_table(build, ("why", "unit", "better", "baseline", "current"), console.width)
+    console.print(table)
+    if "why" not in [column.header for column in table.columns]:  # the rules under it
         for row in ordered:
             if row.status != Outcome.NO_CHANGE:
                 console.print(f"{row.figure}: {row.status}: {'; '.join(row.rules)}", markup=False)
+        floored = [r.figure for r in ordered if r.band and r.band.unit == "s"]
         for label, names in (
             ("band widened to the baseline's noise", [r.figure for r in ordered if r.widened]),
-            ("band held by the phase floor (s)", [r.figure for r in ordered if _floor(r)]),
+            ("band held by the phase floor (s)", floored),
         ):
             if names:
                 console.print(f"{label}: {', '.join(names)}", markup=False, highlight=False)
@@ -168,13 +161,10 @@ def print_check(outcome: GateOutcome, console: Console | None = None) -> None:
     console.print(verdict_line(outcome), style=style, markup=False, highlight=False)
 
 
-def print_baseline(baseline: Baseline, console: Console | None = None) -> None:
+def print_baseline(baseline: Baseline, console: Console) -> None:
     """A table of a baseline's figures (median, the noise allowance of its epochs, values)."""
     from rich.table import Table
 
-    from ocr.console import make_console
-
-    console = console or make_console()
     table = Table(
         title=f"baseline {baseline.name or ''}: {baseline.source.kind} {baseline.source.path}, "
         f"stage {baseline.stage}, epochs {baseline.epochs}"

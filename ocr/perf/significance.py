@@ -56,9 +56,6 @@ OUTCOME_STYLE: dict[str, str] = {
 }
 
 
-# -- Mann-Whitney U ------------------------------------------------------------------------------
-
-
 @lru_cache(maxsize=256)
 def _u_distribution(m: int, n: int) -> tuple[int, ...]:
     """Counts of each U value (0..m*n) over all C(m+n, m) orderings without ties."""
@@ -99,9 +96,6 @@ def mann_whitney_greater(x: Sequence[float] | np.ndarray, y: Sequence[float] | n
     return 0.5 * math.erfc(z / math.sqrt(2))
 
 
-# -- bootstrap -----------------------------------------------------------------------------------
-
-
 def _resampled_medians(values: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     picks = rng.integers(0, values.size, size=(BOOTSTRAP_RESAMPLES, values.size))
     return np.median(values[picks], axis=1)
@@ -113,30 +107,17 @@ def _tails(samples: np.ndarray) -> tuple[float, float]:
     return float(low), float(high)
 
 
-def median_interval(
-    values: Sequence[float] | np.ndarray, seed: int = BOOTSTRAP_SEED
-) -> tuple[float, float]:
-    """The :data:`CONFIDENCE` percentile-bootstrap interval of the median of ``values``."""
-    arr = np.asarray(values, dtype=np.float64)
-    if arr.size == 0:
-        raise ValueError("median_interval: no values")
-    return _tails(_resampled_medians(arr, np.random.default_rng(seed)))
-
-
 def ratio_of_medians_interval(
-    a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray, seed: int = BOOTSTRAP_SEED
+    a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray
 ) -> tuple[float, float]:
     """The :data:`CONFIDENCE` bootstrap interval of ``median(b) / median(a)`` (two independent
     samples, each resampled on its own)."""
     aa, ba = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
     if aa.size == 0 or ba.size == 0:
         raise ValueError("ratio_of_medians_interval: a side has no values")
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(BOOTSTRAP_SEED)
     ma, mb = _resampled_medians(aa, rng), _resampled_medians(ba, rng)
     return _tails(mb / np.where(ma > 0, ma, np.nan))
-
-
-# -- paired ratios -------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -154,28 +135,21 @@ class PairedRatios:
         return len(self.ratios)
 
 
-def paired_ratios(ratios: Sequence[float], seed: int = BOOTSTRAP_SEED) -> PairedRatios:
+def paired_ratios(ratios: Sequence[float]) -> PairedRatios:
     """The median of ``ratios`` with its bootstrap interval (``ValueError`` when empty)."""
     values = np.asarray(ratios, dtype=np.float64)
     if values.size == 0:
         raise ValueError("paired_ratios: no ratios")
-    low, high = median_interval(values, seed)
+    low, high = _tails(_resampled_medians(values, np.random.default_rng(BOOTSTRAP_SEED)))
     return PairedRatios(tuple(values.tolist()), float(np.median(values)), low, high)
 
 
 def ratio_outcome(low: float, high: float, bar: float, *, enough: bool = True) -> Outcome:
     """What an interval ``[low, high]`` of a ratio (above 1 = better) says against ``bar`` (> 1,
-    the smallest ratio that counts).
-
-    * ``improvement``: ``low > bar`` (better by more than the bar, with confidence);
-    * ``no significant change``: the interval contains 1, or lies wholly inside
-      ``[1 / bar, bar]`` (any change is smaller than what counts);
-    * ``regression``: ``high < 1`` (and the interval is not inside the band);
-    * ``inconclusive``: anything else (better, but maybe by less than the bar), or not
-      ``enough`` data (whatever the interval shows).
-    """
-    if not bar > 1.0:
-        raise ValueError(f"ratio_outcome: bar must be > 1, got {bar!r}")
+    the smallest ratio that counts): ``improvement`` when it lies above the bar; ``no significant
+    change`` when it contains 1 or lies inside ``[1 / bar, bar]`` (any change is smaller than what
+    counts); ``regression`` when it lies below 1; else, or without ``enough`` data,
+    ``inconclusive``."""
     if not enough:
         return Outcome.INCONCLUSIVE
     if low > bar:
@@ -185,9 +159,6 @@ def ratio_outcome(low: float, high: float, bar: float, *, enough: bool = True) -
     if high < 1.0:
         return Outcome.REGRESSION
     return Outcome.INCONCLUSIVE
-
-
-# -- noise of a series ---------------------------------------------------------------------------
 
 
 def noise_allowance(values: Sequence[float], *, relative: bool = True) -> float:

@@ -3,9 +3,19 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 import numpy as np
+
+#: ``a`` below: half of the 1 % promised, so rounding at bucket edges stays inside it.
+RELATIVE_ACCURACY = 0.005
+#: Values below this (1 ns) count as zero for the quantiles.
+MIN_VALUE = 1e-9
+#: Values above this (~32 years) go in the top bucket for the quantiles (then clipped to the
+#: exact maximum).
+MAX_VALUE = 1e9
+_GAMMA = (1.0 + RELATIVE_ACCURACY) / (1.0 - RELATIVE_ACCURACY)
+_INV_LOG_GAMMA = 1.0 / math.log(_GAMMA)
 
 
 class StreamingStats:
@@ -16,75 +26,26 @@ class StreamingStats:
     The histogram is a relative-error sketch (as in DDSketch): bucket ``i`` holds the values in
     ``(gamma**(i-1), gamma**i]`` with ``gamma = (1 + a) / (1 - a)``, and reports its values as
     ``2 gamma**i / (gamma + 1)``, which is within ``a`` of every one of them. Only the buckets seen
-    are stored, and values are clamped into ``[min_value, max_value]`` first, so the number of
+    are stored, and values are clamped into ``[MIN_VALUE, MAX_VALUE]`` first, so the number of
     buckets is bounded by that range however long the stream. Quantiles interpolate
     linearly between the two nearest order statistics, like ``numpy.quantile``'s default, so they
     are within ``a`` of numpy's answer on the same data. The extremes (q = 0, q = 1) are exact.
 
     ``std`` is the population standard deviation (``ddof=0``, like ``numpy.std``).
-
-    Args:
-        relative_accuracy: ``a``, in ``(0, 0.5)``; the default is half of the 1 % promised, so
-            rounding at bucket edges stays inside it.
-        min_value: values below this (1 ns by default) count as zero for the quantiles.
-        max_value: values above this (~32 years by default) go in the top bucket for the
-            quantiles (then clipped to the exact maximum).
     """
 
-    def __init__(
-        self,
-        relative_accuracy: float = 0.005,
-        min_value: float = 1e-9,
-        max_value: float = 1e9,
-    ) -> None:
-        if not 0.0 < relative_accuracy < 0.5:
-            raise ValueError(f"relative_accuracy must be in (0, 0.5), got {relative_accuracy!r}")
-        if not 0.0 < min_value < max_value < math.inf:
-            raise ValueError(
-                f"need 0 < min_value < max_value < inf, got min_value={min_value!r}, "
-                f"max_value={max_value!r}"
-            )
-        self.relative_accuracy = float(relative_accuracy)
-        self.min_value = float(min_value)
-        self.max_value = float(max_value)
-        self._gamma = (1.0 + relative_accuracy) / (1.0 - relative_accuracy)
-        self._inv_log_gamma = 1.0 / math.log(self._gamma)
+    def __init__(self) -> None:
         self.count = 0
         self._mean = 0.0
         self._m2 = 0.0  # sum of squared deviations from the mean (Welford)
         self._min = math.inf
         self._max = -math.inf
-        self._zeros = 0  # values below min_value
+        self._zeros = 0  # values below MIN_VALUE
         self._buckets: dict[int, int] = {}
 
-    # -- adding -----------------------------------------------------------------------------
-
-    def _key(self, value: float) -> int:
-        return math.ceil(math.log(min(value, self.max_value)) * self._inv_log_gamma)
-
-    def add(self, value: float) -> None:
-        """Add one value (finite, >= 0)."""
-        v = float(value)
-        if not 0.0 <= v < math.inf:  # also rejects NaN
-            raise ValueError(f"StreamingStats.add: expected a finite value >= 0, got {value!r}")
-        self.count += 1
-        delta = v - self._mean
-        self._mean += delta / self.count
-        self._m2 += delta * (v - self._mean)
-        if v < self._min:
-            self._min = v
-        if v > self._max:
-            self._max = v
-        if v < self.min_value:
-            self._zeros += 1
-        else:
-            key = self._key(v)
-            self._buckets[key] = self._buckets.get(key, 0) + 1
-
-    def add_many(self, values: Iterable[float] | np.ndarray) -> None:
-        """Add many values at once (vectorised; same result as calling :meth:`add` for each)."""
-        arr = np.asarray(values if isinstance(values, np.ndarray) else list(values), np.float64)
-        arr = arr.ravel()
+    def add_many(self, values: Sequence[float] | np.ndarray) -> None:
+        """Add a chunk of values (finite, >= 0); chunks of any size give the same summary."""
+        arr = np.asarray(values, np.float64).ravel()
         if arr.size == 0:
             return
         bad = ~((arr >= 0.0) & (arr < math.inf))
@@ -93,51 +54,24 @@ class StreamingStats:
                 "StreamingStats.add_many: expected finite values >= 0, got "
                 f"{arr[bad][0]!r} at index {int(np.flatnonzero(bad)[0])}"
             )
-        other = StreamingStats(self.relative_accuracy, self.min_value, self.max_value)
-        other.count = int(arr.size)
-        other._mean = float(arr.mean())
-        other._m2 = float(np.square(arr - other._mean).sum())
-        other._min = float(arr.min())
-        other._max = float(arr.max())
-        small = arr < self.min_value
-        other._zeros = int(small.sum())
-        big = np.minimum(arr[~small], self.max_value)
-        keys, counts = np.unique(
-            np.ceil(np.log(big) * self._inv_log_gamma).astype(np.int64), return_counts=True
-        )
-        other._buckets = dict(zip(keys.tolist(), counts.tolist(), strict=True))
-        self.merge(other)
-
-    def merge(self, other: StreamingStats) -> None:
-        """Fold ``other`` in: afterwards ``self`` summarises both streams (``other`` unchanged)."""
-        if not isinstance(other, StreamingStats):
-            raise TypeError(f"can only merge a StreamingStats, got {type(other).__name__}")
-        if (other.relative_accuracy, other.min_value, other.max_value) != (
-            self.relative_accuracy,
-            self.min_value,
-            self.max_value,
-        ):
-            raise ValueError(
-                "cannot merge StreamingStats with different settings: "
-                f"{(self.relative_accuracy, self.min_value, self.max_value)} vs "
-                f"{(other.relative_accuracy, other.min_value, other.max_value)}"
-            )
-        if other.count == 0:
-            return
-        n_a, n_b = self.count, other.count
+        n_a, n_b = self.count, int(arr.size)
         n = n_a + n_b
-        delta = other._mean - self._mean
+        mean_b = float(arr.mean())
+        delta = mean_b - self._mean
         # Chan et al.'s pairwise update: exact combination of two Welford states.
         self._mean += delta * n_b / n
-        self._m2 += other._m2 + delta * delta * n_a * n_b / n
+        self._m2 += float(np.square(arr - mean_b).sum()) + delta * delta * n_a * n_b / n
         self.count = n
-        self._min = min(self._min, other._min)
-        self._max = max(self._max, other._max)
-        self._zeros += other._zeros
-        for key, c in other._buckets.items():
+        self._min = min(self._min, float(arr.min()))
+        self._max = max(self._max, float(arr.max()))
+        small = arr < MIN_VALUE
+        self._zeros += int(small.sum())
+        big = np.minimum(arr[~small], MAX_VALUE)
+        keys, counts = np.unique(
+            np.ceil(np.log(big) * _INV_LOG_GAMMA).astype(np.int64), return_counts=True
+        )
+        for key, c in zip(keys.tolist(), counts.tolist(), strict=True):
             self._buckets[key] = self._buckets.get(key, 0) + c
-
-    # -- reading ----------------------------------------------------------------------------
 
     # mean, std, min and max are exact; nan when empty
 
@@ -174,7 +108,7 @@ class StreamingStats:
             while seen <= rank:
                 key = keys[i]
                 seen += self._buckets[key]
-                value = 2.0 * self._gamma**key / (self._gamma + 1.0)
+                value = 2.0 * _GAMMA**key / (_GAMMA + 1.0)
                 i += 1
             # The estimate is within the relative error of every value in its bucket; clipping to
             # the exact extremes can only bring it closer.
@@ -184,11 +118,8 @@ class StreamingStats:
     def quantiles(self, qs: Iterable[float]) -> list[float]:
         """Values below which fractions ``qs`` (each in [0, 1]) of the values lie (one pass over the
         buckets); nan when empty. Linear interpolation between order statistics (numpy's default
-        method), each estimated within ``relative_accuracy``."""
+        method), each estimated within :data:`RELATIVE_ACCURACY`."""
         qs = list(qs)
-        for q in qs:
-            if not 0.0 <= q <= 1.0:
-                raise ValueError(f"quantile q must be in [0, 1], got {q!r}")
         if self.count == 0:
             return [math.nan] * len(qs)
         positions = [q * (self.count - 1) for q in qs]

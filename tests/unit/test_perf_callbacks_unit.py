@@ -191,7 +191,7 @@ def test_buffered_batch_times_summarise_like_one_add_per_batch() -> None:
     durations_ns = [1_000_000 + 37_013 * (i % 53) for i in range(_BATCH_TIMES_CHUNK + 77)]
     for i, ns in enumerate(durations_ns):
         epoch.pending_ns.append(ns)
-        reference.add(ns / 1e9)
+        reference.add_many([ns / 1e9])
         if len(epoch.pending_ns) >= _BATCH_TIMES_CHUNK:
             epoch.flush_batch_times()
             assert epoch.pending_ns == []

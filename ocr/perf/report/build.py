@@ -3,20 +3,14 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ocr.errors import InputError
-from ocr.perf.findings import Finding, post_hoc_thresholds
+from ocr.perf.findings import Finding
 from ocr.perf.gate import GateOutcome
-from ocr.perf.report.load import (
-    TRACE_DIRNAME,
-    ReportInputError,
-    RunData,
-    config_value,
-    load_run,
-)
+from ocr.perf.report.load import TRACE_DIRNAME, ReportInputError, RunData, config_value, load_run
 from ocr.perf.report.profiled import move_profiler_overhead
 from ocr.perf.report.run_name import RunName, run_name
 from ocr.perf.report.stages import StageSummary, summarize_stages
@@ -50,7 +44,6 @@ class Report:
     baseline: GateOutcome | None = None
     baseline_name: str | None = None
     baseline_note: str | None = None
-    thresholds: dict[str, float] = field(default_factory=post_hoc_thresholds)
 
 
 def _relative(text: str, root: Path) -> str:

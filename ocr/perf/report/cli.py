@@ -53,7 +53,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> int:
     """Build and write the report for parsed ``args``; print a terminal summary and the path."""
     # Imported here so that `ocr-perf --help` stays instant (matplotlib, numpy).
-    from ocr.console import make_console
+    from ocr.console import make_console, write_json
     from ocr.perf.report import (
         ReportInputError,
         build_report,
@@ -61,6 +61,7 @@ def run(args: argparse.Namespace) -> int:
         to_markdown,
         write_html,
     )
+    from ocr.perf.report.writers import to_json
 
     try:
         report = build_report(args.run_dir, baseline=args.baseline)
@@ -73,18 +74,11 @@ def run(args: argparse.Namespace) -> int:
         if args.markdown:
             args.markdown.parent.mkdir(parents=True, exist_ok=True)
             args.markdown.write_text(to_markdown(report), encoding="utf-8")
+        if args.json is not None:
+            write_json(args.json, to_json(report))
     except OSError as exc:
         report_error("ocr-perf", f"cannot write output: {exc}")
         return EXIT_BAD_INPUT
-    if args.json is not None:
-        from ocr.console import write_json
-        from ocr.perf.report.writers import to_json
-
-        try:
-            write_json(args.json, to_json(report))
-        except OSError as exc:
-            report_error("ocr-perf", f"cannot write output: {exc}")
-            return EXIT_BAD_INPUT
     # with --json - stdout is the JSON alone: the summary goes to stderr
     console = make_console(stderr=str(args.json) == "-")
     print_summary(report, console)

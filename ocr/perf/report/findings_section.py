@@ -7,7 +7,7 @@ import re
 from typing import Any
 
 from ocr.perf.candidates import Candidate
-from ocr.perf.findings import CONFIDENCES, Finding
+from ocr.perf.findings import CONFIDENCES, Finding, threshold
 from ocr.perf.report.build import Report
 from ocr.perf.report.document import Section, Table, cell
 from ocr.perf.report.measured import best_measured
@@ -92,30 +92,22 @@ def change_text(findings: list[Finding], i: int, same: dict[int, int]) -> str:
     return f"as #{same[i] + 1}" if i in same else findings[i].suggestion
 
 
-def _example(thresholds: dict[str, float], key: str) -> str:
-    """`` (e.g. data wait >= 40 % of a stage)`` from the verdict's own threshold, if it has one."""
-    value = thresholds.get(key)
-    return "" if value is None else f" (e.g. data wait >= {value:g} % of a stage)"
-
-
-def severity_legend(report: Report) -> list[str]:
-    """What the severities and the score mean, one line each (the verdict's legend)."""
-    t = report.thresholds
-    risk = ""
-    if "risk_critical_score" in t and "risk_warning_score" in t:
-        risk = (
-            "; findings about a run that may die or give garbage rather than about its speed "
-            f"score {t['risk_critical_score']:g} when critical, {t['risk_warning_score']:g} as "
-            "a warning"
-        )
+def severity_legend() -> list[str]:
+    """What the severities and the score mean, one line each (the verdict's legend), with the
+    verdict's own thresholds."""
+    example = " (e.g. data wait >= {:g} % of a stage)".format
     return [
         "Score: the share (%) of the run's recorded wall time, all stages together, that the "
-        f"finding's cause accounts for{risk}. Findings are listed by score, highest first.",
+        "finding's cause accounts for; findings about a run that may die or give garbage "
+        f"rather than about its speed score {threshold('risk_critical_score'):g} when critical, "
+        f"{threshold('risk_warning_score'):g} as a warning. Findings are listed by score, highest "
+        "first.",
         "critical: the cause passes its rule's critical threshold"
-        f"{_example(t, 'input_critical_pct')} or threatens the run itself (NaN loss, disk or "
-        "memory running out); act on it first.",
-        f"warning: the cause passes its rule's warning threshold{_example(t, 'input_warn_pct')} "
-        "or is a risk worth watching; the change is likely to pay.",
+        f"{example(threshold('input_critical_pct'))} or threatens the run itself (NaN loss, disk "
+        "or memory running out); act on it first.",
+        "warning: the cause passes its rule's warning threshold"
+        f"{example(threshold('input_warn_pct'))} or is a risk worth watching; the change is "
+        "likely to pay.",
         "info: where the time goes, with no threshold passed (e.g. compute-bound): worth "
         "knowing; the change may help, or there may be no headroom.",
         "Cause: how sure the finding is of its cause: "

@@ -157,8 +157,7 @@ def load_run(run_dir: str | os.PathLike[str]) -> RunData:
             if isinstance(overrides, list):
                 data.overrides = [str(o) for o in overrides]
         if (hydra / "hydra.yaml").is_file():
-            loaded = _yaml(hydra / "hydra.yaml")[1]
-            name = config_value(loaded if isinstance(loaded, dict) else None, "hydra.job.name")
+            name = config_value(_yaml(hydra / "hydra.yaml")[1], "hydra.job.name")
             data.hydra_job_name = name if isinstance(name, str) and name.strip() else None
     else:
         data.notes.append(".hydra/config.yaml: not recorded (advice names generic settings)")

@@ -21,15 +21,7 @@ def _row(r: TryRecord) -> list[str]:
     change = r.override or r.description
     if r.kind == "combined":
         change = f"together: {change}"
-    return [
-        change,
-        cell(r.median, 3),
-        interval,
-        str(r.pairs),
-        r.status,
-        labels(r),
-        r.note,
-    ]
+    return [change, cell(r.median, 3), interval, str(r.pairs), r.status, labels(r), r.note]
 
 
 def measured_changes_section(report: Report) -> Section:

@@ -62,25 +62,20 @@ def svg(fig: Figure | None) -> str | None:
     return text[text.index("<svg") :]
 
 
-def _stage_records(run: RunData, stage: Stage) -> list[EpochRecord]:
-    return [e for e in run.epochs if e.stage == stage]
-
-
-def _stages(run: RunData) -> list[Stage]:
-    present = {e.stage for e in run.epochs}
-    return [s for s in STAGE_ORDER if s in present]
+def _by_stage(run: RunData) -> dict[Stage, list[EpochRecord]]:
+    """The run's epoch records of each stage that has some, in stage order."""
+    return {s: r for s in STAGE_ORDER if (r := [e for e in run.epochs if e.stage == s])}
 
 
 def phase_plot(run: RunData) -> str | None:
     """Stacked bars of seconds per phase for every epoch, one panel per stage."""
-    stages = _stages(run)
+    stages = _by_stage(run)
     if not stages:
         return None
     with _style():
         fig = Figure(figsize=(3.6 * len(stages) + 1.6, 3.2))
         axes = fig.subplots(1, len(stages), squeeze=False)[0]
-        for ax, stage in zip(axes, stages, strict=True):
-            records = _stage_records(run, stage)
+        for ax, (stage, records) in zip(axes, stages.items(), strict=True):
             x = list(range(len(records)))
             bottom = [0.0] * len(records)
             for phase in PHASES:
@@ -122,7 +117,7 @@ class Outlier:
 def batch_outliers(run: RunData, stage: Stage, limit: int = 8) -> list[Outlier]:
     """The slowest batches of ``stage`` that are outliers by a robust rule (modified z-score over
     the median absolute deviation > 3.5, and at least 1.5x the median), slowest first."""
-    times = _batch_times(_stage_records(run, stage))
+    times = _batch_times(_by_stage(run).get(stage, []))
     if len(times) < 5:
         return []
     values = sorted(t for _, _, t in times)
@@ -132,28 +127,22 @@ def batch_outliers(run: RunData, stage: Stage, limit: int = 8) -> list[Outlier]:
     for epoch, index, t in times:
         z = 0.6745 * (t - median) / mad if mad > 0 else (math.inf if t > median else 0.0)
         if z > 3.5 and t >= 1.5 * median:
-            rows.append(
-                Outlier(
-                    epoch=epoch,
-                    batch=index,
-                    ms=round(1000.0 * t, 2),
-                    x_median=round(t / median, 2) if median > 0 else None,
-                )
-            )
+            x_median = round(t / median, 2) if median > 0 else None
+            rows.append(Outlier(epoch, index, round(1000.0 * t, 2), x_median))
     rows.sort(key=lambda r: (-r.ms, str(r.epoch), r.batch))
     return rows[:limit]
 
 
 def batch_times_plot(run: RunData) -> str | None:
     """Histogram of batch times (ms) per stage with median and p95 marked."""
-    stages = [s for s in _stages(run) if _batch_times(_stage_records(run, s))]
+    stages = {s: times for s, r in _by_stage(run).items() if (times := _batch_times(r))}
     if not stages:
         return None
     with _style():
         fig = Figure(figsize=(3.6 * len(stages), 2.8))
         axes = fig.subplots(1, len(stages), squeeze=False)[0]
-        for ax, stage in zip(axes, stages, strict=True):
-            ms = sorted(1000.0 * t for _, _, t in _batch_times(_stage_records(run, stage)))
+        for ax, (stage, times) in zip(axes, stages.items(), strict=True):
+            ms = sorted(1000.0 * t for _, _, t in times)
             ax.hist(ms, bins=min(40, max(5, len(ms) // 3)), color=_STAGE_COLORS[stage])
             median = ms[len(ms) // 2]
             p95 = ms[min(len(ms) - 1, math.ceil(0.95 * len(ms)) - 1)]
@@ -201,7 +190,7 @@ def training_rates(run: RunData) -> list[tuple[int, float]]:
 def throughput_figure(run: RunData) -> Figure | None:
     """Samples per second per epoch and stage; with interval records, the training rate against
     the global step as a second panel. Both x axes tick on whole numbers."""
-    stages = _stages(run)
+    stages = _by_stage(run)
     rates = training_rates(run)
     if not stages and not rates:
         return None
@@ -211,8 +200,7 @@ def throughput_figure(run: RunData) -> Figure | None:
         axes = list(fig.subplots(1, panels, squeeze=False)[0])
         if stages:
             ax = axes.pop(0)
-            for stage in stages:
-                records = _stage_records(run, stage)
+            for stage, records in stages.items():
                 xs = [num(r.epoch, i) for i, r in enumerate(records)]
                 ys = [num(r.samples_per_sec, math.nan) for r in records]
                 ax.plot(xs, ys, marker="o", color=_STAGE_COLORS[stage], label=stage.label)
@@ -354,11 +342,7 @@ def memory_timeline_plot(timeline: dict[str, list[list[float]]] | None) -> str |
             if not points:
                 continue
             start = points[0][0]
-            ax.plot(
-                [p[0] - start for p in points],
-                [p[1] / 2**30 for p in points],
-                label=device,
-            )
+            ax.plot([p[0] - start for p in points], [p[1] / 2**30 for p in points], label=device)
         ax.set_xlabel("ms since the first allocation in the trace")
         ax.set_ylabel("allocated (GiB)")
         ax.legend(frameon=False, fontsize=7)

@@ -2,17 +2,14 @@
 
 Sources, first found wins (each is how one kind of run names itself):
 
-1. ``task_name`` in ``.hydra/config.yaml`` (our Hydra app, and apps built like it), followed by
-   ``-<experiment_tag>`` when the config sets one: the same name ``ocr.runtime.make_wandb_logger``
-   gives the WandB run, so the report and the WandB dashboard agree.
+1. ``task_name`` in ``.hydra/config.yaml``, followed by ``-<experiment_tag>`` when the config
+   sets one: the name ``ocr.runtime.make_wandb_logger`` gives the WandB run, so the report and
+   the WandB dashboard agree (WandB keeps its own run name in a binary file, not read here).
 2. ``task_name`` (and ``experiment_tag``) in ``perf/run.json``, which ``ocr.runtime`` records
    when a tag is set: a run whose ``.hydra/`` folder was not kept.
 3. ``hydra.job.name`` in ``.hydra/hydra.yaml``: any Hydra app (the script's name unless
    overridden with ``hydra.job.name=``).
 4. The run folder's name: a foreign run that recorded no configuration.
-
-A WandB run's own name is not among them: WandB keeps it in its binary run file, not in the
-run folder; for our app it is the name of source 1.
 
 The folder's name is kept beside the name: Hydra's folders are the start time
 (``outputs/train/2026-01-31_12-00-00``), which tells two runs of one task apart.

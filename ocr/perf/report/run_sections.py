@@ -64,6 +64,9 @@ def run_section(report: Report) -> Section:
     )
 
 
+_ALERT_FIELDS = ("rule", "event", "severity", "message", "suggestion")
+
+
 def resources_section(report: Report) -> Section:
     run = report.run
     sec = Section(
@@ -85,11 +88,7 @@ def resources_section(report: Report) -> Section:
             [
                 f"{(a.t - base) / 60.0:.2f}",
                 *([str(a.rank)] if ranked else []),
-                cell(a.rule),
-                cell(a.event),
-                cell(a.severity),
-                cell(a.message),
-                cell(a.suggestion),
+                *(cell(getattr(a, f)) for f in _ALERT_FIELDS),
             ]
             for a in sorted(run.alerts, key=lambda a: a.t)
         ]

@@ -90,12 +90,9 @@ def summarize_stages(epochs: list[EpochRecord]) -> dict[Stage, StageSummary]:
         s.samples += record.samples
         s.global_samples += record.all_samples
         s.global_wall_s += record.all_wall_s
-        if record.num_workers is not None:
-            s.num_workers = record.num_workers
-        if record.loader is not None:
-            s.loader = record.loader
-        if record.batch_size is not None:
-            s.batch_size = record.batch_size
+        for name in ("num_workers", "loader", "batch_size"):  # the last epoch's that has one
+            if (value := getattr(record, name)) is not None:
+                setattr(s, name, value)
         if record.device == "cuda":
             s.device = "cuda"
         if record.spreads:

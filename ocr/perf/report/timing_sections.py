@@ -43,17 +43,16 @@ def phases_section(report: Report) -> Section:
     )
     parts = sorted({p for s in stages for p in s.worker_s})
     if parts:
-        wrows = []
-        for part in parts:
-            row = [part]
-            for s in stages:
-                secs = s.worker_s.get(part)
-                row.append(
-                    "-"
-                    if secs is None
-                    else f"{secs:,.3f} s ({1000.0 * secs / max(s.samples, 1):.2f} ms/sample)"
-                )
-            wrows.append(row)
+        wrows = [
+            [part]
+            + [
+                "-"
+                if (secs := s.worker_s.get(part)) is None
+                else f"{secs:,.3f} s ({1000.0 * secs / max(s.samples, 1):.2f} ms/sample)"
+                for s in stages
+            ]
+            for part in parts
+        ]
         wrows.append(["num_workers"] + [cell(s.num_workers) for s in stages])
         sec.tables.append(
             Table(
@@ -153,19 +152,12 @@ def _straggler_rows(stages: list[StageSummary]) -> list[list[str]]:
     rows = []
     for s in stages:
         for epoch, x in s.stragglers:
-            if x is None:
-                rows.append([s.label, str(epoch), "none", "", "", ""])
-            else:
-                rows.append(
-                    [
-                        s.label,
-                        str(epoch),
-                        str(x.rank),
-                        cell(x.excess_s, 3),
-                        x.cause,
-                        cell(x.others_wait_s, 3),
-                    ]
-                )
+            found = (
+                ["none", "", "", ""]
+                if x is None
+                else [str(x.rank), cell(x.excess_s, 3), x.cause, cell(x.others_wait_s, 3)]
+            )
+            rows.append([s.label, str(epoch), *found])
     return rows
 
 
@@ -203,10 +195,7 @@ def batches_section(report: Report) -> Section:
                 ["epoch", "batch", "ms", "x median", "note"],
                 [
                     [
-                        cell(o.epoch),
-                        cell(o.batch),
-                        cell(o.ms),
-                        cell(o.x_median),
+                        *(cell(v) for v in (o.epoch, o.batch, o.ms, o.x_median)),
                         # the profiler's own cost, not the training's
                         "profiled (trace recording / export)"
                         if (stage, o.epoch, o.batch) in profiled

@@ -72,10 +72,7 @@ def trace_section(report: Report) -> Section:
                 ["phase", "ms/step", "trace ms/step", "Δ %", "agree"],
                 [
                     [
-                        cell(p.get("phase")),
-                        cell(p.get("clock_ms")),
-                        cell(p.get("trace_ms")),
-                        cell(p.get("diff_pct")),
+                        *(cell(p.get(k)) for k in ("phase", "clock_ms", "trace_ms", "diff_pct")),
                         "yes" if p.get("agree") else "NO",
                     ]
                     for p in agreement.get("phases") or []

@@ -17,7 +17,6 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table as RichTable
 
-from ocr.console import make_console
 from ocr.perf.clock import PHASES
 from ocr.perf.report.build import Report
 from ocr.perf.report.document import Section, Table
@@ -70,14 +69,7 @@ def _md_cell(text: str) -> str:
 def _md_details(summary: str, body: list[str]) -> list[str]:
     """``body`` folded under ``summary`` (GitHub renders ``<details>``; the blank lines let the
     Markdown inside it render)."""
-    return [
-        "<details>",
-        f"<summary>{html.escape(summary)}</summary>",
-        "",
-        *body,
-        "</details>",
-        "",
-    ]
+    return ["<details>", f"<summary>{html.escape(summary)}</summary>", "", *body, "</details>", ""]
 
 
 def _md_table(t: Table) -> list[str]:
@@ -108,17 +100,14 @@ def to_markdown(report: Report) -> str:
                 head = f"{f.severity}, score {f.score:.1f}, cause {f.confidence}"
                 lines.append(f"{i + 1}. **[{head}] {f.title}**  ")
                 lines.append(f"   Evidence: {evidence_text(f.evidence) or '-'}  ")
-                for c in f.corroboration:
-                    lines.append(f"   Also: {c}  ")
+                lines += [f"   Also: {c}  " for c in f.corroboration]
                 tries = [] if i in same else candidate_lines(f)
                 change = change_text(findings, i, same)
                 lines.append(f"   Change: {change}" + ("  " if tries else ""))
                 lines += [f"   Try: {t}  " for t in tries[:-1]]
                 lines += [f"   Try: {t}" for t in tries[-1:]]
-            lines.append("")
-            lines += ["**Severity and score**", ""]
-            lines += [f"- {item}" for item in severity_legend(report)]
-            lines.append("")
+            legend = [f"- {item}" for item in severity_legend()]
+            lines += ["", "**Severity and score**", "", *legend, ""]
         else:
             for t in sec.tables:
                 lines += _md_table(t)
@@ -171,11 +160,11 @@ def _html_table(t: Table, sev_col: int | None = None) -> str:
     return "\n".join(out)
 
 
-def _html_legend(report: Report) -> str:
+def _html_legend() -> str:
     """The severity legend as a definition list (score first, then the three severities)."""
     e = html.escape
     items = []
-    for line in severity_legend(report):
+    for line in severity_legend():
         term, _, text = line.partition(": ")
         cls = f' class="sev-{e(term)}"' if term in ("critical", "warning", "info") else ""
         items.append(f"<dt{cls}>{e(term)}</dt><dd>{e(text)}</dd>")
@@ -186,10 +175,9 @@ def to_html(report: Report) -> str:
     """The report as one self-contained HTML page (inline CSS and SVG, no scripts, no network)."""
     e = html.escape
     secs = sections(report)
-    name = report.name
     body = [
         f"<h1>{e(title(report))}</h1>",
-        f'<p class="subtitle">Run name from {e(name.source)}.</p>',
+        f'<p class="subtitle">Run name from {e(report.name.source)}.</p>',
         "<nav>" + "".join(f'<a href="#{e(s.id)}">{e(s.title)}</a>' for s in secs) + "</nav>",
     ]
     for sec in secs:
@@ -198,12 +186,12 @@ def to_html(report: Report) -> str:
             cls = ' class="top"' if sec.id == "verdict" and i == 0 and report.findings else ""
             body.append(f"<p{cls}>{e(p)}</p>")
         if sec.plot is not None:
-            label = e(sec.plot_alt)
-            body.append(f'<figure class="plot" role="img" aria-label="{label}">{sec.plot}</figure>')
+            alt = e(sec.plot_alt)
+            body.append(f'<figure class="plot" role="img" aria-label="{alt}">{sec.plot}</figure>')
         for t in sec.tables:
             body.append(_html_table(t, sev_col=1 if sec.id == "verdict" else None))
         if sec.id == "verdict":
-            body.append(_html_legend(report))
+            body.append(_html_legend())
         if sec.pre is not None:
             body.append(
                 f"<details><summary>{e(sec.pre_label)}</summary><pre>{e(sec.pre)}</pre></details>"
@@ -250,16 +238,12 @@ def to_json(report: Report) -> dict[str, Any]:
     }
 
 
-def print_summary(report: Report, console: Console | None = None, top: int = 3) -> None:
+def print_summary(report: Report, console: Console, top: int = 3) -> None:
     """A few lines: where the time went per stage and the ``top`` findings with their change."""
-    con = console or make_console()
     if report.stages:
         t = RichTable(title="Where the time went", title_justify="left", header_style="bold")
-        t.add_column("stage")
-        t.add_column("epochs", justify="right")
-        t.add_column("wall s", justify="right")
-        t.add_column("largest phases")
-        t.add_column("samples/s", justify="right")
+        for name in ("stage", "epochs", "wall s", "largest phases", "samples/s"):
+            t.add_column(name, justify="left" if name in ("stage", "largest phases") else "right")
         for s in report.stages.values():
             biggest = sorted(PHASES, key=lambda p: -s.phases_s.get(p, 0.0))[:3]
             t.add_row(
@@ -269,22 +253,22 @@ def print_summary(report: Report, console: Console | None = None, top: int = 3) 
                 ", ".join(f"{p} {s.share(p):.0f} %" for p in biggest),
                 f"{s.samples_per_sec:,.1f}",
             )
-        con.print(t)
-    con.print(f"[bold]Verdict[/bold] ({escape(report.name.title)})", highlight=False)
-    con.print(headline(report), markup=False, highlight=False, soft_wrap=True)
+        console.print(t)
+    console.print(f"[bold]Verdict[/bold] ({escape(report.name.title)})", highlight=False)
+    console.print(headline(report), markup=False, highlight=False, soft_wrap=True)
     findings = ranked(report)
     same = repeats(findings)
     for i, f in enumerate(findings[:top]):
         style = _STYLE.get(f.severity, "")
-        con.print(
+        console.print(
             f"{i + 1}. [{style}]{f.severity}[/{style}] (score {f.score:.1f}, cause "
             f"{f.confidence}) {escape(f.title)}",
             highlight=False,
         )
         # prose lines are never folded (a log keeps each on one line)
         change = change_text(findings, i, same)
-        con.print(f"   change: {change}", markup=False, highlight=False, soft_wrap=True)
+        console.print(f"   change: {change}", markup=False, highlight=False, soft_wrap=True)
         for line in [] if i in same else candidate_lines(f):
-            con.print(f"   try: {line}", markup=False, highlight=False, soft_wrap=True)
+            console.print(f"   try: {line}", markup=False, highlight=False, soft_wrap=True)
     if len(report.findings) > top:
-        con.print(f"   ... {len(report.findings) - top} more in the report", highlight=False)
+        console.print(f"   ... {len(report.findings) - top} more in the report", highlight=False)

@@ -1,4 +1,4 @@
-"""StreamingStats against numpy: exact moments, quantiles within 1 %, bounded memory, merge."""
+"""StreamingStats against numpy: exact moments, quantiles within 1 %, bounded memory, chunks."""
 
 from __future__ import annotations
 
@@ -34,8 +34,7 @@ KINDS = ("lognormal", "uniform", "constant", "single", "few")
 def test_matches_numpy(kind: str) -> None:
     data = _data(kind)
     stats = StreamingStats()
-    for v in data:
-        stats.add(float(v))
+    stats.add_many(data)
     assert stats.count == data.size
     # Exact moments: 1e-9 relative (absolute near zero: numpy's own std of a constant is not 0).
     assert stats.mean == pytest.approx(float(np.mean(data)), rel=1e-9)
@@ -64,7 +63,7 @@ def test_add_many_equals_adding_one_by_one(kind: str) -> None:
     data = _data(kind)
     one, many = StreamingStats(), StreamingStats()
     for v in data:
-        one.add(float(v))
+        one.add_many([float(v)])
     many.add_many(data)
     assert many.count == one.count
     assert many.mean == pytest.approx(one.mean, rel=1e-12)
@@ -97,44 +96,36 @@ def test_memory_is_bounded_by_the_range_not_the_count() -> None:
     bound = math.ceil(math.log(100) / math.log((1.005) / (0.995))) + 1
     values = rng.uniform(0.01, 1.0, size=1_000_000).tolist()
     for v in values[:20_000]:
-        stats.add(v)
+        stats.add_many([v])
     after_small = _buckets(stats)
-    for v in values[20_000:]:
-        stats.add(v)
+    stats.add_many(values[20_000:])
     assert stats.count == 1_000_000
     assert after_small <= _buckets(stats) <= bound
 
     wild = StreamingStats()
-    wild.add_many(10.0 ** rng.uniform(-15, 15, size=1_000_000))  # far beyond min/max_value
+    wild.add_many(10.0 ** rng.uniform(-15, 15, size=1_000_000))  # far beyond MIN_VALUE / MAX_VALUE
     wild.add_many(np.array([0.0, 1e18]))
-    # [1e-9, 1e9] s: at most log(1e18)/log(gamma) + 1 buckets, plus the one below min_value
+    # [1e-9, 1e9] s: at most log(1e18)/log(gamma) + 1 buckets, plus the one below MIN_VALUE
     assert _buckets(wild) <= math.ceil(math.log(1e18) / math.log((1.005) / (0.995))) + 2 < 10_000
     assert wild.max == 1e18
     assert wild.quantiles([1.0])[0] == 1e18
 
 
-def test_merge_equals_adding_everything() -> None:
+def test_chunks_equal_adding_everything() -> None:
     data = _data("lognormal")
     parts = np.array_split(data, [3, 5000, 12000])
-    merged = StreamingStats()
+    chunked = StreamingStats()
     for part in parts:
-        piece = StreamingStats()
-        for v in part:
-            piece.add(float(v))
-        merged.merge(piece)
-    merged.merge(StreamingStats())  # merging an empty one changes nothing
+        chunked.add_many(part)
+    chunked.add_many([])  # an empty chunk changes nothing
     whole = StreamingStats()
     for v in data:
-        whole.add(float(v))
-    assert merged.count == whole.count
-    assert merged.mean == pytest.approx(whole.mean, rel=1e-12)
-    assert merged.std == pytest.approx(whole.std, rel=1e-9)
-    assert (merged.min, merged.max) == (whole.min, whole.max)
-    assert merged.quantiles(QS) == whole.quantiles(QS)  # same buckets, same answers
-
-    into_empty = StreamingStats()
-    into_empty.merge(whole)
-    assert into_empty.summary() == whole.summary()
+        whole.add_many([float(v)])
+    assert chunked.count == whole.count
+    assert chunked.mean == pytest.approx(whole.mean, rel=1e-12)
+    assert chunked.std == pytest.approx(whole.std, rel=1e-9)
+    assert (chunked.min, chunked.max) == (whole.min, whole.max)
+    assert chunked.quantiles(QS) == whole.quantiles(QS)  # same buckets, same answers
 
 
 def test_empty_summary_is_nan_with_count_zero() -> None:
@@ -149,23 +140,6 @@ def test_empty_summary_is_nan_with_count_zero() -> None:
 @pytest.mark.parametrize("bad", [-1.0, math.nan, math.inf, -1e-300])
 def test_invalid_values_are_rejected(bad: float) -> None:
     stats = StreamingStats()
-    with pytest.raises(ValueError, match="finite value >= 0"):
-        stats.add(bad)
-    with pytest.raises(ValueError, match="at index 1"):
+    with pytest.raises(ValueError, match=r"finite values >= 0, got .* at index 1"):
         stats.add_many([0.5, bad])
     assert stats.count == 0  # nothing half-added
-
-
-def test_invalid_arguments() -> None:
-    stats = StreamingStats()
-    stats.add(1.0)
-    with pytest.raises(ValueError, match="q must be in"):
-        stats.quantiles([1.5])[0]
-    with pytest.raises(ValueError, match="different settings"):
-        stats.merge(StreamingStats(relative_accuracy=0.01))
-    with pytest.raises(TypeError, match="StreamingStats"):
-        stats.merge([1.0, 2.0])  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="relative_accuracy"):
-        StreamingStats(relative_accuracy=0.0)
-    with pytest.raises(ValueError, match="min_value"):
-        StreamingStats(min_value=2.0, max_value=1.0)

@@ -1,20 +1,14 @@
 """The verdict: one ranked list of findings from the step-time attribution, the resource samples,
-the alerts, any profiler trace and the baseline comparison.
-
-Ranking. Every finding has a ``score``: the share of the run's recorded wall time (all stages,
-in %) that its cause accounts for, so "61 % of validation is data wait" in a run where
-validation is half the time scores 30.5. Findings about risk rather than time (a run that may die:
-critical alerts such as ``nan_loss`` or ``disk_space``) score 100, since a dead run loses
-everything; warnings about risk score 10. Findings are sorted by score, then severity, then id.
+the alerts, any profiler trace and the baseline comparison, sorted by score (the share of the
+run's recorded wall time its cause accounts for; a risk scores 100 when critical, 10 as a
+warning: :mod:`ocr.perf.findings`), then severity, then id.
 
 Advice names the run's own settings and their current values when ``.hydra/config.yaml`` was
 recorded (``data.num_workers`` now 2), found by leaf name (:func:`ocr.perf.advice.find_key`), so
 it never names a key the run does not have; without a key it says the change in words. It is
 phrased for the device the run used: CPU runs get CPU advice (cores shared by DataLoader workers
 and compute threads, no AMP / pinned memory). Each finding also carries candidate changes
-(:func:`ocr.perf.advice.candidates_for`) that ``ocr-perf try`` can measure.
-
-Findings, severities and thresholds are those of :mod:`ocr.perf.findings`. The rules are in
+(:func:`ocr.perf.advice.candidates_for`) that ``ocr-perf try`` can measure. The rules are in
 :mod:`.stage_rules` (per stage), :mod:`.sources` (resources, trace, baseline) and :mod:`.context`.
 """
 
@@ -66,7 +60,7 @@ def judge(
         findings.extend(growth_findings(run.run_dir) + recompile_findings(run.run_dir, total_s))
     except RunDirError as exc:  # a malformed record, named with its file
         raise ReportInputError(str(exc)) from exc
-    # issue 22: workers' memory classified, main-process growth no attribute explains
+    # workers' memory classified; main-process growth that no attribute explains
     explained = any(f.id == "memory_creep" for f in findings)
     findings.extend(sources.memory_findings(run, stages, adv, explained))
     findings.extend(alert_findings(run.alerts, findings, world_size(run)))

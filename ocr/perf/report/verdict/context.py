@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ocr.perf.advice import ConfigKey, RunFacts, find_key, workers_wait
-from ocr.perf.records import RunRecord
+from ocr.perf.records import ResourceSample, RunRecord
 from ocr.perf.report.load import RunData
 from ocr.perf.report.stages import StageSummary
 
@@ -31,16 +31,10 @@ class Settings:
     def workers_busy(self, s: StageSummary) -> float | None:
         """A DataLoader worker's median CPU share during ``s`` (fraction of one core): the
         resource samples' workers' CPU over the workers; ``None`` without samples or workers."""
-        values = [
-            v
-            for r in self._resources
-            if r.phase == s.stage
-            and (v := r.metrics.get("resources/workers_cpu_percent")) is not None
-            and math.isfinite(v)
-        ]
-        if not values or not s.num_workers:
+        median = resource_stat(self._resources, "resources/workers_cpu_percent", (s.stage,))
+        if median is None or not s.num_workers:
             return None
-        return statistics.median(values) / s.num_workers / 100.0
+        return median / s.num_workers / 100.0
 
     def key(
         self,
@@ -114,6 +108,24 @@ def suggested_workers(
     if cpu_count:
         needed = min(needed, 2 * cpu_count if workers_wait(busy) else cpu_count)
     return max(needed, 1)
+
+
+def resource_stat(
+    samples: Sequence[ResourceSample],
+    name: str,
+    phases: Sequence[str] = (),
+    stat: Callable[[list[float]], float] = statistics.median,
+) -> float | None:
+    """``stat`` (the median) of the finite ``samples`` of metric ``name`` taken during
+    ``phases`` (all when empty), or ``None`` without any."""
+    values = [
+        float(v)
+        for r in samples
+        if (not phases or r.phase in phases)
+        and (v := r.metrics.get(name)) is not None
+        and math.isfinite(v)
+    ]
+    return stat(values) if values else None
 
 
 def rounded(x: float | None, nd: int = 1) -> float | None:

@@ -4,9 +4,6 @@ summaries, and the baseline comparison (a regression, or too little data to judg
 
 from __future__ import annotations
 
-import math
-import statistics
-from collections.abc import Callable, Sequence
 from dataclasses import replace
 from functools import partial
 from typing import TYPE_CHECKING
@@ -16,7 +13,7 @@ from ocr.perf.findings import Finding, share_of_run, threshold
 from ocr.perf.process_growth import process_growth, process_growth_finding
 from ocr.perf.report.load import ReportInputError, RunData
 from ocr.perf.report.stages import StageSummary
-from ocr.perf.report.verdict.context import Settings, rounded, score
+from ocr.perf.report.verdict.context import Settings, resource_stat, rounded, score
 from ocr.perf.significance import Outcome
 from ocr.perf.stage import Stage
 from ocr.perf.trace.findings import TRACE_RISKS
@@ -27,32 +24,15 @@ if TYPE_CHECKING:
     from ocr.perf.trace.result import TraceAnalysis
 
 _RUNNING = ("train", "val", "test")
-Stat = Callable[[list[float]], float]
 _resource_finding = partial(Finding, source="resources", confidence="likely")
-
-
-def _stat(
-    run: RunData, name: str, phases: Sequence[str] = (), stat: Stat = statistics.median
-) -> float | None:
-    """``stat`` (the median) of the finite samples of metric ``name`` taken during ``phases``
-    (all when empty), or ``None`` without any."""
-    values = [
-        float(v)
-        for r in run.resources
-        if (not phases or r.phase in phases)
-        and (v := r.metrics.get(name)) is not None
-        and math.isfinite(v)
-    ]
-    return stat(values) if values else None
 
 
 def resource_findings(
     run: RunData, stages: dict[Stage, StageSummary], adv: Settings, total_s: float
 ) -> list[Finding]:
     out: list[Finding] = []
-    if not run.resources:
-        return out
-    cpu = _stat(run, "resources/system_cpu_percent", _RUNNING)
+    samples = run.resources
+    cpu = resource_stat(samples, "resources/system_cpu_percent", _RUNNING)
     if cpu is not None and cpu >= threshold("cpu_saturated_pct"):
         out.append(
             _resource_finding(
@@ -68,7 +48,7 @@ def resource_findings(
                 ),
             )
         )
-    iowait = _stat(run, "resources/iowait_percent", _RUNNING)
+    iowait = resource_stat(samples, "resources/iowait_percent", _RUNNING)
     if iowait is not None and iowait >= threshold("iowait_pct"):
         out.append(
             _resource_finding(
@@ -86,11 +66,8 @@ def resource_findings(
         )
     train = stages.get(Stage.TRAIN)
     if run.device == "cuda" and train is not None:
-        utils = [
-            u
-            for i in range(16)
-            if (u := _stat(run, f"resources/gpu{i}_util_percent", ("train",))) is not None
-        ]
+        gpus = (f"resources/gpu{i}_util_percent" for i in range(16))
+        utils = [u for name in gpus if (u := resource_stat(samples, name, ("train",))) is not None]
         if utils and min(utils) < threshold("gpu_busy_low_pct"):
             util = min(utils)
             out.append(
@@ -109,7 +86,7 @@ def resource_findings(
                     candidates=candidates_for("gpu_underused", adv.facts(train)),
                 )
             )
-    memory = _stat(run, "resources/system_memory_percent", stat=max)
+    memory = resource_stat(samples, "resources/system_memory_percent", stat=max)
     if memory is not None and memory >= threshold("host_memory_pct"):
         out.append(
             _resource_finding(
@@ -131,7 +108,7 @@ def resource_findings(
 def memory_findings(
     run: RunData, stages: dict[Stage, StageSummary], adv: Settings, explained: bool
 ) -> list[Finding]:
-    """Issue 22: each DataLoader worker's USS series (the resource samples) classified, with the
+    """Each DataLoader worker's USS series (the resource samples) classified, with the
     training dataset's Python containers (``run.json``) for copy-on-read; and main-process growth
     (``explained``: a ``memory_creep`` finding already names what grows)."""
     out: list[Finding] = []

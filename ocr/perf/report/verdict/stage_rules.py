@@ -295,13 +295,11 @@ def compute_bound(s: StageSummary, run: RunData, adv: Settings, total_s: float) 
         "device": run.device,
     }
     limits = {"compute_pct": threshold("compute_pct")}
-    title = (
-        f"compute-bound: {pct:.0f} % of {s.label} wall time is "
-        f"{' / '.join(phases)} ({ms_per_batch:.0f} ms/batch, {rate:.1f} samples/s)"
-    )
+    kind, at = "compute-bound", ""
     suggestion: str | None = None
     # How far from the machine's limit: the compute phases' achieved FLOP/s over the measured
-    # peak (samples x FLOPs per sample / compute seconds), when the run counted its FLOPs.
+    # peak (samples x FLOPs per sample / compute seconds), when the run counted its FLOPs; said
+    # once, in the title, with the figures behind it (and the whole epoch's MFU) as evidence.
     limit = _compute_mfu(s, run, secs)
     if limit is not None:
         mfu_pct, stage_mfu_pct, achieved, peak = limit
@@ -312,15 +310,9 @@ def compute_bound(s: StageSummary, run: RunData, adv: Settings, total_s: float) 
             compute_gflops_per_sec=rounded(achieved / 1e9, 2),
             peak_gflops_per_sec=rounded(peak / 1e9, 2),
         )
-        # How far from the machine's limit: said once, in the title; the figures behind it
-        # (achieved and peak GFLOP/s, the whole epoch's MFU) are the evidence.
-        title = (
-            f"compute-bound: {pct:.0f} % of {s.label} wall time is {' / '.join(phases)} at "
-            f"{mfu_pct:.0f} % of this host's measured peak ({ms_per_batch:.0f} ms/batch, "
-            f"{rate:.1f} samples/s)"
-        )
+        at = f" at {mfu_pct:.0f} % of this host's measured peak"
         if mfu_pct >= threshold("compute_headroom_mfu_pct"):
-            title = title.replace("compute-bound:", "compute-bound near the machine's limit:")
+            kind = "compute-bound near the machine's limit"
             suggestion = (
                 "no headroom for faster kernels (compile, channels_last, threads gain little "
                 f"here); only less work per sample (smaller {canvas}, {smaller_model}) or "
@@ -359,7 +351,10 @@ def compute_bound(s: StageSummary, run: RunData, adv: Settings, total_s: float) 
         id="compute_bound",
         severity="info",
         score=score(secs, total_s),
-        title=title,
+        title=(
+            f"{kind}: {pct:.0f} % of {s.label} wall time is {' / '.join(phases)}{at} "
+            f"({ms_per_batch:.0f} ms/batch, {rate:.1f} samples/s)"
+        ),
         evidence=evidence,
         threshold=limits,
         suggestion=suggestion,
