@@ -9,7 +9,7 @@ Lightning's public Trainer attributes: turn validation and the sanity check off
 (unless the change concerns them: ``keep``), write the run's ``perf/`` files into ``perf_dir``
 instead of ``trainer.default_root_dir`` (a foreign app may hard-code that folder), and stop the fit
 (``trainer.should_stop``) after ``warmup + batches`` training batches. The speed is then read from
-the trial's ``perf/epochs.jsonl`` (``ocr.perf.tryout.measure``), skipping the warm-up batches.
+the trial's ``perf/epochs.jsonl`` (``ocr.perf.tryout.trial``), skipping the warm-up batches.
 
 Inside the window the callbacks also apply the trial's runtime knobs (:mod:`ocr.perf.knobs`,
 ``knobs``), and write what became of each into the trial's ``perf/knobs.jsonl``.

@@ -36,10 +36,6 @@ def override_key(override: str) -> str:
     return key.lstrip("+~")
 
 
-def _is_override(arg: str) -> bool:
-    return not arg.startswith("-") and "=" in arg
-
-
 @dataclass(frozen=True)
 class RecordedCommand:
     """How a run was started.
@@ -197,7 +193,7 @@ def recorded_command(run_dir: str | os.PathLike[str]) -> RecordedCommand:
     for arg in app_args:
         if arg in _MULTIRUN_FLAGS:
             continue
-        (plain if _is_override(arg) else flags).append(arg)
+        (plain if not arg.startswith("-") and "=" in arg else flags).append(arg)
     return RecordedCommand(
         run_dir=root,
         executable=executable,

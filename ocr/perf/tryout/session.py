@@ -20,8 +20,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
+from msgspec.structs import replace
+
 from ocr.perf.candidates import Candidate
-from ocr.perf.knobs import KNOB_PREFIX, Knob, apply_lines, family_knob, has_knob, is_knob
+from ocr.perf.knobs import KNOB_PREFIX, Knob, apply_lines, family_knob, has_knob, is_knob, knobs_of
 from ocr.perf.records import TryRecord
 from ocr.perf.significance import paired_ratios
 from ocr.perf.tryout.command import RecordedCommand, override_key
@@ -312,25 +314,35 @@ class TrySession:
             break
         self._planned = self._done + 2 * pairs
 
+    def _base_record(
+        self, c: Candidate, status: str, note: str, override: str | None, kind: str = "candidate"
+    ) -> TryRecord:
+        """``c``'s record without figures (:meth:`_record` adds them)."""
+        return TryRecord(
+            session=self.session,
+            kind=kind,
+            override=override,
+            description=c.description,
+            family=c.family,
+            alters_computation=c.alters_computation,
+            eval_time=c.eval_time,
+            status=status,
+            note=note,
+        )
+
     def _record(self, arm: _Arm, kind: str = "candidate") -> TryRecord:
         c = arm.candidate
-        common = {
-            "session": self.session,
-            "kind": kind,
-            "override": " ".join(arm.changes) or c.override,
-            "description": c.description,
-            "family": c.family,
-            "alters_computation": c.alters_computation,
-            "eval_time": c.eval_time,
-            "apply": "; ".join(apply_lines(_knobs(arm.changes))),
-        }
+        apply = "; ".join(apply_lines(knobs_of(arm.changes)))
+        override = " ".join(arm.changes) or c.override
         if arm.refused:
             note = f"the run cannot take it: {arm.failed}"
-            return TryRecord(**common, status="not applicable", note=note)  # type: ignore[arg-type]
+            return replace(
+                self._base_record(c, "not applicable", note, override, kind), apply=apply
+            )
         if arm.pairs == 0:
             status = "failed" if arm.failed else "untried"
             note = arm.failed or "the budget ran out before its first pair"
-            return TryRecord(**common, status=status, note=note)  # type: ignore[arg-type]
+            return replace(self._base_record(c, status, note, override, kind), apply=apply)
         ratios = [
             b.speed / a.speed
             for a, b in zip(arm.base, arm.changed, strict=True)
@@ -355,9 +367,9 @@ class TrySession:
             notes.append(f"{arm.pairs} of {self.options.pairs} pairs (budget)")
         if arm.kind == "eval":
             notes.append("speed of evaluation (ocr-test on the checkpoint)")
-        return TryRecord(
-            **common,  # type: ignore[arg-type]
-            status=status,
+        return replace(
+            self._base_record(c, status, "; ".join(notes), override, kind),
+            apply=apply,
             pairs=s.pairs,
             ratios=s.ratios,
             median=s.median,
@@ -367,7 +379,6 @@ class TrySession:
             changed_samples_per_sec=_median([r.speed for r in arm.changed]),
             hmean_base=hmean_base,
             hmean_changed=hmean_changed,
-            note="; ".join(notes),
         )
 
     def run(self) -> list[TryRecord]:
@@ -375,46 +386,29 @@ class TrySession:
         records in candidate order, the combination last."""
         self._deadline = self.clock() + self.options.budget_s
         self.work_dir.mkdir(parents=True)
-        records: dict[int, TryRecord] = {}
+        slots: list[TryRecord | _Arm] = []
         arms: list[_Arm] = []
-        for i, c in enumerate(self.candidates):
+        for c in self.candidates:
             why = self._not_applicable(c)
             if why is not None:
-                records[i] = TryRecord(
-                    session=self.session,
-                    kind="candidate",
-                    override=c.override,
-                    description=c.description,
-                    family=c.family,
-                    alters_computation=c.alters_computation,
-                    eval_time=c.eval_time,
-                    status="not applicable",
-                    note=why,
-                )
+                slots.append(self._base_record(c, "not applicable", why, c.override))
                 continue
             change = self._change(c)
             assert change is not None
             kind = "eval" if c.eval_time else "train"
             arms.append(_Arm(c, (change,), kind, _keep_for((change,))))
+            slots.append(arms[-1])
         self._planned = 2 * len(arms) * self.options.pairs
         left = self._measure(arms)
         if left:
             self.budget_note = "the budget ran out; left short: " + ", ".join(
                 " ".join(a.changes) for a in left
             )
-        out = [records.get(i) for i in range(len(self.candidates))]
-        by_candidate = {id(a.candidate): self._record(a) for a in arms}
-        result = [
-            r if r is not None else by_candidate[id(c)]
-            for r, c in zip(out, self.candidates, strict=True)
-        ]
-        winners = [
-            (a, by_candidate[id(a.candidate)])
-            for a in arms
-            if by_candidate[id(a.candidate)].recommended and a.kind == "train"
-        ]
+        measured = {id(a): self._record(a) for a in arms}
+        result = [s if isinstance(s, TryRecord) else measured[id(s)] for s in slots]
+        winners = [a for a in arms if measured[id(a)].recommended and a.kind == "train"]
         if len(winners) >= 2:
-            result.append(self._together([a for a, _ in winners]))
+            result.append(self._together(winners))
         return result
 
     def _together(self, winners: list[_Arm]) -> TryRecord:
@@ -434,10 +428,6 @@ class TrySession:
                 "the budget ran out while verifying the recommended changes together"
             )
         return self._record(arm, kind="combined")
-
-
-def _knobs(changes: Sequence[str]) -> list[Knob]:
-    return [Knob.parse(c) for c in changes if is_knob(c)]
 
 
 def _knob_for_override(c: Candidate) -> Knob | None:
@@ -468,4 +458,4 @@ def paste_line(records: Sequence[TryRecord]) -> str | None:
 
 def code_lines(records: Sequence[TryRecord]) -> list[str]:
     """The recommended runtime knobs (of :func:`_winners`) as changes to one's own code."""
-    return apply_lines(_knobs(_tokens(_winners(records))))
+    return apply_lines(knobs_of(_tokens(_winners(records))))

@@ -1,5 +1,6 @@
 """One trial: the run's command (or ``ocr-test`` on its checkpoint) with a change, in a fresh
-folder, as a subprocess; its speed read back from the perf files it wrote."""
+folder, as a subprocess; its speed read back from the perf files it wrote
+(``perf/epochs.jsonl``)."""
 
 from __future__ import annotations
 
@@ -11,13 +12,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ocr.perf.knobs import is_knob, knobs_of
-from ocr.perf.records import KnobRecord, RunDirError, read_records
+from ocr.perf.records import EpochRecord, KnobRecord, RunDirError, read_records
 from ocr.perf.stage import Stage
 from ocr.perf.try_window import ENV_VAR, TryWindow
 from ocr.perf.tryout.command import RecordedCommand
-from ocr.perf.tryout.measure import stage_speed
 
-__all__ = ["TrialResult", "run_eval_trial", "run_training_trial"]
+__all__ = ["TrialResult", "run_eval_trial", "run_training_trial", "stage_speed"]
 
 # What a failed trial shows of its output.
 _TAIL_LINES = 6
@@ -52,6 +52,34 @@ class TrialResult:
     error: str | None = None
     hmean: float | None = None
     not_applicable: str | None = None
+
+
+def stage_speed(
+    run_dir: str | os.PathLike[str], stage: Stage, skip: int, batches: int | None
+) -> float | None:
+    """Samples per second of ``stage`` (``train``, ``val``, ``test``) over its batches in file
+    order, the first ``skip`` left out, at most ``batches`` (``None``: all). A batch's samples
+    are its epoch's mean (``samples / num_batches``: a short last batch counts fairly). ``None``
+    when the files hold no measured batch of the stage."""
+    records = read_records(EpochRecord.path(run_dir), EpochRecord)
+    times: list[float] = []
+    samples: list[float] = []
+    for record in records:
+        if record.stage != stage:
+            continue
+        kept = [t for t in record.batch_times_s if t is not None]
+        n = record.num_batches
+        if record.batch_times_stride != 1 or not kept or n <= 0:
+            continue  # a thinned epoch's list does not say which batches it kept
+        per_batch = record.samples / n
+        times.extend(kept)
+        samples.extend([per_batch] * len(kept))
+    end = None if batches is None else skip + batches
+    measured_t, measured_s = times[skip:end], samples[skip:end]
+    total = sum(measured_t)
+    if not measured_t or total <= 0:
+        return None
+    return sum(measured_s) / total
 
 
 def _run(argv: list[str], cwd: Path, log: Path, env: dict[str, str], timeout: float) -> str | None:
