@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 import sys
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import numpy as np
 
@@ -119,22 +119,15 @@ def _object_bytes(value: object, depth: int) -> int:
 
 def _size(attribute: str, value: object) -> DatasetContainer:
     assert isinstance(value, _CONTAINERS)
-    items: Sequence[object] | list[object]
-    if isinstance(value, dict):
-        keys = list(value.keys()) if len(value) <= _SAMPLE else None
-        if keys is None:
-            step = len(value) / _SAMPLE
-            wanted = {int(k * step) for k in range(_SAMPLE)}
-            keys = [k for n, k in enumerate(value) if n in wanted]
-        items = [(k, value[k]) for k in keys]
-    else:
-        seq = value if isinstance(value, list | tuple) else list(value)
-        if len(seq) <= _SAMPLE:
-            items = list(seq)
-        else:
-            step = len(seq) / _SAMPLE
-            items = [seq[int(k * step)] for k in range(_SAMPLE)]
     n = len(value)
+    step = max(n / _SAMPLE, 1.0)  # at most _SAMPLE items, evenly spread
+    at = [int(k * step) for k in range(min(n, _SAMPLE))]
+    if isinstance(value, list | tuple):
+        items = [value[i] for i in at]
+    else:  # a dict's (key, value) pairs
+        wanted = set(at)
+        pairs = value.items() if isinstance(value, dict) else value
+        items = [v for i, v in enumerate(pairs) if i in wanted]
     per = sum(_object_bytes(v, 3) for v in items) / max(len(items), 1)
     total = sys.getsizeof(value) + int(per * n)
     return DatasetContainer(
@@ -203,32 +196,33 @@ def classify(
     fetched = [p.fetched for p in pts]
     if all(f is not None for f in fetched):
         r = _pearson(np.array(fetched, float), uss)
-    base = {
-        "worker": worker,
-        "start_mb": round(float(uss[0]), 1),
-        "end_mb": round(float(uss[-1]), 1),
-        "growth_mb": round(growth, 1),
-        "tail_pct": round(tail_pct, 1),
-        "rate_mb_per_min": round(rate, 2),
-        "r_fetched": None if r is None else round(r, 3),
-    }
-    if growth < threshold("worker_memory_growth_mb"):
-        return WorkerMemoryClass(kind="stable", **base)  # type: ignore[arg-type]
     big = [c for c in containers if c.python_bytes >= threshold("copy_on_read_container_mb") * _MB]
-    if big:
-        top = big[0]
-        if r is not None:
-            tracks = r >= threshold("copy_on_read_min_r")
-        else:  # without fetch counts: growth no bigger than what the containers can explain
-            tracks = growth <= 1.5 * sum(c.mb for c in big)
-        if tracks:
-            return WorkerMemoryClass(kind="copy_on_read", container=top, **base)  # type: ignore[arg-type]
+    if r is not None:
+        tracks = r >= threshold("copy_on_read_min_r")
+    else:  # without fetch counts: growth no bigger than what the containers can explain
+        tracks = growth <= 1.5 * sum(c.mb for c in big)
     tail_mb = growth * tail_pct / 100.0
-    going_on = tail_pct >= threshold("worker_memory_tail_pct") and tail_mb >= threshold(
+    if growth < threshold("worker_memory_growth_mb"):
+        kind = "stable"
+    elif big and tracks:
+        kind = "copy_on_read"
+    elif tail_pct >= threshold("worker_memory_tail_pct") and tail_mb >= threshold(
         "worker_memory_tail_mb"
+    ):
+        kind = "growing"
+    else:
+        kind = "plateau"
+    return WorkerMemoryClass(
+        worker=worker,
+        kind=kind,
+        start_mb=round(float(uss[0]), 1),
+        end_mb=round(float(uss[-1]), 1),
+        growth_mb=round(growth, 1),
+        tail_pct=round(tail_pct, 1),
+        rate_mb_per_min=round(rate, 2),
+        r_fetched=None if r is None else round(r, 3),
+        container=big[0] if kind == "copy_on_read" else None,
     )
-    kind = "growing" if going_on else "plateau"
-    return WorkerMemoryClass(kind=kind, **base)  # type: ignore[arg-type]
 
 
 def _remedy(kind: str, persistent: bool | None) -> str:
@@ -291,17 +285,7 @@ def worker_memory_finding(
     severity = "warning" if kind in ("copy_on_read", "growing") else "info"
     evidence: dict[str, object] = {
         "workers": [
-            {
-                "worker": c.worker,
-                "kind": c.kind,
-                "start_mb": c.start_mb,
-                "end_mb": c.end_mb,
-                "growth_mb": c.growth_mb,
-                "tail_pct": c.tail_pct,
-                "rate_mb_per_min": c.rate_mb_per_min,
-                "r_fetched": c.r_fetched,
-            }
-            for c in found
+            {f.name: getattr(c, f.name) for f in fields(c) if f.name != "container"} for c in found
         ],
     }
     if worst.container is not None:
