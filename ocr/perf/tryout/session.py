@@ -302,16 +302,12 @@ class TrySession:
         left, going round the arms as :meth:`_measure` will."""
         left = max(self._deadline - self.clock(), 0.0)
         pairs = 0
-        for _ in range(self.options.pairs - rounds_done):
-            for arm in active:
-                cost = self._pair_cost.get(arm.kind, 0.0)
-                if cost > left:
-                    break
-                left -= cost
-                pairs += 1
-            else:
-                continue
-            break
+        for arm in active * (self.options.pairs - rounds_done):
+            cost = self._pair_cost.get(arm.kind, 0.0)
+            if cost > left:
+                break
+            left -= cost
+            pairs += 1
         self._planned = self._done + 2 * pairs
 
     def _base_record(
