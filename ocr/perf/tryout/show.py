@@ -10,7 +10,6 @@ from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
     Progress,
-    TaskID,
     TextColumn,
     TimeElapsedColumn,
 )
@@ -41,13 +40,11 @@ class TrialProgress:
     trial (a log file sees each as it ends)."""
 
     def __init__(self, planned: int) -> None:
-        self.live = stdout_is_live()
         self._progress: Progress | None = None
-        self._task: TaskID | None = None
         self._planned = planned
 
     def __enter__(self) -> TrialProgress:
-        if self.live:
+        if stdout_is_live():
             self._progress = Progress(
                 TextColumn("ocr-perf try"),
                 BarColumn(),
@@ -64,7 +61,7 @@ class TrialProgress:
             self._progress.stop()
 
     def trial(self, event: TrialEvent) -> None:
-        if self._progress is None or self._task is None:
+        if self._progress is None:
             print(format_trial(event), flush=True)
             return
         self._progress.update(
