@@ -28,7 +28,7 @@ import torch
 
 from ocr.perf.findings import Finding, threshold
 
-__all__ = ["SYNC_WARNING", "SyncDetector", "SyncLine", "cuda_available", "sync_lines_finding"]
+__all__ = ["SYNC_WARNING", "SyncDetector", "SyncLine", "sync_lines_finding"]
 
 #: The text of torch's sync-debug warning (``c10/cuda/CUDAFunctions``).
 SYNC_WARNING = "called a synchronizing CUDA operation"
@@ -39,11 +39,6 @@ _LIB_DIRS = tuple(
     if (p := sysconfig.get_paths().get(key))
 )
 _THIS = os.path.realpath(__file__)
-
-
-def cuda_available() -> bool:
-    """Whether this process can run CUDA (the detector's precondition)."""
-    return bool(torch.cuda.is_available())
 
 
 def _is_user_file(path: str) -> bool:
@@ -97,7 +92,7 @@ class SyncDetector:
         ``force`` (tests: catch the warnings without switching the CUDA mode)."""
         if self._catch is not None:
             return True
-        has_cuda = cuda_available()
+        has_cuda = torch.cuda.is_available()
         if not has_cuda and not force:
             return False
         self._counts.clear()
