@@ -179,28 +179,24 @@ def recorded_command(run_dir: str | os.PathLike[str]) -> RecordedCommand:
     cwd = Path(str(launch_cwd or info.cwd or root))
     if not cwd.is_dir():
         raise TryInputError(f"{root}: the run's working folder {cwd} no longer exists")
-    hydra = hydra_info is not None
-    overrides: list[str] | None = None
-    if hydra_info is not None:
-        if hydra_info.overrides_file:
-            overrides = _read_overrides(root / hydra_info.overrides_file)
-        if overrides is None:
-            overrides = list(hydra_info.overrides)
-    if not hydra:
+    if hydra_info is None:
         _check_rerunnable(root, [str(a) for a in orig], str(argv[0]), launcher, cwd)
-    flags: list[str] = []
-    plain: list[str] = []
-    for arg in app_args:
-        if arg in _MULTIRUN_FLAGS:
-            continue
-        (plain if not arg.startswith("-") and "=" in arg else flags).append(arg)
+        overrides, flags = app_args, []  # a plain script's arguments, re-run as they were
+    else:
+        saved = hydra_info.overrides_file
+        read = _read_overrides(root / saved) if saved else None
+        overrides = read if read is not None else list(hydra_info.overrides)
+        # the app's own arguments that are not overrides (``--config-name x``), multirun left out
+        flags = [
+            a for a in app_args if a not in _MULTIRUN_FLAGS and (a.startswith("-") or "=" not in a)
+        ]
     return RecordedCommand(
         run_dir=root,
         executable=executable,
         launcher=tuple(launcher),
-        flags=tuple(flags) if hydra else (),
-        overrides=tuple((overrides if overrides is not None else plain) if hydra else app_args),
+        flags=tuple(flags),
+        overrides=tuple(overrides),
         cwd=cwd,
-        hydra=hydra,
+        hydra=hydra_info is not None,
         lightning_module=info.lightning_module,
     )
