@@ -276,13 +276,13 @@ def _size(n: float) -> str:
     return f"{n:.0f} B"
 
 
-def growing(scans: Sequence[GrowthRecord], epochs: int = GROWTH_EPOCHS) -> list[Growth]:
+def growing(scans: Sequence[GrowthRecord]) -> list[Growth]:
     """The paths that grew (length, tensor count or bytes) between each pair of the last
-    ``epochs + 1`` scans, in epoch order. A path that grows inside another growing one is named
-    instead of it (``UserModule.outputs['train']``, not ``UserModule.outputs``)."""
-    if epochs < 1 or len(scans) < epochs + 1:
+    :data:`GROWTH_EPOCHS` + 1 scans, in epoch order. A path that grows inside another growing
+    one is named instead of it (``UserModule.outputs['train']``, not ``UserModule.outputs``)."""
+    if len(scans) < GROWTH_EPOCHS + 1:
         return []
-    window = sorted(scans, key=lambda s: s.epoch)[-(epochs + 1) :]
+    window = sorted(scans, key=lambda s: s.epoch)[-(GROWTH_EPOCHS + 1) :]
     by_scan = [{n.path: n for n in s.nodes} for s in window]
     found: list[Growth] = []
     for path in sorted(by_scan[-1]):
@@ -300,9 +300,9 @@ def growing(scans: Sequence[GrowthRecord], epochs: int = GROWTH_EPOCHS) -> list[
             Growth(
                 path=path,
                 epochs=[s.epoch for s in window],
-                tensors_per_epoch=(last.tensors - first.tensors) / epochs,
-                bytes_per_epoch=(last.bytes - first.bytes) / epochs,
-                length_per_epoch=(last.length - first.length) / epochs,
+                tensors_per_epoch=(last.tensors - first.tensors) / GROWTH_EPOCHS,
+                bytes_per_epoch=(last.bytes - first.bytes) / GROWTH_EPOCHS,
+                length_per_epoch=(last.length - first.length) / GROWTH_EPOCHS,
                 tensors=last.tensors,
                 bytes=last.bytes,
                 graph=last.graph,

@@ -54,10 +54,10 @@ class ProcessGrowth:
     from_epoch: int
 
 
-def process_growth(samples: Sequence[ResourceSample], rank: int = 0) -> ProcessGrowth | None:
-    """The fitted line of ``rank``'s samples (see the module doc); ``None`` with fewer than six
+def process_growth(samples: Sequence[ResourceSample]) -> ProcessGrowth | None:
+    """The fitted line of rank 0's samples (see the module doc); ``None`` with fewer than six
     samples or no memory metric."""
-    mine = [s for s in samples if s.rank == rank and s.phase in _RUNNING]
+    mine = [s for s in samples if s.rank == 0 and s.phase in _RUNNING]
     metric = next((m for m in _METRICS if any(m in s.metrics for s in mine)), None)
     if metric is None:
         return None

@@ -317,15 +317,13 @@ def worker_memory_finding(
 
 
 def classify_samples(
-    samples: Iterable[ResourceSample],
-    containers: Sequence[DatasetContainer] = (),
-    rank: int = 0,
+    samples: Iterable[ResourceSample], containers: Sequence[DatasetContainer] = ()
 ) -> list[WorkerMemoryClass]:
-    """Classify each worker (by pid) of ``rank``'s resource samples (their ``workers_uss``);
-    the samples carry no fetch counts, so copy-on-read is judged by the containers' size."""
+    """Classify each worker (by pid) of rank 0's resource samples (their ``workers_uss``); the
+    samples carry no fetch counts, so copy-on-read is judged by the containers' size."""
     series: dict[str, list[WorkerMemoryPoint]] = {}
     for s in samples:
-        if s.rank != rank:
+        if s.rank != 0:
             continue
         for pid, uss in s.workers_uss.items():
             if math.isfinite(uss):
