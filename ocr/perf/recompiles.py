@@ -128,7 +128,7 @@ class CompileWatch:
         """The compiles since the previous call (or since construction)."""
         if self._utils is None:
             return RecompilesRecord(epoch=epoch, available=False, note=self.note)
-        compiles = failed = dynamo_entries = 0
+        failed = dynamo_entries = 0
         compile_s = 0.0
         limit_hit = False
         tallies: list[RecompileReason] = []
@@ -150,7 +150,6 @@ class CompileWatch:
                 else:
                     failed += 1
                 continue
-            compiles += 1
             name = getattr(entry, "co_name", None) or "?"
             filename = os.path.basename(getattr(entry, "co_filename", None) or "?")
             functions[f"{name} ({filename})"] += 1
@@ -174,7 +173,7 @@ class CompileWatch:
             note = f"counted with torch {torch.__version__}; checked on {tested}"
         return RecompilesRecord(
             epoch=epoch,
-            compiles=compiles,
+            compiles=sum(functions.values()),
             recompiles=len(tallies),
             reasons=_merge(tallies),
             functions=dict(functions.most_common()),
