@@ -3,7 +3,7 @@
 command (the recorded command and a trial's command line), candidate_options (``--candidate``
 text and findings -> ``Candidate``), paired (when a change is recommended; the statistics are
 :mod:`ocr.perf.significance`), trial (one trial subprocess and its speed from its perf files),
-results (``perf/try.jsonl``), session (interleaving, budget, eval-time candidates checked with
-``ocr-test`` on the run's checkpoint, winners together), show (progress and the table), cli (the
+session (interleaving, budget, eval-time candidates checked with ``ocr-test`` on the run's
+checkpoint, winners together; ``perf/try.jsonl``), show (progress and the table), cli (the
 command).
 """

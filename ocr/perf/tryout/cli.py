@@ -148,8 +148,13 @@ def run(args: argparse.Namespace) -> int:
         unique_candidates,
     )
     from ocr.perf.tryout.command import TryInputError, recorded_command
-    from ocr.perf.tryout.results import write_records
-    from ocr.perf.tryout.session import TryOptions, TrySession, code_lines, paste_line
+    from ocr.perf.tryout.session import (
+        TryOptions,
+        TrySession,
+        code_lines,
+        paste_line,
+        write_records,
+    )
     from ocr.perf.tryout.show import TrialProgress, print_results
 
     if str(args.json) == "-":  # the JSON alone on stdout: the tables go to stderr

@@ -1,5 +1,7 @@
 """One ``ocr-perf try`` session: pairs of trials per candidate, interleaved with the unchanged
-command, within a time budget; then the recommended changes together.
+command, within a time budget; then the recommended changes together. Its records go to
+``<run>/perf/try.jsonl`` (one :class:`~ocr.perf.records.TryRecord` per candidate, and one for the
+winners together); sessions append, readers show the latest.
 
 Rounds go over the candidates (round 1: a pair for each, round 2: another pair for each, ...), so
 a budget that runs out leaves every candidate some pairs instead of leaving the last ones
@@ -13,6 +15,7 @@ A trial may not run past the budget's end (it is stopped there).
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -23,8 +26,8 @@ from pathlib import Path
 from msgspec.structs import replace
 
 from ocr.perf.candidates import Candidate
-from ocr.perf.knobs import KNOB_PREFIX, Knob, apply_lines, family_knob, has_knob, is_knob, knobs_of
-from ocr.perf.records import TryRecord
+from ocr.perf.knobs import KNOB_PREFIX, apply_lines, family_knob, has_knob, is_knob, knobs_of
+from ocr.perf.records import RecordWriter, TryRecord, read_records
 from ocr.perf.significance import paired_ratios
 from ocr.perf.tryout.command import RecordedCommand, override_key
 from ocr.perf.tryout.paired import status as try_status
@@ -36,7 +39,9 @@ __all__ = [
     "TryOptions",
     "TrySession",
     "code_lines",
+    "latest_session",
     "paste_line",
+    "write_records",
 ]
 
 #: An eval-time change that lowers the H-mean on the run's checkpoint by more than this is never
@@ -186,7 +191,8 @@ class TrySession:
                 "hand and compare"
             )
         if c.override is not None and not self.command.hydra and c.knob is None:
-            knob = _knob_for_override(c)
+            value = c.override.partition("=")[2]  # the knob of the family makes it with this
+            knob = family_knob(c.family, value) if value else None
             instead = (
                 f"measure it with --candidate {knob.text}"
                 if knob is not None
@@ -426,12 +432,6 @@ class TrySession:
         return self._record(arm, kind="combined")
 
 
-def _knob_for_override(c: Candidate) -> Knob | None:
-    """The knob that makes the change of the override ``c`` (by its family and value)."""
-    value = (c.override or "").partition("=")[2]
-    return family_knob(c.family, value) if value else None
-
-
 def _winners(records: Sequence[TryRecord]) -> list[TryRecord]:
     """The recommended changes, all of them when their combination was verified (or there is
     one); the best single one when the combination was not recommended."""
@@ -455,3 +455,23 @@ def paste_line(records: Sequence[TryRecord]) -> str | None:
 def code_lines(records: Sequence[TryRecord]) -> list[str]:
     """The recommended runtime knobs (of :func:`_winners`) as changes to one's own code."""
     return apply_lines(knobs_of(_tokens(_winners(records))))
+
+
+def write_records(run_dir: str | os.PathLike[str], records: list[TryRecord]) -> Path:
+    """Append ``records`` to the run's ``perf/try.jsonl``; returns its path."""
+    writer = RecordWriter(TryRecord.path(run_dir))
+    try:
+        for record in records:
+            writer.write(record)
+    finally:
+        writer.close()
+    return writer.path
+
+
+def latest_session(run_dir: str | os.PathLike[str]) -> list[TryRecord]:
+    """The lines of the last session in the run's ``perf/try.jsonl`` (``[]`` without one)."""
+    records = read_records(TryRecord.path(run_dir), TryRecord)
+    if not records:
+        return []
+    last = records[-1].session
+    return [r for r in records if r.session == last]
