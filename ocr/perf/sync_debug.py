@@ -50,16 +50,9 @@ def _is_user_file(path: str) -> bool:
 
 @dataclass(frozen=True)
 class SyncLine:
-    """Sync calls made from one line of the user's code while the detector was on.
-
-    Args:
-        file: the source file (as Python names it: usually absolute).
-        line: the line number of the call.
-        function: the function it is in.
-        code: that line's source text (stripped; ``""`` when unavailable).
-        calls: sync calls from it.
-        per_step: ``calls`` per step of the window.
-    """
+    """Sync calls made from one line of the user's code while the detector was on: ``file`` as
+    Python names it (usually absolute), ``code`` that line's source text (stripped; ``""`` when
+    unavailable), ``per_step`` ``calls`` per step of the window."""
 
     file: str
     line: int

@@ -58,13 +58,8 @@ _CONTAINERS = (list, tuple, dict, set, frozenset)
 
 @dataclass(frozen=True)
 class WorkerMemoryPoint:
-    """One reading of one worker.
-
-    Args:
-        t: seconds (any origin, increasing).
-        uss_bytes: the worker's unique memory.
-        fetched: distinct samples the worker had fetched by then; ``None`` when unknown.
-    """
+    """One reading of one worker: ``t`` in seconds (any origin, increasing), its unique memory,
+    and the distinct samples it had fetched by then (``None`` when unknown)."""
 
     t: float
     uss_bytes: float
@@ -73,18 +68,11 @@ class WorkerMemoryPoint:
 
 @dataclass(frozen=True)
 class WorkerMemoryClass:
-    """One worker's memory, classified (see the module doc).
-
-    Args:
-        worker: its label (pid or ``loader/index``).
-        kind: one of :data:`KINDS`.
-        start_mb, end_mb: USS at the first and last reading (MiB).
-        growth_mb: ``end_mb - start_mb``.
-        tail_pct: share of the growth in the last third of the series (%).
-        rate_mb_per_min: mean growth rate over the series.
-        r_fetched: Pearson r between USS and distinct samples fetched (``None``: unknown).
-        container: the dataset's largest Python container, for ``copy_on_read``.
-    """
+    """One worker's memory, classified (see the module doc): ``worker`` its label (pid or
+    ``loader/index``), USS at the first and last reading (MiB), ``tail_pct`` the share of the
+    growth in the last third of the series (%), ``r_fetched`` the Pearson r between USS and
+    distinct samples fetched (``None``: unknown), ``container`` the dataset's largest Python
+    container, for ``copy_on_read``."""
 
     worker: str
     kind: str

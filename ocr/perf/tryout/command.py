@@ -41,14 +41,12 @@ class RecordedCommand:
     """How a run was started.
 
     Args:
-        run_dir: the run directory.
         executable: the Python interpreter (``sys.executable``).
         launcher: the interpreter's arguments before the app's own: ``["-m", "ocr.train"]``,
             a console script's path, or a script's path.
         flags: the app's own arguments that are not overrides (``--config-name x``), in order.
         overrides: the app's Hydra overrides (``.hydra/overrides.yaml`` when saved), or its plain
             arguments for a non-Hydra script.
-        cwd: the working folder it ran in.
         hydra: the app is a Hydra app (overrides can be applied).
         lightning_module: the LightningModule's class name, when recorded.
     """

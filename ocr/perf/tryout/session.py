@@ -72,16 +72,9 @@ class TryOptions:
 
 @dataclass(frozen=True)
 class TrialEvent:
-    """One finished trial, for progress output.
-
-    Args:
-        label: the change (``unchanged`` for A).
-        pair: the pair's number for this change (1-based).
-        seconds: the trial's wall time.
-        samples_per_sec: its measured speed (``None`` when it failed).
-        error: why it failed.
-        done, planned: trials run so far and the current plan's total.
-    """
+    """One finished trial, for progress output: ``label`` the change (``unchanged`` for A),
+    ``pair`` the pair's number for it (1-based), ``samples_per_sec`` ``None`` when it failed
+    (``error`` says why), ``done`` / ``planned`` the trials run so far and the plan's total."""
 
     label: str
     pair: int

@@ -82,12 +82,8 @@ def _interval(r: TryRecord) -> str:
 def labels(r: TryRecord) -> str:
     """``alters computation``, ``eval-time``, both (comma-separated) or ``""``: a change's
     labels, as the table here and the report's show them."""
-    words = []
-    if r.alters_computation:
-        words.append("alters computation")
-    if r.eval_time:
-        words.append("eval-time")
-    return ", ".join(words)
+    words = (("alters computation", r.alters_computation), ("eval-time", r.eval_time))
+    return ", ".join(word for word, on in words if on)
 
 
 def results_table(records: Sequence[TryRecord], dropped: frozenset[str] = frozenset()) -> Table:
