@@ -310,7 +310,7 @@ class TrySession:
         self._planned = self._done + 2 * pairs
 
     def _base_record(
-        self, c: Candidate, status: str, note: str, override: str | None, kind: str = "candidate"
+        self, c: Candidate, status: str, note: str, override: str | None, kind: str, apply: str
     ) -> TryRecord:
         """``c``'s record without figures (:meth:`_record` adds them)."""
         return TryRecord(
@@ -323,6 +323,7 @@ class TrySession:
             eval_time=c.eval_time,
             status=status,
             note=note,
+            apply=apply,
         )
 
     def _record(self, arm: _Arm, kind: str = "candidate") -> TryRecord:
@@ -331,13 +332,11 @@ class TrySession:
         override = " ".join(arm.changes) or c.override
         if arm.refused:
             note = f"the run cannot take it: {arm.failed}"
-            return replace(
-                self._base_record(c, "not applicable", note, override, kind), apply=apply
-            )
+            return self._base_record(c, "not applicable", note, override, kind, apply)
         if arm.pairs == 0:
             status = "failed" if arm.failed else "untried"
             note = arm.failed or "the budget ran out before its first pair"
-            return replace(self._base_record(c, status, note, override, kind), apply=apply)
+            return self._base_record(c, status, note, override, kind, apply)
         ratios = [
             b.speed / a.speed
             for a, b in zip(arm.base, arm.changed, strict=True)
@@ -363,8 +362,7 @@ class TrySession:
         if arm.kind == "eval":
             notes.append("speed of evaluation (ocr-test on the checkpoint)")
         return replace(
-            self._base_record(c, status, "; ".join(notes), override, kind),
-            apply=apply,
+            self._base_record(c, status, "; ".join(notes), override, kind, apply),
             pairs=s.pairs,
             ratios=s.ratios,
             median=s.median,
@@ -386,7 +384,9 @@ class TrySession:
         for c in self.candidates:
             why = self._not_applicable(c)
             if why is not None:
-                slots.append(self._base_record(c, "not applicable", why, c.override))
+                slots.append(
+                    self._base_record(c, "not applicable", why, c.override, "candidate", "")
+                )
                 continue
             change = self._change(c)
             assert change is not None
