@@ -61,25 +61,17 @@ def stage_speed(
     order, the first ``skip`` left out, at most ``batches`` (``None``: all). A batch's samples
     are its epoch's mean (``samples / num_batches``: a short last batch counts fairly). ``None``
     when the files hold no measured batch of the stage."""
-    records = read_records(EpochRecord.path(run_dir), EpochRecord)
-    times: list[float] = []
-    samples: list[float] = []
-    for record in records:
-        if record.stage != stage:
-            continue
-        kept = [t for t in record.batch_times_s if t is not None]
-        n = record.num_batches
-        if record.batch_times_stride != 1 or not kept or n <= 0:
+    timed: list[tuple[float, float]] = []  # (seconds, samples) per batch
+    for record in read_records(EpochRecord.path(run_dir), EpochRecord):
+        if record.stage != stage or record.batch_times_stride != 1 or record.num_batches <= 0:
             continue  # a thinned epoch's list does not say which batches it kept
-        per_batch = record.samples / n
-        times.extend(kept)
-        samples.extend([per_batch] * len(kept))
-    end = None if batches is None else skip + batches
-    measured_t, measured_s = times[skip:end], samples[skip:end]
-    total = sum(measured_t)
-    if not measured_t or total <= 0:
+        per_batch = record.samples / record.num_batches
+        timed.extend((t, per_batch) for t in record.batch_times_s if t is not None)
+    measured = timed[skip : None if batches is None else skip + batches]
+    total = sum(t for t, _ in measured)
+    if not measured or total <= 0:
         return None
-    return sum(measured_s) / total
+    return sum(s for _, s in measured) / total
 
 
 def _run(argv: list[str], cwd: Path, log: Path, env: dict[str, str], timeout: float) -> str | None:
@@ -138,7 +130,7 @@ def run_training_trial(
         # Lightning creates its loggers' experiments (a TensorBoard event file in the script's
         # own folder) before any callback hook: the default logger is turned off through
         # Lightning's documented PL_TRAINER_<ARG> defaults; a logger the script passes wins.
-        env.setdefault(_NO_DEFAULT_LOGGER[0], _NO_DEFAULT_LOGGER[1])
+        env.setdefault(*_NO_DEFAULT_LOGGER)
     started = time.perf_counter()
     argv = command.argv(folder, overrides)
     error = _run(argv, command.cwd, folder.with_suffix(".log"), env, timeout)
