@@ -105,17 +105,17 @@ class _Walk:
             node.bytes += t.element_size() * t.nelement()
 
 
-def _sample(value: Any, n: int) -> tuple[Iterable[Any], float, bool]:
+def _sample(value: Any, n: int) -> tuple[Iterable[Any], float]:
     """Up to :data:`SAMPLE_ITEMS` items of container ``value`` of length ``n``: all of them, or
     evenly spread (sequences) / the first ones (dicts, sets, deques); with the factor that
     extrapolates their counts to the whole container."""
     items: Iterable[Any] = value.values() if isinstance(value, dict) else value
     if n <= SAMPLE_ITEMS:
-        return items, 1.0, False
+        return items, 1.0
     if isinstance(value, list | tuple):
         step = n / SAMPLE_ITEMS
-        return (value[int(i * step)] for i in range(SAMPLE_ITEMS)), step, True
-    return itertools.islice(items, SAMPLE_ITEMS), n / SAMPLE_ITEMS, True
+        return (value[int(i * step)] for i in range(SAMPLE_ITEMS)), step
+    return itertools.islice(items, SAMPLE_ITEMS), n / SAMPLE_ITEMS
 
 
 def _label(key: Any) -> str:
@@ -138,14 +138,13 @@ def _walk(value: Any, path: str, depth: int, walk: _Walk) -> GrowthNode | None:
     if isinstance(value, _CONTAINERS):
         n = len(value)
         node = GrowthNode(path=path, kind=type(value).__name__, length=n)
-        items, factor, sampled = _sample(value, n)
+        items, factor = _sample(value, n)
         keys: Iterator[Any] = iter(value.keys()) if isinstance(value, dict) else iter(range(n))
-        ordered = isinstance(value, dict | list | tuple) and not sampled
+        ordered = isinstance(value, dict | list | tuple) and factor == 1.0
         for item in items:
             if not walk.spend():
                 break
-            key = next(keys) if ordered else None
-            child_path = f"{path}{_label(key)}" if ordered else f"{path}[*]"
+            child_path = f"{path}{_label(next(keys))}" if ordered else f"{path}[*]"
             if isinstance(item, walk.tensor_type):
                 walk.tensor(item, node)
                 continue
