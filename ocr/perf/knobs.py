@@ -96,10 +96,8 @@ class KnobSpec:
                 f"knob {self.name}: expected an integer >= {self.minimum}, got {text!r}"
             )
         if self.kind == "bool":
-            if low in _TRUE:
-                return True
-            if low in _FALSE:
-                return False
+            if low in _TRUE | _FALSE:
+                return low in _TRUE
             raise KnobError(f"knob {self.name}: expected true or false, got {text!r}")
         if self.kind == "choice":
             if raw not in self.choices:

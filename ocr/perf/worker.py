@@ -333,8 +333,7 @@ def _instrumented_class(base: type[DataLoader]) -> type[DataLoader]:
 
 
 def _drop_cached_iterator(loader: DataLoader) -> None:
-    # Persistent workers were started with the old collate / worker_init_fn. Not shut down here:
-    # an epoch may still be using that iterator; its workers stop when it is garbage.
+    """Persistent workers keep the collate / ``worker_init_fn`` they started with (module doc)."""
     if getattr(loader, "_iterator", None) is not None:
         loader._iterator = None
 

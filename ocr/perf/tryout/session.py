@@ -253,8 +253,6 @@ class TrySession:
         # the plan is an estimate from the longest pair so far: a shorter one leaves room for
         # a pair it did not count
         self._planned = max(self._planned, self._done + 2)
-        # A knob the run cannot take ends its trial at setup: a knob's pairs start with the
-        # change (B A, A B, ...) so that no trial of the unchanged command is spent first.
         first_b = any(is_knob(c) for c in arm.changes)
         order = ("A", "B") if (index + first_b) % 2 == 0 else ("B", "A")
         results: dict[str, TrialResult] = {}

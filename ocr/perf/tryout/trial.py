@@ -128,8 +128,7 @@ def run_training_trial(
     env = {**os.environ, ENV_VAR: window.to_env()}
     if "loggers" not in keep:
         # Lightning creates its loggers' experiments (a TensorBoard event file in the script's
-        # own folder) before any callback hook: the default logger is turned off through
-        # Lightning's documented PL_TRAINER_<ARG> defaults; a logger the script passes wins.
+        # own folder) before any callback hook; a logger the script passes still wins.
         env.setdefault(*_NO_DEFAULT_LOGGER)
     started = time.perf_counter()
     argv = command.argv(folder, overrides)
