@@ -5,9 +5,12 @@ winners together); sessions append, readers show the latest.
 
 Rounds go over the candidates (round 1: a pair for each, round 2: another pair for each, ...), so
 a budget that runs out leaves every candidate some pairs instead of leaving the last ones
-untried. Within a pair the order alternates (A B, then B A, ...; A the unchanged command; a
-runtime knob's pairs start with B, since a knob the run cannot take ends its trial at setup and
-the change is then "not applicable" with the trial's reason). The plan follows the measured
+untried. Within a pair the order alternates (A B, then B A, ...; A the unchanged command) so a
+steady drift of the machine cancels; a runtime knob's pairs start with B, since a knob the run
+cannot take ends its trial at setup and the change is then "not applicable" with the trial's
+reason. The speed-up is the median of the ratios ``speed(B) / speed(A)`` with its bootstrap
+interval (:func:`ocr.perf.significance.paired_ratios`); :func:`status` is the rule that
+recommends a change. The plan follows the measured
 cost: before each pair the session checks that the longest pair of that kind so far still fits
 in what is left of the budget, and stops cleanly when it does not, naming what it left untried.
 A trial may not run past the budget's end (it is stopped there).
@@ -28,25 +31,31 @@ from msgspec.structs import replace
 from ocr.perf.candidates import Candidate
 from ocr.perf.knobs import KNOB_PREFIX, apply_lines, family_knob, has_knob, is_knob, knobs_of
 from ocr.perf.records import RecordWriter, TryRecord, read_records
-from ocr.perf.significance import paired_ratios
+from ocr.perf.significance import Outcome, PairedRatios, paired_ratios, ratio_outcome
 from ocr.perf.tryout.command import RecordedCommand, override_key
-from ocr.perf.tryout.paired import status as try_status
 from ocr.perf.tryout.trial import TrialResult, run_eval_trial, run_training_trial
 
 __all__ = [
     "HMEAN_TOLERANCE",
+    "MIN_PAIRS",
+    "RECOMMEND_ABOVE",
     "TrialEvent",
     "TryOptions",
     "TrySession",
     "code_lines",
     "latest_session",
     "paste_line",
+    "status",
     "write_records",
 ]
 
 #: An eval-time change that lowers the H-mean on the run's checkpoint by more than this is never
 #: recommended, however fast.
 HMEAN_TOLERANCE = 0.005
+#: Smallest speed-up that counts: the interval's low end must be above it to recommend.
+RECOMMEND_ABOVE = 1.03
+#: Fewer pairs than this are inconclusive whatever they show.
+MIN_PAIRS = 3
 # A trial of known cost is stopped after this many times the longest one of its kind.
 _TRIAL_TIMEOUT_FACTOR = 4.0
 # How a failure of the unchanged command (A) starts its note.
@@ -332,23 +341,23 @@ class TrySession:
             note = f"the run cannot take it: {arm.failed}"
             return self._base_record(c, "not applicable", note, override, kind, apply)
         if arm.pairs == 0:
-            status = "failed" if arm.failed else "untried"
+            word = "failed" if arm.failed else "untried"
             note = arm.failed or "the budget ran out before its first pair"
-            return self._base_record(c, status, note, override, kind, apply)
+            return self._base_record(c, word, note, override, kind, apply)
         ratios = [
             b.speed / a.speed
             for a, b in zip(arm.base, arm.changed, strict=True)
             if a.speed is not None and b.speed is not None
         ]
         s = paired_ratios(ratios)
-        status = try_status(s)
+        word = status(s)
         notes: list[str] = []
         hmean_base = _median([r.hmean for r in arm.base]) if arm.kind == "eval" else None
         hmean_changed = _median([r.hmean for r in arm.changed]) if arm.kind == "eval" else None
         if hmean_base is not None and hmean_changed is not None:
             drop = hmean_base - hmean_changed
             if drop > HMEAN_TOLERANCE:
-                status = "H-mean drop"
+                word = "H-mean drop"
                 notes.append(
                     f"H-mean {hmean_base:.4f} -> {hmean_changed:.4f} on the checkpoint "
                     f"(drop {drop:.4f} > {HMEAN_TOLERANCE}): not recommended"
@@ -360,7 +369,7 @@ class TrySession:
         if arm.kind == "eval":
             notes.append("speed of evaluation (ocr-test on the checkpoint)")
         return replace(
-            self._base_record(c, status, "; ".join(notes), override, kind, apply),
+            self._base_record(c, word, "; ".join(notes), override, kind, apply),
             pairs=s.pairs,
             ratios=s.ratios,
             median=s.median,
@@ -466,3 +475,11 @@ def latest_session(run_dir: str | os.PathLike[str]) -> list[TryRecord]:
         return []
     last = records[-1].session
     return [r for r in records if r.session == last]
+
+
+def status(s: PairedRatios) -> str:
+    """``recommended`` when :func:`~ocr.perf.significance.ratio_outcome` finds an improvement
+    (the 95 % interval's low end above :data:`RECOMMEND_ABOVE`, with at least :data:`MIN_PAIRS`
+    pairs), else that outcome's word (``inconclusive``, ...)."""
+    found = ratio_outcome(s.low, s.high, RECOMMEND_ABOVE, enough=s.pairs >= MIN_PAIRS)
+    return "recommended" if found is Outcome.IMPROVEMENT else str(found)

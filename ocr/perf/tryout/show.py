@@ -17,8 +17,7 @@ from rich.table import Table
 
 from ocr.console import fit_table, print_renderable, stdout_is_live
 from ocr.perf.records import TryRecord
-from ocr.perf.tryout.paired import MIN_PAIRS, RECOMMEND_ABOVE
-from ocr.perf.tryout.session import TrialEvent
+from ocr.perf.tryout.session import MIN_PAIRS, RECOMMEND_ABOVE, TrialEvent
 
 __all__ = ["TrialProgress", "format_trial", "labels", "print_results", "verdict_line"]
 
