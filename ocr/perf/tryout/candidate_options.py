@@ -80,12 +80,11 @@ def parse_candidate(text: str) -> Candidate:
 TOP_FINDINGS = 3
 
 
-def candidates_from_findings(
-    findings: Iterable[Finding], top: int = TOP_FINDINGS
-) -> list[Candidate]:
-    """The candidates of the ``top`` highest-scoring findings that carry any, in score order."""
+def candidates_from_findings(findings: Iterable[Finding]) -> list[Candidate]:
+    """The candidates of the :data:`TOP_FINDINGS` highest-scoring findings that carry any, in
+    score order."""
     proposing = [f for f in sorted(findings, key=lambda f: -f.score) if f.candidates]
-    return [c for finding in proposing[:top] for c in finding.candidates]
+    return [c for finding in proposing[:TOP_FINDINGS] for c in finding.candidates]
 
 
 def unique_candidates(candidates: Sequence[Candidate]) -> list[Candidate]:
