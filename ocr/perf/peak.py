@@ -20,6 +20,7 @@ peak is a maximum, and a busy moment must not stick as this host's limit. On CUD
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
@@ -208,10 +209,8 @@ def measured_peak(
     previous: PeakFlops | None = None
     hit = entries.get(key)
     if hit is not None and not refresh:
-        try:
+        with contextlib.suppress(TypeError):  # an entry of another layout: measured again
             previous = PeakFlops(**{**hit, "cached": True})  # type: ignore[arg-type]
-        except TypeError:
-            previous = None  # an entry of another layout: measured again
         if previous is not None and not previous.contended:
             return previous
     busy = _host_busy(dev)
