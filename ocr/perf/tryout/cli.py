@@ -155,7 +155,7 @@ def run(args: argparse.Namespace) -> int:
         paste_line,
         write_records,
     )
-    from ocr.perf.tryout.show import TrialProgress, print_results
+    from ocr.perf.tryout.show import print_results, trial_progress
 
     if str(args.json) == "-":  # the JSON alone on stdout: the tables go to stderr
         import rich
@@ -180,14 +180,14 @@ def run(args: argparse.Namespace) -> int:
         checkpoint = args.checkpoint.resolve()
     scratch = Path(tempfile.mkdtemp(prefix="ocr-perf-try-"))
     try:
-        with TrialProgress(len(candidates) * args.pairs * 2) as progress:
+        with trial_progress(len(candidates) * args.pairs * 2) as on_trial:
             session = TrySession(
                 command,
                 candidates,
                 options,
                 scratch / "trials",
                 checkpoint=checkpoint,
-                on_trial=progress.trial,
+                on_trial=on_trial,
             )
             records = session.run()
     finally:
