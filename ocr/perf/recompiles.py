@@ -273,21 +273,18 @@ def recompile_finding(epochs: Sequence[RecompilesRecord], total_s: float = 0.0) 
         + "; ".join(why)
         + cause
     )
-    advice = [
-        "pad inputs to a few size buckets (each bucket compiles once)",
-        "compile with dynamic=True",
-    ]
+    how = "(torch._dynamo.mark_dynamic)"
     dim_match = next((r for r in reasons if r.dimension and "size" in r.reason), None)
     if dim_match is not None:
         index = dim_match.reason.rsplit(" ", 1)[-1]
         name = dim_match.reason.split("'", 1)[1].rsplit("' ", 1)[0]
-        advice.append(
-            f"or mark the changing dimension dynamic before the call: "
-            f"torch._dynamo.mark_dynamic(<{name}>, {index})"
-        )
-    else:
-        advice.append("or mark the changing dimension dynamic (torch._dynamo.mark_dynamic)")
-    advice.append("raising torch._dynamo.config.recompile_limit only postpones it")
+        how = f"before the call: torch._dynamo.mark_dynamic(<{name}>, {index})"
+    advice = [
+        "pad inputs to a few size buckets (each bucket compiles once)",
+        "compile with dynamic=True",
+        f"or mark the changing dimension dynamic {how}",
+        "raising torch._dynamo.config.recompile_limit only postpones it",
+    ]
     return Finding(
         id="recompiles",
         severity="warning",
