@@ -11,6 +11,7 @@ IPython kernel, or a script that no longer exists.
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 from dataclasses import dataclass
@@ -122,11 +123,9 @@ def _check_rerunnable(
 ) -> None:
     """:class:`TryInputError` naming why a plain script's command cannot be re-run."""
     why: str | None = None
-    interpreter_opts: list[str] = []
-    for arg in launcher:
-        if not arg.startswith("-") or arg in ("-m", "-c"):
-            break
-        interpreter_opts.append(arg)
+    interpreter_opts = itertools.takewhile(
+        lambda a: a.startswith("-") and a not in ("-m", "-c"), launcher
+    )
     if any("ipykernel" in a or a.endswith("ipython") for a in (script, *orig[:3])):
         why = "it ran in a Jupyter / IPython kernel, an interactive session"
     elif script == "-":
