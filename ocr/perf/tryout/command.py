@@ -168,9 +168,8 @@ def recorded_command(run_dir: str | os.PathLike[str]) -> RecordedCommand:
             "missing: the run was made by an older receipt-ocr); re-record it to use try"
         )
     app_args = [str(a) for a in argv[1:]]
-    n_app = len(app_args)
     # orig_argv = [python, *launcher, *app_args]
-    launcher = [str(a) for a in (orig[1 : len(orig) - n_app] if n_app else orig[1:])]
+    launcher = [str(a) for a in orig[1 : len(orig) - len(app_args)]]
     hydra_info = info.hydra
     launch_cwd = hydra_info.cwd if hydra_info is not None else None
     cwd = Path(str(launch_cwd or info.cwd or root))
