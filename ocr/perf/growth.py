@@ -345,20 +345,14 @@ def growth_finding(found: Sequence[Growth]) -> Finding | None:
 
 
 def growth_findings(run_dir: str | os.PathLike[str]) -> list[Finding]:
-    """The verdict's memory-creep finding from a run directory's ``perf/growth.jsonl``: growth
-    over the last :data:`GROWTH_EPOCHS` epochs of each run recorded there (a new run starts
-    again at epoch 0), judged as the callback judged it live."""
-    runs = epoch_runs(read_records(GrowthRecord.path(run_dir), GrowthRecord))
-    found = [g for scans in runs for g in _ever_growing(scans)]
-    finding = growth_finding(list({g.path: g for g in found}.values()))
+    """The verdict's memory-creep finding from a run directory's ``perf/growth.jsonl``: what
+    :func:`growing` found at any epoch end of each run recorded there (a new run starts again at
+    epoch 0; a container cleared later still grew while it was growing), judged as the callback
+    judged it live; the latest sighting per path."""
+    found: dict[str, Growth] = {}
+    for scans in epoch_runs(read_records(GrowthRecord.path(run_dir), GrowthRecord)):
+        for end in range(GROWTH_EPOCHS + 1, len(scans) + 1):
+            for g in growing(scans[end - GROWTH_EPOCHS - 1 : end]):
+                found[g.path] = g
+    finding = growth_finding(list(found.values()))
     return [finding] if finding is not None else []
-
-
-def _ever_growing(scans: Sequence[GrowthRecord]) -> list[Growth]:
-    """What :func:`growing` found at any epoch end of one run (a container cleared later still
-    grew while it was growing); the latest sighting per path."""
-    out: dict[str, Growth] = {}
-    for end in range(GROWTH_EPOCHS + 1, len(scans) + 1):
-        for g in growing(scans[end - GROWTH_EPOCHS - 1 : end]):
-            out[g.path] = g
-    return list(out.values())
