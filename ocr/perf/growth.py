@@ -13,9 +13,8 @@ storage counted once per scan, by its data pointer) and whether one holds an aut
 walk is bounded (the constants below); its cost is recorded with every scan (``scan_ms``,
 ``items``); it runs at epoch ends only, never per step.
 
-:func:`growing` names a path whose length, tensor count or bytes grew in each of the last
-:data:`GROWTH_EPOCHS` epochs. ``EpochScanCallback`` writes one record per training epoch to
-``perf/growth.jsonl``; the verdict reads them back (:func:`growth_findings`).
+``EpochScanCallback`` writes one scan per training epoch to ``perf/growth.jsonl``;
+:func:`growing` compares them.
 """
 
 from __future__ import annotations

@@ -52,8 +52,7 @@ class WorkerTiming:
 
     Args:
         fetch_ns: time in the dataset's ``__getitem__`` / ``__getitems__`` for this batch's items
-            (read, decode, augment). With ``num_workers=0``: from the start of ``next()`` to the
-            start of collate.
+            (read, decode, augment; with ``num_workers=0``: see the module docstring).
         collate_ns: time in the collate function (includes any reported parts of it).
         parts_ns: parts reported with :func:`report_part`; they overlap ``fetch_ns`` /
             ``collate_ns``, they do not add to them.
