@@ -218,12 +218,11 @@ class TrySession:
         folder = self.work_dir / f"{self._count:03d}-{'B' if changes else 'A'}"
         remaining = max(self._deadline - self.clock(), 1.0)
         known = self._trial_cost.get(arm.kind)
-        timeout = remaining if known is None else min(remaining, known * _TRIAL_TIMEOUT_FACTOR)
+        limit = remaining if known is None else min(remaining, known * _TRIAL_TIMEOUT_FACTOR)
+        timeout = max(limit, 1.0)
         if arm.kind == "eval":
             assert self.checkpoint is not None
-            result = run_eval_trial(
-                self.command, folder, changes, self.checkpoint, timeout=max(timeout, 1.0)
-            )
+            result = run_eval_trial(self.command, folder, changes, self.checkpoint, timeout=timeout)
         else:
             result = run_training_trial(
                 self.command,
@@ -231,26 +230,18 @@ class TrySession:
                 changes,
                 warmup=self.options.warmup,
                 batches=self.options.batches,
-                timeout=max(timeout, 1.0),
+                timeout=timeout,
                 keep=arm.keep,
             )
         self._done += 1
         self._trial_cost[arm.kind] = max(self._trial_cost.get(arm.kind, 0.0), result.seconds)
         if self.on_trial is not None:
-            why = result.error
-            if result.not_applicable is not None:
-                why = f"not applicable: {result.not_applicable}"
-            self.on_trial(
-                TrialEvent(
-                    label,
-                    arm.pairs + 1,
-                    result.seconds,
-                    result.speed,
-                    why,
-                    self._done,
-                    self._planned,
-                )
+            refused = result.not_applicable
+            why = result.error if refused is None else f"not applicable: {refused}"
+            event = TrialEvent(
+                label, arm.pairs + 1, result.seconds, result.speed, why, self._done, self._planned
             )
+            self.on_trial(event)
         return result
 
     def _pair(self, arm: _Arm, index: int) -> bool:
