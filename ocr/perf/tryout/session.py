@@ -10,10 +10,10 @@ steady drift of the machine cancels; a runtime knob's pairs start with B, since 
 cannot take ends its trial at setup and the change is then "not applicable" with the trial's
 reason. The speed-up is the median of the ratios ``speed(B) / speed(A)`` with its bootstrap
 interval (:func:`ocr.perf.significance.paired_ratios`); :func:`status` is the rule that
-recommends a change. The plan follows the measured
-cost: before each pair the session checks that the longest pair of that kind so far still fits
-in what is left of the budget, and stops cleanly when it does not, naming what it left untried.
-A trial may not run past the budget's end (it is stopped there).
+recommends a change. The plan follows the measured cost: before each pair the session checks
+that the longest pair of that kind so far still fits in what is left of the budget, and stops
+cleanly when it does not, naming what it left untried. A trial may not run past the budget's end
+(it is stopped there).
 """
 
 from __future__ import annotations
