@@ -242,12 +242,7 @@ def is_knob(text: str) -> bool:
 
 @dataclass(frozen=True)
 class Knob:
-    """One knob set to one value.
-
-    Args:
-        name: a key of :data:`KNOBS`.
-        value: the parsed value (``int``, ``bool`` or ``str``, per the knob's kind).
-    """
+    """One knob (``name``: a key of :data:`KNOBS`) set to one value, parsed per its kind."""
 
     name: str
     value: KnobValue

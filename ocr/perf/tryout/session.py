@@ -66,12 +66,8 @@ _OUR_MODULE = "OCRLightningModule"
 
 @dataclass(frozen=True)
 class TryOptions:
-    """Args:
-    budget_s: wall-clock budget of the whole session, seconds.
-    pairs: pairs per candidate at most.
-    warmup: training batches skipped at the start of a trial.
-    batches: training batches measured per trial.
-    """
+    """The session's wall-clock budget (seconds), pairs per candidate at most, and per trial
+    the training batches skipped (``warmup``) and then measured (``batches``)."""
 
     budget_s: float
     pairs: int

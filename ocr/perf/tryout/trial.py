@@ -36,16 +36,10 @@ _TRAIN_ONLY_KEYS = ("callbacks", "ckpt_path", "test_after_fit")
 
 @dataclass(frozen=True)
 class TrialResult:
-    """What one trial gave.
-
-    Args:
-        seconds: its wall time, start-up included.
-        speed: its steady-state speed (samples per second), or ``None`` when it failed.
-        error: why it failed (exit status and the last lines of its output), else ``None``.
-        hmean: the H-mean an eval trial printed, else ``None``.
-        not_applicable: why the run cannot take a knob of the change (the trial ended at
-            setup), else ``None``.
-    """
+    """What one trial gave: its wall time (start-up included), its steady-state speed (samples
+    per second; ``None`` when it failed), why it failed (exit status and the last lines of its
+    output), the H-mean an eval trial printed, and why the run cannot take a knob of the change
+    (the trial ended at setup)."""
 
     seconds: float
     speed: float | None
