@@ -143,7 +143,6 @@ def classify_action(name: str) -> Action:
         phase = _MODULE_HOOK_PHASES.get(hook, "module_hooks")
         return Action(phase, kind, f"{owner}.{hook}", hook, owner)
     if name.startswith("[") and name.endswith("_next"):
-        # [_TrainingEpochLoop].train_dataloader_next, [_EvaluationLoop].val_next / test_next
         return Action("data_wait", LOOP, "", name.rpartition(".")[2])
     phase = {"optimizer_step": "optimizer", "save_checkpoint": "checkpoint"}.get(name, "")
     return Action(phase, OTHER, "", name)

@@ -1,11 +1,5 @@
-"""A change that a finding proposes and ``ocr-perf try`` can measure.
-
-The verdict's findings carry candidates; ``ocr-perf try`` re-runs the run's own command with each
-candidate's override and measures it. A candidate's ``override`` is a Hydra override whose key
-exists in the run's resolved configuration; a run not configured by a Hydra app (or a change
-with no key in its config) gets a plain-language ``description``, and a runtime ``knob``
-(:mod:`ocr.perf.knobs`) where one makes the change, which ``try`` applies through the callbacks.
-"""
+"""A change that a finding proposes and ``ocr-perf try`` can measure (by re-running the run's own
+command with it)."""
 
 from __future__ import annotations
 
@@ -16,7 +10,7 @@ from ocr.perf.knobs import Knob
 
 @dataclass(frozen=True)
 class Candidate:
-    """One proposed change (``override``: module docstring).
+    """One proposed change.
 
     Args:
         family: what kind of change: ``workers``, ``prefetch``, ``persistent_workers``,
@@ -26,8 +20,11 @@ class Candidate:
             precision, postprocess limits), so a speed-up alone does not make it safe.
         eval_time: the change only affects evaluation outputs (postprocess limits); it must be
             checked on the run's checkpoint, not only timed.
-        knob: the runtime knob that makes the change without a config key (``override`` is
-            ``None`` then), or ``None``.
+        override: a Hydra override whose key exists in the run's resolved configuration;
+            ``None`` for a run not configured by a Hydra app or a change with no key in its
+            config (then ``description`` says it in plain language).
+        knob: the runtime knob (:mod:`ocr.perf.knobs`) that makes the change without a config
+            key (``override`` is ``None`` then), or ``None``.
     """
 
     family: str

@@ -13,9 +13,8 @@ storage counted once per scan, by its data pointer) and whether one holds an aut
 walk is bounded (the constants below); its cost is recorded with every scan (``scan_ms``,
 ``items``); it runs at epoch ends only, never per step.
 
-:func:`growing` names a path whose length, tensor count or bytes grew in each of the last
-:data:`GROWTH_EPOCHS` epochs. ``EpochScanCallback`` writes one record per training epoch to
-``perf/growth.jsonl``; the verdict reads them back (:func:`growth_findings`).
+``EpochScanCallback`` writes one scan per training epoch to ``perf/growth.jsonl``;
+:func:`growing` compares them.
 """
 
 from __future__ import annotations
@@ -105,17 +104,17 @@ class _Walk:
             node.bytes += t.element_size() * t.nelement()
 
 
-def _sample(value: Any, n: int) -> tuple[Iterable[Any], float, bool]:
+def _sample(value: Any, n: int) -> tuple[Iterable[Any], float]:
     """Up to :data:`SAMPLE_ITEMS` items of container ``value`` of length ``n``: all of them, or
     evenly spread (sequences) / the first ones (dicts, sets, deques); with the factor that
     extrapolates their counts to the whole container."""
     items: Iterable[Any] = value.values() if isinstance(value, dict) else value
     if n <= SAMPLE_ITEMS:
-        return items, 1.0, False
+        return items, 1.0
     if isinstance(value, list | tuple):
         step = n / SAMPLE_ITEMS
-        return (value[int(i * step)] for i in range(SAMPLE_ITEMS)), step, True
-    return itertools.islice(items, SAMPLE_ITEMS), n / SAMPLE_ITEMS, True
+        return (value[int(i * step)] for i in range(SAMPLE_ITEMS)), step
+    return itertools.islice(items, SAMPLE_ITEMS), n / SAMPLE_ITEMS
 
 
 def _label(key: Any) -> str:
@@ -138,14 +137,13 @@ def _walk(value: Any, path: str, depth: int, walk: _Walk) -> GrowthNode | None:
     if isinstance(value, _CONTAINERS):
         n = len(value)
         node = GrowthNode(path=path, kind=type(value).__name__, length=n)
-        items, factor, sampled = _sample(value, n)
+        items, factor = _sample(value, n)
         keys: Iterator[Any] = iter(value.keys()) if isinstance(value, dict) else iter(range(n))
-        ordered = isinstance(value, dict | list | tuple) and not sampled
+        ordered = isinstance(value, dict | list | tuple) and factor == 1.0
         for item in items:
             if not walk.spend():
                 break
-            key = next(keys) if ordered else None
-            child_path = f"{path}{_label(key)}" if ordered else f"{path}[*]"
+            child_path = f"{path}{_label(next(keys))}" if ordered else f"{path}[*]"
             if isinstance(item, walk.tensor_type):
                 walk.tensor(item, node)
                 continue
@@ -276,13 +274,13 @@ def _size(n: float) -> str:
     return f"{n:.0f} B"
 
 
-def growing(scans: Sequence[GrowthRecord], epochs: int = GROWTH_EPOCHS) -> list[Growth]:
+def growing(scans: Sequence[GrowthRecord]) -> list[Growth]:
     """The paths that grew (length, tensor count or bytes) between each pair of the last
-    ``epochs + 1`` scans, in epoch order. A path that grows inside another growing one is named
-    instead of it (``UserModule.outputs['train']``, not ``UserModule.outputs``)."""
-    if epochs < 1 or len(scans) < epochs + 1:
+    :data:`GROWTH_EPOCHS` + 1 scans, in epoch order. A path that grows inside another growing
+    one is named instead of it (``UserModule.outputs['train']``, not ``UserModule.outputs``)."""
+    if len(scans) < GROWTH_EPOCHS + 1:
         return []
-    window = sorted(scans, key=lambda s: s.epoch)[-(epochs + 1) :]
+    window = sorted(scans, key=lambda s: s.epoch)[-(GROWTH_EPOCHS + 1) :]
     by_scan = [{n.path: n for n in s.nodes} for s in window]
     found: list[Growth] = []
     for path in sorted(by_scan[-1]):
@@ -300,9 +298,9 @@ def growing(scans: Sequence[GrowthRecord], epochs: int = GROWTH_EPOCHS) -> list[
             Growth(
                 path=path,
                 epochs=[s.epoch for s in window],
-                tensors_per_epoch=(last.tensors - first.tensors) / epochs,
-                bytes_per_epoch=(last.bytes - first.bytes) / epochs,
-                length_per_epoch=(last.length - first.length) / epochs,
+                tensors_per_epoch=(last.tensors - first.tensors) / GROWTH_EPOCHS,
+                bytes_per_epoch=(last.bytes - first.bytes) / GROWTH_EPOCHS,
+                length_per_epoch=(last.length - first.length) / GROWTH_EPOCHS,
                 tensors=last.tensors,
                 bytes=last.bytes,
                 graph=last.graph,
@@ -346,20 +344,14 @@ def growth_finding(found: Sequence[Growth]) -> Finding | None:
 
 
 def growth_findings(run_dir: str | os.PathLike[str]) -> list[Finding]:
-    """The verdict's memory-creep finding from a run directory's ``perf/growth.jsonl``: growth
-    over the last :data:`GROWTH_EPOCHS` epochs of each run recorded there (a new run starts
-    again at epoch 0), judged as the callback judged it live."""
-    runs = epoch_runs(read_records(GrowthRecord.path(run_dir), GrowthRecord))
-    found = [g for scans in runs for g in _ever_growing(scans)]
-    finding = growth_finding(list({g.path: g for g in found}.values()))
+    """The verdict's memory-creep finding from a run directory's ``perf/growth.jsonl``: what
+    :func:`growing` found at any epoch end of each run recorded there (a new run starts again at
+    epoch 0; a container cleared later still grew while it was growing), judged as the callback
+    judged it live; the latest sighting per path."""
+    found: dict[str, Growth] = {}
+    for scans in epoch_runs(read_records(GrowthRecord.path(run_dir), GrowthRecord)):
+        for end in range(GROWTH_EPOCHS + 1, len(scans) + 1):
+            for g in growing(scans[end - GROWTH_EPOCHS - 1 : end]):
+                found[g.path] = g
+    finding = growth_finding(list(found.values()))
     return [finding] if finding is not None else []
-
-
-def _ever_growing(scans: Sequence[GrowthRecord]) -> list[Growth]:
-    """What :func:`growing` found at any epoch end of one run (a container cleared later still
-    grew while it was growing); the latest sighting per path."""
-    out: dict[str, Growth] = {}
-    for end in range(GROWTH_EPOCHS + 1, len(scans) + 1):
-        for g in growing(scans[end - GROWTH_EPOCHS - 1 : end]):
-            out[g.path] = g
-    return list(out.values())

@@ -3,13 +3,9 @@
 A Hydra app's candidate is an override of its own config key; a plain script has no such key, and
 even a Hydra app may lack one (``torch.compile``). A *knob* is a change our performance callbacks
 apply themselves at ``setup`` inside a trial window (``OCR_PERF_TRY_WINDOW``, set only by
-``ocr-perf try``), through public APIs: torch's thread count, float32 matmul precision, cuDNN's
-autotuner, the model's memory format, ``torch.compile`` of its ``forward``, the training
-DataLoader's ``num_workers`` / ``pin_memory`` / ``persistent_workers`` / ``prefetch_factor`` /
-``batch_size`` (the loader re-created the way Lightning re-creates loaders for samplers) and the
-Trainer's precision (its precision plugin swapped before the strategy connects it). The Lightning
-side is :mod:`ocr.lightning_modules.callbacks.knobs_apply`; this module (no Lightning) holds the
-table of knobs (:data:`KNOBS`), their parsing and how to make each change in one's own code.
+``ocr-perf try``), through public APIs. The Lightning side is
+:mod:`ocr.lightning_modules.callbacks.knobs_apply`; this module (no Lightning) holds the table of
+knobs (:data:`KNOBS`), their parsing and how to make each change in one's own code.
 
 Namespace: ``knob:NAME=VALUE`` (``--candidate knob:dataloader.num_workers=4``). Hydra's override
 grammar refuses a ``:`` in a key, so a knob can never be read as an override, nor an override as
@@ -18,6 +14,7 @@ a knob.
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -83,33 +80,24 @@ class KnobSpec:
     @property
     def placeholder(self) -> str:
         """The values it takes, for help texts: ``N``, ``true|false``, ``high|medium``."""
-        if self.kind == "int":
-            return "N"
-        if self.kind == "bool":
-            return "true|false"
         if self.kind == "choice":
             return "|".join(self.choices)
-        return "true|BACKEND"
+        return {"int": "N", "bool": "true|false"}.get(self.kind, "true|BACKEND")
 
     def parse_value(self, text: str) -> KnobValue:
         """``text`` as this knob's value; :class:`KnobError` naming the knob and the value."""
         raw = text.strip()
         low = raw.lower()
         if self.kind == "int":
-            try:
-                value = int(raw)
-            except ValueError:
-                value = None
-            if value is None or value < self.minimum:
-                raise KnobError(
-                    f"knob {self.name}: expected an integer >= {self.minimum}, got {text!r}"
-                )
-            return value
+            with contextlib.suppress(ValueError):
+                if int(raw) >= self.minimum:
+                    return int(raw)
+            raise KnobError(
+                f"knob {self.name}: expected an integer >= {self.minimum}, got {text!r}"
+            )
         if self.kind == "bool":
-            if low in _TRUE:
-                return True
-            if low in _FALSE:
-                return False
+            if low in _TRUE | _FALSE:
+                return low in _TRUE
             raise KnobError(f"knob {self.name}: expected true or false, got {text!r}")
         if self.kind == "choice":
             if raw not in self.choices:
@@ -130,6 +118,11 @@ class KnobSpec:
 
 def _literal(value: KnobValue) -> str:
     return f'"{value}"' if isinstance(value, str) else repr(value)
+
+
+def _shown(value: KnobValue) -> str:
+    """The value as ``ocr-perf try`` reads it back (``true`` / ``false`` for a bool)."""
+    return ("true" if value else "false") if isinstance(value, bool) else str(value)
 
 
 #: Every knob, by name.
@@ -249,12 +242,7 @@ def is_knob(text: str) -> bool:
 
 @dataclass(frozen=True)
 class Knob:
-    """One knob set to one value.
-
-    Args:
-        name: a key of :data:`KNOBS`.
-        value: the parsed value (``int``, ``bool`` or ``str``, per the knob's kind).
-    """
+    """One knob (``name``: a key of :data:`KNOBS`) set to one value, parsed per its kind."""
 
     name: str
     value: KnobValue
@@ -266,9 +254,7 @@ class Knob:
     @property
     def setting(self) -> str:
         """``name=value`` (values as ``ocr-perf try`` reads them back)."""
-        value = self.value
-        shown = ("true" if value else "false") if isinstance(value, bool) else str(value)
-        return f"{self.name}={shown}"
+        return f"{self.name}={_shown(self.value)}"
 
     @property
     def text(self) -> str:
@@ -318,9 +304,8 @@ def family_knob(family: str, value: KnobValue) -> Knob | None:
     name = _BY_FAMILY.get(family)
     if name is None:
         return None
-    text = ("true" if value else "false") if isinstance(value, bool) else str(value)
     try:
-        return Knob.parse_setting(f"{name}={text}")
+        return Knob.parse_setting(f"{name}={_shown(value)}")
     except KnobError:
         return None
 

@@ -60,24 +60,10 @@ def stage_flops_per_sample(info: RunRecord | None, stage: Stage) -> float | None
     return _positive(info.flops.per_sample.get(stage))
 
 
-def _peaks(info: RunRecord | None) -> tuple[float | None, float | None]:
-    if info is None or info.flops is None:
-        return None, None
-    return _positive(info.flops.peak_flops_per_sec), _positive(info.flops.spec_peak_flops_per_sec)
-
-
 def epoch_utilisation(info: RunRecord | None, record: EpochRecord) -> Utilisation | None:
     """:class:`Utilisation` of one ``perf/epochs.jsonl`` record (``None`` when either record
     lacks what it needs)."""
-    peak, spec = _peaks(info)
-    return utilisation(
-        stage_flops_per_sample(info, record.stage),
-        record.all_samples,
-        record.all_wall_s,
-        peak,
-        world_size=record.world_size,
-        spec_peak_flops_per_sec=spec,
-    )
+    return stage_utilisation(info, [record], record.stage)
 
 
 def stage_utilisation(
@@ -87,12 +73,13 @@ def stage_utilisation(
     time), ``None`` when not recorded."""
     chosen = [r for r in records if r.stage == stage]
     per_sample = stage_flops_per_sample(info, stage)
-    if not chosen or per_sample is None:
+    if not chosen or per_sample is None or info is None or info.flops is None:
         return None
-    peak, spec = _peaks(info)
-    samples = sum(r.all_samples for r in chosen)
-    wall = sum(r.all_wall_s for r in chosen)
-    world = max(r.world_size for r in chosen)
     return utilisation(
-        per_sample, samples, wall, peak, world_size=world, spec_peak_flops_per_sec=spec
+        per_sample,
+        sum(r.all_samples for r in chosen),
+        sum(r.all_wall_s for r in chosen),
+        _positive(info.flops.peak_flops_per_sec),
+        world_size=max(r.world_size for r in chosen),
+        spec_peak_flops_per_sec=_positive(info.flops.spec_peak_flops_per_sec),
     )

@@ -14,17 +14,13 @@ the repository. To measure again: ``OCR_PEAK_REFRESH=1`` in the environment,
 A CPU peak measured while the host was busy (1-minute load average above half its CPUs: other
 processes took cores from the benchmark) is kept but marked ``contended`` and measured again at
 the next call, keeping the higher figure, until a measurement on a quiet host replaces it: a
-peak is a maximum, and a busy moment must not stick as this host's limit.
-
-On CUDA, :func:`spec_peak` also gives the data-sheet peak of common GPUs (dense tensor-core
-figures, no structured sparsity; FP32 is the non-tensor-core figure, as torch runs FP32 matmuls
-without TF32 by default), ``None`` for an unknown name.
-
-No Lightning import.
+peak is a maximum, and a busy moment must not stick as this host's limit. On CUDA,
+:func:`spec_peak` also gives the data-sheet peak. No Lightning import.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
@@ -44,8 +40,9 @@ _MEASURE_S = 0.3
 #: 1-minute load average per CPU above which a CPU measurement is marked contended.
 BUSY_LOAD_PER_CPU = 0.5
 
-# Data-sheet peaks in TFLOP/s, dense (no 2:4 sparsity). Patterns are matched in order against
-# torch.cuda.get_device_name(), lower case; the first that is contained in the name wins.
+# Data-sheet peaks in TFLOP/s, dense tensor-core figures (no 2:4 sparsity); FP32 is the
+# non-tensor-core figure, as torch runs FP32 matmuls without TF32 by default. Patterns are matched
+# in order against torch.cuda.get_device_name(), lower case; the first contained in it wins.
 _SPEC_TFLOPS: tuple[tuple[str, dict[str, float]], ...] = (
     ("h200", {"bfloat16": 989.4, "float16": 989.4, "float32": 66.9}),
     ("h100 pcie", {"bfloat16": 756.0, "float16": 756.0, "float32": 51.2}),
@@ -212,10 +209,8 @@ def measured_peak(
     previous: PeakFlops | None = None
     hit = entries.get(key)
     if hit is not None and not refresh:
-        try:
+        with contextlib.suppress(TypeError):  # an entry of another layout: measured again
             previous = PeakFlops(**{**hit, "cached": True})  # type: ignore[arg-type]
-        except TypeError:
-            previous = None  # an entry of another layout: measured again
         if previous is not None and not previous.contended:
             return previous
     busy = _host_busy(dev)

@@ -32,17 +32,9 @@ _MIN_POINTS = 6
 
 @dataclass(frozen=True)
 class ProcessGrowth:
-    """A straight line through the main process's memory.
-
-    Args:
-        metric: the metric fitted (USS, else RSS).
-        slope_mb_per_min: its slope.
-        r2: how well the line fits (1 = every sample on it).
-        start_mb, end_mb: the line's value at the first and last sample.
-        span_s: seconds between them.
-        points: samples fitted.
-        from_epoch: the first epoch fitted.
-    """
+    """A straight line through the main process's memory (``metric``: USS, else RSS): ``r2``
+    how well it fits (1 = every sample on it), ``start_mb`` / ``end_mb`` its value at the first
+    and last sample, ``span_s`` the seconds between them, ``points`` the samples fitted."""
 
     metric: str
     slope_mb_per_min: float
@@ -54,10 +46,10 @@ class ProcessGrowth:
     from_epoch: int
 
 
-def process_growth(samples: Sequence[ResourceSample], rank: int = 0) -> ProcessGrowth | None:
-    """The fitted line of ``rank``'s samples (see the module doc); ``None`` with fewer than six
+def process_growth(samples: Sequence[ResourceSample]) -> ProcessGrowth | None:
+    """The fitted line of rank 0's samples (see the module doc); ``None`` with fewer than six
     samples or no memory metric."""
-    mine = [s for s in samples if s.rank == rank and s.phase in _RUNNING]
+    mine = [s for s in samples if s.rank == 0 and s.phase in _RUNNING]
     metric = next((m for m in _METRICS if any(m in s.metrics for s in mine)), None)
     if metric is None:
         return None

@@ -1,31 +1,24 @@
 """``torch.compile`` recompiles and shape churn, per epoch, with their reason. Lightning-free.
 
-A compiled model fed inputs of changing sizes recompiles for each new shape (with
-``dynamic=False``, or where a size is specialised) until Dynamo's recompile limit, then runs that
-function eagerly: the compiled run ends up slower than eager while every phase just reads
+A compiled model fed inputs of changing sizes recompiles for each new shape until Dynamo's
+recompile limit, then runs that function eagerly: slower than eager while every phase just reads
 ``forward``. This module counts, per epoch, what Dynamo compiled, why it recompiled (the guard
-that failed: ``tensor 'x' size mismatch at index 2``, i.e. dimension 2 of ``x`` changed),
-how long compiling took and whether the limit was hit.
+that failed: ``tensor 'x' size mismatch at index 2``), how long compiling took and whether the
+limit was hit.
 
 The one seam into torch (version-gated, tested in ``tests/unit/perf/test_recompiles.py``):
 ``torch._dynamo.utils.get_compilation_metrics()``, the bounded list (64 by default) of
-``CompilationMetrics`` Dynamo appends one entry to per frame compile, with ``recompile_reason``,
-``entire_frame_compile_time_s``, ``fail_type`` / ``fail_reason`` (the recompile limit shows as
-``Unsupported`` with "recompile limit exceeded") and ``co_name`` / ``co_filename``; and
+``CompilationMetrics`` Dynamo appends one entry to per frame compile (the recompile limit shows as
+``fail_type`` ``Unsupported`` with "recompile limit exceeded"), and
 ``torch._dynamo.utils.counters["frames"]["total"]``, which counts compiles past that bound
-(reported as ``lost``). :class:`CompileWatch` remembers the last entry it saw and reads the new
-ones at an epoch's end: nothing runs per step, and nothing is enabled in torch (no log level, no
-hook). Checked against torch :data:`TESTED_TORCH`; a torch without that surface records
-``available: false`` with the reason.
+(reported as ``lost``). :class:`CompileWatch` reads the new entries at an epoch's end: nothing
+runs per step, and nothing is enabled in torch (no log level, no hook). A torch without that
+surface records ``available: false`` with the reason.
 
 Without compile the number of distinct batch shapes per epoch still matters (cuDNN autotuning
-runs once per shape; a later compile would recompile for each): :class:`ShapeCounter` keeps the
-shapes of the batches it is shown (one set insertion per batch; the callback shows it batches
-only when asked to, since that is per-step work).
-
-The callback (``ocr.lightning_modules.callbacks.EpochScanCallback``) writes one
-``receipt-ocr/recompiles`` record per training epoch to ``perf/recompiles.jsonl``; the verdict
-turns them into a finding (:func:`recompile_findings`).
+runs once per shape; a later compile would recompile for each): :class:`ShapeCounter`.
+``EpochScanCallback`` writes one record per training epoch to ``perf/recompiles.jsonl``; the
+verdict turns them into a finding (:func:`recompile_findings`).
 """
 
 from __future__ import annotations
@@ -135,7 +128,7 @@ class CompileWatch:
         """The compiles since the previous call (or since construction)."""
         if self._utils is None:
             return RecompilesRecord(epoch=epoch, available=False, note=self.note)
-        compiles = recompiles = failed = dynamo_entries = 0
+        failed = dynamo_entries = 0
         compile_s = 0.0
         limit_hit = False
         tallies: list[RecompileReason] = []
@@ -157,13 +150,11 @@ class CompileWatch:
                 else:
                     failed += 1
                 continue
-            compiles += 1
             name = getattr(entry, "co_name", None) or "?"
             filename = os.path.basename(getattr(entry, "co_filename", None) or "?")
             functions[f"{name} ({filename})"] += 1
             raw = getattr(entry, "recompile_reason", None)
             if raw is not None:
-                recompiles += 1
                 key, dimension, sizes = normalize_reason(str(raw))
                 example = str(raw)[:300]
                 tallies.append(
@@ -182,8 +173,8 @@ class CompileWatch:
             note = f"counted with torch {torch.__version__}; checked on {tested}"
         return RecompilesRecord(
             epoch=epoch,
-            compiles=compiles,
-            recompiles=recompiles,
+            compiles=sum(functions.values()),
+            recompiles=len(tallies),
             reasons=_merge(tallies),
             functions=dict(functions.most_common()),
             compile_s=round(compile_s, 4),
@@ -206,7 +197,8 @@ def _recompile_limit() -> int | None:
 class ShapeCounter:
     """The distinct shapes of the batches :meth:`note` is shown, per epoch: the shape of the
     batch's first tensor (the batch itself, or the first of the first 4 items of a list / tuple /
-    dict); O(1) per batch. A batch without a tensor there is not counted."""
+    dict); one set insertion per batch (the callback shows it batches only when asked to, since
+    that is per-step work). A batch without a tensor there is not counted."""
 
     def __init__(self) -> None:
         import torch
@@ -281,21 +273,18 @@ def recompile_finding(epochs: Sequence[RecompilesRecord], total_s: float = 0.0) 
         + "; ".join(why)
         + cause
     )
-    advice = [
-        "pad inputs to a few size buckets (each bucket compiles once)",
-        "compile with dynamic=True",
-    ]
+    how = "(torch._dynamo.mark_dynamic)"
     dim_match = next((r for r in reasons if r.dimension and "size" in r.reason), None)
     if dim_match is not None:
         index = dim_match.reason.rsplit(" ", 1)[-1]
         name = dim_match.reason.split("'", 1)[1].rsplit("' ", 1)[0]
-        advice.append(
-            f"or mark the changing dimension dynamic before the call: "
-            f"torch._dynamo.mark_dynamic(<{name}>, {index})"
-        )
-    else:
-        advice.append("or mark the changing dimension dynamic (torch._dynamo.mark_dynamic)")
-    advice.append("raising torch._dynamo.config.recompile_limit only postpones it")
+        how = f"before the call: torch._dynamo.mark_dynamic(<{name}>, {index})"
+    advice = [
+        "pad inputs to a few size buckets (each bucket compiles once)",
+        "compile with dynamic=True",
+        f"or mark the changing dimension dynamic {how}",
+        "raising torch._dynamo.config.recompile_limit only postpones it",
+    ]
     return Finding(
         id="recompiles",
         severity="warning",

@@ -2,7 +2,7 @@
 
 Used by ``ocr-perf compare`` (step times of two traces, :mod:`ocr.perf.trace.compare`),
 ``ocr-perf check`` (a run against a baseline, :mod:`ocr.perf.gate`) and ``ocr-perf try`` (paired
-speed ratios, :mod:`ocr.perf.tryout.paired`): the :class:`Outcome` words, a one-sided
+speed ratios, :mod:`ocr.perf.tryout.session`): the :class:`Outcome` words, a one-sided
 Mann-Whitney U test, one seeded percentile bootstrap of a median (a rerun on the same figures
 gives the same interval) and a robust noise allowance. Only the words are shared, not one
 threshold: each command decides what change counts.

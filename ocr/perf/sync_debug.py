@@ -28,7 +28,7 @@ import torch
 
 from ocr.perf.findings import Finding, threshold
 
-__all__ = ["SYNC_WARNING", "SyncDetector", "SyncLine", "cuda_available", "sync_lines_finding"]
+__all__ = ["SYNC_WARNING", "SyncDetector", "SyncLine", "sync_lines_finding"]
 
 #: The text of torch's sync-debug warning (``c10/cuda/CUDAFunctions``).
 SYNC_WARNING = "called a synchronizing CUDA operation"
@@ -41,11 +41,6 @@ _LIB_DIRS = tuple(
 _THIS = os.path.realpath(__file__)
 
 
-def cuda_available() -> bool:
-    """Whether this process can run CUDA (the detector's precondition)."""
-    return bool(torch.cuda.is_available())
-
-
 def _is_user_file(path: str) -> bool:
     if not path or path.startswith("<"):
         return False
@@ -55,16 +50,9 @@ def _is_user_file(path: str) -> bool:
 
 @dataclass(frozen=True)
 class SyncLine:
-    """Sync calls made from one line of the user's code while the detector was on.
-
-    Args:
-        file: the source file (as Python names it: usually absolute).
-        line: the line number of the call.
-        function: the function it is in.
-        code: that line's source text (stripped; ``""`` when unavailable).
-        calls: sync calls from it.
-        per_step: ``calls`` per step of the window.
-    """
+    """Sync calls made from one line of the user's code while the detector was on: ``file`` as
+    Python names it (usually absolute), ``code`` that line's source text (stripped; ``""`` when
+    unavailable), ``per_step`` ``calls`` per step of the window."""
 
     file: str
     line: int
@@ -97,7 +85,7 @@ class SyncDetector:
         ``force`` (tests: catch the warnings without switching the CUDA mode)."""
         if self._catch is not None:
             return True
-        has_cuda = cuda_available()
+        has_cuda = torch.cuda.is_available()
         if not has_cuda and not force:
             return False
         self._counts.clear()

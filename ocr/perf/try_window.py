@@ -1,26 +1,17 @@
 """The short training window of an ``ocr-perf try`` trial, passed to the re-run command in one
 environment variable (:data:`ENV_VAR`), so it works for any Lightning app that records with our
-performance callbacks, whatever its configuration keys are called.
-
-``ocr-perf try`` sets ``OCR_PERF_TRY_WINDOW`` on the trial's process; the performance callbacks
-(:mod:`ocr.lightning_modules.callbacks.try_window`) read it at ``setup`` and then, through
-Lightning's public Trainer attributes: turn validation and the sanity check off
-(``limit_val_batches=0``, ``num_sanity_val_steps=0``), drop checkpoint callbacks and loggers
-(unless the change concerns them: ``keep``), write the run's ``perf/`` files into ``perf_dir``
-instead of ``trainer.default_root_dir`` (a foreign app may hard-code that folder), and stop the fit
-(``trainer.should_stop``) after ``warmup + batches`` training batches. The speed is then read from
-the trial's ``perf/epochs.jsonl`` (``ocr.perf.tryout.measure``), skipping the warm-up batches.
-
-Inside the window the callbacks also apply the trial's runtime knobs (:mod:`ocr.perf.knobs`,
-``knobs``), and write what became of each into the trial's ``perf/knobs.jsonl``.
+performance callbacks, whatever its configuration keys are called. The callbacks
+(:mod:`ocr.lightning_modules.callbacks.try_window`) read it at ``setup``, open the window through
+Lightning's public Trainer attributes and apply the trial's runtime knobs (:mod:`ocr.perf.knobs`);
+the speed is then read from the trial's ``perf/epochs.jsonl`` (``ocr.perf.tryout.trial``),
+skipping the warm-up batches.
 
 Format: ``warmup=5;batches=20;perf_dir=/tmp/x;keep=val,checkpoint;owner=1234;knobs=a.b=4,c=true``
-(keys in any order; ``keep``, ``owner`` and ``knobs`` optional). ``owner`` is the process id of
-the ``ocr-perf try`` that set the variable. A window whose owner is not an ancestor of the
-training process (a variable exported in a shell, inherited by an unrelated job, or copied from
-a trial's log) is *stray*: it still applies, and the callbacks announce it with one warning
-naming the variable and what it does (:meth:`TryWindow.announcement`), since it silently turns a
-fit into a short trial without checkpoints or loggers. Pure Python: no Lightning here.
+(keys in any order; ``keep``, ``owner`` and ``knobs`` optional). A window whose ``owner`` is not an
+ancestor of the training process (a variable exported in a shell, inherited by an unrelated job, or
+copied from a trial's log) is *stray*: it still applies, and the callbacks warn once
+(:meth:`TryWindow.announcement`), since it silently turns a fit into a short trial without
+checkpoints or loggers. Pure Python: no Lightning here.
 """
 
 from __future__ import annotations
@@ -52,8 +43,8 @@ class TryWindow:
         warmup: training batches run first and not measured (worker start-up, first-call
             allocation, cold caches).
         batches: training batches measured after the warm-up; the fit stops after them.
-        perf_dir: folder that receives the trial's ``perf/`` files (a folder ``ocr-perf try``
-            made for this trial).
+        perf_dir: folder that receives the trial's ``perf/`` files instead of
+            ``trainer.default_root_dir`` (a foreign app may hard-code that one).
         keep: parts left on because the change concerns them (subset of :data:`KEEP_CHOICES`).
         owner: process id of the ``ocr-perf try`` that opened the window (``None``: unknown).
         knobs: runtime changes the callbacks apply at setup (:mod:`ocr.perf.knobs`).

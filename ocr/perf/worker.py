@@ -18,9 +18,9 @@ How, for any map-style dataset and any collate function (checked against torch 2
   times; its batches say ``fetch_timed=False``.
 * With ``num_workers=0`` fetch and collate run inside the consumer's ``next()``: the fetch time is
   the interval from the start of ``next()`` to the start of collate (index sampling included).
-* ``loader.__class__`` is swapped to a cached subclass whose ``__iter__`` wraps the iterator. The
-  wrapper's ``__next__`` switches the clock to ``data_wait`` for exactly the blocking wait, hands
-  the timing to ``on_batch`` and returns the plain batch, so nothing downstream ever sees a
+* ``loader.__class__`` is swapped to a cached subclass whose ``__iter__`` wraps the iterator
+  (creating it, worker start-up included, is charged to ``data_wait``). The wrapper's ``__next__``
+  hands the timing to ``on_batch`` and returns the plain batch, so nothing downstream ever sees a
   ``TimedBatch``. ``pin_memory`` pins through it (it is a NamedTuple).
 
 With ``persistent_workers`` the workers keep the collate function and ``worker_init_fn`` they
@@ -52,8 +52,7 @@ class WorkerTiming:
 
     Args:
         fetch_ns: time in the dataset's ``__getitem__`` / ``__getitems__`` for this batch's items
-            (read, decode, augment). With ``num_workers=0``: from the start of ``next()`` to the
-            start of collate.
+            (read, decode, augment; with ``num_workers=0``: see the module docstring).
         collate_ns: time in the collate function (includes any reported parts of it).
         parts_ns: parts reported with :func:`report_part`; they overlap ``fetch_ns`` /
             ``collate_ns``, they do not add to them.
@@ -248,7 +247,7 @@ def _time_fetches(dataset: Any) -> bool:
 
 
 class _TimedIterator(_BaseDataLoaderIter):
-    """Wraps a DataLoader iterator: charges the wait to ``data_wait`` and unwraps the timing.
+    """Wraps a DataLoader iterator: unwraps the timing and hands it to its loader's handle.
 
     Subclasses ``_BaseDataLoaderIter`` (without running its ``__init__``) so code that treats
     DataLoader iterators specially (Lightning's CombinedLoader state) still recognises it; every
@@ -282,28 +281,20 @@ class _TimedIterator(_BaseDataLoaderIter):
         handle = self._handle
         if handle is not None and not handle._delivering:
             handle = None
-        clock = handle._clock if handle is not None and handle._charge_next else None
-        owner = clock.current_owner if clock is not None else ""
-        previous = clock.switch("data_wait") if clock is not None else ""
-        try:
-            if self._in_process:
-                # Nested inside another batch being built in this process: keep its state.
-                saved = _ACC if _ACC.active else _Accumulator()
-                _ACC = _Accumulator(True, 0, 0, _now(), True)
-                try:
-                    item = next(self._inner)
-                finally:
-                    _ACC = saved
-            else:
+        if self._in_process:
+            # Nested inside another batch being built in this process: keep its state.
+            saved = _ACC if _ACC.active else _Accumulator()
+            _ACC = _Accumulator(True, 0, 0, _now(), True)
+            try:
                 item = next(self._inner)
-            if type(item) is TimedBatch:
-                item, timing = item
-                if handle is not None:
-                    handle._deliver(timing)
-        finally:
-            if previous:
-                assert clock is not None
-                clock.switch(previous, owner)
+            finally:
+                _ACC = saved
+        else:
+            item = next(self._inner)
+        if type(item) is TimedBatch:
+            item, timing = item
+            if handle is not None:
+                handle._deliver(timing)
         return item
 
 
@@ -341,8 +332,7 @@ def _instrumented_class(base: type[DataLoader]) -> type[DataLoader]:
 
 
 def _drop_cached_iterator(loader: DataLoader) -> None:
-    # Persistent workers were started with the old collate / worker_init_fn. Not shut down here:
-    # an epoch may still be using that iterator; its workers stop when it is garbage.
+    """Persistent workers keep the collate / ``worker_init_fn`` they started with (module doc)."""
     if getattr(loader, "_iterator", None) is not None:
         loader._iterator = None
 
@@ -352,17 +342,15 @@ class InstrumentedLoader:
 
     The loader keeps working as before for its users (same batches, same workers, same
     ``pin_memory``); until :meth:`restore`, each batch taken from it calls ``on_batch`` with its
-    :class:`WorkerTiming`, and the blocking wait in ``next()`` is charged to ``data_wait`` on
-    ``clock`` while that clock runs. Iterators created before instrumenting are not affected.
+    :class:`WorkerTiming`. Iterators created before instrumenting are not affected.
 
     Args:
         loader: not already instrumented; iterable datasets get collate/part timing only.
         on_batch: called in the consumer's thread, once per batch, with that batch's timing.
-            Keep it cheap; it runs inside the ``data_wait`` window.
-        clock: the phase clock to charge the wait to; None charges nothing.
-        charge_next: False leaves the wait in ``next()`` to the caller (who already brackets it,
-            e.g. with Lightning's ``*_dataloader_next`` action) and charges only the iterator's
-            creation (worker start-up) to ``data_wait``.
+            Keep it cheap; it runs inside ``next()``.
+        clock: the phase clock to charge an iterator's creation (worker start-up) to, as
+            ``data_wait``, while it runs; None charges nothing. The wait in ``next()`` is the
+            caller's to bracket (Lightning's ``*_dataloader_next`` action does).
         on_error: if given, an exception raised by ``on_batch`` is passed to it and ``on_batch``
             is not called again (the loader keeps serving batches); if None the exception
             propagates to the consumer of the loader.
@@ -374,7 +362,6 @@ class InstrumentedLoader:
         on_batch: Callable[[WorkerTiming], None],
         clock: PhaseClock | None = None,
         *,
-        charge_next: bool = True,
         on_error: Callable[[BaseException], None] | None = None,
     ) -> None:
         if not isinstance(loader, DataLoader):
@@ -392,7 +379,6 @@ class InstrumentedLoader:
         self._loader: DataLoader | None = loader
         self._on_batch = on_batch
         self._clock = clock
-        self._charge_next = charge_next
         self._on_error = on_error
         self._delivering = True
         self._original_class = type(loader)

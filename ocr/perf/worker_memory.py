@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 import sys
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import numpy as np
 
@@ -58,13 +58,8 @@ _CONTAINERS = (list, tuple, dict, set, frozenset)
 
 @dataclass(frozen=True)
 class WorkerMemoryPoint:
-    """One reading of one worker.
-
-    Args:
-        t: seconds (any origin, increasing).
-        uss_bytes: the worker's unique memory.
-        fetched: distinct samples the worker had fetched by then; ``None`` when unknown.
-    """
+    """One reading of one worker: ``t`` in seconds (any origin, increasing), its unique memory,
+    and the distinct samples it had fetched by then (``None`` when unknown)."""
 
     t: float
     uss_bytes: float
@@ -73,18 +68,11 @@ class WorkerMemoryPoint:
 
 @dataclass(frozen=True)
 class WorkerMemoryClass:
-    """One worker's memory, classified (see the module doc).
-
-    Args:
-        worker: its label (pid or ``loader/index``).
-        kind: one of :data:`KINDS`.
-        start_mb, end_mb: USS at the first and last reading (MiB).
-        growth_mb: ``end_mb - start_mb``.
-        tail_pct: share of the growth in the last third of the series (%).
-        rate_mb_per_min: mean growth rate over the series.
-        r_fetched: Pearson r between USS and distinct samples fetched (``None``: unknown).
-        container: the dataset's largest Python container, for ``copy_on_read``.
-    """
+    """One worker's memory, classified (see the module doc): ``worker`` its label (pid or
+    ``loader/index``), USS at the first and last reading (MiB), ``tail_pct`` the share of the
+    growth in the last third of the series (%), ``r_fetched`` the Pearson r between USS and
+    distinct samples fetched (``None``: unknown), ``container`` the dataset's largest Python
+    container, for ``copy_on_read``."""
 
     worker: str
     kind: str
@@ -119,22 +107,15 @@ def _object_bytes(value: object, depth: int) -> int:
 
 def _size(attribute: str, value: object) -> DatasetContainer:
     assert isinstance(value, _CONTAINERS)
-    items: Sequence[object] | list[object]
-    if isinstance(value, dict):
-        keys = list(value.keys()) if len(value) <= _SAMPLE else None
-        if keys is None:
-            step = len(value) / _SAMPLE
-            wanted = {int(k * step) for k in range(_SAMPLE)}
-            keys = [k for n, k in enumerate(value) if n in wanted]
-        items = [(k, value[k]) for k in keys]
-    else:
-        seq = value if isinstance(value, list | tuple) else list(value)
-        if len(seq) <= _SAMPLE:
-            items = list(seq)
-        else:
-            step = len(seq) / _SAMPLE
-            items = [seq[int(k * step)] for k in range(_SAMPLE)]
     n = len(value)
+    step = max(n / _SAMPLE, 1.0)  # at most _SAMPLE items, evenly spread
+    at = [int(k * step) for k in range(min(n, _SAMPLE))]
+    if isinstance(value, list | tuple):
+        items = [value[i] for i in at]
+    else:  # a dict's (key, value) pairs
+        wanted = set(at)
+        pairs = value.items() if isinstance(value, dict) else value
+        items = [v for i, v in enumerate(pairs) if i in wanted]
     per = sum(_object_bytes(v, 3) for v in items) / max(len(items), 1)
     total = sys.getsizeof(value) + int(per * n)
     return DatasetContainer(
@@ -203,32 +184,33 @@ def classify(
     fetched = [p.fetched for p in pts]
     if all(f is not None for f in fetched):
         r = _pearson(np.array(fetched, float), uss)
-    base = {
-        "worker": worker,
-        "start_mb": round(float(uss[0]), 1),
-        "end_mb": round(float(uss[-1]), 1),
-        "growth_mb": round(growth, 1),
-        "tail_pct": round(tail_pct, 1),
-        "rate_mb_per_min": round(rate, 2),
-        "r_fetched": None if r is None else round(r, 3),
-    }
-    if growth < threshold("worker_memory_growth_mb"):
-        return WorkerMemoryClass(kind="stable", **base)  # type: ignore[arg-type]
     big = [c for c in containers if c.python_bytes >= threshold("copy_on_read_container_mb") * _MB]
-    if big:
-        top = big[0]
-        if r is not None:
-            tracks = r >= threshold("copy_on_read_min_r")
-        else:  # without fetch counts: growth no bigger than what the containers can explain
-            tracks = growth <= 1.5 * sum(c.mb for c in big)
-        if tracks:
-            return WorkerMemoryClass(kind="copy_on_read", container=top, **base)  # type: ignore[arg-type]
+    if r is not None:
+        tracks = r >= threshold("copy_on_read_min_r")
+    else:  # without fetch counts: growth no bigger than what the containers can explain
+        tracks = growth <= 1.5 * sum(c.mb for c in big)
     tail_mb = growth * tail_pct / 100.0
-    going_on = tail_pct >= threshold("worker_memory_tail_pct") and tail_mb >= threshold(
+    if growth < threshold("worker_memory_growth_mb"):
+        kind = "stable"
+    elif big and tracks:
+        kind = "copy_on_read"
+    elif tail_pct >= threshold("worker_memory_tail_pct") and tail_mb >= threshold(
         "worker_memory_tail_mb"
+    ):
+        kind = "growing"
+    else:
+        kind = "plateau"
+    return WorkerMemoryClass(
+        worker=worker,
+        kind=kind,
+        start_mb=round(float(uss[0]), 1),
+        end_mb=round(float(uss[-1]), 1),
+        growth_mb=round(growth, 1),
+        tail_pct=round(tail_pct, 1),
+        rate_mb_per_min=round(rate, 2),
+        r_fetched=None if r is None else round(r, 3),
+        container=big[0] if kind == "copy_on_read" else None,
     )
-    kind = "growing" if going_on else "plateau"
-    return WorkerMemoryClass(kind=kind, **base)  # type: ignore[arg-type]
 
 
 def _remedy(kind: str, persistent: bool | None) -> str:
@@ -291,17 +273,7 @@ def worker_memory_finding(
     severity = "warning" if kind in ("copy_on_read", "growing") else "info"
     evidence: dict[str, object] = {
         "workers": [
-            {
-                "worker": c.worker,
-                "kind": c.kind,
-                "start_mb": c.start_mb,
-                "end_mb": c.end_mb,
-                "growth_mb": c.growth_mb,
-                "tail_pct": c.tail_pct,
-                "rate_mb_per_min": c.rate_mb_per_min,
-                "r_fetched": c.r_fetched,
-            }
-            for c in found
+            {f.name: getattr(c, f.name) for f in fields(c) if f.name != "container"} for c in found
         ],
     }
     if worst.container is not None:
@@ -333,15 +305,13 @@ def worker_memory_finding(
 
 
 def classify_samples(
-    samples: Iterable[ResourceSample],
-    containers: Sequence[DatasetContainer] = (),
-    rank: int = 0,
+    samples: Iterable[ResourceSample], containers: Sequence[DatasetContainer] = ()
 ) -> list[WorkerMemoryClass]:
-    """Classify each worker (by pid) of ``rank``'s resource samples (their ``workers_uss``);
-    the samples carry no fetch counts, so copy-on-read is judged by the containers' size."""
+    """Classify each worker (by pid) of rank 0's resource samples (their ``workers_uss``); the
+    samples carry no fetch counts, so copy-on-read is judged by the containers' size."""
     series: dict[str, list[WorkerMemoryPoint]] = {}
     for s in samples:
-        if s.rank != rank:
+        if s.rank != 0:
             continue
         for pid, uss in s.workers_uss.items():
             if math.isfinite(uss):

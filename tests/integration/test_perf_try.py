@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from ocr.perf.cli import main as perf_main
-from ocr.perf.tryout.results import latest_session
+from ocr.perf.tryout.session import latest_session
 
 pytestmark = pytest.mark.slow
 

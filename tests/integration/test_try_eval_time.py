@@ -14,7 +14,7 @@ import pytest
 
 from ocr.data.synth import generate_dataset
 from ocr.perf.cli import main as perf_main
-from ocr.perf.tryout.results import latest_session
+from ocr.perf.tryout.session import latest_session
 
 pytestmark = pytest.mark.slow
 

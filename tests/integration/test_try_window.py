@@ -18,7 +18,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from ocr.lightning_modules.callbacks import ThroughputMonitorCallback
 from ocr.perf.records import EpochRecord, read_records
 from ocr.perf.try_window import ENV_VAR, TryWindow
-from ocr.perf.tryout.measure import stage_speed
+from ocr.perf.tryout.trial import stage_speed
 
 
 class Counting(L.LightningModule):

@@ -108,7 +108,7 @@ class LoaderInterposer:
         # after this call; add it first so the instrumentation chains it instead of hiding it.
         _auto_add_worker_init_fn(loader, self._trainer.global_rank)
         self._handles[id(loader)] = InstrumentedLoader(
-            loader, on_batch, clock, charge_next=False, on_error=self._on_error
+            loader, on_batch, clock, on_error=self._on_error
         )
 
     def restore(self) -> None:

@@ -7,9 +7,13 @@ from typing import TYPE_CHECKING
 
 from ocr.perf.records import RunDirError, TryRecord
 from ocr.perf.report.document import Section, Table, cell
-from ocr.perf.tryout.paired import RECOMMEND_ABOVE
-from ocr.perf.tryout.results import latest_session
-from ocr.perf.tryout.session import HMEAN_TOLERANCE, code_lines, paste_line
+from ocr.perf.tryout.session import (
+    HMEAN_TOLERANCE,
+    RECOMMEND_ABOVE,
+    code_lines,
+    latest_session,
+    paste_line,
+)
 from ocr.perf.tryout.show import labels
 
 if TYPE_CHECKING:

@@ -80,28 +80,16 @@ def parse_candidate(text: str) -> Candidate:
 TOP_FINDINGS = 3
 
 
-def candidates_from_findings(
-    findings: Iterable[Finding], top: int = TOP_FINDINGS
-) -> list[Candidate]:
-    """The candidates of the ``top`` highest-scoring findings that carry any, in score order."""
-    out: list[Candidate] = []
-    taken = 0
-    for finding in sorted(findings, key=lambda f: -f.score):
-        if taken >= top:
-            break
-        if finding.candidates:
-            out.extend(finding.candidates)
-            taken += 1
-    return out
+def candidates_from_findings(findings: Iterable[Finding]) -> list[Candidate]:
+    """The candidates of the :data:`TOP_FINDINGS` highest-scoring findings that carry any, in
+    score order."""
+    proposing = [f for f in sorted(findings, key=lambda f: -f.score) if f.candidates]
+    return [c for finding in proposing[:TOP_FINDINGS] for c in finding.candidates]
 
 
 def unique_candidates(candidates: Sequence[Candidate]) -> list[Candidate]:
     """First of each change (override or knob; a plain-language one by its description)."""
-    seen: set[str] = set()
-    out: list[Candidate] = []
+    first: dict[str, Candidate] = {}
     for c in candidates:
-        key = c.change or f"text:{c.description}"
-        if key not in seen:
-            seen.add(key)
-            out.append(c)
-    return out
+        first.setdefault(c.change or f"text:{c.description}", c)
+    return list(first.values())

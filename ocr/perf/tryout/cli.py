@@ -1,15 +1,7 @@
-"""``ocr-perf try RUN_DIR [--candidate OVERRIDE ...] [--budget 10m] [--pairs N]``.
+"""``ocr-perf try RUN_DIR [--candidate CHANGE ...] [--budget 10m] [--pairs N]``: the parser
+(its description and epilog say what it does and its exit codes) and the command.
 
-Re-runs the run's own command with each candidate change in short training windows, interleaved
-with the unchanged command, and prints the measured speed-up per change with its interval; results
-go to ``RUN_DIR/perf/try.jsonl`` and the report's "Measured changes" section. Exit codes: 0 done
-(something was measured, recommended or not), 1 nothing could be measured (every change not
-applicable, failed or untried), 2 bad input (no command recorded or one that cannot be re-run, no
-candidates, bad option).
-
-A change is a Hydra override of the run's config (``data.num_workers=4``) or a runtime knob
-(``knob:dataloader.num_workers=4``, :mod:`ocr.perf.knobs`) that our callbacks apply in the
-trial, for a plain script or a key the config does not have.
+Results go to ``RUN_DIR/perf/try.jsonl`` and the report's "Measured changes" section.
 """
 
 from __future__ import annotations
@@ -146,21 +138,24 @@ def _checkpoint(run_dir: Path) -> Path | None:
     return found[0].resolve() if found else None
 
 
-def _finding_candidates(run_dir: Path) -> list[Any]:
-    from ocr.perf.report import build_report
-    from ocr.perf.tryout.candidate_options import candidates_from_findings
-
-    return candidates_from_findings(build_report(run_dir).findings)
-
-
 def run(args: argparse.Namespace) -> int:
     """Run a ``try`` session for parsed ``args``."""
     from ocr.console import widen_for_logs
-    from ocr.perf.tryout.candidate_options import parse_candidate, unique_candidates
+    from ocr.perf.report import build_report
+    from ocr.perf.tryout.candidate_options import (
+        candidates_from_findings,
+        parse_candidate,
+        unique_candidates,
+    )
     from ocr.perf.tryout.command import TryInputError, recorded_command
-    from ocr.perf.tryout.results import write_records
-    from ocr.perf.tryout.session import TryOptions, TrySession, code_lines, paste_line
-    from ocr.perf.tryout.show import TrialProgress, print_results
+    from ocr.perf.tryout.session import (
+        TryOptions,
+        TrySession,
+        code_lines,
+        paste_line,
+        write_records,
+    )
+    from ocr.perf.tryout.show import print_results, trial_progress
 
     if str(args.json) == "-":  # the JSON alone on stdout: the tables go to stderr
         import rich
@@ -170,7 +165,7 @@ def run(args: argparse.Namespace) -> int:
     run_dir: Path = args.run_dir
     command = recorded_command(run_dir)
     explicit = [parse_candidate(text) for text in args.candidate]
-    found = [] if args.no_findings else _finding_candidates(run_dir)
+    found = [] if args.no_findings else candidates_from_findings(build_report(run_dir).findings)
     candidates = unique_candidates([*explicit, *found])
     if not candidates:
         raise TryInputError(
@@ -185,14 +180,14 @@ def run(args: argparse.Namespace) -> int:
         checkpoint = args.checkpoint.resolve()
     scratch = Path(tempfile.mkdtemp(prefix="ocr-perf-try-"))
     try:
-        with TrialProgress(len(candidates) * args.pairs * 2) as progress:
+        with trial_progress(len(candidates) * args.pairs * 2) as on_trial:
             session = TrySession(
                 command,
                 candidates,
                 options,
                 scratch / "trials",
                 checkpoint=checkpoint,
-                on_trial=progress.trial,
+                on_trial=on_trial,
             )
             records = session.run()
     finally:

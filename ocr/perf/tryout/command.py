@@ -11,6 +11,7 @@ IPython kernel, or a script that no longer exists.
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 from dataclasses import dataclass
@@ -36,23 +37,17 @@ def override_key(override: str) -> str:
     return key.lstrip("+~")
 
 
-def _is_override(arg: str) -> bool:
-    return not arg.startswith("-") and "=" in arg
-
-
 @dataclass(frozen=True)
 class RecordedCommand:
     """How a run was started.
 
     Args:
-        run_dir: the run directory.
         executable: the Python interpreter (``sys.executable``).
         launcher: the interpreter's arguments before the app's own: ``["-m", "ocr.train"]``,
             a console script's path, or a script's path.
         flags: the app's own arguments that are not overrides (``--config-name x``), in order.
         overrides: the app's Hydra overrides (``.hydra/overrides.yaml`` when saved), or its plain
             arguments for a non-Hydra script.
-        cwd: the working folder it ran in.
         hydra: the app is a Hydra app (overrides can be applied).
         lightning_module: the LightningModule's class name, when recorded.
     """
@@ -128,11 +123,9 @@ def _check_rerunnable(
 ) -> None:
     """:class:`TryInputError` naming why a plain script's command cannot be re-run."""
     why: str | None = None
-    interpreter_opts: list[str] = []
-    for arg in launcher:
-        if not arg.startswith("-") or arg in ("-m", "-c"):
-            break
-        interpreter_opts.append(arg)
+    interpreter_opts = itertools.takewhile(
+        lambda a: a.startswith("-") and a not in ("-m", "-c"), launcher
+    )
     if any("ipykernel" in a or a.endswith("ipython") for a in (script, *orig[:3])):
         why = "it ran in a Jupyter / IPython kernel, an interactive session"
     elif script == "-":
@@ -175,36 +168,31 @@ def recorded_command(run_dir: str | os.PathLike[str]) -> RecordedCommand:
             "missing: the run was made by an older receipt-ocr); re-record it to use try"
         )
     app_args = [str(a) for a in argv[1:]]
-    n_app = len(app_args)
     # orig_argv = [python, *launcher, *app_args]
-    launcher = [str(a) for a in (orig[1 : len(orig) - n_app] if n_app else orig[1:])]
+    launcher = [str(a) for a in orig[1 : len(orig) - len(app_args)]]
     hydra_info = info.hydra
     launch_cwd = hydra_info.cwd if hydra_info is not None else None
     cwd = Path(str(launch_cwd or info.cwd or root))
     if not cwd.is_dir():
         raise TryInputError(f"{root}: the run's working folder {cwd} no longer exists")
-    hydra = hydra_info is not None
-    overrides: list[str] | None = None
-    if hydra_info is not None:
-        if hydra_info.overrides_file:
-            overrides = _read_overrides(root / hydra_info.overrides_file)
-        if overrides is None:
-            overrides = list(hydra_info.overrides)
-    if not hydra:
+    if hydra_info is None:
         _check_rerunnable(root, [str(a) for a in orig], str(argv[0]), launcher, cwd)
-    flags: list[str] = []
-    plain: list[str] = []
-    for arg in app_args:
-        if arg in _MULTIRUN_FLAGS:
-            continue
-        (plain if _is_override(arg) else flags).append(arg)
+        overrides, flags = app_args, []  # a plain script's arguments, re-run as they were
+    else:
+        saved = hydra_info.overrides_file
+        read = _read_overrides(root / saved) if saved else None
+        overrides = read if read is not None else list(hydra_info.overrides)
+        # the app's own arguments that are not overrides (``--config-name x``), multirun left out
+        flags = [
+            a for a in app_args if a not in _MULTIRUN_FLAGS and (a.startswith("-") or "=" not in a)
+        ]
     return RecordedCommand(
         run_dir=root,
         executable=executable,
         launcher=tuple(launcher),
-        flags=tuple(flags) if hydra else (),
-        overrides=tuple((overrides if overrides is not None else plain) if hydra else app_args),
+        flags=tuple(flags),
+        overrides=tuple(overrides),
         cwd=cwd,
-        hydra=hydra,
+        hydra=hydra_info is not None,
         lightning_module=info.lightning_module,
     )

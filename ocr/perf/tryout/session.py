@@ -1,18 +1,24 @@
 """One ``ocr-perf try`` session: pairs of trials per candidate, interleaved with the unchanged
-command, within a time budget; then the recommended changes together.
+command, within a time budget; then the recommended changes together. Its records go to
+``<run>/perf/try.jsonl`` (one :class:`~ocr.perf.records.TryRecord` per candidate, and one for the
+winners together); sessions append, readers show the latest.
 
 Rounds go over the candidates (round 1: a pair for each, round 2: another pair for each, ...), so
 a budget that runs out leaves every candidate some pairs instead of leaving the last ones
-untried. Within a pair the order alternates (A B, then B A, ...; A the unchanged command; a
-runtime knob's pairs start with B, since a knob the run cannot take ends its trial at setup and
-the change is then "not applicable" with the trial's reason). The plan follows the measured
-cost: before each pair the session checks that the longest pair of that kind so far still fits
-in what is left of the budget, and stops cleanly when it does not, naming what it left untried.
-A trial may not run past the budget's end (it is stopped there).
+untried. Within a pair the order alternates (A B, then B A, ...; A the unchanged command) so a
+steady drift of the machine cancels; a runtime knob's pairs start with B, since a knob the run
+cannot take ends its trial at setup and the change is then "not applicable" with the trial's
+reason. The speed-up is the median of the ratios ``speed(B) / speed(A)`` with its bootstrap
+interval (:func:`ocr.perf.significance.paired_ratios`); :func:`status` is the rule that
+recommends a change. The plan follows the measured cost: before each pair the session checks
+that the longest pair of that kind so far still fits in what is left of the budget, and stops
+cleanly when it does not, naming what it left untried. A trial may not run past the budget's end
+(it is stopped there).
 """
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -20,26 +26,36 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
+from msgspec.structs import replace
+
 from ocr.perf.candidates import Candidate
-from ocr.perf.knobs import KNOB_PREFIX, Knob, apply_lines, family_knob, has_knob, is_knob
-from ocr.perf.records import TryRecord
-from ocr.perf.significance import paired_ratios
+from ocr.perf.knobs import KNOB_PREFIX, apply_lines, family_knob, has_knob, is_knob, knobs_of
+from ocr.perf.records import RecordWriter, TryRecord, read_records
+from ocr.perf.significance import Outcome, PairedRatios, paired_ratios, ratio_outcome
 from ocr.perf.tryout.command import RecordedCommand, override_key
-from ocr.perf.tryout.paired import status as try_status
 from ocr.perf.tryout.trial import TrialResult, run_eval_trial, run_training_trial
 
 __all__ = [
     "HMEAN_TOLERANCE",
+    "MIN_PAIRS",
+    "RECOMMEND_ABOVE",
     "TrialEvent",
     "TryOptions",
     "TrySession",
     "code_lines",
+    "latest_session",
     "paste_line",
+    "status",
+    "write_records",
 ]
 
 #: An eval-time change that lowers the H-mean on the run's checkpoint by more than this is never
 #: recommended, however fast.
 HMEAN_TOLERANCE = 0.005
+#: Smallest speed-up that counts: the interval's low end must be above it to recommend.
+RECOMMEND_ABOVE = 1.03
+#: Fewer pairs than this are inconclusive whatever they show.
+MIN_PAIRS = 3
 # A trial of known cost is stopped after this many times the longest one of its kind.
 _TRIAL_TIMEOUT_FACTOR = 4.0
 # How a failure of the unchanged command (A) starts its note.
@@ -50,12 +66,8 @@ _OUR_MODULE = "OCRLightningModule"
 
 @dataclass(frozen=True)
 class TryOptions:
-    """Args:
-    budget_s: wall-clock budget of the whole session, seconds.
-    pairs: pairs per candidate at most.
-    warmup: training batches skipped at the start of a trial.
-    batches: training batches measured per trial.
-    """
+    """The session's wall-clock budget (seconds), pairs per candidate at most, and per trial
+    the training batches skipped (``warmup``) and then measured (``batches``)."""
 
     budget_s: float
     pairs: int
@@ -65,16 +77,9 @@ class TryOptions:
 
 @dataclass(frozen=True)
 class TrialEvent:
-    """One finished trial, for progress output.
-
-    Args:
-        label: the change (``unchanged`` for A).
-        pair: the pair's number for this change (1-based).
-        seconds: the trial's wall time.
-        samples_per_sec: its measured speed (``None`` when it failed).
-        error: why it failed.
-        done, planned: trials run so far and the current plan's total.
-    """
+    """One finished trial, for progress output: ``label`` the change (``unchanged`` for A),
+    ``pair`` the pair's number for it (1-based), ``samples_per_sec`` ``None`` when it failed
+    (``error`` says why), ``done`` / ``planned`` the trials run so far and the plan's total."""
 
     label: str
     pair: int
@@ -184,7 +189,8 @@ class TrySession:
                 "hand and compare"
             )
         if c.override is not None and not self.command.hydra and c.knob is None:
-            knob = _knob_for_override(c)
+            value = c.override.partition("=")[2]  # the knob of the family makes it with this
+            knob = family_knob(c.family, value) if value else None
             instead = (
                 f"measure it with --candidate {knob.text}"
                 if knob is not None
@@ -208,12 +214,11 @@ class TrySession:
         folder = self.work_dir / f"{self._count:03d}-{'B' if changes else 'A'}"
         remaining = max(self._deadline - self.clock(), 1.0)
         known = self._trial_cost.get(arm.kind)
-        timeout = remaining if known is None else min(remaining, known * _TRIAL_TIMEOUT_FACTOR)
+        limit = remaining if known is None else min(remaining, known * _TRIAL_TIMEOUT_FACTOR)
+        timeout = max(limit, 1.0)
         if arm.kind == "eval":
             assert self.checkpoint is not None
-            result = run_eval_trial(
-                self.command, folder, changes, self.checkpoint, timeout=max(timeout, 1.0)
-            )
+            result = run_eval_trial(self.command, folder, changes, self.checkpoint, timeout=timeout)
         else:
             result = run_training_trial(
                 self.command,
@@ -221,26 +226,18 @@ class TrySession:
                 changes,
                 warmup=self.options.warmup,
                 batches=self.options.batches,
-                timeout=max(timeout, 1.0),
+                timeout=timeout,
                 keep=arm.keep,
             )
         self._done += 1
         self._trial_cost[arm.kind] = max(self._trial_cost.get(arm.kind, 0.0), result.seconds)
         if self.on_trial is not None:
-            why = result.error
-            if result.not_applicable is not None:
-                why = f"not applicable: {result.not_applicable}"
-            self.on_trial(
-                TrialEvent(
-                    label,
-                    arm.pairs + 1,
-                    result.seconds,
-                    result.speed,
-                    why,
-                    self._done,
-                    self._planned,
-                )
+            refused = result.not_applicable
+            why = result.error if refused is None else f"not applicable: {refused}"
+            event = TrialEvent(
+                label, arm.pairs + 1, result.seconds, result.speed, why, self._done, self._planned
             )
+            self.on_trial(event)
         return result
 
     def _pair(self, arm: _Arm, index: int) -> bool:
@@ -252,8 +249,6 @@ class TrySession:
         # the plan is an estimate from the longest pair so far: a shorter one leaves room for
         # a pair it did not count
         self._planned = max(self._planned, self._done + 2)
-        # A knob the run cannot take ends its trial at setup: a knob's pairs start with the
-        # change (B A, A B, ...) so that no trial of the unchanged command is spent first.
         first_b = any(is_knob(c) for c in arm.changes)
         order = ("A", "B") if (index + first_b) % 2 == 0 else ("B", "A")
         results: dict[str, TrialResult] = {}
@@ -300,51 +295,56 @@ class TrySession:
         left, going round the arms as :meth:`_measure` will."""
         left = max(self._deadline - self.clock(), 0.0)
         pairs = 0
-        for _ in range(self.options.pairs - rounds_done):
-            for arm in active:
-                cost = self._pair_cost.get(arm.kind, 0.0)
-                if cost > left:
-                    break
-                left -= cost
-                pairs += 1
-            else:
-                continue
-            break
+        for arm in active * (self.options.pairs - rounds_done):
+            cost = self._pair_cost.get(arm.kind, 0.0)
+            if cost > left:
+                break
+            left -= cost
+            pairs += 1
         self._planned = self._done + 2 * pairs
+
+    def _base_record(
+        self, c: Candidate, status: str, note: str, override: str | None, kind: str, apply: str
+    ) -> TryRecord:
+        """``c``'s record without figures (:meth:`_record` adds them)."""
+        return TryRecord(
+            session=self.session,
+            kind=kind,
+            override=override,
+            description=c.description,
+            family=c.family,
+            alters_computation=c.alters_computation,
+            eval_time=c.eval_time,
+            status=status,
+            note=note,
+            apply=apply,
+        )
 
     def _record(self, arm: _Arm, kind: str = "candidate") -> TryRecord:
         c = arm.candidate
-        common = {
-            "session": self.session,
-            "kind": kind,
-            "override": " ".join(arm.changes) or c.override,
-            "description": c.description,
-            "family": c.family,
-            "alters_computation": c.alters_computation,
-            "eval_time": c.eval_time,
-            "apply": "; ".join(apply_lines(_knobs(arm.changes))),
-        }
+        apply = "; ".join(apply_lines(knobs_of(arm.changes)))
+        override = " ".join(arm.changes) or c.override
         if arm.refused:
             note = f"the run cannot take it: {arm.failed}"
-            return TryRecord(**common, status="not applicable", note=note)  # type: ignore[arg-type]
+            return self._base_record(c, "not applicable", note, override, kind, apply)
         if arm.pairs == 0:
-            status = "failed" if arm.failed else "untried"
+            word = "failed" if arm.failed else "untried"
             note = arm.failed or "the budget ran out before its first pair"
-            return TryRecord(**common, status=status, note=note)  # type: ignore[arg-type]
+            return self._base_record(c, word, note, override, kind, apply)
         ratios = [
             b.speed / a.speed
             for a, b in zip(arm.base, arm.changed, strict=True)
             if a.speed is not None and b.speed is not None
         ]
         s = paired_ratios(ratios)
-        status = try_status(s)
+        word = status(s)
         notes: list[str] = []
         hmean_base = _median([r.hmean for r in arm.base]) if arm.kind == "eval" else None
         hmean_changed = _median([r.hmean for r in arm.changed]) if arm.kind == "eval" else None
         if hmean_base is not None and hmean_changed is not None:
             drop = hmean_base - hmean_changed
             if drop > HMEAN_TOLERANCE:
-                status = "H-mean drop"
+                word = "H-mean drop"
                 notes.append(
                     f"H-mean {hmean_base:.4f} -> {hmean_changed:.4f} on the checkpoint "
                     f"(drop {drop:.4f} > {HMEAN_TOLERANCE}): not recommended"
@@ -355,9 +355,8 @@ class TrySession:
             notes.append(f"{arm.pairs} of {self.options.pairs} pairs (budget)")
         if arm.kind == "eval":
             notes.append("speed of evaluation (ocr-test on the checkpoint)")
-        return TryRecord(
-            **common,  # type: ignore[arg-type]
-            status=status,
+        return replace(
+            self._base_record(c, word, "; ".join(notes), override, kind, apply),
             pairs=s.pairs,
             ratios=s.ratios,
             median=s.median,
@@ -367,7 +366,6 @@ class TrySession:
             changed_samples_per_sec=_median([r.speed for r in arm.changed]),
             hmean_base=hmean_base,
             hmean_changed=hmean_changed,
-            note="; ".join(notes),
         )
 
     def run(self) -> list[TryRecord]:
@@ -375,46 +373,31 @@ class TrySession:
         records in candidate order, the combination last."""
         self._deadline = self.clock() + self.options.budget_s
         self.work_dir.mkdir(parents=True)
-        records: dict[int, TryRecord] = {}
+        slots: list[TryRecord | _Arm] = []
         arms: list[_Arm] = []
-        for i, c in enumerate(self.candidates):
+        for c in self.candidates:
             why = self._not_applicable(c)
             if why is not None:
-                records[i] = TryRecord(
-                    session=self.session,
-                    kind="candidate",
-                    override=c.override,
-                    description=c.description,
-                    family=c.family,
-                    alters_computation=c.alters_computation,
-                    eval_time=c.eval_time,
-                    status="not applicable",
-                    note=why,
+                slots.append(
+                    self._base_record(c, "not applicable", why, c.override, "candidate", "")
                 )
                 continue
             change = self._change(c)
             assert change is not None
             kind = "eval" if c.eval_time else "train"
             arms.append(_Arm(c, (change,), kind, _keep_for((change,))))
+            slots.append(arms[-1])
         self._planned = 2 * len(arms) * self.options.pairs
         left = self._measure(arms)
         if left:
             self.budget_note = "the budget ran out; left short: " + ", ".join(
                 " ".join(a.changes) for a in left
             )
-        out = [records.get(i) for i in range(len(self.candidates))]
-        by_candidate = {id(a.candidate): self._record(a) for a in arms}
-        result = [
-            r if r is not None else by_candidate[id(c)]
-            for r, c in zip(out, self.candidates, strict=True)
-        ]
-        winners = [
-            (a, by_candidate[id(a.candidate)])
-            for a in arms
-            if by_candidate[id(a.candidate)].recommended and a.kind == "train"
-        ]
+        measured = {id(a): self._record(a) for a in arms}
+        result = [s if isinstance(s, TryRecord) else measured[id(s)] for s in slots]
+        winners = [a for a in arms if measured[id(a)].recommended and a.kind == "train"]
         if len(winners) >= 2:
-            result.append(self._together([a for a, _ in winners]))
+            result.append(self._together(winners))
         return result
 
     def _together(self, winners: list[_Arm]) -> TryRecord:
@@ -434,16 +417,6 @@ class TrySession:
                 "the budget ran out while verifying the recommended changes together"
             )
         return self._record(arm, kind="combined")
-
-
-def _knobs(changes: Sequence[str]) -> list[Knob]:
-    return [Knob.parse(c) for c in changes if is_knob(c)]
-
-
-def _knob_for_override(c: Candidate) -> Knob | None:
-    """The knob that makes the change of the override ``c`` (by its family and value)."""
-    value = (c.override or "").partition("=")[2]
-    return family_knob(c.family, value) if value else None
 
 
 def _winners(records: Sequence[TryRecord]) -> list[TryRecord]:
@@ -468,4 +441,32 @@ def paste_line(records: Sequence[TryRecord]) -> str | None:
 
 def code_lines(records: Sequence[TryRecord]) -> list[str]:
     """The recommended runtime knobs (of :func:`_winners`) as changes to one's own code."""
-    return apply_lines(_knobs(_tokens(_winners(records))))
+    return apply_lines(knobs_of(_tokens(_winners(records))))
+
+
+def write_records(run_dir: str | os.PathLike[str], records: list[TryRecord]) -> Path:
+    """Append ``records`` to the run's ``perf/try.jsonl``; returns its path."""
+    writer = RecordWriter(TryRecord.path(run_dir))
+    try:
+        for record in records:
+            writer.write(record)
+    finally:
+        writer.close()
+    return writer.path
+
+
+def latest_session(run_dir: str | os.PathLike[str]) -> list[TryRecord]:
+    """The lines of the last session in the run's ``perf/try.jsonl`` (``[]`` without one)."""
+    records = read_records(TryRecord.path(run_dir), TryRecord)
+    if not records:
+        return []
+    last = records[-1].session
+    return [r for r in records if r.session == last]
+
+
+def status(s: PairedRatios) -> str:
+    """``recommended`` when :func:`~ocr.perf.significance.ratio_outcome` finds an improvement
+    (the 95 % interval's low end above :data:`RECOMMEND_ABOVE`, with at least :data:`MIN_PAIRS`
+    pairs), else that outcome's word (``inconclusive``, ...)."""
+    found = ratio_outcome(s.low, s.high, RECOMMEND_ABOVE, enough=s.pairs >= MIN_PAIRS)
+    return "recommended" if found is Outcome.IMPROVEMENT else str(found)

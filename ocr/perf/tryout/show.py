@@ -3,26 +3,18 @@ otherwise), then a table of the measured changes and the override line to paste.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
-from types import TracebackType
 
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TaskID,
-    TextColumn,
-    TimeElapsedColumn,
-)
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from ocr.console import fit_table, print_renderable, stdout_is_live
 from ocr.perf.records import TryRecord
-from ocr.perf.tryout.paired import MIN_PAIRS, RECOMMEND_ABOVE
-from ocr.perf.tryout.session import TrialEvent
+from ocr.perf.tryout.session import MIN_PAIRS, RECOMMEND_ABOVE, TrialEvent
 
-__all__ = ["TrialProgress", "format_trial", "labels", "print_results", "verdict_line"]
+__all__ = ["format_trial", "labels", "print_results", "trial_progress", "verdict_line"]
 
 
 def format_trial(event: TrialEvent) -> str:
@@ -37,49 +29,23 @@ def format_trial(event: TrialEvent) -> str:
     return line + (f"  {event.error}" if event.error else "")
 
 
-class TrialProgress:
-    """Progress of the trials: Rich's live bar when stdout is a terminal, else a plain line per
-    trial (a log file sees each as it ends)."""
+@contextmanager
+def trial_progress(planned: int) -> Iterator[Callable[[TrialEvent], None]]:
+    """Progress of the trials, yielding what to call after each: Rich's live bar when stdout is a
+    terminal, else a plain line per trial (a log file sees each as it ends)."""
+    if not stdout_is_live():
+        yield lambda event: print(format_trial(event), flush=True)
+        return
+    columns = (TextColumn("ocr-perf try"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, TextColumn("{task.description}")) as progress:
+        task = progress.add_task("", total=planned)
 
-    def __init__(self, planned: int) -> None:
-        self.live = stdout_is_live()
-        self._progress: Progress | None = None
-        self._task: TaskID | None = None
-        self._planned = planned
+        def trial(event: TrialEvent) -> None:
+            total = max(event.planned, event.done)
+            progress.update(task, completed=event.done, total=total, description=event.label)
+            progress.console.print(format_trial(event), markup=False, highlight=False)
 
-    def __enter__(self) -> TrialProgress:
-        if self.live:
-            self._progress = Progress(
-                TextColumn("ocr-perf try"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TimeElapsedColumn(),
-                TextColumn("{task.description}"),
-            )
-            self._progress.start()
-            self._task = self._progress.add_task("", total=self._planned)
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if self._progress is not None:
-            self._progress.stop()
-
-    def trial(self, event: TrialEvent) -> None:
-        if self._progress is None or self._task is None:
-            print(format_trial(event), flush=True)
-            return
-        self._progress.update(
-            self._task,
-            completed=event.done,
-            total=max(event.planned, event.done),
-            description=event.label,
-        )
-        self._progress.console.print(format_trial(event), markup=False, highlight=False)
+        yield trial
 
 
 def _interval(r: TryRecord) -> str:
@@ -91,12 +57,8 @@ def _interval(r: TryRecord) -> str:
 def labels(r: TryRecord) -> str:
     """``alters computation``, ``eval-time``, both (comma-separated) or ``""``: a change's
     labels, as the table here and the report's show them."""
-    words = []
-    if r.alters_computation:
-        words.append("alters computation")
-    if r.eval_time:
-        words.append("eval-time")
-    return ", ".join(words)
+    words = (("alters computation", r.alters_computation), ("eval-time", r.eval_time))
+    return ", ".join(word for word, on in words if on)
 
 
 def results_table(records: Sequence[TryRecord], dropped: frozenset[str] = frozenset()) -> Table:

@@ -1,5 +1,6 @@
 """One trial: the run's command (or ``ocr-test`` on its checkpoint) with a change, in a fresh
-folder, as a subprocess; its speed read back from the perf files it wrote."""
+folder, as a subprocess; its speed read back from the perf files it wrote
+(``perf/epochs.jsonl``)."""
 
 from __future__ import annotations
 
@@ -11,13 +12,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ocr.perf.knobs import is_knob, knobs_of
-from ocr.perf.records import KnobRecord, RunDirError, read_records
+from ocr.perf.records import EpochRecord, KnobRecord, RunDirError, read_records
 from ocr.perf.stage import Stage
 from ocr.perf.try_window import ENV_VAR, TryWindow
 from ocr.perf.tryout.command import RecordedCommand
-from ocr.perf.tryout.measure import stage_speed
 
-__all__ = ["TrialResult", "run_eval_trial", "run_training_trial"]
+__all__ = ["TrialResult", "run_eval_trial", "run_training_trial", "stage_speed"]
 
 # What a failed trial shows of its output.
 _TAIL_LINES = 6
@@ -36,22 +36,36 @@ _TRAIN_ONLY_KEYS = ("callbacks", "ckpt_path", "test_after_fit")
 
 @dataclass(frozen=True)
 class TrialResult:
-    """What one trial gave.
-
-    Args:
-        seconds: its wall time, start-up included.
-        speed: its steady-state speed (samples per second), or ``None`` when it failed.
-        error: why it failed (exit status and the last lines of its output), else ``None``.
-        hmean: the H-mean an eval trial printed, else ``None``.
-        not_applicable: why the run cannot take a knob of the change (the trial ended at
-            setup), else ``None``.
-    """
+    """What one trial gave: its wall time (start-up included), its steady-state speed (samples
+    per second; ``None`` when it failed), why it failed (exit status and the last lines of its
+    output), the H-mean an eval trial printed, and why the run cannot take a knob of the change
+    (the trial ended at setup)."""
 
     seconds: float
     speed: float | None
     error: str | None = None
     hmean: float | None = None
     not_applicable: str | None = None
+
+
+def stage_speed(
+    run_dir: str | os.PathLike[str], stage: Stage, skip: int, batches: int | None
+) -> float | None:
+    """Samples per second of ``stage`` (``train``, ``val``, ``test``) over its batches in file
+    order, the first ``skip`` left out, at most ``batches`` (``None``: all). A batch's samples
+    are its epoch's mean (``samples / num_batches``: a short last batch counts fairly). ``None``
+    when the files hold no measured batch of the stage."""
+    timed: list[tuple[float, float]] = []  # (seconds, samples) per batch
+    for record in read_records(EpochRecord.path(run_dir), EpochRecord):
+        if record.stage != stage or record.batch_times_stride != 1 or record.num_batches <= 0:
+            continue  # a thinned epoch's list does not say which batches it kept
+        per_batch = record.samples / record.num_batches
+        timed.extend((t, per_batch) for t in record.batch_times_s if t is not None)
+    measured = timed[skip : None if batches is None else skip + batches]
+    total = sum(t for t, _ in measured)
+    if not measured or total <= 0:
+        return None
+    return sum(s for _, s in measured) / total
 
 
 def _run(argv: list[str], cwd: Path, log: Path, env: dict[str, str], timeout: float) -> str | None:
@@ -108,9 +122,8 @@ def run_training_trial(
     env = {**os.environ, ENV_VAR: window.to_env()}
     if "loggers" not in keep:
         # Lightning creates its loggers' experiments (a TensorBoard event file in the script's
-        # own folder) before any callback hook: the default logger is turned off through
-        # Lightning's documented PL_TRAINER_<ARG> defaults; a logger the script passes wins.
-        env.setdefault(_NO_DEFAULT_LOGGER[0], _NO_DEFAULT_LOGGER[1])
+        # own folder) before any callback hook; a logger the script passes still wins.
+        env.setdefault(*_NO_DEFAULT_LOGGER)
     started = time.perf_counter()
     argv = command.argv(folder, overrides)
     error = _run(argv, command.cwd, folder.with_suffix(".log"), env, timeout)

@@ -14,7 +14,6 @@ import warnings
 
 import pytest
 
-from ocr.perf import sync_debug
 from ocr.perf.sync_debug import SYNC_WARNING, SyncDetector, sync_lines_finding
 
 
@@ -95,7 +94,7 @@ def test_few_syncs_no_finding() -> None:
 
 
 def test_without_cuda_it_does_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(sync_debug, "cuda_available", lambda: False)
+    monkeypatch.setattr("torch.cuda.is_available", lambda: False)
     det = SyncDetector()
     assert det.start() is False
     assert det._catch is None  # not catching warnings

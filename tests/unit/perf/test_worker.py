@@ -203,26 +203,9 @@ def test_getitems_is_timed_once(num_workers: int) -> None:
     assert type(loader.dataset) is GetitemsDataset
 
 
-def test_data_wait_gets_the_blocking_time_in_process() -> None:
-    loader = DataLoader(ToyDataset(8, sleep_s=ITEM_SLEEP_S), batch_size=2, num_workers=0)
-    clock = PhaseClock()
-    timings: list[WorkerTiming] = []
-    InstrumentedLoader(loader, timings.append, clock)
-    clock.start("callbacks")
-    for _ in loader:
-        assert clock.current == "callbacks"  # next() returned to the phase it interrupted
-        clock.switch("forward")
-        time.sleep(0.005)
-        clock.switch("callbacks")
-    totals = clock.stop()
-    assert len(timings) == 4
-    data_wait_s = totals.phases_ns["data_wait"] / 1e9
-    assert data_wait_s == pytest.approx(slept_s(timings, "item_sleep"), rel=0.15)
-    assert data_wait_s >= 8 * ITEM_SLEEP_S
-    assert sum(totals.phases_ns.values()) == totals.wall_ns
-
-
-def test_data_wait_is_exactly_the_time_inside_next_with_a_fake_clock() -> None:
+def test_next_leaves_its_wait_to_the_caller() -> None:
+    # The caller brackets next() (Lightning's *_dataloader_next action); only the iterator's
+    # creation is charged here (below).
     ticks = [0]
 
     class TickingDataset(ToyDataset):
@@ -237,8 +220,8 @@ def test_data_wait_is_exactly_the_time_inside_next_with_a_fake_clock() -> None:
     for _ in loader:
         ticks[0] += 100
     totals = clock.stop()
-    assert totals.phases_ns["data_wait"] == 6 * 5
-    assert totals.phases_ns["forward"] == 3 * 100
+    assert totals.phases_ns["data_wait"] == 0
+    assert totals.phases_ns["forward"] == 6 * 5 + 3 * 100
     assert totals.wall_ns == 330
 
 

@@ -5,6 +5,7 @@ import pytest
 from ocr.perf.candidates import Candidate
 from ocr.perf.findings import Finding
 from ocr.perf.tryout.candidate_options import (
+    TOP_FINDINGS,
     candidates_from_findings,
     parse_candidate,
     unique_candidates,
@@ -64,10 +65,17 @@ def test_findings_candidates_by_score_from_the_top_findings_and_deduplicated() -
     a = Candidate("workers", "more workers", "data.num_workers=4")
     b = Candidate("threads", "fewer threads (no key)", None)
     c = Candidate("compile", "compile", None)
+    d = Candidate("precision", "bf16", "trainer.precision=bf16-mixed")
     found = candidates_from_findings(
-        [_finding(5.0, [a]), _finding(80.0, [b, a]), _finding(50.0, []), _finding(1.0, [c])],
-        top=2,
+        [
+            _finding(5.0, [a]),
+            _finding(80.0, [b, a]),
+            _finding(50.0, []),
+            _finding(1.0, [c]),
+            _finding(60.0, [d]),
+        ]
     )
-    # score order, the finding without candidates does not count, the third one is left out
-    assert found == [b, a, a]
-    assert unique_candidates(found) == [b, a]
+    # score order, the finding without candidates does not count, the fourth one is left out
+    assert TOP_FINDINGS == 3
+    assert found == [b, a, d, a]
+    assert unique_candidates(found) == [b, a, d]

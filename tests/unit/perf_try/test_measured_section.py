@@ -4,7 +4,7 @@ from pathlib import Path
 
 from ocr.perf.records import TryRecord
 from ocr.perf.report import build_report, to_html, to_markdown
-from ocr.perf.tryout.results import latest_session, write_records
+from ocr.perf.tryout.session import latest_session, write_records
 from tests.unit.perf_report.runs import epoch_record, make_run
 
 

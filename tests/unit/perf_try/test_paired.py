@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from ocr.perf.significance import Outcome, paired_ratios
-from ocr.perf.tryout.paired import MIN_PAIRS, status
+from ocr.perf.tryout.session import MIN_PAIRS, status
 
 
 def test_interval_is_seeded_and_brackets_the_median() -> None:
