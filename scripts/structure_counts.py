@@ -14,7 +14,11 @@
 - **Largest files** in ``ocr/`` and the toolkit's line count (``ocr/perf`` + the callbacks),
   split into code, docstring, comment and blank lines, and into the modules that issues 21, 22,
   24 and 25 created (:data:`LATER_FEATURES`, filed with issue 20 and built after its reshaping)
-  and the rest. What those issues added to modules they share with the rest counts in the rest.
+  and the rest. What those issues added to modules they share with the rest counts in the rest,
+  unless ``--blame`` is given: then each line of the rest whose last writer (``git blame -w -M
+  -C``) is one of :data:`LATER_COMMITS` is credited to that issue. A line of any other commit, a
+  cut or a refactoring that rewrote a later issue's line included, stays in the rest.
+  ``--before REV`` prints the toolkit's lines at a revision (e00c818: when issue 20 was filed).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from __future__ import annotations
 import argparse
 import ast
 import json
+import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
@@ -69,6 +74,19 @@ LATER_FEATURES: dict[int, tuple[str, tuple[str, ...]]] = {
         "ocr-perf try for any Lightning script",
         ("perf/knobs.py", "lightning_modules/callbacks/knobs_apply.py"),
     ),
+}
+
+
+#: Commits of those issues (short hashes, by issue) that wrote into modules they share with the
+#: rest: the features' own commits, named by their messages (``git show --stat HASH``); a commit
+#: that served two issues, or whose issue is unclear, is not listed.
+LATER_COMMITS: dict[int, str] = {
+    21: "404e60f2 1cc68536 7f3afd22 4e1e7db5 8cf79ead f2c726d2 ed731a6b ac174358 a9c9a276"
+    " 6843492b 10db7b6e 3f7332f1 efc65280 8f8b2183 5ad8dbaf 7406a1b5 3631cf94 bb02ef15",
+    22: "8b7e2339 3587e810 295c7eb0 4d02f857 770138ff 22c81f84 d2809568 2115779c da6a7d40"
+    " c6aed1f2 dcec0021 c0e0554e 002aa2d2",
+    24: "4a85ef6f 2376a13c 3e0182e3 202c0472 8f7395bf",
+    25: "154f32c9 9e61e49d bad452a6 c0d9d1b1",
 }
 
 
@@ -248,11 +266,46 @@ def line_kinds(path: Path) -> Counter[str]:
     return Counter(kinds)
 
 
+def _git(root: Path, *args: str) -> str:
+    return subprocess.run(
+        ["git", *args], cwd=root, capture_output=True, text=True, check=True
+    ).stdout
+
+
+def blamed_later_lines(root: Path, files: list[Path]) -> Counter[int]:
+    """How many lines of ``files`` each issue of :data:`LATER_COMMITS` wrote last."""
+    issue_of = {c: issue for issue, commits in LATER_COMMITS.items() for c in commits.split()}
+    counts: Counter[int] = Counter()
+    for path in files:
+        out = _git(root, "blame", "--line-porcelain", "-w", "-M", "-C", "HEAD", "--", str(path))
+        for line in out.splitlines():
+            head = line.split(" ", 1)[0]
+            if len(head) == 40 and head[:8] in issue_of and line.count(" ") >= 2:
+                counts[issue_of[head[:8]]] += 1
+    return counts
+
+
+def toolkit_lines_at(root: Path, rev: str) -> int:
+    """The toolkit's lines at git revision ``rev`` (``root``: the package folder of a checkout)."""
+    names = _git(root, "ls-tree", "-r", "--name-only", rev, "--", *TOOLKIT).split()
+    return sum(
+        len(_git(root, "show", f"{rev}:./{name}").splitlines())
+        for name in names
+        if name.endswith(".py")
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--root", default="ocr", help="the package folder (default: ocr)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--list", action="store_true", help="list every Any-dict slot")
+    parser.add_argument(
+        "--blame",
+        action="store_true",
+        help="credit the rest's lines last written by LATER_COMMITS to their issues (git blame)",
+    )
+    parser.add_argument("--before", metavar="REV", help="also count the toolkit at git REV")
     args = parser.parse_args(argv)
     root = Path(args.root)
     if not (root / "__init__.py").is_file():
@@ -285,6 +338,16 @@ def main(argv: list[str] | None = None) -> int:
         "later_issue_module_lines": {str(k): v for k, v in later.items()},
         "toolkit_lines_without_later_issue_modules": toolkit_lines - sum(later.values()),
     }
+    if args.blame:
+        credited = {str(rel) for _, rels in LATER_FEATURES.values() for rel in rels}
+        rest_files = [p for p in toolkit if str(p.relative_to(root)) not in credited]
+        blamed = blamed_later_lines(root, [p.relative_to(root) for p in rest_files])
+        result["later_issue_lines_in_the_rest"] = {str(k): blamed[k] for k in LATER_COMMITS}
+        result["issue_20_scope_lines"] = result["toolkit_lines_without_later_issue_modules"] - sum(
+            blamed.values()
+        )
+    if args.before:
+        result["toolkit_lines_before"] = {args.before: toolkit_lines_at(root, args.before)}
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
@@ -309,6 +372,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  modules created by issue {issue} ({title}, {len(paths)}): {later[issue]}")
     rest = result["toolkit_lines_without_later_issue_modules"]
     print(f"  the rest (what issue 20 reshaped, with what later issues added to it): {rest}")
+    if args.blame:
+        for issue, n in result["later_issue_lines_in_the_rest"].items():
+            k = len(LATER_COMMITS[int(issue)].split())
+            print(f"    of which last written by issue {issue}'s commits ({k} listed): {n}")
+        print(f"    issue 20's scope (the rest less those): {result['issue_20_scope_lines']}")
+    if args.before:
+        for rev, n in result["toolkit_lines_before"].items():
+            print(f"toolkit lines at {rev}: {n}")
     return 0
 
 

@@ -1,11 +1,22 @@
 """``scripts/structure_counts.py``'s line accounting (issue 20): the kinds of a file's lines, and
-the table of modules later issues created, which must name files that exist."""
+the table of modules later issues created (which must name files that exist), and the git blame
+that credits later issues' commits."""
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
-from scripts.structure_counts import LATER_FEATURES, line_kinds
+import pytest
+
+from scripts import structure_counts
+from scripts.structure_counts import (
+    LATER_COMMITS,
+    LATER_FEATURES,
+    blamed_later_lines,
+    line_kinds,
+    toolkit_lines_at,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -30,3 +41,49 @@ def test_every_module_credited_to_a_later_issue_exists() -> None:
     assert len(paths) == len(set(paths))
     missing = [rel for rel in paths if not (REPO / "ocr" / rel).is_file()]
     assert missing == []
+
+
+def _git(folder: Path, *args: str) -> str:
+    return subprocess.run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+
+
+def test_blame_credits_only_the_listed_commits_lines(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = tmp_path / "pkg"
+    (root / "perf").mkdir(parents=True)
+    _git(tmp_path, "init", "-q")
+    module = root / "perf" / "m.py"
+    module.write_text("a = 1\nb = 2\nc = 3\n")
+    _git(tmp_path, "add", ".")
+    _git(tmp_path, "commit", "-qm", "first")
+    first = _git(tmp_path, "rev-parse", "HEAD")
+    module.write_text("a = 1\nb = 2\nc = 3\nd = 4\ne = 5\n")
+    _git(tmp_path, "commit", "-qam", "second")
+    second = _git(tmp_path, "rev-parse", "HEAD")
+    monkeypatch.setattr(structure_counts, "LATER_COMMITS", {21: second[:8], 22: "0" * 8})
+    assert blamed_later_lines(root, [Path("perf/m.py")]) == {21: 2}
+    assert toolkit_lines_at(root, first) == 3
+    assert toolkit_lines_at(root, "HEAD") == 5
+
+
+def test_every_listed_later_commit_is_in_this_history() -> None:
+    probe = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True)
+    if probe.returncode != 0:
+        pytest.skip("not a git checkout (an export): the listed commits cannot be looked up")
+    hashes = [c for commits in LATER_COMMITS.values() for c in commits.split()]
+    assert len(hashes) == len(set(hashes))
+    unknown = [
+        c
+        for c in hashes
+        if subprocess.run(
+            ["git", "cat-file", "-e", f"{c}^{{commit}}"], cwd=REPO, capture_output=True
+        ).returncode
+    ]
+    assert unknown == []
