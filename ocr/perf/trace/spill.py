@@ -88,9 +88,9 @@ class Spilled:
         item = np.dtype(dtype).itemsize
         return np.fromfile(self.directory / column, dtype, count, offset=start * item)
 
-    def blocks(self, block: int | None = None) -> Iterator[EventBlock]:
-        """The complete events in file order, ``block`` rows at a time."""
-        size = block or BLOCK_EVENTS
+    def blocks(self) -> Iterator[EventBlock]:
+        """The complete events in file order, :data:`BLOCK_EVENTS` rows at a time."""
+        size = BLOCK_EVENTS
         offset_ns = np.int64(self.base_ns + self.origin_us * 1000)
         for at in range(0, self.n_events, size):
             count = min(size, self.n_events - at)
@@ -133,10 +133,8 @@ class _SpillColumns(_Columns):
         self.n_spilled = self.n_mem_spilled = 0
         self.min_ts = self.min_mem_ts = math.inf
 
-    def add_split(
-        self, n_entries: int, n_bad: int, complete: list[Any], memory: list[Any], meta: list[Any]
-    ) -> None:
-        super().add_split(n_entries, n_bad, complete, memory, meta)
+    def add(self, entries: list[Any], generic: bool) -> None:
+        super().add(entries, generic)
         if self.directory is not None or sum(a.size for a in self.ts) > self.limit:
             self._flush()
 

@@ -218,7 +218,7 @@ def _same_tables(a: Any, b: Any) -> None:
 
 
 def _generic_only(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(decode, "_split_fast", lambda data: None)
+    monkeypatch.setattr(decode, "_whole_fast", lambda data: None)
     monkeypatch.setattr(decode, "_decode_piece", decode._decode_piece_generic)
 
 
@@ -238,10 +238,9 @@ def _mixed_events() -> list[Any]:
 
 
 def test_tagged_decoder_takes_standard_phases(tmp_path: Path) -> None:
-    data = decode._read_bytes(_write(tmp_path, _mixed_events()))
-    split = decode._split_fast(data)
-    assert split is not None
-    _, n_events, n_bad, complete, memory, meta = split
+    decoded = decode._whole_fast(decode._read_bytes(_write(tmp_path, _mixed_events())))
+    assert decoded is not None
+    n_events, n_bad, complete, memory, meta = decode._split(decoded[1], generic=False)
     assert (n_events, n_bad) == (9, 0)
     assert [e.name for e in complete] == ["outer", "inner", "ph_last"]
     assert [e.ts for e in memory] == [111, 112]
@@ -261,7 +260,7 @@ def test_tagged_decoder_takes_standard_phases(tmp_path: Path) -> None:
 )
 def test_odd_entries_take_the_generic_path_and_agree(tmp_path: Path, odd: Any) -> None:
     path = _write(tmp_path, [*_mixed_events(), odd])
-    assert decode._split_fast(decode._read_bytes(path)) is None
+    assert decode._whole_fast(decode._read_bytes(path)) is None
     fast_table = load_traces(_write(tmp_path, _mixed_events(), name="plain.json"))
     odd_table = load_traces(path)
     _same_tables(fast_table, odd_table)
@@ -307,6 +306,7 @@ def test_every_phase_of_the_trace_event_format_takes_the_fast_path(tmp_path: Pat
         {"ph": ph, "name": f"e{k}", "pid": 1, "tid": 1, "ts": 100 + k}
         for k, ph in enumerate(phases)
     ]
-    split = decode._split_fast(decode._read_bytes(_write(tmp_path, events)))
-    assert split is not None
-    assert [e.name for e in split[3]] == ["e0"]  # only the complete event becomes a row
+    decoded = decode._whole_fast(decode._read_bytes(_write(tmp_path, events)))
+    assert decoded is not None
+    complete = decode._split(decoded[1], generic=False)[2]
+    assert [e.name for e in complete] == ["e0"]  # only the complete event becomes a row
