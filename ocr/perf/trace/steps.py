@@ -30,6 +30,7 @@ __all__ = [
     "launch_calls",
     "locate",
     "merge_intervals",
+    "process_key",
     "union_in_windows",
 ]
 
@@ -171,7 +172,7 @@ class StepTable:
 _LOCATE_BLOCK = 1 << 20
 
 
-def _process_key(table: EventTable) -> np.ndarray:
+def process_key(table: EventTable) -> np.ndarray:
     """Per thread code: ``src * 2**20 + pid code`` (threads of one process share it)."""
     pid_codes: dict[tuple[int, str], int] = {}
     return np.fromiter(
@@ -450,7 +451,7 @@ def compute_steps(table: EventTable) -> StepTable:
     """
     steps, ignored = _find_steps(table)
     n = len(steps)
-    pkey_of_thread = _process_key(table)
+    pkey_of_thread = process_key(table)
     if n == 0:
         return _empty_steps()
     sidx = np.asarray(steps, np.int64)
@@ -644,7 +645,7 @@ def locate(
         lookup, code = np.arange(len(table.sources), dtype=np.int64), table.src
     else:
         seg_keys = steps.seg_key
-        lookup, code = _process_key(table), table.thread
+        lookup, code = process_key(table), table.thread
     # one axis, process major and time minor; dense process ranks keep the product in int64.
     # Ranks come from the small per-source / per-thread lookup, not from a sort of all events.
     keys = np.unique(np.concatenate([seg_keys, lookup]))
