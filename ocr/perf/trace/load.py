@@ -59,13 +59,6 @@ def find_trace_files(path: str | Path) -> list[Path]:
     return [p]
 
 
-# The decoder reads only the fields below; every other key of an event (``id``, ``s``, ``bp``,
-# ``flow_in``, ...) and of its ``args`` (``Input Dims``, ``Call stack``, ``External id``, ...) is
-# skipped without building a Python object. Values are typed ``Any`` (not ``float``/``str``) on
-# purpose: real traces carry ``ts`` as int, float or string, tids as int or ``"stream 7"``, and
-# the columns below must see exactly the values ``json.loads`` would give.
-
-
 def _normalise_name(raw: Any) -> str:
     name = raw if isinstance(raw, str) else ("" if raw is None else str(raw))
     if "{" in name and name.startswith("[pl]"):
@@ -95,14 +88,7 @@ def load_traces(path: str | Path | Sequence[str | Path]) -> EventTable:
     truncated or malformed file, a file without ``traceEvents``, or a directory without traces.
     Inside a directory, JSON files that are not traces are skipped with a warning.
     """
-    if isinstance(path, str | Path):
-        roots = [Path(path)]
-    else:
-        roots = [Path(p) for p in path]
-        if not roots:
-            raise TraceError("<no paths>", "an empty list of trace paths")
-    with _gc_paused():
-        table = _load_traces(roots)
+    table = _load_traces(path, spill=False)
     assert isinstance(table, EventTable)  # nothing spills unless asked
     return table
 
@@ -111,14 +97,14 @@ def load_or_spill(path: str | Path | Sequence[str | Path]) -> EventTable | Spill
     """:func:`load_traces`, except that a single file with more than
     :data:`~ocr.perf.trace.spill.SPILL_EVENTS` complete events comes back spilled to disk (for
     :func:`~ocr.perf.trace.windowed.analyze_spilled`), not as a table."""
+    return _load_traces(path, spill=True)
+
+
+@_gc_paused()
+def _load_traces(path: str | Path | Sequence[str | Path], spill: bool) -> EventTable | Spilled:
     roots = [Path(path)] if isinstance(path, str | Path) else [Path(p) for p in path]
     if not roots:
         raise TraceError("<no paths>", "an empty list of trace paths")
-    with _gc_paused():
-        return _load_traces(roots, spill=True)
-
-
-def _load_traces(roots: list[Path], spill: bool = False) -> EventTable | Spilled:
     parsed: list[Parsed] = []
     warnings: list[str] = []
     root = roots[0]
