@@ -189,12 +189,11 @@ def compare_phases(
     trace_ms: Mapping[str, float],
     clock_ms: Mapping[str, float],
     steps: int,
-    tolerance_pct: float = AGREEMENT_TOLERANCE_PCT,
 ) -> Agreement:
     """Compare per-step ms by trace phase (``trace_ms``) with the clock's (clock phase names,
     pooled with :func:`clock_to_trace_phases`). A phase agrees when the difference is at most
-    ``tolerance_pct`` of the larger figure, or below :data:`ABSOLUTE_FLOOR_PCT_OF_STEP` of the
-    step."""
+    :data:`AGREEMENT_TOLERANCE_PCT` of the larger figure, or below
+    :data:`ABSOLUTE_FLOOR_PCT_OF_STEP` of the step."""
     pooled = clock_to_trace_phases(clock_ms)
     step_ms = float(sum(trace_ms.get(p, 0.0) for p in PHASES))
     floor = step_ms * ABSOLUTE_FLOOR_PCT_OF_STEP / 100.0
@@ -204,7 +203,8 @@ def compare_phases(
         diff = t - c
         big = max(abs(t), abs(c))
         pct = 100.0 * diff / big if big > 0 else None
-        ok = abs(diff) <= floor or (pct is not None and abs(pct) <= tolerance_pct) or big == 0
+        within = pct is not None and abs(pct) <= AGREEMENT_TOLERANCE_PCT
+        ok = abs(diff) <= floor or within or big == 0
         rows.append(
             PhaseAgreement(
                 phase=phase,
@@ -218,7 +218,7 @@ def compare_phases(
     return Agreement(
         steps=steps,
         step_ms=round(step_ms, 6),
-        tolerance_pct=tolerance_pct,
+        tolerance_pct=AGREEMENT_TOLERANCE_PCT,
         phases=rows,
         agree=all(r.agree for r in rows),
     )

@@ -222,12 +222,9 @@ class RankSetAnalysis(_Part):
     def as_dict(self) -> dict[str, Any]:
         """The JSON-ready form (``--json``): the attributes, ``integrity`` among them;
         ``version`` always present."""
-        out: dict[str, Any] = {"version": self.version, **msgspec.to_builtins(self)}
-        return out
+        return {"version": self.version, **msgspec.to_builtins(self)}
 
 
-#: stage -> ``"callbacks"`` / ``"module_hooks"`` -> owner (callback class, ``Module.hook``) ->
-#: ms per step: what :func:`~ocr.perf.ranks.find_straggler` names a callbacks / hooks cause by.
 def _analyze_rank(
     files: list[Path], top_k: int | None
 ) -> tuple[TraceAnalysis, Named] | tuple[str, str]:
@@ -246,11 +243,9 @@ def _analyze_files(files: list[Path], top_k: int | None) -> tuple[TraceAnalysis,
 
 
 def analyze_ranks(
-    groups: dict[int, list[Path]], jobs: int | None = None, top_k: int | None = 20
+    groups: dict[int, list[Path]], jobs: int, top_k: int | None
 ) -> dict[int, tuple[TraceAnalysis, Named]]:
-    """Each rank's analysis (and its time per callback and hook), ``jobs`` ranks at a time
-    (default :func:`default_jobs`)."""
-    jobs = min(jobs or default_jobs(), len(groups))
+    """Each rank's analysis (and its time per callback and hook), ``jobs`` ranks at a time."""
     if jobs <= 1:
         return {r: _analyze_files(files, top_k) for r, files in groups.items()}
     # spawn, not fork: the caller may hold threads (a progress bar, a logger); each worker holds
@@ -285,8 +280,8 @@ def analyze_rank_set(
         groups,
         {r: a for r, (a, _) in results.items()},
         {r: named for r, (_, named) in results.items()},
-        jobs=used,
-        total_s=time.perf_counter() - t0,
+        used,
+        time.perf_counter() - t0,
     )
 
 
@@ -294,9 +289,9 @@ def summarise_ranks(
     where: str,
     groups: dict[int, list[Path]],
     analyses: dict[int, TraceAnalysis],
-    named: dict[int, Named] | None = None,
-    jobs: int = 1,
-    total_s: float = 0.0,
+    named: dict[int, Named],
+    jobs: int,
+    total_s: float,
 ) -> RankSetAnalysis:
     """The side-by-side view, stragglers, findings and integrity of per-rank analyses (and
     their time per callback and hook, to name a callbacks / hooks cause)."""
@@ -311,7 +306,7 @@ def summarise_ranks(
         present = {r: row for r, row in mine.items() if row is not None}
         rows.extend(present.values())
         if len(present) == len(analyses) and len(present) >= 2:
-            by_rank = {r: (named or {}).get(r, {}).get(stage, {}) for r in present}
+            by_rank = {r: named.get(r, {}).get(stage, {}) for r in present}
             stragglers.append(_straggler(stage, present, by_rank))
     findings = [f for s in stragglers if (f := _straggler_finding(s)) is not None]
     for r, a in analyses.items():
@@ -335,11 +330,9 @@ def summarise_ranks(
     )
 
 
-def live_sync_wait(
-    trace_paths: Sequence[str | Path], stage: str = "train"
-) -> dict[str, float] | None:
+def live_sync_wait(trace_paths: Sequence[str | Path]) -> dict[str, float] | None:
     """The live clock's ``sync_wait`` of the run that holds the traces (the nearest directory
-    above them with ``perf/epochs.jsonl``), over its ``stage`` epochs, in ms per batch: this
+    above them with ``perf/epochs.jsonl``), over its train epochs, in ms per batch: this
     (the recording) rank's and the ranks' min / median / max. None without such a run or
     without DDP epochs; an unreadable record is no error (the trace stands on its own)."""
     files = [Path(p).resolve() for p in trace_paths]
@@ -353,7 +346,7 @@ def live_sync_wait(
         records = read_records(EpochRecord.path(run), EpochRecord)
     except (RunDirError, OSError, ValueError):
         return None
-    mine = [r for r in records if r.stage.trace_name == stage and r.num_batches]
+    mine = [r for r in records if r.stage.trace_name == "train" and r.num_batches]
     if not mine:
         return None
     batches = sum(r.num_batches for r in mine)

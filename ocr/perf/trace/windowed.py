@@ -64,13 +64,11 @@ class _Plan:
         return np.searchsorted(self.cuts, t, side="right")
 
 
-def analyze_spilled(
-    sp: Spilled, top_k: int | None = 20, window_events: int | None = None
-) -> tuple[TraceAnalysis, Named]:
+def analyze_spilled(sp: Spilled, top_k: int | None) -> tuple[TraceAnalysis, Named]:
     """The analysis of a spilled file (see the module doc) and its time per callback and hook;
     the spill is removed afterwards."""
     try:
-        plan = _plan(sp, window_events or WINDOW_EVENTS)
+        plan = _plan(sp, WINDOW_EVENTS)
         self_ns = _straddler_self(sp, plan)
         parts: list[TablePartial] = []
         memory = MemoryPeaks(plan.memory)
