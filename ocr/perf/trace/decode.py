@@ -1,8 +1,8 @@
 """Reading one torch.profiler / Kineto Chrome trace file: streamed in pieces
-(:mod:`~ocr.perf.trace.scan`, plain or gzip) or, for a malformed file or a pipe, whole (its
-bytes mapped or read); a typed msgspec decoder that materialises only the fields the table uses;
-each piece reduced to compact columns before the next; errors that name the file and the byte
-where it went wrong. :mod:`~ocr.perf.trace.load` turns the parsed files into one
+(:mod:`~ocr.perf.trace.scan`, plain or gzip) or, for a malformed file or a pipe, whole; a typed
+msgspec decoder that materialises only the fields the table uses; each piece reduced to compact
+columns before the next; errors that name the file and the byte where it went wrong.
+:mod:`~ocr.perf.trace.load` turns the parsed files into one
 :class:`~ocr.perf.trace.table.EventTable`.
 """
 
@@ -13,7 +13,6 @@ import ctypes
 import dataclasses
 import functools
 import gzip
-import mmap
 import operator
 import os
 import re
@@ -182,38 +181,19 @@ _BYTE_POS = re.compile(r"\s*\(byte (\d+)\)$")
 _NOT_WS = re.compile(rb"[^ \t\n\r]")
 
 
-def _read_bytes(path: Path, content: bytes | None = None) -> memoryview:
-    """The file's bytes (gunzipped when it starts with the gzip magic, whatever its suffix),
-    without a UTF-8 byte order mark. Checked to be UTF-8 as a whole, because the decoder only
-    looks at the strings it keeps.
-
-    A plain file is memory-mapped, not read: copying 35 MB into a fresh buffer took as long as a
-    third of the decoding on the dev machine. (A file truncated by another process while it is
-    being decoded would end this process with SIGBUS; trace writers only append.)
-    ``content``: the bytes already read from ``path`` (a pipe cannot be opened twice).
-    """
-    try:
-        if content is not None:
-            buf: bytes | mmap.mmap = content
-        else:
-            with open(path, "rb") as fh:
-                st = os.fstat(fh.fileno())
-                if stat.S_ISREG(st.st_mode) and st.st_size > 0:
-                    buf = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
-                else:  # a pipe (``<(zcat ...)``), a device, an empty file: read what comes
-                    buf = fh.read()
-    except OSError as exc:
-        raise TraceError(path, f"cannot read: {exc.strerror or exc}") from exc
-    if buf[:2] == b"\x1f\x8b":
+def _read_bytes(path: Path, content: bytes) -> memoryview:
+    """The bytes read from ``path`` (gunzipped when they start with the gzip magic, whatever
+    its suffix), without a UTF-8 byte order mark. Checked to be UTF-8 as a whole, because the
+    decoder only looks at the strings it keeps."""
+    if content[:2] == b"\x1f\x8b":
         try:
-            buf = gzip.decompress(buf)
+            content = gzip.decompress(content)
         except (OSError, EOFError, zlib.error) as exc:
             raise TraceError(path, f"corrupt or truncated gzip data ({exc})") from exc
-    data = memoryview(buf)
-    if buf[:3] == b"\xef\xbb\xbf":
+    data = memoryview(content)
+    if content[:3] == b"\xef\xbb\xbf":
         data = data[3:]  # a view: no copy of a large file
-    ascii_only = buf.isascii() if isinstance(buf, bytes) else _is_ascii(data)
-    if not ascii_only:
+    if not content.isascii():
         # chunk by chunk: validating a large non-ASCII trace must not build its whole text
         utf8 = codecs.getincrementaldecoder("utf-8")()
         try:
@@ -225,11 +205,6 @@ def _read_bytes(path: Path, content: bytes | None = None) -> memoryview:
     if _NOT_WS.search(data) is None:
         raise TraceError(path, "file is empty")
     return data
-
-
-def _is_ascii(data: memoryview) -> bool:
-    """``bytes.isascii`` for a buffer, without copying it into a ``bytes``."""
-    return bool(np.frombuffer(data, np.uint8).max(initial=0) < 0x80)
 
 
 def _tail(data: memoryview) -> bytes:
@@ -452,7 +427,6 @@ def parse_file(
     make = columns or _Columns
     t0 = time.perf_counter()
     chunk = CHUNK_BYTES if chunk_bytes is None else chunk_bytes
-    content = None
     try:
         with open(path, "rb") as fh:
             st = os.fstat(fh.fileno())
@@ -463,9 +437,10 @@ def parse_file(
                 try:
                     return _parse_stream(path, stream, chunk, t0, make())
                 except Fallback:
-                    pass
-            else:  # a pipe (``<(zcat ...)``), a device, an empty file: read what comes
-                content = fh.read()
+                    fh.seek(0)
+            # the whole file: one the stream cannot take, or a pipe (``<(zcat ...)``), a
+            # device, an empty file
+            content = fh.read()
     except OSError as exc:
         raise TraceError(path, f"cannot read: {exc.strerror or exc}") from exc
     return _parse_whole(path, t0, make(), content)
@@ -494,9 +469,7 @@ def _parse_stream(path: Path, fh: BinaryIO, chunk: int, t0: float, cols: _Column
     return cols.finish(path, _TopLevel(**top), time.perf_counter() - t0)
 
 
-def _parse_whole(
-    path: Path, t0: float, cols: _Columns, content: bytes | None = None
-) -> Parsed | None:
+def _parse_whole(path: Path, t0: float, cols: _Columns, content: bytes) -> Parsed | None:
     """The whole file decoded at once (the tagged decoder, else the generic one, which is the
     only path that reports malformed JSON)."""
     data = _read_bytes(path, content)

@@ -238,7 +238,8 @@ def _mixed_events() -> list[Any]:
 
 
 def test_tagged_decoder_takes_standard_phases(tmp_path: Path) -> None:
-    decoded = decode._whole_fast(decode._read_bytes(_write(tmp_path, _mixed_events())))
+    path = _write(tmp_path, _mixed_events())
+    decoded = decode._whole_fast(decode._read_bytes(path, path.read_bytes()))
     assert decoded is not None
     n_events, n_bad, complete, memory, meta = decode._split(decoded[1], generic=False)
     assert (n_events, n_bad) == (9, 0)
@@ -260,7 +261,7 @@ def test_tagged_decoder_takes_standard_phases(tmp_path: Path) -> None:
 )
 def test_odd_entries_take_the_generic_path_and_agree(tmp_path: Path, odd: Any) -> None:
     path = _write(tmp_path, [*_mixed_events(), odd])
-    assert decode._whole_fast(decode._read_bytes(path)) is None
+    assert decode._whole_fast(decode._read_bytes(path, path.read_bytes())) is None
     fast_table = load_traces(_write(tmp_path, _mixed_events(), name="plain.json"))
     odd_table = load_traces(path)
     _same_tables(fast_table, odd_table)
@@ -306,7 +307,8 @@ def test_every_phase_of_the_trace_event_format_takes_the_fast_path(tmp_path: Pat
         {"ph": ph, "name": f"e{k}", "pid": 1, "tid": 1, "ts": 100 + k}
         for k, ph in enumerate(phases)
     ]
-    decoded = decode._whole_fast(decode._read_bytes(_write(tmp_path, events)))
+    path = _write(tmp_path, events)
+    decoded = decode._whole_fast(decode._read_bytes(path, path.read_bytes()))
     assert decoded is not None
     complete = decode._split(decoded[1], generic=False)[2]
     assert [e.name for e in complete] == ["e0"]  # only the complete event becomes a row
