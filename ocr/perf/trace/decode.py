@@ -13,6 +13,7 @@ import ctypes
 import dataclasses
 import functools
 import gzip
+import io
 import operator
 import os
 import re
@@ -156,13 +157,8 @@ class _Document(_TopLevel, gc=False):
         )
 
 
-class _TaggedDocument(_Document, gc=False):
-    traceEvents: list[_Tagged] | msgspec.UnsetType = msgspec.UNSET
-
-
 # a bare array document is the event list itself; a scalar document is JSON but no trace
 _DECODER = msgspec.json.Decoder(_Document | list[_Entry] | _Scalar)
-_FAST_DECODER = msgspec.json.Decoder(_TaggedDocument | list[_Tagged])
 _UTF8_CHUNK = 1 << 20
 # one piece of the event list (the stream hands out complete JSON arrays)
 _FAST_PIECE = msgspec.json.Decoder(list[_Tagged])
@@ -344,23 +340,9 @@ class Parsed:
     warnings: list[str]
 
 
-def _whole_fast(data: memoryview) -> tuple[_TopLevel, list[Any]] | None:
-    """The top-level keys and the entries, decoded with the tagged-union decoder; ``None`` when
-    the file needs the generic path (an entry that is no object, an unknown or missing ``ph``, a
-    malformed file, no trace)."""
-    try:
-        doc = _FAST_DECODER.decode(data)
-    except msgspec.MsgspecError:
-        return None  # the generic path decodes again and names the problem
-    if isinstance(doc, list):
-        return _TopLevel(), doc
-    if isinstance(doc, _TaggedDocument) and doc.traceEvents is not msgspec.UNSET:
-        return doc.metadata(), doc.traceEvents
-    return None
-
-
-def _whole_generic(path: Path, data: memoryview) -> tuple[_TopLevel, list[Any]] | None:
-    """:func:`_whole_fast` for any JSON: every object entry decodes to :class:`_Event`."""
+def _decode_whole(path: Path, data: memoryview) -> tuple[_TopLevel, list[Any]] | None:
+    """The top-level keys and the entries of a whole file, every object entry decoded to
+    :class:`_Event`; ``None`` for JSON that is no trace."""
     try:
         doc = _DECODER.decode(data)
     except msgspec.MsgspecError as exc:
@@ -419,8 +401,9 @@ def parse_file(
     about ``chunk_bytes`` (:mod:`~ocr.perf.trace.scan`) by a typed msgspec decoder into slotted
     structs holding only the fields the table uses, and each piece is reduced to compact column
     arrays before the next is read, so memory follows the number of complete events, not the
-    size of the file. A file the stream cannot take (malformed, unusual) and a pipe are decoded
-    whole, as one piece; that path names the problem of a malformed file. ``chunk_bytes``
+    size of the file (a pipe is read into memory first: it cannot be read twice). A file the
+    stream cannot take (malformed, unusual) is decoded whole by the generic decoder, which
+    names the problem of a malformed file. ``chunk_bytes``
     defaults to :data:`CHUNK_BYTES` (read when called); ``columns`` makes the sink of each
     attempt (:mod:`~ocr.perf.trace.spill` spills large files to disk).
     """
@@ -429,18 +412,16 @@ def parse_file(
     chunk = CHUNK_BYTES if chunk_bytes is None else chunk_bytes
     try:
         with open(path, "rb") as fh:
-            st = os.fstat(fh.fileno())
-            if stat.S_ISREG(st.st_mode) and st.st_size > 0:
-                gz = fh.read(2) == b"\x1f\x8b"
-                fh.seek(0)
-                stream = cast(BinaryIO, gzip.GzipFile(fileobj=fh, mode="rb") if gz else fh)
-                try:
-                    return _parse_stream(path, stream, chunk, t0, make())
-                except Fallback:
-                    fh.seek(0)
-            # the whole file: one the stream cannot take, or a pipe (``<(zcat ...)``), a
-            # device, an empty file
-            content = fh.read()
+            regular = stat.S_ISREG(os.fstat(fh.fileno()).st_mode)
+            src: BinaryIO = fh if regular else io.BytesIO(fh.read())  # a pipe: ``<(zcat ...)``
+            gz = src.read(2) == b"\x1f\x8b"
+            src.seek(0)
+            stream = cast(BinaryIO, gzip.GzipFile(fileobj=src, mode="rb") if gz else src)
+            try:
+                return _parse_stream(path, stream, chunk, t0, make())
+            except Fallback:
+                src.seek(0)
+                content = src.read()
     except OSError as exc:
         raise TraceError(path, f"cannot read: {exc.strerror or exc}") from exc
     return _parse_whole(path, t0, make(), content)
@@ -470,20 +451,17 @@ def _parse_stream(path: Path, fh: BinaryIO, chunk: int, t0: float, cols: _Column
 
 
 def _parse_whole(path: Path, t0: float, cols: _Columns, content: bytes) -> Parsed | None:
-    """The whole file decoded at once (the tagged decoder, else the generic one, which is the
-    only path that reports malformed JSON)."""
+    """The whole file decoded at once by the generic decoder, the only path that reports
+    malformed JSON."""
     data = _read_bytes(path, content)
     del content
-    decoded = _whole_fast(data)
-    generic = decoded is None
-    if generic:
-        decoded = _whole_generic(path, data)
+    decoded = _decode_whole(path, data)
     del data
     if decoded is None:
         return None
     top, entries = decoded
     del decoded
-    cols.add(entries, generic)
+    cols.add(entries, generic=True)
     del entries
     return cols.finish(path, top, time.perf_counter() - t0)
 

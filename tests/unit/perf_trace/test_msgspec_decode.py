@@ -218,7 +218,6 @@ def _same_tables(a: Any, b: Any) -> None:
 
 
 def _generic_only(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(decode, "_whole_fast", lambda data: None)
     monkeypatch.setattr(decode, "_decode_piece", decode._decode_piece_generic)
 
 
@@ -237,11 +236,10 @@ def _mixed_events() -> list[Any]:
     ]
 
 
-def test_tagged_decoder_takes_standard_phases(tmp_path: Path) -> None:
-    path = _write(tmp_path, _mixed_events())
-    decoded = decode._whole_fast(decode._read_bytes(path, path.read_bytes()))
-    assert decoded is not None
-    n_events, n_bad, complete, memory, meta = decode._split(decoded[1], generic=False)
+def test_tagged_decoder_takes_standard_phases() -> None:
+    entries, generic = decode._decode_piece(json.dumps(_mixed_events()).encode())
+    assert not generic
+    n_events, n_bad, complete, memory, meta = decode._split(entries, generic)
     assert (n_events, n_bad) == (9, 0)
     assert [e.name for e in complete] == ["outer", "inner", "ph_last"]
     assert [e.ts for e in memory] == [111, 112]
@@ -261,7 +259,7 @@ def test_tagged_decoder_takes_standard_phases(tmp_path: Path) -> None:
 )
 def test_odd_entries_take_the_generic_path_and_agree(tmp_path: Path, odd: Any) -> None:
     path = _write(tmp_path, [*_mixed_events(), odd])
-    assert decode._whole_fast(decode._read_bytes(path, path.read_bytes())) is None
+    assert decode._decode_piece(json.dumps([*_mixed_events(), odd]).encode())[1]  # generic
     fast_table = load_traces(_write(tmp_path, _mixed_events(), name="plain.json"))
     odd_table = load_traces(path)
     _same_tables(fast_table, odd_table)
@@ -301,14 +299,13 @@ def test_a_pipe_is_read_like_a_file(tmp_path: Path) -> None:
     _same_tables(load_traces(plain), piped)
 
 
-def test_every_phase_of_the_trace_event_format_takes_the_fast_path(tmp_path: Path) -> None:
+def test_every_phase_of_the_trace_event_format_takes_the_fast_path() -> None:
     phases = "XiIMBEbensftSTpFCPONDRcvV()"
     events = [
         {"ph": ph, "name": f"e{k}", "pid": 1, "tid": 1, "ts": 100 + k}
         for k, ph in enumerate(phases)
     ]
-    path = _write(tmp_path, events)
-    decoded = decode._whole_fast(decode._read_bytes(path, path.read_bytes()))
-    assert decoded is not None
-    complete = decode._split(decoded[1], generic=False)[2]
+    entries, generic = decode._decode_piece(json.dumps(events).encode())
+    assert not generic
+    complete = decode._split(entries, generic)[2]
     assert [e.name for e in complete] == ["e0"]  # only the complete event becomes a row
