@@ -27,12 +27,12 @@ import numpy as np
 from ocr.perf.trace.decode import Parsed, code_table, parse_file, release_free_heap
 from ocr.perf.trace.spill import Spilled, parse_or_spill
 from ocr.perf.trace.table import (
-    CATEGORY_KIND,
     EventTable,
     Kind,
     MemoryTable,
     TraceError,
     TraceSource,
+    category_kind,
 )
 
 __all__ = ["find_trace_files", "load_or_spill", "load_traces", "table_of"]
@@ -172,14 +172,7 @@ def table_of(
     name_map = np.fromiter(
         (norm_table.setdefault(n, len(norm_table)) for n in names_norm), np.int64, len(names_norm)
     )
-    kind_of_cat = np.fromiter(
-        (
-            CATEGORY_KIND.get(c.lower(), Kind.OTHER) if isinstance(c, str) else Kind.OTHER
-            for c in cat_table
-        ),
-        np.int64,
-        len(cat_table),
-    )
+    kind_of_cat = np.fromiter(map(category_kind, cat_table), np.int64, len(cat_table))
 
     if origin is None:
         starts = [int(a.min()) for p in parsed for a in (p.start, p.mem["ts"]) if a.size]

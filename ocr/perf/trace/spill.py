@@ -103,12 +103,15 @@ class Spilled:
                 corr=self._read("corr", np.int64, at, count),
             )
 
-    def memory(self, start: int, count: int) -> dict[str, np.ndarray]:
-        """``[memory]`` rows ``start .. start + count`` (``ts`` in absolute ns)."""
-        out = {k: self._read("mem_" + k, t, start, count) for k, t in _MEM_TYPES.items()}
+    def memory(self) -> Iterator[dict[str, np.ndarray]]:
+        """The ``[memory]`` events in file order, :data:`BLOCK_EVENTS` rows at a time (``ts`` in
+        absolute ns)."""
         offset_ns = np.int64(self.base_ns + self.mem_origin_us * 1000)
-        out["ts"] = _block_ns(out["ts"], self.mem_origin_us, offset_ns)
-        return out
+        for at in range(0, self.n_memory, BLOCK_EVENTS):
+            count = min(BLOCK_EVENTS, self.n_memory - at)
+            out = {k: self._read("mem_" + k, t, at, count) for k, t in _MEM_TYPES.items()}
+            out["ts"] = _block_ns(out["ts"], self.mem_origin_us, offset_ns)
+            yield out
 
     def close(self) -> None:
         """Remove the column files (the folder is ours)."""

@@ -23,6 +23,7 @@ __all__ = [
     "MemoryTable",
     "TraceError",
     "TraceSource",
+    "category_kind",
 ]
 
 
@@ -75,6 +76,12 @@ CATEGORY_KIND: dict[str, int] = {
     "gpu_user_annotation": Kind.GPU_ANNOTATION,
     "trace": Kind.TRACE_SPAN,
 }
+
+
+def category_kind(cat: Any) -> int:
+    """The :class:`Kind` of an event's ``cat`` (:data:`CATEGORY_KIND`; ``OTHER`` for an unknown
+    or non-string one)."""
+    return CATEGORY_KIND.get(cat.lower(), Kind.OTHER) if isinstance(cat, str) else Kind.OTHER
 
 
 @dataclass(frozen=True)
