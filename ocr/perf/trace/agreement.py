@@ -61,23 +61,18 @@ class ClockSnapshots:
     ends: dict[int, tuple[int, dict[str, int]]] = field(default_factory=dict)
 
     @staticmethod
-    def _peek() -> tuple[int, dict[str, int]] | None:
+    def _snap(into: dict[int, tuple[int, dict[str, int]]], step: int) -> None:
         clock = active_clock()
-        if clock is None or not clock.running:
-            return None
-        return id(clock), clock.peek().phases_ns
+        if clock is not None and clock.running:
+            into[step] = (id(clock), clock.peek().phases_ns)
 
     def begin(self, step: int) -> None:
         """Snapshot at the start of step ``step``."""
-        snap = self._peek()
-        if snap is not None:
-            self.begins[step] = snap
+        self._snap(self.begins, step)
 
     def end(self, step: int) -> None:
         """Snapshot at the end of step ``step``."""
-        snap = self._peek()
-        if snap is not None:
-            self.ends[step] = snap
+        self._snap(self.ends, step)
 
     def usable(self, steps: Iterable[int]) -> list[int]:
         """The steps of ``steps`` with both snapshots taken from one clock."""

@@ -9,9 +9,8 @@ from rich.table import Table
 
 from ocr.perf.trace.integrity import Integrity
 from ocr.perf.trace.rankset import RankSetAnalysis, RankSummary
+from ocr.perf.trace.render import _SEVERITY_STYLE
 from ocr.perf.trace.result import CommSummary
-
-_SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
 
 
 def _f(v: float | None, nd: int = 2) -> str:
