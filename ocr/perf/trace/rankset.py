@@ -38,7 +38,7 @@ from ocr.perf.trace.integrity import Integrity, IntegrityProblem, clock_skew
 from ocr.perf.trace.load import find_trace_files
 from ocr.perf.trace.partial import Named
 from ocr.perf.trace.report import timed_analysis
-from ocr.perf.trace.result import TraceAnalysis
+from ocr.perf.trace.result import TraceAnalysis, _Part
 from ocr.perf.trace.table import TraceError
 
 #: Bytes of a file's (decompressed) head searched for ``distributedInfo``.
@@ -134,10 +134,6 @@ def group_by_rank(files: Sequence[Path]) -> dict[int, list[Path]] | None:
     for f, r in ranks.items():
         out.setdefault(int(r), []).append(f)  # type: ignore[arg-type]
     return dict(sorted(out.items()))
-
-
-class _Part(msgspec.Struct, kw_only=True, omit_defaults=True):
-    pass
 
 
 class RankSummary(_Part):
