@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import codecs
 import ctypes
-import dataclasses
 import functools
 import gzip
 import io
@@ -75,7 +74,9 @@ _NO_ARGS = _Args()
 
 
 class _Timed(msgspec.Struct, gc=False):
-    """The keys of an event that the columns read besides ``args``; absent keys read ``None``."""
+    """The keys of an event that the columns read besides ``args``; absent keys read ``None``.
+    Typed ``Any`` on purpose: real traces carry ``ts`` as int, float or string, tids as int or
+    ``"stream 7"``, and the columns must see exactly the values ``json.loads`` would give."""
 
     cat: Any = None
     name: Any = None
@@ -264,7 +265,9 @@ def _as_int(value: Any) -> int | None:
     return None
 
 
-def _source_meta(path: Path, doc: _TopLevel, n_events: int, parse_s: float) -> TraceSource:
+def _source_meta(
+    path: Path, doc: _TopLevel, n_events: int, parse_s: float, invalid_durations: int
+) -> TraceSource:
     dist = doc.distributedInfo
     rank: int | None = None
     rank_from: str | None = None
@@ -290,6 +293,7 @@ def _source_meta(path: Path, doc: _TopLevel, n_events: int, parse_s: float) -> T
         device_properties=devices,
         n_events=n_events,
         parse_s=parse_s,
+        invalid_durations=invalid_durations,
     )
 
 
@@ -580,10 +584,7 @@ class _Columns:
         # in the order of (pid, tid) codes, as one sorted pass over all [memory] events gives
         mem_threads = [(pids[p], tids[t]) for p, t in sorted(self.mem_pairs)]
         return Parsed(
-            source=dataclasses.replace(
-                _source_meta(path, top, self.n_events, parse_s),
-                invalid_durations=self.n_bad_dur,
-            ),
+            source=_source_meta(path, top, self.n_events, parse_s, self.n_bad_dur),
             keys=list(self.keys),
             key=_join(self.key, np.int32),
             start=_to_ns(_join(self.ts, np.float64), base_ns),

@@ -33,6 +33,7 @@ import msgspec
 from ocr.perf.findings import Finding
 from ocr.perf.ranks import STRAGGLER_MIN_S, STRAGGLER_MIN_SHARE, find_straggler
 from ocr.perf.records import EpochRecord, RunDirError, read_records
+from ocr.perf.trace.decode import _RANK_IN_NAME
 from ocr.perf.trace.findings import COMM_ONE_RANK_HINT
 from ocr.perf.trace.integrity import Integrity, IntegrityProblem, clock_skew
 from ocr.perf.trace.load import find_trace_files
@@ -48,7 +49,6 @@ _TAIL_BYTES = 1 << 16
 #: this size (compressed); a larger one takes its rank from its name.
 GZIP_TAIL_SCAN_BYTES = 32 << 20
 _DIST_INFO = re.compile(rb'"distributedInfo"\s*:\s*(?=\{)')
-_RANK_IN_NAME = re.compile(r"rank[_\-]?(\d+)", re.IGNORECASE)
 
 
 def default_jobs() -> int:
