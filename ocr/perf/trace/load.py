@@ -1,11 +1,5 @@
-"""Ingestion of torch.profiler / Kineto Chrome traces into one columnar event table.
-
-Every supported schema (the 2021 Kineto format with capitalised categories and absolute µs
-timestamps, up to torch 2.13 with float µs relative to ``baseTimeNanoseconds``) is read once, in
-pieces, and decoded by a typed msgspec decoder that materialises only the fields the table uses
-(of ``args`` only ``correlation``, the ``[memory]`` figures and thread names; every other key is
-skipped), each piece turned into numpy columns before the next is read; all later analyses are
-vectorised over those columns. Times are integer nanoseconds relative to
+"""Trace files (each read by :mod:`~ocr.perf.trace.decode`) into one columnar
+:class:`EventTable` with its call tree. Times are integer nanoseconds relative to
 :attr:`EventTable.origin_ns` so that parent/child comparisons never suffer float rounding.
 
 Several files (a directory, Lightning's per-stage files, one file per DDP rank) go into the same
@@ -165,8 +159,7 @@ def table_of(
             if tcode is not None:
                 thread_names[tcode] = label
 
-    raw_names = list(name_table)
-    names_norm = [_normalise_name(n) for n in raw_names]
+    names_norm = [_normalise_name(n) for n in name_table]
     # Renormalised names may coincide (two ModelCheckpoint dicts): merge their codes.
     norm_table: dict[str, int] = {}
     name_map = np.fromiter(
@@ -185,8 +178,7 @@ def table_of(
     # used: a large trace never holds two copies of a column (a single file's arrays are
     # reused as they are).
     def column(get: Any) -> np.ndarray:
-        parts = [get(i, p) for i, p in enumerate(parsed)]
-        return _concat(parts)
+        return _concat([get(i, p) for i, p in enumerate(parsed)])
 
     def rel(a: np.ndarray) -> np.ndarray:
         a -= base
@@ -235,14 +227,12 @@ def table_of(
 
 
 def _code_dtype(n: int) -> type:
-    """The integer type of a column of codes ``0..n-1`` (and -1): int32 unless that is too
-    narrow."""
+    """The integer type of a column of codes ``0..n-1`` (and -1)."""
     return np.int32 if n < 2**31 else np.int64
 
 
 def _narrow(a: np.ndarray) -> np.ndarray:
-    """An int64 column as int32 when every value fits (correlation ids usually do), else as
-    it is."""
+    """An int64 column as int32 when every value fits (correlation ids usually do)."""
     if a.size and (int(a.min()) < -(2**31) or int(a.max()) >= 2**31):
         return a
     return a.astype(np.int32)
@@ -257,8 +247,6 @@ def _take(p: Parsed, field: str) -> np.ndarray:
 
 def _concat(parts: list[np.ndarray]) -> np.ndarray:
     """``np.concatenate`` that returns a single part as it is (no copy)."""
-    if not parts:
-        return np.zeros(0, np.int64)
     if len(parts) == 1:
         return parts[0]
     return np.concatenate(parts)
@@ -283,15 +271,10 @@ def _warn_rank_clashes(sources: list[TraceSource], warnings: list[str]) -> None:
 
 
 def _nest(table: EventTable) -> None:
-    """Fill ``parent`` and ``self_ns``: the call tree of host events per thread.
-
-    Vectorised form of the usual stack walk, one thread at a time (so that the temporaries
-    follow the largest thread, not the whole trace). Events are sorted by (start, longest
-    first); an event's depth is the number of earlier events still open at its start, and its
-    parent is the last earlier event one level up. Self time is the duration minus the part of
-    each direct child that lies inside the parent (kept >= 0 when rounding lets a child overhang).
-    Zero-length events take no part (they cannot contain anything and have no self time).
-    """
+    """Fill ``parent`` and ``self_ns``: the call tree of host events (:func:`_nest_block`), one
+    thread at a time so that the temporaries follow the largest thread, not the whole trace.
+    Device events are leaves; zero-length events take no part (they cannot contain anything and
+    have no self time)."""
     n = len(table)
     parent: np.ndarray = np.full(n, -1, _code_dtype(n))
     self_ns = np.zeros(n, np.int64)
@@ -362,7 +345,7 @@ def _nest_block(
     without nesting, as Lightning's and the profiler's step spans do, the innermost one open
     then): it depends only on the events open at that instant, so a time window of the trace
     that holds them finds the same parent. Self time is the duration minus the part of each
-    direct child that lies inside the parent."""
+    direct child that lies inside the parent (kept >= 0 when rounding lets a child overhang)."""
     m = s.size
     ppos = _open_parents(s, e)
     linked = ppos >= 0

@@ -1,11 +1,5 @@
-"""The columnar event table that every trace analysis reads, and what it is made of.
-
-:class:`EventTable` holds the events of one or more trace files as numpy columns (times in int64
-ns relative to :attr:`EventTable.origin_ns`, names interned); :class:`MemoryTable` the
-``[memory]`` events; :class:`TraceSource` one file's metadata; :class:`Kind` the event kinds;
-:class:`TraceError` bad input. :mod:`~ocr.perf.trace.decode` reads one file,
-:mod:`~ocr.perf.trace.load` builds the table.
-"""
+"""The columnar event table that every trace analysis reads (:class:`EventTable`, built by
+:mod:`~ocr.perf.trace.load`), its parts, and :class:`TraceError` for bad input."""
 
 from __future__ import annotations
 
