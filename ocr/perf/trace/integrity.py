@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import statistics
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import msgspec
@@ -377,9 +377,7 @@ def _no_device_timeline(
     )
 
 
-_CHECKS: tuple[
-    Callable[[IntegritySums, StepTable, list[TraceSource], int], IntegrityProblem | None], ...
-] = (
+_CHECKS = (
     _outside_steps,
     _unlinked_device,
     _cut,

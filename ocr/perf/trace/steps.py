@@ -86,12 +86,9 @@ def classify_phase(name: str) -> int:
 
 
 def _stage_of(name: str) -> str | None:
-    if name.endswith(".validation_step") or name.endswith("].val_next"):
-        return "validation"
-    if name.endswith(".test_step") or name.endswith("].test_next"):
-        return "test"
-    if name.endswith(".predict_step") or name.endswith("].predict_next"):
-        return "predict"
+    for stage, short in (("validation", "val"), ("test", "test"), ("predict", "predict")):
+        if name.endswith((f".{stage}_step", f"].{short}_next")):
+            return stage
     return None
 
 
@@ -107,11 +104,9 @@ def union_in_windows(
 
     def covered(t: np.ndarray) -> np.ndarray:
         k = np.searchsorted(ms, t, side="right") - 1
-        inside = np.where(k >= 0, np.clip(t - ms[np.maximum(k, 0)], 0, None), 0)
-        inside = np.minimum(
-            inside, np.where(k >= 0, me[np.maximum(k, 0)] - ms[np.maximum(k, 0)], 0)
-        )
-        return before[np.maximum(k, 0)] * (k >= 0) + inside
+        kk = np.maximum(k, 0)
+        inside = np.minimum(np.clip(t - ms[kk], 0, None), me[kk] - ms[kk])
+        return np.where(k >= 0, before[kk] + inside, 0)
 
     return covered(win_end) - covered(win_start)
 
