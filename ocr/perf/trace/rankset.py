@@ -41,6 +41,7 @@ from ocr.perf.trace.partial import Named
 from ocr.perf.trace.report import timed_analysis
 from ocr.perf.trace.result import TraceAnalysis, _Part
 from ocr.perf.trace.table import TraceError
+from ocr.perf.trace.windows import run_dir
 
 #: Bytes of a file's (decompressed) head searched for ``distributedInfo``.
 HEAD_BYTES = 1 << 20
@@ -332,10 +333,7 @@ def live_sync_wait(trace_paths: Sequence[str | Path]) -> dict[str, float] | None
     (the recording) rank's and the ranks' min / median / max. None without such a run or
     without DDP epochs; an unreadable record is no error (the trace stands on its own)."""
     files = [Path(p).resolve() for p in trace_paths]
-    run = next(
-        (d for d in (files[0].parents[:3] if files else ()) if EpochRecord.path(d).is_file()),
-        None,
-    )
+    run = run_dir(files, EpochRecord) if files else None
     if run is None:
         return None
     try:
