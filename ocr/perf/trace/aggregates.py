@@ -77,26 +77,23 @@ def host_ops(
 ) -> list[OpRow]:
     """Rows of :class:`OpSums` (``names`` the table's): calls, self and total time, share of
     all host self time (``total_self``); sorted by self time."""
-    pooled = "ProfilerStep*"
     alias_code = len(names)
     total = float(total_self) or 1.0
     order = np.argsort(-sums.self_ns, kind="stable")
     order = order[sums.calls[order] > 0]
     if top_k is not None:
         order = order[:top_k]
-    rows = []
-    for c in order.tolist():
-        rows.append(
-            OpRow(
-                name=pooled if c == alias_code else names[c],
-                calls=int(sums.calls[c]),
-                self_ms=ms(sums.self_ns[c]),
-                total_ms=ms(sums.total_ns[c]),
-                self_pct=round(float(100.0 * sums.self_ns[c] / total), 3),
-                self_ms_per_step=ms(sums.self_ns[c] / n_steps) if n_steps else None,
-            )
+    return [
+        OpRow(
+            name="ProfilerStep*" if c == alias_code else names[c],
+            calls=int(sums.calls[c]),
+            self_ms=ms(sums.self_ns[c]),
+            total_ms=ms(sums.total_ns[c]),
+            self_pct=round(float(100.0 * sums.self_ns[c] / total), 3),
+            self_ms_per_step=ms(sums.self_ns[c] / n_steps) if n_steps else None,
         )
-    return rows
+        for c in order.tolist()
+    ]
 
 
 def _first_kind(a: np.ndarray, b: np.ndarray) -> np.ndarray:

@@ -200,9 +200,7 @@ def finish(
 def named(part: TablePartial) -> Named:
     """Time per callback and per module hook in the steps (ms per step of the stage), from
     Lightning's action spans (``[pl][profile][Callback]...``), as the live clock names them."""
-    counts: dict[str, int] = {}
-    for stage in part.steps.stage:
-        counts[stage] = counts.get(stage, 0) + 1
+    counts = Counter(part.steps.stage)
     out: Named = {}
     for (stage, group, owner), ns in part.named_ns.items():
         per = out.setdefault(stage, {}).setdefault(group, {})
