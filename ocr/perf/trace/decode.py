@@ -54,10 +54,8 @@ class _Correlation(msgspec.Struct, gc=False):
 
 class _Args(_Correlation, gc=False):
     """The ``args`` keys the table reads, with the defaults used where a key is absent:
-    ``correlation`` of complete events, the allocator figures of ``[memory]`` events and the
-    label of ``thread_name`` metadata."""
+    ``correlation`` of complete events and the allocator figures of ``[memory]`` events."""
 
-    name: Any = None
     nbytes: Any = msgspec.field(name="Bytes", default=0)
     total_allocated: Any = msgspec.field(name="Total Allocated", default=-1)
     total_reserved: Any = msgspec.field(name="Total Reserved", default=-1)
@@ -102,16 +100,9 @@ class _InstantOld(_Instant, tag="I"):
     """The deprecated spelling of an instant event."""
 
 
-class _Meta(msgspec.Struct, gc=False, tag_field="ph", tag="M"):
-    name: Any = None
-    pid: Any = None
-    tid: Any = None
-    args: _Args | list[Any] | _Scalar = None
-
-
-# every other phase of the Chrome trace event format (the deprecated async S/T/p/F included):
-# decoded to an empty struct
-_SKIPPED_PHASES = "BEbensftSTpFCPONDRcvV()"
+# every other phase of the Chrome trace event format (the deprecated async S/T/p/F and metadata
+# included): decoded to an empty struct
+_SKIPPED_PHASES = "BEbensftSTpFCPONDRcvVM()"
 _Skipped = tuple(
     msgspec.defstruct(f"_Skipped{i}", [], gc=False, tag_field="ph", tag=ph)
     for i, ph in enumerate(_SKIPPED_PHASES)
@@ -119,7 +110,7 @@ _Skipped = tuple(
 if TYPE_CHECKING:  # a union built at run time is no static type
     _Tagged = Any
 else:
-    _Tagged = Union[(_Complete, _Instant, _InstantOld, _Meta, *_Skipped)]
+    _Tagged = Union[(_Complete, _Instant, _InstantOld, *_Skipped)]
 
 
 class _Event(_Timed, gc=False):
@@ -340,7 +331,6 @@ class Parsed:
     corr: np.ndarray
     mem: dict[str, np.ndarray]
     mem_threads: list[tuple[Any, Any]]  # the distinct (pid, tid) of the [memory] events
-    thread_names: dict[tuple[str, str], str]
     warnings: list[str]
 
 
@@ -361,20 +351,18 @@ def _decode_whole(path: Path, data: memoryview) -> tuple[_TopLevel, list[Any]] |
     return None
 
 
-def _split(entries: list[Any], generic: bool) -> tuple[int, int, list[Any], list[Any], list[Any]]:
+def _split(entries: list[Any], generic: bool) -> tuple[int, int, list[Any], list[Any]]:
     """Entries decoded by the fast or the generic decoder as (number of entries, entries that
-    are no object, complete events, ``[memory]`` events, metadata events)."""
+    are no object, complete events, ``[memory]`` events)."""
     if generic:
         events: list[Any] = [e for e in entries if type(e) is _Event]
         complete = [e for e in events if e.ph == "X"]
         memory = [e for e in events if (e.ph == "i" or e.ph == "I") and e.name == "[memory]"]
-        meta = [e for e in events if e.ph == "M"]
-        return len(entries), len(entries) - len(events), complete, memory, meta
+        return len(entries), len(entries) - len(events), complete, memory
     complete = [e for e in entries if type(e) is _Complete]
     # filter() with the C-level type check: 2.5x faster than isinstance in a comprehension
     memory = [e for e in filter(_Instant.__instancecheck__, entries) if e.name == "[memory]"]
-    meta = [e for e in entries if type(e) is _Meta]
-    return len(entries), 0, complete, memory, meta
+    return len(entries), 0, complete, memory
 
 
 def _decode_piece(data: bytes) -> tuple[list[Any], bool]:
@@ -399,17 +387,15 @@ def _decode_piece_generic(data: bytes) -> tuple[list[Any], bool]:
 def parse_file(
     path: Path, chunk_bytes: int | None = None, columns: Callable[[], _Columns] | None = None
 ) -> Parsed | None:
-    """Read one file into columns; ``None`` when it is JSON but not a trace (directory scans).
+    """Read one file (plain or gzip) into columns; ``None`` when it is JSON but not a trace
+    (directory scans).
 
-    A regular file (plain or gzip) is streamed: its ``traceEvents`` are decoded in pieces of
-    about ``chunk_bytes`` (:mod:`~ocr.perf.trace.scan`) by a typed msgspec decoder into slotted
-    structs holding only the fields the table uses, and each piece is reduced to compact column
-    arrays before the next is read, so memory follows the number of complete events, not the
-    size of the file (a pipe is read into memory first: it cannot be read twice). A file the
-    stream cannot take (malformed, unusual) is decoded whole by the generic decoder, which
-    names the problem of a malformed file. ``chunk_bytes``
-    defaults to :data:`CHUNK_BYTES` (read when called); ``columns`` makes the sink of each
-    attempt (:mod:`~ocr.perf.trace.spill` spills large files to disk).
+    Its ``traceEvents`` are decoded in pieces of about ``chunk_bytes`` (default
+    :data:`CHUNK_BYTES`, read when called), each reduced to columns before the next is read, so
+    memory follows the number of complete events, not the size of the file (a pipe is read
+    into memory first: it cannot be read twice). A file the stream cannot take is decoded whole
+    by the generic decoder, which names the problem of a malformed file. ``columns`` makes the
+    sink of each attempt (:mod:`~ocr.perf.trace.spill` spills large files to disk).
     """
     make = columns or _Columns
     t0 = time.perf_counter()
@@ -492,7 +478,7 @@ def _malloc_trim() -> Any:
 class _Columns:
     """The columns of one file, gathered piece by piece: complete events reduced to a code of
     their distinct ``(cat, name, pid, tid)`` and three numeric arrays, ``[memory]`` events to
-    numeric arrays, ``thread_name`` metadata to a dict. Values are read exactly as the decoder
+    numeric arrays. Values are read exactly as the decoder
     gives them (as :func:`json.loads` would); times stay float µs until :meth:`finish`, which
     converts them with the file's earliest time as the origin."""
 
@@ -506,27 +492,18 @@ class _Columns:
         self.mem_pid = code_table()
         self.mem_tid = code_table()
         self.mem_pairs: set[tuple[int, int]] = set()
-        self.thread_names: dict[tuple[str, str], str] = {}
         self.n_events = self.n_bad = self.n_no_ts = self.n_bad_dur = 0
         self.base_ns = 0
 
     def add(self, entries: list[Any], generic: bool) -> None:
         """Reduce one piece of the event list (decoded by the fast or the generic decoder)."""
-        n_entries, n_bad, complete, memory, meta = _split(entries, generic)
+        n_entries, n_bad, complete, memory = _split(entries, generic)
         del entries
         self.n_events += n_entries
         self.n_bad += n_bad
         self._complete(complete)
         del complete
         self._memory(memory)
-        for ev in meta:
-            if ev.name == "thread_name" and type(ev.args) is _Args:
-                label = ev.args.name
-                if isinstance(label, str):
-                    # several thread_name entries may exist for one tid: keep the most specific
-                    key = (str(ev.pid), str(ev.tid))
-                    if key not in self.thread_names or "autograd" in label:
-                        self.thread_names[key] = label
 
     def _complete(self, complete: list[Any]) -> None:
         key_code = _intern(self.keys, complete, _EVENT_KEY, _safe_key)
@@ -592,7 +569,6 @@ class _Columns:
             corr=_join(self.corr, np.int64),
             mem=mem,
             mem_threads=mem_threads,
-            thread_names=self.thread_names,
             warnings=warnings,
         )
 

@@ -152,12 +152,6 @@ def table_of(
         ck = (key[0], str(key[1]), str(key[2]))
         raw_to_canon[code] = canon.setdefault(ck, len(canon))
     thread_keys = list(canon)
-    thread_names: dict[int, str] = {}
-    for i, p in enumerate(parsed):
-        for (pid, tid), label in p.thread_names.items():
-            tcode = canon.get((i, pid, tid))
-            if tcode is not None:
-                thread_names[tcode] = label
 
     names_norm = [_normalise_name(n) for n in name_table]
     # Renormalised names may coincide (two ModelCheckpoint dicts): merge their codes.
@@ -209,7 +203,6 @@ def table_of(
         sources=[p.source for p in parsed],
         names=list(norm_table),
         thread_keys=thread_keys,
-        thread_names=thread_names,
         src=src,
         kind=kind,
         name=name,

@@ -149,7 +149,6 @@ class EventTable:
             indexes into it.
         thread_keys: ``(src, pid, tid)`` per thread code (pid/tid as strings, so ``25738`` and
             ``"25738"`` are one thread).
-        thread_names: thread code -> ``thread_name`` metadata where the trace has it.
         src, kind, name, thread, start, dur, correlation: per-event columns (correlation ``-1``
             where absent). Codes are narrow to bound a large trace's memory: ``src``, ``name``,
             ``thread`` (and ``parent``) int32, ``kind`` int8, ``correlation`` int32 where every
@@ -164,7 +163,6 @@ class EventTable:
     sources: list[TraceSource]
     names: list[str]
     thread_keys: list[tuple[int, str, str]]
-    thread_names: dict[int, str]
     src: np.ndarray
     kind: np.ndarray
     name: np.ndarray

@@ -239,7 +239,6 @@ def _window(sp: Spilled, plan: _Plan, w: int, memory: bool) -> tuple[EventTable,
         corr=np.concatenate(cols["corr"]),
         mem=mem,
         mem_threads=sp.mem_threads,
-        thread_names=sp.thread_names,
         warnings=[],
     )
     gid = np.concatenate(cols["gid"])
