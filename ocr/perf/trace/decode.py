@@ -90,8 +90,6 @@ class _Complete(_Timed, gc=False, tag_field="ph", tag="X"):
 
 class _Instant(msgspec.Struct, gc=False, tag_field="ph", tag="i"):
     name: Any = None
-    pid: Any = None
-    tid: Any = None
     ts: Any = None
     args: _Args | list[Any] | _Scalar = None
 
@@ -330,7 +328,6 @@ class Parsed:
     dur: np.ndarray
     corr: np.ndarray
     mem: dict[str, np.ndarray]
-    mem_threads: list[tuple[Any, Any]]  # the distinct (pid, tid) of the [memory] events
     warnings: list[str]
 
 
@@ -489,9 +486,6 @@ class _Columns:
         self.dur: list[np.ndarray] = []
         self.corr: list[np.ndarray] = []
         self.mem: dict[str, list[np.ndarray]] = {k: [] for k in _MEM_FIELDS}
-        self.mem_pid = code_table()
-        self.mem_tid = code_table()
-        self.mem_pairs: set[tuple[int, int]] = set()
         self.n_events = self.n_bad = self.n_no_ts = self.n_bad_dur = 0
         self.base_ns = 0
 
@@ -506,7 +500,7 @@ class _Columns:
         self._memory(memory)
 
     def _complete(self, complete: list[Any]) -> None:
-        key_code = _intern(self.keys, complete, _EVENT_KEY, _safe_key)
+        key_code = _intern(self.keys, complete)
         ts = _numeric([e.ts for e in complete])
         dur = _numeric([e.dur for e in complete])
         corr = _numeric(
@@ -528,9 +522,6 @@ class _Columns:
     def _memory(self, memory: list[Any]) -> None:
         if not memory:
             return
-        pc = _intern(self.mem_pid, memory, _PID, _safe_scalar)
-        tc = _intern(self.mem_tid, memory, _TID, _safe_scalar)
-        self.mem_pairs.update(zip(pc.tolist(), tc.tolist(), strict=True))
         args = [a if type(a := e.args) is _Args else _NO_ARGS for e in memory]
         ts = _numeric([e.ts for e in memory])
         ok = np.isfinite(ts)
@@ -557,9 +548,6 @@ class _Columns:
         base_ns = self.base_ns = _as_int(top.baseTimeNanoseconds) or 0
         mem = {k: _join(v, np.float64 if k == "ts" else np.int64) for k, v in self.mem.items()}
         mem["ts"] = _to_ns(mem["ts"], base_ns)
-        pids, tids = list(self.mem_pid), list(self.mem_tid)
-        # in the order of (pid, tid) codes, as one sorted pass over all [memory] events gives
-        mem_threads = [(pids[p], tids[t]) for p, t in sorted(self.mem_pairs)]
         return Parsed(
             source=_source_meta(path, top, self.n_events, parse_s, self.n_bad_dur),
             keys=list(self.keys),
@@ -568,7 +556,6 @@ class _Columns:
             dur=_join(self.dur, np.int64),
             corr=_join(self.corr, np.int64),
             mem=mem,
-            mem_threads=mem_threads,
             warnings=warnings,
         )
 
@@ -591,21 +578,18 @@ def _join(parts: list[np.ndarray], dtype: type) -> np.ndarray:
     return out
 
 
-def _safe_scalar(v: Any) -> Any:
-    return v if isinstance(v, str | int | float | None) else str(v)
-
-
 def _safe_key(k: tuple[Any, ...]) -> tuple[Any, ...]:
-    return tuple(_safe_scalar(v) for v in k)
+    return tuple(v if isinstance(v, str | int | float | None) else str(v) for v in k)
 
 
-def _intern(table: defaultdict[Any, int], events: list[Any], field: Any, safe: Any) -> np.ndarray:
-    """Codes of ``field(event)`` in ``table`` (extended in place), in one C-speed pass.
-    Unhashable values (a malformed name that is a list, say) are interned by their ``str``."""
+def _intern(table: defaultdict[Any, int], events: list[Any]) -> np.ndarray:
+    """Codes of each event's ``(cat, name, pid, tid)`` in ``table`` (extended in place), in one
+    C-speed pass. Unhashable values (a malformed name that is a list, say) are interned by their
+    ``str``."""
     try:
-        return np.fromiter(map(table.__getitem__, map(field, events)), np.int64, len(events))
+        return np.fromiter(map(table.__getitem__, map(_EVENT_KEY, events)), np.int64, len(events))
     except TypeError:
-        values = [safe(field(e)) for e in events]
+        values = [_safe_key(_EVENT_KEY(e)) for e in events]
         return np.fromiter(map(table.__getitem__, values), np.int64, len(values))
 
 
@@ -617,5 +601,3 @@ def code_table() -> defaultdict[Any, int]:
 
 
 _EVENT_KEY = operator.attrgetter("cat", "name", "pid", "tid")
-_PID = operator.attrgetter("pid")
-_TID = operator.attrgetter("tid")

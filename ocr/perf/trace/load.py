@@ -142,8 +142,6 @@ def table_of(
             len(p.keys),
         )
         key_codes.append((name_of, cat_of, thread_of))
-        for pid, tid in p.mem_threads:  # threads that only allocate are threads too
-            raw_thread.setdefault((i, pid, tid), len(raw_thread))
 
     # Collapse raw thread keys whose string forms agree (2021: tid "25738" vs 25738).
     canon: dict[tuple[int, str, str], int] = {}

@@ -61,7 +61,7 @@ class Spilled:
     Args:
         source: the file's metadata.
         keys: the distinct ``(cat, name, pid, tid)`` of its complete events.
-        mem_threads, warnings: as in :class:`~ocr.perf.trace.decode.Parsed`.
+        warnings: as in :class:`~ocr.perf.trace.decode.Parsed`.
         directory: the folder holding the column files (ours: removed by :meth:`close`).
         n_events, n_memory: complete and ``[memory]`` events on disk.
         base_ns: the file's ``baseTimeNanoseconds``.
@@ -71,7 +71,6 @@ class Spilled:
 
     source: TraceSource
     keys: list[tuple[Any, Any, Any, Any]]
-    mem_threads: list[tuple[Any, Any]]
     warnings: list[str]
     directory: Path
     n_events: int
@@ -173,7 +172,6 @@ class _SpillColumns(_Columns):
         return Spilled(
             source=parsed.source,
             keys=parsed.keys,
-            mem_threads=parsed.mem_threads,
             warnings=parsed.warnings,
             directory=self.directory,
             n_events=self.n_spilled,

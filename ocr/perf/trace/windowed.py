@@ -238,7 +238,6 @@ def _window(sp: Spilled, plan: _Plan, w: int, memory: bool) -> tuple[EventTable,
         dur=np.concatenate(cols["dur"]),
         corr=np.concatenate(cols["corr"]),
         mem=mem,
-        mem_threads=sp.mem_threads,
         warnings=[],
     )
     gid = np.concatenate(cols["gid"])
