@@ -418,7 +418,7 @@ def _parse_stream(path: Path, fh: BinaryIO, chunk: int, t0: float, cols: _Column
     top: dict[str, Any] = {}
     key = ""
     has_events = False
-    for part, item in TraceStream(fh, chunk).document(chunk, _decode_piece):
+    for part, item in TraceStream(fh, chunk, _decode_piece).document():
         if part == "key":
             key = msgspec.json.decode(item)
             has_events |= key == "traceEvents"
