@@ -4,11 +4,13 @@ clean)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from rich.console import Console
 from rich.table import Table
 
 from ocr.perf.trace.integrity import Integrity
-from ocr.perf.trace.rankset import RankSetAnalysis, RankSummary
+from ocr.perf.trace.rankset import RankSetAnalysis, RankSummary, StragglerView
 from ocr.perf.trace.render import _SEVERITY_STYLE
 from ocr.perf.trace.result import CommSummary
 
@@ -74,6 +76,15 @@ def _side_by_side(stage: str, rows: list[RankSummary]) -> Table:
     return t
 
 
+def _stages(
+    result: RankSetAnalysis,
+) -> Iterator[tuple[str, list[RankSummary], StragglerView | None]]:
+    """Per stage (in the order of the rows): its rows by rank and its straggler view."""
+    for stage in dict.fromkeys(r.stage for r in result.ranks):
+        rows = sorted((r for r in result.ranks if r.stage == stage), key=lambda r: r.rank)
+        yield stage, rows, next((x for x in result.stragglers if x.stage == stage), None)
+
+
 def print_rank_set(result: RankSetAnalysis, console: Console) -> None:
     """The rank set: per stage the ranks side by side and the straggler (or "no straggler"),
     then the findings and the integrity lines."""
@@ -83,11 +94,8 @@ def print_rank_set(result: RankSetAnalysis, console: Console) -> None:
         f"analysed {result.jobs} at a time in {result.total_s:.2f} s",
         highlight=False,
     )
-    stages = list(dict.fromkeys(r.stage for r in result.ranks))
-    for stage in stages:
-        rows = sorted((r for r in result.ranks if r.stage == stage), key=lambda r: r.rank)
+    for stage, rows, s in _stages(result):
         console.print(_side_by_side(stage, rows))
-        s = next((x for x in result.stragglers if x.stage == stage), None)
         if s is None:
             continue
         if s.rank is None:
@@ -114,8 +122,7 @@ def print_rank_set(result: RankSetAnalysis, console: Console) -> None:
 def rank_set_markdown(result: RankSetAnalysis) -> str:
     """The rank set as Markdown: the side-by-side tables, stragglers, findings, integrity."""
     out = [f"# Rank traces: {result.input}", ""]
-    for stage in dict.fromkeys(r.stage for r in result.ranks):
-        rows = sorted((r for r in result.ranks if r.stage == stage), key=lambda r: r.rank)
+    for stage, rows, s in _stages(result):
         out += [f"## {stage} (ms per step)", ""]
         out.append("| | " + " | ".join(f"rank {r.rank}" for r in rows) + " |")
         out.append("|---|" + "---:|" * len(rows))
@@ -125,7 +132,6 @@ def rank_set_markdown(result: RankSetAnalysis) -> str:
         if any(r.comm_ms is not None for r in rows):
             out.append("| collectives | " + " | ".join(_f(r.comm_ms, 3) for r in rows) + " |")
             out.append("| exposed | " + " | ".join(_f(r.comm_exposed_ms, 3) for r in rows) + " |")
-        s = next((x for x in result.stragglers if x.stage == stage), None)
         if s is not None:
             who = "no straggler" if s.rank is None else f"straggler: rank {s.rank} ({s.cause})"
             out += ["", who]
