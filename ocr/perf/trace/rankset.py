@@ -312,7 +312,8 @@ def summarise_ranks(
     findings.sort(key=lambda f: (f.id != "straggler", -f.score))
     add_live_sync_wait(findings, live_sync_wait([f for files in groups.values() for f in files]))
     problems: list[IntegrityProblem] = [p for a in analyses.values() for p in a.integrity.problems]
-    skew = clock_skew(_step_ends(analyses), _median_step_ns(rows))
+    walls = [r.median_step_ms for r in rows if r.stage == "train"]
+    skew = clock_skew(_step_ends(analyses), statistics.median(walls) * 1e6 if walls else 0.0)
     if skew is not None:
         problems.append(skew)
     return RankSetAnalysis(
@@ -495,8 +496,3 @@ def _step_ends(analyses: dict[int, TraceAnalysis]) -> dict[int, dict[str, int]]:
             if s.stage == "train"
         }
     return out
-
-
-def _median_step_ns(rows: list[RankSummary]) -> float:
-    walls = [r.median_step_ms for r in rows if r.stage == "train"]
-    return statistics.median(walls) * 1e6 if walls else 0.0

@@ -106,19 +106,14 @@ def analyze_spilled(sp: Spilled, top_k: int | None) -> tuple[TraceAnalysis, Name
         sp.close()
 
 
-def _key_columns(sp: Spilled) -> tuple[np.ndarray, np.ndarray]:
-    """Per distinct key: its kind and whether it names a step span."""
+def _plan(sp: Spilled, window_events: int) -> _Plan:
+    # per distinct key: its kind and whether it names a step span
     kinds = np.fromiter((category_kind(c) for c, _, _, _ in sp.keys), np.int8, len(sp.keys))
-    is_step = np.fromiter(
+    is_step_key = np.fromiter(
         (STEP_NAME.match(_normalise_name(n)) is not None for _, n, _, _ in sp.keys),
         bool,
         len(sp.keys),
     )
-    return kinds, is_step
-
-
-def _plan(sp: Spilled, window_events: int) -> _Plan:
-    kinds, is_step_key = _key_columns(sp)
     host = np.isin(kinds, Kind.HOST)
     device = np.isin(kinds, Kind.DEVICE)
     step_s: list[np.ndarray] = []
