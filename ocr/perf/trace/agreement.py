@@ -181,9 +181,7 @@ class Agreement(msgspec.Struct, kw_only=True):
 
 
 def compare_phases(
-    trace_ms: Mapping[str, float],
-    clock_ms: Mapping[str, float],
-    steps: int,
+    trace_ms: Mapping[str, float], clock_ms: Mapping[str, float], steps: int
 ) -> Agreement:
     """Compare per-step ms by trace phase (``trace_ms``) with the clock's (clock phase names,
     pooled with :func:`clock_to_trace_phases`). A phase agrees when the difference is at most

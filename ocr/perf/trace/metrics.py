@@ -15,13 +15,7 @@ from ocr.perf.trace.additive import Additive
 from ocr.perf.trace.findings import TraceMetrics
 from ocr.perf.trace.result import MemoryPeak
 from ocr.perf.trace.stacks import SyncCall, sync_calls, sync_sites
-from ocr.perf.trace.steps import (
-    PHASES,
-    StepTable,
-    classify_phase,
-    locate,
-    union_in_windows,
-)
+from ocr.perf.trace.steps import PHASES, StepTable, classify_phase, locate, union_in_windows
 from ocr.perf.trace.table import EventTable, Kind
 
 __all__ = ["MeasureSums", "data_share_without_steps", "measure", "measure_sums"]

@@ -295,8 +295,7 @@ def summarise_ranks(
     rows: list[RankSummary] = []
     stragglers: list[StragglerView] = []
     stages = sorted(
-        {s for a in analyses.values() for s in a.phase_summary},
-        key=lambda s: (s != "train", s),
+        {s for a in analyses.values() for s in a.phase_summary}, key=lambda s: (s != "train", s)
     )
     for stage in stages:
         mine = {r: _rank_row(r, stage, groups[r], a) for r, a in analyses.items()}

@@ -11,14 +11,7 @@ import numpy as np
 
 from ocr.errors import InputError
 
-__all__ = [
-    "EventTable",
-    "Kind",
-    "MemoryTable",
-    "TraceError",
-    "TraceSource",
-    "category_kind",
-]
+__all__ = ["EventTable", "Kind", "MemoryTable", "TraceError", "TraceSource", "category_kind"]
 
 
 class TraceError(InputError, ValueError):
