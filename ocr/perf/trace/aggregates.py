@@ -144,8 +144,6 @@ def device_ops(
 ) -> list[DeviceOpRow]:
     """Rows of :class:`DeviceSums`: calls, total (= self) time, mean, share of device busy time,
     and the CPU op that launched them most often."""
-    if not sums.calls.any():
-        return []
     total = float(sums.dur.sum()) or 1.0
     order = np.argsort(-sums.dur, kind="stable")
     order = order[sums.calls[order] > 0]

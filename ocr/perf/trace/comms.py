@@ -185,8 +185,6 @@ def concat_comm(parts: list[CommTable]) -> CommTable:
     """The :class:`CommTable` of consecutive time windows of one file (rows follow
     :func:`~ocr.perf.trace.steps.concat_steps`; a source measures on the device where any
     window does)."""
-    if len(parts) == 1:
-        return parts[0]
     method: dict[int, str | None] = {}
     calls: dict[int, Counter[str]] = {}
     for p in parts:
