@@ -181,11 +181,11 @@ class Agreement(msgspec.Struct, kw_only=True):
 
 
 def compare_phases(
-    trace_ms: Mapping[str, float], clock_ms: Mapping[str, float], steps: int
+    trace_ms: Mapping[str, float], clock_ms: Mapping[str, float], steps: int, stage: str = "train"
 ) -> Agreement:
     """Compare per-step ms by trace phase (``trace_ms``) with the clock's (clock phase names,
-    pooled with :func:`clock_to_trace_phases`). A phase agrees when the difference is at most
-    :data:`AGREEMENT_TOLERANCE_PCT` of the larger figure, or below
+    pooled with :func:`clock_to_trace_phases`) over ``steps`` steps of ``stage``. A phase agrees
+    when the difference is at most :data:`AGREEMENT_TOLERANCE_PCT` of the larger figure, or below
     :data:`ABSOLUTE_FLOOR_PCT_OF_STEP` of the step."""
     pooled = clock_to_trace_phases(clock_ms)
     step_ms = float(sum(trace_ms.get(p, 0.0) for p in PHASES))
@@ -214,6 +214,7 @@ def compare_phases(
         tolerance_pct=AGREEMENT_TOLERANCE_PCT,
         phases=rows,
         agree=all(r.agree for r in rows),
+        stage=stage,
     )
 
 
@@ -230,6 +231,4 @@ def compare_with_clock(
     good = set(snapshots.usable(numbers))
     kept = [r for r in rows if r.number in good]
     trace_ms = {p: sum(r.phases_ms.get(p, 0.0) for r in kept) / len(kept) for p in PHASES}
-    result = compare_phases(trace_ms, clock_ms, used)
-    result.stage = stage
-    return result
+    return compare_phases(trace_ms, clock_ms, used, stage)

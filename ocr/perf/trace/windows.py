@@ -65,8 +65,8 @@ def attach_clock_agreement(analysis: TraceAnalysis) -> None:
         {p: v / steps for p, v in trace_ms.items()},
         {p: v / steps for p, v in clock_ms.items()},
         steps,
+        stage,
     )
-    result.stage = stage
     analysis.add_agreement(result)
 
 
