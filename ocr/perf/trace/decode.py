@@ -1,7 +1,7 @@
 """Reading one torch.profiler / Kineto Chrome trace file: streamed in pieces
-(:mod:`~ocr.perf.trace.scan`, plain or gzip) or, for a malformed file or a pipe, whole; a typed
-msgspec decoder that materialises only the fields the table uses; each piece reduced to compact
-columns before the next; errors that name the file and the byte where it went wrong.
+(:mod:`~ocr.perf.trace.scan`, plain or gzip) or, for a malformed file, whole; a typed msgspec
+decoder that materialises only the fields the table uses; each piece reduced to compact columns
+before the next; errors that name the file and the byte where it went wrong.
 :mod:`~ocr.perf.trace.load` turns the parsed files into one
 :class:`~ocr.perf.trace.table.EventTable`.
 """
@@ -475,9 +475,9 @@ def _malloc_trim() -> Any:
 class _Columns:
     """The columns of one file, gathered piece by piece: complete events reduced to a code of
     their distinct ``(cat, name, pid, tid)`` and three numeric arrays, ``[memory]`` events to
-    numeric arrays. Values are read exactly as the decoder
-    gives them (as :func:`json.loads` would); times stay float µs until :meth:`finish`, which
-    converts them with the file's earliest time as the origin."""
+    numeric arrays. Values are read exactly as the decoder gives them (as :func:`json.loads`
+    would); times stay float µs until :meth:`finish`, which converts them with the file's
+    earliest time as the origin."""
 
     def __init__(self) -> None:
         self.keys = code_table()
