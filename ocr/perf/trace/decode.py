@@ -370,8 +370,7 @@ def _decode_piece(data: bytes) -> tuple[list[Any], bool]:
     try:
         return _FAST_PIECE.decode(data), False
     except msgspec.ValidationError:
-        pass
-    return _decode_piece_generic(data)
+        return _decode_piece_generic(data)
 
 
 def _decode_piece_generic(data: bytes) -> tuple[list[Any], bool]:

@@ -156,8 +156,7 @@ def finish(
     wall = steps.wall
     wall_total = int(wall.sum())
     if n_steps:
-        phase_tot = steps.phases.sum(axis=0)
-        dl_pct = 100.0 * float(phase_tot[_P_DATA]) / wall_total if wall_total else 0.0
+        dl_pct = 100.0 * float(steps.phases[:, _P_DATA].sum()) / wall_total if wall_total else 0.0
     else:
         dl_pct = part.no_steps_data_pct
     peaks, timeline = memory.finish(sources, steps.label)

@@ -45,7 +45,6 @@ _NO_START = np.iinfo(np.int64).min
 class _Plan:
     """What one pass over the file decides: the cuts, the launches, the file's extent."""
 
-    kind_of_key: np.ndarray
     device_key: np.ndarray  # per key: a device event
     cuts: np.ndarray  # sorted cut times (absolute ns); window w is [cuts[w-1], cuts[w])
     launch_corr: np.ndarray  # sorted correlation ids of runtime calls
@@ -142,7 +141,6 @@ def _plan(sp: Spilled, window_events: int) -> _Plan:
     launch_start = np.concatenate(rt_start)[order] if has_gpu else np.zeros(0, np.int64)
     last = int(np.searchsorted(cuts, starts.max(), side="right")) if starts.size else -1
     return _Plan(
-        kind_of_key=kinds,
         device_key=device,
         cuts=cuts,
         launch_corr=corr[order],
