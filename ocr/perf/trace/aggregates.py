@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
+from ocr.perf.trace.additive import Additive
 from ocr.perf.trace.result import DeviceOpRow, OpRow, Outlier, StepStats
 from ocr.perf.trace.steps import STEP_NAME, launch_calls
 from ocr.perf.trace.table import EventTable, Kind
@@ -36,20 +37,13 @@ def ms(ns: float) -> float:
 
 
 @dataclass
-class OpSums:
+class OpSums(Additive):
     """Per-name sums of host events (name codes of the table, plus one pooled
     ``ProfilerStep*`` code at the end): calls, self and total (outermost same-name calls) ns."""
 
     calls: np.ndarray
     self_ns: np.ndarray
     total_ns: np.ndarray
-
-    def __add__(self, other: OpSums) -> OpSums:
-        return OpSums(
-            self.calls + other.calls,
-            self.self_ns + other.self_ns,
-            self.total_ns + other.total_ns,
-        )
 
 
 def host_sums(table: EventTable, kinds: tuple[int, ...]) -> OpSums:
@@ -83,45 +77,38 @@ def host_ops(
 ) -> list[OpRow]:
     """Rows of :class:`OpSums` (``names`` the table's): calls, self and total time, share of
     all host self time (``total_self``); sorted by self time."""
-    pooled = "ProfilerStep*"
     alias_code = len(names)
     total = float(total_self) or 1.0
     order = np.argsort(-sums.self_ns, kind="stable")
     order = order[sums.calls[order] > 0]
     if top_k is not None:
         order = order[:top_k]
-    rows = []
-    for c in order.tolist():
-        rows.append(
-            OpRow(
-                name=pooled if c == alias_code else names[c],
-                calls=int(sums.calls[c]),
-                self_ms=ms(sums.self_ns[c]),
-                total_ms=ms(sums.total_ns[c]),
-                self_pct=round(float(100.0 * sums.self_ns[c] / total), 3),
-                self_ms_per_step=ms(sums.self_ns[c] / n_steps) if n_steps else None,
-            )
+    return [
+        OpRow(
+            name="ProfilerStep*" if c == alias_code else names[c],
+            calls=int(sums.calls[c]),
+            self_ms=ms(sums.self_ns[c]),
+            total_ms=ms(sums.total_ns[c]),
+            self_pct=round(float(100.0 * sums.self_ns[c] / total), 3),
+            self_ms_per_step=ms(sums.self_ns[c] / n_steps) if n_steps else None,
         )
-    return rows
+        for c in order.tolist()
+    ]
+
+
+def _first_kind(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return np.where(a >= 0, a, b)
 
 
 @dataclass
-class DeviceSums:
+class DeviceSums(Additive):
     """Per-name sums of device events: calls, ns, the kind of each name (first seen, -1 for
     none) and launches per ``(device name, launching op name)`` code pair."""
 
     calls: np.ndarray
     dur: np.ndarray
-    kind: np.ndarray
+    kind: np.ndarray = field(metadata={"merge": _first_kind})
     launched: Counter[tuple[int, int]]
-
-    def __add__(self, other: DeviceSums) -> DeviceSums:
-        return DeviceSums(
-            self.calls + other.calls,
-            self.dur + other.dur,
-            np.where(self.kind >= 0, self.kind, other.kind),
-            self.launched + other.launched,
-        )
 
 
 def device_sums(table: EventTable) -> DeviceSums:
@@ -157,8 +144,6 @@ def device_ops(
 ) -> list[DeviceOpRow]:
     """Rows of :class:`DeviceSums`: calls, total (= self) time, mean, share of device busy time,
     and the CPU op that launched them most often."""
-    if not sums.calls.any():
-        return []
     total = float(sums.dur.sum()) or 1.0
     order = np.argsort(-sums.dur, kind="stable")
     order = order[sums.calls[order] > 0]

@@ -61,23 +61,18 @@ class ClockSnapshots:
     ends: dict[int, tuple[int, dict[str, int]]] = field(default_factory=dict)
 
     @staticmethod
-    def _peek() -> tuple[int, dict[str, int]] | None:
+    def _snap(into: dict[int, tuple[int, dict[str, int]]], step: int) -> None:
         clock = active_clock()
-        if clock is None or not clock.running:
-            return None
-        return id(clock), clock.peek().phases_ns
+        if clock is not None and clock.running:
+            into[step] = (id(clock), clock.peek().phases_ns)
 
     def begin(self, step: int) -> None:
         """Snapshot at the start of step ``step``."""
-        snap = self._peek()
-        if snap is not None:
-            self.begins[step] = snap
+        self._snap(self.begins, step)
 
     def end(self, step: int) -> None:
         """Snapshot at the end of step ``step``."""
-        snap = self._peek()
-        if snap is not None:
-            self.ends[step] = snap
+        self._snap(self.ends, step)
 
     def usable(self, steps: Iterable[int]) -> list[int]:
         """The steps of ``steps`` with both snapshots taken from one clock."""
@@ -186,15 +181,12 @@ class Agreement(msgspec.Struct, kw_only=True):
 
 
 def compare_phases(
-    trace_ms: Mapping[str, float],
-    clock_ms: Mapping[str, float],
-    steps: int,
-    tolerance_pct: float = AGREEMENT_TOLERANCE_PCT,
+    trace_ms: Mapping[str, float], clock_ms: Mapping[str, float], steps: int, stage: str = "train"
 ) -> Agreement:
     """Compare per-step ms by trace phase (``trace_ms``) with the clock's (clock phase names,
-    pooled with :func:`clock_to_trace_phases`). A phase agrees when the difference is at most
-    ``tolerance_pct`` of the larger figure, or below :data:`ABSOLUTE_FLOOR_PCT_OF_STEP` of the
-    step."""
+    pooled with :func:`clock_to_trace_phases`) over ``steps`` steps of ``stage``. A phase agrees
+    when the difference is at most :data:`AGREEMENT_TOLERANCE_PCT` of the larger figure, or below
+    :data:`ABSOLUTE_FLOOR_PCT_OF_STEP` of the step."""
     pooled = clock_to_trace_phases(clock_ms)
     step_ms = float(sum(trace_ms.get(p, 0.0) for p in PHASES))
     floor = step_ms * ABSOLUTE_FLOOR_PCT_OF_STEP / 100.0
@@ -204,7 +196,8 @@ def compare_phases(
         diff = t - c
         big = max(abs(t), abs(c))
         pct = 100.0 * diff / big if big > 0 else None
-        ok = abs(diff) <= floor or (pct is not None and abs(pct) <= tolerance_pct) or big == 0
+        within = pct is not None and abs(pct) <= AGREEMENT_TOLERANCE_PCT
+        ok = abs(diff) <= floor or within or big == 0
         rows.append(
             PhaseAgreement(
                 phase=phase,
@@ -218,9 +211,10 @@ def compare_phases(
     return Agreement(
         steps=steps,
         step_ms=round(step_ms, 6),
-        tolerance_pct=tolerance_pct,
+        tolerance_pct=AGREEMENT_TOLERANCE_PCT,
         phases=rows,
         agree=all(r.agree for r in rows),
+        stage=stage,
     )
 
 
@@ -237,6 +231,4 @@ def compare_with_clock(
     good = set(snapshots.usable(numbers))
     kept = [r for r in rows if r.number in good]
     trace_ms = {p: sum(r.phases_ms.get(p, 0.0) for r in kept) / len(kept) for p in PHASES}
-    result = compare_phases(trace_ms, clock_ms, used)
-    result.stage = stage
-    return result
+    return compare_phases(trace_ms, clock_ms, used, stage)

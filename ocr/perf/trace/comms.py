@@ -21,6 +21,7 @@ Pure and vectorised over an :class:`~ocr.perf.trace.table.EventTable` and its
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -34,6 +35,7 @@ from ocr.perf.trace.steps import (
     launch_calls,
     locate,
     merge_intervals,
+    process_key,
     union_in_windows,
 )
 from ocr.perf.trace.table import EventTable, Kind
@@ -64,7 +66,6 @@ class CommTable:
         exposed: ``total - overlapped``.
         exposed_phases: (n_steps, len(PHASES)) ns of exposed communication per host phase.
         calls: collective name -> calls inside steps (device kernels or outermost host spans).
-        names_ns: collective name -> ns inside steps (sum of durations).
     """
 
     method: dict[int, str | None]
@@ -73,7 +74,6 @@ class CommTable:
     exposed: np.ndarray
     exposed_phases: np.ndarray
     calls: dict[int, dict[str, int]]
-    names_ns: dict[int, dict[str, int]]
 
 
 def _inside(ms: np.ndarray, me: np.ndarray, t: np.ndarray) -> np.ndarray:
@@ -132,13 +132,6 @@ def _ancestors(table: EventTable, idx: np.ndarray) -> np.ndarray:
     return out
 
 
-def _count(table: EventTable, idx: np.ndarray) -> tuple[dict[str, int], dict[str, int]]:
-    codes, counts = np.unique(table.name[idx], return_counts=True)
-    ns = np.bincount(table.name[idx], weights=table.dur[idx], minlength=len(table.names))
-    calls = {table.names[c]: int(k) for c, k in zip(codes.tolist(), counts.tolist(), strict=True)}
-    return calls, {table.names[c]: int(ns[c]) for c in codes.tolist()}
-
-
 def communication(table: EventTable, steps: StepTable) -> CommTable:
     """Communication per step of ``table`` (see the module doc)."""
     n = len(steps)
@@ -149,7 +142,6 @@ def communication(table: EventTable, steps: StepTable) -> CommTable:
         exposed=np.zeros(n, np.int64),
         exposed_phases=np.zeros((n, len(PHASES)), np.int64),
         calls={},
-        names_ns={},
     )
     host_name = table.name_ids(is_host_comm)
     dev_name = table.name_ids(is_device_comm)
@@ -164,7 +156,7 @@ def communication(table: EventTable, steps: StepTable) -> CommTable:
     # host ops that are not collectives and hold none: compute of the step's thread
     holds_comm = _ancestors(table, np.flatnonzero(is_host_comm_ev))
     busy_op = (table.kind == Kind.CPU_OP) & ~is_host_comm_ev & ~holds_comm & (table.dur > 0)
-    proc_of_thread = _process_of_thread(table)
+    proc_of_thread = process_key(table)
     for src in range(len(table.sources)):
         in_src = table.src == src
         dev_comm = np.flatnonzero(is_dev_comm_ev & in_src)
@@ -182,7 +174,10 @@ def communication(table: EventTable, steps: StepTable) -> CommTable:
             _host_rows(table, steps, out, rows, host_comm, busy_op, proc_of_thread)
             comm_idx = host_comm
         step_of, _ = locate(steps, table, comm_idx, by_source=method == "device")
-        out.calls[src], out.names_ns[src] = _count(table, comm_idx[step_of >= 0])
+        codes, counts = np.unique(table.name[comm_idx[step_of >= 0]], return_counts=True)
+        out.calls[src] = {
+            table.names[c]: k for c, k in zip(codes.tolist(), counts.tolist(), strict=True)
+        }
     return out
 
 
@@ -190,38 +185,21 @@ def concat_comm(parts: list[CommTable]) -> CommTable:
     """The :class:`CommTable` of consecutive time windows of one file (rows follow
     :func:`~ocr.perf.trace.steps.concat_steps`; a source measures on the device where any
     window does)."""
-    if len(parts) == 1:
-        return parts[0]
     method: dict[int, str | None] = {}
-    calls: dict[int, dict[str, int]] = {}
-    names_ns: dict[int, dict[str, int]] = {}
+    calls: dict[int, Counter[str]] = {}
     for p in parts:
         for src, m in p.method.items():
             if m == "device" or method.get(src) is None:
                 method[src] = m
-        for into, per in ((calls, p.calls), (names_ns, p.names_ns)):
-            for src, d in per.items():
-                target = into.setdefault(src, {})
-                for k, v in d.items():
-                    target[k] = target.get(k, 0) + v
+        for src, d in p.calls.items():
+            calls.setdefault(src, Counter()).update(d)
     return CommTable(
         method=method,
         total=np.concatenate([p.total for p in parts]),
         overlapped=np.concatenate([p.overlapped for p in parts]),
         exposed=np.concatenate([p.exposed for p in parts]),
         exposed_phases=np.concatenate([p.exposed_phases for p in parts]),
-        calls=calls,
-        names_ns=names_ns,
-    )
-
-
-def _process_of_thread(table: EventTable) -> np.ndarray:
-    """Per thread code, a code shared by the threads of one (source, pid)."""
-    codes: dict[tuple[int, str], int] = {}
-    return np.fromiter(
-        (codes.setdefault((src, pid), len(codes)) for src, pid, _ in table.thread_keys),
-        np.int64,
-        len(table.thread_keys),
+        calls={src: dict(c) for src, c in calls.items()},
     )
 
 
@@ -369,8 +347,7 @@ def add_metrics(m: TraceMetrics, comm: CommTable, steps: StepTable) -> None:
         for p, v in zip(PHASES, comm.exposed_phases.sum(axis=0).tolist(), strict=True)
         if v
     }
-    calls: dict[str, int] = {}
+    calls: Counter[str] = Counter()
     for per in comm.calls.values():
-        for k, v in per.items():
-            calls[k] = calls.get(k, 0) + v
-    m.comm_calls = calls
+        calls.update(per)
+    m.comm_calls = dict(calls)

@@ -23,7 +23,7 @@ from ocr.perf.trace.comparison import (
     StepDelta,
     TraceComparison,
 )
-from ocr.perf.trace.result import PhaseShare, StepStats, TraceAnalysis
+from ocr.perf.trace.result import PhaseShare, TraceAnalysis
 from ocr.perf.trace.steps import GPU_PARTS, PHASES
 
 __all__ = ["MIN_STEPS", "compare_reports"]
@@ -98,10 +98,6 @@ def _op_rows(report: TraceAnalysis) -> dict[str, tuple[str, float]]:
 _STEP_FIGURES = ("mean_ms", "median_ms", "p90_ms", "min_ms", "max_ms", "std_ms")
 
 
-def _figure(stats: StepStats, name: str) -> float:
-    return float(getattr(stats, name))
-
-
 def _means(parts: dict[str, PhaseShare], names: tuple[str, ...]) -> dict[str, float]:
     """Mean ms of each of ``names`` that ``parts`` has (an older analysis may lack one)."""
     return {p: parts[p].mean_ms for p in names if p in parts}
@@ -122,7 +118,7 @@ def compare_reports(
         ma, mb = _means(pa.phases, PHASES), _means(pb.phases, PHASES)
         entry = StageComparison(
             verdict=_verdict(wa, wb, threshold_pct),
-            step_stats={k: Delta.of(_figure(sa, k), _figure(sb, k)) for k in _STEP_FIGURES},
+            step_stats={k: Delta.of(getattr(sa, k), getattr(sb, k)) for k in _STEP_FIGURES},
             # only phases both have (an analysis saved before a phase existed lacks it)
             phases_ms={p: Delta.of(ma[p], mb[p]) for p in PHASES if p in ma and p in mb},
             steps=[

@@ -10,11 +10,9 @@ from typing import Any
 
 import msgspec
 
+from ocr.perf.trace.result import _Part
+
 __all__ = ["Delta", "FindingIds", "OpDelta", "StageComparison", "StepDelta", "TraceComparison"]
-
-
-class _Part(msgspec.Struct, kw_only=True, omit_defaults=True):
-    """Fields with a default are left out of the dict form while they hold it."""
 
 
 def _change(a: float | None, b: float | None) -> tuple[float | None, float | None]:

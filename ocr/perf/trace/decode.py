@@ -1,8 +1,8 @@
 """Reading one torch.profiler / Kineto Chrome trace file: streamed in pieces
-(:mod:`~ocr.perf.trace.scan`, plain or gzip) or, for a malformed file or a pipe, whole (its
-bytes mapped or read); a typed msgspec decoder that materialises only the fields the table uses;
-each piece reduced to compact columns before the next; errors that name the file and the byte
-where it went wrong. :mod:`~ocr.perf.trace.load` turns the parsed files into one
+(:mod:`~ocr.perf.trace.scan`, plain or gzip) or, for a malformed file, whole; a typed msgspec
+decoder that materialises only the fields the table uses; each piece reduced to compact columns
+before the next; errors that name the file and the byte where it went wrong.
+:mod:`~ocr.perf.trace.load` turns the parsed files into one
 :class:`~ocr.perf.trace.table.EventTable`.
 """
 
@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import codecs
 import ctypes
-import dataclasses
 import functools
 import gzip
-import mmap
+import io
 import operator
 import os
 import re
@@ -55,10 +54,8 @@ class _Correlation(msgspec.Struct, gc=False):
 
 class _Args(_Correlation, gc=False):
     """The ``args`` keys the table reads, with the defaults used where a key is absent:
-    ``correlation`` of complete events, the allocator figures of ``[memory]`` events and the
-    label of ``thread_name`` metadata."""
+    ``correlation`` of complete events and the allocator figures of ``[memory]`` events."""
 
-    name: Any = None
     nbytes: Any = msgspec.field(name="Bytes", default=0)
     total_allocated: Any = msgspec.field(name="Total Allocated", default=-1)
     total_reserved: Any = msgspec.field(name="Total Reserved", default=-1)
@@ -75,7 +72,9 @@ _NO_ARGS = _Args()
 
 
 class _Timed(msgspec.Struct, gc=False):
-    """The keys of an event that the columns read besides ``args``; absent keys read ``None``."""
+    """The keys of an event that the columns read besides ``args``; absent keys read ``None``.
+    Typed ``Any`` on purpose: real traces carry ``ts`` as int, float or string, tids as int or
+    ``"stream 7"``, and the columns must see exactly the values ``json.loads`` would give."""
 
     cat: Any = None
     name: Any = None
@@ -91,8 +90,6 @@ class _Complete(_Timed, gc=False, tag_field="ph", tag="X"):
 
 class _Instant(msgspec.Struct, gc=False, tag_field="ph", tag="i"):
     name: Any = None
-    pid: Any = None
-    tid: Any = None
     ts: Any = None
     args: _Args | list[Any] | _Scalar = None
 
@@ -101,16 +98,9 @@ class _InstantOld(_Instant, tag="I"):
     """The deprecated spelling of an instant event."""
 
 
-class _Meta(msgspec.Struct, gc=False, tag_field="ph", tag="M"):
-    name: Any = None
-    pid: Any = None
-    tid: Any = None
-    args: _Args | list[Any] | _Scalar = None
-
-
-# every other phase of the Chrome trace event format (the deprecated async S/T/p/F included):
-# decoded to an empty struct
-_SKIPPED_PHASES = "BEbensftSTpFCPONDRcvV()"
+# every other phase of the Chrome trace event format (the deprecated async S/T/p/F and metadata
+# included): decoded to an empty struct
+_SKIPPED_PHASES = "BEbensftSTpFCPONDRcvVM()"
 _Skipped = tuple(
     msgspec.defstruct(f"_Skipped{i}", [], gc=False, tag_field="ph", tag=ph)
     for i, ph in enumerate(_SKIPPED_PHASES)
@@ -118,7 +108,7 @@ _Skipped = tuple(
 if TYPE_CHECKING:  # a union built at run time is no static type
     _Tagged = Any
 else:
-    _Tagged = Union[(_Complete, _Instant, _InstantOld, _Meta, *_Skipped)]
+    _Tagged = Union[(_Complete, _Instant, _InstantOld, *_Skipped)]
 
 
 class _Event(_Timed, gc=False):
@@ -157,13 +147,8 @@ class _Document(_TopLevel, gc=False):
         )
 
 
-class _TaggedDocument(_Document, gc=False):
-    traceEvents: list[_Tagged] | msgspec.UnsetType = msgspec.UNSET
-
-
 # a bare array document is the event list itself; a scalar document is JSON but no trace
 _DECODER = msgspec.json.Decoder(_Document | list[_Entry] | _Scalar)
-_FAST_DECODER = msgspec.json.Decoder(_TaggedDocument | list[_Tagged])
 _UTF8_CHUNK = 1 << 20
 # one piece of the event list (the stream hands out complete JSON arrays)
 _FAST_PIECE = msgspec.json.Decoder(list[_Tagged])
@@ -182,38 +167,19 @@ _BYTE_POS = re.compile(r"\s*\(byte (\d+)\)$")
 _NOT_WS = re.compile(rb"[^ \t\n\r]")
 
 
-def _read_bytes(path: Path, content: bytes | None = None) -> memoryview:
-    """The file's bytes (gunzipped when it starts with the gzip magic, whatever its suffix),
-    without a UTF-8 byte order mark. Checked to be UTF-8 as a whole, because the decoder only
-    looks at the strings it keeps.
-
-    A plain file is memory-mapped, not read: copying 35 MB into a fresh buffer took as long as a
-    third of the decoding on the dev machine. (A file truncated by another process while it is
-    being decoded would end this process with SIGBUS; trace writers only append.)
-    ``content``: the bytes already read from ``path`` (a pipe cannot be opened twice).
-    """
-    try:
-        if content is not None:
-            buf: bytes | mmap.mmap = content
-        else:
-            with open(path, "rb") as fh:
-                st = os.fstat(fh.fileno())
-                if stat.S_ISREG(st.st_mode) and st.st_size > 0:
-                    buf = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
-                else:  # a pipe (``<(zcat ...)``), a device, an empty file: read what comes
-                    buf = fh.read()
-    except OSError as exc:
-        raise TraceError(path, f"cannot read: {exc.strerror or exc}") from exc
-    if buf[:2] == b"\x1f\x8b":
+def _read_bytes(path: Path, content: bytes) -> memoryview:
+    """The bytes read from ``path`` (gunzipped when they start with the gzip magic, whatever
+    its suffix), without a UTF-8 byte order mark. Checked to be UTF-8 as a whole, because the
+    decoder only looks at the strings it keeps."""
+    if content[:2] == b"\x1f\x8b":
         try:
-            buf = gzip.decompress(buf)
+            content = gzip.decompress(content)
         except (OSError, EOFError, zlib.error) as exc:
             raise TraceError(path, f"corrupt or truncated gzip data ({exc})") from exc
-    data = memoryview(buf)
-    if buf[:3] == b"\xef\xbb\xbf":
+    data = memoryview(content)
+    if content[:3] == b"\xef\xbb\xbf":
         data = data[3:]  # a view: no copy of a large file
-    ascii_only = buf.isascii() if isinstance(buf, bytes) else _is_ascii(data)
-    if not ascii_only:
+    if not content.isascii():
         # chunk by chunk: validating a large non-ASCII trace must not build its whole text
         utf8 = codecs.getincrementaldecoder("utf-8")()
         try:
@@ -225,11 +191,6 @@ def _read_bytes(path: Path, content: bytes | None = None) -> memoryview:
     if _NOT_WS.search(data) is None:
         raise TraceError(path, "file is empty")
     return data
-
-
-def _is_ascii(data: memoryview) -> bool:
-    """``bytes.isascii`` for a buffer, without copying it into a ``bytes``."""
-    return bool(np.frombuffer(data, np.uint8).max(initial=0) < 0x80)
 
 
 def _tail(data: memoryview) -> bytes:
@@ -293,7 +254,9 @@ def _as_int(value: Any) -> int | None:
     return None
 
 
-def _source_meta(path: Path, doc: _TopLevel, n_events: int, parse_s: float) -> TraceSource:
+def _source_meta(
+    path: Path, doc: _TopLevel, n_events: int, parse_s: float, invalid_durations: int
+) -> TraceSource:
     dist = doc.distributedInfo
     rank: int | None = None
     rank_from: str | None = None
@@ -319,6 +282,7 @@ def _source_meta(path: Path, doc: _TopLevel, n_events: int, parse_s: float) -> T
         device_properties=devices,
         n_events=n_events,
         parse_s=parse_s,
+        invalid_durations=invalid_durations,
     )
 
 
@@ -364,63 +328,38 @@ class Parsed:
     dur: np.ndarray
     corr: np.ndarray
     mem: dict[str, np.ndarray]
-    mem_threads: list[tuple[Any, Any]]  # the distinct (pid, tid) of the [memory] events
-    thread_names: dict[tuple[str, str], str]
     warnings: list[str]
 
 
-_Split = tuple[_TopLevel, int, int, list[Any], list[Any], list[Any]]
-
-
-def _split_fast(data: memoryview) -> _Split | None:
-    """Decode with the tagged-union decoder into (top-level keys, number of entries, entries
-    that are no object, complete events, ``[memory]`` events, metadata events); ``None`` when
-    the file needs the generic path (an entry that is no object, an unknown or missing ``ph``, a
-    malformed file, no trace)."""
-    try:
-        doc = _FAST_DECODER.decode(data)
-    except msgspec.MsgspecError:
-        return None  # the generic path decodes again and names the problem
-    if isinstance(doc, list):
-        top = _TopLevel()
-        entries: list[Any] = doc
-    elif isinstance(doc, _TaggedDocument) and doc.traceEvents is not msgspec.UNSET:
-        top = doc.metadata()
-        entries = doc.traceEvents
-    else:
-        return None
-    del doc
-    complete = [e for e in entries if type(e) is _Complete]
-    # filter() with the C-level type check: 2.5x faster than isinstance in a comprehension
-    memory = [e for e in filter(_Instant.__instancecheck__, entries) if e.name == "[memory]"]
-    meta = [e for e in entries if type(e) is _Meta]
-    return top, len(entries), 0, complete, memory, meta
-
-
-def _split_generic(path: Path, data: memoryview) -> _Split | None:
-    """:func:`_split_fast` for any JSON: every object entry decodes to :class:`_Event`."""
+def _decode_whole(path: Path, data: memoryview) -> tuple[_TopLevel, list[Any]] | None:
+    """The top-level keys and the entries of a whole file, every object entry decoded to
+    :class:`_Event`; ``None`` for JSON that is no trace."""
     try:
         doc = _DECODER.decode(data)
     except msgspec.MsgspecError as exc:
         raise _decode_error(path, data, exc) from exc
     if isinstance(doc, list):
-        top = _TopLevel()
-        entries: list[Any] = doc
-    elif isinstance(doc, _Document) and doc.traceEvents is not msgspec.UNSET:
-        top = doc.metadata()
+        return _TopLevel(), doc
+    if isinstance(doc, _Document) and doc.traceEvents is not msgspec.UNSET:
         if not isinstance(doc.traceEvents, list):
             got = type(doc.traceEvents).__name__
             raise TraceError(path, f"'traceEvents' must be a list, got {got}")
-        entries = doc.traceEvents
-    else:
-        return None
-    n_events = len(entries)
-    events: list[_Event] = [e for e in entries if type(e) is _Event]
-    del doc, entries
-    complete = [e for e in events if e.ph == "X"]
-    memory = [e for e in events if (e.ph == "i" or e.ph == "I") and e.name == "[memory]"]
-    meta = [e for e in events if e.ph == "M"]
-    return top, n_events, n_events - len(events), complete, memory, meta
+        return doc.metadata(), doc.traceEvents
+    return None
+
+
+def _split(entries: list[Any], generic: bool) -> tuple[int, int, list[Any], list[Any]]:
+    """Entries decoded by the fast or the generic decoder as (number of entries, entries that
+    are no object, complete events, ``[memory]`` events)."""
+    if generic:
+        events: list[Any] = [e for e in entries if type(e) is _Event]
+        complete = [e for e in events if e.ph == "X"]
+        memory = [e for e in events if (e.ph == "i" or e.ph == "I") and e.name == "[memory]"]
+        return len(entries), len(entries) - len(events), complete, memory
+    complete = [e for e in entries if type(e) is _Complete]
+    # filter() with the C-level type check: 2.5x faster than isinstance in a comprehension
+    memory = [e for e in filter(_Instant.__instancecheck__, entries) if e.name == "[memory]"]
+    return len(entries), 0, complete, memory
 
 
 def _decode_piece(data: bytes) -> tuple[list[Any], bool]:
@@ -431,8 +370,7 @@ def _decode_piece(data: bytes) -> tuple[list[Any], bool]:
     try:
         return _FAST_PIECE.decode(data), False
     except msgspec.ValidationError:
-        pass
-    return _decode_piece_generic(data)
+        return _decode_piece_generic(data)
 
 
 def _decode_piece_generic(data: bytes) -> tuple[list[Any], bool]:
@@ -445,34 +383,31 @@ def _decode_piece_generic(data: bytes) -> tuple[list[Any], bool]:
 def parse_file(
     path: Path, chunk_bytes: int | None = None, columns: Callable[[], _Columns] | None = None
 ) -> Parsed | None:
-    """Read one file into columns; ``None`` when it is JSON but not a trace (directory scans).
+    """Read one file (plain or gzip) into columns; ``None`` when it is JSON but not a trace
+    (directory scans).
 
-    A regular file (plain or gzip) is streamed: its ``traceEvents`` are decoded in pieces of
-    about ``chunk_bytes`` (:mod:`~ocr.perf.trace.scan`) by a typed msgspec decoder into slotted
-    structs holding only the fields the table uses, and each piece is reduced to compact column
-    arrays before the next is read, so memory follows the number of complete events, not the
-    size of the file. A file the stream cannot take (malformed, unusual) and a pipe are decoded
-    whole, as one piece; that path names the problem of a malformed file. ``chunk_bytes``
-    defaults to :data:`CHUNK_BYTES` (read when called); ``columns`` makes the sink of each
-    attempt (:mod:`~ocr.perf.trace.spill` spills large files to disk).
+    Its ``traceEvents`` are decoded in pieces of about ``chunk_bytes`` (default
+    :data:`CHUNK_BYTES`, read when called), each reduced to columns before the next is read, so
+    memory follows the number of complete events, not the size of the file (a pipe is read
+    into memory first: it cannot be read twice). A file the stream cannot take is decoded whole
+    by the generic decoder, which names the problem of a malformed file. ``columns`` makes the
+    sink of each attempt (:mod:`~ocr.perf.trace.spill` spills large files to disk).
     """
     make = columns or _Columns
     t0 = time.perf_counter()
     chunk = CHUNK_BYTES if chunk_bytes is None else chunk_bytes
-    content = None
     try:
         with open(path, "rb") as fh:
-            st = os.fstat(fh.fileno())
-            if stat.S_ISREG(st.st_mode) and st.st_size > 0:
-                gz = fh.read(2) == b"\x1f\x8b"
-                fh.seek(0)
-                stream = cast(BinaryIO, gzip.GzipFile(fileobj=fh, mode="rb") if gz else fh)
-                try:
-                    return _parse_stream(path, stream, chunk, t0, make())
-                except Fallback:
-                    pass
-            else:  # a pipe (``<(zcat ...)``), a device, an empty file: read what comes
-                content = fh.read()
+            regular = stat.S_ISREG(os.fstat(fh.fileno()).st_mode)
+            src: BinaryIO = fh if regular else io.BytesIO(fh.read())  # a pipe: ``<(zcat ...)``
+            gz = src.read(2) == b"\x1f\x8b"
+            src.seek(0)
+            stream = cast(BinaryIO, gzip.GzipFile(fileobj=src, mode="rb") if gz else src)
+            try:
+                return _parse_stream(path, stream, chunk, t0, make())
+            except Fallback:
+                src.seek(0)
+                content = src.read()
     except OSError as exc:
         raise TraceError(path, f"cannot read: {exc.strerror or exc}") from exc
     return _parse_whole(path, t0, make(), content)
@@ -482,7 +417,7 @@ def _parse_stream(path: Path, fh: BinaryIO, chunk: int, t0: float, cols: _Column
     top: dict[str, Any] = {}
     key = ""
     has_events = False
-    for part, item in TraceStream(fh, chunk).document(chunk, _decode_piece):
+    for part, item in TraceStream(fh, chunk, _decode_piece).document():
         if part == "key":
             key = msgspec.json.decode(item)
             has_events |= key == "traceEvents"
@@ -501,23 +436,19 @@ def _parse_stream(path: Path, fh: BinaryIO, chunk: int, t0: float, cols: _Column
     return cols.finish(path, _TopLevel(**top), time.perf_counter() - t0)
 
 
-def _parse_whole(
-    path: Path, t0: float, cols: _Columns, content: bytes | None = None
-) -> Parsed | None:
-    """The whole file decoded at once (the tagged decoder, else the generic one, which is the
-    only path that reports malformed JSON)."""
+def _parse_whole(path: Path, t0: float, cols: _Columns, content: bytes) -> Parsed | None:
+    """The whole file decoded at once by the generic decoder, the only path that reports
+    malformed JSON."""
     data = _read_bytes(path, content)
     del content
-    split = _split_fast(data)
-    if split is None:
-        split = _split_generic(path, data)
+    decoded = _decode_whole(path, data)
     del data
-    if split is None:
+    if decoded is None:
         return None
-    top, n_entries, n_bad, complete, memory, meta = split
-    del split
-    cols.add_split(n_entries, n_bad, complete, memory, meta)
-    del complete, memory, meta
+    top, entries = decoded
+    del decoded
+    cols.add(entries, generic=True)
+    del entries
     return cols.finish(path, top, time.perf_counter() - t0)
 
 
@@ -543,9 +474,9 @@ def _malloc_trim() -> Any:
 class _Columns:
     """The columns of one file, gathered piece by piece: complete events reduced to a code of
     their distinct ``(cat, name, pid, tid)`` and three numeric arrays, ``[memory]`` events to
-    numeric arrays, ``thread_name`` metadata to a dict. Values are read exactly as the decoder
-    gives them (as :func:`json.loads` would); times stay float µs until :meth:`finish`, which
-    converts them with the file's earliest time as the origin."""
+    numeric arrays. Values are read exactly as the decoder gives them (as :func:`json.loads`
+    would); times stay float µs until :meth:`finish`, which converts them with the file's
+    earliest time as the origin."""
 
     def __init__(self) -> None:
         self.keys = code_table()
@@ -554,52 +485,21 @@ class _Columns:
         self.dur: list[np.ndarray] = []
         self.corr: list[np.ndarray] = []
         self.mem: dict[str, list[np.ndarray]] = {k: [] for k in _MEM_FIELDS}
-        self.mem_pid = code_table()
-        self.mem_tid = code_table()
-        self.mem_pairs: set[tuple[int, int]] = set()
-        self.thread_names: dict[tuple[str, str], str] = {}
         self.n_events = self.n_bad = self.n_no_ts = self.n_bad_dur = 0
         self.base_ns = 0
 
     def add(self, entries: list[Any], generic: bool) -> None:
         """Reduce one piece of the event list (decoded by the fast or the generic decoder)."""
-        n, n_bad = len(entries), 0
-        if generic:
-            events: list[Any] = [e for e in entries if type(e) is _Event]
-            n_bad = n - len(events)
-            complete = [e for e in events if e.ph == "X"]
-            memory = [e for e in events if (e.ph == "i" or e.ph == "I") and e.name == "[memory]"]
-            meta = [e for e in events if e.ph == "M"]
-            del events
-        else:
-            complete = [e for e in entries if type(e) is _Complete]
-            # filter() with the C-level type check: 2.5x faster than isinstance in a comprehension
-            instants = filter(_Instant.__instancecheck__, entries)
-            memory = [e for e in instants if e.name == "[memory]"]
-            meta = [e for e in entries if type(e) is _Meta]
+        n_entries, n_bad, complete, memory = _split(entries, generic)
         del entries
-        self.add_split(n, n_bad, complete, memory, meta)
-
-    def add_split(
-        self, n_entries: int, n_bad: int, complete: list[Any], memory: list[Any], meta: list[Any]
-    ) -> None:
-        """:meth:`add` for entries already sorted by phase."""
         self.n_events += n_entries
         self.n_bad += n_bad
         self._complete(complete)
         del complete
         self._memory(memory)
-        for ev in meta:
-            if ev.name == "thread_name" and type(ev.args) is _Args:
-                label = ev.args.name
-                if isinstance(label, str):
-                    # several thread_name entries may exist for one tid: keep the most specific
-                    key = (str(ev.pid), str(ev.tid))
-                    if key not in self.thread_names or "autograd" in label:
-                        self.thread_names[key] = label
 
     def _complete(self, complete: list[Any]) -> None:
-        key_code = _intern(self.keys, complete, _EVENT_KEY, _safe_key)
+        key_code = _intern(self.keys, complete)
         ts = _numeric([e.ts for e in complete])
         dur = _numeric([e.dur for e in complete])
         corr = _numeric(
@@ -621,9 +521,6 @@ class _Columns:
     def _memory(self, memory: list[Any]) -> None:
         if not memory:
             return
-        pc = _intern(self.mem_pid, memory, _PID, _safe_scalar)
-        tc = _intern(self.mem_tid, memory, _TID, _safe_scalar)
-        self.mem_pairs.update(zip(pc.tolist(), tc.tolist(), strict=True))
         args = [a if type(a := e.args) is _Args else _NO_ARGS for e in memory]
         ts = _numeric([e.ts for e in memory])
         ok = np.isfinite(ts)
@@ -650,22 +547,14 @@ class _Columns:
         base_ns = self.base_ns = _as_int(top.baseTimeNanoseconds) or 0
         mem = {k: _join(v, np.float64 if k == "ts" else np.int64) for k, v in self.mem.items()}
         mem["ts"] = _to_ns(mem["ts"], base_ns)
-        pids, tids = list(self.mem_pid), list(self.mem_tid)
-        # in the order of (pid, tid) codes, as one sorted pass over all [memory] events gives
-        mem_threads = [(pids[p], tids[t]) for p, t in sorted(self.mem_pairs)]
         return Parsed(
-            source=dataclasses.replace(
-                _source_meta(path, top, self.n_events, parse_s),
-                invalid_durations=self.n_bad_dur,
-            ),
+            source=_source_meta(path, top, self.n_events, parse_s, self.n_bad_dur),
             keys=list(self.keys),
             key=_join(self.key, np.int32),
             start=_to_ns(_join(self.ts, np.float64), base_ns),
             dur=_join(self.dur, np.int64),
             corr=_join(self.corr, np.int64),
             mem=mem,
-            mem_threads=mem_threads,
-            thread_names=self.thread_names,
             warnings=warnings,
         )
 
@@ -688,21 +577,18 @@ def _join(parts: list[np.ndarray], dtype: type) -> np.ndarray:
     return out
 
 
-def _safe_scalar(v: Any) -> Any:
-    return v if isinstance(v, str | int | float | None) else str(v)
-
-
 def _safe_key(k: tuple[Any, ...]) -> tuple[Any, ...]:
-    return tuple(_safe_scalar(v) for v in k)
+    return tuple(v if isinstance(v, str | int | float | None) else str(v) for v in k)
 
 
-def _intern(table: defaultdict[Any, int], events: list[Any], field: Any, safe: Any) -> np.ndarray:
-    """Codes of ``field(event)`` in ``table`` (extended in place), in one C-speed pass.
-    Unhashable values (a malformed name that is a list, say) are interned by their ``str``."""
+def _intern(table: defaultdict[Any, int], events: list[Any]) -> np.ndarray:
+    """Codes of each event's ``(cat, name, pid, tid)`` in ``table`` (extended in place), in one
+    C-speed pass. Unhashable values (a malformed name that is a list, say) are interned by their
+    ``str``."""
     try:
-        return np.fromiter(map(table.__getitem__, map(field, events)), np.int64, len(events))
+        return np.fromiter(map(table.__getitem__, map(_EVENT_KEY, events)), np.int64, len(events))
     except TypeError:
-        values = [safe(field(e)) for e in events]
+        values = [_safe_key(_EVENT_KEY(e)) for e in events]
         return np.fromiter(map(table.__getitem__, values), np.int64, len(values))
 
 
@@ -714,5 +600,3 @@ def code_table() -> defaultdict[Any, int]:
 
 
 _EVENT_KEY = operator.attrgetter("cat", "name", "pid", "tid")
-_PID = operator.attrgetter("pid")
-_TID = operator.attrgetter("tid")

@@ -13,13 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ocr.perf.findings import (
-    SEVERITY_ORDER,
-    Finding,
-    input_bound_severity,
-    risk_score,
-    threshold,
-)
+from ocr.perf.findings import SEVERITY_ORDER, Finding, input_bound_severity, risk_score, threshold
 from ocr.perf.trace.stacks import SyncSite
 
 __all__ = ["COMM_ONE_RANK_HINT", "TRACE_RISKS", "TraceMetrics", "evaluate"]

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import statistics
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import msgspec
@@ -188,11 +188,12 @@ def _problem(
     count: int,
     share_pct: float | None = None,
 ) -> IntegrityProblem:
-    """A problem of source ``src`` (its file name and rank filled in)."""
+    """A problem of source ``src`` (its file name, also before the message, and rank filled
+    in)."""
     source = sources[src]
     return IntegrityProblem(
         id=id,
-        message=message,
+        message=f"{source.path.name}: {message}",
         affects=affects,
         count=count,
         share_pct=share_pct,
@@ -218,10 +219,7 @@ def _outside_steps(
         sources,
         src,
         id="events_outside_steps",
-        message=(
-            f"{sources[src].path.name}: {n} host events ({share:.1f}% of host time) "
-            "lie outside every step"
-        ),
+        message=f"{n} host events ({share:.1f}% of host time) lie outside every step",
         affects=["top_cpu_ops", "top_annotations", "top_cuda_ops"],
         count=n,
         share_pct=round(share, 2),
@@ -243,8 +241,8 @@ def _unlinked_device(
         src,
         id="unlinked_device_events",
         message=(
-            f"{sources[src].path.name}: {n} device events ({share:.1f}% of device "
-            "time) have no launching call in the trace (dropped correlation)"
+            f"{n} device events ({share:.1f}% of device time) have no launching call in the "
+            "trace (dropped correlation)"
         ),
         affects=["steps.gpu_phases_ms", "phase_summary.gpu_phases", "top_cuda_ops.launched_by"],
         count=n,
@@ -302,8 +300,8 @@ def _cut(
         src,
         id="cut_steps",
         message=(
-            f"{sources[src].path.name}: {', '.join(steps.label[i] for i in cut)} cut by the "
-            "window's edge (spans closed with the step or kernels it launched missing)"
+            f"{', '.join(steps.label[i] for i in cut)} cut by the window's edge (spans closed "
+            "with the step or kernels it launched missing)"
         ),
         affects=["steps", "step_stats", "phase_summary"],
         count=len(cut),
@@ -322,7 +320,7 @@ def _mixed_processes(
         src,
         id="mixed_processes",
         message=(
-            f"{sources[src].path.name}: host events of {len(pids)} processes in one file "
+            f"host events of {len(pids)} processes in one file "
             f"(pids {', '.join(pids[:4])}{'...' if len(pids) > 4 else ''}; "
             f"{len(step_pids)} with steps): ranks or runs mixed"
         ),
@@ -348,7 +346,7 @@ def _invalid_durations(
         sources,
         src,
         id="invalid_durations",
-        message=f"{source.path.name}: event durations {' and '.join(parts)}",
+        message=f"event durations {' and '.join(parts)}",
         affects=["top_cpu_ops", "top_cuda_ops", "steps", "summary.span_ms"],
         count=invalid + implausible,
     )
@@ -368,18 +366,13 @@ def _no_device_timeline(
         sources,
         src,
         id="no_device_timeline",
-        message=(
-            f"{sources[src].path.name}: a GPU run ({why}) without device events (CUDA "
-            "activity not recorded)"
-        ),
+        message=f"a GPU run ({why}) without device events (CUDA activity not recorded)",
         affects=["top_cuda_ops", "metrics.gpu_busy_pct", "communication", "memory_peaks"],
         count=n_launch,
     )
 
 
-_CHECKS: tuple[
-    Callable[[IntegritySums, StepTable, list[TraceSource], int], IntegrityProblem | None], ...
-] = (
+_CHECKS = (
     _outside_steps,
     _unlinked_device,
     _cut,

@@ -1,11 +1,5 @@
-"""Ingestion of torch.profiler / Kineto Chrome traces into one columnar event table.
-
-Every supported schema (the 2021 Kineto format with capitalised categories and absolute µs
-timestamps, up to torch 2.13 with float µs relative to ``baseTimeNanoseconds``) is read once, in
-pieces, and decoded by a typed msgspec decoder that materialises only the fields the table uses
-(of ``args`` only ``correlation``, the ``[memory]`` figures and thread names; every other key is
-skipped), each piece turned into numpy columns before the next is read; all later analyses are
-vectorised over those columns. Times are integer nanoseconds relative to
+"""Trace files (each read by :mod:`~ocr.perf.trace.decode`) into one columnar
+:class:`EventTable` with its call tree. Times are integer nanoseconds relative to
 :attr:`EventTable.origin_ns` so that parent/child comparisons never suffer float rounding.
 
 Several files (a directory, Lightning's per-stage files, one file per DDP rank) go into the same
@@ -27,12 +21,12 @@ import numpy as np
 from ocr.perf.trace.decode import Parsed, code_table, parse_file, release_free_heap
 from ocr.perf.trace.spill import Spilled, parse_or_spill
 from ocr.perf.trace.table import (
-    CATEGORY_KIND,
     EventTable,
     Kind,
     MemoryTable,
     TraceError,
     TraceSource,
+    category_kind,
 )
 
 __all__ = ["find_trace_files", "load_or_spill", "load_traces", "table_of"]
@@ -57,13 +51,6 @@ def find_trace_files(path: str | Path) -> list[Path]:
     if not p.exists():
         raise TraceError(p, "no such file or directory")
     return [p]
-
-
-# The decoder reads only the fields below; every other key of an event (``id``, ``s``, ``bp``,
-# ``flow_in``, ...) and of its ``args`` (``Input Dims``, ``Call stack``, ``External id``, ...) is
-# skipped without building a Python object. Values are typed ``Any`` (not ``float``/``str``) on
-# purpose: real traces carry ``ts`` as int, float or string, tids as int or ``"stream 7"``, and
-# the columns below must see exactly the values ``json.loads`` would give.
 
 
 def _normalise_name(raw: Any) -> str:
@@ -95,14 +82,7 @@ def load_traces(path: str | Path | Sequence[str | Path]) -> EventTable:
     truncated or malformed file, a file without ``traceEvents``, or a directory without traces.
     Inside a directory, JSON files that are not traces are skipped with a warning.
     """
-    if isinstance(path, str | Path):
-        roots = [Path(path)]
-    else:
-        roots = [Path(p) for p in path]
-        if not roots:
-            raise TraceError("<no paths>", "an empty list of trace paths")
-    with _gc_paused():
-        table = _load_traces(roots)
+    table = _load_traces(path, spill=False)
     assert isinstance(table, EventTable)  # nothing spills unless asked
     return table
 
@@ -111,14 +91,14 @@ def load_or_spill(path: str | Path | Sequence[str | Path]) -> EventTable | Spill
     """:func:`load_traces`, except that a single file with more than
     :data:`~ocr.perf.trace.spill.SPILL_EVENTS` complete events comes back spilled to disk (for
     :func:`~ocr.perf.trace.windowed.analyze_spilled`), not as a table."""
+    return _load_traces(path, spill=True)
+
+
+@_gc_paused()
+def _load_traces(path: str | Path | Sequence[str | Path], spill: bool) -> EventTable | Spilled:
     roots = [Path(path)] if isinstance(path, str | Path) else [Path(p) for p in path]
     if not roots:
         raise TraceError("<no paths>", "an empty list of trace paths")
-    with _gc_paused():
-        return _load_traces(roots, spill=True)
-
-
-def _load_traces(roots: list[Path], spill: bool = False) -> EventTable | Spilled:
     parsed: list[Parsed] = []
     warnings: list[str] = []
     root = roots[0]
@@ -162,8 +142,6 @@ def table_of(
             len(p.keys),
         )
         key_codes.append((name_of, cat_of, thread_of))
-        for pid, tid in p.mem_threads:  # threads that only allocate are threads too
-            raw_thread.setdefault((i, pid, tid), len(raw_thread))
 
     # Collapse raw thread keys whose string forms agree (2021: tid "25738" vs 25738).
     canon: dict[tuple[int, str, str], int] = {}
@@ -172,28 +150,14 @@ def table_of(
         ck = (key[0], str(key[1]), str(key[2]))
         raw_to_canon[code] = canon.setdefault(ck, len(canon))
     thread_keys = list(canon)
-    thread_names: dict[int, str] = {}
-    for i, p in enumerate(parsed):
-        for (pid, tid), label in p.thread_names.items():
-            tcode = canon.get((i, pid, tid))
-            if tcode is not None:
-                thread_names[tcode] = label
 
-    raw_names = list(name_table)
-    names_norm = [_normalise_name(n) for n in raw_names]
+    names_norm = [_normalise_name(n) for n in name_table]
     # Renormalised names may coincide (two ModelCheckpoint dicts): merge their codes.
     norm_table: dict[str, int] = {}
     name_map = np.fromiter(
         (norm_table.setdefault(n, len(norm_table)) for n in names_norm), np.int64, len(names_norm)
     )
-    kind_of_cat = np.fromiter(
-        (
-            CATEGORY_KIND.get(c.lower(), Kind.OTHER) if isinstance(c, str) else Kind.OTHER
-            for c in cat_table
-        ),
-        np.int64,
-        len(cat_table),
-    )
+    kind_of_cat = np.fromiter(map(category_kind, cat_table), np.int64, len(cat_table))
 
     if origin is None:
         starts = [int(a.min()) for p in parsed for a in (p.start, p.mem["ts"]) if a.size]
@@ -206,8 +170,7 @@ def table_of(
     # used: a large trace never holds two copies of a column (a single file's arrays are
     # reused as they are).
     def column(get: Any) -> np.ndarray:
-        parts = [get(i, p) for i, p in enumerate(parsed)]
-        return _concat(parts)
+        return _concat([get(i, p) for i, p in enumerate(parsed)])
 
     def rel(a: np.ndarray) -> np.ndarray:
         a -= base
@@ -238,7 +201,6 @@ def table_of(
         sources=[p.source for p in parsed],
         names=list(norm_table),
         thread_keys=thread_keys,
-        thread_names=thread_names,
         src=src,
         kind=kind,
         name=name,
@@ -256,14 +218,12 @@ def table_of(
 
 
 def _code_dtype(n: int) -> type:
-    """The integer type of a column of codes ``0..n-1`` (and -1): int32 unless that is too
-    narrow."""
+    """The integer type of a column of codes ``0..n-1`` (and -1)."""
     return np.int32 if n < 2**31 else np.int64
 
 
 def _narrow(a: np.ndarray) -> np.ndarray:
-    """An int64 column as int32 when every value fits (correlation ids usually do), else as
-    it is."""
+    """An int64 column as int32 when every value fits (correlation ids usually do)."""
     if a.size and (int(a.min()) < -(2**31) or int(a.max()) >= 2**31):
         return a
     return a.astype(np.int32)
@@ -278,8 +238,6 @@ def _take(p: Parsed, field: str) -> np.ndarray:
 
 def _concat(parts: list[np.ndarray]) -> np.ndarray:
     """``np.concatenate`` that returns a single part as it is (no copy)."""
-    if not parts:
-        return np.zeros(0, np.int64)
     if len(parts) == 1:
         return parts[0]
     return np.concatenate(parts)
@@ -304,15 +262,10 @@ def _warn_rank_clashes(sources: list[TraceSource], warnings: list[str]) -> None:
 
 
 def _nest(table: EventTable) -> None:
-    """Fill ``parent`` and ``self_ns``: the call tree of host events per thread.
-
-    Vectorised form of the usual stack walk, one thread at a time (so that the temporaries
-    follow the largest thread, not the whole trace). Events are sorted by (start, longest
-    first); an event's depth is the number of earlier events still open at its start, and its
-    parent is the last earlier event one level up. Self time is the duration minus the part of
-    each direct child that lies inside the parent (kept >= 0 when rounding lets a child overhang).
-    Zero-length events take no part (they cannot contain anything and have no self time).
-    """
+    """Fill ``parent`` and ``self_ns``: the call tree of host events (:func:`_nest_block`), one
+    thread at a time so that the temporaries follow the largest thread, not the whole trace.
+    Device events are leaves; zero-length events take no part (they cannot contain anything and
+    have no self time)."""
     n = len(table)
     parent: np.ndarray = np.full(n, -1, _code_dtype(n))
     self_ns = np.zeros(n, np.int64)
@@ -383,7 +336,7 @@ def _nest_block(
     without nesting, as Lightning's and the profiler's step spans do, the innermost one open
     then): it depends only on the events open at that instant, so a time window of the trace
     that holds them finds the same parent. Self time is the duration minus the part of each
-    direct child that lies inside the parent."""
+    direct child that lies inside the parent (kept >= 0 when rounding lets a child overhang)."""
     m = s.size
     ppos = _open_parents(s, e)
     linked = ppos >= 0

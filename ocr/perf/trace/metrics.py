@@ -15,13 +15,7 @@ from ocr.perf.trace.additive import Additive
 from ocr.perf.trace.findings import TraceMetrics
 from ocr.perf.trace.result import MemoryPeak
 from ocr.perf.trace.stacks import SyncCall, sync_calls, sync_sites
-from ocr.perf.trace.steps import (
-    PHASES,
-    StepTable,
-    classify_phase,
-    locate,
-    union_in_windows,
-)
+from ocr.perf.trace.steps import PHASES, StepTable, classify_phase, locate, union_in_windows
 from ocr.perf.trace.table import EventTable, Kind
 
 __all__ = ["MeasureSums", "data_share_without_steps", "measure", "measure_sums"]
@@ -127,8 +121,7 @@ def measure_sums(table: EventTable, steps: StepTable, has_gpu: bool) -> MeasureS
         out.n_sync = int(idx.size)
         out.sync_ns = int(table.dur[idx].sum())
         out.sync_calls = sync_calls(table, idx)
-        names, counts = np.unique(table.name[idx], return_counts=True)
-        out.sync_top = Counter(dict(zip(names.tolist(), counts.tolist(), strict=True)))
+        out.sync_top = _counts(table.name[idx])
         kidx, _ = in_steps(table.kind == Kind.KERNEL, by_source=True)
         kd = table.dur[kidx]
         out.n_kernels = int(kidx.size)
@@ -147,13 +140,13 @@ def measure_sums(table: EventTable, steps: StepTable, has_gpu: bool) -> MeasureS
     out.n_tiny_ops = int(tiny.sum())
     out.tiny_op_self_ns = int(table.self_ns[oidx][tiny].sum())
     out.op_durs = _counts(od)
-    if n and _optimizer_names(table):
+    if n and _optimizer_names(table.names):
         _optimizer_sums(table, steps, out, oidx, ophase)
     return out
 
 
-def _optimizer_names(table: EventTable) -> list[str]:
-    return sorted({g.group(1) for name in table.names if (g := _OPTIMIZER.match(name))})
+def _optimizer_names(names: list[str]) -> list[str]:
+    return sorted({g.group(1) for name in names if (g := _OPTIMIZER.match(name))})
 
 
 def measure(
@@ -176,7 +169,7 @@ def measure(
     if n:
         m.data_wait_ms_per_step = float(steps.phases[:, _P_DATA].mean()) / 1e6
     m.loader_kinds = sorted({g.group(1) for name in names if (g := _LOADER.match(name))})
-    m.optimizer_names = sorted({g.group(1) for name in names if (g := _OPTIMIZER.match(name))})
+    m.optimizer_names = _optimizer_names(names)
     per = max(n, 1)
 
     if has_gpu and steps.gpu is not None and wall_total:

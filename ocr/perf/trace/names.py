@@ -62,14 +62,14 @@ def short_name(name: str, keep: int = 0) -> str:
     return "".join(out)
 
 
-def short_names(names: list[str], max_keep: int = 2) -> list[str]:
+def short_names(names: list[str]) -> list[str]:
     """:func:`short_name` of each of ``names`` (the rows of one table), folded only as far as
     keeps them apart: a name whose short form another name shares keeps one more level of
-    template arguments open (up to ``max_keep``), then is shown in full. Two rows never read
-    as one op."""
+    template arguments open (up to two), then is shown in full. Two rows never read as one
+    op."""
     out: list[str | None] = [None] * len(names)
     pending = list(range(len(names)))
-    for keep in range(max_keep + 1):
+    for keep in range(3):
         cand = {i: short_name(names[i], keep) for i in pending}
         counts = Counter(cand.values())
         counts.update(s for s in out if s is not None)

@@ -11,9 +11,12 @@ steps count the events of the window's steps.
 
 from __future__ import annotations
 
+import functools
+import operator
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -116,29 +119,25 @@ def merge(parts: list[TablePartial]) -> TablePartial:
     """The partial of consecutive time windows of one file, in time order."""
     if len(parts) == 1:
         return parts[0]
-    first = parts[0]
-    out = TablePartial(
+
+    def added(name: str) -> Any:
+        return functools.reduce(operator.add, (getattr(p, name) for p in parts))
+
+    return TablePartial(
         steps=concat_steps([p.steps for p in parts]),
         comm=concat_comm([p.comm for p in parts]),
-        events=sum(p.events for p in parts),
+        events=added("events"),
         start=min(p.start for p in parts if p.events),
         end=max(p.end for p in parts if p.events),
         has_gpu=any(p.has_gpu for p in parts),
-        cpu=first.cpu,
-        annotations=first.annotations,
-        host_self=sum(p.host_self for p in parts),
-        device=first.device,
-        measured=first.measured,
-        integrity=first.integrity,
-        named_ns=sum((p.named_ns for p in parts), Counter()),
+        cpu=added("cpu"),
+        annotations=added("annotations"),
+        host_self=added("host_self"),
+        device=added("device"),
+        measured=added("measured"),
+        integrity=added("integrity"),
+        named_ns=added("named_ns"),
     )
-    for p in parts[1:]:
-        out.cpu = out.cpu + p.cpu
-        out.annotations = out.annotations + p.annotations
-        out.device = out.device + p.device
-        out.measured = out.measured + p.measured
-        out.integrity = out.integrity + p.integrity
-    return out
 
 
 def finish(
@@ -157,8 +156,7 @@ def finish(
     wall = steps.wall
     wall_total = int(wall.sum())
     if n_steps:
-        phase_tot = steps.phases.sum(axis=0)
-        dl_pct = 100.0 * float(phase_tot[_P_DATA]) / wall_total if wall_total else 0.0
+        dl_pct = 100.0 * float(steps.phases[:, _P_DATA].sum()) / wall_total if wall_total else 0.0
     else:
         dl_pct = part.no_steps_data_pct
     peaks, timeline = memory.finish(sources, steps.label)
@@ -201,9 +199,7 @@ def finish(
 def named(part: TablePartial) -> Named:
     """Time per callback and per module hook in the steps (ms per step of the stage), from
     Lightning's action spans (``[pl][profile][Callback]...``), as the live clock names them."""
-    counts: dict[str, int] = {}
-    for stage in part.steps.stage:
-        counts[stage] = counts.get(stage, 0) + 1
+    counts = Counter(part.steps.stage)
     out: Named = {}
     for (stage, group, owner), ns in part.named_ns.items():
         per = out.setdefault(stage, {}).setdefault(group, {})

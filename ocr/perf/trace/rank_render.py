@@ -4,18 +4,15 @@ clean)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from rich.console import Console
 from rich.table import Table
 
 from ocr.perf.trace.integrity import Integrity
-from ocr.perf.trace.rankset import RankSetAnalysis, RankSummary
+from ocr.perf.trace.rankset import RankSetAnalysis, RankSummary, StragglerView
+from ocr.perf.trace.render import _SEVERITY_STYLE, _fmt
 from ocr.perf.trace.result import CommSummary
-
-_SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
-
-
-def _f(v: float | None, nd: int = 2) -> str:
-    return "-" if v is None else f"{v:,.{nd}f}"
 
 
 def print_integrity(integrity: Integrity, console: Console) -> None:
@@ -46,10 +43,10 @@ def print_communication(rows: list[CommSummary], console: Console) -> None:
             "-" if c.rank is None else str(c.rank),
             c.stage,
             c.method,
-            _f(c.ms_per_step, 3),
-            _f(c.overlapped_ms_per_step, 3),
-            _f(c.exposed_ms_per_step, 3),
-            _f(c.exposed_pct, 1),
+            _fmt(c.ms_per_step, 3),
+            _fmt(c.overlapped_ms_per_step, 3),
+            _fmt(c.exposed_ms_per_step, 3),
+            _fmt(c.exposed_pct, 1),
         )
     console.print(t)
 
@@ -60,19 +57,28 @@ def _side_by_side(stage: str, rows: list[RankSummary]) -> Table:
     for r in rows:
         t.add_column(f"rank {r.rank}", justify="right")
     t.add_row("steps", *(str(r.steps) for r in rows))
-    t.add_row("step (mean)", *(_f(r.step_ms, 3) for r in rows))
-    t.add_row("step (median)", *(_f(r.median_step_ms, 3) for r in rows))
+    t.add_row("step (mean)", *(_fmt(r.step_ms, 3) for r in rows))
+    t.add_row("step (median)", *(_fmt(r.median_step_ms, 3) for r in rows))
     phases = [p for p in rows[0].phases_ms if any(r.phases_ms.get(p, 0.0) for r in rows)]
     for p in phases:
-        t.add_row(f"  {p}", *(_f(r.phases_ms.get(p), 3) for r in rows))
+        t.add_row(f"  {p}", *(_fmt(r.phases_ms.get(p), 3) for r in rows))
     if any(r.gpu_busy_pct is not None for r in rows):
-        t.add_row("GPU busy %", *(_f(r.gpu_busy_pct, 1) for r in rows))
-        t.add_row("GPU idle", *(_f(r.gpu_idle_ms, 3) for r in rows))
+        t.add_row("GPU busy %", *(_fmt(r.gpu_busy_pct, 1) for r in rows))
+        t.add_row("GPU idle", *(_fmt(r.gpu_idle_ms, 3) for r in rows))
     if any(r.comm_ms is not None for r in rows):
-        t.add_row("collectives", *(_f(r.comm_ms, 3) for r in rows))
-        t.add_row("  exposed", *(_f(r.comm_exposed_ms, 3) for r in rows))
-        t.add_row("  overlapped %", *(_f(r.comm_overlap_pct, 1) for r in rows))
+        t.add_row("collectives", *(_fmt(r.comm_ms, 3) for r in rows))
+        t.add_row("  exposed", *(_fmt(r.comm_exposed_ms, 3) for r in rows))
+        t.add_row("  overlapped %", *(_fmt(r.comm_overlap_pct, 1) for r in rows))
     return t
+
+
+def _stages(
+    result: RankSetAnalysis,
+) -> Iterator[tuple[str, list[RankSummary], StragglerView | None]]:
+    """Per stage (in the order of the rows): its rows by rank and its straggler view."""
+    for stage in dict.fromkeys(r.stage for r in result.ranks):
+        rows = sorted((r for r in result.ranks if r.stage == stage), key=lambda r: r.rank)
+        yield stage, rows, next((x for x in result.stragglers if x.stage == stage), None)
 
 
 def print_rank_set(result: RankSetAnalysis, console: Console) -> None:
@@ -84,11 +90,8 @@ def print_rank_set(result: RankSetAnalysis, console: Console) -> None:
         f"analysed {result.jobs} at a time in {result.total_s:.2f} s",
         highlight=False,
     )
-    stages = list(dict.fromkeys(r.stage for r in result.ranks))
-    for stage in stages:
-        rows = sorted((r for r in result.ranks if r.stage == stage), key=lambda r: r.rank)
+    for stage, rows, s in _stages(result):
         console.print(_side_by_side(stage, rows))
-        s = next((x for x in result.stragglers if x.stage == stage), None)
         if s is None:
             continue
         if s.rank is None:
@@ -96,9 +99,9 @@ def print_rank_set(result: RankSetAnalysis, console: Console) -> None:
         else:
             console.print(
                 f"  {stage}: straggler rank {s.rank}, cause {s.cause} "
-                f"(+{_f(s.cause_excess_ms, 3)} ms/step; works +{_f(s.excess_ms, 3)} ms/step, "
-                f"{_f(s.share_pct, 1)}% of the step, beyond the median rank; the others wait "
-                f"{_f(s.others_wait_ms, 3)} ms/step in communication)",
+                f"(+{_fmt(s.cause_excess_ms, 3)} ms/step; works +{_fmt(s.excess_ms, 3)} ms/step, "
+                f"{_fmt(s.share_pct, 1)}% of the step, beyond the median rank; the others wait "
+                f"{_fmt(s.others_wait_ms, 3)} ms/step in communication)",
                 highlight=False,
             )
     if result.findings:
@@ -115,18 +118,16 @@ def print_rank_set(result: RankSetAnalysis, console: Console) -> None:
 def rank_set_markdown(result: RankSetAnalysis) -> str:
     """The rank set as Markdown: the side-by-side tables, stragglers, findings, integrity."""
     out = [f"# Rank traces: {result.input}", ""]
-    for stage in dict.fromkeys(r.stage for r in result.ranks):
-        rows = sorted((r for r in result.ranks if r.stage == stage), key=lambda r: r.rank)
+    for stage, rows, s in _stages(result):
         out += [f"## {stage} (ms per step)", ""]
         out.append("| | " + " | ".join(f"rank {r.rank}" for r in rows) + " |")
         out.append("|---|" + "---:|" * len(rows))
-        out.append("| step | " + " | ".join(_f(r.step_ms, 3) for r in rows) + " |")
+        out.append("| step | " + " | ".join(_fmt(r.step_ms, 3) for r in rows) + " |")
         for p in rows[0].phases_ms:
-            out.append(f"| {p} | " + " | ".join(_f(r.phases_ms.get(p), 3) for r in rows) + " |")
+            out.append(f"| {p} | " + " | ".join(_fmt(r.phases_ms.get(p), 3) for r in rows) + " |")
         if any(r.comm_ms is not None for r in rows):
-            out.append("| collectives | " + " | ".join(_f(r.comm_ms, 3) for r in rows) + " |")
-            out.append("| exposed | " + " | ".join(_f(r.comm_exposed_ms, 3) for r in rows) + " |")
-        s = next((x for x in result.stragglers if x.stage == stage), None)
+            out.append("| collectives | " + " | ".join(_fmt(r.comm_ms, 3) for r in rows) + " |")
+            out.append("| exposed | " + " | ".join(_fmt(r.comm_exposed_ms, 3) for r in rows) + " |")
         if s is not None:
             who = "no straggler" if s.rank is None else f"straggler: rank {s.rank} ({s.cause})"
             out += ["", who]

@@ -33,13 +33,15 @@ import msgspec
 from ocr.perf.findings import Finding
 from ocr.perf.ranks import STRAGGLER_MIN_S, STRAGGLER_MIN_SHARE, find_straggler
 from ocr.perf.records import EpochRecord, RunDirError, read_records
+from ocr.perf.trace.decode import _RANK_IN_NAME
 from ocr.perf.trace.findings import COMM_ONE_RANK_HINT
 from ocr.perf.trace.integrity import Integrity, IntegrityProblem, clock_skew
 from ocr.perf.trace.load import find_trace_files
 from ocr.perf.trace.partial import Named
 from ocr.perf.trace.report import timed_analysis
-from ocr.perf.trace.result import TraceAnalysis
+from ocr.perf.trace.result import TraceAnalysis, _Part
 from ocr.perf.trace.table import TraceError
+from ocr.perf.trace.windows import run_dir
 
 #: Bytes of a file's (decompressed) head searched for ``distributedInfo``.
 HEAD_BYTES = 1 << 20
@@ -48,7 +50,6 @@ _TAIL_BYTES = 1 << 16
 #: this size (compressed); a larger one takes its rank from its name.
 GZIP_TAIL_SCAN_BYTES = 32 << 20
 _DIST_INFO = re.compile(rb'"distributedInfo"\s*:\s*(?=\{)')
-_RANK_IN_NAME = re.compile(r"rank[_\-]?(\d+)", re.IGNORECASE)
 
 
 def default_jobs() -> int:
@@ -136,10 +137,6 @@ def group_by_rank(files: Sequence[Path]) -> dict[int, list[Path]] | None:
     return dict(sorted(out.items()))
 
 
-class _Part(msgspec.Struct, kw_only=True, omit_defaults=True):
-    pass
-
-
 class RankSummary(_Part):
     """One rank's steps of one stage, per step (ms).
 
@@ -222,12 +219,9 @@ class RankSetAnalysis(_Part):
     def as_dict(self) -> dict[str, Any]:
         """The JSON-ready form (``--json``): the attributes, ``integrity`` among them;
         ``version`` always present."""
-        out: dict[str, Any] = {"version": self.version, **msgspec.to_builtins(self)}
-        return out
+        return {"version": self.version, **msgspec.to_builtins(self)}
 
 
-#: stage -> ``"callbacks"`` / ``"module_hooks"`` -> owner (callback class, ``Module.hook``) ->
-#: ms per step: what :func:`~ocr.perf.ranks.find_straggler` names a callbacks / hooks cause by.
 def _analyze_rank(
     files: list[Path], top_k: int | None
 ) -> tuple[TraceAnalysis, Named] | tuple[str, str]:
@@ -246,11 +240,9 @@ def _analyze_files(files: list[Path], top_k: int | None) -> tuple[TraceAnalysis,
 
 
 def analyze_ranks(
-    groups: dict[int, list[Path]], jobs: int | None = None, top_k: int | None = 20
+    groups: dict[int, list[Path]], jobs: int, top_k: int | None
 ) -> dict[int, tuple[TraceAnalysis, Named]]:
-    """Each rank's analysis (and its time per callback and hook), ``jobs`` ranks at a time
-    (default :func:`default_jobs`)."""
-    jobs = min(jobs or default_jobs(), len(groups))
+    """Each rank's analysis (and its time per callback and hook), ``jobs`` ranks at a time."""
     if jobs <= 1:
         return {r: _analyze_files(files, top_k) for r, files in groups.items()}
     # spawn, not fork: the caller may hold threads (a progress bar, a logger); each worker holds
@@ -285,8 +277,8 @@ def analyze_rank_set(
         groups,
         {r: a for r, (a, _) in results.items()},
         {r: named for r, (_, named) in results.items()},
-        jobs=used,
-        total_s=time.perf_counter() - t0,
+        used,
+        time.perf_counter() - t0,
     )
 
 
@@ -294,24 +286,23 @@ def summarise_ranks(
     where: str,
     groups: dict[int, list[Path]],
     analyses: dict[int, TraceAnalysis],
-    named: dict[int, Named] | None = None,
-    jobs: int = 1,
-    total_s: float = 0.0,
+    named: dict[int, Named],
+    jobs: int,
+    total_s: float,
 ) -> RankSetAnalysis:
     """The side-by-side view, stragglers, findings and integrity of per-rank analyses (and
     their time per callback and hook, to name a callbacks / hooks cause)."""
     rows: list[RankSummary] = []
     stragglers: list[StragglerView] = []
     stages = sorted(
-        {s for a in analyses.values() for s in a.phase_summary},
-        key=lambda s: (s != "train", s),
+        {s for a in analyses.values() for s in a.phase_summary}, key=lambda s: (s != "train", s)
     )
     for stage in stages:
         mine = {r: _rank_row(r, stage, groups[r], a) for r, a in analyses.items()}
         present = {r: row for r, row in mine.items() if row is not None}
         rows.extend(present.values())
         if len(present) == len(analyses) and len(present) >= 2:
-            by_rank = {r: (named or {}).get(r, {}).get(stage, {}) for r in present}
+            by_rank = {r: named.get(r, {}).get(stage, {}) for r in present}
             stragglers.append(_straggler(stage, present, by_rank))
     findings = [f for s in stragglers if (f := _straggler_finding(s)) is not None]
     for r, a in analyses.items():
@@ -320,7 +311,8 @@ def summarise_ranks(
     findings.sort(key=lambda f: (f.id != "straggler", -f.score))
     add_live_sync_wait(findings, live_sync_wait([f for files in groups.values() for f in files]))
     problems: list[IntegrityProblem] = [p for a in analyses.values() for p in a.integrity.problems]
-    skew = clock_skew(_step_ends(analyses), _median_step_ns(rows))
+    walls = [r.median_step_ms for r in rows if r.stage == "train"]
+    skew = clock_skew(_step_ends(analyses), statistics.median(walls) * 1e6 if walls else 0.0)
     if skew is not None:
         problems.append(skew)
     return RankSetAnalysis(
@@ -335,25 +327,20 @@ def summarise_ranks(
     )
 
 
-def live_sync_wait(
-    trace_paths: Sequence[str | Path], stage: str = "train"
-) -> dict[str, float] | None:
+def live_sync_wait(trace_paths: Sequence[str | Path]) -> dict[str, float] | None:
     """The live clock's ``sync_wait`` of the run that holds the traces (the nearest directory
-    above them with ``perf/epochs.jsonl``), over its ``stage`` epochs, in ms per batch: this
+    above them with ``perf/epochs.jsonl``), over its train epochs, in ms per batch: this
     (the recording) rank's and the ranks' min / median / max. None without such a run or
     without DDP epochs; an unreadable record is no error (the trace stands on its own)."""
     files = [Path(p).resolve() for p in trace_paths]
-    run = next(
-        (d for d in (files[0].parents[:3] if files else ()) if EpochRecord.path(d).is_file()),
-        None,
-    )
+    run = run_dir(files, EpochRecord) if files else None
     if run is None:
         return None
     try:
         records = read_records(EpochRecord.path(run), EpochRecord)
     except (RunDirError, OSError, ValueError):
         return None
-    mine = [r for r in records if r.stage.trace_name == stage and r.num_batches]
+    mine = [r for r in records if r.stage.trace_name == "train" and r.num_batches]
     if not mine:
         return None
     batches = sum(r.num_batches for r in mine)
@@ -508,8 +495,3 @@ def _step_ends(analyses: dict[int, TraceAnalysis]) -> dict[int, dict[str, int]]:
             if s.stage == "train"
         }
     return out
-
-
-def _median_step_ns(rows: list[RankSummary]) -> float:
-    walls = [r.median_step_ms for r in rows if r.stage == "train"]
-    return statistics.median(walls) * 1e6 if walls else 0.0

@@ -305,5 +305,4 @@ class TraceAnalysis(_Part):
     def as_dict(self) -> dict[str, Any]:
         """The JSON-ready dict form (``analyze_trace``'s result, ``ocr-perf analyze --json``):
         the same keys as the attributes; ``version`` always present."""
-        out: dict[str, Any] = {"version": self.version, **msgspec.to_builtins(self)}
-        return out
+        return {"version": self.version, **msgspec.to_builtins(self)}

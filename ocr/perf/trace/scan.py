@@ -26,7 +26,7 @@ import re
 import zlib
 from collections import deque
 from collections.abc import Callable, Iterator
-from typing import Any, BinaryIO, TypeVar
+from typing import Any, BinaryIO, Generic, TypeVar
 
 import msgspec
 
@@ -51,17 +51,21 @@ class Fallback(Exception):
     """The file cannot be read piece by piece; read it whole (which names any problem)."""
 
 
-class TraceStream:
+class TraceStream(Generic[T]):
     """Block-wise reader of one trace document (see the module docstring).
 
     Args:
         fh: the open binary stream (a file, or a ``gzip.GzipFile`` for a compressed trace).
-        block: bytes read per ``read`` call.
+        chunk: bytes read per ``read`` call, and the size of a piece of the event list.
+        decode: decodes a piece (a JSON array); raises :class:`msgspec.DecodeError` for invalid
+            JSON (a cut in the wrong place).
     """
 
-    def __init__(self, fh: BinaryIO, block: int) -> None:
+    def __init__(self, fh: BinaryIO, chunk: int, decode: Callable[[bytes], T]) -> None:
         self._fh = fh
-        self._block = max(1, block)
+        self._chunk = chunk
+        self._decode = decode
+        self._block = max(1, chunk)
         self._buf = bytearray()
         self._pos = 0
         self._eof = False
@@ -116,7 +120,7 @@ class TraceStream:
         self._pos += 1
         return c
 
-    def _match(self, scan: Callable[[bytearray, int], T | None]) -> T:
+    def _match(self, scan: Callable[[bytearray, int], int | None]) -> int:
         """``scan(buf, pos)`` on ever more data until it gives an answer."""
         while True:
             got = scan(self._buf, self._pos)
@@ -168,12 +172,11 @@ class TraceStream:
 
     # -- the document -----------------------------------------------------------------------
 
-    def document(self, chunk: int, decode: Callable[[bytes], T]) -> Iterator[tuple[str, Any]]:
+    def document(self) -> Iterator[tuple[str, Any]]:
         """The document's parts in file order: ``("key", b'"name"')`` for each top-level key,
         followed by ``("value", raw JSON)``, or for ``traceEvents`` by ``("events",
-        decode(piece))`` for each piece of the event list (a JSON array). A bare array document
-        is read as ``{"traceEvents": [...]}``. ``decode`` raises
-        :class:`msgspec.DecodeError` for invalid JSON (a cut in the wrong place)."""
+        decode(piece))`` for each piece of the event list. A bare array document is read as
+        ``{"traceEvents": [...]}``."""
         while len(self._buf) < len(_BOM) and self._fill():
             pass
         if self._buf.startswith(_BOM):
@@ -182,16 +185,16 @@ class TraceStream:
         if c == 0x5B:  # '[': the document is the event list
             self._pos += 1
             yield "key", b'"traceEvents"'
-            yield from self._elements(chunk, decode)
+            yield from self._elements()
         elif c == 0x7B:  # '{'
             self._pos += 1
-            yield from self._members(chunk, decode)
+            yield from self._members()
         else:
             raise Fallback("not a JSON object or array")
         if self._peek() is not None:
             raise Fallback("trailing data after the document")
 
-    def _members(self, chunk: int, decode: Callable[[bytes], T]) -> Iterator[tuple[str, Any]]:
+    def _members(self) -> Iterator[tuple[str, Any]]:
         if self._peek() == 0x7D:  # '}'
             self._pos += 1
             return
@@ -209,30 +212,30 @@ class TraceStream:
                 seen_events = True
                 self._pos += 1
                 yield "key", key
-                yield from self._elements(chunk, decode)
+                yield from self._elements()
             else:
                 yield "key", key
                 yield "value", self._value()
             if self._expect(b",}") == 0x7D:
                 return
 
-    def _elements(self, chunk: int, decode: Callable[[bytes], T]) -> Iterator[tuple[str, Any]]:
+    def _elements(self) -> Iterator[tuple[str, Any]]:
         """The array's elements in pieces (the opening ``[`` consumed); consumes the ``]``."""
         if self._peek() == 0x5D:  # ']'
             self._pos += 1
             return
         while True:
-            while len(self._buf) - self._pos < chunk and self._fill():
+            while len(self._buf) - self._pos < self._chunk and self._fill():
                 pass
-            piece, last = self._piece(chunk, decode)
+            piece, last = self._piece()
             if piece is not None:
                 yield "events", piece
             if last:
                 return
 
-    def _piece(self, chunk: int, decode: Callable[[bytes], T]) -> tuple[T | None, bool]:
+    def _piece(self) -> tuple[T | None, bool]:
         """The next piece decoded, and whether it ends the event list."""
-        size = chunk
+        decode, size = self._decode, self._chunk
         while True:
             buf, pos = self._buf, self._pos
             hi = min(len(buf), pos + size)

@@ -33,13 +33,10 @@ SPILL_EVENTS = 4_000_000
 #: Events per block read back from disk.
 BLOCK_EVENTS = 1 << 21
 
-_EVENT_COLUMNS: dict[str, type] = {
-    "key": np.int32,
-    "ts": np.float64,
-    "dur": np.int64,
-    "corr": np.int64,
-}
-_MEM_TYPES: dict[str, type] = {k: (np.float64 if k == "ts" else np.int64) for k in _MEM_FIELDS}
+_EVENT_COLUMNS = ("key", "ts", "dur", "corr")
+# each column file's type (times stay float µs on disk, like the in-memory columns)
+_TYPES: dict[str, type] = {"key": np.int32, "ts": np.float64, "dur": np.int64, "corr": np.int64}
+_TYPES |= {"mem_" + k: (np.float64 if k == "ts" else np.int64) for k in _MEM_FIELDS}
 
 
 @dataclass
@@ -64,7 +61,7 @@ class Spilled:
     Args:
         source: the file's metadata.
         keys: the distinct ``(cat, name, pid, tid)`` of its complete events.
-        thread_names, mem_threads, warnings: as in :class:`~ocr.perf.trace.decode.Parsed`.
+        warnings: as in :class:`~ocr.perf.trace.decode.Parsed`.
         directory: the folder holding the column files (ours: removed by :meth:`close`).
         n_events, n_memory: complete and ``[memory]`` events on disk.
         base_ns: the file's ``baseTimeNanoseconds``.
@@ -74,8 +71,6 @@ class Spilled:
 
     source: TraceSource
     keys: list[tuple[Any, Any, Any, Any]]
-    thread_names: dict[tuple[str, str], str]
-    mem_threads: list[tuple[Any, Any]]
     warnings: list[str]
     directory: Path
     n_events: int
@@ -84,31 +79,33 @@ class Spilled:
     origin_us: int
     mem_origin_us: int
 
-    def _read(self, column: str, dtype: type, start: int, count: int) -> np.ndarray:
-        item = np.dtype(dtype).itemsize
-        return np.fromfile(self.directory / column, dtype, count, offset=start * item)
+    def _read(self, column: str, start: int, count: int) -> np.ndarray:
+        dtype = _TYPES[column]
+        offset = start * np.dtype(dtype).itemsize
+        return np.fromfile(self.directory / column, dtype, count, offset=offset)
 
-    def blocks(self, block: int | None = None) -> Iterator[EventBlock]:
-        """The complete events in file order, ``block`` rows at a time."""
-        size = block or BLOCK_EVENTS
+    def blocks(self) -> Iterator[EventBlock]:
+        """The complete events in file order, :data:`BLOCK_EVENTS` rows at a time."""
         offset_ns = np.int64(self.base_ns + self.origin_us * 1000)
-        for at in range(0, self.n_events, size):
-            count = min(size, self.n_events - at)
-            ts = self._read("ts", np.float64, at, count)
+        for at in range(0, self.n_events, BLOCK_EVENTS):
+            count = min(BLOCK_EVENTS, self.n_events - at)
             yield EventBlock(
                 offset=at,
-                key=self._read("key", np.int32, at, count),
-                start=_block_ns(ts, self.origin_us, offset_ns),
-                dur=self._read("dur", np.int64, at, count),
-                corr=self._read("corr", np.int64, at, count),
+                key=self._read("key", at, count),
+                start=_block_ns(self._read("ts", at, count), self.origin_us, offset_ns),
+                dur=self._read("dur", at, count),
+                corr=self._read("corr", at, count),
             )
 
-    def memory(self, start: int, count: int) -> dict[str, np.ndarray]:
-        """``[memory]`` rows ``start .. start + count`` (``ts`` in absolute ns)."""
-        out = {k: self._read("mem_" + k, t, start, count) for k, t in _MEM_TYPES.items()}
+    def memory(self) -> Iterator[dict[str, np.ndarray]]:
+        """The ``[memory]`` events in file order, :data:`BLOCK_EVENTS` rows at a time (``ts`` in
+        absolute ns)."""
         offset_ns = np.int64(self.base_ns + self.mem_origin_us * 1000)
-        out["ts"] = _block_ns(out["ts"], self.mem_origin_us, offset_ns)
-        return out
+        for at in range(0, self.n_memory, BLOCK_EVENTS):
+            count = min(BLOCK_EVENTS, self.n_memory - at)
+            out = {k: self._read("mem_" + k, at, count) for k in _MEM_FIELDS}
+            out["ts"] = _block_ns(out["ts"], self.mem_origin_us, offset_ns)
+            yield out
 
     def close(self) -> None:
         """Remove the column files (the folder is ours)."""
@@ -133,10 +130,8 @@ class _SpillColumns(_Columns):
         self.n_spilled = self.n_mem_spilled = 0
         self.min_ts = self.min_mem_ts = math.inf
 
-    def add_split(
-        self, n_entries: int, n_bad: int, complete: list[Any], memory: list[Any], meta: list[Any]
-    ) -> None:
-        super().add_split(n_entries, n_bad, complete, memory, meta)
+    def add(self, entries: list[Any], generic: bool) -> None:
+        super().add(entries, generic)
         if self.directory is not None or sum(a.size for a in self.ts) > self.limit:
             self._flush()
 
@@ -154,24 +149,17 @@ class _SpillColumns(_Columns):
     def _write(self) -> None:
         if self.directory is None:
             self.directory = Path(tempfile.mkdtemp(prefix="ocr-trace-", dir=self.tmp_dir))
-        for name in _EVENT_COLUMNS:
-            parts: list[np.ndarray] = getattr(self, name)
+        self.n_spilled += sum(p.size for p in self.key)
+        self.n_mem_spilled += sum(p.size for p in self.mem["ts"])
+        self.min_ts = min([self.min_ts, *(float(np.nanmin(p)) for p in self.ts if p.size)])
+        mem_ts = (float(np.nanmin(p)) for p in self.mem["ts"] if p.size)
+        self.min_mem_ts = min([self.min_mem_ts, *mem_ts])
+        columns = {name: getattr(self, name) for name in _EVENT_COLUMNS}
+        columns |= {"mem_" + name: parts for name, parts in self.mem.items()}
+        for name, parts in columns.items():
             with open(self.directory / name, "ab") as fh:
                 for part in parts:
-                    if name == "ts" and part.size:
-                        self.min_ts = min(self.min_ts, float(np.nanmin(part)))
-                    part.tofile(fh)
-            if name == "key":
-                self.n_spilled += sum(p.size for p in parts)
-            parts.clear()
-        for name, parts in self.mem.items():
-            with open(self.directory / ("mem_" + name), "ab") as fh:
-                for part in parts:
-                    if name == "ts" and part.size:
-                        self.min_mem_ts = min(self.min_mem_ts, float(np.nanmin(part)))
-                    part.astype(_MEM_TYPES[name], copy=False).tofile(fh)
-            if name == "ts":
-                self.n_mem_spilled += sum(p.size for p in parts)
+                    part.astype(_TYPES[name], copy=False).tofile(fh)
             parts.clear()
 
     def finish(self, path: Path, top: Any, parse_s: float) -> Parsed:
@@ -184,8 +172,6 @@ class _SpillColumns(_Columns):
         return Spilled(
             source=parsed.source,
             keys=parsed.keys,
-            thread_names=parsed.thread_names,
-            mem_threads=parsed.mem_threads,
             warnings=parsed.warnings,
             directory=self.directory,
             n_events=self.n_spilled,

@@ -30,6 +30,7 @@ __all__ = [
     "launch_calls",
     "locate",
     "merge_intervals",
+    "process_key",
     "union_in_windows",
 ]
 
@@ -85,12 +86,9 @@ def classify_phase(name: str) -> int:
 
 
 def _stage_of(name: str) -> str | None:
-    if name.endswith(".validation_step") or name.endswith("].val_next"):
-        return "validation"
-    if name.endswith(".test_step") or name.endswith("].test_next"):
-        return "test"
-    if name.endswith(".predict_step") or name.endswith("].predict_next"):
-        return "predict"
+    for stage, short in (("validation", "val"), ("test", "test"), ("predict", "predict")):
+        if name.endswith((f".{stage}_step", f"].{short}_next")):
+            return stage
     return None
 
 
@@ -106,11 +104,9 @@ def union_in_windows(
 
     def covered(t: np.ndarray) -> np.ndarray:
         k = np.searchsorted(ms, t, side="right") - 1
-        inside = np.where(k >= 0, np.clip(t - ms[np.maximum(k, 0)], 0, None), 0)
-        inside = np.minimum(
-            inside, np.where(k >= 0, me[np.maximum(k, 0)] - ms[np.maximum(k, 0)], 0)
-        )
-        return before[np.maximum(k, 0)] * (k >= 0) + inside
+        kk = np.maximum(k, 0)
+        inside = np.minimum(np.clip(t - ms[kk], 0, None), me[kk] - ms[kk])
+        return np.where(k >= 0, before[kk] + inside, 0)
 
     return covered(win_end) - covered(win_start)
 
@@ -171,7 +167,7 @@ class StepTable:
 _LOCATE_BLOCK = 1 << 20
 
 
-def _process_key(table: EventTable) -> np.ndarray:
+def process_key(table: EventTable) -> np.ndarray:
     """Per thread code: ``src * 2**20 + pid code`` (threads of one process share it)."""
     pid_codes: dict[tuple[int, str], int] = {}
     return np.fromiter(
@@ -450,7 +446,7 @@ def compute_steps(table: EventTable) -> StepTable:
     """
     steps, ignored = _find_steps(table)
     n = len(steps)
-    pkey_of_thread = _process_key(table)
+    pkey_of_thread = process_key(table)
     if n == 0:
         return _empty_steps()
     sidx = np.asarray(steps, np.int64)
@@ -644,7 +640,7 @@ def locate(
         lookup, code = np.arange(len(table.sources), dtype=np.int64), table.src
     else:
         seg_keys = steps.seg_key
-        lookup, code = _process_key(table), table.thread
+        lookup, code = process_key(table), table.thread
     # one axis, process major and time minor; dense process ranks keep the product in int64.
     # Ranks come from the small per-source / per-thread lookup, not from a sort of all events.
     keys = np.unique(np.concatenate([seg_keys, lookup]))

@@ -75,8 +75,7 @@ def _shares(names: tuple[str, ...], parts: np.ndarray, total: int) -> dict[str, 
     """Mean ms and share of ``total`` (%) of each column of ``parts`` (steps x names, ns)."""
     return {
         p: PhaseShare(
-            mean_ms=ms(parts[:, k].mean()),
-            pct=round(100.0 * float(parts[:, k].sum()) / total, 2),
+            mean_ms=ms(parts[:, k].mean()), pct=round(100.0 * float(parts[:, k].sum()) / total, 2)
         )
         for k, p in enumerate(names)
     }

@@ -1,11 +1,5 @@
-"""The columnar event table that every trace analysis reads, and what it is made of.
-
-:class:`EventTable` holds the events of one or more trace files as numpy columns (times in int64
-ns relative to :attr:`EventTable.origin_ns`, names interned); :class:`MemoryTable` the
-``[memory]`` events; :class:`TraceSource` one file's metadata; :class:`Kind` the event kinds;
-:class:`TraceError` bad input. :mod:`~ocr.perf.trace.decode` reads one file,
-:mod:`~ocr.perf.trace.load` builds the table.
-"""
+"""The columnar event table that every trace analysis reads (:class:`EventTable`, built by
+:mod:`~ocr.perf.trace.load`), its parts, and :class:`TraceError` for bad input."""
 
 from __future__ import annotations
 
@@ -17,13 +11,7 @@ import numpy as np
 
 from ocr.errors import InputError
 
-__all__ = [
-    "EventTable",
-    "Kind",
-    "MemoryTable",
-    "TraceError",
-    "TraceSource",
-]
+__all__ = ["EventTable", "Kind", "MemoryTable", "TraceError", "TraceSource", "category_kind"]
 
 
 class TraceError(InputError, ValueError):
@@ -75,6 +63,12 @@ CATEGORY_KIND: dict[str, int] = {
     "gpu_user_annotation": Kind.GPU_ANNOTATION,
     "trace": Kind.TRACE_SPAN,
 }
+
+
+def category_kind(cat: Any) -> int:
+    """The :class:`Kind` of an event's ``cat`` (:data:`CATEGORY_KIND`; ``OTHER`` for an unknown
+    or non-string one)."""
+    return CATEGORY_KIND.get(cat.lower(), Kind.OTHER) if isinstance(cat, str) else Kind.OTHER
 
 
 @dataclass(frozen=True)
@@ -148,7 +142,6 @@ class EventTable:
             indexes into it.
         thread_keys: ``(src, pid, tid)`` per thread code (pid/tid as strings, so ``25738`` and
             ``"25738"`` are one thread).
-        thread_names: thread code -> ``thread_name`` metadata where the trace has it.
         src, kind, name, thread, start, dur, correlation: per-event columns (correlation ``-1``
             where absent). Codes are narrow to bound a large trace's memory: ``src``, ``name``,
             ``thread`` (and ``parent``) int32, ``kind`` int8, ``correlation`` int32 where every
@@ -163,7 +156,6 @@ class EventTable:
     sources: list[TraceSource]
     names: list[str]
     thread_keys: list[tuple[int, str, str]]
-    thread_names: dict[int, str]
     src: np.ndarray
     kind: np.ndarray
     name: np.ndarray

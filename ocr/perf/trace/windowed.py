@@ -25,12 +25,12 @@ import numpy as np
 from ocr.perf.trace.decode import _MEM_FIELDS, Parsed, release_free_heap
 from ocr.perf.trace.integrity import implausible_limit
 from ocr.perf.trace.load import _normalise_name, table_of
-from ocr.perf.trace.memory import DeviceRange, MemoryPeaks, device_key
+from ocr.perf.trace.memory import DeviceRange, MemoryPeaks, device_ranges
 from ocr.perf.trace.partial import Named, TablePartial, finish, merge, named, partial_of
 from ocr.perf.trace.result import TraceAnalysis
 from ocr.perf.trace.spill import Spilled
 from ocr.perf.trace.steps import STEP_NAME, compute_steps
-from ocr.perf.trace.table import CATEGORY_KIND, EventTable, Kind
+from ocr.perf.trace.table import EventTable, Kind, MemoryTable, category_kind
 
 __all__ = ["WINDOW_EVENTS", "analyze_spilled"]
 
@@ -45,7 +45,6 @@ _NO_START = np.iinfo(np.int64).min
 class _Plan:
     """What one pass over the file decides: the cuts, the launches, the file's extent."""
 
-    kind_of_key: np.ndarray
     device_key: np.ndarray  # per key: a device event
     cuts: np.ndarray  # sorted cut times (absolute ns); window w is [cuts[w-1], cuts[w])
     launch_corr: np.ndarray  # sorted correlation ids of runtime calls
@@ -63,14 +62,17 @@ class _Plan:
     def window_of(self, t: np.ndarray) -> np.ndarray:
         return np.searchsorted(self.cuts, t, side="right")
 
+    def bounds(self, w: int) -> tuple[int, int]:
+        """Window ``w``'s time range (absolute ns)."""
+        lo = int(self.cuts[w - 1]) if w > 0 else _NO_START
+        return lo, int(self.cuts[w]) if w < self.cuts.size else _NO_END
 
-def analyze_spilled(
-    sp: Spilled, top_k: int | None = 20, window_events: int | None = None
-) -> tuple[TraceAnalysis, Named]:
+
+def analyze_spilled(sp: Spilled, top_k: int | None) -> tuple[TraceAnalysis, Named]:
     """The analysis of a spilled file (see the module doc) and its time per callback and hook;
     the spill is removed afterwards."""
     try:
-        plan = _plan(sp, window_events or WINDOW_EVENTS)
+        plan = _plan(sp, WINDOW_EVENTS)
         self_ns = _straddler_self(sp, plan)
         parts: list[TablePartial] = []
         memory = MemoryPeaks(plan.memory)
@@ -103,26 +105,14 @@ def analyze_spilled(
         sp.close()
 
 
-def _key_columns(sp: Spilled) -> tuple[np.ndarray, np.ndarray]:
-    """Per distinct key: its kind and whether it names a step span."""
-    kinds = np.fromiter(
-        (
-            CATEGORY_KIND.get(c.lower(), Kind.OTHER) if isinstance(c, str) else Kind.OTHER
-            for c, _, _, _ in sp.keys
-        ),
-        np.int8,
-        len(sp.keys),
-    )
-    is_step = np.fromiter(
+def _plan(sp: Spilled, window_events: int) -> _Plan:
+    # per distinct key: its kind and whether it names a step span
+    kinds = np.fromiter((category_kind(c) for c, _, _, _ in sp.keys), np.int8, len(sp.keys))
+    is_step_key = np.fromiter(
         (STEP_NAME.match(_normalise_name(n)) is not None for _, n, _, _ in sp.keys),
         bool,
         len(sp.keys),
     )
-    return kinds, is_step
-
-
-def _plan(sp: Spilled, window_events: int) -> _Plan:
-    kinds, is_step_key = _key_columns(sp)
     host = np.isin(kinds, Kind.HOST)
     device = np.isin(kinds, Kind.DEVICE)
     step_s: list[np.ndarray] = []
@@ -151,7 +141,6 @@ def _plan(sp: Spilled, window_events: int) -> _Plan:
     launch_start = np.concatenate(rt_start)[order] if has_gpu else np.zeros(0, np.int64)
     last = int(np.searchsorted(cuts, starts.max(), side="right")) if starts.size else -1
     return _Plan(
-        kind_of_key=kinds,
         device_key=device,
         cuts=cuts,
         launch_corr=corr[order],
@@ -197,21 +186,14 @@ def _cuts(sp: Spilled, starts: np.ndarray, ends: np.ndarray, window_events: int)
 def _memory_ranges(sp: Spilled) -> tuple[int, dict[int, DeviceRange]]:
     """One pass over the ``[memory]`` events: the earliest time (absolute ns) and, per device
     key (source 0), the first and last time (absolute ns) and whether it is estimated."""
-    spans: dict[int, tuple[int, int, bool]] = {}
-    for at in range(0, sp.n_memory, 1 << 21):
-        m = sp.memory(at, min(1 << 21, sp.n_memory - at))
-        keys = device_key(0, m["device_type"], m["device_id"])
-        for key in np.unique(keys).tolist():
-            rows = keys == key
-            ts = m["ts"][rows]
-            first, last = int(ts.min()), int(ts.max())
-            est = bool((m["total_allocated"][rows] < 0).any())
-            if key in spans:
-                f0, l0, e0 = spans[key]
-                first, last, est = min(first, f0), max(last, l0), est or e0
-            spans[key] = (first, last, est)
-    lo = min((f for f, _, _ in spans.values()), default=_NO_END)
-    return lo, {k: DeviceRange(f, la, e) for k, (f, la, e) in spans.items()}
+    spans: dict[int, DeviceRange] = {}
+    for m in sp.memory():
+        for key, r in device_ranges(MemoryTable(src=np.zeros_like(m["ts"]), **m)).items():
+            if (was := spans.get(key)) is not None:
+                first, last = min(r.first, was.first), max(r.last, was.last)
+                r = DeviceRange(first, last, r.estimated or was.estimated)
+            spans[key] = r
+    return min((r.first for r in spans.values()), default=_NO_END), spans
 
 
 def _windows(
@@ -224,8 +206,7 @@ def _windows(
 
 
 def _window(sp: Spilled, plan: _Plan, w: int, memory: bool) -> tuple[EventTable, np.ndarray]:
-    lo = int(plan.cuts[w - 1]) if w > 0 else _NO_START
-    hi = int(plan.cuts[w]) if w < plan.cuts.size else _NO_END
+    lo, hi = plan.bounds(w)
     device = plan.device_key
     cols: dict[str, list[np.ndarray]] = {k: [] for k in ("key", "start", "dur", "corr", "gid", "m")}
     for b in sp.blocks():
@@ -241,7 +222,7 @@ def _window(sp: Spilled, plan: _Plan, w: int, memory: bool) -> tuple[EventTable,
         cols["corr"].append(b.corr[idx])
         cols["gid"].append(idx + b.offset)
         cols["m"].append(own[idx])
-    mem = _window_memory(sp, lo, hi) if memory else _window_memory(sp, 0, 0, read=False)
+    mem = _window_memory(sp, lo, hi, memory)
     parsed = Parsed(
         source=sp.source,
         keys=sp.keys,
@@ -250,8 +231,6 @@ def _window(sp: Spilled, plan: _Plan, w: int, memory: bool) -> tuple[EventTable,
         dur=np.concatenate(cols["dur"]),
         corr=np.concatenate(cols["corr"]),
         mem=mem,
-        mem_threads=sp.mem_threads,
-        thread_names=sp.thread_names,
         warnings=[],
     )
     gid = np.concatenate(cols["gid"])
@@ -269,16 +248,13 @@ def _launch_window(plan: _Plan, corr: np.ndarray, start: np.ndarray) -> np.ndarr
     return plan.window_of(np.where(hit, plan.launch_start[k], start))
 
 
-def _window_memory(sp: Spilled, lo: int, hi: int, read: bool = True) -> dict[str, np.ndarray]:
+def _window_memory(sp: Spilled, lo: int, hi: int, read: bool) -> dict[str, np.ndarray]:
     """The ``[memory]`` events with ``lo <= ts < hi`` (none without ``read``)."""
-    parts: dict[str, list[np.ndarray]] = {}
-    for at in range(0, sp.n_memory if read else 0, 1 << 21):
-        m = sp.memory(at, min(1 << 21, sp.n_memory - at))
+    parts = {k: [np.zeros(0, np.int64)] for k in _MEM_FIELDS}
+    for m in sp.memory() if read else ():
         keep = (m["ts"] >= lo) & (m["ts"] < hi)
         for k, v in m.items():
-            parts.setdefault(k, []).append(v[keep])
-    if not parts:
-        return {k: np.zeros(0, np.int64) for k in _MEM_FIELDS}
+            parts[k].append(v[keep])
     return {k: np.concatenate(v) for k, v in parts.items()}
 
 
@@ -290,8 +266,7 @@ def _straddler_self(sp: Spilled, plan: _Plan) -> dict[int, int]:
     child: Counter[int] = Counter()
     dur: dict[int, int] = {}
     for w, table, gid in _windows(sp, plan, memory=False):  # nesting needs no [memory] events
-        lo = int(plan.cuts[w - 1]) if w > 0 else _NO_START
-        hi = int(plan.cuts[w]) if w < plan.cuts.size else _NO_END
+        lo, hi = plan.bounds(w)
         abs_start = table.start + table.origin_ns
         abs_end = abs_start + table.dur
         host = np.isin(table.kind, Kind.HOST) & (table.dur > 0)

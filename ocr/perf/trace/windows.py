@@ -12,19 +12,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ocr.perf.records import ProfilerWindow, RunDirError, read_records
+from ocr.perf.records import ProfilerWindow, Record, RunDirError, read_records
 from ocr.perf.trace.agreement import compare_phases
 from ocr.perf.trace.result import TraceAnalysis
 
-__all__ = ["attach_clock_agreement"]
+__all__ = ["attach_clock_agreement", "run_dir"]
 
 
-def _run_dir(files: list[Path]) -> Path | None:
-    """The run directory above the trace files: the nearest one with ``perf/profiler.jsonl``."""
-    for parent in files[0].parents[:3] if files else ():
-        if ProfilerWindow.path(parent).is_file():
-            return parent
-    return None
+def run_dir(files: list[Path], record: type[Record]) -> Path | None:
+    """The run directory above the trace files: the nearest one (up to three levels up) with
+    ``record``'s file."""
+    return next((d for d in files[0].parents[:3] if record.path(d).is_file()), None)
 
 
 def attach_clock_agreement(analysis: TraceAnalysis) -> None:
@@ -32,7 +30,7 @@ def attach_clock_agreement(analysis: TraceAnalysis) -> None:
     its trace files come from profiler windows that recorded the clock. Leaves ``analysis``
     alone otherwise (foreign traces, runs without the clock, unreadable records)."""
     files = [Path(s.path).resolve() for s in analysis.sources if s.path]
-    run = _run_dir(files)
+    run = run_dir(files, ProfilerWindow) if files else None
     if run is None:
         return
     try:
@@ -67,8 +65,8 @@ def attach_clock_agreement(analysis: TraceAnalysis) -> None:
         {p: v / steps for p, v in trace_ms.items()},
         {p: v / steps for p, v in clock_ms.items()},
         steps,
+        stage,
     )
-    result.stage = stage
     analysis.add_agreement(result)
 
 

@@ -126,9 +126,6 @@ def test_2021_schema_categories_string_tids_and_missing_fields(tmp_path: Path) -
     assert kinds["cudaLaunchKernel"] == Kind.RUNTIME
     assert kinds["gemm"] == Kind.KERNEL
     assert "aten::nots" not in kinds
-    # memory event's int tid 5 and the ops' "5" are one thread
-    mem_threads = {key for key in table.thread_keys if key[2] == "5"}
-    assert len(mem_threads) == 1
     assert any("without a numeric 'ts'" in w for w in table.warnings)
     assert any("'dur'" in w for w in table.warnings)
     assert any("not JSON objects" in w for w in table.warnings)

@@ -29,7 +29,6 @@ def _same_tables(a: EventTable, b: EventTable) -> None:
     np.testing.assert_array_equal(a.self_ns, b.self_ns)
     assert a.names == b.names
     assert a.thread_keys == b.thread_keys
-    assert a.thread_names == b.thread_names
     assert a.origin_ns == b.origin_ns
     assert a.warnings == b.warnings
     assert [s.n_events for s in a.sources] == [s.n_events for s in b.sources]
