@@ -228,6 +228,17 @@ def test_sampler_thread_is_gone_after_keyboard_interrupt(tmp_path: Path) -> None
     assert not sampler_threads()
 
 
+class LeaveTheGroup(L.Callback):
+    """Ends each spawned rank as the README says a DDP script ends, with
+    ``torch.distributed.destroy_process_group()`` (after the strategy's and the monitor's
+    teardown): without it a finished gloo rank can abort at the interpreter's exit whatever its
+    callbacks (pytorch/pytorch#190489), which failed this file's DDP test once under load."""
+
+    def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        if torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
+
+
 class SlowRankOne(Tiny):
     """Rank 1 sleeps in every training step: the straggler, with ``forward`` as its cause."""
 
@@ -247,7 +258,10 @@ def test_ddp_straggler_rule_names_the_slow_rank_and_its_cause(tmp_path: Path) ->
         strategy="ddp_spawn",
         max_epochs=2,
         logger=False,
-        callbacks=[ResourceMonitorCallback(**FAST, rules=quiet(straggler_rank={}))],
+        callbacks=[
+            ResourceMonitorCallback(**FAST, rules=quiet(straggler_rank={})),
+            LeaveTheGroup(),
+        ],
         default_root_dir=tmp_path,
         enable_checkpointing=False,
         enable_progress_bar=False,
@@ -287,7 +301,10 @@ def test_ddp_starvation_on_one_rank_is_reported_for_that_rank(tmp_path: Path) ->
         strategy="ddp_spawn",
         max_epochs=3,
         logger=False,
-        callbacks=[ResourceMonitorCallback(**FAST, rules=quiet(gpu_starvation={"hold_s": 0.2}))],
+        callbacks=[
+            ResourceMonitorCallback(**FAST, rules=quiet(gpu_starvation={"hold_s": 0.2})),
+            LeaveTheGroup(),
+        ],
         default_root_dir=tmp_path,
         enable_checkpointing=False,
         enable_progress_bar=False,
