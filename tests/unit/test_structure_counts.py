@@ -4,6 +4,7 @@ that credits later issues' commits."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
@@ -73,10 +74,16 @@ def test_blame_credits_only_the_listed_commits_lines(
     assert toolkit_lines_at(root, "HEAD") == 5
 
 
-def test_every_listed_later_commit_is_in_this_history() -> None:
+def _in_git_checkout() -> bool:
     probe = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True)
-    if probe.returncode != 0:
-        pytest.skip("not a git checkout (an export): the listed commits cannot be looked up")
+    return probe.returncode == 0
+
+
+@pytest.mark.skipif(
+    not _in_git_checkout() and os.environ.get("CI") != "true",
+    reason="not a git checkout (an export): the listed commits cannot be looked up",
+)
+def test_every_listed_later_commit_is_in_this_history() -> None:
     hashes = [c for commits in LATER_COMMITS.values() for c in commits.split()]
     assert len(hashes) == len(set(hashes))
     unknown = [
