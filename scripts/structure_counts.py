@@ -266,22 +266,34 @@ def line_kinds(path: Path) -> Counter[str]:
     return Counter(kinds)
 
 
+class GitError(Exception):
+    """A git command failed: no checkout at ``--root``, or an unknown revision."""
+
+
 def _git(root: Path, *args: str) -> str:
-    return subprocess.run(
-        ["git", *args], cwd=root, capture_output=True, text=True, check=True
-    ).stdout
+    done = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True)
+    if done.returncode != 0:
+        why = done.stderr.strip().splitlines()[-1:] or [f"exit {done.returncode}"]
+        raise GitError(f"git {args[0]} in {root}: {why[0]}")
+    return done.stdout
 
 
 def blamed_later_lines(root: Path, files: list[Path]) -> Counter[int]:
     """How many lines of ``files`` each issue of :data:`LATER_COMMITS` wrote last."""
-    issue_of = {c: issue for issue, commits in LATER_COMMITS.items() for c in commits.split()}
+    listed = [(c, issue) for issue, commits in LATER_COMMITS.items() for c in commits.split()]
+    issue_of: dict[str, int | None] = {}  # full hash -> its issue (None: not listed)
     counts: Counter[int] = Counter()
     for path in files:
         out = _git(root, "blame", "--line-porcelain", "-w", "-M", "-C", "HEAD", "--", str(path))
         for line in out.splitlines():
             head = line.split(" ", 1)[0]
-            if len(head) == 40 and head[:8] in issue_of and line.count(" ") >= 2:
-                counts[issue_of[head[:8]]] += 1
+            if len(head) != 40 or line.count(" ") < 2:
+                continue  # a header or content line, not a line's commit
+            if head not in issue_of:
+                issue_of[head] = next((i for c, i in listed if head.startswith(c)), None)
+            issue = issue_of[head]
+            if issue is not None:
+                counts[issue] += 1
     return counts
 
 
@@ -293,6 +305,12 @@ def toolkit_lines_at(root: Path, rev: str) -> int:
         for name in names
         if name.endswith(".py")
     )
+
+
+def _rest_files(root: Path, toolkit: list[Path]) -> list[Path]:
+    """The toolkit's files outside :data:`LATER_FEATURES`, relative to ``root``."""
+    credited = {rel for _, rels in LATER_FEATURES.values() for rel in rels}
+    return [p.relative_to(root) for p in toolkit if str(p.relative_to(root)) not in credited]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -326,7 +344,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         for issue, (_, paths) in LATER_FEATURES.items()
     }
-    result = {
+    rest_lines = toolkit_lines - sum(later.values())
+    result: dict[str, object] = {
         "any_dict_slots": len(slots),
         "schema_spellings": dict(sorted(schemas.items())),
         "schemas_spelled_more_than_once": sorted(k for k, n in schemas.items() if n > 1),
@@ -336,18 +355,20 @@ def main(argv: list[str] | None = None) -> int:
         "ocr_lines": sum(n for n, _ in sizes),
         "toolkit_line_kinds": {k: kinds[k] for k in ("code", "doc", "comment", "blank")},
         "later_issue_module_lines": {str(k): v for k, v in later.items()},
-        "toolkit_lines_without_later_issue_modules": toolkit_lines - sum(later.values()),
+        "toolkit_lines_without_later_issue_modules": rest_lines,
     }
-    if args.blame:
-        credited = {str(rel) for _, rels in LATER_FEATURES.values() for rel in rels}
-        rest_files = [p for p in toolkit if str(p.relative_to(root)) not in credited]
-        blamed = blamed_later_lines(root, [p.relative_to(root) for p in rest_files])
-        result["later_issue_lines_in_the_rest"] = {str(k): blamed[k] for k in LATER_COMMITS}
-        result["issue_20_scope_lines"] = result["toolkit_lines_without_later_issue_modules"] - sum(
-            blamed.values()
-        )
-    if args.before:
-        result["toolkit_lines_before"] = {args.before: toolkit_lines_at(root, args.before)}
+    blamed: Counter[int] = Counter()
+    before = 0
+    try:
+        if args.blame:
+            blamed = blamed_later_lines(root, _rest_files(root, toolkit))
+            result["later_issue_lines_in_the_rest"] = {str(k): blamed[k] for k in LATER_COMMITS}
+            result["issue_20_scope_lines"] = rest_lines - sum(blamed.values())
+        if args.before:
+            before = toolkit_lines_at(root, args.before)
+            result["toolkit_lines_before"] = {args.before: before}
+    except GitError as exc:
+        parser.error(str(exc))
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
@@ -362,24 +383,21 @@ def main(argv: list[str] | None = None) -> int:
     for cycle in cycles:
         print("  " + " <-> ".join(cycle))
     print("largest files:")
-    for n, p in sizes[:5]:
-        print(f"  {n:5d}  {p}")
-    total = result["ocr_lines"]
+    for n, name in sizes[:5]:
+        print(f"  {n:5d}  {name}")
+    total = sum(n for n, _ in sizes)
     print(f"toolkit lines (ocr/perf + callbacks): {toolkit_lines}; all of {root}/: {total}")
-    split = ", ".join(f"{k} {v}" for k, v in result["toolkit_line_kinds"].items())
-    print(f"  by kind: {split}")
+    print("  by kind: " + ", ".join(f"{k} {kinds[k]}" for k in ("code", "doc", "comment", "blank")))
     for issue, (title, paths) in LATER_FEATURES.items():
         print(f"  modules created by issue {issue} ({title}, {len(paths)}): {later[issue]}")
-    rest = result["toolkit_lines_without_later_issue_modules"]
-    print(f"  the rest (what issue 20 reshaped, with what later issues added to it): {rest}")
+    print(f"  the rest (what issue 20 reshaped, with what later issues added to it): {rest_lines}")
     if args.blame:
-        for issue, n in result["later_issue_lines_in_the_rest"].items():
-            k = len(LATER_COMMITS[int(issue)].split())
+        for issue, commits in LATER_COMMITS.items():
+            k, n = len(commits.split()), blamed[issue]
             print(f"    of which last written by issue {issue}'s commits ({k} listed): {n}")
-        print(f"    issue 20's scope (the rest less those): {result['issue_20_scope_lines']}")
+        print(f"    issue 20's scope (the rest less those): {rest_lines - sum(blamed.values())}")
     if args.before:
-        for rev, n in result["toolkit_lines_before"].items():
-            print(f"toolkit lines at {rev}: {n}")
+        print(f"toolkit lines at {args.before}: {before}")
     return 0
 
 

@@ -70,8 +70,26 @@ def test_blame_credits_only_the_listed_commits_lines(
     second = _git(tmp_path, "rev-parse", "HEAD")
     monkeypatch.setattr(structure_counts, "LATER_COMMITS", {21: second[:8], 22: "0" * 8})
     assert blamed_later_lines(root, [Path("perf/m.py")]) == {21: 2}
+    monkeypatch.setattr(structure_counts, "LATER_COMMITS", {25: second[:7]})  # any prefix length
+    assert blamed_later_lines(root, [Path("perf/m.py")]) == {25: 2}
     assert toolkit_lines_at(root, first) == 3
     assert toolkit_lines_at(root, "HEAD") == 5
+
+
+def test_a_revision_git_does_not_know_is_a_one_line_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = tmp_path / "pkg"
+    (root / "perf").mkdir(parents=True)
+    (root / "__init__.py").write_text("")
+    _git(tmp_path, "init", "-q")
+    with pytest.raises(SystemExit) as exit_info:
+        structure_counts.main(["--root", str(root), "--before", "no-such-rev"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "error: git ls-tree in" in err
+    assert "no-such-rev" in err
+    assert "Traceback" not in err
 
 
 def _in_git_checkout() -> bool:
