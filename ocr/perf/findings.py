@@ -228,6 +228,21 @@ THRESHOLDS: dict[str, Threshold] = {
         1.0, "count", "optimizer ops per parameter: the per-parameter loop"
     ),
     "optimizer_share_pct": Threshold(5.0, "%", "optimizer phase share of the step"),
+    "optimizer_host_gpu_ratio": Threshold(
+        3.0,
+        "x",
+        "the optimizer phase's own host work (its host time less the time blocked in sync "
+        "points) over the device time it launched, from which its host loop is the cost",
+    ),
+    "optimizer_host_bound_pct": Threshold(
+        5.0,
+        "%",
+        "the optimizer's host loop with the GPU idle (host time less device work launched less "
+        "time blocked) in % of the step, from which optimizer_host_bound is a finding",
+    ),
+    "layout_conversion_pct": Threshold(
+        5.0, "%", "NCHW <-> NHWC conversion kernels in % of the device time (not of the step)"
+    ),
 }
 
 
