@@ -136,3 +136,12 @@ def test_host_sync_names_its_sites_and_low_utilisation_its_causes(report: dict) 
     low = found["low_gpu_utilisation"]
     assert "sync points" in low["title"]
     assert "optimizer's host loop" in low["title"]
+
+
+def test_in_windows_it_is_the_trace_whole(monkeypatch: pytest.MonkeyPatch) -> None:
+    from .test_windowed import _plain, _whole_and_windowed
+
+    (whole, _), (parts, _), n = _whole_and_windowed(TRACE, monkeypatch, 2000)
+    assert n == 3  # one window per step
+    assert _plain(parts) == _plain(whole)
+    assert parts.metrics.sync_calls_per_step == 3.0
