@@ -215,6 +215,12 @@ THRESHOLDS: dict[str, Threshold] = {
     # -- trace heuristics (trace rules) ----------------------------------------------------------
     "sync_time_pct": Threshold(2.0, "%", "host time in sync calls per step"),
     "sync_calls_per_step": Threshold(5.0, "count", "host-device sync calls per step"),
+    "sync_stall_us": Threshold(
+        50.0,
+        "us",
+        "a blocking call that neither waited for device work seen in the trace nor blocked this "
+        "long found the device idle: it is counted apart from the sync points that stalled",
+    ),
     "tiny_kernel_us": Threshold(10.0, "us", "a kernel shorter than this is tiny"),
     "tiny_kernel_share_pct": Threshold(50.0, "%", "share of tiny kernels (of all kernels)"),
     "kernels_per_step": Threshold(500.0, "count", "kernels per step"),

@@ -40,9 +40,11 @@ class TraceMetrics:
         memory_peak_pct: highest device memory peak in % of ``totalGlobalMem``.
         memory_peak_device: that device.
         sync_calls_per_step: sync points per step: blocking CUDA calls on the step's host
-            thread (:mod:`~ocr.perf.trace.syncs`; an ``aten::item`` of a CPU tensor is none).
-        sync_waiting_calls_per_step: of those, the ones that waited for device work.
-        sync_ms_per_step: host time blocked in them per step (ms).
+            thread that stalled it, waiting for queued device work
+            (:mod:`~ocr.perf.trace.syncs`; an ``aten::item`` of a CPU tensor is none).
+        sync_idle_calls_per_step: blocking calls per step that found the device idle (they
+            cost microseconds now, and block as soon as work is queued before them).
+        sync_ms_per_step: host time blocked in both per step (ms).
         sync_top: the blocking calls' names with counts.
         sync_sites: where they are (hook, operator, user's frame), most time blocked first.
         sync_phases_ms: host time blocked per step by the phase it is in (ms, phases with any).
@@ -104,7 +106,7 @@ class TraceMetrics:
     memory_peak_pct: float | None = None
     memory_peak_device: str | None = None
     sync_calls_per_step: float | None = None
-    sync_waiting_calls_per_step: float | None = None
+    sync_idle_calls_per_step: float | None = None
     sync_ms_per_step: float | None = None
     sync_top: dict[str, int] = field(default_factory=dict)
     sync_sites: list[SyncSite] = field(default_factory=list)
@@ -317,12 +319,12 @@ def _site_change(site: SyncSite, m: TraceMetrics) -> str:
 
 
 def _sync(m: TraceMetrics) -> Finding | None:
-    if not m.has_gpu or not m.sync_calls_per_step or m.n_steps == 0:
+    if not m.has_gpu or not (m.sync_calls_per_step or m.sync_idle_calls_per_step) or not m.n_steps:
         return None
     pct = _step_pct(m, m.sync_ms_per_step)
-    if pct < threshold("sync_time_pct") and m.sync_calls_per_step < threshold(
-        "sync_calls_per_step"
-    ):
+    stalled, idle = m.sync_calls_per_step or 0.0, m.sync_idle_calls_per_step or 0.0
+    # many blocking calls per step are a finding even where they found the GPU idle this time
+    if pct < threshold("sync_time_pct") and stalled + idle < threshold("sync_calls_per_step"):
         return None
     top = m.sync_sites[0] if m.sync_sites else None
     sites = []
@@ -331,7 +333,7 @@ def _sync(m: TraceMetrics) -> Finding | None:
     changes = list(dict.fromkeys(str(s["change"]) for s in sites[:3]))
     evidence: dict[str, Any] = {
         "sync_calls_per_step": _r(m.sync_calls_per_step),
-        "sync_waiting_calls_per_step": _r(m.sync_waiting_calls_per_step),
+        "sync_idle_calls_per_step": _r(m.sync_idle_calls_per_step),
         "sync_ms_per_step": _r(m.sync_ms_per_step, 3),
         "sync_pct_of_step": _r(pct),
         "blocked_ms_by_phase": {p: _r(v, 3) for p, v in m.sync_phases_ms.items()},
@@ -346,14 +348,19 @@ def _sync(m: TraceMetrics) -> Finding | None:
         score=_r(pct) or 0.0,
         source="trace",
         title=(
-            f"{m.sync_calls_per_step:.1f} host-device sync points per step "
-            f"({m.sync_waiting_calls_per_step or 0:.1f} waited for queued GPU work) block the "
-            f"host {m.sync_ms_per_step or 0:.2f} ms ({pct:.1f}% of the step)"
+            (
+                f"{stalled:.1f} host-device sync points per step block the host "
+                f"{m.sync_ms_per_step or 0:.2f} ms ({pct:.1f}% of the step)"
+                if stalled
+                else f"{idle:.1f} blocking calls per step found the GPU idle this time (each "
+                "blocks the host as soon as GPU work is queued before it)"
+            )
             + (
                 f"; most in {top.where}: {top.per_step:.1f}/step, {top.ms_per_step:.2f} ms"
                 if top
                 else ""
             )
+            + (f"; {idle:.1f} more per step found the GPU idle" if idle and stalled else "")
         ),
         evidence=evidence,
         threshold={

@@ -204,8 +204,8 @@ def measure(
 
     m.amp_scaler_ops = {names[c]: int(sums.scaler_top[c]) for c in sorted(sums.scaler_top)}
     if has_gpu:
-        m.sync_calls_per_step = sums.n_sync / per
-        m.sync_waiting_calls_per_step = sums.n_sync_waited / per
+        m.sync_calls_per_step = sums.n_sync_waited / per
+        m.sync_idle_calls_per_step = (sums.n_sync - sums.n_sync_waited) / per
         m.sync_ms_per_step = float(sums.sync_ns) / per / 1e6
         m.sync_sites = sync_sites(sums.sync_calls, n)
         m.sync_top = {names[c]: int(sums.sync_top[c]) for c in sorted(sums.sync_top)}

@@ -13,10 +13,11 @@ call over its driver call) is one sync point, its outermost call.
 hold one (a DtoH ``cudaMemcpyAsync`` then a ``cudaStreamSynchronize``); on a CPU tensor (an
 optimizer's ``step`` counter) none, and they cost no device time at all.
 
-A sync point's cost is the host time it blocked (its duration). It *waited* when device work
-queued before it ended while it blocked; one that found the device idle returns in
-microseconds, but still blocks whenever work is queued (remove the sync before it, and the wait
-moves there). Only the
+A sync point's cost is the host time it blocked (its duration). It *stalled* the host when
+device work queued before it ended while it blocked (or it blocked ``sync_stall_us`` or longer);
+only those are counted as sync points per step. One that found the device idle returns in
+microseconds and is counted apart (``sync_idle_calls_per_step``) and still named: it blocks
+whenever work is queued (remove the sync before it, and the wait moves there). Only the
 calls on the step's own host thread count: a pin-memory thread that blocks does not stall the
 loop. :func:`sync_points` places each one in its step and phase and names it
 (:func:`~ocr.perf.trace.stacks.sync_calls`).
@@ -29,11 +30,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ocr.perf.findings import threshold
 from ocr.perf.trace.stacks import SyncCall, sync_calls
 from ocr.perf.trace.steps import PHASES, StepTable, launch_calls, locate
 from ocr.perf.trace.table import EventTable, Kind
 
-__all__ = ["SyncPoints", "blocking_calls", "is_blocking_call", "sync_points", "waited"]
+__all__ = ["SyncPoints", "blocking_calls", "is_blocking_call", "stalled", "sync_points", "waited"]
 
 _SYNC_NAMES = frozenset(
     {
@@ -123,6 +125,14 @@ def waited(table: EventTable, idx: np.ndarray) -> np.ndarray:
     return out
 
 
+def stalled(table: EventTable, idx: np.ndarray) -> np.ndarray:
+    """Per sync point ``idx``: whether it stalled the host: it :func:`waited` for device work
+    queued before it, or blocked at least ``sync_stall_us`` (device work the trace lost, another
+    stream's). The others found the device idle and returned in microseconds."""
+    long = table.dur[idx] >= threshold("sync_stall_us") * 1e3
+    return waited(table, idx) | long
+
+
 @dataclass
 class SyncPoints:
     """The sync points inside the steps of one table.
@@ -160,6 +170,6 @@ def sync_points(table: EventTable, steps: StepTable) -> SyncPoints:
         idx=idx,
         step=step,
         phase=phase,
-        calls=sync_calls(table, idx, waited(table, idx)),
+        calls=sync_calls(table, idx, stalled(table, idx)),
         blocked=blocked,
     )
