@@ -215,6 +215,12 @@ THRESHOLDS: dict[str, Threshold] = {
     # -- trace heuristics (trace rules) ----------------------------------------------------------
     "sync_time_pct": Threshold(2.0, "%", "host time in sync calls per step"),
     "sync_calls_per_step": Threshold(5.0, "count", "host-device sync calls per step"),
+    "sync_stall_us": Threshold(
+        50.0,
+        "us",
+        "a blocking call that neither waited for device work seen in the trace nor blocked this "
+        "long found the device idle: it is counted apart from the sync points that stalled",
+    ),
     "tiny_kernel_us": Threshold(10.0, "us", "a kernel shorter than this is tiny"),
     "tiny_kernel_share_pct": Threshold(50.0, "%", "share of tiny kernels (of all kernels)"),
     "kernels_per_step": Threshold(500.0, "count", "kernels per step"),
@@ -228,6 +234,21 @@ THRESHOLDS: dict[str, Threshold] = {
         1.0, "count", "optimizer ops per parameter: the per-parameter loop"
     ),
     "optimizer_share_pct": Threshold(5.0, "%", "optimizer phase share of the step"),
+    "optimizer_host_gpu_ratio": Threshold(
+        3.0,
+        "x",
+        "the optimizer phase's own host work (its host time less the time blocked in sync "
+        "points) over the device time it launched, from which its host loop is the cost",
+    ),
+    "optimizer_host_bound_pct": Threshold(
+        5.0,
+        "%",
+        "the optimizer's host loop with the GPU idle (host time less device work launched less "
+        "time blocked) in % of the step, from which optimizer_host_bound is a finding",
+    ),
+    "layout_conversion_pct": Threshold(
+        5.0, "%", "NCHW <-> NHWC conversion kernels in % of the device time (not of the step)"
+    ),
 }
 
 

@@ -45,6 +45,24 @@ log = logging.getLogger(__name__)
 _ACTIVITIES = {name.lower(): act for name, act in ProfilerActivity.__members__.items()}
 
 
+def cuda_sync_config(activities: Sequence[ProfilerActivity]) -> tuple[Any, str | None]:
+    """The profiler's experimental config that records CUDA synchronization events
+    (``_ExperimentalConfig(enable_cuda_sync_events=True)``, pytorch#105187: Kineto then writes
+    ``cuda_sync`` events, which name every blocking sync of the trace) when CUDA is among
+    ``activities``; ``(None, None)`` without CUDA (nothing to record), ``(None, why)`` where the
+    installed torch cannot (``why`` names its version)."""
+    if ProfilerActivity.CUDA not in activities:
+        return None, None
+    try:
+        return torch.profiler._ExperimentalConfig(enable_cuda_sync_events=True), None
+    except (TypeError, AttributeError) as exc:
+        return None, (
+            f"torch {torch.__version__} cannot record CUDA sync events "
+            f"(_ExperimentalConfig(enable_cuda_sync_events=True): {exc}); sync points are read "
+            "from the runtime calls alone"
+        )
+
+
 def _trigger_kind(reason: str) -> str:
     """``"alert"`` for a request made by an alert rule of the catalogue (the engine's reasons
     read ``"<rule>: <message>"``), else ``"request"``."""
@@ -105,6 +123,10 @@ class ProfilerCallback(BatchEndHooks):
     trigger file at the same step counts, firing once per file (identified by inode and mtime;
     rank zero removes it when its window closes); only rank zero prints, logs and writes
     ``profiler.jsonl``.
+
+    With CUDA among the activities, a window also records CUDA synchronization events where the
+    installed torch can (:func:`cuda_sync_config`; one warning naming the torch version where it
+    cannot), so the analysis sees every blocking sync.
 
     While a window records, every Lightning action is a range ``[pl][profile]{action}`` in the
     trace. Logged after each window (``{stage}`` = ``train``, ``val``, ``test``):
@@ -196,6 +218,8 @@ class ProfilerCallback(BatchEndHooks):
         self._is_zero = True
         self._world_size = 1
         self._syncs_said = False  # detect_syncs on a CPU-only run: said once
+        self._experimental: Any = None  # the profiler's experimental config (CUDA sync events)
+        self._sync_events_said = False  # torch without CUDA sync events: said once
         #: Trace files written in this run, in order (rank-local).
         self.trace_paths: list[Path] = []
         #: The profiler.jsonl record of each closed window of this run (on every rank).
@@ -241,6 +265,10 @@ class ProfilerCallback(BatchEndHooks):
             self._is_zero = trainer.is_global_zero
             self._rank_suffix = f"_rank{trainer.global_rank}" if trainer.world_size > 1 else ""
             self._torch_activities = self._resolve_activities()
+            self._experimental, why = cuda_sync_config(self._torch_activities)
+            if why is not None and not self._sync_events_said:
+                self._sync_events_said = True
+                log.warning("%s: %s", type(self).__name__, why)
             self._jsonl = RecordWriter(ProfilerWindow.path(run_dir)) if self._is_zero else None
             tf = self.trigger_file
             self._trigger_path = None if tf is None else run_dir / tf
@@ -354,6 +382,7 @@ class ProfilerCallback(BatchEndHooks):
                 record_shapes=self.record_shapes,
                 profile_memory=self.profile_memory,
                 with_stack=self.with_stack,
+                experimental_config=self._experimental,
             )
             window = Window(stage, epoch, prof, basename, trigger, reason)
             self._window = window

@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ocr.perf.findings import SEVERITY_ORDER, Finding, input_bound_severity, risk_score, threshold
-from ocr.perf.trace.stacks import SyncSite
+from ocr.perf.trace.names import short_name
+from ocr.perf.trace.stacks import LOOP_HOOK, SyncSite
 
 __all__ = ["COMM_ONE_RANK_HINT", "TRACE_RISKS", "TraceMetrics", "evaluate"]
 
@@ -38,11 +39,17 @@ class TraceMetrics:
         gpu_idle_ms_per_step: mean GPU idle per step (ms).
         memory_peak_pct: highest device memory peak in % of ``totalGlobalMem``.
         memory_peak_device: that device.
-        sync_calls_per_step: host-side sync calls per step (``aten::item`` /
-            ``_local_scalar_dense`` and ``cuda*Synchronize``).
-        sync_ms_per_step: host time in them per step (ms, outermost calls only).
-        sync_top: the sync call names with counts.
-        sync_sites: the user's functions that made them (traces with Python stacks only).
+        sync_calls_per_step: sync points per step: blocking CUDA calls on the step's host
+            thread that stalled it, waiting for queued device work
+            (:mod:`~ocr.perf.trace.syncs`; an ``aten::item`` of a CPU tensor is none).
+        sync_idle_calls_per_step: blocking calls per step that found the device idle (they
+            cost microseconds now, and block as soon as work is queued before them).
+        sync_ms_per_step: host time blocked in both per step (ms).
+        sync_top: the blocking calls' names with counts.
+        sync_sites: where they are (hook, operator, user's frame), most time blocked first.
+        sync_phases_ms: host time blocked per step by the phase it is in (ms, phases with any).
+        gpu_work_ms_per_step: device time of the kernels, copies and memsets per step (ms,
+            summed over streams).
         kernels_per_step: device kernels per step.
         tiny_kernel_pct: kernels shorter than ``tiny_kernel_us`` (%).
         median_kernel_us: median kernel duration (µs).
@@ -63,6 +70,18 @@ class TraceMetrics:
         optimizer_ops_per_param: ``optimizer_ops_per_step / optimizer_params``: about 1 or more
             for the per-parameter loop, well below for foreach and fused implementations.
         optimizer_pct: optimizer phase in % of step wall time.
+        optimizer_fused_ops: ``_fused_`` ops in the optimizer phase (a fused optimizer).
+        optimizer_gpu_ms_per_step: device time launched from the optimizer phase per step (ms).
+        optimizer_blocked_ms_per_step: host time blocked in sync points in the optimizer phase
+            per step (ms).
+        amp_scaler_ops: the AMP grad scaler's ops (``_amp_foreach_non_finite_check_and_unscale_``,
+            ``_amp_update_scale_``) in the steps, with counts.
+        device_name, device_capability: the trace's first CUDA device and its compute
+            capability (``"9.0"``), from ``deviceProperties``.
+        device_bf16: whether that device runs bfloat16 natively (compute capability >= 8.0).
+        layout_kernel_ms_per_step: NCHW <-> NHWC conversion kernels per step (ms).
+        layout_kernel_pct: their share of the device time (``gpu_work_ms_per_step``, %).
+        layout_kernels: their names with counts.
         comm_method: how communication was measured (``"device"``, ``"host"``), ``None``
             without collectives.
         comm_ms_per_step: time in collectives per step (ms).
@@ -87,9 +106,12 @@ class TraceMetrics:
     memory_peak_pct: float | None = None
     memory_peak_device: str | None = None
     sync_calls_per_step: float | None = None
+    sync_idle_calls_per_step: float | None = None
     sync_ms_per_step: float | None = None
     sync_top: dict[str, int] = field(default_factory=dict)
     sync_sites: list[SyncSite] = field(default_factory=list)
+    sync_phases_ms: dict[str, float] = field(default_factory=dict)
+    gpu_work_ms_per_step: float | None = None
     kernels_per_step: float | None = None
     tiny_kernel_pct: float | None = None
     median_kernel_us: float | None = None
@@ -107,6 +129,16 @@ class TraceMetrics:
     optimizer_params: int | None = None
     optimizer_ops_per_param: float | None = None
     optimizer_pct: float | None = None
+    optimizer_fused_ops: int = 0
+    optimizer_gpu_ms_per_step: float | None = None
+    optimizer_blocked_ms_per_step: float | None = None
+    amp_scaler_ops: dict[str, int] = field(default_factory=dict)
+    device_name: str | None = None
+    device_capability: str | None = None
+    device_bf16: bool | None = None
+    layout_kernel_ms_per_step: float | None = None
+    layout_kernel_pct: float | None = None
+    layout_kernels: dict[str, int] = field(default_factory=dict)
     comm_method: str | None = None
     comm_ms_per_step: float | None = None
     comm_exposed_ms_per_step: float | None = None
@@ -178,8 +210,23 @@ def _gpu_utilisation(m: TraceMetrics) -> Finding | None:
     causes = []
     if m.data_wait_pct >= threshold("input_warn_pct"):
         causes.append("the GPU waits for input (see data_loading)")
-    if (m.sync_calls_per_step or 0) >= threshold("sync_calls_per_step"):
-        causes.append("host sync points stall the launch queue")
+    sync_pct = _step_pct(m, m.sync_ms_per_step)
+    if sync_pct >= threshold("sync_time_pct") or (m.sync_calls_per_step or 0) >= threshold(
+        "sync_calls_per_step"
+    ):
+        top = m.sync_sites[0] if m.sync_sites else None
+        causes.append(
+            f"the host blocks {m.sync_ms_per_step or 0:.1f} ms/step in "
+            f"{m.sync_calls_per_step or 0:.1f} sync points per step"
+            + (f" (most in {top.hook or top.op})" if top else "")
+            + " and the queue runs dry behind them (see host_sync)"
+        )
+    loop = _optimizer_loop_ms(m)
+    if loop is not None and _step_pct(m, loop) >= threshold("optimizer_host_bound_pct"):
+        causes.append(
+            f"the optimizer's host loop runs {loop:.1f} ms/step with "
+            f"{m.optimizer_gpu_ms_per_step or 0:.2f} ms of GPU work (see optimizer_host_bound)"
+        )
     if m.tiny_kernel_pct and m.tiny_kernel_pct >= threshold("tiny_kernel_share_pct"):
         causes.append("kernels are too small to cover launch latency")
     if (m.comm_exposed_pct or 0) >= threshold("comm_exposed_warn_pct"):
@@ -228,43 +275,224 @@ def _memory(m: TraceMetrics) -> Finding | None:
     )
 
 
+def _step_pct(m: TraceMetrics, ms_per_step: float | None) -> float:
+    """``ms_per_step`` in % of the mean step (0 without steps or a figure)."""
+    if not ms_per_step or not m.step_wall_ms or not m.n_steps:
+        return 0.0
+    return 100.0 * ms_per_step * m.n_steps / m.step_wall_ms
+
+
+_GENERIC_SYNC_CHANGE = (
+    "each .item(), .cpu(), print(tensor), bool(tensor) or blocking copy waits for the GPU: "
+    "accumulate on the device and read once per N steps, use non_blocking=True copies from "
+    "pinned memory, and avoid data-dependent Python branches"
+)
+
+
+def _site_change(site: SyncSite, m: TraceMetrics) -> str:
+    """The change that removes the sync points of one site, by where they are."""
+    hook = site.hook or ""
+    if hook.startswith("[Callback]"):
+        return (
+            f"{hook} reads a device tensor every step (a progress bar or logger reading the "
+            "trainer's metrics, which Lightning converts with .item()): read them only for a "
+            "line it prints or every N steps, raise the progress bar's refresh_rate, or log "
+            "with self.log(..., on_step=False)"
+        )
+    if hook == LOOP_HOOK:
+        return (
+            "Lightning's loop converts every prog_bar=True metric with .item() after each batch "
+            "(Lightning issues 21232, 20995): log per-step tensors with prog_bar=False or "
+            "self.log(..., on_step=False)"
+        )
+    if hook.endswith(".optimizer_step") and m.amp_scaler_ops:
+        return (
+            f"{hook} holds GradScaler's inf check (found_inf.item(), 16-mixed): bf16-mixed "
+            "needs no scaler (see fp16_scaler); a fused optimizer keeps found_inf on the device"
+        )
+    if hook.startswith(("[LightningModule]", "[Strategy]")):
+        return (
+            f"{hook} reads a device tensor every step: accumulate on the device and read it "
+            "once per N steps, self.log(..., on_step=False)"
+        )
+    return f"{site.where}: {_GENERIC_SYNC_CHANGE}"
+
+
 def _sync(m: TraceMetrics) -> Finding | None:
-    if not m.has_gpu or m.sync_calls_per_step is None or m.n_steps == 0:
+    if not m.has_gpu or not (m.sync_calls_per_step or m.sync_idle_calls_per_step) or not m.n_steps:
         return None
-    pct = (
-        100.0 * (m.sync_ms_per_step or 0.0) * m.n_steps / m.step_wall_ms if m.step_wall_ms else 0.0
-    )
-    if pct < threshold("sync_time_pct") and m.sync_calls_per_step < threshold(
-        "sync_calls_per_step"
-    ):
+    pct = _step_pct(m, m.sync_ms_per_step)
+    stalled, idle = m.sync_calls_per_step or 0.0, m.sync_idle_calls_per_step or 0.0
+    # many blocking calls per step are a finding even where they found the GPU idle this time
+    if pct < threshold("sync_time_pct") and stalled + idle < threshold("sync_calls_per_step"):
         return None
     top = m.sync_sites[0] if m.sync_sites else None
+    sites = []
+    for site in m.sync_sites[:5]:
+        sites.append({**site.as_evidence(), "change": _site_change(site, m)})
+    changes = list(dict.fromkeys(str(s["change"]) for s in sites[:3]))
+    evidence: dict[str, Any] = {
+        "sync_calls_per_step": _r(m.sync_calls_per_step),
+        "sync_idle_calls_per_step": _r(m.sync_idle_calls_per_step),
+        "sync_ms_per_step": _r(m.sync_ms_per_step, 3),
+        "sync_pct_of_step": _r(pct),
+        "blocked_ms_by_phase": {p: _r(v, 3) for p, v in m.sync_phases_ms.items()},
+        "calls": m.sync_top,
+        "sites": sites,
+    }
+    if not any(s.file for s in m.sync_sites):
+        evidence["lines"] = "record the trace with with_stack=True to name the lines"
     return Finding(
         id="host_sync",
         severity="warning",
         score=_r(pct) or 0.0,
         source="trace",
         title=(
-            f"{m.sync_calls_per_step:.1f} host-device sync points per step "
-            f"({pct:.1f}% of the step time)"
-            + (f", {top.per_step:.1f}/step from {top.where} ({top.via})" if top else "")
+            (
+                f"{stalled:.1f} host-device sync points per step block the host "
+                f"{m.sync_ms_per_step or 0:.2f} ms ({pct:.1f}% of the step)"
+                if stalled
+                else f"{idle:.1f} blocking calls per step found the GPU idle this time (each "
+                "blocks the host as soon as GPU work is queued before it)"
+            )
+            + (
+                f"; most in {top.where}: {top.per_step:.1f}/step, {top.ms_per_step:.2f} ms"
+                if top
+                else ""
+            )
+            + (f"; {idle:.1f} more per step found the GPU idle" if idle and stalled else "")
         ),
-        evidence={
-            "sync_calls_per_step": _r(m.sync_calls_per_step),
-            "sync_ms_per_step": _r(m.sync_ms_per_step, 3),
-            "sync_pct_of_step": _r(pct),
-            "calls": m.sync_top,
-            "sites": [s.as_evidence() for s in m.sync_sites[:5]]
-            or "record the trace with with_stack=True to name the lines",
-        },
+        evidence=evidence,
         threshold={
             "time_pct": threshold("sync_time_pct"),
             "calls_per_step": threshold("sync_calls_per_step"),
         },
+        suggestion="; ".join(changes) + "." if changes else _GENERIC_SYNC_CHANGE + ".",
+    )
+
+
+#: Optimizers that torch can run fused on CUDA (``fused=True``).
+_FUSABLE = ("Adam", "AdamW", "SGD")
+
+
+def _optimizer_loop_ms(m: TraceMetrics) -> float | None:
+    """The optimizer phase's host time with the GPU idle, per step (ms): its host time less
+    the time blocked in sync points and the device work it launched; ``None`` where unknown."""
+    if not m.has_gpu or m.optimizer_ms_per_step is None or m.optimizer_gpu_ms_per_step is None:
+        return None
+    own = m.optimizer_ms_per_step - (m.optimizer_blocked_ms_per_step or 0.0)
+    return max(own - m.optimizer_gpu_ms_per_step, 0.0)
+
+
+def _optimizer_host_bound(m: TraceMetrics) -> Finding | None:
+    loop = _optimizer_loop_ms(m)
+    names = [n for n in m.optimizer_names if n in _FUSABLE]
+    if loop is None or not names or m.optimizer_fused_ops or m.n_steps == 0:
+        return None
+    gpu = m.optimizer_gpu_ms_per_step or 0.0
+    blocked = m.optimizer_blocked_ms_per_step or 0.0
+    own = loop + gpu
+    pct = _step_pct(m, loop)
+    if own < threshold("optimizer_host_gpu_ratio") * gpu or pct < threshold(
+        "optimizer_host_bound_pct"
+    ):
+        return None
+    return Finding(
+        id="optimizer_host_bound",
+        severity="warning",
+        score=_r(pct) or 0.0,
+        source="trace",
+        title=(
+            f"{', '.join(names)} is host-bound: optimizer {m.optimizer_ms_per_step:.1f} ms/step "
+            f"on the host, {gpu:.2f} ms of GPU work launched, {blocked:.1f} ms blocked: "
+            f"{loop:.1f} ms/step ({pct:.1f}% of the step) of host loop with the GPU idle"
+        ),
+        evidence={
+            "optimizer": names,
+            "optimizer_ms_per_step": _r(m.optimizer_ms_per_step, 3),
+            "optimizer_gpu_ms_per_step": _r(gpu, 3),
+            "optimizer_blocked_ms_per_step": _r(blocked, 3),
+            "host_loop_ms_per_step": _r(loop, 3),
+            "host_loop_pct_of_step": _r(pct),
+            "optimizer_multi_tensor_ops_per_step": _r(m.optimizer_multi_tensor_ops_per_step, 1),
+            "optimizer_params": m.optimizer_params,
+        },
+        threshold={
+            "host_gpu_ratio": threshold("optimizer_host_gpu_ratio"),
+            "pct": threshold("optimizer_host_bound_pct"),
+        },
         suggestion=(
-            "Each .item(), .cpu(), print(tensor), bool(tensor) or blocking copy waits for the GPU: "
-            "accumulate metrics on the device and read them once per N steps, use "
-            "non_blocking=True copies from pinned memory, and avoid data-dependent Python branches."
+            "Pass fused=True to the optimizer (Adam / AdamW / SGD on CUDA): each update stage "
+            "is one kernel over all parameters, with no per-parameter host work (the foreach "
+            "path still computes each parameter's bias correction on the host from its CPU "
+            "step tensor); with a GradScaler a fused optimizer also keeps found_inf on the "
+            "device, without a sync."
+        ),
+    )
+
+
+def _fp16_scaler(m: TraceMetrics) -> Finding | None:
+    if not m.has_gpu or not m.amp_scaler_ops or not m.device_bf16 or m.n_steps == 0:
+        return None
+    blocked = m.optimizer_blocked_ms_per_step or 0.0
+    pct = _step_pct(m, blocked)
+    sites = [s.as_evidence() for s in m.sync_sites if (s.hook or "").endswith("optimizer_step")]
+    return Finding(
+        id="fp16_scaler",
+        severity="warning" if pct >= threshold("sync_time_pct") else "info",
+        score=_r(pct) or 0.0,
+        source="trace",
+        title=(
+            f"fp16 with a GradScaler on {m.device_name} (compute {m.device_capability}, has "
+            f"bf16): its inf check blocks the host {blocked:.1f} ms/step ({pct:.1f}% of the "
+            "step) in the optimizer step"
+        ),
+        evidence={
+            "scaler_ops": m.amp_scaler_ops,
+            "optimizer_blocked_ms_per_step": _r(blocked, 3),
+            "blocked_pct_of_step": _r(pct),
+            "sites": sites,
+            "device": m.device_name,
+            "compute_capability": m.device_capability,
+        },
+        threshold={"bf16_from_compute_capability": 8.0, "time_pct": threshold("sync_time_pct")},
+        suggestion=(
+            "Train in bf16-mixed precision: bfloat16 has float32's range, so there is no loss "
+            "scaling, no GradScaler and no per-step inf check that waits for the backward "
+            "kernels; compare the loss curve once (bf16 keeps fewer mantissa bits)."
+        ),
+    )
+
+
+def _layout_conversion(m: TraceMetrics) -> Finding | None:
+    pct = m.layout_kernel_pct
+    if not m.has_gpu or pct is None or pct < threshold("layout_conversion_pct"):
+        return None
+    step_pct = _step_pct(m, m.layout_kernel_ms_per_step)
+    kernels: dict[str, int] = {}
+    for name, calls in sorted(m.layout_kernels.items(), key=lambda kv: -kv[1]):
+        kernels[short_name(name)] = kernels.get(short_name(name), 0) + calls
+    return Finding(
+        id="layout_conversion",
+        severity="warning",
+        score=_r(step_pct) or 0.0,
+        source="trace",
+        title=(
+            f"NCHW <-> NHWC conversion kernels take {pct:.1f}% of the GPU time "
+            f"({m.layout_kernel_ms_per_step or 0:.1f} ms/step, {step_pct:.1f}% of the step)"
+        ),
+        evidence={
+            "pct_of_gpu_time": _r(pct),
+            "ms_per_step": _r(m.layout_kernel_ms_per_step, 3),
+            "pct_of_step": _r(step_pct),
+            "gpu_work_ms_per_step": _r(m.gpu_work_ms_per_step, 3),
+            "kernels": kernels,
+        },
+        threshold={"pct_of_gpu_time": threshold("layout_conversion_pct")},
+        suggestion=(
+            "Use channels_last: model.to(memory_format=torch.channels_last) and the input batch "
+            "too; cuDNN then runs convolutions and batch norm in NHWC without converting the "
+            "layout around each one."
         ),
     )
 
@@ -465,6 +693,9 @@ _RULES = (
     _gpu_utilisation,
     _memory,
     _sync,
+    _fp16_scaler,
+    _optimizer_host_bound,
+    _layout_conversion,
     _tiny_kernels,
     _tiny_cpu_ops,
     _optimizer,
@@ -472,6 +703,10 @@ _RULES = (
 
 
 def evaluate(metrics: TraceMetrics) -> list[Finding]:
-    """All findings that fire, most severe first."""
+    """All findings that fire, most severe first. The optimizer's host loop
+    (``optimizer_host_bound``) and its per-parameter ops (``optimizer_not_multi_tensor``) are
+    one cause of one optimizer: only the first is kept."""
     found = [f for rule in _RULES if (f := rule(metrics)) is not None]
+    if any(f.id == "optimizer_host_bound" for f in found):
+        found = [f for f in found if f.id != "optimizer_not_multi_tensor"]
     return sorted(found, key=lambda f: SEVERITY_ORDER[f.severity])

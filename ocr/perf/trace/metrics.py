@@ -1,6 +1,8 @@
 """The figures the trace's finding rules judge (:class:`~ocr.perf.trace.findings.TraceMetrics`),
 measured over one :class:`~ocr.perf.trace.table.EventTable` and its steps: data wait share, GPU
-busy share, memory peak, host syncs, kernel and op sizes, the optimizer's own work."""
+busy share, memory peak, sync points (:mod:`~ocr.perf.trace.syncs`), kernel and op sizes, the
+optimizer's own work (host, device work it launched, time blocked), the AMP grad scaler, layout
+conversion kernels and the device's properties."""
 
 from __future__ import annotations
 
@@ -14,23 +16,36 @@ from ocr.perf.findings import threshold
 from ocr.perf.trace.additive import Additive
 from ocr.perf.trace.findings import TraceMetrics
 from ocr.perf.trace.result import MemoryPeak
-from ocr.perf.trace.stacks import SyncCall, sync_calls, sync_sites
+from ocr.perf.trace.stacks import SyncCall, sync_sites
 from ocr.perf.trace.steps import PHASES, StepTable, classify_phase, locate, union_in_windows
-from ocr.perf.trace.table import EventTable, Kind
+from ocr.perf.trace.syncs import SyncPoints
+from ocr.perf.trace.table import EventTable, Kind, TraceSource
 
-__all__ = ["MeasureSums", "data_share_without_steps", "measure", "measure_sums"]
+__all__ = [
+    "MeasureSums",
+    "add_device",
+    "data_share_without_steps",
+    "is_layout_kernel",
+    "measure",
+    "measure_sums",
+]
 
 _P_DATA = PHASES.index("data_wait")
 _P_OPT = PHASES.index("optimizer")
-_SYNC_OPS = ("aten::_local_scalar_dense", "aten::item")
-_SYNC_RUNTIME = (
-    "cudaStreamSynchronize",
-    "cudaDeviceSynchronize",
-    "cudaEventSynchronize",
-    "cudaMemcpy",
-)
+#: Kernels that convert between NCHW and NHWC (cuDNN inserts them around convolutions of
+#: NCHW tensors: ``nchwToNhwcKernel``, ``nhwcToNchwKernel``).
+_LAYOUT_KERNEL = re.compile(r"nchw_?to_?nhwc|nhwc_?to_?nchw", re.IGNORECASE)
+#: The ops of torch's AMP grad scaler (``torch.amp.GradScaler``: unscale + inf check, update).
+_SCALER_OPS = ("_amp_foreach_non_finite_check_and_unscale_", "_amp_update_scale_")
+#: Compute capability from which a CUDA device runs bfloat16 natively (Ampere).
+_BF16_MAJOR = 8
 _LOADER = re.compile(r"^enumerate\(DataLoader\)#(\w+)")
 _OPTIMIZER = re.compile(r"^Optimizer\.step#(\w+)\.step$")
+
+
+def is_layout_kernel(name: str) -> bool:
+    """Whether a kernel name is an NCHW <-> NHWC layout conversion."""
+    return _LAYOUT_KERNEL.search(name) is not None
 
 
 def data_share_without_steps(table: EventTable) -> float:
@@ -59,8 +74,13 @@ class MeasureSums(Additive):
 
     sync_calls: list[SyncCall] = field(default_factory=list)
     n_sync: int = 0
+    n_sync_waited: int = 0
     sync_ns: int = 0
     sync_top: Counter[int] = field(default_factory=Counter)  # name code -> calls
+    device_ns: int = 0  # kernels, copies and memsets
+    layout_ns: int = 0
+    layout_top: Counter[int] = field(default_factory=Counter)  # name code -> calls
+    scaler_top: Counter[int] = field(default_factory=Counter)  # name code -> calls
     n_kernels: int = 0
     n_tiny_kernels: int = 0
     kernel_durs: Counter[int] = field(default_factory=Counter)
@@ -73,6 +93,7 @@ class MeasureSums(Additive):
     optimizer_own_ops: int = 0
     optimizer_multi: int = 0
     optimizer_multi_own: int = 0
+    optimizer_fused: int = 0
     optimizer_params: int = field(default=0, metadata={"merge": max})  # per step: the most
 
 
@@ -91,9 +112,11 @@ def _median(counts: Counter[int]) -> float:
     return float(np.mean(np.array([lo, hi], np.float64)))
 
 
-def measure_sums(table: EventTable, steps: StepTable, has_gpu: bool) -> MeasureSums:
+def measure_sums(
+    table: EventTable, steps: StepTable, has_gpu: bool, syncs: SyncPoints
+) -> MeasureSums:
     """The :class:`MeasureSums` of ``table``'s events in its ``steps`` (all events when there are
-    no steps); ``has_gpu``: whether the file has device events."""
+    no steps); ``has_gpu``: whether the file has device events; ``syncs``: its sync points."""
     n = len(steps)
     out = MeasureSums()
 
@@ -108,21 +131,18 @@ def measure_sums(table: EventTable, steps: StepTable, has_gpu: bool) -> MeasureS
         return idx[keep], phase_of[keep]
 
     if has_gpu:
-        sync_name = table.name_ids(lambda s: s in _SYNC_OPS or s in _SYNC_RUNTIME)
-        sync = sync_name[table.name] & np.isin(table.kind, (Kind.CPU_OP, Kind.RUNTIME))
-        # only the outermost sync call of a chain (item -> _local_scalar_dense -> cudaMemcpy...)
-        outer = sync.copy()
-        anc = table.parent.copy()
-        for _ in range(6):
-            valid = anc >= 0
-            outer[valid] &= ~sync[anc[valid]]
-            anc = np.where(valid, table.parent[np.maximum(anc, 0)], -1)
-        idx, _ = in_steps(outer)
-        out.n_sync = int(idx.size)
-        out.sync_ns = int(table.dur[idx].sum())
-        out.sync_calls = sync_calls(table, idx)
-        out.sync_top = _counts(table.name[idx])
-        kidx, _ = in_steps(table.kind == Kind.KERNEL, by_source=True)
+        out.n_sync = int(syncs.idx.size)
+        out.n_sync_waited = sum(c.waited for c in syncs.calls)
+        out.sync_ns = int(table.dur[syncs.idx].sum())
+        out.sync_calls = syncs.calls
+        out.sync_top = _counts(table.name[syncs.idx])
+        didx, _ = in_steps(np.isin(table.kind, Kind.DEVICE), by_source=True)
+        out.device_ns = int(table.dur[didx].sum())
+        layout = table.name_ids(is_layout_kernel)
+        lidx = didx[layout[table.name[didx]] & (table.kind[didx] == Kind.KERNEL)]
+        out.layout_ns = int(table.dur[lidx].sum())
+        out.layout_top = _counts(table.name[lidx])
+        kidx = didx[table.kind[didx] == Kind.KERNEL]
         kd = table.dur[kidx]
         out.n_kernels = int(kidx.size)
         out.n_tiny_kernels = int((kd < threshold("tiny_kernel_us") * 1e3).sum())
@@ -140,6 +160,8 @@ def measure_sums(table: EventTable, steps: StepTable, has_gpu: bool) -> MeasureS
     out.n_tiny_ops = int(tiny.sum())
     out.tiny_op_self_ns = int(table.self_ns[oidx][tiny].sum())
     out.op_durs = _counts(od)
+    scaler = table.name_ids(lambda s: s.removeprefix("aten::") in _SCALER_OPS)
+    out.scaler_top = _counts(table.name[oidx[scaler[table.name[oidx]]]])
     if n and _optimizer_names(table.names):
         _optimizer_sums(table, steps, out, oidx, ophase)
     return out
@@ -180,11 +202,21 @@ def measure(
     if cuda_peaks:
         m.memory_peak_pct, m.memory_peak_device = max(cuda_peaks)
 
+    m.amp_scaler_ops = {names[c]: int(sums.scaler_top[c]) for c in sorted(sums.scaler_top)}
     if has_gpu:
-        m.sync_calls_per_step = sums.n_sync / per
+        m.sync_calls_per_step = sums.n_sync_waited / per
+        m.sync_idle_calls_per_step = (sums.n_sync - sums.n_sync_waited) / per
         m.sync_ms_per_step = float(sums.sync_ns) / per / 1e6
         m.sync_sites = sync_sites(sums.sync_calls, n)
         m.sync_top = {names[c]: int(sums.sync_top[c]) for c in sorted(sums.sync_top)}
+        if n and steps.blocked is not None:
+            mean = steps.blocked.mean(axis=0)
+            m.sync_phases_ms = {p: float(mean[k]) / 1e6 for k, p in enumerate(PHASES) if mean[k]}
+        m.gpu_work_ms_per_step = float(sums.device_ns) / per / 1e6
+        if sums.device_ns:
+            m.layout_kernel_ms_per_step = float(sums.layout_ns) / per / 1e6
+            m.layout_kernel_pct = 100.0 * sums.layout_ns / sums.device_ns
+            m.layout_kernels = {names[c]: int(sums.layout_top[c]) for c in sorted(sums.layout_top)}
         if sums.n_kernels:
             m.kernels_per_step = sums.n_kernels / per
             m.tiny_kernel_pct = 100.0 * (sums.n_tiny_kernels / sums.n_kernels)
@@ -204,6 +236,11 @@ def measure(
         m.optimizer_multi_tensor_ops = sums.optimizer_multi
         m.optimizer_multi_tensor_ops_per_step = sums.optimizer_multi_own / n_opt
         m.optimizer_ms_per_step = float(steps.phases[:, _P_OPT].mean()) / 1e6
+        m.optimizer_fused_ops = sums.optimizer_fused
+        if has_gpu and steps.gpu_phases is not None:
+            m.optimizer_gpu_ms_per_step = float(steps.gpu_phases[:, _P_OPT].mean()) / 1e6
+        if has_gpu and steps.blocked is not None:
+            m.optimizer_blocked_ms_per_step = float(steps.blocked[:, _P_OPT].mean()) / 1e6
         opt_ns = float(steps.phases[:, _P_OPT].sum())
         m.optimizer_pct = 100.0 * opt_ns / wall_total if wall_total else 0.0
         if sums.optimizer_params:
@@ -238,6 +275,8 @@ def _optimizer_sums(
     multi = table.name_ids(lambda s: "_foreach_" in s or "_fused_" in s)
     out.optimizer_multi = int(multi[table.name[in_opt]].sum())
     out.optimizer_multi_own = int(multi[table.name[own]].sum())
+    fused = table.name_ids(lambda s: "_fused_" in s)
+    out.optimizer_fused = int(fused[table.name[in_opt]].sum())
     acc = table.name_ids(lambda s: s.endswith("AccumulateGrad") and "evaluate_function" in s)
     grads = np.flatnonzero(acc[table.name] & (table.kind == Kind.CPU_OP))
     if grads.size == 0:  # traces without the engine's wrapper op
@@ -246,3 +285,19 @@ def _optimizer_sums(
     g_step, _ = locate(steps, table, grads)
     counts = np.bincount(g_step[g_step >= 0], minlength=len(steps))
     out.optimizer_params = int(counts.max()) if counts.size else 0
+
+
+def add_device(m: TraceMetrics, sources: list[TraceSource]) -> None:
+    """Set the device figures of ``m`` from the files' ``deviceProperties``: the first CUDA
+    device's name and compute capability (``computeMajor.computeMinor``) and whether it runs
+    bfloat16 natively (compute capability 8.0 or later)."""
+    for source in sources:
+        for props in source.device_properties:
+            major, minor = props.get("computeMajor"), props.get("computeMinor")
+            if not isinstance(major, int) or isinstance(major, bool):
+                continue
+            name = props.get("name")
+            m.device_name = str(name) if name is not None else None
+            m.device_capability = f"{major}.{minor if isinstance(minor, int) else 0}"
+            m.device_bf16 = major >= _BF16_MAJOR
+            return

@@ -36,10 +36,17 @@ from ocr.perf.trace.comms import CommTable, add_metrics, communication, concat_c
 from ocr.perf.trace.findings import evaluate
 from ocr.perf.trace.integrity import IntegritySums, check_integrity, integrity_sums
 from ocr.perf.trace.memory import MemoryPeaks
-from ocr.perf.trace.metrics import MeasureSums, data_share_without_steps, measure, measure_sums
+from ocr.perf.trace.metrics import (
+    MeasureSums,
+    add_device,
+    data_share_without_steps,
+    measure,
+    measure_sums,
+)
 from ocr.perf.trace.result import DeviceInfo, SourceInfo, Summary, TraceAnalysis
 from ocr.perf.trace.steps import PHASES, StepTable, concat_steps, locate
 from ocr.perf.trace.steps_view import per_rank, phase_summaries, step_rows
+from ocr.perf.trace.syncs import sync_points
 from ocr.perf.trace.table import EventTable, Kind, TraceSource
 
 __all__ = ["Named", "TablePartial", "finish", "merge", "partial_of"]
@@ -94,9 +101,12 @@ def partial_of(
     """The :class:`TablePartial` of ``table`` with its ``steps``; ``has_gpu``: whether the file
     has device events; ``limits``: implausible durations per source; ``cut``: look for steps cut
     by the window's edge (the table holds the file's last steps, indexed from
-    ``step_offset``)."""
+    ``step_offset``). Sets ``steps.blocked``: the host time blocked in the steps' sync points,
+    by phase."""
     member = table.members()
     counted = np.flatnonzero(member)
+    syncs = sync_points(table, steps)
+    steps.blocked = syncs.blocked
     return TablePartial(
         steps=steps,
         comm=communication(table, steps),
@@ -108,7 +118,7 @@ def partial_of(
         annotations=host_sums(table, (Kind.USER_ANNOTATION,)),
         host_self=host_self_ns(table),
         device=device_sums(table),
-        measured=measure_sums(table, steps, has_gpu),
+        measured=measure_sums(table, steps, has_gpu, syncs),
         integrity=integrity_sums(table, steps, limits, cut=cut, step_offset=step_offset),
         named_ns=_named_ns(table, steps),
         no_steps_data_pct=0.0 if len(steps) else data_share_without_steps(table),
@@ -161,6 +171,7 @@ def finish(
         dl_pct = part.no_steps_data_pct
     peaks, timeline = memory.finish(sources, steps.label)
     metrics = measure(part.measured, names, steps, part.has_gpu, dl_pct, peaks)
+    add_device(metrics, sources)
     add_metrics(metrics, part.comm, steps)
     phase_summary, step_stats, outliers = phase_summaries(steps)
     return TraceAnalysis(

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from ocr.console import fit_table
@@ -115,6 +116,10 @@ def print_analysis(report: TraceAnalysis, console: Console | None = None) -> Non
         t.add_column("phase")
         t.add_column("mean ms", justify="right")
         t.add_column("% of step", justify="right")
+        # the host waiting for the GPU in sync points, part of the phase's time
+        blocked = ps.blocked
+        if blocked:
+            t.add_column("blocked ms", justify="right")
         # the live phase clock over the same steps (ProfilerCallback's windows), when known
         clock = _clock_rows(report, stage)
         if clock:
@@ -126,6 +131,9 @@ def print_analysis(report: TraceAnalysis, console: Console | None = None) -> Non
         for p in PHASES:
             ph = ps.phases.get(p)
             cells = [p, _fmt(ph and ph.mean_ms), _fmt(ph and ph.pct, 1)]
+            if blocked:
+                wait = blocked.get(p)
+                cells.append(_fmt(wait and wait.mean_ms))
             if clock:
                 row = clock.get(p)
                 cells += [_fmt(row and row.clock_ms), "yes" if row and row.agree else "NO"]
@@ -138,6 +146,10 @@ def print_analysis(report: TraceAnalysis, console: Console | None = None) -> Non
             for p in GPU_PARTS:
                 t.add_row(f"gpu {p}", _fmt(ps.gpu[p].mean_ms), _fmt(ps.gpu[p].pct, 1))
             t.add_row("host cuda runtime", _fmt(ps.cuda_runtime_mean_ms), "")
+            if blocked:
+                waits = [b.mean_ms for b in blocked.values()]
+                shares = [b.pct or 0.0 for b in blocked.values()]
+                t.add_row("host blocked in syncs", _fmt(sum(waits)), _fmt(sum(shares), 1))
         con.print(t)
         st = report.step_stats[stage]
         con.print(
@@ -159,9 +171,10 @@ def print_analysis(report: TraceAnalysis, console: Console | None = None) -> Non
         con.print("[bold]Findings[/bold]")
         for f in report.findings:
             style = _SEVERITY_STYLE.get(f.severity, "bold")
-            con.print(f"[{style}]{f.severity.upper()}[/{style}] {f.title}")
-            ev, th = _pairs(f.evidence), _pairs(f.threshold)
-            con.print(f"    evidence: {ev}\n    threshold: {th}\n    → {f.suggestion}")
+            # figures hold brackets ("[cudaStreamSynchronize]", "[Callback]X"): never markup
+            con.print(f"[{style}]{f.severity.upper()}[/{style}] {escape(f.title)}")
+            ev, th = escape(_pairs(f.evidence)), escape(_pairs(f.threshold))
+            con.print(f"    evidence: {ev}\n    threshold: {th}\n    → {escape(f.suggestion)}")
     else:
         con.print("[green]No findings above the thresholds.[/green]")
     for w in report.warnings:
@@ -286,6 +299,9 @@ def to_markdown(report: TraceAnalysis) -> str:
             out.append(f"| {p} | {ps.phases[p].mean_ms:.3f} | {_fmt(ps.phases[p].pct, 1)} |")
         gpu = ps.gpu or {}
         out += [f"| gpu {p} | {gpu[p].mean_ms:.3f} | {_fmt(gpu[p].pct, 1)} |" for p in gpu]
+        for p, b in (ps.blocked or {}).items():
+            if b.mean_ms:  # the host waiting for the device in sync points, part of phase p
+                out.append(f"| host blocked in syncs: {p} | {b.mean_ms:.3f} | {_fmt(b.pct, 1)} |")
     out += ["", "## Findings", ""]
     if not report.findings:
         out.append("None above the thresholds.")

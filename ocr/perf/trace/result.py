@@ -132,7 +132,8 @@ class MemoryPeak(_Part):
 class StepRow(_Part):
     """One step: its wall time and the phases that partition it; with device events, the GPU's
     view of it (``gpu_ms`` by :data:`~ocr.perf.trace.steps.GPU_PARTS`, device time by launching
-    phase)."""
+    phase) and the host time blocked in sync points by phase (``blocked_ms``: part of each
+    phase's time, the host waiting for the device)."""
 
     step: str
     number: int
@@ -148,6 +149,7 @@ class StepRow(_Part):
     gpu_busy_pct: float | None = None
     cuda_runtime_ms: float | None = None
     gpu_phases_ms: dict[str, float] | None = None
+    blocked_ms: dict[str, float] | None = None
 
 
 class PhaseShare(_Part):
@@ -159,7 +161,9 @@ class PhaseShare(_Part):
 
 class PhaseSummary(_Part):
     """One stage's steps: mean wall time and each phase's mean and share; with device events the
-    GPU parts, host time in the CUDA runtime and device time launched from each phase."""
+    GPU parts, host time in the CUDA runtime, device time launched from each phase and the host
+    time blocked in sync points in each phase (``blocked``: "waiting for the GPU", part of the
+    phase's time; the rest is the phase's own host work)."""
 
     steps: int
     mean_wall_ms: float
@@ -167,6 +171,7 @@ class PhaseSummary(_Part):
     gpu: dict[str, PhaseShare] | None = None
     cuda_runtime_mean_ms: float | None = None
     gpu_phases: dict[str, PhaseShare] | None = None
+    blocked: dict[str, PhaseShare] | None = None
 
 
 class Outlier(_Part):

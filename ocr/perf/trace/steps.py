@@ -128,6 +128,10 @@ class StepTable:
         runtime_ns: host time in CUDA runtime calls inside the step (overlaps the phases).
         seg_key, seg_start, seg_end, seg_phase, seg_step: the phase segments, keyed by
             ``src * 2**20 + pid code`` so events of any thread of the process can be placed.
+        ignored: ProfilerStep spans dropped (nested in or equal to another one).
+        blocked: (n_steps, len(PHASES)) ns of host time blocked in sync points, by the phase
+            they are in (part of that phase's time: the host waiting for the device); set with
+            the sync points (:func:`~ocr.perf.trace.syncs.sync_points`), ``None`` until then.
     """
 
     label: list[str]
@@ -146,7 +150,8 @@ class StepTable:
     seg_end: np.ndarray
     seg_phase: np.ndarray
     seg_step: np.ndarray
-    ignored: int = 0  # ProfilerStep spans dropped: nested in or equal to another one
+    ignored: int = 0
+    blocked: np.ndarray | None = None
 
     def warnings(self) -> list[str]:
         """What the step finder skipped, as the analysis's warnings say it."""
@@ -387,6 +392,14 @@ def concat_steps(parts: list[StepTable]) -> StepTable:
         return np.concatenate([get(p) for p in parts])
 
     src, number = cat(lambda p: p.src), cat(lambda p: p.number)
+    blocked = None
+    if any(p.blocked is not None for p in parts):
+        blocked = np.concatenate(
+            [
+                p.blocked if p.blocked is not None else np.zeros((len(p), len(PHASES)), np.int64)
+                for p in parts
+            ]
+        )
     gpu = gpu_phases = None
     if any(p.gpu is not None for p in parts):
         gpu = np.concatenate(
@@ -423,6 +436,7 @@ def concat_steps(parts: list[StepTable]) -> StepTable:
         seg_phase=cat(lambda p: p.seg_phase),
         seg_step=np.concatenate([p.seg_step + off for p, off in zip(parts, offsets, strict=True)]),
         ignored=ignored,
+        blocked=blocked,
     )
 
 

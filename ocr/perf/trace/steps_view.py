@@ -68,6 +68,8 @@ def _step_row(steps: StepTable, i: int, sources: list[TraceSource], outlier: boo
         row.cuda_runtime_ms = ms(steps.runtime_ns[i])
     if steps.gpu_phases is not None:
         row.gpu_phases_ms = _by_phase(PHASES, steps.gpu_phases[i].tolist())
+    if steps.gpu is not None and steps.blocked is not None:
+        row.blocked_ms = _by_phase(PHASES, steps.blocked[i].tolist())
     return row
 
 
@@ -98,6 +100,8 @@ def _phase_summary(steps: StepTable, rows: np.ndarray) -> PhaseSummary:
             p: PhaseShare(mean_ms=ms(steps.gpu_phases[rows, k].mean()))
             for k, p in enumerate(PHASES)
         }
+    if steps.gpu is not None and steps.blocked is not None:
+        out.blocked = _shares(PHASES, steps.blocked[rows], total)
     return out
 
 

@@ -37,6 +37,10 @@ class Kind:
     MEMSET = 8
     GPU_ANNOTATION = 9
     TRACE_SPAN = 10
+    #: Kineto's ``cuda_sync`` events (``_ExperimentalConfig(enable_cuda_sync_events=True)``):
+    #: a CUDA synchronization (stream, event, context sync; or a stream's wait on an event),
+    #: drawn on the device's row and joined to its runtime call by ``correlation``.
+    SYNC = 11
 
     #: Host-side kinds that nest on a thread (used for self time and phases).
     HOST = (CPU_OP, USER_ANNOTATION, PYTHON, RUNTIME, DRIVER)
@@ -62,6 +66,7 @@ CATEGORY_KIND: dict[str, int] = {
     "memset": Kind.MEMSET,
     "gpu_user_annotation": Kind.GPU_ANNOTATION,
     "trace": Kind.TRACE_SPAN,
+    "cuda_sync": Kind.SYNC,
 }
 
 

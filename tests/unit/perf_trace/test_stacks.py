@@ -2,8 +2,9 @@
 ``with_stack=True``, where this file's own code calls ``.item()`` each step.
 
 On CPU ``.item()`` is no sync and the trace has no device, so the finding path is tested on the
-same real trace with one kernel event added (the trace then reads as a GPU trace, and its
-``aten::item`` calls are the syncs they would be on CUDA)."""
+same real trace with one kernel event added and, inside each ``aten::_local_scalar_dense``, the
+blocking ``cudaStreamSynchronize`` that CUDA records there (the trace then reads as a GPU trace
+whose ``aten::item`` calls hold the syncs they would on CUDA)."""
 
 from __future__ import annotations
 
@@ -60,6 +61,19 @@ def _with_one_kernel(src: Path, dst: Path) -> Path:
     data = json.loads(src.read_text())
     host = [e for e in data["traceEvents"] if e.get("cat") == "cpu_op"]
     first = min(host, key=lambda e: e["ts"])
+    for k, e in enumerate(h for h in host if h["name"] == "aten::_local_scalar_dense"):
+        data["traceEvents"].append(
+            {
+                "ph": "X",
+                "cat": "cuda_runtime",
+                "name": "cudaStreamSynchronize",
+                "pid": e["pid"],
+                "tid": e["tid"],
+                "ts": e["ts"] + 0.1 * e["dur"],
+                "dur": 0.5 * e["dur"],
+                "args": {"cbid": 131, "correlation": 1000 + k},
+            }
+        )
     data["traceEvents"].append(
         {
             "ph": "X",
@@ -95,7 +109,7 @@ def test_sync_site_names_this_file_and_function(cpu_trace: Path) -> None:
     assert site.ops == ("aten::item",)
 
 
-def test_without_python_events_no_sites(cpu_trace: Path, tmp_path: Path) -> None:
+def test_without_python_events_sites_have_no_frame(cpu_trace: Path, tmp_path: Path) -> None:
     data = json.loads(cpu_trace.read_text())
     data["traceEvents"] = [e for e in data["traceEvents"] if e.get("cat") != "python_function"]
     bare = tmp_path / "bare.json"
@@ -104,7 +118,11 @@ def test_without_python_events_no_sites(cpu_trace: Path, tmp_path: Path) -> None
     items = table.name_ids(lambda s: s == "aten::item")
     idx = np.flatnonzero(items[table.name] & (table.kind == Kind.CPU_OP))
     assert idx.size == ITEMS_PER_STEP * STEPS
-    assert sync_sites(sync_calls(table, idx), STEPS) == []
+    # named by their operator alone: no frame, no line
+    sites = sync_sites(sync_calls(table, idx), STEPS)
+    assert [(s.op, s.hook, s.file, s.line, s.per_step) for s in sites] == [
+        ("aten::item", None, None, None, ITEMS_PER_STEP)
+    ]
 
 
 def test_host_sync_finding_names_the_line(cpu_trace: Path, tmp_path: Path) -> None:
@@ -120,6 +138,17 @@ def test_host_sync_finding_names_the_line(cpu_trace: Path, tmp_path: Path) -> No
     assert site["function"] == "read_loss_each_step"
     assert site["line"] == _LINE
     assert site["per_step"] == ITEMS_PER_STEP
+    assert site["op"] == "aten::item"
+    assert site["ops"] == ["cudaStreamSynchronize"]
+    # the same trace without the blocking calls: CPU-tensor .item() is no sync
+    data = json.loads(trace.read_text())
+    data["traceEvents"] = [e for e in data["traceEvents"] if e.get("cat") != "cuda_runtime"]
+    plain = tmp_path / "plain" / "epoch_0.json"
+    plain.parent.mkdir()
+    plain.write_text(json.dumps(data))
+    bare = analyze_path(plain)
+    assert bare.metrics.sync_calls_per_step == 0
+    assert "host_sync" not in {f.id for f in bare.findings}
 
 
 @pytest.mark.parametrize(
