@@ -29,8 +29,8 @@ def _prose(text: str) -> list[str]:
 
 def test_the_first_screen_has_the_two_commands_and_the_plain_script() -> None:
     head = "\n".join(README.read_text(encoding="utf-8").splitlines()[:FIRST_SCREEN])
-    assert "make demo" in head and "make test" in head
-    assert "L.Trainer(" in head and "PerformanceProfilerCallback()" in head
+    for needle in ("make demo", "make test", "L.Trainer(", "PerformanceProfilerCallback()"):
+        assert needle in head
     assert "ocr-perf report" in head
 
 
