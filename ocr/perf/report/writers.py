@@ -18,6 +18,7 @@ from rich.markup import escape
 from rich.table import Table as RichTable
 
 from ocr.perf.clock import PHASES
+from ocr.perf.findings import threshold
 from ocr.perf.report.build import Report
 from ocr.perf.report.document import Section, Table
 from ocr.perf.report.findings_section import (
@@ -26,10 +27,12 @@ from ocr.perf.report.findings_section import (
     evidence_text,
     headline,
     ranked,
+    recoverable_text,
     repeats,
     severity_legend,
     verdict_section,
 )
+from ocr.perf.report.gpu_wait import StageWait
 from ocr.perf.report.measured import measured_changes_section
 from ocr.perf.report.run_sections import (
     baseline_section,
@@ -97,7 +100,10 @@ def to_markdown(report: Report) -> str:
             findings = ranked(report)
             same = repeats(findings)
             for i, f in enumerate(findings):
-                head = f"{f.severity}, score {f.score:.1f}, cause {f.confidence}"
+                head = (
+                    f"{f.severity}, recoverable {recoverable_text(f)}, score {f.score:.1f}, "
+                    f"cause {f.confidence}"
+                )
                 lines.append(f"{i + 1}. **[{head}] {f.title}**  ")
                 lines.append(f"   Evidence: {evidence_text(f.evidence) or '-'}  ")
                 lines += [f"   Also: {c}  " for c in f.corroboration]
@@ -107,7 +113,7 @@ def to_markdown(report: Report) -> str:
                 lines += [f"   Try: {t}  " for t in tries[:-1]]
                 lines += [f"   Try: {t}" for t in tries[-1:]]
             legend = [f"- {item}" for item in severity_legend()]
-            lines += ["", "**Severity and score**", "", *legend, ""]
+            lines += ["", "**Order, severity and score**", "", *legend, ""]
         else:
             for t in sec.tables:
                 lines += _md_table(t)
@@ -238,6 +244,15 @@ def to_json(report: Report) -> dict[str, Any]:
     }
 
 
+def _waiting(wait: StageWait | None, phase: str) -> str:
+    """`` (<= 26 % waiting for the GPU)`` for a phase whose host time outran its CUDA-event
+    span by a material share of the stage (:mod:`ocr.perf.report.gpu_wait`), else ""."""
+    p = wait.phases.get(phase) if wait is not None else None
+    if wait is None or p is None or wait.pct(p.waiting_s) < threshold("gpu_wait_warn_pct"):
+        return ""
+    return f" (<= {wait.pct(p.waiting_s):.0f} % waiting for the GPU)"
+
+
 def print_summary(report: Report, console: Console, top: int = 3) -> None:
     """A few lines: where the time went per stage and the ``top`` findings with their change."""
     if report.stages:
@@ -246,11 +261,12 @@ def print_summary(report: Report, console: Console, top: int = 3) -> None:
             t.add_column(name, justify="left" if name in ("stage", "largest phases") else "right")
         for s in report.stages.values():
             biggest = sorted(PHASES, key=lambda p: -s.phases_s.get(p, 0.0))[:3]
+            wait = report.gpu_waits.get(s.stage)
             t.add_row(
                 s.label,
                 str(s.epochs),
                 f"{s.wall_s:,.2f}",
-                ", ".join(f"{p} {s.share(p):.0f} %" for p in biggest),
+                ", ".join(f"{p} {s.share(p):.0f} %{_waiting(wait, p)}" for p in biggest),
                 f"{s.samples_per_sec:,.1f}",
             )
         console.print(t)
@@ -261,8 +277,9 @@ def print_summary(report: Report, console: Console, top: int = 3) -> None:
     for i, f in enumerate(findings[:top]):
         style = _STYLE.get(f.severity, "")
         console.print(
-            f"{i + 1}. [{style}]{f.severity}[/{style}] (score {f.score:.1f}, cause "
-            f"{f.confidence}) {escape(f.title)}",
+            f"{i + 1}. [{style}]{f.severity}[/{style}] (recoverable "
+            f"{escape(recoverable_text(f))}, score {f.score:.1f}, cause {f.confidence}) "
+            f"{escape(f.title)}",
             highlight=False,
         )
         # prose lines are never folded (a log keeps each on one line)
