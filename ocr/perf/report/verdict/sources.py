@@ -96,21 +96,30 @@ def _cpu_saturated(
     proposed = [f for f in findings if any(c.family == "workers" for c in f.candidates)]
     cores = f" of {adv.cpu_count} cores" if adv.cpu_count else ""
     if no_workers or proposed:
-        mine = f" (the training process: {own:.0f} % of a core{cores})" if own is not None else ""
+        mine = (own or 0.0) + (workers_cpu or 0.0)  # % of one core
+        used = cpu * (adv.cpu_count or 0)
+        if own is not None and used and mine < 0.5 * used:
+            who = (
+                f"other processes use most of it (this run: {mine:.0f} % of a core{cores}), "
+                "taking cores from this run whatever its settings"
+            )
+        elif own is not None:
+            who = f"much of it is the training process's own threads ({own:.0f} % of a core{cores})"
+        else:
+            who = "the CPU is busy"
         suggestion = (
-            f"the busy CPU is largely the training process's own threads{mine}: "
+            who
             + (
-                "with num_workers=0 it loads each batch itself between steps, and its compute "
-                "threads spin while they wait, so DataLoader workers would load in parallel "
-                "rather than compete for busy cores"
+                "; with num_workers=0 the training process loads each batch itself between "
+                "steps, so DataLoader workers would load in parallel with its compute"
                 if no_workers
-                else "DataLoader workers share the cores with its compute threads"
+                else "; DataLoader workers share the cores with its compute threads"
             )
             + (
-                f"; the workers change of {proposed[0].id.replace('_', '-')} is the one to "
+                f": the workers change of {proposed[0].id.replace('_', '-')} is the one to "
                 "measure (ocr-perf try), balancing workers against torch.set_num_threads."
                 if proposed
-                else "; balance workers against torch.set_num_threads."
+                else ": balance workers against torch.set_num_threads."
             )
         )
     else:

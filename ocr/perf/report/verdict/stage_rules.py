@@ -292,7 +292,7 @@ def compute_bound(s: StageSummary, run: RunData, adv: Settings, total_s: float) 
         return None
     ms_per_batch = 1000.0 * secs / max(s.num_batches, 1)
     rate = s.samples_per_sec
-    canvas = adv.name(adv.key("canvas_size"), "the input size")
+    canvas = adv.name(adv.key("canvas_size"), "input")
     batch = adv.name(adv.key("batch_size", stage=s.stage), "the batch size", s.batch_size)
     widths = adv.key("widths", parent="backbone")
     smaller_model = f"a narrower backbone ({adv.name(widths, '')})" if widths else "a smaller model"
