@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from ocr.perf.cli import main as perf_main
-from ocr.perf.report import build_report
+from ocr.perf.report import build_report, to_markdown
 from ocr.perf.report.findings_section import headline
 
 
@@ -42,6 +42,8 @@ def test_h200_run_is_sync_bound_with_the_gpu_idle_not_compute_bound(
     assert "GradScaler" in sentence
     assert " ".join(printed.split()).startswith("Where the time went")
     assert "optimizer 41 % (<= 26 % waiting for the GPU)" in " ".join(printed.split())
+    # the phase table says how much of the optimizer's share is waiting for the GPU
+    assert "| optimizer | 15.370 s (41.2 %; <= 26 % waiting for the GPU) |" in to_markdown(report)
     first = report.findings[0]
     assert first.id == "gpu_underused"
     assert first.evidence["gpu_busy_pct"] == pytest.approx(59.7)

@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from ocr.perf.findings import threshold
 from ocr.perf.records import EpochRecord
 from ocr.perf.stage import STAGE_ORDER, Stage
 
@@ -77,6 +78,15 @@ class StageWait:
 
     def ms_per_batch(self, seconds: float) -> float:
         return 1000.0 * seconds / max(self.num_batches, 1)
+
+    def note(self, phase: str) -> str:
+        """``<= 26 % waiting for the GPU`` for a phase whose waiting reaches
+        ``gpu_wait_warn_pct`` of the stage (what the phase tables add to its share), else ""."""
+        p = self.phases.get(phase)
+        pct = self.pct(p.waiting_s) if p is not None else 0.0
+        return (
+            f"<= {pct:.0f} % waiting for the GPU" if pct >= threshold("gpu_wait_warn_pct") else ""
+        )
 
 
 def _events(record: EpochRecord) -> dict[str, float] | None:

@@ -28,10 +28,14 @@ def phases_section(report: Report) -> Section:
         return sec
     stages = list(report.stages.values())
     extra = (PROFILER_PHASE,) if any(PROFILER_PHASE in s.phases_s for s in stages) else ()
-    rows = [
-        [phase] + [f"{s.phases_s.get(phase, 0.0):,.3f} s ({s.share(phase):.1f} %)" for s in stages]
-        for phase in (*PHASES, *extra)
-    ]
+    waits = report.gpu_waits
+
+    def shown(s: StageSummary, phase: str) -> str:
+        note = waits[s.stage].note(phase) if s.stage in waits else ""
+        share = f"{s.share(phase):.1f} %" + (f"; {note}" if note else "")
+        return f"{s.phases_s.get(phase, 0.0):,.3f} s ({share})"
+
+    rows = [[phase] + [shown(s, phase) for s in stages] for phase in (*PHASES, *extra)]
     rows.append(["wall"] + [f"{s.wall_s:,.3f} s" for s in stages])
     sec.tables.append(
         Table(

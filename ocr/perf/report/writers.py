@@ -18,7 +18,6 @@ from rich.markup import escape
 from rich.table import Table as RichTable
 
 from ocr.perf.clock import PHASES
-from ocr.perf.findings import threshold
 from ocr.perf.report.build import Report
 from ocr.perf.report.document import Section, Table
 from ocr.perf.report.findings_section import (
@@ -244,13 +243,9 @@ def to_json(report: Report) -> dict[str, Any]:
     }
 
 
-def _waiting(wait: StageWait | None, phase: str) -> str:
-    """`` (<= 26 % waiting for the GPU)`` for a phase whose host time outran its CUDA-event
-    span by a material share of the stage (:mod:`ocr.perf.report.gpu_wait`), else ""."""
-    p = wait.phases.get(phase) if wait is not None else None
-    if wait is None or p is None or wait.pct(p.waiting_s) < threshold("gpu_wait_warn_pct"):
-        return ""
-    return f" (<= {wait.pct(p.waiting_s):.0f} % waiting for the GPU)"
+def _note(wait: StageWait | None, phase: str) -> str:
+    note = wait.note(phase) if wait is not None else ""
+    return f" ({note})" if note else ""
 
 
 def print_summary(report: Report, console: Console, top: int = 3) -> None:
@@ -266,7 +261,7 @@ def print_summary(report: Report, console: Console, top: int = 3) -> None:
                 s.label,
                 str(s.epochs),
                 f"{s.wall_s:,.2f}",
-                ", ".join(f"{p} {s.share(p):.0f} %{_waiting(wait, p)}" for p in biggest),
+                ", ".join(f"{p} {s.share(p):.0f} %{_note(wait, p)}" for p in biggest),
                 f"{s.samples_per_sec:,.1f}",
             )
         console.print(t)
