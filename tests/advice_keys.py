@@ -50,7 +50,11 @@ def absent_keys(findings: list[Finding], config: dict[str, Any] | None) -> list[
         for c in f.candidates:
             if c.override is not None:
                 key = c.override.split("=", 1)[0]
-                if not has_key(config, key):
+                if key.startswith("+"):  # Hydra adds the key: its node exists, the key does not
+                    node = key[1:].rpartition(".")[0]
+                    if not has_key(config, node) or has_key(config, key[1:]):
+                        bad.append(f"{f.id}: override {c.override}")
+                elif not has_key(config, key):
                     bad.append(f"{f.id}: override {c.override}")
     return bad
 

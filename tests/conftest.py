@@ -41,3 +41,10 @@ def receipts_dir() -> Path:
 def traces_dir() -> Path:
     """``../shared/fixtures/traces`` (real GPU profiler traces)."""
     return _shared("traces")
+
+
+@pytest.fixture
+def h200_train_run() -> Path:
+    """``../shared/gpu/h200-2026-11-26/runs/train``: the run folder of the first real GPU run
+    (``perf/*.jsonl``, ``.hydra/``; no trace file). Read-only: copy it before writing into it."""
+    return _shared("../gpu/h200-2026-11-26/runs/train")

@@ -10,8 +10,13 @@ all, e.g. a LightningModule trained from a plain script) gives a plain-language 
 
 Values come from the run's evidence: workers from the worker seconds per batch against the main
 loop's (capped at the host's cores), compute threads from the host's cores, precision from
-the device (``16-mixed`` on GPU, ``bf16-mixed`` on CPU only when ``perf/run.json`` records that
-the CPU supports bf16).
+the device (``bf16-mixed`` on a GPU with bf16, else ``16-mixed``; ``bf16-mixed`` on CPU only when
+``perf/run.json`` records that the CPU supports bf16).
+
+One change adds a key rather than setting one: a fused optimizer step. ``fused`` is an argument
+of ``torch.optim.Adam`` / ``AdamW`` / ``SGD`` that Hydra configs rarely spell out, so on a config
+whose optimizer node has ``_target_: torch.optim.AdamW`` (and no ``fused``) the override is
+``+model.optimizer.fused=true``: Hydra's ``+`` adds a key to a node the config has.
 """
 
 from __future__ import annotations
@@ -63,6 +68,8 @@ class RunFacts:
         persistent_workers, pin_memory, prefetch_factor: the live DataLoader's settings
             (recorded per epoch), ``None`` unknown: never proposed when already set.
         precision: the Trainer's precision as the run used it (``run.json``), ``None`` unknown.
+        cuda_bf16: the run's GPU computes bf16 natively (recorded or inferred from its name),
+            ``None`` unknown.
     """
 
     config: dict[str, Any] | None
@@ -80,6 +87,7 @@ class RunFacts:
     pin_memory: bool | None = None
     prefetch_factor: int | None = None
     precision: str | None = None
+    cuda_bf16: bool | None = None
 
 
 def workers_wait(busy: float | None) -> bool:
@@ -362,7 +370,7 @@ def _batch_size(f: RunFacts) -> Candidate | None:
 
 def _precision(f: RunFacts) -> Candidate | None:
     if f.device == "cuda":
-        want = "16-mixed"
+        want = "bf16-mixed" if f.cuda_bf16 else "16-mixed"
     elif f.cpu_bf16:
         want = "bf16-mixed"
     else:
@@ -377,6 +385,89 @@ def _precision(f: RunFacts) -> Candidate | None:
         f"mixed precision: {{key}}{{now}} -> {want} (numerics change: check the metric)",
         f"mixed precision: the Trainer's precision {want} (numerics change: check the metric)",
         alters=True,
+    )
+
+
+def _bf16(f: RunFacts) -> Candidate | None:
+    """16-mixed's GradScaler syncs every step; bf16-mixed needs no scaler (GPUs with bf16)."""
+    if f.device != "cuda" or f.cuda_bf16 is False:
+        return None
+    key = find_key(f.config, ("precision",), prefer=("trainer",))
+    if f.precision == "bf16-mixed" or (key is not None and str(key.value) == "bf16-mixed"):
+        return None
+    return _candidate(
+        "precision",
+        key,
+        "bf16-mixed",
+        "bf16-mixed instead of float16 with a GradScaler (no per-step inf check): {key}{now} -> "
+        "bf16-mixed (numerics change: check the metric)",
+        "bf16-mixed instead of float16 with a GradScaler (no per-step inf check): the Trainer's "
+        "precision bf16-mixed (numerics change: check the metric)",
+        alters=True,
+    )
+
+
+#: Optimizers whose constructor takes ``fused=True`` (torch >= 2.4 on CUDA and CPU).
+FUSED_OPTIMIZERS = ("Adam", "AdamW", "SGD")
+
+
+@dataclass(frozen=True)
+class OptimizerNode:
+    """The config node that builds the optimizer: its dotted ``path``, the class name of its
+    ``_target_`` and its ``fused`` value (``None`` when the key is absent)."""
+
+    path: str
+    name: str
+    fused: Any
+    has_fused_key: bool
+
+
+def optimizer_node(config: Mapping[str, object] | None) -> OptimizerNode | None:
+    """The node whose ``_target_`` is a ``torch.optim`` optimizer class (the shortest path when
+    several are), or ``None``; Hydra's own section is skipped."""
+    found: list[tuple[int, str, str, Mapping[str, Any]]] = []
+    for path, value in _walk(config or {}):
+        if path[0] == "hydra" or not isinstance(value, Mapping):
+            continue
+        target = value.get("_target_")
+        if (
+            isinstance(target, str)
+            and target.startswith("torch.optim.")
+            and "lr_scheduler" not in target
+        ):
+            found.append((len(path), ".".join(path), target.rsplit(".", 1)[-1], value))
+    if not found:
+        return None
+    _, dotted, name, node = min(found, key=lambda t: (t[0], t[1]))
+    return OptimizerNode(dotted, name, node.get("fused"), "fused" in node)
+
+
+def _fused(f: RunFacts) -> Candidate | None:
+    """A fused optimizer step: one kernel for all parameters instead of a host loop over them
+    (and, with a GradScaler, the inf check stays on the device)."""
+    node = optimizer_node(f.config)
+    if node is None:
+        # no config node (a plain script): the runtime knob rebuilds what configure_optimizers
+        # returns, when it is Adam, AdamW or SGD
+        return Candidate(
+            "fused_optimizer",
+            "a fused optimizer step (Adam / AdamW / SGD with fused=True in configure_optimizers: "
+            "one kernel for all parameters, no per-parameter host loop)",
+            None,
+            knob=family_knob("fused_optimizer", True),
+        )
+    if node.name not in FUSED_OPTIMIZERS or node.fused is True:
+        return None
+    what = (
+        f"a fused optimizer step (torch.optim.{node.name} with fused=True: one kernel for all "
+        "parameters, no per-parameter host loop)"
+    )
+    if node.has_fused_key:
+        return Candidate(
+            "fused_optimizer", f"{what}: `{node.path}.fused` -> true", f"{node.path}.fused=true"
+        )
+    return Candidate(
+        "fused_optimizer", f"{what}, added to `{node.path}`", f"+{node.path}.fused=true"
     )
 
 
@@ -431,9 +522,10 @@ def _postprocess(f: RunFacts) -> list[Candidate]:
 def candidates_for(cause: str, facts: RunFacts, *, part: str | None = None) -> list[Candidate]:
     """Changes to try for ``cause`` (a finding id: ``input_bound``, ``compute_bound``,
     ``slow_postprocess``, ``unattributed``, ``gpu_underused``, ``launch_overhead``,
-    ``dispatch_overhead``, ``data_loading``, ``worker_memory``), most promising first; ``part``
-    is the worker part that explains an input-bound stage (``targets`` puts the target cache
-    first).
+    ``dispatch_overhead``, ``data_loading``, ``worker_memory``, ``fp16_scaler``,
+    ``optimizer_host_bound``, ``layout_conversion``; ``host_sync`` has none: its change is in
+    the code that reads the tensor, named in words), most promising first; ``part`` is the
+    worker part that explains an input-bound stage (``targets`` puts the target cache first).
     Compute changes come only when ``facts.compute_headroom`` is not ``False``."""
     found: list[Candidate | None] = []
     compute_ok = facts.compute_headroom is not False
@@ -459,6 +551,13 @@ def candidates_for(cause: str, facts: RunFacts, *, part: str | None = None) -> l
         found.append(_persistent(facts, planned=False))
     elif cause == "gpu_underused":
         found += [_workers(facts), _pin_memory(facts), _batch_size(facts)]
+    elif cause == "fp16_scaler":
+        # bf16 drops the scaler; a fused optimizer keeps the inf check on the device
+        found += [_bf16(facts), _fused(facts)]
+    elif cause == "optimizer_host_bound":
+        found.append(_fused(facts))
+    elif cause == "layout_conversion":
+        found.append(_channels_last(facts))
     elif cause in ("launch_overhead", "dispatch_overhead") and compute_ok:
         found += [_compile(facts), _channels_last(facts)]
         if facts.device == "cpu":

@@ -15,14 +15,17 @@ class Candidate:
     Args:
         family: what kind of change: ``workers``, ``prefetch``, ``persistent_workers``,
             ``pin_memory``, ``polygon_cache``, ``threads``, ``channels_last``, ``compile``,
-            ``batch_size``, ``precision``, ``cudnn_benchmark``, ``postprocess`` or ``other``.
+            ``batch_size``, ``precision``, ``cudnn_benchmark``, ``fused_optimizer``,
+            ``postprocess`` or ``other``.
         alters_computation: the change alters what is computed (canvas size, batch size,
             precision, postprocess limits), so a speed-up alone does not make it safe.
         eval_time: the change only affects evaluation outputs (postprocess limits); it must be
             checked on the run's checkpoint, not only timed.
-        override: a Hydra override whose key exists in the run's resolved configuration;
-            ``None`` for a run not configured by a Hydra app or a change with no key in its
-            config (then ``description`` says it in plain language).
+        override: a Hydra override whose key exists in the run's resolved configuration, or
+            ``+path=value`` adding a constructor argument to a node the configuration has (a
+            ``torch.optim`` optimizer's ``fused``); ``None`` for a run not configured by a Hydra
+            app or a change with no key in its config (then ``description`` says it in plain
+            language).
         knob: the runtime knob (:mod:`ocr.perf.knobs`) that makes the change without a config
             key (``override`` is ``None`` then), or ``None``.
     """

@@ -10,14 +10,21 @@ time and there is a change to try; ``info``: worth knowing, no single change is 
 Confidence (:data:`CONFIDENCES`) is about the finding's *cause*, not its advice, which stays a
 hypothesis until ``ocr-perf try`` measures it.
 
-Score: one unit for every finding, **the share of wall time (%) its cause costs**, which is what
-removing the cause could save at most, so findings of any source rank on one scale (highest
-first). A rule scores the share of the wall time it looked at: a stage's epochs (the verdict) or
-the profiled steps (the trace rules); the verdict turns a share of a stage into a share of the
-run with :func:`share_of_run`. A risk (a run that may die) has no time share; a dead run loses
-all of it, so a risk scores by :func:`risk_score`. A finding about the measurement itself (trace
-and clock disagree) scores 0: nothing to save. Severity comes from :data:`THRESHOLDS` too, never
-from the score.
+Score: one unit for every finding, **the share of wall time (%) its cause costs**. A rule scores
+the share of the wall time it looked at: a stage's epochs (the verdict) or the profiled steps (the
+trace rules); the verdict turns a share of a stage into a share of the run with
+:func:`share_of_run`. A risk (a run that may die) has no time share; a dead run loses all of it,
+so a risk scores by :func:`risk_score`. A finding about the measurement itself (trace and clock
+disagree) scores 0. Severity comes from :data:`THRESHOLDS` too, never from the score.
+
+Recoverable: what the finding's change could win back, ``recoverable_pct`` (% of the run's wall
+time) with where the figure comes from (:data:`RECOVERABLE`): ``measured`` by ``ocr-perf try``,
+a ``bound`` (the time that overlapping or removing the cause could save at most: the data wait
+with idle cores, the optimizer's host loop with the GPU idle, a blocked wait, the cause's share),
+a ``risk`` (the run may die: its risk score), or ``unknown`` (a cause that costs time but no
+figure says how much of it a change recovers: compute-bound with unknown headroom). The verdict
+ranks by it (:func:`rank_key`), not by the score: the first finding names the cause whose fix
+could recover the most time.
 
 Thresholds. Each entry of :data:`THRESHOLDS` has a post-hoc ``value`` (the verdict and the trace
 rules judge a whole stage or a profiled window after the fact) and, where a live alert needs a
@@ -43,6 +50,18 @@ CONFIDENCES: dict[str, str] = {
     "measured": "the cause's seconds (bytes, counts) were measured on this run",
     "likely": "inferred from a correlated signal (resource samples, an alert, op-count heuristics)",
     "guess": "a rule of thumb that nothing in this run measured",
+}
+
+
+#: Where a finding's ``recoverable_pct`` comes from (see the module doc), in ranking order.
+RECOVERABLE: dict[str, str] = {
+    "risk": "the run may die or give garbage: a critical risk could lose all of its time",
+    "measured": "ocr-perf try measured the change's speed-up on this run",
+    "bound": (
+        "the most the change could save: the time that overlapping or removing the cause "
+        "frees (an upper bound, not a promise)"
+    ),
+    "unknown": "the cause costs time, but nothing here bounds what a change would recover",
 }
 
 
@@ -249,6 +268,25 @@ THRESHOLDS: dict[str, Threshold] = {
     "layout_conversion_pct": Threshold(
         5.0, "%", "NCHW <-> NHWC conversion kernels in % of the device time (not of the step)"
     ),
+    # -- the verdict on a GPU (live clock with CUDA events, GPU busy share; issue 31) ---------
+    "gpu_compute_busy_pct": Threshold(
+        85.0,
+        "%",
+        "GPU busy share (trace, else NVML utilisation) from which a CUDA stage whose compute "
+        "phases dominate is GPU-compute-bound; below it the GPU idles and the cause is elsewhere",
+    ),
+    "gpu_wait_warn_pct": Threshold(
+        10.0,
+        "%",
+        "host time a phase spends beyond its CUDA-event span (waiting for the GPU's backlog), "
+        "in % of the stage, from which the wait is named",
+    ),
+    "optimizer_host_over_gpu_x": Threshold(
+        2.0,
+        "x",
+        "optimizer phase host time over its CUDA-event span (live clock) from which a non-fused "
+        "optimizer's host loop is named",
+    ),
 }
 
 
@@ -310,6 +348,9 @@ class Finding:
         confidence: ``measured``, ``likely`` or ``guess`` (:data:`CONFIDENCES`).
         corroboration: other sources that saw the same cause (an alert, a trace).
         candidates: machine-applicable changes to measure (``ocr-perf try``), best first.
+        recoverable_pct: what the change could win back, % of the run's wall time (``None``:
+            unknown); the verdict fills it for rules that leave it (see the module doc).
+        recoverable_from: ``measured``, ``bound``, ``risk`` or ``unknown`` (:data:`RECOVERABLE`).
     """
 
     id: str
@@ -324,6 +365,8 @@ class Finding:
     confidence: str = "measured"
     corroboration: list[str] = field(default_factory=list)
     candidates: list[Candidate] = field(default_factory=list)
+    recoverable_pct: float | None = None
+    recoverable_from: str = "unknown"
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready form (candidates as objects)."""
@@ -349,4 +392,25 @@ class Finding:
             raise ValueError(f"{where}: {exc}") from None
         if found.severity not in SEVERITY_ORDER:
             raise ValueError(f"{where}: severity must be one of {list(SEVERITY_ORDER)}")
+        if found.recoverable_from not in RECOVERABLE:
+            raise ValueError(f"{where}: recoverable_from must be one of {list(RECOVERABLE)}")
         return found
+
+
+def rank_key(f: Finding) -> tuple[int, float, int, str, str]:
+    """Sort key of the verdict (first = the change that could recover the most): a critical
+    risk, then measured gains, then bounds (and risk warnings) by size, then causes of unknown
+    headroom by their score; a finding with nothing to recover (0) last. Within a tier the
+    larger figure first, then severity, then id."""
+    value = f.recoverable_pct
+    if f.recoverable_from == "risk" and f.severity == "critical":
+        tier, size = 0, value or f.score
+    elif f.recoverable_from == "unknown" or value is None:
+        tier, size = 3, f.score
+    elif value <= 0:
+        tier, size = 4, f.score
+    elif f.recoverable_from == "measured":
+        tier, size = 1, value
+    else:  # bound, risk warning
+        tier, size = 2, value
+    return tier, -size, SEVERITY_ORDER.get(f.severity, 3), f.id, f.stage or ""

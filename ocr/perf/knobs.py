@@ -58,7 +58,8 @@ class KnobSpec:
             ``torch.compile`` backend name).
         family: the candidate family it belongs to (:class:`ocr.perf.candidates.Candidate`).
         target: what it changes: ``torch`` (process-wide settings), ``model`` (the
-            LightningModule), ``loader`` (the training DataLoader) or ``trainer``.
+            LightningModule), ``optimizer`` (what its ``configure_optimizers`` returns),
+            ``loader`` (the training DataLoader) or ``trainer``.
         meaning: what it does, for ``--help`` and the README.
         code: the change in one's own code, ``{value}`` being the value as a Python literal;
             for ``loader`` knobs the keyword argument of ``DataLoader(...)``.
@@ -172,6 +173,15 @@ KNOBS: dict[str, KnobSpec] = {
             "torch.compile the LightningModule's forward (true: torch's default backend, or a "
             "backend name); only calls through self(...) / forward are compiled",
             "model = torch.compile(model{backend})  # before trainer.fit",
+        ),
+        KnobSpec(
+            "optimizer.fused",
+            "bool",
+            "fused_optimizer",
+            "optimizer",
+            "the Adam / AdamW / SGD that configure_optimizers returns steps fused (one kernel for "
+            "all parameters, no per-parameter host loop; torch >= 2.4, CUDA or CPU)",
+            "torch.optim.AdamW(..., fused={value})  # in configure_optimizers (Adam, SGD alike)",
         ),
         KnobSpec(
             "dataloader.num_workers",

@@ -152,6 +152,8 @@ class RunRecord(Record, tag="receipt-ocr/run", kw_only=True, frozen=True):
     numpy_version: str | None = None
     torch_threads: int | None = None
     cuda_devices: list[str] = []
+    # each CUDA device's compute capability, "major.minor" (bf16 from 8.0); absent in old runs
+    cuda_capability: list[str] = []
     world_size: int | None = None
     device: str | None = None
     precision: str | None = None  # the Trainer's, as it ran (e.g. "bf16-mixed")

@@ -113,6 +113,12 @@ def run_info() -> RunRecord:
         cuda_devices=[torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
         if cuda and torch is not None
         else [],
+        cuda_capability=[
+            "{}.{}".format(*torch.cuda.get_device_capability(i))
+            for i in range(torch.cuda.device_count())
+        ]
+        if cuda and torch is not None
+        else [],
         torch_version=version("torch"),
         lightning_version=version("lightning"),
         numpy_version=version("numpy"),

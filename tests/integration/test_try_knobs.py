@@ -65,6 +65,7 @@ class Seen(L.LightningModule):
                 "threads": torch.get_num_threads(),
                 "matmul": torch.get_float32_matmul_precision(),
                 "cudnn_benchmark": torch.backends.cudnn.benchmark,
+                "optimizers": self.trainer.optimizers,
             }
         return (self(x) - y.squeeze(1)).pow(2).mean()
 
@@ -88,11 +89,12 @@ def _fit(
     monkeypatch: pytest.MonkeyPatch,
     knobs: str,
     loader: DataLoader[Any] | None = None,
+    module: Seen | None = None,
 ) -> tuple[Seen, list[KnobRecord]]:
     trial = tmp_path / "trial"
     parsed = tuple(Knob.parse(k) for k in knobs.split())
     monkeypatch.setenv(ENV_VAR, TryWindow(0, 2, trial, knobs=parsed).to_env())
-    module = Seen()
+    module = module if module is not None else Seen()
     trainer = L.Trainer(
         max_epochs=1,
         default_root_dir=tmp_path / "root",
@@ -222,3 +224,56 @@ def test_16_mixed_on_cpu_is_not_applicable_and_says_why(
     (record,) = read_records(KnobRecord.path(tmp_path / "trial"), KnobRecord)
     assert record.status == "not applicable"
     assert "bf16-mixed" in record.note
+
+
+class AdamWithSchedule(Seen):
+    """configure_optimizers returns AdamW with a scheduler built on it (Lightning's dict form)."""
+
+    def configure_optimizers(self) -> Any:
+        optimizer = torch.optim.AdamW(self.parameters(), lr=0.01)
+        self.scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1)
+        return {"optimizer": optimizer, "lr_scheduler": self.scheduler}
+
+
+class Rprop(Seen):
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.Rprop(self.parameters())
+
+
+def test_fused_optimizer_steps_fused_and_keeps_its_scheduler(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    module, records = _fit(
+        tmp_path, monkeypatch, "knob:optimizer.fused=true", module=AdamWithSchedule()
+    )
+    (optimizer,) = module.seen["optimizers"]
+    assert isinstance(optimizer, torch.optim.AdamW)
+    assert all(group["fused"] is True and not group["foreach"] for group in optimizer.param_groups)
+    assert module.scheduler.optimizer is optimizer  # patched in place: the scheduler still steps it
+    state = optimizer.state[module.conv.weight]
+    assert int(state["step"]) == module.trainer.global_step > 0  # it stepped, fused
+    assert [(r.knob, r.status) for r in records] == [("optimizer.fused=true", "applied")]
+    assert "AdamW fused" in records[0].note
+
+
+def test_fused_sgd_gives_the_same_update_as_the_plain_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    torch.manual_seed(0)
+    plain, _ = _fit(tmp_path / "plain", monkeypatch, "")
+    torch.manual_seed(0)
+    fused, records = _fit(tmp_path / "fused", monkeypatch, "knob:optimizer.fused=true")
+    assert fused.seen["optimizers"][0].param_groups[0]["fused"] is True
+    assert records[0].status == "applied"
+    # SGD without momentum: the fused kernel computes the same update
+    assert torch.allclose(plain.conv.weight, fused.conv.weight, atol=1e-6)
+
+
+def test_fused_optimizer_of_another_class_is_not_applicable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with pytest.raises(KnobNotApplicable, match="Rprop"):
+        _fit(tmp_path, monkeypatch, "knob:optimizer.fused=true", module=Rprop())
+    (record,) = read_records(KnobRecord.path(tmp_path / "trial"), KnobRecord)
+    assert record.status == "not applicable"
+    assert "only Adam, AdamW and SGD fuse" in record.note

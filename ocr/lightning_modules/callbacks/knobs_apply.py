@@ -6,6 +6,14 @@ configure, at ``setup``, through public APIs:
   constructor, before any hook: setting it here sticks).
 - ``model``: ``LightningModule.to(memory_format=torch.channels_last)``; ``torch.compile`` of the
   module's ``forward`` (what Lightning does with a module passed as ``torch.compile(model)``).
+- ``optimizer.fused``: the module's ``configure_optimizers`` wrapped (an instance attribute,
+  which Lightning's hook call finds first) so that each ``torch.optim.Adam`` / ``AdamW`` / ``SGD``
+  it returns steps fused: set on the optimizer object itself, before its first step (its state
+  is empty), as its constructor does with ``fused=True``, so learning-rate schedulers built on
+  it keep their reference. Lightning calls the hook in ``Strategy.setup``, after this ``setup``
+  and after moving the module to its device; an optimizer that cannot be fused (another class,
+  ``differentiable``, parameters on a device or of a dtype the fused kernels do not take) ends
+  the trial there.
 - ``trainer.precision``: the strategy's ``precision_plugin`` (a public property) replaced by
   Lightning's own ``Precision`` / ``MixedPrecision``. ``setup`` runs before ``Strategy.setup``
   connects the plugin to the model and optimizers, so the Trainer can still take it; only where
@@ -102,6 +110,78 @@ def _model_knob(module: L.LightningModule, knob: Knob) -> str:
     # an instance attribute: nn.Module keeps plain callables in __dict__, and self(...) calls it
     module.forward = torch.compile(module.forward, backend=backend)  # type: ignore[method-assign]
     return f"{type(module).__name__}.forward compiled (backend {backend})"
+
+
+def _fuse(optimizer: torch.optim.Optimizer) -> str:
+    """Make ``optimizer`` (Adam, AdamW or SGD, not stepped yet) step fused, as its constructor
+    does for ``fused=True``; :class:`_Refused` with why it cannot be."""
+    try:  # torch's own list (private; CUDA and CPU have fused kernels since torch 2.4)
+        from torch.optim.optimizer import _get_fused_kernels_supported_devices
+
+        devices = set(_get_fused_kernels_supported_devices())
+    except ImportError:
+        devices = {"cuda", "cpu"}
+    name = type(optimizer).__name__
+    if type(optimizer) not in (torch.optim.Adam, torch.optim.AdamW, torch.optim.SGD):
+        raise _Refused(f"configure_optimizers returned {name}: only Adam, AdamW and SGD fuse")
+    if optimizer.state:
+        raise _Refused(f"{name} has stepped already; fused must be set before its first step")
+    for group in optimizer.param_groups:
+        if group.get("differentiable"):
+            raise _Refused(f"{name} is differentiable=True, which fused does not support")
+        for p in group["params"]:
+            if p.device.type not in devices or not torch.is_floating_point(p):
+                raise _Refused(
+                    f"{name} has a {p.dtype} parameter on {p.device}; fused kernels take "
+                    f"floating-point parameters on {', '.join(sorted(devices))}"
+                )
+    if all(group.get("fused") for group in optimizer.param_groups):
+        return f"{name} (already fused)"
+    for group in [*optimizer.param_groups, optimizer.defaults]:
+        group["fused"] = True
+        group["foreach"] = False  # fused and foreach exclude each other
+    # what the constructor sets for fused=True: GradScaler hands it the scale and found_inf
+    # instead of reading found_inf on the host; SGD checks devices at its first step
+    optimizer._step_supports_amp_scaling = True  # type: ignore[attr-defined]
+    if isinstance(optimizer, torch.optim.SGD):
+        optimizer._need_device_dtype_check_for_fused = True
+    return f"{name} fused ({len(optimizer.param_groups)} parameter groups)"
+
+
+def _optimizers_in(returned: object) -> list[torch.optim.Optimizer]:
+    """The optimizers in what ``configure_optimizers`` may return (an optimizer, a list or tuple
+    of them, dicts with an ``optimizer`` key, or lists of those next to schedulers)."""
+    if isinstance(returned, torch.optim.Optimizer):
+        return [returned]
+    if isinstance(returned, dict):
+        return _optimizers_in(returned.get("optimizer"))
+    if isinstance(returned, list | tuple):
+        return [o for item in returned for o in _optimizers_in(item)]
+    return []
+
+
+def _optimizer_knob(module: L.LightningModule, knob: Knob, log: _Log) -> None:
+    """Wrap ``module.configure_optimizers`` so that its optimizers step fused (``knob.value``
+    true); the fate is logged when Lightning calls it."""
+    if knob.value is not True:
+        log.write(knob, "applied", "optimizers left as configure_optimizers builds them")
+        return
+    original = module.configure_optimizers
+
+    def configure_optimizers() -> object:
+        returned = original()
+        found = _optimizers_in(returned)
+        if not found:
+            raise log.refuse([knob], "configure_optimizers returned no optimizer")
+        try:
+            notes = [_fuse(o) for o in found]
+        except _Refused as exc:
+            raise log.refuse([knob], str(exc)) from exc
+        log.write(knob, "applied", "; ".join(notes))
+        return returned
+
+    # an instance attribute: Lightning's hook call reads the attribute of the module
+    module.configure_optimizers = configure_optimizers  # type: ignore[method-assign,assignment]
 
 
 def _precision_knob(trainer: L.Trainer, knob: Knob) -> str:
@@ -213,6 +293,9 @@ def apply_knobs(trainer: L.Trainer, knobs: Sequence[Knob], perf_dir: Path) -> No
                 note = _model_knob(trainer.lightning_module, knob)
             elif knob.spec.target == "trainer":
                 note = _precision_knob(trainer, knob)
+            elif knob.spec.target == "optimizer":
+                _optimizer_knob(trainer.lightning_module, knob, log)
+                continue  # logged when Lightning builds the optimizers
             else:
                 continue
         except _Refused as exc:

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ocr.errors import InputError
 from ocr.perf.findings import Finding
 from ocr.perf.gate import GateOutcome
+from ocr.perf.report.gpu_wait import StageWait, gpu_waits
 from ocr.perf.report.load import TRACE_DIRNAME, ReportInputError, RunData, config_value, load_run
 from ocr.perf.report.profiled import move_profiler_overhead
 from ocr.perf.report.run_name import RunName, run_name
@@ -29,7 +30,8 @@ _TRACE_TOP_K = 15
 class Report:
     """Everything the page, the Markdown and the terminal summary show.
 
-    ``findings`` are ranked (first = the change most likely to help); ``trace`` has its top ops
+    ``findings`` are ranked (first = the change that could recover the most); ``gpu_waits``
+    splits each CUDA stage's phases into own work and waiting for the GPU; ``trace`` has its top ops
     cut to what the report shows and paths relative to the run; each ``*_note`` says why its
     section has nothing; ``baseline_name`` is the file's name without its folder (so copies
     compare equal).
@@ -44,6 +46,7 @@ class Report:
     baseline: GateOutcome | None = None
     baseline_name: str | None = None
     baseline_note: str | None = None
+    gpu_waits: dict[Stage, StageWait] = field(default_factory=dict)
 
 
 def _relative(text: str, root: Path) -> str:
@@ -136,4 +139,5 @@ def build_report(
         baseline=result,
         baseline_name=name,
         baseline_note=note,
+        gpu_waits=gpu_waits(run.epochs),
     )

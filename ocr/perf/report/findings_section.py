@@ -1,5 +1,6 @@
-"""The verdict section: the findings ranked by score, their evidence and candidate changes, and
-the legend of what the severities and the score mean."""
+"""The verdict section: the findings ranked by what their change could recover, their evidence
+and candidate changes, and the legend of what the severities, the score and the recoverable
+figure mean."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import re
 from typing import Any
 
 from ocr.perf.candidates import Candidate
-from ocr.perf.findings import CONFIDENCES, Finding, threshold
+from ocr.perf.findings import CONFIDENCES, RECOVERABLE, Finding, rank_key, threshold
 from ocr.perf.report.build import Report
 from ocr.perf.report.document import Section, Table, cell
 from ocr.perf.report.measured import best_measured
@@ -51,26 +52,66 @@ def evidence_text(evidence: dict[str, Any]) -> str:
 
 
 def ranked(report: Report) -> list[Finding]:
-    """The findings by score, highest first; equal scores keep the verdict's order (severity,
-    then rule). Sorted here too so that the page's order never depends on its producer."""
-    return sorted(report.findings, key=lambda f: -f.score)
+    """The findings in the verdict's order (:func:`~ocr.perf.findings.rank_key`: what their
+    change could recover); sorted here too so that the page's order never depends on its
+    producer."""
+    return sorted(report.findings, key=rank_key)
+
+
+def recoverable_text(f: Finding) -> str:
+    """``<= 37.2 % (bound)``, ``12.0 % (measured)``, ``risk`` or ``unknown``: the table cell."""
+    pct = f.recoverable_pct
+    if f.recoverable_from == "unknown" or pct is None:
+        return "unknown"
+    if f.recoverable_from == "risk":
+        return f"risk ({pct:.0f})"
+    return f"{'<= ' if f.recoverable_from == 'bound' else ''}{pct:.1f} % ({f.recoverable_from})"
+
+
+def _first_change(f: Finding) -> str | None:
+    """The finding's first candidate as the headline names it: the override to paste, else its
+    description (a knob's says the change in words)."""
+    if not f.candidates:
+        return None
+    c = f.candidates[0]
+    return f"`{c.override}`" if c.override else c.description
+
+
+def _gain(f: Finding) -> str:
+    pct = f.recoverable_pct
+    if f.recoverable_from == "measured" and pct is not None:
+        speedup = f.evidence.get("measured_speedup")
+        how = f" ({speedup:.2f}x)" if isinstance(speedup, float) else ""
+        return f"measured: it recovers {pct:.0f} % of the run's time{how}"
+    if f.recoverable_from == "bound" and pct is not None and pct > 0:
+        return f"it could recover up to {pct:.0f} % of the run's time (a bound)"
+    if f.recoverable_from == "unknown":
+        return "what a change recovers here is unknown"
+    return ""
 
 
 def headline(report: Report) -> str:
-    """The verdict in one sentence: the top finding (its parenthesised figures left to the
-    list) and the best change ``ocr-perf try`` measured on the run, or that none is measured."""
+    """The verdict in one sentence: the cause whose change could recover the most (its
+    parenthesised figures left to the list), that change and what it could recover, and the
+    best change ``ocr-perf try`` measured on the run, or that none is measured."""
     findings = ranked(report)
     if not findings:
         return "Nothing found to change."
-    top = re.sub(r"\s*\([^()]*\)$", "", findings[0].title)
+    first = findings[0]
+    parts = [re.sub(r"\s*\([^()]*\)$", "", first.title)]
+    change = _first_change(first)
+    if change:
+        parts.append(f"change: {change}")
+    if gain := _gain(first):
+        parts.append(gain)
     best = best_measured(report)
     if best is not None:
-        tail = f"; measured best change: {best.override or best.description} {best.median:.2f}x"
+        parts.append(
+            f"measured best change: {best.override or best.description} {best.median:.2f}x"
+        )
     elif any(f.candidates for f in findings):
-        tail = "; no change measured yet (ocr-perf try RUN_DIR measures the candidates)"
-    else:
-        tail = ""
-    return f"{top}{tail}."
+        parts.append("no change measured yet (ocr-perf try RUN_DIR measures the candidates)")
+    return "; ".join(parts) + "."
 
 
 def repeats(findings: list[Finding]) -> dict[int, int]:
@@ -97,11 +138,18 @@ def severity_legend() -> list[str]:
     verdict's own thresholds."""
     example = " (e.g. data wait >= {:g} % of a stage)".format
     return [
+        "Order: by what the finding's change could recover, in % of the run's recorded wall "
+        "time (the recoverable column): a critical risk first, then changes ocr-perf try "
+        "measured, then bounds (the most that overlapping or removing the cause saves), then "
+        "causes of unknown headroom (compute-bound), then findings with nothing to recover; "
+        "the first is the verdict's sentence. Recoverable: "
+        + "; ".join(f"{name}: {meaning}" for name, meaning in RECOVERABLE.items())
+        + ".",
         "Score: the share (%) of the run's recorded wall time, all stages together, that the "
-        "finding's cause accounts for; findings about a run that may die or give garbage "
-        f"rather than about its speed score {threshold('risk_critical_score'):g} when critical, "
-        f"{threshold('risk_warning_score'):g} as a warning. Findings are listed by score, highest "
-        "first.",
+        "finding's cause accounts for (what it costs, not what a change wins back); findings "
+        "about a run that may die or give garbage rather than about its speed score "
+        f"{threshold('risk_critical_score'):g} when critical, "
+        f"{threshold('risk_warning_score'):g} as a warning.",
         "critical: the cause passes its rule's critical threshold"
         f"{example(threshold('input_critical_pct'))} or threatens the run itself (NaN loss, disk "
         "or memory running out); act on it first.",
@@ -126,6 +174,7 @@ def verdict_section(report: Report) -> Section:
             [
                 str(i + 1),
                 f.severity,
+                recoverable_text(f),
                 f"{f.score:.1f}",
                 f.title,
                 f"cause {f.confidence}; " + evidence_text(f.evidence) + extra,
@@ -138,7 +187,7 @@ def verdict_section(report: Report) -> Section:
         paragraphs=[headline(report)],
         tables=[
             Table(
-                ["#", "severity", "score", "finding", "evidence", "change"],
+                ["#", "severity", "recoverable", "score", "finding", "evidence", "change"],
                 rows,
                 collapsed=False,  # the headline of the page, however many findings
             )

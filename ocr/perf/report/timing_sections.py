@@ -28,10 +28,14 @@ def phases_section(report: Report) -> Section:
         return sec
     stages = list(report.stages.values())
     extra = (PROFILER_PHASE,) if any(PROFILER_PHASE in s.phases_s for s in stages) else ()
-    rows = [
-        [phase] + [f"{s.phases_s.get(phase, 0.0):,.3f} s ({s.share(phase):.1f} %)" for s in stages]
-        for phase in (*PHASES, *extra)
-    ]
+    waits = report.gpu_waits
+
+    def shown(s: StageSummary, phase: str) -> str:
+        note = waits[s.stage].note(phase) if s.stage in waits else ""
+        share = f"{s.share(phase):.1f} %" + (f"; {note}" if note else "")
+        return f"{s.phases_s.get(phase, 0.0):,.3f} s ({share})"
+
+    rows = [[phase] + [shown(s, phase) for s in stages] for phase in (*PHASES, *extra)]
     rows.append(["wall"] + [f"{s.wall_s:,.3f} s" for s in stages])
     sec.tables.append(
         Table(
@@ -41,6 +45,7 @@ def phases_section(report: Report) -> Section:
             collapsed=False,  # the answer to "where did the time go"
         )
     )
+    sec.add(_waiting_table(report))
     parts = sorted({p for s in stages for p in s.worker_s})
     if parts:
         wrows = [
@@ -79,6 +84,37 @@ def phases_section(report: Report) -> Section:
     sec.add(_rank_spread_table(stages))
     sec.add(_rank_callback_table(stages))
     return sec
+
+
+def _waiting_table(report: Report) -> Table:
+    """Each CUDA stage's phases split into own host work and waiting for the GPU, per batch
+    (:mod:`ocr.perf.report.gpu_wait`); no rows without CUDA events."""
+    rows = []
+    for stage, w in report.gpu_waits.items():
+        for p in w.phases.values():
+            if p.host_s <= 0 and p.gpu_s <= 0:
+                continue
+            rows.append(
+                [stage.label, p.phase]
+                + [cell(w.ms_per_batch(x), 2) for x in (p.host_s, p.gpu_s, p.waiting_s, p.own_s)]
+                + [f"{w.pct(p.waiting_s):.1f} %"]
+            )
+    return Table(
+        [
+            "stage",
+            "phase",
+            "host ms/batch",
+            "GPU span ms/batch",
+            "waiting ms/batch",
+            "own ms/batch",
+            "waiting % of stage",
+        ],
+        rows,
+        "Waiting for the GPU (live clock's CUDA events): a phase's host time beyond its GPU "
+        "span is host time spent while the GPU still ran earlier phases' work, at most the time "
+        "blocked in a sync there (two events per phase cannot tell blocked time from host work "
+        "done meanwhile; a profiler trace can); 'own' is the rest",
+    )
 
 
 def _rank_spread_table(stages: list[StageSummary]) -> Table:

@@ -26,10 +26,12 @@ from ocr.perf.report.findings_section import (
     evidence_text,
     headline,
     ranked,
+    recoverable_text,
     repeats,
     severity_legend,
     verdict_section,
 )
+from ocr.perf.report.gpu_wait import StageWait
 from ocr.perf.report.measured import measured_changes_section
 from ocr.perf.report.run_sections import (
     baseline_section,
@@ -97,7 +99,10 @@ def to_markdown(report: Report) -> str:
             findings = ranked(report)
             same = repeats(findings)
             for i, f in enumerate(findings):
-                head = f"{f.severity}, score {f.score:.1f}, cause {f.confidence}"
+                head = (
+                    f"{f.severity}, recoverable {recoverable_text(f)}, score {f.score:.1f}, "
+                    f"cause {f.confidence}"
+                )
                 lines.append(f"{i + 1}. **[{head}] {f.title}**  ")
                 lines.append(f"   Evidence: {evidence_text(f.evidence) or '-'}  ")
                 lines += [f"   Also: {c}  " for c in f.corroboration]
@@ -107,7 +112,7 @@ def to_markdown(report: Report) -> str:
                 lines += [f"   Try: {t}  " for t in tries[:-1]]
                 lines += [f"   Try: {t}" for t in tries[-1:]]
             legend = [f"- {item}" for item in severity_legend()]
-            lines += ["", "**Severity and score**", "", *legend, ""]
+            lines += ["", "**Order, severity and score**", "", *legend, ""]
         else:
             for t in sec.tables:
                 lines += _md_table(t)
@@ -238,6 +243,11 @@ def to_json(report: Report) -> dict[str, Any]:
     }
 
 
+def _note(wait: StageWait | None, phase: str) -> str:
+    note = wait.note(phase) if wait is not None else ""
+    return f" ({note})" if note else ""
+
+
 def print_summary(report: Report, console: Console, top: int = 3) -> None:
     """A few lines: where the time went per stage and the ``top`` findings with their change."""
     if report.stages:
@@ -246,11 +256,12 @@ def print_summary(report: Report, console: Console, top: int = 3) -> None:
             t.add_column(name, justify="left" if name in ("stage", "largest phases") else "right")
         for s in report.stages.values():
             biggest = sorted(PHASES, key=lambda p: -s.phases_s.get(p, 0.0))[:3]
+            wait = report.gpu_waits.get(s.stage)
             t.add_row(
                 s.label,
                 str(s.epochs),
                 f"{s.wall_s:,.2f}",
-                ", ".join(f"{p} {s.share(p):.0f} %" for p in biggest),
+                ", ".join(f"{p} {s.share(p):.0f} %{_note(wait, p)}" for p in biggest),
                 f"{s.samples_per_sec:,.1f}",
             )
         console.print(t)
@@ -261,8 +272,9 @@ def print_summary(report: Report, console: Console, top: int = 3) -> None:
     for i, f in enumerate(findings[:top]):
         style = _STYLE.get(f.severity, "")
         console.print(
-            f"{i + 1}. [{style}]{f.severity}[/{style}] (score {f.score:.1f}, cause "
-            f"{f.confidence}) {escape(f.title)}",
+            f"{i + 1}. [{style}]{f.severity}[/{style}] (recoverable "
+            f"{escape(recoverable_text(f))}, score {f.score:.1f}, cause {f.confidence}) "
+            f"{escape(f.title)}",
             highlight=False,
         )
         # prose lines are never folded (a log keeps each on one line)

@@ -3,6 +3,7 @@ run's evidence."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -250,3 +251,58 @@ def test_what_the_run_already_does_is_never_proposed() -> None:
     # the same config on a run that computed in float32 still gets the precision candidate
     float32 = RunFacts(config, device="cpu", cpu_count=2, cpu_bf16=True, precision="32-true")
     assert "precision" in {c.family for c in candidates_for("compute_bound", float32)}
+
+
+def test_gpu_causes_get_bf16_fused_and_channels_last_in_our_keys() -> None:
+    """Issue 31: 16-mixed's scaler on a GPU with bf16 -> bf16-mixed (and a fused optimizer,
+    whose step keeps found_inf on the device); the optimizer's host loop -> fused=True, added to
+    the optimizer node (the key is absent: Hydra's ``+``); layout conversions -> channels_last."""
+    config = our_config("trainer.precision=16-mixed")
+    facts = RunFacts(config, device="cuda", cpu_count=16, cuda_bf16=True, precision="16-mixed")
+    scaler = candidates_for("fp16_scaler", facts)
+    assert [c.override for c in scaler] == [
+        "trainer.precision=bf16-mixed",
+        "+model.optimizer.fused=true",
+    ]
+    assert scaler[0].alters_computation
+    (loop,) = candidates_for("optimizer_host_bound", facts)
+    assert loop.family == "fused_optimizer"
+    assert "torch.optim.AdamW" in loop.description
+    (layout,) = candidates_for("layout_conversion", facts)
+    assert layout.override == "model.channels_last=true"
+    assert candidates_for("host_sync", facts) == []  # named in words, nothing to measure
+    findings = [Finding("x", "warning", 1.0, "t", {}, {}, "s", candidates=[*scaler, loop])]
+    assert absent_keys(findings, config) == []
+    for c in [*scaler, loop, layout]:
+        assert c.override is not None
+        parse_override(c.override)
+    # a GPU without bf16 gets no bf16; compute-bound on a bf16 GPU proposes bf16-mixed
+    assert [c.family for c in candidates_for("fp16_scaler", replace(facts, cuda_bf16=False))] == [
+        "fused_optimizer"
+    ]
+    compute = {c.family: c for c in candidates_for("compute_bound", replace(facts, precision=None))}
+    assert compute["precision"].override == "trainer.precision=bf16-mixed"
+
+
+def test_fused_is_set_not_added_where_the_key_exists_and_never_twice() -> None:
+    def fused(node: dict[str, Any] | None) -> Candidate | None:
+        config = None if node is None else {"model": {"optimizer": node}}
+        found = candidates_for("optimizer_host_bound", RunFacts(config, device="cuda"))
+        return found[0] if found else None
+
+    adamw = {"_target_": "torch.optim.AdamW", "_partial_": True, "lr": 0.001}
+    assert (c := fused({**adamw, "fused": None})) is not None
+    assert c.override == "model.optimizer.fused=true"
+    assert fused({**adamw, "fused": True}) is None  # already fused
+    assert fused({"_target_": "torch.optim.RMSprop", "lr": 0.01}) is None  # no fused kernel
+    plain = fused(None)  # a plain script: the runtime knob makes it
+    assert plain is not None
+    assert plain.override is None
+    assert plain.knob is not None
+    assert plain.knob.text == "knob:optimizer.fused=true"
+    # an absent "+" key that already exists, or whose node is absent, is flagged
+    bad = Candidate("fused_optimizer", "d", "+model.optimizer.lr=1")
+    f = Finding("x", "warning", 1.0, "t", {}, {}, "s", candidates=[bad])
+    assert absent_keys([f], {"model": {"optimizer": adamw}}) == [
+        "x: override +model.optimizer.lr=1"
+    ]

@@ -36,8 +36,10 @@ def epoch_record(
     device: str = "cpu",
     batch_times: list[float] | None = None,
     spreads: dict[str, Any] | None = None,
+    gpu_phases: dict[str, float] | None = None,
 ) -> dict[str, Any]:
-    """One perf-epoch record whose phases sum to its wall time."""
+    """One perf-epoch record whose phases sum to its wall time (``gpu_phases``: the CUDA-event
+    span per phase, of a ``device="cuda"`` epoch)."""
     full = {p: float(phases.get(p, 0.0)) for p in PHASES}
     wall = sum(full.values())
     times = batch_times if batch_times is not None else [wall / batches] * batches
@@ -49,7 +51,9 @@ def epoch_record(
         "global_step": batches * (epoch + 1),
         "wall_s": wall,
         "phases_s": full,
-        "gpu_phases_s": {},
+        "gpu_phases_s": {p: float((gpu_phases or {}).get(p, 0.0)) for p in PHASES}
+        if gpu_phases
+        else {},
         "worker_s": worker_s or {},
         "worker_counts": worker_counts or {},
         "batch_stats": {

@@ -97,8 +97,10 @@ def test_the_verdict_opens_with_one_sentence_and_says_each_change_once(tmp_path:
     assert {f.stage for f in report.findings if f.id == "compute_bound"} == {"train", "val"}
     sentence = headline(report)
     assert sentence.startswith("compute-bound: ")
-    assert "of this host's measured peak; no change measured yet" in sentence
-    assert sentence.count(".") == 1
+    # the change and what it could recover follow; compute-bound's headroom is unknown
+    assert "of this host's measured peak; change: " in sentence
+    assert "what a change recovers here is unknown; no change measured yet" in sentence
+    assert ". " not in sentence  # one sentence (a change's code may hold dots)
     assert sentence.endswith(".")
     md = to_markdown(report)
     # the second compute-bound finding points at the first instead of repeating its paragraph

@@ -111,26 +111,33 @@ def test_foreign_run_without_config_is_named_by_its_folder(tmp_path: Path) -> No
     assert "Run name from run folder name." in to_markdown(report)
 
 
-# -- findings by score, the legend ---------------------------------------------------------------
+# -- findings by what they could recover, the legend --------------------------------------------
 
 
-def _scores_in_markdown(md: str) -> list[float]:
-    heads = re.findall(r"^\d+\. \*\*\[\w+, score ([\d.]+), cause \w+\]", md, re.M)
-    return [float(x) for x in heads]
+def _recoverable_in_markdown(md: str) -> list[str]:
+    return re.findall(r"^\d+\. \*\*\[\w+, recoverable ([^,]+), score [\d.]+, cause \w+\]", md, re.M)
 
 
-def test_findings_appear_in_score_order_whatever_order_they_come_in(tmp_path: Path) -> None:
+def test_findings_appear_in_ranking_order_whatever_order_they_come_in(tmp_path: Path) -> None:
     report = build_report(make_run(tmp_path, _epochs(), config=CONFIG))
     assert len(report.findings) >= 3  # input-bound, slow metric, postprocess, ...
-    expected = sorted((f.score for f in report.findings), reverse=True)
+    # bounds (their cause's share) largest first, then compute-bound of unknown headroom
+    kinds = {f.recoverable_from for f in report.findings}
+    assert kinds == {"bound", "unknown"}, kinds
+    bounds = [f.recoverable_pct or 0.0 for f in report.findings if f.recoverable_from == "bound"]
+    expected = sorted(bounds, reverse=True)
+    unknown = sum(1 for f in report.findings if f.recoverable_from == "unknown")
     random.Random(0).shuffle(report.findings)  # a producer that does not sort
-    if [f.score for f in report.findings] == expected:
-        report.findings.reverse()
     md = to_markdown(report)
-    assert _scores_in_markdown(md) == pytest.approx(expected)
+    shown = _recoverable_in_markdown(md)
+    assert shown[len(expected) :] == ["unknown"] * unknown
+    values = [float(x.removeprefix("<= ").split(" %")[0]) for x in shown[: len(expected)]]
+    assert values == pytest.approx(expected, abs=0.05)
     verdict = _section(to_html(report), "verdict")
-    rows = re.findall(r"<tr><td>\d+</td><td[^>]*>\w+</td><td>([\d.]+)</td>", verdict)
-    assert [float(r) for r in rows] == pytest.approx(expected)
+    rows = re.findall(r"<tr><td>\d+</td><td[^>]*>\w+</td><td>([^<]+)</td>", verdict)
+    assert rows[len(expected) :] == ["unknown"] * unknown
+    cells = [float(r.removeprefix("&lt;= ").split(" %")[0]) for r in rows[: len(expected)]]
+    assert cells == pytest.approx(expected, abs=0.05)
     top = ranked(report)[0]
     # the verdict opens with one sentence: the top finding without its parenthesised figures
     first = md.split("## Verdict\n\n", 1)[1].split("\n", 1)[0]
@@ -143,7 +150,7 @@ def test_severity_legend_explains_each_severity_and_the_score(tmp_path: Path) ->
     report = build_report(make_run(tmp_path, _epochs(), config=CONFIG))
     verdict = _section(to_html(report), "verdict")
     legend = html.unescape(verdict[verdict.index('<dl class="legend" id="severity-legend">') :])
-    for term in ("Score", "critical", "warning", "info", "Cause"):
+    for term in ("Order", "Score", "critical", "warning", "info", "Cause"):
         assert re.search(rf"<dt[^>]*>{term}</dt><dd>[^<]+</dd>", legend), term
     assert "share (%) of the run's recorded wall time" in legend
     assert "score 100 when critical, 10 as a warning" in legend
@@ -151,8 +158,10 @@ def test_severity_legend_explains_each_severity_and_the_score(tmp_path: Path) ->
     assert f"data wait >= {critical:g} % of a stage" in legend  # the verdict's own thresholds
     assert '<dt class="sev-critical">critical</dt>' in legend
     md = to_markdown(report)
-    block = md[md.index("**Severity and score**") : md.index("## Run")]
+    assert "then changes ocr-perf try measured, then bounds" in legend  # the ranking
+    block = md[md.index("**Order, severity and score**") : md.index("## Run")]
     assert [line.split(":")[0] for line in block.splitlines() if line.startswith("- ")] == [
+        "- Order",
         "- Score",
         "- critical",
         "- warning",

@@ -7,18 +7,25 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ocr.perf.advice import ConfigKey, RunFacts, find_key, workers_wait
 from ocr.perf.records import ResourceSample, RunRecord
 from ocr.perf.report.load import RunData
 from ocr.perf.report.stages import StageSummary
 
+if TYPE_CHECKING:
+    from ocr.perf.report.verdict.gpu_rules import GpuBusy
+    from ocr.perf.trace.result import TraceAnalysis
+
 
 class Settings:
-    """Names settings for advice (the run's own key, else words: see :mod:`..verdict`)."""
+    """Names settings for advice (the run's own key, else words: see :mod:`..verdict`), and
+    what the GPU rules share: whether the GPU has bf16 (``cuda_bf16``, how it is known in
+    ``cuda_bf16_how``), the training step's GPU busy share (``gpu_busy``) and the trace
+    analysis, when one was read (all set by the verdict)."""
 
-    def __init__(self, run: RunData) -> None:
+    def __init__(self, run: RunData, trace: TraceAnalysis | None = None) -> None:
         self.config = run.config
         self.device = run.device
         info = run.run_info
@@ -26,6 +33,10 @@ class Settings:
         self.cpu_bf16 = info.cpu_bf16 if info is not None else None
         self.torch_threads = _torch_threads(info)
         self.precision = info.precision if info is not None else None
+        self.cuda_bf16: bool | None = None
+        self.cuda_bf16_how = ""
+        self.trace = trace
+        self.gpu_busy: GpuBusy | None = None  # the training step's, on CUDA
         self._resources = run.resources
 
     def workers_busy(self, s: StageSummary) -> float | None:
@@ -75,6 +86,7 @@ class Settings:
             pin_memory=loader.pin_memory if loader is not None else None,
             prefetch_factor=loader.prefetch_factor if loader is not None else None,
             precision=self.precision,
+            cuda_bf16=self.cuda_bf16,
         )
 
 

@@ -28,26 +28,20 @@ _resource_finding = partial(Finding, source="resources", confidence="likely")
 
 
 def resource_findings(
-    run: RunData, stages: dict[Stage, StageSummary], adv: Settings, total_s: float
+    run: RunData,
+    stages: dict[Stage, StageSummary],
+    adv: Settings,
+    total_s: float,
+    findings: list[Finding] | None = None,
 ) -> list[Finding]:
+    """CPU saturated, I/O wait and host memory from the resource samples. (The GPU's
+    utilisation is a source of the GPU rules' busy share: :mod:`.gpu_rules`.) ``findings``: the
+    stage rules' so far: the saturation finding never contradicts one that proposes workers."""
     out: list[Finding] = []
     samples = run.resources
     cpu = resource_stat(samples, "resources/system_cpu_percent", _RUNNING)
     if cpu is not None and cpu >= threshold("cpu_saturated_pct"):
-        out.append(
-            _resource_finding(
-                id="cpu_saturated",
-                severity="info",
-                score=0.0,
-                title=f"CPU saturated: median system CPU {cpu:.0f} % while running",
-                evidence={"system_cpu_median_pct": rounded(cpu)},
-                threshold={"median_pct": threshold("cpu_saturated_pct")},
-                suggestion=(
-                    "every core is busy: more DataLoader workers or torch threads cannot add "
-                    "speed; make the work cheaper or use a bigger machine."
-                ),
-            )
-        )
+        out.append(_cpu_saturated(cpu, run, stages, adv, findings or []))
     iowait = resource_stat(samples, "resources/iowait_percent", _RUNNING)
     if iowait is not None and iowait >= threshold("iowait_pct"):
         out.append(
@@ -64,28 +58,6 @@ def resource_findings(
                 ),
             )
         )
-    train = stages.get(Stage.TRAIN)
-    if run.device == "cuda" and train is not None:
-        gpus = (f"resources/gpu{i}_util_percent" for i in range(16))
-        utils = [u for name in gpus if (u := resource_stat(samples, name, ("train",))) is not None]
-        if utils and min(utils) < threshold("gpu_busy_low_pct"):
-            util = min(utils)
-            out.append(
-                _resource_finding(
-                    id="gpu_underused",
-                    severity="warning",
-                    score=round((100.0 - util) / 100.0 * score(train.wall_s, total_s), 1),
-                    title=f"GPU underused: median utilisation {util:.0f} % while training",
-                    evidence={"gpu_util_median_pct": rounded(util)},
-                    threshold={"median_below_pct": threshold("gpu_busy_low_pct")},
-                    suggestion=(
-                        "keep the GPU fed: fix input first (see data wait), then raise the batch "
-                        "size and remove host syncs."
-                    ),
-                    stage="train",
-                    candidates=candidates_for("gpu_underused", adv.facts(train)),
-                )
-            )
     memory = resource_stat(samples, "resources/system_memory_percent", stat=max)
     if memory is not None and memory >= threshold("host_memory_pct"):
         out.append(
@@ -103,6 +75,72 @@ def resource_findings(
             )
         )
     return out
+
+
+def _cpu_saturated(
+    cpu: float,
+    run: RunData,
+    stages: dict[Stage, StageSummary],
+    adv: Settings,
+    findings: list[Finding],
+) -> Finding:
+    """Every core busy. "More workers or threads cannot add speed" holds only where the run has
+    DataLoader workers and nothing proposes more of them: with ``num_workers=0`` the input is
+    loaded by the training process itself between its steps, and workers would load it in
+    parallel on the cores its compute threads leave idle meanwhile (they spin, so the CPU reads
+    busy), which is what an input-bound finding's workers change measures."""
+    own = resource_stat(run.resources, "resources/process_cpu_percent", _RUNNING)
+    workers_cpu = resource_stat(run.resources, "resources/workers_cpu_percent", _RUNNING)
+    train = stages.get(Stage.TRAIN)
+    no_workers = train is not None and not train.num_workers
+    proposed = [f for f in findings if any(c.family == "workers" for c in f.candidates)]
+    cores = f" of {adv.cpu_count} cores" if adv.cpu_count else ""
+    if no_workers or proposed:
+        mine = (own or 0.0) + (workers_cpu or 0.0)  # % of one core
+        used = cpu * (adv.cpu_count or 0)
+        if own is not None and used and mine < 0.5 * used:
+            who = (
+                f"other processes use most of it (this run: {mine:.0f} % of a core{cores}), "
+                "taking cores from this run whatever its settings"
+            )
+        elif own is not None:
+            who = f"much of it is the training process's own threads ({own:.0f} % of a core{cores})"
+        else:
+            who = "the CPU is busy"
+        suggestion = (
+            who
+            + (
+                "; with num_workers=0 the training process loads each batch itself between "
+                "steps, so DataLoader workers would load in parallel with its compute"
+                if no_workers
+                else "; DataLoader workers share the cores with its compute threads"
+            )
+            + (
+                f": the workers change of {proposed[0].id.replace('_', '-')} is the one to "
+                "measure (ocr-perf try), balancing workers against torch.set_num_threads."
+                if proposed
+                else ": balance workers against torch.set_num_threads."
+            )
+        )
+    else:
+        suggestion = (
+            "every core is busy: more DataLoader workers or torch threads cannot add speed; "
+            "make the work cheaper or use a bigger machine."
+        )
+    return _resource_finding(
+        id="cpu_saturated",
+        severity="info",
+        score=0.0,
+        title=f"CPU saturated: median system CPU {cpu:.0f} % while running",
+        evidence={
+            "system_cpu_median_pct": rounded(cpu),
+            "process_cpu_median_pct": rounded(own),
+            "workers_cpu_median_pct": rounded(workers_cpu),
+            "num_workers": train.num_workers if train is not None else None,
+        },
+        threshold={"median_pct": threshold("cpu_saturated_pct")},
+        suggestion=suggestion,
+    )
 
 
 def memory_findings(
@@ -128,13 +166,52 @@ def memory_findings(
     return out
 
 
-# trace finding -> the cause whose candidates it gets
+# trace finding -> the cause whose candidates it gets (host_sync: none; its change is in the
+# code that reads the tensor, in the finding's words)
 _TRACE_CAUSES = {
     "data_loading": "data_loading",
     "low_gpu_utilisation": "gpu_underused",
     "launch_overhead": "launch_overhead",
     "dispatch_overhead": "dispatch_overhead",
+    "optimizer_host_bound": "optimizer_host_bound",
+    "fp16_scaler": "fp16_scaler",
+    "layout_conversion": "layout_conversion",
 }
+
+#: Ops that the trace rules counted as syncs before issue 31: reads of a scalar, which sync only
+#: when the tensor is on the device (a CPU ``step`` tensor of AdamW does not).
+_SCALAR_READS = ("aten::item", "aten::_local_scalar_dense")
+
+
+def _older_sync_count(f: Finding, steps: int) -> Finding:
+    """A window summary's ``host_sync`` recorded by the rule that counted every scalar read as
+    a sync, recounted from its own evidence: the blocking runtime calls only, an info line
+    (its time is what the live clock's wait finding measures)."""
+    calls = f.evidence.get("calls")
+    if not isinstance(calls, dict) or not any(op in calls for op in _SCALAR_READS):
+        return f
+    blocking = {k: v for k, v in calls.items() if k.startswith("cuda") and "Synchronize" in k}
+    reads = sum(int(calls.get(op, 0)) for op in _SCALAR_READS)
+    n = sum(int(v) for v in blocking.values())
+    names = ", ".join(sorted(blocking)) or "no blocking runtime call"
+    return replace(
+        f,
+        severity="info",
+        score=0.0,
+        title=(
+            f"{n} blocking sync call(s) in {steps} profiled steps ({names}); the window's "
+            f"summary also counted {reads} scalar reads (aten::item) as syncs, a rule since "
+            "corrected: reads of CPU tensors (AdamW's step counters) wait for nothing"
+        ),
+        # the per-step figures of the older rule counted the scalar reads: left out
+        evidence={"calls": calls, "blocking_calls": n, "scalar_reads": reads, "steps": steps},
+        suggestion=(
+            "where the host waits is in the live clock's wait findings; record a new profiler "
+            "window for the sync sites by name."
+        ),
+        recoverable_pct=0.0,
+        recoverable_from="bound",
+    )
 
 
 def trace_findings(
@@ -157,9 +234,12 @@ def trace_findings(
             if trace is not None and f.get("id") != "measurement_disagreement":
                 continue  # the analysis of the same traces has its own
             try:
-                found.append(Finding.from_dict(f, f"{path}: record {i}: finding {j}"))
+                finding = Finding.from_dict(f, f"{path}: record {i}: finding {j}")
             except ValueError as exc:
                 raise ReportInputError(str(exc)) from exc
+            if finding.id == "host_sync":
+                finding = _older_sync_count(finding, w.steps)
+            found.append(finding)
     first: dict[str, Finding] = {}  # one finding per rule: the first
     for f in found:
         first.setdefault(f.id, f)
@@ -174,6 +254,8 @@ def trace_findings(
         # a trace rule scores a share of the profiled (train) steps: as a share of the run, the
         # train stage's share of it; a risk's score is already the run's
         share = f.score if f.id in TRACE_RISKS else share_of_run(f.score, train_share)
+        if f.recoverable_pct is not None and f.id not in TRACE_RISKS:
+            f = replace(f, recoverable_pct=share_of_run(f.recoverable_pct, train_share))
         cause = _TRACE_CAUSES.get(f.id)
         out.append(
             replace(
@@ -187,6 +269,29 @@ def trace_findings(
             )
         )
     return out
+
+
+#: Causes both the live clock (run folder) and a trace may name: the trace's finding stays.
+SHARED_CAUSES = ("fp16_scaler", "optimizer_host_bound", "layout_conversion", "host_sync")
+
+
+def merge_same_cause(findings: list[Finding]) -> list[Finding]:
+    """One finding per cause: where a trace rule (``trace:ID``) found a cause the run folder's
+    rules also found (``ID``), the trace's finding keeps it (it names the kernels or the sync
+    site) with the other as corroboration."""
+    by_id = {f.id: f for f in findings}
+    drop: set[int] = set()
+    for cause in SHARED_CAUSES:
+        traced = by_id.get(f"trace:{cause}")
+        if traced is None:
+            continue
+        for f in findings:
+            if f.id == cause:
+                traced.corroboration.append(f"live clock: {f.title}")
+                if not traced.candidates:
+                    traced.candidates = list(f.candidates)
+                drop.add(id(f))
+    return [f for f in findings if id(f) not in drop]
 
 
 def baseline_findings(outcome: GateOutcome | None, adv: Settings) -> list[Finding]:

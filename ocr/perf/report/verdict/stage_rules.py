@@ -16,6 +16,7 @@ from ocr.perf.ranks import STRAGGLER_MIN_S, STRAGGLER_MIN_SHARE
 from ocr.perf.report.load import RunData
 from ocr.perf.report.stages import StageSummary
 from ocr.perf.report.verdict.context import Settings, rounded, score, suggested_workers, world_size
+from ocr.perf.report.verdict.gpu_rules import top_kernels
 from ocr.perf.stage import Stage
 
 # Worker parts: finer parts inside fetch (dataset) and collate.
@@ -276,14 +277,22 @@ def slow_postprocess(
 
 
 def compute_bound(s: StageSummary, run: RunData, adv: Settings, total_s: float) -> Finding | None:
+    """Compute phases >= ``compute_pct`` of the stage. On CUDA host time in them is not GPU
+    work (the host launches ahead, then waits): a training stage is compute-bound only with the
+    GPU busy >= ``gpu_compute_busy_pct`` (then the trace's top kernels are named); below it the
+    GPU rules class the idle time instead (:mod:`.gpu_rules`). Its headroom is unknown: the
+    ranking puts it after every cause with a bound."""
     phases = ("forward", "backward", "optimizer") if s.stage == "train" else ("forward",)
     secs = sum(s.phases_s.get(p, 0.0) for p in phases)
     pct = 100.0 * secs / s.wall_s if s.wall_s > 0 else 0.0
     if pct < threshold("compute_pct"):
         return None
+    busy = adv.gpu_busy if run.device == "cuda" and s.stage == "train" else None
+    if busy is not None and busy.pct < threshold("gpu_compute_busy_pct"):
+        return None
     ms_per_batch = 1000.0 * secs / max(s.num_batches, 1)
     rate = s.samples_per_sec
-    canvas = adv.name(adv.key("canvas_size"), "the input size")
+    canvas = adv.name(adv.key("canvas_size"), "input")
     batch = adv.name(adv.key("batch_size", stage=s.stage), "the batch size", s.batch_size)
     widths = adv.key("widths", parent="backbone")
     smaller_model = f"a narrower backbone ({adv.name(widths, '')})" if widths else "a smaller model"
@@ -296,6 +305,13 @@ def compute_bound(s: StageSummary, run: RunData, adv: Settings, total_s: float) 
     }
     limits = {"compute_pct": threshold("compute_pct")}
     kind, at = "compute-bound", ""
+    if busy is not None:
+        kind = "GPU-compute-bound"
+        limits["gpu_compute_busy_pct"] = threshold("gpu_compute_busy_pct")
+        evidence.update(gpu_busy_pct=rounded(busy.pct), busy_source=busy.source)
+        named = top_kernels(adv.trace)
+        if named:
+            evidence["top_kernels"] = named
     suggestion: str | None = None
     # How far from the machine's limit: the compute phases' achieved FLOP/s over the measured
     # peak (samples x FLOPs per sample / compute seconds), when the run counted its FLOPs; said
@@ -347,6 +363,10 @@ def compute_bound(s: StageSummary, run: RunData, adv: Settings, total_s: float) 
         suggestion = (
             f"{headroom}{where}: make it cheaper (smaller {canvas}, {smaller_model}){kernels}."
         )
+    if busy is not None:
+        at += f" with the GPU busy {busy.pct:.0f} % ({busy.source})"
+        if "top_kernels" in evidence:
+            suggestion = f"the top kernels: {evidence['top_kernels']}; " + suggestion
     return Finding(
         id="compute_bound",
         severity="info",
