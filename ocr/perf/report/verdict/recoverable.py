@@ -23,6 +23,7 @@ from ocr.perf.records import RunDirError, TryRecord
 from ocr.perf.report.load import RunData
 from ocr.perf.report.stages import StageSummary
 from ocr.perf.report.verdict.context import score
+from ocr.perf.significance import Outcome
 from ocr.perf.stage import Stage
 from ocr.perf.tryout.session import latest_session
 
@@ -41,7 +42,7 @@ RISK_IDS = frozenset(
 UNKNOWN_HEADROOM = frozenset({"compute_bound", "layout_conversion"})
 
 #: Outcomes of a measured change that say it did not help.
-_NO_GAIN = frozenset({"no significant change", "regression", "H-mean drop"})
+_NO_GAIN = frozenset({str(Outcome.NO_CHANGE), str(Outcome.REGRESSION), "H-mean drop"})
 
 
 def _records(run: RunData) -> list[TryRecord]:
