@@ -13,6 +13,7 @@ from ocr.perf.findings import Finding, share_of_run, threshold
 from ocr.perf.process_growth import process_growth, process_growth_finding
 from ocr.perf.report.load import ReportInputError, RunData
 from ocr.perf.report.stages import StageSummary
+from ocr.perf.report.verdict.contention import contention_finding
 from ocr.perf.report.verdict.context import Settings, resource_stat, rounded, score
 from ocr.perf.significance import Outcome
 from ocr.perf.stage import Stage
@@ -86,6 +87,8 @@ def resource_findings(
                     candidates=candidates_for("gpu_underused", adv.facts(train)),
                 )
             )
+    if (contended := contention_finding(run)) is not None:
+        out.append(contended)
     memory = resource_stat(samples, "resources/system_memory_percent", stat=max)
     if memory is not None and memory >= threshold("host_memory_pct"):
         out.append(
