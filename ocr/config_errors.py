@@ -13,7 +13,8 @@ choices (``difflib``)::
 errors instead of printing them (``HYDRA_FULL_ERROR``) until the task function calls
 :func:`composed`, after which every other error is reported as before. The user's own
 ``HYDRA_FULL_ERROR=1`` keeps Hydra's full error. Nothing is written: composition fails before
-Hydra makes the run folder.
+Hydra makes the run folder. Meanwhile :func:`ocr.cli_errors.full_error_requested` answers as
+the user set it (the Hydra callbacks that refuse a checkpoint or a run folder ask it).
 """
 
 from __future__ import annotations
@@ -27,21 +28,20 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from ocr import cli_errors
 from ocr.cli_errors import EXIT_BAD_INPUT, full_error_requested, report_error
 
 __all__ = ["composed", "config_errors", "describe"]
 
 _FULL_ERROR = "HYDRA_FULL_ERROR"
-_set_by_us = False
 
 
 def composed() -> None:
     """The config composed: errors from here on are reported as without :func:`config_errors`
     (call first thing in the task function)."""
-    global _set_by_us
-    if _set_by_us:
+    if cli_errors.full_error_set_by_us:
         os.environ.pop(_FULL_ERROR, None)
-        _set_by_us = False
+        cli_errors.full_error_set_by_us = False
 
 
 def _flat_keys(node: Any, prefix: str = "") -> Iterator[str]:
@@ -133,15 +133,14 @@ def describe(exc: BaseException, config_name: str, argv: list[str]) -> str | Non
 def config_errors(prog: str, config_name: str) -> Iterator[None]:
     """Around the ``@hydra.main`` call: a mistyped key or config choice becomes one line on
     stderr and ``SystemExit(2)`` (see the module doc)."""
-    global _set_by_us
     user_full = full_error_requested()
     if not user_full:
         os.environ[_FULL_ERROR] = "1"
-        _set_by_us = True
+        cli_errors.full_error_set_by_us = True
     try:
         yield
     except Exception as exc:
-        if user_full or not _set_by_us:
+        if user_full or not cli_errors.full_error_set_by_us:
             raise  # the user's HYDRA_FULL_ERROR, or reported by Hydra already
         composed()
         message = describe(exc, config_name, sys.argv[1:])

@@ -16,7 +16,7 @@ from pathlib import Path
 from ocr.perf.records import LifecycleRecord
 from ocr.perf.tryout.command import TryInputError, recorded_command
 
-__all__ = ["interrupted_at", "last_checkpoint", "resume_command"]
+__all__ = ["interrupted_at", "interruption_sentence", "last_checkpoint", "resume_command"]
 
 
 def interrupted_at(ends: Iterable[LifecycleRecord]) -> str | None:
@@ -63,3 +63,13 @@ def resume_command(run_dir: Path) -> str:
         argv = shlex.join(command.argv(run_dir))
         return f"{argv}  (with trainer.fit(..., ckpt_path={str(ckpt)!r}))"
     return shlex.join(command.argv(run_dir, changes=(f"ckpt_path={ckpt}",)))
+
+
+def interruption_sentence(run_dir: Path, records: Iterable[LifecycleRecord]) -> str | None:
+    """``The run was interrupted at epoch 1, batch 2 (SIGTERM); resume: ...`` when each rank's
+    latest lifecycle record (of ``records``, in file order) says so, else ``None``."""
+    latest = {r.rank: r for r in records}
+    stopped = interrupted_at(latest.values())
+    if stopped is None:
+        return None
+    return f"The run was {stopped}; resume: {resume_command(run_dir)}"

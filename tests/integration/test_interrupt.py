@@ -38,6 +38,7 @@ SCRIPT = textwrap.dedent(
 
     ROOT, CKPT = Path(sys.argv[1]), (sys.argv[2] if len(sys.argv) > 2 else None)
     DEVICES = int(os.environ.get("TEST_DEVICES", "1"))
+    STALL_BATCH = int(os.environ.get("TEST_STALL_BATCH", "1"))
 
 
     class Stalls(L.LightningModule):
@@ -56,7 +57,7 @@ SCRIPT = textwrap.dedent(
             signal.signal(signal.SIGINT, note)
 
         def training_step(self, batch, batch_idx):
-            if CKPT is None and self.current_epoch == 1 and batch_idx == 1:
+            if CKPT is None and self.current_epoch == 1 and batch_idx == STALL_BATCH:
                 (ROOT / f"stalled{self.global_rank}").touch()
                 for _ in range(1200):  # until the signal has arrived
                     if self.trainer.received_sigterm or self.signalled:
@@ -94,14 +95,15 @@ SCRIPT = textwrap.dedent(
 )
 
 
-def _env(devices: int) -> dict[str, str]:
+def _env(devices: int, stall_batch: int = 1) -> dict[str, str]:
     env = dict(os.environ, WANDB_MODE="offline", PYTHONUNBUFFERED="1", TEST_DEVICES=str(devices))
+    env["TEST_STALL_BATCH"] = str(stall_batch)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
     return env
 
 
 def _interrupt(
-    tmp_path: Path, signum: signal.Signals, devices: int = 1
+    tmp_path: Path, signum: signal.Signals, devices: int = 1, stall_batch: int = 1
 ) -> tuple[Path, subprocess.CompletedProcess[str]]:
     """Run the script until every rank stalls in epoch 1, send ``signum`` to the launching
     process, and wait for it to end."""
@@ -111,7 +113,7 @@ def _interrupt(
     proc = subprocess.Popen(
         [sys.executable, str(script), str(run)],
         cwd=tmp_path,
-        env=_env(devices),
+        env=_env(devices, stall_batch),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -163,6 +165,16 @@ def test_sigterm_interrupts_and_the_resumed_run_completes_the_records(tmp_path: 
     [resume] = [line for line in lines if line.strip().startswith("resume: ")]
     assert str(tmp_path / "stalls.py") in resume
     assert f"ckpt_path={str(ckpt)!r}" in resume
+    reported = subprocess.run(
+        [sys.executable, "-m", "ocr.perf.cli", "report", str(run)],
+        env=_env(1),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert f"The run was interrupted at epoch 1, batch 2 (SIGTERM); {resume.strip()}" in (
+        reported.stdout
+    ), reported.stdout + reported.stderr
 
     resumed = subprocess.run(
         [sys.executable, str(tmp_path / "stalls.py"), str(run), str(ckpt)],
@@ -204,3 +216,13 @@ def test_sigterm_interrupts_every_ddp_rank(tmp_path: Path) -> None:
     assert (run / "checkpoints" / "last.ckpt").is_file()
     watched = _watch(run)
     assert "watch: interrupted (fit) at epoch 1, batch 2 (SIGTERM)" in watched.stdout
+
+
+def test_sigterm_in_the_last_batch_keeps_the_ended_epochs_record(tmp_path: Path) -> None:
+    # the stop comes after epoch 1's last batch and end hooks: it is between epochs 1 and 2
+    run, proc = _interrupt(tmp_path, signal.SIGTERM, stall_batch=3)
+    assert proc.returncode == 128 + signal.SIGTERM, proc.stdout[-3000:]
+    [end] = _ends(run)
+    assert (end.status, end.signal, end.epoch, end.batch) == ("interrupted", "SIGTERM", 2, 0)
+    epochs = read_records(EpochRecord.path(run), EpochRecord)
+    assert [(r.epoch, r.num_batches) for r in epochs] == [(0, 4), (1, 4)]
