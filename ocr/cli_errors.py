@@ -83,8 +83,15 @@ def message_of(exc: BaseException) -> str:
     return text or type(exc).__name__
 
 
+#: True while :mod:`ocr.config_errors` has set ``HYDRA_FULL_ERROR`` itself (so that Hydra raises
+#: its composition errors): the user did not ask for tracebacks.
+full_error_set_by_us = False
+
+
 def full_error_requested() -> bool:
-    """``HYDRA_FULL_ERROR=1`` (any value but empty / ``0``): show tracebacks."""
+    """``HYDRA_FULL_ERROR=1`` (any value but empty / ``0``) set by the user: show tracebacks."""
+    if full_error_set_by_us:
+        return False
     return os.environ.get("HYDRA_FULL_ERROR", "") not in ("", "0")
 
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 import difflib
 import inspect
 import os
-from collections.abc import Callable, Mapping, Sequence
+import signal
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -263,6 +265,26 @@ def summarize_metrics(title: str, metrics: Mapping[str, float], trainer: L.Train
         print(f"VAL H-mean: {metrics['val/hmean']:.4f}")
     # Not trainer.log_dir: under DDP it is a broadcast, and this runs on rank zero only.
     print(f"run directory: {trainer.default_root_dir}")
+
+
+@contextmanager
+def interruption_exit_codes() -> Iterator[None]:
+    """Exit 128 + signal when a signal stopped the run, also without the callbacks that set it
+    (``callbacks=none``): Lightning's ``SIGTERMException`` leaves the process with code 0 and
+    its answer to a ``KeyboardInterrupt`` is ``sys.exit(1)``; a scheduler must see neither as a
+    success or an ordinary failure. Other exits and exceptions pass unchanged."""
+    from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+    try:
+        yield
+    except SIGTERMException as exc:
+        if exc.code in (None, 0):
+            exc.code = 128 + signal.SIGTERM
+        raise
+    except SystemExit as exc:
+        if exc.code == 1 and isinstance(exc.__context__, KeyboardInterrupt):
+            raise SystemExit(128 + signal.SIGINT) from None
+        raise
 
 
 def end_distributed() -> None:

@@ -23,9 +23,16 @@ from omegaconf import DictConfig, OmegaConf
 from rich.table import Table
 
 from ocr.cli_errors import expected_errors
+from ocr.config_errors import composed, config_errors
 from ocr.console import print_renderable, widen_for_logs
 from ocr.errors import CheckpointError, ConfigError, MissingPathError
-from ocr.runtime import apply_torch_threads, build_trainer, end_distributed, register_resolvers
+from ocr.runtime import (
+    apply_torch_threads,
+    build_trainer,
+    end_distributed,
+    interruption_exit_codes,
+    register_resolvers,
+)
 
 log = logging.getLogger(__name__)
 register_resolvers()
@@ -98,12 +105,19 @@ def _print_results(split: str, metrics: dict[str, float], trainer: L.Trainer) ->
 
 
 @hydra.main(version_base="1.3", config_path="configs", config_name="test")
-def main(cfg: DictConfig) -> None:
+def _hydra_main(cfg: DictConfig) -> None:
+    composed()  # errors from here on: Hydra's report, or ours below
     # bad input: one line on stderr and exit 2 (HYDRA_FULL_ERROR=1: the traceback)
     widen_for_logs()  # a log's tables and model summary keep their rows whole
-    with expected_errors("ocr-test"):
+    with expected_errors("ocr-test"), interruption_exit_codes():  # SIGTERM: 143, SIGINT: 130
         run_test(cfg)
     end_distributed()  # after success only (see its docstring)
+
+
+def main() -> None:
+    """``ocr-test``: a mistyped key or config choice is one line and exit 2."""
+    with config_errors("ocr-test", "test"):
+        _hydra_main()
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from ocr.checkpoint_path import check_checkpoint_path
 from ocr.cli_errors import expected_errors
+from ocr.config_errors import composed, config_errors
 from ocr.console import widen_for_logs
 from ocr.hparams import TensorBoardHparams, record_config_as_hparams
 from ocr.run_folder import claim_run_folder
@@ -26,6 +27,7 @@ from ocr.runtime import (
     apply_torch_threads,
     build_trainer,
     end_distributed,
+    interruption_exit_codes,
     register_resolvers,
     summarize_metrics,
 )
@@ -66,12 +68,19 @@ def run_train(cfg: DictConfig) -> dict[str, float]:
 
 
 @hydra.main(version_base="1.3", config_path="configs", config_name="train")
-def main(cfg: DictConfig) -> None:
+def _hydra_main(cfg: DictConfig) -> None:
+    composed()  # errors from here on: Hydra's report, or ours below
     # bad input: one line on stderr and exit 2 (HYDRA_FULL_ERROR=1: the traceback)
     widen_for_logs()  # a log's tables and model summary keep their rows whole
-    with expected_errors("ocr-train"):
+    with expected_errors("ocr-train"), interruption_exit_codes():  # SIGTERM: 143, SIGINT: 130
         run_train(cfg)
     end_distributed()  # after success only (see its docstring)
+
+
+def main() -> None:
+    """``ocr-train``: a mistyped key or config choice is one line and exit 2."""
+    with config_errors("ocr-train", "train"):
+        _hydra_main()
 
 
 if __name__ == "__main__":

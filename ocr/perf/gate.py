@@ -33,6 +33,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
 
 import numpy as np
 
@@ -296,6 +297,7 @@ def check_baseline(
     if tolerance_pct is not None and not tolerance_pct >= 0:
         raise ConfigError(f"tolerance_pct must be >= 0, got {tolerance_pct!r}")
     comparable, notes = _comparability(baseline, current, allow_other_machine)
+    notes.extend(_contention_notes(baseline, current))
     wall_figure = baseline.figures.get("epoch_wall_s")
     wall = (wall_figure.median if wall_figure is not None else None) or 0.0
     rows: list[GateRow] = []
@@ -340,6 +342,19 @@ def check_baseline(
     else:
         verdict = "pass"
     return GateOutcome(verdict, rows, notes, insufficient)
+
+
+def _contention_notes(baseline: Baseline, current: Baseline) -> list[str]:
+    """A note for each run-sourced side measured under CPU contention (ocr.perf.contention)."""
+    from ocr.perf.contention import contention_note
+
+    out = []
+    for what, side in (("the baseline", baseline), ("the current run", current)):
+        if side.source.kind == "run":  # path: <run>/perf/epochs.jsonl
+            note = contention_note(what, Path(side.source.path).parent.parent)
+            if note is not None:
+                out.append(note)
+    return out
 
 
 def _unjudged(row: GateRow) -> GateRow:

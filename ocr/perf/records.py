@@ -306,7 +306,9 @@ class LifecycleRecord(Record, tag="receipt-ocr/lifecycle", kw_only=True, frozen=
     """One ``perf/lifecycle.jsonl`` line: a Trainer run (``run``: ``fit``, ``validate``,
     ``test``) starting or ending on one rank at unix time ``t``; ``ocr-perf watch`` follows a run
     until every rank's last start has its end. ``pid`` and ``hostname`` let a watcher on the same
-    host see a run that died unannounced; ``status`` is an end's (``failed``: an exception)."""
+    host see a run that died unannounced; ``status`` is an end's (``failed``: an exception;
+    ``interrupted``: a signal, named in ``signal`` (``SIGTERM``, ``SIGINT``), at training batch
+    ``batch`` (processed so far) of ``epoch``)."""
 
     FILE: ClassVar[str] = "lifecycle.jsonl"
 
@@ -318,6 +320,9 @@ class LifecycleRecord(Record, tag="receipt-ocr/lifecycle", kw_only=True, frozen=
     pid: int = 0
     hostname: str = ""
     status: Literal["finished", "failed", "interrupted"] | None = None
+    signal: str | None = None
+    epoch: int | None = None
+    batch: int | None = None
 
 
 class ResourceSample(Record, tag="receipt-ocr/resource-sample", kw_only=True, frozen=True):

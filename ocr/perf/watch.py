@@ -27,6 +27,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ocr.errors import MissingPathError
+from ocr.perf.lifecycle import interrupted_at, resume_command
 from ocr.perf.live import live_line
 from ocr.perf.records import (
     PERF_DIRNAME,
@@ -161,7 +162,9 @@ class WatchState:
         world = max(r.world_size for r in last)
         if len(self.lifecycle) >= world and all(r.event == "end" for r in last):
             statuses = sorted({r.status or "finished" for r in last})
-            return f"{' / '.join(statuses)} ({', '.join(sorted({r.run for r in last}))})"
+            reason = f"{' / '.join(statuses)} ({', '.join(sorted({r.run for r in last}))})"
+            where = interrupted_at(last)
+            return reason if where is None else f"{reason} {where.removeprefix('interrupted ')}"
         for rank, record in sorted(self.lifecycle.items()):
             if record.event == "start" and _pid_gone(record):
                 return f"rank {rank}'s process {record.pid} is gone without an end (it died)"
@@ -216,12 +219,16 @@ def alert_line(event: AlertEvent) -> str:
 def lifecycle_line(record: LifecycleRecord) -> str:
     if record.event == "start":
         return f"rank {record.rank} {record.run} started (pid {record.pid} on {record.hostname})"
-    return f"rank {record.rank} {record.run} {record.status or 'finished'}"
+    said = interrupted_at([record])
+    return f"rank {record.rank} {record.run} {said or record.status or 'finished'}"
 
 
-def summary_lines(state: WatchState, reason: str) -> list[str]:
-    """The final summary: why watching stopped, epochs seen, last throughput, alerts."""
+def summary_lines(state: WatchState, reason: str, run_dir: Path | None = None) -> list[str]:
+    """The final summary: why watching stopped (an interrupted run: where, and the command that
+    resumes it from ``run_dir``), epochs seen, last throughput, alerts."""
     lines = [f"watch: {reason}"]
+    if run_dir is not None and interrupted_at(state.lifecycle.values()) is not None:
+        lines.append(f"  resume: {resume_command(run_dir)}")
     by_stage: dict[str, list[EpochRecord]] = {}
     for record in state.epochs:
         by_stage.setdefault(str(record.stage), []).append(record)
@@ -355,6 +362,6 @@ def watch(
     if json_lines:
         emit(json.dumps({"watch": "stopped", "reason": w.reason, "exit": code}))
     else:
-        for line in summary_lines(w.state, w.reason):
+        for line in summary_lines(w.state, w.reason, run_dir):
             emit(line)
     return code

@@ -192,8 +192,9 @@ def test_fast_dev_run(tiny_dataset: Path, tmp_path: Path) -> None:
 
 def test_trainer_typo_fails_naming_the_key(tmp_path: Path) -> None:
     proc = _run("ocr.train", "trainer.max_epoch=3", f"hydra.run.dir={tmp_path}", cwd=tmp_path)
-    assert proc.returncode != 0
-    assert "Key 'max_epoch' is not in struct" in proc.stderr
+    assert proc.returncode == 2
+    assert "trainer.max_epoch=3 (command line): no such key" in proc.stderr
+    assert "did you mean trainer.max_epochs?" in proc.stderr
 
 
 def test_callback_entry_without_target_fails_naming_it(tiny_dataset: Path, tmp_path: Path) -> None:

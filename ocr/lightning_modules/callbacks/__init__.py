@@ -2,6 +2,7 @@
 
 from ocr.lightning_modules.callbacks.epoch_scan import EpochScanCallback
 from ocr.lightning_modules.callbacks.errors import PerfCallbackWarning
+from ocr.lightning_modules.callbacks.interruption import InterruptCheckpoint
 from ocr.lightning_modules.callbacks.live_line import PhaseRichProgressBar
 from ocr.lightning_modules.callbacks.performance_profiler import PerformanceProfilerCallback
 from ocr.lightning_modules.callbacks.plain_progress import PlainProgressBar
@@ -11,6 +12,7 @@ from ocr.lightning_modules.callbacks.throughput_monitor import ThroughputMonitor
 
 __all__ = [
     "EpochScanCallback",
+    "InterruptCheckpoint",
     "PerfCallbackWarning",
     "PerformanceProfilerCallback",
     "PhaseRichProgressBar",

@@ -20,6 +20,7 @@ from ocr.lightning_modules.callbacks.epoch_report import (
     normalize_stages,
 )
 from ocr.lightning_modules.callbacks.errors import warn_off
+from ocr.lightning_modules.callbacks.interruption import interruption_of, set_exit_code
 from ocr.lightning_modules.callbacks.recorder import StageRecorder
 from ocr.lightning_modules.callbacks.try_window import TrialWindow, open_trial_window
 from ocr.perf.records import EpochRecord, JsonValue
@@ -161,11 +162,21 @@ class RecorderCallback(BatchEndHooks):
     ) -> None:
         recorder, self._recorder = self._recorder, None
         self._enabled_run = False
+        # SIGTERM / SIGINT: an interruption (from what happened, not from an entry point), with
+        # the exit code 128 + signal also for a plain script that has only these callbacks
+        interruption = interruption_of(trainer, exception)
+        if interruption is not None:
+            set_exit_code(exception, interruption)
         if recorder is not None:
             try:
                 # no gather: the ranks may be out of step
-                interrupted = isinstance(exception, KeyboardInterrupt)
-                recorder.shutdown("interrupted" if interrupted else "failed")
+                # the ended epoch's record (it closes when the next one opens); one process
+                # only: the gather must not meet ranks that are out of step
+                ended = interruption is not None and interruption.between_epochs
+                if ended and recorder.world_size == 1:
+                    recorder.close_epoch("train")
+                status = "failed" if interruption is None else "interrupted"
+                recorder.shutdown(status, interruption)
             except Exception as exc:
                 self._fail(exc)
 

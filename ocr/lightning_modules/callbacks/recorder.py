@@ -54,6 +54,7 @@ from ocr.lightning_modules.callbacks.interpose import (
     check_versions,
     syncs_before_train_batch,
 )
+from ocr.lightning_modules.callbacks.interruption import Interruption
 from ocr.lightning_modules.callbacks.run_files import Lifecycle, RunFiles
 from ocr.lightning_modules.callbacks.stage_state import (
     EpochWindow,
@@ -250,14 +251,15 @@ class StageRecorder:
         if self.measuring:
             self._states[self._open[-1] if self._open else stage].add_timing(timing)
 
-    def shutdown(self, status: str = "finished") -> None:
+    def shutdown(self, status: str = "finished", interruption: Interruption | None = None) -> None:
         """Stop everything and undo what was installed (idempotent); ``status`` (``finished``,
-        ``failed``, ``interrupted``) goes to this rank's end in ``perf/lifecycle.jsonl``."""
+        ``failed``; ``interrupted`` with ``interruption``) goes to this rank's end in
+        ``perf/lifecycle.jsonl``."""
         self.measuring = False
         self.finished = True
         lifecycle, self._lifecycle = self._lifecycle, None
         if lifecycle is not None:
-            lifecycle.end(status)
+            lifecycle.end(status, interruption)
         if self.files is not None:
             self.files.close()
         if self.clock.running:

@@ -14,6 +14,7 @@ import msgspec
 
 from ocr.lightning_modules.callbacks.epoch_report import IntervalProgress, per_second
 from ocr.lightning_modules.callbacks.errors import PerfCallbackWarning
+from ocr.lightning_modules.callbacks.interruption import Interruption
 from ocr.perf.records import (
     EpochRecord,
     IntervalRecord,
@@ -115,14 +116,14 @@ class Lifecycle:
         }
         self._write("start", None)
 
-    def _write(self, event: str, status: str | None) -> None:
+    def _write(self, event: str, status: str | None, **extra: JsonValue) -> None:
         writer = self._writer
         if writer is None:
             return
         try:
             writer.write(
                 msgspec.convert(
-                    {"t": time.time(), "event": event, "status": status, **self._fields},
+                    {"t": time.time(), "event": event, "status": status, **self._fields, **extra},
                     LifecycleRecord,
                 )
             )
@@ -134,9 +135,14 @@ class Lifecycle:
                 stacklevel=3,
             )
 
-    def end(self, status: str) -> None:
-        """Write the end once (``finished``, ``failed`` or ``interrupted``) and close."""
-        self._write("end", status)
+    def end(self, status: str, interruption: Interruption | None = None) -> None:
+        """Write the end once (``finished``, ``failed`` or ``interrupted``, with the signal,
+        epoch and batch of ``interruption``) and close."""
+        if interruption is None:
+            self._write("end", status)
+        else:
+            where = {"epoch": interruption.epoch, "batch": interruption.batch}
+            self._write("end", "interrupted", signal=interruption.signal, **where)
         if self._writer is not None:
             self._writer.close()
             self._writer = None

@@ -11,6 +11,7 @@ overridden per rule, and every rule switched off with ``enabled: false``.
 from __future__ import annotations
 
 import math
+import os
 import re
 import statistics
 from collections import deque
@@ -20,6 +21,7 @@ from typing import ClassVar
 
 from ocr.errors import ConfigError
 from ocr.perf.alerts.engine import Check, Rule, RuleContext, Setting
+from ocr.perf.contention import cpu_shares
 
 _GB = float(1 << 30)
 _MB = float(1 << 20)
@@ -244,6 +246,7 @@ class ThroughputDrop(Rule):
 
     name = "throughput_drop"
     requests_profile = True
+    corroborates = "cpu_contention"  # the report attaches it to that finding when present
     DEFAULTS: ClassVar[dict[str, Setting]] = {
         "hold_s": 60.0,
         "cooldown_s": 1800.0,
@@ -281,12 +284,20 @@ class ThroughputDrop(Rule):
         if self.baseline <= 0:
             return None
         drop = 1.0 - rate / self.baseline
+        shares = cpu_shares(values, os.cpu_count() or 0, _local_ranks())
+        contended = shares is not None and shares.contended
         return Check(
             breach=drop > s["drop"],
             clear=drop < s["clear_drop"],
             message=(
                 f"Training throughput dropped {drop:.0%}: {rate:.2f} steps/s against a "
                 f"baseline of {self.baseline:.2f} steps/s measured after warm-up."
+                + (
+                    f" Other processes hold {shares.others_pct:.0f} % of the host's CPUs "
+                    "(cpu_contention): the drop is likely theirs, not the run's."
+                    if contended and shares is not None
+                    else ""
+                )
             ),
             resolve=f"Training throughput recovered: {rate:.2f} steps/s "
             f"(baseline {self.baseline:.2f}).",
@@ -295,6 +306,7 @@ class ThroughputDrop(Rule):
                 "baseline_steps_per_s": self.baseline,
                 "drop": drop,
                 "data_wait_share": values.get("resources/data_wait_share", math.nan),
+                "others_cpu_pct": shares.others_pct if shares is not None else math.nan,
             },
             suggestion=(
                 "Compare data_wait_share and GPU utilisation/clocks with the baseline period; "
@@ -302,6 +314,14 @@ class ThroughputDrop(Rule):
                 "time went."
             ),
         )
+
+
+def _local_ranks() -> int:
+    """Processes of this run on this host (``LOCAL_WORLD_SIZE``, set by torchrun; 1 without)."""
+    try:
+        return max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+    except ValueError:
+        return 1
 
 
 class NanLoss(Rule):

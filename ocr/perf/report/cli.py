@@ -54,6 +54,7 @@ def run(args: argparse.Namespace) -> int:
     """Build and write the report for parsed ``args``; print a terminal summary and the path."""
     # Imported here so that `ocr-perf --help` stays instant (matplotlib, numpy).
     from ocr.console import make_console, write_json
+    from ocr.perf.lifecycle import interruption_sentence
     from ocr.perf.report import (
         ReportInputError,
         build_report,
@@ -82,6 +83,9 @@ def run(args: argparse.Namespace) -> int:
     # with --json - stdout is the JSON alone: the summary goes to stderr
     console = make_console(stderr=str(args.json) == "-")
     print_summary(report, console)
+    stopped = interruption_sentence(report.run.run_dir, report.run.lifecycle)
+    if stopped is not None:  # an interrupted run: where, and how to resume it
+        console.print(stopped, highlight=False, markup=False, soft_wrap=True)
     console.print(f"Report: {output}", highlight=False, markup=False)
     if args.markdown:
         console.print(f"Markdown: {args.markdown}", highlight=False, markup=False)

@@ -22,6 +22,7 @@ from ocr.perf.records import (
     AlertEvent,
     EpochRecord,
     IntervalRecord,
+    LifecycleRecord,
     ProfilerWindow,
     R,
     ResourceSample,
@@ -62,6 +63,7 @@ class RunData:
     resources: list[ResourceSample] = field(default_factory=list)
     resource_summary: ResourceSummary | None = None
     alerts: list[AlertEvent] = field(default_factory=list)
+    lifecycle: list[LifecycleRecord] = field(default_factory=list)
     profiler_windows: list[ProfilerWindow] = field(default_factory=list)
     trace_files: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -180,6 +182,7 @@ def load_run(run_dir: str | os.PathLike[str]) -> RunData:
             "memory / I/O over time)"
         )
     data.alerts = _read(AlertEvent.path(root), AlertEvent)
+    data.lifecycle = _read(LifecycleRecord.path(root), LifecycleRecord)
     data.profiler_windows = _read(ProfilerWindow.path(root), ProfilerWindow)
 
     traces = root / TRACE_DIRNAME

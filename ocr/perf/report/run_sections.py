@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ocr.perf.gate_table import BAND_NOTE, COLUMNS, row_cells, verdict_line
+from ocr.perf.lifecycle import interruption_sentence
 from ocr.perf.report import plots
 from ocr.perf.report.build import Report
 from ocr.perf.report.document import Section, Table, cell
@@ -56,6 +57,8 @@ def run_section(report: Report) -> Section:
         )
         + "."
     ]
+    if (stopped := interruption_sentence(report.run.run_dir, report.run.lifecycle)) is not None:
+        paragraphs.append(stopped)
     return Section(
         id="run",
         title="Run",

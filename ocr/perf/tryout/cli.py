@@ -141,6 +141,7 @@ def _checkpoint(run_dir: Path) -> Path | None:
 def run(args: argparse.Namespace) -> int:
     """Run a ``try`` session for parsed ``args``."""
     from ocr.console import widen_for_logs
+    from ocr.perf.contention import trials_contention_note
     from ocr.perf.report import build_report
     from ocr.perf.tryout.candidate_options import (
         candidates_from_findings,
@@ -190,10 +191,13 @@ def run(args: argparse.Namespace) -> int:
                 on_trial=on_trial,
             )
             records = session.run()
+            contention = trials_contention_note(scratch / "trials")  # before they are removed
     finally:
         shutil.rmtree(scratch, ignore_errors=True)  # the trials' folders are ours, made above
     path = write_records(run_dir, records)
     print_results(records, session.budget_note, paste_line(records), path, code_lines(records))
+    if contention is not None:
+        print(f"Note: {contention}")
     if args.json is not None:
         import msgspec
 

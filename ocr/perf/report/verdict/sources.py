@@ -13,6 +13,7 @@ from ocr.perf.findings import Finding, share_of_run, threshold
 from ocr.perf.process_growth import process_growth, process_growth_finding
 from ocr.perf.report.load import ReportInputError, RunData
 from ocr.perf.report.stages import StageSummary
+from ocr.perf.report.verdict.contention import contention_finding
 from ocr.perf.report.verdict.context import Settings, resource_stat, rounded, score
 from ocr.perf.significance import Outcome
 from ocr.perf.stage import Stage
@@ -40,7 +41,9 @@ def resource_findings(
     out: list[Finding] = []
     samples = run.resources
     cpu = resource_stat(samples, "resources/system_cpu_percent", _RUNNING)
-    if cpu is not None and cpu >= threshold("cpu_saturated_pct"):
+    contended = contention_finding(run)
+    # busy cores that other processes hold are the contention finding's, not saturation advice
+    if contended is None and cpu is not None and cpu >= threshold("cpu_saturated_pct"):
         out.append(_cpu_saturated(cpu, run, stages, adv, findings or []))
     iowait = resource_stat(samples, "resources/iowait_percent", _RUNNING)
     if iowait is not None and iowait >= threshold("iowait_pct"):
@@ -58,6 +61,8 @@ def resource_findings(
                 ),
             )
         )
+    if contended is not None:
+        out.append(contended)
     memory = resource_stat(samples, "resources/system_memory_percent", stat=max)
     if memory is not None and memory >= threshold("host_memory_pct"):
         out.append(
