@@ -62,11 +62,12 @@ class CpuShares:
 def cpu_shares(metrics: Mapping[str, float], cpu_count: int, ranks: int = 1) -> CpuShares | None:
     """The shares of one sample's ``metrics`` on a host with ``cpu_count`` cores; ``ranks``:
     processes of this run on the host doing the same work (the sample's own counted that many
-    times). ``None`` when the sample has no system CPU or ``cpu_count`` is unknown."""
+    times). ``None`` when the sample has no system CPU, no CPU of its own (then whose the busy
+    cores are is unknown) or ``cpu_count`` is unknown."""
     system = metrics.get("resources/system_cpu_percent")
-    if system is None or cpu_count < 1:
+    own = metrics.get("resources/process_cpu_percent")
+    if system is None or own is None or cpu_count < 1:
         return None
-    own = metrics.get("resources/process_cpu_percent", 0.0)
     own += metrics.get("resources/workers_cpu_percent", 0.0)
     return CpuShares(float(system), max(1, ranks) * float(own) / cpu_count)
 
@@ -113,7 +114,9 @@ def summarize(samples: Iterable[ResourceSample], cpu_count: int | None) -> Conte
     judged: list[CpuShares] = []
     for sample in ordered:
         metrics = sample.metrics
-        own = metrics.get("resources/process_cpu_percent", 0.0)
+        own = metrics.get("resources/process_cpu_percent")
+        if own is None:
+            continue  # whose the busy cores are is unknown
         latest_own[sample.rank] = own + metrics.get("resources/workers_cpu_percent", 0.0)
         if sample.phase not in RUNNING or len(latest_own) < len(ranks):
             continue  # idle, or not every rank's part known yet

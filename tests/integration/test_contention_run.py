@@ -8,6 +8,7 @@ the monitor takes, most are contended; the step's slowdown is 7x by construction
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -44,6 +45,18 @@ class SlowsDown(L.LightningModule):
         return torch.optim.SGD(self.parameters(), lr=0.01)
 
 
+def _burner() -> int:
+    """A process spinning on one core that is not a child of this one (an orphan, as another
+    job's process is): the monitor counts its own children as DataLoader workers."""
+    out = subprocess.run(
+        ["sh", "-c", f"'{sys.executable}' -c 'while True: pass' >/dev/null 2>&1 & echo $!"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return int(out.stdout.strip())
+
+
 def test_a_run_beside_cpu_burners_names_the_contention(tmp_path: Path) -> None:
     rules = {name: {"enabled": False} for name in RULES}
     rules["throughput_drop"] = {"warmup_s": 0.0, "baseline_s": 0.5, "hold_s": 0.0}
@@ -51,10 +64,7 @@ def test_a_run_beside_cpu_burners_names_the_contention(tmp_path: Path) -> None:
         interval_s=0.05, log_interval_s=0.2, rate_window_s=0.3, print_summary=False, rules=rules
     )
     data = TensorDataset(torch.randn(100, 4), torch.randn(100, 1))
-    burners = [
-        subprocess.Popen([sys.executable, "-c", "while True: pass"])
-        for _ in range(os.cpu_count() or 2)
-    ]
+    burners = [_burner() for _ in range(os.cpu_count() or 2)]
     try:
         L.Trainer(
             default_root_dir=tmp_path,
@@ -68,9 +78,8 @@ def test_a_run_beside_cpu_burners_names_the_contention(tmp_path: Path) -> None:
             callbacks=[PerformanceProfilerCallback(), monitor],
         ).fit(SlowsDown(fast=50), DataLoader(data, batch_size=1))
     finally:
-        for burner in burners:
-            burner.kill()
-            burner.wait()
+        for pid in burners:
+            os.kill(pid, signal.SIGKILL)
 
     found = run_contention(tmp_path)
     assert found is not None
