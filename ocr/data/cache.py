@@ -237,7 +237,7 @@ class PolygonCache:
             return
         self.entries_written += 1
         self.bytes_written += len(data)
-        self.raw_bytes_written += 2 * maps.prob_map.nbytes
+        self.raw_bytes_written += 2 * 4 * maps.prob_map.size  # two float32 maps
         self._account(len(data))
 
     def get_or_make(

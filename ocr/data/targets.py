@@ -230,15 +230,18 @@ def border_values(
 def _check_out(out: DBTargets, height: int, width: int) -> None:
     for name in ("prob_map", "prob_mask", "thresh_map", "thresh_mask"):
         arr = getattr(out, name)
+        # The 0/1 maps may be uint8 (a compact batch packs them into bits); thresh_map not.
+        dtypes = (np.float32,) if name == "thresh_map" else (np.float32, np.uint8)
         if (
             not isinstance(arr, np.ndarray)
             or arr.shape != (height, width)
-            or arr.dtype != np.float32
+            or arr.dtype not in dtypes
             or not arr.flags.c_contiguous
             or not arr.flags.writeable
         ):
+            kind = "float32" if name == "thresh_map" else "float32 or uint8"
             raise ValueError(
-                f"out.{name} must be a writeable C-contiguous float32 array of shape "
+                f"out.{name} must be a writeable C-contiguous {kind} array of shape "
                 f"{(height, width)}, got {getattr(arr, 'dtype', type(arr))} "
                 f"{getattr(arr, 'shape', '')}"
             )
@@ -265,7 +268,8 @@ def make_db_targets(
         thresh_min: threshold-map value far from any border. Default 0.3.
         thresh_max: threshold-map value on a border. Default 0.7.
         out: optional preallocated maps to fill in place (e.g. views into a batch array, so the
-            collate function needs no copy); overwritten entirely.
+            collate function needs no copy); overwritten entirely. The three 0/1 maps may be
+            uint8 there (same values).
 
     Returns:
         The four maps (``out`` itself when given).

@@ -32,6 +32,7 @@ __all__ = [
     "apply_matrix",
     "exif_orientation_matrix",
     "load_image",
+    "normalization_constants",
 ]
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -53,6 +54,25 @@ _EXIF_TRANSPOSE = {
 # Below this overall scale a single bilinear warp would skip source pixels (aliasing thin text
 # strokes): shrink with INTER_AREA first, then warp at ~unit scale.
 _AREA_PRESHRINK_BELOW = 0.75
+
+
+def normalization_constants(
+    mean: Sequence[float] = IMAGENET_MEAN, std: Sequence[float] = IMAGENET_STD
+) -> tuple[tuple[float, float, float], tuple[float, float, float]]:
+    """The float32 ``(offset, inv_scale)`` of normalisation on the 0..255 scale, per RGB channel:
+    ``normalised = (v - offset) * inv_scale`` in float32 arithmetic, with ``offset = f32(mean) *
+    255`` and ``inv_scale = 1 / (f32(std) * 255)`` rounded to float32. Returned as Python floats
+    (exactly those float32 values), so a batch can carry them and the device repeats the
+    worker's arithmetic bit for bit (:mod:`ocr.data.compact`)."""
+    mean_a = np.asarray(mean, dtype=np.float32)
+    std_a = np.asarray(std, dtype=np.float32)
+    if mean_a.shape != (3,) or std_a.shape != (3,) or not (std_a > 0).all():
+        raise ConfigError(f"mean and std must be 3 values with std > 0, got {mean!r}, {std!r}")
+    offset = (mean_a * 255.0).astype(np.float32)
+    inv_scale = (1.0 / (std_a * 255.0)).astype(np.float32)
+    o0, o1, o2 = (float(v) for v in offset)
+    i0, i1, i2 = (float(v) for v in inv_scale)
+    return (o0, o1, o2), (i0, i1, i2)
 
 
 class ImageLoadError(InputError, OSError):
@@ -192,11 +212,16 @@ class ReceiptTransform:
             about mid-grey), each drawn uniformly in ``±color_jitter``. Default 0.2.
         mean: per-channel RGB mean on the [0, 1] scale. Default ImageNet's.
         std: per-channel RGB standard deviation on the [0, 1] scale. Default ImageNet's.
+        compact: return the canvas as it is, uint8 ``(S, S, 3)`` (RGB, channels last), and leave
+            the normalisation to the device (:func:`ocr.data.compact.expand_batch`, the same
+            float32 arithmetic): a quarter of the bytes to send, no float pass in the worker.
+            Default False (a normalised float32 ``(3, S, S)`` tensor).
 
     Call: ``transform(image, polygons, rng)`` with an RGB uint8 (H, W, 3) image, polygons (N, 2)
     in the image's pixel frame and a ``np.random.Generator`` (unused in evaluation). Returns the
-    normalised float32 tensor (3, S, S), the polygons in canvas pixels (float32 (N, 2)) and the
-    3x3 float64 matrix mapping image pixels to canvas pixels.
+    image tensor (normalised float32 (3, S, S), or uint8 (S, S, 3) with ``compact``), the
+    polygons in canvas pixels (float32 (N, 2)) and the 3x3 float64 matrix mapping image pixels
+    to canvas pixels.
     """
 
     def __init__(
@@ -209,6 +234,7 @@ class ReceiptTransform:
         color_jitter: float = 0.2,
         mean: Sequence[float] = IMAGENET_MEAN,
         std: Sequence[float] = IMAGENET_STD,
+        compact: bool = False,
     ) -> None:
         if (
             isinstance(canvas_size, bool)
@@ -231,21 +257,19 @@ class ReceiptTransform:
             raise ConfigError(f"translate_frac must be in [0, 1), got {translate_frac!r}")
         if not 0 <= color_jitter < 1:
             raise ConfigError(f"color_jitter must be in [0, 1), got {color_jitter!r}")
-        mean_a = np.asarray(mean, dtype=np.float32)
-        std_a = np.asarray(std, dtype=np.float32)
-        if mean_a.shape != (3,) or std_a.shape != (3,) or not (std_a > 0).all():
-            raise ConfigError(f"mean and std must be 3 values with std > 0, got {mean!r}, {std!r}")
+        offset, inv_scale = normalization_constants(mean, std)
         self.canvas_size = int(canvas_size)
         self.train = bool(train)
         self.rotate_deg = float(rotate_deg)
         self.scale_range = scale_range
         self.translate_frac = float(translate_frac)
         self.color_jitter = float(color_jitter)
-        self.mean = tuple(float(v) for v in mean_a)
-        self.std = tuple(float(v) for v in std_a)
-        # Normalisation on the 0..255 scale: (v - 255 * mean) / (255 * std).
-        self._offset = torch.tensor(mean_a * 255.0).view(3, 1, 1)
-        self._inv_scale = torch.tensor(1.0 / (std_a * 255.0)).view(3, 1, 1)
+        self.mean = tuple(float(v) for v in np.asarray(mean, dtype=np.float32))
+        self.std = tuple(float(v) for v in np.asarray(std, dtype=np.float32))
+        self.compact = bool(compact)
+        # Normalisation on the 0..255 scale: (v - 255 * mean) * (1 / (255 * std)).
+        self._offset = torch.tensor(offset, dtype=torch.float32).view(3, 1, 1)
+        self._inv_scale = torch.tensor(inv_scale, dtype=torch.float32).view(3, 1, 1)
 
     @property
     def min_source_side(self) -> int:
@@ -258,7 +282,8 @@ class ReceiptTransform:
         return (
             f"{type(self).__name__}(canvas_size={self.canvas_size}, train={self.train}, "
             f"rotate_deg={self.rotate_deg}, scale_range={self.scale_range}, "
-            f"translate_frac={self.translate_frac}, color_jitter={self.color_jitter})"
+            f"translate_frac={self.translate_frac}, color_jitter={self.color_jitter}, "
+            f"compact={self.compact})"
         )
 
     def __call__(
@@ -338,6 +363,8 @@ class ReceiptTransform:
         return canvas, matrix
 
     def _to_tensor(self, canvas: np.ndarray) -> torch.Tensor:
+        if self.compact:
+            return torch.from_numpy(canvas)  # uint8 (S, S, 3): normalised on the device
         t = (
             torch.from_numpy(canvas)
             .permute(2, 0, 1)

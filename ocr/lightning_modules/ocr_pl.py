@@ -15,6 +15,7 @@ import torch
 from lightning.pytorch.utilities import rank_zero_info
 from torch import nn
 
+from ocr.data.compact import expand_batch
 from ocr.metrics.detection import DetectionMetric
 from ocr.models.dbnet import INPUT_MULTIPLE, DBNet
 from ocr.models.loss import DBLoss
@@ -23,6 +24,14 @@ from ocr.perf.clock import perf_phase
 
 OptimizerFactory = Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer]
 SchedulerFactory = Callable[..., Any]
+
+
+def host_matrices(matrices: Any) -> np.ndarray:
+    """A batch's ``inverse_matrices`` as float64 numpy ``(B, 3, 3)``: a compact batch keeps them
+    on the host already (no device round trip); a float32 pipeline's tensor is read back."""
+    if isinstance(matrices, torch.Tensor):
+        return matrices.cpu().numpy()
+    return np.asarray(matrices, dtype=np.float64)
 
 
 def to_raw_frame(polygons: list[np.ndarray], inverse_matrix: np.ndarray) -> list[np.ndarray]:
@@ -121,6 +130,13 @@ class OCRLightningModule(L.LightningModule):
         result: dict[str, torch.Tensor] = self.net(images)
         return result
 
+    def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        """A compact batch (uint8 images, packed maps: :mod:`ocr.data.compact`) expanded on the
+        device into the float32 batch the network and loss read, bit-equal to the float32
+        pipeline's; any other batch as it is. Every loop (fit, validate, test, predict) passes
+        its batches through here."""
+        return expand_batch(batch, channels_last=self.channels_last)
+
     # -- steps -------------------------------------------------------------------------------
     def forward(self, images: torch.Tensor) -> dict[str, torch.Tensor]:
         return self._run_net(images)
@@ -176,7 +192,7 @@ class OCRLightningModule(L.LightningModule):
         self._test_has_gt = self._test_has_gt or any(len(g) > 0 for g in gts)
         with perf_phase("metric"):
             self.test_metric.update([boxes for boxes, _ in detections], gts)
-        inverse = batch["inverse_matrices"].cpu().numpy()
+        inverse = host_matrices(batch["inverse_matrices"])
         for i, (boxes, _scores) in enumerate(detections):
             raw = to_raw_frame(boxes, inverse[i])
             self._test_predictions[batch["filenames"][i]] = {
@@ -225,7 +241,7 @@ class OCRLightningModule(L.LightningModule):
 
     def predict_step(self, batch: Mapping[str, Any], batch_idx: int) -> list[dict[str, Any]]:
         pred = self._run_net(batch["images"])
-        inverse = batch["inverse_matrices"].cpu().numpy()
+        inverse = host_matrices(batch["inverse_matrices"])
         out = []
         for i, (boxes, scores) in enumerate(self._detect(pred)):
             out.append(

@@ -233,6 +233,14 @@ class EpochRecord(Record, tag="receipt-ocr/perf-epoch", kw_only=True, frozen=Tru
             process.
         t: unix time it was written; samples_per_sec, batches_per_sec: ``global_samples`` and
             ``global_batches`` over ``global_wall_s`` (None until written).
+        data_wait_causes_s: the loop's wait inside the DataLoader's ``next()`` by cause, in
+            seconds (this rank): ``worker`` (until a worker had finished the batch), ``receive``
+            (after that: the worker's send, the main process's receive and ``pin_memory``),
+            ``main_loading`` (``num_workers=0``: loading in the main process). Empty when the
+            loader could not be instrumented (and in folders written before it existed).
+        batch_bytes: mean bytes of the tensors of one batch (``nbytes``, counted where the batch
+            was built); None when unknown.
+        batch_tensors: tensors in one batch (the last one's); None when unknown.
     """
 
     FILE: ClassVar[str] = "epochs.jsonl"
@@ -271,6 +279,10 @@ class EpochRecord(Record, tag="receipt-ocr/perf-epoch", kw_only=True, frozen=Tru
     t: float | None = None
     samples_per_sec: float | None = None
     batches_per_sec: float | None = None
+    # -- the data wait by cause (issue 32): optional, absent in older folders
+    data_wait_causes_s: dict[str, float] = {}
+    batch_bytes: float | None = None
+    batch_tensors: int | None = None
 
     @property
     def all_samples(self) -> int:

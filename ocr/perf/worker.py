@@ -18,6 +18,10 @@ How, for any map-style dataset and any collate function (checked against torch 2
   times; its batches say ``fetch_timed=False``.
 * With ``num_workers=0`` fetch and collate run inside the consumer's ``next()``: the fetch time is
   the interval from the start of ``next()`` to the start of collate (index sampling included).
+* Each batch also says when it was ready (``done_ns``, ``perf_counter_ns`` in the worker: on
+  Linux ``CLOCK_MONOTONIC``, shared by the processes) and how many bytes and tensors it holds;
+  the consumer's ``next()`` then splits its wait into waiting for the worker (until
+  ``done_ns``) and the hand-over after it (the worker's send, the receive, ``pin_memory``).
 * ``loader.__class__`` is swapped to a cached subclass whose ``__iter__`` wraps the iterator
   (creating it, worker start-up included, is charged to ``data_wait``). The wrapper's ``__next__``
   hands the timing to ``on_batch`` and returns the plain batch, so nothing downstream ever sees a
@@ -34,10 +38,11 @@ from __future__ import annotations
 import functools
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from torch import Tensor
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 from torch.utils.data.dataloader import _BaseDataLoaderIter
 
@@ -61,6 +66,18 @@ class WorkerTiming:
         fetch_timed: False when the fetch could not be timed (see the module docstring);
             ``fetch_ns`` is then 0, not a measurement.
         counts: counters reported with :func:`report_count`.
+        done_ns: ``time.perf_counter_ns()`` in the building process when the batch was ready
+            (the collate function returned). On Linux that is ``CLOCK_MONOTONIC``, one clock for
+            every process of the machine, so the consumer can compare it with its own stamps.
+        batch_bytes: bytes of the batch's tensors (``nbytes`` summed; counted where the batch
+            was built, so the consumer reads none of it).
+        batch_tensors: how many tensors the batch holds (each one a worker sends is its own
+            shared-memory segment to receive and, with ``pin_memory``, to pin).
+        wait_ns: set by the consumer: its time inside ``next()`` for this batch.
+        worker_wait_ns: the part of ``wait_ns`` before ``done_ns`` (waiting for the worker to
+            finish the batch); the rest was the hand-over (the worker's send, the consumer's
+            receive and ``pin_memory``). With ``num_workers=0`` all of ``wait_ns`` is loading
+            in the consumer's process, and this stays 0.
     """
 
     fetch_ns: int
@@ -70,6 +87,11 @@ class WorkerTiming:
     worker_id: int
     fetch_timed: bool = True
     counts: dict[str, int] = field(default_factory=dict)
+    done_ns: int = 0
+    batch_bytes: int = 0
+    batch_tensors: int = 0
+    wait_ns: int = 0
+    worker_wait_ns: int = 0
 
 
 class TimedBatch(NamedTuple):
@@ -158,6 +180,7 @@ class _TimedCollate:
         else:
             samples = 1
         info = get_worker_info()
+        nbytes, tensors = tensor_bytes(batch)
         # Positional arguments and tuple.__new__: this runs once per batch on the consumer's
         # thread with num_workers=0, where keyword handling and NamedTuple.__new__ (a Python
         # function) are measurable.
@@ -169,8 +192,36 @@ class _TimedCollate:
             -1 if info is None else info.id,
             fetch_timed,
             counts,
+            end,
+            nbytes,
+            tensors,
         )
         return tuple.__new__(TimedBatch, (batch, timing))
+
+
+def tensor_bytes(batch: Any, depth: int = 0) -> tuple[int, int]:
+    """``(bytes, tensors)`` of the tensors in ``batch`` (a tensor, or mappings / lists / tuples
+    of them, three levels deep): ``nbytes`` summed, nothing read or copied."""
+    if isinstance(batch, Tensor):
+        return batch.nbytes, 1
+    if depth >= 3:
+        return 0, 0
+    if isinstance(batch, Mapping):
+        values: Any = batch.values()
+    elif isinstance(batch, list | tuple):
+        values = batch
+    else:
+        return 0, 0
+    nbytes = tensors = 0
+    for value in values:
+        if isinstance(value, Tensor):
+            nbytes += value.nbytes
+            tensors += 1
+        elif isinstance(value, Mapping | list | tuple):
+            more, count = tensor_bytes(value, depth + 1)
+            nbytes += more
+            tensors += count
+    return nbytes, tensors
 
 
 @dataclass
@@ -281,10 +332,11 @@ class _TimedIterator(_BaseDataLoaderIter):
         handle = self._handle
         if handle is not None and not handle._delivering:
             handle = None
+        start = _now()
         if self._in_process:
             # Nested inside another batch being built in this process: keep its state.
             saved = _ACC if _ACC.active else _Accumulator()
-            _ACC = _Accumulator(True, 0, 0, _now(), True)
+            _ACC = _Accumulator(True, 0, 0, start, True)
             try:
                 item = next(self._inner)
             finally:
@@ -294,6 +346,12 @@ class _TimedIterator(_BaseDataLoaderIter):
         if type(item) is TimedBatch:
             item, timing = item
             if handle is not None:
+                got = _now()
+                timing.wait_ns = got - start
+                if not self._in_process:
+                    # Waiting for the worker until it finished the batch (clipped to the wait);
+                    # the rest is the hand-over: its send, our receive, pin_memory.
+                    timing.worker_wait_ns = min(max(timing.done_ns - start, 0), got - start)
                 handle._deliver(timing)
         return item
 

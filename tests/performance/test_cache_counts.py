@@ -27,6 +27,7 @@ import pytest
 import ocr.data.cache
 import ocr.data.collate
 import ocr.data.targets
+from ocr.data.compact import expand_batch
 from ocr.data.datamodule import ReceiptDataModule
 from ocr.data.synth import generate_dataset
 from ocr.perf.worker import InstrumentedLoader, WorkerTiming
@@ -126,8 +127,12 @@ def test_second_epoch_is_all_hits(
 ) -> None:
     dm = datamodule(dataset_dir, tmp_path / "cache", persistent)
     cached: list[dict[str, Any]] = []  # compared after the loop: no OpenCV between forks
+    # Compact batches (the maps packed in the workers), expanded as the module does on the device.
     epochs = run_epochs(
-        dm.val_dataloader(), 3, target_calls, lambda e, b: cached.append(b) if e else None
+        dm.val_dataloader(),
+        3,
+        target_calls,
+        lambda e, b: cached.append(expand_batch(b)) if e else None,
     )
     assert [e["batches"] for e in epochs] == [3, 3, 3]
     first, *later = epochs

@@ -322,9 +322,48 @@ def test_auto_precision_takes_bf16_only_where_the_cpu_has_it(
     monkeypatch.setattr(runtime, "cpu_bf16", lambda: False)  # emulated bf16 would be slower
     assert runtime.auto_precision("bf16") == "32-true"
     monkeypatch.setattr(runtime.torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(runtime, "cuda_bf16", lambda: False)
     assert runtime.auto_precision("bf16") == "16-mixed"
     with pytest.raises(InputError, match="takes nothing or 'bf16', got 'fp8'"):
         runtime.auto_precision("fp8")
+
+
+@pytest.mark.parametrize(
+    ("cuda", "capability", "precision", "channels_last", "fused"),
+    [
+        (False, None, "32-true", False, None),  # CPU: the defaults as measured there
+        (True, (9, 0), "bf16-mixed", True, True),  # H100 / H200: native bf16
+        (True, (8, 0), "bf16-mixed", True, True),  # A100
+        (True, (7, 5), "16-mixed", True, True),  # T4: no native bf16
+    ],
+)
+def test_fast_cuda_defaults_are_resolved_at_start(
+    monkeypatch: pytest.MonkeyPatch,
+    cuda: bool,
+    capability: tuple[int, int] | None,
+    precision: str,
+    channels_last: bool,
+    fused: bool | None,
+) -> None:
+    import ocr.runtime as runtime
+
+    def device_capability(device: int = 0) -> tuple[int, int]:
+        if capability is None:
+            raise RuntimeError("Found no NVIDIA driver on your system")
+        return capability
+
+    monkeypatch.setattr(runtime.torch.cuda, "is_available", lambda: cuda)
+    monkeypatch.setattr(runtime.torch.cuda, "get_device_capability", device_capability)
+    monkeypatch.setattr(runtime, "cpu_bf16", lambda: False)
+    assert runtime.cuda_bf16() is (capability is not None and capability >= (8, 0))
+    assert runtime.auto_precision() == precision
+    assert runtime.auto_channels_last() is channels_last
+    assert runtime.auto_fused() is fused
+    cfg = _compose()  # the composed config resolves the same values
+    assert cfg.trainer.precision == precision
+    assert cfg.model.channels_last is channels_last
+    assert cfg.model.optimizer.fused is fused
+    assert _compose("experiment=synthetic_debug").model.channels_last is True  # measured on CPU
 
 
 def test_end_distributed_destroys_the_process_group_and_is_a_no_op_without_one(

@@ -720,6 +720,7 @@ class StageRecorder:
         if self._track_memory:
             memory.update(self._sample_memory(epoch, full=True))
         worker = {name: ns / 1e9 for name, ns in state.worker_ns.items()}
+        causes, batch_bytes, batch_tensors = state.take_input_figures()
         counts, state.worker_counts = state.worker_counts, {}
         state.worker_ns = {}
         state.timing_samples.clear()
@@ -760,6 +761,9 @@ class StageRecorder:
             callback_hooks_s=callback_hooks,
             module_hooks_s=module_hooks,
             sync_wait_measured=self.sync_wait_measured,
+            data_wait_causes_s=causes,
+            batch_bytes=batch_bytes,
+            batch_tensors=batch_tensors,
         )
 
     def _gather_report(self, local: EpochRecord | None) -> EpochRecord | None:
@@ -785,5 +789,6 @@ class StageRecorder:
         state = self._states[stage]
         state.worker_ns = {}
         state.worker_counts = {}
+        state.take_input_figures()
         state.timing_samples.clear()
         state.noted_samples = None

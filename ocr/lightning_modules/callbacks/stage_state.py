@@ -93,6 +93,11 @@ class StageState:
     timing_samples: deque[int] = field(default_factory=lambda: deque(maxlen=8))
     noted_samples: int | None = None  # size of the batch in flight, from a batch hook
     epoch: EpochWindow | None = None
+    # The consumer's wait in next() by cause (ns; DataWaitCause names) and the batches' bytes.
+    wait_causes_ns: dict[str, int] = field(default_factory=dict)
+    batch_bytes: int = 0
+    batches: int = 0
+    batch_tensors: int | None = None
 
     def add_timing(self, timing: WorkerTiming) -> None:
         acc = self.worker_ns
@@ -106,6 +111,26 @@ class StageState:
             for name, n in timing.counts.items():
                 counts[name] = counts.get(name, 0) + n
         self.timing_samples.append(timing.samples)
+        self.batch_bytes += timing.batch_bytes
+        self.batches += 1
+        self.batch_tensors = timing.batch_tensors
+        causes = self.wait_causes_ns
+        if timing.worker_id < 0:
+            causes["main_loading"] = causes.get("main_loading", 0) + timing.wait_ns
+        else:
+            causes["worker"] = causes.get("worker", 0) + timing.worker_wait_ns
+            handover = timing.wait_ns - timing.worker_wait_ns
+            causes["receive"] = causes.get("receive", 0) + handover
+
+    def take_input_figures(self) -> tuple[dict[str, float], float | None, int | None]:
+        """The data wait by cause (seconds), the mean bytes per batch and the tensors per batch
+        since the last call (None without batches); resets them."""
+        causes = {name: ns / 1e9 for name, ns in self.wait_causes_ns.items()}
+        mean_bytes = self.batch_bytes / self.batches if self.batches else None
+        tensors = self.batch_tensors
+        self.wait_causes_ns, self.batch_bytes, self.batches = {}, 0, 0
+        self.batch_tensors = None
+        return causes, mean_bytes, tensors
 
 
 def named_seconds(

@@ -17,6 +17,7 @@ from ocr.perf.report.load import RunData
 from ocr.perf.report.stages import StageSummary
 from ocr.perf.report.verdict.context import Settings, rounded, score, suggested_workers, world_size
 from ocr.perf.report.verdict.gpu_rules import top_kernels
+from ocr.perf.report.verdict.input_causes import receive_bound_parts, wait_causes
 from ocr.perf.stage import Stage
 
 # Worker parts: finer parts inside fetch (dataset) and collate.
@@ -109,8 +110,25 @@ def _worker_bottleneck(s: StageSummary) -> tuple[str | None, dict[str, Any]]:
 def input_bound(s: StageSummary, run: RunData, adv: Settings, total_s: float) -> Finding | None:
     if (pct := phase_share(s, "data_wait", "input")) is None:
         return None
+    causes = wait_causes(run, s, adv)  # which part of the wait: the workers or the receive
+    if causes is not None and causes.receive_bound:
+        title, text, extra, found = receive_bound_parts(s, causes, pct, adv)
+        return phase_finding(
+            s,
+            "data_wait",
+            "input_bound",
+            total_s,
+            title,
+            text,
+            "input",
+            severity=input_bound_severity(pct),
+            evidence=extra,
+            candidates=found,
+        )
     part, evidence = _worker_bottleneck(s)
     title = f"input-bound: {pct:.0f} % of {s.label} wall time is data wait"
+    title += causes.words() if causes is not None else ""
+    evidence.update(causes.evidence() if causes is not None else {})
     if part is not None:
         secs = s.worker_s.get(part, 0.0)
         if part == "collate":
