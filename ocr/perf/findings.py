@@ -36,6 +36,7 @@ on the side of firing less. Entries used by one side only leave the other ``None
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -397,20 +398,39 @@ class Finding:
         return found
 
 
-def rank_key(f: Finding) -> tuple[int, float, int, str, str]:
+def rank_key(f: Finding, ceiling: float | None = None) -> tuple[int, float, int, str, str]:
     """Sort key of the verdict (first = the change that could recover the most): a critical
-    risk, then measured gains, then bounds (and risk warnings) by size, then causes of unknown
-    headroom by their score; a finding with nothing to recover (0) last. Within a tier the
-    larger figure first, then severity, then id."""
+    risk, then measured gains, then bounds and causes of unknown headroom together by size (a
+    bound's figure; an unknown's score, all it could recover, kept below ``ceiling``); a finding
+    with nothing to recover (0) last. Within a tier the larger figure first, then severity, then
+    id. :func:`rank` sets ``ceiling`` so that a cause of unknown headroom (compute-bound) never
+    outranks a critical, fixable one."""
     value = f.recoverable_pct
     if f.recoverable_from == "risk" and f.severity == "critical":
         tier, size = 0, value or f.score
     elif f.recoverable_from == "unknown" or value is None:
-        tier, size = 3, f.score
+        tier, size = 2, f.score if ceiling is None else min(f.score, ceiling)
     elif value <= 0:
         tier, size = 4, f.score
     elif f.recoverable_from == "measured":
         tier, size = 1, value
     else:  # bound, risk warning
         tier, size = 2, value
-    return tier, -size, SEVERITY_ORDER.get(f.severity, 3), f.id, f.stage or ""
+    unknown_last = 1 if f.recoverable_from == "unknown" or value is None else 0
+    return tier, -size, unknown_last * 10 + SEVERITY_ORDER.get(f.severity, 3), f.id, f.stage or ""
+
+
+def rank(findings: Iterable[Finding]) -> list[Finding]:
+    """``findings`` in the verdict's order (:func:`rank_key`), causes of unknown headroom below
+    every critical cause with a bound."""
+    found = list(findings)
+    critical = [
+        f.recoverable_pct
+        for f in found
+        if f.severity == "critical"
+        and f.recoverable_from == "bound"
+        and f.recoverable_pct is not None
+        and f.recoverable_pct > 0
+    ]
+    ceiling = min(critical) if critical else None
+    return sorted(found, key=lambda f: rank_key(f, ceiling))

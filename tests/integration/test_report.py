@@ -29,7 +29,7 @@ from ocr.lightning_modules.callbacks import (
 )
 from ocr.perf.cli import main as perf_main
 from ocr.perf.clock import perf_phase
-from ocr.perf.findings import rank_key
+from ocr.perf.findings import rank
 from ocr.perf.records import ResourceSample, ResourceSummary
 from ocr.perf.report import build_report, to_html, to_markdown, write_html
 from ocr.perf.report.findings_section import recoverable_text
@@ -202,9 +202,7 @@ def test_page_of_a_real_run_names_it_ranks_findings_and_plots_every_sample(tmp_p
     page = to_html(report)
     assert "<h1>Performance report: my_run</h1>" in page  # a foreign run: its folder's name
     # listed by what each change could recover (the verdict's ranking), not by score
-    expected = [
-        (recoverable_text(f), f"{f.score:.1f}") for f in sorted(report.findings, key=rank_key)
-    ]
+    expected = [(recoverable_text(f), f"{f.score:.1f}") for f in rank(report.findings)]
     pattern = r"^\d+\. \*\*\[\w+, recoverable ([^,]+), score ([\d.]+), cause \w+\]"
     listed = re.findall(pattern, to_markdown(report), re.M)
     assert listed == expected

@@ -8,7 +8,7 @@ import re
 from typing import Any
 
 from ocr.perf.candidates import Candidate
-from ocr.perf.findings import CONFIDENCES, RECOVERABLE, Finding, rank_key, threshold
+from ocr.perf.findings import CONFIDENCES, RECOVERABLE, Finding, rank, threshold
 from ocr.perf.report.build import Report
 from ocr.perf.report.document import Section, Table, cell
 from ocr.perf.report.measured import best_measured
@@ -55,7 +55,7 @@ def ranked(report: Report) -> list[Finding]:
     """The findings in the verdict's order (:func:`~ocr.perf.findings.rank_key`: what their
     change could recover); sorted here too so that the page's order never depends on its
     producer."""
-    return sorted(report.findings, key=rank_key)
+    return rank(report.findings)
 
 
 def recoverable_text(f: Finding) -> str:
@@ -111,6 +111,9 @@ def headline(report: Report) -> str:
         )
     elif any(f.candidates for f in findings):
         parts.append("no change measured yet (ocr-perf try RUN_DIR measures the candidates)")
+    contended = next((f for f in findings if f.id == "cpu_contention"), None)
+    if contended is not None and contended is not first:
+        parts.append(f"measured under {contended.title[0].lower()}{contended.title[1:]}")
     return "; ".join(parts) + "."
 
 

@@ -255,14 +255,15 @@ def test_what_the_run_already_does_is_never_proposed() -> None:
 
 def test_gpu_causes_get_bf16_fused_and_channels_last_in_our_keys() -> None:
     """Issue 31: 16-mixed's scaler on a GPU with bf16 -> bf16-mixed (and a fused optimizer,
-    whose step keeps found_inf on the device); the optimizer's host loop -> fused=True, added to
-    the optimizer node (the key is absent: Hydra's ``+``); layout conversions -> channels_last."""
+    whose step keeps found_inf on the device); the optimizer's host loop -> fused=True, set on
+    the optimizer node (our config has the key, resolved per device; on a CPU it resolves to
+    torch's default); layout conversions -> channels_last."""
     config = our_config("trainer.precision=16-mixed")
     facts = RunFacts(config, device="cuda", cpu_count=16, cuda_bf16=True, precision="16-mixed")
     scaler = candidates_for("fp16_scaler", facts)
     assert [c.override for c in scaler] == [
         "trainer.precision=bf16-mixed",
-        "+model.optimizer.fused=true",
+        "model.optimizer.fused=true",
     ]
     assert scaler[0].alters_computation
     (loop,) = candidates_for("optimizer_host_bound", facts)

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from ocr.perf.findings import Finding, rank_key
+from ocr.perf.findings import Finding, rank, rank_key
 from ocr.perf.records import RecordWriter, TryRecord
 from ocr.perf.report import build_report
 from ocr.perf.report.findings_section import headline
@@ -31,14 +31,21 @@ def test_rank_key_tiers() -> None:
     nan_loss = _finding("alert:nan_loss", "critical", 100.0, 100.0, "risk")
     nothing = _finding("cpu_saturated", "info", 0.0, 0.0, "bound")
     shuffled = [nothing, compute, small, inputs, measured, nan_loss]
-    order = [f.id for f in sorted(shuffled, key=rank_key)]
+    order = [f.id for f in rank(shuffled)]
     assert order == [
         "alert:nan_loss",  # the run may die
         "slow_postprocess",  # measured, however small, over any bound
-        "input_bound",
+        "input_bound",  # critical and fixable: compute-bound's 54 % of unknown headroom below it
+        "compute_bound",  # over a smaller warning's bound
         "callback_overhead",
-        "compute_bound",  # unknown headroom after every bound, whatever its share
         "cpu_saturated",  # nothing to recover
+    ]
+    # without a critical bound, the unknown headroom ranks by its share among the bounds
+    warning = _finding("input_bound", "warning", 44.0, 44.0, "bound")
+    assert [f.id for f in rank([warning, compute])] == ["compute_bound", "input_bound"]
+    assert [f.id for f in sorted([warning, compute], key=rank_key)] == [
+        "compute_bound",
+        "input_bound",
     ]
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from ocr.perf.findings import Finding, rank_key, share_of_run
+from ocr.perf.findings import Finding, rank, share_of_run
 from ocr.perf.records import RunDirError, TryRecord
 from ocr.perf.report.load import RunData
 from ocr.perf.report.stages import StageSummary
@@ -40,6 +40,10 @@ RISK_IDS = frozenset(
 
 #: Findings whose cause costs time but whose change has no bound here.
 UNKNOWN_HEADROOM = frozenset({"compute_bound", "layout_conversion"})
+
+#: Findings about how the run was measured, not about a change to it: nothing to recover (the
+#: verdict's sentence carries them as a caveat instead).
+CAVEAT_IDS = frozenset({"cpu_contention"})
 
 #: Outcomes of a measured change that say it did not help.
 _NO_GAIN = frozenset({str(Outcome.NO_CHANGE), str(Outcome.REGRESSION), "H-mean drop"})
@@ -94,6 +98,8 @@ def assess(
             f = replace(f, recoverable_pct=pct, recoverable_from="measured", evidence=evidence)
         elif f.recoverable_pct is not None:
             pass  # the rule bounded it
+        elif f.id in CAVEAT_IDS:
+            f = replace(f, recoverable_pct=0.0, recoverable_from="bound")
         elif f.id in UNKNOWN_HEADROOM:
             f = replace(f, recoverable_from="unknown")
         elif f.id in RISK_IDS or f.id.startswith("alert:"):
@@ -101,4 +107,4 @@ def assess(
         else:
             f = replace(f, recoverable_pct=f.score, recoverable_from="bound")
         out.append(f)
-    return sorted(out, key=rank_key)
+    return rank(out)
