@@ -87,7 +87,8 @@ class BudgetPlan:
     the changes to be measured, in order; ``left_out``: the changes the budget cannot measure;
     ``stopped``: changes stopped early (they cannot be recommended); ``most``: the pairs asked per
     change; ``floor``: the fewest pairs that tell anything; ``revised``: a plan after the first;
-    ``whole_s``: the budget that would give every change still measurable ``floor`` pairs.
+    ``whole_s``: the budget that would give every change still measurable ``floor`` pairs;
+    ``capacity``: the pairs the whole budget holds at the expected cost (done ones included).
     """
 
     budget_s: float
@@ -100,12 +101,13 @@ class BudgetPlan:
     stopped: tuple[str, ...] = ()
     revised: bool = False
     whole_s: float = 0.0
+    capacity: int = 0
 
     def line(self) -> str:
         """One line for the terminal and the log, e.g. ``Plan: one run of the command takes
-        ~30.7 s, so the 2 min budget holds 2 pairs (~61 s each): trainer.benchmark=true 2 pairs
-        (fewer than the 3 pairs a verdict needs); left out: model.channels_last=true (a larger
-        --budget, or fewer changes, measures them).``"""
+        ~29.0 s, so the 2 min budget holds about 2 pairs (~58 s each); measuring 2 pairs:
+        trainer.benchmark=true 2 pairs (fewer than the 3 pairs a verdict needs); left out:
+        model.channels_last=true (--budget 5m would give every change 3 pairs).``"""
         head = f"Plan (revised with {duration(self.left_s)} left)" if self.revised else "Plan"
         planned = sum(n for _, n in self.pairs)
         measured = ", ".join(
@@ -113,8 +115,9 @@ class BudgetPlan:
         )
         text = (
             f"{head}: one run of the command takes ~{self.trial_s:.1f} s, so the "
-            f"{duration(self.budget_s)} budget holds {planned} pair{'s' if planned != 1 else ''} "
-            f"(~{2 * self.trial_s:.0f} s each): {measured or 'nothing'}"
+            f"{duration(self.budget_s)} budget holds about {self.capacity} "
+            f"pair{'s' if self.capacity != 1 else ''} (~{2 * self.trial_s:.0f} s each); measuring "
+            f"{planned} pair{'s' if planned != 1 else ''}: {measured or 'nothing'}"
         )
         if any(n < self.floor for _, n in self.pairs):
             text += f" (fewer than the {self.floor} pairs a verdict needs)"

@@ -402,6 +402,7 @@ class TrySession:
             stopped=tuple(a.label for a in arms if a.stopped),
             revised=self.plan is not None,
             whole_s=whole,
+            capacity=sum(done) + int(left // max(self._pair_s(a) for a in arms)),
         )
         said = self.plan
         self.plan = plan

@@ -227,8 +227,9 @@ def test_a_two_minute_budget_with_30_s_trials_ends_in_time_and_says_what_it_cove
     first_trial = next(i for i, line in enumerate(lines) if line.startswith("trial 1/"))
     assert start < first_trial < plan  # said once the first run is timed, before the second
     assert lines[plan] == (
-        "Plan: one run of the command takes ~29.0 s, so the 2 min budget holds 2 pairs (~58 s "
-        "each): trainer.precision=bf16-mixed 2 pairs (fewer than the 3 pairs a verdict needs); "
+        "Plan: one run of the command takes ~29.0 s, so the 2 min budget holds about 2 pairs "
+        "(~58 s each); measuring 2 pairs: trainer.precision=bf16-mixed 2 pairs (fewer than the 3 "
+        "pairs a verdict needs); "
         "left out: " + ", ".join(SIX[1:]) + " (--budget 18m would give every change 3 pairs)."
     )
     assert (

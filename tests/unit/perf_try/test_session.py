@@ -278,6 +278,7 @@ def test_plan_follows_the_measured_pair_cost(
     assert plan.pairs == (("data.num_workers=4", 5),)
     assert plan.left_out == ("data.prefetch_factor=4", "trainer.log_every_n_steps=51")
     assert plan.trial_s == 10.0
+    assert plan.capacity == 5  # the pair under way and four more
 
 
 def test_progress_never_counts_past_its_plan(
