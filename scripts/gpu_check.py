@@ -9,13 +9,21 @@ On a CUDA machine it runs, in this order:
 2. ``seams``: the seam tests (the ones pinning Lightning / torch behaviour) on this machine's
    torch and Lightning.
 3. ``train``: ``ocr-train preset=example`` on synthetic receipts (640 canvas, ResNet-18 DBNet,
-   16-mixed), every monitor and the profiler on (last epoch), DataLoader workers sized to the
-   cores, ``--epochs`` x ``--train-batches`` steps; while it trains, ``nvml``: our NVML sampler
-   (matched by UUID) beside ``nvidia-smi --query-gpu=...`` at the same moment.
-4. ``train_sync``: the same with ``sync_cuda=true``: CUDA-event phase times (no sync) against
-   synchronized ones, per phase.
-5. ``analyze``, ``report``, ``try``: ``ocr-perf`` on the first run (``try`` with a short budget).
-6. ``fixture``: the run's GPU trace (gzip, at most 2 MB) saved for the test fixtures.
+   batch 16) in the default configuration (16-mixed, NCHW, AdamW's foreach loop: the A/B's
+   default arm, named by its overrides), every monitor and the profiler on (last epoch),
+   DataLoader workers sized to the cores, ``--epochs`` x ``--train-batches`` steps; while it
+   trains, ``nvml``: our NVML sampler (matched by UUID) beside ``nvidia-smi --query-gpu=...`` at
+   the same moment.
+4. ``train_fast``: the same in the fast configuration (bf16-mixed, channels_last, fused AdamW),
+   profiled the same way (a profiled window in bf16-mixed): the A/B of the two, training
+   samples/s and MFU each, against the goal (>= 400 samples/s on the H200 at 640 px, batch 16,
+   MFU >= 8 %).
+5. ``train_sync``: the default run with ``sync_cuda=true``: CUDA-event phase times (no sync)
+   against synchronized ones, per phase.
+6. ``analyze``, ``report``, ``try``: ``ocr-perf`` on the first run (``try`` with a short budget;
+   ``analyze`` on the fast run's trace too).
+7. ``fixture``: both runs' GPU traces (gzip, at most 2 MB each) saved for the test fixtures, the
+   fast one's name with ``bf16`` in it.
 
 Without CUDA it runs what applies (a short CPU training run of ``experiment=synthetic_debug``,
 analyze / report / try on it, the seam tests), says which parts it skipped, why, and what a GPU
@@ -24,7 +32,7 @@ run adds, and exits 0. A part that fails keeps its traceback in the document and
 
     python scripts/gpu_check.py [--out DIR] [--fixture-dir DIR] [--work-dir DIR] [--epochs N]
         [--train-batches N] [--try-budget 2m] [--seams run|list|skip] [--skip PART]
-        [--json FILE] [--logs FILE.tar.gz] [--plan] [-- HYDRA_OVERRIDE ...]
+        [--json FILE] [--logs FILE.tar.gz] [--note TEXT] [--plan] [-- HYDRA_OVERRIDE ...]
     python scripts/gpu_check.py --plan        # what it would run here, the wheels to carry and
                                               # the device tool's command
     python scripts/gpu_check.py --fetch-wheels .whl   # fetch those wheels (needs PyPI)
@@ -54,7 +62,14 @@ from benchmarks.baseline_doc import train  # noqa: E402
 from ocr.perf.trace.agreement import AGREEMENT_TOLERANCE_PCT  # noqa: E402
 from scripts.gpucheck.check import Check  # noqa: E402
 from scripts.gpucheck.doc import DOC_NAME, render  # noqa: E402
-from scripts.gpucheck.figures import compare_phase_times, run_figures  # noqa: E402
+from scripts.gpucheck.figures import (  # noqa: E402
+    GOAL_DEVICE,
+    GOAL_MFU,
+    GOAL_SAMPLES_PER_S,
+    ab_comparison,
+    compare_phase_times,
+    run_figures,
+)
 from scripts.gpucheck.nvml import nvml_reads, read_while_training, smi_command  # noqa: E402
 from scripts.gpucheck.preflight import (  # noqa: E402
     DEVICE_IMAGE,
@@ -68,6 +83,8 @@ from scripts.gpucheck.preflight import (  # noqa: E402
     wheels_to_carry,
 )
 from scripts.gpucheck.runs import (  # noqa: E402
+    DEFAULT_ARM,
+    FAST_ARM,
     head,
     perf,
     run_logged,
@@ -77,7 +94,7 @@ from scripts.gpucheck.runs import (  # noqa: E402
     write_logs,
 )
 from scripts.gpucheck.seams import SEAM_TESTS, seam_tests  # noqa: E402
-from scripts.gpucheck.trace import save_fixture, trace_summary  # noqa: E402
+from scripts.gpucheck.trace import FIXTURE_CONFIGS, save_fixture, trace_summary  # noqa: E402
 
 DEFAULT_OUT = REPO_ROOT / "docs" / "performance"
 DEFAULT_FIXTURES = REPO_ROOT / "tests" / "fixtures" / "traces"
@@ -89,6 +106,15 @@ GPU_ONLY: dict[str, tuple[str, str]] = {
         "our NVML sampler (matched by UUID: utilisation, memory, power, temperature, SM clock, "
         "throttle reasons) beside `nvidia-smi --query-gpu` at the same moment, while training",
     ),
+    "train_fast": (
+        "bf16-mixed, channels_last and fused AdamW are CUDA settings: on the CPU an A/B would not "
+        "measure what they do to a GPU",
+        f"the A/B of the default configuration ({' '.join(DEFAULT_ARM)}) against the fast one "
+        f"({' '.join(FAST_ARM)}) at the same size, training samples/s and MFU each, against the "
+        f"goal (>= {GOAL_SAMPLES_PER_S:.0f} samples/s on the {GOAL_DEVICE} at 640 px, batch 16, "
+        f"MFU >= {100 * GOAL_MFU:.0f} %), and a profiled window in bf16-mixed (its trace a second "
+        "fixture)",
+    ),
     "train_sync": (
         "`sync_cuda` synchronizes CUDA only: without CUDA both runs time the same host work",
         "CUDA-event phase times (read without blocking) against synchronized ones, per phase, "
@@ -96,15 +122,26 @@ GPU_ONLY: dict[str, tuple[str, str]] = {
     ),
     "fixture": (
         "a CPU trace holds no kernels, copies or device memory",
-        "a GPU trace of our own model (<= 2 MB gzip) for the CPU test suite: kernel time per "
-        "phase, idle share, H2D copies pinned vs pageable",
+        "GPU traces of our own model (<= 2 MB gzip each; 16-mixed, and bf16-mixed from the fast "
+        "run) for the CPU test suite: kernel time per phase, idle share, H2D copies pinned vs "
+        "pageable",
     ),
 }
 
 #: (epochs, training batches per epoch) when not given: a few hundred steps on a GPU, a short
 #: CPU run (synthetic_debug has 30 batches per epoch).
 RUN_SIZE = {"gpu": (4, 100), "cpu": (3, 10)}
-PART_NAMES = ("seams", "train", "nvml", "train_sync", "analyze", "report", "try", "fixture")
+PART_NAMES = (
+    "seams",
+    "train",
+    "nvml",
+    "train_fast",
+    "train_sync",
+    "analyze",
+    "report",
+    "try",
+    "fixture",
+)
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -128,6 +165,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--skip", action="append", default=[], choices=PART_NAMES)
     parser.add_argument("--json", type=Path, help="also write every figure to this JSON file")
     parser.add_argument("--logs", type=Path, help="also write the runs' logs to this .tar.gz")
+    parser.add_argument(
+        "--note", default="", help="a note shown at the top of the document (e.g. which run)"
+    )
     parser.add_argument("--plan", "--dry-run", action="store_true", help="print the plan only")
     parser.add_argument("--fetch-wheels", metavar="DIR", help="fetch the carried wheels into DIR")
     parser.add_argument("overrides", nargs="*", help="Hydra overrides for every training run")
@@ -158,6 +198,9 @@ def plan(args: argparse.Namespace, cuda: dict[str, Any] | None, cores: int) -> l
     """What :func:`main` would run here, then the device machine's recipe."""
     where = f"CUDA ({cuda['name']})" if cuda else "no CUDA: the GPU-only parts are skipped"
     main_run = train_overrides(bool(cuda), args.epochs, args.train_batches, cores, sync=False)
+    fast_run = train_overrides(
+        True, args.epochs, args.train_batches, cores, sync=False, arm=FAST_ARM
+    )
     sync_run = train_overrides(bool(cuda), args.epochs, args.train_batches, cores, sync=True)
     lines = [f"Here: {where}; {cores} cores -> data.num_workers={workers_for(cores)}.", ""]
     steps = [
@@ -165,11 +208,19 @@ def plan(args: argparse.Namespace, cuda: dict[str, Any] | None, cores: int) -> l
         ("seams", f"pytest ({args.seams}) {' '.join(SEAM_TESTS)}"),
         ("train", "python -m ocr.train " + shlex.join([*main_run, *args.overrides])),
         ("nvml", "ResourceSampler beside " + shlex.join(smi_command("<uuid>")) + " while training"),
+        ("train_fast", "python -m ocr.train " + shlex.join([*fast_run, *args.overrides])),
         ("train_sync", "python -m ocr.train " + shlex.join([*sync_run, *args.overrides])),
-        ("analyze", "ocr-perf analyze <train run>/profiler_traces --json ..."),
+        (
+            "analyze",
+            "ocr-perf analyze <train run>/profiler_traces --json ... (and <train_fast run>)",
+        ),
         ("report", "ocr-perf report <train run> --markdown ..."),
         ("try", f"ocr-perf try <train run> --budget {args.try_budget}"),
-        ("fixture", f"<train run>'s GPU trace -> {args.fixture_dir} (<= 2 MB gzip)"),
+        (
+            "fixture",
+            f"<train run>'s and <train_fast run>'s GPU traces -> {args.fixture_dir} "
+            "(<= 2 MB gzip each)",
+        ),
     ]
     for name, what in steps:
         skipped = (
@@ -181,6 +232,10 @@ def plan(args: argparse.Namespace, cuda: dict[str, Any] | None, cores: int) -> l
         )
         lines.append(f"  {name}: {what}{skipped}")
     lines += [
+        "",
+        f"A/B goal (fast arm, checked by train_fast): >= {GOAL_SAMPLES_PER_S:.0f} training "
+        f"samples/s on the {GOAL_DEVICE} at 640 px, batch 16, MFU >= {100 * GOAL_MFU:.0f} % of the "
+        "measured peak.",
         "",
         f"Device machine ({DEVICE_IMAGE}). Wheels to carry (cp312 manylinux x86_64 or pure "
         f"Python): {', '.join(wheels_to_carry())}. Here, in the repository root ({WHEEL_DIR}/ "
@@ -231,6 +286,30 @@ def _train_part(
     return run_dir, reads
 
 
+def _fast_part(check: Check, args: argparse.Namespace, work: Path, cores: int) -> None:
+    """The A/B's fast arm, profiled as the main run is, compared with the main run."""
+    run_dir = work / "train_fast"
+    cuda = check.cuda
+    assert cuda is not None
+
+    def go() -> dict[str, Any]:
+        overrides = train_overrides(
+            True, args.epochs, args.train_batches, cores, sync=False, arm=FAST_ARM
+        )
+        argv = train(run_dir, [*overrides, *args.overrides], work / "train_fast.log")
+        check.commands["train_fast"] = shlex.join(["python", *argv])
+        figures = run_figures(run_dir, [args.epochs - 1])
+        main_figures = check.parts["train"].data["figures"]
+        return {
+            "run_dir": str(run_dir),
+            "figures": figures,
+            "arms": {"default": list(DEFAULT_ARM), "fast": list(FAST_ARM)},
+            "ab": ab_comparison(main_figures, figures, str(cuda["name"])),
+        }
+
+    check.run("train_fast", go)
+
+
 def _sync_part(check: Check, args: argparse.Namespace, work: Path, cores: int) -> None:
     run_dir = work / "train_sync"
 
@@ -258,14 +337,19 @@ def _sync_part(check: Check, args: argparse.Namespace, work: Path, cores: int) -
 def _perf_parts(check: Check, args: argparse.Namespace, run_dir: Path, work: Path) -> None:
     traces = run_dir / "profiler_traces"
 
-    def analyze() -> dict[str, Any]:
-        out = work / "analyze.json"
-        rc = run_logged(
-            perf("analyze", str(traces), "--json", str(out), "--top-k", "500"), work / "analyze.log"
-        )
+    def analyze_one(folder: Path, name: str) -> dict[str, Any]:
+        out, log = work / f"{name}.json", work / f"{name}.log"
+        rc = run_logged(perf("analyze", str(folder), "--json", str(out), "--top-k", "500"), log)
         if rc != 0:
-            raise RuntimeError(f"ocr-perf analyze exit {rc}:\n{tail(work / 'analyze.log', 30)}")
-        return {"rc": rc, "summary": trace_summary(json.loads(out.read_text()))}
+            raise RuntimeError(f"ocr-perf analyze exit {rc}:\n{tail(log, 30)}")
+        return trace_summary(json.loads(out.read_text()))
+
+    def analyze() -> dict[str, Any]:
+        out: dict[str, Any] = {"rc": 0, "summary": analyze_one(traces, "analyze")}
+        if check.ok("train_fast"):
+            fast = Path(check.parts["train_fast"].data["run_dir"]) / "profiler_traces"
+            out["summary_fast"] = analyze_one(fast, "analyze_fast")
+        return out
 
     def report() -> dict[str, Any]:
         log = work / "report.log"
@@ -298,7 +382,7 @@ def run_check(
         check.run("seams", lambda: seam_tests(args.seams, work))
     run_dir, reads = _train_part(check, args, work, cores)
     trained = check.ok("train")
-    for name in ("nvml", "train_sync", "fixture"):
+    for name in ("nvml", "train_fast", "train_sync", "fixture"):
         if name in args.skip:
             check.skip(name, "--skip on the command line")
         elif cuda is None:
@@ -307,6 +391,8 @@ def run_check(
             check.skip(name, "the training run failed")
         elif name == "nvml":
             check.run("nvml", lambda: nvml_reads(reads))
+        elif name == "train_fast":
+            _fast_part(check, args, work, cores)
         elif name == "train_sync":
             _sync_part(check, args, work, cores)
     if trained:
@@ -315,9 +401,23 @@ def run_check(
         for name in ("analyze", "report", "try"):
             check.skip(name, "the training run failed")
     if cuda is not None and trained and "fixture" not in args.skip:
-        trace = sorted((run_dir / "profiler_traces").glob("*.json*"))
-        check.run("fixture", lambda: save_fixture(trace[0], args.fixture_dir, cuda["name"]))
+        check.run("fixture", lambda: _save_fixtures(check, run_dir, args.fixture_dir))
     return check
+
+
+def _save_fixtures(check: Check, run_dir: Path, dest: Path) -> dict[str, Any]:
+    """The main run's trace (16-mixed) and, when it ran, the fast run's (bf16-mixed) as fixtures."""
+    assert check.cuda is not None
+    runs = {"default": run_dir}
+    if check.ok("train_fast"):
+        runs["fast"] = Path(check.parts["train_fast"].data["run_dir"])
+    saved = {}
+    for arm, folder in runs.items():
+        trace = sorted((folder / "profiler_traces").glob("*.json*"))
+        if not trace:
+            raise FileNotFoundError(f"{folder}/profiler_traces: no trace was written")
+        saved[arm] = save_fixture(trace[0], dest, check.cuda["name"], FIXTURE_CONFIGS[arm])
+    return {**saved["default"], "fast": saved.get("fast")}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -342,6 +442,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         work = args.work_dir or Path(tmp)
         work.mkdir(parents=True, exist_ok=True)
         check = run_check(args, argv, work, cuda)
+        check.note = args.note
         args.out.mkdir(parents=True, exist_ok=True)
         doc = args.out / DOC_NAME
         doc.write_text(render(check), encoding="utf-8")

@@ -37,6 +37,7 @@ class Check:
     parts: dict[str, Part] = field(default_factory=dict)
     commands: dict[str, str] = field(default_factory=dict)
     started: str = ""
+    note: str = ""  # shown at the top of the document (--note)
 
     def run(self, name: str, fn: Callable[[], dict[str, Any] | None]) -> Part:
         """Run part ``name``; a failure keeps its traceback in the part and the check goes on."""
@@ -62,6 +63,7 @@ class Check:
         return {
             "argv": self.argv,
             "started": self.started,
+            "note": self.note,
             "cuda": self.cuda,
             "versions": self.versions,
             "wheels": asdict(self.wheels),

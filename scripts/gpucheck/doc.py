@@ -108,6 +108,47 @@ def _render_throughput(fig: Mapping[str, Any]) -> list[str]:
     return lines
 
 
+def _met(flag: bool | None) -> str:
+    return {True: "met", False: "**not met**", None: "not measured"}[flag]
+
+
+def render_ab(data: Mapping[str, Any]) -> list[str]:
+    """The A/B of the default configuration against the fast one, and the goal it checks."""
+    ab, arms = data["ab"], data["arms"]
+    goal = ab["goal"]
+    lines = [
+        "Both arms at the same size, one after the other on this machine; each named in full by "
+        "its overrides (they hold whatever the config's CUDA defaults are). Training epochs "
+        "measured: warm-up epoch 0 and the profiled last epoch left out.",
+        "",
+        "| arm | overrides | train samples/s | MFU (measured peak) | MFU (spec) | data wait |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
+    for name in ("default", "fast"):
+        a = ab["arms"][name]
+        overrides = " ".join(f"`{o}`" for o in arms[name])
+        lines.append(
+            f"| {name} | {overrides} | {_f(a['samples_per_s'], '.2f')} | {_pct(a['mfu'])} | "
+            f"{_pct(a['mfu_spec'])} | {_pct(a['data_wait_share'])} |"
+        )
+    fast = ab["arms"]["fast"]
+    where = (
+        ""
+        if goal["on_goal_device"]
+        else f" (the goal was set for the {goal['device']}; this is another device)"
+    )
+    lines += [
+        "",
+        f"Fast / default: {_f(ab['speedup'], '.2f')}x training samples/s.",
+        "",
+        f"Goal{where}: >= {goal['samples_per_s']:.0f} training samples/s at 640 px, batch 16: "
+        f"{_f(fast['samples_per_s'], '.1f')}, {_met(goal['samples_met'])}; MFU >= "
+        f"{100 * goal['mfu']:.0f} % of the measured peak: {_pct(fast['mfu'])}, "
+        f"{_met(goal['mfu_met'])}.",
+    ]
+    return lines
+
+
 def render_comparison(title: str, rows: Sequence[Mapping[str, Any]]) -> list[str]:
     bad = [r["phase"] for r in rows if not r["agree"]]
     verdict = (
@@ -201,6 +242,8 @@ def render(check: Check) -> str:
         f"{check.started}, on `{host}`.",
         "",
     ]
+    if check.note:
+        lines += [f"> {check.note}", ""]
     if check.cuda is None:
         lines += [
             "**No GPU on this machine**: the parts that need CUDA were skipped (below: why, and "
@@ -214,6 +257,9 @@ def render(check: Check) -> str:
     train = check.parts.get("train")
     if train and train.status == "ran":
         lines += ["", "## Throughput, phases, MFU", "", *_render_throughput(train.data["figures"])]
+    fast = check.parts.get("train_fast")
+    if fast and fast.status == "ran":
+        lines += ["", "## A/B: default vs fast configuration", "", *render_ab(fast.data)]
     sync = check.parts.get("train_sync")
     if sync and sync.status == "ran":
         lines += ["", "## CUDA events vs synchronized phase times", ""]
@@ -233,6 +279,9 @@ def render(check: Check) -> str:
     if analyze and analyze.status == "ran":
         lines += ["", "## `ocr-perf analyze` on the profiled epoch", ""]
         lines += _render_trace(analyze.data["summary"])
+        if analyze.data.get("summary_fast"):
+            lines += ["", "The fast run's profiled epoch (bf16-mixed, channels_last, fused):", ""]
+            lines += _render_trace(analyze.data["summary_fast"])
     for name, title in (("report", "`ocr-perf report`"), ("try", "`ocr-perf try`")):
         part = check.parts.get(name)
         if part and part.status == "ran":
@@ -267,6 +316,11 @@ def render(check: Check) -> str:
             f"`{Path(d['path']).name}` ({d['bytes'] / 2**20:.2f} MiB gzip), the profiled epoch of "
             "the main run below.",
         ]
+        if d.get("fast"):
+            lines.append(
+                f"`{Path(d['fast']['path']).name}` ({d['fast']['bytes'] / 2**20:.2f} MiB gzip), "
+                "the profiled epoch of the fast run (bf16-mixed)."
+            )
     if check.commands:
         lines += ["", "## Commands", ""]
         lines += [f"* {label}: `{cmd}`" for label, cmd in check.commands.items()]

@@ -13,6 +13,24 @@ from pathlib import Path
 from benchmarks.baseline_doc import subprocess_env
 from scripts.gpucheck import REPO_ROOT
 
+#: The A/B's arms on CUDA (issue 32), each named in full by its overrides, so that they measure
+#: the same two configurations whatever the config's CUDA defaults are. The default one is what
+#: the first H200 run trained (16-mixed with a GradScaler, NCHW, AdamW's foreach loop); the fast
+#: one is bf16-mixed (no scaler), channels_last and fused AdamW. ``++`` sets a key whether or not
+#: the config has it.
+DEFAULT_ARM = (
+    "trainer.precision=16-mixed",
+    "model.channels_last=false",
+    "++model.optimizer.fused=false",
+    "++model.optimizer.foreach=true",
+)
+FAST_ARM = (
+    "trainer.precision=bf16-mixed",
+    "model.channels_last=true",
+    "++model.optimizer.fused=true",
+    "++model.optimizer.foreach=false",
+)
+
 
 def workers_for(cores: int) -> int:
     """DataLoader workers sized to the cores: all but two (the training process and the
@@ -21,12 +39,18 @@ def workers_for(cores: int) -> int:
 
 
 def train_overrides(
-    cuda: bool, epochs: int, train_batches: int, cores: int, *, sync: bool
+    cuda: bool,
+    epochs: int,
+    train_batches: int,
+    cores: int,
+    *,
+    sync: bool,
+    arm: tuple[str, ...] = DEFAULT_ARM,
 ) -> list[str]:
     """The Hydra overrides of the check's training runs. GPU: ``preset=example`` on synthetic
-    receipts sized for ``train_batches`` batches of 16; CPU: ``experiment=synthetic_debug``.
-    Monitors on; the main run profiles its last epoch, the ``sync`` run synchronizes CUDA at
-    every phase switch instead."""
+    receipts sized for ``train_batches`` batches of 16, in the A/B ``arm`` (:data:`DEFAULT_ARM`
+    or :data:`FAST_ARM`); CPU: ``experiment=synthetic_debug``. Monitors on; a run profiles its
+    last epoch, the ``sync`` run synchronizes CUDA at every phase switch instead."""
     workers = workers_for(cores)
     if cuda:
         out = [
@@ -34,7 +58,7 @@ def train_overrides(
             "data=synthetic",
             f"data.synthetic.splits.train={16 * train_batches}",
             f"data.synthetic.workers={cores}",
-            "trainer.precision=16-mixed",
+            *arm,
         ]
     else:
         out = ["experiment=synthetic_debug"]

@@ -51,12 +51,22 @@ def trace_summary(report: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def save_fixture(trace: Path, dest_dir: Path, device_name: str) -> dict[str, Any]:
-    """Copy the gzip trace ``trace`` to ``dest_dir`` as
-    ``dbnet_r18_640_16mixed_<device>.pt.trace.json.gz`` (recompressed at level 9 when over
-    :data:`FIXTURE_MAX_BYTES`; refused when still over)."""
+#: Fixture names by the run's configuration: the default one (16-mixed) and the A/B's fast one.
+FIXTURE_CONFIGS = {"default": "16mixed", "fast": "bf16mixed_cl_fused"}
+
+
+def fixture_name(device_name: str, config: str = FIXTURE_CONFIGS["default"]) -> str:
+    """``dbnet_r18_640_<config>_<device>.pt.trace.json.gz``, the device name as a slug."""
     slug = "".join(c if c.isalnum() else "_" for c in device_name.lower()).strip("_")
-    dest = dest_dir / f"dbnet_r18_640_16mixed_{slug}.pt.trace.json.gz"
+    return f"dbnet_r18_640_{config}_{slug}.pt.trace.json.gz"
+
+
+def save_fixture(
+    trace: Path, dest_dir: Path, device_name: str, config: str = FIXTURE_CONFIGS["default"]
+) -> dict[str, Any]:
+    """Copy the gzip trace ``trace`` to ``dest_dir`` as :func:`fixture_name` (recompressed at
+    level 9 when over :data:`FIXTURE_MAX_BYTES`; refused when still over)."""
+    dest = dest_dir / fixture_name(device_name, config)
     data = trace.read_bytes()
     if not trace.name.endswith(".gz"):
         data = gzip.compress(data, compresslevel=9)

@@ -58,6 +58,8 @@ def cpu_check(
         "try",
         "--json",
         str(out / "figures.json"),
+        "--note",
+        "A CPU run of the test suite.",
         "--",
         f"data.dataset_dir={data}",
         *TINY,
@@ -75,6 +77,7 @@ def test_cpu_run_exits_0_and_writes_the_doc_in_the_out_dir(
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     doc = (out / "gpu.md").read_text()
     assert doc.startswith("# GPU check\n\n<!-- Generated file: do not edit by hand.")
+    assert doc.split("\n\n")[3] == "> A CPU run of the test suite."  # --note, under the header
     assert "**No GPU on this machine**" in doc
     assert not (out / "fixtures").exists()  # no GPU trace, no fixture written
     parts = json.loads((out / "figures.json").read_text())["parts"]
@@ -82,6 +85,7 @@ def test_cpu_run_exits_0_and_writes_the_doc_in_the_out_dir(
         "seams": "ran",
         "train": "ran",
         "nvml": "skipped",
+        "train_fast": "skipped",
         "train_sync": "skipped",
         "fixture": "skipped",
         "analyze": "ran",

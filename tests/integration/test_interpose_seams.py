@@ -239,6 +239,8 @@ def test_seam_version_gate_degrades_to_the_public_stream(
     assert interpose.check_versions() is None  # the installed versions are the tested ones
     assert "outside the range" in str(interpose.check_versions({"lightning": "3.0.0"}))
     assert "outside the range" in str(interpose.check_versions({"torch": "2.99.0+cu128"}))
+    assert "outside the range" in str(interpose.check_versions({"torch": "2.10.1+cu128"}))
+    assert interpose.check_versions({"torch": "2.11.0+cu130"}) is None  # the H200 seam run's
     monkeypatch.setitem(interpose.TESTED_VERSIONS, "lightning", ("0.0.1", "0.0.2"))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

@@ -231,6 +231,90 @@ def test_gpu_overrides_are_the_example_preset_at_16_mixed_with_workers_for_the_c
     assert not any(o.startswith("callbacks.profiler.") for o in sync_run)
 
 
+@pytest.mark.parametrize(
+    ("arm", "precision", "channels_last", "fused", "foreach"),
+    [
+        (runs.DEFAULT_ARM, "16-mixed", False, False, True),
+        (runs.FAST_ARM, "bf16-mixed", True, True, False),
+    ],
+)
+def test_each_ab_arm_composes_to_its_configuration_whatever_the_defaults(
+    arm: tuple[str, ...], precision: str, channels_last: bool, fused: bool, foreach: bool
+) -> None:
+    """Both arms name every setting they differ in (``++`` sets a key the config may or may not
+    have), so a change of the CUDA defaults cannot turn the A/B into the same run twice."""
+    import hydra
+    import torch
+
+    overrides = runs.train_overrides(True, 4, 100, 16, sync=False, arm=arm)
+    assert all(o in overrides for o in arm)
+    cfg = _compose(*[o for o in overrides if not o.startswith("callbacks.profiler.")])
+    assert cfg.trainer.precision == precision
+    assert cfg.model.channels_last is channels_last
+    make = hydra.utils.instantiate(cfg.model.optimizer)
+    optimizer = make([torch.nn.Parameter(torch.zeros(2))])
+    assert isinstance(optimizer, torch.optim.AdamW)
+    assert (optimizer.defaults["fused"], optimizer.defaults["foreach"]) == (fused, foreach)
+
+
+def _compose(*overrides: str) -> Any:
+    from hydra import compose, initialize_config_module
+
+    from ocr.runtime import register_resolvers
+
+    register_resolvers()
+    with initialize_config_module(version_base="1.3", config_module="ocr.configs"):
+        return compose(config_name="train", overrides=list(overrides))
+
+
+def _figures(samples_per_s: float | None, mfu: float | None) -> dict[str, Any]:
+    train = {"samples_per_s": samples_per_s, "mfu": mfu, "mfu_spec": None, "epochs": [1, 2]}
+    return {"train": {**train, "data_wait_share": 0.1}, "val": None}
+
+
+def test_ab_states_each_arm_the_speedup_and_the_goal() -> None:
+    ab = figures.ab_comparison(_figures(193.0, 0.039), _figures(241.0, 0.051), "NVIDIA H200")
+    assert ab["speedup"] == pytest.approx(241 / 193)
+    assert ab["arms"]["default"]["samples_per_s"] == 193.0
+    goal = ab["goal"]
+    assert (goal["samples_per_s"], goal["mfu"]) == (400.0, 0.08)
+    assert goal["on_goal_device"] is True
+    assert (goal["samples_met"], goal["mfu_met"]) == (False, False)
+    met = figures.ab_comparison(_figures(193.0, 0.039), _figures(401.0, 0.08), "NVIDIA H100")
+    assert (met["goal"]["samples_met"], met["goal"]["mfu_met"]) == (True, True)
+    assert met["goal"]["on_goal_device"] is False
+    unknown = figures.ab_comparison(_figures(193.0, 0.039), _figures(None, None), "NVIDIA H200")
+    assert unknown["speedup"] is None
+    assert unknown["goal"]["samples_met"] is None
+    data = {"ab": ab, "arms": {"default": list(runs.DEFAULT_ARM), "fast": list(runs.FAST_ARM)}}
+    text = "\n".join(doc.render_ab(data))
+    assert "| fast | `trainer.precision=bf16-mixed` `model.channels_last=true` " in text
+    assert "| 241.00 | 5.1 % |" in text
+    assert "Fast / default: 1.25x training samples/s." in text
+    assert (
+        "Goal: >= 400 training samples/s at 640 px, batch 16: 241.0, **not met**; MFU >= 8 % of "
+        "the measured peak: 5.1 %, **not met**." in text
+    )
+    other = "\n".join(doc.render_ab({**data, "ab": met}))
+    assert "Goal (the goal was set for the H200; this is another device): " in other
+    assert "401.0, met; " in other
+
+
+def test_the_plan_names_the_fast_run_and_the_goal() -> None:
+    args = gpu_check.parse_args([])
+    gpu_check.size_run(args, cuda=True)
+    lines = gpu_check.plan(args, {"name": "NVIDIA H200"}, 16)
+    (fast,) = [line for line in lines if line.startswith("  train_fast: ")]
+    assert all(o in fast for o in runs.FAST_ARM)
+    assert "callbacks.profiler.enabled=true" in fast  # its profiled window, in bf16-mixed
+    (main,) = [line for line in lines if line.startswith("  train: ")]
+    assert all(o in main for o in runs.DEFAULT_ARM)
+    assert any(
+        line.startswith("A/B goal (fast arm, checked by train_fast): >= 400 ") for line in lines
+    )
+    assert gpu_check.PART_NAMES.index("train_fast") == gpu_check.PART_NAMES.index("train") + 2
+
+
 # -- trace summary, fixture, seam-test counts -----------------------------------------------------
 
 
@@ -255,6 +339,13 @@ def test_fixture_is_saved_gzip_under_the_limit_and_refused_over_it(tmp_path: Pat
         Path(saved["path"]).name == "dbnet_r18_640_16mixed_nvidia_h100_80gb_hbm3.pt.trace.json.gz"
     )
     assert gzip.decompress(Path(saved["path"]).read_bytes()) == b'{"traceEvents": []}'
+    fast = trace.save_fixture(small, tmp_path / "fixtures", "NVIDIA H200", "bf16mixed_cl_fused")
+    assert (
+        Path(fast["path"]).name == "dbnet_r18_640_bf16mixed_cl_fused_nvidia_h200.pt.trace.json.gz"
+    )
+    assert (
+        trace.fixture_name("NVIDIA H200", trace.FIXTURE_CONFIGS["fast"]) == Path(fast["path"]).name
+    )
     big = tmp_path / "big.json"
     big.write_bytes(os.urandom(trace.FIXTURE_MAX_BYTES + 1))  # incompressible
     with pytest.raises(ValueError, match="over the fixture limit"):

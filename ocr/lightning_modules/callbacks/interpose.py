@@ -27,10 +27,11 @@ from torch.utils.data import DataLoader
 from ocr.perf.clock import PhaseClock
 from ocr.perf.worker import InstrumentedLoader, WorkerTiming
 
-#: Package -> [lowest, first untested) release, tested with the seam tests.
+#: Package -> [lowest, first untested) release, tested with the seam tests: torch 2.13 here,
+#: 2.11.0+cu130 on an H200 (32 seam tests passed, ``docs/performance/gpu.md``, 2026-11-26).
 TESTED_VERSIONS: dict[str, tuple[str, str]] = {
     "lightning": ("2.6.0", "2.7.0"),
-    "torch": ("2.13.0", "2.14.0"),
+    "torch": ("2.11.0", "2.14.0"),
 }
 
 

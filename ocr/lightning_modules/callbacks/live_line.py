@@ -5,12 +5,18 @@ phase clock so far, the last gathered epoch's straggler) and worded by :mod:`ocr
 Nothing is measured for it: the recorder keeps these figures anyway. The line is composed only
 when a bar is about to show it (a time check per batch); a run without a performance monitor
 shows no line.
+
+:class:`PhaseRichProgressBar` also reads the progress-bar metrics at most every
+:data:`REFRESH_S` during training: Lightning's Rich bar reads them at every batch, which converts
+each ``prog_bar=True`` tensor with ``.item()`` (Lightning issues 21232, 20995), a host-device sync
+per step on a GPU.
 """
 
 from __future__ import annotations
 
 import time
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 import lightning as L
@@ -58,18 +64,51 @@ def live_text(trainer: L.Trainer) -> str:
 
 class PhaseRichProgressBar(RichProgressBar):
     """Lightning's ``RichProgressBar`` (same arguments) showing the live phase line after the
-    metrics, updated every :data:`REFRESH_S` seconds."""
+    metrics, both updated every :data:`REFRESH_S` seconds during training (the batch counter at
+    every batch, as Lightning's); at an epoch's end the metrics are read as Lightning reads them.
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    Args:
+        clock: keyword only, monotonic seconds; default :func:`time.monotonic` (tests pass a
+            fake one). Every other argument is ``RichProgressBar``'s.
+    """
+
+    def __init__(
+        self, *args: Any, clock: Callable[[], float] = time.monotonic, **kwargs: Any
+    ) -> None:
         super().__init__(*args, **kwargs)
+        self.clock = clock
         self._line = ""
         self._line_at = float("-inf")
+        self._metrics_at = float("-inf")
+        self._skip_metrics = False
+
+    def on_train_batch_end(
+        self,
+        trainer: L.Trainer,
+        pl_module: L.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+    ) -> None:
+        now = self.clock()
+        self._skip_metrics = now - self._metrics_at < REFRESH_S
+        if not self._skip_metrics:
+            self._metrics_at = now
+        try:
+            super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
+        finally:
+            self._skip_metrics = False
+
+    def _update_metrics(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        # Lightning's private step that reads get_metrics() (at every batch in its Rich bar)
+        if not self._skip_metrics:
+            super()._update_metrics(trainer, pl_module)
 
     def get_metrics(
         self, trainer: L.Trainer, pl_module: L.LightningModule
     ) -> dict[str, int | str | float | dict[str, float]]:
         items = super().get_metrics(trainer, pl_module)
-        now = time.monotonic()
+        now = self.clock()
         if now - self._line_at >= REFRESH_S:
             self._line_at = now
             self._line = live_text(trainer)

@@ -1,6 +1,14 @@
 """This process's GPUs through NVML (``nvidia-ml-py``), matched to its CUDA devices by UUID (NVML
 indices ignore ``CUDA_VISIBLE_DEVICES``): utilisation, memory, power, temperature, clocks and
-throttle reasons. Without NVML, :attr:`NvmlGpus.status` says why and nothing is sampled."""
+throttle reasons. Without NVML, :attr:`NvmlGpus.status` says why and nothing is sampled.
+
+Memory used comes from ``nvmlDeviceGetMemoryInfo_v2`` where nvidia-ml-py and the driver have it:
+the v1 call counts the driver's reserved memory as used (it read 0.6 GB above nvidia-smi in every
+paired read on an H200), v2 reports it apart (``reserved``); its ``used`` should be nvidia-smi's
+(the GPU check's paired reads compare them). An older nvidia-ml-py (no ``nvmlMemory_v2``) or a
+driver that refuses the v2 call on the first device falls back to v1; :attr:`NvmlGpus.status`
+names the version used.
+"""
 
 from __future__ import annotations
 
@@ -34,6 +42,10 @@ class NvmlGpus:
         self._nvml: Any = None
         self._gpus: list[Any] = []
         self._errors: tuple[type[BaseException], ...] = ()
+        self._memory_v2: Any = None
+        #: ``"v2"`` or ``"v1"``: the ``nvmlDeviceGetMemoryInfo`` version the memory figures
+        #: come from (``""`` before NVML is open)
+        self.memory_api = ""
         self._open(nvml, device_uuids)
 
     @property
@@ -75,7 +87,21 @@ class NvmlGpus:
             return
         self._nvml = module
         self._errors = (getattr(module, "NVMLError_NotSupported", LookupError),)
-        self.status = f"ok ({len(self._gpus)} device(s) via NVML)"
+        self._memory_v2 = self._probe_memory_v2()
+        self.memory_api = "v1" if self._memory_v2 is None else "v2"
+        self.status = f"ok ({len(self._gpus)} device(s) via NVML, memory info {self.memory_api})"
+
+    def _probe_memory_v2(self) -> Any:
+        """``nvmlMemory_v2`` when the module has it and the driver answers the v2 call on the
+        first device, else ``None`` (v1 then)."""
+        version = getattr(self._nvml, "nvmlMemory_v2", None)
+        if version is None or not self._gpus:
+            return None
+        try:
+            self._nvml.nvmlDeviceGetMemoryInfo(self._gpus[0], version=version)
+        except (getattr(self._nvml, "NVMLError", Exception), TypeError):
+            return None  # no such function in the driver, an unknown version, not supported
+        return version
 
     def close(self) -> None:
         """Release NVML (idempotent)."""
@@ -109,7 +135,10 @@ class NvmlGpus:
             if util is not None:
                 out[f"{head}util_percent"] = float(util.gpu)
                 out[f"{head}memory_util_percent"] = float(util.memory)
-            mem = self._read("nvmlDeviceGetMemoryInfo", handle)
+            if self._memory_v2 is None:
+                mem = self._read("nvmlDeviceGetMemoryInfo", handle)
+            else:  # v2: used without the driver's reserved memory (module doc)
+                mem = self._read("nvmlDeviceGetMemoryInfo", handle, self._memory_v2)
             if mem is not None:
                 out[f"{head}memory_used_gb"] = mem.used / GB
                 out[f"{head}memory_total_gb"] = mem.total / GB

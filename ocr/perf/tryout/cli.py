@@ -98,7 +98,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         type=parse_budget,
         default=600.0,
         metavar="DURATION",
-        help="wall-clock budget, e.g. 10m (default), 90s, 1h",
+        help="wall-clock budget, e.g. 10m (default), 90s, 1h; planned once the first run of "
+        "the command is timed: changes in order get the 3 pairs a verdict needs while it holds "
+        "them, the rest are left out and named",
     )
     p.add_argument("--pairs", type=_positive, default=5, help="pairs per candidate at most (5)")
     p.add_argument(
@@ -156,7 +158,13 @@ def run(args: argparse.Namespace) -> int:
         paste_line,
         write_records,
     )
-    from ocr.perf.tryout.show import print_results, trial_progress
+    from ocr.perf.tryout.show import (
+        print_line,
+        print_plan,
+        print_results,
+        start_line,
+        trial_progress,
+    )
 
     if str(args.json) == "-":  # the JSON alone on stdout: the tables go to stderr
         import rich
@@ -180,6 +188,7 @@ def run(args: argparse.Namespace) -> int:
             raise TryInputError(f"--checkpoint {args.checkpoint}: no such file")
         checkpoint = args.checkpoint.resolve()
     scratch = Path(tempfile.mkdtemp(prefix="ocr-perf-try-"))
+    print_line(start_line(len(candidates), args.pairs, args.budget))
     try:
         with trial_progress(len(candidates) * args.pairs * 2) as on_trial:
             session = TrySession(
@@ -189,6 +198,7 @@ def run(args: argparse.Namespace) -> int:
                 scratch / "trials",
                 checkpoint=checkpoint,
                 on_trial=on_trial,
+                on_plan=print_plan,
             )
             records = session.run()
             contention = trials_contention_note(scratch / "trials")  # before they are removed

@@ -3,17 +3,24 @@ command, within a time budget; then the recommended changes together. Its record
 ``<run>/perf/try.jsonl`` (one :class:`~ocr.perf.records.TryRecord` per candidate, and one for the
 winners together); sessions append, readers show the latest.
 
-Rounds go over the candidates (round 1: a pair for each, round 2: another pair for each, ...), so
-a budget that runs out leaves every candidate some pairs instead of leaving the last ones
-untried. Within a pair the order alternates (A B, then B A, ...; A the unchanged command) so a
-steady drift of the machine cancels; a runtime knob's pairs start with B, since a knob the run
-cannot take ends its trial at setup and the change is then "not applicable" with the trial's
-reason. The speed-up is the median of the ratios ``speed(B) / speed(A)`` with its bootstrap
-interval (:func:`ocr.perf.significance.paired_ratios`); :func:`status` is the rule that
-recommends a change. The plan follows the measured cost: before each pair the session checks
-that the longest pair of that kind so far still fits in what is left of the budget, and stops
-cleanly when it does not, naming what it left untried. A trial may not run past the budget's end
-(it is stopped there).
+The budget is planned (:mod:`ocr.perf.tryout.plan`) once the first trial has run and the cost of
+one is known: changes in order get the :data:`MIN_PAIRS` pairs a verdict needs while the budget
+holds them, what is left goes one pair at a time up to ``--pairs``, and a change the budget
+cannot measure is left out and named (the plan is said at the start, through ``on_plan``). Rounds
+go over the planned changes (round 1: a pair for each, round 2: another pair for each, ...);
+after each round a change whose interval already lies below :data:`RECOMMEND_ABOVE` (it cannot be
+recommended) stops early and the budget is planned again from the measured pair costs: its
+pairs go to the changes still measured, or the session ends sooner.
+
+Within a pair the order alternates (A B, then B A, ...; A the unchanged command) so a steady
+drift of the machine cancels; a runtime knob's pairs start with B, since a knob the run cannot
+take ends its trial at setup and the change is then "not applicable" with the trial's reason.
+The speed-up is the median of the ratios ``speed(B) / speed(A)`` with its bootstrap interval
+(:func:`ocr.perf.significance.paired_ratios`); :func:`status` is the rule that recommends a
+change. Before each pair the session checks that the longest pair of that kind so far still fits
+in what is left of the budget (and, in the first pair of a kind, that its second trial does), and
+stops cleanly when it does not, naming what it measured and what it left out. A trial may not
+run past the budget's end (it is stopped there).
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ from ocr.perf.knobs import KNOB_PREFIX, apply_lines, family_knob, has_knob, is_k
 from ocr.perf.records import RecordWriter, TryRecord, read_records
 from ocr.perf.significance import Outcome, PairedRatios, paired_ratios, ratio_outcome
 from ocr.perf.tryout.command import RecordedCommand, override_key
+from ocr.perf.tryout.plan import BudgetPlan, allocate, duration
 from ocr.perf.tryout.trial import TrialResult, run_eval_trial, run_training_trial
 
 __all__ = [
@@ -102,10 +110,30 @@ class _Arm:
     changed: list[TrialResult] = field(default_factory=list)
     failed: str | None = None
     refused: bool = False  # the run cannot take a knob of the change (failed says why)
+    target: int = 0  # pairs planned in all
+    stopped: str | None = None  # why it stopped early (it cannot be recommended)
 
     @property
     def pairs(self) -> int:
         return len(self.changed)
+
+    @property
+    def open(self) -> bool:
+        """Still takes pairs: neither failed nor stopped."""
+        return self.failed is None and self.stopped is None
+
+    @property
+    def label(self) -> str:
+        return " ".join(self.changes)
+
+    def ratios(self) -> PairedRatios:
+        return paired_ratios(
+            [
+                b.speed / a.speed
+                for a, b in zip(self.base, self.changed, strict=True)
+                if a.speed is not None and b.speed is not None
+            ]
+        )
 
 
 def _keep_for(changes: Sequence[str]) -> frozenset[str]:
@@ -140,6 +168,8 @@ class TrySession:
         checkpoint: the run's checkpoint for eval-time candidates, or ``None``.
         on_trial: called after every trial (progress output).
         clock: seconds, monotonic (tests pass a fake).
+        on_plan: called with the budget's plan once the first trial has run, and again when a
+            revised plan measures other changes (progress output).
     """
 
     def __init__(
@@ -151,6 +181,7 @@ class TrySession:
         checkpoint: Path | None = None,
         on_trial: Callable[[TrialEvent], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        on_plan: Callable[[BudgetPlan], None] | None = None,
     ) -> None:
         self.command = command
         self.candidates = list(candidates)
@@ -159,7 +190,12 @@ class TrySession:
         self.checkpoint = checkpoint
         self.on_trial = on_trial
         self.clock = clock
+        self.on_plan = on_plan
         self.session = datetime.now(UTC).isoformat(timespec="seconds")
+        #: the budget's latest plan (``None`` before a trial has run)
+        self.plan: BudgetPlan | None = None
+        self._arms: list[_Arm] = []
+        self._started = 0.0
         self._deadline = 0.0
         self._pair_cost: dict[str, float] = {}
         self._trial_cost: dict[str, float] = {}
@@ -216,6 +252,7 @@ class TrySession:
         known = self._trial_cost.get(arm.kind)
         limit = remaining if known is None else min(remaining, known * _TRIAL_TIMEOUT_FACTOR)
         timeout = max(limit, 1.0)
+        started = self.clock()
         if arm.kind == "eval":
             assert self.checkpoint is not None
             result = run_eval_trial(self.command, folder, changes, self.checkpoint, timeout=timeout)
@@ -230,7 +267,8 @@ class TrySession:
                 keep=arm.keep,
             )
         self._done += 1
-        self._trial_cost[arm.kind] = max(self._trial_cost.get(arm.kind, 0.0), result.seconds)
+        took = max(result.seconds, self.clock() - started)
+        self._trial_cost[arm.kind] = max(self._trial_cost.get(arm.kind, 0.0), took)
         if self.on_trial is not None:
             refused = result.not_applicable
             why = result.error if refused is None else f"not applicable: {refused}"
@@ -252,10 +290,12 @@ class TrySession:
         first_b = any(is_knob(c) for c in arm.changes)
         order = ("A", "B") if (index + first_b) % 2 == 0 else ("B", "A")
         results: dict[str, TrialResult] = {}
-        label = " ".join(arm.changes)
-        for side in order:
+        for n, side in enumerate(order):
+            first_of_kind = arm.kind not in self._pair_cost
+            if n and first_of_kind and self.clock() + self._trial_cost[arm.kind] > self._deadline:
+                return False  # the pair's second trial would not end within the budget
             changes = arm.changes if side == "B" else ()
-            result = self._trial(arm, changes, label if side == "B" else "unchanged")
+            result = self._trial(arm, changes, arm.label if side == "B" else "unchanged")
             if result.not_applicable is not None:
                 arm.failed, arm.refused = result.not_applicable, True
                 return False
@@ -264,44 +304,140 @@ class TrySession:
                 arm.failed = f"{who}: {result.error}"
                 return False
             results[side] = result
+            if self.plan is None:  # the first trial that ran: the cost of one is known
+                self._plan(in_flight=arm, rest=len(order) - n - 1)
         arm.base.append(results["A"])
         arm.changed.append(results["B"])
         self._pair_cost[arm.kind] = max(self._pair_cost.get(arm.kind, 0.0), self.clock() - started)
         return True
 
     def _measure(self, arms: list[_Arm]) -> list[_Arm]:
-        """Rounds of pairs over ``arms`` until each has ``options.pairs`` or the budget ends;
-        returns the arms still untried or short of pairs when the budget ended. When the
-        unchanged command itself fails, every arm of its kind fails with that reason: it would
-        fail again for each."""
-        active = list(arms)
-        for index in range(self.options.pairs):
-            for arm in list(active):
-                if arm not in active:
-                    continue  # failed with the unchanged command, below
-                if not self._pair(arm, index):
+        """Rounds of pairs over ``arms`` until each has its planned pairs (``options.pairs``
+        before a plan) or the budget ends; returns the arms short of their plan when the budget
+        ended. When the unchanged command itself fails, every arm of its kind fails with that
+        reason: it would fail again for each."""
+        self._arms = arms
+        for arm in arms:
+            arm.target = self.options.pairs
+        if self.plan is not None:
+            self._plan()  # (the recommended changes together) against what is left
+        while True:
+            runnable = [a for a in arms if a.open and a.pairs < a.target]
+            if not runnable:
+                return []
+            for arm in runnable:
+                if not (arm.open and arm.pairs < arm.target):
+                    continue  # failed with the unchanged command, or planned out, above
+                if not self._pair(arm, arm.pairs):
                     if arm.failed is None:
-                        return active  # out of budget
-                    active.remove(arm)
+                        return [a for a in arms if a.open and a.pairs < a.target]  # budget
                     if arm.failed.startswith(_BASE_FAILED):
-                        for other in [a for a in active if a.kind == arm.kind]:
-                            other.failed = arm.failed
-                            active.remove(other)
-            self._replan(active, index + 1)
-        return []
+                        for other in arms:
+                            if other.open and other.kind == arm.kind:
+                                other.failed = arm.failed
+            self._stop_losers(arms)
+            if self.plan is not None:
+                self._plan()
 
-    def _replan(self, active: list[_Arm], rounds_done: int) -> None:
-        """After a round: the plan's total trials, from the measured pair costs and the budget
-        left, going round the arms as :meth:`_measure` will."""
+    def _stop_losers(self, arms: list[_Arm]) -> None:
+        """Stop each arm, short of its plan, whose interval after :data:`MIN_PAIRS` pairs or more
+        lies below :data:`RECOMMEND_ABOVE`: more pairs cannot make it recommended."""
+        for arm in arms:
+            if arm.open and MIN_PAIRS <= arm.pairs < arm.target:
+                s = arm.ratios()
+                if s.high < RECOMMEND_ABOVE:
+                    arm.stopped = (
+                        f"stopped early after {arm.pairs} of {arm.target} planned pairs: its 95 % "
+                        f"interval [{s.low:.3f}, {s.high:.3f}] lies below {RECOMMEND_ABOVE}, so it "
+                        "cannot be recommended"
+                    )
+
+    def _pair_s(self, arm: _Arm) -> float:
+        """Expected seconds of one more pair of ``arm``: its kind's longest pair so far, else
+        twice its kind's (else any kind's) longest trial."""
+        if arm.kind in self._pair_cost:
+            return self._pair_cost[arm.kind]
+        trial = self._trial_cost.get(arm.kind) or max(self._trial_cost.values(), default=0.0)
+        return 2.0 * trial
+
+    def _plan(self, in_flight: _Arm | None = None, rest: int = 0) -> None:
+        """Plan the budget over the current arms (:func:`~ocr.perf.tryout.plan.allocate`) and
+        set their targets; ``in_flight`` has a pair under way with ``rest`` trials to go (it is
+        counted as done and its rest as spent, when the rest fits). Says the plan when it is the
+        first, or when it measures other changes than the last one said."""
+        arms = self._arms
         left = max(self._deadline - self.clock(), 0.0)
-        pairs = 0
-        for arm in active * (self.options.pairs - rounds_done):
-            cost = self._pair_cost.get(arm.kind, 0.0)
-            if cost > left:
-                break
-            left -= cost
-            pairs += 1
-        self._planned = self._done + 2 * pairs
+        rest_s = rest * self._trial_cost.get(in_flight.kind, 0.0) if in_flight else 0.0
+        counted = in_flight if in_flight is not None and rest_s <= left else None
+        if counted is None:
+            rest = 0  # (the pair under way cannot end in time: it stops before its rest)
+        else:
+            left -= rest_s
+        done = [a.pairs + (a is counted) for a in arms]
+        targets = allocate(
+            done,
+            [self._pair_s(a) for a in arms],
+            [a.open for a in arms],
+            left,
+            self.options.pairs,
+            MIN_PAIRS,
+        )
+        for arm, target in zip(arms, targets, strict=True):
+            arm.target = target
+        todo = sum(t - d for a, t, d in zip(arms, targets, done, strict=True) if a.open)
+        self._planned = self._done + rest + 2 * todo
+        floor = min(MIN_PAIRS, self.options.pairs)
+        whole = (self.clock() - self._started) + rest_s * (counted is not None)
+        whole += sum(
+            max(0, floor - d) * self._pair_s(a) for a, d in zip(arms, done, strict=True) if a.open
+        )
+        plan = BudgetPlan(
+            budget_s=self.options.budget_s,
+            trial_s=max(self._trial_cost.values(), default=0.0),
+            left_s=left,
+            pairs=tuple((a.label, t) for a, t in zip(arms, targets, strict=True) if a.open and t),
+            left_out=tuple(a.label for a, t in zip(arms, targets, strict=True) if a.open and not t),
+            most=self.options.pairs,
+            floor=MIN_PAIRS,
+            stopped=tuple(a.label for a in arms if a.stopped),
+            revised=self.plan is not None,
+            whole_s=whole,
+            capacity=sum(done) + int(left // max(self._pair_s(a) for a in arms)),
+        )
+        said = self.plan
+        self.plan = plan
+        changed = said is None or (
+            [c for c, _ in said.pairs] != [c for c, _ in plan.pairs]
+            or said.left_out != plan.left_out
+        )
+        if changed and self.on_plan is not None:
+            self.on_plan(plan)
+
+    def _budget_note(self, arms: list[_Arm]) -> str:
+        """What the budget covered: changes measured, pairs, time; what it left out or short."""
+        if not arms:
+            return ""
+        measured = [a for a in arms if a.pairs]
+        pairs = sum(a.pairs for a in arms)
+        parts = [
+            f"{len(measured)} of {len(arms)} change(s) measured, {pairs} pair"
+            f"{'s' if pairs != 1 else ''} in {duration(self.clock() - self._started)} of the "
+            f"{duration(self.options.budget_s)} budget"
+        ]
+        left_out = [a.label for a in arms if a.open and not a.pairs]
+        short = [
+            f"{a.label} ({a.pairs} of {self.options.pairs} pairs)"
+            for a in arms
+            if a.open and 0 < a.pairs < self.options.pairs
+        ]
+        stopped = [f"{a.label} after {a.pairs} pairs" for a in arms if a.stopped]
+        if left_out:
+            parts.append("left out: " + ", ".join(left_out))
+        if short:
+            parts.append("left short: " + ", ".join(short))
+        if stopped:
+            parts.append("stopped early (cannot be recommended): " + ", ".join(stopped))
+        return "; ".join(parts)
 
     def _base_record(
         self, c: Candidate, status: str, note: str, override: str | None, kind: str, apply: str
@@ -330,13 +466,14 @@ class TrySession:
         if arm.pairs == 0:
             word = "failed" if arm.failed else "untried"
             note = arm.failed or "the budget ran out before its first pair"
+            if not arm.failed and self.plan is not None and arm.label in self.plan.left_out:
+                note += (
+                    f": the plan left it out, the budget could not hold the {MIN_PAIRS} pairs a "
+                    f"verdict needs after the changes before it (one run of the command takes "
+                    f"~{self.plan.trial_s:.1f} s)"
+                )
             return self._base_record(c, word, note, override, kind, apply)
-        ratios = [
-            b.speed / a.speed
-            for a, b in zip(arm.base, arm.changed, strict=True)
-            if a.speed is not None and b.speed is not None
-        ]
-        s = paired_ratios(ratios)
+        s = arm.ratios()
         word = status(s)
         notes: list[str] = []
         hmean_base = _median([r.hmean for r in arm.base]) if arm.kind == "eval" else None
@@ -351,6 +488,8 @@ class TrySession:
                 )
         if arm.failed:
             notes.append(f"stopped after {arm.pairs} pairs: {arm.failed}")
+        elif arm.stopped:
+            notes.append(arm.stopped)
         elif arm.pairs < self.options.pairs:
             notes.append(f"{arm.pairs} of {self.options.pairs} pairs (budget)")
         if arm.kind == "eval":
@@ -371,7 +510,8 @@ class TrySession:
     def run(self) -> list[TryRecord]:
         """Measure every candidate, then the recommended training changes together; the
         records in candidate order, the combination last."""
-        self._deadline = self.clock() + self.options.budget_s
+        self._started = self.clock()
+        self._deadline = self._started + self.options.budget_s
         self.work_dir.mkdir(parents=True)
         slots: list[TryRecord | _Arm] = []
         arms: list[_Arm] = []
@@ -388,11 +528,8 @@ class TrySession:
             arms.append(_Arm(c, (change,), kind, _keep_for((change,))))
             slots.append(arms[-1])
         self._planned = 2 * len(arms) * self.options.pairs
-        left = self._measure(arms)
-        if left:
-            self.budget_note = "the budget ran out; left short: " + ", ".join(
-                " ".join(a.changes) for a in left
-            )
+        self._measure(arms)
+        self.budget_note = self._budget_note(arms)
         measured = {id(a): self._record(a) for a in arms}
         result = [s if isinstance(s, TryRecord) else measured[id(s)] for s in slots]
         winners = [a for a in arms if measured[id(a)].recommended and a.kind == "train"]

@@ -12,9 +12,39 @@ from rich.table import Table
 
 from ocr.console import fit_table, print_renderable, stdout_is_live
 from ocr.perf.records import TryRecord
+from ocr.perf.tryout.plan import BudgetPlan, duration
 from ocr.perf.tryout.session import MIN_PAIRS, RECOMMEND_ABOVE, TrialEvent
 
-__all__ = ["format_trial", "labels", "print_results", "trial_progress", "verdict_line"]
+__all__ = [
+    "format_trial",
+    "labels",
+    "print_line",
+    "print_plan",
+    "print_results",
+    "start_line",
+    "trial_progress",
+    "verdict_line",
+]
+
+
+def print_line(text: str) -> None:
+    """One whole line, above a live progress bar when there is one (a log keeps it whole)."""
+    print_renderable(text, markup=False, highlight=False, soft_wrap=True)
+
+
+def start_line(changes: int, pairs: int, budget_s: float) -> str:
+    """What the session sets out to do, before anything ran: ``ocr-perf try: 6 change(s), at
+    most 5 pairs each, within a 2 min budget; the first run of the command times the plan.``"""
+    return (
+        f"ocr-perf try: {changes} change(s), at most {pairs} pair{'s' if pairs != 1 else ''} "
+        f"each (two runs of the command a pair), within a {duration(budget_s)} budget; the "
+        "first run of the command times the plan."
+    )
+
+
+def print_plan(plan: BudgetPlan) -> None:
+    """The budget's plan (which changes, how many pairs, what is left out), when it is made."""
+    print_line(plan.line())
 
 
 def format_trial(event: TrialEvent) -> str:
@@ -152,4 +182,4 @@ def print_results(
     lines += [outcome_line(r) for r in records]
     lines.append(f"Results: {path}")
     for line in lines:  # whole lines: a log keeps each reason and code change on one line
-        print_renderable(line, markup=False, highlight=False, soft_wrap=True)
+        print_line(line)

@@ -49,20 +49,33 @@ class NVMLError_LibraryNotFound(NVMLError):
     pass
 
 
+class NVMLError_FunctionNotFound(NVMLError):
+    pass
+
+
 Util = namedtuple("Util", "gpu memory")
 Mem = namedtuple("Mem", "total free used")
+Mem2 = namedtuple("Mem2", "version total reserved free used")
+MEMORY_V2 = 0x2000028  # pynvml's nvmlMemory_v2: the struct size with the version in bits 24+
 
 
 def fake_nvml(
     devices: list[dict[str, Any]],
     init_error: Exception | None = None,
     use_event_reasons: bool = True,
+    memory_v2: bool = True,
 ) -> types.ModuleType:
     """A module with the pynvml functions the sampler calls, over ``devices`` (dicts with
-    uuid, util, mem_util, used, total, power_mw, limit_mw, temp, clock, reasons; a value that
-    is an exception instance is raised)."""
+    uuid, util, mem_util, used, reserved, total, power_mw, limit_mw, temp, clock, reasons, v2;
+    a value that is an exception instance is raised).
+
+    Memory as a driver serves it: the v1 call counts the driver's ``reserved`` memory in
+    ``used``, the v2 call (``version=nvmlMemory_v2``) reports it apart; ``v2`` is what the v2
+    call does besides (an exception: the driver refuses it). ``memory_v2=False``: an older
+    nvidia-ml-py, without ``nvmlMemory_v2``, whose call takes no version."""
     nvml = types.ModuleType("pynvml")
     nvml.calls = []  # type: ignore[attr-defined]
+    nvml.memory_calls = []  # type: ignore[attr-defined]
 
     def value(handle: int, key: str) -> Any:
         v = devices[handle][key]
@@ -83,6 +96,20 @@ def fake_nvml(
         assert kind == nvml.NVML_CLOCK_SM  # type: ignore[attr-defined]
         return value(handle, "clock")
 
+    def memory_v1(handle: int) -> Mem:
+        nvml.memory_calls.append("v1")  # type: ignore[attr-defined]
+        used = value(handle, "used") + value(handle, "reserved")
+        return Mem(value(handle, "total"), value(handle, "total") - used, used)
+
+    def memory(handle: int, version: int | None = None) -> Mem | Mem2:
+        if not version:
+            return memory_v1(handle)
+        assert version == MEMORY_V2
+        nvml.memory_calls.append("v2")  # type: ignore[attr-defined]
+        value(handle, "v2")
+        total, reserved, used = (value(handle, k) for k in ("total", "reserved", "used"))
+        return Mem2(version, total, reserved, total - reserved - used, used)
+
     funcs: dict[str, Callable[..., Any]] = {
         "nvmlInit": init,
         "nvmlShutdown": lambda: nvml.calls.append("nvmlShutdown"),  # type: ignore[attr-defined]
@@ -90,9 +117,7 @@ def fake_nvml(
         "nvmlDeviceGetHandleByIndex": lambda i: i,
         "nvmlDeviceGetUUID": lambda h: value(h, "uuid"),
         "nvmlDeviceGetUtilizationRates": lambda h: Util(value(h, "util"), value(h, "mem_util")),
-        "nvmlDeviceGetMemoryInfo": lambda h: Mem(
-            value(h, "total"), value(h, "total") - value(h, "used"), value(h, "used")
-        ),
+        "nvmlDeviceGetMemoryInfo": memory if memory_v2 else memory_v1,
         "nvmlDeviceGetPowerUsage": lambda h: value(h, "power_mw"),
         "nvmlDeviceGetEnforcedPowerLimit": lambda h: value(h, "limit_mw"),
         "nvmlDeviceGetTemperature": temperature,
@@ -108,6 +133,9 @@ def fake_nvml(
     nvml.NVMLError = NVMLError  # type: ignore[attr-defined]
     nvml.NVMLError_NotSupported = NVMLError_NotSupported  # type: ignore[attr-defined]
     nvml.NVMLError_LibraryNotFound = NVMLError_LibraryNotFound  # type: ignore[attr-defined]
+    nvml.NVMLError_FunctionNotFound = NVMLError_FunctionNotFound  # type: ignore[attr-defined]
+    if memory_v2:
+        nvml.nvmlMemory_v2 = MEMORY_V2  # type: ignore[attr-defined]
     return nvml
 
 
@@ -117,12 +145,14 @@ def device(uuid: str, **overrides: Any) -> dict[str, Any]:
         "util": 87,
         "mem_util": 40,
         "used": 30 * (1 << 30),
+        "reserved": (1 << 30) // 2,
         "total": 80 * (1 << 30),
         "power_mw": 312_500,
         "limit_mw": 700_000,
         "temp": 71,
         "clock": 1980,
         "reasons": 0,
+        "v2": True,
     }
     return base | overrides
 
@@ -161,6 +191,50 @@ def test_gpu_metrics_for_the_process_devices_matched_by_uuid() -> None:
     assert not any(k.startswith("resources/gpu1_") for k in out)
     sampler.close()
     assert nvml.calls == ["nvmlInit", "nvmlShutdown"]  # type: ignore[attr-defined]
+
+
+def test_memory_used_from_the_v2_call_without_the_drivers_reserved_memory() -> None:
+    """v1 counts the driver's reserved memory as used (0.6 GB above nvidia-smi on an H200);
+    the v2 call reports it apart, and its ``used`` is what the sampler records."""
+    nvml = fake_nvml([device("GPU-a", used=5 * (1 << 30), reserved=(1 << 30) // 2)])
+    sampler = ResourceSampler(nvml=nvml)
+    assert sampler.status["gpu"] == "ok (1 device(s) via NVML, memory info v2)"
+    out = sampler.sample()
+    assert out["resources/gpu0_memory_used_gb"] == 5.0
+    assert out["resources/gpu0_memory_total_gb"] == 80.0
+    assert nvml.memory_calls == ["v2", "v2"]  # type: ignore[attr-defined]  # probe, sample
+
+
+@pytest.mark.parametrize(
+    ("nvml", "why"),
+    [
+        (
+            fake_nvml([device("GPU-a", v2=NVMLError_FunctionNotFound("Function Not Found"))]),
+            "a driver without nvmlDeviceGetMemoryInfo_v2",
+        ),
+        (fake_nvml([device("GPU-a")], memory_v2=False), "an nvidia-ml-py without nvmlMemory_v2"),
+    ],
+)
+def test_memory_used_falls_back_to_the_v1_call(nvml: types.ModuleType, why: str) -> None:
+    sampler = ResourceSampler(nvml=nvml)
+    assert sampler.status["gpu"] == "ok (1 device(s) via NVML, memory info v1)", why
+    out = sampler.sample()
+    assert out["resources/gpu0_memory_used_gb"] == 30.5, why  # used + the driver's reserved
+    assert nvml.memory_calls[-1] == "v1", why  # type: ignore[attr-defined]
+    assert nvml.memory_calls.count("v2") <= 1, why  # type: ignore[attr-defined]  # the probe
+
+
+def test_the_real_v2_memory_call_takes_a_version() -> None:
+    """The installed nvidia-ml-py serves v2 as the fake does: ``version=nvmlMemory_v2`` selects
+    ``nvmlDeviceGetMemoryInfo_v2`` and a struct with ``reserved``."""
+    import inspect
+
+    pynvml = pytest.importorskip("pynvml")
+    assert pynvml.nvmlMemory_v2 == MEMORY_V2
+    assert "version" in inspect.signature(pynvml.nvmlDeviceGetMemoryInfo).parameters
+    assert "nvmlDeviceGetMemoryInfo_v2" in inspect.getsource(pynvml.nvmlDeviceGetMemoryInfo)
+    fields = [name for name, _ in pynvml.c_nvmlMemory_v2_t._fields_]
+    assert fields == list(Mem2._fields)
 
 
 def test_all_devices_without_a_selection_and_the_older_throttle_name() -> None:

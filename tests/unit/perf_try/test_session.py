@@ -10,6 +10,7 @@ from ocr.perf.candidates import Candidate
 from ocr.perf.knobs import Knob
 from ocr.perf.tryout import session as session_mod
 from ocr.perf.tryout.command import RecordedCommand
+from ocr.perf.tryout.plan import BudgetPlan
 from ocr.perf.tryout.session import (
     HMEAN_TOLERANCE,
     TryOptions,
@@ -108,11 +109,12 @@ def test_pairs_alternate_order_and_winners_are_verified_together(
     assert paste_line(records) == "data.num_workers=4 data.prefetch_factor=4"
 
 
-def test_budget_stops_cleanly_and_names_what_is_left(
+def test_budget_measures_the_first_changes_enough_and_names_what_it_left_out(
     tmp_path: Path, fake_trials: tuple[FakeClock, list[tuple[str, ...]]]
 ) -> None:
     clock, calls = fake_trials
-    # 20 s per pair: 75 s fits round 1 (3 pairs = 60 s), not a fourth pair
+    # 20 s per pair: 75 s holds 3 pairs, the 3 a verdict needs for the first change (not one
+    # inconclusive pair for each of three)
     session = TrySession(
         _command(tmp_path),
         [WORKERS, PREFETCH, NOOP],
@@ -123,11 +125,18 @@ def test_budget_stops_cleanly_and_names_what_is_left(
     records = session.run()
     assert clock.now <= 75
     assert len(calls) == 6
-    assert all(r.pairs == 1 for r in records)
-    assert all(r.status == "inconclusive" for r in records)  # one pair says nothing
-    assert all("1 of 5 pairs (budget)" in r.note for r in records)
-    assert "left short" in session.budget_note
-    assert "data.num_workers=4" in session.budget_note
+    workers, prefetch, noop = records
+    assert workers.pairs == 3
+    assert workers.status == "recommended"
+    assert "3 of 5 pairs (budget)" in workers.note
+    for r in (prefetch, noop):
+        assert r.status == "untried"
+        assert "the plan left it out" in r.note
+    assert session.budget_note == (
+        "1 of 3 change(s) measured, 3 pairs in 60 s of the 75 s budget; left out: "
+        "data.prefetch_factor=4, trainer.log_every_n_steps=51; left short: data.num_workers=4 "
+        "(3 of 5 pairs)"
+    )
 
 
 def test_budget_too_small_for_the_first_pair_leaves_candidates_untried(
@@ -249,7 +258,9 @@ def test_plan_follows_the_measured_pair_cost(
 ) -> None:
     clock, calls = fake_trials
     events: list[session_mod.TrialEvent] = []
-    # round 1: 3 pairs of 20 s; 40 s left: two more pairs, then the budget is spent
+    plans: list[BudgetPlan] = []
+    # after the first trial (10 s): 80 s hold four more pairs of 20 s; the first change takes
+    # the 3 a verdict needs and the two left (5 asked), the others would get fewer than 3
     TrySession(
         _command(tmp_path),
         [WORKERS, PREFETCH, NOOP],
@@ -257,11 +268,17 @@ def test_plan_follows_the_measured_pair_cost(
         tmp_path / "w",
         on_trial=events.append,
         clock=clock,
+        on_plan=plans.append,
     ).run()
     assert len(calls) == 10
     assert events[0].planned == 30  # before anything was measured: 5 pairs each
-    assert [e.planned for e in events[6:]] == [10] * 4
+    assert [e.planned for e in events[1:]] == [10] * 9
     assert events[-1].done == 10
+    (plan,) = plans
+    assert plan.pairs == (("data.num_workers=4", 5),)
+    assert plan.left_out == ("data.prefetch_factor=4", "trainer.log_every_n_steps=51")
+    assert plan.trial_s == 10.0
+    assert plan.capacity == 5  # the pair under way and four more
 
 
 def test_progress_never_counts_past_its_plan(
