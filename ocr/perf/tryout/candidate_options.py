@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from ocr.perf.candidates import Candidate
-from ocr.perf.findings import Finding
+from ocr.perf.findings import Finding, rank
 from ocr.perf.knobs import Knob, is_knob
 from ocr.perf.tryout.command import TryInputError, override_key
 
@@ -35,6 +35,7 @@ _FAMILIES: dict[str, str] = {
     "precision": "precision",
     "benchmark": "cudnn_benchmark",
     "cudnn_benchmark": "cudnn_benchmark",
+    "fused": "fused_optimizer",
 }
 # leaf names that change what is computed, not only how fast
 _ALTERS = frozenset({"batch_size", "precision", "canvas_size", "image_size", "img_size", "size"})
@@ -75,15 +76,16 @@ def parse_candidate(text: str) -> Candidate:
     )
 
 
-#: How many findings (those with candidates, highest score first) ``ocr-perf try`` takes its
-#: changes from: the causes that account for the most time; the rest wait for a later session.
+#: How many findings (those with candidates, in the verdict's order) ``ocr-perf try`` takes its
+#: changes from: the causes whose change could recover the most; the rest wait for a later
+#: session.
 TOP_FINDINGS = 3
 
 
 def candidates_from_findings(findings: Iterable[Finding]) -> list[Candidate]:
-    """The candidates of the :data:`TOP_FINDINGS` highest-scoring findings that carry any, in
-    score order."""
-    proposing = [f for f in sorted(findings, key=lambda f: -f.score) if f.candidates]
+    """The candidates of the first :data:`TOP_FINDINGS` findings that carry any, in the
+    verdict's order (:func:`~ocr.perf.findings.rank`: what their change could recover)."""
+    proposing = [f for f in rank(findings) if f.candidates]
     return [c for finding in proposing[:TOP_FINDINGS] for c in finding.candidates]
 
 

@@ -28,6 +28,7 @@ from ocr.perf.tryout.command import TryInputError
         ("torch_threads=2", "threads", False, False),
         ("model.compile=true", "compile", False, False),
         ("trainer.log_every_n_steps=51", "other", False, False),
+        ("+model.optimizer.fused=true", "fused_optimizer", False, False),
     ],
 )
 def test_family_and_labels_from_the_key(
@@ -79,3 +80,34 @@ def test_findings_candidates_by_score_from_the_top_findings_and_deduplicated() -
     assert TOP_FINDINGS == 3
     assert found == [b, a, d, a]
     assert unique_candidates(found) == [b, a, d]
+
+
+def test_findings_candidates_follow_the_verdicts_order_not_the_score() -> None:
+    """A critical cause with a bound (input-bound, 30 % of the run) before compute-bound of
+    unknown headroom with the larger share (60 %): try measures what could recover the most."""
+    workers = Candidate("workers", "more workers", "data.num_workers=4")
+    compile_ = Candidate("compile", "compile", None)
+    inputs = Finding(
+        "input_bound",
+        "critical",
+        30.0,
+        "t",
+        {},
+        {},
+        "s",
+        candidates=[workers],
+        recoverable_pct=30.0,
+        recoverable_from="bound",
+    )
+    compute = Finding(
+        "compute_bound",
+        "info",
+        60.0,
+        "t",
+        {},
+        {},
+        "s",
+        candidates=[compile_],
+        recoverable_from="unknown",
+    )
+    assert candidates_from_findings([compute, inputs]) == [workers, compile_]
