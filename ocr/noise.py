@@ -17,6 +17,10 @@ Suppressed:
 * Lightning's "Precision bf16-mixed is not supported by the model summary ... Using 32 bits
   instead" (also ``16-mixed``): mixed precision keeps the parameters in 32 bits, so the size the
   summary prints is right (our ``experiment=synthetic_debug`` trains in bf16-mixed).
+* Lightning's "You have overridden `on_after_batch_transfer` in `LightningModule` but have passed
+  in a `LightningDataModule`": our module expands compact batches there on purpose
+  (:mod:`ocr.data.compact`), and Lightning then uses the module's hook, as it says. The notice
+  for the other batch hooks, and for a hook overridden in both, still shows.
 * WandB's "The anonymous setting has no effect" (see :func:`ocr.runtime.make_wandb_logger`,
   which stops Lightning from passing the setting).
 """
@@ -38,6 +42,10 @@ NOISE_MESSAGES: tuple[str, ...] = (
 )
 _PYTREE_DEPRECATION = r"`isinstance\(treespec, LeafSpec\)` is deprecated"
 _MIXED_SUMMARY = r"Precision (bf16|16)-mixed is not supported by the model summary"
+_MODULE_BATCH_HOOK = (
+    r"You have overridden `on_after_batch_transfer` in `LightningModule` but have passed in a"
+    r" `LightningDataModule`"
+)
 
 
 class _DropMessages(logging.Filter):
@@ -78,6 +86,7 @@ def quiet_console() -> None:
         module=re.escape("lightning.pytorch.utilities._pytree"),
     )
     warnings.filterwarnings("ignore", message=_MIXED_SUMMARY, category=UserWarning)
+    warnings.filterwarnings("ignore", message=_MODULE_BATCH_HOOK, category=UserWarning)
     # Warnings then reach the console and the run's log file in the one logging format.
     logging.captureWarnings(True)
     warnings_logger = logging.getLogger("py.warnings")

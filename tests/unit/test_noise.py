@@ -74,3 +74,20 @@ def test_the_summarys_mixed_precision_notice_is_dropped_other_precisions_kept(
                 UserWarning,
             )
     assert [str(w.message) for w in seen] == [f"Precision transformer-engine{tail}"]
+
+
+def test_the_modules_batch_transfer_hook_notice_is_dropped_others_kept(quiet: None) -> None:
+    """Our module expands compact batches in on_after_batch_transfer on purpose; Lightning's
+    notice for another hook (or a hook in both) still shows."""
+    lightning = "lightning.pytorch.trainer.connectors.data_connector"
+    ours = (
+        "You have overridden `on_after_batch_transfer` in `LightningModule` but have passed in a"
+        " `LightningDataModule`. It will use the implementation from `LightningModule` instance."
+    )
+    other = ours.replace("on_after_batch_transfer", "on_before_batch_transfer")
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("default")
+        quiet_console()
+        _emit_from(lightning, ours, UserWarning)
+        _emit_from(lightning, other, UserWarning)
+    assert [str(w.message) for w in seen] == [other]
