@@ -116,24 +116,29 @@ class DBCollateFN:
         # One (B, H, W) tensor per map, filled in place per sample through its numpy view.
         tensors = {key: _empty_shared((len(batch), height, width)) for key in MAP_KEYS}
         maps = {key: t.numpy() for key, t in tensors.items()}
-        make = make_db_targets if self.cache is None else self.cache.get_or_make
         for b, item in enumerate(batch):
-            views = DBTargets(*(maps[key][b] for key in MAP_KEYS))
-            try:
-                make(
-                    item["polygons"],
-                    height,
-                    width,
-                    shrink_ratio=self.shrink_ratio,
-                    thresh_min=self.thresh_min,
-                    thresh_max=self.thresh_max,
-                    out=views,
-                )
-            except ValueError as err:
-                raise ValueError(f"{filenames[b]}: {err}") from err
+            self._make(item, filenames[b], DBTargets(*(maps[key][b] for key in MAP_KEYS)))
         out.update(tensors)
         report_part("targets", time.perf_counter_ns() - targets_start)
         return out
+
+    def _make(self, item: Mapping[str, Any], filename: str, views: DBTargets) -> None:
+        """The DB maps of ``item`` written into ``views`` (computed, or read from the cache); a
+        bad polygon's ``ValueError`` names the image."""
+        make = make_db_targets if self.cache is None else self.cache.get_or_make
+        height, width = views.prob_map.shape
+        try:
+            make(
+                item["polygons"],
+                height,
+                width,
+                shrink_ratio=self.shrink_ratio,
+                thresh_min=self.thresh_min,
+                thresh_max=self.thresh_max,
+                out=views,
+            )
+        except ValueError as err:
+            raise ValueError(f"{filename}: {err}") from err
 
     def _compact(self, batch: Sequence[Mapping[str, Any]], filenames: list[str]) -> dict[str, Any]:
         """A compact batch (:mod:`ocr.data.compact`) of items with uint8 ``(H, W, 3)`` images."""
@@ -156,22 +161,10 @@ class DBCollateFN:
         rows = targets.numpy()
         rows[:, height * width : flag_bytes(height, width)] = 0  # the padding: no stale bytes
         binary = np.empty((3, height, width), np.uint8)  # the 0/1 maps, then packed into bits
-        make = make_db_targets if self.cache is None else self.cache.get_or_make
         for b, item in enumerate(batch):
             flags, thresh = sample_views(rows[b], height, width)
             views = DBTargets(binary[0], binary[1], thresh, binary[2])
-            try:
-                make(
-                    item["polygons"],
-                    height,
-                    width,
-                    shrink_ratio=self.shrink_ratio,
-                    thresh_min=self.thresh_min,
-                    thresh_max=self.thresh_max,
-                    out=views,
-                )
-            except ValueError as err:
-                raise ValueError(f"{filenames[b]}: {err}") from err
+            self._make(item, filenames[b], views)
             pack_flags(views, flags)
         out["targets"] = targets
         report_part("targets", time.perf_counter_ns() - targets_start)

@@ -172,9 +172,14 @@ def print_analysis(report: TraceAnalysis, console: Console | None = None) -> Non
         for f in report.findings:
             style = _SEVERITY_STYLE.get(f.severity, "bold")
             # figures hold brackets ("[cudaStreamSynchronize]", "[Callback]X"): never markup
-            con.print(f"[{style}]{f.severity.upper()}[/{style}] {escape(f.title)}")
+            # prose is never folded: a log line stays one line, whatever the width
+            title = f"[{style}]{f.severity.upper()}[/{style}] {escape(f.title)}"
+            con.print(title, soft_wrap=True)
             ev, th = escape(_pairs(f.evidence)), escape(_pairs(f.threshold))
-            con.print(f"    evidence: {ev}\n    threshold: {th}\n    → {escape(f.suggestion)}")
+            con.print(
+                f"    evidence: {ev}\n    threshold: {th}\n    → {escape(f.suggestion)}",
+                soft_wrap=True,
+            )
     else:
         con.print("[green]No findings above the thresholds.[/green]")
     for w in report.warnings:
