@@ -207,31 +207,40 @@ def _gpu_utilisation(m: TraceMetrics) -> Finding | None:
     if not m.has_gpu or m.gpu_busy_pct is None or m.gpu_busy_pct >= threshold("gpu_busy_low_pct"):
         return None
     critical = m.gpu_busy_pct < threshold("gpu_busy_critical_pct")
-    causes = []
+    # (short name for the title, the sentence for the suggestion)
+    causes: list[tuple[str, str]] = []
     if m.data_wait_pct >= threshold("input_warn_pct"):
-        causes.append("the GPU waits for input (see data_loading)")
+        causes.append(("input", "the GPU waits for input (see data_loading)"))
     sync_pct = _step_pct(m, m.sync_ms_per_step)
     if sync_pct >= threshold("sync_time_pct") or (m.sync_calls_per_step or 0) >= threshold(
         "sync_calls_per_step"
     ):
         top = m.sync_sites[0] if m.sync_sites else None
         causes.append(
-            f"the host blocks {m.sync_ms_per_step or 0:.1f} ms/step in "
-            f"{m.sync_calls_per_step or 0:.1f} sync points per step"
-            + (f" (most in {top.hook or top.op})" if top else "")
-            + " and the queue runs dry behind them (see host_sync)"
+            (
+                "host syncs",
+                f"the host blocks {m.sync_ms_per_step or 0:.1f} ms/step in "
+                f"{m.sync_calls_per_step or 0:.1f} sync points per step"
+                + (f" (most in {top.hook or top.op})" if top else "")
+                + " and the queue runs dry behind them (see host_sync)",
+            )
         )
     loop = _optimizer_loop_ms(m)
     if loop is not None and _step_pct(m, loop) >= threshold("optimizer_host_bound_pct"):
         causes.append(
-            f"the optimizer's host loop runs {loop:.1f} ms/step with "
-            f"{m.optimizer_gpu_ms_per_step or 0:.2f} ms of GPU work (see optimizer_host_bound)"
+            (
+                "the optimizer's host loop",
+                f"the optimizer's host loop runs {loop:.1f} ms/step with "
+                f"{m.optimizer_gpu_ms_per_step or 0:.2f} ms of GPU work (see optimizer_host_bound)",
+            )
         )
     if m.tiny_kernel_pct and m.tiny_kernel_pct >= threshold("tiny_kernel_share_pct"):
-        causes.append("kernels are too small to cover launch latency")
+        causes.append(("launch overhead", "kernels are too small to cover launch latency"))
     if (m.comm_exposed_pct or 0) >= threshold("comm_exposed_warn_pct"):
-        causes.append("it waits on communication (see communication_bound)")
-    why = ("; likely: " + ", ".join(causes)) if causes else ""
+        causes.append(("communication", "it waits on communication (see communication_bound)"))
+    # the title stays short enough for one log line; the causes' figures go to the suggestion
+    why = ("; likely: " + ", ".join(short for short, _ in causes)) if causes else ""
+    because = ("Likely: " + "; ".join(long for _, long in causes) + ". ") if causes else ""
     return Finding(
         id="low_gpu_utilisation",
         severity="critical" if critical else "warning",
@@ -248,8 +257,9 @@ def _gpu_utilisation(m: TraceMetrics) -> Finding | None:
             "critical_below_pct": threshold("gpu_busy_critical_pct"),
         },
         suggestion=(
-            "Keep the GPU fed: fix input loading first, remove per-step host syncs, raise the "
-            "batch size, and fuse small ops (torch.compile, CUDA graphs, channels_last + AMP)."
+            because + "Keep the GPU fed: fix input loading first, remove per-step host syncs, "
+            "raise the batch size, and fuse small ops (torch.compile, CUDA graphs, channels_last "
+            "+ AMP)."
         ),
     )
 
@@ -349,18 +359,13 @@ def _sync(m: TraceMetrics) -> Finding | None:
         source="trace",
         title=(
             (
-                f"{stalled:.1f} host-device sync points per step block the host "
+                f"{stalled:.1f} sync points per step block the host "
                 f"{m.sync_ms_per_step or 0:.2f} ms ({pct:.1f}% of the step)"
                 if stalled
-                else f"{idle:.1f} blocking calls per step found the GPU idle this time (each "
-                "blocks the host as soon as GPU work is queued before it)"
+                else f"{idle:.1f} blocking calls per step found the GPU idle"
             )
-            + (
-                f"; most in {top.where}: {top.per_step:.1f}/step, {top.ms_per_step:.2f} ms"
-                if top
-                else ""
-            )
-            + (f"; {idle:.1f} more per step found the GPU idle" if idle and stalled else "")
+            + (f"; most in {top.where}: {top.per_step:.1f}/step" if top else "")
+            + (f"; {idle:.1f} more found the GPU idle" if idle and stalled else "")
         ),
         evidence=evidence,
         threshold={

@@ -172,14 +172,9 @@ def print_analysis(report: TraceAnalysis, console: Console | None = None) -> Non
         for f in report.findings:
             style = _SEVERITY_STYLE.get(f.severity, "bold")
             # figures hold brackets ("[cudaStreamSynchronize]", "[Callback]X"): never markup
-            # prose is never folded: a log line stays one line, whatever the width
-            title = f"[{style}]{f.severity.upper()}[/{style}] {escape(f.title)}"
-            con.print(title, soft_wrap=True)
+            con.print(f"[{style}]{f.severity.upper()}[/{style}] {escape(f.title)}")
             ev, th = escape(_pairs(f.evidence)), escape(_pairs(f.threshold))
-            con.print(
-                f"    evidence: {ev}\n    threshold: {th}\n    → {escape(f.suggestion)}",
-                soft_wrap=True,
-            )
+            con.print(f"    evidence: {ev}\n    threshold: {th}\n    → {escape(f.suggestion)}")
     else:
         con.print("[green]No findings above the thresholds.[/green]")
     for w in report.warnings:

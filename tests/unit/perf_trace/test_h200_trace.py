@@ -135,8 +135,11 @@ def test_host_sync_names_its_sites_and_low_utilisation_its_causes(report: dict) 
     assert "refresh_rate" in changes[BAR_HOOK]
     assert "prog_bar" in changes[LOOP_HOOK]
     low = found["low_gpu_utilisation"]
-    assert "sync points" in low["title"]
+    assert "host syncs" in low["title"]
     assert "optimizer's host loop" in low["title"]
+    assert len(low["title"]) < 120  # one log line
+    assert "sync points" in low["suggestion"]  # the figures behind the causes
+    assert "optimizer_step" in low["suggestion"]
 
 
 def test_in_windows_it_is_the_trace_whole(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -146,3 +149,9 @@ def test_in_windows_it_is_the_trace_whole(monkeypatch: pytest.MonkeyPatch) -> No
     assert n == 3  # one window per step
     assert _plain(parts) == _plain(whole)
     assert parts.metrics.sync_calls_per_step == 1.0
+
+
+def test_every_finding_title_fits_one_log_line(report: dict) -> None:
+    """A log's console is 200 columns wide (COLUMNS unset): "CRITICAL " and the title fit."""
+    for f in report["findings"]:
+        assert len(f["title"]) <= 190, f["title"]
