@@ -169,11 +169,13 @@ def sync_lines_finding(lines: list[SyncLine], steps: int, stage: str | None) -> 
         severity="warning",
         score=0.0,  # counted live, not timed: the trace's host_sync finding has the time share
         title=(
-            f"{total:.1f} host-device syncs per step; {top.per_step:.1f}/step from "
+            f"{total:.1f} blocking calls per step; {top.per_step:.1f}/step from "
             f"{top.where}: {top.code}"
         ),
         evidence={
-            "sync_calls_per_step": round(total, 2),
+            # every blocking call torch's sync-debug mode saw, whether it waited or found the
+            # GPU idle: the trace's sync_calls_per_step + sync_idle_calls_per_step
+            "blocking_calls_per_step": round(total, 2),
             "steps": steps,
             "lines": [
                 {

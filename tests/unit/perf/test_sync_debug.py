@@ -61,6 +61,8 @@ def test_lines_named_per_step() -> None:
     assert f is not None
     assert f"{__file__}:{_LINE} user_step" in f.title
     assert f.evidence["lines"][0]["per_step"] == 6.0
+    # every blocking call the live mode saw (it cannot tell a wait from an idle GPU)
+    assert f.evidence["blocking_calls_per_step"] == 6.0
 
 
 def test_other_warnings_pass_and_state_is_restored() -> None:
