@@ -19,22 +19,14 @@ import yaml
 from ocr.perf.candidates import Candidate
 from ocr.perf.cli import main as perf_main
 from ocr.perf.tryout import session as session_mod
-from ocr.perf.tryout.command import RecordedCommand
 from ocr.perf.tryout.plan import BudgetPlan, allocate, duration
 from ocr.perf.tryout.session import TryOptions, TrySession
 from ocr.perf.tryout.trial import TrialResult
+from tests.unit.perf_try.test_session import FakeClock, _command
 
 NOOP_1 = Candidate("other", "nothing", "trainer.log_every_n_steps=51")
 NOOP_2 = Candidate("other", "nothing either", "trainer.log_every_n_steps=52")
 WORKERS = Candidate("workers", "more workers", "data.num_workers=4")
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def _fake_trials(
@@ -56,19 +48,6 @@ def _fake_trials(
 
     monkeypatch.setattr(session_mod, "run_training_trial", training)
     return clock, calls
-
-
-def _command(tmp_path: Path) -> RecordedCommand:
-    return RecordedCommand(
-        run_dir=tmp_path / "run",
-        executable="python",
-        launcher=("-m", "app"),
-        flags=(),
-        overrides=("x=1",),
-        cwd=tmp_path,
-        hydra=True,
-        lightning_module="OCRLightningModule",
-    )
 
 
 # -- the allocation ------------------------------------------------------------------------------
