@@ -162,3 +162,28 @@ def test_a_trace_finding_of_the_same_cause_takes_the_live_clocks_place() -> None
     merged = merge_same_cause([live, other, traced])
     assert [f.id for f in merged] == ["input_bound", "trace:fp16_scaler"]
     assert traced.corroboration == ["live clock: live wait"]
+
+
+def test_compute_bound_on_cuda_without_a_busy_share_says_it_reads_the_host_clock(
+    tmp_path: Path,
+) -> None:
+    """No profiler window, no NVML sample: the compute phases are the host's clock alone (it
+    launches ahead and waits in them), so compute-bound is only likely and says why; with a busy
+    GPU it is measured."""
+    busy = {"forward": 4.0, "backward": 4.0, "optimizer": 1.0, "data_wait": 0.1}
+    epochs = [
+        epoch_record("train", e, busy, device="cuda", batches=100, num_workers=8) for e in range(2)
+    ]
+    info = {"cpu_count": 16, "cuda_devices": ["NVIDIA A100-SXM4-80GB"]}
+    bare = make_run(tmp_path / "bare", epochs, config=CONFIG, run_info=info)
+    found = {f.id: f for f in build_report(bare).findings}
+    compute = found["compute_bound"]
+    assert compute.confidence == "likely"
+    assert "host's clock" in compute.title
+    assert "busy share" in compute.suggestion
+    sampled = make_run(
+        tmp_path / "sampled", epochs, config=CONFIG, resources=_samples(95.0), run_info=info
+    )
+    measured = {f.id: f for f in build_report(sampled).findings}["compute_bound"]
+    assert measured.confidence == "measured"
+    assert "host's clock" not in measured.title

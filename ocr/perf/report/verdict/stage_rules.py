@@ -385,6 +385,16 @@ def compute_bound(s: StageSummary, run: RunData, adv: Settings, total_s: float) 
         at += f" with the GPU busy {busy.pct:.0f} % ({busy.source})"
         if "top_kernels" in evidence:
             suggestion = f"the top kernels: {evidence['top_kernels']}; " + suggestion
+    # on CUDA without a busy share the phases are the host's clock alone: it launches ahead and
+    # then waits in them, so the GPU may idle; said, and only "likely"
+    host_clock_only = run.device == "cuda" and s.stage == "train" and busy is None
+    if host_clock_only:
+        at += " by the host's clock (the GPU's busy share was not recorded)"
+        suggestion = (
+            "host time in these phases includes waiting for the GPU: record its busy share "
+            "(ResourceMonitorCallback's NVML samples, or a profiler window) before acting; "
+            + suggestion
+        )
     return Finding(
         id="compute_bound",
         severity="info",
@@ -397,6 +407,7 @@ def compute_bound(s: StageSummary, run: RunData, adv: Settings, total_s: float) 
         threshold=limits,
         suggestion=suggestion,
         stage=s.stage,
+        confidence="likely" if host_clock_only else "measured",
         candidates=candidates,
     )
 
