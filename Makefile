@@ -12,10 +12,11 @@ export PYTHONUNBUFFERED := 1
 setup: $(STAMP)
 
 # torch first and pinned: an unpinned resolve would pull the multi-GB CUDA build.
-$(STAMP): pyproject.toml constraints.txt
+$(STAMP): pyproject.toml packages/trainperf/pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -c constraints.txt torch==2.13.0
+	$(BIN)/python -m pip install -q -c constraints.txt -e "./packages/trainperf[lightning,nvml,report]"
 	$(BIN)/python -m pip install -q -c constraints.txt -e ".[dev,wandb]"
 	touch $@
 
@@ -26,7 +27,7 @@ demo: setup
 		checkpoint_path=$(RUN)/checkpoints/last.ckpt split=val
 	$(BIN)/ocr-test experiment=synthetic_debug hydra.run.dir=$(RUN)/test-heldout \
 		checkpoint_path=$(RUN)/checkpoints/last.ckpt split=test
-	$(BIN)/ocr-perf report $(RUN)
+	$(BIN)/trainperf report $(RUN)
 
 # Regenerates docs/performance/baseline.md and the committed gate baseline (2-4 min; run it on
 # a quiet machine).
@@ -40,9 +41,10 @@ gpu-check: setup
 	$(BIN)/python scripts/gpu_check.py
 
 lint: setup
-	$(BIN)/ruff check ocr tests benchmarks scripts
-	$(BIN)/ruff format --check ocr tests benchmarks scripts
+	$(BIN)/ruff check ocr packages tests benchmarks scripts
+	$(BIN)/ruff format --check ocr packages tests benchmarks scripts
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 test: setup lint
 	$(BIN)/pytest -q

@@ -8,8 +8,10 @@ issue 6.
 Both are real ``python -m ocr.train experiment=synthetic_debug callbacks=monitoring`` runs (short:
 ``--epochs`` epochs, ``--limit-train-batches`` training batches each), run one after the other
 from the repository root; their ``perf/epochs.jsonl`` are summarised with
-:func:`ocr.perf.baseline.load_source` (validation stage, first epoch skipped) and compared with
-:func:`ocr.perf.gate.check_baseline`. The document says which command made it, when, and on
+:func:`trainperf.analysis.baseline.load_source` (validation stage, first epoch skipped) and compared
+with
+:func:`trainperf.analysis.gate.check_baseline`. The document says which command made it, when, and
+on
 what machine; it is never written by hand.
 
     python benchmarks/baseline_doc.py [--out docs/performance/baseline.md] [--epochs 4]
@@ -35,17 +37,17 @@ import numpy as np
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
-from ocr.perf.baseline import (  # noqa: E402
+from trainperf.analysis.baseline import (  # noqa: E402
     Baseline,
     Figure,
     load_source,
     make_baseline,
     write_baseline,
 )
-from ocr.perf.clock import PHASES  # noqa: E402
-from ocr.perf.gate import check_baseline  # noqa: E402
-from ocr.perf.records import EpochRecord, read_records  # noqa: E402
-from ocr.perf.significance import Outcome  # noqa: E402
+from trainperf.analysis.gate import check_baseline  # noqa: E402
+from trainperf.core.clock import PHASES  # noqa: E402
+from trainperf.core.significance import Outcome  # noqa: E402
+from trainperf.records.kinds import EpochRecord, read_records  # noqa: E402
 
 COMMAND = "python benchmarks/baseline_doc.py"
 
@@ -273,7 +275,7 @@ def render(
     moved = [r for r in check.rows if r.status in (Outcome.IMPROVEMENT, Outcome.REGRESSION)]
     lines += [
         "",
-        "## What the regression gate says (`ocr-perf check` before → after)",
+        "## What the regression gate says (`trainperf check` before → after)",
         "",
         f"Verdict: **{check.verdict}**. Figures that moved beyond their noise-aware band:",
         "",
@@ -291,8 +293,8 @@ def render(
     lines += [
         "",
         "Reproduce the numbers behind this page: "
-        "`ocr-perf baseline RUN -o NAME.json` on either run directory, then "
-        "`ocr-perf check NAME.json OTHER_RUN`.",
+        "`trainperf baseline RUN -o NAME.json` on either run directory, then "
+        "`trainperf check NAME.json OTHER_RUN`.",
         "",
     ]
     return "\n".join(lines)

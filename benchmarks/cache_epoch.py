@@ -10,16 +10,17 @@ Configurations, each over the same validation split with ``num_workers=2`` and
   (cold in the first epoch).
 
 The real data module (from the composed Hydra config) and the real ``DBCollateFN`` are used; the
-loaders are instrumented with :class:`ocr.perf.worker.InstrumentedLoader`, so the collate and
+loaders are instrumented with :class:`trainperf.probe.worker.InstrumentedLoader`, so the collate and
 target times are measured inside the DataLoader workers and the cache hit/miss counts are the
-ones the cache reports with ``ocr.perf.worker.report_count``. Epochs are interleaved across the
+ones the cache reports with ``trainperf.probe.worker.report_count``. Epochs are interleaved across
+the
 configurations (epoch 1 of each, then epoch 2 of each, ...) because the machine is shared and
 noisy: only figures from one run are compared. Printed per configuration and epoch: cache hit
 rate, worker-side collate ms per batch, target ms per image, epoch wall time; then the goals:
 hit rate >= 99 % from the second epoch on, collate time >= 5x lower than the reference.
 
 Prints figures only; never passes or fails on a time. ``--json OUT`` writes a bench JSON
-(schema ``receipt-ocr/bench`` v1) that ``ocr-perf baseline`` / ``ocr-perf check`` read.
+(schema ``receipt-ocr/bench`` v1) that ``trainperf baseline`` / ``trainperf check`` read.
 
     python benchmarks/cache_epoch.py [--epochs 3] [--json OUT]
 
@@ -152,7 +153,7 @@ class Config:
     """One benchmarked configuration: its data module, instrumented loader and per-epoch rows."""
 
     def __init__(self, label: str, targets: str, persistent: bool, cache_dir: Path | None) -> None:
-        from ocr.perf.worker import InstrumentedLoader
+        from trainperf.probe.worker import InstrumentedLoader
 
         self.label = label
         settings = synthetic_debug_data(

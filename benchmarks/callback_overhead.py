@@ -38,8 +38,7 @@ from lightning.pytorch.callbacks import (
 )
 from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.profilers import Profiler, SimpleProfiler
-
-from ocr.lightning_modules.callbacks import (
+from trainperf.lightning import (
     EpochScanCallback,
     PerformanceProfilerCallback,
     ThroughputMonitorCallback,

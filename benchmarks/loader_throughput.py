@@ -5,7 +5,8 @@ batch 16, the synthetic receipts of the demo's spec), the same workers, ``pin_me
 run would have it (only with CUDA); one has ``compact_batches=false`` (the float32 pipeline:
 normalised float32 images, four float32 target maps, 6 tensors), the other the default compact
 batches (uint8 images, one packed target tensor). Each is instrumented with
-:class:`ocr.perf.worker.InstrumentedLoader`, so every batch reports its bytes and tensors, its
+:class:`trainperf.probe.worker.InstrumentedLoader`, so every batch reports its bytes and tensors,
+its
 worker-side time and how the consumer's wait split into waiting for a worker and the hand-over
 (the worker's send, the main process's receive and pin).
 
@@ -33,8 +34,9 @@ from typing import Any
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
+from trainperf.probe.worker import InstrumentedLoader, WorkerTiming  # noqa: E402
+
 from ocr.data.datamodule import ReceiptDataModule  # noqa: E402
-from ocr.perf.worker import InstrumentedLoader, WorkerTiming  # noqa: E402
 
 
 def example_data(**overrides: Any) -> dict[str, Any]:

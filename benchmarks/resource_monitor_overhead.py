@@ -33,11 +33,10 @@ import psutil
 import torch
 from _tiny_loop import fit_tiny
 from lightning.pytorch.callbacks import Callback
-
-from ocr.lightning_modules.callbacks import ResourceMonitorCallback
-from ocr.perf.alerts import AlertEngine, build_rules
-from ocr.perf.resources import ResourceMonitor, ResourceSampler, StepSignals
-from ocr.perf.resources.monitor import THREAD_NAME
+from trainperf.alerts import AlertEngine, build_rules
+from trainperf.lightning import ResourceMonitorCallback
+from trainperf.probe.resources import ResourceMonitor, ResourceSampler, StepSignals
+from trainperf.probe.resources.monitor import THREAD_NAME
 
 WARMUP_STEPS = 200
 

@@ -1,4 +1,5 @@
-"""Trace analysis speed and memory, side by side: ``ocr.perf.trace.analyze_trace`` vs plain
+"""Trace analysis speed and memory, side by side: ``trainperf.analysis.trace.analyze_trace`` vs
+plain
 ``json.load`` vs Holistic Trace Analysis (HTA), plus ProfilerCallback's cost outside its windows.
 
 Inputs, all analysed in the same run:
@@ -85,7 +86,7 @@ tool, path, reps = sys.argv[1], sys.argv[2], int(sys.argv[3])
 try:
     if tool == "ours":
         sys.path.insert(0, sys.argv[4])
-        from ocr.perf.trace import analyze_trace
+        from trainperf.analysis.trace import analyze_trace
         def run():
             analyze_trace(path)
     elif tool == "json":
@@ -301,8 +302,7 @@ def callback_overhead(steps: int, reps: int) -> dict[str, dict[str, float]]:
     import torch
     from _tiny_loop import fit_tiny
     from lightning.pytorch.callbacks import Callback
-
-    from ocr.lightning_modules.callbacks import ProfilerCallback
+    from trainperf.lightning import ProfilerCallback
 
     warnings.filterwarnings("ignore")
     logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
@@ -597,7 +597,7 @@ def _patched_copy(src: Path, dst: Path, old: bytes, new: bytes) -> None:
 def rank_set(args: argparse.Namespace, rows: list[dict[str, Any]], figures: dict[str, Any]) -> None:
     """``--ranks N``: N rank traces of ``--rank-size-mb`` each, generated from the 2024 GPU
     fixture's steps with ``distributedInfo.rank`` set, rank ``--slow-rank`` with every step
-    stretched by ``--stretch``; ``ocr-perf analyze DIR`` on them with each of ``--jobs-list``:
+    stretched by ``--stretch``; ``trainperf analyze DIR`` on them with each of ``--jobs-list``:
     wall s and peak RSS summed over its process tree, and the straggler it names."""
     src = FIXTURES / "gpu_ns_resolution_2024.pt.trace.json.gz"
     n, slow = args.ranks, args.slow_rank
@@ -641,7 +641,7 @@ def rank_set(args: argparse.Namespace, rows: list[dict[str, Any]], figures: dict
             f"in {time.perf_counter() - t0:.0f} s: "
             f"the 2024 GPU fixture's steps; rank {slow}'s stretched x{args.stretch}"
         )
-        exe = Path(sys.executable).with_name("ocr-perf")
+        exe = Path(sys.executable).with_name("trainperf")
         print(f"\n{'command':34} {'s':>7} {'MB/s':>7} {'peak MiB':>9}  straggler")
         for jobs in args.jobs_list:
             out = work / f"jobs{jobs}.json"
@@ -660,7 +660,7 @@ def rank_set(args: argparse.Namespace, rows: list[dict[str, Any]], figures: dict
                     )
                     or "none"
                 )
-            label = f"ocr-perf analyze DIR --jobs {jobs}"
+            label = f"trainperf analyze DIR --jobs {jobs}"
             print(f"{label:34} {wall:7.1f} {total_mb / wall:7.1f} {peak:9.0f}  {named}")
             rows.append(
                 {
@@ -710,7 +710,7 @@ def main() -> None:
         "--jobs-list",
         type=lambda v: [int(x) for x in v.split(",")],
         default=[1, 2],
-        help="--jobs values of ocr-perf analyze to run, comma-separated",
+        help="--jobs values of trainperf analyze to run, comma-separated",
     )
     args = parser.parse_args()
 

@@ -13,7 +13,7 @@ choices (``difflib``)::
 errors instead of printing them (``HYDRA_FULL_ERROR``) until the task function calls
 :func:`composed`, after which every other error is reported as before. The user's own
 ``HYDRA_FULL_ERROR=1`` keeps Hydra's full error. Nothing is written: composition fails before
-Hydra makes the run folder. Meanwhile :func:`ocr.cli_errors.full_error_requested` answers as
+Hydra makes the run folder. Meanwhile :func:`trainperf.cli.errors.full_error_requested` answers as
 the user set it (the Hydra callbacks that refuse a checkpoint or a run folder ask it).
 """
 
@@ -28,8 +28,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from ocr import cli_errors
-from ocr.cli_errors import EXIT_BAD_INPUT, full_error_requested, report_error
+from trainperf.cli import errors as cli_errors
+
+from ocr.cli_errors import EXIT_BAD_INPUT, full_error_requested, report_error  # registers Hydra's
 
 __all__ = ["composed", "config_errors", "describe"]
 

@@ -16,12 +16,12 @@ import lightning as L
 import torch
 from omegaconf import DictConfig, OmegaConf
 from rich.table import Table
+from trainperf.present.console import make_console
+from trainperf.records.run_info import cpu_bf16, write_run_info
 
 import ocr.configs  # noqa: F401  (registers the trainer/lightning config node)
-from ocr.console import make_console
 from ocr.errors import ConfigError, InputError
 from ocr.noise import quiet_console
-from ocr.perf.rundir import cpu_bf16, write_run_info
 
 
 def cuda_bf16() -> bool:
@@ -166,8 +166,7 @@ def build_callbacks(cfg: DictConfig) -> list[L.Callback]:
     """Instantiate ``cfg.callbacks``; ``trainer.enable_progress_bar=false`` drops progress bars and
     ``trainer.enable_model_summary=false`` model summaries (the Trainer flags mean "none")."""
     from lightning.pytorch.callbacks import ModelSummary, ProgressBar
-
-    from ocr.console import plain_progress_when_not_a_terminal
+    from trainperf.lightning.progress_choice import plain_progress_when_not_a_terminal
 
     callbacks = _instantiate_group(cfg.get("callbacks"), "callbacks")
     callbacks = plain_progress_when_not_a_terminal(callbacks)  # log lines when not a terminal

@@ -21,10 +21,10 @@ import lightning as L
 import torch
 from omegaconf import DictConfig, OmegaConf
 from rich.table import Table
+from trainperf.present.console import print_renderable, widen_for_logs
 
 from ocr.cli_errors import expected_errors
 from ocr.config_errors import composed, config_errors
-from ocr.console import print_renderable, widen_for_logs
 from ocr.errors import CheckpointError, ConfigError, MissingPathError
 from ocr.runtime import (
     apply_torch_threads,

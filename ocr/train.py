@@ -16,11 +16,11 @@ import hydra
 import lightning as L
 from lightning.pytorch.callbacks import ModelCheckpoint
 from omegaconf import DictConfig, OmegaConf
+from trainperf.present.console import widen_for_logs
 
 from ocr.checkpoint_path import check_checkpoint_path
 from ocr.cli_errors import expected_errors
 from ocr.config_errors import composed, config_errors
-from ocr.console import widen_for_logs
 from ocr.hparams import TensorBoardHparams, record_config_as_hparams
 from ocr.run_folder import claim_run_folder
 from ocr.runtime import (

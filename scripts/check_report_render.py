@@ -1,4 +1,4 @@
-"""Open an ``ocr-perf report`` page in headless Chromium, save a screenshot and fail on console
+"""Open a ``trainperf report`` page in headless Chromium, save a screenshot and fail on console
 errors or a page without its plots and tables.
 
     python scripts/check_report_render.py runs/demo/perf/report.html report.png

@@ -20,7 +20,7 @@ On a CUDA machine it runs, in this order:
    MFU >= 8 %).
 5. ``train_sync``: the default run with ``sync_cuda=true``: CUDA-event phase times (no sync)
    against synchronized ones, per phase.
-6. ``analyze``, ``report``, ``try``: ``ocr-perf`` on the first run (``try`` with a short budget;
+6. ``analyze``, ``report``, ``try``: ``trainperf`` on the first run (``try`` with a short budget;
    ``analyze`` on the fast run's trace too).
 7. ``fixture``: both runs' GPU traces (gzip, at most 2 MB each) saved for the test fixtures, the
    fast one's name with ``bf16`` in it.
@@ -58,8 +58,9 @@ from typing import Any
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
+from trainperf.analysis.trace.agreement import AGREEMENT_TOLERANCE_PCT  # noqa: E402
+
 from benchmarks.baseline_doc import train  # noqa: E402
-from ocr.perf.trace.agreement import AGREEMENT_TOLERANCE_PCT  # noqa: E402
 from scripts.gpucheck.check import Check  # noqa: E402
 from scripts.gpucheck.doc import DOC_NAME, render  # noqa: E402
 from scripts.gpucheck.figures import (  # noqa: E402
@@ -160,7 +161,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--train-batches", type=int, help="training batches per epoch (GPU: 100, CPU: 10)"
     )
-    parser.add_argument("--try-budget", default="2m", help="ocr-perf try --budget")
+    parser.add_argument("--try-budget", default="2m", help="trainperf try --budget")
     parser.add_argument("--seams", choices=("run", "list", "skip"), default="run")
     parser.add_argument("--skip", action="append", default=[], choices=PART_NAMES)
     parser.add_argument("--json", type=Path, help="also write every figure to this JSON file")
@@ -212,10 +213,10 @@ def plan(args: argparse.Namespace, cuda: dict[str, Any] | None, cores: int) -> l
         ("train_sync", "python -m ocr.train " + shlex.join([*sync_run, *args.overrides])),
         (
             "analyze",
-            "ocr-perf analyze <train run>/profiler_traces --json ... (and <train_fast run>)",
+            "trainperf analyze <train run>/profiler_traces --json ... (and <train_fast run>)",
         ),
-        ("report", "ocr-perf report <train run> --markdown ..."),
-        ("try", f"ocr-perf try <train run> --budget {args.try_budget}"),
+        ("report", "trainperf report <train run> --markdown ..."),
+        ("try", f"trainperf try <train run> --budget {args.try_budget}"),
         (
             "fixture",
             f"<train run>'s and <train_fast run>'s GPU traces -> {args.fixture_dir} "
@@ -341,7 +342,7 @@ def _perf_parts(check: Check, args: argparse.Namespace, run_dir: Path, work: Pat
         out, log = work / f"{name}.json", work / f"{name}.log"
         rc = run_logged(perf("analyze", str(folder), "--json", str(out), "--top-k", "500"), log)
         if rc != 0:
-            raise RuntimeError(f"ocr-perf analyze exit {rc}:\n{tail(log, 30)}")
+            raise RuntimeError(f"trainperf analyze exit {rc}:\n{tail(log, 30)}")
         return trace_summary(json.loads(out.read_text()))
 
     def analyze() -> dict[str, Any]:

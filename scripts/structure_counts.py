@@ -2,7 +2,8 @@
 
     python scripts/structure_counts.py [--root ocr] [--json]
 
-- **Any-dict slots**: function parameters and return annotations in ``ocr/perf`` and
+- **Any-dict slots**: function parameters and return annotations in
+``packages/trainperf/src/trainperf`` and
   ``ocr/lightning_modules/callbacks`` typed as a string-keyed dict / mapping whose values are
   ``Any`` (``dict[str, Any]``, ``Mapping[str, Any]``, ``MutableMapping[str, Any]``, also inside
   ``| None``, ``list[...]`` and the like).
@@ -11,7 +12,8 @@
 - **Import cycles**: strongly connected components of the import graph of ``ocr`` (imports
   inside functions count: deferring an import hides a cycle, it does not remove it; imports
   under ``if TYPE_CHECKING:`` do not).
-- **Largest files** in ``ocr/`` and the toolkit's line count (``ocr/perf`` + the callbacks),
+- **Largest files** in ``ocr/`` and the toolkit's line count (``packages/trainperf/src/trainperf`` +
+the callbacks),
   split into code, docstring, comment and blank lines, and into the modules that issues 21, 22,
   24 and 25 created (:data:`LATER_FEATURES`, filed with issue 20 and built after its reshaping)
   and the rest. What those issues added to modules they share with the rest counts in the rest,
@@ -71,7 +73,7 @@ LATER_FEATURES: dict[int, tuple[str, tuple[str, ...]]] = {
         ("perf/watch.py", "perf/live.py", "lightning_modules/callbacks/live_line.py"),
     ),
     25: (
-        "ocr-perf try for any Lightning script",
+        "trainperf try for any Lightning script",
         ("perf/knobs.py", "lightning_modules/callbacks/knobs_apply.py"),
     ),
 }
@@ -372,7 +374,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
-    print(f"Any-dict signature slots (ocr/perf + callbacks): {len(slots)}")
+    print(f"Any-dict signature slots (packages/trainperf/src/trainperf + callbacks): {len(slots)}")
     if args.list:
         for slot in slots:
             print(f"  {slot}")
@@ -386,7 +388,10 @@ def main(argv: list[str] | None = None) -> int:
     for n, name in sizes[:5]:
         print(f"  {n:5d}  {name}")
     total = sum(n for n, _ in sizes)
-    print(f"toolkit lines (ocr/perf + callbacks): {toolkit_lines}; all of {root}/: {total}")
+    print(
+        f"toolkit lines (packages/trainperf/src/trainperf): {toolkit_lines}; "
+        f"all of {root}/: {total}"
+    )
     print("  by kind: " + ", ".join(f"{k} {kinds[k]}" for k in ("code", "doc", "comment", "blank")))
     for issue, (title, paths) in LATER_FEATURES.items():
         print(f"  modules created by issue {issue} ({title}, {len(paths)}): {later[issue]}")

@@ -8,8 +8,7 @@ import re
 from typing import Any
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
-
-from ocr.perf.findings import Finding
+from trainperf.core.findings import Finding
 
 # A dotted name not preceded by a word, dot, slash or dash (no file paths, no version numbers)
 # and not followed by a word character or "(" (a call like model.to(...) is code, not a key).

@@ -11,9 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-
-from ocr.perf.records import Record, read_records, read_run_record
-from ocr.perf.rundir import to_jsonable
+from trainperf.records.kinds import Record, read_records, read_run_record
+from trainperf.records.run_info import to_jsonable
 
 
 def write_lines(

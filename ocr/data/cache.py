@@ -35,7 +35,7 @@ writers the folder can briefly exceed the bound by at most about ``n * max_bytes
 entries are still read).
 
 Statistics are per process (:meth:`PolygonCache.stats`). Each :meth:`PolygonCache.get_or_make`
-also reports its outcome with :func:`ocr.perf.worker.report_count` (``polygon_cache_hits``,
+also reports its outcome with :func:`trainperf.probe.worker.report_count` (``polygon_cache_hits``,
 ``polygon_cache_misses``, ``polygon_cache_corrupt``, ``polygon_cache_evictions``,
 ``polygon_cache_bytes_written``): the counts travel back with the batch from whichever worker
 built it, so the performance monitors see the whole loader's hit rate
@@ -58,10 +58,10 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+from trainperf.probe.worker import report_count
 
 from ocr.data.targets import DBTargets, make_db_targets
 from ocr.errors import ConfigError
-from ocr.perf.worker import report_count
 
 __all__ = [
     "FORMAT_VERSION",

@@ -9,11 +9,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
+from trainperf.probe.worker import report_part
 
 from ocr.data.compact import flag_bytes, pack_flags, sample_bytes, sample_views
 from ocr.data.targets import DBTargets, make_db_targets, validate_target_params, warm_up
 from ocr.data.transforms import IMAGENET_MEAN, IMAGENET_STD, normalization_constants
-from ocr.perf.worker import report_part
 
 if TYPE_CHECKING:
     from ocr.data.cache import PolygonCache

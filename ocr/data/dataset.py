@@ -14,6 +14,7 @@ import numpy as np
 import torch
 from PIL import Image
 from torch.utils.data import Dataset
+from trainperf.probe.worker import report_part
 
 from ocr.data.annotations import (
     AnnotationError,
@@ -23,7 +24,6 @@ from ocr.data.annotations import (
 )
 from ocr.data.transforms import ImageLoadError, ReceiptTransform, apply_matrix, load_image
 from ocr.errors import MissingPathError
-from ocr.perf.worker import report_part
 
 __all__ = ["ReceiptDataset"]
 

@@ -1,1 +1,1 @@
-"""LightningModule and callbacks (thin adapters over ocr.perf)."""
+"""LightningModule and callbacks (thin adapters over trainperf)."""

@@ -14,13 +14,13 @@ import numpy as np
 import torch
 from lightning.pytorch.utilities import rank_zero_info
 from torch import nn
+from trainperf.core.clock import perf_phase
 
 from ocr.data.compact import expand_batch
 from ocr.metrics.detection import DetectionMetric
 from ocr.models.dbnet import INPUT_MULTIPLE, DBNet
 from ocr.models.loss import DBLoss
 from ocr.models.postprocess import DBPostProcessor
-from ocr.perf.clock import perf_phase
 
 OptimizerFactory = Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer]
 SchedulerFactory = Callable[..., Any]

@@ -6,7 +6,7 @@
 * ``figures``: throughput, phase split and MFU of a run directory; CUDA events against
   synchronized phase times;
 * ``nvml``: our NVML sampler beside ``nvidia-smi`` at the same moment, while training;
-* ``trace``: what the document shows of ``ocr-perf analyze``, and the trace fixture;
+* ``trace``: what the document shows of ``trainperf analyze``, and the trace fixture;
 * ``seams``: the seam tests and their JUnit counts;
 * ``check``: one run of the check, part by part;
 * ``doc``: the Markdown document.

@@ -8,8 +8,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ocr.perf.clock import PHASES
-from ocr.perf.trace.agreement import ABSOLUTE_FLOOR_PCT_OF_STEP, AGREEMENT_TOLERANCE_PCT
+from trainperf.analysis.trace.agreement import ABSOLUTE_FLOOR_PCT_OF_STEP, AGREEMENT_TOLERANCE_PCT
+from trainperf.core.clock import PHASES
+
 from scripts.gpucheck.check import Check
 from scripts.gpucheck.nvml import smi_command
 from scripts.gpucheck.preflight import wheels_to_carry
@@ -182,8 +183,8 @@ def _render_nvml(reads: Sequence[Mapping[str, Any]]) -> list[str]:
     if not reads:
         return ["No paired read was taken."]
     lines = [
-        f"{len(reads)} paired reads (NVML through `ocr.perf.resources.ResourceSampler`, matched "
-        "by UUID, just before and just after `" + shlex.join(smi_command("<uuid>")) + "`); "
+        f"{len(reads)} paired reads (NVML through `trainperf.probe.resources.ResourceSampler`, "
+        "matched by UUID, just before and just after `" + shlex.join(smi_command("<uuid>")) + "`); "
         f"sampler: {reads[0].get('sampler_status')}; "
         f"{'while training' if reads[0].get('while_training') else 'after training (idle)'}.",
         "",
@@ -277,12 +278,12 @@ def render(check: Check) -> str:
         lines += ["", "## NVML vs nvidia-smi", "", *_render_nvml(nvml.data["reads"])]
     analyze = check.parts.get("analyze")
     if analyze and analyze.status == "ran":
-        lines += ["", "## `ocr-perf analyze` on the profiled epoch", ""]
+        lines += ["", "## `trainperf analyze` on the profiled epoch", ""]
         lines += _render_trace(analyze.data["summary"])
         if analyze.data.get("summary_fast"):
             lines += ["", "The fast run's profiled epoch (bf16-mixed, channels_last, fused):", ""]
             lines += _render_trace(analyze.data["summary_fast"])
-    for name, title in (("report", "`ocr-perf report`"), ("try", "`ocr-perf try`")):
+    for name, title in (("report", "`trainperf report`"), ("try", "`trainperf try`")):
         part = check.parts.get(name)
         if part and part.status == "ran":
             lines += ["", f"## {title} (exit {part.data['rc']})", "", "```"]

@@ -8,12 +8,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ocr.perf.clock import PHASES
-from ocr.perf.mfu import stage_utilisation
-from ocr.perf.records import EpochRecord, RunRecord
-from ocr.perf.report.load import load_run
-from ocr.perf.stage import Stage
-from ocr.perf.trace.agreement import ABSOLUTE_FLOOR_PCT_OF_STEP, AGREEMENT_TOLERANCE_PCT
+from trainperf.analysis.mfu import stage_utilisation
+from trainperf.analysis.run import load_run
+from trainperf.analysis.trace.agreement import ABSOLUTE_FLOOR_PCT_OF_STEP, AGREEMENT_TOLERANCE_PCT
+from trainperf.core.clock import PHASES
+from trainperf.core.stage import Stage
+from trainperf.records.kinds import EpochRecord, RunRecord
 
 
 def kept_epochs(
@@ -129,7 +129,8 @@ def compare_phase_times(
 ) -> list[dict[str, Any]]:
     """CUDA-event ms per batch against synchronized ms per batch, per clock phase: a phase agrees
     when the difference is at most ``tolerance_pct`` of the larger figure, or below
-    :data:`~ocr.perf.trace.agreement.ABSOLUTE_FLOOR_PCT_OF_STEP` of the synchronized step (the
+    :data:`~trainperf.analysis.trace.agreement.ABSOLUTE_FLOOR_PCT_OF_STEP` of the synchronized step
+    (the
     rule the trace-vs-clock agreement uses)."""
     step = sum(synced_ms.values())
     floor = step * ABSOLUTE_FLOOR_PCT_OF_STEP / 100.0

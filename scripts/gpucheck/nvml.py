@@ -100,7 +100,7 @@ def nvml_gpu0(sample: Mapping[str, float]) -> dict[str, float]:
 def paired_read(
     sampler: Any, uuid: str, run: Callable[..., subprocess.CompletedProcess[str]] = subprocess.run
 ) -> dict[str, Any]:
-    """NVML (through ``sampler``, a :class:`~ocr.perf.resources.ResourceSampler` over this
+    """NVML (through ``sampler``, a :class:`~trainperf.probe.resources.ResourceSampler` over this
     device), nvidia-smi, NVML again: one moment, compared."""
     before = nvml_gpu0(sampler.sample())
     proc = run(smi_command(uuid), capture_output=True, text=True, timeout=30, check=True)
@@ -118,7 +118,7 @@ def read_while_training(
     record exists (the GPU busy with the next epoch), ``reads`` paired reads a second apart into
     ``out`` (at the end, idle, when the run finishes first). A failing read never stops the
     training: its traceback goes into ``out`` as ``{"error": ...}``."""
-    from ocr.perf.resources import ResourceSampler
+    from trainperf.probe.resources import ResourceSampler
 
     def during(proc: subprocess.Popen[bytes]) -> None:
         epochs = run_dir / "perf" / "epochs.jsonl"

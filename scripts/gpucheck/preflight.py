@@ -46,6 +46,9 @@ DEVICE_HAS = frozenset(
 #: PyPI: ``pip wheel`` builds a pure-Python wheel of it here.
 CARRIED = ("hydra-core", "omegaconf", "antlr4-python3-runtime", "pyclipper", "shapely", "msgspec")
 SDIST_ONLY = frozenset({"antlr4-python3-runtime"})
+#: Dependencies that live in this repository: on ``PYTHONPATH`` there (``packages/*/src``).
+IN_REPO = frozenset({"trainperf"})
+IN_REPO_PATH = "$PWD/packages/trainperf/src"
 WHEEL_DIR = ".whl"
 _PLATFORMS = (
     "manylinux_2_28_x86_64",
@@ -61,9 +64,14 @@ def norm_name(name: str) -> str:
 
 
 def runtime_requirements(pyproject: Path = REPO_ROOT / "pyproject.toml") -> list[Requirement]:
-    """``[project].dependencies`` of ``pyproject``."""
+    """``[project].dependencies`` of ``pyproject``, the toolkit's (:data:`IN_REPO`, on the path
+    there) replaced by its own."""
     with open(pyproject, "rb") as fh:
-        return [Requirement(r) for r in tomllib.load(fh)["project"]["dependencies"]]
+        reqs = [Requirement(r) for r in tomllib.load(fh)["project"]["dependencies"]]
+    out = [r for r in reqs if norm_name(r.name) not in IN_REPO]
+    if len(out) < len(reqs) and pyproject == REPO_ROOT / "pyproject.toml":
+        out += runtime_requirements(REPO_ROOT / "packages" / "trainperf" / "pyproject.toml")
+    return out
 
 
 def pinned_versions(constraints: Path = REPO_ROOT / "constraints.txt") -> dict[str, str]:
@@ -137,7 +145,7 @@ def device_command(args: argparse.Namespace) -> str:
         "python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade "
         f"--target /tmp/site {WHEEL_DIR}/*.whl"
     )
-    env = "export PYTHONPATH=/tmp/site:$PWD WANDB_MODE=offline PYTHONUNBUFFERED=1"
+    env = f"export PYTHONPATH=/tmp/site:$PWD:{IN_REPO_PATH} WANDB_MODE=offline PYTHONUNBUFFERED=1"
     check = [
         "python3 scripts/gpu_check.py --out $OUT --fixture-dir $OUT --work-dir /tmp/gpu-check",
         "--json $OUT/gpu_check.json --logs $OUT/gpu_check_logs.tar.gz",
@@ -169,8 +177,7 @@ def versions() -> dict[str, Any]:
     import lightning
     import numpy
     import torch
-
-    from ocr.lightning_modules.callbacks.interpose import TESTED_VERSIONS, check_versions
+    from trainperf.lightning.interpose import TESTED_VERSIONS, check_versions
 
     return {
         "python": platform.python_version(),

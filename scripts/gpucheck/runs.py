@@ -99,8 +99,8 @@ def run_logged(argv: Sequence[str], log: Path, timeout: float | None = None) -> 
 
 
 def perf(*args: str) -> list[str]:
-    """``ocr-perf ARGS`` as this interpreter runs it (no console script needed)."""
-    return [sys.executable, "-m", "ocr.perf.cli", *args]
+    """``trainperf ARGS`` as this interpreter runs it (no console script needed)."""
+    return [sys.executable, "-m", "trainperf.cli.main", *args]
 
 
 def head(path: Path, lines: int) -> str:
@@ -114,7 +114,7 @@ def tail(path: Path, lines: int) -> str:
 
 
 def write_logs(archive: Path, work: Path) -> None:
-    """The runs' logs, perf files and ocr-perf outputs (no checkpoints, no traces) as a .tar.gz."""
+    """The runs' logs, perf files and trainperf outputs (no checkpoints, no traces) as a .tar.gz."""
     archive.parent.mkdir(parents=True, exist_ok=True)
     keep = (".log", ".json", ".jsonl", ".md", ".xml", ".yaml")
     with tarfile.open(archive, "w:gz") as tar:

@@ -1,4 +1,4 @@
-"""The profiled epoch's trace: what the document shows of an ``ocr-perf analyze --json`` report,
+"""The profiled epoch's trace: what the document shows of a ``trainperf analyze --json`` report,
 and the gzip trace saved as a test fixture."""
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ def h2d_copies(device_ops: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, f
 
 
 def trace_summary(report: Mapping[str, Any]) -> dict[str, Any]:
-    """What the document shows of an ``ocr-perf analyze --json`` report: steps, GPU busy and idle,
+    """What the document shows of a ``trainperf analyze --json`` report: steps, GPU busy and idle,
     device time per phase (mean over steps), H2D copies, the trace-vs-clock agreement and the
     findings."""
     metrics = report.get("metrics") or {}

@@ -11,11 +11,10 @@ import pytest
 import torch
 from lightning.pytorch.profilers import PassThroughProfiler, SimpleProfiler
 from torch.utils.data import DataLoader, TensorDataset
-
-from ocr.lightning_modules.callbacks.action_stream import ActionStream
-from ocr.lightning_modules.callbacks.recorder import StageRecorder
-from ocr.lightning_modules.callbacks.untimed import does_nothing as _does_nothing
-from ocr.perf.clock import PHASES
+from trainperf.core.clock import PHASES
+from trainperf.lightning.action_stream import ActionStream
+from trainperf.lightning.recorder import StageRecorder
+from trainperf.lightning.untimed import does_nothing as _does_nothing
 
 
 class Picky:
@@ -217,7 +216,7 @@ def test_a_hook_set_on_the_instance_is_judged_by_itself(recorder: StageRecorder)
 
 
 def test_skipped_no_op_hooks_leave_phases_summing_to_the_epoch(tmp_path: Any) -> None:
-    from ocr.lightning_modules.callbacks import PerformanceProfilerCallback
+    from trainperf.lightning import PerformanceProfilerCallback
 
     class Logger(L.pytorch.loggers.logger.Logger):  # collects the epoch metrics
         def __init__(self) -> None:
@@ -257,7 +256,7 @@ def test_skipped_no_op_hooks_leave_phases_summing_to_the_epoch(tmp_path: Any) ->
 
 
 def test_our_own_batch_bookkeeping_is_not_timed_but_a_subclass_override_is() -> None:
-    from ocr.lightning_modules.callbacks import PerformanceProfilerCallback
+    from trainperf.lightning import PerformanceProfilerCallback
 
     class Mine(PerformanceProfilerCallback):
         def on_train_batch_end(self, *args: Any) -> None:
@@ -304,7 +303,7 @@ def test_lightnings_own_module_hooks_carry_no_owner_the_users_do(recorder: Stage
 def test_profiler_ranges_leave_out_the_same_idle_hooks_as_the_clock(
     recorder: StageRecorder,
 ) -> None:
-    from ocr.lightning_modules.callbacks.profiler_window import ActionRanges
+    from trainperf.lightning.profiler_window import ActionRanges
 
     trainer = recorder._trainer_ref()
     assert trainer is not None

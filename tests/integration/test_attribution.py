@@ -20,10 +20,10 @@ from lightning.fabric.plugins import TorchCheckpointIO
 from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
 from lightning.pytorch.profilers import SimpleProfiler
 from torch.utils.data import DataLoader, TensorDataset
+from trainperf.core.clock import PHASES
+from trainperf.lightning import PerformanceProfilerCallback, ThroughputMonitorCallback
+from trainperf.records.kinds import EpochRecord
 
-from ocr.lightning_modules.callbacks import PerformanceProfilerCallback, ThroughputMonitorCallback
-from ocr.perf.clock import PHASES
-from ocr.perf.records import EpochRecord
 from tests.memory_logger import MemoryLogger
 from tests.run_lines import read_dicts
 

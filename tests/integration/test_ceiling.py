@@ -17,11 +17,11 @@ import pytest
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
+from trainperf.lightning import PerfCallbackWarning, ThroughputMonitorCallback
+from trainperf.present.report import build_report, to_markdown
+from trainperf.probe import peak_flops as peak_module
 
 from ocr.data.synth import generate_dataset
-from ocr.lightning_modules.callbacks import PerfCallbackWarning, ThroughputMonitorCallback
-from ocr.perf import peak as peak_module
-from ocr.perf.report import build_report, to_markdown
 from tests.memory_logger import MemoryLogger
 from tests.run_lines import read_run_dict
 

@@ -11,9 +11,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from trainperf.records.kinds import EpochRecord, GrowthRecord, RecompilesRecord, read_records
 
 from ocr.data.synth import generate_dataset
-from ocr.perf.records import EpochRecord, GrowthRecord, RecompilesRecord, read_records
 
 pytestmark = pytest.mark.slow
 

@@ -18,12 +18,11 @@ import lightning as L
 import pytest
 import torch
 from torch.utils.data import DataLoader, TensorDataset
-
-from ocr.lightning_modules.callbacks import PerformanceProfilerCallback, ResourceMonitorCallback
-from ocr.perf.alerts.rules import RULES
-from ocr.perf.contention import run_contention
-from ocr.perf.records import AlertEvent, read_records
-from ocr.perf.report import build_report
+from trainperf.alerts.rules import RULES
+from trainperf.analysis.contention import run_contention
+from trainperf.lightning import PerformanceProfilerCallback, ResourceMonitorCallback
+from trainperf.present.report import build_report
+from trainperf.records.kinds import AlertEvent, read_records
 
 pytestmark = pytest.mark.slow
 

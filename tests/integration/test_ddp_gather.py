@@ -3,7 +3,7 @@
 Rank 1 has one callback more than rank 0 (an image logger built on one rank only, as users do):
 the gather must have one shape on every rank whatever each rank's callbacks, so the run finishes
 and the extra callback is named for rank 1. The same run checks that every place that states a
-samples/s (the run files, the loggers, ``ocr-perf report``'s summary, verdict and per-epoch
+samples/s (the run files, the loggers, ``trainperf report``'s summary, verdict and per-epoch
 table, and the gate) states the one rate: samples over all ranks / the epoch's wall time.
 """
 
@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from trainperf.records.kinds import EpochRecord
 
-from ocr.perf.records import EpochRecord
 from tests.run_lines import read_dicts
 
 pytestmark = pytest.mark.slow
@@ -35,7 +35,7 @@ import torch
 from lightning.pytorch.loggers import CSVLogger
 from torch.utils.data import DataLoader, TensorDataset
 
-from ocr.lightning_modules.callbacks import PerformanceProfilerCallback, ThroughputMonitorCallback
+from trainperf.lightning import PerformanceProfilerCallback, ThroughputMonitorCallback
 
 
 class ImageLogger(L.Callback):
@@ -93,7 +93,7 @@ def _env() -> dict[str, str]:
 
 def _perf(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "ocr.perf.cli", *args],
+        [sys.executable, "-m", "trainperf.cli.main", *args],
         capture_output=True,
         text=True,
         env=_env(),
@@ -123,7 +123,7 @@ def ddp_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def ddp_report(ddp_run: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
-    """``ocr-perf report`` of the run: its summary (stdout) and its Markdown."""
+    """``trainperf report`` of the run: its summary (stdout) and its Markdown."""
     out = tmp_path_factory.mktemp("report")
     markdown = out / "report.md"
     report = _perf("report", str(ddp_run), "-o", str(out / "r.html"), "--markdown", str(markdown))

@@ -19,14 +19,16 @@ import lightning as L
 import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset
-
-from ocr.lightning_modules.callbacks import (
+from trainperf.alerts import RULES
+from trainperf.analysis.run import load_run
+from trainperf.analysis.stages import summarize_stages
+from trainperf.analysis.verdict import judge
+from trainperf.lightning import (
     EpochScanCallback,
     PerformanceProfilerCallback,
     ResourceMonitorCallback,
 )
-from ocr.perf.alerts import RULES
-from ocr.perf.records import (
+from trainperf.records.kinds import (
     AlertEvent,
     EpochRecord,
     GrowthRecord,
@@ -34,9 +36,6 @@ from ocr.perf.records import (
     read_records,
     read_run_record,
 )
-from ocr.perf.report.load import load_run
-from ocr.perf.report.stages import summarize_stages
-from ocr.perf.report.verdict import judge
 
 SIZES = (8, 10, 12, 14, 16, 18)
 
@@ -174,7 +173,7 @@ def test_compiled_module_fixed_size_no_finding(tmp_path: Path) -> None:
 def test_reading_the_records_imports_no_torch() -> None:
     code = (
         "import sys\n"
-        "import ocr.perf.growth, ocr.perf.recompiles, ocr.perf.report.verdict\n"
+        "import trainperf.probe.growth, trainperf.probe.recompiles, trainperf.analysis.verdict\n"
         "print('torch' in sys.modules)"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -185,8 +184,7 @@ def test_no_per_step_hook_at_the_defaults() -> None:
     """At the defaults every per-batch hook is Lightning's inherited no-op (which the clock
     leaves out); batch_shapes=True installs the one counting hook."""
     from lightning.pytorch.callbacks import Callback
-
-    from ocr.lightning_modules.callbacks.untimed import does_nothing
+    from trainperf.lightning.untimed import does_nothing
 
     default = EpochScanCallback()
     for hook in ("on_train_batch_start", "on_train_batch_end", "on_before_backward"):
@@ -338,8 +336,7 @@ def test_nested_scan_adds_no_per_step_hook_at_its_defaults() -> None:
     reaches the same inherited no-ops as without it); batch_shapes=True installs one, which the
     clock leaves to the scan's own action."""
     from lightning.pytorch.callbacks import Callback
-
-    from ocr.lightning_modules.callbacks.untimed import does_nothing
+    from trainperf.lightning.untimed import does_nothing
 
     plain = PerformanceProfilerCallback()
     nested = PerformanceProfilerCallback(epoch_scan=EpochScanCallback())

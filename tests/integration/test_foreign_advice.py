@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+from trainperf.present.report import build_report, to_markdown
 
-from ocr.perf.report import build_report, to_markdown
 from tests.advice_keys import absent_keys, has_key, parse_override
 
 pytestmark = pytest.mark.slow
@@ -33,7 +33,7 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from ocr.lightning_modules.callbacks import (
+from trainperf.lightning import (
     PerformanceProfilerCallback,
     ThroughputMonitorCallback,
 )

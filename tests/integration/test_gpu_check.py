@@ -1,5 +1,5 @@
 """scripts/gpu_check.py end to end on this CPU machine, on a tiny budget: a short training run,
-``ocr-perf analyze`` and ``report`` on it, the seam tests listed; the generated Markdown goes to
+``trainperf analyze`` and ``report`` on it, the seam tests listed; the generated Markdown goes to
 a temporary folder (never the committed ``docs/performance/gpu.md``), names each GPU part it
 skipped, why, and what a GPU run adds, and the script exits 0."""
 
@@ -113,10 +113,10 @@ def test_doc_holds_the_cpu_figures_the_run_measured(
     assert set(train["host_ms"]) >= {"data_wait", "forward", "backward", "optimizer"}
     assert train["event_ms"] == {}  # CUDA events only with CUDA
     assert "| train | " in doc
-    assert "## `ocr-perf analyze` on the profiled epoch" in doc
+    assert "## `trainperf analyze` on the profiled epoch" in doc
     # Whether they agree is timing (a loaded machine can stretch one side); that the comparison
     # was made and shown is what this run checks.
     assert re.search(r"trace vs phase clock agree: (yes|no)", doc)
-    assert "## `ocr-perf report` (exit 0)" in doc
+    assert "## `trainperf report` (exit 0)" in doc
     assert "Listed only (`--seams list`): " in doc
     assert "python -m ocr.train experiment=synthetic_debug" in doc  # the command that made it

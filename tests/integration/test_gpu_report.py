@@ -1,5 +1,5 @@
 """Issue 31's acceptance on the first real GPU run (one H200, 16-mixed, AdamW not fused, NCHW):
-``ocr-perf report`` of its run folder (``perf/*.jsonl`` and ``.hydra/``, no trace file; the
+``trainperf report`` of its run folder (``perf/*.jsonl`` and ``.hydra/``, no trace file; the
 profiler window's summary in ``perf/profiler.jsonl``) must not call it compute-bound: it names
 the GPU's idle share and the host's wait in ``optimizer_step``, and proposes bf16-mixed, a fused
 AdamW and channels_last."""
@@ -12,10 +12,9 @@ import stat
 from pathlib import Path
 
 import pytest
-
-from ocr.perf.cli import main as perf_main
-from ocr.perf.report import build_report, to_markdown
-from ocr.perf.report.findings_section import headline
+from trainperf.cli.main import main as perf_main
+from trainperf.present.report import build_report, to_markdown
+from trainperf.present.report.findings_section import headline
 
 
 def _writable_copy(src: Path, dst: Path) -> Path:

@@ -19,10 +19,9 @@ import lightning as L
 import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset
-
-from ocr.lightning_modules.callbacks import PerformanceProfilerCallback
-from ocr.perf.records import EpochRecord, read_records
-from ocr.perf.report import build_report
+from trainperf.lightning import PerformanceProfilerCallback
+from trainperf.present.report import build_report
+from trainperf.records.kinds import EpochRecord, read_records
 
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore:.*does not have many workers")]
 

@@ -25,15 +25,15 @@ import torch
 from lightning.pytorch.loops.training_epoch_loop import _TrainingEpochLoop
 from lightning.pytorch.profilers import Profiler
 from torch.utils.data import DataLoader, TensorDataset
-
-from ocr.lightning_modules.callbacks import (
+from trainperf.core.actions import classify_action
+from trainperf.lightning import (
     PerfCallbackWarning,
     PerformanceProfilerCallback,
     interpose,
 )
-from ocr.lightning_modules.callbacks.action_stream import add_listener, remove_listener
-from ocr.perf.actions import classify_action
-from ocr.perf.records import EpochRecord
+from trainperf.lightning.action_stream import add_listener, remove_listener
+from trainperf.records.kinds import EpochRecord
+
 from tests.run_lines import read_dicts
 
 pytestmark = pytest.mark.slow

@@ -1,6 +1,6 @@
 """SIGTERM and SIGINT stop a training run as an interruption: at the end of the current batch,
 with ``last.ckpt`` written, every rank ``interrupted`` in ``perf/lifecycle.jsonl`` (with epoch
-and batch), exit 128 + signal, ``ocr-perf watch`` saying where and how to resume, and a resumed
+and batch), exit 128 + signal, ``trainperf watch`` saying where and how to resume, and a resumed
 run that completes the records.
 
 The run is a script written here: its step at epoch 1, batch 1 writes a marker file and waits
@@ -18,8 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
-
-from ocr.perf.records import EpochRecord, LifecycleRecord, read_records
+from trainperf.records.kinds import EpochRecord, LifecycleRecord, read_records
 
 pytestmark = pytest.mark.slow
 
@@ -34,7 +33,7 @@ SCRIPT = textwrap.dedent(
     import torch
     from torch.utils.data import DataLoader, TensorDataset
 
-    from ocr.lightning_modules.callbacks import InterruptCheckpoint, PerformanceProfilerCallback
+    from trainperf.lightning import InterruptCheckpoint, PerformanceProfilerCallback
 
     ROOT, CKPT = Path(sys.argv[1]), (sys.argv[2] if len(sys.argv) > 2 else None)
     DEVICES = int(os.environ.get("TEST_DEVICES", "1"))
@@ -138,7 +137,7 @@ def _interrupt(
 
 def _watch(run: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "ocr.perf.cli", "watch", str(run), "--stale-after", "5"],
+        [sys.executable, "-m", "trainperf.cli.main", "watch", str(run), "--stale-after", "5"],
         env=_env(1),
         capture_output=True,
         text=True,
@@ -166,7 +165,7 @@ def test_sigterm_interrupts_and_the_resumed_run_completes_the_records(tmp_path: 
     assert str(tmp_path / "stalls.py") in resume
     assert f"ckpt_path={str(ckpt)!r}" in resume
     reported = subprocess.run(
-        [sys.executable, "-m", "ocr.perf.cli", "report", str(run)],
+        [sys.executable, "-m", "trainperf.cli.main", "report", str(run)],
         env=_env(1),
         capture_output=True,
         text=True,

@@ -10,8 +10,7 @@ import pytest
 import torch
 from lightning.pytorch.profilers import PyTorchProfiler
 from torch.utils.data import DataLoader, TensorDataset
-
-from ocr.perf.trace import analyze_trace
+from trainperf.analysis.trace import analyze_trace
 
 pytestmark = pytest.mark.slow
 

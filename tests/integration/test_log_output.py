@@ -18,7 +18,7 @@ def _perf(*args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
     env.update(PYTHONPATH=str(REPO_ROOT), TERM="dumb")
     return subprocess.run(
-        [sys.executable, "-m", "ocr.perf.cli", *args],
+        [sys.executable, "-m", "trainperf.cli.main", *args],
         env=env,
         capture_output=True,
         text=True,

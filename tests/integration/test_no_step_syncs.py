@@ -28,14 +28,14 @@ from hydra.core.hydra_config import HydraConfig
 from lightning.pytorch.loggers import CSVLogger
 from omegaconf import open_dict
 from torch.utils.data import DataLoader, TensorDataset
-
-from ocr.lightning_modules.callbacks import (
+from trainperf.lightning import (
     PerformanceProfilerCallback,
     PhaseRichProgressBar,
     PlainProgressBar,
     ResourceMonitorCallback,
     ThroughputMonitorCallback,
 )
+
 from ocr.runtime import build_callbacks
 from tests.unit.test_runtime import _compose
 
@@ -43,8 +43,8 @@ pytestmark = pytest.mark.slow
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 OURS = (
-    str(REPO_ROOT / "ocr" / "lightning_modules" / "callbacks"),
-    str(REPO_ROOT / "ocr" / "console.py"),
+    str(REPO_ROOT / "packages" / "trainperf" / "src" / "trainperf" / "lightning"),
+    str(REPO_ROOT / "packages" / "trainperf" / "src" / "trainperf" / "present" / "console.py"),
 )
 TRAIN_BATCHES = 60
 

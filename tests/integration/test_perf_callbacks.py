@@ -30,19 +30,19 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers import CSVLogger
 from torch.utils.data import DataLoader, Dataset
 from torch.utils.data import default_collate as torch_default_collate
-
-from ocr.data.synth import generate_dataset
-from ocr.lightning_modules.callbacks import (
+from trainperf.core.clock import PHASES, active_clock, perf_phase
+from trainperf.lightning import (
     PerfCallbackWarning,
     PerformanceProfilerCallback,
     ThroughputMonitorCallback,
 )
-from ocr.lightning_modules.callbacks import recorder as recorder_module
-from ocr.lightning_modules.callbacks.action_stream import ActionStream
-from ocr.lightning_modules.callbacks.recorder import StageRecorder
-from ocr.perf.clock import PHASES, active_clock, perf_phase
-from ocr.perf.records import EpochRecord, IntervalRecord
-from ocr.perf.worker import report_count
+from trainperf.lightning import recorder as recorder_module
+from trainperf.lightning.action_stream import ActionStream
+from trainperf.lightning.recorder import StageRecorder
+from trainperf.probe.worker import report_count
+from trainperf.records.kinds import EpochRecord, IntervalRecord
+
+from ocr.data.synth import generate_dataset
 from tests.memory_logger import MemoryLogger
 from tests.run_lines import read_dicts, read_run_dict
 
@@ -545,9 +545,9 @@ def test_works_without_wandb(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
 
     monkeypatch.setattr(lightning_modules, "callbacks", lightning_modules.callbacks)
     for name in list(sys.modules):
-        if name.startswith("ocr.lightning_modules.callbacks"):
+        if name.startswith("trainperf.lightning"):
             monkeypatch.delitem(sys.modules, name)
-    fresh = importlib.import_module("ocr.lightning_modules.callbacks")
+    fresh = importlib.import_module("trainperf.lightning")
     with pytest.raises(ImportError):
         import wandb  # noqa: F401
     csv_logger = CSVLogger(tmp_path, name="csv", version="")
@@ -693,7 +693,7 @@ def test_resume_mid_epoch_and_from_epoch_end(tmp_path: Path) -> None:
 def test_no_logger_prints_the_table(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from ocr.lightning_modules.callbacks import performance_profiler
+    from trainperf.lightning import performance_profiler
 
     printed: list[Any] = []
     real = performance_profiler.print_renderable
@@ -702,7 +702,8 @@ def test_no_logger_prints_the_table(
         printed.append(obj)
         real(obj)
 
-    # Through ocr.console.print_renderable: the console a live Rich progress bar draws on, so
+    # Through trainperf.present.console.print_renderable: the console a live Rich progress bar draws
+    # on, so
     # the bar does not erase the table (tests/unit/test_console.py shows it with a live bar).
     monkeypatch.setattr(performance_profiler, "print_renderable", spy)
     t = trainer(tmp_path, [PerformanceProfilerCallback(verbose=True)], logger=False)
@@ -724,8 +725,8 @@ import torch
 from lightning.pytorch.loggers import CSVLogger
 from torch.utils.data import DataLoader, Dataset
 
-import ocr.lightning_modules.callbacks.recorder as recorder_module
-from ocr.lightning_modules.callbacks import PerformanceProfilerCallback, ThroughputMonitorCallback
+import trainperf.lightning.recorder as recorder_module
+from trainperf.lightning import PerformanceProfilerCallback, ThroughputMonitorCallback
 
 MODE, DELAY = sys.argv[2], {delay}
 
@@ -902,7 +903,7 @@ def test_ddp_names_the_straggler_and_its_cause_while_the_others_wait(
         assert record["phases_s"]["backward"] < 0.35 * planted
     if cause is not None:
         report = subprocess.run(
-            [sys.executable, "-m", "ocr.perf.cli", "report", str(tmp_path)],
+            [sys.executable, "-m", "trainperf.cli.main", "report", str(tmp_path)],
             capture_output=True,
             text=True,
             env=dict(os.environ, PYTHONPATH=str(REPO_ROOT)),
@@ -983,7 +984,7 @@ def test_ocr_train_cli_with_performance_profiler(tmp_path: Path) -> None:
         if r.get("performance/val_polygon_cache_hit_rate")
     ]
     assert rates == [0.0, 1.0]
-    # The run directory's record of the same epochs (read by ocr-perf report / baseline).
+    # The run directory's record of the same epochs (read by trainperf report / baseline).
     epochs = read_dicts(run / "perf" / "epochs.jsonl", EpochRecord)
     val_epochs = [e for e in epochs if e["stage"] == "val"]
     assert [e["epoch"] for e in val_epochs] == [0, 1]

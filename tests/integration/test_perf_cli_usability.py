@@ -1,4 +1,4 @@
-"""``ocr-perf`` as a user meets it in a terminal: version and help, bad inputs, 80-column
+"""``trainperf`` as a user meets it in a terminal: version and help, bad inputs, 80-column
 tables, the comparison's wording and the Markdown output (all through a subprocess)."""
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ def ocr_perf(*args: str, columns: int = 120, **extra: str) -> subprocess.Complet
     env.pop("HYDRA_FULL_ERROR", None)
     env.update(extra)
     return subprocess.run(
-        [sys.executable, "-m", "ocr.perf.cli", *args],
+        [sys.executable, "-m", "trainperf.cli.main", *args],
         env=env,
         capture_output=True,
         text=True,
@@ -42,7 +42,7 @@ def test_version_and_help_list_and_describe_every_command() -> None:
 
     proc = ocr_perf("--version")
     assert proc.returncode == 0
-    assert proc.stdout.strip() == f"ocr-perf {__version__}"
+    assert proc.stdout.strip() == f"trainperf {__version__}"
     top = ocr_perf("--help").stdout
     for command in COMMANDS:
         assert re.search(rf"^\s+{command}\s+\S", top, re.MULTILINE), command
@@ -54,7 +54,7 @@ def test_version_and_help_list_and_describe_every_command() -> None:
 
 
 def test_report_on_a_folder_that_is_not_a_run_exits_2_and_writes_nothing(tmp_path: Path) -> None:
-    # like `ocr-perf report ocr` from the repository root: a perf/ package, no run files
+    # like `trainperf report ocr` from the repository root: a perf/ package, no run files
     folder = tmp_path / "ocr"
     (folder / "perf").mkdir(parents=True)
     (folder / "perf" / "__init__.py").write_text("# source\n")

@@ -1,4 +1,4 @@
-"""``ocr-perf try`` end to end on a small Hydra + Lightning app written here (its own config, its
+"""``trainperf try`` end to end on a small Hydra + Lightning app written here (its own config, its
 own LightningModule, a dataset that sleeps in ``__getitem__``, ``num_workers=0``, our throughput
 callback attached): more DataLoader workers are recommended with an interval above 1, a change
 of nothing is "no significant change"; results land in ``perf/try.jsonl`` and the report."""
@@ -13,9 +13,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
-
-from ocr.perf.cli import main as perf_main
-from ocr.perf.tryout.session import latest_session
+from trainperf.analysis.tryouts import latest_session
+from trainperf.cli.main import main as perf_main
 
 pytestmark = pytest.mark.slow
 
@@ -29,7 +28,7 @@ APP = textwrap.dedent(
     from hydra.core.hydra_config import HydraConfig
     from torch.utils.data import DataLoader, Dataset
 
-    from ocr.lightning_modules.callbacks import ThroughputMonitorCallback
+    from trainperf.lightning import ThroughputMonitorCallback
 
 
     class SleepyData(Dataset):
@@ -172,7 +171,7 @@ def test_try_recommends_workers_and_calls_a_noop_no_change(
     assert after - before == {Path("perf/try.jsonl")}
 
     # the report's "Measured changes" section shows the session
-    from ocr.perf.report import build_report, to_markdown
+    from trainperf.present.report import build_report, to_markdown
 
     md = to_markdown(build_report(foreign_run))
     assert "## Measured changes" in md

@@ -17,9 +17,9 @@ from hydra.utils import instantiate
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import Logger
 from torch.utils.data import DataLoader, TensorDataset
+from trainperf.analysis.trace import analyze_trace
+from trainperf.lightning import PerfCallbackWarning, ProfilerCallback
 
-from ocr.lightning_modules.callbacks import PerfCallbackWarning, ProfilerCallback
-from ocr.perf.trace import analyze_trace
 from tests.memory_logger import MemoryLogger
 
 pytestmark = pytest.mark.slow

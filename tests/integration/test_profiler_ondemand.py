@@ -15,11 +15,11 @@ from typing import Any
 import lightning as L
 import pytest
 from lightning.pytorch.callbacks import Callback
+from trainperf.analysis.trace import analyze_trace
+from trainperf.core import triggers
+from trainperf.lightning import PerfCallbackWarning, ProfilerCallback
+from trainperf.records.kinds import ProfilerWindow
 
-from ocr.lightning_modules.callbacks import PerfCallbackWarning, ProfilerCallback
-from ocr.perf import triggers
-from ocr.perf.records import ProfilerWindow
-from ocr.perf.trace import analyze_trace
 from tests.integration.test_profiler_callback import _fit, _profiler_off
 from tests.run_lines import read_dicts
 
@@ -175,7 +175,7 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from ocr.lightning_modules.callbacks import ProfilerCallback
+from trainperf.lightning import ProfilerCallback
 
 
 class Module(L.LightningModule):

@@ -12,10 +12,9 @@ from typing import Any
 import pytest
 import torch
 from torch.profiler import ProfilerActivity
-
-from ocr.lightning_modules.callbacks import ProfilerCallback
-from ocr.lightning_modules.callbacks.errors import PerfCallbackWarning
-from ocr.lightning_modules.callbacks.profiler_callback import cuda_sync_config
+from trainperf.errors import PerfCallbackWarning
+from trainperf.lightning import ProfilerCallback
+from trainperf.lightning.profiler_callback import cuda_sync_config
 
 
 class _RecordedConfig:

@@ -13,9 +13,9 @@ from typing import Any
 import lightning as L
 import pytest
 import torch
+from trainperf.lightning import PerfCallbackWarning, ProfilerCallback
+from trainperf.probe.sync_debug import SYNC_WARNING, SyncDetector
 
-from ocr.lightning_modules.callbacks import PerfCallbackWarning, ProfilerCallback
-from ocr.perf.sync_debug import SYNC_WARNING, SyncDetector
 from tests.integration.test_profiler_callback import TinyModule, _loader
 
 pytestmark = pytest.mark.slow

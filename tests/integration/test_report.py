@@ -1,4 +1,4 @@
-"""``ocr-perf report`` on real tiny Lightning runs with planted bottlenecks.
+"""``trainperf report`` on real tiny Lightning runs with planted bottlenecks.
 
 Each scenario runs a CPU Trainer with the performance callbacks attached (they write the run
 directory's ``perf/epochs.jsonl``), builds the report from the folder alone, and checks that the
@@ -21,19 +21,19 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset
 from torch.utils.data import default_collate as torch_default_collate
-
-from ocr.lightning_modules.callbacks import (
+from trainperf.cli.main import main as perf_main
+from trainperf.core.clock import perf_phase
+from trainperf.core.findings import rank
+from trainperf.lightning import (
     PerformanceProfilerCallback,
     ResourceMonitorCallback,
     ThroughputMonitorCallback,
 )
-from ocr.perf.cli import main as perf_main
-from ocr.perf.clock import perf_phase
-from ocr.perf.findings import rank
-from ocr.perf.records import ResourceSample, ResourceSummary
-from ocr.perf.report import build_report, to_html, to_markdown, write_html
-from ocr.perf.report.findings_section import recoverable_text
-from ocr.perf.report.plots import resources_figure, throughput_figure
+from trainperf.present.report import build_report, to_html, to_markdown, write_html
+from trainperf.present.report.findings_section import recoverable_text
+from trainperf.present.report.plots import resources_figure, throughput_figure
+from trainperf.records.kinds import ResourceSample, ResourceSummary
+
 from tests.run_lines import read_dicts
 
 pytestmark = pytest.mark.slow

@@ -16,12 +16,12 @@ from hydra import compose, initialize_config_module
 from hydra.utils import instantiate
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
+from trainperf.alerts import RULES
+from trainperf.lightning import ResourceMonitorCallback
+from trainperf.present.report import build_report, to_markdown
+from trainperf.probe.resources.monitor import THREAD_NAME
+from trainperf.records.kinds import AlertEvent, ResourceSample, ResourceSummary
 
-from ocr.lightning_modules.callbacks import ResourceMonitorCallback
-from ocr.perf.alerts import RULES
-from ocr.perf.records import AlertEvent, ResourceSample, ResourceSummary
-from ocr.perf.report import build_report, to_markdown
-from ocr.perf.resources.monitor import THREAD_NAME
 from tests.memory_logger import MemoryLogger
 from tests.run_lines import read_dicts
 

@@ -1,4 +1,4 @@
-"""``ocr-perf analyze`` / ``ocr-perf compare`` end to end: outputs and exit codes."""
+"""``trainperf analyze`` / ``trainperf compare`` end to end: outputs and exit codes."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from trainperf.cli.main import main
+from trainperf.core.clock import PHASES as CLOCK_PHASES
 
-from ocr.perf.cli import main
-from ocr.perf.clock import PHASES as CLOCK_PHASES
 from tests.unit.perf_trace.synth import make_trace, write
 
 
@@ -91,7 +91,7 @@ def test_compare_exit_codes(traces: dict[str, Path], tmp_path: Path) -> None:
 
 
 def test_console_script_runs(traces: dict[str, Path]) -> None:
-    script = Path(sys.executable).with_name("ocr-perf")
+    script = Path(sys.executable).with_name("trainperf")
     if not script.exists():
         pytest.fail(f"{script} missing: run `pip install -e .` so the console script exists")
     proc = subprocess.run(
@@ -127,7 +127,7 @@ def test_report_subcommand(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
 def test_help_lists_every_command_and_imports_nothing_heavy() -> None:
     code = (
         "import sys, contextlib, io\n"
-        "from ocr.perf.cli import main\n"
+        "from trainperf.cli.main import main\n"
         "with contextlib.redirect_stdout(io.StringIO()) as out:\n"
         "    try:\n"
         "        main(['--help'])\n"

@@ -84,7 +84,7 @@ def test_report_marks_the_profiled_epoch(profiled_run: Path, tmp_path: Path) -> 
         [
             sys.executable,
             "-m",
-            "ocr.perf.cli",
+            "trainperf.cli.main",
             "report",
             str(profiled_run),
             "--markdown",
@@ -109,7 +109,7 @@ def test_ocr_perf_analyze_shows_the_clock_beside_the_trace(profiled_run: Path) -
         [
             sys.executable,
             "-m",
-            "ocr.perf.cli",
+            "trainperf.cli.main",
             "analyze",
             str(profiled_run / "profiler_traces"),
             "--json",

@@ -25,10 +25,9 @@ import lightning as L
 import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset
-
-from ocr.lightning_modules.callbacks.action_stream import ActionStream
-from ocr.lightning_modules.callbacks.profiler_callback import ProfilerCallback
-from ocr.perf.trace import analyze_trace
+from trainperf.analysis.trace import analyze_trace
+from trainperf.lightning.action_stream import ActionStream
+from trainperf.lightning.profiler_callback import ProfilerCallback
 
 # distinct lengths, so a sleep counted in the wrong phase cannot pass for the right one
 DATA_S = 0.006  # per sample; batches of 2

@@ -1,4 +1,4 @@
-"""``ocr-perf analyze`` over the rank traces of a real 2-rank gloo DDP run (CPU,
+"""``trainperf analyze`` over the rank traces of a real 2-rank gloo DDP run (CPU,
 ``ProfilerCallback`` on every rank): with a sleep planted in rank 1's ``training_step`` the
 analysis names rank 1 and ``forward`` and shows rank 0's wait as communication; without it, no
 straggler. The same traces, broken on purpose, give the rank set's integrity problems.
@@ -27,7 +27,7 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from ocr.lightning_modules.callbacks import PerformanceProfilerCallback, ProfilerCallback
+from trainperf.lightning import PerformanceProfilerCallback, ProfilerCallback
 
 
 class Module(L.LightningModule):
@@ -109,7 +109,7 @@ def _analyze(trace_dir: Path, out: Path, *extra: str) -> tuple[str, dict[str, An
         [
             sys.executable,
             "-m",
-            "ocr.perf.cli",
+            "trainperf.cli.main",
             "analyze",
             str(trace_dir),
             "--json",
@@ -219,7 +219,7 @@ def test_a_file_without_a_rank_among_rank_files_is_refused(
     del doc["distributedInfo"]
     (mixed / "stray.json").write_text(json.dumps(doc))
     proc = subprocess.run(
-        [sys.executable, "-m", "ocr.perf.cli", "analyze", str(mixed)],
+        [sys.executable, "-m", "trainperf.cli.main", "analyze", str(mixed)],
         capture_output=True,
         text=True,
         env=_env(),
@@ -240,7 +240,7 @@ def test_the_run_report_shows_one_rank_s_trace_and_the_ranks_side_by_side(
         [
             sys.executable,
             "-m",
-            "ocr.perf.cli",
+            "trainperf.cli.main",
             "report",
             str(slow_rank_run),
             "-o",

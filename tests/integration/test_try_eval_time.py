@@ -1,4 +1,4 @@
-"""An eval-time candidate through the real path: ``ocr-perf try`` runs ``ocr-test`` on the run's
+"""An eval-time candidate through the real path: ``trainperf try`` runs ``ocr-test`` on the run's
 checkpoint (unchanged, then with the change), reads each run's evaluation speed from its perf files
 and its H-mean, and does not recommend the change. (A tiny checkpoint scores H-mean 0, so the drop
 rule itself is covered by tests/unit/perf_try/test_session.py.)"""
@@ -11,10 +11,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from trainperf.analysis.tryouts import latest_session
+from trainperf.cli.main import main as perf_main
 
 from ocr.data.synth import generate_dataset
-from ocr.perf.cli import main as perf_main
-from ocr.perf.tryout.session import latest_session
 
 pytestmark = pytest.mark.slow
 

@@ -1,4 +1,4 @@
-"""Runtime knobs of an ``ocr-perf try`` trial on a plain Lightning app (no Hydra): each knob
+"""Runtime knobs of a ``trainperf try`` trial on a plain Lightning app (no Hydra): each knob
 changes what it names, seen from inside the training step, through the same trial window the
 trial's command gets; a knob the run cannot take ends the trial with the reason recorded.
 
@@ -16,15 +16,14 @@ import lightning as L
 import pytest
 import torch
 from torch.utils.data import BatchSampler, DataLoader, Dataset, SequentialSampler
+from trainperf.core.knobs import Knob
+from trainperf.core.trial_window import ENV_VAR, TryWindow
+from trainperf.lightning import ThroughputMonitorCallback
+from trainperf.lightning.knobs_apply import KnobNotApplicable
+from trainperf.records.kinds import KnobRecord, read_records
 
-from ocr.lightning_modules.callbacks import ThroughputMonitorCallback
-from ocr.lightning_modules.callbacks.knobs_apply import KnobNotApplicable
-from ocr.perf.knobs import Knob
-from ocr.perf.records import KnobRecord, read_records
-from ocr.perf.try_window import ENV_VAR, TryWindow
-
-# the window is set here, not by `ocr-perf try`: its announcement is expected
-pytestmark = pytest.mark.filterwarnings("ignore:OCR_PERF_TRY_WINDOW is set")
+# the window is set here, not by `trainperf try`: its announcement is expected
+pytestmark = pytest.mark.filterwarnings("ignore:TRAINPERF_TRY_WINDOW is set")
 
 
 class Images(Dataset[tuple[torch.Tensor, torch.Tensor]]):

@@ -1,4 +1,4 @@
-"""``ocr-perf try`` on a plain Lightning script (no Hydra, no config): a LightningModule written
+"""``trainperf try`` on a plain Lightning script (no Hydra, no config): a LightningModule written
 here, ``Trainer(callbacks=[PerformanceProfilerCallback(), ThroughputMonitorCallback()])``, a
 dataset sleeping in ``__getitem__`` with ``num_workers=0``. The findings' changes become runtime
 knobs; more workers are recommended (interval above 1.03) with the ``DataLoader(...)`` change to
@@ -19,9 +19,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
-
-from ocr.perf.cli import main as perf_main
-from ocr.perf.tryout.session import latest_session
+from trainperf.analysis.tryouts import latest_session
+from trainperf.cli.main import main as perf_main
 
 pytestmark = pytest.mark.slow
 
@@ -34,7 +33,7 @@ SCRIPT = textwrap.dedent(
     import torch
     from torch.utils.data import DataLoader, Dataset
 
-    from ocr.lightning_modules.callbacks import (
+    from trainperf.lightning import (
         PerformanceProfilerCallback,
         ThroughputMonitorCallback,
     )
@@ -93,8 +92,8 @@ def plain_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_the_findings_changes_are_knobs_for_a_plain_script(plain_run: Path) -> None:
-    from ocr.perf.report import build_report
-    from ocr.perf.tryout.candidate_options import candidates_from_findings
+    from trainperf.cli.tryout.candidate_options import candidates_from_findings
+    from trainperf.present.report import build_report
 
     info = json.loads((plain_run / "perf" / "run.json").read_text())
     assert info.get("hydra") is None
@@ -159,7 +158,7 @@ WAITING = textwrap.dedent(
     import torch
     from torch.utils.data import DataLoader, Dataset
 
-    from ocr.lightning_modules.callbacks import (
+    from trainperf.lightning import (
         PerformanceProfilerCallback,
         ResourceMonitorCallback,
         ThroughputMonitorCallback,
@@ -209,7 +208,7 @@ WAITING = textwrap.dedent(
 
 
 def test_waiting_workers_are_not_cores_in_use(tmp_path: Path) -> None:
-    from ocr.perf.report import build_report
+    from trainperf.present.report import build_report
 
     (tmp_path / "train.py").write_text(WAITING, encoding="utf-8")
     proc = subprocess.run(

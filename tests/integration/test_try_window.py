@@ -1,4 +1,4 @@
-"""An ``ocr-perf try`` trial window on a plain Lightning app (no Hydra, no config of ours): the
+"""A ``trainperf try`` trial window on a plain Lightning app (no Hydra, no config of ours): the
 performance callbacks stop the fit after warm-up + measured batches, run no validation, write no
 checkpoint and no logs, and put their perf files in the trial's folder."""
 
@@ -14,11 +14,10 @@ import torch
 from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
 from lightning.pytorch.loggers import CSVLogger
 from torch.utils.data import DataLoader, TensorDataset
-
-from ocr.lightning_modules.callbacks import ThroughputMonitorCallback
-from ocr.perf.records import EpochRecord, read_records
-from ocr.perf.try_window import ENV_VAR, TryWindow
-from ocr.perf.tryout.trial import stage_speed
+from trainperf.cli.tryout.trial import stage_speed
+from trainperf.core.trial_window import ENV_VAR, TryWindow
+from trainperf.lightning import ThroughputMonitorCallback
+from trainperf.records.kinds import EpochRecord, read_records
 
 
 class Counting(L.LightningModule):
@@ -120,7 +119,7 @@ def test_a_stray_window_announces_itself_once(
     assert trainer.global_step == 4
     (message,) = _window_warnings(record)
     assert f"{ENV_VAR} is set" in message
-    assert "outside `ocr-perf try`" in message
+    assert "outside `trainperf try`" in message
     assert (
         "It stops after 4 training batches, runs no validation, saves no checkpoint, logs to no "
         "logger, and writes its perf/ files into"
@@ -131,7 +130,7 @@ def test_a_stray_window_announces_itself_once(
 def test_a_window_set_by_ocr_perf_try_is_quiet(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # ocr-perf try names itself as the owner; it is an ancestor of the trial's process (here:
+    # trainperf try names itself as the owner; it is an ancestor of the trial's process (here:
     # the test's parent process stands for it)
     window = TryWindow(1, 3, tmp_path / "trial", owner=os.getppid())
     monkeypatch.setenv(ENV_VAR, window.to_env())

@@ -13,9 +13,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
-
-from ocr.perf.report import build_report
-from ocr.perf.report.findings_section import headline
+from trainperf.present.report import build_report
+from trainperf.present.report.findings_section import headline
 
 pytestmark = pytest.mark.slow
 
@@ -31,7 +30,7 @@ SCRIPT = textwrap.dedent(
     import torch
     from torch.utils.data import DataLoader, Dataset
 
-    from ocr.lightning_modules.callbacks import (
+    from trainperf.lightning import (
         PerformanceProfilerCallback,
         ResourceMonitorCallback,
         ThroughputMonitorCallback,

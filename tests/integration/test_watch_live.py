@@ -1,5 +1,5 @@
 """A run you can watch: the live phase line in the plain progress output, each rank's start and
-end in ``perf/lifecycle.jsonl``, interval records with their phases, and ``ocr-perf watch``
+end in ``perf/lifecycle.jsonl``, interval records with their phases, and ``trainperf watch``
 following a run that another process is writing."""
 
 from __future__ import annotations
@@ -17,9 +17,8 @@ import lightning as L
 import pytest
 import torch
 from torch.utils.data import DataLoader, TensorDataset
-
-from ocr.lightning_modules.callbacks import PerformanceProfilerCallback, PlainProgressBar
-from ocr.perf.records import IntervalRecord, LifecycleRecord, read_records
+from trainperf.lightning import PerformanceProfilerCallback, PlainProgressBar
+from trainperf.records.kinds import IntervalRecord, LifecycleRecord, read_records
 
 pytestmark = pytest.mark.slow
 
@@ -121,7 +120,7 @@ def test_a_failed_run_ends_failed(tmp_path: Path) -> None:
 SCRIPT = """
 import time, lightning as L, torch
 from torch.utils.data import DataLoader, TensorDataset
-from ocr.lightning_modules.callbacks import PerformanceProfilerCallback
+from trainperf.lightning import PerformanceProfilerCallback
 
 class M(L.LightningModule):
     def __init__(self):
@@ -147,7 +146,7 @@ def test_watch_follows_a_run_being_written_and_exits_when_it_ends(tmp_path: Path
     script.write_text(textwrap.dedent(SCRIPT.format(root=str(run))))
     env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), WANDB_MODE="offline", COLUMNS="200")
     watch = subprocess.Popen(
-        [sys.executable, "-m", "ocr.perf.cli", "watch", str(run), "--poll", "0.2"],
+        [sys.executable, "-m", "trainperf.cli.main", "watch", str(run), "--poll", "0.2"],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

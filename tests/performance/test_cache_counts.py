@@ -4,7 +4,8 @@ function runs per epoch; cache hits that are bit-exact against the numpy referen
 test time.
 
 The real data module and collate are used; counts come back from the workers with each batch
-(``ocr.perf.worker.report_count`` through ``InstrumentedLoader``). Target calls are counted with
+(``trainperf.probe.worker.report_count`` through ``InstrumentedLoader``). Target calls are counted
+with
 a shared-memory counter patched into the modules before the workers fork.
 
 OpenCV's thread pool does not survive ``fork``: a worker forked after this process ran a
@@ -23,6 +24,7 @@ from typing import Any
 import cv2
 import numpy as np
 import pytest
+from trainperf.probe.worker import InstrumentedLoader, WorkerTiming
 
 import ocr.data.cache
 import ocr.data.collate
@@ -30,7 +32,6 @@ import ocr.data.targets
 from ocr.data.compact import expand_batch
 from ocr.data.datamodule import ReceiptDataModule
 from ocr.data.synth import generate_dataset
-from ocr.perf.worker import InstrumentedLoader, WorkerTiming
 from tests.reference_targets_numpy import reference_numpy_db_targets
 
 VAL_ITEMS = 6

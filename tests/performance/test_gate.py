@@ -1,4 +1,4 @@
-"""The regression gate on the committed baseline (made by ``ocr-perf baseline`` from a real
+"""The regression gate on the committed baseline (made by ``trainperf baseline`` from a real
 ``synthetic_debug`` run, see ``benchmarks/baseline_doc.py``): it checks clean against itself,
 fails on planted regressions and refuses bad input. No wall clock is measured here."""
 
@@ -11,8 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 from msgspec.structs import replace
-
-from ocr.perf.baseline import (
+from trainperf.analysis.baseline import (
     BASELINE_SCHEMA,
     Baseline,
     Figure,
@@ -20,9 +19,10 @@ from ocr.perf.baseline import (
     load_source,
     write_baseline,
 )
-from ocr.perf.cli import main
-from ocr.perf.gate import GateRow, check_baseline
-from ocr.perf.gate_table import COLUMNS, row_cells
+from trainperf.analysis.gate import GateRow, check_baseline
+from trainperf.cli.main import main
+from trainperf.present.gate_table import COLUMNS, row_cells
+
 from tests.unit.perf.test_baseline import epoch_record, make_run
 
 BASELINE = Path(__file__).parent / "baselines" / "synthetic_debug_val.json"

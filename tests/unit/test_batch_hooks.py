@@ -5,9 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import lightning as L
-
-from ocr.lightning_modules.callbacks import PerformanceProfilerCallback
-from ocr.lightning_modules.callbacks.batch_hooks import BatchEndHooks
+from trainperf.lightning import PerformanceProfilerCallback
+from trainperf.lightning.batch_hooks import BatchEndHooks
 
 
 class Seen(BatchEndHooks):

@@ -6,11 +6,11 @@ from pathlib import Path
 
 import hydra
 import pytest
+from trainperf.lightning import PlainProgressBar
 
 from ocr.cli_errors import EXIT_BAD_INPUT, expected_errors, is_expected, message_of
 from ocr.data.annotations import AnnotationError
 from ocr.errors import ConfigError, InputError, MissingPathError
-from ocr.lightning_modules.callbacks import PlainProgressBar
 
 
 def _raised(fn: object) -> BaseException:
@@ -76,14 +76,15 @@ def test_every_input_error_is_one_line_exit_2(
 
 
 def test_the_error_classes_of_the_project_are_input_errors() -> None:
+    from trainperf.analysis.baseline import BaselineError
+    from trainperf.analysis.run import ReportInputError
+    from trainperf.analysis.trace.table import TraceError
+    from trainperf.core.trial_window import TryWindowError
+    from trainperf.records.command import TryInputError
+    from trainperf.records.kinds import RunDirError
+
     from ocr.data.synth import OutputFolderError
     from ocr.data.transforms import ImageLoadError
-    from ocr.perf.baseline import BaselineError
-    from ocr.perf.records import RunDirError
-    from ocr.perf.report.load import ReportInputError
-    from ocr.perf.trace.table import TraceError
-    from ocr.perf.try_window import TryWindowError
-    from ocr.perf.tryout.command import TryInputError
     from ocr.run_folder import RunFolderInUseError
 
     for cls in (
@@ -152,7 +153,7 @@ def test_expected_errors_exit_2_with_one_line(
 def test_ocr_perf_exits_2_for_input_errors_and_keeps_a_bugs_traceback(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    from ocr.perf import cli
+    from trainperf.cli import main as cli
 
     monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
 
@@ -164,7 +165,7 @@ def test_ocr_perf_exits_2_for_input_errors_and_keeps_a_bugs_traceback(
 
     monkeypatch.setattr(cli, "_run", bad_input)
     assert cli.main(["analyze", str(tmp_path / "t.json")]) == EXIT_BAD_INPUT
-    assert capsys.readouterr().err == "ocr-perf: error: --top-k must be positive\n"
+    assert capsys.readouterr().err == "trainperf: error: --top-k must be positive\n"
     monkeypatch.setattr(cli, "_run", bug)
     with pytest.raises(ValueError, match="length mismatch"):  # Python prints it, exit 1
         cli.main(["analyze", str(tmp_path / "t.json")])

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 from torch.utils.data import DataLoader
+from trainperf.probe.worker import tensor_bytes
 
 from ocr.data.collate import DBCollateFN
 from ocr.data.compact import expand_batch, sample_bytes
@@ -18,7 +19,6 @@ from ocr.data.synth import generate_dataset
 from ocr.data.transforms import ReceiptTransform
 from ocr.lightning_modules.ocr_pl import OCRLightningModule
 from ocr.models.dbnet import DBNet
-from ocr.perf.worker import tensor_bytes
 
 FLOAT_KEYS = ("images", "prob_maps", "prob_masks", "thresh_maps", "thresh_masks")
 

@@ -1,4 +1,5 @@
-"""ocr.console: tables printed above a live RichProgressBar, plain progress lines without a
+"""trainperf.present.console: tables printed above a live RichProgressBar, plain progress lines
+without a
 terminal, tables that fit narrow terminals."""
 
 from __future__ import annotations
@@ -17,14 +18,9 @@ from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
 from rich.text import Text
-
-from ocr.console import (
-    fit_table,
-    plain_progress_when_not_a_terminal,
-    print_renderable,
-    stdout_is_live,
-)
-from ocr.lightning_modules.callbacks import PlainProgressBar
+from trainperf.lightning import PlainProgressBar
+from trainperf.lightning.progress_choice import plain_progress_when_not_a_terminal
+from trainperf.present.console import fit_table, print_renderable, stdout_is_live
 
 _CSI = re.compile(r"\x1b\[([?0-9;]*)([A-Za-z])")
 

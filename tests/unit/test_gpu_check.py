@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 from packaging.requirements import Requirement
+from trainperf.core.stage import Stage
+from trainperf.probe.resources import ResourceSampler
+from trainperf.records.kinds import EpochRecord
 
-from ocr.perf.records import EpochRecord
-from ocr.perf.resources import ResourceSampler
-from ocr.perf.stage import Stage
 from scripts import gpu_check
 from scripts.gpucheck import doc, figures, nvml, preflight, runs, seams, trace
 from tests.unit.perf.test_resources import device, fake_nvml

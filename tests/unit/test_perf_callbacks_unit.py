@@ -9,26 +9,25 @@ from typing import Any
 
 import pytest
 from rich.console import Console
-
-from ocr.lightning_modules.callbacks import PerformanceProfilerCallback, ThroughputMonitorCallback
-from ocr.lightning_modules.callbacks.cuda_events import CudaPhaseEvents
-from ocr.lightning_modules.callbacks.cuda_events import EventClock as _EventClock
-from ocr.lightning_modules.callbacks.epoch_report import (
+from trainperf.core.clock import PHASES
+from trainperf.core.ranks import rank_spread
+from trainperf.core.stage import Stage
+from trainperf.core.stats import StreamingStats
+from trainperf.lightning import PerformanceProfilerCallback, ThroughputMonitorCallback
+from trainperf.lightning.cuda_events import CudaPhaseEvents
+from trainperf.lightning.cuda_events import EventClock as _EventClock
+from trainperf.lightning.epoch_report import (
     log_to_loggers,
     normalize_stages,
 )
-from ocr.lightning_modules.callbacks.performance_profiler import (
+from trainperf.lightning.performance_profiler import (
     performance_metrics,
     render_table,
 )
-from ocr.lightning_modules.callbacks.recorder import _BATCH_TIMES_CHUNK
-from ocr.lightning_modules.callbacks.stage_state import EpochWindow
-from ocr.lightning_modules.callbacks.throughput_monitor import throughput_metrics
-from ocr.perf.clock import PHASES
-from ocr.perf.ranks import rank_spread
-from ocr.perf.records import EpochRecord
-from ocr.perf.stage import Stage
-from ocr.perf.stats import StreamingStats
+from trainperf.lightning.recorder import _BATCH_TIMES_CHUNK
+from trainperf.lightning.stage_state import EpochWindow
+from trainperf.lightning.throughput_monitor import throughput_metrics
+from trainperf.records.kinds import EpochRecord
 
 
 def report(stage: str = "val", **overrides: Any) -> EpochRecord:
@@ -313,8 +312,7 @@ def test_no_hook_is_hidden_from_lightning_dispatch() -> None:
     """Design rule: our callbacks never hide hooks (no attribute set to None, which Lightning's
     callable() check would skip): attribution comes from the public action stream instead."""
     from lightning.pytorch.callbacks import Callback
-
-    from ocr.lightning_modules.callbacks import ProfilerCallback, ResourceMonitorCallback
+    from trainperf.lightning import ProfilerCallback, ResourceMonitorCallback
 
     for callback in (
         ResourceMonitorCallback(),

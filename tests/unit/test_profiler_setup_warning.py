@@ -8,8 +8,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-
-from ocr.lightning_modules.callbacks import PerfCallbackWarning, ProfilerCallback
+from trainperf.lightning import PerfCallbackWarning, ProfilerCallback
 
 
 def _trainer(tmp_path: Path, max_epochs: int | None) -> Any:

@@ -31,7 +31,7 @@ def test_the_first_screen_has_the_two_commands_and_the_plain_script() -> None:
     head = "\n".join(README.read_text(encoding="utf-8").splitlines()[:FIRST_SCREEN])
     for needle in ("make demo", "make test", "L.Trainer(", "PerformanceProfilerCallback()"):
         assert needle in head
-    assert "ocr-perf report" in head
+    assert "trainperf report" in head
 
 
 def test_every_linked_document_exists() -> None:

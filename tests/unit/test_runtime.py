@@ -11,14 +11,14 @@ import pytest
 from hydra import compose, initialize_config_module
 from hydra.errors import InstantiationException
 from omegaconf import OmegaConf
-
-from ocr.errors import ConfigError, InputError
-from ocr.lightning_modules.callbacks import (
+from trainperf.lightning import (
     EpochScanCallback,
     PerformanceProfilerCallback,
     ProfilerCallback,
 )
-from ocr.perf.records import read_run_record
+from trainperf.records.kinds import read_run_record
+
+from ocr.errors import ConfigError, InputError
 from ocr.runtime import (
     build_callbacks,
     build_loggers,
@@ -108,7 +108,7 @@ def test_entry_the_config_gets_wrong_is_a_config_error_and_a_constructor_bug_is_
     def build(entry: dict[str, Any]) -> list[Any]:
         return build_callbacks(OmegaConf.create({"callbacks": {"x": entry}}))
 
-    progress = "ocr.lightning_modules.callbacks.PlainProgressBar"
+    progress = "trainperf.lightning.PlainProgressBar"
     with pytest.raises(ConfigError, match=r"callbacks\.x .*interval_s must be > 0, got -1"):
         build({"_target_": progress, "interval_s": -1})
     with pytest.raises(ConfigError, match=r"callbacks\.x .*unexpected keyword argument 'interval'"):
@@ -126,7 +126,7 @@ def test_disabled_entry_is_not_built() -> None:
         {
             "callbacks": {
                 "prof": {
-                    "_target_": "ocr.lightning_modules.callbacks.ProfilerCallback",
+                    "_target_": "trainperf.lightning.ProfilerCallback",
                     "enabled": False,
                 },
                 "lr": {"_target_": "lightning.pytorch.callbacks.LearningRateMonitor"},

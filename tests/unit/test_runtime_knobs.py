@@ -1,4 +1,4 @@
-"""The speed knobs ``ocr-perf try`` can measure on our app: ``torch_threads`` and
+"""The speed knobs ``trainperf try`` can measure on our app: ``torch_threads`` and
 ``model.channels_last``."""
 
 from __future__ import annotations

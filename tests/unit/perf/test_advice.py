@@ -1,4 +1,5 @@
-"""ocr.perf.advice: candidate changes name only keys the run's config has, with values from the
+"""trainperf.analysis.advice: candidate changes name only keys the run's config has, with values
+from the
 run's evidence."""
 
 from __future__ import annotations
@@ -12,12 +13,12 @@ import torch
 from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 from rich.console import Console
+from trainperf.analysis.advice import RunFacts, candidates_for, find_key
+from trainperf.core.candidates import Candidate
+from trainperf.core.findings import Finding
+from trainperf.present.report import build_report, print_summary, to_html, to_markdown
+from trainperf.records.run_info import run_info
 
-from ocr.perf.advice import RunFacts, candidates_for, find_key
-from ocr.perf.candidates import Candidate
-from ocr.perf.findings import Finding
-from ocr.perf.report import build_report, print_summary, to_html, to_markdown
-from ocr.perf.rundir import run_info
 from ocr.runtime import register_resolvers
 from tests.advice_keys import absent_keys, has_key, parse_override
 from tests.unit.perf_report.runs import epoch_record, make_run

@@ -11,14 +11,14 @@ from typing import ClassVar
 import pytest
 from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
+from trainperf.alerts import RULES, AlertEngine, Check, Rule, RuleContext, build_rules
+from trainperf.alerts.engine import Setting
+from trainperf.core import triggers
+from trainperf.core.findings import threshold
+from trainperf.lightning import ProfilerCallback
+from trainperf.present.report import build_report
 
 import ocr.configs
-from ocr.lightning_modules.callbacks import ProfilerCallback
-from ocr.perf import triggers
-from ocr.perf.alerts import RULES, AlertEngine, Check, Rule, RuleContext, build_rules
-from ocr.perf.alerts.engine import Setting
-from ocr.perf.findings import threshold
-from ocr.perf.report import build_report
 from tests.unit.perf_report.runs import T0, epoch_record, make_run
 
 REPO_ROOT = Path(__file__).resolve().parents[3]

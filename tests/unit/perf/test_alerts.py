@@ -12,9 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from ocr.perf import triggers
-from ocr.perf.alerts import (
+from trainperf.alerts import (
     RULES,
     AlertEngine,
     AlertEvent,
@@ -28,6 +26,8 @@ from ocr.perf.alerts import (
     WandbSink,
     build_rules,
 )
+from trainperf.core import triggers
+
 from tests.run_lines import read_dicts
 
 
@@ -315,7 +315,7 @@ def test_jsonl_and_log_sinks(tmp_path: Path, caplog: pytest.LogCaptureFixture) -
     path = tmp_path / "perf" / "alerts.jsonl"
     sink = JsonlSink(path)
     engine = AlertEngine(build_rules({"nan_loss": {}}), [LogSink(), sink], rank=0)
-    with caplog.at_level(logging.WARNING, logger="ocr.perf.alerts"):
+    with caplog.at_level(logging.WARNING, logger="trainperf.alerts"):
         nan_event(engine)
         engine.update({"resources/loss_nonfinite": 0.0}, RuleContext(step=8, epoch=1), t=1.0)
     engine.close()
@@ -342,7 +342,7 @@ def test_jsonl_and_log_sinks(tmp_path: Path, caplog: pytest.LogCaptureFixture) -
     assert set(records[0]) == keys
     assert records[0]["severity"] == "critical"
     assert records[0]["rank"] == 0
-    levels = [r.levelno for r in caplog.records if r.name == "ocr.perf.alerts"]
+    levels = [r.levelno for r in caplog.records if r.name == "trainperf.alerts"]
     assert levels == [logging.ERROR, logging.WARNING]
     assert "nan_loss fired" in caplog.records[0].getMessage()
 

@@ -1,4 +1,5 @@
-"""ocr.perf.baseline on hand-made run directories and bench JSONs (no Trainer, no wall clock)."""
+"""trainperf.analysis.baseline on hand-made run directories and bench JSONs (no Trainer, no wall
+clock)."""
 
 from __future__ import annotations
 
@@ -9,18 +10,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from ocr.perf.baseline import (
+from trainperf.analysis.baseline import (
     BASELINE_SCHEMA,
     BaselineError,
     load_source,
     make_baseline,
     write_baseline,
 )
-from ocr.perf.cli import main
-from ocr.perf.gate import check_baseline
-from ocr.perf.records import EpochRecord
-from ocr.perf.rundir import write_run_info
+from trainperf.analysis.gate import check_baseline
+from trainperf.cli.main import main
+from trainperf.records.kinds import EpochRecord
+from trainperf.records.run_info import write_run_info
+
 from tests.run_lines import write_lines
 
 PHASES = ("data_wait", "forward", "postprocess", "metric", "callbacks", "unattributed")
@@ -229,7 +230,10 @@ def test_bench_json_source(tmp_path: Path) -> None:
         ('{"schema": "other"}', "neither"),
         ('{"schema": "receipt-ocr/bench", "v": 1}', "non-empty 'figures'"),
         ('{"schema": "receipt-ocr/bench", "v": 1, "figures": {"x": "1"}}', "figure 'x'"),
-        ('{"schema": "receipt-ocr/perf-baseline", "v": 9, "figures": {}}', "version 9"),
+        (
+            '{"schema": "receipt-ocr/perf-baseline", "v": 9, "figures": {}}',
+            "version 9",
+        ),
     ],
 )
 def test_bad_sources_name_the_file(tmp_path: Path, content: str, message: str) -> None:
@@ -276,9 +280,10 @@ def test_cli_exit_codes(run: Path, tmp_path: Path, capsys: pytest.CaptureFixture
 def test_help_imports_no_torch_or_lightning() -> None:
     code = (
         "import sys\n"
-        "from ocr.perf.cli import main\n"
+        "from trainperf.cli.main import main\n"
         "try:\n    main(['check', '--help'])\nexcept SystemExit:\n    pass\n"
-        "import ocr.perf.baseline, ocr.perf.gate, ocr.perf.gate_table\n"
+        "import trainperf.analysis.baseline, trainperf.analysis.gate\n"
+        "import trainperf.present.gate_table\n"
         "print(sorted(m for m in ('torch', 'lightning') if m in sys.modules))"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -6,8 +6,7 @@ from collections.abc import Iterator
 
 import numpy as np
 import pytest
-
-from ocr.perf.clock import (
+from trainperf.core.clock import (
     PHASES,
     PhaseClock,
     active_clock,

@@ -6,13 +6,24 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ocr.perf.alerts import alert_findings
-from ocr.perf.alerts.engine import RuleContext
-from ocr.perf.alerts.rules import ThroughputDrop
-from ocr.perf.contention import contention_note, cpu_shares, summarize, trials_contention_note
-from ocr.perf.records import AlertEvent, RecordWriter, ResourceSample, RunRecord, write_run_record
-from ocr.perf.report.load import RunData
-from ocr.perf.report.verdict.contention import contention_finding
+from trainperf.alerts import alert_findings
+from trainperf.alerts.engine import RuleContext
+from trainperf.alerts.rules import ThroughputDrop
+from trainperf.analysis.contention import (
+    contention_note,
+    summarize,
+    trials_contention_note,
+)
+from trainperf.analysis.run import RunData
+from trainperf.analysis.verdict.contention_rule import contention_finding
+from trainperf.core.cpu_shares import cpu_shares
+from trainperf.records.kinds import (
+    AlertEvent,
+    RecordWriter,
+    ResourceSample,
+    RunRecord,
+    write_run_record,
+)
 
 
 def _metrics(system: float, process: float, workers: float = 0.0) -> dict[str, float]:

@@ -18,11 +18,10 @@ import msgspec
 import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset, get_worker_info
-
-from ocr.lightning_modules.callbacks.stage_state import StageState
-from ocr.perf.records import EpochRecord, read_records
-from ocr.perf.stage import Stage
-from ocr.perf.worker import InstrumentedLoader, WorkerTiming, tensor_bytes
+from trainperf.core.stage import Stage
+from trainperf.lightning.stage_state import StageState
+from trainperf.probe.worker import InstrumentedLoader, WorkerTiming, tensor_bytes
+from trainperf.records.kinds import EpochRecord, read_records
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*pin_memory.*:UserWarning")
 

@@ -1,4 +1,4 @@
-"""ocr.perf.findings: one Finding type and one thresholds table shared by the alert rules, the
+"""trainperf.core.findings: one Finding type and one thresholds table shared by the alert rules, the
 trace rules and the verdict."""
 
 from __future__ import annotations
@@ -8,15 +8,15 @@ from pathlib import Path
 
 import msgspec
 import pytest
+from trainperf.alerts import AlertEvent, alert_finding, build_rules
+from trainperf.alerts.rules import GpuStarvation
+from trainperf.analysis.trace import analyze_trace
+from trainperf.analysis.trace.trace_rules import TraceMetrics, evaluate
+from trainperf.core import findings as vocab
+from trainperf.core.candidates import Candidate
+from trainperf.core.findings import THRESHOLDS, Finding, input_bound_severity, threshold
+from trainperf.present.report import ReportInputError, build_report
 
-from ocr.perf import findings as vocab
-from ocr.perf.alerts import AlertEvent, alert_finding, build_rules
-from ocr.perf.alerts.rules import GpuStarvation
-from ocr.perf.candidates import Candidate
-from ocr.perf.findings import THRESHOLDS, Finding, input_bound_severity, threshold
-from ocr.perf.report import ReportInputError, build_report
-from ocr.perf.trace import analyze_trace
-from ocr.perf.trace.findings import TraceMetrics, evaluate
 from tests.unit.perf_report.runs import CONFIG, epoch_record, make_run
 from tests.unit.perf_trace.synth import make_trace, write
 
@@ -201,7 +201,7 @@ def test_trace_rules_score_in_the_one_unit() -> None:
 
 
 def test_a_traced_dispatch_overhead_scores_its_tiny_ops_time(tmp_path: Path) -> None:
-    from ocr.perf.trace import analyze_path
+    from trainperf.analysis.trace import analyze_path
 
     analysis = analyze_path(write(make_trace(n_steps=4, jitter=0.0), tmp_path / "t.json"))
     m = analysis.metrics

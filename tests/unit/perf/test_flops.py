@@ -1,5 +1,7 @@
-"""ocr.perf.flops (FLOPs on the real input shapes), ocr.perf.peak (the measured, cached peak)
-and ocr.perf.mfu (utilisation arithmetic). No wall clock is asserted: FLOPs are exact counts,
+"""trainperf.probe.flops (FLOPs on the real input shapes), trainperf.probe.peak_flops (the measured,
+cached peak)
+and trainperf.analysis.mfu (utilisation arithmetic). No wall clock is asserted: FLOPs are exact
+counts,
 the peak is only checked to be positive and cached."""
 
 from __future__ import annotations
@@ -12,14 +14,14 @@ import msgspec
 import pytest
 import torch
 from torch import nn
+from trainperf.analysis.mfu import epoch_utilisation, stage_utilisation, utilisation
+from trainperf.core.stage import Stage
+from trainperf.probe import peak_flops as peak_module
+from trainperf.probe.flops import batch_size_of, count_flops
+from trainperf.probe.peak_flops import dtype_for_precision, measured_peak, spec_peak
+from trainperf.records.kinds import EpochRecord, FlopsInfo, RunRecord
 
 from ocr.models.dbnet import DBNet
-from ocr.perf import peak as peak_module
-from ocr.perf.flops import batch_size_of, count_flops
-from ocr.perf.mfu import epoch_utilisation, stage_utilisation, utilisation
-from ocr.perf.peak import dtype_for_precision, measured_peak, spec_peak
-from ocr.perf.records import EpochRecord, FlopsInfo, RunRecord
-from ocr.perf.stage import Stage
 
 
 def small_dbnet() -> DBNet:

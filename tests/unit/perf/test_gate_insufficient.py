@@ -8,10 +8,10 @@ import json
 from pathlib import Path
 
 import pytest
+from trainperf.analysis.baseline import MIN_BATCHES, load_source, make_baseline
+from trainperf.analysis.gate import check_baseline
+from trainperf.cli.main import EXIT_INSUFFICIENT_DATA, main
 
-from ocr.perf.baseline import MIN_BATCHES, load_source, make_baseline
-from ocr.perf.cli import EXIT_INSUFFICIENT_DATA, main
-from ocr.perf.gate import check_baseline
 from tests.unit.perf.test_baseline import epoch_record, make_run
 
 

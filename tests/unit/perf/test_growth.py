@@ -1,4 +1,5 @@
-"""ocr.perf.growth: the scan measures what attributes hold, growth over the last epochs names the
+"""trainperf.probe.growth: the scan measures what attributes hold, growth over the last epochs names
+the
 attribute, and the records round-trip through the run directory."""
 
 from __future__ import annotations
@@ -7,16 +8,10 @@ from collections import deque
 from pathlib import Path
 
 import torch
-
-from ocr.perf import growth
-from ocr.perf.growth import (
-    GROWTH_EPOCHS,
-    growing,
-    growth_finding,
-    growth_findings,
-    scan,
-)
-from ocr.perf.records import GrowthRecord, RecordWriter
+from trainperf.analysis.creep import GROWTH_EPOCHS, growing, growth_finding, growth_findings
+from trainperf.probe import growth
+from trainperf.probe.growth import scan
+from trainperf.records.kinds import GrowthRecord, RecordWriter
 
 
 class Holder(torch.nn.Module):
@@ -131,8 +126,7 @@ def test_records_round_trip_and_verdict_findings(tmp_path: Path) -> None:
 
 def test_malformed_record_names_the_file(tmp_path: Path) -> None:
     import pytest
-
-    from ocr.perf.records import RunDirError
+    from trainperf.records.kinds import RunDirError
 
     line = '{"schema":"receipt-ocr/growth","v":1,"epoch":0,'
     line += '"nodes":[{"path":"M.x","kind":"list","length":"many"}]}\n'

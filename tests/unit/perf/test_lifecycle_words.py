@@ -1,4 +1,4 @@
-"""How an interrupted run is worded (``ocr-perf watch``, report): where it stopped, per rank
+"""How an interrupted run is worded (``trainperf watch``, report): where it stopped, per rank
 when the ranks disagree, and the command that resumes it from its ``last.ckpt``."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ import shlex
 import sys
 from pathlib import Path
 
-from ocr.perf.lifecycle import interrupted_at, resume_command
-from ocr.perf.records import LifecycleRecord, write_run_record
-from ocr.perf.watch import WatchState, summary_lines
+from trainperf.analysis.lifecycle import interrupted_at, resume_command
+from trainperf.cli.watch import WatchState, summary_lines
+from trainperf.records.kinds import LifecycleRecord, write_run_record
 
 
 def _end(rank: int, status: str = "interrupted", epoch: int | None = 1, batch: int = 2):

@@ -9,9 +9,8 @@ from typing import Any
 
 import pytest
 import torch
-
-from ocr.perf import memory
-from ocr.perf.memory import GB, memory_snapshot, peak_sample, reset_peak_memory
+from trainperf.probe import device_memory as memory
+from trainperf.probe.device_memory import GB, memory_snapshot, peak_sample, reset_peak_memory
 
 CUDA_KEYS = {"cuda_allocated_gb", "cuda_reserved_gb", "cuda_max_allocated_gb"}
 

@@ -6,9 +6,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import pytest
-
-from ocr.perf.process_growth import process_growth, process_growth_finding
-from ocr.perf.records import ResourceSample
+from trainperf.analysis.process_growth import process_growth, process_growth_finding
+from trainperf.records.kinds import ResourceSample
 
 
 def _samples(mb: Sequence[float], epoch_of: list[int], dt: float = 10.0) -> list[ResourceSample]:

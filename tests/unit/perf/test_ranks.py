@@ -5,8 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
-
-from ocr.perf.ranks import rank_spread
+from trainperf.core.ranks import rank_spread
 
 
 def test_spread_and_slowest_rank() -> None:

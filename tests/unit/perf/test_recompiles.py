@@ -1,4 +1,5 @@
-"""ocr.perf.recompiles: the seam into torch's compilation metrics (checked on the installed torch),
+"""trainperf.probe.recompiles: the seam into torch's compilation metrics (checked on the installed
+torch),
 reasons normalised with the changing dimension named, the finding's rule, shape counting."""
 
 from __future__ import annotations
@@ -8,17 +9,13 @@ from pathlib import Path
 
 import pytest
 import torch
-
-from ocr.perf.recompiles import (
+from trainperf.analysis.recompile_rules import (
     RECOMPILE_CHURN,
-    CompileWatch,
-    ShapeCounter,
-    normalize_reason,
     recompile_finding,
     recompile_findings,
-    torch_tested,
 )
-from ocr.perf.records import RecompileReason, RecompilesRecord, RecordWriter
+from trainperf.probe.recompiles import CompileWatch, ShapeCounter, normalize_reason, torch_tested
+from trainperf.records.kinds import RecompileReason, RecompilesRecord, RecordWriter
 
 SIZES = (8, 10, 12, 14, 16, 18)
 

@@ -11,10 +11,10 @@ from pathlib import Path
 import msgspec
 import numpy as np
 import pytest
-
-from ocr.lightning_modules.callbacks.run_files import epoch_record
-from ocr.perf.ranks import Straggler
-from ocr.perf.records import (
+from trainperf.core.ranks import Straggler
+from trainperf.core.stage import Stage
+from trainperf.lightning.run_files import epoch_record
+from trainperf.records.kinds import (
     AlertEvent,
     EpochRecord,
     IntervalRecord,
@@ -30,12 +30,13 @@ from ocr.perf.records import (
     read_records,
     read_run_record,
 )
-from ocr.perf.rundir import run_info, write_run_info
-from ocr.perf.stage import Stage
+from trainperf.records.run_info import run_info, write_run_info
+
 from scripts.structure_counts import schema_spellings
 from tests.run_lines import write_lines
 
 ROOT = Path(__file__).resolve().parents[3]
+TOOLKIT_SRC = ROOT / "packages" / "trainperf" / "src"
 
 
 def _report(**kw: object) -> EpochRecord:
@@ -131,7 +132,9 @@ def test_every_kind_has_its_own_schema_spelled_once_in_the_code() -> None:
     schemas = {kind.schema() for kind in KINDS}
     assert len(schemas) == len(KINDS)
     assert all(name.startswith("receipt-ocr/") for name in schemas)
-    spellings = schema_spellings(sorted((ROOT / "ocr").rglob("*.py")))
+    spellings = schema_spellings(
+        sorted((ROOT / "ocr").rglob("*.py")) + sorted(TOOLKIT_SRC.rglob("*.py"))
+    )
     assert {name: spellings[name] for name in schemas} == dict.fromkeys(schemas, 1)
     twice = {name: n for name, n in spellings.items() if n > 1}
     assert twice == {}
@@ -253,7 +256,7 @@ def test_bad_run_info_is_a_clear_error(tmp_path: Path) -> None:
 
 
 def test_polygon_cache_hit_rate_from_worker_counts() -> None:
-    from ocr.perf.rundir import polygon_cache_hit_rate
+    from trainperf.records.run_info import polygon_cache_hit_rate
 
     assert polygon_cache_hit_rate({"polygon_cache_hits": 3, "polygon_cache_misses": 1}) == 0.75
     # Writers leave zero counters out; a null counts as 0.
@@ -263,7 +266,7 @@ def test_polygon_cache_hit_rate_from_worker_counts() -> None:
 
 
 def test_to_jsonable_handles_nested_and_odd_values() -> None:
-    from ocr.perf.rundir import to_jsonable
+    from trainperf.records.run_info import to_jsonable
 
     out = to_jsonable({"a": [math.inf, {"b": np.int64(3)}], 4: object.__name__, "c": Path("p")})
     assert out == {"a": [None, {"b": 3}], "4": "object", "c": "p"}

@@ -17,19 +17,19 @@ from typing import Any
 import psutil
 import pytest
 import torch
-
-from ocr.perf import resources
-from ocr.perf.alerts import AlertEngine, build_rules
-from ocr.perf.records import RecordWriter, ResourceSample, ResourceSummary
-from ocr.perf.resources import (
+from trainperf.alerts import AlertEngine, build_rules
+from trainperf.probe import resources
+from trainperf.probe.resources import (
     ResourceMonitor,
     ResourceMonitorWarning,
     ResourceSampler,
     StepSignals,
 )
-from ocr.perf.resources.host import memory_limit
-from ocr.perf.resources.monitor import THREAD_NAME
-from ocr.perf.resources.nvml import normalize_uuid
+from trainperf.probe.resources.host import memory_limit
+from trainperf.probe.resources.monitor import THREAD_NAME
+from trainperf.probe.resources.nvml import normalize_uuid
+from trainperf.records.kinds import RecordWriter, ResourceSample, ResourceSummary
+
 from tests.run_lines import read_dicts
 
 GIB = float(1 << 30)

@@ -1,4 +1,5 @@
-"""ocr.perf.significance: the U test, the one bootstrap, paired ratios, the noise allowance and the
+"""trainperf.core.significance: the U test, the one bootstrap, paired ratios, the noise allowance
+and the
 one set of outcome words (no other module spells them)."""
 
 from __future__ import annotations
@@ -9,8 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-from ocr.perf.significance import (
+from trainperf.core.significance import (
     Outcome,
     mann_whitney_greater,
     noise_allowance,

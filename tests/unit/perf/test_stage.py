@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import pytest
-
-from ocr.perf.stage import STAGE_ORDER, Stage
+from trainperf.core.stage import STAGE_ORDER, Stage
 
 
 @pytest.mark.parametrize(

@@ -6,8 +6,7 @@ import math
 
 import numpy as np
 import pytest
-
-from ocr.perf.stats import StreamingStats
+from trainperf.core.stats import StreamingStats
 
 QS = (0.0, 0.01, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99, 1.0)
 

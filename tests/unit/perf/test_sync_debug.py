@@ -13,8 +13,7 @@ import sysconfig
 import warnings
 
 import pytest
-
-from ocr.perf.sync_debug import SYNC_WARNING, SyncDetector, sync_lines_finding
+from trainperf.probe.sync_debug import SYNC_WARNING, SyncDetector, sync_lines_finding
 
 
 def _library_function() -> object:

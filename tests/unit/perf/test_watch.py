@@ -1,4 +1,4 @@
-"""``ocr-perf watch``: following a run directory from its files (records written here, as the
+"""``trainperf watch``: following a run directory from its files (records written here, as the
 monitors write them, while the watcher reads)."""
 
 from __future__ import annotations
@@ -12,10 +12,11 @@ import time
 from pathlib import Path
 
 import pytest
-
-from ocr.perf.cli import main as perf_main
-from ocr.perf.live import live_line, phase_split
-from ocr.perf.records import (
+from trainperf.cli.main import main as perf_main
+from trainperf.cli.watch import EXIT_ENDED, EXIT_LOST, RunTail, Watch
+from trainperf.core.stage import Stage
+from trainperf.present.live import live_line, phase_split
+from trainperf.records.kinds import (
     AlertEvent,
     EpochRecord,
     IntervalRecord,
@@ -24,8 +25,6 @@ from ocr.perf.records import (
     RecordWriter,
     RunDirError,
 )
-from ocr.perf.stage import Stage
-from ocr.perf.watch import EXIT_ENDED, EXIT_LOST, RunTail, Watch
 
 HOST = socket.gethostname()
 
@@ -186,7 +185,14 @@ def test_lines_are_read_whole_and_a_rewritten_file_is_read_again(tmp_path: Path)
     files = RunTail(tmp_path)
     path = EpochRecord.path(tmp_path)
     path.parent.mkdir(parents=True)
-    line = json.dumps({"schema": "receipt-ocr/perf-epoch", "v": 1, "stage": "train", "wall_s": 1})
+    line = json.dumps(
+        {
+            "schema": "receipt-ocr/perf-epoch",
+            "v": 1,
+            "stage": "train",
+            "wall_s": 1,
+        }
+    )
     path.write_text(line[:20])
     assert files.poll() == []  # half a line: not yet
     path.write_text(line + "\n")
@@ -222,8 +228,7 @@ def test_the_live_view_lists_an_epochs_training_before_its_validation(tmp_path: 
     """In fit, epoch 0's validation record lands before its training record: the view still
     reads epoch by epoch, train then val."""
     from rich.console import Console
-
-    from ocr.perf.watch import WatchState, _live_view
+    from trainperf.cli.watch import WatchState, _live_view
 
     state = WatchState()
     for epoch, stage, wall in ((0, Stage.VAL, 4.4), (0, Stage.TRAIN, 88.0), (1, Stage.VAL, 4.5)):
@@ -237,7 +242,7 @@ def test_the_live_view_lists_an_epochs_training_before_its_validation(tmp_path: 
 def test_live_rates_are_all_ranks_like_the_epoch_records() -> None:
     """Under DDP the epoch records and the report state all ranks' samples/s; the live line and
     the watch's open-epoch line scale one rank's rate to them and say so (one figure per fact)."""
-    from ocr.perf.watch import interval_line
+    from trainperf.cli.watch import interval_line
 
     phases = {"forward": 2.0, "backward": 1.0}
     assert live_line(phases, 7.3).endswith("· 7.3 samples/s")

@@ -18,13 +18,13 @@ from typing import Any
 import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset, default_collate, get_worker_info
+from trainperf.core.clock import PhaseClock
+from trainperf.probe import worker as perf_worker
+from trainperf.probe.worker import InstrumentedLoader, TimedBatch, WorkerTiming, report_part
 
 from ocr.data.collate import DBCollateFN
 from ocr.data.dataset import ReceiptDataset
 from ocr.data.transforms import ReceiptTransform
-from ocr.perf import worker as perf_worker
-from ocr.perf.clock import PhaseClock
-from ocr.perf.worker import InstrumentedLoader, TimedBatch, WorkerTiming, report_part
 
 # Without an accelerator torch warns and skips pinning; the loader must still work.
 pytestmark = pytest.mark.filterwarnings("ignore:.*pin_memory.*:UserWarning")

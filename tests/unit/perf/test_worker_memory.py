@@ -12,15 +12,14 @@ import numpy as np
 import psutil
 import pytest
 from torch.utils.data import DataLoader, Dataset
-
-from ocr.perf.records import DatasetContainer, ResourceSample
-from ocr.perf.worker_memory import (
+from trainperf.analysis.worker_memory import (
     WorkerMemoryPoint,
     classify,
     classify_samples,
     python_containers,
     worker_memory_finding,
 )
+from trainperf.records.kinds import DatasetContainer, ResourceSample
 
 ITEMS = 40
 ROWS = 1_800_000  # tuples of two floats: ~112 bytes each with the list's slot, ~200 MB

@@ -1,5 +1,5 @@
 """Hand-made run directories in the run-dir contract's formats (lines of the real record
-schemas, ``ocr.perf.records``), for the report's unit tests."""
+schemas, ``trainperf.records.kinds``), for the report's unit tests."""
 
 from __future__ import annotations
 
@@ -7,9 +7,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-
-from ocr.perf.clock import PHASES
-from ocr.perf.records import (
+from trainperf.core.clock import PHASES
+from trainperf.records.kinds import (
     PERF_DIRNAME,
     AlertEvent,
     EpochRecord,
@@ -17,7 +16,8 @@ from ocr.perf.records import (
     Record,
     ResourceSample,
 )
-from ocr.perf.rundir import write_run_info
+from trainperf.records.run_info import write_run_info
+
 from tests.run_lines import write_lines
 
 T0 = 1_750_000_000.0  # a fixed unix time: reports must not depend on when they are made

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ocr.perf.report import build_report, to_markdown
+from trainperf.present.report import build_report, to_markdown
+
 from tests.unit.perf_report.runs import T0, epoch_record, make_run
 
 TRAIN = {"forward": 3.0, "backward": 2.0, "optimizer": 0.5, "data_wait": 0.1}

@@ -10,14 +10,14 @@ from typing import Any
 
 import msgspec
 import pytest
+from trainperf.analysis.gpu_wait import gpu_waits
+from trainperf.analysis.verdict.gpu_rules import cuda_bf16
+from trainperf.analysis.verdict.sources import merge_same_cause
+from trainperf.core.findings import Finding
+from trainperf.present.report import build_report
+from trainperf.present.report.findings_section import headline
+from trainperf.records.kinds import EpochRecord, RunRecord
 
-from ocr.perf.findings import Finding
-from ocr.perf.records import EpochRecord, RunRecord
-from ocr.perf.report import build_report
-from ocr.perf.report.findings_section import headline
-from ocr.perf.report.gpu_wait import gpu_waits
-from ocr.perf.report.verdict.gpu_rules import cuda_bf16
-from ocr.perf.report.verdict.sources import merge_same_cause
 from tests.unit.perf_report.runs import T0, epoch_record, make_run
 
 # Per batch (100 batches): the host runs ahead through forward / backward, blocks in the

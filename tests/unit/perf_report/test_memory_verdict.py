@@ -7,11 +7,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ocr.perf.findings import Finding
-from ocr.perf.records import RecordWriter, ResourceSample, write_run_record
-from ocr.perf.report.load import load_run
-from ocr.perf.report.stages import summarize_stages
-from ocr.perf.report.verdict import judge
+from trainperf.analysis.run import load_run
+from trainperf.analysis.stages import summarize_stages
+from trainperf.analysis.verdict import judge
+from trainperf.core.findings import Finding
+from trainperf.records.kinds import RecordWriter, ResourceSample, write_run_record
 
 MB = float(1 << 20)
 

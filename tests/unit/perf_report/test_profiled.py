@@ -6,10 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ocr.perf.records import ProfilerWindow
-from ocr.perf.report import build_report
-from ocr.perf.report.profiled import PROFILER_PHASE, profiled_batches
-from ocr.perf.report.writers import to_markdown
+from trainperf.present.report import build_report
+from trainperf.present.report.profiled import PROFILER_PHASE, profiled_batches
+from trainperf.present.report.writers import to_markdown
+from trainperf.records.kinds import ProfilerWindow
+
 from tests.run_lines import write_lines
 from tests.unit.perf_report.runs import epoch_record, make_run
 from tests.unit.perf_trace.synth import make_trace, write

@@ -1,6 +1,6 @@
 """The verdict ranks by what a change could recover, not by the share of time a cause costs
 (issue 31): a critical, fixable cause with a bound outranks compute-bound of unknown headroom; a
-speed-up ``ocr-perf try`` measured outranks a bound; findings never contradict each other (a
+speed-up ``trainperf try`` measured outranks a bound; findings never contradict each other (a
 saturated CPU does not say more workers cannot help beside a finding that proposes them)."""
 
 from __future__ import annotations
@@ -9,11 +9,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from trainperf.core.findings import Finding, rank, rank_key
+from trainperf.present.report import build_report
+from trainperf.present.report.findings_section import headline
+from trainperf.records.kinds import RecordWriter, TryRecord
 
-from ocr.perf.findings import Finding, rank, rank_key
-from ocr.perf.records import RecordWriter, TryRecord
-from ocr.perf.report import build_report
-from ocr.perf.report.findings_section import headline
 from tests.unit.perf_report.runs import T0, epoch_record, make_run
 
 

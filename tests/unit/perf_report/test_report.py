@@ -1,4 +1,4 @@
-"""ocr.perf.report on hand-made run directories: loading, verdict rules, rendering, CLI."""
+"""trainperf.present.report on hand-made run directories: loading, verdict rules, rendering, CLI."""
 
 from __future__ import annotations
 
@@ -11,11 +11,10 @@ from typing import Any
 
 import pytest
 from rich.console import Console
-
-from ocr.perf.cli import main as perf_main
-from ocr.perf.findings import Finding
-from ocr.perf.gate import Band, GateOutcome, GateRow
-from ocr.perf.report import (
+from trainperf.analysis.gate import Band, GateOutcome, GateRow
+from trainperf.cli.main import main as perf_main
+from trainperf.core.findings import Finding
+from trainperf.present.report import (
     ReportInputError,
     build_report,
     print_summary,
@@ -23,6 +22,7 @@ from ocr.perf.report import (
     to_markdown,
     write_html,
 )
+
 from tests.unit.perf_report.runs import CONFIG, T0, epoch_record, make_run
 
 INPUT_VAL = {"data_wait": 6.0, "forward": 1.0, "metric": 0.5, "callbacks": 0.1}
@@ -358,12 +358,12 @@ def test_baseline_comparison_and_missing_baseline(
         rules=("tolerance 10.0 %", "change +72.0 % outside the band"),
     )
     result = GateOutcome("regression", [row], ["same machine class"])
-    fake = types.ModuleType("ocr.perf.gate")
+    fake = types.ModuleType("trainperf.analysis.gate")
     fake.check_baseline = lambda baseline, current, tolerance_pct=None: result  # type: ignore[attr-defined]
-    reader = types.ModuleType("ocr.perf.baseline")
+    reader = types.ModuleType("trainperf.analysis.baseline")
     reader.load_source = lambda path: {"path": str(path)}  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "ocr.perf.gate", fake)
-    monkeypatch.setitem(sys.modules, "ocr.perf.baseline", reader)
+    monkeypatch.setitem(sys.modules, "trainperf.analysis.gate", fake)
+    monkeypatch.setitem(sys.modules, "trainperf.analysis.baseline", reader)
     report = build_report(run, baseline=base)
     regression = next(f for f in report.findings if f.id == "baseline_regression")
     assert regression.score == pytest.approx(72.0)
@@ -382,16 +382,16 @@ def test_a_gate_bug_keeps_its_traceback_while_bad_input_is_a_note(
 ) -> None:
     """A run the baseline cannot be compared with is a note on the page; an exception of our
     own gate (not bad input) is not turned into that note."""
-    from ocr.perf.baseline import BaselineError
+    from trainperf.analysis.baseline import BaselineError
 
     run = input_bound_run(tmp_path / "run")
     base = tmp_path / "base.json"
     base.write_text("{}")
-    reader = types.ModuleType("ocr.perf.baseline")
+    reader = types.ModuleType("trainperf.analysis.baseline")
     reader.load_source = lambda path: {"path": str(path)}  # type: ignore[attr-defined]
-    gate = types.ModuleType("ocr.perf.gate")
-    monkeypatch.setitem(sys.modules, "ocr.perf.baseline", reader)
-    monkeypatch.setitem(sys.modules, "ocr.perf.gate", gate)
+    gate = types.ModuleType("trainperf.analysis.gate")
+    monkeypatch.setitem(sys.modules, "trainperf.analysis.baseline", reader)
+    monkeypatch.setitem(sys.modules, "trainperf.analysis.gate", gate)
 
     def refuse(baseline: object, current: object) -> None:
         raise BaselineError("figure 'x' missing from the run")

@@ -12,10 +12,10 @@ from typing import Any
 
 import msgspec
 from rich.console import Console
+from trainperf.present.report import build_report, print_summary, to_markdown
+from trainperf.present.report.findings_section import headline
+from trainperf.records.kinds import EpochRecord, RecordWriter, TryRecord
 
-from ocr.perf.records import EpochRecord, RecordWriter, TryRecord
-from ocr.perf.report import build_report, print_summary, to_markdown
-from ocr.perf.report.findings_section import headline
 from tests.unit.perf_report.runs import CONFIG, epoch_record, make_run
 
 # 10 batches of 4 per epoch; forward dominates (compute-bound).
@@ -106,7 +106,7 @@ def test_the_verdict_opens_with_one_sentence_and_says_each_change_once(tmp_path:
     # the second compute-bound finding points at the first instead of repeating its paragraph
     assert md.count("x headroom to that peak") == 1
     assert "   Change: as #1" in md
-    # the winner of the run's `ocr-perf try` session is named in the sentence
+    # the winner of the run's `trainperf try` session is named in the sentence
     tried = RecordWriter(TryRecord.path(run))
     tried.write(
         TryRecord(

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ocr.perf.report import build_report, to_markdown
+from trainperf.present.report import build_report, to_markdown
+
 from tests.unit.perf_report.runs import CONFIG, epoch_record, make_run
 
 VAL = {"data_wait": 0.5, "forward": 2.0, "metric": 0.2, "callbacks": 0.05}

@@ -14,19 +14,19 @@ import pytest
 import yaml
 from matplotlib.ticker import MaxNLocator
 from rich.console import Console
-
-from ocr.perf.findings import rank, threshold
-from ocr.perf.records import ResourceSummary
-from ocr.perf.report import build_report, print_summary, to_html, to_markdown
-from ocr.perf.report.document import OPEN_ROWS
-from ocr.perf.report.findings_section import ranked, recoverable_text
-from ocr.perf.report.plots import (
+from trainperf.core.findings import rank, threshold
+from trainperf.present.report import build_report, print_summary, to_html, to_markdown
+from trainperf.present.report.document import OPEN_ROWS
+from trainperf.present.report.findings_section import ranked, recoverable_text
+from trainperf.present.report.plots import (
     MAX_LINE_POINTS,
     resources_figure,
     thin,
     throughput_figure,
     training_rates,
 )
+from trainperf.records.kinds import ResourceSummary
+
 from tests.run_lines import write_lines
 from tests.unit.perf_report.runs import CONFIG, T0, epoch_record, make_run
 
@@ -85,7 +85,7 @@ def test_title_of_a_foreign_hydra_app_is_its_job_name(tmp_path: Path) -> None:
 
 
 def test_malformed_hydra_yaml_is_an_error_naming_it(tmp_path: Path) -> None:
-    from ocr.perf.report import ReportInputError
+    from trainperf.present.report import ReportInputError
 
     run = make_run(tmp_path / "r", _epochs(), config=CONFIG)
     (run / ".hydra" / "hydra.yaml").write_text("hydra: [unclosed")
@@ -156,7 +156,7 @@ def test_severity_legend_explains_each_severity_and_the_score(tmp_path: Path) ->
     assert f"data wait >= {critical:g} % of a stage" in legend  # the verdict's own thresholds
     assert '<dt class="sev-critical">critical</dt>' in legend
     md = to_markdown(report)
-    assert "then changes ocr-perf try measured, then bounds" in legend  # the ranking
+    assert "then changes trainperf try measured, then bounds" in legend  # the ranking
     block = md[md.index("**Order, severity and score**") : md.index("## Run")]
     assert [line.split(":")[0] for line in block.splitlines() if line.startswith("- ")] == [
         "- Order",

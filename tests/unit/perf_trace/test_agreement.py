@@ -6,19 +6,19 @@ from pathlib import Path
 
 import msgspec
 import pytest
-
-from ocr.perf.clock import PhaseClock, set_active_clock
-from ocr.perf.records import ProfilerWindow
-from ocr.perf.trace import analyze_path
-from ocr.perf.trace.agreement import (
+from trainperf.analysis.trace import analyze_path
+from trainperf.analysis.trace.agreement import (
     ClockSnapshots,
     clock_to_trace_phases,
     compare_phases,
     compare_with_clock,
 )
-from ocr.perf.trace.result import StepRow, TraceAnalysis
-from ocr.perf.trace.steps import PHASES
-from ocr.perf.trace.windows import attach_clock_agreement
+from trainperf.analysis.trace.clock_windows import attach_clock_agreement
+from trainperf.analysis.trace.result import StepRow, TraceAnalysis
+from trainperf.analysis.trace.steps import PHASES
+from trainperf.core.clock import PhaseClock, set_active_clock
+from trainperf.records.kinds import ProfilerWindow
+
 from tests.run_lines import write_lines
 from tests.unit.perf_trace.synth import make_trace, write
 
@@ -36,11 +36,11 @@ TRACE = {
 
 
 def test_the_trace_breakdown_speaks_the_clocks_phase_names() -> None:
-    from ocr.perf.clock import PHASES as CLOCK_PHASES
+    from trainperf.core.clock import PHASES as CLOCK_PHASES
 
     assert set(PHASES) <= set(CLOCK_PHASES)
     # the clock phases a trace cannot separate are pooled, in one stated place
-    from ocr.perf.actions import POOLED_IN_TRACE
+    from trainperf.core.actions import POOLED_IN_TRACE
 
     assert set(CLOCK_PHASES) - set(PHASES) == set(POOLED_IN_TRACE)
 

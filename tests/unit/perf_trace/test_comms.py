@@ -12,11 +12,10 @@ from typing import Any
 import msgspec
 import numpy as np
 import pytest
-
-from ocr.perf.trace import analyze_trace, load_traces
-from ocr.perf.trace.comms import communication, subtract
-from ocr.perf.trace.steps import PHASES, compute_steps
-from ocr.perf.trace.table import EventTable, Kind
+from trainperf.analysis.trace import analyze_trace, load_traces
+from trainperf.analysis.trace.comms import communication, subtract
+from trainperf.analysis.trace.steps import PHASES, compute_steps
+from trainperf.analysis.trace.table import EventTable, Kind
 
 NCCL = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*, unsigned long, ncclWork*)"
 
@@ -155,7 +154,7 @@ def test_a_gpu_rank_set_shows_device_communication_side_by_side(
     gpu_with_nccl: Path, tmp_path: Path
 ) -> None:
     """Two ranks of the NCCL trace (the same events: equal ranks, equal clocks)."""
-    from ocr.perf.trace.rankset import analyze_rank_set
+    from trainperf.analysis.trace.rankset import analyze_rank_set
 
     doc = json.loads(gpu_with_nccl.read_text())
     folder = tmp_path / "ranks"

@@ -1,14 +1,14 @@
 """Comparison: the verdict and the deltas on traces with a planted regression (the U test is
-tested with :mod:`ocr.perf.significance`)."""
+tested with :mod:`trainperf.core.significance`)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
+from trainperf.analysis.trace import analyze_path, compare_reports
+from trainperf.analysis.trace.comparison import TraceComparison
 
-from ocr.perf.trace import analyze_path, compare_reports
-from ocr.perf.trace.comparison import TraceComparison
 from tests.unit.perf_trace.synth import make_trace, write
 
 
@@ -64,9 +64,9 @@ def test_few_steps_fall_back_to_the_point_estimate(tmp_path: Path) -> None:
 def test_a_saved_report_from_before_the_transfer_phase_still_compares(tmp_path: Path) -> None:
     import copy
 
-    from ocr.perf.trace import analyze_path
-    from ocr.perf.trace.compare import compare_reports
-    from ocr.perf.trace.render import to_markdown
+    from trainperf.analysis.trace import analyze_path
+    from trainperf.analysis.trace.compare import compare_reports
+    from trainperf.present.trace_tables import to_markdown
 
     new = analyze_path(write(make_trace(n_steps=6), tmp_path / "a.json"), top_k=None)
     old = copy.deepcopy(new)

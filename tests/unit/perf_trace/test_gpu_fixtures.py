@@ -6,8 +6,7 @@ import functools
 from pathlib import Path
 
 import pytest
-
-from ocr.perf.trace import analyze_trace
+from trainperf.analysis.trace import analyze_trace
 
 
 @functools.cache

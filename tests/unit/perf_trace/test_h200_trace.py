@@ -10,9 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from ocr.perf.trace import analyze_trace
-from ocr.perf.trace.stacks import LOOP_HOOK
+from trainperf.analysis.trace import analyze_trace
+from trainperf.analysis.trace.stacks import LOOP_HOOK
 
 TRACE = (
     Path(__file__).resolve().parents[2]

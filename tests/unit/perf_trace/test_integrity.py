@@ -11,8 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from ocr.perf.trace import analyze_trace
+from trainperf.analysis.trace import analyze_trace
 
 GPU_2024 = "gpu_ns_resolution_2024.pt.trace.json.gz"
 _DEVICE_CATS = ("kernel", "gpu_memcpy", "gpu_memset")

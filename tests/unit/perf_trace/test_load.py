@@ -8,9 +8,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from trainperf.analysis.trace.ingest import load_traces
+from trainperf.analysis.trace.table import EventTable, Kind, TraceError
 
-from ocr.perf.trace.load import load_traces
-from ocr.perf.trace.table import EventTable, Kind, TraceError
 from tests.unit.perf_trace.synth import make_trace, write
 
 

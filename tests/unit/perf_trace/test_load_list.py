@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from trainperf.analysis.trace import analyze_table, analyze_trace
+from trainperf.analysis.trace.ingest import load_traces
+from trainperf.analysis.trace.table import TraceError
 
-from ocr.perf.trace import analyze_table, analyze_trace
-from ocr.perf.trace.load import load_traces
-from ocr.perf.trace.table import TraceError
 from tests.unit.perf_trace.synth import make_trace, write
 
 

@@ -8,12 +8,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-import ocr.perf.trace.load as load_mod
-import ocr.perf.trace.steps as steps_mod
-from ocr.perf.trace import analyze_trace
-from ocr.perf.trace.load import load_traces
-from ocr.perf.trace.table import EventTable
+import trainperf.analysis.trace.ingest as load_mod
+import trainperf.analysis.trace.steps as steps_mod
+from trainperf.analysis.trace import analyze_trace
+from trainperf.analysis.trace.ingest import load_traces
+from trainperf.analysis.trace.table import EventTable
 
 FIXTURE = "gpu_ns_resolution_2024.pt.trace.json.gz"
 

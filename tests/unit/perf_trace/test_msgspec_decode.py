@@ -11,11 +11,10 @@ from typing import Any
 
 import numpy as np
 import pytest
-
-from ocr.perf.cli import main
-from ocr.perf.trace import decode
-from ocr.perf.trace.load import load_traces
-from ocr.perf.trace.table import Kind, TraceError
+from trainperf.analysis.trace import decode
+from trainperf.analysis.trace.ingest import load_traces
+from trainperf.analysis.trace.table import Kind, TraceError
+from trainperf.cli.main import main
 
 
 def _x(name: str, ts: Any, dur: Any = 10, **extra: Any) -> dict[str, Any]:
@@ -283,7 +282,7 @@ def test_both_decoders_agree_on_the_gpu_fixtures(
 
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs os.mkfifo (POSIX)")
 def test_a_pipe_is_read_like_a_file(tmp_path: Path) -> None:
-    """``ocr-perf analyze <(zcat trace.json.gz)``: a FIFO reports size 0 and cannot be mapped."""
+    """``trainperf analyze <(zcat trace.json.gz)``: a FIFO reports size 0 and cannot be mapped."""
     plain = _write(tmp_path, _mixed_events())
     fifo = tmp_path / "pipe.json"
     os.mkfifo(fifo)

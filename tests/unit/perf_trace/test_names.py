@@ -10,13 +10,12 @@ from pathlib import Path
 
 import pytest
 from rich.console import Console
-
-from ocr.perf.report.document import Table
-from ocr.perf.report.trace_section import _numbered
-from ocr.perf.report.writers import _html_table
-from ocr.perf.trace import analyze_path
-from ocr.perf.trace.names import short_name, short_names
-from ocr.perf.trace.render import print_analysis, to_markdown
+from trainperf.analysis.trace import analyze_path
+from trainperf.analysis.trace.names import short_name, short_names
+from trainperf.present.report.document import Table
+from trainperf.present.report.trace_section import _numbered
+from trainperf.present.report.writers import _html_table
+from trainperf.present.trace_tables import print_analysis, to_markdown
 
 # the kernel of the issue: 40 template arguments
 _TBE = (

@@ -9,10 +9,9 @@ from typing import Any
 
 import pytest
 import torch
-
-from ocr.perf.findings import threshold
-from ocr.perf.trace import analyze_trace
-from ocr.perf.trace.findings import TraceMetrics, evaluate
+from trainperf.analysis.trace import analyze_trace
+from trainperf.analysis.trace.trace_rules import TraceMetrics, evaluate
+from trainperf.core.findings import threshold
 
 
 def _record(tmp_path: Path, layers: int, **kw: Any) -> dict[str, Any]:

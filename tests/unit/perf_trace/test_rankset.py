@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from trainperf.analysis.trace.rankset import analyze_rank_set, group_by_rank, rank_of
+from trainperf.analysis.trace.table import TraceError
 
-from ocr.perf.trace.rankset import analyze_rank_set, group_by_rank, rank_of
-from ocr.perf.trace.table import TraceError
 from tests.unit.perf_trace.synth import make_trace, write
 
 
@@ -141,6 +141,6 @@ def test_a_slow_callback_is_named_as_the_live_clock_names_it(tmp_path: Path) -> 
 def test_default_jobs_are_the_usable_cores() -> None:
     import os
 
-    from ocr.perf.trace.rankset import default_jobs
+    from trainperf.analysis.trace.rankset import default_jobs
 
     assert default_jobs() == len(os.sched_getaffinity(0))

@@ -6,9 +6,15 @@ import json
 from pathlib import Path
 
 import msgspec
+from trainperf.analysis.trace import (
+    TraceAnalysis,
+    analyze_path,
+    analyze_table,
+    analyze_trace,
+    load_traces,
+)
+from trainperf.core.findings import Finding
 
-from ocr.perf.findings import Finding
-from ocr.perf.trace import TraceAnalysis, analyze_path, analyze_table, analyze_trace, load_traces
 from tests.unit.perf_trace.synth import make_trace, write
 
 DOCUMENTED = {"top_cpu_ops", "top_cuda_ops", "memory_peaks", "dataloader_time_pct"}

@@ -16,11 +16,10 @@ import numpy as np
 import pytest
 import torch
 from torch.profiler import ProfilerActivity, profile, schedule
-
-from ocr.perf.trace.load import load_traces
-from ocr.perf.trace.report import analyze_path
-from ocr.perf.trace.stacks import is_user_frame, sync_calls, sync_sites
-from ocr.perf.trace.table import Kind
+from trainperf.analysis.trace.analyze import analyze_path
+from trainperf.analysis.trace.ingest import load_traces
+from trainperf.analysis.trace.stacks import is_user_frame, sync_calls, sync_sites
+from trainperf.analysis.trace.table import Kind
 
 ITEMS_PER_STEP = 6
 STEPS = 3

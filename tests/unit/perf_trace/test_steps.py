@@ -7,10 +7,10 @@ from typing import Any
 
 import numpy as np
 import pytest
+from trainperf.analysis.trace import analyze_trace
+from trainperf.analysis.trace.aggregates import step_statistics
+from trainperf.analysis.trace.steps import PHASES, classify_phase, union_in_windows
 
-from ocr.perf.trace import analyze_trace
-from ocr.perf.trace.aggregates import step_statistics
-from ocr.perf.trace.steps import PHASES, classify_phase, union_in_windows
 from tests.unit.perf_trace.synth import make_trace, write
 
 CUDA_FINDINGS = {"low_gpu_utilisation", "memory_near_capacity", "host_sync", "launch_overhead"}

@@ -12,12 +12,12 @@ from typing import Any
 
 import numpy as np
 import pytest
+from trainperf.analysis.trace import decode
+from trainperf.analysis.trace.analyze import analyze_table
+from trainperf.analysis.trace.ingest import load_traces
+from trainperf.analysis.trace.scan import Fallback
+from trainperf.analysis.trace.table import EventTable
 
-from ocr.perf.trace import decode
-from ocr.perf.trace.load import load_traces
-from ocr.perf.trace.report import analyze_table
-from ocr.perf.trace.scan import Fallback
-from ocr.perf.trace.table import EventTable
 from tests.unit.perf_trace.bigtrace import write_replicated
 
 REPO = Path(__file__).resolve().parents[3]
@@ -210,7 +210,7 @@ def status(field):
     for line in open("/proc/self/status"):
         if line.startswith(field + ":"):
             return int(line.split()[1]) * 1024
-from ocr.perf.trace import analyze_trace, spill, windowed
+from trainperf.analysis.trace import analyze_trace, spill, windowed
 # a file over 100,000 events is spilled and analysed in windows of about 100,000 events
 spill.SPILL_EVENTS = windowed.WINDOW_EVENTS = 100_000
 spill.BLOCK_EVENTS = 1 << 16

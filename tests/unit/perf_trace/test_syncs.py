@@ -9,9 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from ocr.perf.trace import analyze_trace
-from ocr.perf.trace.stacks import LOOP_HOOK
+from trainperf.analysis.trace import analyze_trace
+from trainperf.analysis.trace.stacks import LOOP_HOOK
 
 from .synth import write
 
@@ -245,6 +244,6 @@ def test_a_runtime_call_named_by_a_cuda_sync_event_is_a_sync(tmp_path: Path) -> 
     ],
 )
 def test_blocking_call_names(name: str, sync: bool) -> None:
-    from ocr.perf.trace.syncs import is_blocking_call
+    from trainperf.analysis.trace.syncs import is_blocking_call
 
     assert is_blocking_call(name) is sync

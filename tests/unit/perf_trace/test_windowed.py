@@ -11,11 +11,11 @@ from typing import Any
 
 import numpy as np
 import pytest
+from trainperf.analysis.trace import spill, windowed
+from trainperf.analysis.trace.analyze import timed_analysis
+from trainperf.analysis.trace.ingest import _open_parents, load_traces
+from trainperf.analysis.trace.table import Kind, TraceError
 
-from ocr.perf.trace import spill, windowed
-from ocr.perf.trace.load import _open_parents, load_traces
-from ocr.perf.trace.report import timed_analysis
-from ocr.perf.trace.table import Kind, TraceError
 from tests.unit.perf_trace.bigtrace import write_replicated
 
 
@@ -188,8 +188,8 @@ def test_step_spans_ignored_in_several_windows_are_counted_once_each(
 def test_window_sums_add_field_by_field() -> None:
     from collections import Counter
 
-    from ocr.perf.trace.integrity import IntegritySums
-    from ocr.perf.trace.metrics import MeasureSums
+    from trainperf.analysis.trace.integrity import IntegritySums
+    from trainperf.analysis.trace.measures import MeasureSums
 
     a = IntegritySums(host_self=Counter({0: 5}), pids={0: {"1"}}, cut={0: [3]})
     b = IntegritySums(pids={0: {"2"}})

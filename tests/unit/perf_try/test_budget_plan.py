@@ -1,4 +1,4 @@
-"""``ocr-perf try`` fits its budget: the plan (which changes get how many pairs), changes stopped
+"""``trainperf try`` fits its budget: the plan (which changes get how many pairs), changes stopped
 early when they cannot win, and the command's output, on a fake clock with fake trials.
 
 On an H200 a trial took 30 s: a 90 s budget measured one pair of one change and the default
@@ -15,13 +15,13 @@ from typing import Any
 
 import pytest
 import yaml
+from trainperf.analysis.try_plan import BudgetPlan, allocate, duration
+from trainperf.cli.main import main as perf_main
+from trainperf.cli.tryout import session as session_mod
+from trainperf.cli.tryout.session import TryOptions, TrySession
+from trainperf.cli.tryout.trial import TrialResult
+from trainperf.core.candidates import Candidate
 
-from ocr.perf.candidates import Candidate
-from ocr.perf.cli import main as perf_main
-from ocr.perf.tryout import session as session_mod
-from ocr.perf.tryout.plan import BudgetPlan, allocate, duration
-from ocr.perf.tryout.session import TryOptions, TrySession
-from ocr.perf.tryout.trial import TrialResult
 from tests.unit.perf_try.test_session import FakeClock, _command
 
 NOOP_1 = Candidate("other", "nothing", "trainer.log_every_n_steps=51")
@@ -199,7 +199,7 @@ def test_a_two_minute_budget_with_30_s_trials_ends_in_time_and_says_what_it_cove
     assert clock.now <= 120 + 31  # within the budget plus one trial
     assert len(calls) == 4  # two pairs of the first change
     start = lines.index(
-        "ocr-perf try: 6 change(s), at most 5 pairs each (two runs of the command a pair), "
+        "trainperf try: 6 change(s), at most 5 pairs each (two runs of the command a pair), "
         "within a 2 min budget; the first run of the command times the plan."
     )
     plan = next(i for i, line in enumerate(lines) if line.startswith("Plan: "))

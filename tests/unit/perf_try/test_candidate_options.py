@@ -1,16 +1,15 @@
 from __future__ import annotations
 
 import pytest
-
-from ocr.perf.candidates import Candidate
-from ocr.perf.findings import Finding
-from ocr.perf.tryout.candidate_options import (
+from trainperf.cli.tryout.candidate_options import (
     TOP_FINDINGS,
     candidates_from_findings,
     parse_candidate,
     unique_candidates,
 )
-from ocr.perf.tryout.command import TryInputError
+from trainperf.core.candidates import Candidate
+from trainperf.core.findings import Finding
+from trainperf.records.command import TryInputError
 
 
 @pytest.mark.parametrize(

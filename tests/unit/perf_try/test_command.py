@@ -5,9 +5,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-
-from ocr.perf.cli import main as perf_main
-from ocr.perf.tryout.command import TryInputError, recorded_command
+from trainperf.cli.main import main as perf_main
+from trainperf.records.command import TryInputError, recorded_command
 
 
 def _run_dir(tmp_path: Path, info: dict[str, object], overrides: list[str] | None) -> Path:
@@ -127,7 +126,7 @@ def test_run_without_a_recorded_command_is_exit_2(
     code = perf_main(["try", str(run), "--candidate", "data.num_workers=2"])
     err = capsys.readouterr().err
     assert code == 2
-    assert err.startswith("ocr-perf: error: ")
+    assert err.startswith("trainperf: error: ")
     assert "no command recorded" in err
     assert str(run / "perf" / "run.json") in err
     assert not (run / "perf" / "try.jsonl").exists()

@@ -7,10 +7,9 @@ from pathlib import Path
 import pytest
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import OverrideParseException
-
-from ocr.perf.knobs import KNOBS, Knob, KnobError, apply_lines, family_knob, is_knob
-from ocr.perf.try_window import TryWindow, TryWindowError
-from ocr.perf.tryout.candidate_options import parse_candidate
+from trainperf.cli.tryout.candidate_options import parse_candidate
+from trainperf.core.knobs import KNOBS, Knob, KnobError, apply_lines, family_knob, is_knob
+from trainperf.core.trial_window import TryWindow, TryWindowError
 
 
 @pytest.mark.parametrize(
@@ -103,7 +102,7 @@ def test_a_knob_candidate_takes_family_and_labels_from_the_table() -> None:
 
 
 def test_findings_changes_are_knobs_without_a_config_key() -> None:
-    from ocr.perf.advice import RunFacts, candidates_for
+    from trainperf.analysis.advice import RunFacts, candidates_for
 
     plain = RunFacts(config=None, cpu_count=2, stage="train", num_workers=0)
     found = {c.family: c for c in candidates_for("input_bound", plain)}
@@ -133,7 +132,7 @@ def test_findings_changes_are_knobs_without_a_config_key() -> None:
 
 
 def test_advice_never_proposes_what_the_live_loader_has() -> None:
-    from ocr.perf.advice import RunFacts, candidates_for
+    from trainperf.analysis.advice import RunFacts, candidates_for
 
     live = RunFacts(
         config=None,
@@ -152,7 +151,7 @@ def test_advice_never_proposes_what_the_live_loader_has() -> None:
 
 
 def test_waiting_workers_may_outnumber_the_cores() -> None:
-    from ocr.perf.advice import RunFacts, candidates_for
+    from trainperf.analysis.advice import RunFacts, candidates_for
 
     def workers(busy: float | None) -> int | None:
         facts = RunFacts(

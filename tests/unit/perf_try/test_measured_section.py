@@ -2,9 +2,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ocr.perf.records import TryRecord
-from ocr.perf.report import build_report, to_html, to_markdown
-from ocr.perf.tryout.session import latest_session, write_records
+from trainperf.analysis.tryouts import latest_session
+from trainperf.cli.tryout.session import write_records
+from trainperf.present.report import build_report, to_html, to_markdown
+from trainperf.records.kinds import TryRecord
+
 from tests.unit.perf_report.runs import epoch_record, make_run
 
 
@@ -68,7 +70,7 @@ def test_section_shows_the_latest_session(tmp_path: Path) -> None:
 def test_section_without_a_session_says_how_to_measure(tmp_path: Path) -> None:
     run = make_run(tmp_path / "run", [epoch_record("train", 0, {"forward": 1.0})])
     md = to_markdown(build_report(run))
-    assert "ocr-perf try RUN_DIR" in md.split("## Measured changes", 1)[1]
+    assert "trainperf try RUN_DIR" in md.split("## Measured changes", 1)[1]
 
 
 def test_unreadable_try_file_is_named_not_fatal(tmp_path: Path) -> None:

@@ -1,9 +1,8 @@
 from __future__ import annotations
 
 import pytest
-
-from ocr.perf.significance import Outcome, paired_ratios
-from ocr.perf.tryout.session import MIN_PAIRS, status
+from trainperf.analysis.tryouts import MIN_PAIRS, status
+from trainperf.core.significance import Outcome, paired_ratios
 
 
 def test_interval_is_seeded_and_brackets_the_median() -> None:

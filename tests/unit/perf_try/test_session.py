@@ -5,20 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
-from ocr.perf.candidates import Candidate
-from ocr.perf.knobs import Knob
-from ocr.perf.tryout import session as session_mod
-from ocr.perf.tryout.command import RecordedCommand
-from ocr.perf.tryout.plan import BudgetPlan
-from ocr.perf.tryout.session import (
-    HMEAN_TOLERANCE,
-    TryOptions,
-    TrySession,
-    code_lines,
-    paste_line,
-)
-from ocr.perf.tryout.trial import TrialResult
+from trainperf.analysis.try_plan import BudgetPlan
+from trainperf.analysis.tryouts import HMEAN_TOLERANCE, code_lines, paste_line
+from trainperf.cli.tryout import session as session_mod
+from trainperf.cli.tryout.session import TryOptions, TrySession
+from trainperf.cli.tryout.trial import TrialResult
+from trainperf.core.candidates import Candidate
+from trainperf.core.knobs import Knob
+from trainperf.records.command import RecordedCommand
 
 WORKERS = Candidate("workers", "more workers", "data.num_workers=4")
 PREFETCH = Candidate("prefetch", "deeper prefetch", "data.prefetch_factor=4")

@@ -7,9 +7,8 @@ from pathlib import Path
 
 import msgspec
 import pytest
-
-from ocr.perf.records import TryRecord
-from ocr.perf.tryout.show import print_results
+from trainperf.present.try_table import print_results
+from trainperf.records.kinds import TryRecord
 
 
 def _record(override: str, status: str, pairs: int = 0, note: str = "") -> TryRecord:

@@ -4,8 +4,7 @@ import os
 from pathlib import Path
 
 import pytest
-
-from ocr.perf.try_window import ENV_VAR, TryWindow, TryWindowError
+from trainperf.core.trial_window import ENV_VAR, TryWindow, TryWindowError
 
 
 def test_round_trip_through_the_variable(tmp_path: Path) -> None:

@@ -1,0 +1,566 @@
+"""Candidate changes for a cause, for one run: Hydra overrides only for keys its config has.
+
+A finding's cause (input-bound, compute-bound, slow postprocessing, ...) maps to families of
+changes (:class:`~trainperf.core.candidates.Candidate`). Each family is one setting that many apps
+name
+differently, so the setting is looked up by its *leaf name* in the run's recorded configuration
+(``<run>/.hydra/config.yaml``; :func:`find_key`): ``num_workers`` is ``data.num_workers`` in our
+app, ``dataloader.num_workers`` or ``loader.workers`` in another. No match (or no Hydra config at
+all, e.g. a LightningModule trained from a plain script) gives a plain-language change with
+``override=None``: never a key the run does not have.
+
+Values come from the run's evidence: workers from the worker seconds per batch against the main
+loop's (capped at the host's cores), compute threads from the host's cores, precision from
+the device (``bf16-mixed`` on a GPU with bf16, else ``16-mixed``; ``bf16-mixed`` on CPU only when
+``perf/run.json`` records that the CPU supports bf16).
+
+One change adds a key rather than setting one: a fused optimizer step. ``fused`` is an argument
+of ``torch.optim.Adam`` / ``AdamW`` / ``SGD`` that Hydra configs rarely spell out, so on a config
+whose optimizer node has ``_target_: torch.optim.AdamW`` (and no ``fused``) the override is
+``+model.optimizer.fused=true``: Hydra's ``+`` adds a key to a node the config has.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from trainperf.core.candidates import Candidate
+from trainperf.core.findings import threshold
+from trainperf.core.knobs import family_knob
+
+# Parents under which a loader setting most likely configures the DataLoader.
+_LOADER_PARENTS = ("loader", "dataloader", "data", "datamodule", "dataset")
+# Stage names as config sections use them.
+_STAGE_WORDS = {
+    "train": ("train", "training"),
+    "val": ("val", "valid", "validation"),
+    "test": ("test", "testing"),
+}
+
+
+@dataclass(frozen=True)
+class ConfigKey:
+    """A setting found in a run's configuration: ``path`` is dotted (a Hydra override key),
+    ``value`` as recorded (maybe an interpolation string), ``note`` why this key was chosen
+    when several matched."""
+
+    path: str
+    value: Any
+    note: str | None = None
+
+
+@dataclass(frozen=True)
+class RunFacts:
+    """What the generator needs to know about one run (and one stage of it).
+
+    Args:
+        config: the run's resolved Hydra config (``.hydra/config.yaml``), ``None`` when the run
+            was not configured by a Hydra app.
+        suggested_workers: workers that would keep input up with the main loop (from worker
+            seconds per batch / main-loop seconds per batch), if measurable.
+        compute_headroom: ``True`` when the compute phases run well below the measured peak,
+            ``False`` near it, ``None`` unknown (no FLOPs recorded).
+        cpu_bf16: the CPU runs bf16 natively, ``None`` unknown.
+        workers_busy: a DataLoader worker's median CPU share, as a fraction of one core (from
+            the resource samples), ``None`` unknown; below ``workers_waiting_pct`` they wait
+            (I/O, sleep), so more workers than cores can still help.
+        persistent_workers, pin_memory, prefetch_factor: the live DataLoader's settings
+            (recorded per epoch), ``None`` unknown: never proposed when already set.
+        precision: the Trainer's precision as the run used it (``run.json``), ``None`` unknown.
+        cuda_bf16: the run's GPU computes bf16 natively (recorded or inferred from its name),
+            ``None`` unknown.
+    """
+
+    config: dict[str, Any] | None
+    device: str = "cpu"
+    cpu_count: int | None = None
+    stage: str | None = None
+    num_workers: int | None = None
+    suggested_workers: int | None = None
+    batch_size: int | None = None
+    compute_headroom: bool | None = None
+    cpu_bf16: bool | None = None
+    torch_threads: int | None = None
+    workers_busy: float | None = None
+    persistent_workers: bool | None = None
+    pin_memory: bool | None = None
+    prefetch_factor: int | None = None
+    precision: str | None = None
+    cuda_bf16: bool | None = None
+
+
+def workers_wait(busy: float | None) -> bool:
+    """Whether DataLoader workers with a median CPU share ``busy`` (fraction of one core) mostly
+    wait (measured): then their count is not bounded by the cores."""
+    return busy is not None and busy * 100.0 < threshold("workers_waiting_pct")
+
+
+def _walk(node: Any, prefix: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], Any]]:
+    if not isinstance(node, Mapping):
+        return
+    for key, value in node.items():
+        path = (*prefix, str(key))
+        yield path, value
+        yield from _walk(value, path)
+
+
+def _rank(path: tuple[str, ...], stage: str | None, parents: Sequence[str]) -> tuple[int, ...]:
+    """Sort key: a preferred parent first, then the finding's stage, then the shortest path."""
+    above = [p.lower() for p in path[:-1]]
+    preferred = any(any(word in p for word in parents) for p in above)
+    words = _STAGE_WORDS.get(stage or "", ())
+    other_stage = any(p in w for s, w in _STAGE_WORDS.items() if s != stage for p in above)
+    this_stage = any(p in words for p in above)
+    return (0 if preferred else 1, 0 if this_stage else (2 if other_stage else 1), len(path))
+
+
+def find_key(
+    config: Mapping[str, object] | None,
+    leaves: Sequence[str],
+    *,
+    parent: str | None = None,
+    stage: str | None = None,
+    prefer: Sequence[str] = _LOADER_PARENTS,
+    aliases: Sequence[str] = (),
+) -> ConfigKey | None:
+    """The key of ``config`` whose last component is one of ``leaves`` (and whose parent is
+    ``parent`` when given), or, when none is, one of ``aliases`` under a ``prefer``-like parent
+    (``loader.workers``: a bare ``workers`` elsewhere may mean something else). Hydra's own
+    section (``hydra``) is skipped. Several matches: ordered by :func:`_rank`, the note names
+    the others (the candidate's description says which key was chosen over which)."""
+    if not config:
+        return None
+
+    def matches(names: Sequence[str], need_prefer: bool) -> list[tuple[tuple[str, ...], object]]:
+        found = []
+        for path, value in _walk(config):
+            # a section is not a setting; a list is (``widths: [16, 32]`` takes an override)
+            if path[0] == "hydra" or path[-1] not in names or isinstance(value, Mapping):
+                continue
+            if parent is not None and (len(path) < 2 or path[-2] != parent):
+                continue
+            if need_prefer and not any(w in p.lower() for p in path[:-1] for w in prefer):
+                continue
+            found.append((path, value))
+        return found
+
+    found = matches(leaves, False) or matches(aliases, True)
+    if not found:
+        return None
+    found.sort(key=lambda pv: _rank(pv[0], stage, prefer))
+    path, value = found[0]
+    note = None
+    if len(found) > 1:
+        others = ", ".join(".".join(p) for p, _ in found[1:4])
+        note = f"several keys match; chose `{'.'.join(path)}` over {others}"
+    return ConfigKey(".".join(path), value, note)
+
+
+def _hydra_value(value: Any) -> str:
+    """``value`` in Hydra's override syntax."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "null"
+    return str(value)
+
+
+def _now(key: ConfigKey) -> str:
+    value = key.value
+    if isinstance(value, str) and value.startswith("${"):
+        # The recorded config keeps interpolations; the value was decided at run time.
+        return f" (now decided at run time by `{value}`)"
+    return f" (now {_hydra_value(value)})"
+
+
+def _candidate(
+    family: str,
+    key: ConfigKey | None,
+    value: Any,
+    described: str,
+    plain: str,
+    *,
+    alters: bool = False,
+    eval_time: bool = False,
+) -> Candidate:
+    """``described`` names the setting by its key (when found), ``plain`` without one; without
+    a key, the runtime knob that makes the change, if any (``trainperf try`` applies it)."""
+    if key is None:
+        return Candidate(family, plain, None, alters, eval_time, family_knob(family, value))
+    text = described.format(key=f"`{key.path}`", now=_now(key))
+    if key.note:
+        text += f" ({key.note})"
+    return Candidate(family, text, f"{key.path}={_hydra_value(value)}", alters, eval_time)
+
+
+def _switch_on(
+    family: str, key: ConfigKey | None, described: str, plain: str, live: bool | None = None
+) -> Candidate | None:
+    """A setting to turn on (see :func:`_candidate`); ``None`` when the config or the live
+    object (``live``) has it on."""
+    if live is True or (key is not None and key.value is True):
+        return None
+    return _candidate(family, key, True, described, plain)
+
+
+def _as_int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+# -- families ------------------------------------------------------------------------------------
+
+
+def _worker_plan(f: RunFacts) -> tuple[ConfigKey | None, int | None, int | None]:
+    """(the workers key, workers now, workers to try or ``None`` when more would not help)."""
+    key = find_key(f.config, ("num_workers",), stage=f.stage, aliases=("workers",))
+    # the workers the stage ran with (recorded per epoch) over the config's value
+    now = f.num_workers
+    if now is None and key is not None:
+        now = _as_int(key.value)
+    cores = f.cpu_count
+    if not now:
+        want = max(2, min(f.suggested_workers or 2, cores or 4))
+    elif f.suggested_workers is not None and f.suggested_workers > now:
+        want = f.suggested_workers
+    else:
+        return key, now, None
+    if cores:
+        # more processes than cores only queue for them, unless they wait (I/O, sleep)
+        want = min(want, 2 * cores if workers_wait(f.workers_busy) else cores)
+    return key, now, (want if now is None or want > now else None)
+
+
+def _workers(f: RunFacts) -> Candidate | None:
+    key, now, want = _worker_plan(f)
+    if want is None:
+        return None
+    was = f", now {now}" if now is not None else ""
+    return _candidate(
+        "workers",
+        key,
+        want,
+        f"set {{key}}{{now}} to {want} DataLoader workers",
+        f"run {want} DataLoader worker processes (the DataLoader's num_workers{was})",
+    )
+
+
+def _workers_after(f: RunFacts, planned: bool) -> int:
+    """Workers the run uses now, or (``planned``) after the workers candidate of the same
+    finding: persistent workers and prefetching need worker processes."""
+    _, now, want = _worker_plan(f)
+    return want if planned and want is not None else (now or 0)
+
+
+def _with_workers(c: Candidate | None, f: RunFacts) -> Candidate | None:
+    """``c`` (a change that needs worker processes, planned by the workers candidate) without
+    its runtime knob when the run has no workers yet: alone, the knob would not apply."""
+    if c is None or c.knob is None or _workers_after(f, planned=False):
+        return c
+    return replace(c, description=c.description + ", once it has workers", knob=None)
+
+
+def _prefetch(f: RunFacts) -> Candidate | None:
+    if not _workers_after(f, planned=True):
+        return None  # prefetch_factor needs worker processes
+    key = find_key(f.config, ("prefetch_factor",), stage=f.stage)
+    now = _as_int(key.value) if key is not None else f.prefetch_factor
+    want = 2 * (now or 2)  # torch's default is 2 batches per worker
+    found = _candidate(
+        "prefetch",
+        key,
+        want,
+        f"keep {want} batches per worker in flight: {{key}}{{now}} -> {want}",
+        f"keep {want} batches per worker in flight (the DataLoader's prefetch_factor"
+        + (f", now {now})" if now else ")"),
+    )
+    return _with_workers(found, f)
+
+
+def _persistent(f: RunFacts, planned: bool) -> Candidate | None:
+    if not _workers_after(f, planned):
+        return None
+    found = _switch_on(
+        "persistent_workers",
+        find_key(f.config, ("persistent_workers",), stage=f.stage),
+        "keep workers alive between epochs: {key}{now} -> true",
+        "keep workers alive between epochs (the DataLoader's persistent_workers=True)",
+        f.persistent_workers,
+    )
+    return _with_workers(found, f)
+
+
+def _pin_memory(f: RunFacts) -> Candidate | None:
+    if f.device != "cuda":
+        return None  # pinned memory only speeds host-to-GPU copies
+    return _switch_on(
+        "pin_memory",
+        find_key(f.config, ("pin_memory",), stage=f.stage),
+        "copy batches from pinned memory: {key}{now} -> true",
+        "copy batches from pinned memory (the DataLoader's pin_memory=True)",
+        f.pin_memory,
+    )
+
+
+def _polygon_cache(f: RunFacts) -> Candidate | None:
+    return _switch_on(
+        "polygon_cache",
+        find_key(f.config, ("enabled",), parent="polygon_cache"),
+        "compute the DB target maps once and read them back: {key}{now} -> true",
+        "compute the per-sample targets once and read them back (a cache keyed by the "
+        "un-augmented sample) instead of every epoch",
+    )
+
+
+def _threads(f: RunFacts) -> Candidate | None:
+    """Compute-bound on CPU: the DataLoader workers mostly wait, so compute may use every core;
+    nothing to try when it already does."""
+    if f.device != "cpu" or not f.cpu_count or f.torch_threads == f.cpu_count:
+        return None
+    want = f.cpu_count
+    key = find_key(f.config, ("num_threads", "torch_threads", "intra_op_threads"), prefer=())
+    was = f", now {f.torch_threads}" if f.torch_threads else ""
+    return _candidate(
+        "threads",
+        key,
+        want,
+        f"compute threads on every core: {{key}}{{now}} -> {want}",
+        f"compute threads on every core: torch.set_num_threads({want}) at start-up "
+        f"({f.cpu_count} cores{was})",
+    )
+
+
+def _channels_last(f: RunFacts) -> Candidate | None:
+    return _switch_on(
+        "channels_last",
+        find_key(f.config, ("channels_last",), prefer=()),
+        "convolutions in channels-last layout: {key}{now} -> true",
+        "convolutions in channels-last layout: model.to(memory_format=torch.channels_last) and "
+        "the same for each input batch",
+    )
+
+
+def _compile(f: RunFacts) -> Candidate | None:
+    return _switch_on(
+        "compile",
+        find_key(f.config, ("compile", "torch_compile"), prefer=()),
+        "compile the model: {key}{now} -> true",
+        "compile the model: torch.compile(model) before fitting (the first steps are slower)",
+    )
+
+
+def _batch_size(f: RunFacts) -> Candidate | None:
+    key = find_key(f.config, ("batch_size",), stage=f.stage)
+    now = _as_int(key.value) if key is not None else None
+    now = now or f.batch_size
+    if not now:
+        return None
+    want = 2 * now
+    return _candidate(
+        "batch_size",
+        key,
+        want,
+        f"a larger batch if memory allows: {{key}}{{now}} -> {want} (changes the optimisation: "
+        "scale the learning rate)",
+        f"a larger batch if memory allows ({now} -> {want}; changes the optimisation: scale the "
+        "learning rate)",
+        alters=True,
+    )
+
+
+def _precision(f: RunFacts) -> Candidate | None:
+    if f.device == "cuda":
+        want = "bf16-mixed" if f.cuda_bf16 else "16-mixed"
+    elif f.cpu_bf16:
+        want = "bf16-mixed"
+    else:
+        return None  # CPUs without native bf16 run it slower than float32
+    key = find_key(f.config, ("precision",), prefer=("trainer",))
+    if f.precision == want or (key is not None and str(key.value) == want):
+        return None  # the run already computed in it (the Trainer's own precision, recorded)
+    return _candidate(
+        "precision",
+        key,
+        want,
+        f"mixed precision: {{key}}{{now}} -> {want} (numerics change: check the metric)",
+        f"mixed precision: the Trainer's precision {want} (numerics change: check the metric)",
+        alters=True,
+    )
+
+
+def _bf16(f: RunFacts) -> Candidate | None:
+    """16-mixed's GradScaler syncs every step; bf16-mixed needs no scaler (GPUs with bf16)."""
+    if f.device != "cuda" or f.cuda_bf16 is False:
+        return None
+    key = find_key(f.config, ("precision",), prefer=("trainer",))
+    if f.precision == "bf16-mixed" or (key is not None and str(key.value) == "bf16-mixed"):
+        return None
+    return _candidate(
+        "precision",
+        key,
+        "bf16-mixed",
+        "bf16-mixed instead of float16 with a GradScaler (no per-step inf check): {key}{now} -> "
+        "bf16-mixed (numerics change: check the metric)",
+        "bf16-mixed instead of float16 with a GradScaler (no per-step inf check): the Trainer's "
+        "precision bf16-mixed (numerics change: check the metric)",
+        alters=True,
+    )
+
+
+#: Optimizers whose constructor takes ``fused=True`` (torch >= 2.4 on CUDA and CPU).
+FUSED_OPTIMIZERS = ("Adam", "AdamW", "SGD")
+
+
+@dataclass(frozen=True)
+class OptimizerNode:
+    """The config node that builds the optimizer: its dotted ``path``, the class name of its
+    ``_target_`` and its ``fused`` value (``None`` when the key is absent)."""
+
+    path: str
+    name: str
+    fused: Any
+    has_fused_key: bool
+
+
+def optimizer_node(config: Mapping[str, object] | None) -> OptimizerNode | None:
+    """The node whose ``_target_`` is a ``torch.optim`` optimizer class (the shortest path when
+    several are), or ``None``; Hydra's own section is skipped."""
+    found: list[tuple[int, str, str, Mapping[str, Any]]] = []
+    for path, value in _walk(config or {}):
+        if path[0] == "hydra" or not isinstance(value, Mapping):
+            continue
+        target = value.get("_target_")
+        if (
+            isinstance(target, str)
+            and target.startswith("torch.optim.")
+            and "lr_scheduler" not in target
+        ):
+            found.append((len(path), ".".join(path), target.rsplit(".", 1)[-1], value))
+    if not found:
+        return None
+    _, dotted, name, node = min(found, key=lambda t: (t[0], t[1]))
+    return OptimizerNode(dotted, name, node.get("fused"), "fused" in node)
+
+
+def _fused(f: RunFacts) -> Candidate | None:
+    """A fused optimizer step: one kernel for all parameters instead of a host loop over them
+    (and, with a GradScaler, the inf check stays on the device)."""
+    node = optimizer_node(f.config)
+    if node is None:
+        # no config node (a plain script): the runtime knob rebuilds what configure_optimizers
+        # returns, when it is Adam, AdamW or SGD
+        return Candidate(
+            "fused_optimizer",
+            "a fused optimizer step (Adam / AdamW / SGD with fused=True in configure_optimizers: "
+            "one kernel for all parameters, no per-parameter host loop)",
+            None,
+            knob=family_knob("fused_optimizer", True),
+        )
+    if node.name not in FUSED_OPTIMIZERS or node.fused is True:
+        return None
+    what = (
+        f"a fused optimizer step (torch.optim.{node.name} with fused=True: one kernel for all "
+        "parameters, no per-parameter host loop)"
+    )
+    if node.has_fused_key:
+        return Candidate(
+            "fused_optimizer", f"{what}: `{node.path}.fused` -> true", f"{node.path}.fused=true"
+        )
+    return Candidate(
+        "fused_optimizer", f"{what}, added to `{node.path}`", f"+{node.path}.fused=true"
+    )
+
+
+def _cudnn_benchmark(f: RunFacts) -> Candidate | None:
+    if f.device != "cuda":
+        return None
+    return _switch_on(
+        "cudnn_benchmark",
+        find_key(f.config, ("benchmark", "cudnn_benchmark"), prefer=("trainer",)),
+        "let cuDNN pick the fastest convolution algorithms: {key}{now} -> true",
+        "let cuDNN pick the fastest convolution algorithms (the Trainer's benchmark=True; "
+        "fixed input shapes)",
+    )
+
+
+def _postprocess(f: RunFacts) -> list[Candidate]:
+    """Fewer contours per image: halve the candidate cap, raise the box score threshold."""
+    out = []
+    cap = find_key(f.config, ("max_candidates",), prefer=("postprocess",))
+    now = _as_int(cap.value) if cap is not None else None
+    if cap is None or now:
+        want = max(1, (now or 1000) // 2)
+        out.append(
+            _candidate(
+                "postprocess",
+                cap,
+                want,
+                f"keep at most {want} contours per image: {{key}}{{now}} -> {want}",
+                "keep fewer candidate contours per image (the postprocessor's cap)",
+                alters=True,
+                eval_time=True,
+            )
+        )
+    thresh = find_key(f.config, ("box_thresh",), prefer=("postprocess",))
+    value = thresh.value if thresh is not None else None
+    if thresh is None or (isinstance(value, int | float) and value < 0.9):
+        want_t = round(min(0.9, float(value or 0.5) + 0.1), 2)
+        out.append(
+            _candidate(
+                "postprocess",
+                thresh,
+                want_t,
+                f"drop low-score boxes earlier: {{key}}{{now}} -> {want_t}",
+                "drop low-score boxes earlier (raise the postprocessor's box score threshold)",
+                alters=True,
+                eval_time=True,
+            )
+        )
+    return out
+
+
+def candidates_for(cause: str, facts: RunFacts, *, part: str | None = None) -> list[Candidate]:
+    """Changes to try for ``cause`` (a finding id: ``input_bound``, ``compute_bound``,
+    ``slow_postprocess``, ``unattributed``, ``gpu_underused``, ``launch_overhead``,
+    ``dispatch_overhead``, ``data_loading``, ``worker_memory``, ``fp16_scaler``,
+    ``optimizer_host_bound``, ``layout_conversion``; ``host_sync`` has none: its change is in
+    the code that reads the tensor, named in words), most promising first; ``part`` is the
+    worker part that explains an input-bound stage (``targets`` puts the target cache first).
+    Compute changes come only when ``facts.compute_headroom`` is not ``False``."""
+    found: list[Candidate | None] = []
+    compute_ok = facts.compute_headroom is not False
+    if cause in ("input_bound", "data_loading"):
+        if part == "targets":
+            found.append(_polygon_cache(facts))
+        found += [
+            _workers(facts),
+            _persistent(facts, planned=True),
+            _prefetch(facts),
+            _pin_memory(facts),
+        ]
+    elif cause == "compute_bound" and compute_ok:
+        if facts.device == "cuda":
+            families = [_precision, _cudnn_benchmark, _channels_last, _compile, _batch_size]
+        else:
+            families = [_threads, _channels_last, _compile, _precision]
+        found += [family(facts) for family in families]
+    elif cause == "slow_postprocess":
+        found += _postprocess(facts)
+    elif cause in ("unattributed", "worker_memory"):
+        # worker_memory: non-persistent workers copy the dataset again every epoch
+        found.append(_persistent(facts, planned=False))
+    elif cause == "gpu_underused":
+        found += [_workers(facts), _pin_memory(facts), _batch_size(facts)]
+    elif cause == "fp16_scaler":
+        # bf16 drops the scaler; a fused optimizer keeps the inf check on the device
+        found += [_bf16(facts), _fused(facts)]
+    elif cause == "optimizer_host_bound":
+        found.append(_fused(facts))
+    elif cause == "layout_conversion":
+        found.append(_channels_last(facts))
+    elif cause in ("launch_overhead", "dispatch_overhead") and compute_ok:
+        found += [_compile(facts), _channels_last(facts)]
+        if facts.device == "cpu":
+            found.append(_threads(facts))
+    return [c for c in found if c is not None]

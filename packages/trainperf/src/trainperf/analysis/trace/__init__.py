@@ -1,0 +1,31 @@
+"""Fast analysis of torch.profiler Chrome traces (``trainperf analyze`` / ``trainperf compare``).
+
+Ingestion (:mod:`~trainperf.analysis.trace.ingest`, per file
+:mod:`~trainperf.analysis.trace.decode`) parses each file
+once into one columnar event table; the step breakdown (:mod:`~trainperf.analysis.trace.steps`, in
+the live
+clock's phase names), aggregates (:mod:`~trainperf.analysis.trace.aggregates`), measured figures
+(:mod:`~trainperf.analysis.trace.measures`), finding rules
+(:mod:`~trainperf.analysis.trace.trace_rules`) and the
+comparison (:mod:`~trainperf.analysis.trace.compare`) are vectorised numpy over that table. The
+result is
+typed (:class:`~trainperf.analysis.trace.result.TraceAnalysis`); ``analyze_trace`` returns its dict
+form.
+No Lightning.
+"""
+
+from trainperf.analysis.trace.analyze import analyze_path, analyze_table, analyze_trace
+from trainperf.analysis.trace.compare import compare_reports
+from trainperf.analysis.trace.ingest import load_traces
+from trainperf.analysis.trace.result import TraceAnalysis
+from trainperf.analysis.trace.table import TraceError
+
+__all__ = [
+    "TraceAnalysis",
+    "TraceError",
+    "analyze_path",
+    "analyze_table",
+    "analyze_trace",
+    "compare_reports",
+    "load_traces",
+]

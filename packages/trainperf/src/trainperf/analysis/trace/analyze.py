@@ -1,0 +1,91 @@
+"""``analyze_table`` / ``analyze_path``: one loaded trace in, one typed
+:class:`~trainperf.analysis.trace.result.TraceAnalysis` out; ``analyze_trace``: its dict form, the
+public
+API (documented keys ``top_cpu_ops``, ``top_cuda_ops``, ``memory_peaks``,
+``dataloader_time_pct``...)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from trainperf.analysis.trace.ingest import load_or_spill
+from trainperf.analysis.trace.integrity import implausible_limits
+from trainperf.analysis.trace.memory_timeline import MemoryPeaks, device_ranges
+from trainperf.analysis.trace.partial import Named, TablePartial, finish, named, partial_of
+from trainperf.analysis.trace.result import Timing, TraceAnalysis
+from trainperf.analysis.trace.spill import Spilled
+from trainperf.analysis.trace.steps import compute_steps
+from trainperf.analysis.trace.table import EventTable, Kind
+from trainperf.analysis.trace.windowed import analyze_spilled
+
+__all__ = ["analyze_path", "analyze_table", "analyze_trace"]
+
+
+def analyze_trace(path: str | Path, top_k: int | None = 20) -> dict[str, Any]:
+    """Analyse a torch.profiler Chrome trace (``.json``/``.json.gz``) or a directory of them.
+
+    Returns the JSON-ready dict form of :func:`analyze_path`'s result, with (among others)
+    ``top_cpu_ops``, ``top_cuda_ops``, ``memory_peaks``, ``dataloader_time_pct``, ``steps``
+    (per-step breakdown whose phases sum to the step's wall time), ``phase_summary``,
+    ``step_stats`` (per stage, with outlier steps), ``findings`` and ``sources``. ``top_k=None``
+    keeps every op. Raises :class:`~trainperf.analysis.trace.table.TraceError` for unreadable or
+    malformed
+    input.
+    """
+    return analyze_path(path, top_k).as_dict()
+
+
+def analyze_path(path: str | Path, top_k: int | None = 20) -> TraceAnalysis:
+    """The typed analysis of a trace file or directory (see :func:`analyze_trace`), with its
+    ``timing`` and ``input``."""
+    analysis, _ = timed_analysis(path, str(path), top_k)
+    return analysis
+
+
+def timed_analysis(
+    source: str | Path | Sequence[Path], label: str, top_k: int | None = 20
+) -> tuple[TraceAnalysis, Named]:
+    """Load ``source`` (a file, a directory or files of one rank), analyse it and set the
+    analysis's ``timing`` and ``input`` (``label``); with its time per callback and hook in the
+    steps (the rank view). A single file too large for one table is analysed in time windows
+    (:mod:`~trainperf.analysis.trace.windowed`), with the same results."""
+    t0 = time.perf_counter()
+    loaded = load_or_spill(source)
+    t_load = time.perf_counter() - t0
+    if isinstance(loaded, Spilled):
+        parse_s = loaded.source.parse_s
+        analysis, by_hook = analyze_spilled(loaded, top_k)
+    else:
+        parse_s = sum(s.parse_s for s in loaded.sources)
+        analysis, part = _analyze(loaded, top_k)
+        by_hook = named(part)
+    analysis.timing = Timing(
+        load_s=round(t_load, 4),
+        parse_s=round(parse_s, 4),
+        total_s=round(time.perf_counter() - t0, 4),
+    )
+    analysis.input = label
+    return analysis, by_hook
+
+
+def analyze_table(table: EventTable, top_k: int | None = 20) -> TraceAnalysis:
+    """The analysis of an already loaded table (see :func:`analyze_trace`)."""
+    return _analyze(table, top_k)[0]
+
+
+def _analyze(table: EventTable, top_k: int | None) -> tuple[TraceAnalysis, TablePartial]:
+    """The analysis of a whole table (one window of itself) and its partial."""
+    steps = compute_steps(table)
+    has_gpu = bool(np.isin(table.kind, Kind.DEVICE).any())
+    part = partial_of(table, steps, has_gpu, implausible_limits(table))
+    memory = MemoryPeaks(device_ranges(table.memory))
+    memory.add(table.memory, steps)
+    analysis = finish(
+        part, table.sources, table.names, table.origin_ns, memory, list(table.warnings), top_k
+    )
+    return analysis, part

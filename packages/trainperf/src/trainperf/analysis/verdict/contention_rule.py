@@ -1,0 +1,43 @@
+"""The ``cpu_contention`` finding: other processes held the host's CPUs while the run did not
+(:mod:`trainperf.analysis.contention` judges the resource samples). A ``throughput_drop`` alert of
+the
+same run is attached to it (the rule corroborates it), rather than standing alone."""
+
+from __future__ import annotations
+
+from trainperf.analysis.contention import summarize
+from trainperf.analysis.run import RunData
+from trainperf.analysis.verdict.context import rounded
+from trainperf.core.cpu_shares import OTHERS_PCT, SYSTEM_BUSY_PCT
+from trainperf.core.findings import Finding
+
+
+def contention_finding(run: RunData) -> Finding | None:
+    """``cpu_contention`` when at least a quarter of the running samples were contended; scored
+    as that share times the others' median CPU (%): the part of the run's CPU they took."""
+    cpu_count = run.run_info.cpu_count if run.run_info is not None else None
+    found = summarize(run.resources, cpu_count)
+    if found is None or not found.present:
+        return None
+    return Finding(
+        id="cpu_contention",
+        severity="warning",
+        score=rounded(found.share * found.others_median_pct) or 0.0,
+        title=f"CPU contention: {found.sentence()}",
+        evidence={
+            "others_cpu_median_pct": rounded(found.others_median_pct),
+            "run_cpu_median_pct": rounded(found.ours_median_pct),
+            "system_cpu_median_pct": rounded(found.system_median_pct),
+            "contended_samples": found.contended,
+            "samples": found.samples,
+            "cpu_count": cpu_count,
+        },
+        threshold={"system_busy_pct": SYSTEM_BUSY_PCT, "others_pct": OTHERS_PCT},
+        suggestion=(
+            "other processes on this host slowed the run: its timings (and a throughput drop "
+            "in the same window) measure the machine's load, not the code. Measure again on an "
+            "idle host or dedicated cores before acting on speed findings."
+        ),
+        source="resources",
+        confidence="likely",
+    )

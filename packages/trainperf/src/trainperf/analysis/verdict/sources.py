@@ -1,0 +1,354 @@
+"""Findings from the other evidence sources, ranked with the stage rules': the resource samples
+(CPU saturated, I/O wait, GPU underused, host memory high), the profiler trace and its windows'
+summaries, and the baseline comparison (a regression, or too little data to judge)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from functools import partial
+from typing import TYPE_CHECKING
+
+from trainperf.analysis.advice import candidates_for
+from trainperf.analysis.process_growth import process_growth, process_growth_finding
+from trainperf.analysis.run import ReportInputError, RunData
+from trainperf.analysis.stages import StageSummary
+from trainperf.analysis.trace.trace_rules import TRACE_RISKS
+from trainperf.analysis.verdict.contention_rule import contention_finding
+from trainperf.analysis.verdict.context import Settings, resource_stat, rounded, score
+from trainperf.analysis.worker_memory import classify_samples, worker_memory_finding
+from trainperf.core.findings import Finding, share_of_run, threshold
+from trainperf.core.significance import Outcome
+from trainperf.core.stage import Stage
+
+if TYPE_CHECKING:
+    from trainperf.analysis.gate import GateOutcome
+    from trainperf.analysis.trace.result import TraceAnalysis
+
+_RUNNING = ("train", "val", "test")
+_resource_finding = partial(Finding, source="resources", confidence="likely")
+
+
+def resource_findings(
+    run: RunData,
+    stages: dict[Stage, StageSummary],
+    adv: Settings,
+    total_s: float,
+    findings: list[Finding] | None = None,
+) -> list[Finding]:
+    """CPU saturated, I/O wait and host memory from the resource samples. (The GPU's
+    utilisation is a source of the GPU rules' busy share: :mod:`.gpu_rules`.) ``findings``: the
+    stage rules' so far: the saturation finding never contradicts one that proposes workers."""
+    out: list[Finding] = []
+    samples = run.resources
+    cpu = resource_stat(samples, "resources/system_cpu_percent", _RUNNING)
+    contended = contention_finding(run)
+    # busy cores that other processes hold are the contention finding's, not saturation advice
+    if contended is None and cpu is not None and cpu >= threshold("cpu_saturated_pct"):
+        out.append(_cpu_saturated(cpu, run, stages, adv, findings or []))
+    iowait = resource_stat(samples, "resources/iowait_percent", _RUNNING)
+    if iowait is not None and iowait >= threshold("iowait_pct"):
+        out.append(
+            _resource_finding(
+                id="io_wait",
+                severity="warning",
+                score=rounded(iowait) or 0.0,
+                title=f"I/O wait: the CPUs stall on disk {iowait:.0f} % of the time (median)",
+                evidence={"iowait_median_pct": rounded(iowait)},
+                threshold={"median_pct": threshold("iowait_pct")},
+                suggestion=(
+                    "the data sits on a slow disk: copy the dataset to local SSD / tmpfs, or "
+                    "cache decoded images; more workers only queue more reads."
+                ),
+            )
+        )
+    if contended is not None:
+        out.append(contended)
+    memory = resource_stat(samples, "resources/system_memory_percent", stat=max)
+    if memory is not None and memory >= threshold("host_memory_pct"):
+        out.append(
+            _resource_finding(
+                id="host_memory_high",
+                severity="warning",
+                score=threshold("risk_warning_score"),
+                title=f"host memory reached {memory:.0f} %",
+                evidence={"system_memory_max_pct": rounded(memory)},
+                threshold={"max_pct": threshold("host_memory_pct")},
+                suggestion=(
+                    "close to swapping or the OOM killer: fewer DataLoader workers or a smaller "
+                    "prefetch_factor (each worker holds prefetch_factor batches)."
+                ),
+            )
+        )
+    return out
+
+
+def _cpu_saturated(
+    cpu: float,
+    run: RunData,
+    stages: dict[Stage, StageSummary],
+    adv: Settings,
+    findings: list[Finding],
+) -> Finding:
+    """Every core busy. "More workers or threads cannot add speed" holds only where the run has
+    DataLoader workers and nothing proposes more of them: with ``num_workers=0`` the input is
+    loaded by the training process itself between its steps, and workers would load it in
+    parallel on the cores its compute threads leave idle meanwhile (they spin, so the CPU reads
+    busy), which is what an input-bound finding's workers change measures."""
+    own = resource_stat(run.resources, "resources/process_cpu_percent", _RUNNING)
+    workers_cpu = resource_stat(run.resources, "resources/workers_cpu_percent", _RUNNING)
+    train = stages.get(Stage.TRAIN)
+    no_workers = train is not None and not train.num_workers
+    proposed = [f for f in findings if any(c.family == "workers" for c in f.candidates)]
+    cores = f" of {adv.cpu_count} cores" if adv.cpu_count else ""
+    if no_workers or proposed:
+        mine = (own or 0.0) + (workers_cpu or 0.0)  # % of one core
+        used = cpu * (adv.cpu_count or 0)
+        if own is not None and used and mine < 0.5 * used:
+            who = (
+                f"other processes use most of it (this run: {mine:.0f} % of a core{cores}), "
+                "taking cores from this run whatever its settings"
+            )
+        elif own is not None:
+            who = f"much of it is the training process's own threads ({own:.0f} % of a core{cores})"
+        else:
+            who = "the CPU is busy"
+        suggestion = (
+            who
+            + (
+                "; with num_workers=0 the training process loads each batch itself between "
+                "steps, so DataLoader workers would load in parallel with its compute"
+                if no_workers
+                else "; DataLoader workers share the cores with its compute threads"
+            )
+            + (
+                f": the workers change of {proposed[0].id.replace('_', '-')} is the one to "
+                "measure (trainperf try), balancing workers against torch.set_num_threads."
+                if proposed
+                else ": balance workers against torch.set_num_threads."
+            )
+        )
+    else:
+        suggestion = (
+            "every core is busy: more DataLoader workers or torch threads cannot add speed; "
+            "make the work cheaper or use a bigger machine."
+        )
+    return _resource_finding(
+        id="cpu_saturated",
+        severity="info",
+        score=0.0,
+        title=f"CPU saturated: median system CPU {cpu:.0f} % while running",
+        evidence={
+            "system_cpu_median_pct": rounded(cpu),
+            "process_cpu_median_pct": rounded(own),
+            "workers_cpu_median_pct": rounded(workers_cpu),
+            "num_workers": train.num_workers if train is not None else None,
+        },
+        threshold={"median_pct": threshold("cpu_saturated_pct")},
+        suggestion=suggestion,
+    )
+
+
+def memory_findings(
+    run: RunData, stages: dict[Stage, StageSummary], adv: Settings, explained: bool
+) -> list[Finding]:
+    """Each DataLoader worker's USS series (the resource samples) classified, with the
+    training dataset's Python containers (``run.json``) for copy-on-read; and main-process growth
+    (``explained``: a ``memory_creep`` finding already names what grows)."""
+    out: list[Finding] = []
+    if not run.resources:
+        return out
+    info = run.run_info
+    containers = info.dataset_containers if info is not None else []
+    key = adv.key("persistent_workers", stage="train")
+    persistent = key.value if key is not None and isinstance(key.value, bool) else None
+    workers = worker_memory_finding(classify_samples(run.resources, containers), persistent)
+    if workers is not None:
+        workers.candidates = candidates_for("worker_memory", adv.facts(stages.get(Stage.TRAIN)))
+        out.append(workers)
+    main = process_growth_finding(process_growth(run.resources), explained)
+    if main is not None:
+        out.append(main)
+    return out
+
+
+# trace finding -> the cause whose candidates it gets (host_sync: none; its change is in the
+# code that reads the tensor, in the finding's words)
+_TRACE_CAUSES = {
+    "data_loading": "data_loading",
+    "low_gpu_utilisation": "gpu_underused",
+    "launch_overhead": "launch_overhead",
+    "dispatch_overhead": "dispatch_overhead",
+    "optimizer_host_bound": "optimizer_host_bound",
+    "fp16_scaler": "fp16_scaler",
+    "layout_conversion": "layout_conversion",
+}
+
+#: Ops that the trace rules counted as syncs before issue 31: reads of a scalar, which sync only
+#: when the tensor is on the device (a CPU ``step`` tensor of AdamW does not).
+_SCALAR_READS = ("aten::item", "aten::_local_scalar_dense")
+
+
+def _older_sync_count(f: Finding, steps: int) -> Finding:
+    """A window summary's ``host_sync`` recorded by the rule that counted every scalar read as
+    a sync, recounted from its own evidence: the blocking runtime calls only, an info line
+    (its time is what the live clock's wait finding measures)."""
+    calls = f.evidence.get("calls")
+    if not isinstance(calls, dict) or not any(op in calls for op in _SCALAR_READS):
+        return f
+    blocking = {k: v for k, v in calls.items() if k.startswith("cuda") and "Synchronize" in k}
+    reads = sum(int(calls.get(op, 0)) for op in _SCALAR_READS)
+    n = sum(int(v) for v in blocking.values())
+    names = ", ".join(sorted(blocking)) or "no blocking runtime call"
+    return replace(
+        f,
+        severity="info",
+        score=0.0,
+        title=(
+            f"{n} blocking sync call(s) in {steps} profiled steps ({names}); the window's "
+            f"summary also counted {reads} scalar reads (aten::item) as syncs, a rule since "
+            "corrected: reads of CPU tensors (AdamW's step counters) wait for nothing"
+        ),
+        # the per-step figures of the older rule counted the scalar reads: left out
+        evidence={"calls": calls, "blocking_calls": n, "scalar_reads": reads, "steps": steps},
+        suggestion=(
+            "where the host waits is in the live clock's wait findings; record a new profiler "
+            "window for the sync sites by name."
+        ),
+        recoverable_pct=0.0,
+        recoverable_from="bound",
+    )
+
+
+def trace_findings(
+    trace: TraceAnalysis | None,
+    run: RunData,
+    adv: Settings,
+    findings: list[Finding],
+    total_s: float,
+    stages: dict[Stage, StageSummary],
+) -> list[Finding]:
+    """The findings of the trace analysis as its rules made them, with the profiler windows'
+    trace-vs-clock disagreements (``perf/profiler.jsonl``); without a readable trace, every
+    finding of the windows' summaries. Ranked with the others' ``findings``: data loading
+    corroborates an input-bound finding instead of repeating it. A malformed record is a
+    :class:`~trainperf.analysis.run.ReportInputError` naming where it came from."""
+    found = list(trace.findings) if trace is not None else []
+    path = run.run_dir / "perf" / "profiler.jsonl"
+    for i, w in enumerate(run.profiler_windows, start=1):
+        for j, f in enumerate(w.summary.get("findings") or [], start=1):
+            if trace is not None and f.get("id") != "measurement_disagreement":
+                continue  # the analysis of the same traces has its own
+            try:
+                finding = Finding.from_dict(f, f"{path}: record {i}: finding {j}")
+            except ValueError as exc:
+                raise ReportInputError(str(exc)) from exc
+            if finding.id == "host_sync":
+                finding = _older_sync_count(finding, w.steps)
+            found.append(finding)
+    first: dict[str, Finding] = {}  # one finding per rule: the first
+    for f in found:
+        first.setdefault(f.id, f)
+    out: list[Finding] = []
+    train = stages.get(Stage.TRAIN)
+    train_share = score(train.wall_s, total_s) if train is not None else 100.0
+    for f in first.values():
+        bound = next((x for x in findings if x.id == "input_bound"), None)
+        if f.id == "data_loading" and bound is not None:
+            bound.corroboration.append(f"profiler trace: {f.title}")
+            continue
+        # a trace rule scores a share of the profiled (train) steps: as a share of the run, the
+        # train stage's share of it; a risk's score is already the run's
+        share = f.score if f.id in TRACE_RISKS else share_of_run(f.score, train_share)
+        if f.recoverable_pct is not None and f.id not in TRACE_RISKS:
+            f = replace(f, recoverable_pct=share_of_run(f.recoverable_pct, train_share))
+        cause = _TRACE_CAUSES.get(f.id)
+        out.append(
+            replace(
+                f,
+                id=f"trace:{f.id}",
+                score=share,
+                source="trace",
+                candidates=(
+                    candidates_for(cause, adv.facts(train)) if cause else list(f.candidates)
+                ),
+            )
+        )
+    return out
+
+
+#: Causes both the live clock (run folder) and a trace may name: the trace's finding stays.
+SHARED_CAUSES = ("fp16_scaler", "optimizer_host_bound", "layout_conversion", "host_sync")
+
+
+def merge_same_cause(findings: list[Finding]) -> list[Finding]:
+    """One finding per cause: where a trace rule (``trace:ID``) found a cause the run folder's
+    rules also found (``ID``), the trace's finding keeps it (it names the kernels or the sync
+    site) with the other as corroboration."""
+    by_id = {f.id: f for f in findings}
+    drop: set[int] = set()
+    for cause in SHARED_CAUSES:
+        traced = by_id.get(f"trace:{cause}")
+        if traced is None:
+            continue
+        for f in findings:
+            if f.id == cause:
+                traced.corroboration.append(f"live clock: {f.title}")
+                if not traced.candidates:
+                    traced.candidates = list(f.candidates)
+                drop.add(id(f))
+    return [f for f in findings if id(f) not in drop]
+
+
+def baseline_findings(outcome: GateOutcome | None, adv: Settings) -> list[Finding]:
+    epochs = adv.name(adv.key("max_epochs", prefer=("trainer",)), "the Trainer's max_epochs")
+    if outcome is not None and outcome.verdict == "insufficient data":
+        # Too few epochs or batches on a side: rows that moved are noise of unknown size, so
+        # this is an info line (score 0), never a ranked regression.
+        return [
+            Finding(
+                id="baseline_insufficient_data",
+                severity="info",
+                score=0.0,
+                title=(
+                    "the baseline comparison has too little data to judge: "
+                    + "; ".join(outcome.insufficient)
+                ),
+                evidence={
+                    "unjudged_figures": [r.figure for r in outcome.rows if r.moved is not None]
+                },
+                threshold={},
+                suggestion=(
+                    f"record the baseline and this run with more epochs ({epochs}; the first is "
+                    "skipped) so the gate can measure epoch-to-epoch noise."
+                ),
+                source="baseline",
+            )
+        ]
+    if outcome is None or outcome.verdict != "regression":
+        return []
+    rows = [r for r in outcome.rows if r.status == Outcome.REGRESSION]
+    worst = max(rows, key=lambda r: abs((r.ratio or 1.0) - 1.0), default=None)
+    if worst is None:
+        return []
+    ratio = worst.ratio if worst.ratio is not None else 1.0
+    return [
+        Finding(
+            id="baseline_regression",
+            severity="warning",
+            score=round(min(100.0, abs(ratio - 1.0) * 100.0), 1),
+            title=(
+                f"regression against the baseline: {worst.figure} {worst.current} "
+                f"vs {worst.baseline} {worst.unit} ({ratio:.2f}x)".rstrip()
+            ),
+            evidence={
+                "regressed_figures": [r.figure for r in rows],
+                "worst_ratio": rounded(ratio, 3),
+            },
+            threshold={"threshold": worst.threshold or 0.0},
+            suggestion=(
+                "compare this run's phase breakdown with the baseline's: the phase that grew "
+                "names the change to look at."
+            ),
+            source="baseline",
+        )
+    ]

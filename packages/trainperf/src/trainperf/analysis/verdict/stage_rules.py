@@ -1,0 +1,665 @@
+"""The rules on a run's stages: input-bound, a phase's material share of a stage (one finding
+shape, :func:`phase_finding`), compute-bound (with the distance to the measured peak when FLOPs
+were counted), the polygon cache and the DDP rank the others wait for (straggler)."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from typing import Any
+
+from trainperf.analysis.advice import candidates_for, workers_wait
+from trainperf.analysis.mfu import stage_flops_per_sample, stage_utilisation
+from trainperf.analysis.run import RunData
+from trainperf.analysis.stages import StageSummary
+from trainperf.analysis.verdict.context import (
+    Settings,
+    rounded,
+    score,
+    suggested_workers,
+    world_size,
+)
+from trainperf.analysis.verdict.gpu_rules import top_kernels
+from trainperf.analysis.verdict.input_causes import receive_bound_parts, wait_causes
+from trainperf.core.candidates import Candidate
+from trainperf.core.findings import THRESHOLDS, Finding, input_bound_severity, threshold
+from trainperf.core.ranks import STRAGGLER_MIN_S, STRAGGLER_MIN_SHARE
+from trainperf.core.stage import Stage
+
+# Worker parts: finer parts inside fetch (dataset) and collate.
+_FETCH_PARTS = ("decode", "transform")
+_COLLATE_PARTS = ("targets",)
+_PART_WORDS = {
+    "fetch": "the dataset's __getitem__ (fetch)",
+    "decode": "image decoding",
+    "transform": "augmentation / transforms",
+    "collate": "the collate function",
+    "targets": "target generation",
+}
+
+
+def phase_share(s: StageSummary, phase: str, rule: str) -> float | None:
+    """``phase``'s share (%) of the stage's wall time, or ``None`` below ``{rule}_warn_pct``."""
+    pct = s.share(phase)
+    return pct if s.wall_s > 0 and pct >= threshold(f"{rule}_warn_pct") else None
+
+
+def phase_finding(
+    s: StageSummary,
+    phase: str,
+    finding_id: str,
+    total_s: float,
+    title: str,
+    suggestion: str,
+    rule: str,
+    top: tuple[str, float] | None = None,
+    *,
+    severity: str | None = None,
+    evidence: dict[str, Any] | None = None,
+    candidates: list[Candidate] | None = None,
+) -> Finding:
+    """A finding that ``phase`` takes a material share of the stage, scored by its seconds:
+    evidence ``{phase}_pct`` / ``{phase}_s``, the slowest named callback or hook (``top``), then
+    ``evidence``; judged by ``{rule}_warn_pct`` and, where the table has one,
+    ``{rule}_critical_pct`` (critical from there on; else a warning)."""
+    secs = s.phases_s.get(phase, 0.0)
+    pct = s.share(phase)
+    limits = {"warning_pct": threshold(f"{rule}_warn_pct")}
+    if f"{rule}_critical_pct" in THRESHOLDS:
+        limits["critical_pct"] = threshold(f"{rule}_critical_pct")
+    if severity is None:
+        severity = "critical" if pct >= limits.get("critical_pct", math.inf) else "warning"
+    return Finding(
+        id=finding_id,
+        severity=severity,
+        score=score(secs, total_s),
+        title=title,
+        evidence={
+            f"{phase}_pct": rounded(pct),
+            f"{phase}_s": rounded(secs, 3),
+            **({"slowest": top[0], "slowest_s": rounded(top[1], 3)} if top else {}),
+            **(evidence or {}),
+        },
+        threshold=limits,
+        suggestion=suggestion,
+        stage=s.stage,
+        candidates=candidates or [],
+    )
+
+
+def _worker_bottleneck(s: StageSummary) -> tuple[str | None, dict[str, Any]]:
+    """The worker part that explains the data wait, with per-sample / per-batch figures."""
+    w = s.worker_s
+    per_sample = max(s.samples, 1)
+    per_batch = max(s.num_batches, 1)
+    evidence: dict[str, Any] = {
+        f"worker_{part}_ms_per_sample": rounded(1000.0 * secs / per_sample, 2)
+        for part, secs in sorted(w.items())
+    }
+    if "collate" in w:
+        evidence["worker_collate_ms_per_batch"] = rounded(1000.0 * w["collate"] / per_batch, 2)
+    fetch, collate = w.get("fetch", 0.0), w.get("collate", 0.0)
+    if fetch <= 0 and collate <= 0:
+        return None, evidence
+    dominant_pct = threshold("worker_part_dominant_pct") / 100.0
+    children: tuple[str, ...]
+    if fetch >= collate:
+        part, parent, children = "fetch", fetch, _FETCH_PARTS
+    else:
+        part, parent, children = "collate", collate, _COLLATE_PARTS
+    best = max(children, key=lambda c: w.get(c, 0.0))
+    if w.get(best, 0.0) >= dominant_pct * parent:
+        part = best
+    return part, evidence
+
+
+def input_bound(s: StageSummary, run: RunData, adv: Settings, total_s: float) -> Finding | None:
+    if (pct := phase_share(s, "data_wait", "input")) is None:
+        return None
+    causes = wait_causes(run, s, adv)  # which part of the wait: the workers or the receive
+    if causes is not None and causes.receive_bound:
+        title, text, extra, found = receive_bound_parts(s, causes, pct, adv)
+        return phase_finding(
+            s,
+            "data_wait",
+            "input_bound",
+            total_s,
+            title,
+            text,
+            "input",
+            severity=input_bound_severity(pct),
+            evidence=extra,
+            candidates=found,
+        )
+    part, evidence = _worker_bottleneck(s)
+    title = f"input-bound: {pct:.0f} % of {s.label} wall time is data wait"
+    title += causes.words() if causes is not None else ""
+    evidence.update(causes.evidence() if causes is not None else {})
+    if part is not None:
+        secs = s.worker_s.get(part, 0.0)
+        if part == "collate":
+            title += (
+                f"; {_PART_WORDS[part]} takes {1000.0 * secs / max(s.num_batches, 1):.0f} ms/batch"
+                + (" in the workers" if s.num_workers else " in the main process")
+            )
+        else:
+            where = "worker-side " if s.num_workers else ""
+            ms = 1000.0 * secs / max(s.samples, 1)
+            title += f"; {where}{_PART_WORDS[part]} takes {ms:.0f} ms/sample"
+    workers_key = adv.key("num_workers", stage=s.stage, aliases=("workers",))
+    workers = adv.name(workers_key, "the DataLoader's num_workers", s.num_workers)
+    advice: list[str] = []
+    busy = adv.workers_busy(s)  # a worker's CPU share: waiting workers are not cores in use
+    want = suggested_workers(s, adv.cpu_count, busy)
+    if part == "targets":
+        cache = adv.key("enabled", parent="polygon_cache")
+        if cache is None:
+            advice.append(
+                "compute the per-sample targets once and read them back (cache them keyed by "
+                "the un-augmented sample) instead of in every epoch"
+            )
+        elif cache.value is not True:
+            advice.append(
+                f"enable `{cache.path}=true`"
+                + (" (now false)" if cache.value is False else "")
+                + " so DB targets are computed once and read back"
+                + (
+                    " (training uses it only when augmentation keeps polygons fixed)"
+                    if s.stage == "train"
+                    else ""
+                )
+            )
+    elif part in ("fetch", "decode", "transform"):
+        advice.append(
+            f"make {_PART_WORDS[part]} cheaper (decode once at the training size, cache decoded "
+            "images, lighter augmentation)"
+        )
+    elif part == "collate":
+        advice.append(
+            "make the collate function cheaper: vectorise it or move per-sample work into "
+            "__getitem__"
+        )
+    if not s.num_workers:
+        n = max(2, min(want or 2, adv.cpu_count or 4))
+        advice.append(f"load in parallel: set {workers} to {n}")
+    elif want is not None and want > s.num_workers:
+        beyond = busy is not None and adv.cpu_count is not None and want > adv.cpu_count
+        advice.append(
+            f"raise {workers} to {want}"
+            + (
+                f" (its workers wait, at {100.0 * busy:.0f} % of a core each, so more workers "
+                f"than the {adv.cpu_count} cores still help)"
+                if beyond and busy is not None
+                else ""
+            )
+        )
+    elif adv.cpu_count and s.num_workers >= adv.cpu_count and not workers_wait(busy):
+        advice.append(
+            f"{workers} already uses all {adv.cpu_count} cores"
+            + (
+                f" (its workers compute, at {100.0 * busy:.0f} % of a core each): more workers "
+                "will not help"
+                if busy is not None
+                else ": more workers help only if they wait (I/O, sleep) rather than compute; "
+                "their CPU share was not recorded (ResourceMonitorCallback records it), so "
+                "measure it with trainperf try"
+            )
+        )
+    if run.device == "cpu":
+        advice.append(
+            "on CPU the workers share cores with the compute threads"
+            + (f" ({adv.cpu_count} cores here)" if adv.cpu_count else "")
+            + ", so balance workers against torch.set_num_threads"
+        )
+    else:
+        pin = adv.key("pin_memory", stage=s.stage)
+        pinned = (pin is not None and pin.value is True) or (s.loader and s.loader.pin_memory)
+        if not pinned:
+            advice.append(f"use pinned memory ({adv.name(pin, 'pin_memory')})")
+    evidence = {
+        "stage_wall_s": rounded(s.wall_s, 3),
+        "worker_bottleneck": part,
+        "num_workers": s.num_workers,
+        "worker_cpu_pct_of_core": rounded(100.0 * busy) if busy is not None else None,
+        "samples": s.samples,
+        **evidence,
+    }
+    return phase_finding(
+        s,
+        "data_wait",
+        "input_bound",
+        total_s,
+        title,
+        "; ".join(advice) + ".",
+        "input",
+        severity=input_bound_severity(pct),
+        evidence=evidence,
+        candidates=candidates_for("input_bound", adv.facts(s), part=part),
+    )
+
+
+def slow_metric(s: StageSummary, run: RunData, adv: Settings, total_s: float) -> Finding | None:
+    if (pct := phase_share(s, "metric", "metric")) is None:
+        return None
+    secs = s.phases_s.get("metric", 0.0)
+    per_epoch = secs / max(s.epochs, 1)
+    advice = [
+        "the metric runs in the main loop and blocks it: vectorise its matching or accumulate "
+        "counts per batch and compute once per epoch"
+    ]
+    if s.stage == "val":
+        trainer = ("trainer",)
+        every = adv.name(
+            adv.key("check_val_every_n_epoch", prefer=trainer),
+            "the Trainer's check_val_every_n_epoch",
+        )
+        fewer = adv.name(
+            adv.key("limit_val_batches", prefer=trainer), "the Trainer's limit_val_batches"
+        )
+        advice.append(f"validate less often ({every}) or on fewer batches ({fewer})")
+    if run.device == "cpu":
+        advice.append(
+            "on CPU keep it out of the DataLoader workers' cores (it runs in the main process)"
+        )
+    title = (
+        f"slow metric: {pct:.0f} % of {s.label} wall time is metric computation "
+        f"({per_epoch:.2f} s per epoch)"
+    )
+    evidence = {
+        "metric_s_per_epoch": rounded(per_epoch, 3),
+        "metric_ms_per_batch": rounded(1000.0 * secs / max(s.num_batches, 1), 2),
+        "stage_wall_s": rounded(s.wall_s, 3),
+    }
+    advised = "; ".join(advice) + "."
+    return phase_finding(
+        s, "metric", "slow_metric", total_s, title, advised, "metric", evidence=evidence
+    )
+
+
+def slow_postprocess(
+    s: StageSummary, run: RunData, adv: Settings, total_s: float
+) -> Finding | None:
+    if (pct := phase_share(s, "postprocess", "postprocess")) is None:
+        return None
+    ms_per_sample = 1000.0 * s.phases_s.get("postprocess", 0.0) / max(s.samples, 1)
+    post = ("postprocess",)
+    cands = adv.name(adv.key("max_candidates", prefer=post), "the postprocessor's candidate cap")
+    box = adv.name(adv.key("box_thresh", prefer=post), "its box score threshold")
+    return phase_finding(
+        s,
+        "postprocess",
+        "slow_postprocess",
+        total_s,
+        f"slow postprocessing: {pct:.0f} % of {s.label} wall time turns maps into boxes "
+        f"({ms_per_sample:.1f} ms/sample)",
+        f"fewer contours per image: lower {cands} or raise {box}; "
+        "an untrained model yields many candidates, so early epochs are slowest.",
+        "postprocess",
+        evidence={"postprocess_ms_per_sample": rounded(ms_per_sample, 2)},
+        candidates=candidates_for("slow_postprocess", adv.facts(s)),
+    )
+
+
+def compute_bound(s: StageSummary, run: RunData, adv: Settings, total_s: float) -> Finding | None:
+    """Compute phases >= ``compute_pct`` of the stage. On CUDA host time in them is not GPU
+    work (the host launches ahead, then waits): a training stage is compute-bound only with the
+    GPU busy >= ``gpu_compute_busy_pct`` (then the trace's top kernels are named); below it the
+    GPU rules class the idle time instead (:mod:`.gpu_rules`). Its headroom is unknown: the
+    ranking puts it after every cause with a bound."""
+    phases = ("forward", "backward", "optimizer") if s.stage == "train" else ("forward",)
+    secs = sum(s.phases_s.get(p, 0.0) for p in phases)
+    pct = 100.0 * secs / s.wall_s if s.wall_s > 0 else 0.0
+    if pct < threshold("compute_pct"):
+        return None
+    busy = adv.gpu_busy if run.device == "cuda" and s.stage == "train" else None
+    if busy is not None and busy.pct < threshold("gpu_compute_busy_pct"):
+        return None
+    ms_per_batch = 1000.0 * secs / max(s.num_batches, 1)
+    rate = s.samples_per_sec
+    canvas = adv.name(adv.key("canvas_size"), "input")
+    batch = adv.name(adv.key("batch_size", stage=s.stage), "the batch size", s.batch_size)
+    widths = adv.key("widths", parent="backbone")
+    smaller_model = f"a narrower backbone ({adv.name(widths, '')})" if widths else "a smaller model"
+    evidence: dict[str, Any] = {
+        "compute_pct": rounded(pct),
+        "compute_s": rounded(secs, 3),
+        "compute_ms_per_batch": rounded(ms_per_batch, 2),
+        "samples_per_sec": rounded(rate, 2),
+        "device": run.device,
+    }
+    limits = {"compute_pct": threshold("compute_pct")}
+    kind, at = "compute-bound", ""
+    if busy is not None:
+        kind = "GPU-compute-bound"
+        limits["gpu_compute_busy_pct"] = threshold("gpu_compute_busy_pct")
+        evidence.update(gpu_busy_pct=rounded(busy.pct), busy_source=busy.source)
+        named = top_kernels(adv.trace)
+        if named:
+            evidence["top_kernels"] = named
+    suggestion: str | None = None
+    # How far from the machine's limit: the compute phases' achieved FLOP/s over the measured
+    # peak (samples x FLOPs per sample / compute seconds), when the run counted its FLOPs; said
+    # once, in the title, with the figures behind it (and the whole epoch's MFU) as evidence.
+    limit = _compute_mfu(s, run, secs)
+    if limit is not None:
+        mfu_pct, stage_mfu_pct, achieved, peak = limit
+        limits["compute_headroom_mfu_pct"] = threshold("compute_headroom_mfu_pct")
+        evidence.update(
+            compute_mfu_pct=rounded(mfu_pct, 1),
+            stage_mfu_pct=rounded(stage_mfu_pct, 1),
+            compute_gflops_per_sec=rounded(achieved / 1e9, 2),
+            peak_gflops_per_sec=rounded(peak / 1e9, 2),
+        )
+        at = f" at {mfu_pct:.0f} % of this host's measured peak"
+        if mfu_pct >= threshold("compute_headroom_mfu_pct"):
+            kind = "compute-bound near the machine's limit"
+            suggestion = (
+                "no headroom for faster kernels (compile, channels_last, threads gain little "
+                f"here); only less work per sample (smaller {canvas}, {smaller_model}) or "
+                "faster hardware makes this stage faster."
+            )
+        headroom = f"up to {100.0 / max(mfu_pct, 1e-9):.1f}x headroom to that peak: "
+        has_room: bool | None = True
+    else:
+        # Without FLOPs the distance to the limit is unknown: the kernel changes below are
+        # guesses until `trainperf try` measures them.
+        headroom = "headroom unknown (no FLOPs recorded, so no MFU): "
+        has_room = None
+    candidates: list[Candidate] = []
+    if suggestion is None:  # room for faster kernels, or unknown
+        candidates = candidates_for("compute_bound", adv.facts(s, has_room))
+        # only the kernel changes the run does not already make (its candidates)
+        words = {
+            "threads": f"{adv.cpu_count} cores here" if adv.cpu_count else "the physical cores",
+            "batch": batch,
+            "precision": adv.name(adv.key("precision", prefer=("trainer",)), "the precision"),
+            "mixed": "bf16-mixed" if run.device == "cpu" else "16-mixed or bf16-mixed",
+        }
+        proposed = [
+            _KERNEL_WORDS[c.family].format(**words) for c in candidates if c.family in _KERNEL_WORDS
+        ]
+        kernels = f"; try {_joined(proposed)}" if proposed else ""
+        where = (
+            "the model's own compute dominates on CPU"
+            if run.device == "cpu"
+            else "the GPU work dominates"
+        )
+        suggestion = (
+            f"{headroom}{where}: make it cheaper (smaller {canvas}, {smaller_model}){kernels}."
+        )
+    if busy is not None:
+        at += f" with the GPU busy {busy.pct:.0f} % ({busy.source})"
+        if "top_kernels" in evidence:
+            suggestion = f"the top kernels: {evidence['top_kernels']}; " + suggestion
+    # on CUDA without a busy share the phases are the host's clock alone: it launches ahead and
+    # then waits in them, so the GPU may idle; said, and only "likely"
+    host_clock_only = run.device == "cuda" and s.stage == "train" and busy is None
+    if host_clock_only:
+        at += " by the host's clock (the GPU's busy share was not recorded)"
+        suggestion = (
+            "host time in these phases includes waiting for the GPU: record its busy share "
+            "(ResourceMonitorCallback's NVML samples, or a profiler window) before acting; "
+            + suggestion
+        )
+    return Finding(
+        id="compute_bound",
+        severity="info",
+        score=score(secs, total_s),
+        title=(
+            f"{kind}: {pct:.0f} % of {s.label} wall time is {' / '.join(phases)}{at} "
+            f"({ms_per_batch:.0f} ms/batch, {rate:.1f} samples/s)"
+        ),
+        evidence=evidence,
+        threshold=limits,
+        suggestion=suggestion,
+        stage=s.stage,
+        confidence="likely" if host_clock_only else "measured",
+        candidates=candidates,
+    )
+
+
+#: How the compute-bound suggestion words each kernel-level candidate family.
+_KERNEL_WORDS = {
+    "threads": (
+        "torch threads on {threads} (the DataLoader workers mostly wait while compute dominates)"
+    ),
+    "channels_last": "channels_last",
+    "compile": "torch.compile",
+    "precision": "mixed precision ({precision} -> {mixed})",
+    "cudnn_benchmark": "cuDNN's autotuner (benchmark=True)",
+    "batch_size": "a larger {batch} if memory allows",
+}
+
+
+def _joined(words: list[str]) -> str:
+    return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
+
+
+def _compute_mfu(
+    s: StageSummary, run: RunData, compute_s: float
+) -> tuple[float, float, float, float] | None:
+    """(MFU % of the compute phases, MFU % of the whole stage, achieved FLOP/s while computing,
+    measured peak FLOP/s of all ranks) of a stage, or ``None`` when no FLOPs were recorded."""
+    per_sample = stage_flops_per_sample(run.run_info, s.stage)
+    whole = stage_utilisation(run.run_info, run.epochs, s.stage)
+    if per_sample is None or whole is None or whole.mfu is None or compute_s <= 0:
+        return None
+    peak = whole.flops_per_sec / whole.mfu / world_size(run)  # one rank's measured peak
+    # StageSummary sums this rank's samples and phases: this rank's compute rate.
+    achieved = per_sample * s.samples / compute_s
+    return 100.0 * achieved / peak, 100.0 * whole.mfu, achieved, peak
+
+
+def overheads(s: StageSummary, adv: Settings, total_s: float) -> list[Finding]:
+    """Callbacks, the LightningModule's own hooks, checkpoints and unattributed time."""
+    out: list[Finding] = []
+    if (pct := phase_share(s, "callbacks", "callbacks")) is not None:
+        top = _top_named(s.callback_hooks_s)
+        if top is not None:
+            name, name_s = top
+            title = (
+                f"{pct:.0f} % of {s.label} wall time is spent in callbacks, "
+                f"{100 * name_s / s.wall_s:.0f} % in {name}"
+            )
+            advice = (
+                f"{name} takes {name_s:.3f} s: make it cheaper, run it less often or only on "
+                "rank zero, or remove it."
+            )
+        else:  # a run recorded before callbacks were named
+            every = adv.name(
+                adv.key("log_every_n_steps", prefer=("trainer",)), "the Trainer's log_every_n_steps"
+            )
+            title = f"{pct:.0f} % of {s.label} wall time is spent in callbacks and logging"
+            advice = f"log less often ({every}) and look for a slow callback in a profiler trace."
+        out.append(
+            phase_finding(
+                s, "callbacks", "callback_overhead", total_s, title, advice, "callbacks", top
+            )
+        )
+    if (pct := phase_share(s, "module_hooks", "callbacks")) is not None:
+        top = _top_named(s.module_hooks_s)
+        name = top[0] if top else "the LightningModule's hooks"
+        title = (
+            f"{pct:.0f} % of {s.label} wall time is spent in the LightningModule's own hooks, "
+            f"most in {name}"
+        )
+        advice = (
+            f"{name} is your module's code: time its parts (wrap metric work in "
+            "trainperf.perf_phase('metric') to see it as its own phase), compute it less often, "
+            "or vectorise it."
+        )
+        out.append(
+            phase_finding(
+                s, "module_hooks", "module_hook_overhead", total_s, title, advice, "callbacks", top
+            )
+        )
+    if (pct := phase_share(s, "checkpoint", "callbacks")) is not None:
+        title = f"{pct:.0f} % of {s.label} wall time is spent saving checkpoints"
+        advice = (
+            "save less often (ModelCheckpoint every_n_epochs / every_n_train_steps, save_top_k) "
+            "or to a faster disk."
+        )
+        out.append(
+            phase_finding(
+                s, "checkpoint", "checkpoint_overhead", total_s, title, advice, "callbacks"
+            )
+        )
+    if (pct := phase_share(s, "unattributed", "unattributed")) is not None:
+        key = adv.key("persistent_workers", stage=s.stage)
+        live = s.loader.persistent_workers if s.loader is not None else None
+        persistent = key.value if key is not None else live
+        advice = "worker start-up and epoch-start hooks land here"
+        config_off = key is not None and key.value is False
+        if persistent is not True and (config_off or s.num_workers):
+            setting = adv.name(key, "the DataLoader's persistent_workers")
+            advice += f"; keep workers alive between epochs ({setting} -> true)"
+        title = f"{pct:.0f} % of {s.label} wall time is not attributed to any phase"
+        advice += "; a profiler window on an early epoch shows what it is."
+        candidates = candidates_for("unattributed", adv.facts(s))
+        out.append(
+            phase_finding(
+                s,
+                "unattributed",
+                "unattributed",
+                total_s,
+                title,
+                advice,
+                "unattributed",
+                candidates=candidates,
+            )
+        )
+    return out
+
+
+def _top_named(seconds: dict[str, float]) -> tuple[str, float] | None:
+    """The callback or hook with the most time, or None when nothing was named."""
+    name = max(sorted(seconds), key=lambda k: seconds[k], default=None)
+    return (name, seconds[name]) if name is not None and seconds[name] > 0 else None
+
+
+def cache(
+    run: RunData, stages: dict[Stage, StageSummary], adv: Settings, total_s: float
+) -> list[Finding]:
+    """Polygon cache hit rate after the first epoch (the first fills it) and corrupt entries."""
+    out: list[Finding] = []
+    hits, misses = Counter[str](), Counter[str]()
+    evictions = corrupt = 0
+    for e in run.epochs:
+        counts = e.worker_counts
+        corrupt += counts.get("polygon_cache_corrupt", 0)
+        evictions += counts.get("polygon_cache_evictions", 0)
+        if (e.epoch or 0) >= 1:
+            hits[e.stage] += counts.get("polygon_cache_hits", 0)
+            misses[e.stage] += counts.get("polygon_cache_misses", 0)
+    for stage, s in stages.items():
+        lookups = hits[stage] + misses[stage]
+        if lookups == 0:
+            continue
+        rate = 100.0 * hits[stage] / lookups
+        if rate >= threshold("cache_hit_min_pct"):
+            continue
+        targets_s = s.worker_s.get("targets", 0.0)
+        advice = "keys must not depend on augmentation, and all workers must share one cache"
+        if evictions:
+            advice = (
+                f"{evictions} evictions: raise "
+                f"{adv.name(adv.key('max_bytes', parent='polygon_cache'), 'the cache size limit')}"
+                "; " + advice
+            )
+        out.append(
+            Finding(
+                id="cache_misses",
+                severity="warning",
+                score=round(score(targets_s, total_s) * (1 - rate / 100.0), 1),
+                title=(
+                    f"polygon cache hits only {rate:.0f} % of {s.label} lookups after the "
+                    "first epoch"
+                ),
+                evidence={
+                    "hit_rate_pct": rounded(rate),
+                    "hits": hits[stage],
+                    "misses": misses[stage],
+                    "evictions": evictions,
+                    "worker_targets_s": rounded(targets_s, 3),
+                },
+                threshold={"min_hit_rate_pct": threshold("cache_hit_min_pct")},
+                suggestion=advice + ".",
+                stage=stage,
+            )
+        )
+    if corrupt:
+        out.append(
+            Finding(
+                id="cache_corrupt",
+                severity="warning",
+                score=0.0,
+                title=f"{corrupt} corrupt polygon cache entries were read (and recomputed)",
+                evidence={"corrupt": corrupt},
+                threshold={"corrupt": 0.0},
+                suggestion=(
+                    "check the cache directory's disk; delete the cache folder if it persists."
+                ),
+            )
+        )
+    return out
+
+
+_STRAGGLER_ADVICE = {
+    "data_wait": "its data is slower (a larger shard, a slower disk, fewer workers).",
+    "forward": "its steps compute more (uneven batch shapes) or its device or host is slower.",
+    "backward": "its backward computes more or its device or host is slower.",
+    "optimizer": "its optimizer step is slower (host contention).",
+    "callbacks": "a callback does more work on that rank: make it rank-zero-only or cheaper.",
+    "module_hooks": "a LightningModule hook does more work on that rank.",
+    "checkpoint": "it writes checkpoints while the others wait: save from rank zero only.",
+    "transfer": "its host-to-device copies are slower (pin memory, check its PCIe link).",
+}
+
+
+def straggler(s: StageSummary, total_s: float) -> Finding | None:
+    """The rank the others wait for, from each epoch's straggler record (the rank that works
+    longest beyond the median, and the phase / callback / hook where it does); never from epoch
+    time alone: synchronised ranks finish their epochs together."""
+    named = [x for _, x in s.stragglers if x]
+    if not s.stragglers or not named:
+        return None
+    pct = 100.0 * len(named) / len(s.stragglers)
+    if pct < threshold("straggler_epochs_pct"):
+        return None
+    rank = Counter(x.rank for x in named).most_common(1)[0][0]
+    mine = [x for x in named if x.rank == rank]
+    cause = Counter(x.cause for x in mine).most_common(1)[0][0]
+    excess = sum(x.excess_s for x in mine)
+    cause_s = sum(x.cause_excess_s for x in mine if x.cause == cause)
+    wait = sum(x.others_wait_s for x in mine)
+    return Finding(
+        id="straggler",
+        severity="warning",
+        score=score(excess, total_s),
+        title=(
+            f"straggler: rank {rank} holds the other ranks back in {len(mine)} of "
+            f"{len(s.stragglers)} {s.label} epochs; cause: {cause}"
+        ),
+        evidence={
+            "rank": rank,
+            "cause": cause,
+            "excess_s": rounded(excess, 3),
+            "cause_excess_s": rounded(cause_s, 3),
+            "others_sync_wait_s": rounded(wait, 3),
+        },
+        threshold={
+            "work_excess_pct_of_epoch": 100 * STRAGGLER_MIN_SHARE,
+            "work_excess_s": STRAGGLER_MIN_S,
+            "epochs_pct": threshold("straggler_epochs_pct"),
+        },
+        suggestion=(
+            f"rank {rank} spends {cause_s:.3f} s more than the median rank in {cause}, while the "
+            f"others wait {wait:.3f} s for it in sync_wait: "
+            + _STRAGGLER_ADVICE.get(cause.split(":")[0], "look at what differs on that rank.")
+        ),
+        stage=s.stage,
+    )
+
+
+#: The rules that make at most one finding per stage, in the order they are judged.
+ONE_FINDING_RULES = (input_bound, slow_metric, slow_postprocess, compute_bound)

@@ -1,0 +1,1 @@
+"""The ``trainperf`` command: analyze, compare, baseline, check, report, try, watch."""

@@ -1,0 +1,212 @@
+"""``trainperf try RUN_DIR [--candidate CHANGE ...] [--budget 10m] [--pairs N]``: the parser
+(its description and epilog say what it does and its exit codes) and the command.
+
+Results go to ``RUN_DIR/perf/try.jsonl`` and the report's "Measured changes" section.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+__all__ = ["add_parser", "parse_budget", "run"]
+
+EXIT_OK = 0
+EXIT_NOTHING_MEASURED = 1
+_BUDGET = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smh]?)\s*$")
+_UNIT_S = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def parse_budget(text: str) -> float:
+    """``90s``, ``10m``, ``1.5h`` or plain seconds -> seconds (argparse type)."""
+    match = _BUDGET.match(text)
+    if not match or float(match.group(1)) <= 0:
+        raise argparse.ArgumentTypeError(f"expected a duration like 90s, 10m or 1h, got {text!r}")
+    return float(match.group(1)) * _UNIT_S[match.group(2)]
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def _non_negative(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
+def _epilog() -> str:
+    import textwrap
+
+    from trainperf.core.knobs import KNOBS
+
+    def wrap(text: str, indent: str = "") -> str:
+        return textwrap.fill(text, 88, initial_indent=indent, subsequent_indent=indent + "    ")
+
+    rows = "\n".join(
+        wrap(f"knob:{name}={spec.placeholder}  {spec.meaning}", "  ")
+        for name, spec in KNOBS.items()
+    )
+    return (
+        wrap(
+            "Runtime knobs (knob:NAME=VALUE; ':' is not valid in a Hydra key, so a knob is never "
+            "an override): our callbacks apply them at setup inside the trial, for any Lightning "
+            "script that records with them, Hydra or not:"
+        )
+        + f"\n{rows}\n\n"
+        + wrap(
+            "Exit codes: 0 done, 1 nothing could be measured (every change not applicable, "
+            "failed or untried), 2 bad input (no command recorded or one that cannot be re-run, "
+            "no candidate, bad option)."
+        )
+    )
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Add the ``try`` command to ``subparsers``."""
+    p: argparse.ArgumentParser = subparsers.add_parser(
+        "try",
+        help="measure candidate changes by re-running the run's command (A/B, interleaved)",
+        description=(
+            "Re-run RUN_DIR's own command with each candidate change (the run's findings' "
+            "candidates and --candidate overrides) in short training windows, interleaved with "
+            "the unchanged command, and report each change's speed-up (median of paired ratios) "
+            "with a 95 % bootstrap interval: 'recommended' when its low end is above 1.03."
+        ),
+        epilog=_epilog(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="the run directory")
+    p.add_argument(
+        "--candidate",
+        action="append",
+        default=[],
+        metavar="CHANGE",
+        help="a change to measure (repeatable): a Hydra override of the run's config, e.g. "
+        "data.num_workers=4, or a runtime knob, e.g. knob:dataloader.num_workers=4 (knobs below)",
+    )
+    p.add_argument(
+        "--budget",
+        type=parse_budget,
+        default=600.0,
+        metavar="DURATION",
+        help="wall-clock budget, e.g. 10m (default), 90s, 1h; planned once the first run of "
+        "the command is timed: changes in order get the 3 pairs a verdict needs while it holds "
+        "them, the rest are left out and named",
+    )
+    p.add_argument("--pairs", type=_positive, default=5, help="pairs per candidate at most (5)")
+    p.add_argument(
+        "--warmup", type=_non_negative, default=5, help="training batches skipped per trial (5)"
+    )
+    p.add_argument(
+        "--batches", type=_positive, default=20, help="training batches measured per trial (20)"
+    )
+    p.add_argument(
+        "--checkpoint",
+        type=Path,
+        metavar="CKPT",
+        help="checkpoint on which eval-time changes are checked with ocr-test (default: "
+        "RUN_DIR/checkpoints/last.ckpt, else another .ckpt there)",
+    )
+    p.add_argument(
+        "--no-findings",
+        action="store_true",
+        help="measure only the --candidate changes, not the findings' candidates",
+    )
+    p.add_argument(
+        "--json",
+        type=Path,
+        metavar="OUT",
+        help="also write the session's results (perf/try.jsonl's records) as JSON (- : stdout)",
+    )
+    p.set_defaults(func=run)
+    return p
+
+
+def _checkpoint(run_dir: Path) -> Path | None:
+    folder = run_dir / "checkpoints"
+    last = folder / "last.ckpt"
+    if last.is_file():
+        return last.resolve()
+    found = sorted(folder.glob("*.ckpt")) if folder.is_dir() else []
+    return found[0].resolve() if found else None
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run a ``try`` session for parsed ``args``."""
+    from trainperf.analysis.contention import trials_contention_note
+    from trainperf.analysis.tryouts import code_lines, paste_line
+    from trainperf.cli.tryout.candidate_options import (
+        candidates_from_findings,
+        parse_candidate,
+        unique_candidates,
+    )
+    from trainperf.cli.tryout.session import TryOptions, TrySession, write_records
+    from trainperf.present.console import widen_for_logs
+    from trainperf.present.report import build_report
+    from trainperf.present.try_table import (
+        print_line,
+        print_plan,
+        print_results,
+        start_line,
+        trial_progress,
+    )
+    from trainperf.records.command import TryInputError, recorded_command
+
+    if str(args.json) == "-":  # the JSON alone on stdout: the tables go to stderr
+        import rich
+
+        rich.reconfigure(stderr=True)
+    widen_for_logs()  # a log (not a terminal) gets the table's columns whole
+    run_dir: Path = args.run_dir
+    command = recorded_command(run_dir)
+    explicit = [parse_candidate(text) for text in args.candidate]
+    found = [] if args.no_findings else candidates_from_findings(build_report(run_dir).findings)
+    candidates = unique_candidates([*explicit, *found])
+    if not candidates:
+        raise TryInputError(
+            f"{run_dir}: nothing to try: the run's findings propose no change; name one with "
+            "--candidate KEY=VALUE"
+        )
+    options = TryOptions(args.budget, args.pairs, args.warmup, args.batches)
+    checkpoint = _checkpoint(run_dir)
+    if args.checkpoint is not None:
+        if not args.checkpoint.is_file():
+            raise TryInputError(f"--checkpoint {args.checkpoint}: no such file")
+        checkpoint = args.checkpoint.resolve()
+    scratch = Path(tempfile.mkdtemp(prefix="trainperf-try-"))
+    print_line(start_line(len(candidates), args.pairs, args.budget))
+    try:
+        with trial_progress(len(candidates) * args.pairs * 2) as on_trial:
+            session = TrySession(
+                command,
+                candidates,
+                options,
+                scratch / "trials",
+                checkpoint=checkpoint,
+                on_trial=on_trial,
+                on_plan=print_plan,
+            )
+            records = session.run()
+            contention = trials_contention_note(scratch / "trials")  # before they are removed
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)  # the trials' folders are ours, made above
+    path = write_records(run_dir, records)
+    print_results(records, session.budget_note, paste_line(records), path, code_lines(records))
+    if contention is not None:
+        print(f"Note: {contention}")
+    if args.json is not None:
+        import msgspec
+
+        from trainperf.present.console import write_json
+
+        write_json(args.json, msgspec.to_builtins(records))
+    return EXIT_OK if any(r.pairs for r in records) else EXIT_NOTHING_MEASURED

@@ -1,0 +1,174 @@
+"""One trial: the run's command (or ``ocr-test`` on its checkpoint) with a change, in a fresh
+folder, as a subprocess; its speed read back from the perf files it wrote
+(``perf/epochs.jsonl``)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from trainperf.core.knobs import is_knob, knobs_of
+from trainperf.core.stage import Stage
+from trainperf.core.trial_window import ENV_VAR, TryWindow
+from trainperf.records.command import RecordedCommand
+from trainperf.records.kinds import EpochRecord, KnobRecord, RunDirError, read_records
+
+__all__ = ["TrialResult", "run_eval_trial", "run_training_trial", "stage_speed"]
+
+# What a failed trial shows of its output.
+_TAIL_LINES = 6
+# ocr-test prints this line (ocr/test.py); eval-time trials are for our app only.
+_HMEAN_LINE = re.compile(r"H-mean on split '[^']*': ([0-9.]+)")
+# Our throughput callback on the ocr-test run: its test-stage speed, nothing else.
+_EVAL_RECORDER = (
+    "+callbacks.try_throughput={_target_:'trainperf.lightning."
+    "ThroughputMonitorCallback',flops:false,peak_memory:false}"
+)
+# Lightning's Trainer reads defaults of its arguments from PL_TRAINER_<ARG>: no default logger.
+_NO_DEFAULT_LOGGER = ("PL_TRAINER_LOGGER", "False")
+# Overrides of the training command that do not belong to ocr-test's config.
+_TRAIN_ONLY_KEYS = ("callbacks", "ckpt_path", "test_after_fit")
+
+
+@dataclass(frozen=True)
+class TrialResult:
+    """What one trial gave: its wall time (start-up included), its steady-state speed (samples
+    per second; ``None`` when it failed), why it failed (exit status and the last lines of its
+    output), the H-mean an eval trial printed, and why the run cannot take a knob of the change
+    (the trial ended at setup)."""
+
+    seconds: float
+    speed: float | None
+    error: str | None = None
+    hmean: float | None = None
+    not_applicable: str | None = None
+
+
+def stage_speed(
+    run_dir: str | os.PathLike[str], stage: Stage, skip: int, batches: int | None
+) -> float | None:
+    """Samples per second of ``stage`` (``train``, ``val``, ``test``) over its batches in file
+    order, the first ``skip`` left out, at most ``batches`` (``None``: all). A batch's samples
+    are its epoch's mean (``samples / num_batches``: a short last batch counts fairly). ``None``
+    when the files hold no measured batch of the stage."""
+    timed: list[tuple[float, float]] = []  # (seconds, samples) per batch
+    for record in read_records(EpochRecord.path(run_dir), EpochRecord):
+        if record.stage != stage or record.batch_times_stride != 1 or record.num_batches <= 0:
+            continue  # a thinned epoch's list does not say which batches it kept
+        per_batch = record.samples / record.num_batches
+        timed.extend((t, per_batch) for t in record.batch_times_s if t is not None)
+    measured = timed[skip : None if batches is None else skip + batches]
+    total = sum(t for t, _ in measured)
+    if not measured or total <= 0:
+        return None
+    return sum(s for _, s in measured) / total
+
+
+def _run(argv: list[str], cwd: Path, log: Path, env: dict[str, str], timeout: float) -> str | None:
+    """Run ``argv``; its output goes to ``log``. The error text, or ``None`` on success."""
+    with open(log, "w", encoding="utf-8") as out:
+        try:
+            proc = subprocess.run(
+                argv,
+                cwd=cwd,
+                env=env,
+                stdin=subprocess.DEVNULL,  # a trial never waits for input
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                timeout=timeout,
+            )
+        except subprocess.TimeoutExpired:
+            return f"stopped after {timeout:.0f} s (time limit of a trial); output: {log}"
+    if proc.returncode == 0:
+        return None
+    lines = log.read_text(encoding="utf-8", errors="replace").strip().splitlines()
+    tail = " | ".join(line.strip() for line in lines[-_TAIL_LINES:])
+    return f"exit status {proc.returncode}: {tail}"
+
+
+def _refused_knob(folder: Path) -> str | None:
+    """Why the trial's run could not take one of its knobs (``perf/knobs.jsonl``), else None."""
+    try:
+        records = read_records(KnobRecord.path(folder), KnobRecord)
+    except RunDirError as exc:
+        return f"its knob results could not be read: {exc}"
+    for record in records:
+        if record.status != "applied":
+            return f"{record.knob}: {record.note}"
+    return None
+
+
+def run_training_trial(
+    command: RecordedCommand,
+    folder: Path,
+    changes: tuple[str, ...],
+    *,
+    warmup: int,
+    batches: int,
+    timeout: float,
+    keep: frozenset[str] = frozenset(),
+) -> TrialResult:
+    """The run's own command with ``changes`` (Hydra overrides on its command line, runtime knobs
+    ``knob:...`` in the window) in a short training window (``trainperf.core.trial_window``) writing
+    into ``folder`` (must not exist yet; made here)."""
+    folder.mkdir(parents=True)
+    knobs = knobs_of(changes)
+    overrides = tuple(c for c in changes if not is_knob(c))
+    window = TryWindow(warmup, batches, folder, keep, owner=os.getpid(), knobs=knobs)
+    env = {**os.environ, ENV_VAR: window.to_env()}
+    if "loggers" not in keep:
+        # Lightning creates its loggers' experiments (a TensorBoard event file in the script's
+        # own folder) before any callback hook; a logger the script passes still wins.
+        env.setdefault(*_NO_DEFAULT_LOGGER)
+    started = time.perf_counter()
+    argv = command.argv(folder, overrides)
+    error = _run(argv, command.cwd, folder.with_suffix(".log"), env, timeout)
+    seconds = time.perf_counter() - started
+    refused = _refused_knob(folder) if knobs else None
+    if refused is not None:
+        return TrialResult(seconds, None, error, not_applicable=refused)
+    if error is not None:
+        return TrialResult(seconds, None, error)
+    speed = stage_speed(folder, Stage.TRAIN, warmup, batches)
+    if speed is None:
+        error = (
+            f"the trial wrote no measured training batch into {folder}/perf/epochs.jsonl: the "
+            "app must record with ocr's performance callbacks (PerformanceProfilerCallback or "
+            "ThroughputMonitorCallback, stage train) and train more than the warm-up batches"
+        )
+    return TrialResult(seconds, speed, error)
+
+
+def run_eval_trial(
+    command: RecordedCommand,
+    folder: Path,
+    changes: tuple[str, ...],
+    checkpoint: Path,
+    *,
+    timeout: float,
+) -> TrialResult:
+    """``ocr-test`` on ``checkpoint`` (validation split) with the run's overrides and
+    ``changes``, in ``folder``: its test-stage speed (first batch skipped) and H-mean."""
+    folder.mkdir(parents=True)
+    argv = command.argv(
+        folder,
+        (f"checkpoint_path={checkpoint}", "split=val", _EVAL_RECORDER, *changes),
+        drop_keys=_TRAIN_ONLY_KEYS,
+        launcher=("-m", "ocr.test"),
+    )
+    log = folder.with_suffix(".log")
+    started = time.perf_counter()
+    error = _run(argv, command.cwd, log, dict(os.environ), timeout)
+    seconds = time.perf_counter() - started
+    if error is not None:
+        return TrialResult(seconds, None, error)
+    match = _HMEAN_LINE.search(log.read_text(encoding="utf-8", errors="replace"))
+    hmean = float(match.group(1)) if match else None
+    speed = stage_speed(folder, Stage.TEST, 1, None)
+    if speed is None or hmean is None:
+        return TrialResult(seconds, speed, f"ocr-test gave no speed or H-mean; see {log}")
+    return TrialResult(seconds, speed, None, hmean)

@@ -1,0 +1,3 @@
+"""The bottom layer: the phase clock, statistics and significance, the stage, action and phase
+vocabularies, findings and their thresholds, candidate changes and runtime knobs. Imports neither
+torch nor rich."""

@@ -1,0 +1,123 @@
+"""The one place where the performance callbacks interpose on Lightning and torch beyond their
+public interfaces: worker-side DataLoader timing.
+
+Work done in DataLoader workers overlaps the training step, so no hook can see it; it is timed in
+the worker and carried back with the batch (``trainperf.probe.worker.InstrumentedLoader``). The
+loader
+must be instrumented before Lightning creates its first iterator, inside ``fit`` before any
+callback hook runs (``_FitLoop.setup_data`` calls ``iter()`` right after
+``strategy.process_dataloader(loader)``): so we wrap ``Strategy.process_dataloader`` on the
+strategy instance for the run.
+
+What we rely on is pinned by ``tests/integration/test_interpose_seams.py`` and accepted only in
+the tested version range below; outside it the callbacks warn once and measure only what the
+public action stream gives (no worker-side parts).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import lightning as L
+import torch
+from lightning.fabric.utilities.data import _auto_add_worker_init_fn
+from packaging.version import Version
+from torch.utils.data import DataLoader
+
+from trainperf.core.clock import PhaseClock
+from trainperf.probe.worker import InstrumentedLoader, WorkerTiming
+
+#: Package -> [lowest, first untested) release, tested with the seam tests: torch 2.13 here,
+#: 2.11.0+cu130 on an H200 (32 seam tests passed, ``docs/performance/gpu.md``, 2026-11-26).
+TESTED_VERSIONS: dict[str, tuple[str, str]] = {
+    "lightning": ("2.6.0", "2.7.0"),
+    "torch": ("2.11.0", "2.14.0"),
+}
+
+
+def check_versions(versions: dict[str, str] | None = None) -> str | None:
+    """None when Lightning and torch are in :data:`TESTED_VERSIONS`, else why not (one line).
+    ``versions`` overrides the installed versions (tests)."""
+    found = versions or {"lightning": L.__version__, "torch": torch.__version__}
+    for package, (low, high) in TESTED_VERSIONS.items():
+        raw = found.get(package)
+        if raw is None:
+            continue
+        version = Version(Version(raw).base_version)  # 2.13.0+cpu -> 2.13.0
+        if not Version(low) <= version < Version(high):
+            return (
+                f"{package} {raw} is outside the range the DataLoader instrumentation was tested "
+                f"with ({low} <= version < {high}); DataLoader worker timing (fetch, collate, "
+                "parts) is off, phases, callbacks and hooks are still measured"
+            )
+    return None
+
+
+def syncs_before_train_batch(world_size: int) -> bool:
+    """Whether the gap between a training batch's last hook and the next batch's data fetch is
+    a wait for the other ranks: Lightning 2.6 broadcasts a SIGTERM flag from rank 0 at the start
+    of every training batch under DDP (no profiler action around it), so a rank that is ahead
+    blocks there. Assumed only in the tested range."""
+    return world_size > 1 and check_versions() is None
+
+
+class LoaderInterposer:
+    """Instrument each DataLoader the trainer's strategy processes (until :meth:`restore`),
+    before Lightning iterates it.
+
+    Args:
+        route: called with the processed loader; returns ``(on_batch, clock)`` to instrument it
+            (worker timings go to ``on_batch``; worker start-up is ``data_wait`` on ``clock``),
+            or None to leave it alone.
+        on_error: called with any exception of the instrumentation (the loader is then served
+            as it is).
+    """
+
+    def __init__(
+        self,
+        trainer: L.Trainer,
+        route: Callable[[DataLoader], tuple[Callable[[WorkerTiming], None], PhaseClock] | None],
+        on_error: Callable[[BaseException], None],
+    ) -> None:
+        self._trainer = trainer
+        self._route = route
+        self._on_error = on_error
+        self._handles: dict[int, InstrumentedLoader] = {}
+        strategy = trainer.strategy
+        original = strategy.process_dataloader
+
+        def process_dataloader(dataloader: object) -> object:
+            out = original(dataloader)
+            try:
+                self._instrument(out)
+            except Exception as exc:
+                on_error(exc)
+            return out
+
+        strategy.process_dataloader = process_dataloader  # type: ignore[method-assign]
+        self._strategy: Any = strategy
+        self._wrapper = process_dataloader
+
+    def _instrument(self, loader: object) -> None:
+        if not isinstance(loader, DataLoader) or id(loader) in self._handles:
+            return
+        routed = self._route(loader)
+        if routed is None:
+            return
+        on_batch, clock = routed
+        # Lightning adds its worker-seeding init function only to loaders that have none, right
+        # after this call; add it first so the instrumentation chains it instead of hiding it.
+        _auto_add_worker_init_fn(loader, self._trainer.global_rank)
+        self._handles[id(loader)] = InstrumentedLoader(
+            loader, on_batch, clock, on_error=self._on_error
+        )
+
+    def restore(self) -> None:
+        """Undo everything (idempotent): the loaders' instrumentation and the strategy wrapper."""
+        handles, self._handles = self._handles, {}
+        for handle in handles.values():
+            handle.restore()
+        strategy, self._strategy = self._strategy, None
+        if strategy is not None and vars(strategy).get("process_dataloader") is self._wrapper:
+            del strategy.process_dataloader

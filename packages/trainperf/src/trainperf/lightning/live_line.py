@@ -1,0 +1,118 @@
+"""The live phase line in the progress bars: ``forward 52% backward 41% data_wait 3% · 17.0
+samples/s · compute-bound``, read from the performance monitors' recorder (its open window, the
+phase clock so far, the last gathered epoch's straggler) and worded by
+:mod:`trainperf.present.live`.
+
+Nothing is measured for it: the recorder keeps these figures anyway. The line is composed only
+when a bar is about to show it (a time check per batch); a run without a performance monitor
+shows no line.
+
+:class:`PhaseRichProgressBar` also reads the progress-bar metrics at most every
+:data:`REFRESH_S` during training: Lightning's Rich bar reads them at every batch, which converts
+each ``prog_bar=True`` tensor with ``.item()`` (Lightning issues 21232, 20995), a host-device sync
+per step on a GPU.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import lightning as L
+from lightning.pytorch.callbacks import RichProgressBar
+
+from trainperf.core.stage import Stage
+from trainperf.errors import PerfCallbackWarning
+from trainperf.lightning.recorder import StageRecorder
+from trainperf.present.live import live_line, live_verdict
+
+#: Seconds between two updates of the line in the Rich bar.
+REFRESH_S = 2.0
+
+_failed = False
+
+
+def live_text(trainer: L.Trainer) -> str:
+    """The live line of ``trainer``'s open epoch, or ``""``. An error is one warning, then the
+    line stays empty for the process: a progress bar never fails training."""
+    global _failed
+    recorder = StageRecorder.of(trainer)
+    if recorder is None or _failed:
+        return ""
+    try:
+        epoch = recorder.open_window()
+        if epoch is None:
+            return ""
+        phases = epoch.phases_s(recorder.clock)
+        straggler = recorder.straggler.rank if recorder.straggler is not None else None
+        verdict = live_verdict(epoch.stage, phases, straggler)
+        rate = epoch.samples_per_sec(time.perf_counter_ns())  # this rank's
+        line = live_line(phases, rate, verdict, world_size=trainer.world_size)
+        # a validation window's split names its stage: the Rich bar keeps a line up to
+        # REFRESH_S, so it can still stand beside the next training epoch's bar
+        return line if not line or epoch.stage == Stage.TRAIN else f"{epoch.stage}: {line}"
+    except Exception as exc:
+        _failed = True
+        warnings.warn(
+            f"the progress bar's live phase line is off ({type(exc).__name__}: {exc})",
+            PerfCallbackWarning,
+            stacklevel=2,
+        )
+        return ""
+
+
+class PhaseRichProgressBar(RichProgressBar):
+    """Lightning's ``RichProgressBar`` (same arguments) showing the live phase line after the
+    metrics, both updated every :data:`REFRESH_S` seconds during training (the batch counter at
+    every batch, as Lightning's); at an epoch's end the metrics are read as Lightning reads them.
+
+    Args:
+        clock: keyword only, monotonic seconds; default :func:`time.monotonic` (tests pass a
+            fake one). Every other argument is ``RichProgressBar``'s.
+    """
+
+    def __init__(
+        self, *args: Any, clock: Callable[[], float] = time.monotonic, **kwargs: Any
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        self.clock = clock
+        self._line = ""
+        self._line_at = float("-inf")
+        self._metrics_at = float("-inf")
+        self._skip_metrics = False
+
+    def on_train_batch_end(
+        self,
+        trainer: L.Trainer,
+        pl_module: L.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+    ) -> None:
+        now = self.clock()
+        self._skip_metrics = now - self._metrics_at < REFRESH_S
+        if not self._skip_metrics:
+            self._metrics_at = now
+        try:
+            super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
+        finally:
+            self._skip_metrics = False
+
+    def _update_metrics(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        # Lightning's private step that reads get_metrics() (at every batch in its Rich bar)
+        if not self._skip_metrics:
+            super()._update_metrics(trainer, pl_module)
+
+    def get_metrics(
+        self, trainer: L.Trainer, pl_module: L.LightningModule
+    ) -> dict[str, int | str | float | dict[str, float]]:
+        items = super().get_metrics(trainer, pl_module)
+        now = self.clock()
+        if now - self._line_at >= REFRESH_S:
+            self._line_at = now
+            self._line = live_text(trainer)
+        if self._line:
+            items["phases"] = self._line
+        return items

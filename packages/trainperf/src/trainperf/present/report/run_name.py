@@ -1,0 +1,68 @@
+"""The run's name for the report's title, from what the run directory recorded.
+
+Sources, first found wins (each is how one kind of run names itself):
+
+1. ``task_name`` in ``.hydra/config.yaml``, followed by ``-<experiment_tag>`` when the config
+   sets one: the name ``ocr.runtime.make_wandb_logger`` gives the WandB run, so the report and
+   the WandB dashboard agree (WandB keeps its own run name in a binary file, not read here).
+2. ``task_name`` (and ``experiment_tag``) in ``perf/run.json``, which ``ocr.runtime`` records
+   when a tag is set: a run whose ``.hydra/`` folder was not kept.
+3. ``hydra.job.name`` in ``.hydra/hydra.yaml``: any Hydra app (the script's name unless
+   overridden with ``hydra.job.name=``).
+4. The run folder's name: a foreign run that recorded no configuration.
+
+The folder's name is kept beside the name: Hydra's folders are the start time
+(``outputs/train/2026-01-31_12-00-00``), which tells two runs of one task apart.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from trainperf.analysis.run import RunData, config_value
+
+
+@dataclass(frozen=True)
+class RunName:
+    """What the report calls the run; ``source`` says in words where ``name`` was read (shown
+    under the title)."""
+
+    name: str
+    source: str
+    folder: str
+
+    @property
+    def title(self) -> str:
+        """``name (folder)``, or just the folder when the name is the folder's."""
+        return self.name if self.name == self.folder else f"{self.name} ({self.folder})"
+
+
+def _text(value: Any) -> str | None:
+    """A usable name part: a non-empty scalar, as text (``None``, ``""``, lists, maps: no)."""
+    if isinstance(value, str | int | float) and not isinstance(value, bool):
+        text = str(value).strip()
+        # an interpolation Hydra saved unresolved (``${oc.env:USER}``) is not a name
+        return text if text and "${" not in text else None
+    return None
+
+
+def _tagged(task: str, tag: Any) -> str:
+    suffix = _text(tag)
+    return f"{task}-{suffix}" if suffix else task
+
+
+def run_name(run: RunData) -> RunName:
+    """The run's name from ``run`` (never fails: the folder's name is the last resort)."""
+    folder = run.run_dir.resolve().name or str(run.run_dir)
+    task = _text(config_value(run.config, "task_name"))
+    if task is not None:
+        tag = config_value(run.config, "experiment_tag")
+        return RunName(_tagged(task, tag), "task_name in .hydra/config.yaml", folder)
+    info = run.run_info
+    task = _text(info.task_name) if info is not None else None
+    if info is not None and task is not None:
+        return RunName(_tagged(task, info.experiment_tag), "perf/run.json", folder)
+    if run.hydra_job_name is not None:
+        return RunName(run.hydra_job_name, "Hydra job name (.hydra/hydra.yaml)", folder)
+    return RunName(folder, "run folder name", folder)

@@ -1,0 +1,141 @@
+"""What a run directory records about the process that ran: :func:`run_info` (machine, software,
+the command line and Hydra app, as a :class:`~trainperf.records.kinds.RunRecord`) and
+:func:`write_run_info` (merged into ``perf/run.json``). The file formats themselves live in
+:mod:`trainperf.records.kinds`."""
+
+from __future__ import annotations
+
+import math
+import os
+import platform
+import socket
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import msgspec
+
+from trainperf.records.kinds import HydraApp, JsonValue, RunRecord, enc_hook, write_run_record
+
+
+def polygon_cache_hit_rate(counts: Mapping[str, float | None]) -> float | None:
+    """Hit rate (0-1) of the PolygonCache from an epoch record's ``worker_counts`` (or any sum of
+    them); ``None`` without a lookup. Absent counters (the writers leave zeros out), ``None`` and
+    non-numbers count as 0."""
+
+    def count(name: str) -> float:
+        value = counts.get(name)
+        return 0.0 if isinstance(value, bool) or not isinstance(value, int | float) else value
+
+    hits = count("polygon_cache_hits")
+    lookups = hits + count("polygon_cache_misses")
+    return hits / lookups if lookups else None
+
+
+def to_jsonable(value: object) -> JsonValue:
+    """``value`` with non-finite floats as ``None`` (strict JSON has no NaN) and tuples as lists;
+    numpy / torch scalars become Python numbers, anything else its text. Mappings keep string
+    keys. (For documents that are not run-directory records, e.g. a baseline.)"""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, bool | int | str) or value is None:
+        return value
+    if isinstance(value, Mapping):
+        return {str(k): to_jsonable(v) for k, v in value.items()}
+    if isinstance(value, Sequence) and not isinstance(value, str | bytes):
+        return [to_jsonable(v) for v in value]
+    return to_jsonable(enc_hook(value))  # numpy / torch scalars as numbers, the rest as text
+
+
+def cpu_bf16() -> bool | None:
+    """Whether this CPU has native bf16 dot products (x86 ``avx512_bf16`` or ``amx_bf16``; on
+    CPUs without them bf16 runs emulated, slower than float32); ``None`` where the flags cannot
+    be read (not Linux)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                if line.startswith(("flags", "Features")):
+                    flags = set(line.split(":", 1)[-1].split())
+                    return bool(flags & {"avx512_bf16", "amx_bf16", "bf16"})
+    except OSError:
+        return None
+    return None
+
+
+def _hydra_app() -> HydraApp | None:
+    """The Hydra app this process runs (``trainperf try`` re-runs it with overrides), if any.
+    Hydra is read where the process has loaded it, never imported: the toolkit does not depend
+    on it."""
+    hydra_config = sys.modules.get("hydra.core.hydra_config")
+    if hydra_config is None:
+        return None
+    try:
+        HydraConfig = hydra_config.HydraConfig
+        if not HydraConfig.initialized():
+            return None
+        cfg = HydraConfig.get()
+        subdir = cfg.output_subdir
+        return HydraApp(
+            output_dir=str(cfg.runtime.output_dir),
+            # where the command was started: os.getcwd() is the output dir under job.chdir
+            cwd=str(cfg.runtime.cwd),
+            config_name=cfg.job.config_name,
+            overrides_file=f"{subdir}/overrides.yaml" if subdir else None,
+            overrides=list(cfg.overrides.task),
+        )
+    except Exception:  # an app half-initialising Hydra: no re-run, nothing worse
+        return None
+
+
+def run_info() -> RunRecord:
+    """The machine and software of this process, and the command that started it (``trainperf
+    try`` re-runs it; ``orig_argv`` is the interpreter's own: ``python -m pkg ...`` or a console
+    script)."""
+
+    def version(name: str) -> str | None:
+        value = getattr(sys.modules.get(name), "__version__", None)
+        return str(value) if value is not None else None
+
+    torch = sys.modules.get("torch")
+    cuda = torch is not None and torch.cuda.is_available()
+    return RunRecord(
+        started_at=time.time(),
+        hostname=socket.gethostname(),
+        platform=platform.platform(),
+        python=platform.python_version(),
+        cpu_count=os.cpu_count(),
+        cpu_bf16=cpu_bf16(),
+        argv=list(sys.argv),
+        executable=sys.executable,
+        orig_argv=list(sys.orig_argv),
+        cwd=os.getcwd(),
+        hydra=_hydra_app(),
+        torch_threads=torch.get_num_threads() if torch is not None else None,
+        cuda_devices=[torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+        if cuda and torch is not None
+        else [],
+        cuda_capability=[
+            "{}.{}".format(*torch.cuda.get_device_capability(i))
+            for i in range(torch.cuda.device_count())
+        ]
+        if cuda and torch is not None
+        else [],
+        torch_version=version("torch"),
+        lightning_version=version("lightning"),
+        numpy_version=version("numpy"),
+    )
+
+
+def write_run_info(
+    run_dir: str | os.PathLike[str], extra: Mapping[str, JsonValue] | None = None
+) -> Path:
+    """Write :func:`run_info` and ``extra`` (more :class:`~trainperf.records.kinds.RunRecord`
+    fields)
+    into ``<run_dir>/perf/run.json``, merged into an existing one (several callbacks may each add
+    their part); returns its path. Raises ``OSError`` when unwritable."""
+    # what this process does not know (None, no hparams) must not overwrite another writer's part
+    facts: dict[str, JsonValue] = {
+        k: v for k, v in msgspec.to_builtins(run_info()).items() if v is not None and v != {}
+    }
+    return write_run_record(run_dir, {**facts, **(extra or {})})
