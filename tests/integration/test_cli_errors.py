@@ -72,7 +72,7 @@ def test_hydra_full_error_shows_the_traceback(tmp_path: Path) -> None:
     assert proc.returncode != 0
     assert "Traceback" in proc.stderr
     # an InputError that is also a FileNotFoundError (ocr.errors): the type names it
-    assert "ocr.errors.MissingPathError: data.dataset_dir: no such folder" in proc.stderr
+    assert "errors.MissingPathError: data.dataset_dir: no such folder" in proc.stderr
 
 
 def test_non_numeric_coordinate_names_file_and_word(tiny_dataset: Path, tmp_path: Path) -> None:
