@@ -308,8 +308,11 @@ def test_the_issue_rows_show_the_band_and_rule_they_were_judged_by() -> None:
 
     collate = dict(zip(COLUMNS, row_cells(loose["worker_collate_ms_per_batch"]), strict=True))
     assert (collate["change"], collate["band"]) == ("-27.5 %", "-24.9 / +33.1 %")
-    assert collate["status"] == "improvement"
     assert "outside the band" in collate["why"]
+    # a part of the epoch's time (DataLoader work) moved while the epoch did not: the epoch
+    # judges it (trainperf.analysis.gate)
+    assert collate["status"] == "inconclusive (improvement?)"
+    assert "epoch_wall_s +0.0 % is no significant change" in collate["why"]
 
     wait = dict(zip(COLUMNS, row_cells(rows["phase_data_wait_s"]), strict=True))
     # 2 % of a 1 s epoch = 0.02 s, wider than 12.8 % of 0.15 s: the band is in seconds

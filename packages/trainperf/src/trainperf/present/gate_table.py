@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from trainperf.analysis.gate import MISSING, NOT_JUDGED, Band, GateOutcome, GateRow
+from trainperf.analysis.gate import EPOCH_ROW, MISSING, NOT_JUDGED, Band, GateOutcome, GateRow
 from trainperf.core.significance import OUTCOME_STYLE, Outcome
 
 if TYPE_CHECKING:
@@ -24,7 +24,9 @@ COLUMNS = ("figure", "unit", "better", "baseline", "current", "change", "band", 
 BAND_NOTE = (
     "band: a change outside it moves the figure; for times and rates it is multiplicative "
     "(+t % pairs with 100 / (1 + t/100) - 100 %), widened where the baseline's own noise "
-    "(3 sigmas from the IQR of its epochs) or a phase's floor (2 % of the epoch) is wider"
+    "(3 sigmas from the IQR of its epochs) or a phase's floor (2 % of the epoch, at least "
+    "10 ms) is wider; a part of the epoch's time (a phase, the batch times, DataLoader work) "
+    "fails only when epoch_wall_s does"
 )
 _STYLES = {**OUTCOME_STYLE, Outcome.NO_CHANGE: "", MISSING: "yellow", NOT_JUDGED: ""}
 _ORDER = {
@@ -147,9 +149,11 @@ def print_check(outcome: GateOutcome, console: Console) -> None:
             if row.status != Outcome.NO_CHANGE:
                 console.print(f"{row.figure}: {row.status}: {'; '.join(row.rules)}", markup=False)
         floored = [r.figure for r in ordered if r.band and r.band.unit == "s"]
+        held = [r.figure for r in ordered if r.held_by is not None]
         for label, names in (
             ("band widened to the baseline's noise", [r.figure for r in ordered if r.widened]),
             ("band held by the phase floor (s)", floored),
+            (f"moved, but {EPOCH_ROW} did not: judged by it", held),
         ):
             if names:
                 console.print(f"{label}: {', '.join(names)}", markup=False, highlight=False)
