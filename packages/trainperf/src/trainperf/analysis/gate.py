@@ -31,8 +31,8 @@ by tens of percent between identical epochs:
   reruns of a 20 ms-step module failed on ``phase_unattributed_s`` (+6.6 ms an epoch, 2.4 % of a
   0.27 s epoch whose own wall time stayed inside its band), and the batch-time rows of
   identical reruns moved +12 to +15 % beside another job while their epochs moved +7 % (the
-  step times cluster near 21, 24 and 28 ms, and a median jumps between clusters). Without an ``epoch_wall_s`` on both sides (a
-  bench) each part is judged alone.
+  step times cluster near 21, 24 and 28 ms, and a median jumps between clusters). Without an
+  ``epoch_wall_s`` on both sides (a bench) each part is judged alone.
 * **Enough data** (:func:`~trainperf.analysis.baseline.too_little_data`), else the verdict is
   ``insufficient data`` and a moved row ``inconclusive`` (``moved`` keeps which way).
 
