@@ -1,26 +1,28 @@
-"""Counts the toolkit's structural figures from the code (issue 20's acceptance), printing each.
+"""Counts the structural figures of the toolkit and the app from the code, printing each.
 
-    python scripts/structure_counts.py [--root ocr] [--json]
+    python scripts/structure_counts.py [--root ocr] [--toolkit packages/trainperf/src/trainperf]
+                                       [--json] [--list] [--blame] [--before REV]
 
-- **Any-dict slots**: function parameters and return annotations in
-``packages/trainperf/src/trainperf`` and
-  ``ocr/lightning_modules/callbacks`` typed as a string-keyed dict / mapping whose values are
-  ``Any`` (``dict[str, Any]``, ``Mapping[str, Any]``, ``MutableMapping[str, Any]``, also inside
-  ``| None``, ``list[...]`` and the like).
-- **Schema names**: every string literal starting ``receipt-ocr/`` in ``ocr/`` (code, not
-  docstrings or comments), and how often each is spelled.
-- **Import cycles**: strongly connected components of the import graph of ``ocr`` (imports
-  inside functions count: deferring an import hides a cycle, it does not remove it; imports
-  under ``if TYPE_CHECKING:`` do not).
-- **Largest files** in ``ocr/`` and the toolkit's line count (``packages/trainperf/src/trainperf`` +
-the callbacks),
-  split into code, docstring, comment and blank lines, and into the modules that issues 21, 22,
-  24 and 25 created (:data:`LATER_FEATURES`, filed with issue 20 and built after its reshaping)
-  and the rest. What those issues added to modules they share with the rest counts in the rest,
-  unless ``--blame`` is given: then each line of the rest whose last writer (``git blame -w -M
-  -C``) is one of :data:`LATER_COMMITS` is credited to that issue. A line of any other commit, a
-  cut or a refactoring that rewrote a later issue's line included, stays in the rest.
-  ``--before REV`` prints the toolkit's lines at a revision (e00c818: when issue 20 was filed).
+- **Layout** of the toolkit (issue 34): the entries at its top (``__pycache__`` aside; at most
+  :data:`MAX_TOP_ENTRIES`) and the base names two of its modules share (a package counts by its
+  folder's name; :data:`SHARED_BASE_NAMES` may repeat).
+- **Any-dict slots**: function parameters and return annotations in the toolkit typed as a
+  string-keyed dict / mapping whose values are ``Any`` (``dict[str, Any]``, ``Mapping[str, Any]``,
+  ``MutableMapping[str, Any]``, also inside ``| None``, ``list[...]`` and the like).
+- **Schema names**: every string literal starting with one of :data:`SCHEMA_PREFIXES` in the app
+  and the toolkit (code, not docstrings or comments), and how often each is spelled.
+- **Import cycles**: strongly connected components of the import graph of the app and of the
+  toolkit. Every import counts: inside functions and under ``if TYPE_CHECKING:`` too (deferring
+  an import, or importing it for the type checker only, hides a cycle; it does not remove it).
+- **Largest files** of both and the toolkit's line count, split into code, docstring, comment and
+  blank lines, and into the modules that issues 21, 22, 24 and 25 created
+  (:data:`LATER_FEATURES`, filed with issue 20 and built after its reshaping; paths in the
+  toolkit since issue 34 moved it) and the rest. What those issues added to modules they share
+  with the rest counts in the rest, unless ``--blame`` is given: then each line of the rest whose
+  last writer (``git blame -w -M -C``) is one of :data:`LATER_COMMITS` is credited to that
+  issue. A line of any other commit, a cut or a refactoring that rewrote a later issue's line
+  included, stays in the rest. ``--before REV`` prints the toolkit's lines at a revision
+  (e00c818: when issue 20 was filed), wherever it lived then (:data:`TOOLKIT_PATHS`).
 """
 
 from __future__ import annotations
@@ -33,48 +35,63 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-TOOLKIT = ("perf", "lightning_modules/callbacks")
+#: The toolkit's package folder (relative to the repository root).
+TOOLKIT = "packages/trainperf/src/trainperf"
+#: Where the toolkit lived at any revision (relative to the repository root): before issue 34 it
+#: was ``ocr/perf`` and the Lightning callbacks; ``--before`` counts whichever exist at ``REV``.
+TOOLKIT_PATHS = ("ocr/perf", "ocr/lightning_modules/callbacks", TOOLKIT)
+#: At most this many entries at the toolkit's top (its layers, ``errors.py`` and ``__init__``).
+MAX_TOP_ENTRIES = 10
+#: Base names more than one of the toolkit's modules may have (each layer has its own).
+SHARED_BASE_NAMES = frozenset({"__init__", "cli", "errors"})
+#: String literals that are schema names (current and legacy record tags).
+SCHEMA_PREFIXES = ("trainperf/", "receipt-ocr/")
 _MAPPINGS = {"dict", "Dict", "Mapping", "MutableMapping"}
-#: The toolkit modules each later issue created (paths under ``ocr/``), by issue number.
+#: The toolkit modules each later issue created (paths in :data:`TOOLKIT`), by issue number. A
+#: module issue 34 split in two (the probe and the verdict's rule) is credited with both halves.
 LATER_FEATURES: dict[int, tuple[str, tuple[str, ...]]] = {
     21: (
         "traces at any size and across ranks",
-        tuple(
-            f"perf/trace/{name}.py"
-            for name in (
-                "scan",
-                "spill",
-                "windowed",
-                "partial",
-                "memory",
-                "additive",
-                "names",
-                "rankset",
-                "rank_render",
-                "comms",
-                "integrity",
-            )
+        (
+            *(
+                f"analysis/trace/{name}.py"
+                for name in (
+                    "scan",
+                    "spill",
+                    "windowed",
+                    "partial",
+                    "memory_timeline",
+                    "additive",
+                    "names",
+                    "rankset",
+                    "comms",
+                    "integrity",
+                )
+            ),
+            "present/rank_tables.py",
         ),
     ),
     22: (
         "silent slowdowns named with their cause",
         (
-            "perf/growth.py",
-            "perf/recompiles.py",
-            "perf/process_growth.py",
-            "perf/worker_memory.py",
-            "perf/sync_debug.py",
-            "perf/trace/stacks.py",
-            "lightning_modules/callbacks/epoch_scan.py",
+            "probe/growth.py",
+            "analysis/creep.py",
+            "probe/recompiles.py",
+            "analysis/recompile_rules.py",
+            "analysis/process_growth.py",
+            "analysis/worker_memory.py",
+            "probe/sync_debug.py",
+            "analysis/trace/stacks.py",
+            "lightning/epoch_scan.py",
         ),
     ),
     24: (
         "a run you can watch and read",
-        ("perf/watch.py", "perf/live.py", "lightning_modules/callbacks/live_line.py"),
+        ("cli/watch.py", "present/live.py", "lightning/live_line.py"),
     ),
     25: (
         "trainperf try for any Lightning script",
-        ("perf/knobs.py", "lightning_modules/callbacks/knobs_apply.py"),
+        ("core/knobs.py", "lightning/knobs_apply.py"),
     ),
 }
 
@@ -147,7 +164,11 @@ def _docstring_nodes(tree: ast.AST) -> set[int]:
     return ids
 
 
-def schema_spellings(files: list[Path]) -> Counter[str]:
+def schema_spellings(
+    files: list[Path], prefixes: tuple[str, ...] = SCHEMA_PREFIXES
+) -> Counter[str]:
+    """How often each string literal starting with one of ``prefixes`` is spelled in ``files``'
+    code (docstrings left out)."""
     counts: Counter[str] = Counter()
     for path in files:
         tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
@@ -156,7 +177,7 @@ def schema_spellings(files: list[Path]) -> Counter[str]:
             if isinstance(node, ast.Constant) and id(node) not in docs:
                 value = node.value
                 text = value.decode("latin-1") if isinstance(value, bytes) else value
-                if isinstance(text, str) and text.startswith("receipt-ocr/"):
+                if isinstance(text, str) and text.startswith(prefixes):
                     counts[text] += 1
     return counts
 
@@ -169,21 +190,12 @@ def _module_name(root: Path, path: Path) -> str:
 
 
 def _imports(tree: ast.Module, module: str, is_package: bool, modules: set[str]) -> set[str]:
-    """Modules of ``modules`` that ``module`` imports, at module level or inside functions (a
-    function-level import that breaks a cycle at import time is still a cycle of dependencies),
-    leaving out imports under ``if TYPE_CHECKING:``. ``from pkg import sub`` depends on
-    ``pkg.sub`` (not on ``pkg``) when ``sub`` is a module."""
+    """Modules of ``modules`` that ``module`` imports, anywhere: at module level, inside
+    functions and under ``if TYPE_CHECKING:`` (deferring an import, or importing it for the type
+    checker only, hides a cycle of dependencies; it does not remove it). ``from pkg import sub``
+    depends on ``pkg.sub`` (not on ``pkg``) when ``sub`` is a module."""
     out: set[str] = set()
-    skip: set[int] = set()
     for node in ast.walk(tree):
-        if isinstance(node, ast.If):
-            test = node.test
-            name = test.attr if isinstance(test, ast.Attribute) else getattr(test, "id", "")
-            if name == "TYPE_CHECKING":
-                skip.update(id(sub) for stmt in node.body for sub in ast.walk(stmt))
-    for node in ast.walk(tree):
-        if id(node) in skip:
-            continue
         if isinstance(node, ast.Import):
             for alias in node.names:
                 if alias.name in modules:
@@ -206,7 +218,36 @@ def _imports(tree: ast.Module, module: str, is_package: bool, modules: set[str])
     return out
 
 
+def top_entries(root: Path) -> list[str]:
+    """The names at the top of package folder ``root`` (``__pycache__`` left out), sorted."""
+    return sorted(p.name for p in root.iterdir() if p.name != "__pycache__")
+
+
+def shared_base_names(root: Path) -> dict[str, list[str]]:
+    """Base names that more than one module or package below ``root`` has (a package counts by
+    its folder's name, a module by its file's stem), each with the paths that have it; the names
+    of :data:`SHARED_BASE_NAMES` are allowed to repeat."""
+    found: dict[str, list[str]] = {}
+    for path in sorted(root.rglob("*")):
+        if "__pycache__" in path.parts:
+            continue
+        if path.is_dir() and (path / "__init__.py").is_file():
+            name = path.name
+        elif path.is_file() and path.suffix == ".py":
+            name = path.stem
+        else:
+            continue
+        found.setdefault(name, []).append(path.relative_to(root).as_posix())
+    return {
+        name: paths
+        for name, paths in found.items()
+        if len(paths) > 1 and name not in SHARED_BASE_NAMES
+    }
+
+
 def import_cycles(root: Path) -> list[list[str]]:
+    """Each import cycle (a strongly connected component of more than one module) of the package
+    folder ``root``, by dotted module names, sorted (see :func:`_imports`)."""
     files = sorted(root.rglob("*.py"))
     modules = {_module_name(root, p): p for p in files}
     graph: dict[str, set[str]] = {}
@@ -299,11 +340,12 @@ def blamed_later_lines(root: Path, files: list[Path]) -> Counter[int]:
     return counts
 
 
-def toolkit_lines_at(root: Path, rev: str) -> int:
-    """The toolkit's lines at git revision ``rev`` (``root``: the package folder of a checkout)."""
-    names = _git(root, "ls-tree", "-r", "--name-only", rev, "--", *TOOLKIT).split()
+def toolkit_lines_at(repo: Path, rev: str, paths: tuple[str, ...] = TOOLKIT_PATHS) -> int:
+    """The toolkit's lines at git revision ``rev``: its ``.py`` files under ``paths`` (relative to
+    ``repo``, a folder of a checkout) as they were at ``rev``."""
+    names = _git(repo, "ls-tree", "-r", "--name-only", rev, "--", *paths).split()
     return sum(
-        len(_git(root, "show", f"{rev}:./{name}").splitlines())
+        len(_git(repo, "show", f"{rev}:./{name}").splitlines())
         for name in names
         if name.endswith(".py")
     )
@@ -317,7 +359,10 @@ def _rest_files(root: Path, toolkit: list[Path]) -> list[Path]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--root", default="ocr", help="the package folder (default: ocr)")
+    parser.add_argument("--root", default="ocr", help="the app's package folder (default: ocr)")
+    parser.add_argument(
+        "--toolkit", default=TOOLKIT, help=f"the toolkit's package folder (default: {TOOLKIT})"
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--list", action="store_true", help="list every Any-dict slot")
     parser.add_argument(
@@ -327,14 +372,17 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--before", metavar="REV", help="also count the toolkit at git REV")
     args = parser.parse_args(argv)
-    root = Path(args.root)
-    if not (root / "__init__.py").is_file():
-        parser.error(f"{root} is not a package folder")
-    every = sorted(root.rglob("*.py"))
-    toolkit = [p for p in every if any(str(p.relative_to(root)).startswith(t) for t in TOOLKIT)]
+    app, kit = Path(args.root), Path(args.toolkit)
+    for folder in (app, kit):
+        if not (folder / "__init__.py").is_file():
+            parser.error(f"{folder} is not a package folder")
+    app_files, toolkit = sorted(app.rglob("*.py")), sorted(kit.rglob("*.py"))
+    every = app_files + toolkit
     slots = any_dict_slots(toolkit)
     schemas = schema_spellings(every)
-    cycles = import_cycles(root)
+    cycles = {str(folder): import_cycles(folder) for folder in (app, kit)}
+    top = top_entries(kit)
+    shared = shared_base_names(kit)
     sizes = sorted(((len(p.read_text().splitlines()), str(p)) for p in every), reverse=True)
     toolkit_lines = sum(len(p.read_text().splitlines()) for p in toolkit)
     kinds: Counter[str] = Counter()
@@ -342,19 +390,21 @@ def main(argv: list[str] | None = None) -> int:
         kinds += line_kinds(p)
     later = {
         issue: sum(
-            len((root / rel).read_text().splitlines()) for rel in paths if (root / rel).is_file()
+            len((kit / rel).read_text().splitlines()) for rel in paths if (kit / rel).is_file()
         )
         for issue, (_, paths) in LATER_FEATURES.items()
     }
     rest_lines = toolkit_lines - sum(later.values())
     result: dict[str, object] = {
+        "toolkit_top_entries": top,
+        "shared_base_names": shared,
         "any_dict_slots": len(slots),
         "schema_spellings": dict(sorted(schemas.items())),
         "schemas_spelled_more_than_once": sorted(k for k, n in schemas.items() if n > 1),
         "import_cycles": cycles,
         "largest_files": [{"lines": n, "path": p} for n, p in sizes[:5]],
         "toolkit_lines": toolkit_lines,
-        "ocr_lines": sum(n for n, _ in sizes),
+        "app_lines": sum(len(p.read_text().splitlines()) for p in app_files),
         "toolkit_line_kinds": {k: kinds[k] for k in ("code", "doc", "comment", "blank")},
         "later_issue_module_lines": {str(k): v for k, v in later.items()},
         "toolkit_lines_without_later_issue_modules": rest_lines,
@@ -363,35 +413,39 @@ def main(argv: list[str] | None = None) -> int:
     before = 0
     try:
         if args.blame:
-            blamed = blamed_later_lines(root, _rest_files(root, toolkit))
+            blamed = blamed_later_lines(kit, _rest_files(kit, toolkit))
             result["later_issue_lines_in_the_rest"] = {str(k): blamed[k] for k in LATER_COMMITS}
             result["issue_20_scope_lines"] = rest_lines - sum(blamed.values())
         if args.before:
-            before = toolkit_lines_at(root, args.before)
+            repo = Path(_git(kit, "rev-parse", "--show-toplevel").strip())
+            before = toolkit_lines_at(repo, args.before)
             result["toolkit_lines_before"] = {args.before: before}
     except GitError as exc:
         parser.error(str(exc))
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
-    print(f"Any-dict signature slots (packages/trainperf/src/trainperf + callbacks): {len(slots)}")
+    print(f"entries at the top of {kit}/: {len(top)} (at most {MAX_TOP_ENTRIES}): {', '.join(top)}")
+    allowed = ", ".join(sorted(SHARED_BASE_NAMES))
+    print(f"base names shared by modules of {kit}/ (beyond {allowed}):")
+    for name, paths in shared.items():
+        print(f"  {name}: {', '.join(paths)}")
+    print(f"  {len(shared)} in all")
+    print(f"Any-dict signature slots ({kit}): {len(slots)}")
     if args.list:
         for slot in slots:
             print(f"  {slot}")
     print("schema names (spellings in code):")
     for name, n in sorted(schemas.items()):
         print(f"  {name}: {n}")
-    print(f"import cycles in {root}/: {len(cycles)}")
-    for cycle in cycles:
-        print("  " + " <-> ".join(cycle))
+    for folder, found in cycles.items():
+        print(f"import cycles in {folder}/: {len(found)}")
+        for cycle in found:
+            print("  " + " <-> ".join(cycle))
     print("largest files:")
     for n, name in sizes[:5]:
         print(f"  {n:5d}  {name}")
-    total = sum(n for n, _ in sizes)
-    print(
-        f"toolkit lines (packages/trainperf/src/trainperf): {toolkit_lines}; "
-        f"all of {root}/: {total}"
-    )
+    print(f"toolkit lines ({kit}): {toolkit_lines}; app lines ({app}/): {result['app_lines']}")
     print("  by kind: " + ", ".join(f"{k} {kinds[k]}" for k in ("code", "doc", "comment", "blank")))
     for issue, (title, paths) in LATER_FEATURES.items():
         print(f"  modules created by issue {issue} ({title}, {len(paths)}): {later[issue]}")

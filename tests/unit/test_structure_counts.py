@@ -1,6 +1,7 @@
 """``scripts/structure_counts.py``'s line accounting (issue 20): the kinds of a file's lines, and
 the table of modules later issues created (which must name files that exist), and the git blame
-that credits later issues' commits."""
+that credits later issues' commits; the toolkit's layout (issue 34): at most ten entries at its
+top, no two modules with the same base name beyond ``__init__``, ``cli`` and ``errors``."""
 
 from __future__ import annotations
 
@@ -14,12 +15,17 @@ from scripts import structure_counts
 from scripts.structure_counts import (
     LATER_COMMITS,
     LATER_FEATURES,
+    MAX_TOP_ENTRIES,
+    TOOLKIT,
     blamed_later_lines,
     line_kinds,
+    shared_base_names,
     toolkit_lines_at,
+    top_entries,
 )
 
 REPO = Path(__file__).resolve().parents[2]
+KIT = REPO / TOOLKIT
 
 
 def test_line_kinds_tell_code_docstrings_comments_and_blanks_apart(tmp_path: Path) -> None:
@@ -40,8 +46,36 @@ def test_line_kinds_tell_code_docstrings_comments_and_blanks_apart(tmp_path: Pat
 def test_every_module_credited_to_a_later_issue_exists() -> None:
     paths = [rel for _, rels in LATER_FEATURES.values() for rel in rels]
     assert len(paths) == len(set(paths))
-    missing = [rel for rel in paths if not (REPO / "ocr" / rel).is_file()]
+    missing = [rel for rel in paths if not (KIT / rel).is_file()]
     assert missing == []
+
+
+def test_the_toolkit_has_at_most_ten_entries_at_its_top() -> None:
+    top = top_entries(KIT)
+    assert "__pycache__" not in top
+    assert len(top) <= MAX_TOP_ENTRIES, top
+
+
+def test_no_two_toolkit_modules_share_a_base_name() -> None:
+    assert shared_base_names(KIT) == {}
+
+
+def test_shared_base_names_count_packages_by_their_folder(tmp_path: Path) -> None:
+    # the check can fail: a package `report/` beside a module `report.py`, two `load.py`
+    root = tmp_path / "kit"
+    for folder in ("a", "a/report", "b", "b/__pycache__"):
+        (root / folder).mkdir(parents=True)
+    for name in ("__init__", "a/__init__", "a/report/__init__", "b/__init__", "b/cli", "a/cli"):
+        (root / f"{name}.py").write_text("")
+    for name in ("a/load", "b/load", "b/report", "b/errors", "a/errors", "b/__pycache__/x"):
+        (root / f"{name}.py").write_text("")
+    (root / "a" / "data").mkdir()  # not a package: its name is no module's
+    (root / "b" / "data.py").write_text("")
+    assert shared_base_names(root) == {
+        "load": ["a/load.py", "b/load.py"],
+        "report": ["a/report", "b/report.py"],
+    }
+    assert top_entries(root) == ["__init__.py", "a", "b"]
 
 
 def _git(folder: Path, *args: str) -> str:
@@ -72,8 +106,10 @@ def test_blame_credits_only_the_listed_commits_lines(
     assert blamed_later_lines(root, [Path("perf/m.py")]) == {21: 2}
     monkeypatch.setattr(structure_counts, "LATER_COMMITS", {25: second[:7]})  # any prefix length
     assert blamed_later_lines(root, [Path("perf/m.py")]) == {25: 2}
-    assert toolkit_lines_at(root, first) == 3
-    assert toolkit_lines_at(root, "HEAD") == 5
+    assert toolkit_lines_at(root, first, ("perf",)) == 3
+    assert toolkit_lines_at(root, "HEAD", ("perf",)) == 5
+    # the toolkit's old and new homes: whichever existed at the revision
+    assert toolkit_lines_at(tmp_path, "HEAD", ("pkg/perf", "pkg/elsewhere")) == 5
 
 
 def test_a_revision_git_does_not_know_is_a_one_line_error(
@@ -84,7 +120,9 @@ def test_a_revision_git_does_not_know_is_a_one_line_error(
     (root / "__init__.py").write_text("")
     _git(tmp_path, "init", "-q")
     with pytest.raises(SystemExit) as exit_info:
-        structure_counts.main(["--root", str(root), "--before", "no-such-rev"])
+        structure_counts.main(
+            ["--root", str(root), "--toolkit", str(root), "--before", "no-such-rev"]
+        )
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert "error: git ls-tree in" in err
@@ -95,6 +133,17 @@ def test_a_revision_git_does_not_know_is_a_one_line_error(
 def _in_git_checkout() -> bool:
     probe = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True)
     return probe.returncode == 0
+
+
+def test_the_report_prints_the_layout_and_both_cycle_counts(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(REPO)
+    assert structure_counts.main([]) == 0
+    out = capsys.readouterr().out
+    assert f"entries at the top of {TOOLKIT}/: " in out
+    assert "import cycles in ocr/: 0" in out
+    assert f"import cycles in {TOOLKIT}/: 0" in out
 
 
 @pytest.mark.skipif(

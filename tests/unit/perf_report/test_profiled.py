@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from trainperf.analysis.stages import PROFILER_PHASE, profiled_batches
 from trainperf.present.report import build_report
-from trainperf.present.report.profiled import PROFILER_PHASE, profiled_batches
 from trainperf.present.report.writers import to_markdown
 from trainperf.records.kinds import ProfilerWindow
 
@@ -77,7 +77,7 @@ def _run(tmp_path: Path, agree: bool) -> Path:
 def test_profiled_epoch_marked_and_export_out_of_callbacks(tmp_path: Path) -> None:
     run = _run(tmp_path, agree=True)
     report = build_report(run)
-    assert profiled_batches(report.run) == {("train", 0, b) for b in range(4)}
+    assert profiled_batches(report.run.profiler_windows) == {("train", 0, b) for b in range(4)}
     train = report.stages["train"]
     assert train.phases_s[PROFILER_PHASE] == 0.5
     assert abs(train.phases_s["callbacks"] - 0.1) < 1e-9

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from rich.console import Console
 from trainperf.analysis.gate import Band, GateOutcome, GateRow
+from trainperf.analysis.run import load_run
 from trainperf.cli.main import main as perf_main
 from trainperf.core.findings import Finding
 from trainperf.present.report import (
@@ -253,10 +254,10 @@ def test_unreadable_trace_leaves_a_note(tmp_path: Path) -> None:
     traces.mkdir()
     (traces / "epoch_1.json").write_text('{"traceEvents": [')
     report = build_report(tmp_path)
-    assert report.trace is None
-    assert report.trace_note is not None
-    assert report.trace_note.startswith("profiler trace unreadable")
-    assert str(tmp_path) not in report.trace_note  # relative: copies give the same report
+    assert report.run.trace is None
+    assert report.run.trace_note is not None
+    assert report.run.trace_note.startswith("profiler trace unreadable")
+    assert str(tmp_path) not in report.run.trace_note  # relative: copies give the same report
 
 
 REAL_TRACE = Path(__file__).resolve().parents[3].parent / "shared/fixtures/traces"
@@ -270,8 +271,8 @@ def test_real_gpu_trace_gives_top_ops_and_memory(tmp_path: Path) -> None:
     (tmp_path / "profiler_traces").mkdir()
     (tmp_path / "profiler_traces" / "epoch_0.json.gz").symlink_to(source)
     report = build_report(tmp_path)
-    assert report.trace is not None
-    assert report.trace.top_cpu_ops
+    assert report.run.trace is not None
+    assert report.run.trace.top_cpu_ops
     page = to_html(report)
     trace_section = page[page.index('id="trace"') : page.index('id="cache"')]
     assert "Top CPU ops by self time" in trace_section
@@ -323,8 +324,8 @@ def test_trace_findings_reach_the_verdict_as_objects_in_the_one_score_unit(
     (tmp_path / "profiler_traces").mkdir()
     (tmp_path / "profiler_traces" / "epoch_0.json.gz").symlink_to(source)
     report = build_report(tmp_path)
-    assert report.trace is not None
-    by_id = {f.id: f for f in report.trace.findings}
+    assert report.run.trace is not None
+    by_id = {f.id: f for f in report.run.trace.findings}
     assert all(isinstance(f, Finding) for f in by_id.values())
     assert {"low_gpu_utilisation", "launch_overhead"} <= set(by_id)
     train_share = (
@@ -364,7 +365,7 @@ def test_baseline_comparison_and_missing_baseline(
     reader.load_source = lambda path: {"path": str(path)}  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "trainperf.analysis.gate", fake)
     monkeypatch.setitem(sys.modules, "trainperf.analysis.baseline", reader)
-    report = build_report(run, baseline=base)
+    report = build_report(load_run(run, baseline=base))
     regression = next(f for f in report.findings if f.id == "baseline_regression")
     assert regression.score == pytest.approx(72.0)
     md = to_markdown(report)
@@ -374,7 +375,7 @@ def test_baseline_comparison_and_missing_baseline(
     ) in md
     assert "Baseline base.json: verdict: regression." in md  # plain words, no Markdown
     with pytest.raises(ReportInputError, match=r"missing\.json: baseline not found"):
-        build_report(run, baseline=tmp_path / "missing.json")
+        load_run(run, baseline=tmp_path / "missing.json")
 
 
 def test_a_gate_bug_keeps_its_traceback_while_bad_input_is_a_note(
@@ -397,16 +398,16 @@ def test_a_gate_bug_keeps_its_traceback_while_bad_input_is_a_note(
         raise BaselineError("figure 'x' missing from the run")
 
     gate.check_baseline = refuse  # type: ignore[attr-defined]
-    report = build_report(run, baseline=base)
-    assert report.baseline is None
-    assert "cannot compare with base.json: figure 'x' missing" in (report.baseline_note or "")
+    report = build_report(load_run(run, baseline=base))
+    assert report.run.baseline is None
+    assert "cannot compare with base.json: figure 'x' missing" in (report.run.baseline_note or "")
 
     def bug(baseline: object, current: object) -> None:
         raise KeyError("median")
 
     gate.check_baseline = bug  # type: ignore[attr-defined]
     with pytest.raises(KeyError, match="median"):
-        build_report(run, baseline=base)
+        load_run(run, baseline=base)
 
 
 # -- rendering -----------------------------------------------------------------------------------

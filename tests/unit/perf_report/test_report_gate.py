@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from trainperf.analysis.run import load_run
 from trainperf.present.report import build_report, to_markdown
 
 from tests.unit.perf_report.runs import CONFIG, epoch_record, make_run
@@ -25,9 +26,9 @@ def test_insufficient_baseline_comparison_is_said_not_ranked(tmp_path: Path) -> 
     base = two_epoch_run(tmp_path / "base")
     # 58 % slower in its one kept epoch: before the rule, a "regression" ranked with score 58.
     run = two_epoch_run(tmp_path / "run", slower=1.58)
-    report = build_report(run, baseline=base)
-    assert report.baseline is not None
-    assert report.baseline.verdict == "insufficient data"
+    report = build_report(load_run(run, baseline=base))
+    assert report.run.baseline is not None
+    assert report.run.baseline.verdict == "insufficient data"
     ids = [f.id for f in report.findings]
     assert "baseline_regression" not in ids
     info = next(f for f in report.findings if f.id == "baseline_insufficient_data")

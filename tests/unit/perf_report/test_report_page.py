@@ -14,6 +14,7 @@ import pytest
 import yaml
 from matplotlib.ticker import MaxNLocator
 from rich.console import Console
+from trainperf.analysis.stages import training_rates
 from trainperf.core.findings import rank, threshold
 from trainperf.present.report import build_report, print_summary, to_html, to_markdown
 from trainperf.present.report.document import OPEN_ROWS
@@ -23,7 +24,6 @@ from trainperf.present.report.plots import (
     resources_figure,
     thin,
     throughput_figure,
-    training_rates,
 )
 from trainperf.records.kinds import ResourceSummary
 
@@ -272,7 +272,7 @@ def test_training_rates_skip_validation_and_empty_windows(tmp_path: Path) -> Non
         {**base, "stage": "train", "epoch": 0, "samples": 24, "elapsed_s": 4.0, "step": 4},
     ]
     run = make_run(tmp_path, _epochs(1), intervals=intervals)
-    assert training_rates(build_report(run).run) == [(2, 4.0), (4, 8.0)]
+    assert training_rates(build_report(run).run.intervals) == [(2, 4.0), (4, 8.0)]
 
 
 def test_resource_plot_draws_every_sample_of_resources_jsonl(tmp_path: Path) -> None:
@@ -308,10 +308,10 @@ def test_a_day_of_samples_keeps_every_spike_within_the_point_budget() -> None:
 def test_no_trace_note_names_the_runs_own_switch_or_the_callback(tmp_path: Path) -> None:
     config = {**CONFIG, "callbacks": {"profiler": {"enabled": False, "profile_epochs": [1]}}}
     ours = build_report(make_run(tmp_path / "ours", _epochs(1), config=config))
-    assert ours.trace_note == (
+    assert ours.run.trace_note == (
         "no profiler trace recorded (rerun with callbacks.profiler.enabled=true)"
     )
     foreign = build_report(make_run(tmp_path / "foreign", _epochs(1), config=CONFIG))
-    assert foreign.trace_note is not None
-    assert "callbacks.profiler" not in foreign.trace_note  # a key this run does not have
-    assert "ProfilerCallback" in foreign.trace_note
+    assert foreign.run.trace_note is not None
+    assert "callbacks.profiler" not in foreign.run.trace_note  # a key this run does not have
+    assert "ProfilerCallback" in foreign.run.trace_note

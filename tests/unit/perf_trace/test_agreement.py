@@ -7,16 +7,12 @@ from pathlib import Path
 import msgspec
 import pytest
 from trainperf.analysis.trace import analyze_path
-from trainperf.analysis.trace.agreement import (
-    ClockSnapshots,
-    clock_to_trace_phases,
-    compare_phases,
-    compare_with_clock,
-)
-from trainperf.analysis.trace.clock_windows import attach_clock_agreement
+from trainperf.analysis.trace.agreement import clock_to_trace_phases, compare_phases
+from trainperf.analysis.trace.clock_windows import attach_clock_agreement, compare_with_clock
 from trainperf.analysis.trace.result import StepRow, TraceAnalysis
 from trainperf.analysis.trace.steps import PHASES
 from trainperf.core.clock import PhaseClock, set_active_clock
+from trainperf.probe.clock_snapshots import ClockSnapshots
 from trainperf.records.kinds import ProfilerWindow
 
 from tests.run_lines import write_lines
@@ -135,11 +131,12 @@ def test_snapshots_over_the_profiled_steps(tmp_path: Path) -> None:
         snaps.begins[4] = snaps.begins[3]
     finally:
         set_active_clock(None)
-    used, ms = snaps.per_step_ms([1, 2, 3, 4, 9])
-    assert used == 3
-    assert ms["data_wait"] == pytest.approx(2.0)
-    assert ms["forward"] == pytest.approx(6.0)
-    assert ms["optimizer"] == pytest.approx(2.0)
+    per_step = snaps.per_step_ns()
+    assert sorted(per_step) == [1, 2, 3]  # step 4 spans a restart, step 9 was never seen
+    for step in (1, 2, 3):
+        assert per_step[step]["data_wait"] == 2_000_000
+        assert per_step[step]["forward"] == 6_000_000
+        assert per_step[step]["optimizer"] == 2_000_000
     report = analyze_path(write(make_trace(n_steps=3, jitter=0.0), tmp_path / "t.json"))
     report.steps = [
         StepRow(
@@ -157,11 +154,15 @@ def test_snapshots_over_the_profiled_steps(tmp_path: Path) -> None:
         )
         for n in (1, 2, 3)
     ]
-    result = compare_with_clock(report, snaps, "train")
+    result = compare_with_clock(report, per_step, "train")
     assert result is not None
     assert result.agree
     assert result.steps == 3
-    assert compare_with_clock(report, snaps, "validation") is None
+    by_phase = {p.phase: p for p in result.phases}
+    assert by_phase["forward"].clock_ms == pytest.approx(6.0)
+    assert by_phase["forward"].trace_ms == pytest.approx(6.1)
+    assert compare_with_clock(report, per_step, "validation") is None
+    assert compare_with_clock(report, {}, "train") is None
 
 
 def test_no_clock_no_figures() -> None:
@@ -169,7 +170,7 @@ def test_no_clock_no_figures() -> None:
     snaps = ClockSnapshots()
     snaps.begin(1)
     snaps.end(1)
-    assert snaps.per_step_ms([1]) == (0, {})
+    assert snaps.per_step_ns() == {}
 
 
 def _rows(clock_forward: float) -> list[dict[str, object]]:

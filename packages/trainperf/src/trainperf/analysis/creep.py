@@ -139,15 +139,20 @@ def growth_finding(found: Sequence[Growth]) -> Finding | None:
     )
 
 
-def growth_findings(run_dir: str | os.PathLike[str]) -> list[Finding]:
-    """The verdict's memory-creep finding from a run directory's ``perf/growth.jsonl``: what
-    :func:`growing` found at any epoch end of each run recorded there (a new run starts again at
-    epoch 0; a container cleared later still grew while it was growing), judged as the callback
-    judged it live; the latest sighting per path."""
+def growth_findings_of(scans: Sequence[GrowthRecord]) -> list[Finding]:
+    """The verdict's memory-creep finding from the epoch scans of ``perf/growth.jsonl`` (in file
+    order): what :func:`growing` found at any epoch end of each run recorded there (a new run
+    starts again at epoch 0; a container cleared later still grew while it was growing), judged
+    as the callback judged it live; the latest sighting per path."""
     found: dict[str, Growth] = {}
-    for scans in epoch_runs(read_records(GrowthRecord.path(run_dir), GrowthRecord)):
-        for end in range(GROWTH_EPOCHS + 1, len(scans) + 1):
-            for g in growing(scans[end - GROWTH_EPOCHS - 1 : end]):
+    for run in epoch_runs(scans):
+        for end in range(GROWTH_EPOCHS + 1, len(run) + 1):
+            for g in growing(run[end - GROWTH_EPOCHS - 1 : end]):
                 found[g.path] = g
     finding = growth_finding(list(found.values()))
     return [finding] if finding is not None else []
+
+
+def growth_findings(run_dir: str | os.PathLike[str]) -> list[Finding]:
+    """:func:`growth_findings_of` a run directory's ``perf/growth.jsonl``."""
+    return growth_findings_of(read_records(GrowthRecord.path(run_dir), GrowthRecord))

@@ -96,9 +96,18 @@ def recompile_finding(epochs: Sequence[RecompilesRecord], total_s: float = 0.0) 
     )
 
 
-def recompile_findings(run_dir: str | os.PathLike[str], total_s: float = 0.0) -> list[Finding]:
-    """The verdict's recompile finding from ``<run_dir>/perf/recompiles.jsonl``; each run
-    recorded there (its epochs start again) is judged on its own, the worst one kept."""
-    runs = epoch_runs(read_records(RecompilesRecord.path(run_dir), RecompilesRecord))
+def recompile_findings_of(
+    records: Sequence[RecompilesRecord], total_s: float = 0.0
+) -> list[Finding]:
+    """The verdict's recompile finding from the records of ``perf/recompiles.jsonl`` (in file
+    order); each run recorded there (its epochs start again) is judged on its own, the worst one
+    kept."""
+    runs = epoch_runs(records)
     found = [f for run in runs if (f := recompile_finding(run, total_s)) is not None]
     return [max(found, key=lambda f: f.score)] if found else []
+
+
+def recompile_findings(run_dir: str | os.PathLike[str], total_s: float = 0.0) -> list[Finding]:
+    """:func:`recompile_findings_of` ``<run_dir>/perf/recompiles.jsonl``."""
+    records = read_records(RecompilesRecord.path(run_dir), RecompilesRecord)
+    return recompile_findings_of(records, total_s)

@@ -1,8 +1,15 @@
 """Read a run directory (records: :mod:`trainperf.records.kinds`) into one typed structure.
 
+:func:`load_run` is the one place that reads the run folder for a report: every record file, the
+Hydra config, the epoch scans and recompiles, the latest ``trainperf try`` session, how the run
+ended (with the command that resumes it), the profiler traces (analysed) and the comparison with a
+baseline. What is built from the :class:`RunData` afterwards (the verdict, the report, its
+writers) reads no file.
+
 Everything is optional: an absent file is "not recorded" (``None`` or an empty list plus a note),
 never an error. A malformed or newer-format file is an error naming the file (and line where the
-reader knows it): a report built from half-read data would mislead.
+reader knows it): a report built from half-read data would mislead. An unreadable trace, an
+unreadable ``perf/try.jsonl`` or a baseline the run cannot be compared with only leaves a note.
 """
 
 from __future__ import annotations
@@ -12,27 +19,36 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from trainperf.analysis.lifecycle import interruption_sentence
+from trainperf.analysis.tryouts import last_session
 from trainperf.core.stage import STAGE_ORDER, Stage
 from trainperf.errors import InputError
 from trainperf.records.kinds import (
     PERF_DIRNAME,
     AlertEvent,
     EpochRecord,
+    GrowthRecord,
     IntervalRecord,
     LifecycleRecord,
     ProfilerWindow,
     R,
+    RecompilesRecord,
     ResourceSample,
     ResourceSummary,
     RunDirError,
     RunRecord,
+    TryRecord,
     read_records,
     read_run_record,
 )
+
+if TYPE_CHECKING:
+    from trainperf.analysis.gate import GateOutcome
+    from trainperf.analysis.trace.result import TraceAnalysis
 
 TRACE_DIRNAME = "profiler_traces"
 _TRACE_SUFFIXES = (".json", ".json.gz")
@@ -49,7 +65,13 @@ class RunData:
     ``epochs`` are in reading order (the fit's epochs, training before validation, then test);
     ``resource_summary`` is the last summary of a fit (of any run when there is none);
     ``trace_files`` are relative to ``run_dir``, sorted; ``notes`` hold one sentence per thing
-    that was not recorded (shown in the report).
+    that was not recorded (shown in the report). ``folder`` is the run folder's own name (of its
+    resolved path). ``growth`` and ``recompiles`` are the epoch scans' records in file order;
+    ``try_session`` the latest ``trainperf try`` session's records (``try_note``: why none could
+    be read); ``interruption`` where an interrupted run stopped and how to resume it. ``trace``
+    is the analysis of the profiler traces, cut to what the report shows, with paths relative to
+    the run (``trace_note``: why there is none); ``baseline`` the gate's outcome against the
+    baseline named ``baseline_name`` (``baseline_note``: why there is none).
     """
 
     run_dir: Path
@@ -67,6 +89,17 @@ class RunData:
     profiler_windows: list[ProfilerWindow] = field(default_factory=list)
     trace_files: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    folder: str = ""
+    growth: list[GrowthRecord] = field(default_factory=list)
+    recompiles: list[RecompilesRecord] = field(default_factory=list)
+    try_session: list[TryRecord] = field(default_factory=list)
+    try_note: str | None = None
+    interruption: str | None = None
+    trace: TraceAnalysis | None = None
+    trace_note: str | None = None
+    baseline: GateOutcome | None = None
+    baseline_name: str | None = None
+    baseline_note: str | None = None
 
     @property
     def device(self) -> str:
@@ -125,8 +158,12 @@ _KINDS = (RunRecord, EpochRecord, IntervalRecord, ResourceSample, AlertEvent, Pr
 _RUN_MARKERS = (*(f"{PERF_DIRNAME}/{kind.FILE}" for kind in _KINDS), ".hydra/config.yaml")
 
 
-def load_run(run_dir: str | os.PathLike[str]) -> RunData:
-    """Read every performance file of ``run_dir`` (none at all: :class:`ReportInputError`)."""
+def load_run(
+    run_dir: str | os.PathLike[str], baseline: str | os.PathLike[str] | None = None
+) -> RunData:
+    """Read every performance file of ``run_dir`` (none at all: :class:`ReportInputError`),
+    analyse its profiler traces and compare it with ``baseline`` (a baseline JSON, bench JSON or
+    run dir; a missing or unusable baseline file is a :class:`ReportInputError`)."""
     root = Path(run_dir)
     if not root.is_dir():
         raise ReportInputError(f"{root}: not a run directory (no such directory)")
@@ -137,8 +174,20 @@ def load_run(run_dir: str | os.PathLike[str]) -> RunData:
             f"{root}: not a run directory (no perf/*.jsonl, perf/run.json or .hydra/config.yaml; "
             "give the folder of an ocr-train run, e.g. trainperf report outputs/train/<date>)"
         )
-    data = RunData(run_dir=root)
+    data = RunData(run_dir=root, folder=root.resolve().name or str(root))
+    _read_files(data)
+    data.trace, data.trace_note = _analyze_traces(data)
+    if baseline is not None:
+        data.baseline_name = Path(baseline).name
+        data.baseline, data.baseline_note = _compare_baseline(root, baseline)
+    else:
+        data.baseline_note = "no baseline given (trainperf report RUN --baseline FILE)"
+    return data
 
+
+def _read_files(data: RunData) -> None:
+    """Fill ``data`` from the files of its run directory."""
+    root = data.run_dir
     try:
         data.run_info = read_run_record(root)
     except FileNotFoundError:
@@ -184,6 +233,13 @@ def load_run(run_dir: str | os.PathLike[str]) -> RunData:
     data.alerts = _read(AlertEvent.path(root), AlertEvent)
     data.lifecycle = _read(LifecycleRecord.path(root), LifecycleRecord)
     data.profiler_windows = _read(ProfilerWindow.path(root), ProfilerWindow)
+    data.growth = _read(GrowthRecord.path(root), GrowthRecord)
+    data.recompiles = _read(RecompilesRecord.path(root), RecompilesRecord)
+    try:  # the report stands without it: its section says why
+        data.try_session = last_session(read_records(TryRecord.path(root), TryRecord))
+    except (RunDirError, OSError, UnicodeDecodeError) as exc:
+        data.try_note = f"perf/try.jsonl could not be read: {exc}"
+    data.interruption = interruption_sentence(root, data.lifecycle)
 
     traces = root / TRACE_DIRNAME
     if traces.is_dir():
@@ -194,4 +250,72 @@ def load_run(run_dir: str | os.PathLike[str]) -> RunData:
         )
     if not data.trace_files:
         data.notes.append("profiler_traces/: no trace (attach ProfilerCallback for top ops)")
-    return data
+
+
+# Rows kept from the trace analysis for the report (the rest is in `trainperf analyze`).
+_TRACE_TOP_K = 15
+
+
+def _relative(text: str, root: Path) -> str:
+    """Error messages and paths with the run directory replaced by ``<run>`` (a copied run must
+    give the same report)."""
+    for form in {str(root), str(root.resolve())}:
+        text = text.replace(form, "<run>")
+    return text
+
+
+def _no_trace_note(run: RunData) -> str:
+    """How to get a trace, naming the run's own switch when its config has one (the default
+    callbacks carry a disabled ``profiler`` entry); otherwise the callback itself."""
+    if isinstance(config_value(run.config, "callbacks.profiler.enabled"), bool):
+        how = "rerun with callbacks.profiler.enabled=true"
+    else:
+        how = "attach trainperf.lightning.ProfilerCallback"
+    return f"no profiler trace recorded ({how})"
+
+
+def _analyze_traces(run: RunData) -> tuple[TraceAnalysis | None, str | None]:
+    """The analysis of the run's traces (DDP: the lowest rank's) and ``None``, or ``None`` and
+    why there is none."""
+    if not run.trace_files:
+        return None, _no_trace_note(run)
+    from trainperf.analysis.trace import TraceError, analyze_path, analyze_table, load_traces
+    from trainperf.analysis.trace.ingest import find_trace_files
+    from trainperf.analysis.trace.rankset import group_by_rank
+
+    root = run.run_dir
+    try:
+        groups = group_by_rank(find_trace_files(root / TRACE_DIRNAME))
+        if groups is None:
+            analysis = analyze_path(root / TRACE_DIRNAME, top_k=_TRACE_TOP_K)
+        else:  # DDP: the lowest rank's traces, never the ranks summed into one breakdown
+            analysis = analyze_table(load_traces(groups[min(groups)]), top_k=_TRACE_TOP_K)
+    except (TraceError, OSError) as exc:
+        return None, _relative(f"profiler trace unreadable: {exc}", root)
+    for source in analysis.sources:
+        source.path = _relative(source.path, root)
+    analysis.warnings = [_relative(w, root) for w in analysis.warnings]
+    analysis.input = None  # the report names the files relative to the run
+    return analysis, None
+
+
+def _compare_baseline(
+    run_dir: Path, baseline: str | os.PathLike[str]
+) -> tuple[GateOutcome | None, str | None]:
+    """The gate's outcome of the run against ``baseline`` and ``None``, or ``None`` and why the
+    run cannot be compared (what the baseline compares is missing in the run)."""
+    path = Path(baseline)
+    if not path.exists():
+        raise ReportInputError(f"{path}: baseline not found")
+    from trainperf.analysis.baseline import load_source
+    from trainperf.analysis.gate import check_baseline
+
+    try:
+        reference = load_source(path)
+    except (OSError, InputError) as exc:
+        raise ReportInputError(f"{path}: not a usable baseline: {exc}") from exc
+    try:
+        return check_baseline(reference, load_source(run_dir)), None
+    except (OSError, InputError) as exc:
+        # The run may lack what the baseline compares: keep the rest of the report.
+        return None, _relative(f"cannot compare with {path.name}: {exc}", run_dir)

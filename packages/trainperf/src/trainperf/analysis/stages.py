@@ -1,15 +1,18 @@
-"""Per-stage totals over the epochs of a run (``perf/epochs.jsonl``)."""
+"""Per-stage figures of a run: totals over its epochs (``perf/epochs.jsonl``), the profiler's own
+cost moved out of the training's phases (``perf/profiler.jsonl``), outlier batches and the
+training rate between interval records (``perf/intervals.jsonl``)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from trainperf.core.clock import PHASES
 from trainperf.core.ranks import Straggler
 from trainperf.core.stage import STAGE_ORDER, Stage
-from trainperf.records.kinds import EpochRecord, LoaderSettings
+from trainperf.records.kinds import EpochRecord, IntervalRecord, LoaderSettings, ProfilerWindow
 
 
 def num(value: object, default: float = 0.0) -> float:
@@ -107,3 +110,95 @@ def summarize_stages(epochs: list[EpochRecord]) -> dict[Stage, StageSummary]:
         if record.world_size > 1:
             s.stragglers.append((record.epoch or 0, record.straggler))
     return {stage: out[stage] for stage in STAGE_ORDER if stage in out}
+
+
+#: The phase-table line that holds the profiler's own cost (not a phase of the live clock).
+PROFILER_PHASE = "profiler"
+
+
+def profiled_batches(windows: Sequence[ProfilerWindow]) -> set[tuple[Stage, int, int]]:
+    """``(stage, epoch, batch index)`` of every batch a profiler window recorded."""
+    out: set[tuple[Stage, int, int]] = set()
+    for w in windows:
+        if w.epoch is not None:
+            out.update((w.stage, w.epoch, b) for b in w.batch_indices())
+    return out
+
+
+def move_profiler_overhead(
+    stages: dict[Stage, StageSummary], windows: Sequence[ProfilerWindow]
+) -> None:
+    """Move each stage's profiler cost (the trace export and analysis, which the phase clock books
+    under ``callbacks``: they run in ``ProfilerCallback``'s hooks) from ``callbacks`` to its own
+    :data:`PROFILER_PHASE` line, so the report does not blame the training for it (never more
+    than ``callbacks`` holds: the clock may not have run during a window)."""
+    overhead: dict[Stage, float] = {}  # trace export and analysis, summed over the windows
+    for w in windows:
+        overhead[w.stage] = overhead.get(w.stage, 0.0) + sum(w.overhead_s.values())
+    for stage, secs in overhead.items():
+        summary = stages.get(stage)
+        if summary is None or secs <= 0:
+            continue
+        take = min(secs, summary.phases_s.get("callbacks", 0.0))
+        if take <= 0:
+            continue
+        summary.phases_s["callbacks"] = summary.phases_s.get("callbacks", 0.0) - take
+        summary.phases_s[PROFILER_PHASE] = summary.phases_s.get(PROFILER_PHASE, 0.0) + take
+
+
+def batch_times(records: Sequence[EpochRecord]) -> list[tuple[int | None, int, float]]:
+    """(epoch, batch index, seconds) of every stored batch time of ``records``."""
+    out = []
+    for r in records:
+        stride = max(r.batch_times_stride, 1)
+        for i, t in enumerate(r.batch_times_s):
+            if t is not None and math.isfinite(t):
+                out.append((r.epoch, i * stride, t))
+    return out
+
+
+@dataclass(frozen=True)
+class Outlier:
+    """One outlier batch: its epoch, index in the epoch, time (ms) and time over the median."""
+
+    epoch: int | None
+    batch: int
+    ms: float
+    x_median: float | None
+
+
+def batch_outliers(epochs: Sequence[EpochRecord], stage: Stage, limit: int = 8) -> list[Outlier]:
+    """The slowest batches of ``stage`` that are outliers by a robust rule (modified z-score over
+    the median absolute deviation > 3.5, and at least 1.5x the median), slowest first."""
+    times = batch_times([e for e in epochs if e.stage == stage])
+    if len(times) < 5:
+        return []
+    values = sorted(t for _, _, t in times)
+    median = values[len(values) // 2]
+    mad = sorted(abs(v - median) for v in values)[len(values) // 2]
+    rows = []
+    for epoch, index, t in times:
+        z = 0.6745 * (t - median) / mad if mad > 0 else (math.inf if t > median else 0.0)
+        if z > 3.5 and t >= 1.5 * median:
+            x_median = round(t / median, 2) if median > 0 else None
+            rows.append(Outlier(epoch, index, round(1000.0 * t, 2), x_median))
+    rows.sort(key=lambda r: (-r.ms, str(r.epoch), r.batch))
+    return rows[:limit]
+
+
+def training_rates(intervals: Sequence[IntervalRecord]) -> list[tuple[int, float]]:
+    """(global step, samples per second) of training between consecutive interval records;
+    the first record of an epoch measures from the epoch's start (where its counts start)."""
+    rates: list[tuple[int, float]] = []
+    epoch: int | None = None
+    elapsed = samples = 0.0
+    for cur in (r for r in intervals if r.stage == Stage.TRAIN):
+        if cur.epoch != epoch:  # a new epoch: its counts start from zero
+            epoch, elapsed, samples = cur.epoch, 0.0, 0.0
+        dt = cur.elapsed_s - elapsed
+        ds = cur.samples - samples
+        if dt > 0 and ds >= 0:
+            # The counts are one rank's; ranks run in step under DDP.
+            rates.append((cur.step, ds * cur.world_size / dt))
+        elapsed, samples = cur.elapsed_s, cur.samples
+    return rates

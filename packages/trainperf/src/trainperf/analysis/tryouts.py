@@ -19,6 +19,7 @@ __all__ = [
     "RECOMMEND_ABOVE",
     "TrialEvent",
     "code_lines",
+    "last_session",
     "latest_session",
     "paste_line",
     "status",
@@ -73,13 +74,18 @@ def code_lines(records: Sequence[TryRecord]) -> list[str]:
     return apply_lines(knobs_of(_tokens(_winners(records))))
 
 
-def latest_session(run_dir: str | os.PathLike[str]) -> list[TryRecord]:
-    """The lines of the last session in the run's ``perf/try.jsonl`` (``[]`` without one)."""
-    records = read_records(TryRecord.path(run_dir), TryRecord)
+def last_session(records: Sequence[TryRecord]) -> list[TryRecord]:
+    """The lines of the last session among ``records`` (``perf/try.jsonl``'s, in file order;
+    ``[]`` without one)."""
     if not records:
         return []
     last = records[-1].session
     return [r for r in records if r.session == last]
+
+
+def latest_session(run_dir: str | os.PathLike[str]) -> list[TryRecord]:
+    """:func:`last_session` of the run's ``perf/try.jsonl``."""
+    return last_session(read_records(TryRecord.path(run_dir), TryRecord))
 
 
 def status(s: PairedRatios) -> str:

@@ -53,22 +53,17 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> int:
     """Build and write the report for parsed ``args``; print a terminal summary and the path."""
     # Imported here so that `trainperf --help` stays instant (matplotlib, numpy).
-    from trainperf.analysis.lifecycle import interruption_sentence
+    from trainperf.analysis.run import ReportInputError, load_run
     from trainperf.present.console import make_console, write_json
-    from trainperf.present.report import (
-        ReportInputError,
-        build_report,
-        print_summary,
-        to_markdown,
-        write_html,
-    )
+    from trainperf.present.report import build_report, print_summary, to_markdown, write_html
     from trainperf.present.report.writers import to_json
 
-    try:
-        report = build_report(args.run_dir, baseline=args.baseline)
+    try:  # the run folder is read here, once; what follows renders what was read
+        run_data = load_run(args.run_dir, baseline=args.baseline)
     except ReportInputError as exc:
         report_error("trainperf", exc)
         return EXIT_BAD_INPUT
+    report = build_report(run_data)
     output = args.output or Path(args.run_dir) / "perf" / "report.html"
     try:
         write_html(report, output)
@@ -83,9 +78,8 @@ def run(args: argparse.Namespace) -> int:
     # with --json - stdout is the JSON alone: the summary goes to stderr
     console = make_console(stderr=str(args.json) == "-")
     print_summary(report, console)
-    stopped = interruption_sentence(report.run.run_dir, report.run.lifecycle)
-    if stopped is not None:  # an interrupted run: where, and how to resume it
-        console.print(stopped, highlight=False, markup=False, soft_wrap=True)
+    if run_data.interruption is not None:  # an interrupted run: where, and how to resume it
+        console.print(run_data.interruption, highlight=False, markup=False, soft_wrap=True)
     console.print(f"Report: {output}", highlight=False, markup=False)
     if args.markdown:
         console.print(f"Markdown: {args.markdown}", highlight=False, markup=False)

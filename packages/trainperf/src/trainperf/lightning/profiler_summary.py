@@ -11,7 +11,7 @@ import time
 import lightning as L
 
 from trainperf.analysis.trace import analyze_table, load_traces
-from trainperf.analysis.trace.agreement import compare_with_clock
+from trainperf.analysis.trace.clock_windows import compare_with_clock
 from trainperf.core.stage import Stage
 from trainperf.lightning.epoch_report import log_to_loggers
 from trainperf.lightning.profiler_window import Window
@@ -32,7 +32,7 @@ def summarise_window(
     # every cycle of the window in one table: the summary covers all of them
     report = analyze_table(load_traces(window.traces), top_k=top_k)
     trace_stage = Stage(stage).trace_name
-    agreement = compare_with_clock(report, window.clock, trace_stage)
+    agreement = compare_with_clock(report, window.clock.per_step_ns(), trace_stage)
     if agreement is not None:
         report.add_agreement(agreement)
     lines = sync_lines_finding(window.sync_lines, window.steps, stage)

@@ -11,10 +11,10 @@ from pathlib import Path
 import lightning as L
 import torch
 
-from trainperf.analysis.trace.agreement import ClockSnapshots
 from trainperf.core.actions import classify_action
 from trainperf.lightning.action_stream import add_listener
 from trainperf.lightning.untimed import untimed_hook
+from trainperf.probe.clock_snapshots import ClockSnapshots
 from trainperf.probe.sync_debug import SyncDetector, SyncLine
 
 

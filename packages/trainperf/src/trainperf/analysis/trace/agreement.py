@@ -1,13 +1,12 @@
 """One truth: the trace's step breakdown set beside the live phase clock over the same steps.
 
 The live phase clock (``trainperf.core.clock``) and the trace analyzer classify Lightning's action
-names
-with the same function (``trainperf.core.actions.classify_action``), so over the same steps they
-must
-agree. :class:`ClockSnapshots` records the clock's running totals at every ``ProfilerStep``
-boundary of a profiler window; :func:`compare_with_clock` turns them into per-phase ms/step for
-exactly the steps the trace holds and compares them with the trace's breakdown. A disagreement
-beyond the tolerance is a finding about the measurement itself (one of the two is wrong about
+names with the same function (``trainperf.core.actions.classify_action``), so over the same steps
+they must agree. :func:`compare_phases` sets the two per-phase ms/step side by side: the live
+clock's are recorded at every ``ProfilerStep`` boundary by
+:class:`trainperf.probe.clock_snapshots.ClockSnapshots` and averaged over the trace's steps by
+:func:`trainperf.analysis.trace.clock_windows.compare_with_clock`. A disagreement beyond the
+tolerance is a finding about the measurement itself (one of the two is wrong about
 where the time went), not about the training.
 
 Both sides use the clock's phase names; the few clock phases a trace cannot separate are pooled
@@ -18,28 +17,20 @@ more or fewer phases compares all the same.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
 
 import msgspec
 
 from trainperf.analysis.trace.steps import PHASES
 from trainperf.core.actions import trace_phase
-from trainperf.core.clock import active_clock
 from trainperf.core.findings import Finding
-
-if TYPE_CHECKING:
-    from trainperf.analysis.trace.result import TraceAnalysis
 
 __all__ = [
     "AGREEMENT_TOLERANCE_PCT",
     "Agreement",
-    "ClockSnapshots",
     "PhaseAgreement",
     "clock_to_trace_phases",
     "compare_phases",
-    "compare_with_clock",
 ]
 
 #: Largest relative difference (% of the larger figure) at which a phase still agrees.
@@ -47,63 +38,6 @@ AGREEMENT_TOLERANCE_PCT = 10.0
 #: Below this share of the step (%), a difference is within what neither side can resolve (the
 #: Python between a hook's return and the next action): such a phase agrees whatever its ratio.
 ABSOLUTE_FLOOR_PCT_OF_STEP = 1.0
-
-
-@dataclass
-class ClockSnapshots:
-    """The active phase clock's totals at the start and end of each profiler step.
-
-    ``begin(n)`` right after the profiler opened step ``n`` (``ProfilerStep#n``), ``end(n)`` right
-    before it closes it, so a step's clock time covers the same instants as its trace span. Steps
-    where no clock runs, or where the clock was replaced in between (a new stage epoch), have no
-    figure.
-    """
-
-    begins: dict[int, tuple[int, dict[str, int]]] = field(default_factory=dict)
-    ends: dict[int, tuple[int, dict[str, int]]] = field(default_factory=dict)
-
-    @staticmethod
-    def _snap(into: dict[int, tuple[int, dict[str, int]]], step: int) -> None:
-        clock = active_clock()
-        if clock is not None and clock.running:
-            into[step] = (id(clock), clock.peek().phases_ns)
-
-    def begin(self, step: int) -> None:
-        """Snapshot at the start of step ``step``."""
-        self._snap(self.begins, step)
-
-    def end(self, step: int) -> None:
-        """Snapshot at the end of step ``step``."""
-        self._snap(self.ends, step)
-
-    def usable(self, steps: Iterable[int]) -> list[int]:
-        """The steps of ``steps`` with both snapshots taken from one clock."""
-        out = []
-        for n in steps:
-            a, b = self.begins.get(n), self.ends.get(n)
-            # same clock object, not restarted in between (a restart resets its totals)
-            if (
-                a is not None
-                and b is not None
-                and a[0] == b[0]
-                and all(b[1].get(p, 0) >= v for p, v in a[1].items())
-            ):
-                out.append(n)
-        return out
-
-    def per_step_ms(self, steps: Iterable[int]) -> tuple[int, dict[str, float]]:
-        """``(steps used, clock phase -> mean ms per step)`` over the :meth:`usable` ones of
-        ``steps``."""
-        totals: dict[str, int] = {}
-        used = 0
-        for n in self.usable(steps):
-            a, b = self.begins[n], self.ends[n]
-            used += 1
-            for phase in set(a[1]) | set(b[1]):
-                totals[phase] = totals.get(phase, 0) + b[1].get(phase, 0) - a[1].get(phase, 0)
-        if not used:
-            return 0, {}
-        return used, {p: ns / used / 1e6 for p, ns in totals.items()}
 
 
 def clock_to_trace_phases(clock_ms: Mapping[str, float]) -> dict[str, float]:
@@ -218,19 +152,3 @@ def compare_phases(
         agree=all(r.agree for r in rows),
         stage=stage,
     )
-
-
-def compare_with_clock(
-    analysis: TraceAnalysis, snapshots: ClockSnapshots, stage: str
-) -> Agreement | None:
-    """The analysis' steps of ``stage`` (analyzer stage name) against the clock snapshots
-    taken at the same step boundaries; ``None`` when no step has a clock figure."""
-    rows = [r for r in analysis.steps if r.stage == stage]
-    numbers = [r.number for r in rows]
-    used, clock_ms = snapshots.per_step_ms(numbers)
-    if not used:
-        return None
-    good = set(snapshots.usable(numbers))
-    kept = [r for r in rows if r.number in good]
-    trace_ms = {p: sum(r.phases_ms.get(p, 0.0) for r in kept) / len(kept) for p in PHASES}
-    return compare_phases(trace_ms, clock_ms, used, stage)

@@ -1,5 +1,7 @@
 """The live phase clock's figures for traces written by ``ProfilerCallback``.
 
+During a profiler window, :func:`compare_with_clock` sets the clock's per-step figures (taken by
+:class:`trainperf.probe.clock_snapshots.ClockSnapshots`) beside the window's trace analysis.
 Each profiler window appends one record to ``<run>/perf/profiler.jsonl`` with the clock's ms/step
 per phase over the window's steps (``clock_agreement``). When ``trainperf analyze`` reads traces of
 such a run, those figures are set beside the trace's again, pooled (step-weighted) over the windows
@@ -9,14 +11,36 @@ phase with the trace's detail beside it, and a disagreement is a finding.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from trainperf.analysis.trace.agreement import compare_phases
+from trainperf.analysis.trace.agreement import Agreement, compare_phases
 from trainperf.analysis.trace.result import TraceAnalysis
+from trainperf.analysis.trace.steps import PHASES
 from trainperf.records.kinds import ProfilerWindow, Record, RunDirError, read_records
 
-__all__ = ["attach_clock_agreement", "run_dir"]
+__all__ = ["attach_clock_agreement", "compare_with_clock", "run_dir"]
+
+
+def compare_with_clock(
+    analysis: TraceAnalysis, clock_ns: Mapping[int, Mapping[str, int]], stage: str
+) -> Agreement | None:
+    """The analysis' steps of ``stage`` (analyzer stage name) against the live clock's figures
+    for the same steps (``clock_ns``: step number -> clock phase -> ns, as
+    :meth:`~trainperf.probe.clock_snapshots.ClockSnapshots.per_step_ns` gives them), both
+    averaged over the steps that have both; ``None`` when no step of ``stage`` has a clock
+    figure."""
+    kept = [r for r in analysis.steps if r.stage == stage and r.number in clock_ns]
+    if not kept:
+        return None
+    totals: dict[str, int] = {}
+    for r in kept:
+        for phase, ns in clock_ns[r.number].items():
+            totals[phase] = totals.get(phase, 0) + ns
+    clock_ms = {p: ns / len(kept) / 1e6 for p, ns in totals.items()}
+    trace_ms = {p: sum(r.phases_ms.get(p, 0.0) for r in kept) / len(kept) for p in PHASES}
+    return compare_phases(trace_ms, clock_ms, len(kept), stage)
 
 
 def run_dir(files: list[Path], record: type[Record]) -> Path | None:

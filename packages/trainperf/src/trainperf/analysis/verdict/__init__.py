@@ -18,13 +18,11 @@ in
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from trainperf.alerts import alert_findings
-from trainperf.analysis.creep import growth_findings
+from trainperf.analysis.creep import growth_findings_of
 from trainperf.analysis.gpu_wait import gpu_waits
-from trainperf.analysis.recompile_rules import recompile_findings
-from trainperf.analysis.run import ReportInputError, RunData
+from trainperf.analysis.recompile_rules import recompile_findings_of
+from trainperf.analysis.run import RunData
 from trainperf.analysis.stages import StageSummary
 from trainperf.analysis.verdict import gpu_rules, sources
 from trainperf.analysis.verdict import stage_rules as rules
@@ -32,24 +30,16 @@ from trainperf.analysis.verdict.context import Settings, score, world_size
 from trainperf.analysis.verdict.recoverable import assess
 from trainperf.core.findings import Finding, share_of_run
 from trainperf.core.stage import Stage
-from trainperf.records.kinds import RunDirError
-
-if TYPE_CHECKING:
-    from trainperf.analysis.gate import GateOutcome
-    from trainperf.analysis.trace.result import TraceAnalysis
 
 __all__ = ["judge"]
 
 
-def judge(
-    run: RunData,
-    stages: dict[Stage, StageSummary],
-    trace: TraceAnalysis | None = None,
-    baseline: GateOutcome | None = None,
-) -> list[Finding]:
-    """The ranked verdict for a loaded run (see the module doc for the ranking). ``trace``: the
-    profiler trace's analysis (``None``: the profiler windows' summaries stand in);
-    ``baseline``: the gate's outcome, if a baseline was given."""
+def judge(run: RunData, stages: dict[Stage, StageSummary]) -> list[Finding]:
+    """The ranked verdict for a loaded run and its stage summaries (see the module doc for the
+    ranking); reads no file: the run's trace analysis (``None``: the profiler windows' summaries
+    stand in), epoch scans, ``trainperf try`` session and baseline outcome were loaded with it
+    (:func:`~trainperf.analysis.run.load_run`)."""
+    trace = run.trace
     adv = Settings(run, trace)
     adv.cuda_bf16, adv.cuda_bf16_how = gpu_rules.cuda_bf16(run.run_info)
     adv.gpu_busy = gpu_rules.gpu_busy(run, trace)
@@ -67,10 +57,7 @@ def judge(
     findings.extend(sources.resource_findings(run, stages, adv, total_s, findings))
     # memory creep named by attribute, recompiles (EpochScanCallback's records), before the
     # alerts: the memory_creep alert corroborates its finding
-    try:
-        findings.extend(growth_findings(run.run_dir) + recompile_findings(run.run_dir, total_s))
-    except RunDirError as exc:  # a malformed record, named with its file
-        raise ReportInputError(str(exc)) from exc
+    findings.extend(growth_findings_of(run.growth) + recompile_findings_of(run.recompiles, total_s))
     # workers' memory classified; main-process growth that no attribute explains
     explained = any(f.id == "memory_creep" for f in findings)
     findings.extend(sources.memory_findings(run, stages, adv, explained))
@@ -84,7 +71,7 @@ def judge(
             same = [f for f in findings if f.id == "trace:low_gpu_utilisation"]
             classed.corroboration += [f"profiler trace: {f.title}" for f in same]
             findings = [f for f in findings if f not in same] + [classed]
-    findings.extend(sources.baseline_findings(baseline, adv))
+    findings.extend(sources.baseline_findings(run.baseline, adv))
     if not stages:
         findings.append(
             Finding(

@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from trainperf.analysis.advice import ConfigKey, RunFacts, find_key, workers_wait
@@ -17,7 +18,17 @@ from trainperf.records.kinds import ResourceSample, RunRecord
 
 if TYPE_CHECKING:
     from trainperf.analysis.trace.result import TraceAnalysis
-    from trainperf.analysis.verdict.gpu_rules import GpuBusy
+
+
+@dataclass(frozen=True)
+class GpuBusy:
+    """The GPU's busy share of the training step (%), where it comes from (words), how sure
+    (``measured`` from a trace, ``likely`` from NVML) and the idle ms per step where known."""
+
+    pct: float
+    source: str
+    confidence: str
+    idle_ms_per_step: float | None = None
 
 
 class Settings:

@@ -31,14 +31,19 @@ major >= 8) where the run has it; for older folders the device name's family, sa
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from trainperf.analysis.advice import FUSED_OPTIMIZERS, candidates_for, optimizer_node
 from trainperf.analysis.gpu_wait import PhaseWait, StageWait
 from trainperf.analysis.run import RunData, config_value
 from trainperf.analysis.stages import StageSummary
-from trainperf.analysis.verdict.context import Settings, resource_stat, rounded, score
+from trainperf.analysis.verdict.context import (
+    GpuBusy,
+    Settings,
+    resource_stat,
+    rounded,
+    score,
+)
 from trainperf.core.candidates import Candidate
 from trainperf.core.findings import Finding, share_of_run, threshold
 from trainperf.records.kinds import RunRecord
@@ -75,17 +80,6 @@ def cuda_bf16(info: RunRecord | None) -> tuple[bool | None, str]:
     if names and all(BF16_FAMILIES.search(n) for n in names):
         return True, f"likely: {names[0]} is of a bf16-capable family"
     return None, ""
-
-
-@dataclass(frozen=True)
-class GpuBusy:
-    """The GPU's busy share of the training step (%), where it comes from (words), how sure
-    (``measured`` from a trace, ``likely`` from NVML) and the idle ms per step where known."""
-
-    pct: float
-    source: str
-    confidence: str
-    idle_ms_per_step: float | None = None
 
 
 def gpu_busy(run: RunData, trace: TraceAnalysis | None) -> GpuBusy | None:

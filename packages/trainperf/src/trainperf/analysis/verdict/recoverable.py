@@ -20,12 +20,11 @@ from dataclasses import replace
 
 from trainperf.analysis.run import RunData
 from trainperf.analysis.stages import StageSummary
-from trainperf.analysis.tryouts import latest_session
 from trainperf.analysis.verdict.context import score
 from trainperf.core.findings import Finding, rank, share_of_run
 from trainperf.core.significance import Outcome
 from trainperf.core.stage import Stage
-from trainperf.records.kinds import RunDirError, TryRecord
+from trainperf.records.kinds import TryRecord
 
 #: Findings about a run that may die or give garbage: ranked by their risk score.
 RISK_IDS = frozenset(
@@ -50,10 +49,8 @@ _NO_GAIN = frozenset({str(Outcome.NO_CHANGE), str(Outcome.REGRESSION), "H-mean d
 
 
 def _records(run: RunData) -> list[TryRecord]:
-    try:
-        return [r for r in latest_session(run.run_dir) if r.kind == "candidate"]
-    except RunDirError:
-        return []  # the "Measured changes" section says why
+    # an unreadable perf/try.jsonl loads as no session: the "Measured changes" section says why
+    return [r for r in run.try_session if r.kind == "candidate"]
 
 
 def _measured(

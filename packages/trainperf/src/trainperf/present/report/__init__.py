@@ -1,12 +1,13 @@
 """``trainperf report``: one page that tells where a run's time went.
 
-Reads what the performance callbacks wrote into a run directory (:mod:`trainperf.records.kinds`),
-ranks
-the bottlenecks into a verdict with evidence and a concrete change, and renders a self-contained
-HTML page, Markdown and a terminal summary. No Lightning; every input file is optional.
+Shows what the performance callbacks wrote into a run directory (:mod:`trainperf.records.kinds`),
+read once by :func:`trainperf.analysis.run.load_run`: ranks the bottlenecks into a verdict with
+evidence and a concrete change, and renders a self-contained HTML page, Markdown and a terminal
+summary. Building and rendering read no file. No Lightning; every input file is optional.
 
+    from trainperf.analysis.run import load_run
     from trainperf.present.report import build_report, write_html
-    report = build_report("runs/demo")
+    report = build_report(load_run("runs/demo", baseline=None))
     write_html(report, "runs/demo/perf/report.html")
 """
 

@@ -5,16 +5,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from trainperf.analysis.tryouts import (
-    HMEAN_TOLERANCE,
-    RECOMMEND_ABOVE,
-    code_lines,
-    latest_session,
-    paste_line,
-)
+from trainperf.analysis.tryouts import HMEAN_TOLERANCE, RECOMMEND_ABOVE, code_lines, paste_line
 from trainperf.present.report.document import Section, Table, cell
 from trainperf.present.try_table import labels
-from trainperf.records.kinds import RunDirError, TryRecord
+from trainperf.records.kinds import TryRecord
 
 if TYPE_CHECKING:
     from trainperf.present.report.build import Report
@@ -31,11 +25,10 @@ def _row(r: TryRecord) -> list[str]:
 def measured_changes_section(report: Report) -> Section:
     """The section for ``report`` (a hint to run ``trainperf try`` when the run has no session)."""
     sec = Section(id="measured-changes", title="Measured changes")
-    try:
-        records = latest_session(report.run.run_dir)
-    except RunDirError as exc:
-        sec.paragraphs.append(f"perf/try.jsonl could not be read: {exc}")
+    if report.run.try_note is not None:
+        sec.paragraphs.append(report.run.try_note)
         return sec
+    records = report.run.try_session
     if not records:
         sec.paragraphs.append(
             "No change measured yet: `trainperf try RUN_DIR` re-runs this run's command with the "
@@ -64,10 +57,7 @@ def measured_changes_section(report: Report) -> Section:
 def best_measured(report: Report) -> TryRecord | None:
     """The recommended change of the run's latest ``trainperf try`` session with the largest
     median speed-up (the combined winners included); ``None`` when none was recommended or the
-    file cannot be read (the section says why)."""
-    try:
-        records = latest_session(report.run.run_dir)
-    except RunDirError:
-        return None
+    file could not be read (the section says why)."""
+    records = report.run.try_session
     winners = [r for r in records if r.status == "recommended" and r.median is not None]
     return max(winners, key=lambda r: r.median or 0.0, default=None)

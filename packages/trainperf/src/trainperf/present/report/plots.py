@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import io
 import math
-from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -19,7 +18,7 @@ from matplotlib.ticker import MaxNLocator
 from matplotlib.typing import RcKeyType
 
 from trainperf.analysis.run import RunData
-from trainperf.analysis.stages import num
+from trainperf.analysis.stages import batch_times, num, training_rates
 from trainperf.core.clock import PHASES
 from trainperf.core.stage import STAGE_ORDER, Stage
 from trainperf.records.kinds import EpochRecord
@@ -93,49 +92,9 @@ def phase_plot(run: RunData) -> str | None:
         return svg(fig)
 
 
-def _batch_times(records: list[EpochRecord]) -> list[tuple[int | None, int, float]]:
-    """(epoch, batch index, seconds) of every stored batch time."""
-    out = []
-    for r in records:
-        stride = max(r.batch_times_stride, 1)
-        for i, t in enumerate(r.batch_times_s):
-            if t is not None and math.isfinite(t):
-                out.append((r.epoch, i * stride, t))
-    return out
-
-
-@dataclass(frozen=True)
-class Outlier:
-    """One outlier batch: its epoch, index in the epoch, time (ms) and time over the median."""
-
-    epoch: int | None
-    batch: int
-    ms: float
-    x_median: float | None
-
-
-def batch_outliers(run: RunData, stage: Stage, limit: int = 8) -> list[Outlier]:
-    """The slowest batches of ``stage`` that are outliers by a robust rule (modified z-score over
-    the median absolute deviation > 3.5, and at least 1.5x the median), slowest first."""
-    times = _batch_times(_by_stage(run).get(stage, []))
-    if len(times) < 5:
-        return []
-    values = sorted(t for _, _, t in times)
-    median = values[len(values) // 2]
-    mad = sorted(abs(v - median) for v in values)[len(values) // 2]
-    rows = []
-    for epoch, index, t in times:
-        z = 0.6745 * (t - median) / mad if mad > 0 else (math.inf if t > median else 0.0)
-        if z > 3.5 and t >= 1.5 * median:
-            x_median = round(t / median, 2) if median > 0 else None
-            rows.append(Outlier(epoch, index, round(1000.0 * t, 2), x_median))
-    rows.sort(key=lambda r: (-r.ms, str(r.epoch), r.batch))
-    return rows[:limit]
-
-
 def batch_times_plot(run: RunData) -> str | None:
     """Histogram of batch times (ms) per stage with median and p95 marked."""
-    stages = {s: times for s, r in _by_stage(run).items() if (times := _batch_times(r))}
+    stages = {s: times for s, r in _by_stage(run).items() if (times := batch_times(r))}
     if not stages:
         return None
     with _style():
@@ -168,30 +127,11 @@ def _integer_x(ax: Axes) -> None:
         ax.set_xlim(middle - 0.5, middle + 0.5)
 
 
-def training_rates(run: RunData) -> list[tuple[int, float]]:
-    """(global step, samples per second) of training between consecutive interval records;
-    the first record of an epoch measures from the epoch's start (where its counts start)."""
-    intervals = [r for r in run.intervals if r.stage == Stage.TRAIN]
-    rates: list[tuple[int, float]] = []
-    epoch: int | None = None
-    elapsed = samples = 0.0
-    for cur in intervals:
-        if cur.epoch != epoch:  # a new epoch: its counts start from zero
-            epoch, elapsed, samples = cur.epoch, 0.0, 0.0
-        dt = cur.elapsed_s - elapsed
-        ds = cur.samples - samples
-        if dt > 0 and ds >= 0:
-            # The counts are one rank's; ranks run in step under DDP.
-            rates.append((cur.step, ds * cur.world_size / dt))
-        elapsed, samples = cur.elapsed_s, cur.samples
-    return rates
-
-
 def throughput_figure(run: RunData) -> Figure | None:
     """Samples per second per epoch and stage; with interval records, the training rate against
     the global step as a second panel. Both x axes tick on whole numbers."""
     stages = _by_stage(run)
-    rates = training_rates(run)
+    rates = training_rates(run.intervals)
     if not stages and not rates:
         return None
     with _style():

@@ -54,7 +54,7 @@ def _tagged(task: str, tag: Any) -> str:
 
 def run_name(run: RunData) -> RunName:
     """The run's name from ``run`` (never fails: the folder's name is the last resort)."""
-    folder = run.run_dir.resolve().name or str(run.run_dir)
+    folder = run.folder or run.run_dir.name or str(run.run_dir)
     task = _text(config_value(run.config, "task_name"))
     if task is not None:
         tag = config_value(run.config, "experiment_tag")

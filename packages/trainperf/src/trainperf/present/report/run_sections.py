@@ -9,7 +9,6 @@ import math
 from datetime import UTC, datetime
 from typing import Any
 
-from trainperf.analysis.lifecycle import interruption_sentence
 from trainperf.present.gate_table import BAND_NOTE, COLUMNS, row_cells, verdict_line
 from trainperf.present.report import plots
 from trainperf.present.report.build import Report
@@ -57,8 +56,8 @@ def run_section(report: Report) -> Section:
         )
         + "."
     ]
-    if (stopped := interruption_sentence(report.run.run_dir, report.run.lifecycle)) is not None:
-        paragraphs.append(stopped)
+    if report.run.interruption is not None:
+        paragraphs.append(report.run.interruption)
     return Section(
         id="run",
         title="Run",
@@ -132,12 +131,12 @@ def cache_section(report: Report) -> Section:
 
 def baseline_section(report: Report) -> Section:
     sec = Section(id="baseline", title="Comparison with the baseline")
-    result = report.baseline
+    result = report.run.baseline
     if result is None:
-        sec.paragraphs.append(report.baseline_note or "No baseline given.")
+        sec.paragraphs.append(report.run.baseline_note or "No baseline given.")
         return sec
     # plain words: the paragraphs are shown as they are in the page, the Markdown and a terminal
-    sec.paragraphs.append(f"Baseline {report.baseline_name}: {verdict_line(result)}.")
+    sec.paragraphs.append(f"Baseline {report.run.baseline_name}: {verdict_line(result)}.")
     if result.verdict == "insufficient data":
         # Said before the table: its moved rows are not regressions, whatever their ratio.
         sec.paragraphs.append(

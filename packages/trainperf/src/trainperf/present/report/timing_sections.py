@@ -7,13 +7,19 @@ from __future__ import annotations
 import math
 
 from trainperf.analysis.mfu import epoch_utilisation, stage_utilisation
-from trainperf.analysis.stages import StageSummary, accumulate, num
+from trainperf.analysis.stages import (
+    PROFILER_PHASE,
+    StageSummary,
+    accumulate,
+    batch_outliers,
+    num,
+    profiled_batches,
+)
 from trainperf.core.clock import PHASES
 from trainperf.core.stage import Stage
 from trainperf.present.report import plots
 from trainperf.present.report.build import Report
 from trainperf.present.report.document import Section, Table, cell
-from trainperf.present.report.profiled import PROFILER_PHASE, profiled_batches
 
 
 def phases_section(report: Report) -> Section:
@@ -224,7 +230,7 @@ def batches_section(report: Report) -> Section:
         ),
         empty="Not recorded.",
     )
-    profiled = profiled_batches(report.run)
+    profiled = profiled_batches(report.run.profiler_windows)
     for stage in report.stages:
         sec.add(
             Table(
@@ -237,7 +243,7 @@ def batches_section(report: Report) -> Section:
                         if (stage, o.epoch, o.batch) in profiled
                         else "",
                     ]
-                    for o in plots.batch_outliers(report.run, stage)
+                    for o in batch_outliers(report.run.epochs, stage)
                 ],
                 f"{stage.label}: outlier batches (robust z > 3.5)",
             )

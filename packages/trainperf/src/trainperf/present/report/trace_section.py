@@ -39,7 +39,7 @@ def _numbered(
 
 
 def trace_section(report: Report) -> Section:
-    trace = report.trace
+    trace = report.run.trace
     sec = Section(
         id="trace",
         title="Profiler trace: memory timeline and top ops",
@@ -84,7 +84,7 @@ def trace_section(report: Report) -> Section:
             )
         )
     if trace is None:
-        sec.paragraphs.append(report.trace_note or "No trace.")
+        sec.paragraphs.append(report.run.trace_note or "No trace.")
         return sec
     s = trace.summary
     sec.paragraphs.append(
