@@ -7,8 +7,9 @@
   ``ocr/lightning_modules/callbacks`` typed as a string-keyed dict / mapping whose values are
   ``Any`` (``dict[str, Any]``, ``Mapping[str, Any]``, ``MutableMapping[str, Any]``, also inside
   ``| None``, ``list[...]`` and the like).
-- **Schema names**: every string literal starting ``receipt-ocr/`` in ``ocr/`` (code, not
-  docstrings or comments), and how often each is spelled.
+- **Schema names**: every string literal starting ``trainperf/`` (or the legacy
+  ``receipt-ocr/``) in ``ocr/`` and the toolkit (code, not docstrings or comments), and how
+  often each is spelled.
 - **Import cycles**: strongly connected components of the import graph of ``ocr`` (imports
   inside functions count: deferring an import hides a cycle, it does not remove it; imports
   under ``if TYPE_CHECKING:`` do not).
@@ -156,7 +157,7 @@ def schema_spellings(files: list[Path]) -> Counter[str]:
             if isinstance(node, ast.Constant) and id(node) not in docs:
                 value = node.value
                 text = value.decode("latin-1") if isinstance(value, bytes) else value
-                if isinstance(text, str) and text.startswith("receipt-ocr/"):
+                if isinstance(text, str) and text.startswith(("trainperf/", "receipt-ocr/")):
                     counts[text] += 1
     return counts
 

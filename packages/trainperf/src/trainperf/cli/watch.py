@@ -39,6 +39,7 @@ from trainperf.records.kinds import (
     Record,
     ResourceSample,
     RunDirError,
+    current_schema,
     parse_record,
 )
 
@@ -95,7 +96,7 @@ class _Tail:
                 msg = f"{self.path}: line {self.line} is not valid JSON: {exc.msg}"
                 raise RunDirError(msg) from None
             schema = raw.get("schema") if isinstance(raw, dict) else None
-            kind = self.kinds.get(schema) if isinstance(schema, str) else None
+            kind = self.kinds.get(current_schema(schema)) if isinstance(schema, str) else None
             if kind is not None:
                 out.append(parse_record(kind, raw, f"{self.path}: line {self.line}"))
         return out

@@ -165,7 +165,7 @@ def recorded_command(run_dir: str | os.PathLike[str]) -> RecordedCommand:
     if executable is None or not orig or not argv:
         raise TryInputError(
             f"{root / 'perf' / 'run.json'}: no command recorded (executable / orig_argv "
-            "missing: the run was made by an older receipt-ocr); re-record it to use try"
+            "missing: the run was recorded by an older version); re-record it to use try"
         )
     app_args = [str(a) for a in argv[1:]]
     # orig_argv = [python, *launcher, *app_args]
