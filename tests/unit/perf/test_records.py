@@ -285,14 +285,24 @@ def test_bad_run_info_is_a_clear_error(tmp_path: Path) -> None:
         read_run_record(tmp_path / "elsewhere")
 
 
-def test_polygon_cache_hit_rate_from_worker_counts() -> None:
-    from trainperf.records.run_info import polygon_cache_hit_rate
+def test_every_cache_x_with_x_hits_or_x_misses_has_a_hit_rate() -> None:
+    from trainperf.records.run_info import cache_names, hit_rate, hit_rates
 
-    assert polygon_cache_hit_rate({"polygon_cache_hits": 3, "polygon_cache_misses": 1}) == 0.75
-    # Writers leave zero counters out; a null counts as 0.
-    assert polygon_cache_hit_rate({"polygon_cache_hits": 4}) == 1.0
-    assert polygon_cache_hit_rate({"polygon_cache_misses": 2, "polygon_cache_hits": None}) == 0.0
-    assert polygon_cache_hit_rate({}) is None
+    counts: dict[str, float | None] = {
+        "polygon_cache_hits": 3,
+        "polygon_cache_misses": 1,
+        "polygon_cache_bytes_written": 9,
+        "images_hits": 4,  # writers leave zero counters out: no images_misses
+        "tokens_misses": 2,
+        "tokens_hits": None,  # a null counts as 0
+        "_hits": 5,  # no name before the suffix: no cache
+        "decoded": 7,
+    }
+    assert cache_names(counts) == ["images", "polygon_cache", "tokens"]
+    assert hit_rates(counts) == {"images": 1.0, "polygon_cache": 0.75, "tokens": 0.0}
+    assert hit_rate(counts, "polygon_cache") == 0.75
+    assert hit_rate(counts, "absent") is None
+    assert hit_rates({}) == {}
 
 
 def test_to_jsonable_handles_nested_and_odd_values() -> None:

@@ -17,7 +17,8 @@ prefix (:data:`~trainperf.records.kinds.LEGACY_SCHEMA_PREFIX`); they are read th
 Figures of a run's stage, per kept epoch: ``epoch_wall_s``, ``phase_<phase>_s`` (the phases of
 ``epochs.jsonl``), ``batch_median_s``, ``batch_p95_s``, ``samples_per_sec``,
 ``worker_<part>_ms_per_batch`` (DataLoader work timed in the workers), ``targets_ms_per_image``
-(``worker_s["targets"] / samples``), ``polygon_cache_hit_rate`` (from ``worker_counts``) and
+(``worker_s["targets"] / samples``), ``X_hit_rate`` for every cache X that counted
+``X_hits`` / ``X_misses`` in ``worker_counts`` (:func:`~trainperf.records.run_info.hit_rates`) and
 ``peak_rss_gb``; plus the pooled per-batch times (``batch_times_s``) for a distribution test.
 
 Sufficient data (:func:`too_little_data`): a run side needs at least
@@ -51,7 +52,7 @@ from trainperf.records.kinds import (
     read_records,
     read_run_record,
 )
-from trainperf.records.run_info import polygon_cache_hit_rate, to_jsonable
+from trainperf.records.run_info import hit_rates, to_jsonable
 
 BASELINE_SCHEMA = "trainperf/perf-baseline"
 BASELINE_VERSION = 1
@@ -226,9 +227,8 @@ def _epoch_figures(records: list[EpochRecord]) -> dict[str, Figure]:
                 add(f"worker_{part}_ms_per_batch", "ms/batch", "lower", 1e3 * seconds / batches)
         if "targets" in worker and samples:
             add("targets_ms_per_image", "ms/image", "lower", 1e3 * worker["targets"] / samples)
-        hit_rate = polygon_cache_hit_rate(rec.worker_counts)
-        if hit_rate is not None:
-            add("polygon_cache_hit_rate", "fraction", "higher", hit_rate)
+        for cache, rate in hit_rates(rec.worker_counts).items():
+            add(f"{cache}_hit_rate", "fraction", "higher", rate)
         if rec.peak_rss_gb is not None:
             add("peak_rss_gb", "GiB", "lower", rec.peak_rss_gb)
     figures = {name: Figure.of(vals, unit, better) for name, (unit, better, vals) in series.items()}

@@ -54,11 +54,13 @@ SCHEMA_PREFIX = "trainperf/"
 LEGACY_SCHEMA_PREFIX = "receipt-ocr/"
 
 
-def current_schema(name: object) -> object:
+def current_schema(name: object) -> str | None:
     """The schema ``name`` as this version writes it: a :data:`LEGACY_SCHEMA_PREFIX` name becomes
-    its :data:`SCHEMA_PREFIX` one (``trainperf/run`` for the old run file's); anything else,
-    ``None`` and non-strings included, is returned as it is."""
-    if isinstance(name, str) and name.startswith(LEGACY_SCHEMA_PREFIX):
+    its :data:`SCHEMA_PREFIX` one (``trainperf/run`` for the old run file's); any other string
+    is returned as it is, a non-string (no schema) as ``None``."""
+    if not isinstance(name, str):
+        return None
+    if name.startswith(LEGACY_SCHEMA_PREFIX):
         return SCHEMA_PREFIX + name[len(LEGACY_SCHEMA_PREFIX) :]
     return name
 
