@@ -14,19 +14,22 @@ from trainperf.core.significance import Outcome, PairedRatios, ratio_outcome
 from trainperf.records.kinds import TryRecord, read_records
 
 __all__ = [
-    "HMEAN_TOLERANCE",
     "MIN_PAIRS",
+    "QUALITY_TOLERANCE",
     "RECOMMEND_ABOVE",
     "TrialEvent",
     "code_lines",
     "latest_session",
     "paste_line",
+    "quality_drop",
     "status",
 ]
 
-#: An eval-time change that lowers the H-mean on the run's checkpoint by more than this is never
-#: recommended, however fast.
-HMEAN_TOLERANCE = 0.005
+#: An eval-time change that lowers the quality figure (0-1, e.g. a detector's H-mean) on the
+#: run's checkpoint by more than this is never recommended, however fast.
+QUALITY_TOLERANCE = 0.005
+#: The status word of such a change ends so: ``"<quality_name> drop"``.
+QUALITY_DROP_SUFFIX = " drop"
 #: Smallest speed-up that counts: the interval's low end must be above it to recommend.
 RECOMMEND_ABOVE = 1.03
 #: Fewer pairs than this are inconclusive whatever they show.
@@ -80,6 +83,11 @@ def latest_session(run_dir: str | os.PathLike[str]) -> list[TryRecord]:
         return []
     last = records[-1].session
     return [r for r in records if r.session == last]
+
+
+def quality_drop(status_word: str) -> bool:
+    """Whether a measured change's status says it lowered the quality figure."""
+    return status_word.endswith(QUALITY_DROP_SUFFIX)
 
 
 def status(s: PairedRatios) -> str:

@@ -152,6 +152,39 @@ class DatasetContainer(msgspec.Struct, kw_only=True, frozen=True):
         return self.python_bytes / float(1 << 20)
 
 
+class EvalCommand(msgspec.Struct, kw_only=True, frozen=True):
+    """How ``trainperf try`` checks an eval-time change on the run's checkpoint: the app's own
+    evaluation entry point and the quality figure it prints. The app records it at train time
+    (``run.json``'s ``"eval"``, through ``write_run_info``'s ``extra``); ``trainperf try
+    --eval-command / --eval-quality`` give or replace it.
+
+    Args:
+        launcher: the interpreter's arguments that start the evaluation in place of the
+            training's (``["-m", "app.evaluate"]``, or a script's path).
+        overrides: Hydra overrides added after the run's own; ``{checkpoint}`` in them is the
+            checkpoint's path. The evaluation must record its test stage with the performance
+            callbacks (its speed is read from ``perf/epochs.jsonl``).
+        drop_keys: the run's overrides of these keys (or their sub-keys) are left out: training
+            settings the evaluation's config does not have.
+        quality: a regular expression whose first group, found in the evaluation's output, is
+            its quality figure (higher is better, 0-1).
+        quality_name: what the notes and the status word call that figure (``"<name> drop"``).
+        name: what the notes call the evaluation command (default: the launcher).
+    """
+
+    launcher: list[str]
+    overrides: list[str] = []
+    drop_keys: list[str] = []
+    quality: str
+    quality_name: str = "quality"
+    name: str | None = None
+
+    @property
+    def label(self) -> str:
+        """:attr:`name`, or the launcher's words."""
+        return self.name or " ".join(self.launcher)
+
+
 class RunRecord(Record, tag="trainperf/run", kw_only=True, frozen=True):
     """``perf/run.json``: the machine, software and command of a run (several writers each add
     their part; :func:`write_run_record` merges). Every field is optional."""
@@ -186,6 +219,8 @@ class RunRecord(Record, tag="trainperf/run", kw_only=True, frozen=True):
     task_name: str | None = None
     # the training dataset's large Python containers (copy-on-read in DataLoader workers)
     dataset_containers: list[DatasetContainer] = []
+    # how the app evaluates a checkpoint (trainperf try's eval-time changes); None: it said not
+    eval: EvalCommand | None = None
 
 
 class LoaderSettings(msgspec.Struct, kw_only=True, frozen=True):
@@ -462,14 +497,17 @@ class TryRecord(Record, tag="trainperf/try", kw_only=True, frozen=True):
         override: the change(s) as ``try`` applies them, space-separated: Hydra overrides and
             runtime knobs (``knob:NAME=VALUE``); ``None`` for a plain-language change.
         family: the candidate's family (``combined`` for the winners together).
-        eval_time: checked on the checkpoint with ``ocr-test`` (evaluation speed and H-mean).
+        eval_time: checked on the checkpoint with the app's evaluation command
+            (:class:`EvalCommand`: evaluation speed and its quality figure).
         status: ``recommended``, ``no significant change``, ``regression``, ``inconclusive``,
-            ``H-mean drop`` (faster or not, it lowers the H-mean beyond the tolerance),
+            ``<quality_name> drop`` (faster or not, it lowers the quality figure beyond the
+            tolerance),
             ``not applicable``, ``failed`` or ``untried`` (the budget ran out).
         ratios: ``speed(changed) / speed(unchanged)`` per pair.
         median, low, high: the median ratio and its 95 % bootstrap interval (None without pairs).
-        hmean_base, hmean_changed: eval-time only: H-mean on the checkpoint.
-        note: why (not applicable, failed, untried, the H-mean drop), or "".
+        quality_base, quality_changed: eval-time only: the quality figure on the checkpoint;
+            quality_name: its name (e.g. ``H-mean``).
+        note: why (not applicable, failed, untried, the quality drop), or "".
         apply: how to make the knobs of the change in one's own code
             (``DataLoader(..., num_workers=4)``; lines joined by ``; ``), or "".
     """
@@ -491,8 +529,9 @@ class TryRecord(Record, tag="trainperf/try", kw_only=True, frozen=True):
     high: float | None = None
     base_samples_per_sec: float | None = None
     changed_samples_per_sec: float | None = None
-    hmean_base: float | None = None
-    hmean_changed: float | None = None
+    quality_base: float | None = None
+    quality_changed: float | None = None
+    quality_name: str | None = None
     note: str = ""
     apply: str = ""
 
