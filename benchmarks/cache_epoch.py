@@ -20,7 +20,7 @@ rate, worker-side collate ms per batch, target ms per image, epoch wall time; th
 hit rate >= 99 % from the second epoch on, collate time >= 5x lower than the reference.
 
 Prints figures only; never passes or fails on a time. ``--json OUT`` writes a bench JSON
-(schema ``receipt-ocr/bench`` v1) that ``trainperf baseline`` / ``trainperf check`` read.
+(schema ``trainperf/bench`` v1) that ``trainperf baseline`` / ``trainperf check`` read.
 
     python benchmarks/cache_epoch.py [--epochs 3] [--json OUT]
 
@@ -48,6 +48,8 @@ import numpy as np
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))  # tests/ is not an installed package
+
+from trainperf.analysis.baseline import BENCH_SCHEMA  # noqa: E402
 
 from ocr.data.collate import DBCollateFN  # noqa: E402
 from ocr.data.datamodule import ReceiptDataModule  # noqa: E402
@@ -282,7 +284,7 @@ def main() -> None:
 
     if args.json:
         doc = {
-            "schema": "receipt-ocr/bench",
+            "schema": BENCH_SCHEMA,
             "v": 1,
             "name": "cache_epoch",
             "t": time.time(),

@@ -697,7 +697,7 @@ def main() -> None:
     parser.add_argument("--overhead-reps", type=int, default=5)
     parser.add_argument("--skip-overhead", action="store_true")
     parser.add_argument("--only-overhead", action="store_true", help="skip the trace analysis")
-    parser.add_argument("--json", type=Path, help="write the figures as a receipt-ocr/bench file")
+    parser.add_argument("--json", type=Path, help="write the figures as a trainperf/bench file")
     parser.add_argument("--large", action="store_true", help="the large-trace mode at any size")
     parser.add_argument(
         "--tmp-dir", type=Path, default=None, help="where the large-trace mode makes its temp dir"
@@ -742,9 +742,10 @@ def main() -> None:
 
     if args.json:
         import torch
+        from trainperf.analysis.baseline import BENCH_SCHEMA
 
         bench = {
-            "schema": "receipt-ocr/bench",
+            "schema": BENCH_SCHEMA,
             "v": 1,
             "name": "trace_analysis",
             "t": time.time(),

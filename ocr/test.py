@@ -22,6 +22,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from rich.table import Table
 from trainperf.present.console import print_renderable, widen_for_logs
+from trainperf.records.kinds import EvalCommand
 
 from ocr.cli_errors import expected_errors
 from ocr.config_errors import composed, config_errors
@@ -36,6 +37,27 @@ from ocr.runtime import (
 
 log = logging.getLogger(__name__)
 register_resolvers()
+
+#: The line with the split's H-mean that ocr-test prints (and ``trainperf try`` reads back).
+HMEAN_LINE = "H-mean on split '{split}': {hmean:.4f}"
+
+#: How ``trainperf try`` checks an eval-time change (postprocess limits) on a training run's
+#: checkpoint: ocr-test on the validation split with the run's overrides (its training-only
+#: keys left out) and a throughput callback recording the test stage's speed; the quality
+#: figure is the H-mean line. ``ocr-train`` records it in ``perf/run.json`` (``"eval"``).
+EVAL_COMMAND = EvalCommand(
+    name="ocr-test",
+    launcher=["-m", "ocr.test"],
+    overrides=[
+        "checkpoint_path={checkpoint}",
+        "split=val",
+        "+callbacks.try_throughput={_target_:'trainperf.lightning.ThroughputMonitorCallback',"
+        "flops:false,peak_memory:false}",
+    ],
+    drop_keys=["callbacks", "ckpt_path", "test_after_fit"],
+    quality=r"H-mean on split '[^']*': ([0-9.]+)",
+    quality_name="H-mean",
+)
 
 
 def load_checkpoint(path: str | Path) -> dict[str, Any]:
@@ -97,7 +119,7 @@ def _print_results(split: str, metrics: dict[str, float], trainer: L.Trainer) ->
     if scores:
         print_renderable(table)
     if f"{split}/hmean" in metrics:
-        print(f"H-mean on split '{split}': {metrics[f'{split}/hmean']:.4f}")
+        print(HMEAN_LINE.format(split=split, hmean=metrics[f"{split}/hmean"]))
     else:
         print(f"split '{split}' has no ground-truth words: predictions only, no metric")
     # Not trainer.log_dir: under DDP it is a broadcast, and this runs on rank zero only.

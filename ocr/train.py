@@ -14,9 +14,11 @@ from typing import Any
 
 import hydra
 import lightning as L
+import msgspec
 from lightning.pytorch.callbacks import ModelCheckpoint
 from omegaconf import DictConfig, OmegaConf
 from trainperf.present.console import widen_for_logs
+from trainperf.records.run_info import write_run_info
 
 from ocr.checkpoint_path import check_checkpoint_path
 from ocr.cli_errors import expected_errors
@@ -31,6 +33,7 @@ from ocr.runtime import (
     register_resolvers,
     summarize_metrics,
 )
+from ocr.test import EVAL_COMMAND
 
 log = logging.getLogger(__name__)
 register_resolvers()
@@ -54,6 +57,7 @@ def run_train(cfg: DictConfig) -> dict[str, float]:
         )
 
     trainer = build_trainer(cfg, extra_callbacks=[TensorBoardHparams()], check=claim)
+    record_eval_command(trainer)
     trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)
     metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if v.numel() == 1}
     if cfg.get("test_after_fit"):
@@ -65,6 +69,16 @@ def run_train(cfg: DictConfig) -> dict[str, float]:
         if isinstance(ckpt_cb, ModelCheckpoint) and ckpt_cb.best_model_path:
             print(f"best checkpoint: {ckpt_cb.best_model_path}")
     return metrics
+
+
+def record_eval_command(trainer: L.Trainer) -> None:
+    """With the performance callbacks on, record in ``perf/run.json`` how ``trainperf try``
+    evaluates this run's checkpoint (ocr-test and its H-mean line; rank zero)."""
+    callbacks = getattr(trainer, "callbacks", [])  # set in Trainer.__init__, not declared
+    recording = any(type(cb).__module__.startswith("trainperf.") for cb in callbacks)
+    if recording and trainer.is_global_zero:
+        eval_command = msgspec.to_builtins(EVAL_COMMAND)
+        write_run_info(trainer.default_root_dir, {"eval": eval_command})
 
 
 @hydra.main(version_base="1.3", config_path="configs", config_name="train")

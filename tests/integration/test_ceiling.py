@@ -54,7 +54,7 @@ class ConvModule(L.LightningModule):
 
 @pytest.fixture(autouse=True)
 def _temp_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("OCR_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("TRAINPERF_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setattr(peak_module, "_MEASURE_S", 0.01)  # keep the peak measurement short
 
 
@@ -140,7 +140,11 @@ def test_ocr_train_summary_shows_real_flops_and_mfu_is_logged(tmp_path: Path) ->
         f"hydra.run.dir={run}",
     ]
     env = dict(
-        os.environ, WANDB_MODE="offline", PYTHONUNBUFFERED="1", OCR_CACHE_DIR=str(tmp_path / "c")
+        os.environ,
+        WANDB_MODE="offline",
+        PYTHONUNBUFFERED="1",
+        OCR_CACHE_DIR=str(tmp_path / "c"),
+        TRAINPERF_CACHE_DIR=str(tmp_path / "c"),
     )
     proc = subprocess.run(
         [sys.executable, "-m", "ocr.train", *overrides],

@@ -16,7 +16,8 @@ BASELINE = REPO_ROOT / "tests" / "performance" / "baselines" / "synthetic_debug_
 
 def _perf(*args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
-    env.update(PYTHONPATH=str(REPO_ROOT), TERM="dumb")
+    src = REPO_ROOT / "packages" / "trainperf" / "src"  # this tree's toolkit, not an installed one
+    env.update(PYTHONPATH=os.pathsep.join([str(REPO_ROOT), str(src)]), TERM="dumb")
     return subprocess.run(
         [sys.executable, "-m", "trainperf.cli.main", *args],
         env=env,

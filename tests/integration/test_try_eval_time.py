@@ -1,4 +1,5 @@
-"""An eval-time candidate through the real path: ``trainperf try`` runs ``ocr-test`` on the run's
+"""An eval-time candidate through the real path: ``ocr-train`` records its evaluation command
+(``ocr-test`` and its H-mean line) in ``perf/run.json``; ``trainperf try`` runs it on the run's
 checkpoint (unchanged, then with the change), reads each run's evaluation speed from its perf files
 and its H-mean, and does not recommend the change. (A tiny checkpoint scores H-mean 0, so the drop
 rule itself is covered by tests/unit/perf_try/test_session.py.)"""
@@ -13,8 +14,10 @@ from pathlib import Path
 import pytest
 from trainperf.analysis.tryouts import latest_session
 from trainperf.cli.main import main as perf_main
+from trainperf.records.kinds import read_run_record
 
 from ocr.data.synth import generate_dataset
+from ocr.test import EVAL_COMMAND
 
 pytestmark = pytest.mark.slow
 
@@ -75,12 +78,14 @@ def test_eval_time_candidate_is_checked_with_ocr_test(
     )
     out = capsys.readouterr().out
     assert code == 0, out
+    assert read_run_record(tiny_run).eval == EVAL_COMMAND  # recorded by ocr-train
     (record,) = latest_session(tiny_run)
     assert record.eval_time
     assert record.alters_computation
     assert record.pairs == 1, record.note
-    assert record.hmean_base is not None
-    assert record.hmean_changed is not None
+    assert record.quality_name == "H-mean"
+    assert record.quality_base is not None
+    assert record.quality_changed is not None
     assert record.base_samples_per_sec is not None
     assert record.base_samples_per_sec > 0
     assert not record.recommended

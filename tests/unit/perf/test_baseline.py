@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from trainperf.analysis.baseline import (
     BASELINE_SCHEMA,
+    BENCH_SCHEMA,
     BaselineError,
     load_source,
     make_baseline,
@@ -198,7 +199,7 @@ def test_missing_figure_is_reported_not_failed(run: Path, tmp_path: Path) -> Non
 
 def bench(tmp_path: Path, name: str, **figures: Any) -> Path:
     doc = {
-        "schema": "receipt-ocr/bench",
+        "schema": BENCH_SCHEMA,
         "v": 1,
         "name": "cache_epoch",
         "t": 1.0,

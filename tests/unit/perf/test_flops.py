@@ -113,8 +113,8 @@ def test_example_input_conventions() -> None:
 
 @pytest.fixture
 def cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("OCR_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.delenv("OCR_PEAK_REFRESH", raising=False)
+    monkeypatch.setenv("TRAINPERF_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("TRAINPERF_PEAK_REFRESH", raising=False)
     monkeypatch.setattr(peak_module, "_MEASURE_S", 0.01)  # keep the test fast
     # A quiet host unless a test says otherwise (the real load average varies).
     monkeypatch.setattr(peak_module, "_host_busy", lambda device: False)
@@ -145,9 +145,9 @@ def test_peak_is_measured_once_then_cached(
     assert second.flops_per_sec == first.flops_per_sec
     # Another dtype is another entry; a refresh measures again and replaces the entry.
     assert measured_peak("cpu", torch.bfloat16).flops_per_sec == 5.0e9
-    monkeypatch.setenv("OCR_PEAK_REFRESH", "1")
+    monkeypatch.setenv("TRAINPERF_PEAK_REFRESH", "1")
     assert measured_peak("cpu", torch.float32).flops_per_sec == 5.0e9
-    monkeypatch.delenv("OCR_PEAK_REFRESH")
+    monkeypatch.delenv("TRAINPERF_PEAK_REFRESH")
     assert measured_peak("cpu", torch.float32).cached
     assert len(calls) == 2
     # A damaged cache is measured again, never an error.

@@ -15,6 +15,8 @@ from trainperf.core.ranks import Straggler
 from trainperf.core.stage import Stage
 from trainperf.lightning.run_files import epoch_record
 from trainperf.records.kinds import (
+    LEGACY_SCHEMA_PREFIX,
+    SCHEMA_PREFIX,
     AlertEvent,
     EpochRecord,
     IntervalRecord,
@@ -26,6 +28,7 @@ from trainperf.records.kinds import (
     RunDirError,
     RunRecord,
     TryRecord,
+    current_schema,
     epoch_runs,
     read_records,
     read_run_record,
@@ -74,7 +77,7 @@ def test_an_epoch_round_trips_with_the_same_keys_and_nan_as_null(tmp_path: Path)
     raw = json.loads(text)
     expected = {f.name for f in msgspec.structs.fields(EpochRecord)} | {"schema"}
     assert set(raw) == expected
-    assert raw["schema"] == "receipt-ocr/perf-epoch"
+    assert raw["schema"] == "trainperf/perf-epoch"
     assert raw["v"] == 1
     assert raw["peak_gpu_memory_gb"] is None
     assert raw["batch_stats"] == {"mean": 0.3, "std": None}
@@ -131,7 +134,7 @@ KINDS = (
 def test_every_kind_has_its_own_schema_spelled_once_in_the_code() -> None:
     schemas = {kind.schema() for kind in KINDS}
     assert len(schemas) == len(KINDS)
-    assert all(name.startswith("receipt-ocr/") for name in schemas)
+    assert all(name.startswith(SCHEMA_PREFIX) for name in schemas)
     spellings = schema_spellings(
         sorted((ROOT / "ocr").rglob("*.py")) + sorted(TOOLKIT_SRC.rglob("*.py"))
     )
@@ -150,6 +153,33 @@ def test_unknown_keys_are_ignored_and_other_schemas_skipped(tmp_path: Path) -> N
     assert [s.t for s in samples] == [1.0, 3.0]
     assert not hasattr(samples[0], "from_the_future")
     assert [s.run_kind for s in read_records(path, ResourceSummary)] == ["fit"]
+
+
+def test_legacy_schema_names_read_as_todays(tmp_path: Path) -> None:
+    """Folders written before the toolkit left the app carry ``receipt-ocr/...`` tags: every
+    reader takes them as the same schema; other prefixes stay other schemas."""
+    assert current_schema(LEGACY_SCHEMA_PREFIX + "perf-epoch") == EpochRecord.schema()
+    assert current_schema("elsewhere/perf-epoch") == "elsewhere/perf-epoch"
+    assert current_schema(None) is None
+    old = EpochRecord.schema().replace(SCHEMA_PREFIX, LEGACY_SCHEMA_PREFIX)
+    path = EpochRecord.path(tmp_path)
+    path.parent.mkdir(parents=True)
+    lines = [
+        {"schema": old, "v": 1, "stage": "val", "wall_s": 1.0},
+        {"schema": "elsewhere/perf-epoch", "v": 1, "stage": "val", "wall_s": 2.0},
+        {"schema": EpochRecord.schema(), "v": 1, "stage": "train", "wall_s": 3.0},
+    ]
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    assert [(r.stage, r.wall_s) for r in read_records(path, EpochRecord)] == [
+        (Stage.VAL, 1.0),
+        (Stage.TRAIN, 3.0),
+    ]
+    old_run = RunRecord.schema().replace(SCHEMA_PREFIX, LEGACY_SCHEMA_PREFIX)
+    RunRecord.path(tmp_path).write_text(json.dumps({"schema": old_run, "v": 1, "world_size": 2}))
+    assert read_run_record(tmp_path).world_size == 2
+    write_run_info(tmp_path, {"device": "cpu"})  # a writer merges it and writes today's name
+    raw = json.loads(RunRecord.path(tmp_path).read_text())
+    assert (raw["schema"], raw["world_size"], raw["device"]) == (RunRecord.schema(), 2, "cpu")
 
 
 def test_absent_file_reads_as_empty(tmp_path: Path) -> None:
@@ -176,7 +206,7 @@ def test_newer_version_is_refused_naming_file_and_line(tmp_path: Path) -> None:
     path = tmp_path / "alerts.jsonl"
     write_lines(path, AlertEvent, [{"event": "fired"}])
     write_lines(path, AlertEvent, [{"event": "fired"}], version=2)
-    refused = r"alerts\.jsonl: line 2 is receipt-ocr/alert version 2; .* up to version 1"
+    refused = r"alerts\.jsonl: line 2 is trainperf/alert version 2; .* up to version 1"
     with pytest.raises(RunDirError, match=refused):
         read_records(path, AlertEvent)
 
@@ -231,7 +261,7 @@ def test_run_info_merges_writers_and_keeps_the_start_time(tmp_path: Path) -> Non
     write_run_info(tmp_path, {"device": "cpu"})  # a later writer keeps the others' parts
     assert read_run_record(tmp_path).hparams == {"lr": 0.1, "bad": None}
     raw = json.loads(RunRecord.path(tmp_path).read_text())
-    assert raw["schema"] == "receipt-ocr/run"
+    assert raw["schema"] == "trainperf/run"
     assert raw["v"] == 1
     assert {"hostname", "python", "cpu_count", "argv"} <= raw.keys()
     assert None not in raw.values()  # fields nobody set stay out of the file
@@ -255,14 +285,24 @@ def test_bad_run_info_is_a_clear_error(tmp_path: Path) -> None:
         read_run_record(tmp_path / "elsewhere")
 
 
-def test_polygon_cache_hit_rate_from_worker_counts() -> None:
-    from trainperf.records.run_info import polygon_cache_hit_rate
+def test_every_cache_x_with_x_hits_or_x_misses_has_a_hit_rate() -> None:
+    from trainperf.records.run_info import cache_names, hit_rate, hit_rates
 
-    assert polygon_cache_hit_rate({"polygon_cache_hits": 3, "polygon_cache_misses": 1}) == 0.75
-    # Writers leave zero counters out; a null counts as 0.
-    assert polygon_cache_hit_rate({"polygon_cache_hits": 4}) == 1.0
-    assert polygon_cache_hit_rate({"polygon_cache_misses": 2, "polygon_cache_hits": None}) == 0.0
-    assert polygon_cache_hit_rate({}) is None
+    counts: dict[str, float | None] = {
+        "polygon_cache_hits": 3,
+        "polygon_cache_misses": 1,
+        "polygon_cache_bytes_written": 9,
+        "images_hits": 4,  # writers leave zero counters out: no images_misses
+        "tokens_misses": 2,
+        "tokens_hits": None,  # a null counts as 0
+        "_hits": 5,  # no name before the suffix: no cache
+        "decoded": 7,
+    }
+    assert cache_names(counts) == ["images", "polygon_cache", "tokens"]
+    assert hit_rates(counts) == {"images": 1.0, "polygon_cache": 0.75, "tokens": 0.0}
+    assert hit_rate(counts, "polygon_cache") == 0.75
+    assert hit_rate(counts, "absent") is None
+    assert hit_rates({}) == {}
 
 
 def test_to_jsonable_handles_nested_and_odd_values() -> None:

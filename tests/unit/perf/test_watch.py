@@ -215,9 +215,9 @@ def test_cli_json_lines_and_missing_folder(
     assert perf_main(["watch", str(tmp_path), "--json", "--poll", "0.01"]) == EXIT_ENDED
     out = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [o.get("schema") for o in out[:3]] == [
-        "receipt-ocr/lifecycle",
-        "receipt-ocr/perf-epoch",
-        "receipt-ocr/lifecycle",
+        "trainperf/lifecycle",
+        "trainperf/perf-epoch",
+        "trainperf/lifecycle",
     ]
     assert out[-1] == {"watch": "stopped", "reason": "finished (fit)", "exit": 0}
     assert perf_main(["watch", str(tmp_path / "nope")]) == 2

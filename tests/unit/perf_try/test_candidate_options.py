@@ -22,7 +22,7 @@ from trainperf.records.command import TryInputError
         ("trainer.precision=bf16-mixed", "precision", True, False),
         ("data.canvas_size=320", "other", True, False),
         ("model.postprocess.box_thresh=0.6", "postprocess", True, True),
-        ("+data.polygon_cache.enabled=true", "polygon_cache", False, False),
+        ("+data.polygon_cache.enabled=true", "cache", False, False),
         ("trainer.benchmark=true", "cudnn_benchmark", False, False),
         ("torch_threads=2", "threads", False, False),
         ("model.compile=true", "compile", False, False),
@@ -38,8 +38,8 @@ def test_family_and_labels_from_the_key(
     assert c.override == text
 
 
-def test_cache_key_is_the_polygon_cache_family() -> None:
-    assert parse_candidate("data.polygon_cache_size=100").family == "polygon_cache"
+def test_cache_key_is_the_cache_family() -> None:
+    assert parse_candidate("data.polygon_cache_size=100").family == "cache"
 
 
 @pytest.mark.parametrize("text", ["num_workers", "=4", "a b=1", "x="])

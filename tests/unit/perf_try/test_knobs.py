@@ -89,7 +89,7 @@ def test_a_family_maps_to_its_knob_or_to_none() -> None:
     assert family_knob("workers", 4) == Knob("dataloader.num_workers", 4)
     assert family_knob("persistent_workers", True) == Knob("dataloader.persistent_workers", True)
     assert family_knob("precision", "bf16-mixed") == Knob("trainer.precision", "bf16-mixed")
-    assert family_knob("polygon_cache", True) is None  # needs the app's own code
+    assert family_knob("cache", True) is None  # needs the app's own code
     assert family_knob("workers", "many") is None
 
 
@@ -127,7 +127,7 @@ def test_findings_changes_are_knobs_without_a_config_key() -> None:
         "model.compile",
     }
     cache = candidates_for("input_bound", plain, part="targets")[0]
-    assert cache.family == "polygon_cache"
+    assert cache.family == "cache"
     assert cache.knob is None
 
 

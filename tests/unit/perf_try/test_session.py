@@ -1,4 +1,5 @@
-"""The session's plan with fake trials: pairs, order, budget, the H-mean rule, winners together."""
+"""The session's plan with fake trials: pairs, order, budget, the quality-drop rule (the app's
+evaluation command and quality figure, recorded by the app), winners together."""
 
 from __future__ import annotations
 
@@ -6,13 +7,14 @@ from pathlib import Path
 
 import pytest
 from trainperf.analysis.try_plan import BudgetPlan
-from trainperf.analysis.tryouts import HMEAN_TOLERANCE, code_lines, paste_line
+from trainperf.analysis.tryouts import QUALITY_TOLERANCE, code_lines, paste_line
 from trainperf.cli.tryout import session as session_mod
 from trainperf.cli.tryout.session import TryOptions, TrySession
 from trainperf.cli.tryout.trial import TrialResult
 from trainperf.core.candidates import Candidate
 from trainperf.core.knobs import Knob
 from trainperf.records.command import RecordedCommand
+from trainperf.records.kinds import EvalCommand
 
 WORKERS = Candidate("workers", "more workers", "data.num_workers=4")
 PREFETCH = Candidate("prefetch", "deeper prefetch", "data.prefetch_factor=4")
@@ -28,8 +30,22 @@ class FakeClock:
         return self.now
 
 
+#: An app's evaluation command as it records it (the receipt app's: ocr-test and its H-mean).
+EVALUATE = EvalCommand(
+    name="app-test",
+    launcher=["-m", "app.test"],
+    overrides=["checkpoint_path={checkpoint}"],
+    drop_keys=["callbacks"],
+    quality=r"H-mean: ([0-9.]+)",
+    quality_name="H-mean",
+)
+
+
 def _command(
-    tmp_path: Path, hydra: bool = True, module: str = "OCRLightningModule"
+    tmp_path: Path,
+    hydra: bool = True,
+    module: str = "OCRLightningModule",
+    evaluation: EvalCommand | None = EVALUATE,
 ) -> RecordedCommand:
     return RecordedCommand(
         run_dir=tmp_path / "run",
@@ -40,6 +56,7 @@ def _command(
         cwd=tmp_path,
         hydra=hydra,
         lightning_module=module,
+        evaluation=evaluation,
     )
 
 
@@ -66,8 +83,9 @@ def fake_trials(monkeypatch: pytest.MonkeyPatch) -> tuple[FakeClock, list[tuple[
     def evaluation(command, folder, changes, checkpoint, **kwargs):  # type: ignore[no-untyped-def]
         calls.append(changes)
         clock.now += 10.0
-        hmean = 0.60 if any("box_thresh" in c for c in changes) else 0.80
-        return TrialResult(10.0, speed(changes), None, hmean)
+        assert kwargs["evaluation"] == command.evaluation
+        quality = 0.60 if any("box_thresh" in c for c in changes) else 0.80
+        return TrialResult(10.0, speed(changes), None, quality)
 
     monkeypatch.setattr(session_mod, "run_training_trial", training)
     monkeypatch.setattr(session_mod, "run_eval_trial", evaluation)
@@ -145,7 +163,7 @@ def test_budget_too_small_for_the_first_pair_leaves_candidates_untried(
     assert "budget ran out" in records[1].note
 
 
-def test_eval_time_change_that_lowers_hmean_is_never_recommended(
+def test_eval_time_change_that_lowers_the_quality_figure_is_never_recommended(
     tmp_path: Path, fake_trials: tuple[FakeClock, list[tuple[str, ...]]]
 ) -> None:
     clock, _ = fake_trials
@@ -154,11 +172,13 @@ def test_eval_time_change_that_lowers_hmean_is_never_recommended(
         _command(tmp_path), [BOX], TryOptions(10_000, 3), tmp_path / "w", ckpt, clock=clock
     )
     (record,) = session.run()
-    assert record.status == "H-mean drop"
+    assert record.status == "H-mean drop"  # named by the app's quality figure
     assert not record.recommended
-    assert record.hmean_base == pytest.approx(0.80)
-    assert record.hmean_changed == pytest.approx(0.60)
-    assert str(HMEAN_TOLERANCE) in record.note
+    assert record.quality_name == "H-mean"
+    assert record.quality_base == pytest.approx(0.80)
+    assert record.quality_changed == pytest.approx(0.60)
+    assert str(QUALITY_TOLERANCE) in record.note
+    assert "speed of evaluation (app-test on the checkpoint)" in record.note
     assert paste_line([record]) is None
 
 
@@ -185,7 +205,7 @@ def test_what_cannot_be_applied_is_said_per_candidate(
     assert record.status == "not applicable"
     assert "does not apply to the run as it is" in record.note
     foreign = TrySession(
-        _command(tmp_path, module="MyModule"),
+        _command(tmp_path, module="MyModule", evaluation=None),  # recorded no evaluation
         [BOX],
         TryOptions(100, 3),
         tmp_path / "b",
@@ -193,7 +213,7 @@ def test_what_cannot_be_applied_is_said_per_candidate(
         clock=clock,
     ).run()
     assert foreign[0].status == "not applicable"
-    assert "ocr-test" in foreign[0].note
+    assert "--eval-command" in foreign[0].note
     assert calls == []
 
 

@@ -97,8 +97,9 @@ class GpuStarvation(Rule):
             suggestion=(
                 "Raise the DataLoader's num_workers (with persistent_workers=true and "
                 "pin_memory=true on GPU), move decoding/augmentation/target generation into the "
-                "workers or cache it (PolygonCache), and check workers_cpu_percent: workers at "
-                "100 % each need more workers or cheaper transforms."
+                "workers or cache it (a disk cache shared by the workers), and check "
+                "workers_cpu_percent: workers at 100 % each need more workers or cheaper "
+                "transforms."
             ),
         )
 
@@ -233,8 +234,8 @@ class HostMemoryLeak(Rule):
             },
             suggestion=(
                 "Look for state that grows per sample in the Dataset, collate function or "
-                "LightningModule (lists of outputs, unbounded caches: bound PolygonCache "
-                "max_size); workers_uss_gb vs process_rss_gb shows which process grows."
+                "LightningModule (lists of outputs, unbounded caches: bound them, e.g. "
+                "a max_bytes limit); workers_uss_gb vs process_rss_gb shows which process grows."
             ),
         )
 

@@ -45,7 +45,7 @@ class LogSink(AlertSink):
 
 
 class JsonlSink(AlertSink):
-    """Events as ``receipt-ocr/alert`` lines in ``path`` (``<run>/perf/alerts.jsonl``)."""
+    """Events as ``trainperf/alert`` lines in ``path`` (``<run>/perf/alerts.jsonl``)."""
 
     name = "jsonl"
 

@@ -303,11 +303,27 @@ def _pin_memory(f: RunFacts) -> Candidate | None:
     )
 
 
-def _polygon_cache(f: RunFacts) -> Candidate | None:
+def find_cache_key(
+    config: Mapping[str, object] | None, leaf: str, cache: str | None = None
+) -> ConfigKey | None:
+    """The ``leaf`` setting (``enabled``, ``max_bytes``) of a cache's config node, by
+    convention: the node named ``cache`` (X of the run's ``X_hits`` / ``X_misses`` worker
+    counters) when given, else a node whose name ends in ``cache`` (``data.target_cache``)."""
+    if cache is not None:
+        return find_key(config, (leaf,), parent=cache)
+    nodes = sorted(
+        {p[-2] for p, _ in _walk(config) if len(p) >= 2 and p[-1] == leaf and p[0] != "hydra"}
+    )
+    for node in (n for n in nodes if n.lower().endswith("cache")):
+        return find_key(config, (leaf,), parent=node)
+    return None
+
+
+def _target_cache(f: RunFacts) -> Candidate | None:
     return _switch_on(
-        "polygon_cache",
-        find_key(f.config, ("enabled",), parent="polygon_cache"),
-        "compute the DB target maps once and read them back: {key}{now} -> true",
+        "cache",
+        find_cache_key(f.config, "enabled"),
+        "compute the per-sample targets once and read them back: {key}{now} -> true",
         "compute the per-sample targets once and read them back (a cache keyed by the "
         "un-augmented sample) instead of every epoch",
     )
@@ -532,7 +548,7 @@ def candidates_for(cause: str, facts: RunFacts, *, part: str | None = None) -> l
     compute_ok = facts.compute_headroom is not False
     if cause in ("input_bound", "data_loading"):
         if part == "targets":
-            found.append(_polygon_cache(facts))
+            found.append(_target_cache(facts))
         found += [
             _workers(facts),
             _persistent(facts, planned=True),

@@ -1,6 +1,6 @@
 """Performance baselines: making, writing and reading them (``trainperf baseline``).
 
-A *baseline* (:class:`Baseline`, written as JSON with schema ``"receipt-ocr/perf-baseline"``
+A *baseline* (:class:`Baseline`, written as JSON with schema ``"trainperf/perf-baseline"``
 v1) summarises one stage of a run, or one benchmark, as named *figures*
 (:class:`Figure`): each keeps its per-epoch (or per-repetition) values, their median, its unit
 and which direction is better. Sources (:func:`load_source`):
@@ -8,13 +8,17 @@ and which direction is better. Sources (:func:`load_source`):
 * a run directory (``<run>/perf/epochs.jsonl``, written by the performance callbacks; also the
   ``perf`` folder or the ``.jsonl`` file itself): one stage (default ``val``), the first
   ``skip_epochs`` epochs of it dropped (worker start-up, JIT compilation, a cold cache);
-* a bench JSON (schema ``"receipt-ocr/bench"`` v1, the ``--json`` output of ``benchmarks/``);
+* a bench JSON (schema ``"trainperf/bench"`` v1, the ``--json`` output of ``benchmarks/``);
+
+Files written before the toolkit left the app that grew it carry these schemas under the legacy
+prefix (:data:`~trainperf.records.kinds.LEGACY_SCHEMA_PREFIX`); they are read the same.
 * a baseline JSON (read back, after validation).
 
 Figures of a run's stage, per kept epoch: ``epoch_wall_s``, ``phase_<phase>_s`` (the phases of
 ``epochs.jsonl``), ``batch_median_s``, ``batch_p95_s``, ``samples_per_sec``,
 ``worker_<part>_ms_per_batch`` (DataLoader work timed in the workers), ``targets_ms_per_image``
-(``worker_s["targets"] / samples``), ``polygon_cache_hit_rate`` (from ``worker_counts``) and
+(``worker_s["targets"] / samples``), ``X_hit_rate`` for every cache X that counted
+``X_hits`` / ``X_misses`` in ``worker_counts`` (:func:`~trainperf.records.run_info.hit_rates`) and
 ``peak_rss_gb``; plus the pooled per-batch times (``batch_times_s``) for a distribution test.
 
 Sufficient data (:func:`too_little_data`): a run side needs at least
@@ -44,14 +48,15 @@ from trainperf.records.kinds import (
     EpochRecord,
     JsonValue,
     RunDirError,
+    current_schema,
     read_records,
     read_run_record,
 )
-from trainperf.records.run_info import polygon_cache_hit_rate, to_jsonable
+from trainperf.records.run_info import hit_rates, to_jsonable
 
-BASELINE_SCHEMA = "receipt-ocr/perf-baseline"
+BASELINE_SCHEMA = "trainperf/perf-baseline"
 BASELINE_VERSION = 1
-BENCH_SCHEMA = "receipt-ocr/bench"
+BENCH_SCHEMA = "trainperf/bench"
 BENCH_VERSION = 1
 
 #: Fewer pooled batch times than this on a side: the batch row is judged on its median alone.
@@ -169,7 +174,7 @@ class Baseline(msgspec.Struct):
         version = doc.get("v")
         if not isinstance(version, int) or version > BASELINE_VERSION:
             raise BaselineError(
-                f"{where}: {BASELINE_SCHEMA} version {version!r}; this receipt-ocr reads up to "
+                f"{where}: {BASELINE_SCHEMA} version {version!r}; this trainperf reads up to "
                 f"{BASELINE_VERSION}"
             )
         try:
@@ -222,9 +227,8 @@ def _epoch_figures(records: list[EpochRecord]) -> dict[str, Figure]:
                 add(f"worker_{part}_ms_per_batch", "ms/batch", "lower", 1e3 * seconds / batches)
         if "targets" in worker and samples:
             add("targets_ms_per_image", "ms/image", "lower", 1e3 * worker["targets"] / samples)
-        hit_rate = polygon_cache_hit_rate(rec.worker_counts)
-        if hit_rate is not None:
-            add("polygon_cache_hit_rate", "fraction", "higher", hit_rate)
+        for cache, rate in hit_rates(rec.worker_counts).items():
+            add(f"{cache}_hit_rate", "fraction", "higher", rate)
         if rec.peak_rss_gb is not None:
             add("peak_rss_gb", "GiB", "lower", rec.peak_rss_gb)
     figures = {name: Figure.of(vals, unit, better) for name, (unit, better, vals) in series.items()}
@@ -382,7 +386,7 @@ def load_source(
         raise BaselineError(f"{p}: cannot read: {exc}") from exc
     except json.JSONDecodeError as exc:
         raise BaselineError(f"{p}: not valid JSON: {exc.msg} (line {exc.lineno})") from exc
-    schema = doc.get("schema") if isinstance(doc, dict) else None
+    schema = current_schema(doc.get("schema")) if isinstance(doc, dict) else None
     if schema == BASELINE_SCHEMA:
         return Baseline.from_json(doc, str(p))
     if schema != BENCH_SCHEMA:

@@ -14,20 +14,23 @@ from trainperf.core.significance import Outcome, PairedRatios, ratio_outcome
 from trainperf.records.kinds import TryRecord, read_records
 
 __all__ = [
-    "HMEAN_TOLERANCE",
     "MIN_PAIRS",
+    "QUALITY_TOLERANCE",
     "RECOMMEND_ABOVE",
     "TrialEvent",
     "code_lines",
     "last_session",
     "latest_session",
     "paste_line",
+    "quality_drop",
     "status",
 ]
 
-#: An eval-time change that lowers the H-mean on the run's checkpoint by more than this is never
-#: recommended, however fast.
-HMEAN_TOLERANCE = 0.005
+#: An eval-time change that lowers the quality figure (0-1, e.g. a detector's H-mean) on the
+#: run's checkpoint by more than this is never recommended, however fast.
+QUALITY_TOLERANCE = 0.005
+#: The status word of such a change ends so: ``"<quality_name> drop"``.
+QUALITY_DROP_SUFFIX = " drop"
 #: Smallest speed-up that counts: the interval's low end must be above it to recommend.
 RECOMMEND_ABOVE = 1.03
 #: Fewer pairs than this are inconclusive whatever they show.
@@ -86,6 +89,11 @@ def last_session(records: Sequence[TryRecord]) -> list[TryRecord]:
 def latest_session(run_dir: str | os.PathLike[str]) -> list[TryRecord]:
     """:func:`last_session` of the run's ``perf/try.jsonl``."""
     return last_session(read_records(TryRecord.path(run_dir), TryRecord))
+
+
+def quality_drop(status_word: str) -> bool:
+    """Whether a measured change's status says it lowered the quality figure."""
+    return status_word.endswith(QUALITY_DROP_SUFFIX)
 
 
 def status(s: PairedRatios) -> str:

@@ -222,8 +222,9 @@ def _remedy(kind: str, persistent: bool | None) -> str:
         )
         return (
             "Hold the data as numpy / Arrow arrays (one buffer that reading never writes: e.g. "
-            "polygons concatenated in one array plus an offsets array, strings in a numpy "
-            "bytes array or a pyarrow array), or load it lazily per item from disk; fewer workers "
+            "variable-length items concatenated in one array plus an offsets array, strings in "
+            "a numpy bytes array or a pyarrow array), or load it lazily per item from disk; fewer "
+            "workers "
             f"each copy less in total{keep}."
         )
     if kind == "growing":

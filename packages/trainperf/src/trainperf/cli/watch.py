@@ -39,6 +39,7 @@ from trainperf.records.kinds import (
     Record,
     ResourceSample,
     RunDirError,
+    current_schema,
     parse_record,
 )
 
@@ -94,8 +95,8 @@ class _Tail:
             except json.JSONDecodeError as exc:
                 msg = f"{self.path}: line {self.line} is not valid JSON: {exc.msg}"
                 raise RunDirError(msg) from None
-            schema = raw.get("schema") if isinstance(raw, dict) else None
-            kind = self.kinds.get(schema) if isinstance(schema, str) else None
+            schema = current_schema(raw.get("schema")) if isinstance(raw, dict) else None
+            kind = self.kinds.get(schema) if schema is not None else None
             if kind is not None:
                 out.append(parse_record(kind, raw, f"{self.path}: line {self.line}"))
         return out

@@ -209,7 +209,9 @@ THRESHOLDS: dict[str, Threshold] = {
         "a DataLoader worker's median CPU (% of one core) below which it mostly waits (I/O, "
         "sleep): more workers than cores can still help",
     ),
-    "cache_hit_min_pct": Threshold(50.0, "%", "polygon cache hit rate after the first epoch"),
+    "cache_hit_min_pct": Threshold(
+        50.0, "%", "a worker cache's hit rate (X_hits / X_misses) after the first epoch"
+    ),
     # -- main-process growth from the resource samples (trainperf.analysis.process_growth)
     # ---------------
     "process_growth_mb_per_min": Threshold(

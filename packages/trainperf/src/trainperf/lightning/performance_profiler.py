@@ -22,16 +22,10 @@ from trainperf.lightning.epoch_report import (
 from trainperf.lightning.epoch_scan import EpochScanCallback
 from trainperf.present.console import print_renderable
 from trainperf.records.kinds import EpochRecord
-from trainperf.records.run_info import polygon_cache_hit_rate
+from trainperf.records.run_info import CORRUPT, EVICTIONS, HITS, MISSES, cache_names, hit_rate
 
 _BATCH_STATS = ("mean", "median", "p95", "p99", "std")
-_CACHE_COUNTS = (
-    "polygon_cache_hits",
-    "polygon_cache_misses",
-    "polygon_cache_evictions",
-    "polygon_cache_corrupt",
-    "polygon_cache_bytes_written",
-)
+_CACHE_COUNTS = (HITS, MISSES, EVICTIONS, CORRUPT, "_bytes_written")  # a cache's, 0 if absent
 # Memory gauges: snapshot key -> metric name (GiB or percent).
 _MEMORY_KEYS = {
     "cuda_allocated_gb": "gpu_memory_gb",
@@ -85,18 +79,22 @@ def performance_metrics(report: EpochRecord, memory: bool = True) -> dict[str, f
 
 
 def cache_metrics(report: EpochRecord) -> dict[str, float]:
-    """PolygonCache figures of one stage epoch (this rank's workers); empty without a lookup."""
+    """The figures of each cache X of one stage epoch (this rank's workers: its ``X_...``
+    counters and ``X_hit_rate``); none for a cache without a lookup."""
     counts = report.worker_counts
-    rate = polygon_cache_hit_rate(counts)
-    if rate is None:
-        return {}
     head = f"performance/{report.stage}_"
-    out = {f"{head}{name}": float(n) for name, n in counts.items() if name.startswith("polygon_")}
-    for name in _CACHE_COUNTS:
-        out.setdefault(f"{head}{name}", 0.0)
-    out[f"{head}polygon_cache_hit_rate"] = rate
-    if report.stage == "val":
-        out["performance/polygon_cache_hit_rate"] = rate
+    out: dict[str, float] = {}
+    for cache in cache_names(counts):
+        rate = hit_rate(counts, cache)
+        if rate is None:
+            continue
+        mine = {n: float(v) for n, v in counts.items() if n.startswith(cache + "_")}
+        out.update({f"{head}{name}": value for name, value in mine.items()})
+        for suffix in _CACHE_COUNTS:
+            out.setdefault(f"{head}{cache}{suffix}", 0.0)
+        out[f"{head}{cache}_hit_rate"] = rate
+        if report.stage == "val":
+            out[f"performance/{cache}_hit_rate"] = rate
     return out
 
 
@@ -155,15 +153,15 @@ def render_table(report: EpochRecord) -> Table:
         # Worker time overlaps the step: shown, but not a share of the epoch.
         cells = spread_cell(f"worker_{part}_time")
         table.add_row(f"worker {part}", f"{seconds:.3f}", "overlaps", *cells)
-    cache = cache_metrics(report)
-    rate = cache.get(f"performance/{report.stage}_polygon_cache_hit_rate")
-    if rate is not None:
-        hits = int(cache[f"performance/{report.stage}_polygon_cache_hits"])
-        misses = int(cache[f"performance/{report.stage}_polygon_cache_misses"])
-        table.add_row(
-            "polygon cache hits", f"{hits}/{hits + misses}", f"{100 * rate:.1f} %", *blank
-        )
-    if report.worker_s or rate is not None:
+    counted = False
+    for cache in cache_names(report.worker_counts):
+        rate = hit_rate(report.worker_counts, cache)
+        if rate is not None:
+            hits, misses = (int(report.worker_counts.get(cache + s, 0)) for s in (HITS, MISSES))
+            label = f"{cache.replace('_', ' ')} hits"
+            table.add_row(label, f"{hits}/{hits + misses}", f"{100 * rate:.1f} %", *blank)
+            counted = True
+    if report.worker_s or counted:
         table.rows[-1].end_section = True
     stats = report.batch_stats
     if report.num_batches:

@@ -7,8 +7,8 @@ says neither).
 requested device (warm-up excluded, about a second in all) and keeps the faster of the two as
 the peak. It runs with torch's current thread count, which is part of the cache key (a run with
 ``torch.set_num_threads(2)`` has a 2-thread peak). Results are cached in
-``$OCR_CACHE_DIR/peak_flops.json`` (default ``~/.cache/receipt-ocr``): never in a run folder or
-the repository. To measure again: ``OCR_PEAK_REFRESH=1`` in the environment,
+``$TRAINPERF_CACHE_DIR/peak_flops.json`` (default ``~/.cache/trainperf``): never in a run folder or
+the repository. To measure again: ``TRAINPERF_PEAK_REFRESH=1`` in the environment,
 ``measured_peak(..., refresh=True)``, or delete that file.
 
 A CPU peak measured while the host was busy (1-minute load average above half its CPUs: other
@@ -76,9 +76,16 @@ class PeakFlops:
     cached: bool = False
 
 
+#: The environment variable naming the toolkit's cache folder (default :data:`DEFAULT_CACHE_DIR`).
+CACHE_DIR_ENV = "TRAINPERF_CACHE_DIR"
+DEFAULT_CACHE_DIR = "~/.cache/trainperf"
+#: ``1`` in the environment: measure the peak again even when cached.
+REFRESH_ENV = "TRAINPERF_PEAK_REFRESH"
+
+
 def cache_path() -> Path:
-    """The same root as ``ocr.data``'s caches, read here without importing it."""
-    root = Path(os.environ.get("OCR_CACHE_DIR", "~/.cache/receipt-ocr")).expanduser()
+    """``$TRAINPERF_CACHE_DIR/peak_flops.json`` (default ``~/.cache/trainperf``)."""
+    root = Path(os.environ.get(CACHE_DIR_ENV, DEFAULT_CACHE_DIR)).expanduser()
     return root / CACHE_FILE
 
 
@@ -193,12 +200,12 @@ def measured_peak(
     refresh: bool | None = None,
 ) -> PeakFlops:
     """This host's peak FLOP/s on ``device`` in ``dtype``, from the cache or measured (module
-    docstring); ``refresh``: measure even when cached (``None``: ``OCR_PEAK_REFRESH=1``)."""
+    docstring); ``refresh``: measure even when cached (``None``: ``TRAINPERF_PEAK_REFRESH=1``)."""
     dev = torch.device(device)
     if dev.type == "cuda" and dev.index is None:
         dev = torch.device("cuda", torch.cuda.current_device())
     if refresh is None:
-        refresh = os.environ.get("OCR_PEAK_REFRESH", "") not in ("", "0")
+        refresh = os.environ.get(REFRESH_ENV, "") not in ("", "0")
     host = socket.gethostname()
     name = _device_name(dev)
     dname = _dtype_name(dtype)

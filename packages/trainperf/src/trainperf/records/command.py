@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trainperf.errors import InputError
-from trainperf.records.kinds import RunDirError, read_run_record
+from trainperf.records.kinds import EvalCommand, RunDirError, read_run_record
 
 __all__ = ["RecordedCommand", "TryInputError", "override_key", "recorded_command"]
 
@@ -50,6 +50,7 @@ class RecordedCommand:
             arguments for a non-Hydra script.
         hydra: the app is a Hydra app (overrides can be applied).
         lightning_module: the LightningModule's class name, when recorded.
+        evaluation: how the app evaluates a checkpoint (eval-time changes), when it recorded it.
     """
 
     run_dir: Path
@@ -60,6 +61,7 @@ class RecordedCommand:
     cwd: Path
     hydra: bool
     lightning_module: str | None = None
+    evaluation: EvalCommand | None = None
 
     def argv(
         self,
@@ -71,7 +73,7 @@ class RecordedCommand:
         """The command line of a trial writing into ``output_dir`` with ``changes`` (Hydra
         overrides; an earlier override of the same key is replaced). ``drop_keys``: overrides
         of these keys (or their sub-keys) are left out. ``launcher``: another entry point of the
-        same app (``ocr-test``). A plain script: its own command line, unchanged (``changes``
+        same app (its evaluation). A plain script: its own command line, unchanged (``changes``
         and ``launcher`` are refused: it has no overrides)."""
         if not self.hydra:
             if changes or launcher is not None:
@@ -165,7 +167,7 @@ def recorded_command(run_dir: str | os.PathLike[str]) -> RecordedCommand:
     if executable is None or not orig or not argv:
         raise TryInputError(
             f"{root / 'perf' / 'run.json'}: no command recorded (executable / orig_argv "
-            "missing: the run was made by an older receipt-ocr); re-record it to use try"
+            "missing: the run was recorded by an older version); re-record it to use try"
         )
     app_args = [str(a) for a in argv[1:]]
     # orig_argv = [python, *launcher, *app_args]
@@ -195,4 +197,5 @@ def recorded_command(run_dir: str | os.PathLike[str]) -> RecordedCommand:
         cwd=cwd,
         hydra=hydra_info is not None,
         lightning_module=info.lightning_module,
+        evaluation=info.eval,
     )

@@ -17,7 +17,9 @@ Layout (``<run>`` is ``trainer.default_root_dir``; the Hydra output folder for `
     <run>/profiler_traces/       torch.profiler Chrome traces
 
 Every line (and ``run.json``) carries ``"schema"`` (the record class's tag, e.g.
-``receipt-ocr/perf-epoch``) and ``"v"`` (an integer format version). Readers skip lines of other
+``trainperf/perf-epoch``) and ``"v"`` (an integer format version). Folders written before the
+toolkit left the app that grew it carry the same schemas under :data:`LEGACY_SCHEMA_PREFIX`;
+every reader takes them as today's (:func:`current_schema`). Readers skip lines of other
 schemas, ignore keys they do not know (writers may add keys without a version bump) and refuse a
 higher ``v`` than they understand with an error naming the file and line. A final line cut short
 by a crash is ignored with a warning; a malformed line elsewhere, or a field of the wrong type, is
@@ -44,6 +46,25 @@ from trainperf.errors import InputError
 
 PERF_DIRNAME = "perf"
 
+#: The prefix of every schema name written here (records, baselines, bench files).
+SCHEMA_PREFIX = "trainperf/"
+#: The prefix the same schemas had before the toolkit left the app that grew it: old run
+#: folders, the baselines and bench files made then carry it, and every reader takes it as
+#: :data:`SCHEMA_PREFIX` (:func:`current_schema`). The one place the old name is spelled.
+LEGACY_SCHEMA_PREFIX = "receipt-ocr/"
+
+
+def current_schema(name: object) -> str | None:
+    """The schema ``name`` as this version writes it: a :data:`LEGACY_SCHEMA_PREFIX` name becomes
+    its :data:`SCHEMA_PREFIX` one (``trainperf/run`` for the old run file's); any other string
+    is returned as it is, a non-string (no schema) as ``None``."""
+    if not isinstance(name, str):
+        return None
+    if name.startswith(LEGACY_SCHEMA_PREFIX):
+        return SCHEMA_PREFIX + name[len(LEGACY_SCHEMA_PREFIX) :]
+    return name
+
+
 #: A JSON value as the records hold it (hparams, free-form summaries).
 JsonValue = None | bool | int | float | str | list["JsonValue"] | dict[str, "JsonValue"]
 
@@ -67,7 +88,7 @@ class Record(msgspec.Struct, kw_only=True, frozen=True, tag_field="schema"):
 
     @classmethod
     def schema(cls) -> str:
-        """The schema name (``"receipt-ocr/..."``), spelled once: the class's tag."""
+        """The schema name (``"trainperf/..."``), spelled once: the class's tag."""
         tag = cls.__struct_config__.tag
         assert isinstance(tag, str), f"{cls.__name__} has no schema tag"
         return tag
@@ -131,7 +152,40 @@ class DatasetContainer(msgspec.Struct, kw_only=True, frozen=True):
         return self.python_bytes / float(1 << 20)
 
 
-class RunRecord(Record, tag="receipt-ocr/run", kw_only=True, frozen=True):
+class EvalCommand(msgspec.Struct, kw_only=True, frozen=True):
+    """How ``trainperf try`` checks an eval-time change on the run's checkpoint: the app's own
+    evaluation entry point and the quality figure it prints. The app records it at train time
+    (``run.json``'s ``"eval"``, through ``write_run_info``'s ``extra``); ``trainperf try
+    --eval-command / --eval-quality`` give or replace it.
+
+    Args:
+        launcher: the interpreter's arguments that start the evaluation in place of the
+            training's (``["-m", "app.evaluate"]``, or a script's path).
+        overrides: Hydra overrides added after the run's own; ``{checkpoint}`` in them is the
+            checkpoint's path. The evaluation must record its test stage with the performance
+            callbacks (its speed is read from ``perf/epochs.jsonl``).
+        drop_keys: the run's overrides of these keys (or their sub-keys) are left out: training
+            settings the evaluation's config does not have.
+        quality: a regular expression whose first group, found in the evaluation's output, is
+            its quality figure (higher is better, 0-1).
+        quality_name: what the notes and the status word call that figure (``"<name> drop"``).
+        name: what the notes call the evaluation command (default: the launcher).
+    """
+
+    launcher: list[str]
+    overrides: list[str] = []
+    drop_keys: list[str] = []
+    quality: str
+    quality_name: str = "quality"
+    name: str | None = None
+
+    @property
+    def label(self) -> str:
+        """:attr:`name`, or the launcher's words."""
+        return self.name or " ".join(self.launcher)
+
+
+class RunRecord(Record, tag="trainperf/run", kw_only=True, frozen=True):
     """``perf/run.json``: the machine, software and command of a run (several writers each add
     their part; :func:`write_run_record` merges). Every field is optional."""
 
@@ -165,6 +219,8 @@ class RunRecord(Record, tag="receipt-ocr/run", kw_only=True, frozen=True):
     task_name: str | None = None
     # the training dataset's large Python containers (copy-on-read in DataLoader workers)
     dataset_containers: list[DatasetContainer] = []
+    # how the app evaluates a checkpoint (trainperf try's eval-time changes); None: it said not
+    eval: EvalCommand | None = None
 
 
 class LoaderSettings(msgspec.Struct, kw_only=True, frozen=True):
@@ -186,7 +242,7 @@ class LoaderSettings(msgspec.Struct, kw_only=True, frozen=True):
         )
 
 
-class EpochRecord(Record, tag="receipt-ocr/perf-epoch", kw_only=True, frozen=True):
+class EpochRecord(Record, tag="trainperf/perf-epoch", kw_only=True, frozen=True):
     """One ``perf/epochs.jsonl`` line: what one stage epoch measured on this rank, plus the
     cross-rank spreads under DDP. The recorder hands it to its subscribers, then writes it with
     ``t`` and the global rates set. Non-finite figures are NaN in memory, ``None`` once read.
@@ -210,8 +266,9 @@ class EpochRecord(Record, tag="receipt-ocr/perf-epoch", kw_only=True, frozen=Tru
             ``batch_mean``, ``samples_per_sec``, ...) -> ``rank_spread`` of its per-rank values.
         global_samples, global_batches: over all ranks; global_wall_s: the slowest rank's.
         worker_counts: event counters reported in the DataLoader with
-            ``trainperf.probe.worker.report_count`` (ours: ``polygon_cache_hits``, ``_misses``,
-            ``_evictions``, ``_corrupt``, ``_bytes_written``), summed over the epoch (this rank).
+            ``trainperf.probe.worker.report_count``, summed over the epoch (this rank). A cache
+            named X counts ``X_hits`` / ``X_misses`` (its hit rate), optionally ``X_corrupt`` /
+            ``X_evictions`` (``trainperf.records.run_info.hit_rates``).
         batch_times_s: the batch times in order (seconds), every ``batch_times_stride``-th one
             when the epoch had more than 4096.
         loader: the stage's DataLoader's settings besides ``num_workers`` (None when not a
@@ -298,7 +355,7 @@ class EpochRecord(Record, tag="receipt-ocr/perf-epoch", kw_only=True, frozen=Tru
         return self.global_wall_s or self.wall_s
 
 
-class IntervalRecord(Record, tag="receipt-ocr/perf-interval", kw_only=True, frozen=True):
+class IntervalRecord(Record, tag="trainperf/perf-interval", kw_only=True, frozen=True):
     """One ``perf/intervals.jsonl`` line: progress of an open training epoch (this rank) so
     far; ``elapsed_s`` excludes pauses, ``phases_s`` are the clock's seconds per phase so far and
     ``samples_per_sec`` is ``samples`` over ``elapsed_s``."""
@@ -317,7 +374,7 @@ class IntervalRecord(Record, tag="receipt-ocr/perf-interval", kw_only=True, froz
     samples_per_sec: float | None = None
 
 
-class LifecycleRecord(Record, tag="receipt-ocr/lifecycle", kw_only=True, frozen=True):
+class LifecycleRecord(Record, tag="trainperf/lifecycle", kw_only=True, frozen=True):
     """One ``perf/lifecycle.jsonl`` line: a Trainer run (``run``: ``fit``, ``validate``,
     ``test``) starting or ending on one rank at unix time ``t``; ``trainperf watch`` follows a run
     until every rank's last start has its end. ``pid`` and ``hostname`` let a watcher on the same
@@ -340,7 +397,7 @@ class LifecycleRecord(Record, tag="receipt-ocr/lifecycle", kw_only=True, frozen=
     batch: int | None = None
 
 
-class ResourceSample(Record, tag="receipt-ocr/resource-sample", kw_only=True, frozen=True):
+class ResourceSample(Record, tag="trainperf/resource-sample", kw_only=True, frozen=True):
     """One ``perf/resources.jsonl`` sample (or interval mean): ``resources/...`` metrics (finite
     values only), with the phase, epoch, step and rank it was taken in; ``workers_uss``: each
     DataLoader worker's USS in bytes by pid (samples only, where USS is read)."""
@@ -356,7 +413,7 @@ class ResourceSample(Record, tag="receipt-ocr/resource-sample", kw_only=True, fr
     workers_uss: dict[str, float] = {}
 
 
-class ResourceSummary(Record, tag="receipt-ocr/resource-summary", kw_only=True, frozen=True):
+class ResourceSummary(Record, tag="trainperf/resource-summary", kw_only=True, frozen=True):
     """The resource monitor's summary at a run's end: ``status`` (sampler part -> why it is
     unavailable), ``metrics`` (``<name>_mean`` / ``<name>_max`` of each sampled metric and the
     totals), ``run`` (what was sampled: ``fit``, ``validate``, ``test``; ``None`` reads as fit)."""
@@ -374,7 +431,7 @@ class ResourceSummary(Record, tag="receipt-ocr/resource-summary", kw_only=True, 
         return self.run or "fit"
 
 
-class AlertEvent(Record, tag="receipt-ocr/alert", kw_only=True, frozen=True):
+class AlertEvent(Record, tag="trainperf/alert", kw_only=True, frozen=True):
     """One alert event; ``rank`` is the global rank of the process that saw it."""
 
     FILE: ClassVar[str] = "alerts.jsonl"
@@ -398,7 +455,7 @@ class AlertEvent(Record, tag="receipt-ocr/alert", kw_only=True, frozen=True):
             raise ValueError(f"severity must be warning or critical, got {self.severity!r}")
 
 
-class ProfilerWindow(Record, tag="receipt-ocr/profiler-window", kw_only=True, frozen=True):
+class ProfilerWindow(Record, tag="trainperf/profiler-window", kw_only=True, frozen=True):
     """One torch.profiler window (a ``perf/profiler.jsonl`` line).
 
     Args:
@@ -431,7 +488,7 @@ class ProfilerWindow(Record, tag="receipt-ocr/profiler-window", kw_only=True, fr
         return range(self.batches[0], self.batches[1] + 1) if self.batches else range(0)
 
 
-class TryRecord(Record, tag="receipt-ocr/try", kw_only=True, frozen=True):
+class TryRecord(Record, tag="trainperf/try", kw_only=True, frozen=True):
     """One change ``trainperf try`` measured (or left untried): a ``perf/try.jsonl`` line.
 
     Args:
@@ -440,14 +497,17 @@ class TryRecord(Record, tag="receipt-ocr/try", kw_only=True, frozen=True):
         override: the change(s) as ``try`` applies them, space-separated: Hydra overrides and
             runtime knobs (``knob:NAME=VALUE``); ``None`` for a plain-language change.
         family: the candidate's family (``combined`` for the winners together).
-        eval_time: checked on the checkpoint with ``ocr-test`` (evaluation speed and H-mean).
+        eval_time: checked on the checkpoint with the app's evaluation command
+            (:class:`EvalCommand`: evaluation speed and its quality figure).
         status: ``recommended``, ``no significant change``, ``regression``, ``inconclusive``,
-            ``H-mean drop`` (faster or not, it lowers the H-mean beyond the tolerance),
+            ``<quality_name> drop`` (faster or not, it lowers the quality figure beyond the
+            tolerance),
             ``not applicable``, ``failed`` or ``untried`` (the budget ran out).
         ratios: ``speed(changed) / speed(unchanged)`` per pair.
         median, low, high: the median ratio and its 95 % bootstrap interval (None without pairs).
-        hmean_base, hmean_changed: eval-time only: H-mean on the checkpoint.
-        note: why (not applicable, failed, untried, the H-mean drop), or "".
+        quality_base, quality_changed: eval-time only: the quality figure on the checkpoint;
+            quality_name: its name (e.g. ``H-mean``).
+        note: why (not applicable, failed, untried, the quality drop), or "".
         apply: how to make the knobs of the change in one's own code
             (``DataLoader(..., num_workers=4)``; lines joined by ``; ``), or "".
     """
@@ -469,8 +529,9 @@ class TryRecord(Record, tag="receipt-ocr/try", kw_only=True, frozen=True):
     high: float | None = None
     base_samples_per_sec: float | None = None
     changed_samples_per_sec: float | None = None
-    hmean_base: float | None = None
-    hmean_changed: float | None = None
+    quality_base: float | None = None
+    quality_changed: float | None = None
+    quality_name: str | None = None
     note: str = ""
     apply: str = ""
 
@@ -479,7 +540,7 @@ class TryRecord(Record, tag="receipt-ocr/try", kw_only=True, frozen=True):
         return self.status == "recommended"
 
 
-class KnobRecord(Record, tag="receipt-ocr/knob", kw_only=True, frozen=True):
+class KnobRecord(Record, tag="trainperf/knob", kw_only=True, frozen=True):
     """What became of one runtime knob (``name=value``) in a ``trainperf try`` trial
     (:mod:`trainperf.core.knobs`): ``status`` ``applied`` or ``not applicable`` (the run cannot take
     it), ``note`` what was changed (``num_workers 0 -> 4``) or why it cannot be."""
@@ -513,7 +574,7 @@ class GrowthNode(msgspec.Struct, kw_only=True):
     sampled: bool = False
 
 
-class GrowthRecord(Record, tag="receipt-ocr/growth", kw_only=True, frozen=True):
+class GrowthRecord(Record, tag="trainperf/growth", kw_only=True, frozen=True):
     """One ``perf/growth.jsonl`` line: the attribute scan at one training epoch's end
     (``EpochScanCallback``, ``trainperf.probe.growth.scan``).
 
@@ -560,7 +621,7 @@ def merge_reasons(reasons: Iterable[RecompileReason]) -> list[RecompileReason]:
     return sorted(out, key=lambda r: (-r.count, r.reason))
 
 
-class RecompilesRecord(Record, tag="receipt-ocr/recompiles", kw_only=True, frozen=True):
+class RecompilesRecord(Record, tag="trainperf/recompiles", kw_only=True, frozen=True):
     """One ``perf/recompiles.jsonl`` line: what Dynamo compiled in one training epoch
     (``EpochScanCallback``, ``trainperf.probe.recompiles.CompileWatch``).
 
@@ -652,9 +713,11 @@ def parse_record(kind: type[R], raw: Mapping[str, object], where: str) -> R:
         raise RunDirError(f"{where} has no integer 'v' (format version)")
     if version > kind.VERSION:
         raise RunDirError(
-            f"{where} is {kind.schema()} version {version}; this receipt-ocr reads up to "
-            f"version {kind.VERSION} (upgrade receipt-ocr)"
+            f"{where} is {kind.schema()} version {version}; this trainperf reads up to "
+            f"version {kind.VERSION} (upgrade trainperf)"
         )
+    if current_schema(raw.get("schema")) == kind.schema():
+        raw = {**raw, "schema": kind.schema()}  # a legacy name read as today's
     try:
         return msgspec.convert(raw, kind)
     except msgspec.ValidationError as exc:
@@ -687,7 +750,7 @@ def read_records(path: str | os.PathLike[str], kind: type[R]) -> list[R]:
             raise RunDirError(f"{p}: line {number} is not valid JSON: {exc.msg}") from exc
         if not isinstance(raw, dict):
             raise RunDirError(f"{p}: line {number} is not a JSON object")
-        if raw.get("schema") == kind.schema():
+        if current_schema(raw.get("schema")) == kind.schema():
             out.append(parse_record(kind, raw, f"{p}: line {number}"))
     return out
 
@@ -700,7 +763,7 @@ def read_run_record(run_dir: str | os.PathLike[str]) -> RunRecord:
         raw = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
         raise RunDirError(f"{path}: not valid JSON: {exc.msg} (line {exc.lineno})") from exc
-    if not isinstance(raw, dict) or raw.get("schema") != RunRecord.schema():
+    if not isinstance(raw, dict) or current_schema(raw.get("schema")) != RunRecord.schema():
         raise RunDirError(f"{path}: not a {RunRecord.schema()} file")
     return parse_record(RunRecord, raw, str(path))
 

@@ -11,26 +11,46 @@ import platform
 import socket
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 import msgspec
 
 from trainperf.records.kinds import HydraApp, JsonValue, RunRecord, enc_hook, write_run_record
 
+#: Worker counters of a cache named X (``trainperf.probe.worker.report_count``): ``X_hits`` and
+#: ``X_misses`` give its hit rate; ``X_corrupt`` (entries read back unusable) and
+#: ``X_evictions`` (entries dropped for room) are optional.
+HITS, MISSES, CORRUPT, EVICTIONS = "_hits", "_misses", "_corrupt", "_evictions"
 
-def polygon_cache_hit_rate(counts: Mapping[str, float | None]) -> float | None:
-    """Hit rate (0-1) of the PolygonCache from an epoch record's ``worker_counts`` (or any sum of
-    them); ``None`` without a lookup. Absent counters (the writers leave zeros out), ``None`` and
+
+def counter(counts: Mapping[str, float | None], name: str) -> float:
+    """``counts[name]`` as a number: absent (the writers leave zeros out), ``None`` and
     non-numbers count as 0."""
+    value = counts.get(name)
+    return 0.0 if isinstance(value, bool) or not isinstance(value, int | float) else value
 
-    def count(name: str) -> float:
-        value = counts.get(name)
-        return 0.0 if isinstance(value, bool) or not isinstance(value, int | float) else value
 
-    hits = count("polygon_cache_hits")
-    lookups = hits + count("polygon_cache_misses")
+def cache_names(counts: Iterable[str]) -> list[str]:
+    """The caches (X) that ``counts`` (counter names) has ``X_hits`` or ``X_misses`` of, sorted."""
+    return sorted(
+        {n.removesuffix(s) for n in counts for s in (HITS, MISSES) if n.endswith(s) and n != s}
+    )
+
+
+def hit_rate(counts: Mapping[str, float | None], cache: str) -> float | None:
+    """Hit rate (0-1) of ``cache`` from an epoch record's ``worker_counts`` (or any sum of them):
+    ``X_hits / (X_hits + X_misses)``; ``None`` without a lookup."""
+    hits = counter(counts, cache + HITS)
+    lookups = hits + counter(counts, cache + MISSES)
     return hits / lookups if lookups else None
+
+
+def hit_rates(counts: Mapping[str, float | None]) -> dict[str, float]:
+    """Every cache's hit rate (:func:`hit_rate`) in ``counts``, by cache name, those with a
+    lookup only."""
+    rates = {name: hit_rate(counts, name) for name in cache_names(counts)}
+    return {name: rate for name, rate in rates.items() if rate is not None}
 
 
 def to_jsonable(value: object) -> JsonValue:

@@ -20,6 +20,7 @@ from dataclasses import replace
 
 from trainperf.analysis.run import RunData
 from trainperf.analysis.stages import StageSummary
+from trainperf.analysis.tryouts import quality_drop
 from trainperf.analysis.verdict.context import score
 from trainperf.core.findings import Finding, rank, share_of_run
 from trainperf.core.significance import Outcome
@@ -45,7 +46,7 @@ UNKNOWN_HEADROOM = frozenset({"compute_bound", "layout_conversion"})
 CAVEAT_IDS = frozenset({"cpu_contention"})
 
 #: Outcomes of a measured change that say it did not help.
-_NO_GAIN = frozenset({str(Outcome.NO_CHANGE), str(Outcome.REGRESSION), "H-mean drop"})
+_NO_GAIN = frozenset({str(Outcome.NO_CHANGE), str(Outcome.REGRESSION)})  # and a quality drop
 
 
 def _records(run: RunData) -> list[TryRecord]:
@@ -67,7 +68,7 @@ def _measured(
         best = max(won, key=lambda r: r.median or 0.0)
         saved = 100.0 * (1.0 - 1.0 / (best.median or 1.0))
         return share_of_run(saved, stage_share), best
-    tried = {r.override for r in mine if r.status in _NO_GAIN}
+    tried = {r.override for r in mine if r.status in _NO_GAIN or quality_drop(r.status)}
     return (0.0, None) if tried >= changes else None
 
 

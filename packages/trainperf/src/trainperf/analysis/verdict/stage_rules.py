@@ -1,6 +1,7 @@
 """The rules on a run's stages: input-bound, a phase's material share of a stage (one finding
 shape, :func:`phase_finding`), compute-bound (with the distance to the measured peak when FLOPs
-were counted), the polygon cache and the DDP rank the others wait for (straggler)."""
+were counted), worker caches (``X_hits`` / ``X_misses`` counters) and the DDP rank the others
+wait for (straggler)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import math
 from collections import Counter
 from typing import Any
 
-from trainperf.analysis.advice import candidates_for, workers_wait
+from trainperf.analysis.advice import candidates_for, find_cache_key, workers_wait
 from trainperf.analysis.mfu import stage_flops_per_sample, stage_utilisation
 from trainperf.analysis.run import RunData
 from trainperf.analysis.stages import StageSummary
@@ -25,6 +26,7 @@ from trainperf.core.candidates import Candidate
 from trainperf.core.findings import THRESHOLDS, Finding, input_bound_severity, threshold
 from trainperf.core.ranks import STRAGGLER_MIN_S, STRAGGLER_MIN_SHARE
 from trainperf.core.stage import Stage
+from trainperf.records.run_info import CORRUPT, EVICTIONS, HITS, MISSES, cache_names, counter
 
 # Worker parts: finer parts inside fetch (dataset) and collate.
 _FETCH_PARTS = ("decode", "transform")
@@ -152,7 +154,7 @@ def input_bound(s: StageSummary, run: RunData, adv: Settings, total_s: float) ->
     busy = adv.workers_busy(s)  # a worker's CPU share: waiting workers are not cores in use
     want = suggested_workers(s, adv.cpu_count, busy)
     if part == "targets":
-        cache = adv.key("enabled", parent="polygon_cache")
+        cache = find_cache_key(adv.config, "enabled")
         if cache is None:
             advice.append(
                 "compute the per-sample targets once and read them back (cache them keyed by "
@@ -162,9 +164,9 @@ def input_bound(s: StageSummary, run: RunData, adv: Settings, total_s: float) ->
             advice.append(
                 f"enable `{cache.path}=true`"
                 + (" (now false)" if cache.value is False else "")
-                + " so DB targets are computed once and read back"
+                + " so the targets are computed once and read back"
                 + (
-                    " (training uses it only when augmentation keeps polygons fixed)"
+                    " (training reads them back only when augmentation keeps the labels fixed)"
                     if s.stage == "train"
                     else ""
                 )
@@ -540,17 +542,28 @@ def _top_named(seconds: dict[str, float]) -> tuple[str, float] | None:
 def cache(
     run: RunData, stages: dict[Stage, StageSummary], adv: Settings, total_s: float
 ) -> list[Finding]:
-    """Polygon cache hit rate after the first epoch (the first fills it) and corrupt entries."""
+    """Each worker cache X's hit rate after the first epoch (the first fills it) and its corrupt
+    entries, from the ``X_hits`` / ``X_misses`` (``X_evictions``, ``X_corrupt``) counters."""
+    out: list[Finding] = []
+    for name in cache_names({k for e in run.epochs for k in e.worker_counts}):
+        out += _cache_findings(name, run, stages, adv, total_s)
+    return out
+
+
+def _cache_findings(
+    name: str, run: RunData, stages: dict[Stage, StageSummary], adv: Settings, total_s: float
+) -> list[Finding]:
     out: list[Finding] = []
     hits, misses = Counter[str](), Counter[str]()
     evictions = corrupt = 0
+    words = name.replace("_", " ")
     for e in run.epochs:
         counts = e.worker_counts
-        corrupt += counts.get("polygon_cache_corrupt", 0)
-        evictions += counts.get("polygon_cache_evictions", 0)
+        corrupt += int(counter(counts, name + CORRUPT))
+        evictions += int(counter(counts, name + EVICTIONS))
         if (e.epoch or 0) >= 1:
-            hits[e.stage] += counts.get("polygon_cache_hits", 0)
-            misses[e.stage] += counts.get("polygon_cache_misses", 0)
+            hits[e.stage] += int(counter(counts, name + HITS))
+            misses[e.stage] += int(counter(counts, name + MISSES))
     for stage, s in stages.items():
         lookups = hits[stage] + misses[stage]
         if lookups == 0:
@@ -563,7 +576,7 @@ def cache(
         if evictions:
             advice = (
                 f"{evictions} evictions: raise "
-                f"{adv.name(adv.key('max_bytes', parent='polygon_cache'), 'the cache size limit')}"
+                f"{adv.name(find_cache_key(adv.config, 'max_bytes', name), 'its size limit')}"
                 "; " + advice
             )
         out.append(
@@ -572,10 +585,10 @@ def cache(
                 severity="warning",
                 score=round(score(targets_s, total_s) * (1 - rate / 100.0), 1),
                 title=(
-                    f"polygon cache hits only {rate:.0f} % of {s.label} lookups after the "
-                    "first epoch"
+                    f"{words} hits only {rate:.0f} % of {s.label} lookups after the first epoch"
                 ),
                 evidence={
+                    "cache": name,
                     "hit_rate_pct": rounded(rate),
                     "hits": hits[stage],
                     "misses": misses[stage],
@@ -593,8 +606,8 @@ def cache(
                 id="cache_corrupt",
                 severity="warning",
                 score=0.0,
-                title=f"{corrupt} corrupt polygon cache entries were read (and recomputed)",
-                evidence={"corrupt": corrupt},
+                title=f"{corrupt} corrupt {words} entries were read (and recomputed)",
+                evidence={"cache": name, "corrupt": corrupt},
                 threshold={"corrupt": 0.0},
                 suggestion=(
                     "check the cache directory's disk; delete the cache folder if it persists."

@@ -66,7 +66,7 @@ def parse_candidate(text: str) -> Candidate:
     eval_time = "postprocess" in parts
     family = "postprocess" if eval_time else _FAMILIES.get(leaf, "other")
     if family == "other" and any("cache" in part for part in parts):
-        family = "polygon_cache"
+        family = "cache"
     alters = eval_time or leaf in _ALTERS
     return Candidate(
         family=family,

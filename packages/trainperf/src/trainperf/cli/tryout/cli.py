@@ -7,13 +7,16 @@ Results go to ``RUN_DIR/perf/try.jsonl`` and the report's "Measured changes" sec
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import re
 import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
 
-__all__ = ["add_parser", "parse_budget", "run"]
+from trainperf.records.kinds import EvalCommand
+
+__all__ = ["add_parser", "evaluation_from", "parse_budget", "run"]
 
 EXIT_OK = 0
 EXIT_NOTHING_MEASURED = 1
@@ -113,8 +116,22 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "--checkpoint",
         type=Path,
         metavar="CKPT",
-        help="checkpoint on which eval-time changes are checked with ocr-test (default: "
-        "RUN_DIR/checkpoints/last.ckpt, else another .ckpt there)",
+        help="checkpoint on which eval-time changes are checked with the app's evaluation "
+        "command (default: RUN_DIR/checkpoints/last.ckpt, else another .ckpt there)",
+    )
+    p.add_argument(
+        "--eval-command",
+        metavar="ARGS",
+        help="the app's evaluation command for eval-time changes, as the interpreter's "
+        "arguments then Hydra overrides, {checkpoint} for the checkpoint's path, e.g. "
+        "'-m app.evaluate ckpt={checkpoint}' (default: the one the app recorded in "
+        "perf/run.json); it must record its test stage with the performance callbacks",
+    )
+    p.add_argument(
+        "--eval-quality",
+        metavar="REGEX",
+        help="a regular expression whose first group, in the evaluation's output, is its quality "
+        "figure (0-1, higher is better), e.g. 'F1: ([0-9.]+)' (default: the recorded one)",
     )
     p.add_argument(
         "--no-findings",
@@ -140,6 +157,47 @@ def _checkpoint(run_dir: Path) -> Path | None:
     return found[0].resolve() if found else None
 
 
+def evaluation_from(
+    recorded: EvalCommand | None, command: str | None, quality: str | None
+) -> EvalCommand | None:
+    """The evaluation command of a session: the ``recorded`` one with what ``--eval-command``
+    (``command``) and ``--eval-quality`` (``quality``) replace; ``None`` when neither says one.
+    :class:`~trainperf.records.command.TryInputError` for a command without a launcher or an
+    evaluation without a quality pattern."""
+    import shlex
+
+    from msgspec.structs import replace
+
+    from trainperf.cli.tryout.trial import quality_pattern
+    from trainperf.records.command import TryInputError
+
+    if command is None and quality is None:
+        return recorded
+    launcher: list[str] = []
+    overrides: list[str] = []
+    if command is not None:
+        words = shlex.split(command)
+        # the launcher runs up to the first override (KEY=VALUE, not an option)
+        cut = next((i for i, w in enumerate(words) if "=" in w and not w.startswith("-")), None)
+        launcher, overrides = words[:cut], words[len(words) if cut is None else cut :]
+        if not launcher:
+            raise TryInputError(f"--eval-command {command!r}: names no program (e.g. -m app.eval)")
+    if recorded is None:
+        if command is None or quality is None:
+            raise TryInputError(
+                "the run recorded no evaluation command: --eval-command and --eval-quality "
+                "name it together"
+            )
+        quality_pattern(quality, "--eval-quality")
+        return EvalCommand(launcher=launcher, overrides=overrides, quality=quality)
+    if quality is not None:
+        quality_pattern(quality, "--eval-quality")
+        recorded = replace(recorded, quality=quality, quality_name="quality")
+    if command is not None:
+        recorded = replace(recorded, launcher=launcher, overrides=overrides, name=None)
+    return recorded
+
+
 def run(args: argparse.Namespace) -> int:
     """Run a ``try`` session for parsed ``args``."""
     from trainperf.analysis.contention import trials_contention_note
@@ -150,6 +208,7 @@ def run(args: argparse.Namespace) -> int:
         unique_candidates,
     )
     from trainperf.cli.tryout.session import TryOptions, TrySession, write_records
+    from trainperf.cli.tryout.trial import quality_pattern
     from trainperf.present.console import widen_for_logs
     from trainperf.present.report import build_report
     from trainperf.present.try_table import (
@@ -168,6 +227,10 @@ def run(args: argparse.Namespace) -> int:
     widen_for_logs()  # a log (not a terminal) gets the table's columns whole
     run_dir: Path = args.run_dir
     command = recorded_command(run_dir)
+    evaluation = evaluation_from(command.evaluation, args.eval_command, args.eval_quality)
+    if evaluation is not None:
+        quality_pattern(evaluation.quality, f"{run_dir}/perf/run.json: eval.quality")
+    command = dataclasses.replace(command, evaluation=evaluation)
     explicit = [parse_candidate(text) for text in args.candidate]
     found = [] if args.no_findings else candidates_from_findings(build_report(run_dir).findings)
     candidates = unique_candidates([*explicit, *found])

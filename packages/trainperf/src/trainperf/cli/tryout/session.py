@@ -39,8 +39,9 @@ from msgspec.structs import replace
 
 from trainperf.analysis.try_plan import BudgetPlan, allocate, duration
 from trainperf.analysis.tryouts import (
-    HMEAN_TOLERANCE,
     MIN_PAIRS,
+    QUALITY_DROP_SUFFIX,
+    QUALITY_TOLERANCE,
     RECOMMEND_ABOVE,
     TrialEvent,
     status,
@@ -53,8 +54,8 @@ from trainperf.records.command import RecordedCommand, override_key
 from trainperf.records.kinds import RecordWriter, TryRecord
 
 __all__ = [
-    "HMEAN_TOLERANCE",
     "MIN_PAIRS",
+    "QUALITY_TOLERANCE",
     "RECOMMEND_ABOVE",
     "TrialEvent",
     "TryOptions",
@@ -66,8 +67,6 @@ __all__ = [
 _TRIAL_TIMEOUT_FACTOR = 4.0
 # How a failure of the unchanged command (A) starts its note.
 _BASE_FAILED = "the unchanged command"
-# Our LightningModule: eval-time candidates are checked with ocr-test on its checkpoint.
-_OUR_MODULE = "OCRLightningModule"
 
 
 @dataclass(frozen=True)
@@ -220,8 +219,12 @@ class TrySession:
                 f"applied; {instead}"
             )
         if c.eval_time:
-            if self.command.lightning_module != _OUR_MODULE:
-                return "eval-time changes are checked with ocr-test, which evaluates our model only"
+            if self.command.evaluation is None:
+                return (
+                    "eval-time changes are checked on the run's checkpoint with the app's "
+                    'evaluation command, and the run recorded none (perf/run.json\'s "eval"): '
+                    "name it with --eval-command and --eval-quality"
+                )
             if self.checkpoint is None:
                 return f"eval-time: no checkpoint in {self.command.run_dir}/checkpoints to check"
         return None
@@ -237,8 +240,17 @@ class TrySession:
         timeout = max(limit, 1.0)
         started = self.clock()
         if arm.kind == "eval":
+            evaluation = self.command.evaluation
             assert self.checkpoint is not None
-            result = run_eval_trial(self.command, folder, changes, self.checkpoint, timeout=timeout)
+            assert evaluation is not None
+            result = run_eval_trial(
+                self.command,
+                folder,
+                changes,
+                self.checkpoint,
+                evaluation=evaluation,
+                timeout=timeout,
+            )
         else:
             result = run_training_trial(
                 self.command,
@@ -459,15 +471,17 @@ class TrySession:
         s = arm.ratios()
         word = status(s)
         notes: list[str] = []
-        hmean_base = _median([r.hmean for r in arm.base]) if arm.kind == "eval" else None
-        hmean_changed = _median([r.hmean for r in arm.changed]) if arm.kind == "eval" else None
-        if hmean_base is not None and hmean_changed is not None:
-            drop = hmean_base - hmean_changed
-            if drop > HMEAN_TOLERANCE:
-                word = "H-mean drop"
+        evaluation = self.command.evaluation if arm.kind == "eval" else None
+        base = _median([r.quality for r in arm.base]) if evaluation else None
+        changed = _median([r.quality for r in arm.changed]) if evaluation else None
+        if evaluation is not None and base is not None and changed is not None:
+            drop = base - changed
+            if drop > QUALITY_TOLERANCE:
+                name = evaluation.quality_name
+                word = name + QUALITY_DROP_SUFFIX
                 notes.append(
-                    f"H-mean {hmean_base:.4f} -> {hmean_changed:.4f} on the checkpoint "
-                    f"(drop {drop:.4f} > {HMEAN_TOLERANCE}): not recommended"
+                    f"{name} {base:.4f} -> {changed:.4f} on the checkpoint "
+                    f"(drop {drop:.4f} > {QUALITY_TOLERANCE}): not recommended"
                 )
         if arm.failed:
             notes.append(f"stopped after {arm.pairs} pairs: {arm.failed}")
@@ -475,8 +489,8 @@ class TrySession:
             notes.append(arm.stopped)
         elif arm.pairs < self.options.pairs:
             notes.append(f"{arm.pairs} of {self.options.pairs} pairs (budget)")
-        if arm.kind == "eval":
-            notes.append("speed of evaluation (ocr-test on the checkpoint)")
+        if evaluation is not None:
+            notes.append(f"speed of evaluation ({evaluation.label} on the checkpoint)")
         return replace(
             self._base_record(c, word, "; ".join(notes), override, kind, apply),
             pairs=s.pairs,
@@ -486,8 +500,9 @@ class TrySession:
             high=s.high,
             base_samples_per_sec=_median([r.speed for r in arm.base]),
             changed_samples_per_sec=_median([r.speed for r in arm.changed]),
-            hmean_base=hmean_base,
-            hmean_changed=hmean_changed,
+            quality_base=base,
+            quality_changed=changed,
+            quality_name=evaluation.quality_name if evaluation else None,
         )
 
     def run(self) -> list[TryRecord]:

@@ -1,6 +1,6 @@
-"""One trial: the run's command (or ``ocr-test`` on its checkpoint) with a change, in a fresh
-folder, as a subprocess; its speed read back from the perf files it wrote
-(``perf/epochs.jsonl``)."""
+"""One trial: the run's command (or the app's evaluation command on its checkpoint,
+:class:`~trainperf.records.kinds.EvalCommand`) with a change, in a fresh folder, as a
+subprocess; its speed read back from the perf files it wrote (``perf/epochs.jsonl``)."""
 
 from __future__ import annotations
 
@@ -15,36 +15,35 @@ from trainperf.core.knobs import is_knob, knobs_of
 from trainperf.core.stage import Stage
 from trainperf.core.trial_window import ENV_VAR, TryWindow
 from trainperf.records.command import RecordedCommand
-from trainperf.records.kinds import EpochRecord, KnobRecord, RunDirError, read_records
+from trainperf.records.kinds import (
+    EpochRecord,
+    EvalCommand,
+    KnobRecord,
+    RunDirError,
+    read_records,
+)
 
 __all__ = ["TrialResult", "run_eval_trial", "run_training_trial", "stage_speed"]
 
 # What a failed trial shows of its output.
 _TAIL_LINES = 6
-# ocr-test prints this line (ocr/test.py); eval-time trials are for our app only.
-_HMEAN_LINE = re.compile(r"H-mean on split '[^']*': ([0-9.]+)")
-# Our throughput callback on the ocr-test run: its test-stage speed, nothing else.
-_EVAL_RECORDER = (
-    "+callbacks.try_throughput={_target_:'trainperf.lightning."
-    "ThroughputMonitorCallback',flops:false,peak_memory:false}"
-)
+# In an evaluation command's overrides: the checkpoint's path.
+CHECKPOINT_FIELD = "{checkpoint}"
 # Lightning's Trainer reads defaults of its arguments from PL_TRAINER_<ARG>: no default logger.
 _NO_DEFAULT_LOGGER = ("PL_TRAINER_LOGGER", "False")
-# Overrides of the training command that do not belong to ocr-test's config.
-_TRAIN_ONLY_KEYS = ("callbacks", "ckpt_path", "test_after_fit")
 
 
 @dataclass(frozen=True)
 class TrialResult:
     """What one trial gave: its wall time (start-up included), its steady-state speed (samples
     per second; ``None`` when it failed), why it failed (exit status and the last lines of its
-    output), the H-mean an eval trial printed, and why the run cannot take a knob of the change
-    (the trial ended at setup)."""
+    output), the quality figure an eval trial printed, and why the run cannot take a knob of the
+    change (the trial ended at setup)."""
 
     seconds: float
     speed: float | None
     error: str | None = None
-    hmean: float | None = None
+    quality: float | None = None
     not_applicable: str | None = None
 
 
@@ -143,22 +142,39 @@ def run_training_trial(
     return TrialResult(seconds, speed, error)
 
 
+def quality_pattern(text: str, where: str) -> re.Pattern[str]:
+    """``text`` compiled: a regular expression with a group (the quality figure);
+    :class:`~trainperf.records.command.TryInputError` naming ``where`` otherwise."""
+    from trainperf.records.command import TryInputError
+
+    try:
+        pattern = re.compile(text)
+    except re.error as exc:
+        raise TryInputError(f"{where}: {text!r} is not a regular expression: {exc}") from None
+    if pattern.groups < 1:
+        raise TryInputError(f"{where}: {text!r} needs a group, (...), around the quality figure")
+    return pattern
+
+
 def run_eval_trial(
     command: RecordedCommand,
     folder: Path,
     changes: tuple[str, ...],
     checkpoint: Path,
     *,
+    evaluation: EvalCommand,
     timeout: float,
 ) -> TrialResult:
-    """``ocr-test`` on ``checkpoint`` (validation split) with the run's overrides and
-    ``changes``, in ``folder``: its test-stage speed (first batch skipped) and H-mean."""
+    """The app's ``evaluation`` command on ``checkpoint`` with the run's overrides (those of
+    ``evaluation.drop_keys`` left out), the evaluation's own and ``changes``, in ``folder``: its
+    test-stage speed (first batch skipped) and its quality figure."""
     folder.mkdir(parents=True)
+    own = tuple(o.replace(CHECKPOINT_FIELD, str(checkpoint)) for o in evaluation.overrides)
     argv = command.argv(
         folder,
-        (f"checkpoint_path={checkpoint}", "split=val", _EVAL_RECORDER, *changes),
-        drop_keys=_TRAIN_ONLY_KEYS,
-        launcher=("-m", "ocr.test"),
+        (*own, *changes),
+        drop_keys=tuple(evaluation.drop_keys),
+        launcher=tuple(evaluation.launcher),
     )
     log = folder.with_suffix(".log")
     started = time.perf_counter()
@@ -166,9 +182,14 @@ def run_eval_trial(
     seconds = time.perf_counter() - started
     if error is not None:
         return TrialResult(seconds, None, error)
-    match = _HMEAN_LINE.search(log.read_text(encoding="utf-8", errors="replace"))
-    hmean = float(match.group(1)) if match else None
+    pattern = quality_pattern(evaluation.quality, "the evaluation's quality pattern")
+    match = pattern.search(log.read_text(encoding="utf-8", errors="replace"))
+    try:
+        quality = float(match.group(1)) if match else None
+    except ValueError:
+        quality = None
     speed = stage_speed(folder, Stage.TEST, 1, None)
-    if speed is None or hmean is None:
-        return TrialResult(seconds, speed, f"ocr-test gave no speed or H-mean; see {log}")
-    return TrialResult(seconds, speed, None, hmean)
+    if speed is None or quality is None:
+        said = f"{evaluation.label} gave no test-stage speed or {evaluation.quality_name}"
+        return TrialResult(seconds, speed, f"{said}; see {log}")
+    return TrialResult(seconds, speed, None, quality)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from trainperf.analysis.tryouts import HMEAN_TOLERANCE, RECOMMEND_ABOVE, code_lines, paste_line
+from trainperf.analysis.tryouts import QUALITY_TOLERANCE, RECOMMEND_ABOVE, code_lines, paste_line
 from trainperf.present.report.document import Section, Table, cell
 from trainperf.present.try_table import labels
 from trainperf.records.kinds import TryRecord
@@ -41,7 +41,7 @@ def measured_changes_section(report: Report) -> Section:
         "speed-up = median of the paired ratios (changed / unchanged samples/s) with its 95 % "
         f"bootstrap interval. Recommended only when the interval's low end is above "
         f"{RECOMMEND_ABOVE}; eval-time changes are checked on the run's checkpoint and never "
-        f"recommended when the H-mean drops by more than {HMEAN_TOLERANCE}."
+        f"recommended when its quality figure drops by more than {QUALITY_TOLERANCE}."
     )
     headers = ["change", "speed-up", "95 % interval", "pairs", "outcome", "labels", "note"]
     sec.tables.append(Table(headers, [_row(r) for r in records]))

@@ -13,7 +13,7 @@ from trainperf.present.gate_table import BAND_NOTE, COLUMNS, row_cells, verdict_
 from trainperf.present.report import plots
 from trainperf.present.report.build import Report
 from trainperf.present.report.document import Section, Table, cell
-from trainperf.records.run_info import polygon_cache_hit_rate
+from trainperf.records.run_info import cache_names, hit_rate
 
 
 def _utc(t: Any) -> str:
@@ -116,16 +116,19 @@ def cache_section(report: Report) -> Section:
     names = sorted({k for e in report.run.epochs for k in e.worker_counts})
     if not names:
         sec.paragraphs.append(
-            "No worker counters recorded (polygon cache off or not instrumented)."
+            "No worker counters recorded (no cache counted with report_count, or the loader "
+            "was not instrumented)."
         )
         return sec
+    caches = cache_names(names)  # X of X_hits / X_misses: a hit-rate column each
+    rate_columns = [f"{c} hit rate %" if len(caches) > 1 else "hit rate %" for c in caches]
     rows = []
     for e in report.run.epochs:
         counts = e.worker_counts
-        hit_rate = polygon_cache_hit_rate(counts)
-        rate = "-" if hit_rate is None else f"{100.0 * hit_rate:.1f}"
-        rows.append([e.stage.label, cell(e.epoch), rate] + [cell(counts.get(n)) for n in names])
-    sec.tables.append(Table(["stage", "epoch", "hit rate %", *names], rows))
+        rates = [hit_rate(counts, c) for c in caches]
+        shown = ["-" if r is None else f"{100.0 * r:.1f}" for r in rates]
+        rows.append([e.stage.label, cell(e.epoch), *shown] + [cell(counts.get(n)) for n in names])
+    sec.tables.append(Table(["stage", "epoch", *rate_columns, *names], rows))
     return sec
 
 

@@ -288,7 +288,7 @@ def _ceiling_line(report: Report) -> str | None:
     if peak.get("contended"):
         line += (
             ", measured while the host was busy, so possibly low (it is measured again at the "
-            "next run; `OCR_PEAK_REFRESH=1` on a quiet host replaces it)"
+            "next run; `TRAINPERF_PEAK_REFRESH=1` on a quiet host replaces it)"
         )
     spec_peak = flops.spec_peak_flops_per_sec
     if spec_peak is not None and spec_peak > 0:

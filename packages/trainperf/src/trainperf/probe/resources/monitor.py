@@ -287,7 +287,7 @@ class ResourceMonitor:
         return out
 
     def write_summary(self, run: str | None = None) -> dict[str, float]:
-        """Write the summary record (schema ``receipt-ocr/resource-summary``) and return it.
+        """Write the summary record (schema ``trainperf/resource-summary``) and return it.
         ``run`` names what was sampled (``"fit"``, ``"validate"``, ``"test"``): one run folder
         may hold a fit and the test that follows it."""
         summary = self.summary()
