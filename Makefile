@@ -7,7 +7,7 @@ RUN    ?= runs/demo
 export WANDB_MODE ?= offline
 export PYTHONUNBUFFERED := 1
 
-.PHONY: setup demo test lint unit clean baseline-doc gpu-check
+.PHONY: setup demo test lint unit clean baseline-doc gpu-check toolkit-check
 
 setup: $(STAMP)
 
@@ -18,6 +18,34 @@ $(STAMP): pyproject.toml packages/trainperf/pyproject.toml constraints.txt
 	$(BIN)/python -m pip install -q -c constraints.txt torch==2.13.0
 	$(BIN)/python -m pip install -q -c constraints.txt -e "./packages/trainperf[lightning,nvml,report]"
 	$(BIN)/python -m pip install -q -c constraints.txt -e ".[dev,wandb]"
+	touch $@
+
+# The toolkit alone, as a user installs it: a fresh venv with CPU torch and only the built
+# trainperf distribution with its lightning and report extras (no app, no Hydra, no OpenCV), the
+# plain Lightning script of examples/ run in it, then `trainperf report / baseline / check`
+# (scripts/toolkit_check.py says what it checks). The installs use .venv's pip and skip bytecode
+# (the check's first imports write it); each step is stamped, so a rerun with nothing changed is
+# free and a change to the toolkit's source reinstalls only trainperf.
+TOOLKIT_VENV := .venv-toolkit
+TOOLKIT_PIP  := $(BIN)/python -m pip --python $(TOOLKIT_VENV)/bin/python
+TOOLKIT_SRC  := $(shell find packages/trainperf/src/trainperf -name '*.py')
+
+toolkit-check: $(TOOLKIT_VENV)/.checked
+
+$(TOOLKIT_VENV)/.torch: constraints.txt | $(STAMP)
+	rm -rf $(TOOLKIT_VENV)
+	$(PYTHON) -m venv --without-pip $(TOOLKIT_VENV)
+	$(TOOLKIT_PIP) install -q --no-compile -c constraints.txt torch==2.13.0
+	touch $@
+
+# build/ is removed first: setuptools would carry a deleted module's stale copy into the wheel.
+$(TOOLKIT_VENV)/.installed: $(TOOLKIT_VENV)/.torch packages/trainperf/pyproject.toml $(TOOLKIT_SRC)
+	rm -rf packages/trainperf/build
+	$(TOOLKIT_PIP) install -q --no-compile -c constraints.txt "./packages/trainperf[lightning,report]"
+	touch $@
+
+$(TOOLKIT_VENV)/.checked: $(TOOLKIT_VENV)/.installed examples/plain_lightning.py scripts/toolkit_check.py
+	$(TOOLKIT_VENV)/bin/python scripts/toolkit_check.py
 	touch $@
 
 demo: setup
@@ -46,8 +74,8 @@ lint: setup
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
-test: setup lint
+test: setup lint toolkit-check
 	$(BIN)/pytest -q
 
 clean:
-	rm -rf $(VENV) runs outputs .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(TOOLKIT_VENV) runs outputs .pytest_cache .mypy_cache .ruff_cache
