@@ -69,8 +69,8 @@ gpu-check: setup
 	$(BIN)/python scripts/gpu_check.py
 
 lint: setup
-	$(BIN)/ruff check ocr packages tests benchmarks scripts
-	$(BIN)/ruff format --check ocr packages tests benchmarks scripts
+	$(BIN)/ruff check ocr packages tests benchmarks scripts examples
+	$(BIN)/ruff format --check ocr packages tests benchmarks scripts examples
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
