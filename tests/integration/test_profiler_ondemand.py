@@ -26,6 +26,9 @@ from tests.run_lines import read_dicts
 pytestmark = pytest.mark.slow
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+# This tree first, the toolkit's src too: subprocesses run this checkout's code, not an
+# editable install of another one.
+_PYTHONPATH = os.pathsep.join([str(REPO_ROOT), str(REPO_ROOT / "packages" / "trainperf" / "src")])
 
 
 class AtStep(Callback):
@@ -217,7 +220,7 @@ def test_ddp_ondemand_traces_get_a_rank_suffix(tmp_path: Path) -> None:
     script = tmp_path / "ddp_ondemand.py"
     script.write_text(textwrap.dedent(DDP_SCRIPT))
     (tmp_path / "PROFILE_NOW").touch()  # present from the start: every rank sees it at step 2
-    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), WANDB_MODE="offline")
+    env = dict(os.environ, PYTHONPATH=_PYTHONPATH, WANDB_MODE="offline")
     proc = subprocess.run(
         [sys.executable, str(script), str(tmp_path)],
         cwd=tmp_path,
