@@ -25,8 +25,9 @@ and is no dependency of ours): ``TraceAnalysis(trace_dir=...)`` (load and parse)
 ``get_temporal_breakdown()``; a failure is reported as such.
 
 Then the callback overhead: a tight Lightning loop on a tiny model with no callback, with
-``ProfilerCallback(profile_epochs=[99])`` (never inside a window) and with on-demand polling on as
-well, interleaved over ``--overhead-reps`` repetitions; µs per steady-state step, min and median.
+``ProfilerCallback(schedule=ProfileSchedule(epochs=[99]))`` (never inside a window) and with
+on-demand polling on as well, interleaved over ``--overhead-reps`` repetitions; µs per
+steady-state step, min and median.
 
 Large-trace mode (``--size-mb 1000`` and more, or ``--large``): one trace of that size generated
 from the 2024 GPU fixture's steps (written as it is generated, into a temporary directory made
@@ -302,17 +303,19 @@ def callback_overhead(steps: int, reps: int) -> dict[str, dict[str, float]]:
     import torch
     from _tiny_loop import fit_tiny
     from lightning.pytorch.callbacks import Callback
-    from trainperf.lightning import ProfilerCallback
+    from trainperf.lightning import ProfilerCallback, ProfileSchedule
 
     warnings.filterwarnings("ignore")
     logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
     configs: dict[str, Any] = {
         "no callback": lambda: [],
         "an empty Callback": lambda: [Callback()],  # Lightning's own per-hook dispatch cost
-        "ProfilerCallback, epochs=[99]": lambda: [ProfilerCallback(profile_epochs=[99])],
+        "ProfilerCallback, epochs=[99]": lambda: [
+            ProfilerCallback(schedule=ProfileSchedule(epochs=[99]))
+        ],
         "  + on-demand polling": lambda: [
             ProfilerCallback(
-                profile_epochs=[99], trigger_file="PROFILE_NOW", profile_on_request=True
+                schedule=ProfileSchedule(epochs=[99], trigger_file="PROFILE_NOW", on_request=True)
             )
         ],
     }

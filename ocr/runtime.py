@@ -122,14 +122,16 @@ def _instantiate_group(group: Any, group_name: str) -> list[Any]:
 
 
 def _carries_enabled_entry(node: Mapping[str, Any] | DictConfig) -> bool:
-    """Whether ``node`` holds an entry of its own with a ``_target_`` that is not disabled (the
-    ``epoch_scan`` nested in ``callbacks=monitoring``'s ``performance_profiler``): a disabled
-    callback carrying one is still built, so the nested one runs."""
+    """Whether ``node`` holds an entry of its own with a ``_target_`` and ``enabled`` that is
+    not false (the ``epoch_scan`` nested in ``callbacks=monitoring``'s
+    ``performance_profiler``): a disabled callback carrying one is still built, so the nested
+    one runs. A nested settings object (the profiler's ``schedule`` and ``trace``) has no
+    ``enabled`` and carries nothing."""
     raw = OmegaConf.to_container(node, resolve=False) if isinstance(node, DictConfig) else node
     if not isinstance(raw, Mapping):
         return False
     nested = [entry for entry in raw.values() if isinstance(entry, Mapping) and "_target_" in entry]
-    return any(entry.get("enabled", True) is not False for entry in nested)
+    return any("enabled" in entry and entry["enabled"] is not False for entry in nested)
 
 
 def _config_problem(exc: Exception, node: Mapping[str, Any] | DictConfig) -> str | None:

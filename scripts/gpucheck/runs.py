@@ -74,10 +74,10 @@ def train_overrides(
     return [
         *out,
         "callbacks.profiler.enabled=true",
-        f"callbacks.profiler.profile_epochs=[{epochs - 1}]",
-        "callbacks.profiler.profile_steps=3",
-        "callbacks.profiler.warmup_steps=1",
-        "callbacks.profiler.gzip=true",
+        f"callbacks.profiler.schedule.epochs=[{epochs - 1}]",
+        "callbacks.profiler.schedule.active=3",
+        "callbacks.profiler.schedule.warmup=1",
+        "callbacks.profiler.trace.gzip=true",
     ]
 
 

@@ -76,7 +76,8 @@ def save_fixture(
         raise ValueError(
             f"{trace}: {len(data) / 2**20:.2f} MiB gzip, over the fixture limit of "
             f"{FIXTURE_MAX_BYTES / 2**20:.0f} MiB; profile fewer steps "
-            "(callbacks.profiler.profile_steps=2) or without callbacks.profiler.record_shapes"
+            "(callbacks.profiler.schedule.active=2) or without "
+            "callbacks.profiler.trace.record_shapes"
         )
     dest_dir.mkdir(parents=True, exist_ok=True)
     dest.write_bytes(data)

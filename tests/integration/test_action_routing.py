@@ -11,9 +11,9 @@ import pytest
 import torch
 from lightning.pytorch.profilers import PassThroughProfiler, SimpleProfiler
 from torch.utils.data import DataLoader, TensorDataset
-from trainperf.core.clock import PHASES
+from trainperf.core.clock import PHASES, PhaseClock
 from trainperf.lightning.action_stream import ActionStream
-from trainperf.lightning.recorder import StageRecorder
+from trainperf.lightning.attribution import ActionAttribution
 from trainperf.lightning.untimed import does_nothing as _does_nothing
 
 
@@ -165,7 +165,7 @@ class Busy(L.Callback):
 
 
 @pytest.fixture
-def recorder() -> StageRecorder:
+def recorder() -> ActionAttribution:
     busy = Busy()
     trainer = L.Trainer(
         max_epochs=1,
@@ -177,13 +177,13 @@ def recorder() -> StageRecorder:
     )
     module = TinyModule()
     trainer.strategy.connect(module)
-    rec = StageRecorder(trainer)
-    rec._name_callbacks(trainer)
+    rec = ActionAttribution(trainer, PhaseClock())
+    rec.name_callbacks(trainer)
     return rec
 
 
 def test_the_recorder_skips_inherited_no_op_hooks_and_transparent_names(
-    recorder: StageRecorder,
+    recorder: ActionAttribution,
 ) -> None:
     key = "Busy"
     assert recorder.wants(f"[Callback]{key}.on_train_batch_end")  # the user's own body
@@ -206,7 +206,7 @@ def test_the_recorder_skips_inherited_no_op_hooks_and_transparent_names(
     assert not recorder.wants("run_training_batch")
 
 
-def test_a_hook_set_on_the_instance_is_judged_by_itself(recorder: StageRecorder) -> None:
+def test_a_hook_set_on_the_instance_is_judged_by_itself(recorder: ActionAttribution) -> None:
     trainer = recorder._trainer_ref()
     assert trainer is not None
     callback = trainer.callbacks[0]  # type: ignore[attr-defined]
@@ -271,14 +271,16 @@ def test_our_own_batch_bookkeeping_is_not_timed_but_a_subclass_override_is() -> 
         enable_model_summary=False,
     )
     trainer.strategy.connect(TinyModule())
-    rec = StageRecorder(trainer)
-    rec._name_callbacks(trainer)
+    rec = ActionAttribution(trainer, PhaseClock())
+    rec.name_callbacks(trainer)
     assert not rec.wants("[Callback]PerformanceProfilerCallback.on_train_batch_end")
     assert not rec.wants("[Callback]PerformanceProfilerCallback.on_validation_batch_end")
     assert rec.wants("[Callback]Mine.on_train_batch_end")  # the user's work in it
 
 
-def test_an_idle_module_hook_kept_for_its_event_switches_no_clock(recorder: StageRecorder) -> None:
+def test_an_idle_module_hook_kept_for_its_event_switches_no_clock(
+    recorder: ActionAttribution,
+) -> None:
     name = "[LightningModule]TinyModule.on_train_batch_end"
     assert recorder.wants(name)
     _, phase, owner, event = recorder._info[name]
@@ -286,7 +288,9 @@ def test_an_idle_module_hook_kept_for_its_event_switches_no_clock(recorder: Stag
     assert event  # the event kept
 
 
-def test_lightnings_own_module_hooks_carry_no_owner_the_users_do(recorder: StageRecorder) -> None:
+def test_lightnings_own_module_hooks_carry_no_owner_the_users_do(
+    recorder: ActionAttribution,
+) -> None:
     trainer = recorder._trainer_ref()
     assert trainer is not None
     name = "[LightningModule]TinyModule.transfer_batch_to_device"
@@ -301,7 +305,7 @@ def test_lightnings_own_module_hooks_carry_no_owner_the_users_do(recorder: Stage
 
 
 def test_profiler_ranges_leave_out_the_same_idle_hooks_as_the_clock(
-    recorder: StageRecorder,
+    recorder: ActionAttribution,
 ) -> None:
     from trainperf.lightning.profiler_window import ActionRanges
 

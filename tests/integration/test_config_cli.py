@@ -1,6 +1,6 @@
 """Issue 15 (points 5, 7, 10) through the console entry points, as users type them: the commands
 from the project this grew from compose and run, typos and leftover entries fail by name, a
-profile_epochs past the run's end is named, and the console carries none of the known noise."""
+schedule.epochs past the run's end are named, and the console carries none of the known noise."""
 
 from __future__ import annotations
 
@@ -90,8 +90,8 @@ def profiled_run(tiny_dataset: Path, tmp_path_factory: pytest.TempPathFactory) -
         "callbacks=monitoring",
         "trainer.max_epochs=2",
         "callbacks.profiler.enabled=true",
-        "callbacks.profiler.profile_epochs=[1,2]",
-        "callbacks.profiler.profile_steps=50",
+        "callbacks.profiler.schedule.epochs=[1,2]",
+        "callbacks.profiler.schedule.active=50",
         "wandb=true",
         "experiment_tag=baseline_profiling",
         f"hydra.run.dir={run}",
@@ -123,7 +123,7 @@ def test_monitoring_runs_the_epoch_scan_nested_in_the_profiler(
 
 def test_profile_epochs_past_the_end_are_named_once(profiled_run: tuple[Path, str]) -> None:
     _, out = profiled_run
-    assert out.count("profile_epochs [2] are never reached (max_epochs=2") == 1
+    assert out.count("schedule.epochs [2] are never reached (max_epochs=2") == 1
 
 
 def test_wandb_and_experiment_tag(profiled_run: tuple[Path, str]) -> None:
@@ -141,7 +141,7 @@ def test_console_is_quiet_and_train_log_has_the_log_lines(profiled_run: tuple[Pa
     # Lightning's lines and ours, in the one short format.
     assert "] GPU available:" in log
     assert "] ProfilerCallback: train window epoch_1" in log
-    assert "profile_epochs [2] are never reached" in log
+    assert "schedule.epochs [2] are never reached" in log
     assert out.count("GPU available:") == 1  # not once per handler
 
 

@@ -27,6 +27,9 @@ from tests.run_lines import read_dicts
 pytestmark = pytest.mark.slow
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+# This tree first, the toolkit's src too: subprocesses run this checkout's code, not an
+# editable install of another one.
+_PYTHONPATH = os.pathsep.join([str(REPO_ROOT), str(REPO_ROOT / "packages" / "trainperf" / "src")])
 
 SCRIPT = """
 import os, sys, time
@@ -88,7 +91,7 @@ TRAIN_SAMPLES, VAL_SAMPLES = 64, 16  # over both ranks, per epoch
 
 
 def _env() -> dict[str, str]:
-    return dict(os.environ, PYTHONPATH=str(REPO_ROOT), WANDB_MODE="offline")
+    return dict(os.environ, PYTHONPATH=_PYTHONPATH, WANDB_MODE="offline")
 
 
 def _perf(*args: str) -> subprocess.CompletedProcess[str]:

@@ -36,9 +36,9 @@ from trainperf.lightning import (
     PerformanceProfilerCallback,
     ThroughputMonitorCallback,
 )
-from trainperf.lightning import recorder as recorder_module
 from trainperf.lightning.action_stream import ActionStream
 from trainperf.lightning.recorder import StageRecorder
+from trainperf.probe import device_memory
 from trainperf.probe.worker import report_count
 from trainperf.records.kinds import EpochRecord, IntervalRecord
 
@@ -49,6 +49,9 @@ from tests.run_lines import read_dicts, read_run_dict
 pytestmark = pytest.mark.slow
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+# This tree first, the toolkit's src too: subprocesses run this checkout's code, not an
+# editable install of another one.
+_PYTHONPATH = os.pathsep.join([str(REPO_ROOT), str(REPO_ROOT / "packages" / "trainperf" / "src")])
 TOL = 0.15  # planted delays: relative tolerance of the attribution
 
 
@@ -584,14 +587,14 @@ def test_in_epoch_memory_samples_read_only_what_the_peaks_need(
     too) is read once per closed window, for its gauges; the peaks still come out."""
     calls: defaultdict[str, int] = defaultdict(int)
     for name in ("memory_snapshot", "peak_sample"):
-        real = getattr(recorder_module, name)
+        real = getattr(device_memory, name)
 
         def counting(real: Any = real, name: str = name) -> dict[str, float]:
             calls[name] += 1
             return real()
 
-        monkeypatch.setattr(recorder_module, name, counting)
-    monkeypatch.setattr(recorder_module, "_MEMORY_PERIOD_NS", 0)
+        monkeypatch.setattr(device_memory, name, counting)
+    monkeypatch.setattr(device_memory, "MEMORY_PERIOD_NS", 0)
     log = MemoryLogger()
     t = trainer(tmp_path, [PerformanceProfilerCallback()], log, max_epochs=2, limit_val_batches=0)
     t.fit(TinyModule(), loader(12))  # 3 batches per epoch
@@ -611,7 +614,7 @@ def test_internal_error_warns_once_and_training_completes(
     def broken_snapshot() -> dict[str, float]:
         raise RuntimeError("planted failure")
 
-    monkeypatch.setattr(recorder_module, "memory_snapshot", broken_snapshot)
+    monkeypatch.setattr(device_memory, "memory_snapshot", broken_snapshot)
     log, probe = MemoryLogger(), Probe()
     profiler, throughput = PerformanceProfilerCallback(), ThroughputMonitorCallback()
     t = trainer(tmp_path, [profiler, throughput, probe], log, max_epochs=2)
@@ -726,6 +729,7 @@ from lightning.pytorch.loggers import CSVLogger
 from torch.utils.data import DataLoader, Dataset
 
 import trainperf.lightning.recorder as recorder_module
+import trainperf.probe.device_memory as device_memory
 from trainperf.lightning import PerformanceProfilerCallback, ThroughputMonitorCallback
 
 MODE, DELAY = sys.argv[2], {delay}
@@ -772,7 +776,7 @@ class Module(L.LightningModule):
         return torch.optim.SGD(self.parameters(), lr=0.01)
 
 
-real_snapshot = recorder_module.memory_snapshot
+real_snapshot = device_memory.memory_snapshot
 
 
 def snapshot_failing_on_rank_1_from_epoch_2():
@@ -795,7 +799,7 @@ def batch_end_failing_on_rank_1_in_epoch_1(self, stage):
 if __name__ == "__main__":
     torch.set_num_threads(1)
     if MODE == "fail":
-        recorder_module.memory_snapshot = snapshot_failing_on_rank_1_from_epoch_2
+        device_memory.memory_snapshot = snapshot_failing_on_rank_1_from_epoch_2
     if MODE == "fail_mid_epoch":
         recorder_module.StageRecorder._batch_end = batch_end_failing_on_rank_1_in_epoch_1
     trainer = L.Trainer(
@@ -820,7 +824,7 @@ DDP_STEPS = 8  # 64 samples / 2 ranks / batch 4
 def run_ddp(tmp_path: Path, mode: str) -> tuple[list[dict[str, str]], str]:
     script = tmp_path / "ddp_run.py"
     script.write_text(textwrap.dedent(DDP_SCRIPT.format(delay=DDP_DELAY)))
-    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), WANDB_MODE="offline")
+    env = dict(os.environ, PYTHONPATH=_PYTHONPATH, WANDB_MODE="offline")
     proc = subprocess.run(
         [sys.executable, str(script), str(tmp_path), mode],
         cwd=tmp_path,
@@ -906,7 +910,7 @@ def test_ddp_names_the_straggler_and_its_cause_while_the_others_wait(
             [sys.executable, "-m", "trainperf.cli.main", "report", str(tmp_path)],
             capture_output=True,
             text=True,
-            env=dict(os.environ, PYTHONPATH=str(REPO_ROOT)),
+            env=dict(os.environ, PYTHONPATH=_PYTHONPATH),
             timeout=120,
         )
         assert report.returncode == 0, report.stderr[-3000:]

@@ -19,6 +19,7 @@ from lightning.pytorch.loggers import Logger
 from torch.utils.data import DataLoader, TensorDataset
 from trainperf.analysis.trace import analyze_trace
 from trainperf.lightning import PerfCallbackWarning, ProfilerCallback
+from trainperf.lightning.profiler_settings import ProfileSchedule, TraceOptions
 
 from tests.memory_logger import MemoryLogger
 
@@ -90,7 +91,9 @@ def _profiler_off() -> bool:
 
 def test_profiles_exactly_the_chosen_epochs(tmp_path: Path) -> None:
     logger = MemoryLogger()
-    cb = ProfilerCallback(profile_epochs=[1, 2], profile_steps=3, warmup_steps=1, log_top_k_ops=5)
+    cb = ProfilerCallback(
+        schedule=ProfileSchedule(epochs=[1, 2], active=3, warmup=1), log_top_k_ops=5
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("error", PerfCallbackWarning)
         module = _fit(tmp_path, cb, logger=logger)
@@ -117,14 +120,13 @@ def test_profiles_exactly_the_chosen_epochs(tmp_path: Path) -> None:
 
 def test_gzip_validation_stage_and_cuda_request_on_cpu(tmp_path: Path) -> None:
     cb = ProfilerCallback(
-        profile_epochs=[0],
-        profile_steps=2,
-        warmup_steps=0,
-        gzip=True,
-        tensorboard=True,
-        activities=["cpu", "cuda"],
-        stages=["train", "validate"],
-        output_dir=tmp_path / "abs_traces",
+        schedule=ProfileSchedule(epochs=[0], active=2, warmup=0, stages=["train", "validate"]),
+        trace=TraceOptions(
+            gzip=True,
+            tensorboard=True,
+            activities=["cpu", "cuda"],
+            output_dir=tmp_path / "abs_traces",
+        ),
     )
     with warnings.catch_warnings():
         warnings.simplefilter("error", PerfCallbackWarning)
@@ -148,7 +150,10 @@ def test_unwritable_output_dir_is_one_warning(tmp_path: Path) -> None:
     blocker = tmp_path / "a_file"
     blocker.write_text("not a directory")
     # A directory under a regular file cannot be created (also when running as root).
-    cb = ProfilerCallback(profile_epochs=[0, 1, 2], output_dir=blocker / "traces")
+    cb = ProfilerCallback(
+        schedule=ProfileSchedule(epochs=[0, 1, 2]),
+        trace=TraceOptions(output_dir=blocker / "traces"),
+    )
     with pytest.warns(PerfCallbackWarning) as record:
         module = _fit(tmp_path, cb, epochs=3)
     assert len([w for w in record if issubclass(w.category, PerfCallbackWarning)]) == 1
@@ -164,7 +169,7 @@ def test_profiler_that_raises_on_start_is_one_warning(
         raise RuntimeError("kineto unavailable")
 
     monkeypatch.setattr(torch.profiler.profile, "start", broken_start)
-    cb = ProfilerCallback(profile_epochs=[0, 1])
+    cb = ProfilerCallback(schedule=ProfileSchedule(epochs=[0, 1]))
     with pytest.warns(PerfCallbackWarning, match="kineto unavailable") as record:
         _fit(tmp_path, cb, epochs=3)
     assert len([w for w in record if issubclass(w.category, PerfCallbackWarning)]) == 1
@@ -180,7 +185,7 @@ def test_export_error_is_one_warning(tmp_path: Path, monkeypatch: pytest.MonkeyP
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(torch.profiler.profile, "export_chrome_trace", broken_export)
-    cb = ProfilerCallback(profile_epochs=[0, 1], profile_steps=2)
+    cb = ProfilerCallback(schedule=ProfileSchedule(epochs=[0, 1], active=2))
     with pytest.warns(PerfCallbackWarning, match="No space left") as record:
         module = _fit(tmp_path, cb, epochs=3)
     assert len([w for w in record if issubclass(w.category, PerfCallbackWarning)]) == 1
@@ -191,28 +196,11 @@ def test_export_error_is_one_warning(tmp_path: Path, monkeypatch: pytest.MonkeyP
 
 
 def test_disabled_does_nothing(tmp_path: Path) -> None:
-    cb = ProfilerCallback(enabled=False, profile_epochs=[0, 1])
+    cb = ProfilerCallback(enabled=False, schedule=ProfileSchedule(epochs=[0, 1]))
     module = _fit(tmp_path, cb, epochs=2)
     assert not (tmp_path / "profiler_traces").exists()
     assert not any(enabled for _, enabled in module.profiled_steps)
     assert cb.trace_paths == []
-
-
-@pytest.mark.parametrize(
-    ("kwargs", "match"),
-    [
-        ({"activities": ["cpu", "tpu"]}, "unknown activity 'tpu'"),
-        ({"activities": "cpu"}, "activities must be a list"),
-        ({"profile_steps": 0}, "profile_steps must be an integer >= 1"),
-        ({"profile_epochs": [-1]}, "profile_epochs entries"),
-        ({"stages": ["training"]}, "unknown stage 'training'"),
-        ({"check_every_n_steps": 0}, "check_every_n_steps must be an integer >= 1"),
-        ({"trigger_file": " "}, "trigger_file is an empty path"),
-    ],
-)
-def test_bad_arguments_are_named(kwargs: dict[str, Any], match: str) -> None:
-    with pytest.raises(ValueError, match=match):
-        ProfilerCallback(**kwargs)
 
 
 def test_hydra_config_composes(tmp_path: Path) -> None:
@@ -224,8 +212,34 @@ def test_hydra_config_composes(tmp_path: Path) -> None:
     cb = instantiate(node)
     assert isinstance(cb, ProfilerCallback)
     assert cb.enabled is False
-    assert cb.profile_epochs == frozenset({1})
-    assert cb.activities == ("cpu", "cuda")
-    assert cb.stages == frozenset({"train"})
-    assert cb.trigger_file == Path("PROFILE_NOW")
-    assert cb.profile_on_request is True
+    # the nested schedule and trace options are built as their own objects, with the defaults
+    assert isinstance(cb.schedule, ProfileSchedule)
+    assert cb.schedule.epochs == frozenset({1})
+    assert (cb.schedule.active, cb.schedule.warmup, cb.schedule.repeat) == (5, 1, 1)
+    assert cb.schedule.stages == frozenset({"train"})
+    assert cb.schedule.trigger_file == Path("PROFILE_NOW")
+    assert cb.schedule.on_request is True
+    assert isinstance(cb.trace, TraceOptions)
+    assert cb.trace.activities == ("cpu", "cuda")
+    assert cb.trace.output_dir == Path("profiler_traces")
+
+
+def test_hydra_overrides_reach_the_nested_schedule() -> None:
+    overrides = [
+        "callbacks.profiler.enabled=true",
+        "callbacks.profiler.schedule.epochs=[0,2]",
+        "callbacks.profiler.schedule.active=7",
+        "callbacks.profiler.schedule.stages=[validate]",
+        "callbacks.profiler.trace.gzip=true",
+    ]
+    with initialize_config_module(version_base="1.3", config_module="ocr.configs"):
+        cfg = compose(config_name="train", overrides=overrides)
+    cb = instantiate(cfg.callbacks.profiler)
+    assert cb.schedule == ProfileSchedule(
+        epochs=[0, 2],
+        active=7,
+        stages=["val"],
+        trigger_file="PROFILE_NOW",
+        on_request=True,
+    )
+    assert cb.trace.gzip is True

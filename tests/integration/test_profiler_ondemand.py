@@ -18,6 +18,7 @@ from lightning.pytorch.callbacks import Callback
 from trainperf.analysis.trace import analyze_trace
 from trainperf.core import triggers
 from trainperf.lightning import PerfCallbackWarning, ProfilerCallback
+from trainperf.lightning.profiler_settings import ProfileSchedule
 from trainperf.records.kinds import ProfilerWindow
 
 from tests.integration.test_profiler_callback import _fit, _profiler_off
@@ -26,6 +27,9 @@ from tests.run_lines import read_dicts
 pytestmark = pytest.mark.slow
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+# This tree first, the toolkit's src too: subprocesses run this checkout's code, not an
+# editable install of another one.
+_PYTHONPATH = os.pathsep.join([str(REPO_ROOT), str(REPO_ROOT / "packages" / "trainperf" / "src")])
 
 
 class AtStep(Callback):
@@ -52,11 +56,9 @@ def test_trigger_file_gives_exactly_one_window(tmp_path: Path) -> None:
     # Touched after global step 3; polls every 2 steps (batch ends 2, 4, ...) take it at step 4.
     toucher = AtStep({3: lambda trainer: trigger.touch()})
     cb = ProfilerCallback(
-        profile_epochs=[],
-        profile_steps=3,
-        warmup_steps=1,
-        trigger_file="PROFILE_NOW",
-        check_every_n_steps=2,
+        schedule=ProfileSchedule(
+            epochs=[], active=3, warmup=1, trigger_file="PROFILE_NOW", check_every_n_steps=2
+        )
     )
     with warnings.catch_warnings():
         warnings.simplefilter("error", PerfCallbackWarning)
@@ -87,11 +89,9 @@ def test_requests_and_epochs_together(tmp_path: Path) -> None:
         18: lambda trainer: triggers.request_profile("user asked"),
     }
     cb = ProfilerCallback(
-        profile_epochs=[1],
-        profile_steps=2,
-        warmup_steps=0,
-        profile_on_request=True,
-        check_every_n_steps=1,
+        schedule=ProfileSchedule(
+            epochs=[1], active=2, warmup=0, on_request=True, check_every_n_steps=1
+        )
     )
     with warnings.catch_warnings():
         warnings.simplefilter("error", PerfCallbackWarning)
@@ -120,9 +120,10 @@ def test_window_cut_by_epoch_end_before_recording_opens_again(tmp_path: Path) ->
     # step, and the request is served at the first batch end of epoch 1.
     actions = {8: lambda trainer: triggers.request_profile("late")}
     cb = ProfilerCallback(
-        profile_epochs=[], profile_steps=2, warmup_steps=1, profile_on_request=True,
-        check_every_n_steps=1,
-    )  # fmt: skip
+        schedule=ProfileSchedule(
+            epochs=[], active=2, warmup=1, on_request=True, check_every_n_steps=1
+        )
+    )
     module = _fit(tmp_path, AtStep(actions), cb, epochs=2, validate=False)
     assert sorted(p.name for p in (tmp_path / "profiler_traces").iterdir()) == [
         "ondemand_e1_s9.json"
@@ -133,7 +134,7 @@ def test_window_cut_by_epoch_end_before_recording_opens_again(tmp_path: Path) ->
 
 
 def test_repeat_cycles_are_summarised_together(tmp_path: Path) -> None:
-    cb = ProfilerCallback(profile_epochs=[0], profile_steps=2, warmup_steps=1, repeat=2)
+    cb = ProfilerCallback(schedule=ProfileSchedule(epochs=[0], active=2, warmup=1, repeat=2))
     module = _fit(tmp_path, cb, epochs=1, validate=False)
     out = tmp_path / "profiler_traces"
     assert sorted(p.name for p in out.iterdir()) == ["epoch_0.json", "epoch_0_cycle1.json"]
@@ -158,7 +159,7 @@ def test_repeat_cycles_are_summarised_together(tmp_path: Path) -> None:
 
 def test_unwritable_record_is_one_warning_and_traces_go_on(tmp_path: Path) -> None:
     (tmp_path / "perf").write_text("a file where the perf directory should be")
-    cb = ProfilerCallback(profile_epochs=[0, 1], profile_steps=2, warmup_steps=0)
+    cb = ProfilerCallback(schedule=ProfileSchedule(epochs=[0, 1], active=2, warmup=0))
     with pytest.warns(PerfCallbackWarning, match="profiler record") as record:
         _fit(tmp_path, cb, epochs=2, validate=False)
     assert len([w for w in record if issubclass(w.category, PerfCallbackWarning)]) == 1
@@ -175,7 +176,7 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from trainperf.lightning import ProfilerCallback
+from trainperf.lightning import ProfilerCallback, ProfileSchedule
 
 
 class Module(L.LightningModule):
@@ -194,10 +195,9 @@ class Module(L.LightningModule):
 if __name__ == "__main__":
     torch.set_num_threads(1)
     data = TensorDataset(torch.randn(32, 4), torch.randn(32, 1))
-    cb = ProfilerCallback(
-        profile_epochs=[], profile_steps=2, warmup_steps=0, trigger_file="PROFILE_NOW",
-        check_every_n_steps=2,
-    )
+    cb = ProfilerCallback(schedule=ProfileSchedule(
+        epochs=[], active=2, warmup=0, trigger_file="PROFILE_NOW", check_every_n_steps=2,
+    ))
     trainer = L.Trainer(
         default_root_dir=sys.argv[1], accelerator="cpu", devices=2, strategy="ddp",
         max_epochs=2, limit_val_batches=0, logger=False, enable_progress_bar=False,
@@ -217,7 +217,7 @@ def test_ddp_ondemand_traces_get_a_rank_suffix(tmp_path: Path) -> None:
     script = tmp_path / "ddp_ondemand.py"
     script.write_text(textwrap.dedent(DDP_SCRIPT))
     (tmp_path / "PROFILE_NOW").touch()  # present from the start: every rank sees it at step 2
-    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), WANDB_MODE="offline")
+    env = dict(os.environ, PYTHONPATH=_PYTHONPATH, WANDB_MODE="offline")
     proc = subprocess.run(
         [sys.executable, str(script), str(tmp_path)],
         cwd=tmp_path,

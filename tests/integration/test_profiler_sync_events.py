@@ -15,6 +15,7 @@ from torch.profiler import ProfilerActivity
 from trainperf.errors import PerfCallbackWarning
 from trainperf.lightning import ProfilerCallback
 from trainperf.lightning.profiler_callback import cuda_sync_config
+from trainperf.lightning.profiler_settings import ProfileSchedule, TraceOptions
 
 
 class _RecordedConfig:
@@ -80,7 +81,9 @@ def test_the_callback_hands_the_config_to_the_profiler(
         raise RuntimeError("no profiler in this test")  # the callback then turns itself off
 
     monkeypatch.setattr(torch.profiler, "profile", profile)
-    cb = ProfilerCallback(activities=["cpu", "cuda"], stages=["train"])
+    cb = ProfilerCallback(
+        schedule=ProfileSchedule(stages=["train"]), trace=TraceOptions(activities=["cpu", "cuda"])
+    )
     trainer = _trainer(tmp_path)
     cb.setup(trainer, None, "fit")  # type: ignore[arg-type]
     with pytest.warns(PerfCallbackWarning, match="no profiler in this test"):
@@ -90,7 +93,9 @@ def test_the_callback_hands_the_config_to_the_profiler(
 
 
 def test_cpu_only_profiling_asks_for_nothing(tmp_path: Path) -> None:
-    cb = ProfilerCallback(activities=["cpu"], stages=["train"])
+    cb = ProfilerCallback(
+        schedule=ProfileSchedule(stages=["train"]), trace=TraceOptions(activities=["cpu"])
+    )
     cb.setup(_trainer(tmp_path), None, "fit")  # type: ignore[arg-type]
     assert cb._experimental is None
 
@@ -102,7 +107,9 @@ def test_a_torch_that_cannot_is_said_once(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     monkeypatch.setattr(torch.profiler, "_ExperimentalConfig", _old_torch_config)
-    cb = ProfilerCallback(activities=["cpu", "cuda"], stages=["train"])
+    cb = ProfilerCallback(
+        schedule=ProfileSchedule(stages=["train"]), trace=TraceOptions(activities=["cpu", "cuda"])
+    )
     with caplog.at_level(logging.WARNING):
         for _ in range(2):  # fit, then test: two setups of one callback
             cb.setup(_trainer(tmp_path), None, "fit")  # type: ignore[arg-type]

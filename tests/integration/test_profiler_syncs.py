@@ -14,6 +14,7 @@ import lightning as L
 import pytest
 import torch
 from trainperf.lightning import PerfCallbackWarning, ProfilerCallback
+from trainperf.lightning.profiler_settings import ProfileSchedule, TraceOptions
 from trainperf.probe.sync_debug import SYNC_WARNING, SyncDetector
 
 from tests.integration.test_profiler_callback import TinyModule, _loader
@@ -52,7 +53,10 @@ _LINE = inspect.getsourcelines(SyncingModule.training_step)[1] + 3
 
 
 def test_cpu_run_says_syncs_do_not_apply(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    cb = ProfilerCallback(profile_epochs=[0, 1], profile_steps=2, warmup_steps=0, detect_syncs=True)
+    cb = ProfilerCallback(
+        schedule=ProfileSchedule(epochs=[0, 1], active=2, warmup=0),
+        trace=TraceOptions(detect_syncs=True),
+    )
     with caplog.at_level(logging.INFO), warnings.catch_warnings():
         warnings.simplefilter("error", PerfCallbackWarning)
         _fit(tmp_path, cb, TinyModule())
@@ -68,7 +72,10 @@ def test_forced_detector_names_the_modules_line(
     real_start = SyncDetector.start
     monkeypatch.setattr(SyncDetector, "start", lambda self, force=False: real_start(self, True))
     module = SyncingModule()
-    cb = ProfilerCallback(profile_epochs=[1], profile_steps=3, warmup_steps=1, detect_syncs=True)
+    cb = ProfilerCallback(
+        schedule=ProfileSchedule(epochs=[1], active=3, warmup=1),
+        trace=TraceOptions(detect_syncs=True),
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("error", PerfCallbackWarning)
         _fit(tmp_path, cb, module)

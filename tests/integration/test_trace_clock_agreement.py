@@ -32,8 +32,8 @@ def profiled_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
             # the demo's callbacks (all monitors: the phase clock) plus the profiler
             "callbacks=[monitoring,profiler]",
             "callbacks.profiler.enabled=true",
-            "callbacks.profiler.profile_epochs=[0]",
-            "callbacks.profiler.profile_steps=3",
+            "callbacks.profiler.schedule.epochs=[0]",
+            "callbacks.profiler.schedule.active=3",
             "callbacks.model_summary=null",
             "callbacks.progress_bar=null",
             "data.synthetic=null",

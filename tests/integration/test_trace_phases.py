@@ -28,6 +28,7 @@ from torch.utils.data import DataLoader, Dataset
 from trainperf.analysis.trace import analyze_trace
 from trainperf.lightning.action_stream import ActionStream
 from trainperf.lightning.profiler_callback import ProfilerCallback
+from trainperf.lightning.profiler_settings import ProfileSchedule, TraceOptions
 
 # distinct lengths, so a sleep counted in the wrong phase cannot pass for the right one
 DATA_S = 0.006  # per sample; batches of 2
@@ -147,13 +148,13 @@ def _fit(
     if ours:
         callbacks.append(
             ProfilerCallback(
-                profile_epochs=[0],
-                profile_steps=4,
-                warmup_steps=1,
-                activities=["cpu"],
-                record_shapes=False,
-                profile_memory=False,
-                output_dir=trace_dir,
+                schedule=ProfileSchedule(epochs=[0], active=4, warmup=1),
+                trace=TraceOptions(
+                    activities=["cpu"],
+                    record_shapes=False,
+                    profile_memory=False,
+                    output_dir=trace_dir,
+                ),
                 log_top_k_ops=3,
             )
         )
@@ -292,12 +293,8 @@ class _SeesProfiler(L.Callback):
 def test_action_ranges_only_while_a_window_records(tmp_path: Path) -> None:
     sees = _SeesProfiler()
     cb = ProfilerCallback(
-        profile_epochs=[0],
-        profile_steps=2,
-        warmup_steps=1,
-        activities=["cpu"],
-        record_shapes=False,
-        profile_memory=False,
+        schedule=ProfileSchedule(epochs=[0], active=2, warmup=1),
+        trace=TraceOptions(activities=["cpu"], record_shapes=False, profile_memory=False),
         log_top_k_ops=3,
     )
     sleeps = Sleeps()

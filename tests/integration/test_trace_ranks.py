@@ -20,6 +20,9 @@ import pytest
 pytestmark = pytest.mark.slow
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+# This tree first, the toolkit's src too: subprocesses run this checkout's code, not an
+# editable install of another one.
+_PYTHONPATH = os.pathsep.join([str(REPO_ROOT), str(REPO_ROOT / "packages" / "trainperf" / "src")])
 
 SCRIPT = """
 import os, sys, time
@@ -27,7 +30,7 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from trainperf.lightning import PerformanceProfilerCallback, ProfilerCallback
+from trainperf.lightning import PerformanceProfilerCallback, ProfilerCallback, ProfileSchedule
 
 
 class Module(L.LightningModule):
@@ -55,7 +58,7 @@ def fit(run_dir, sleep_s):
         enable_model_summary=False, enable_checkpointing=False, default_root_dir=run_dir,
         callbacks=[
             PerformanceProfilerCallback(),
-            ProfilerCallback(profile_epochs=(0,), profile_steps=6, warmup_steps=1),
+            ProfilerCallback(schedule=ProfileSchedule(epochs=(0,), active=6, warmup=1)),
         ],
     )
     data = TensorDataset(torch.randn(128, 16), torch.randn(128, 1))
@@ -79,7 +82,7 @@ SLEEP_S = 0.04
 
 
 def _env() -> dict[str, str]:
-    return dict(os.environ, PYTHONPATH=str(REPO_ROOT), WANDB_MODE="offline")
+    return dict(os.environ, PYTHONPATH=_PYTHONPATH, WANDB_MODE="offline")
 
 
 def _record(root: Path) -> tuple[Path, Path]:

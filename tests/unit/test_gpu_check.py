@@ -225,7 +225,7 @@ def test_gpu_overrides_are_the_example_preset_at_16_mixed_with_workers_for_the_c
     assert "data.synthetic.splits.train=1600" in main_run
     assert "trainer.precision=16-mixed" in main_run
     assert "data.num_workers=14" in main_run
-    assert "callbacks.profiler.profile_epochs=[3]" in main_run
+    assert "callbacks.profiler.schedule.epochs=[3]" in main_run
     sync_run = runs.train_overrides(True, 4, 100, 16, sync=True)
     assert sync_run[-1] == "callbacks.performance_profiler.sync_cuda=true"
     assert not any(o.startswith("callbacks.profiler.") for o in sync_run)

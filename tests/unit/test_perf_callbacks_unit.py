@@ -24,8 +24,8 @@ from trainperf.lightning.performance_profiler import (
     performance_metrics,
     render_table,
 )
-from trainperf.lightning.recorder import _BATCH_TIMES_CHUNK
 from trainperf.lightning.stage_state import EpochWindow
+from trainperf.lightning.stage_windows import BATCH_TIMES_CHUNK
 from trainperf.lightning.throughput_monitor import throughput_metrics
 from trainperf.records.kinds import EpochRecord
 
@@ -187,11 +187,11 @@ def test_buffered_batch_times_summarise_like_one_add_per_batch() -> None:
     # Batch times wait in a list and are folded in chunks; the summary must not change.
     epoch = EpochWindow(stage="train", epoch=0, segment_start_ns=0)
     reference = StreamingStats()
-    durations_ns = [1_000_000 + 37_013 * (i % 53) for i in range(_BATCH_TIMES_CHUNK + 77)]
+    durations_ns = [1_000_000 + 37_013 * (i % 53) for i in range(BATCH_TIMES_CHUNK + 77)]
     for i, ns in enumerate(durations_ns):
         epoch.pending_ns.append(ns)
         reference.add_many([ns / 1e9])
-        if len(epoch.pending_ns) >= _BATCH_TIMES_CHUNK:
+        if len(epoch.pending_ns) >= BATCH_TIMES_CHUNK:
             epoch.flush_batch_times()
             assert epoch.pending_ns == []
             assert epoch.batch_times.count == i + 1

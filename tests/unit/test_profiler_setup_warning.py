@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from trainperf.lightning import PerfCallbackWarning, ProfilerCallback
+from trainperf.lightning.profiler_settings import ProfileSchedule, TraceOptions
 
 
 def _trainer(tmp_path: Path, max_epochs: int | None) -> Any:
@@ -30,25 +31,33 @@ def _setup(cb: ProfilerCallback, trainer: Any, stage: str) -> list[str]:
 
 
 def test_epochs_beyond_max_epochs_are_named(tmp_path: Path) -> None:
-    cb = ProfilerCallback(profile_epochs=[0, 3, 5], activities=["cpu"])
+    cb = ProfilerCallback(
+        schedule=ProfileSchedule(epochs=[0, 3, 5]), trace=TraceOptions(activities=["cpu"])
+    )
     (msg,) = _setup(cb, _trainer(tmp_path, 2), "fit")
-    assert "profile_epochs [3, 5] are never reached (max_epochs=2" in msg
+    assert "schedule.epochs [3, 5] are never reached (max_epochs=2" in msg
 
 
 @pytest.mark.parametrize("max_epochs", [4, -1, None])
 def test_reachable_epochs_give_no_warning(tmp_path: Path, max_epochs: int | None) -> None:
-    cb = ProfilerCallback(profile_epochs=[1, 3], activities=["cpu"])
+    cb = ProfilerCallback(
+        schedule=ProfileSchedule(epochs=[1, 3]), trace=TraceOptions(activities=["cpu"])
+    )
     assert _setup(cb, _trainer(tmp_path, max_epochs), "fit") == []
 
 
 def test_stages_the_run_never_enters_are_named(tmp_path: Path) -> None:
-    cb = ProfilerCallback(stages=["train"], activities=["cpu"])
+    cb = ProfilerCallback(
+        schedule=ProfileSchedule(stages=["train"]), trace=TraceOptions(activities=["cpu"])
+    )
     (msg,) = _setup(cb, _trainer(tmp_path, 1), "test")
     assert "stages ['train'] never run in this test run" in msg
-    cb = ProfilerCallback(stages=["test"], activities=["cpu"])
+    cb = ProfilerCallback(
+        schedule=ProfileSchedule(stages=["test"]), trace=TraceOptions(activities=["cpu"])
+    )
     assert _setup(cb, _trainer(tmp_path, 1), "test") == []
 
 
 def test_disabled_profiler_warns_about_nothing(tmp_path: Path) -> None:
-    cb = ProfilerCallback(enabled=False, profile_epochs=[9])
+    cb = ProfilerCallback(enabled=False, schedule=ProfileSchedule(epochs=[9]))
     assert _setup(cb, _trainer(tmp_path, 1), "fit") == []

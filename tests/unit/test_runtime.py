@@ -156,6 +156,17 @@ def test_profiler_sits_disabled_in_every_callbacks_choice_and_costs_nothing() ->
         _compose("+callbacks.profiler.enabled=true")
 
 
+def test_a_bad_value_in_the_profilers_nested_schedule_is_a_config_error_naming_it() -> None:
+    cfg = _compose("callbacks.profiler.enabled=true", "callbacks.profiler.schedule.active=0")
+    only = OmegaConf.create({"callbacks": {"profiler": cfg.callbacks.profiler}})
+    with pytest.raises(ConfigError, match="ProfileSchedule: active must be an integer >= 1, got 0"):
+        build_callbacks(only)
+    cfg = _compose("callbacks.profiler.enabled=true", "callbacks.profiler.trace.gzip=maybe")
+    only = OmegaConf.create({"callbacks": {"profiler": cfg.callbacks.profiler}})
+    with pytest.raises(ConfigError, match="TraceOptions: gzip must be true or false, got 'maybe'"):
+        build_callbacks(only)
+
+
 def _scan_callbacks(*overrides: str) -> list[Any]:
     """The performance profiler and epoch scan entries of the composed callbacks, built."""
     cfg = _compose(*overrides)

@@ -16,6 +16,7 @@ from trainperf.alerts.engine import Setting
 from trainperf.core import triggers
 from trainperf.core.findings import threshold
 from trainperf.lightning import ProfilerCallback
+from trainperf.lightning.profiler_settings import ProfileSchedule
 from trainperf.present.report import build_report
 
 import ocr.configs
@@ -76,14 +77,14 @@ def test_a_rule_added_to_the_catalogue_requests_an_alert_labelled_profile() -> N
     engine = AlertEngine(build_rules(only), request_profiles=True)
     events = engine.update({"resources/test_heat": 3.0}, t=0.0)
     assert [(e.rule, e.event) for e in events] == [(Overheat.name, "fired")]
-    profiler = ProfilerCallback(profile_on_request=True)
+    profiler = ProfilerCallback(schedule=ProfileSchedule(on_request=True))
     profiler._poll()
     assert profiler._pending == ("alert", "test_overheat: heat is 3.0")
 
 
 @pytest.mark.usefixtures("overheat")
 def test_the_profiler_labels_a_catalogue_rule_s_request_alert_and_others_request() -> None:
-    profiler = ProfilerCallback(profile_on_request=True)
+    profiler = ProfilerCallback(schedule=ProfileSchedule(on_request=True))
     triggers.request_profile("test_overheat: heat is 3")
     profiler._poll()
     assert profiler._pending == ("alert", "test_overheat: heat is 3")

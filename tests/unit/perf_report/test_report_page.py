@@ -306,7 +306,7 @@ def test_a_day_of_samples_keeps_every_spike_within_the_point_budget() -> None:
 
 
 def test_no_trace_note_names_the_runs_own_switch_or_the_callback(tmp_path: Path) -> None:
-    config = {**CONFIG, "callbacks": {"profiler": {"enabled": False, "profile_epochs": [1]}}}
+    config = {**CONFIG, "callbacks": {"profiler": {"enabled": False, "schedule": {"epochs": [1]}}}}
     ours = build_report(make_run(tmp_path / "ours", _epochs(1), config=config))
     assert ours.run.trace_note == (
         "no profiler trace recorded (rerun with callbacks.profiler.enabled=true)"

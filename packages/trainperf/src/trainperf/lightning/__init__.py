@@ -7,6 +7,7 @@ from trainperf.lightning.live_line import PhaseRichProgressBar
 from trainperf.lightning.performance_profiler import PerformanceProfilerCallback
 from trainperf.lightning.plain_progress import PlainProgressBar
 from trainperf.lightning.profiler_callback import ProfilerCallback
+from trainperf.lightning.profiler_settings import ProfileSchedule, TraceOptions
 from trainperf.lightning.resource_monitor import ResourceMonitorCallback
 from trainperf.lightning.throughput_monitor import ThroughputMonitorCallback
 
@@ -17,7 +18,9 @@ __all__ = [
     "PerformanceProfilerCallback",
     "PhaseRichProgressBar",
     "PlainProgressBar",
+    "ProfileSchedule",
     "ProfilerCallback",
     "ResourceMonitorCallback",
     "ThroughputMonitorCallback",
+    "TraceOptions",
 ]

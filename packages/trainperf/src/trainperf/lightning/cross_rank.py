@@ -5,6 +5,7 @@ At each stage epoch's close every rank sends one :class:`RankEpoch` in one
 collectives with the same shapes on every rank whatever its callbacks, hooks or phases (a
 callback built on one rank only is a name in that rank's row). :func:`hook_ddp` times the
 gradient all-reduce, so the recorder can charge the wait for the other ranks to ``sync_wait``.
+:class:`RankExchange` is the recorder's side of both.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import msgspec
 import torch
 
 from trainperf.core.clock import PHASES
-from trainperf.core.ranks import find_straggler, rank_spread
+from trainperf.core.ranks import Straggler, find_straggler, rank_spread
 from trainperf.lightning.epoch_report import per_second
 from trainperf.records.kinds import EpochRecord
 
@@ -208,3 +209,45 @@ def hook_ddp(model: torch.nn.Module) -> CommTimer | None:
     except (RuntimeError, ValueError):
         return None
     return timer
+
+
+# -- the recorder's side -------------------------------------------------------------------------
+
+
+class RankExchange:
+    """The recorder's cross-rank job: the epoch-close exchange and the gradient all-reduce
+    timer, and what they tell (the last straggler; how ``sync_wait`` is measured).
+
+    Args:
+        world_size: ranks of the run; on one process :meth:`gather` is the identity.
+    """
+
+    def __init__(self, world_size: int) -> None:
+        self.world_size = world_size
+        self.comm: CommTimer | None = None
+        #: How this rank's ``sync_wait`` is measured: ``none`` (one process), ``gather`` (our
+        #: epoch exchange only) or ``ddp_comm_hook`` (the gradient all-reduce too).
+        self.sync_wait_measured = "none" if world_size <= 1 else "gather"
+        #: The straggler of the last gathered epoch (a live progress line names it).
+        self.straggler: Straggler | None = None
+
+    def hook(self, model: torch.nn.Module | None) -> CommTimer | None:
+        """Register the timing communication hook on a DDP ``model`` (once per run; see
+        :func:`hook_ddp`); the timer, or None (one process, another model, the user's hook)."""
+        if self.world_size <= 1 or self.comm is not None or model is None:
+            return self.comm
+        self.comm = hook_ddp(model)
+        if self.comm is not None:
+            self.sync_wait_measured = "ddp_comm_hook"
+        return self.comm
+
+    def gather(self, local: EpochRecord | None) -> tuple[EpochRecord | None, str | None]:
+        """The epoch's report across ranks from this rank's ``local`` one (None: its recording
+        is off) and None; or None and why recording must go off on every rank (see
+        :func:`gather_ranks`). On one process: ``local`` itself."""
+        if self.world_size <= 1:
+            return local, None
+        report, off = gather_ranks(local, self.world_size)
+        if report is not None:
+            self.straggler = report.straggler
+        return report, off

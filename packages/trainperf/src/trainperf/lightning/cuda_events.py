@@ -1,4 +1,5 @@
-"""GPU time per phase from CUDA events recorded at phase switches, read without blocking."""
+"""GPU time per phase from CUDA events recorded at phase switches, read without blocking; and
+:func:`device_clock`, the recorder's clock for its device."""
 
 from __future__ import annotations
 
@@ -72,12 +73,24 @@ class CudaPhaseEvents:
 
 class EventClock(PhaseClock):
     """PhaseClock that also records CUDA events at switches and, with ``sync`` set, synchronises
-    before them."""
+    before them.
 
-    def __init__(self, events: CudaPhaseEvents) -> None:
+    Args:
+        events: the event chain the switches record into.
+        device: the CUDA device :meth:`sync_each_switch` synchronizes (default: the current).
+    """
+
+    def __init__(self, events: CudaPhaseEvents, device: torch.device | None = None) -> None:
         super().__init__()
         self.events = events
+        self.device = device
         self.sync: Callable[[], None] | None = None
+
+    def sync_each_switch(self, on: bool) -> None:
+        """Synchronize the device before every phase change (opt-in ``sync_cuda``: host phases
+        then hold their GPU work too) or not."""
+        device = self.device
+        self.sync = (lambda: torch.cuda.synchronize(device)) if on else None
 
     def start(self, phase: str = "unattributed") -> None:
         if self.sync is not None:
@@ -108,3 +121,13 @@ class EventClock(PhaseClock):
         if closing:
             self.events.mark(closing)
         return totals
+
+
+def device_clock(device: torch.device) -> tuple[PhaseClock, CudaPhaseEvents | None]:
+    """The recorder's clock for a run on ``device``: on an available CUDA device an
+    :class:`EventClock` with its event chain (GPU time per phase), else a plain
+    :class:`~trainperf.core.clock.PhaseClock` and None."""
+    if device.type == "cuda" and torch.cuda.is_available():
+        events = CudaPhaseEvents()
+        return EventClock(events, device), events
+    return PhaseClock(), None

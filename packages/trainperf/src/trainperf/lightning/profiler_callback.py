@@ -20,7 +20,7 @@ import shutil
 import socket
 import time
 import warnings
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,15 +33,14 @@ from trainperf.core import triggers
 from trainperf.errors import ConfigError, PerfCallbackWarning, warn_off
 from trainperf.lightning.action_stream import remove_listener
 from trainperf.lightning.batch_hooks import BatchEndHooks
-from trainperf.lightning.epoch_report import int_at_least, normalize_stages
+from trainperf.lightning.epoch_report import int_at_least
+from trainperf.lightning.profiler_settings import ACTIVITIES, ProfileSchedule, TraceOptions
 from trainperf.lightning.profiler_summary import summarise_window
 from trainperf.lightning.profiler_window import Window
 from trainperf.probe.sync_debug import SyncDetector
 from trainperf.records.kinds import ProfilerWindow, RecordWriter
 
 log = logging.getLogger(__name__)
-
-_ACTIVITIES = {name.lower(): act for name, act in ProfilerActivity.__members__.items()}
 
 
 def cuda_sync_config(activities: Sequence[ProfilerActivity]) -> tuple[Any, str | None]:
@@ -78,41 +77,13 @@ class ProfilerCallback(BatchEndHooks):
 
     Args:
         enabled: ``False`` makes every hook a no-op.
-        profile_epochs: 0-based epoch numbers (``trainer.current_epoch``); the default, the
-            second epoch, is past the first epoch's warm-up effects. Test runs are profiled
-            whenever ``"test"`` is in ``stages``, whatever the epoch.
-        profile_steps: steps recorded per cycle (the schedule's ``active``).
-        warmup_steps: steps traced but discarded before each active phase.
-        skip_first: steps ignored once at the start of a window.
-        wait: idle steps before each cycle's warm-up.
-        repeat: cycles per window; 0 = cycles until the stage's epoch ends. Each cycle is one
-            trace file (the second and later ones suffixed ``_cycle{k}``).
-        activities: any of ``"cpu"``, ``"cuda"``, ``"xpu"``, ``"mtia"``, ``"hpu"``; one this
-            build or machine cannot record is dropped with one info line.
-        profile_memory: record allocations as ``[memory]`` events (CPU too).
-        with_stack: record Python stacks (large traces, slower).
-        output_dir: trace directory; a relative path is under ``trainer.default_root_dir``.
-        export_chrome_trace: keep the Chrome trace ``epoch_{N}.json[.gz]``; ``False`` still
-            writes it for the analysis, then deletes it.
-        tensorboard: also place a copy, named as ``tensorboard_trace_handler`` names its files
-            (``{host}_{pid}.{time_ns}.pt.trace.json[.gz]``), in ``<output_dir>/tensorboard``.
-        log_top_k_ops: rows in the printed top-k operator tables.
-        stages: any of ``"train"``, ``"validate"`` (or ``"val"``), ``"test"``. Validation and
-            test traces are named ``val_epoch_{N}`` / ``test_epoch_{N}``. On-demand windows open
-            only in these stages.
-        trigger_file: when this file exists, a window opens at the next polled step boundary and
-            the file is removed (one touch, one window). A relative path is under
-            ``trainer.default_root_dir``; ``None``: no polling (the Hydra config sets
-            ``PROFILE_NOW``).
-        profile_on_request: also open a window when
-            :func:`trainperf.core.triggers.take_profile_request` returns a reason.
-        check_every_n_steps: steps of a profiled stage between two polls outside windows (one
-            ``os.stat`` per poll).
-        detect_syncs: while a window records, also name the lines of code that synchronize CUDA
-            (:mod:`trainperf.probe.sync_debug`) in a ``host_sync_lines`` finding (each sync then
-            costs a
-            warning and a stack walk, which the window's timings include). A CPU-only run says
-            once that syncs do not apply.
+        schedule: when to profile: which stage epochs, the ``torch.profiler`` cycle inside a
+            window, the on-demand triggers (:class:`ProfileSchedule`; default: its defaults,
+            the second training epoch, 1 warm-up step and 5 recorded steps, no trigger).
+        trace: what a window records and where its traces go (:class:`TraceOptions`;
+            default: its defaults, CPU and CUDA with shapes and memory, to
+            ``profiler_traces/``).
+        log_top_k_ops: rows in the printed top-k operator tables; default 10.
 
     On-demand windows are named ``ondemand_e{E}_s{S}`` (training; ``S`` = ``global_step`` at the
     trigger) or ``{val,test}_ondemand_e{E}_b{B}`` (``B`` = batch index); a trigger seen while a
@@ -137,68 +108,25 @@ class ProfilerCallback(BatchEndHooks):
     def __init__(
         self,
         enabled: bool = True,
-        profile_epochs: Iterable[int] = (1,),
-        profile_steps: int = 5,
-        warmup_steps: int = 1,
-        skip_first: int = 0,
-        wait: int = 0,
-        repeat: int = 1,
-        activities: Sequence[str] = ("cpu", "cuda"),
-        record_shapes: bool = True,
-        profile_memory: bool = True,
-        with_stack: bool = False,
-        output_dir: str | os.PathLike[str] = "profiler_traces",
-        export_chrome_trace: bool = True,
-        gzip: bool = False,
-        tensorboard: bool = False,
+        schedule: ProfileSchedule | None = None,
+        trace: TraceOptions | None = None,
         log_top_k_ops: int = 10,
-        stages: Iterable[str] = ("train",),
-        trigger_file: str | os.PathLike[str] | None = None,
-        profile_on_request: bool = False,
-        check_every_n_steps: int = 20,
-        detect_syncs: bool = False,
     ) -> None:
         super().__init__()
         owner = type(self).__name__
         self.enabled = bool(enabled)
-        self.profile_epochs = frozenset(
-            int_at_least(owner, "profile_epochs entries", e) for e in profile_epochs
-        )
-        self.profile_steps = int_at_least(owner, "profile_steps", profile_steps, 1)
-        self.warmup_steps = int_at_least(owner, "warmup_steps", warmup_steps)
-        self.skip_first = int_at_least(owner, "skip_first", skip_first)
-        self.wait = int_at_least(owner, "wait", wait)
-        self.repeat = int_at_least(owner, "repeat", repeat)
-        if isinstance(activities, str):
-            raise ConfigError(f"{owner}: activities must be a list, got the string {activities!r}")
-        self.activities: tuple[str, ...] = ()
-        for name in activities:
-            key = str(name).lower()
-            if key not in _ACTIVITIES:
+        self.schedule = ProfileSchedule() if schedule is None else schedule
+        self.trace = TraceOptions() if trace is None else trace
+        for name, value, kind in (
+            ("schedule", self.schedule, ProfileSchedule),
+            ("trace", self.trace, TraceOptions),
+        ):
+            if not isinstance(value, kind):
                 raise ConfigError(
-                    f"{owner}: unknown activity {name!r} in activities; expected some of "
-                    f"{', '.join(sorted(_ACTIVITIES))}"
+                    f"{owner}: {name} must be a {kind.__name__}, got {type(value).__name__} "
+                    f"{value!r}"
                 )
-            self.activities += (key,)
-        if not self.activities:
-            raise ConfigError(f"{owner}: activities is empty")
-        self.record_shapes = bool(record_shapes)
-        self.profile_memory = bool(profile_memory)
-        self.with_stack = bool(with_stack)
-        self.output_dir = Path(output_dir)
-        self.export_chrome_trace = bool(export_chrome_trace)
-        self.gzip = bool(gzip)
-        self.tensorboard = bool(tensorboard)
         self.log_top_k_ops = int_at_least(owner, "log_top_k_ops", log_top_k_ops, 1)
-        self.stages = normalize_stages(stages, owner)
-        if trigger_file is not None and not str(trigger_file).strip():
-            raise ConfigError(f"{owner}: trigger_file is an empty path; use null to disable it")
-        self.trigger_file = Path(trigger_file) if trigger_file is not None else None
-        self.profile_on_request = bool(profile_on_request)
-        self.check_every_n_steps = int_at_least(
-            owner, "check_every_n_steps", check_every_n_steps, 1
-        )
-        self.detect_syncs = bool(detect_syncs)
 
         self._active = False  # enabled and not failed, for the current run
         self._warned = False
@@ -230,8 +158,8 @@ class ProfilerCallback(BatchEndHooks):
         available = {"cuda": torch.cuda.is_available(), "xpu": torch.xpu.is_available()}
         out: list[ProfilerActivity] = []
         dropped: list[str] = []
-        for name in self.activities:
-            act = _ACTIVITIES[name]
+        for name in self.trace.activities:
+            act = ACTIVITIES[name]
             if act in supported and available.get(name, True):
                 out.append(act)
             else:
@@ -249,7 +177,7 @@ class ProfilerCallback(BatchEndHooks):
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         self._warned = False  # one warning per run
-        self._active = self.enabled and bool(self.stages)
+        self._active = self.enabled and bool(self.schedule.stages)
         self._ondemand = False
         self._pending = None
         self._taken_file = None
@@ -260,7 +188,7 @@ class ProfilerCallback(BatchEndHooks):
         try:
             run_dir = Path(trainer.default_root_dir)
             self._run_dir = run_dir
-            self._dir = run_dir / self.output_dir  # an absolute output_dir stays as it is
+            self._dir = run_dir / self.trace.output_dir  # an absolute output_dir stays as it is
             self._world_size = trainer.world_size
             self._is_zero = trainer.is_global_zero
             self._rank_suffix = f"_rank{trainer.global_rank}" if trainer.world_size > 1 else ""
@@ -270,10 +198,10 @@ class ProfilerCallback(BatchEndHooks):
                 self._sync_events_said = True
                 log.warning("%s: %s", type(self).__name__, why)
             self._jsonl = RecordWriter(ProfilerWindow.path(run_dir)) if self._is_zero else None
-            tf = self.trigger_file
+            tf = self.schedule.trigger_file
             self._trigger_path = None if tf is None else run_dir / tf
-            self._ondemand = self._trigger_path is not None or self.profile_on_request
-            self._countdown = self.check_every_n_steps
+            self._ondemand = self.schedule.on_demand
+            self._countdown = self.schedule.check_every_n_steps
         except Exception as exc:
             self._fail(exc)
 
@@ -281,23 +209,12 @@ class ProfilerCallback(BatchEndHooks):
         """One warning at setup naming what this run can never profile (epochs at or beyond
         ``max_epochs``, stages this run never enters): such a run would end with no trace and no
         word why."""
-        runs = {"fit": {"train", "val"}, "validate": {"val"}, "test": {"test"}}.get(stage, set())
-        last = trainer.max_epochs  # -1 / None: no epoch limit
-        late = sorted(e for e in self.profile_epochs if last is not None and 0 <= last <= e)
-        if not self.stages & runs:
-            problem = (
-                f"stages {sorted(map(str, self.stages))} never run in this {stage} run "
-                f"(it runs {sorted(runs) or 'none of them'})"
-            )
-        elif stage == "fit" and self.stages & {"train", "val"} and late and last is not None:
-            problem = (
-                f"profile_epochs {late} are never reached (max_epochs={last}: epochs 0..{last - 1})"
-            )
-        else:
+        problem = self.schedule.never_profiled(stage, trainer.max_epochs)
+        if problem is None:
             return
         warnings.warn(
-            f"{type(self).__name__}: {problem}, so they produce no trace; adjust profile_epochs "
-            "/ stages or max_epochs",
+            f"{type(self).__name__}: schedule.{problem}, so they produce no trace; adjust "
+            "schedule.epochs / schedule.stages or max_epochs",
             PerfCallbackWarning,
             stacklevel=2,
         )
@@ -331,20 +248,18 @@ class ProfilerCallback(BatchEndHooks):
     def _trace_path(self, window: Window, cycle: int) -> Path:
         assert self._dir is not None
         suffix = f"_cycle{cycle}" if cycle else ""
-        ext = ".json.gz" if self.gzip else ".json"
+        ext = ".json.gz" if self.trace.gzip else ".json"
         return self._dir / f"{window.basename}{suffix}{self._rank_suffix}{ext}"
 
     def _open(self, trainer: L.Trainer, stage: str) -> None:
-        if not self._active or stage not in self.stages:
-            return
         epoch = trainer.current_epoch
-        if stage != "test" and epoch not in self.profile_epochs:
+        if not self._active or not self.schedule.profiles(stage, epoch):
             return
         self._close(trainer)  # a window left open (mid-epoch validation)
         if not self._active:
             return
         prefix = "" if stage == "train" else f"{stage}_"
-        reason = "test stage" if stage == "test" else f"epoch {epoch} in profile_epochs"
+        reason = "test stage" if stage == "test" else f"epoch {epoch} in schedule.epochs"
         self._start_window(trainer, stage, epoch, f"{prefix}epoch_{epoch}", "epoch", reason)
 
     def _open_ondemand(self, trainer: L.Trainer, stage: str, batch_idx: int) -> None:
@@ -368,26 +283,27 @@ class ProfilerCallback(BatchEndHooks):
             self._dir.mkdir(parents=True, exist_ok=True)
             if not os.access(self._dir, os.W_OK | os.X_OK):
                 raise PermissionError(f"output_dir {str(self._dir)!r} is not writable")
+            sched = self.schedule
             schedule = torch.profiler.schedule(
-                wait=self.wait,
-                warmup=self.warmup_steps,
-                active=self.profile_steps,
-                repeat=self.repeat,
-                skip_first=self.skip_first,
+                wait=sched.wait,
+                warmup=sched.warmup,
+                active=sched.active,
+                repeat=sched.repeat,
+                skip_first=sched.skip_first,
             )
             prof = torch.profiler.profile(
                 activities=self._torch_activities,
                 schedule=schedule,
                 on_trace_ready=self._on_trace_ready,
-                record_shapes=self.record_shapes,
-                profile_memory=self.profile_memory,
-                with_stack=self.with_stack,
+                record_shapes=self.trace.record_shapes,
+                profile_memory=self.trace.profile_memory,
+                with_stack=self.trace.with_stack,
                 experimental_config=self._experimental,
             )
             window = Window(stage, epoch, prof, basename, trigger, reason)
             self._window = window
             prof.start()
-            if self.detect_syncs:
+            if self.trace.detect_syncs:
                 self._start_syncs(window)
             window.clock.begin(prof.step_num)
             # Lightning's actions as ranges in the trace, only while the window records.
@@ -416,11 +332,11 @@ class ProfilerCallback(BatchEndHooks):
             path = self._trace_path(window, len(window.traces))
             prof.export_chrome_trace(str(path))
             window.traces.append(path)
-            if self.tensorboard:
+            if self.trace.tensorboard:
                 tb = path.parent / "tensorboard"
                 tb.mkdir(exist_ok=True)
                 name = f"{socket.gethostname()}_{os.getpid()}.{time.time_ns()}.pt.trace.json"
-                shutil.copyfile(path, tb / (name + (".gz" if self.gzip else "")))
+                shutil.copyfile(path, tb / (name + (".gz" if self.trace.gzip else "")))
         except Exception as exc:
             window.error = exc
 
@@ -446,18 +362,18 @@ class ProfilerCallback(BatchEndHooks):
         except Exception as exc:
             self._fail(exc)
             return
-        total = self.skip_first + (self.wait + self.warmup_steps + self.profile_steps) * self.repeat
-        if self.repeat and window.steps >= total:
+        total = self.schedule.window_steps
+        if total and window.steps >= total:
             self._close(trainer)
 
     def _tick(self, trainer: L.Trainer, stage: str, batch_idx: int) -> None:
         """Outside a window, at a step boundary of a profiled stage: poll every n-th step and open
         an on-demand window when a trigger is pending."""
-        if stage not in self.stages:
+        if stage not in self.schedule.stages:
             return
         self._countdown -= 1
         if self._countdown <= 0:
-            self._countdown = self.check_every_n_steps
+            self._countdown = self.schedule.check_every_n_steps
             try:
                 self._poll()
             except Exception as exc:
@@ -469,7 +385,7 @@ class ProfilerCallback(BatchEndHooks):
     def _poll(self) -> None:
         if self._pending is not None:
             return
-        if self.profile_on_request:
+        if self.schedule.on_request:
             reason = triggers.take_profile_request()
             if reason is not None:
                 self._pending = (_trigger_kind(reason), reason)
@@ -555,11 +471,12 @@ class ProfilerCallback(BatchEndHooks):
                 self._pending = (window.trigger, window.reason)
             return
         try:
-            traces = [self._relative(p) for p in window.traces] if self.export_chrome_trace else []
+            keep = self.trace.export_chrome_trace
+            traces = [self._relative(p) for p in window.traces] if keep else []
             record = summarise_window(trainer, window, self.log_top_k_ops, traces)
             self.windows.append(record)
             self._write_record(record)
-            if not self.export_chrome_trace:
+            if not self.trace.export_chrome_trace:
                 for path in window.traces:
                     path.unlink()
         except Exception as exc:

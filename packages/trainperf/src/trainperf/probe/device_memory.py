@@ -1,9 +1,10 @@
 """One cheap memory snapshot of this process, the host and the current CUDA device; a cheaper
-sample of what a peak needs."""
+sample of what a peak needs; and :class:`MemorySampler`, which paces in-epoch peak samples."""
 
 from __future__ import annotations
 
 import os
+import time
 
 import psutil
 import torch
@@ -65,3 +66,39 @@ def reset_peak_memory() -> None:
     """Start a new peak window for ``cuda_max_allocated_gb`` (no-op without initialised CUDA)."""
     if _cuda_ready():
         torch.cuda.reset_peak_memory_stats(torch.cuda.current_device())
+
+
+#: In-epoch memory samples (for the peaks) at most this often: a peak sample costs ~10 us.
+MEMORY_PERIOD_NS = 1_000_000_000
+
+
+class MemorySampler:
+    """Memory readings for a window's peaks, paced: the recorder samples at a window's open,
+    pause and close, and in between at most once per ``period_ns`` (``due``). ``track`` off
+    (no subscriber asked for memory): the recorder takes no reading at all.
+
+    The hot path reads ``track``, ``last_ns`` and ``period_ns`` directly (no call per batch).
+    """
+
+    __slots__ = ("last_ns", "period_ns", "track")
+
+    def __init__(self, period_ns: int | None = None) -> None:
+        self.track = False
+        self.period_ns = MEMORY_PERIOD_NS if period_ns is None else period_ns
+        self.last_ns = 0  # perf_counter_ns of the last reading
+
+    def due(self, now_ns: int) -> bool:
+        """Whether an in-epoch sample is due at ``now_ns`` (tracking on, a period since the
+        last reading)."""
+        return self.track and now_ns - self.last_ns >= self.period_ns
+
+    def sample(self, full: bool = False) -> dict[str, float]:
+        """A reading now: the whole :func:`memory_snapshot` with ``full`` (the epoch-end
+        gauges), else only what the peaks need (:func:`peak_sample`)."""
+        snap = memory_snapshot() if full else peak_sample()
+        self.last_ns = time.perf_counter_ns()
+        return snap
+
+    def restart_peak(self) -> None:
+        """A new peak window for the CUDA allocator's peak (:func:`reset_peak_memory`)."""
+        reset_peak_memory()
