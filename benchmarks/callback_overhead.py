@@ -51,6 +51,10 @@ class Empty(Callback):
     """Lightning's own cost of dispatching every hook to a callback that does nothing."""
 
 
+class _UnwrappedBar(TQDMProgressBar):
+    """Lightning's tqdm bar as a class of its own: the monitors leave its get_metrics alone."""
+
+
 def others() -> list[Callback | Profiler]:
     """Three callbacks a real run has anyway (checkpointing at the epoch's end only, learning
     rate logging, a progress bar that refreshes rarely): Lightning dispatches every hook to each,
@@ -70,6 +74,23 @@ CONFIGS: dict[str, Callable[[], list[Callback | Profiler]]] = {
     "both (ours)": lambda: [PerformanceProfilerCallback(), ThroughputMonitorCallback()],
     "Lightning ThroughputMonitor": lambda: [ThroughputMonitor(batch_size_fn=lambda b: len(b[0]))],
     "Lightning DeviceStatsMonitor": lambda: [DeviceStatsMonitor(cpu_stats=True)],
+    # The performance profiler without its default epoch scan (epoch_scan=None): the default
+    # scan installs epoch-level hooks only, so the two must cost the same per step.
+    "PerformanceProfilerCallback, no scan": lambda: [PerformanceProfilerCallback(epoch_scan=None)],
+    # Lightning's tqdm bar refreshing every batch (its default), which reads get_metrics() at each
+    # refresh: with our monitors the bar's get_metrics is wrapped to add the live phase split
+    # (bar_phases.py); a subclass of the bar is left unwrapped, so the difference of these two is
+    # the split's per-step cost.
+    "tqdm bar + both (ours)": lambda: [
+        TQDMProgressBar(refresh_rate=1),
+        PerformanceProfilerCallback(),
+        ThroughputMonitorCallback(),
+    ],
+    "tqdm bar subclass + both (ours)": lambda: [
+        _UnwrappedBar(refresh_rate=1),
+        PerformanceProfilerCallback(),
+        ThroughputMonitorCallback(),
+    ],
     "3 other callbacks": others,
     "3 others + both (ours)": lambda: [
         *others(),

@@ -4,7 +4,8 @@ kept as a number is not; a compiled module fed 6 batch sizes has its recompiles 
 changing dimension named; fixed sizes give none. The same scan nested in a
 PerformanceProfilerCallback (what callbacks=monitoring builds) finds the same, runs with the
 profiler disabled, feeds the resource monitor's memory_creep alert, and its time is named after
-the scan."""
+the scan. At their defaults the monitors carry the scan (a plain script with only
+PerformanceProfilerCallback() names the loss), and a trainer runs one scan however many ask."""
 
 from __future__ import annotations
 
@@ -27,7 +28,9 @@ from trainperf.lightning import (
     EpochScanCallback,
     PerformanceProfilerCallback,
     ResourceMonitorCallback,
+    ThroughputMonitorCallback,
 )
+from trainperf.present.report import build_report, to_markdown
 from trainperf.records.kinds import (
     AlertEvent,
     EpochRecord,
@@ -338,12 +341,14 @@ def test_nested_scan_adds_no_per_step_hook_at_its_defaults() -> None:
     from lightning.pytorch.callbacks import Callback
     from trainperf.lightning.untimed import does_nothing
 
-    plain = PerformanceProfilerCallback()
+    plain = PerformanceProfilerCallback(epoch_scan=None)
     nested = PerformanceProfilerCallback(epoch_scan=EpochScanCallback())
+    default = PerformanceProfilerCallback()
     per_step = [h for h in vars(Callback) if "batch" in h or "backward" in h or "optimizer" in h]
     assert "on_train_batch_start" in per_step
     for hook in per_step:
         assert getattr(nested, hook).__func__ is getattr(plain, hook).__func__, hook
+        assert getattr(default, hook).__func__ is getattr(plain, hook).__func__, hook
     assert does_nothing(nested.on_train_batch_start.__func__)
     counting = PerformanceProfilerCallback(epoch_scan=EpochScanCallback(batch_shapes=True))
     assert not does_nothing(counting.on_train_batch_start)
@@ -355,6 +360,8 @@ def test_nested_scan_adds_no_per_step_hook_at_its_defaults() -> None:
 def test_epoch_scan_argument_is_checked() -> None:
     with pytest.raises(ValueError, match="epoch_scan must be an EpochScanCallback"):
         PerformanceProfilerCallback(epoch_scan={"enabled": True})  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="ThroughputMonitorCallback: epoch_scan must be"):
+        ThroughputMonitorCallback(epoch_scan="yes")  # type: ignore[arg-type]
 
 
 def test_growth_alert_with_the_scan_nested(tmp_path: Path) -> None:
@@ -372,3 +379,103 @@ def test_growth_alert_with_the_scan_nested(tmp_path: Path) -> None:
     run = load_run(tmp_path)
     (creep,) = [f for f in judge(run, summarize_stages(run.epochs)) if f.id == "memory_creep"]
     assert any("memory_creep" in line for line in creep.corroboration)
+
+
+# -- the scan at the monitors' defaults ----------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_default_profiler_names_a_loss_kept_with_its_graph(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A plain script with only PerformanceProfilerCallback() (no arguments): the module that
+    keeps each step's loss with its graph is named, attribute and "autograd graph", in the log
+    warning, perf/growth.jsonl and the report; the scan's cost is recorded with each scan."""
+    with caplog.at_level(logging.WARNING):
+        _fit(
+            tmp_path,
+            Collecting("tensor"),
+            (8,) * 4,
+            epochs=3,
+            callbacks=[PerformanceProfilerCallback()],
+        )
+    warned = [r.getMessage() for r in caplog.records if "memory creep" in r.getMessage()]
+    assert len(warned) == 1
+    assert "Collecting.losses" in warned[0]
+    assert "autograd graph" in warned[0]
+    scans = read_records(GrowthRecord.path(tmp_path), GrowthRecord)
+    assert [s.epoch for s in scans] == [0, 1, 2]
+    assert all(s.scan_ms > 0 for s in scans)
+    report = build_report(tmp_path)
+    (creep,) = [f for f in report.findings if f.id == "memory_creep"]
+    assert "Collecting.losses" in creep.title
+    assert "autograd graph" in creep.title
+    text = to_markdown(report)
+    assert "Collecting.losses" in text
+    assert "autograd graph" in text
+    # the scan's time is named after the scan in the epoch record, as when nested explicitly
+    (first, *_) = _train_epochs(tmp_path)
+    assert first.callback_hooks_s.get("EpochScanCallback.on_train_epoch_end", 0.0) > 0
+
+
+def test_default_scans_off_with_the_monitor() -> None:
+    """A disabled monitor at its defaults carries no scan (disabled means no work); None is no
+    scan; a scan passed explicitly stays, and runs even with the monitor disabled."""
+    assert PerformanceProfilerCallback(enabled=False).epoch_scan is None
+    assert ThroughputMonitorCallback(enabled=False).epoch_scan is None
+    assert PerformanceProfilerCallback(epoch_scan=None).epoch_scan is None
+    assert PerformanceProfilerCallback(epoch_scan=False).epoch_scan is None
+    assert isinstance(ThroughputMonitorCallback().epoch_scan, EpochScanCallback)
+    explicit = EpochScanCallback()
+    assert PerformanceProfilerCallback(enabled=False, epoch_scan=explicit).epoch_scan is explicit
+
+
+def _scanned(scan: EpochScanCallback | None) -> list[int]:
+    """The epochs ``scan`` scanned in the last run (its bounded history)."""
+    return [] if scan is None else [record.epoch for record in scan._scans]
+
+
+@pytest.mark.slow
+def test_one_scan_per_trainer(tmp_path: Path) -> None:
+    """However many ask for a scan, a trainer runs one: a standalone EpochScanCallback over the
+    monitors' default scans; else a monitor's explicit scan over another's default; else the
+    first monitor's default. One growth.jsonl line per epoch."""
+    profiler, throughput, alone = (
+        PerformanceProfilerCallback(),
+        ThroughputMonitorCallback(),
+        EpochScanCallback(),
+    )
+    _fit(tmp_path / "a", Collecting("item"), (8,) * 2, 2, [profiler, throughput, alone])
+    assert _scanned(alone) == [0, 1]
+    assert _scanned(profiler.epoch_scan) == _scanned(throughput.epoch_scan) == []
+    assert [g.epoch for g in read_records(GrowthRecord.path(tmp_path / "a"), GrowthRecord)] == [
+        0,
+        1,
+    ]
+
+    explicit = EpochScanCallback()
+    throughput, profiler = (
+        ThroughputMonitorCallback(),
+        PerformanceProfilerCallback(epoch_scan=explicit),
+    )
+    _fit(tmp_path / "b", Collecting("item"), (8,) * 2, 2, [throughput, profiler])
+    assert _scanned(explicit) == [0, 1]
+    assert _scanned(throughput.epoch_scan) == []
+
+    profiler, throughput = PerformanceProfilerCallback(), ThroughputMonitorCallback()
+    _fit(tmp_path / "c", Collecting("item"), (8,) * 2, 2, [profiler, throughput])
+    assert _scanned(profiler.epoch_scan) == [0, 1]
+    assert _scanned(throughput.epoch_scan) == []
+    assert len(read_records(GrowthRecord.path(tmp_path / "c"), GrowthRecord)) == 2
+
+    # the same instance nested and attached: its hooks run once per epoch, as the callback's
+    same = EpochScanCallback()
+    _fit(
+        tmp_path / "d",
+        Collecting("item"),
+        (8,) * 2,
+        2,
+        [PerformanceProfilerCallback(epoch_scan=same), same],
+    )
+    assert _scanned(same) == [0, 1]
+    assert len(read_records(GrowthRecord.path(tmp_path / "d"), GrowthRecord)) == 2

@@ -544,9 +544,10 @@ def test_works_without_wandb(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setitem(sys.modules, "wandb", None)  # `import wandb` raises ImportError
     # The fresh import below rebinds the parent package's attribute, which Hydra's _locate
     # walks; register it so teardown restores it along with sys.modules.
-    import ocr.lightning_modules as lightning_modules
+    import trainperf
+    import trainperf.lightning
 
-    monkeypatch.setattr(lightning_modules, "callbacks", lightning_modules.callbacks)
+    monkeypatch.setattr(trainperf, "lightning", trainperf.lightning)
     for name in list(sys.modules):
         if name.startswith("trainperf.lightning"):
             monkeypatch.delitem(sys.modules, name)

@@ -192,7 +192,13 @@ def test_monitoring_runs_the_epoch_scan_nested_in_the_profiler() -> None:
     assert not profiler.epoch_scan.batch_shapes
     (alone,) = _scan_callbacks("callbacks=epoch_scan")
     assert isinstance(alone, EpochScanCallback)
+    # the profiler alone carries its default scan (the constructor's default, epoch_scan: true)
     (profiler,) = _scan_callbacks("callbacks=performance_profiler")
+    assert isinstance(profiler.epoch_scan, EpochScanCallback)
+    assert profiler._scan_is_default
+    (profiler,) = _scan_callbacks(
+        "callbacks=performance_profiler", "callbacks.performance_profiler.epoch_scan=null"
+    )
     assert profiler.epoch_scan is None
     # the scan's settings on the command line, and no scan
     (profiler,) = _scan_callbacks(

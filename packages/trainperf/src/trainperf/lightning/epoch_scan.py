@@ -54,9 +54,11 @@ class EpochScanCallback(Callback):
     with a ``ResourceMonitorCallback`` beside it, creep is also its ``memory_creep`` alert. The
     README's section has the details and costs.
 
-    Attach it as a callback of its own (``callbacks=epoch_scan``) or nested in a
-    ``PerformanceProfilerCallback(epoch_scan=...)`` (``callbacks=monitoring``), which runs its
-    hooks for it.
+    ``PerformanceProfilerCallback()`` and ``ThroughputMonitorCallback()`` carry one at its
+    defaults (their ``epoch_scan=True``) and run its hooks for it; pass one there
+    (``callbacks=monitoring``) for other settings, or attach it as a callback of its own
+    (``callbacks=epoch_scan``): a trainer runs one scan, and one attached on its own is the one
+    (:mod:`trainperf.lightning.monitor_defaults`).
 
     Files (``<run>/perf/``, rank zero): ``growth.jsonl`` and ``recompiles.jsonl``, one line per
     training epoch, and its part of ``run.json`` (with ``memory_growth``, the training dataset's

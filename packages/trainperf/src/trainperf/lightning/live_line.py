@@ -63,6 +63,30 @@ def live_text(trainer: L.Trainer) -> str:
         return ""
 
 
+class LiveLine:
+    """The live line of a progress bar, composed at most every :data:`REFRESH_S` (while it is
+    empty: at each call, so a short epoch shows it from its first batches; composing an empty line
+    costs a lookup). Nothing is read from a device: the figures are the recorder's host clock.
+
+    Args:
+        clock: monotonic seconds (tests pass a fake one).
+    """
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        self.text = ""
+        self._at = float("-inf")
+
+    def add_to(self, items: dict[str, Any], trainer: L.Trainer) -> None:
+        """Put the line into a progress bar's metrics ``items`` as ``phases``, when there is one."""
+        now = self.clock()
+        if not self.text or now - self._at >= REFRESH_S:
+            self._at = now
+            self.text = live_text(trainer)
+        if self.text:
+            items["phases"] = self.text
+
+
 class PhaseRichProgressBar(RichProgressBar):
     """Lightning's ``RichProgressBar`` (same arguments) showing the live phase line after the
     metrics, both updated every :data:`REFRESH_S` seconds during training (the batch counter at
@@ -78,8 +102,7 @@ class PhaseRichProgressBar(RichProgressBar):
     ) -> None:
         super().__init__(*args, **kwargs)
         self.clock = clock
-        self._line = ""
-        self._line_at = float("-inf")
+        self._line = LiveLine(lambda: self.clock())
         self._metrics_at = float("-inf")
         self._skip_metrics = False
 
@@ -109,10 +132,5 @@ class PhaseRichProgressBar(RichProgressBar):
         self, trainer: L.Trainer, pl_module: L.LightningModule
     ) -> dict[str, int | str | float | dict[str, float]]:
         items = super().get_metrics(trainer, pl_module)
-        now = self.clock()
-        if now - self._line_at >= REFRESH_S:
-            self._line_at = now
-            self._line = live_text(trainer)
-        if self._line:
-            items["phases"] = self._line
+        self._line.add_to(items, trainer)
         return items

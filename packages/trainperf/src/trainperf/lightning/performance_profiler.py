@@ -4,15 +4,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from functools import partial
-from typing import Any
 
 import lightning as L
 from rich.table import Table
 
 from trainperf.core.clock import PHASES
-from trainperf.errors import ConfigError
-from trainperf.lightning.base import RecorderCallback
 from trainperf.lightning.cross_rank import DURATION_FIGURES
 from trainperf.lightning.epoch_report import (
     IntervalProgress,
@@ -20,6 +16,7 @@ from trainperf.lightning.epoch_report import (
     per_second,
 )
 from trainperf.lightning.epoch_scan import EpochScanCallback
+from trainperf.lightning.monitor_defaults import MonitorDefaults
 from trainperf.present.console import print_renderable
 from trainperf.records.kinds import EpochRecord
 from trainperf.records.run_info import CORRUPT, EVICTIONS, HITS, MISSES, cache_names, hit_rate
@@ -175,7 +172,7 @@ def render_table(report: EpochRecord) -> Table:
     return table
 
 
-class PerformanceProfilerCallback(RecorderCallback):
+class PerformanceProfilerCallback(MonitorDefaults):
     """Attribute every second of each train / validation / test epoch to a named phase and log
     per-batch and per-epoch timing, DataLoader worker time and memory.
 
@@ -191,8 +188,8 @@ class PerformanceProfilerCallback(RecorderCallback):
         trainer = Trainer(callbacks=[PerformanceProfilerCallback(verbose=True)])
 
     Args:
-        enabled: ``False`` records nothing: every hook returns at once, but for running a
-            nested ``epoch_scan``.
+        enabled: ``False`` records nothing: every hook returns at once, but for running an
+            ``epoch_scan`` passed explicitly.
         log_interval: every this many training batches, log ``performance/train_batch_time``
             (mean seconds per batch since the previous such log, data wait included) at the
             current step. ``0``: epoch ends only.
@@ -211,13 +208,19 @@ class PerformanceProfilerCallback(RecorderCallback):
             ``perf/intervals.jsonl`` and ``perf/run.json`` (``trainer.default_root_dir``; format
             in ``trainperf.records.kinds``), read by ``trainperf report`` and ``trainperf
             baseline``.
-        epoch_scan: an :class:`EpochScanCallback` run from this callback's hooks instead of as a
-            callback of its own (``callbacks=monitoring``): one more callback costs some 65,000
-            instructions per step even when all its hooks are inherited no-ops, since Lightning
-            dispatches each step's hooks to every callback. It runs whether or not this callback
-            is ``enabled``, each of its hooks right after this callback's own part, as a callback
-            listed just after this one would, inside its own action
-            ``[Callback]EpochScanCallback.<hook>`` (the clock names its time after the scan).
+        epoch_scan: the epoch scan (memory creep named by attribute, ``torch.compile``
+            recompiles; :class:`EpochScanCallback`) run from this callback's hooks, at training
+            epoch ends only: ``True`` (default) an ``EpochScanCallback()`` at its defaults while
+            this callback is ``enabled``; an ``EpochScanCallback`` that one (it runs even with
+            this callback disabled: ``callbacks=monitoring``); ``None`` no scan. Nested rather
+            than a callback of its own because one more callback costs some 65,000 instructions
+            per step even when all its hooks are inherited no-ops (Lightning dispatches each
+            step's hooks to every callback). One scan per trainer: a standalone
+            ``EpochScanCallback`` or another monitor's explicit scan takes precedence
+            (:mod:`trainperf.lightning.monitor_defaults`).
+
+    With Lightning's own ``RichProgressBar`` or ``TQDMProgressBar`` on the trainer, the bar also
+    shows the live phase split (:mod:`trainperf.lightning.bar_phases`).
     """
 
     def __init__(
@@ -229,13 +232,8 @@ class PerformanceProfilerCallback(RecorderCallback):
         stages: Iterable[str] = ("train", "validate", "test"),
         sync_cuda: bool = False,
         write_run_files: bool = True,
-        epoch_scan: EpochScanCallback | None = None,
+        epoch_scan: EpochScanCallback | bool | None = True,
     ) -> None:
-        if epoch_scan is not None and not isinstance(epoch_scan, EpochScanCallback):
-            raise ConfigError(
-                "PerformanceProfilerCallback: epoch_scan must be an EpochScanCallback or None, "
-                f"got {type(epoch_scan).__name__}"
-            )
         super().__init__(
             enabled=enabled,
             log_interval=log_interval,
@@ -243,52 +241,11 @@ class PerformanceProfilerCallback(RecorderCallback):
             sync_cuda=sync_cuda,
             track_memory=profile_memory,
             write_run_files=write_run_files,
+            epoch_scan=epoch_scan,
         )
         self.profile_memory = bool(profile_memory)
         self.verbose = bool(verbose)
         self._anchor: tuple[int, int, float] = (-1, 0, 0.0)  # epoch, batches, elapsed_s
-        self.epoch_scan = epoch_scan
-        self._scan_hooks = self._nest(epoch_scan)
-
-    def _nest(self, scan: EpochScanCallback | None) -> dict[str, str]:
-        """Install on this instance the hooks that run ``scan``'s (only those an enabled scan
-        uses: the others stay inherited no-ops, which the clock leaves out); hook -> the action
-        name the scan's hook runs under. ``setup`` and ``teardown`` forward themselves."""
-        if scan is None:
-            return {}
-        hooks = ["setup", "teardown"]
-        if scan.enabled:
-            # on_train_epoch_end runs inside the training epoch's window, like a separate scan's:
-            # the recorder closes that window only at the next epoch's start or training's end.
-            installed = ["on_train_start", "on_train_epoch_end"]
-            if scan.batch_shapes:  # the scan's one per-step hook, only when it has one
-                installed.append("on_train_batch_start")
-            for hook in installed:
-                setattr(self, hook, partial(self._run_scan, hook))
-            hooks += installed
-        return {hook: f"[Callback]{scan.state_key}.{hook}" for hook in hooks}
-
-    def _untimed_hook(self, hook: str) -> bool:
-        # The scan's hooks time themselves under the scan's own action; this callback's hook
-        # around one only forwards it (setup and teardown are this callback's own work too).
-        return (
-            hook in self._scan_hooks and hook not in ("setup", "teardown")
-        ) or super()._untimed_hook(hook)
-
-    def _run_scan(self, hook: str, trainer: L.Trainer, *args: Any) -> None:
-        """The nested scan's ``hook``, inside its own action of ``trainer.profiler``."""
-        scan = self.epoch_scan
-        if scan is not None:
-            with trainer.profiler.profile(self._scan_hooks[hook]):  # type: ignore[attr-defined]
-                getattr(scan, hook)(trainer, *args)
-
-    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        super().setup(trainer, pl_module, stage)
-        self._run_scan("setup", trainer, pl_module, stage)
-
-    def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        super().teardown(trainer, pl_module, stage)
-        self._run_scan("teardown", trainer, pl_module, stage)
 
     def _on_report(self, trainer: L.Trainer, report: EpochRecord) -> None:
         log_to_loggers(trainer, performance_metrics(report, memory=self.profile_memory))

@@ -12,12 +12,13 @@ import lightning as L
 from lightning.fabric.utilities.apply_func import move_data_to_device
 
 from trainperf.errors import PerfCallbackWarning
-from trainperf.lightning.base import RecorderCallback
 from trainperf.lightning.epoch_report import (
     IntervalProgress,
     log_to_loggers,
     per_second,
 )
+from trainperf.lightning.epoch_scan import EpochScanCallback
+from trainperf.lightning.monitor_defaults import MonitorDefaults
 from trainperf.records.kinds import EpochRecord
 
 
@@ -133,7 +134,7 @@ def throughput_metrics(report: EpochRecord, peak_memory: bool = True) -> dict[st
     return out
 
 
-class ThroughputMonitorCallback(RecorderCallback):
+class ThroughputMonitorCallback(MonitorDefaults):
     """Samples/s and batches/s for training, validation and test from the first epoch on, with
     the per-epoch peak memory and the share of time spent waiting for data.
 
@@ -158,6 +159,11 @@ class ThroughputMonitorCallback(RecorderCallback):
             sample once at the start, take this host's measured peak (cached per host and
             dtype) and log :func:`flops_metrics` each epoch; the figures also go to
             ``perf/run.json`` (``"flops"``).
+        epoch_scan: as ``PerformanceProfilerCallback``'s (one scan per trainer: beside a
+            performance profiler with its default scan, the profiler's runs, as the first).
+
+    With Lightning's own ``RichProgressBar`` or ``TQDMProgressBar`` on the trainer, the bar also
+    shows the live phase split (:mod:`trainperf.lightning.bar_phases`).
     """
 
     def __init__(
@@ -168,6 +174,7 @@ class ThroughputMonitorCallback(RecorderCallback):
         stages: Iterable[str] = ("train", "validate", "test"),
         write_run_files: bool = True,
         flops: bool = True,
+        epoch_scan: EpochScanCallback | bool | None = True,
     ) -> None:
         super().__init__(
             enabled=enabled,
@@ -176,6 +183,7 @@ class ThroughputMonitorCallback(RecorderCallback):
             sync_cuda=False,
             track_memory=peak_memory,
             write_run_files=write_run_files,
+            epoch_scan=epoch_scan,
         )
         self.peak_memory = bool(peak_memory)
         self.flops = bool(flops)
