@@ -9,9 +9,8 @@ Both are real ``python -m ocr.train experiment=synthetic_debug callbacks=monitor
 ``--epochs`` epochs, ``--limit-train-batches`` training batches each), run one after the other
 from the repository root; their ``perf/epochs.jsonl`` are summarised with
 :func:`trainperf.analysis.baseline.load_source` (validation stage, first epoch skipped) and compared
-with
-:func:`trainperf.analysis.gate.check_baseline`. The document says which command made it, when, and
-on
+with :func:`trainperf.analysis.gate.check_baseline`. The document says which command made it, when,
+and on
 what machine; it is never written by hand.
 
     python benchmarks/baseline_doc.py [--out docs/performance/baseline.md] [--epochs 4]

@@ -13,8 +13,7 @@ The real data module (from the composed Hydra config) and the real ``DBCollateFN
 loaders are instrumented with :class:`trainperf.probe.worker.InstrumentedLoader`, so the collate and
 target times are measured inside the DataLoader workers and the cache hit/miss counts are the
 ones the cache reports with ``trainperf.probe.worker.report_count``. Epochs are interleaved across
-the
-configurations (epoch 1 of each, then epoch 2 of each, ...) because the machine is shared and
+the configurations (epoch 1 of each, then epoch 2 of each, ...) because the machine is shared and
 noisy: only figures from one run are compared. Printed per configuration and epoch: cache hit
 rate, worker-side collate ms per batch, target ms per image, epoch wall time; then the goals:
 hit rate >= 99 % from the second epoch on, collate time >= 5x lower than the reference.

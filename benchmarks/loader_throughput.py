@@ -6,8 +6,7 @@ run would have it (only with CUDA); one has ``compact_batches=false`` (the float
 normalised float32 images, four float32 target maps, 6 tensors), the other the default compact
 batches (uint8 images, one packed target tensor). Each is instrumented with
 :class:`trainperf.probe.worker.InstrumentedLoader`, so every batch reports its bytes and tensors,
-its
-worker-side time and how the consumer's wait split into waiting for a worker and the hand-over
+its worker-side time and how the consumer's wait split into waiting for a worker and the hand-over
 (the worker's send, the main process's receive and pin).
 
 Epochs are interleaved (epoch k of each configuration, then epoch k + 1 of each, ...) on a shared,

@@ -1,6 +1,6 @@
 """Trace analysis speed and memory, side by side: ``trainperf.analysis.trace.analyze_trace`` vs
-plain
-``json.load`` vs Holistic Trace Analysis (HTA), plus ProfilerCallback's cost outside its windows.
+plain ``json.load`` vs Holistic Trace Analysis (HTA), plus ProfilerCallback's cost outside its
+windows.
 
 Inputs, all analysed in the same run:
 

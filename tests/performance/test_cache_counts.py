@@ -5,8 +5,7 @@ test time.
 
 The real data module and collate are used; counts come back from the workers with each batch
 (``trainperf.probe.worker.report_count`` through ``InstrumentedLoader``). Target calls are counted
-with
-a shared-memory counter patched into the modules before the workers fork.
+with a shared-memory counter patched into the modules before the workers fork.
 
 OpenCV's thread pool does not survive ``fork``: a worker forked after this process ran a
 multi-threaded OpenCV call hangs on its first OpenCV call (``worker_init``'s

@@ -1,6 +1,5 @@
 """trainperf.present.console: tables printed above a live RichProgressBar, plain progress lines
-without a
-terminal, tables that fit narrow terminals."""
+without a terminal, tables that fit narrow terminals."""
 
 from __future__ import annotations
 

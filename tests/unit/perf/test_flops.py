@@ -1,8 +1,7 @@
 """trainperf.probe.flops (FLOPs on the real input shapes), trainperf.probe.peak_flops (the measured,
 cached peak)
 and trainperf.analysis.mfu (utilisation arithmetic). No wall clock is asserted: FLOPs are exact
-counts,
-the peak is only checked to be positive and cached."""
+counts, the peak is only checked to be positive and cached."""
 
 from __future__ import annotations
 

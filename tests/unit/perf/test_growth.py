@@ -1,6 +1,5 @@
 """trainperf.probe.growth: the scan measures what attributes hold, growth over the last epochs names
-the
-attribute, and the records round-trip through the run directory."""
+the attribute, and the records round-trip through the run directory."""
 
 from __future__ import annotations
 

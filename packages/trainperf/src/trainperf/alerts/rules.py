@@ -5,8 +5,7 @@ builds (:func:`build_rules`), what the Hydra config offers (``callbacks.resource
 from :func:`rule_defaults`), what the profiler labels an alert-triggered window by and what the
 verdict reads a rule's risk and corroboration from: never a copy. A rule's thresholds come from
 the one table ``trainperf.core.findings.THRESHOLDS`` through its ``FROM_TABLE``; every setting can
-be
-overridden per rule, and every rule switched off with ``enabled: false``.
+be overridden per rule, and every rule switched off with ``enabled: false``.
 """
 
 from __future__ import annotations
@@ -444,8 +443,7 @@ class StragglerRank(Rule):
     """One rank works (epoch wall time minus its own ``sync_wait``) at least ``share`` of the
     epoch longer than the median rank, from the epoch-end gather of the phases
     (``trainperf.core.ranks.find_straggler``). Never from epoch times: synchronised ranks end
-    their
-    epochs together. Resolves below ``clear_share``."""
+    their epochs together. Resolves below ``clear_share``."""
 
     name = "straggler_rank"
     corroborates = "straggler"
@@ -529,8 +527,7 @@ class Hang(Rule):
 class MemoryCreep(Rule):
     """An attribute of the LightningModule, the DataModule or a callback grows epoch after epoch
     (``EpochScanCallback``'s scan at each training epoch's end, :mod:`trainperf.probe.growth`):
-    named
-    with its growth per epoch and whether it holds autograd graphs, live, epochs before the
+    named with its growth per epoch and whether it holds autograd graphs, live, epochs before the
     process runs out of memory. Resolves when a later scan finds nothing growing."""
 
     name = "memory_creep"

@@ -2,8 +2,7 @@
 
 A finding's cause (input-bound, compute-bound, slow postprocessing, ...) maps to families of
 changes (:class:`~trainperf.core.candidates.Candidate`). Each family is one setting that many apps
-name
-differently, so the setting is looked up by its *leaf name* in the run's recorded configuration
+name differently, so the setting is looked up by its *leaf name* in the run's recorded configuration
 (``<run>/.hydra/config.yaml``; :func:`find_key`): ``num_workers`` is ``data.num_workers`` in our
 app, ``dataloader.num_workers`` or ``loader.workers`` in another. No match (or no Hydra config at
 all, e.g. a LightningModule trained from a plain script) gives a plain-language change with

@@ -1,10 +1,9 @@
 """The regression gate (``trainperf check``): a run's figures against a baseline's.
 
 :func:`check_baseline` compares two :class:`~trainperf.analysis.baseline.Baseline` s figure by
-figure and
-answers a :class:`GateOutcome`; each :class:`GateRow` lists the rules that decided its status, in
-the units they were applied in. Noise-aware, because wall-clock figures on a shared machine move
-by tens of percent between identical epochs:
+figure and answers a :class:`GateOutcome`; each :class:`GateRow` lists the rules that decided its
+status, in the units they were applied in. Noise-aware, because wall-clock figures on a shared
+machine move by tens of percent between identical epochs:
 
 * **Band.** A figure *moves* when its change leaves a band. Times and rates change by
   ``current / baseline - 1`` and the band is multiplicative: a threshold of ``t`` % moves up
@@ -12,8 +11,7 @@ by tens of percent between identical epochs:
   ``-24.9``). Fractions (hit rates) change in percentage points, band ``+-t``.
 * **Threshold** ``t``: the tolerance (10 %; 2 points) widened to the baseline's epoch-to-epoch
   noise (:func:`trainperf.core.significance.noise_allowance`), which outlying epochs cannot widen:
-  more
-  epochs never make the gate blind.
+  more epochs never make the gate blind.
 * **Phase floor.** A phase must also move by the larger of 2 % of the baseline's epoch wall time
   (:data:`PHASE_FLOOR_SHARE`) and :data:`PHASE_FLOOR_S` (10 ms: a few scheduler slices, see
   there); where that floor is the wider rule, band and change are in seconds.

@@ -213,8 +213,7 @@ def _console(args: argparse.Namespace) -> Console:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``trainperf``; returns the exit code. Bad input (:mod:`trainperf.cli.errors`)
-    is
-    one line on stderr and exit 2; ``HYDRA_FULL_ERROR=1`` shows the traceback."""
+    is one line on stderr and exit 2; ``HYDRA_FULL_ERROR=1`` shows the traceback."""
     args = _parser().parse_args(argv)
     try:
         return _run(args)

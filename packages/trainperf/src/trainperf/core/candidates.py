@@ -15,8 +15,7 @@ class Candidate:
     Args:
         family: what kind of change: ``workers``, ``prefetch``, ``persistent_workers``,
             ``pin_memory``, ``cache`` (a worker-side cache), ``threads``, ``channels_last``,
-            ``compile``,
-            ``batch_size``, ``precision``, ``cudnn_benchmark``, ``fused_optimizer``,
+            ``compile``, ``batch_size``, ``precision``, ``cudnn_benchmark``, ``fused_optimizer``,
             ``postprocess`` or ``other``.
         alters_computation: the change alters what is computed (canvas size, batch size,
             precision, postprocess limits), so a speed-up alone does not make it safe.

@@ -3,8 +3,7 @@ public interfaces: worker-side DataLoader timing.
 
 Work done in DataLoader workers overlaps the training step, so no hook can see it; it is timed in
 the worker and carried back with the batch (``trainperf.probe.worker.InstrumentedLoader``). The
-loader
-must be instrumented before Lightning creates its first iterator, inside ``fit`` before any
+loader must be instrumented before Lightning creates its first iterator, inside ``fit`` before any
 callback hook runs (``_FitLoop.setup_data`` calls ``iter()`` right after
 ``strategy.process_dataloader(loader)``): so we wrap ``Strategy.process_dataloader`` on the
 strategy instance for the run.

@@ -66,8 +66,7 @@ def _op_table(title: str, rows: Sequence[OpRow | DeviceOpRow], device: bool, wid
     """Top ops. Numbers never wrap; op names are never cut (two long names cut to the same
     prefix read as one op): their template and argument lists are folded (``kernel<…>(…)``,
     :func:`~trainperf.analysis.trace.names.short_names`, kept apart where two would read alike) and
-    what
-    remains folds onto more lines. When the terminal is too narrow even so, columns go in a
+    what remains folds onto more lines. When the terminal is too narrow even so, columns go in a
     fixed order: ``total ms`` (CPU), ``launched by`` (device), ``calls``."""
     columns: list[tuple[str, str]] = [("#", "num"), ("name", "text"), ("calls", "num")]
     if device:

@@ -554,8 +554,7 @@ class KnobRecord(Record, tag="trainperf/knob", kw_only=True, frozen=True):
 
 class GrowthNode(msgspec.Struct, kw_only=True):
     """What one attribute path holds at an epoch's end (``trainperf.probe.growth``; the scan fills
-    it
-    in as it walks, so it is not frozen).
+    it in as it walks, so it is not frozen).
 
     Args:
         path: ``Owner.attr`` then ``[key]`` / ``[i]`` / ``.attr`` steps (``UserModule.losses``).

@@ -3,14 +3,12 @@
 Ingestion (:mod:`~trainperf.analysis.trace.ingest`, per file
 :mod:`~trainperf.analysis.trace.decode`) parses each file
 once into one columnar event table; the step breakdown (:mod:`~trainperf.analysis.trace.steps`, in
-the live
-clock's phase names), aggregates (:mod:`~trainperf.analysis.trace.aggregates`), measured figures
-(:mod:`~trainperf.analysis.trace.measures`), finding rules
+the live clock's phase names), aggregates (:mod:`~trainperf.analysis.trace.aggregates`), measured
+figures (:mod:`~trainperf.analysis.trace.measures`), finding rules
 (:mod:`~trainperf.analysis.trace.trace_rules`) and the
 comparison (:mod:`~trainperf.analysis.trace.compare`) are vectorised numpy over that table. The
-result is
-typed (:class:`~trainperf.analysis.trace.result.TraceAnalysis`); ``analyze_trace`` returns its dict
-form.
+result is typed (:class:`~trainperf.analysis.trace.result.TraceAnalysis`); ``analyze_trace`` returns
+its dict form.
 No Lightning.
 """
 

@@ -1,7 +1,6 @@
 """``analyze_table`` / ``analyze_path``: one loaded trace in, one typed
 :class:`~trainperf.analysis.trace.result.TraceAnalysis` out; ``analyze_trace``: its dict form, the
-public
-API (documented keys ``top_cpu_ops``, ``top_cuda_ops``, ``memory_peaks``,
+public API (documented keys ``top_cpu_ops``, ``top_cuda_ops``, ``memory_peaks``,
 ``dataloader_time_pct``...)."""
 
 from __future__ import annotations
@@ -34,8 +33,7 @@ def analyze_trace(path: str | Path, top_k: int | None = 20) -> dict[str, Any]:
     (per-step breakdown whose phases sum to the step's wall time), ``phase_summary``,
     ``step_stats`` (per stage, with outlier steps), ``findings`` and ``sources``. ``top_k=None``
     keeps every op. Raises :class:`~trainperf.analysis.trace.table.TraceError` for unreadable or
-    malformed
-    input.
+    malformed input.
     """
     return analyze_path(path, top_k).as_dict()
 

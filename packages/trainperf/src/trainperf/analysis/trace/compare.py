@@ -3,9 +3,8 @@
 The verdict looks at the distributions of step wall times, never at two sums: the relative change
 of the median, a one-sided Mann-Whitney U test and a seeded bootstrap confidence interval of the
 median ratio (both from :mod:`trainperf.core.significance`, whose words it answers in). A change
-counts
-only when it is beyond the threshold *and* the step distributions say it is not noise; beyond the
-threshold but within the noise it is ``inconclusive``.
+counts only when it is beyond the threshold *and* the step distributions say it is not noise; beyond
+the threshold but within the noise it is ``inconclusive``.
 """
 
 from __future__ import annotations
@@ -113,8 +112,7 @@ def compare_reports(
     a: TraceAnalysis, b: TraceAnalysis, threshold_pct: float = 5.0, top_k: int = 20
 ) -> TraceComparison:
     """Compare two analyses from :func:`~trainperf.analysis.trace.analyze.analyze_path` (best made
-    with
-    ``top_k=None`` so every op can be matched). ``verdict`` is that of the primary stage (train
+    with ``top_k=None`` so every op can be matched). ``verdict`` is that of the primary stage (train
     when both have it)."""
     stages = [s for s in a.summary.stages if s in b.summary.stages]
     per_stage: dict[str, StageComparison] = {}

@@ -1,8 +1,7 @@
 """The typed result of comparing two trace analyses (:class:`TraceComparison`).
 
 :func:`~trainperf.analysis.trace.compare.compare_reports` builds one; ``trainperf compare`` prints
-it
-and
+it and
 writes its dict form (:meth:`TraceComparison.as_dict`) with ``--json``. Times are ms.
 """
 

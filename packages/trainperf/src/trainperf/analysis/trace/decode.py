@@ -1,8 +1,7 @@
 """Reading one torch.profiler / Kineto Chrome trace file: streamed in pieces
 (:mod:`~trainperf.analysis.trace.scan`, plain or gzip) or, for a malformed file, whole; a typed
-msgspec
-decoder that materialises only the fields the table uses; each piece reduced to compact columns
-before the next; errors that name the file and the byte where it went wrong.
+msgspec decoder that materialises only the fields the table uses; each piece reduced to compact
+columns before the next; errors that name the file and the byte where it went wrong.
 :mod:`~trainperf.analysis.trace.ingest` turns the parsed files into one
 :class:`~trainperf.analysis.trace.table.EventTable`.
 """

@@ -1,11 +1,9 @@
 """The figures the trace's finding rules judge
 (:class:`~trainperf.analysis.trace.trace_rules.TraceMetrics`),
 measured over one :class:`~trainperf.analysis.trace.table.EventTable` and its steps: data wait
-share, GPU
-busy share, memory peak, sync points (:mod:`~trainperf.analysis.trace.syncs`), kernel and op sizes,
-the
-optimizer's own work (host, device work it launched, time blocked), the AMP grad scaler, layout
-conversion kernels and the device's properties."""
+share, GPU busy share, memory peak, sync points (:mod:`~trainperf.analysis.trace.syncs`), kernel and
+op sizes, the optimizer's own work (host, device work it launched, time blocked), the AMP grad
+scaler, layout conversion kernels and the device's properties."""
 
 from __future__ import annotations
 

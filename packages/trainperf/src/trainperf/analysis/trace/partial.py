@@ -8,8 +8,7 @@ A table loaded whole is one window: :func:`~trainperf.analysis.trace.analyze.ana
 (:mod:`~trainperf.analysis.trace.windowed`)
 and the same file analysed whole go through the same arithmetic. Only a window's *counted*
 events (:meth:`~trainperf.analysis.trace.table.EventTable.members`) enter its sums; figures placed
-in
-steps count the events of the window's steps.
+in steps count the events of the window's steps.
 """
 
 from __future__ import annotations

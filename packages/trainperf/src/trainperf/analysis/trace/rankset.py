@@ -10,8 +10,8 @@ ranks at a time.
 
 The trace's phases cannot see a wait for another rank (the live clock's ``sync_wait``); here the
 exposed communication of each rank (:mod:`~trainperf.analysis.trace.comms`) is moved out of the
-phase it
-fell in into ``sync_wait``, so the rank that *works* longer is told from the ranks that wait.
+phase it fell in into ``sync_wait``, so the rank that *works* longer is told from the ranks that
+wait.
 """
 
 from __future__ import annotations
@@ -405,8 +405,7 @@ def _straggler(
     stage: str, rows: dict[int, RankSummary], named: dict[int, dict[str, dict[str, float]]]
 ) -> StragglerView:
     """:func:`~trainperf.core.ranks.find_straggler` over the ranks' steps: per-step means times
-    the
-    fewest steps any rank has (the rule's thresholds are in seconds of the compared window)."""
+    the fewest steps any rank has (the rule's thresholds are in seconds of the compared window)."""
     ranks = sorted(rows)
     n = min(rows[r].steps for r in ranks)
     # find_straggler indexes by position: ranks here are their positions in ``ranks``

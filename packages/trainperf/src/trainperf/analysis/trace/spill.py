@@ -1,14 +1,12 @@
 """A trace file too large for one table: its columns spilled to disk while it streams.
 
 :func:`parse_or_spill` reads a file like :func:`~trainperf.analysis.trace.decode.parse_file`; once
-the
-file holds more than :data:`SPILL_EVENTS` complete events, every decoded piece's columns go to
+the file holds more than :data:`SPILL_EVENTS` complete events, every decoded piece's columns go to
 raw column files in a folder of our own (under the system's temporary folder, or ``tmp_dir``)
 instead of memory, and the result is a :class:`Spilled`: the file's metadata and distinct
 event keys in memory, the per-event columns on disk, read back block by block
 (:meth:`Spilled.blocks`) by :mod:`~trainperf.analysis.trace.windowed`. Times are converted exactly
-as the
-in-memory path converts them (float µs to int ns against the file's earliest time), so a
+as the in-memory path converts them (float µs to int ns against the file's earliest time), so a
 spilled file gives the same numbers.
 """
 
@@ -121,8 +119,7 @@ def _block_ns(ts_us: np.ndarray, origin_us: int, offset_ns: np.int64) -> np.ndar
 
 class _SpillColumns(_Columns):
     """:class:`~trainperf.analysis.trace.decode._Columns` that moves its pieces to disk once the
-    file has
-    more than ``limit`` complete events (and every piece after)."""
+    file has more than ``limit`` complete events (and every piece after)."""
 
     def __init__(self, path: Path, limit: int, tmp_dir: Path | None) -> None:
         super().__init__()

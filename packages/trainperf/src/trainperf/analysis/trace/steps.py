@@ -2,8 +2,7 @@
 
 :func:`compute_steps` finds the ``ProfilerStep#N`` spans of an
 :class:`~trainperf.analysis.trace.table.EventTable` and splits each one's wall time into the live
-clock's
-phases (:data:`PHASES`, see :mod:`trainperf.core.actions`) and, with device events, into
+clock's phases (:data:`PHASES`, see :mod:`trainperf.core.actions`) and, with device events, into
 :data:`GPU_PARTS`; :func:`locate` places any event in its step and phase. Pure and vectorised:
 nothing here reads files or prints. Times are int64 ns.
 """

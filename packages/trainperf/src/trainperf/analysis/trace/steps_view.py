@@ -1,6 +1,5 @@
 """Rows and summaries of a :class:`~trainperf.analysis.trace.steps.StepTable`: one typed row per
-step,
-the phase summary and step statistics per stage, and steps per source file."""
+step, the phase summary and step statistics per stage, and steps per source file."""
 
 from __future__ import annotations
 

@@ -178,8 +178,7 @@ class EventTable:
     def members(self) -> np.ndarray:
         """Whether each event is counted by this table's aggregates: all of them, except in a
         time window of a larger file (:mod:`~trainperf.analysis.trace.windowed`), whose table also
-        holds
-        the events around the window (context for nesting, phases and device busy time) that
+        holds the events around the window (context for nesting, phases and device busy time) that
         another window counts."""
         if self.member is None:
             return np.ones(len(self), bool)

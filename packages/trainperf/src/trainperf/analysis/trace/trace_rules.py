@@ -1,12 +1,12 @@
 """Rules that turn the measured figures of a trace into findings with evidence and advice.
 
 Each rule reads :class:`TraceMetrics` (figures measured by :mod:`trainperf.analysis.trace.measures`)
-and
-returns at most one :class:`~trainperf.core.findings.Finding`. A finding always carries its evidence
-figures, the threshold it crossed and a concrete suggestion; CUDA-specific rules stay silent on
-CPU-only traces and the CPU rules phrase their advice for CPU runs. Scores are in the one unit of
-:mod:`trainperf.core.findings`: the share of the profiled steps' wall time (%) the cause costs (the
-verdict scales it by the stage's share of the run); the memory risk scores by the risk table.
+and returns at most one :class:`~trainperf.core.findings.Finding`. A finding always carries its
+evidence figures, the threshold it crossed and a concrete suggestion; CUDA-specific rules stay
+silent on CPU-only traces and the CPU rules phrase their advice for CPU runs. Scores are in the one
+unit of :mod:`trainperf.core.findings`: the share of the profiled steps' wall time (%) the cause
+costs (the verdict scales it by the stage's share of the run); the memory risk scores by the risk
+table.
 """
 
 from __future__ import annotations

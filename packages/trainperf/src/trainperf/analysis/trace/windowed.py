@@ -1,6 +1,5 @@
 """A file too large for one table (:class:`~trainperf.analysis.trace.spill.Spilled`), analysed in
-time
-windows with the same results as the whole.
+time windows with the same results as the whole.
 
 The windows are cut at step starts where no step of any thread is open, each holding about
 :data:`WINDOW_EVENTS` events. A window's table counts (``member``) the host events that start in

@@ -11,8 +11,7 @@ it never names a key the run does not have; without a key it says the change in 
 phrased for the device the run used: CPU runs get CPU advice (cores shared by DataLoader workers
 and compute threads, no AMP / pinned memory). Each finding also carries candidate changes
 (:func:`trainperf.analysis.advice.candidates_for`) that ``trainperf try`` can measure. The rules are
-in
-:mod:`.stage_rules` (per stage), :mod:`.gpu_rules` (GPU busy share, waits, classes),
+in :mod:`.stage_rules` (per stage), :mod:`.gpu_rules` (GPU busy share, waits, classes),
 :mod:`.sources` (resources, trace, baseline) and :mod:`.context`.
 """
 

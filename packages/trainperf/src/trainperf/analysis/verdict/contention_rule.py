@@ -1,7 +1,6 @@
 """The ``cpu_contention`` finding: other processes held the host's CPUs while the run did not
 (:mod:`trainperf.analysis.contention` judges the resource samples). A ``throughput_drop`` alert of
-the
-same run is attached to it (the rule corroborates it), rather than standing alone."""
+the same run is attached to it (the rule corroborates it), rather than standing alone."""
 
 from __future__ import annotations
 

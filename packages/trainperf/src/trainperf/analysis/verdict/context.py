@@ -1,7 +1,6 @@
 """What every verdict rule reads about the run: how advice names its settings (:class:`Settings`),
 what the candidate generator (:func:`trainperf.analysis.advice.candidates_for`) needs to know, and
-the
-figures of a finding (evidence rounding, a score from seconds, the world size)."""
+the figures of a finding (evidence rounding, a score from seconds, the world size)."""
 
 from __future__ import annotations
 

@@ -44,8 +44,7 @@ _ALTERS = frozenset({"batch_size", "precision", "canvas_size", "image_size", "im
 def parse_candidate(text: str) -> Candidate:
     """A ``--candidate`` value (a Hydra override ``key=value`` or a knob ``knob:NAME=VALUE``) as
     a :class:`Candidate`; :class:`TryInputError` (or :class:`~trainperf.core.knobs.KnobError`)
-    naming
-    the value when it is not one."""
+    naming the value when it is not one."""
     if is_knob(text):
         knob = Knob.parse(text)
         spec = knob.spec

@@ -1,12 +1,10 @@
 """One ``trainperf try`` session: pairs of trials per candidate, interleaved with the unchanged
 command, within a time budget; then the recommended changes together. Its records go to
 ``<run>/perf/try.jsonl`` (one :class:`~trainperf.records.kinds.TryRecord` per candidate, and one for
-the
-winners together); sessions append, readers show the latest.
+the winners together); sessions append, readers show the latest.
 
 The budget is planned (:mod:`trainperf.analysis.try_plan`) once the first trial has run and the cost
-of
-one is known: changes in order get the :data:`MIN_PAIRS` pairs a verdict needs while the budget
+of one is known: changes in order get the :data:`MIN_PAIRS` pairs a verdict needs while the budget
 holds them, what is left goes one pair at a time up to ``--pairs``, and a change the budget
 cannot measure is left out and named (the plan is said at the start, through ``on_plan``). Rounds
 go over the planned changes (round 1: a pair for each, round 2: another pair for each, ...);
