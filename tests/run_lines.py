@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-from trainperf.records.kinds import Record, read_records, read_run_record
+from trainperf.records.files import read_records, read_run_record
+from trainperf.records.kinds import Record
 from trainperf.records.run_info import to_jsonable
 
 

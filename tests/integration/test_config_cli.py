@@ -11,7 +11,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from trainperf.records.kinds import EpochRecord, GrowthRecord, RecompilesRecord, read_records
+from trainperf.records.files import read_records
+from trainperf.records.kinds import EpochRecord, GrowthRecord, RecompilesRecord
 
 from ocr.data.synth import generate_dataset
 

@@ -22,7 +22,8 @@ from trainperf.alerts.rules import RULES
 from trainperf.analysis.contention import run_contention
 from trainperf.lightning import PerformanceProfilerCallback, ResourceMonitorCallback
 from trainperf.present.report import build_report
-from trainperf.records.kinds import AlertEvent, read_records
+from trainperf.records.files import read_records
+from trainperf.records.kinds import AlertEvent
 
 pytestmark = pytest.mark.slow
 

@@ -31,14 +31,8 @@ from trainperf.lightning import (
     ThroughputMonitorCallback,
 )
 from trainperf.present.report import build_report, to_markdown
-from trainperf.records.kinds import (
-    AlertEvent,
-    EpochRecord,
-    GrowthRecord,
-    RecompilesRecord,
-    read_records,
-    read_run_record,
-)
+from trainperf.records.files import read_records, read_run_record
+from trainperf.records.kinds import AlertEvent, EpochRecord, GrowthRecord, RecompilesRecord
 
 SIZES = (8, 10, 12, 14, 16, 18)
 

@@ -18,7 +18,8 @@ import time
 from pathlib import Path
 
 import pytest
-from trainperf.records.kinds import EpochRecord, LifecycleRecord, read_records
+from trainperf.records.files import read_records
+from trainperf.records.kinds import EpochRecord, LifecycleRecord
 
 pytestmark = pytest.mark.slow
 

@@ -20,14 +20,13 @@ import pytest
 from trainperf.analysis.baseline import load_source
 from trainperf.cli.main import main as perf_main
 from trainperf.present.report import build_report
+from trainperf.records.files import read_records, read_run_record
 from trainperf.records.kinds import (
     LEGACY_SCHEMA_PREFIX,
     EpochRecord,
     GrowthRecord,
     RecompilesRecord,
     ResourceSample,
-    read_records,
-    read_run_record,
 )
 
 REPO = Path(__file__).resolve().parents[2]

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from trainperf.analysis.tryouts import latest_session
 from trainperf.cli.main import main as perf_main
-from trainperf.records.kinds import read_run_record
+from trainperf.records.files import read_run_record
 
 from ocr.data.synth import generate_dataset
 from ocr.test import EVAL_COMMAND

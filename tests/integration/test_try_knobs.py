@@ -20,7 +20,8 @@ from trainperf.core.knobs import Knob
 from trainperf.core.trial_window import ENV_VAR, TryWindow
 from trainperf.lightning import ThroughputMonitorCallback
 from trainperf.lightning.knobs_apply import KnobNotApplicable
-from trainperf.records.kinds import KnobRecord, read_records
+from trainperf.records.files import read_records
+from trainperf.records.kinds import KnobRecord
 
 # the window is set here, not by `trainperf try`: its announcement is expected
 pytestmark = pytest.mark.filterwarnings("ignore:TRAINPERF_TRY_WINDOW is set")

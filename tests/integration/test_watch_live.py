@@ -18,7 +18,8 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 from trainperf.lightning import PerformanceProfilerCallback, PlainProgressBar
-from trainperf.records.kinds import IntervalRecord, LifecycleRecord, read_records
+from trainperf.records.files import read_records
+from trainperf.records.kinds import IntervalRecord, LifecycleRecord
 
 pytestmark = pytest.mark.slow
 

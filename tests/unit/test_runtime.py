@@ -16,7 +16,7 @@ from trainperf.lightning import (
     PerformanceProfilerCallback,
     ProfilerCallback,
 )
-from trainperf.records.kinds import read_run_record
+from trainperf.records.files import read_run_record
 
 from ocr.errors import ConfigError, InputError
 from ocr.runtime import (

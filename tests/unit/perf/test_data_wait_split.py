@@ -21,7 +21,8 @@ from torch.utils.data import DataLoader, Dataset, get_worker_info
 from trainperf.core.stage import Stage
 from trainperf.lightning.stage_state import StageState
 from trainperf.probe.worker import InstrumentedLoader, WorkerTiming, tensor_bytes
-from trainperf.records.kinds import EpochRecord, read_records
+from trainperf.records.files import read_records
+from trainperf.records.kinds import EpochRecord
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*pin_memory.*:UserWarning")
 

@@ -10,7 +10,8 @@ import torch
 from trainperf.analysis.creep import GROWTH_EPOCHS, growing, growth_finding, growth_findings
 from trainperf.probe import growth
 from trainperf.probe.growth import scan
-from trainperf.records.kinds import GrowthRecord, RecordWriter
+from trainperf.records.files import RecordWriter
+from trainperf.records.kinds import GrowthRecord
 
 
 class Holder(torch.nn.Module):

@@ -9,7 +9,8 @@ from pathlib import Path
 
 from trainperf.analysis.lifecycle import interrupted_at, resume_command
 from trainperf.cli.watch import WatchState, summary_lines
-from trainperf.records.kinds import LifecycleRecord, write_run_record
+from trainperf.records.files import write_run_record
+from trainperf.records.kinds import LifecycleRecord
 
 
 def _end(rank: int, status: str = "interrupted", epoch: int | None = 1, batch: int = 2):

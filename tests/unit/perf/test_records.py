@@ -14,6 +14,7 @@ import pytest
 from trainperf.core.ranks import Straggler
 from trainperf.core.stage import Stage
 from trainperf.lightning.run_files import epoch_record
+from trainperf.records.files import RecordWriter, epoch_runs, read_records, read_run_record
 from trainperf.records.kinds import (
     LEGACY_SCHEMA_PREFIX,
     SCHEMA_PREFIX,
@@ -22,16 +23,12 @@ from trainperf.records.kinds import (
     IntervalRecord,
     ProfilerWindow,
     RecompilesRecord,
-    RecordWriter,
     ResourceSample,
     ResourceSummary,
     RunDirError,
     RunRecord,
     TryRecord,
     current_schema,
-    epoch_runs,
-    read_records,
-    read_run_record,
 )
 from trainperf.records.run_info import run_info, write_run_info
 

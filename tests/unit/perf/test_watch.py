@@ -16,13 +16,13 @@ from trainperf.cli.main import main as perf_main
 from trainperf.cli.watch import EXIT_ENDED, EXIT_LOST, RunTail, Watch
 from trainperf.core.stage import Stage
 from trainperf.present.live import live_line, phase_split
+from trainperf.records.files import RecordWriter
 from trainperf.records.kinds import (
     AlertEvent,
     EpochRecord,
     IntervalRecord,
     LifecycleRecord,
     Record,
-    RecordWriter,
     RunDirError,
 )
 

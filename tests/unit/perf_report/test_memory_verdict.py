@@ -11,7 +11,8 @@ from trainperf.analysis.run import load_run
 from trainperf.analysis.stages import summarize_stages
 from trainperf.analysis.verdict import judge
 from trainperf.core.findings import Finding
-from trainperf.records.kinds import RecordWriter, ResourceSample, write_run_record
+from trainperf.records.files import RecordWriter, write_run_record
+from trainperf.records.kinds import ResourceSample
 
 MB = float(1 << 20)
 

@@ -12,7 +12,8 @@ import pytest
 from trainperf.core.findings import Finding, rank, rank_key
 from trainperf.present.report import build_report
 from trainperf.present.report.findings_section import headline
-from trainperf.records.kinds import RecordWriter, TryRecord
+from trainperf.records.files import RecordWriter
+from trainperf.records.kinds import TryRecord
 
 from tests.unit.perf_report.runs import T0, epoch_record, make_run
 

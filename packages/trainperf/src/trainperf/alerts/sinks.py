@@ -7,7 +7,8 @@ import logging
 import os
 import sys
 
-from trainperf.records.kinds import AlertEvent, RecordWriter
+from trainperf.records.files import RecordWriter
+from trainperf.records.kinds import AlertEvent
 
 
 class AlertWarning(UserWarning):

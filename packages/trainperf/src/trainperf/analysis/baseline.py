@@ -43,14 +43,13 @@ import numpy as np
 
 from trainperf.core.significance import noise_allowance
 from trainperf.errors import InputError
+from trainperf.records.files import read_records, read_run_record
 from trainperf.records.kinds import (
     PERF_DIRNAME,
     EpochRecord,
     JsonValue,
     RunDirError,
     current_schema,
-    read_records,
-    read_run_record,
 )
 from trainperf.records.run_info import hit_rates, to_jsonable
 

@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trainperf.core.cpu_shares import CpuShares, cpu_shares
-from trainperf.records.kinds import ResourceSample, RunDirError, read_records, read_run_record
+from trainperf.records.files import read_records, read_run_record
+from trainperf.records.kinds import ResourceSample, RunDirError
 
 __all__ = [
     "Contention",

@@ -27,6 +27,7 @@ from trainperf.analysis.lifecycle import interruption_sentence
 from trainperf.analysis.tryouts import last_session
 from trainperf.core.stage import STAGE_ORDER, Stage
 from trainperf.errors import InputError
+from trainperf.records.files import read_records, read_run_record
 from trainperf.records.kinds import (
     PERF_DIRNAME,
     AlertEvent,
@@ -42,8 +43,6 @@ from trainperf.records.kinds import (
     RunDirError,
     RunRecord,
     TryRecord,
-    read_records,
-    read_run_record,
 )
 
 if TYPE_CHECKING:

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 
 from trainperf.core.knobs import KNOB_PREFIX, apply_lines, knobs_of
 from trainperf.core.significance import Outcome, PairedRatios, ratio_outcome
-from trainperf.records.kinds import TryRecord, read_records
+from trainperf.records.files import read_records
+from trainperf.records.kinds import TryRecord
 
 __all__ = [
     "MIN_PAIRS",

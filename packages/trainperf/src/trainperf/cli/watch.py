@@ -30,6 +30,7 @@ from trainperf.analysis.lifecycle import interrupted_at, resume_command
 from trainperf.core.stage import STAGE_ORDER
 from trainperf.errors import MissingPathError
 from trainperf.present.live import live_line
+from trainperf.records.files import parse_record
 from trainperf.records.kinds import (
     PERF_DIRNAME,
     AlertEvent,
@@ -40,7 +41,6 @@ from trainperf.records.kinds import (
     ResourceSample,
     RunDirError,
     current_schema,
-    parse_record,
 )
 
 EXIT_ENDED = 0

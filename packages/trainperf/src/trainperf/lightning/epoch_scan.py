@@ -24,13 +24,8 @@ from trainperf.errors import PerfCallbackWarning, warn_off
 from trainperf.lightning.trial_fit import perf_root
 from trainperf.probe.growth import MAX_ITEMS, scan
 from trainperf.probe.recompiles import CompileWatch, ShapeCounter
-from trainperf.records.kinds import (
-    GrowthRecord,
-    RecompilesRecord,
-    Record,
-    RecordWriter,
-    RunRecord,
-)
+from trainperf.records.files import RecordWriter
+from trainperf.records.kinds import GrowthRecord, RecompilesRecord, Record, RunRecord
 from trainperf.records.run_info import write_run_info
 
 log = logging.getLogger(__name__)

@@ -43,7 +43,8 @@ from torch.utils.data import BatchSampler, DataLoader
 from trainperf.core.knobs import Knob
 from trainperf.errors import InputError
 from trainperf.lightning.interpose import check_versions
-from trainperf.records.kinds import KnobRecord, RecordWriter
+from trainperf.records.files import RecordWriter
+from trainperf.records.kinds import KnobRecord
 
 __all__ = ["KnobNotApplicable", "apply_knobs", "recreate_loader"]
 

@@ -38,7 +38,8 @@ from trainperf.lightning.profiler_settings import ACTIVITIES, ProfileSchedule, T
 from trainperf.lightning.profiler_summary import summarise_window
 from trainperf.lightning.profiler_window import Window
 from trainperf.probe.sync_debug import SyncDetector
-from trainperf.records.kinds import ProfilerWindow, RecordWriter
+from trainperf.records.files import RecordWriter
+from trainperf.records.kinds import ProfilerWindow
 
 log = logging.getLogger(__name__)
 

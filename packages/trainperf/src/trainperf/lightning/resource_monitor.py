@@ -36,7 +36,8 @@ from trainperf.probe.resources import (
     ResourceSampler,
     StepSignals,
 )
-from trainperf.records.kinds import PERF_DIRNAME, EpochRecord, RecordWriter, ResourceSample
+from trainperf.records.files import RecordWriter
+from trainperf.records.kinds import PERF_DIRNAME, EpochRecord, ResourceSample
 
 # trainer.validate / trainer.test: sampled like a fit of their own
 _STANDALONE = (TrainerFn.VALIDATING, TrainerFn.TESTING)

@@ -16,13 +16,8 @@ from trainperf.core.stage import Stage
 from trainperf.errors import PerfCallbackWarning
 from trainperf.lightning.epoch_report import IntervalProgress, per_second
 from trainperf.lightning.interruption import Interruption
-from trainperf.records.kinds import (
-    EpochRecord,
-    IntervalRecord,
-    JsonValue,
-    LifecycleRecord,
-    RecordWriter,
-)
+from trainperf.records.files import RecordWriter
+from trainperf.records.kinds import EpochRecord, IntervalRecord, JsonValue, LifecycleRecord
 from trainperf.records.run_info import write_run_info
 
 #: Seconds between two writes of pending interval records while an epoch runs.

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trainperf.errors import InputError
-from trainperf.records.kinds import EvalCommand, RunDirError, read_run_record
+from trainperf.records.files import read_run_record
+from trainperf.records.kinds import EvalCommand, RunDirError
 
 __all__ = ["RecordedCommand", "TryInputError", "override_key", "recorded_command"]
 

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import msgspec
 
-from trainperf.records.kinds import HydraApp, JsonValue, RunRecord, enc_hook, write_run_record
+from trainperf.records.files import enc_hook, write_run_record
+from trainperf.records.kinds import HydraApp, JsonValue, RunRecord
 
 #: Worker counters of a cache named X (``trainperf.probe.worker.report_count``): ``X_hits`` and
 #: ``X_misses`` give its hit rate; ``X_corrupt`` (entries read back unusable) and

@@ -18,7 +18,8 @@ from typing import Any
 from trainperf.analysis.trace.agreement import Agreement, compare_phases
 from trainperf.analysis.trace.result import TraceAnalysis
 from trainperf.analysis.trace.steps import PHASES
-from trainperf.records.kinds import ProfilerWindow, Record, RunDirError, read_records
+from trainperf.records.files import read_records
+from trainperf.records.kinds import ProfilerWindow, Record, RunDirError
 
 __all__ = ["attach_clock_agreement", "compare_with_clock", "run_dir"]
 

@@ -42,7 +42,8 @@ from trainperf.analysis.trace.table import TraceError
 from trainperf.analysis.trace.trace_rules import COMM_ONE_RANK_HINT
 from trainperf.core.findings import Finding
 from trainperf.core.ranks import STRAGGLER_MIN_S, STRAGGLER_MIN_SHARE, find_straggler
-from trainperf.records.kinds import EpochRecord, RunDirError, read_records
+from trainperf.records.files import read_records
+from trainperf.records.kinds import EpochRecord, RunDirError
 
 #: Bytes of a file's (decompressed) head searched for ``distributedInfo``.
 HEAD_BYTES = 1 << 20

@@ -49,7 +49,8 @@ from trainperf.core.candidates import Candidate
 from trainperf.core.knobs import apply_lines, family_knob, has_knob, is_knob, knobs_of
 from trainperf.core.significance import PairedRatios, paired_ratios
 from trainperf.records.command import RecordedCommand, override_key
-from trainperf.records.kinds import RecordWriter, TryRecord
+from trainperf.records.files import RecordWriter
+from trainperf.records.kinds import TryRecord
 
 __all__ = [
     "MIN_PAIRS",

@@ -15,13 +15,8 @@ from trainperf.core.knobs import is_knob, knobs_of
 from trainperf.core.stage import Stage
 from trainperf.core.trial_window import ENV_VAR, TryWindow
 from trainperf.records.command import RecordedCommand
-from trainperf.records.kinds import (
-    EpochRecord,
-    EvalCommand,
-    KnobRecord,
-    RunDirError,
-    read_records,
-)
+from trainperf.records.files import read_records
+from trainperf.records.kinds import EpochRecord, EvalCommand, KnobRecord, RunDirError
 
 __all__ = ["TrialResult", "run_eval_trial", "run_training_trial", "stage_speed"]
 

@@ -15,7 +15,8 @@ from collections.abc import Callable, Mapping
 from trainperf.alerts import AlertEngine, RuleContext
 from trainperf.probe.resources.sampler import ResourceMonitorWarning, ResourceSampler
 from trainperf.probe.resources.signals import StepSignals, is_nonfinite
-from trainperf.records.kinds import RecordWriter, ResourceSample, ResourceSummary
+from trainperf.records.files import RecordWriter
+from trainperf.records.kinds import ResourceSample, ResourceSummary
 
 THREAD_NAME = "ocr-resource-monitor"
 
