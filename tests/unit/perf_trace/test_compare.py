@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from trainperf.analysis.trace import analyze_path, compare_reports
-from trainperf.analysis.trace.comparison import TraceComparison
+from trainperf.analysis.trace.compare import TraceComparison
 
 from tests.unit.perf_trace.synth import make_trace, write
 

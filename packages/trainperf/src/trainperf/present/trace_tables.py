@@ -10,7 +10,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from trainperf.analysis.trace.agreement import PhaseAgreement
-from trainperf.analysis.trace.comparison import TraceComparison
+from trainperf.analysis.trace.compare import TraceComparison
 from trainperf.analysis.trace.names import short_name, short_names
 from trainperf.analysis.trace.result import DeviceOpRow, OpRow, TraceAnalysis
 from trainperf.analysis.trace.steps import GPU_PARTS, PHASES
