@@ -79,8 +79,8 @@ CONFIGS: dict[str, Callable[[], list[Callback | Profiler]]] = {
     "PerformanceProfilerCallback, no scan": lambda: [PerformanceProfilerCallback(epoch_scan=None)],
     # Lightning's tqdm bar refreshing every batch (its default), which reads get_metrics() at each
     # refresh: with our monitors the bar's get_metrics is wrapped to add the live phase split
-    # (bar_phases.py); a subclass of the bar is left unwrapped, so the difference of these two is
-    # the split's per-step cost.
+    # (interpose.show_phase_split); a subclass of the bar is left unwrapped, so the difference of
+    # these two is the split's per-step cost.
     "tqdm bar + both (ours)": lambda: [
         TQDMProgressBar(refresh_rate=1),
         PerformanceProfilerCallback(),

@@ -27,7 +27,8 @@ from trainperf.lightning import (
     PlainProgressBar,
     ThroughputMonitorCallback,
 )
-from trainperf.lightning.bar_phases import LIGHTNING_BARS, seam_ok, show_phase_split
+from trainperf.lightning.interpose import LIGHTNING_BARS, seam_ok, show_phase_split
+from trainperf.lightning.live_line import LiveLine
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SPLIT = re.compile(r"forward \d+%")
@@ -183,10 +184,10 @@ def test_two_monitors_wrap_the_bar_once() -> None:
     trainer = L.Trainer(
         accelerator="cpu", logger=False, enable_checkpointing=False, callbacks=[bar]
     )
-    assert show_phase_split(trainer)
+    assert show_phase_split(trainer, LiveLine)
     wrapped = vars(bar)["get_metrics"]
-    assert show_phase_split(trainer)
+    assert show_phase_split(trainer, LiveLine)
     assert vars(bar)["get_metrics"] is wrapped
     assert wrapped.original.__func__ is TQDMProgressBar.get_metrics
     no_bar = L.Trainer(accelerator="cpu", logger=False, enable_progress_bar=False)
-    assert not show_phase_split(no_bar)
+    assert not show_phase_split(no_bar, LiveLine)

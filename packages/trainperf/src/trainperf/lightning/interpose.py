@@ -1,5 +1,6 @@
 """The one place where the performance callbacks interpose on Lightning and torch beyond their
-public interfaces: worker-side DataLoader timing.
+public interfaces: worker-side DataLoader timing, and the live phase split in Lightning's own
+progress bars (:func:`show_phase_split`, at the end).
 
 Work done in DataLoader workers overlaps the training step, so no hook can see it; it is timed in
 the worker and carried back with the batch (``trainperf.probe.worker.InstrumentedLoader``). The
@@ -15,12 +16,14 @@ public action stream gives (no worker-side parts).
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import lightning as L
 import torch
 from lightning.fabric.utilities.data import _auto_add_worker_init_fn
+from lightning.pytorch.callbacks import ProgressBar, RichProgressBar, TQDMProgressBar
 from packaging.version import Version
 from torch.utils.data import DataLoader
 
@@ -120,3 +123,69 @@ class LoaderInterposer:
         strategy, self._strategy = self._strategy, None
         if strategy is not None and vars(strategy).get("process_dataloader") is self._wrapper:
             del strategy.process_dataloader
+
+
+# -- the live phase split in Lightning's own progress bars --------------------------------------
+#
+# A plain script that keeps Lightning's ``RichProgressBar`` (its default when ``rich`` is
+# installed) or ``TQDMProgressBar`` gets the live line through the documented override point of
+# every Lightning progress bar, ``ProgressBar.get_metrics(trainer, pl_module)``: at setup, a
+# performance monitor wraps that bound method *on the bar instance* so that its result carries
+# ``phases`` (a :class:`~trainperf.lightning.live_line.LiveLine`: worded by
+# :mod:`trainperf.present.live`, from the recorder's host clock, recomposed at most every
+# ``REFRESH_S``). The bar calls it exactly as often as before and Lightning reads exactly the
+# metrics it read before: the wrapper adds one clock read and a dict entry per call, no device
+# read. Only Lightning's own two classes are touched (the exact class: a subclass of the user's
+# own is left as it is), only in the tested Lightning range (outside it no line and no warning),
+# once per bar instance. Piped output: tqdm writes each refresh, so the line appears in every
+# update; Rich draws nothing live into a pipe and prints the bar's last state when the run ends,
+# with the line in it (for a line every ``interval_s`` in a log, use ``PlainProgressBar``).
+
+#: The bar classes whose ``get_metrics`` is wrapped (exactly these, not their subclasses).
+LIGHTNING_BARS: tuple[type[ProgressBar], ...] = (TQDMProgressBar, RichProgressBar)
+
+
+class BarLine(Protocol):
+    """What the wrapped ``get_metrics`` adds its line with (``LiveLine``)."""
+
+    def add_to(self, items: dict[str, Any], trainer: L.Trainer) -> None: ...
+
+
+def seam_ok(version: str | None = None) -> bool:
+    """Whether ``get_metrics`` may be wrapped: Lightning (``version``, default the installed one)
+    in :data:`TESTED_VERSIONS`, and ``ProgressBar.get_metrics`` taking ``(trainer, pl_module)``."""
+    if check_versions({"lightning": version or L.__version__}) is not None:
+        return False
+    params = list(inspect.signature(ProgressBar.get_metrics).parameters)
+    return params == ["self", "trainer", "pl_module"]
+
+
+class _WithPhases:
+    """``bar.get_metrics`` plus the live line; ``original`` is the bar's own bound
+    ``get_metrics``, called once per call."""
+
+    def __init__(
+        self, original: Callable[[L.Trainer, L.LightningModule], dict[str, Any]], line: BarLine
+    ) -> None:
+        self.original = original
+        self.line = line
+
+    def __call__(self, trainer: L.Trainer, pl_module: L.LightningModule) -> dict[str, Any]:
+        items = self.original(trainer, pl_module)
+        self.line.add_to(items, trainer)
+        return items
+
+
+def show_phase_split(trainer: L.Trainer, line: Callable[[], BarLine]) -> bool:
+    """Make ``trainer``'s progress bar show the live line (a new ``line()``) when it is
+    Lightning's own; whether the bar shows it now (``False``: no bar, a bar of another class, or
+    a Lightning outside the tested range)."""
+    bar = getattr(trainer, "progress_bar_callback", None)
+    if bar is None or type(bar) not in LIGHTNING_BARS:
+        return False
+    if isinstance(vars(bar).get("get_metrics"), _WithPhases):
+        return True  # another monitor of this trainer already did
+    if not seam_ok():
+        return False
+    bar.get_metrics = _WithPhases(bar.get_metrics, line())
+    return True

@@ -5,7 +5,7 @@ hooks, and the live phase split in Lightning's own progress bar.
 Both cost nothing per step. The scan runs at training epoch ends only (and at setup, teardown and
 the start of training); it installs no per-batch hook unless asked to count batch shapes. The
 progress bar's line is composed when the bar reads its metrics anyway
-(:mod:`trainperf.lightning.bar_phases`).
+(:func:`trainperf.lightning.interpose.show_phase_split`).
 
 One scan per trainer, however the scan was asked for: an :class:`EpochScanCallback` attached as a
 callback of its own runs and every monitor's nested scan steps aside; otherwise the first monitor
@@ -22,9 +22,10 @@ from typing import Any
 import lightning as L
 
 from trainperf.errors import ConfigError
-from trainperf.lightning.bar_phases import show_phase_split
 from trainperf.lightning.base import RecorderCallback
 from trainperf.lightning.epoch_scan import EpochScanCallback
+from trainperf.lightning.interpose import show_phase_split
+from trainperf.lightning.live_line import LiveLine
 
 #: Hooks forwarded to a nested scan whatever its settings (its own setup and teardown).
 _LIFECYCLE = ("setup", "teardown")
@@ -120,7 +121,7 @@ class MonitorDefaults(RecorderCallback):
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         super().setup(trainer, pl_module, stage)
         if self._enabled_run:
-            show_phase_split(trainer)
+            show_phase_split(trainer, LiveLine)
         self._scan_runs = self.epoch_scan is not None and scan_runner(trainer) is self
         self._run_scan("setup", trainer, pl_module, stage)
 

@@ -220,7 +220,7 @@ class PerformanceProfilerCallback(MonitorDefaults):
             (:mod:`trainperf.lightning.monitor_defaults`).
 
     With Lightning's own ``RichProgressBar`` or ``TQDMProgressBar`` on the trainer, the bar also
-    shows the live phase split (:mod:`trainperf.lightning.bar_phases`).
+    shows the live phase split (:func:`trainperf.lightning.interpose.show_phase_split`).
     """
 
     def __init__(

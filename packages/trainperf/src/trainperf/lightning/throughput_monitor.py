@@ -163,7 +163,7 @@ class ThroughputMonitorCallback(MonitorDefaults):
             performance profiler with its default scan, the profiler's runs, as the first).
 
     With Lightning's own ``RichProgressBar`` or ``TQDMProgressBar`` on the trainer, the bar also
-    shows the live phase split (:mod:`trainperf.lightning.bar_phases`).
+    shows the live phase split (:func:`trainperf.lightning.interpose.show_phase_split`).
     """
 
     def __init__(
