@@ -25,10 +25,10 @@ is loaded on first use):
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from trainperf.core.clock import perf_phase
+from trainperf.core.lazy import lazy_getattr
 
 _LAZY = {
     "report_part": "trainperf.probe.worker",
@@ -69,10 +69,4 @@ if TYPE_CHECKING:
     from trainperf.probe.worker import report_count, report_part
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'trainperf' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_getattr(__name__, _LAZY)

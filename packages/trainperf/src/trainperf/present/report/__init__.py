@@ -13,8 +13,9 @@ summary. Building and rendering read no file. No Lightning; every input file is 
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from trainperf.core.lazy import lazy_getattr
 
 # Lazy (PEP 562): `trainperf --help` imports trainperf.cli.report_command, which must not pay for
 # matplotlib and numpy.
@@ -44,10 +45,4 @@ if TYPE_CHECKING:
     from trainperf.present.report.writers import print_summary, to_html, to_markdown, write_html
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'trainperf.present.report' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_getattr(__name__, _EXPORTS)
