@@ -65,6 +65,9 @@ def test_allocate_gives_changes_in_order_the_pairs_a_verdict_needs_then_the_rest
     assert allocate([3, 1, 0], [20.0] * 3, [True] * 3, 30.0, 5, 3) == [3, 2, 0]
     # a change that takes no more pairs (stopped, failed) keeps what it has; its share goes on
     assert allocate([3, 0], [20.0, 20.0], [False, True], 60.0, 5, 3) == [3, 3]
+    # ... but a change that cannot get 3 pairs after one decided early is left out, not
+    # measured too little to tell
+    assert allocate([3, 0], [20.0, 20.0], [False, True], 40.0, 5, 3) == [3, 0]
     # fewer pairs asked than a verdict needs: that many
     assert allocate([0, 0], [10.0, 10.0], [True, True], 1e9, 2, 3) == [2, 2]
 
@@ -111,15 +114,15 @@ def test_changes_that_cannot_win_stop_early_and_hand_their_pairs_on(
         assert r.pairs == 3
         assert r.status == "no significant change"
         assert "stopped early after 3 of 4 planned pairs" in r.note
-        assert "cannot be recommended" in r.note
+        assert r.note.endswith("decides it: no significant change")
     assert workers.pairs == 5
     assert workers.status == "recommended"
     assert clock.now <= 220
     assert len(calls) == 2 * (3 + 3 + 5)
     assert session.budget_note == (
         "3 of 3 change(s) measured, 11 pairs in 3 min 40 s of the 3 min 40 s budget; stopped "
-        "early (cannot be recommended): trainer.log_every_n_steps=51 after 3 pairs, "
-        "trainer.log_every_n_steps=52 after 3 pairs"
+        "early, decided: trainer.log_every_n_steps=51 after 3 pairs (no significant change), "
+        "trainer.log_every_n_steps=52 after 3 pairs (no significant change)"
     )
 
 

@@ -274,8 +274,9 @@ def test_plan_follows_the_measured_pair_cost(
     events: list[session_mod.TrialEvent] = []
     plans: list[BudgetPlan] = []
     # after the first trial (10 s): 80 s hold four more pairs of 20 s; the first change takes
-    # the 3 a verdict needs and the two left (5 asked), the others would get fewer than 3
-    TrySession(
+    # the 3 a verdict needs and the two left (5 asked), the others would get fewer than 3; it is
+    # decided after 3 (twice as fast, steadily), and the 40 s left cannot give another change 3
+    records = TrySession(
         _command(tmp_path),
         [WORKERS, PREFETCH, NOOP],
         TryOptions(100, 5),
@@ -284,15 +285,21 @@ def test_plan_follows_the_measured_pair_cost(
         clock=clock,
         on_plan=plans.append,
     ).run()
-    assert len(calls) == 10
+    assert len(calls) == 6
     assert events[0].planned == 30  # before anything was measured: 5 pairs each
-    assert [e.planned for e in events[1:]] == [10] * 9
-    assert events[-1].done == 10
-    (plan,) = plans
+    assert [e.planned for e in events[1:]] == [10] * 5
+    assert events[-1].done == 6
+    plan, revised = plans
     assert plan.pairs == (("data.num_workers=4", 5),)
     assert plan.left_out == ("data.prefetch_factor=4", "trainer.log_every_n_steps=51")
     assert plan.trial_s == 10.0
     assert plan.capacity == 5  # the pair under way and four more
+    assert (revised.pairs, revised.stopped) == ((), ("data.num_workers=4",))
+    assert [(r.status, r.pairs) for r in records] == [
+        ("recommended", 3),
+        ("untried", 0),
+        ("untried", 0),
+    ]
 
 
 def test_progress_never_counts_past_its_plan(
