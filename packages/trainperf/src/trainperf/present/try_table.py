@@ -54,7 +54,8 @@ def format_trial(event: TrialEvent) -> str:
     else:  # a knob the run cannot take is not a failure of the trial
         refused = event.error is not None and event.error.startswith("not applicable")
         speed = "-" if refused else "failed"
-    line = f"trial {event.done}/{event.planned}  {event.label} (pair {event.pair})  {speed}"
+    pair = f" (pair {event.pair})" if event.pair else ""  # pair 0: the warm-up
+    line = f"trial {event.done}/{event.planned}  {event.label}{pair}  {speed}"
     line += f"  {event.seconds:.1f} s"
     return line + (f"  {event.error}" if event.error else "")
 

@@ -105,7 +105,20 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "the command is timed: changes in order get the 3 pairs a verdict needs while it holds "
         "them, the rest are left out and named",
     )
-    p.add_argument("--pairs", type=_positive, default=5, help="pairs per candidate at most (5)")
+    p.add_argument(
+        "--pairs",
+        type=_positive,
+        default=8,
+        help="pairs per candidate at most (8); a change is decided after 3, 5 or 8 pairs, as "
+        "soon as its interval allows, and its pairs go to the others",
+    )
+    p.add_argument(
+        "--no-warm-up",
+        dest="warm_up",
+        action="store_false",
+        help="skip the uncounted first run of the unchanged command (it keeps the first run's "
+        "cold caches out of the pairs)",
+    )
     p.add_argument(
         "--warmup", type=_non_negative, default=5, help="training batches skipped per trial (5)"
     )
@@ -239,7 +252,7 @@ def run(args: argparse.Namespace) -> int:
             f"{run_dir}: nothing to try: the run's findings propose no change; name one with "
             "--candidate KEY=VALUE"
         )
-    options = TryOptions(args.budget, args.pairs, args.warmup, args.batches)
+    options = TryOptions(args.budget, args.pairs, args.warmup, args.batches, args.warm_up)
     checkpoint = _checkpoint(run_dir)
     if args.checkpoint is not None:
         if not args.checkpoint.is_file():

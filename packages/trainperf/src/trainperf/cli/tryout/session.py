@@ -3,16 +3,18 @@ command, within a time budget; then the recommended changes together. Its record
 ``<run>/perf/try.jsonl`` (one :class:`~trainperf.records.kinds.TryRecord` per candidate, and one for
 the winners together); sessions append, readers show the latest.
 
-The budget is planned (:mod:`trainperf.analysis.try_plan`) once the first trial has run and the cost
-of one is known: changes in order get the :data:`MIN_PAIRS` pairs a verdict needs while the budget
-holds them, what is left goes one pair at a time up to ``--pairs``, and a change the budget
-cannot measure is left out and named (the plan is said at the start, through ``on_plan``). Rounds
-go over the planned changes (round 1: a pair for each, round 2: another pair for each, ...);
-after each round a change at one of its :func:`~trainperf.analysis.tryouts.looks` (3, 5, 8, ...
-pairs) that is decided (recommended, a regression, no significant change) or whose interval
-lies below :data:`RECOMMEND_ABOVE` (it cannot be recommended) stops early, and the budget is
-planned again from the measured pair costs: its pairs go to the changes still undecided, or the
-session ends sooner.
+The session starts with one run of the unchanged command that is not counted (the warm-up: the
+first run meets cold caches and would bias its pair). The budget is planned
+(:mod:`trainperf.analysis.try_plan`) once the first trial has run and the cost of one is known:
+changes in order get the :data:`MIN_PAIRS` pairs a verdict needs while the budget holds them,
+what is left goes one pair at a time up to ``--pairs``, and a change the budget cannot measure
+is left out and named (the plan is said at the start, through ``on_plan``). Rounds go over the
+planned changes (round 1: a pair for each, round 2: another pair for each, ...); after each
+round a change at one of its :func:`~trainperf.analysis.tryouts.looks` (3, 5, 8, ... pairs) that
+is decided (recommended, a regression, no significant change) or whose interval lies below
+:data:`RECOMMEND_ABOVE` (it cannot be recommended) stops early, and the budget is planned again
+from the measured pair costs: its pairs go to the changes still undecided, or the session ends
+sooner.
 
 Within a pair the order alternates (A B, then B A, ...; A the unchanged command) so a steady
 drift of the machine cancels; a runtime knob's pairs start with B, since a knob the run cannot
@@ -70,17 +72,23 @@ __all__ = [
 _TRIAL_TIMEOUT_FACTOR = 4.0
 # How a failure of the unchanged command (A) starts its note.
 _BASE_FAILED = "the unchanged command"
+#: The progress label of the warm-up run (:meth:`TrySession._warm_up`).
+WARM_UP = "unchanged (warm-up, not counted)"
 
 
 @dataclass(frozen=True)
 class TryOptions:
-    """The session's wall-clock budget (seconds), pairs per candidate at most, and per trial
-    the training batches skipped (``warmup``) and then measured (``batches``)."""
+    """The session's wall-clock budget (seconds), pairs per candidate at most, per trial the
+    training batches skipped (``warmup``) and then measured (``batches``), and whether the
+    session warms up (``warm_up``, below)."""
 
     budget_s: float
     pairs: int
     warmup: int = 5
     batches: int = 20
+    #: one unchanged run of each kind (training, evaluation) before the first pair, not counted:
+    #: the session's first run meets cold caches (files, compiled code) and would bias its pair
+    warm_up: bool = True
 
 
 @dataclass
@@ -237,7 +245,11 @@ class TrySession:
 
     # -- running ---------------------------------------------------------------------------
 
-    def _trial(self, arm: _Arm, changes: tuple[str, ...], label: str) -> TrialResult:
+    def _trial(
+        self, arm: _Arm, changes: tuple[str, ...], label: str, pair: int | None = None
+    ) -> TrialResult:
+        """Run one trial of ``arm`` with ``changes``; ``pair`` for progress (its next pair's
+        number when ``None``, 0 for the warm-up)."""
         self._count += 1
         folder = self.work_dir / f"{self._count:03d}-{'B' if changes else 'A'}"
         remaining = max(self._deadline - self.clock(), 1.0)
@@ -273,8 +285,9 @@ class TrySession:
         if self.on_trial is not None:
             refused = result.not_applicable
             why = result.error if refused is None else f"not applicable: {refused}"
+            number = arm.pairs + 1 if pair is None else pair
             event = TrialEvent(
-                label, arm.pairs + 1, result.seconds, result.speed, why, self._done, self._planned
+                label, number, result.seconds, result.speed, why, self._done, self._planned
             )
             self.on_trial(event)
         return result
@@ -339,6 +352,24 @@ class TrySession:
             self._stop_decided(arms)
             if self.plan is not None:
                 self._plan()
+
+    def _warm_up(self, arms: list[_Arm]) -> None:
+        """One run of the unchanged command for each kind of the arms, before the first pair and
+        not counted (:data:`WARM_UP`): the session's first run is the slow one (cold page cache,
+        first compile), and in a pair it would make the unchanged side (or, for a knob, the
+        changed side) look slow. The budget is planned once it has run. When it fails, the arms
+        of its kind fail with its reason (every pair would fail the same way)."""
+        self._arms = arms
+        for kind in dict.fromkeys(a.kind for a in arms):
+            arm = next(a for a in arms if a.kind == kind)
+            self._planned += 1
+            result = self._trial(arm, (), WARM_UP, pair=0)
+            if result.error is not None or result.speed is None:
+                for other in arms:
+                    if other.open and other.kind == kind:
+                        other.failed = f"{_BASE_FAILED}: {result.error}"
+        if self._trial_cost:
+            self._plan()
 
     def _stop_decided(self, arms: list[_Arm]) -> None:
         """Stop each arm, short of its plan, at one of its looks, that is decided (recommended,
@@ -539,6 +570,8 @@ class TrySession:
             arms.append(_Arm(c, (change,), kind, _keep_for((change,))))
             slots.append(arms[-1])
         self._planned = 2 * len(arms) * self.options.pairs
+        if self.options.warm_up:
+            self._warm_up(arms)
         self._measure(arms)
         self.budget_note = self._budget_note(arms)
         measured = {id(a): self._record(a) for a in arms}
