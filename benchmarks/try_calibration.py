@@ -20,7 +20,11 @@ seeds give the same trials). Printed per scenario and rule: the share of session
 outcome, the false-decision rate (``recommended`` or ``regression`` when nothing changed) with its
 95 % Clopper-Pearson upper bound, and the mean number of pairs. Prints figures only.
 
-    python benchmarks/try_calibration.py [--sessions 1000] [--pairs 8] [--old-pairs 5]
+With ``--real N`` it also runs the real A/A N times (``tests/try_real.py``: a tiny plain
+Lightning script on the CPU, ``trainperf try`` with a knob set to the value the script has; a
+trial is a few seconds) and prints each session's outcome and the counts.
+
+    python benchmarks/try_calibration.py [--sessions 1000] [--pairs 8] [--old-pairs 5] [--real N]
 """
 
 from __future__ import annotations
@@ -123,11 +127,36 @@ def _line(name: str, rule: str, found: list[tuple[str, int]], null: bool) -> str
     return f"{name:<16}{rule:<5}{shares}  {pairs:5.1f}{tail}"
 
 
+def real_aa(sessions: int) -> None:
+    """The real A/A, ``sessions`` times on one recorded run of the tiny script."""
+    import contextlib
+    import io
+
+    from tests.try_real import aa_session, record_run
+
+    counts: Counter[str] = Counter()
+    with tempfile.TemporaryDirectory() as tmp:
+        run = record_run(Path(tmp))
+        for i in range(sessions):
+            with contextlib.redirect_stdout(io.StringIO()):
+                record = aa_session(run)
+            counts[record.status] += 1
+            print(
+                f"real A/A {i + 1}/{sessions}: {record.status} {record.median:.3f} "
+                f"[{record.low:.3f}, {record.high:.3f}] ratios "
+                + " ".join(f"{r:.3f}" for r in record.ratios),
+                flush=True,
+            )
+    decided = counts["recommended"] + counts["regression"]
+    print(f"real A/A: {dict(counts)}; recommended or regression in {decided} of {sessions}")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--sessions", type=int, default=1000)
     p.add_argument("--pairs", type=int, default=8, help="the new rule's most pairs (8)")
     p.add_argument("--old-pairs", type=int, default=5, help="the old rule's pairs (5)")
+    p.add_argument("--real", type=int, default=0, help="real A/A sessions on a tiny script (0)")
     args = p.parse_args(argv)
     noise = Noise()
     started = time.monotonic()
@@ -168,6 +197,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(_line("A/A x3, 4 min", "new", several, True))
         share = decided_share([w for w, _ in several])
         print(f"  (per change; {100 * share:.1f} % of the changes decided wrongly)")
+    if args.real:
+        real_aa(args.real)
     print(f"took {time.monotonic() - started:.0f} s")
     return 0
 

@@ -93,7 +93,9 @@ def labels(r: TryRecord) -> str:
 
 
 def results_table(records: Sequence[TryRecord], dropped: frozenset[str] = frozenset()) -> Table:
-    table = Table(title="Measured changes (speed-up = changed / unchanged, 95 % interval)")
+    table = Table(
+        title="Measured changes (speed-up = changed / unchanged, 95 % interval over its looks)"
+    )
     table.add_column("change", overflow="fold", min_width=16)
     table.add_column("speed-up", no_wrap=True)
     table.add_column("pairs", justify="right", no_wrap=True)

@@ -81,8 +81,10 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         description=(
             "Re-run RUN_DIR's own command with each candidate change (the run's findings' "
             "candidates and --candidate overrides) in short training windows, interleaved with "
-            "the unchanged command, and report each change's speed-up (median of paired ratios) "
-            "with a 95 % bootstrap interval: 'recommended' when its low end is above 1.03."
+            "the unchanged command (after one uncounted warm-up run), and report each change's "
+            "speed-up (geometric mean of paired ratios) with a t interval, 95 % over the looks "
+            "that may decide it (3, 5, 8 pairs): 'recommended' when its low end is above 1.03, "
+            "'regression' when its high end is below 1/1.03."
         ),
         epilog=_epilog(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
