@@ -27,12 +27,10 @@ class Seam:
 
     Args:
         name: the attribute or signature, as a warning names it.
-        use: what the instrumentation does with it.
         check: ``None`` when it is there as relied on, else what was found instead.
     """
 
     name: str
-    use: str
     check: Callable[[], str | None]
 
 
@@ -116,34 +114,20 @@ def _fetcher() -> str | None:
 
 #: What worker timing relies on, in the order it is checked.
 SEAMS: tuple[Seam, ...] = (
+    # the timing iterator subclasses it, so Lightning still recognises a DataLoader iterator
+    Seam("torch.utils.data.dataloader._BaseDataLoaderIter (__next__, _reset)", _base_iterator),
+    # persistent workers' cached iterator, dropped so workers restart with the timed collate
+    Seam("torch.utils.data.DataLoader._iterator", _cached_iterator),
+    # the timed collate and worker init are set on the user's loader: its next iterator uses them
+    Seam("DataLoader.collate_fn / worker_init_fn set after construction", _late_collate),
+    # each worker runs the loader's worker_init_fn (timing on, dataset class swapped) and collates
+    # with its collate_fn
     Seam(
-        "torch.utils.data.dataloader._BaseDataLoaderIter (__next__, _reset)",
-        "the timing iterator subclasses it, so Lightning still recognises a DataLoader iterator",
-        _base_iterator,
+        "torch.utils.data._utils.worker._worker_loop(collate_fn, init_fn, worker_id)", _worker_loop
     ),
-    Seam(
-        "torch.utils.data.DataLoader._iterator",
-        "persistent workers' cached iterator, dropped so workers restart with the timed collate",
-        _cached_iterator,
-    ),
-    Seam(
-        "DataLoader.collate_fn / worker_init_fn set after construction",
-        "the timed collate and worker init are set on the user's loader; its next iterator "
-        "must use them",
-        _late_collate,
-    ),
-    Seam(
-        "torch.utils.data._utils.worker._worker_loop(collate_fn, init_fn, worker_id)",
-        "each worker runs the loader's worker_init_fn (timing on, dataset class swapped) and "
-        "collates with its collate_fn",
-        _worker_loop,
-    ),
-    Seam(
-        "torch.utils.data._utils.fetch._MapDatasetFetcher(dataset, collate_fn).fetch",
-        "the fetcher indexes the dataset object the worker holds (get_worker_info().dataset), "
-        "whose class is swapped to time __getitem__ / __getitems__",
-        _fetcher,
-    ),
+    # the fetcher indexes the dataset object the worker holds (get_worker_info().dataset), whose
+    # class is swapped to time __getitem__ / __getitems__
+    Seam("torch.utils.data._utils.fetch._MapDatasetFetcher(dataset, collate_fn).fetch", _fetcher),
 )
 
 _FOUND: tuple[str, ...] | None = None
