@@ -197,7 +197,7 @@ def test_000_import_test_command_as_written() -> None:
 
 # -- 003: ProfilerCallback with flat arguments, its YAML, analyze_trace ---------------------------
 
-SEED_SETTINGS = {  # 003's profiler.yaml values
+SEED_SETTINGS: dict[str, Any] = {  # 003's profiler.yaml values
     "enabled": False,
     "profile_epochs": [1, 5, 10],
     "profile_steps": 100,
