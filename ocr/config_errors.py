@@ -98,11 +98,16 @@ def moved_to(key: str, valid: list[str]) -> str:
     ``callbacks.profiler.trace.warmup`` -> ``callbacks.profiler.schedule.warmup``), naming the
     grouped setting too when ``X`` is one of the original project's flat profiler arguments
     (``callbacks.profiler.schedule.profile_steps`` -> ``callbacks.profiler.profile_steps``, i.e.
-    ``callbacks.profiler.schedule.active``); empty when there is no such key. A spelling
-    distance would rather suggest a different setting with a similar name."""
+    ``callbacks.profiler.schedule.active``); empty when there is no such key, when the key's
+    parent is not a node of the config (a misspelling on the way) or when more than two keys
+    share the name. A spelling distance would rather suggest a different setting with a
+    similar name."""
     from trainperf.lightning.profiler_settings import FLAT_SETTINGS
 
     parts = key.split(".")
+    parent = ".".join(parts[:-1])
+    if parent and parent not in valid:
+        return ""  # a misspelt node on the way (rules.hangg.enabled): not a move
     entry = min(len(parts) - 1, 2)  # the entry (``callbacks.profiler``, ``model``) must match
     depth = len(parts)
     found = []
@@ -112,8 +117,8 @@ def moved_to(key: str, valid: list[str]) -> str:
             continue
         if abs(len(names) - depth) <= 1:
             found.append(other)
-    if not found:
-        return ""
+    if not found or len(found) > 2:
+        return ""  # none, or a name many settings share (enabled): not one place it moved to
     twins = {s.flat: s.grouped for s in FLAT_SETTINGS}
     shown = []
     for other in sorted(found, key=len):
