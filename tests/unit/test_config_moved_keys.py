@@ -43,7 +43,7 @@ VALID = [
         (
             "callbacks.profiler.profile_memory",
             "; it moved to callbacks.profiler.trace.profile_memory",
-        ),  # noqa: E501
+        ),
         ("model.lr", "; it moved to model.optimizer.lr"),
         ("max_epochs", "; it moved to trainer.max_epochs"),
         ("callbacks.resource_monitor.rules.hangg.enabled", ""),  # a misspelt node, not a move
