@@ -63,6 +63,26 @@ def test_a_plain_scripts_argument_naming_the_run_folder_names_the_trials(
     assert cmd.argv(Path("runs/a"))[2:] == list(args)
 
 
+def test_a_hydra_override_naming_the_run_folder_names_the_trials(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    cmd = RecordedCommand(
+        run_dir=run,
+        executable="/venv/bin/python",
+        launcher=("-m", "app.train"),
+        flags=(),
+        overrides=(f"hydra.run.dir={run}", f"trainer.default_root_dir={run}", f"ckpt={run}/a.ckpt"),
+        cwd=tmp_path,
+        hydra=True,
+    )
+    trial = tmp_path / "work" / "002-B"
+    assert cmd.argv(trial, ("data.num_workers=2",))[3:] == [
+        f"trainer.default_root_dir={trial}",
+        f"ckpt={run}/a.ckpt",  # an input inside the run folder
+        f"hydra.run.dir={trial}",
+        "data.num_workers=2",
+    ]
+
+
 def test_the_trial_environment_makes_its_folder_lightnings_default_root(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -74,10 +74,11 @@ class RecordedCommand:
         """The command line of a trial writing into ``output_dir`` with ``changes`` (Hydra
         overrides; an earlier override of the same key is replaced). ``drop_keys``: overrides
         of these keys (or their sub-keys) are left out. ``launcher``: another entry point of the
-        same app (its evaluation). A plain script: its own command line with each argument
-        that names the run folder (``RUN``, ``--out=RUN``, ``out=RUN``; relative to the run's
-        working folder) naming ``output_dir`` instead (:meth:`redirected`); ``changes`` and
-        ``launcher`` are refused: it has no overrides."""
+        same app (its evaluation). Each argument that names the run folder (``RUN``,
+        ``--out=RUN``, ``key=RUN``; relative to the run's working folder) names ``output_dir``
+        instead (:meth:`redirected`): a trial never writes into the run it measures. A plain
+        script: its own command line so redirected; ``changes`` and ``launcher`` are refused:
+        it has no overrides."""
         if not self.hydra:
             if changes or launcher is not None:
                 raise TryInputError(
@@ -93,7 +94,7 @@ class RecordedCommand:
                 return False
             return not any(key == k or key.startswith(k + ".") for k in dropped)
 
-        kept = [o for o in self.overrides if keeps(o)]
+        kept = [o for o in self.redirected(output_dir) if keeps(o)]
         return [
             self.executable,
             *(self.launcher if launcher is None else launcher),
@@ -104,10 +105,11 @@ class RecordedCommand:
         ]
 
     def redirected(self, output_dir: Path) -> list[str]:
-        """A plain script's arguments with those naming the run folder naming ``output_dir``:
-        a whole argument (``runs/plain``) or the value of ``--opt=`` / ``key=``, when it
-        resolves (from the run's working folder) to the run folder itself. Paths inside the
-        run folder are left alone (a checkpoint to resume from is an input)."""
+        """The run's arguments (a plain script's, a Hydra app's overrides) with those naming
+        the run folder naming ``output_dir``: a whole argument (``runs/plain``) or the value of
+        ``--opt=`` / ``key=`` (``trainer.default_root_dir=...``), when it resolves (from the
+        run's working folder) to the run folder itself. Paths inside the run folder are left
+        alone (a checkpoint to resume from is an input)."""
         run = self.run_dir.resolve()
         if output_dir.resolve() == run:
             return list(self.overrides)
