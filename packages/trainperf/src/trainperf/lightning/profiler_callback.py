@@ -42,6 +42,7 @@ from trainperf.lightning.profiler_settings import (
 )
 from trainperf.lightning.profiler_summary import seed_analysis, summarise_window
 from trainperf.lightning.profiler_window import Window
+from trainperf.lightning.trial_fit import output_path, perf_root
 from trainperf.probe.sync_debug import SyncDetector
 from trainperf.records.files import RecordWriter
 from trainperf.records.kinds import ProfilerWindow
@@ -225,9 +226,9 @@ class ProfilerCallback(BatchEndHooks):
             return
         self._warn_never_profiled(trainer, stage)
         try:
-            run_dir = Path(trainer.default_root_dir)
+            run_dir = perf_root(trainer)  # a `trainperf try` trial: the trial's own folder
             self._run_dir = run_dir
-            self._dir = run_dir / self.trace.output_dir  # an absolute output_dir stays as it is
+            self._dir = output_path(trainer, Path(self.trace.output_dir))
             self._world_size = trainer.world_size
             self._is_zero = trainer.is_global_zero
             self._rank_suffix = f"_rank{trainer.global_rank}" if trainer.world_size > 1 else ""

@@ -131,8 +131,9 @@ class TraceOptions:
             CUDA (:mod:`trainperf.probe.sync_debug`) in a ``host_sync_lines`` finding (each sync
             then costs a warning and a stack walk, which the window's timings include). A
             CPU-only run says once that syncs do not apply. Default False.
-        output_dir: trace directory; a relative path is under ``trainer.default_root_dir``;
-            default ``profiler_traces``.
+        output_dir: trace directory; a relative path is under ``trainer.default_root_dir``
+            (in a ``trainperf try`` trial, this one and an absolute one by its last name are
+            under the trial's folder); default ``profiler_traces``.
         export_chrome_trace: keep the Chrome trace ``epoch_{N}.json[.gz]``; ``False`` still
             writes it for the analysis, then deletes it. Default True.
         gzip: write ``.json.gz`` traces; default False.
