@@ -110,7 +110,10 @@ THRESHOLDS: dict[str, Threshold] = {
         why=_LIVE_WINDOW,
     ),
     "input_critical_pct": Threshold(
-        30.0, "%", "data wait share from which input-bound is critical"
+        20.0,
+        "%",
+        "data wait share from which input-bound is critical (the verdict's "
+        "severity_critical_pct: a trace and a one-stage run's verdict agree)",
     ),
     "input_clear_pct": Threshold(
         None, "%", "data wait share below which the starvation alert resolves", live=15.0
@@ -435,13 +438,17 @@ def is_risk(f: Finding) -> bool:
 
 
 def ranked_size(f: Finding) -> float:
-    """The figure the verdict ranks ``f`` by, % of the run: a risk's score, a measured gain or a
-    bound (``recoverable_pct``); a cause of unknown headroom ranks as if it could recover the
-    deadband (``severity_deadband_pct``): after every figure above it, before the smaller ones."""
+    """The figure the verdict ranks ``f`` by, % of the run: a critical risk the whole run
+    (``risk_critical_score``: a run that dies loses all of it, however small its symptom), another
+    risk its score, a measured gain or a bound its ``recoverable_pct``; a cause of unknown
+    headroom ranks as if it could recover the deadband (``severity_deadband_pct``): after every
+    figure above it, before the smaller ones."""
+    if is_risk(f):
+        if f.severity == "critical":
+            return threshold("risk_critical_score")
+        return f.recoverable_pct if f.recoverable_pct is not None else f.score
     if f.recoverable_from == "unknown" or f.recoverable_pct is None:
         return threshold("severity_deadband_pct") if f.recoverable_from == "unknown" else 0.0
-    if is_risk(f):
-        return f.recoverable_pct or f.score
     return max(f.recoverable_pct, 0.0)
 
 
