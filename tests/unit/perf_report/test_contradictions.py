@@ -7,6 +7,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+from trainperf.core.stage import Stage
 from trainperf.present.report import build_report, to_markdown
 from trainperf.records.files import RecordWriter
 from trainperf.records.kinds import ProfilerWindow, TryRecord
@@ -41,7 +42,7 @@ def _window(run: Path) -> None:
     writer = RecordWriter(ProfilerWindow.path(run))
     writer.write(
         ProfilerWindow(
-            stage="train",
+            stage=Stage.TRAIN,
             epoch=1,
             trigger="epochs",
             reason="epoch 1 in schedule.epochs",
