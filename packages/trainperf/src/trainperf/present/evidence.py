@@ -70,7 +70,7 @@ def _figure(key: object, value: Any) -> str:
         name = str(key)
         for end, unit in _UNITS:
             if name == end[1:]:  # the key is the unit: "ms_per_step 8.95" -> "8.95 ms/step"
-                return f"{number(float(value))} {unit.lstrip('/')}"
+                return f"{number(float(value))}{'' if unit.startswith('/') else ' '}{unit}"
             if name.endswith(end):
                 gap = "" if unit.startswith("/") else " "
                 return f"{_name(name[: -len(end)])} {number(float(value))}{gap}{unit}"
