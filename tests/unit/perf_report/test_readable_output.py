@@ -87,7 +87,11 @@ def test_the_batch_time_histogram_keeps_its_body_and_counts_the_outliers_apart(
 ) -> None:
     run = load_run(h200_train_run)
     train = sorted(
-        1000.0 * t for e in run.epochs if e.stage == "train" for t in e.batch_times_s or []
+        1000.0 * t
+        for e in run.epochs
+        if e.stage == "train"
+        for t in e.batch_times_s or []
+        if t is not None
     )
     edge = clip_edge(train)
     assert edge is not None
