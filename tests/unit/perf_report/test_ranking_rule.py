@@ -178,3 +178,32 @@ def test_a_risk_keeps_its_rules_severity_whatever_its_size() -> None:
         recoverable_from="risk",
     )  # fmt: skip
     assert severity_for(watch) == "warning"
+
+
+def test_the_verdict_sentence_stays_within_40_words_whatever_the_finding_says(
+    tmp_path: Path,
+) -> None:
+    title = "slow thing: " + " ".join(f"word{i}" for i in range(60)) + "; detail (x)"
+    change = " ".join(f"step{i}" for i in range(30))  # no colon to cut at
+    long = Finding(
+        "slow_metric",
+        "info",
+        30.0,
+        title,
+        {},
+        {},
+        "s",
+        candidates=[Candidate("test", change)],
+        recoverable_pct=30.0,
+        recoverable_from="bound",
+    )
+    run = _run(tmp_path, [])
+    run.try_note = "perf/try.jsonl could not be read: line 1: not JSON"
+    contended = Finding("cpu_contention", "info", 80.0, "CPU contention: busy", {}, {}, "s")
+    findings = assess([long, contended], run, {}, 1.0)
+    sentence = headline(Report(run=run, name=run_name(run), stages={}, findings=findings))
+    assert len(sentence.split()) <= 40, sentence
+    assert sentence.startswith("slow thing: word0 word1")  # cut short, never the change
+    assert "step0" in sentence
+    assert "it could recover up to 30 % of the run (a bound)" in sentence
+    assert "the try record could not be read" in sentence

@@ -81,6 +81,9 @@ def _first_change(f: Finding) -> str | None:
     text = c.description
     if len(text.split()) > _CHANGE_WORDS and ": " in text:
         text = text.split(": ")[0]
+    words = text.split()
+    if len(words) > _CHANGE_MAX_WORDS:  # no colon to cut at: the sentence keeps its limit
+        text = " ".join(words[:_CHANGE_MAX_WORDS]) + "..."
     return text
 
 
@@ -104,8 +107,12 @@ HEADLINE_WORDS = 40
 #: the sentence has room).
 _CAUSE_WORDS = 24
 
-#: A change described in more words is named up to its first colon.
+#: A change described in more words is named up to its first colon ...
 _CHANGE_WORDS = 8
+
+#: ... and in at most this many words (with the cause's 4 and the other clauses' at most 22, the
+#: sentence stays within :data:`HEADLINE_WORDS`).
+_CHANGE_MAX_WORDS = 12
 
 
 def _words(text: str) -> int:
@@ -123,7 +130,7 @@ def short_title(title: str, limit: int = _CAUSE_WORDS) -> str:
         text = shorter
     text = text.split("; ")[0].strip().rstrip(":,")
     words = text.split()
-    return " ".join(words[:limit]) + (" ..." if len(words) > limit else "")
+    return " ".join(words[:limit]) + ("..." if len(words) > limit else "")
 
 
 def measured_clause(report: Report) -> str | None:
