@@ -22,7 +22,7 @@ from trainperf.analysis.creep import growth_findings_of
 from trainperf.analysis.gpu_wait import gpu_waits
 from trainperf.analysis.recompile_rules import recompile_findings_of
 from trainperf.analysis.run import RunData
-from trainperf.analysis.stages import StageSummary
+from trainperf.analysis.stages import StageSummary, split_warmup
 from trainperf.analysis.verdict import gpu_rules, sources
 from trainperf.analysis.verdict import stage_rules as rules
 from trainperf.analysis.verdict.context import Settings, score, world_size
@@ -101,7 +101,7 @@ def _gpu_findings(
     idle_run = (
         share_of_run(100.0 - busy.pct, score(train.wall_s, total_s)) if busy is not None else None
     )
-    wait = gpu_waits(run.epochs).get(Stage.TRAIN)
+    wait = gpu_waits(split_warmup(run.epochs, run.recompiles)[0]).get(Stage.TRAIN)
     if wait is not None:
         out += gpu_rules.wait_findings(train, wait, run, adv, total_s, idle_run)
         if (loop := gpu_rules.optimizer_loop(train, wait, run, adv, total_s, idle_run)) is not None:

@@ -12,7 +12,7 @@ from typing import Any
 from trainperf.analysis.advice import candidates_for, find_cache_key, workers_wait
 from trainperf.analysis.mfu import stage_flops_per_sample, stage_utilisation
 from trainperf.analysis.run import RunData
-from trainperf.analysis.stages import StageSummary
+from trainperf.analysis.stages import StageSummary, split_warmup
 from trainperf.analysis.verdict.context import (
     Settings,
     rounded,
@@ -443,7 +443,8 @@ def _compute_mfu(
     """(MFU % of the compute phases, MFU % of the whole stage, achieved FLOP/s while computing,
     measured peak FLOP/s of all ranks) of a stage, or ``None`` when no FLOPs were recorded."""
     per_sample = stage_flops_per_sample(run.run_info, s.stage)
-    whole = stage_utilisation(run.run_info, run.epochs, s.stage)
+    steady = split_warmup(run.epochs, run.recompiles)[0]  # the epochs the summary sums
+    whole = stage_utilisation(run.run_info, steady, s.stage)
     if per_sample is None or whole is None or whole.mfu is None or compute_s <= 0:
         return None
     peak = whole.flops_per_sec / whole.mfu / world_size(run)  # one rank's measured peak

@@ -50,7 +50,8 @@ def run_section(report: Report) -> Section:
         f"Device: {report.run.device.upper()}. Recorded wall time: {total:,.2f} s over "
         + (
             ", ".join(
-                f"{s.epochs} {s.label} epoch(s) ({s.wall_s:,.2f} s)" for s in report.stages.values()
+                f"{s.epochs} {s.label} epoch(s) ({s.wall_s:,.2f} s: {s.epochs_words()})"
+                for s in report.stages.values()
             )
             or "no epochs"
         )
