@@ -113,3 +113,20 @@ def test_channels_last_only_for_a_convolutional_model(tmp_path: Path) -> None:
     bert_trace = make_op_trace(conv=False, gpu=False, ops_per_step=50)
     traced = _by_id(_run(tmp_path / "traced", per_sample=1e8, trace=bert_trace))
     assert "channels_last" not in {c.family for c in traced["compute_bound"].candidates}
+
+
+def test_too_much_math_for_per_op_costs_is_slow_kernels(tmp_path: Path) -> None:
+    # 40 MFLOPs per sample: 1.6 ms of math per batch of 4 at the 100 GFLOP/s peak, 40 ms
+    # measured (4 % of the peak): too much math for per-op costs to explain
+    found = _by_id(_run(tmp_path, per_sample=4e7))
+    assert "compute_bound" not in found
+    assert "overhead_bound" not in found
+    f = found["slow_kernels"]
+    assert f.title.startswith(
+        "not compute-bound: forward / backward / optimizer take 80 % of training wall time at "
+        "4.0 % of this host's measured peak (1.6 ms of math per batch at the peak, 40 ms "
+        "measured)"
+    )
+    assert "a profiler window names the slowest ops" in f.suggestion
+    assert "smaller model" not in f.suggestion
+    assert f.recoverable_from == "unknown"

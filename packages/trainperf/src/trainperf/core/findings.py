@@ -205,6 +205,12 @@ THRESHOLDS: dict[str, Threshold] = {
         "MFU of the compute phases below which they are not compute-bound: the time goes to "
         "per-op dispatch / kernel launches (or memory-bound small ops), not to arithmetic",
     ),
+    "overhead_math_ms": Threshold(
+        1.0,
+        "ms",
+        "arithmetic of one batch at the measured peak below which a step's fixed per-op costs "
+        "(dispatch, launches) dominate it: a low MFU there is per-op overhead, above it slow kernels",
+    ),
     "conv_share_pct": Threshold(
         10.0,
         "%",

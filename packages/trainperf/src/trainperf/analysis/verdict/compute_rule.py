@@ -1,14 +1,21 @@
-"""Compute-bound, or overhead-bound: whether the compute phases (forward / backward / optimizer)
-that dominate a stage are bound by arithmetic or by the cost of each op.
+"""Compute-bound, overhead-bound or slow kernels: whether the compute phases (forward / backward /
+optimizer) that dominate a stage are bound by arithmetic, by the cost of each op, or by ops that
+run slowly for their arithmetic.
 
 Compute is the bound only where the evidence says the arithmetic is what takes the time: the
 achieved FLOP rate while computing (FLOPs per sample x samples / compute seconds, when the run
 counted its FLOPs) against the measured peak (MFU). Below ``overhead_mfu_pct`` of the peak the
-math would take a small part of the measured time: the step is paying per-op costs (Python,
-dispatch, kernel launches; or small memory-bound ops), which a smaller model does not cut and a
-larger batch, ``torch.compile`` and fewer, fused ops do. A profiler trace of the training steps
-corroborates it (many ops per step, most of them tiny) or, without FLOPs, decides it alone. How
-sure: ``measured`` where the trace counted the tiny ops, ``likely`` from the FLOP rate alone.
+math takes a small part of the measured time:
+
+- ``overhead_bound`` where a batch holds little math (under ``overhead_math_ms`` at the peak) or
+  a profiler trace of the training steps counts mostly tiny ops: the step pays per-op costs
+  (Python, dispatch, kernel launches), which a smaller model does not cut and a larger batch,
+  ``torch.compile`` and fewer, fused ops do; without FLOPs a CPU trace of many tiny ops decides
+  it alone. How sure: ``measured`` where the trace counted the tiny ops, ``likely`` from the FLOP
+  rate alone.
+- ``slow_kernels`` otherwise: too much math per batch for per-op costs to explain, so the ops
+  themselves run slowly (memory-bound ops, a slow layout or algorithm, contended cores); a
+  profiler window names them. What a change wins is unknown, as for compute-bound.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from trainperf.analysis.advice import candidates_for
+from trainperf.analysis.contention import summarize
 from trainperf.analysis.mfu import stage_flops_per_sample, stage_utilisation
 from trainperf.analysis.run import RunData
 from trainperf.analysis.stages import StageSummary, split_warmup
@@ -56,6 +64,12 @@ class OpSizes:
     median_us: float | None
     tiny_us: float
     many_tiny: bool
+
+    @property
+    def mostly_tiny(self) -> bool:
+        """The tiny share reaches the rules' limit, however many ops a step has."""
+        limit = "tiny_kernel_share_pct" if self.what == "kernels" else "tiny_op_share_pct"
+        return self.tiny_pct >= threshold(limit)
 
 
 def compute_rate(s: StageSummary, run: RunData, compute_s: float) -> ComputeRate | None:
@@ -117,12 +131,14 @@ def op_sizes(adv: Settings, stage: Stage) -> OpSizes | None:
 
 
 def compute_bound(s: StageSummary, run: RunData, adv: Settings, total_s: float) -> Finding | None:
-    """Compute phases >= ``compute_pct`` of the stage: ``overhead_bound`` where the arithmetic
-    runs below ``overhead_mfu_pct`` of the measured peak, or (without FLOPs) where the trace's
-    steps are many tiny ops; else ``compute_bound``. On CUDA host time in them is not GPU work
-    (the host launches ahead, then waits): a training stage is compute-bound only with the GPU
-    busy >= ``gpu_compute_busy_pct`` (then the trace's top kernels are named); below it the GPU
-    rules class the idle time instead (:mod:`.gpu_rules`). Compute-bound headroom is unknown:
+    """Compute phases >= ``compute_pct`` of the stage. Below ``overhead_mfu_pct`` of the
+    measured peak: ``overhead_bound`` where a batch holds under ``overhead_math_ms`` of math at
+    the peak or the trace's ops are mostly tiny, else ``slow_kernels``; without FLOPs,
+    ``overhead_bound`` where a CPU trace's steps are many tiny ops; else ``compute_bound``. On
+    CUDA host time in them is not GPU work (the host launches ahead, then waits): a training
+    stage is compute-bound only with the GPU busy >= ``gpu_compute_busy_pct`` (then the trace's
+    top kernels are named); below it the GPU rules class the idle time instead
+    (:mod:`.gpu_rules`). Compute-bound headroom is unknown:
     the ranking puts it after every cause with a bound."""
     phases = ("forward", "backward", "optimizer") if s.stage == "train" else ("forward",)
     secs = sum(s.phases_s.get(p, 0.0) for p in phases)
@@ -134,11 +150,15 @@ def compute_bound(s: StageSummary, run: RunData, adv: Settings, total_s: float) 
         return None
     rate = compute_rate(s, run, secs)
     ops = op_sizes(adv, s.stage)
-    low_rate = rate is not None and rate.mfu_pct < threshold("overhead_mfu_pct")
+    if rate is not None and rate.mfu_pct < threshold("overhead_mfu_pct"):
+        # per-op costs explain it where a batch holds little math or the trace's ops are tiny
+        tiny_math = rate.math_ms_per_batch < threshold("overhead_math_ms")
+        if tiny_math or (ops is not None and ops.mostly_tiny):
+            return _overhead_bound(s, run, adv, total_s, phases, rate, ops)
+        return _slow_kernels(s, run, adv, total_s, phases, rate)
     # without FLOPs the trace decides alone on CPU; on a GPU busy with kernels (checked above)
     # tiny kernels are the GPU's work, not the host's launch overhead
-    tiny_cpu_ops = ops is not None and ops.many_tiny and ops.what == "CPU ops"
-    if low_rate or (rate is None and tiny_cpu_ops):
+    if rate is None and ops is not None and ops.many_tiny and ops.what == "CPU ops":
         return _overhead_bound(s, run, adv, total_s, phases, rate, ops)
     return _compute_bound(s, run, adv, total_s, phases, rate, busy)
 
@@ -193,19 +213,11 @@ def _overhead_bound(
             f"trace: {ops.per_step:.0f} {ops.what} per step, {ops.tiny_pct:.0f} % under "
             f"{ops.tiny_us:.0f} µs{median}"
         )
-    measured = ops is not None and ops.many_tiny
-    if ops is not None and not ops.many_tiny:
-        # few or long ops: the time is not per-op dispatch; likely memory-bound ops
-        cause = (
-            "small memory-bound ops (element-wise, normalisation, copies) rather than "
-            "arithmetic or per-op dispatch"
-        )
-        how_sure = "likely: the trace's ops are not mostly tiny"
-    elif measured:
-        cause = "the per-op cost (Python, dispatch, kernel launches), not arithmetic"
+    measured = ops is not None and ops.mostly_tiny
+    cause = "the per-op cost (Python, dispatch, kernel launches), not arithmetic"
+    if measured:
         how_sure = "measured: the profiler trace counted the tiny ops"
     else:
-        cause = "the per-op cost (Python, dispatch, kernel launches), not arithmetic"
         how_sure = "likely: from the FLOP rate alone; a profiler window counts the ops"
     batch = adv.name(adv.key("batch_size", stage=s.stage), "the batch size", s.batch_size)
     compile_words = "torch.compile (fuses small ops into fewer kernels" + (
@@ -221,7 +233,7 @@ def _overhead_bound(
         f"optimizer) ({how_sure})."
     )
     title = (
-        f"overhead-bound, not compute-bound: {' / '.join(phases)} take {pct:.0f} % of "
+        f"overhead-bound, not compute-bound: {' / '.join(phases)} {_take(phases)} {pct:.0f} % of "
         f"{s.label} wall time" + (" " if rate is not None else "; ") + "; ".join(why)
     )
     cost = score(secs, total_s)
@@ -241,6 +253,91 @@ def _overhead_bound(
         recoverable_pct=round(bound, 1),
         recoverable_from="bound",
     )
+
+
+def _slow_kernels(
+    s: StageSummary,
+    run: RunData,
+    adv: Settings,
+    total_s: float,
+    phases: tuple[str, ...],
+    rate: ComputeRate,
+) -> Finding:
+    """Far below the peak with too much math per batch for per-op costs to explain: the ops
+    themselves run slowly (memory-bound, a slow layout or algorithm, contended cores)."""
+    secs = sum(s.phases_s.get(p, 0.0) for p in phases)
+    pct = 100.0 * secs / s.wall_s
+    ms_per_batch = 1000.0 * secs / max(s.num_batches, 1)
+    cpu_count = run.run_info.cpu_count if run.run_info is not None else None
+    contended = summarize(run.resources, cpu_count)
+    busy_host = contended is not None and contended.present
+    candidates = candidates_for("compute_bound", adv.facts(s, True))
+    changes = _kernel_changes(s, run, adv, candidates)
+    title = (
+        f"not compute-bound: {' / '.join(phases)} {_take(phases)} {pct:.0f} % of {s.label} "
+        f"wall time at {_pct(rate.mfu_pct)} % of this host's measured peak "
+        f"({rate.math_ms_per_batch:.3g} ms of math per batch at the peak, {ms_per_batch:.0f} ms "
+        "measured)" + ("; the host's CPUs were contended (cpu_contention)" if busy_host else "")
+    )
+    suggestion = (
+        "the ops run far below the machine's arithmetic rate, with too much math per batch for "
+        "per-op overhead to explain: memory-bound ops (element-wise, normalisation, copies), a "
+        "layout or algorithm the library runs slowly, or cores taken by other threads or "
+        "processes"
+        + (
+            f" ({contended.sentence()}: measure on an idle host first)"
+            if busy_host and contended is not None
+            else ""
+        )
+        + "; a profiler window names the slowest ops"
+        + (f"; then try {changes}" if changes else "")
+        + "."
+    )
+    return Finding(
+        id="slow_kernels",
+        severity="warning",
+        score=score(secs, total_s),
+        title=title,
+        evidence={
+            "compute_pct": rounded(pct),
+            "compute_s": rounded(secs, 3),
+            "compute_ms_per_batch": rounded(ms_per_batch, 2),
+            "compute_mfu_pct": rounded(rate.mfu_pct, 2),
+            "peak_gflops_per_sec": rounded(rate.peak / 1e9, 2),
+            "math_ms_per_batch_at_peak": rounded(rate.math_ms_per_batch, 3),
+            "cpu_contended": busy_host,
+            "device": run.device,
+        },
+        threshold={
+            "compute_pct": threshold("compute_pct"),
+            "overhead_mfu_pct": threshold("overhead_mfu_pct"),
+            "overhead_math_ms": threshold("overhead_math_ms"),
+        },
+        suggestion=suggestion,
+        stage=s.stage,
+        confidence="likely",
+        candidates=candidates,
+    )
+
+
+def _kernel_changes(
+    s: StageSummary, run: RunData, adv: Settings, candidates: list[Candidate]
+) -> str:
+    """The kernel-level candidates in words (``torch.compile and channels_last``), or ``""``."""
+    words = {
+        "threads": f"{adv.cpu_count} cores here" if adv.cpu_count else "the physical cores",
+        "batch": adv.name(adv.key("batch_size", stage=s.stage), "the batch size", s.batch_size),
+        "precision": adv.name(adv.key("precision", prefer=("trainer",)), "the precision"),
+        "mixed": "bf16-mixed" if run.device == "cpu" else "16-mixed or bf16-mixed",
+    }
+    proposed = [
+        _KERNEL_WORDS[c.family].format(**words) for c in candidates if c.family in _KERNEL_WORDS
+    ]
+    return _joined(proposed) if proposed else ""
+
+
+def _take(phases: tuple[str, ...]) -> str:
+    return "take" if len(phases) > 1 else "takes"
 
 
 def _pct(x: float) -> str:
@@ -266,7 +363,6 @@ def _compute_bound(
     ms_per_batch = 1000.0 * secs / max(s.num_batches, 1)
     speed = s.samples_per_sec
     canvas = adv.name(adv.key("canvas_size"), "input")
-    batch = adv.name(adv.key("batch_size", stage=s.stage), "the batch size", s.batch_size)
     widths = adv.key("widths", parent="backbone")
     smaller_model = f"a narrower backbone ({adv.name(widths, '')})" if widths else "a smaller model"
     evidence: dict[str, Any] = {
@@ -317,16 +413,8 @@ def _compute_bound(
     if suggestion is None:  # room for faster kernels, or unknown
         candidates = candidates_for("compute_bound", adv.facts(s, has_room))
         # only the kernel changes the run does not already make (its candidates)
-        words = {
-            "threads": f"{adv.cpu_count} cores here" if adv.cpu_count else "the physical cores",
-            "batch": batch,
-            "precision": adv.name(adv.key("precision", prefer=("trainer",)), "the precision"),
-            "mixed": "bf16-mixed" if run.device == "cpu" else "16-mixed or bf16-mixed",
-        }
-        proposed = [
-            _KERNEL_WORDS[c.family].format(**words) for c in candidates if c.family in _KERNEL_WORDS
-        ]
-        kernels = f"; try {_joined(proposed)}" if proposed else ""
+        changes = _kernel_changes(s, run, adv, candidates)
+        kernels = f"; try {changes}" if changes else ""
         where = (
             "the model's own compute dominates on CPU"
             if run.device == "cpu"
