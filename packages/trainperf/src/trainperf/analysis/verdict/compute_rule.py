@@ -217,6 +217,8 @@ def _overhead_bound(
     cause = "the per-op cost (Python, dispatch, kernel launches), not arithmetic"
     if measured:
         how_sure = "measured: the profiler trace counted the tiny ops"
+    elif ops is not None:
+        how_sure = "likely: from the FLOP rate; the trace's ops are not mostly tiny"
     else:
         how_sure = "likely: from the FLOP rate alone; a profiler window counts the ops"
     batch = adv.name(adv.key("batch_size", stage=s.stage), "the batch size", s.batch_size)
