@@ -209,7 +209,8 @@ THRESHOLDS: dict[str, Threshold] = {
         1.0,
         "ms",
         "arithmetic of one batch at the measured peak below which a step's fixed per-op costs "
-        "(dispatch, launches) dominate it: a low MFU there is per-op overhead, above it slow kernels",
+        "(dispatch, launches) dominate it: a low MFU there is per-op overhead, above it slow "
+        "kernels",
     ),
     "conv_share_pct": Threshold(
         10.0,
