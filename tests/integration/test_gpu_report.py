@@ -43,9 +43,10 @@ def test_h200_run_is_sync_bound_with_the_gpu_idle_not_compute_bound(
     assert len(sentence.split()) <= 45
     assert any("GradScaler" in f.title and "optimizer_step" in f.title for f in report.findings)
     assert " ".join(printed.split()).startswith("Where the time went")
-    assert "optimizer 41 % (<= 26 % waiting for the GPU)" in " ".join(printed.split())
+    # epochs 1-3: epoch 0 is warm-up, left out of the shares
+    assert "optimizer 38 % (<= 24 % waiting for the GPU)" in " ".join(printed.split())
     # the phase table says how much of the optimizer's share is waiting for the GPU
-    assert "| optimizer | 15.370 s (41.2 %; <= 26 % waiting for the GPU) |" in to_markdown(report)
+    assert "| optimizer | 11.251 s (37.9 %; <= 24 % waiting for the GPU) |" in to_markdown(report)
     first = report.findings[0]
     assert first.id == "gpu_underused"
     assert first.evidence["gpu_busy_pct"] == pytest.approx(59.7)

@@ -213,6 +213,32 @@ THRESHOLDS: dict[str, Threshold] = {
         "MFU of the compute phases below which compute changes have room to pay; above it the "
         "kernels already run near the measured limit",
     ),
+    # -- advice that fits the model (issue 38) ---------------------------------------------------
+    "overhead_mfu_pct": Threshold(
+        5.0,
+        "%",
+        "MFU of the compute phases below which they are not compute-bound: the time goes to "
+        "per-op dispatch / kernel launches (or memory-bound small ops), not to arithmetic",
+    ),
+    "overhead_math_ms": Threshold(
+        1.0,
+        "ms",
+        "arithmetic of one batch at the measured peak below which a step's fixed per-op costs "
+        "(dispatch, launches) dominate it: a low MFU there is per-op overhead, above it slow "
+        "kernels",
+    ),
+    "conv_share_pct": Threshold(
+        10.0,
+        "%",
+        "convolutions' share of a trace's op time, or of a model's parameters, from which the "
+        "model is convolutional (channels_last advice applies)",
+    ),
+    "slow_epoch_x": Threshold(
+        1.5, "x", "an epoch's time per batch over the median of the stage's other epochs"
+    ),
+    "slow_epoch_mad": Threshold(
+        3.5, "x", "and beyond this many robust deviations (1.4826 x MAD) of the others"
+    ),
     "callbacks_warn_pct": Threshold(15.0, "%", "callbacks / module hooks / checkpoint phase share"),
     "unattributed_warn_pct": Threshold(15.0, "%", "time attributed to no phase"),
     "worker_part_dominant_pct": Threshold(

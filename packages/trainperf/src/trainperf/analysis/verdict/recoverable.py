@@ -43,7 +43,7 @@ RISK_IDS = frozenset(
 )
 
 #: Findings whose cause costs time but whose change has no bound here.
-UNKNOWN_HEADROOM = frozenset({"compute_bound", "layout_conversion"})
+UNKNOWN_HEADROOM = frozenset({"compute_bound", "slow_kernels", "layout_conversion"})
 
 #: Findings about how the run was measured, not about a change to it: nothing to recover (the
 #: verdict's sentence carries them as a caveat instead).
