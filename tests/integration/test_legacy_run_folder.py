@@ -64,7 +64,8 @@ def test_every_record_of_the_old_folder_is_read(legacy_run: Path) -> None:
     figures = load_source(legacy_run).figures
     assert figures["polygon_cache_hit_rate"].values == (1.0, 1.0, 1.0)
     report = build_report(legacy_run)
-    assert {f.id for f in report.findings} >= {"compute_bound", "slow_postprocess"}
+    # recorded on a contended host, far below its measured peak: not called compute-bound
+    assert {f.id for f in report.findings} >= {"slow_kernels", "slow_postprocess"}
 
 
 def test_report_and_check_exit_0_on_the_old_folder(

@@ -102,3 +102,59 @@ def write(doc: dict[str, Any], path: Path) -> Path:
     data = json.dumps(doc).encode()
     path.write_bytes(gzip.compress(data) if path.name.endswith(".gz") else data)
     return path
+
+
+def make_op_trace(
+    *, conv: bool, gpu: bool, n_steps: int = 3, ops_per_step: int = 1100
+) -> dict[str, Any]:
+    """A training trace of many small ops per step (``ProfilerStep#N`` > a short DataLoader
+    span, then ``ops_per_step`` flat ops of 4 µs): a transformer's (``aten::linear``,
+    ``aten::matmul``, ``aten::softmax``, ``aten::layer_norm``, ...) or, with ``conv``, every
+    fourth op an ``aten::conv2d`` of 30 µs. With ``gpu`` each op launches one kernel joined by
+    ``correlation`` (cuBLAS GEMMs and element-wise kernels of 3 µs, ``implicit_convolve_sgemm``
+    of 12 µs for a convolution), so the GPU idles much of each step. Times in µs."""
+    names = ["aten::linear", "aten::matmul", "aten::softmax", "aten::layer_norm", "aten::gelu"]
+    kernels = {"aten::linear": "ampere_sgemm_128x64_tn", "aten::matmul": "ampere_sgemm_64x64_nn"}
+    events: list[dict[str, Any]] = []
+    corr = 0
+    t = 1000.0
+
+    def x(name: str, ts: float, dur: float, cat: str = "cpu_op", **more: Any) -> None:
+        events.append(
+            {"ph": "X", "cat": cat, "name": name, "pid": 9, "tid": 9, "ts": ts, "dur": dur, **more}
+        )
+
+    for n in range(n_steps):
+        start = t
+        x("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", t, 20, "user_annotation")
+        t += 22
+        for i in range(ops_per_step):
+            is_conv = conv and i % 4 == 0
+            name = "aten::conv2d" if is_conv else names[i % len(names)]
+            dur = 30.0 if is_conv else 4.0
+            x(name, t, dur)
+            if gpu:
+                corr += 1
+                x("cudaLaunchKernel", t + 0.5, 2.0, "cuda_runtime", args={"correlation": corr})
+                kernel = (
+                    "implicit_convolve_sgemm<float, float, 128, 6, 7, 3, 3, 5>"
+                    if is_conv
+                    else kernels.get(name, "vectorized_elementwise_kernel<4, AddFunctor>")
+                )
+                events.append(
+                    {
+                        "ph": "X",
+                        "cat": "kernel",
+                        "name": kernel,
+                        "pid": 0,
+                        "tid": 7,
+                        "ts": t + 3.0,
+                        "dur": 12.0 if is_conv else dur - 1.0,
+                        "args": {"correlation": corr, "device": 0, "stream": 7},
+                    }
+                )
+            t += dur + 4.0
+        x(f"ProfilerStep#{n + 1}", start, t - start + 1, "user_annotation")
+        t += 5
+    props = [{"id": 0, "name": "NVIDIA Test", "computeMajor": 8, "computeMinor": 0}] if gpu else []
+    return {"schemaVersion": 1, "deviceProperties": props, "traceEvents": events}

@@ -70,6 +70,9 @@ class RunFacts:
         precision: the Trainer's precision as the run used it (``run.json``), ``None`` unknown.
         cuda_bf16: the run's GPU computes bf16 natively (recorded or inferred from its name),
             ``None`` unknown.
+        convolutional: the model's convolutions hold a meaningful share (its recorded layers,
+            or a trace's op time), ``None`` unknown: channels_last is proposed only where this
+            is not ``False``.
     """
 
     config: dict[str, Any] | None
@@ -88,6 +91,7 @@ class RunFacts:
     prefetch_factor: int | None = None
     precision: str | None = None
     cuda_bf16: bool | None = None
+    convolutional: bool | None = None
 
 
 def workers_wait(busy: float | None) -> bool:
@@ -347,6 +351,8 @@ def _threads(f: RunFacts) -> Candidate | None:
 
 
 def _channels_last(f: RunFacts) -> Candidate | None:
+    if f.convolutional is False:
+        return None  # a layout for convolutions: nothing to gain without them
     return _switch_on(
         "channels_last",
         find_key(f.config, ("channels_last",), prefer=()),
@@ -538,7 +544,7 @@ def _postprocess(f: RunFacts) -> list[Candidate]:
 def candidates_for(cause: str, facts: RunFacts, *, part: str | None = None) -> list[Candidate]:
     """Changes to try for ``cause`` (a finding id: ``input_bound``, ``compute_bound``,
     ``slow_postprocess``, ``unattributed``, ``gpu_underused``, ``launch_overhead``,
-    ``dispatch_overhead``, ``data_loading``, ``worker_memory``, ``fp16_scaler``,
+    ``dispatch_overhead``, ``overhead_bound``, ``data_loading``, ``worker_memory``, ``fp16_scaler``,
     ``optimizer_host_bound``, ``layout_conversion``; ``host_sync`` has none: its change is in
     the code that reads the tensor, named in words), most promising first; ``part`` is the
     worker part that explains an input-bound stage (``targets`` puts the target cache first).
@@ -570,6 +576,9 @@ def candidates_for(cause: str, facts: RunFacts, *, part: str | None = None) -> l
     elif cause == "fp16_scaler":
         # bf16 drops the scaler; a fused optimizer keeps the inf check on the device
         found += [_bf16(facts), _fused(facts)]
+    elif cause == "overhead_bound":
+        # the per-op cost is paid per step: more samples per step, fewer and fused ops
+        found += [_batch_size(facts), _compile(facts), _fused(facts)]
     elif cause == "optimizer_host_bound":
         found.append(_fused(facts))
     elif cause == "layout_conversion":

@@ -1,9 +1,11 @@
-"""Per-stage figures of a run: totals over its epochs (``perf/epochs.jsonl``), the profiler's own
-cost moved out of the training's phases (``perf/profiler.jsonl``), outlier batches and the
-training rate between interval records (``perf/intervals.jsonl``)."""
+"""Per-stage figures of a run: totals over its steady epochs (``perf/epochs.jsonl``; warm-up epochs
+are left out of the shares and named, :func:`split_warmup`), the profiler's own cost moved out of
+the training's phases (``perf/profiler.jsonl``), outlier batches and the training rate between
+interval records (``perf/intervals.jsonl``)."""
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -12,7 +14,17 @@ from typing import Any
 from trainperf.core.clock import PHASES
 from trainperf.core.ranks import Straggler
 from trainperf.core.stage import STAGE_ORDER, Stage
-from trainperf.records.kinds import EpochRecord, IntervalRecord, LoaderSettings, ProfilerWindow
+from trainperf.records.kinds import (
+    EpochRecord,
+    IntervalRecord,
+    LoaderSettings,
+    ProfilerWindow,
+    RecompilesRecord,
+)
+
+#: A training epoch in which Dynamo's compiles took at least this share of its wall time is a
+#: warm-up epoch (it compiled more than it trained).
+WARMUP_COMPILE_SHARE = 0.25
 
 
 def num(value: object, default: float = 0.0) -> float:
@@ -33,7 +45,8 @@ class StageSummary:
     epoch's that recorded them, ``spreads`` the last epoch's cross-rank spreads (DDP: figure ->
     min, median, max, slowest_rank). ``callbacks_s_by_rank`` is indexed by rank (ranks may have
     different callbacks); ``stragglers`` is ``(epoch, straggler or None)`` per epoch recorded
-    under DDP.
+    under DDP. ``epoch_numbers`` are the epochs summed (in record order); ``warmup`` the
+    stage's epochs left out of the sums as warm-up (:func:`split_warmup`), each with why.
     """
 
     stage: Stage
@@ -56,6 +69,22 @@ class StageSummary:
     module_hooks_s: dict[str, float] = field(default_factory=dict)
     callbacks_s_by_rank: list[dict[str, float]] = field(default_factory=list)
     stragglers: list[tuple[int, Straggler | None]] = field(default_factory=list)
+    epoch_numbers: list[int | None] = field(default_factory=list)
+    warmup: list[WarmUp] = field(default_factory=list)
+
+    @property
+    def warmup_s(self) -> float:
+        """Wall seconds of the warm-up epochs left out of the sums."""
+        return sum(w.wall_s for w in self.warmup)
+
+    def epochs_words(self) -> str:
+        """Which epochs the figures sum: ``epochs 1-4 (epoch 0 left out as warm-up: 12.30 s)``."""
+        words = f"epoch{'s' if len(self.epoch_numbers) != 1 else ''} {_spans(self.epoch_numbers)}"
+        if self.warmup:
+            left = _spans([w.epoch for w in self.warmup])
+            many = "s" if len(self.warmup) != 1 else ""
+            words += f" (epoch{many} {left} left out as warm-up: {self.warmup_s:,.2f} s)"
+        return words
 
     @property
     def label(self) -> str:
@@ -79,12 +108,79 @@ def accumulate(acc: dict[str, Any], more: Mapping[str, Any], zero: float = 0.0) 
         acc[name] = acc.get(name, zero) + value
 
 
-def summarize_stages(epochs: list[EpochRecord]) -> dict[Stage, StageSummary]:
-    """Stage -> :class:`StageSummary`, in train / val / test order."""
+@dataclass(frozen=True)
+class WarmUp:
+    """An epoch left out of its stage's sums: its number, wall time and why (words)."""
+
+    epoch: int | None
+    wall_s: float
+    why: str
+
+
+def _spans(numbers: Sequence[int | None]) -> str:
+    """``0, 2-5, 7`` (``?`` for an epoch without a number)."""
+    known = sorted({n for n in numbers if n is not None})
+    parts: list[str] = []
+    for n in known:
+        if parts and n - 1 in known and parts[-1].split("-")[-1] == str(n - 1):
+            parts[-1] = f"{parts[-1].split('-')[0]}-{n}"
+        else:
+            parts.append(str(n))
+    if any(n is None for n in numbers):
+        parts.append("?")
+    return ", ".join(parts) or "none"
+
+
+def split_warmup(
+    epochs: Sequence[EpochRecord], recompiles: Sequence[RecompilesRecord] = ()
+) -> tuple[list[EpochRecord], dict[Stage, list[WarmUp]]]:
+    """The steady epochs (record order) and, per stage, the warm-up epochs left out: the first
+    epoch of a stage, the first after a restart (its number not above the one before) and a
+    training epoch that compiled for at least :data:`WARMUP_COMPILE_SHARE` of its wall time
+    (``perf/recompiles.jsonl``). Only where later epochs exist: a stage keeps at least its last
+    epoch, and a stage of one epoch keeps it."""
+    compile_s = {r.epoch: r.compile_s for r in recompiles if r.available}
+    by_stage: dict[Stage, list[int]] = {}
+    for i, r in enumerate(epochs):
+        by_stage.setdefault(r.stage, []).append(i)
+    why: dict[int, str] = {}
+    for stage, idx in by_stage.items():
+        if len(idx) < 2:
+            continue
+        flagged: dict[int, str] = {idx[0]: "the stage's first epoch"}
+        for before, i in itertools.pairwise(idx):
+            r, prev = epochs[i], epochs[before].epoch
+            spent = compile_s.get(r.epoch) if r.epoch is not None else None
+            if r.epoch is not None and prev is not None and r.epoch <= prev:
+                flagged[i] = "the first epoch after a restart"
+            elif stage == Stage.TRAIN and spent and spent >= WARMUP_COMPILE_SHARE * r.wall_s:
+                flagged[i] = f"compiling: Dynamo took {spent:.1f} s of its {r.wall_s:.1f} s"
+        if len(flagged) >= len(idx):
+            flagged.pop(idx[-1])
+        why.update(flagged)
+    steady = [r for i, r in enumerate(epochs) if i not in why]
+    warm: dict[Stage, list[WarmUp]] = {}
+    for i, reason in sorted(why.items()):
+        r = epochs[i]
+        warm.setdefault(r.stage, []).append(WarmUp(r.epoch, r.wall_s, reason))
+    return steady, warm
+
+
+def summarize_stages(
+    epochs: Sequence[EpochRecord],
+    recompiles: Sequence[RecompilesRecord] = (),
+    *,
+    warmup: bool = True,
+) -> dict[Stage, StageSummary]:
+    """Stage -> :class:`StageSummary` of its steady epochs, in train / val / test order: the
+    warm-up epochs (:func:`split_warmup`, ``recompiles`` the run's Dynamo records) are left
+    out of the sums and named in ``StageSummary.warmup``; ``warmup=False`` sums every epoch."""
+    steady, warm = split_warmup(epochs, recompiles) if warmup else (list(epochs), {})
     out: dict[Stage, StageSummary] = {}
-    for record in epochs:
+    for record in steady:
         s = out.setdefault(record.stage, StageSummary(stage=record.stage))
         s.epochs += 1
+        s.epoch_numbers.append(record.epoch)
         s.wall_s += record.wall_s
         accumulate(s.phases_s, record.phases_s)
         accumulate(s.worker_s, record.worker_s)
@@ -109,6 +205,8 @@ def summarize_stages(epochs: list[EpochRecord]) -> dict[Stage, StageSummary]:
             accumulate(acc, spent)
         if record.world_size > 1:
             s.stragglers.append((record.epoch or 0, record.straggler))
+    for stage, left in warm.items():
+        out[stage].warmup = left
     return {stage: out[stage] for stage in STAGE_ORDER if stage in out}
 
 
@@ -131,9 +229,13 @@ def move_profiler_overhead(
     """Move each stage's profiler cost (the trace export and analysis, which the phase clock books
     under ``callbacks``: they run in ``ProfilerCallback``'s hooks) from ``callbacks`` to its own
     :data:`PROFILER_PHASE` line, so the report does not blame the training for it (never more
-    than ``callbacks`` holds: the clock may not have run during a window)."""
+    than ``callbacks`` holds: the clock may not have run during a window; a window in a warm-up
+    epoch left out of the summary moves nothing)."""
     overhead: dict[Stage, float] = {}  # trace export and analysis, summed over the windows
     for w in windows:
+        summary = stages.get(w.stage)
+        if summary is not None and w.epoch is not None and w.epoch not in summary.epoch_numbers:
+            continue  # a warm-up epoch's window: its cost is not in the summary's callbacks
         overhead[w.stage] = overhead.get(w.stage, 0.0) + sum(w.overhead_s.values())
     for stage, secs in overhead.items():
         summary = stages.get(stage)

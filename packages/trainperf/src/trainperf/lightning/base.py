@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 import lightning as L
+import msgspec
 
 from trainperf.errors import warn_off
 from trainperf.lightning.batch_hooks import BatchEndHooks
@@ -23,6 +24,7 @@ from trainperf.lightning.epoch_report import (
 from trainperf.lightning.interruption import interruption_of, set_exit_code
 from trainperf.lightning.recorder import StageRecorder
 from trainperf.lightning.trial_fit import TrialWindow, open_trial_window
+from trainperf.probe.model_layers import model_layers
 from trainperf.records.kinds import EpochRecord, JsonValue
 from trainperf.records.run_info import to_jsonable
 
@@ -135,6 +137,8 @@ class RecorderCallback(BatchEndHooks):
                     {
                         "lightning_module": type(pl_module).__qualname__,
                         "hparams": _json_safe_hparams(pl_module),
+                        # convolutions or not: whether channels_last advice fits the model
+                        "model": msgspec.to_builtins(model_layers(pl_module)),
                     }
                 )
         except Exception as exc:

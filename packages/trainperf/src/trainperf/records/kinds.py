@@ -38,6 +38,7 @@ from typing import Annotated, Any, ClassVar, Literal, TypeVar
 
 import msgspec
 
+from trainperf.core.findings import threshold
 from trainperf.core.ranks import Straggler
 from trainperf.core.stage import Stage
 from trainperf.errors import InputError
@@ -124,6 +125,28 @@ class FlopsInfo(msgspec.Struct, kw_only=True, frozen=True):
     peak_flops_per_sec: float | None = None
     spec_peak_flops_per_sec: float | None = None
     peak: dict[str, Any] = {}  # JSON values
+
+
+class ModelLayers(msgspec.Struct, kw_only=True, frozen=True):
+    """``run.json``'s ``"model"``: what the trained module is made of, counted once at setup
+    (``trainperf.probe.model_layers``): its parameters, those of its convolutions
+    (``Conv1d/2d/3d`` and their transposes) and its convolution modules, 2-D ones apart
+    (channels_last is a layout of 4-D tensors)."""
+
+    parameters: int = 0
+    conv_parameters: int = 0
+    conv_modules: int = 0
+    conv2d_modules: int = 0
+
+    @property
+    def conv_share_pct(self) -> float:
+        """The convolutions' share of the parameters (%)."""
+        return 100.0 * self.conv_parameters / self.parameters if self.parameters else 0.0
+
+    @property
+    def convolutional(self) -> bool:
+        """2-D convolutions hold at least ``conv_share_pct`` % of the parameters."""
+        return self.conv2d_modules > 0 and self.conv_share_pct >= threshold("conv_share_pct")
 
 
 class DatasetContainer(msgspec.Struct, kw_only=True, frozen=True):
@@ -213,6 +236,8 @@ class RunRecord(Record, tag="trainperf/run", kw_only=True, frozen=True):
     lightning_module: str | None = None
     hparams: dict[str, Any] = {}  # JSON values
     flops: FlopsInfo | None = None
+    # the module's layers (convolutions: whether channels_last applies); None in older folders
+    model: ModelLayers | None = None
     experiment_tag: str | None = None
     task_name: str | None = None
     # the training dataset's large Python containers (copy-on-read in DataLoader workers)

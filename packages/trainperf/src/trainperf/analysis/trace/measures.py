@@ -32,6 +32,8 @@ __all__ = [
     "MeasureSums",
     "add_device",
     "data_share_without_steps",
+    "is_conv_kernel",
+    "is_conv_op",
     "is_layout_kernel",
     "measure",
     "measure_sums",
@@ -46,6 +48,13 @@ _LAYOUT_KERNEL = re.compile(r"nchw_?to_?nhwc|nhwc_?to_?nchw", re.IGNORECASE)
 _SCALER_OPS = ("_amp_foreach_non_finite_check_and_unscale_", "_amp_update_scale_")
 #: Compute capability from which a CUDA device runs bfloat16 natively (Ampere).
 _BF16_MAJOR = 8
+#: Convolution ops (``aten::conv2d``, ``aten::cudnn_convolution``, ``ConvolutionBackward0``,
+#: ``slow_conv2d_forward``; not ``convert``).
+_CONV_OP = re.compile(r"conv(?!ert)", re.IGNORECASE)
+#: cuDNN's and cuBLAS-lt's convolution kernels (``dgrad_engine``, ``wgrad_alg0_engine``,
+#: ``implicit_convolve_sgemm``, ``volta_scudnn_winograd_...``, ``sm80_xmma_fprop_...``); its
+#: batch-norm kernels (``cudnn::bn_...``) are not convolutions.
+_CONV_KERNEL = re.compile(r"conv(?!ert)|dgrad|wgrad|fprop|winograd|scudnn", re.IGNORECASE)
 _LOADER = re.compile(r"^enumerate\(DataLoader\)#(\w+)")
 _OPTIMIZER = re.compile(r"^Optimizer\.step#(\w+)\.step$")
 
@@ -53,6 +62,16 @@ _OPTIMIZER = re.compile(r"^Optimizer\.step#(\w+)\.step$")
 def is_layout_kernel(name: str) -> bool:
     """Whether a kernel name is an NCHW <-> NHWC layout conversion."""
     return _LAYOUT_KERNEL.search(name) is not None
+
+
+def is_conv_op(name: str) -> bool:
+    """Whether a CPU op name is a convolution (forward or backward)."""
+    return _CONV_OP.search(name) is not None
+
+
+def is_conv_kernel(name: str) -> bool:
+    """Whether a device kernel name is a convolution's."""
+    return _CONV_KERNEL.search(name) is not None
 
 
 def data_share_without_steps(table: EventTable) -> float:
@@ -102,6 +121,10 @@ class MeasureSums(Additive):
     optimizer_multi_own: int = 0
     optimizer_fused: int = 0
     optimizer_params: int = field(default=0, metadata={"merge": max})  # per step: the most
+    outer_op_ns: int = 0  # outermost CPU ops (their parent is no op)
+    conv_op_ns: int = 0  # of them, convolutions
+    kernel_ns: int = 0
+    conv_kernel_ns: int = 0
 
 
 def _counts(values: np.ndarray) -> Counter[int]:
@@ -154,6 +177,8 @@ def measure_sums(
         out.n_kernels = int(kidx.size)
         out.n_tiny_kernels = int((kd < threshold("tiny_kernel_us") * 1e3).sum())
         out.kernel_durs = _counts(kd)
+        out.kernel_ns = int(kd.sum())
+        out.conv_kernel_ns = int(kd[table.name_ids(is_conv_kernel)[table.name[kidx]]].sum())
         is_launch = table.name_ids(
             lambda s: s in ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel")
         )
@@ -167,6 +192,10 @@ def measure_sums(
     out.n_tiny_ops = int(tiny.sum())
     out.tiny_op_self_ns = int(table.self_ns[oidx][tiny].sum())
     out.op_durs = _counts(od)
+    par = table.parent[oidx]
+    outer = (par < 0) | (table.kind[np.maximum(par, 0)] != Kind.CPU_OP)
+    out.outer_op_ns = int(od[outer].sum())
+    out.conv_op_ns = int(od[outer & table.name_ids(is_conv_op)[table.name[oidx]]].sum())
     scaler = table.name_ids(lambda s: s.removeprefix("aten::") in _SCALER_OPS)
     out.scaler_top = _counts(table.name[oidx[scaler[table.name[oidx]]]])
     if n and _optimizer_names(table.names):
@@ -236,6 +265,12 @@ def measure(
         if wall_total:
             m.tiny_op_time_pct = 100.0 * float(sums.tiny_op_self_ns) / wall_total
         m.median_op_us = _median(sums.op_durs) / 1e3
+    shares = []
+    if sums.outer_op_ns:
+        shares.append(100.0 * sums.conv_op_ns / sums.outer_op_ns)
+    if sums.kernel_ns:
+        shares.append(100.0 * sums.conv_kernel_ns / sums.kernel_ns)
+    m.conv_pct = max(shares) if shares else None
     if n and m.optimizer_names:
         n_opt = sums.optimizer_steps or n
         m.optimizer_steps = n_opt

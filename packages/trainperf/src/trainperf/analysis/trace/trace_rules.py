@@ -98,6 +98,9 @@ class TraceMetrics:
         comm_overlap_pct: overlapped share of the time in collectives (%).
         comm_exposed_phases_ms: exposed ms per step by host phase.
         comm_calls: collective name -> calls in the steps.
+        conv_pct: convolutions' share (%): of the outermost CPU ops' time, or of the kernels'
+            device time where that is larger; ``None`` without ops. From
+            ``conv_share_pct`` on the model is convolutional (channels_last applies).
         live_sync_wait: the live clock's ``sync_wait`` of the same run and stage where known:
             ``ms_per_batch`` (this rank) and ``ranks_min_ms`` / ``ranks_median_ms`` /
             ``ranks_max_ms`` (per batch, across ranks).
@@ -155,6 +158,12 @@ class TraceMetrics:
     comm_exposed_phases_ms: dict[str, float] = field(default_factory=dict)
     comm_calls: dict[str, int] = field(default_factory=dict)
     live_sync_wait: dict[str, float] | None = None
+    conv_pct: float | None = None
+
+    @property
+    def convolutional(self) -> bool | None:
+        """Whether convolutions hold a meaningful share (``conv_share_pct``); ``None`` unknown."""
+        return None if self.conv_pct is None else self.conv_pct >= threshold("conv_share_pct")
 
 
 #: The end of the communication_bound advice for one rank's trace (a rank set names the
@@ -266,8 +275,9 @@ def _gpu_utilisation(m: TraceMetrics) -> Finding | None:
         },
         suggestion=(
             because + "Keep the GPU fed: fix input loading first, remove per-step host syncs, "
-            "raise the batch size, and fuse small ops (torch.compile, CUDA graphs, channels_last "
-            "+ AMP)."
+            "raise the batch size, and fuse small ops (torch.compile, CUDA graphs"
+            + (", channels_last + AMP" if m.convolutional is not False else " + AMP")
+            + ")."
         ),
     )
 
@@ -581,8 +591,10 @@ def _tiny_cpu_ops(m: TraceMetrics) -> Finding | None:
         },
         suggestion=(
             "On CPU many tiny ops cost more in dispatch than in math: torch.compile the model, "
-            "batch work instead of looping over samples, use channels_last for convolutions, and "
-            "check torch.get_num_threads() matches the physical cores."
+            "batch work instead of looping over samples (a larger batch pays each op's cost "
+            "once for more samples), "
+            + ("use channels_last for convolutions, " if m.convolutional else "")
+            + "and check torch.get_num_threads() matches the physical cores."
         ),
     )
 

@@ -12,7 +12,9 @@ phrased for the device the run used: CPU runs get CPU advice (cores shared by Da
 and compute threads, no AMP / pinned memory). Each finding also carries candidate changes
 (:func:`trainperf.analysis.advice.candidates_for`) that ``trainperf try`` can measure. The rules are
 in :mod:`.stage_rules` (per stage), :mod:`.gpu_rules` (GPU busy share, waits, classes),
-:mod:`.sources` (resources, trace, baseline) and :mod:`.context`.
+:mod:`.sources` (resources, trace, baseline), :mod:`.compute_rule` (compute- or
+overhead-bound), :mod:`.slow_epoch_rule` (an epoch far slower than the others) and
+:mod:`.context`.
 """
 
 from __future__ import annotations
@@ -22,11 +24,12 @@ from trainperf.analysis.creep import growth_findings_of
 from trainperf.analysis.gpu_wait import gpu_waits
 from trainperf.analysis.recompile_rules import recompile_findings_of
 from trainperf.analysis.run import RunData
-from trainperf.analysis.stages import StageSummary
+from trainperf.analysis.stages import StageSummary, split_warmup
 from trainperf.analysis.verdict import gpu_rules, sources
 from trainperf.analysis.verdict import stage_rules as rules
 from trainperf.analysis.verdict.context import Settings, score, world_size
 from trainperf.analysis.verdict.recoverable import assess
+from trainperf.analysis.verdict.slow_epoch_rule import slow_epoch_findings
 from trainperf.core.findings import Finding, share_of_run
 from trainperf.core.stage import Stage
 
@@ -53,6 +56,7 @@ def judge(run: RunData, stages: dict[Stage, StageSummary]) -> list[Finding]:
     if run.device == "cuda" and train is not None:
         findings += _gpu_findings(train, run, adv, total_s)
     findings.extend(rules.cache(run, stages, adv, total_s))
+    findings.extend(slow_epoch_findings(run, total_s))  # an epoch far slower, and why
     findings.extend(sources.resource_findings(run, stages, adv, total_s, findings))
     # memory creep named by attribute, recompiles (EpochScanCallback's records), before the
     # alerts: the memory_creep alert corroborates its finding
@@ -101,7 +105,7 @@ def _gpu_findings(
     idle_run = (
         share_of_run(100.0 - busy.pct, score(train.wall_s, total_s)) if busy is not None else None
     )
-    wait = gpu_waits(run.epochs).get(Stage.TRAIN)
+    wait = gpu_waits(split_warmup(run.epochs, run.recompiles)[0]).get(Stage.TRAIN)
     if wait is not None:
         out += gpu_rules.wait_findings(train, wait, run, adv, total_s, idle_run)
         if (loop := gpu_rules.optimizer_loop(train, wait, run, adv, total_s, idle_run)) is not None:

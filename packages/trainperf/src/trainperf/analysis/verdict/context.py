@@ -48,6 +48,7 @@ class Settings:
         self.cuda_bf16_how = ""
         self.trace = trace
         self.gpu_busy: GpuBusy | None = None  # the training step's, on CUDA
+        self.convolutional = convolutional(info, trace)
         self._resources = run.resources
 
     def workers_busy(self, s: StageSummary) -> float | None:
@@ -98,7 +99,16 @@ class Settings:
             prefetch_factor=loader.prefetch_factor if loader is not None else None,
             precision=self.precision,
             cuda_bf16=self.cuda_bf16,
+            convolutional=self.convolutional,
         )
+
+
+def convolutional(info: RunRecord | None, trace: TraceAnalysis | None) -> bool | None:
+    """Whether the model is convolutional: its recorded layers (``run.json``'s ``"model"``),
+    else the trace's convolution share; ``None`` when neither tells."""
+    if info is not None and info.model is not None and info.model.parameters > 0:
+        return info.model.convolutional
+    return trace.metrics.convolutional if trace is not None else None
 
 
 def _torch_threads(info: RunRecord | None) -> int | None:

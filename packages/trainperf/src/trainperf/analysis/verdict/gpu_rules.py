@@ -313,6 +313,8 @@ def layout(s: StageSummary, run: RunData, adv: Settings) -> Finding | None:
     precision = precision_of(run, adv) or ""
     if key is None or key.value is not False or "mixed" not in precision:
         return None
+    if adv.convolutional is False:
+        return None  # no convolutions (recorded layers, or the trace): no layout to convert
     return Finding(
         id="layout_conversion",
         severity="info",

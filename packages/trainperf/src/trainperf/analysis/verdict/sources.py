@@ -204,9 +204,9 @@ def _older_sync_count(f: Finding, steps: int) -> Finding:
         severity="info",
         score=0.0,
         title=(
-            f"{n} blocking sync call(s) in {steps} profiled steps ({names}); the window's "
-            f"summary also counted {reads} scalar reads (aten::item) as syncs, a rule since "
-            "corrected: reads of CPU tensors (AdamW's step counters) wait for nothing"
+            f"{n} blocking sync call(s) in {steps} profiled steps ({names}); the {reads} "
+            "scalar reads (aten::item) in the window's summary are not syncs: reads of CPU "
+            "tensors (AdamW's step counters) wait for nothing"
         ),
         # the per-step figures of the older rule counted the scalar reads: left out
         evidence={"calls": calls, "blocking_calls": n, "scalar_reads": reads, "steps": steps},
@@ -283,7 +283,8 @@ SHARED_CAUSES = ("fp16_scaler", "optimizer_host_bound", "layout_conversion", "ho
 def merge_same_cause(findings: list[Finding]) -> list[Finding]:
     """One finding per cause: where a trace rule (``trace:ID``) found a cause the run folder's
     rules also found (``ID``), the trace's finding keeps it (it names the kernels or the sync
-    site) with the other as corroboration."""
+    site) with the other as corroboration; an ``overhead_bound`` stage whose trace counted the
+    tiny ops takes the trace's ``dispatch_overhead`` / ``launch_overhead`` the same way."""
     by_id = {f.id: f for f in findings}
     drop: set[int] = set()
     for cause in SHARED_CAUSES:
@@ -295,6 +296,13 @@ def merge_same_cause(findings: list[Finding]) -> list[Finding]:
                 traced.corroboration.append(f"live clock: {f.title}")
                 if not traced.candidates:
                     traced.candidates = list(f.candidates)
+                drop.add(id(f))
+    # the live rule's overhead-bound finding holds the trace's tiny ops in its evidence
+    overhead = by_id.get("overhead_bound")
+    if overhead is not None and overhead.confidence == "measured":
+        for f in findings:
+            if f.id in ("trace:dispatch_overhead", "trace:launch_overhead"):
+                overhead.corroboration.append(f"profiler trace: {f.title}")
                 drop.add(id(f))
     return [f for f in findings if id(f) not in drop]
 

@@ -1,7 +1,6 @@
 """The rules on a run's stages: input-bound, a phase's material share of a stage (one finding
-shape, :func:`phase_finding`), compute-bound (with the distance to the measured peak when FLOPs
-were counted), worker caches (``X_hits`` / ``X_misses`` counters) and the DDP rank the others
-wait for (straggler)."""
+shape, :func:`phase_finding`), compute- or overhead-bound (:mod:`.compute_rule`), worker caches
+(``X_hits`` / ``X_misses`` counters) and the DDP rank the others wait for (straggler)."""
 
 from __future__ import annotations
 
@@ -10,17 +9,15 @@ from collections import Counter
 from typing import Any
 
 from trainperf.analysis.advice import candidates_for, find_cache_key, workers_wait
-from trainperf.analysis.mfu import stage_flops_per_sample, stage_utilisation
 from trainperf.analysis.run import RunData
 from trainperf.analysis.stages import StageSummary
+from trainperf.analysis.verdict.compute_rule import compute_bound
 from trainperf.analysis.verdict.context import (
     Settings,
     rounded,
     score,
     suggested_workers,
-    world_size,
 )
-from trainperf.analysis.verdict.gpu_rules import top_kernels
 from trainperf.analysis.verdict.input_causes import receive_bound_parts, wait_causes
 from trainperf.core.candidates import Candidate
 from trainperf.core.findings import THRESHOLDS, Finding, input_bound_severity, threshold
@@ -300,156 +297,6 @@ def slow_postprocess(
         evidence={"postprocess_ms_per_sample": rounded(ms_per_sample, 2)},
         candidates=candidates_for("slow_postprocess", adv.facts(s)),
     )
-
-
-def compute_bound(s: StageSummary, run: RunData, adv: Settings, total_s: float) -> Finding | None:
-    """Compute phases >= ``compute_pct`` of the stage. On CUDA host time in them is not GPU
-    work (the host launches ahead, then waits): a training stage is compute-bound only with the
-    GPU busy >= ``gpu_compute_busy_pct`` (then the trace's top kernels are named); below it the
-    GPU rules class the idle time instead (:mod:`.gpu_rules`). Its headroom is unknown: the
-    ranking puts it after every cause with a bound."""
-    phases = ("forward", "backward", "optimizer") if s.stage == "train" else ("forward",)
-    secs = sum(s.phases_s.get(p, 0.0) for p in phases)
-    pct = 100.0 * secs / s.wall_s if s.wall_s > 0 else 0.0
-    if pct < threshold("compute_pct"):
-        return None
-    busy = adv.gpu_busy if run.device == "cuda" and s.stage == "train" else None
-    if busy is not None and busy.pct < threshold("gpu_compute_busy_pct"):
-        return None
-    ms_per_batch = 1000.0 * secs / max(s.num_batches, 1)
-    rate = s.samples_per_sec
-    canvas = adv.name(adv.key("canvas_size"), "input")
-    batch = adv.name(adv.key("batch_size", stage=s.stage), "the batch size", s.batch_size)
-    widths = adv.key("widths", parent="backbone")
-    smaller_model = f"a narrower backbone ({adv.name(widths, '')})" if widths else "a smaller model"
-    evidence: dict[str, Any] = {
-        "compute_pct": rounded(pct),
-        "compute_s": rounded(secs, 3),
-        "compute_ms_per_batch": rounded(ms_per_batch, 2),
-        "samples_per_sec": rounded(rate, 2),
-        "device": run.device,
-    }
-    limits = {"compute_pct": threshold("compute_pct")}
-    kind, at = "compute-bound", ""
-    if busy is not None:
-        kind = "GPU-compute-bound"
-        limits["gpu_compute_busy_pct"] = threshold("gpu_compute_busy_pct")
-        evidence.update(gpu_busy_pct=rounded(busy.pct), busy_source=busy.source)
-        named = top_kernels(adv.trace)
-        if named:
-            evidence["top_kernels"] = named
-    suggestion: str | None = None
-    # How far from the machine's limit: the compute phases' achieved FLOP/s over the measured
-    # peak (samples x FLOPs per sample / compute seconds), when the run counted its FLOPs; said
-    # once, in the title, with the figures behind it (and the whole epoch's MFU) as evidence.
-    limit = _compute_mfu(s, run, secs)
-    if limit is not None:
-        mfu_pct, stage_mfu_pct, achieved, peak = limit
-        limits["compute_headroom_mfu_pct"] = threshold("compute_headroom_mfu_pct")
-        evidence.update(
-            compute_mfu_pct=rounded(mfu_pct, 1),
-            stage_mfu_pct=rounded(stage_mfu_pct, 1),
-            compute_gflops_per_sec=rounded(achieved / 1e9, 2),
-            peak_gflops_per_sec=rounded(peak / 1e9, 2),
-        )
-        at = f" at {mfu_pct:.0f} % of this host's measured peak"
-        if mfu_pct >= threshold("compute_headroom_mfu_pct"):
-            kind = "compute-bound near the machine's limit"
-            suggestion = (
-                "no headroom for faster kernels (compile, channels_last, threads gain little "
-                f"here); only less work per sample (smaller {canvas}, {smaller_model}) or "
-                "faster hardware makes this stage faster."
-            )
-        headroom = f"up to {100.0 / max(mfu_pct, 1e-9):.1f}x headroom to that peak: "
-        has_room: bool | None = True
-    else:
-        # Without FLOPs the distance to the limit is unknown: the kernel changes below are
-        # guesses until `trainperf try` measures them.
-        headroom = "headroom unknown (no FLOPs recorded, so no MFU): "
-        has_room = None
-    candidates: list[Candidate] = []
-    if suggestion is None:  # room for faster kernels, or unknown
-        candidates = candidates_for("compute_bound", adv.facts(s, has_room))
-        # only the kernel changes the run does not already make (its candidates)
-        words = {
-            "threads": f"{adv.cpu_count} cores here" if adv.cpu_count else "the physical cores",
-            "batch": batch,
-            "precision": adv.name(adv.key("precision", prefer=("trainer",)), "the precision"),
-            "mixed": "bf16-mixed" if run.device == "cpu" else "16-mixed or bf16-mixed",
-        }
-        proposed = [
-            _KERNEL_WORDS[c.family].format(**words) for c in candidates if c.family in _KERNEL_WORDS
-        ]
-        kernels = f"; try {_joined(proposed)}" if proposed else ""
-        where = (
-            "the model's own compute dominates on CPU"
-            if run.device == "cpu"
-            else "the GPU work dominates"
-        )
-        suggestion = (
-            f"{headroom}{where}: make it cheaper (smaller {canvas}, {smaller_model}){kernels}."
-        )
-    if busy is not None:
-        at += f" with the GPU busy {busy.pct:.0f} % ({busy.source})"
-        if "top_kernels" in evidence:
-            suggestion = f"the top kernels: {evidence['top_kernels']}; " + suggestion
-    # on CUDA without a busy share the phases are the host's clock alone: it launches ahead and
-    # then waits in them, so the GPU may idle; said, and only "likely"
-    host_clock_only = run.device == "cuda" and s.stage == "train" and busy is None
-    if host_clock_only:
-        at += " by the host's clock (the GPU's busy share was not recorded)"
-        suggestion = (
-            "host time in these phases includes waiting for the GPU: record its busy share "
-            "(ResourceMonitorCallback's NVML samples, or a profiler window) before acting; "
-            + suggestion
-        )
-    return Finding(
-        id="compute_bound",
-        severity="info",
-        score=score(secs, total_s),
-        title=(
-            f"{kind}: {pct:.0f} % of {s.label} wall time is {' / '.join(phases)}{at} "
-            f"({ms_per_batch:.0f} ms/batch, {rate:.1f} samples/s)"
-        ),
-        evidence=evidence,
-        threshold=limits,
-        suggestion=suggestion,
-        stage=s.stage,
-        confidence="likely" if host_clock_only else "measured",
-        candidates=candidates,
-    )
-
-
-#: How the compute-bound suggestion words each kernel-level candidate family.
-_KERNEL_WORDS = {
-    "threads": (
-        "torch threads on {threads} (the DataLoader workers mostly wait while compute dominates)"
-    ),
-    "channels_last": "channels_last",
-    "compile": "torch.compile",
-    "precision": "mixed precision ({precision} -> {mixed})",
-    "cudnn_benchmark": "cuDNN's autotuner (benchmark=True)",
-    "batch_size": "a larger {batch} if memory allows",
-}
-
-
-def _joined(words: list[str]) -> str:
-    return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
-
-
-def _compute_mfu(
-    s: StageSummary, run: RunData, compute_s: float
-) -> tuple[float, float, float, float] | None:
-    """(MFU % of the compute phases, MFU % of the whole stage, achieved FLOP/s while computing,
-    measured peak FLOP/s of all ranks) of a stage, or ``None`` when no FLOPs were recorded."""
-    per_sample = stage_flops_per_sample(run.run_info, s.stage)
-    whole = stage_utilisation(run.run_info, run.epochs, s.stage)
-    if per_sample is None or whole is None or whole.mfu is None or compute_s <= 0:
-        return None
-    peak = whole.flops_per_sec / whole.mfu / world_size(run)  # one rank's measured peak
-    # StageSummary sums this rank's samples and phases: this rank's compute rate.
-    achieved = per_sample * s.samples / compute_s
-    return 100.0 * achieved / peak, 100.0 * whole.mfu, achieved, peak
 
 
 def overheads(s: StageSummary, adv: Settings, total_s: float) -> list[Finding]:

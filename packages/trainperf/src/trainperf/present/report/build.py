@@ -9,7 +9,12 @@ from dataclasses import dataclass, field
 
 from trainperf.analysis.gpu_wait import StageWait, gpu_waits
 from trainperf.analysis.run import RunData, load_run
-from trainperf.analysis.stages import StageSummary, move_profiler_overhead, summarize_stages
+from trainperf.analysis.stages import (
+    StageSummary,
+    move_profiler_overhead,
+    split_warmup,
+    summarize_stages,
+)
 from trainperf.analysis.verdict import judge
 from trainperf.core.findings import Finding
 from trainperf.core.stage import Stage
@@ -42,12 +47,12 @@ def build_report(run: RunData | str | os.PathLike[str]) -> Report:
     file."""
     if not isinstance(run, RunData):
         run = load_run(run)
-    stages = summarize_stages(run.epochs)
+    stages = summarize_stages(run.epochs, run.recompiles)  # warm-up epochs left out
     move_profiler_overhead(stages, run.profiler_windows)
     return Report(
         run=run,
         name=run_name(run),
         stages=stages,
         findings=judge(run, stages),
-        gpu_waits=gpu_waits(run.epochs),
+        gpu_waits=gpu_waits(split_warmup(run.epochs, run.recompiles)[0]),
     )

@@ -45,12 +45,13 @@ def run_section(report: Report) -> Section:
             if key == "argv" and isinstance(value, list):
                 value = " ".join(str(v) for v in value)
             rows.append([label, cell(value)])
-    total = sum(s.wall_s for s in report.stages.values())
+    total = sum(s.wall_s + s.warmup_s for s in report.stages.values())  # warm-up included
     paragraphs = [
         f"Device: {report.run.device.upper()}. Recorded wall time: {total:,.2f} s over "
         + (
             ", ".join(
-                f"{s.epochs} {s.label} epoch(s) ({s.wall_s:,.2f} s)" for s in report.stages.values()
+                f"{s.epochs} {s.label} epoch(s) ({s.wall_s:,.2f} s: {s.epochs_words()})"
+                for s in report.stages.values()
             )
             or "no epochs"
         )
