@@ -1,7 +1,8 @@
 """``trainperf try`` end to end on a small Hydra + Lightning app written here (its own config, its
 own LightningModule, a dataset that sleeps in ``__getitem__``, ``num_workers=0``, our throughput
 callback attached): more DataLoader workers are recommended with an interval above 1, a change
-of nothing is "no significant change"; results land in ``perf/try.jsonl`` and the report."""
+of nothing is neither recommended nor a regression; results land in ``perf/try.jsonl`` and the
+report."""
 
 from __future__ import annotations
 
@@ -161,10 +162,11 @@ def test_try_recommends_workers_and_calls_a_noop_no_change(
     assert workers.low > 1.03
     assert workers.family == "workers"
     noop = records["fit.log_every_n_steps=51"]
-    assert noop.status == "no significant change", out
+    assert noop.status in ("no significant change", "inconclusive"), out  # a real A/A
     # one plain line per trial without a terminal, then the line to paste
     measured = [r for r in records.values() if r.pairs]
-    assert out.count("trial ") == 6 * len(measured)  # 3 pairs each (one winner: no joint run)
+    # the warm-up, then 3 pairs each (one winner: no joint run)
+    assert out.count("trial ") == 1 + 6 * len(measured)
     assert f"Paste: {worker_override}" in out
     # the run's own files are untouched: only perf/try.jsonl is new
     after = {p.relative_to(foreign_run) for p in foreign_run.rglob("*")}

@@ -1,6 +1,5 @@
-"""trainperf.core.significance: the U test, the one bootstrap, paired ratios, the noise allowance
-and the
-one set of outcome words (no other module spells them)."""
+"""trainperf.core.significance: the U test, the one bootstrap, paired ratios (Student's t), the
+noise allowance and the one set of outcome words (no other module spells them)."""
 
 from __future__ import annotations
 
@@ -17,6 +16,8 @@ from trainperf.core.significance import (
     paired_ratios,
     ratio_of_medians_interval,
     ratio_outcome,
+    student_t_cdf,
+    student_t_quantile,
 )
 
 OCR = Path(__file__).resolve().parents[3] / "ocr"
@@ -52,20 +53,64 @@ def test_bootstrap_intervals_are_seeded_and_bracket_the_estimate() -> None:
 def test_paired_ratios() -> None:
     values = [1.9, 2.1, 2.0, 1.95, 2.05]
     s = paired_ratios(values)
-    assert (s.median, s.pairs) == (pytest.approx(2.0), 5)
-    assert s.low <= s.median <= s.high
+    assert (s.estimate, s.pairs, s.confidence) == (pytest.approx(2.0, rel=0.01), 5, 0.95)
+    assert s.low <= s.estimate <= s.high
     assert (s.low, s.high) == (paired_ratios(values).low, paired_ratios(values).high)
+    # more confidence, a wider interval; one ratio: the interval is that ratio
+    wider = paired_ratios(values, 0.99)
+    assert wider.low < s.low
+    assert wider.high > s.high
+    one = paired_ratios([1.2])
+    assert (one.low, one.estimate, one.high) == (pytest.approx(1.2),) * 3
     with pytest.raises(ValueError, match="no ratios"):
         paired_ratios([])
+    with pytest.raises(ValueError, match="positive"):
+        paired_ratios([1.0, 0.0])
+
+
+def test_paired_ratios_on_three_pairs_is_a_t_interval_not_their_range() -> None:
+    """The user's flip: 1.049, 1.177, 1.267 (three pairs of channels_last on a tiny model) gave
+    "recommended [1.049, 1.267]" from a bootstrap, whose 95 % interval of three values is their
+    range. The t interval on the logarithms: mean +- t(0.975, 2) s / sqrt(3)."""
+    values = [1.049, 1.177, 1.267]
+    logs = np.log(values)
+    half = 4.302653 * logs.std(ddof=1) / np.sqrt(3)
+    s = paired_ratios(values)
+    assert s.estimate == pytest.approx(np.exp(logs.mean()))
+    assert (s.low, s.high) == (
+        pytest.approx(np.exp(logs.mean() - half), rel=1e-6),
+        pytest.approx(np.exp(logs.mean() + half), rel=1e-6),
+    )
+    assert s.low < 1.0 < s.high
+
+
+@pytest.mark.parametrize(
+    ("p", "df", "expected"),
+    # Student's t quantiles from tables
+    [
+        (0.975, 1, 12.706205),
+        (0.975, 2, 4.302653),
+        (0.975, 4, 2.776445),
+        (0.995, 3, 5.840909),
+        (0.975, 10, 2.228139),
+        (0.99, 30, 2.457262),
+        (0.025, 2, -4.302653),
+    ],
+)
+def test_student_t_quantile(p: float, df: int, expected: float) -> None:
+    assert student_t_quantile(p, df) == pytest.approx(expected, abs=1e-5)
+    assert student_t_cdf(expected, df) == pytest.approx(p, abs=1e-7)
 
 
 @pytest.mark.parametrize(
     ("low", "high", "enough", "expected"),
     [
         (1.2, 1.4, True, Outcome.IMPROVEMENT),
-        (0.97, 1.02, True, Outcome.NO_CHANGE),
+        (0.98, 1.02, True, Outcome.NO_CHANGE),
         (1.005, 1.02, True, Outcome.NO_CHANGE),  # above 1 but inside the band
         (0.6, 0.7, True, Outcome.REGRESSION),
+        (0.96, 0.99, True, Outcome.INCONCLUSIVE),  # slower, maybe by less than the bar
+        (0.8, 1.3, True, Outcome.INCONCLUSIVE),  # wide: contains 1 and both bars
         (1.01, 1.08, True, Outcome.INCONCLUSIVE),  # better, maybe by less than the bar
         (1.2, 1.4, False, Outcome.INCONCLUSIVE),  # too little data, however clear
     ],

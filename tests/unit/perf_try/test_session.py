@@ -114,10 +114,11 @@ def test_pairs_alternate_order_and_winners_are_verified_together(
     assert combined.override == "data.num_workers=4 data.prefetch_factor=4"
     assert combined.status == "recommended"
     assert combined.median == pytest.approx(3.0, rel=0.01)
-    # round 1 A B per candidate, round 2 B A, round 3 A B; then the combination
-    assert calls[:2] == [(), ("data.num_workers=4",)]
-    assert calls[6:8] == [("data.num_workers=4",), ()]
-    assert len(calls) == 3 * 3 * 2 + 3 * 2
+    # the warm-up (not counted); round 1 A B per candidate, round 2 B A, round 3 A B; then the
+    # combination
+    assert calls[:3] == [(), (), ("data.num_workers=4",)]
+    assert calls[7:9] == [("data.num_workers=4",), ()]
+    assert len(calls) == 1 + 3 * 3 * 2 + 3 * 2
     assert paste_line(records) == "data.num_workers=4 data.prefetch_factor=4"
 
 
@@ -130,7 +131,7 @@ def test_budget_measures_the_first_changes_enough_and_names_what_it_left_out(
     session = TrySession(
         _command(tmp_path),
         [WORKERS, PREFETCH, NOOP],
-        TryOptions(75, 5),
+        TryOptions(75, 5, warm_up=False),  # the plan's arithmetic on pairs alone
         tmp_path / "w",
         clock=clock,
     )
@@ -156,7 +157,11 @@ def test_budget_too_small_for_the_first_pair_leaves_candidates_untried(
 ) -> None:
     clock, _ = fake_trials
     session = TrySession(
-        _command(tmp_path), [WORKERS, PREFETCH], TryOptions(25, 3), tmp_path / "w", clock=clock
+        _command(tmp_path),
+        [WORKERS, PREFETCH],
+        TryOptions(25, 3, warm_up=False),
+        tmp_path / "w",
+        clock=clock,
     )
     records = session.run()
     assert [r.status for r in records] == ["inconclusive", "untried"]
@@ -274,25 +279,32 @@ def test_plan_follows_the_measured_pair_cost(
     events: list[session_mod.TrialEvent] = []
     plans: list[BudgetPlan] = []
     # after the first trial (10 s): 80 s hold four more pairs of 20 s; the first change takes
-    # the 3 a verdict needs and the two left (5 asked), the others would get fewer than 3
-    TrySession(
+    # the 3 a verdict needs and the two left (5 asked), the others would get fewer than 3; it is
+    # decided after 3 (twice as fast, steadily), and the 40 s left cannot give another change 3
+    records = TrySession(
         _command(tmp_path),
         [WORKERS, PREFETCH, NOOP],
-        TryOptions(100, 5),
+        TryOptions(100, 5, warm_up=False),  # the plan's arithmetic on pairs alone
         tmp_path / "w",
         on_trial=events.append,
         clock=clock,
         on_plan=plans.append,
     ).run()
-    assert len(calls) == 10
+    assert len(calls) == 6
     assert events[0].planned == 30  # before anything was measured: 5 pairs each
-    assert [e.planned for e in events[1:]] == [10] * 9
-    assert events[-1].done == 10
-    (plan,) = plans
+    assert [e.planned for e in events[1:]] == [10] * 5
+    assert events[-1].done == 6
+    plan, revised = plans
     assert plan.pairs == (("data.num_workers=4", 5),)
     assert plan.left_out == ("data.prefetch_factor=4", "trainer.log_every_n_steps=51")
     assert plan.trial_s == 10.0
     assert plan.capacity == 5  # the pair under way and four more
+    assert (revised.pairs, revised.stopped) == ((), ("data.num_workers=4",))
+    assert [(r.status, r.pairs) for r in records] == [
+        ("recommended", 3),
+        ("untried", 0),
+        ("untried", 0),
+    ]
 
 
 def test_progress_never_counts_past_its_plan(
@@ -352,9 +364,10 @@ def test_knobs_are_measured_on_a_plain_script_and_say_how_to_apply(
     assert override.status == "not applicable"
     assert "--candidate knob:dataloader.num_workers=4" in override.note
     assert ("knob:dataloader.num_workers=4",) in calls
-    # a knob's pairs start with the change: the refused one cost no trial of the unchanged run
-    assert len(calls) == 3 * 2
-    assert calls[:2] == [("knob:dataloader.num_workers=4",), ()]
+    # after the warm-up, a knob's pairs start with the change: the refused one cost no trial of
+    # the unchanged run
+    assert len(calls) == 1 + 3 * 2
+    assert calls[:3] == [(), ("knob:dataloader.num_workers=4",), ()]
     assert paste_line(records) is None  # no Hydra override to paste
     assert code_lines(records) == ["DataLoader(..., num_workers=4)  # the training loader"]
 

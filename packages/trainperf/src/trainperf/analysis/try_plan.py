@@ -9,8 +9,8 @@ is left one pair at a time up to the pairs asked for. A change that cannot get `
 left out, named, rather than measured too little to mean anything; only when not even the first
 change can get ``floor`` pairs does it get what fits. The session plans once its first trial has
 run (the cost of a trial is then known) and again after every round, from the measured cost of
-the pairs and the time left: the pairs of a change stopped early go to the changes still
-measured, or the session ends sooner.
+the pairs and the time left: the pairs of a change stopped early (decided at a look) go to the
+changes still measured, or the session ends sooner.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ def allocate(
     targets = list(done)
     spare = left_s
     floor = min(floor, most)
-    anyone = any(d > 0 for d, m in zip(done, measurable, strict=True) if m)
+    anyone = any(d > 0 for d in done)  # a change decided early is an answer too
     for i, (d, cost, ok) in enumerate(zip(done, pair_s, measurable, strict=True)):
         if not ok:
             continue
@@ -85,10 +85,11 @@ class BudgetPlan:
     ``budget_s``: the whole budget; ``trial_s``: what one run of the command took (the longest
     so far); ``left_s``: the budget left when planned; ``pairs``: ``(change, pairs planned)`` of
     the changes to be measured, in order; ``left_out``: the changes the budget cannot measure;
-    ``stopped``: changes stopped early (they cannot be recommended); ``most``: the pairs asked per
-    change; ``floor``: the fewest pairs that tell anything; ``revised``: a plan after the first;
-    ``whole_s``: the budget that would give every change still measurable ``floor`` pairs;
-    ``capacity``: the pairs the whole budget holds at the expected cost (done ones included).
+    ``stopped``: changes stopped early (decided, or they cannot be recommended); ``most``: the
+    pairs asked per change; ``floor``: the fewest pairs that tell anything; ``revised``: a plan
+    after the first; ``whole_s``: the budget that would give every change still measurable
+    ``floor`` pairs; ``capacity``: the pairs the whole budget holds at the expected cost (done
+    ones included).
     """
 
     budget_s: float
@@ -122,7 +123,7 @@ class BudgetPlan:
         if any(n < self.floor for _, n in self.pairs):
             text += f" (fewer than the {self.floor} pairs a verdict needs)"
         if self.stopped:
-            text += f"; stopped early (cannot be recommended): {', '.join(self.stopped)}"
+            text += f"; stopped early, decided: {', '.join(self.stopped)}"
         if self.left_out:
             text += (
                 f"; left out: {', '.join(self.left_out)} (--budget {_minutes(self.whole_s)} would "

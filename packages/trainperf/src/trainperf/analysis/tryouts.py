@@ -1,7 +1,22 @@
 """What a ``trainperf try`` session found, read back: the last session's records of the run's
-``perf/try.jsonl``, whether a measured change is recommended (:func:`status`), and the change to
-make (:func:`paste_line`: the Hydra overrides; :func:`code_lines`: runtime knobs as changes to
-one's own code). The session that runs the trials is :mod:`trainperf.cli.tryout.session`."""
+``perf/try.jsonl``, how a measured change is decided (:func:`measure`, :func:`status`), and the
+change to make (:func:`paste_line`: the Hydra overrides; :func:`code_lines`: runtime knobs as
+changes to one's own code). The session that runs the trials is
+:mod:`trainperf.cli.tryout.session`.
+
+How a change is decided: a pair (the unchanged command and the changed one, back to back) is
+the unit of evidence; its ratio ``speed(changed) / speed(unchanged)`` is one value, however many
+batches each trial timed. The speed-up is the geometric mean of the pairs' ratios with a
+Student's t interval on their logarithms (valid for three pairs, where a bootstrap is just the
+range of the three). A change is ``recommended`` when the interval lies above
+:data:`RECOMMEND_ABOVE`, a ``regression`` when it lies below ``1 / RECOMMEND_ABOVE``, ``no
+significant change`` when it lies between the two, else ``inconclusive``; never with fewer than
+:data:`MIN_PAIRS` pairs. The session may decide a change at each of :func:`looks` (it stops
+measuring a decided change and gives its pairs to the others), so each look's interval is at
+``1 - ALPHA / len(looks)`` (Bonferroni): a change that changes nothing comes out ``recommended``
+or ``regression`` in at most :data:`~trainperf.core.significance.ALPHA` of sessions whatever
+look decides it (``benchmarks/try_calibration.py`` measures the rate under realistic noise).
+"""
 
 from __future__ import annotations
 
@@ -10,11 +25,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from trainperf.core.knobs import KNOB_PREFIX, apply_lines, knobs_of
-from trainperf.core.significance import Outcome, PairedRatios, ratio_outcome
+from trainperf.core.significance import ALPHA, Outcome, PairedRatios, paired_ratios, ratio_outcome
 from trainperf.records.files import read_records
 from trainperf.records.kinds import TryRecord
 
 __all__ = [
+    "LOOK_AT",
     "MIN_PAIRS",
     "QUALITY_TOLERANCE",
     "RECOMMEND_ABOVE",
@@ -22,6 +38,9 @@ __all__ = [
     "code_lines",
     "last_session",
     "latest_session",
+    "look_confidence",
+    "looks",
+    "measure",
     "paste_line",
     "quality_drop",
     "status",
@@ -32,10 +51,14 @@ __all__ = [
 QUALITY_TOLERANCE = 0.005
 #: The status word of such a change ends so: ``"<quality_name> drop"``.
 QUALITY_DROP_SUFFIX = " drop"
-#: Smallest speed-up that counts: the interval's low end must be above it to recommend.
+#: Smallest speed-up that counts: the interval's low end must be above it to recommend (and
+#: its high end below ``1 / RECOMMEND_ABOVE`` to call a regression).
 RECOMMEND_ABOVE = 1.03
 #: Fewer pairs than this are inconclusive whatever they show.
 MIN_PAIRS = 3
+#: The pair counts at which a session may decide a change (below the most pairs asked for;
+#: that one is a look too): few looks, spaced out, so each keeps a useful share of ``ALPHA``.
+LOOK_AT = (MIN_PAIRS, 5, 8, 12, 20, 32, 50)
 
 
 @dataclass(frozen=True)
@@ -97,9 +120,31 @@ def quality_drop(status_word: str) -> bool:
     return status_word.endswith(QUALITY_DROP_SUFFIX)
 
 
+def looks(most: int) -> tuple[int, ...]:
+    """The pair counts at which a change measured with at most ``most`` pairs may be decided:
+    :data:`LOOK_AT` below ``most``, then ``most`` (at least :data:`MIN_PAIRS`). A change that
+    ends between two looks (the budget) is decided where it ends, in place of the next look, so
+    no change is decided more than ``len(looks(most))`` times."""
+    top = max(most, MIN_PAIRS)
+    return (*(n for n in LOOK_AT if n < top), top)
+
+
+def look_confidence(most: int) -> float:
+    """The confidence of each look's interval when a change takes at most ``most`` pairs:
+    ``1 - ALPHA / len(looks(most))`` (0.95 for 3 pairs, 0.975 for 5, 0.983 for 8)."""
+    return 1.0 - ALPHA / len(looks(most))
+
+
+def measure(ratios: Sequence[float], most: int) -> PairedRatios:
+    """The speed-up of a change from its pairs' ratios, with the interval a look decides on
+    (:func:`look_confidence` of ``most``, the most pairs it may take)."""
+    return paired_ratios(ratios, look_confidence(most))
+
+
 def status(s: PairedRatios) -> str:
     """``recommended`` when :func:`~trainperf.core.significance.ratio_outcome` finds an improvement
-    (the 95 % interval's low end above :data:`RECOMMEND_ABOVE`, with at least :data:`MIN_PAIRS`
-    pairs), else that outcome's word (``inconclusive``, ...)."""
+    (the interval's low end above :data:`RECOMMEND_ABOVE`, with at least :data:`MIN_PAIRS`
+    pairs), else that outcome's word (``regression``, ``no significant change``,
+    ``inconclusive``)."""
     found = ratio_outcome(s.low, s.high, RECOMMEND_ABOVE, enough=s.pairs >= MIN_PAIRS)
     return "recommended" if found is Outcome.IMPROVEMENT else str(found)

@@ -2,10 +2,10 @@
 
 Used by ``trainperf compare`` (step times of two traces, :mod:`trainperf.analysis.trace.compare`),
 ``trainperf check`` (a run against a baseline, :mod:`trainperf.analysis.gate`) and ``trainperf try``
-(paired
-speed ratios, :mod:`trainperf.cli.tryout.session`): the :class:`Outcome` words, a one-sided
-Mann-Whitney U test, one seeded percentile bootstrap of a median (a rerun on the same figures
-gives the same interval) and a robust noise allowance. Only the words are shared, not one
+(paired speed ratios, :mod:`trainperf.analysis.tryouts`): the :class:`Outcome` words, a one-sided
+Mann-Whitney U test, one seeded percentile bootstrap of a ratio of medians (a rerun on the same
+figures gives the same interval), Student's t interval of paired ratios (few pairs) and a robust
+noise allowance. Only the words are shared, not one
 threshold: each command decides what change counts.
 """
 
@@ -121,44 +121,129 @@ def ratio_of_medians_interval(
     return _tails(mb / np.where(ma > 0, ma, np.nan))
 
 
+def _beta_fraction(a: float, b: float, x: float) -> float:
+    """The continued fraction of the regularized incomplete beta function (modified Lentz)."""
+    tiny, qab, qap, qam = 1e-300, a + b, a + 1.0, a - 1.0
+    c, d = 1.0, 1.0 - qab * x / qap
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    h = d
+    for m in range(1, 300):
+        m2 = 2 * m
+        for num in (
+            m * (b - m) * x / ((qam + m2) * (a + m2)),
+            -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2)),
+        ):
+            d = 1.0 + num * d
+            d = 1.0 / (d if abs(d) > tiny else tiny)
+            c = 1.0 + num / c
+            c = c if abs(c) > tiny else tiny
+            h *= d * c
+        if abs(d * c - 1.0) < 1e-15:
+            break
+    return h
+
+
+def _incomplete_beta(a: float, b: float, x: float) -> float:
+    """The regularized incomplete beta function ``I_x(a, b)``."""
+    if x <= 0.0:
+        return 0.0
+    if x >= 1.0:
+        return 1.0
+    front = math.exp(
+        math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)
+    )
+    if x < (a + 1.0) / (a + b + 2.0):
+        return front * _beta_fraction(a, b, x) / a
+    return 1.0 - front * _beta_fraction(b, a, 1.0 - x) / b
+
+
+def student_t_cdf(t: float, df: int) -> float:
+    """``P(T <= t)`` for Student's t with ``df`` degrees of freedom."""
+    if df < 1:
+        raise ValueError(f"student_t_cdf: df must be >= 1, got {df}")
+    tail = 0.5 * _incomplete_beta(df / 2.0, 0.5, df / (df + t * t))
+    return 1.0 - tail if t > 0 else tail
+
+
+@lru_cache(maxsize=256)
+def student_t_quantile(p: float, df: int) -> float:
+    """The ``p`` quantile of Student's t with ``df`` degrees of freedom (bisection on
+    :func:`student_t_cdf`, to 1e-10)."""
+    if not 0.0 < p < 1.0:
+        raise ValueError(f"student_t_quantile: p must lie in (0, 1), got {p}")
+    if p < 0.5:
+        return -student_t_quantile(1.0 - p, df)
+    low, high = 0.0, 1.0
+    while student_t_cdf(high, df) < p:
+        low, high = high, 2.0 * high
+    while high - low > 1e-10 * max(1.0, high):
+        mid = 0.5 * (low + high)
+        if student_t_cdf(mid, df) < p:
+            low = mid
+        else:
+            high = mid
+    return 0.5 * (low + high)
+
+
 @dataclass(frozen=True)
 class PairedRatios:
-    """Median of paired ratios (one per pair in run order, e.g. ``speed(B) / speed(A)``) and
-    its :data:`CONFIDENCE` percentile-bootstrap interval ``[low, high]`` (resampling the pairs)."""
+    """Paired ratios (one per pair in run order, e.g. ``speed(B) / speed(A)``): their
+    ``estimate``, the geometric mean, and its two-sided ``confidence`` interval ``[low, high]``
+    from Student's t on the logarithms of the ratios. The pairs are the independent units (a
+    pair's two trials share the machine's state of the moment); the t interval is valid for
+    few of them, where a percentile bootstrap of three values is just their range."""
 
     ratios: tuple[float, ...]
-    median: float
+    estimate: float
     low: float
     high: float
+    confidence: float = CONFIDENCE
 
     @property
     def pairs(self) -> int:
         return len(self.ratios)
 
 
-def paired_ratios(ratios: Sequence[float]) -> PairedRatios:
-    """The median of ``ratios`` with its bootstrap interval (``ValueError`` when empty)."""
+def paired_ratios(ratios: Sequence[float], confidence: float = CONFIDENCE) -> PairedRatios:
+    """The geometric mean of ``ratios`` with its t interval at ``confidence`` (see
+    :class:`PairedRatios`; one ratio: the interval is that ratio). ``ValueError`` when empty or
+    when a ratio is not a positive number."""
     values = np.asarray(ratios, dtype=np.float64)
     if values.size == 0:
         raise ValueError("paired_ratios: no ratios")
-    low, high = _tails(_resampled_medians(values, np.random.default_rng(BOOTSTRAP_SEED)))
-    return PairedRatios(tuple(values.tolist()), float(np.median(values)), low, high)
+    if not (np.all(np.isfinite(values)) and np.all(values > 0)):
+        raise ValueError(f"paired_ratios: ratios must be positive numbers, got {values.tolist()}")
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"paired_ratios: confidence must lie in (0, 1), got {confidence}")
+    logs = np.log(values)
+    centre = float(logs.mean())
+    half = 0.0
+    if values.size > 1:
+        se = float(logs.std(ddof=1)) / math.sqrt(values.size)
+        half = student_t_quantile(1.0 - (1.0 - confidence) / 2.0, values.size - 1) * se
+    return PairedRatios(
+        tuple(values.tolist()),
+        math.exp(centre),
+        math.exp(centre - half),
+        math.exp(centre + half),
+        confidence,
+    )
 
 
 def ratio_outcome(low: float, high: float, bar: float, *, enough: bool = True) -> Outcome:
     """What an interval ``[low, high]`` of a ratio (above 1 = better) says against ``bar`` (> 1,
-    the smallest ratio that counts): ``improvement`` when it lies above the bar; ``no significant
-    change`` when it contains 1 or lies inside ``[1 / bar, bar]`` (any change is smaller than what
-    counts); ``regression`` when it lies below 1; else, or without ``enough`` data,
-    ``inconclusive``."""
+    the smallest ratio that counts, either way): ``improvement`` when it lies above the bar;
+    ``regression`` when it lies below ``1 / bar``; ``no significant change`` when it lies inside
+    ``[1 / bar, bar]`` (any change is smaller than what counts); else (an interval that
+    straddles a bar), or without ``enough`` data, ``inconclusive``."""
     if not enough:
         return Outcome.INCONCLUSIVE
     if low > bar:
         return Outcome.IMPROVEMENT
-    if low <= 1.0 <= high or (low >= 1.0 / bar and high <= bar):
-        return Outcome.NO_CHANGE
-    if high < 1.0:
+    if high < 1.0 / bar:
         return Outcome.REGRESSION
+    if low >= 1.0 / bar and high <= bar:
+        return Outcome.NO_CHANGE
     return Outcome.INCONCLUSIVE
 
 

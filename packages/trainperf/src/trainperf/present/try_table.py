@@ -54,7 +54,8 @@ def format_trial(event: TrialEvent) -> str:
     else:  # a knob the run cannot take is not a failure of the trial
         refused = event.error is not None and event.error.startswith("not applicable")
         speed = "-" if refused else "failed"
-    line = f"trial {event.done}/{event.planned}  {event.label} (pair {event.pair})  {speed}"
+    pair = f" (pair {event.pair})" if event.pair else ""  # pair 0: the warm-up
+    line = f"trial {event.done}/{event.planned}  {event.label}{pair}  {speed}"
     line += f"  {event.seconds:.1f} s"
     return line + (f"  {event.error}" if event.error else "")
 
@@ -92,7 +93,9 @@ def labels(r: TryRecord) -> str:
 
 
 def results_table(records: Sequence[TryRecord], dropped: frozenset[str] = frozenset()) -> Table:
-    table = Table(title="Measured changes (speed-up = changed / unchanged, 95 % interval)")
+    table = Table(
+        title="Measured changes (speed-up = changed / unchanged, 95 % interval over its looks)"
+    )
     table.add_column("change", overflow="fold", min_width=16)
     table.add_column("speed-up", no_wrap=True)
     table.add_column("pairs", justify="right", no_wrap=True)

@@ -527,7 +527,9 @@ class TryRecord(Record, tag="trainperf/try", kw_only=True, frozen=True):
             tolerance),
             ``not applicable``, ``failed`` or ``untried`` (the budget ran out).
         ratios: ``speed(changed) / speed(unchanged)`` per pair.
-        median, low, high: the median ratio and its 95 % bootstrap interval (None without pairs).
+        median, low, high: the speed-up (the geometric mean of ``ratios``) and the t interval
+            its decision used, 95 % over the looks that could decide it (None without pairs;
+            :mod:`trainperf.analysis.tryouts`).
         quality_base, quality_changed: eval-time only: the quality figure on the checkpoint;
             quality_name: its name (e.g. ``H-mean``).
         note: why (not applicable, failed, untried, the quality drop), or "".

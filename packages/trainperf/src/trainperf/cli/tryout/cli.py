@@ -82,8 +82,10 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         description=(
             "Re-run RUN_DIR's own command with each candidate change (the run's findings' "
             "candidates and --candidate overrides) in short training windows, interleaved with "
-            "the unchanged command, and report each change's speed-up (median of paired ratios) "
-            "with a 95 % bootstrap interval: 'recommended' when its low end is above 1.03."
+            "the unchanged command (after one uncounted warm-up run), and report each change's "
+            "speed-up (geometric mean of paired ratios) with a t interval, 95 % over the looks "
+            "that may decide it (3, 5, 8 pairs): 'recommended' when its low end is above 1.03, "
+            "'regression' when its high end is below 1/1.03."
         ),
         epilog=_epilog(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -106,7 +108,20 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "the command is timed: changes in order get the 3 pairs a verdict needs while it holds "
         "them, the rest are left out and named",
     )
-    p.add_argument("--pairs", type=_positive, default=5, help="pairs per candidate at most (5)")
+    p.add_argument(
+        "--pairs",
+        type=_positive,
+        default=8,
+        help="pairs per candidate at most (8); a change is decided after 3, 5 or 8 pairs, as "
+        "soon as its interval allows, and its pairs go to the others",
+    )
+    p.add_argument(
+        "--no-warm-up",
+        dest="warm_up",
+        action="store_false",
+        help="skip the uncounted first run of the unchanged command (it keeps the first run's "
+        "cold caches out of the pairs)",
+    )
     p.add_argument(
         "--warmup", type=_non_negative, default=5, help="training batches skipped per trial (5)"
     )
@@ -249,7 +264,7 @@ def run(args: argparse.Namespace) -> int:
             f"{run_dir}: nothing to try: the run's findings propose no change; name one with "
             "--candidate KEY=VALUE"
         )
-    options = TryOptions(args.budget, args.pairs, args.warmup, args.batches)
+    options = TryOptions(args.budget, args.pairs, args.warmup, args.batches, args.warm_up)
     checkpoint = _checkpoint(run_dir)
     if args.checkpoint is not None:
         if not args.checkpoint.is_file():

@@ -3,24 +3,28 @@ command, within a time budget; then the recommended changes together. Its record
 ``<run>/perf/try.jsonl`` (one :class:`~trainperf.records.kinds.TryRecord` per candidate, and one for
 the winners together); sessions append, readers show the latest.
 
-The budget is planned (:mod:`trainperf.analysis.try_plan`) once the first trial has run and the cost
-of one is known: changes in order get the :data:`MIN_PAIRS` pairs a verdict needs while the budget
-holds them, what is left goes one pair at a time up to ``--pairs``, and a change the budget
-cannot measure is left out and named (the plan is said at the start, through ``on_plan``). Rounds
-go over the planned changes (round 1: a pair for each, round 2: another pair for each, ...);
-after each round a change whose interval already lies below :data:`RECOMMEND_ABOVE` (it cannot be
-recommended) stops early and the budget is planned again from the measured pair costs: its
-pairs go to the changes still measured, or the session ends sooner.
+The session starts with one run of the unchanged command that is not counted (the warm-up: the
+first run meets cold caches and would bias its pair). The budget is planned
+(:mod:`trainperf.analysis.try_plan`) once the first trial has run and the cost of one is known:
+changes in order get the :data:`MIN_PAIRS` pairs a verdict needs while the budget holds them,
+what is left goes one pair at a time up to ``--pairs``, and a change the budget cannot measure
+is left out and named (the plan is said at the start, through ``on_plan``). Rounds go over the
+planned changes (round 1: a pair for each, round 2: another pair for each, ...); after each
+round a change at one of its :func:`~trainperf.analysis.tryouts.looks` (3, 5, 8, ... pairs) that
+is decided (recommended, a regression, no significant change) or whose interval lies below
+:data:`RECOMMEND_ABOVE` (it cannot be recommended) stops early, and the budget is planned again
+from the measured pair costs: its pairs go to the changes still undecided, or the session ends
+sooner.
 
 Within a pair the order alternates (A B, then B A, ...; A the unchanged command) so a steady
 drift of the machine cancels; a runtime knob's pairs start with B, since a knob the run cannot
 take ends its trial at setup and the change is then "not applicable" with the trial's reason.
-The speed-up is the median of the ratios ``speed(B) / speed(A)`` with its bootstrap interval
-(:func:`trainperf.core.significance.paired_ratios`); :func:`status` is the rule that recommends a
-change. Before each pair the session checks that the longest pair of that kind so far still fits
-in what is left of the budget (and, in the first pair of a kind, that its second trial does), and
-stops cleanly when it does not, naming what it measured and what it left out. A trial may not
-run past the budget's end (it is stopped there).
+The speed-up is the geometric mean of the pairs' ratios ``speed(B) / speed(A)`` with its t
+interval at the looks' confidence (:func:`trainperf.analysis.tryouts.measure`); :func:`status` is
+the rule that decides a change. Before each pair the session checks that the longest pair of
+that kind so far still fits in what is left of the budget (and, in the first pair of a kind,
+that its second trial does), and stops cleanly when it does not, naming what it measured and
+what it left out. A trial may not run past the budget's end (it is stopped there).
 """
 
 from __future__ import annotations
@@ -42,12 +46,14 @@ from trainperf.analysis.tryouts import (
     QUALITY_TOLERANCE,
     RECOMMEND_ABOVE,
     TrialEvent,
+    looks,
+    measure,
     status,
 )
 from trainperf.cli.tryout.trial import TrialResult, run_eval_trial, run_training_trial
 from trainperf.core.candidates import Candidate
 from trainperf.core.knobs import apply_lines, family_knob, has_knob, is_knob, knobs_of
-from trainperf.core.significance import PairedRatios, paired_ratios
+from trainperf.core.significance import PairedRatios
 from trainperf.records.command import RecordedCommand, override_key
 from trainperf.records.files import RecordWriter
 from trainperf.records.kinds import TryRecord
@@ -66,17 +72,23 @@ __all__ = [
 _TRIAL_TIMEOUT_FACTOR = 4.0
 # How a failure of the unchanged command (A) starts its note.
 _BASE_FAILED = "the unchanged command"
+#: The progress label of the warm-up run (:meth:`TrySession._warm_up`).
+WARM_UP = "unchanged (warm-up, not counted)"
 
 
 @dataclass(frozen=True)
 class TryOptions:
-    """The session's wall-clock budget (seconds), pairs per candidate at most, and per trial
-    the training batches skipped (``warmup``) and then measured (``batches``)."""
+    """The session's wall-clock budget (seconds), pairs per candidate at most, per trial the
+    training batches skipped (``warmup``) and then measured (``batches``), and whether the
+    session warms up (``warm_up``, below)."""
 
     budget_s: float
     pairs: int
     warmup: int = 5
     batches: int = 20
+    #: one unchanged run of each kind (training, evaluation) before the first pair, not counted:
+    #: the session's first run meets cold caches (files, compiled code) and would bias its pair
+    warm_up: bool = True
 
 
 @dataclass
@@ -92,7 +104,8 @@ class _Arm:
     failed: str | None = None
     refused: bool = False  # the run cannot take a knob of the change (failed says why)
     target: int = 0  # pairs planned in all
-    stopped: str | None = None  # why it stopped early (it cannot be recommended)
+    stopped: str | None = None  # why it stopped early (decided, or it cannot be recommended)
+    decided: str = ""  # what stopped it early, in a word: its outcome, or "cannot be recommended"
 
     @property
     def pairs(self) -> int:
@@ -107,13 +120,15 @@ class _Arm:
     def label(self) -> str:
         return " ".join(self.changes)
 
-    def ratios(self) -> PairedRatios:
-        return paired_ratios(
+    def ratios(self, most: int) -> PairedRatios:
+        """The speed-up so far, its interval at the looks' confidence for ``most`` pairs."""
+        return measure(
             [
                 b.speed / a.speed
                 for a, b in zip(self.base, self.changed, strict=True)
                 if a.speed is not None and b.speed is not None
-            ]
+            ],
+            most,
         )
 
 
@@ -230,7 +245,11 @@ class TrySession:
 
     # -- running ---------------------------------------------------------------------------
 
-    def _trial(self, arm: _Arm, changes: tuple[str, ...], label: str) -> TrialResult:
+    def _trial(
+        self, arm: _Arm, changes: tuple[str, ...], label: str, pair: int | None = None
+    ) -> TrialResult:
+        """Run one trial of ``arm`` with ``changes``; ``pair`` for progress (its next pair's
+        number when ``None``, 0 for the warm-up)."""
         self._count += 1
         folder = self.work_dir / f"{self._count:03d}-{'B' if changes else 'A'}"
         remaining = max(self._deadline - self.clock(), 1.0)
@@ -266,8 +285,9 @@ class TrySession:
         if self.on_trial is not None:
             refused = result.not_applicable
             why = result.error if refused is None else f"not applicable: {refused}"
+            number = arm.pairs + 1 if pair is None else pair
             event = TrialEvent(
-                label, arm.pairs + 1, result.seconds, result.speed, why, self._done, self._planned
+                label, number, result.seconds, result.speed, why, self._done, self._planned
             )
             self.on_trial(event)
         return result
@@ -329,22 +349,47 @@ class TrySession:
                         for other in arms:
                             if other.open and other.kind == arm.kind:
                                 other.failed = arm.failed
-            self._stop_losers(arms)
+            self._stop_decided(arms)
             if self.plan is not None:
                 self._plan()
 
-    def _stop_losers(self, arms: list[_Arm]) -> None:
-        """Stop each arm, short of its plan, whose interval after :data:`MIN_PAIRS` pairs or more
-        lies below :data:`RECOMMEND_ABOVE`: more pairs cannot make it recommended."""
+    def _warm_up(self, arms: list[_Arm]) -> None:
+        """One run of the unchanged command for each kind of the arms, before the first pair and
+        not counted (:data:`WARM_UP`): the session's first run is the slow one (cold page cache,
+        first compile), and in a pair it would make the unchanged side (or, for a knob, the
+        changed side) look slow. The budget is planned once it has run. When it fails, the arms
+        of its kind fail with its reason (every pair would fail the same way)."""
+        self._arms = arms
+        for kind in dict.fromkeys(a.kind for a in arms):
+            arm = next(a for a in arms if a.kind == kind)
+            self._planned += 1
+            result = self._trial(arm, (), WARM_UP, pair=0)
+            if result.error is not None or result.speed is None:
+                for other in arms:
+                    if other.open and other.kind == kind:
+                        other.failed = f"{_BASE_FAILED}: {result.error}"
+        if self._trial_cost:
+            self._plan()
+
+    def _stop_decided(self, arms: list[_Arm]) -> None:
+        """Stop each arm, short of its plan, at one of its looks, that is decided (recommended,
+        a regression, no significant change) or whose interval lies below
+        :data:`RECOMMEND_ABOVE` (more pairs cannot make it recommended)."""
+        most = self.options.pairs
         for arm in arms:
-            if arm.open and MIN_PAIRS <= arm.pairs < arm.target:
-                s = arm.ratios()
-                if s.high < RECOMMEND_ABOVE:
-                    arm.stopped = (
-                        f"stopped early after {arm.pairs} of {arm.target} planned pairs: its 95 % "
-                        f"interval [{s.low:.3f}, {s.high:.3f}] lies below {RECOMMEND_ABOVE}, so it "
-                        "cannot be recommended"
-                    )
+            if not (arm.open and arm.pairs < arm.target and arm.pairs in looks(most)):
+                continue
+            s = arm.ratios(most)
+            word = status(s)
+            if word == "inconclusive" and s.high >= RECOMMEND_ABOVE:
+                continue
+            arm.decided = word if word != "inconclusive" else "cannot be recommended"
+            says = f"lies below {RECOMMEND_ABOVE}" if word == "inconclusive" else "decides it"
+            arm.stopped = (
+                f"stopped early after {arm.pairs} of {arm.target} planned pairs: its "
+                f"{100 * s.confidence:.1f} % interval [{s.low:.3f}, {s.high:.3f}] {says}: "
+                f"{arm.decided}"
+            )
 
     def _pair_s(self, arm: _Arm) -> float:
         """Expected seconds of one more pair of ``arm``: its kind's longest pair so far, else
@@ -424,13 +469,13 @@ class TrySession:
             for a in arms
             if a.open and 0 < a.pairs < self.options.pairs
         ]
-        stopped = [f"{a.label} after {a.pairs} pairs" for a in arms if a.stopped]
+        stopped = [f"{a.label} after {a.pairs} pairs ({a.decided})" for a in arms if a.stopped]
         if left_out:
             parts.append("left out: " + ", ".join(left_out))
         if short:
             parts.append("left short: " + ", ".join(short))
         if stopped:
-            parts.append("stopped early (cannot be recommended): " + ", ".join(stopped))
+            parts.append("stopped early, decided: " + ", ".join(stopped))
         return "; ".join(parts)
 
     def _base_record(
@@ -467,7 +512,7 @@ class TrySession:
                     f"~{self.plan.trial_s:.1f} s)"
                 )
             return self._base_record(c, word, note, override, kind, apply)
-        s = arm.ratios()
+        s = arm.ratios(self.options.pairs)
         word = status(s)
         notes: list[str] = []
         evaluation = self.command.evaluation if arm.kind == "eval" else None
@@ -494,7 +539,7 @@ class TrySession:
             self._base_record(c, word, "; ".join(notes), override, kind, apply),
             pairs=s.pairs,
             ratios=s.ratios,
-            median=s.median,
+            median=s.estimate,
             low=s.low,
             high=s.high,
             base_samples_per_sec=_median([r.speed for r in arm.base]),
@@ -525,6 +570,8 @@ class TrySession:
             arms.append(_Arm(c, (change,), kind, _keep_for((change,))))
             slots.append(arms[-1])
         self._planned = 2 * len(arms) * self.options.pairs
+        if self.options.warm_up:
+            self._warm_up(arms)
         self._measure(arms)
         self.budget_note = self._budget_note(arms)
         measured = {id(a): self._record(a) for a in arms}

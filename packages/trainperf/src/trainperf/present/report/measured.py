@@ -38,10 +38,12 @@ def measured_changes_section(report: Report) -> Section:
     sec.paragraphs.append(
         f"`trainperf try` session of {records[0].session}: each change against the unchanged "
         "command in short training windows, pairs run back to back in alternating order; "
-        "speed-up = median of the paired ratios (changed / unchanged samples/s) with its 95 % "
-        f"bootstrap interval. Recommended only when the interval's low end is above "
-        f"{RECOMMEND_ABOVE}; eval-time changes are checked on the run's checkpoint and never "
-        f"recommended when its quality figure drops by more than {QUALITY_TOLERANCE}."
+        "speed-up = geometric mean of the paired ratios (changed / unchanged samples/s) with "
+        "its t interval, 95 % over the looks that may decide it (3, 5, 8 pairs). Recommended "
+        f"only when the interval's low end is above {RECOMMEND_ABOVE}, a regression only when "
+        f"its high end is below {1 / RECOMMEND_ABOVE:.3f}; eval-time changes are checked on "
+        "the run's checkpoint and never recommended when its quality figure drops by more "
+        f"than {QUALITY_TOLERANCE}."
     )
     headers = ["change", "speed-up", "95 % interval", "pairs", "outcome", "labels", "note"]
     sec.tables.append(Table(headers, [_row(r) for r in records]))
