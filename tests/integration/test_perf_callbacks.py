@@ -1,9 +1,10 @@
 """PerformanceProfilerCallback and ThroughputMonitorCallback on tiny CPU Trainers.
 
 Planted delays must land in their own phase (within 15 %), each epoch's phases must sum to its
-wall time, throughput must be the recorded sample counts over a wall time that holds the planted sleeps
-(no two clocks compared), and the callbacks must survive being disabled, a missing wandb, an empty validation set, their own failures, a resumed run, no
-logger, DDP, and our own LightningModule driven through ``ocr-train``.
+wall time, throughput must be the recorded sample counts over a wall time that holds the planted
+sleeps (no two clocks compared), and the callbacks must survive being disabled, a missing wandb,
+an empty validation set, their own failures, a resumed run, no logger, DDP, and our own
+LightningModule driven through ``ocr-train``.
 """
 
 from __future__ import annotations
