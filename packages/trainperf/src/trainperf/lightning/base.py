@@ -20,7 +20,7 @@ from trainperf.lightning.epoch_report import (
     int_at_least,
     normalize_stages,
 )
-from trainperf.lightning.interruption import interruption_of, set_exit_code
+from trainperf.lightning.interruption import announce, interruption_of, set_exit_code
 from trainperf.lightning.recorder import StageRecorder
 from trainperf.lightning.trial_fit import TrialWindow, open_trial_window
 from trainperf.records.kinds import EpochRecord, JsonValue
@@ -160,6 +160,7 @@ class RecorderCallback(BatchEndHooks):
         interruption = interruption_of(trainer, exception)
         if interruption is not None:
             set_exit_code(exception, interruption)
+            announce(trainer, exception, interruption)  # one line: what happened, where
         if recorder is not None:
             try:
                 # no gather: the ranks may be out of step
