@@ -157,10 +157,40 @@ _KINDS = (RunRecord, EpochRecord, IntervalRecord, ResourceSample, AlertEvent, Pr
 _RUN_MARKERS = (*(f"{PERF_DIRNAME}/{kind.FILE}" for kind in _KINDS), ".hydra/config.yaml")
 
 
+def _tfevents_logged(path: Path) -> bool:
+    """A TensorBoard event file with more than its version header (TFRecord: uint64 length,
+    uint32 crc, data, uint32 crc); a logger opened at setup writes only the header."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(8)
+        return len(head) == 8 and path.stat().st_size > 16 + int.from_bytes(head, "little")
+    except OSError:
+        return False
+
+
+def _ran_here(root: Path) -> bool:
+    """Whether a run happened in ``root``: a record of the performance callbacks, a profiler
+    trace, or what a finished run without them leaves (a checkpoint, a logged metric)."""
+    if any((root / PERF_DIRNAME).glob("*.jsonl")):
+        return True
+    if any(p.name.endswith(_TRACE_SUFFIXES) for p in (root / TRACE_DIRNAME).rglob("*")):
+        return True
+    for path in root.rglob("*"):
+        name = path.name
+        if name.endswith(".ckpt"):
+            return True
+        if name == "metrics.csv" and path.is_file() and path.stat().st_size > 0:
+            return True
+        if name.startswith("events.out.tfevents.") and _tfevents_logged(path):
+            return True
+    return False
+
+
 def load_run(
     run_dir: str | os.PathLike[str], baseline: str | os.PathLike[str] | None = None
 ) -> RunData:
-    """Read every performance file of ``run_dir`` (none at all: :class:`ReportInputError`),
+    """Read every performance file of ``run_dir`` (none at all, or a folder where no run
+    happened: :class:`ReportInputError`),
     analyse its profiler traces and compare it with ``baseline`` (a baseline JSON, bench JSON or
     run dir; a missing or unusable baseline file is a :class:`ReportInputError`)."""
     root = Path(run_dir)
@@ -172,6 +202,14 @@ def load_run(
         raise ReportInputError(
             f"{root}: not a run directory (no perf/*.jsonl, perf/run.json or .hydra/config.yaml; "
             "give the folder of an ocr-train run, e.g. trainperf report outputs/train/<date>)"
+        )
+    if not _ran_here(root):
+        # e.g. ocr-train stopped by a missing dataset: Hydra's config and perf/run.json only;
+        # "attach the performance callbacks" would send the user after the wrong cause
+        raise ReportInputError(
+            f"{root}: no recorded run here (no perf/*.jsonl record, profiler trace, checkpoint or "
+            "logged metric): the command that made this folder stopped before training; see its "
+            "log, fix what it names and run it again"
         )
     data = RunData(run_dir=root, folder=root.resolve().name or str(root))
     _read_files(data)
