@@ -21,6 +21,7 @@ from trainperf.lightning.epoch_report import (
     normalize_stages,
 )
 from trainperf.lightning.interruption import announce, interruption_of, set_exit_code
+from trainperf.lightning.live_line import PipedPhaseLine
 from trainperf.lightning.recorder import StageRecorder
 from trainperf.lightning.trial_fit import TrialWindow, open_trial_window
 from trainperf.records.kinds import EpochRecord, JsonValue
@@ -68,6 +69,9 @@ class RecorderCallback(BatchEndHooks):
         self._enabled_run = False  # enabled and not failed, for the current run
         self._warned = False
         self._trial: TrialWindow | None = None  # a `trainperf try` window on this run
+        # the phase split as a plain line every 30 s when stdout is not a terminal (monitors
+        # that show the split set it at setup: trainperf.lightning.progress_choice)
+        self._piped: PipedPhaseLine | None = None
 
     def _on_report(self, trainer: L.Trainer, report: EpochRecord) -> None:
         """Present a finished stage epoch (log, print)."""
@@ -113,6 +117,7 @@ class RecorderCallback(BatchEndHooks):
     def _fail(self, exc: BaseException) -> None:
         """This callback's own error: one warning, then it is off for the run."""
         self._enabled_run = False
+        self._piped = None
         if not self._warned:
             self._warned = True
             warn_off(type(self).__name__, exc)
@@ -144,6 +149,7 @@ class RecorderCallback(BatchEndHooks):
         recorder, self._recorder = self._recorder, None
         self._enabled_run = False
         self._trial = None
+        self._piped = None
         if recorder is not None:
             try:
                 recorder.detach(self)
@@ -155,6 +161,7 @@ class RecorderCallback(BatchEndHooks):
     ) -> None:
         recorder, self._recorder = self._recorder, None
         self._enabled_run = False
+        self._piped = None
         # SIGTERM / SIGINT: an interruption (from what happened, not from an entry point), with
         # the exit code 128 + signal also for a plain script that has only these callbacks
         interruption = interruption_of(trainer, exception)
@@ -195,3 +202,6 @@ class RecorderCallback(BatchEndHooks):
         window = self._trial
         if window is not None and stage == "train":
             window.batch_done(trainer, self)
+        piped = self._piped
+        if piped is not None:
+            piped.tick(trainer, stage, batch_idx)
