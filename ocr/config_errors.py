@@ -26,13 +26,17 @@ import sys
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trainperf.cli import errors as cli_errors
+from trainperf.errors import ConfigError
 
 from ocr.cli_errors import EXIT_BAD_INPUT, full_error_requested, report_error  # registers Hydra's
 
-__all__ = ["composed", "config_errors", "describe"]
+if TYPE_CHECKING:
+    from trainperf.lightning.profiler_settings import FlatSetting
+
+__all__ = ["composed", "config_errors", "describe", "flat_twin_conflict", "moved_to"]
 
 _FULL_ERROR = "HYDRA_FULL_ERROR"
 
@@ -88,6 +92,82 @@ def _closest(word: str, candidates: list[str]) -> str:
     return f"; did you mean {' or '.join(close)}?"
 
 
+def moved_to(key: str, valid: list[str]) -> str:
+    """``; it moved to X`` when ``key``'s last name is a key ``X`` of the same config entry one
+    level up or down (``callbacks.profiler.active`` -> ``callbacks.profiler.schedule.active``,
+    ``callbacks.profiler.trace.warmup`` -> ``callbacks.profiler.schedule.warmup``), naming the
+    grouped setting too when ``X`` is one of the original project's flat profiler arguments
+    (``callbacks.profiler.schedule.profile_steps`` -> ``callbacks.profiler.profile_steps``, i.e.
+    ``callbacks.profiler.schedule.active``); empty when there is no such key, when the key's
+    parent is not a node of the config (a misspelling on the way) or when more than two keys
+    share the name. A spelling distance would rather suggest a different setting with a
+    similar name."""
+    from trainperf.lightning.profiler_settings import FLAT_SETTINGS
+
+    parts = key.split(".")
+    parent = ".".join(parts[:-1])
+    if parent and parent not in valid:
+        return ""  # a misspelt node on the way (rules.hangg.enabled): not a move
+    entry = min(len(parts) - 1, 2)  # the entry (``callbacks.profiler``, ``model``) must match
+    depth = len(parts)
+    found = []
+    for other in valid:
+        names = other.split(".")
+        if names[-1] != parts[-1] or names[:entry] != parts[:entry] or other == key:
+            continue
+        if abs(len(names) - depth) <= 1:
+            found.append(other)
+    if not found or len(found) > 2:
+        return ""  # none, or a name many settings share (enabled): not one place it moved to
+    twins = {s.flat: s.grouped for s in FLAT_SETTINGS}
+    shown = []
+    for other in sorted(found, key=len):
+        prefix, _, name = other.rpartition(".")
+        twin = f"{prefix}.{twins[name]}" if name in twins else None
+        shown.append(f"{other} (= {twin})" if twin in valid else other)
+    return f"; it moved to {' or '.join(shown)}"
+
+
+def flat_twin_conflict(argv: list[str]) -> ConfigError | None:
+    """The error for a command line that gives one of the original project's flat profiler keys
+    (``callbacks.profiler.profile_steps=50``) and its grouped twin
+    (``callbacks.profiler.schedule.active=10``) different values, naming both; None when it
+    does not. Values are compared as the callback reads them (``[2,1]`` = ``[1,2]``). Twins set
+    apart in config files are refused by the callback itself (:func:`~trainperf.lightning.
+    profiler_settings.apply_flat`)."""
+    from trainperf.lightning.profiler_settings import FLAT_SETTINGS
+
+    given = {}
+    for arg in argv:
+        name, sep, value = arg.partition("=")
+        if sep and not arg.startswith("-"):
+            given[name.lstrip("+~")] = value
+    twins = {s.flat: s for s in FLAT_SETTINGS}
+    for key, value in given.items():
+        prefix, _, name = key.rpartition(".")
+        setting = twins.get(name)
+        twin = f"{prefix}.{setting.grouped}" if setting is not None else ""
+        if setting is None or twin not in given:
+            continue
+        if _as_read(setting, value) != _as_read(setting, given[twin]):
+            return ConfigError(
+                f"{key}={value} and {twin}={given[twin]} (command line) disagree ({name} is the "
+                f"flat name of {setting.grouped}); give only one of them"
+            )
+    return None
+
+
+def _as_read(setting: FlatSetting, text: str) -> object:
+    """A command-line value as the profiler's settings read it (the text when it does not
+    parse: then the callback reports it)."""
+    import yaml
+
+    try:
+        return setting.read(yaml.safe_load(text))
+    except Exception:
+        return text
+
+
 def _given(argv: list[str], key: str, value: str | None = None) -> tuple[str, str]:
     """The (last) override of ``key`` (with ``value``) on the command line and where it was
     given."""
@@ -124,8 +204,12 @@ def describe(exc: BaseException, config_name: str, argv: list[str]) -> str | Non
         key = bad.group(1)
         given, where = _given(argv, key)
         others = [a for a in argv if "=" in a and a != given and not a.startswith("-")]
-        keys = [*_valid_keys(config_name, others), *_groups()]
-        hint = _closest(key, keys) or " (ocr-train --cfg job shows the keys)"
+        valid = _valid_keys(config_name, others)
+        hint = (
+            moved_to(key, valid)
+            or _closest(key, [*valid, *_groups()])
+            or " (ocr-train --cfg job shows the keys)"
+        )
         return f"{given} ({where}): no such key{hint}"
     return None
 
@@ -134,6 +218,10 @@ def describe(exc: BaseException, config_name: str, argv: list[str]) -> str | Non
 def config_errors(prog: str, config_name: str) -> Iterator[None]:
     """Around the ``@hydra.main`` call: a mistyped key or config choice becomes one line on
     stderr and ``SystemExit(2)`` (see the module doc)."""
+    conflict = flat_twin_conflict(sys.argv[1:])
+    if conflict is not None:  # before Hydra makes the run folder
+        report_error(prog, conflict)
+        raise SystemExit(EXIT_BAD_INPUT)
     user_full = full_error_requested()
     if not user_full:
         os.environ[_FULL_ERROR] = "1"

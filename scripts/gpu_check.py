@@ -20,10 +20,18 @@ On a CUDA machine it runs, in this order:
    MFU >= 8 %).
 5. ``train_sync``: the default run with ``sync_cuda=true``: CUDA-event phase times (no sync)
    against synchronized ones, per phase.
-6. ``analyze``, ``report``, ``try``: ``trainperf`` on the first run (``try`` with a short budget;
+6. ``arms``: the arms that choose the fast path (``scripts/gpucheck/arms.py``): short runs of the
+   fast configuration at batch 16 / 32 / 64, ``data.num_workers`` half and all of the cores, and
+   ``model.compile=true``; per arm training samples/s, MFU, the data-wait share and its split,
+   the GPU's idle share (NVML) and the warm-up epoch's time.
+7. ``analyze``, ``report``, ``try``: ``trainperf`` on the first run (``try`` with a short budget;
    ``analyze`` on the fast run's trace too).
-7. ``fixture``: both runs' GPU traces (gzip, at most 2 MB each) saved for the test fixtures, the
+8. ``fixture``: both runs' GPU traces (gzip, at most 2 MB each) saved for the test fixtures, the
    fast one's name with ``bf16`` in it.
+
+``--plan`` budgets every part and arm in seconds on the device machine
+(``scripts/gpucheck/budget.py``, from the first H200 run's timings) against 9 minutes; the device
+command skips ``train_sync`` and ``try`` to fit (both measured on the H200 on 2026-11-26).
 
 Without CUDA it runs what applies (a short CPU training run of ``experiment=synthetic_debug``,
 analyze / report / try on it, the seam tests), says which parts it skipped, why, and what a GPU
@@ -33,6 +41,8 @@ run adds, and exits 0. A part that fails keeps its traceback in the document and
     python scripts/gpu_check.py [--out DIR] [--fixture-dir DIR] [--work-dir DIR] [--epochs N]
         [--train-batches N] [--try-budget 2m] [--seams run|list|skip] [--skip PART]
         [--json FILE] [--logs FILE.tar.gz] [--note TEXT] [--plan] [-- HYDRA_OVERRIDE ...]
+    python scripts/gpu_check.py --render FILE.json [--out DIR] [--note TEXT]
+                                              # the document again from a run's --json figures
     python scripts/gpu_check.py --plan        # what it would run here, the wheels to carry and
                                               # the device tool's command
     python scripts/gpu_check.py --fetch-wheels .whl   # fetch those wheels (needs PyPI)
@@ -59,9 +69,19 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
 from trainperf.analysis.trace.agreement import AGREEMENT_TOLERANCE_PCT  # noqa: E402
+from trainperf.cli.tryout.cli import parse_budget  # noqa: E402
 
 from benchmarks.baseline_doc import train  # noqa: E402
-from scripts.gpucheck.check import Check  # noqa: E402
+from scripts.gpucheck.arms import arm_overrides, arms_for, run_arms  # noqa: E402
+from scripts.gpucheck.budget import (  # noqa: E402
+    ARM_TIMEOUT_FACTOR,
+    DEVICE_CORES,
+    Item,
+    budget_items,
+    planned_arms,
+    render_budget,
+)
+from scripts.gpucheck.check import Check, check_from_dict  # noqa: E402
 from scripts.gpucheck.doc import DOC_NAME, render  # noqa: E402
 from scripts.gpucheck.figures import (  # noqa: E402
     GOAL_DEVICE,
@@ -74,6 +94,7 @@ from scripts.gpucheck.figures import (  # noqa: E402
 from scripts.gpucheck.nvml import nvml_reads, read_while_training, smi_command  # noqa: E402
 from scripts.gpucheck.preflight import (  # noqa: E402
     DEVICE_IMAGE,
+    DEVICE_SKIPS,
     WHEEL_DIR,
     check_requirements,
     cuda_device,
@@ -121,6 +142,14 @@ GPU_ONLY: dict[str, tuple[str, str]] = {
         "CUDA-event phase times (read without blocking) against synchronized ones, per phase, "
         f"within {AGREEMENT_TOLERANCE_PCT:.0f} %",
     ),
+    "arms": (
+        "the arms weigh CUDA settings against each other (a batch that fills the GPU, workers "
+        "that feed it, code compiled for it): on the CPU they would not measure what they do there",
+        "the arms that choose the fast path: short runs of the fast configuration at batch 16 / "
+        "32 / 64, DataLoader workers at half and all of the cores, and `model.compile=true`, each "
+        "with its training samples/s, MFU, data-wait share and split, GPU idle share and warm-up "
+        "time",
+    ),
     "fixture": (
         "a CPU trace holds no kernels, copies or device memory",
         "GPU traces of our own model (<= 2 MB gzip each; 16-mixed, and bf16-mixed from the fast "
@@ -129,15 +158,17 @@ GPU_ONLY: dict[str, tuple[str, str]] = {
     ),
 }
 
-#: (epochs, training batches per epoch) when not given: a few hundred steps on a GPU, a short
-#: CPU run (synthetic_debug has 30 batches per epoch).
-RUN_SIZE = {"gpu": (4, 100), "cpu": (3, 10)}
+#: (epochs, training batches per epoch) when not given: 180 steps on a GPU (the first H200 run
+#: had 4 x 100; shortened so that the arms fit the device time), a short CPU run
+#: (synthetic_debug has 30 batches per epoch).
+RUN_SIZE = {"gpu": (3, 60), "cpu": (3, 10)}
 PART_NAMES = (
     "seams",
     "train",
     "nvml",
     "train_fast",
     "train_sync",
+    "arms",
     "analyze",
     "report",
     "try",
@@ -157,9 +188,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--fixture-dir", type=Path, default=DEFAULT_FIXTURES, help="folder for the GPU trace"
     )
     parser.add_argument("--work-dir", type=Path, help="keep the runs here (default: a temp dir)")
-    parser.add_argument("--epochs", type=int, help="training epochs per run, >= 2 (GPU: 4, CPU: 3)")
+    parser.add_argument("--epochs", type=int, help="training epochs per run, >= 2 (GPU: 3, CPU: 3)")
     parser.add_argument(
-        "--train-batches", type=int, help="training batches per epoch (GPU: 100, CPU: 10)"
+        "--train-batches", type=int, help="training batches per epoch (GPU: 60, CPU: 10)"
     )
     parser.add_argument("--try-budget", default="2m", help="trainperf try --budget")
     parser.add_argument("--seams", choices=("run", "list", "skip"), default="run")
@@ -171,6 +202,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--plan", "--dry-run", action="store_true", help="print the plan only")
     parser.add_argument("--fetch-wheels", metavar="DIR", help="fetch the carried wheels into DIR")
+    parser.add_argument(
+        "--render",
+        type=Path,
+        metavar="FILE.json",
+        help="write the document again from a run's --json figures (nothing is run)",
+    )
     parser.add_argument("overrides", nargs="*", help="Hydra overrides for every training run")
     args = parser.parse_args(argv)
     return args
@@ -211,6 +248,14 @@ def plan(args: argparse.Namespace, cuda: dict[str, Any] | None, cores: int) -> l
         ("nvml", "ResourceSampler beside " + shlex.join(smi_command("<uuid>")) + " while training"),
         ("train_fast", "python -m ocr.train " + shlex.join([*fast_run, *args.overrides])),
         ("train_sync", "python -m ocr.train " + shlex.join([*sync_run, *args.overrides])),
+        *(
+            (
+                f"arms/{arm.name}",
+                "python -m ocr.train "
+                + shlex.join(arm_overrides(arm, cores, args.train_batches, args.overrides)),
+            )
+            for arm in arms_for(cores)
+        ),
         (
             "analyze",
             "trainperf analyze <train run>/profiler_traces --json ... (and <train_fast run>)",
@@ -224,14 +269,16 @@ def plan(args: argparse.Namespace, cuda: dict[str, Any] | None, cores: int) -> l
         ),
     ]
     for name, what in steps:
+        part = name.split("/", 1)[0]
         skipped = (
             " [skipped: --skip]"
-            if name in args.skip
-            else f" [skipped: {GPU_ONLY[name][0]}]"
-            if name in GPU_ONLY and not cuda
+            if part in args.skip
+            else f" [skipped: {GPU_ONLY[part][0]}]"
+            if part in GPU_ONLY and not cuda
             else ""
         )
         lines.append(f"  {name}: {what}{skipped}")
+    lines += ["", *render_budget(device_budget(args), device_args(args).skip)]
     lines += [
         "",
         f"A/B goal (fast arm, checked by train_fast): >= {GOAL_SAMPLES_PER_S:.0f} training "
@@ -253,6 +300,31 @@ def plan(args: argparse.Namespace, cuda: dict[str, Any] | None, cores: int) -> l
         "the seam tests say whether the DataLoader instrumentation's tested range can include it.",
     ]
     return lines
+
+
+def device_args(args: argparse.Namespace) -> argparse.Namespace:
+    """``args`` as the device command runs them: the GPU run size unless given on this command
+    line, and :data:`~scripts.gpucheck.preflight.DEVICE_SKIPS` skipped."""
+    out = argparse.Namespace(**vars(args))
+    epochs, batches = RUN_SIZE["gpu"]
+    given = " ".join(getattr(args, "given_size", []))
+    out.epochs = args.epochs if "--epochs" in given else epochs
+    out.train_batches = args.train_batches if "--train-batches" in given else batches
+    out.skip = list(dict.fromkeys([*args.skip, *DEVICE_SKIPS]))
+    return out
+
+
+def device_budget(args: argparse.Namespace) -> list[Item]:
+    """Each part and arm of the device command's run, in seconds on the device machine."""
+    dev = device_args(args)
+    return budget_items(
+        epochs=dev.epochs,
+        train_batches=dev.train_batches,
+        try_budget_s=parse_budget(dev.try_budget),
+        seams=dev.seams,
+        skips=dev.skip,
+        cores=DEVICE_CORES,
+    )
 
 
 def fetch_wheels(dest: str) -> int:
@@ -335,6 +407,34 @@ def _sync_part(check: Check, args: argparse.Namespace, work: Path, cores: int) -
     check.run("train_sync", go)
 
 
+def _arms_part(check: Check, args: argparse.Namespace, work: Path, cores: int) -> None:
+    """The arms (``scripts/gpucheck/arms.py``), each stopped at twice its budget; an arm that
+    fails fails the part, its row names the error and the other arms' figures stay."""
+    budgets = {
+        i.name: ARM_TIMEOUT_FACTOR * i.seconds
+        for i in budget_items(
+            epochs=args.epochs,
+            train_batches=args.train_batches,
+            try_budget_s=0.0,
+            seams="skip",
+            skips=(),
+            cores=cores,
+        )
+    }
+
+    def go() -> dict[str, Any]:
+        data = run_arms(work, cores, args.train_batches, args.overrides, budgets, train)
+        check.commands.update({f"arms/{n}": c for n, c in data["commands"].items()})
+        return data
+
+    part = check.run("arms", go)
+    if part.status == "ran" and part.data["errors"]:
+        part.status = "failed"
+        part.reason = "arms failed: " + "; ".join(
+            f"{n}: {e}" for n, e in part.data["errors"].items()
+        )
+
+
 def _perf_parts(check: Check, args: argparse.Namespace, run_dir: Path, work: Path) -> None:
     traces = run_dir / "profiler_traces"
 
@@ -383,7 +483,7 @@ def run_check(
         check.run("seams", lambda: seam_tests(args.seams, work))
     run_dir, reads = _train_part(check, args, work, cores)
     trained = check.ok("train")
-    for name in ("nvml", "train_fast", "train_sync", "fixture"):
+    for name in ("nvml", "train_fast", "train_sync", "arms", "fixture"):
         if name in args.skip:
             check.skip(name, "--skip on the command line")
         elif cuda is None:
@@ -396,6 +496,8 @@ def run_check(
             _fast_part(check, args, work, cores)
         elif name == "train_sync":
             _sync_part(check, args, work, cores)
+        elif name == "arms":
+            _arms_part(check, args, work, cores)
     if trained:
         _perf_parts(check, args, run_dir, work)
     else:
@@ -421,11 +523,33 @@ def _save_fixtures(check: Check, run_dir: Path, dest: Path) -> dict[str, Any]:
     return {**saved["default"], "fast": saved.get("fast")}
 
 
+def render_again(args: argparse.Namespace, argv: list[str]) -> int:
+    """``--render FILE.json``: the document of a saved run (its figures as they were measured)
+    with this version's arms plan; ``--note`` replaces the run's note when given."""
+    try:
+        check = check_from_dict(json.loads(args.render.read_text(encoding="utf-8")))
+    except (OSError, ValueError) as exc:
+        print(f"gpu_check.py: error: --render {args.render}: {exc}", file=sys.stderr)
+        return 2
+    check.rendered_from = args.render.as_posix()
+    check.render_argv = argv
+    check.note = args.note or check.note
+    args.given_size, args.seams, args.skip = [], "run", []
+    check.planned = planned_arms(device_budget(args), device_args(args).train_batches)
+    args.out.mkdir(parents=True, exist_ok=True)
+    doc = args.out / DOC_NAME
+    doc.write_text(render(check), encoding="utf-8")
+    print(f"wrote {doc}")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
     if args.fetch_wheels:
         return fetch_wheels(args.fetch_wheels)
+    if args.render:
+        return render_again(args, argv)
     cuda = cuda_device()
     size_run(args, cuda is not None)
     if args.plan:
@@ -444,6 +568,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         work.mkdir(parents=True, exist_ok=True)
         check = run_check(args, argv, work, cuda)
         check.note = args.note
+        check.planned = planned_arms(device_budget(args), device_args(args).train_batches)
         args.out.mkdir(parents=True, exist_ok=True)
         doc = args.out / DOC_NAME
         doc.write_text(render(check), encoding="utf-8")

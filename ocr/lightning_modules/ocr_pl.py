@@ -18,6 +18,7 @@ from trainperf.core.clock import perf_phase
 
 from ocr.data.compact import expand_batch
 from ocr.metrics.detection import DetectionMetric
+from ocr.models.compile import compile_network, compile_settings
 from ocr.models.dbnet import INPUT_MULTIPLE, DBNet
 from ocr.models.loss import DBLoss
 from ocr.models.postprocess import DBPostProcessor
@@ -66,6 +67,11 @@ class OCRLightningModule(L.LightningModule):
         channels_last: run the network in the channels-last memory format (NHWC; its weights
             at ``setup``, its input images per step). The same numbers up to rounding, often
             faster convolutions on CPU (oneDNN) and on tensor-core GPUs. Default ``False``.
+        compile: ``torch.compile`` the network (:mod:`ocr.models.compile`): ``False`` (eager,
+            the default), ``True`` (the inductor backend) or a backend name (``"eager"``,
+            ``"aot_eager"``, ...); checked here, applied at ``setup`` (after ``channels_last``).
+        compile_mode: inductor's mode (``"reduce-overhead"``, ``"max-autotune"``, ...);
+            ``None`` = torch's default.
     """
 
     def __init__(
@@ -78,6 +84,8 @@ class OCRLightningModule(L.LightningModule):
         iou_threshold: float = 0.5,
         predictions_path: str | None = None,
         channels_last: bool = False,
+        compile: bool | str | None = False,
+        compile_mode: str | None = None,
     ) -> None:
         super().__init__()
         self.net = net
@@ -89,6 +97,7 @@ class OCRLightningModule(L.LightningModule):
         self.test_metric = DetectionMetric(iou_threshold=iou_threshold)
         self.predictions_path = predictions_path
         self.channels_last = bool(channels_last)
+        self.compile_settings = compile_settings(compile, compile_mode)
         # Metric key prefix of the test loop: ocr-test sets the split it evaluates ("val/hmean"
         # for split=val), so logs and printouts name the data that was actually scored.
         self.test_metric_prefix = "test"
@@ -123,6 +132,8 @@ class OCRLightningModule(L.LightningModule):
     def setup(self, stage: str) -> None:
         if self.channels_last:
             self.net.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
+        if compile_network(self.net, self.compile_settings):
+            rank_zero_info(f"model.compile: the network runs {self.compile_settings.describe()}")
 
     def _run_net(self, images: torch.Tensor) -> dict[str, torch.Tensor]:
         if self.channels_last:

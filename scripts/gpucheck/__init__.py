@@ -6,6 +6,9 @@
 * ``figures``: throughput, phase split and MFU of a run directory; CUDA events against
   synchronized phase times;
 * ``nvml``: our NVML sampler beside ``nvidia-smi`` at the same moment, while training;
+* ``arms``: the fast-path arms (batch 16 / 32 / 64, workers half / all cores, ``model.compile``),
+  their overrides, runs and per-arm figures;
+* ``budget``: each part's and arm's expected seconds on the device machine (``--plan``);
 * ``trace``: what the document shows of ``trainperf analyze``, and the trace fixture;
 * ``seams``: the seam tests and their JUnit counts;
 * ``check``: one run of the check, part by part;

@@ -3,6 +3,7 @@ failed (its traceback kept, the check going on)."""
 
 from __future__ import annotations
 
+import platform
 import sys
 import time
 import traceback
@@ -38,6 +39,13 @@ class Check:
     commands: dict[str, str] = field(default_factory=dict)
     started: str = ""
     note: str = ""  # shown at the top of the document (--note)
+    host: str = field(default_factory=platform.node)
+    #: set when the document is rendered again from a saved ``--json`` (``--render``): that file
+    #: and the command that renders it
+    rendered_from: str = ""
+    render_argv: list[str] = field(default_factory=list)
+    #: the arms a GPU run would train and their budgets (shown while no arm has run)
+    planned: dict[str, Any] = field(default_factory=dict)
 
     def run(self, name: str, fn: Callable[[], dict[str, Any] | None]) -> Part:
         """Run part ``name``; a failure keeps its traceback in the part and the check goes on."""
@@ -64,9 +72,30 @@ class Check:
             "argv": self.argv,
             "started": self.started,
             "note": self.note,
+            "host": self.host,
             "cuda": self.cuda,
             "versions": self.versions,
             "wheels": asdict(self.wheels),
             "commands": self.commands,
             "parts": {name: asdict(part) for name, part in self.parts.items()},
         }
+
+
+def check_from_dict(data: dict[str, Any]) -> Check:
+    """The :class:`Check` a ``--json`` file holds (:meth:`Check.as_dict`); a file written before
+    ``host`` was kept has ``host`` empty."""
+    try:
+        check = Check(
+            argv=list(data["argv"]),
+            cuda=data["cuda"],
+            versions=data["versions"],
+            wheels=WheelCheck(**data["wheels"]),
+            parts={name: Part(**part) for name, part in data["parts"].items()},
+            commands=dict(data.get("commands") or {}),
+            started=str(data.get("started") or ""),
+            note=str(data.get("note") or ""),
+            host=str(data.get("host") or ""),
+        )
+    except (KeyError, TypeError) as exc:
+        raise ValueError(f"not a gpu_check.py --json file: {exc}") from exc
+    return check

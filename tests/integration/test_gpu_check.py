@@ -87,6 +87,7 @@ def test_cpu_run_exits_0_and_writes_the_doc_in_the_out_dir(
         "nvml": "skipped",
         "train_fast": "skipped",
         "train_sync": "skipped",
+        "arms": "skipped",
         "fixture": "skipped",
         "analyze": "ran",
         "report": "ran",
@@ -101,6 +102,9 @@ def test_doc_names_each_skipped_gpu_part_why_and_what_a_gpu_run_adds(
     for name, (why, adds) in gpu_check.GPU_ONLY.items():
         assert f"* **{name}**: {why}. A GPU run adds {adds}." in doc
     assert "* **try**: --skip on the command line." in doc
+    # the arms a GPU run trains, planned with their budgets, without a figure
+    assert "## Arms for the fast path\n\n**Planned, not yet run**" in doc
+    assert "| compile | torch.compile of the network (inductor) | `model.compile=true` | " in doc
 
 
 def test_doc_holds_the_cpu_figures_the_run_measured(

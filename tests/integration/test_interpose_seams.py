@@ -1,5 +1,6 @@
-"""One test per seam the performance callbacks rely on. Each fails when Lightning or torch change
-the behaviour relied on (then widen or narrow ``interpose.TESTED_VERSIONS`` accordingly):
+"""One test per seam the performance callbacks rely on in Lightning. Each fails when Lightning
+changes the behaviour relied on (then widen or narrow ``interpose.TESTED_VERSIONS`` accordingly);
+torch's seams are checked at run time (``trainperf.probe.loader_seams``, one unit test each):
 
 1. the action stream: names, nesting and order of Lightning's profiler actions;
 2. ``trainer.profiler`` can be replaced after Lightning set it up, and Lightning calls the one
@@ -8,8 +9,9 @@ the behaviour relied on (then widen or narrow ``interpose.TESTED_VERSIONS`` acco
 4. manual optimization: the precision plugin brackets ``manual_backward`` with the
    ``on_before_backward`` / ``on_after_backward`` hooks, and ``optimizer_step`` is an action;
 5. DDP: Lightning syncs the ranks before every training batch (``_broadcast_sigterm_tensor``);
-6. the version gate: outside the tested range, one warning and no DataLoader interposition,
-   while phases are still measured.
+6. the gates: a Lightning outside the tested range, or a torch without one of the seams, gives
+   one warning and no DataLoader interposition, while phases are still measured; with every
+   seam present, worker timing and no warning.
 """
 
 from __future__ import annotations
@@ -30,8 +32,10 @@ from trainperf.lightning import (
     PerfCallbackWarning,
     PerformanceProfilerCallback,
     interpose,
+    recorder,
 )
 from trainperf.lightning.action_stream import add_listener, remove_listener
+from trainperf.probe import loader_seams
 from trainperf.records.kinds import EpochRecord
 
 from tests.run_lines import read_dicts
@@ -233,23 +237,71 @@ def test_seam_ddp_syncs_ranks_before_every_training_batch() -> None:
     )
 
 
-def test_seam_version_gate_degrades_to_the_public_stream(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    assert interpose.check_versions() is None  # the installed versions are the tested ones
-    assert "outside the range" in str(interpose.check_versions({"lightning": "3.0.0"}))
-    assert "outside the range" in str(interpose.check_versions({"torch": "2.99.0+cu128"}))
-    assert "outside the range" in str(interpose.check_versions({"torch": "2.10.1+cu128"}))
-    assert interpose.check_versions({"torch": "2.11.0+cu130"}) is None  # the H200 seam run's
-    monkeypatch.setitem(interpose.TESTED_VERSIONS, "lightning", ("0.0.1", "0.0.2"))
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        trainer = fit(tmp_path, [PerformanceProfilerCallback()], limit_val_batches=0)
-    ours = [w for w in caught if issubclass(w.category, PerfCallbackWarning)]
-    assert len(ours) == 1
-    assert "DataLoader worker timing" in str(ours[0].message)
+@pytest.fixture
+def unwarned(monkeypatch: pytest.MonkeyPatch) -> None:
+    """This test sees the once-per-process warning afresh; the torch seams are checked again."""
+    monkeypatch.setattr(recorder, "WORKER_TIMING_WARNED", set())
+    monkeypatch.setattr(loader_seams, "_FOUND", None)
+
+
+def _ours(caught: list[warnings.WarningMessage]) -> list[str]:
+    return [str(w.message) for w in caught if issubclass(w.category, PerfCallbackWarning)]
+
+
+def _assert_public_stream_only(tmp_path: Path, trainer: L.Trainer) -> None:
     (record,) = read_dicts(tmp_path / "perf" / "epochs.jsonl", EpochRecord)
     assert record["worker_s"] == {}  # no worker-side timing ...
     assert record["phases_s"]["forward"] > 0  # ... but the phases are there
     assert record["samples"] == 8  # batch sizes from the batch hooks instead
     assert "process_dataloader" not in vars(trainer.strategy)
+
+
+def test_seam_version_gate_degrades_to_the_public_stream(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, unwarned: None
+) -> None:
+    assert interpose.check_versions() is None  # the installed Lightning is the tested one
+    assert "outside the range" in str(interpose.check_versions({"lightning": "3.0.0"}))
+    assert interpose.check_versions({"torch": "2.99.0+cu128"}) is None  # torch: no range
+    monkeypatch.setitem(interpose.TESTED_VERSIONS, "lightning", ("0.0.1", "0.0.2"))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainer = fit(tmp_path, [PerformanceProfilerCallback()], limit_val_batches=0)
+    (message,) = _ours(caught)
+    assert "DataLoader worker timing" in message
+    assert "lightning" in message
+    _assert_public_stream_only(tmp_path, trainer)
+
+
+def test_seam_missing_torch_seam_turns_worker_timing_off_with_one_warning(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, unwarned: None
+) -> None:
+    """A torch whose worker loop no longer takes ``init_fn``: one warning naming it, for the
+    process (a second fit says nothing), and the public stream only."""
+
+    def _worker_loop(dataset_kind, dataset, index_queue, data_queue, done_event, auto_collation,
+                     collate_fn, drop_last, base_seed, worker_setup, worker_id, num_workers,
+                     persistent_workers, shared_seed):  # fmt: skip  # type: ignore[no-untyped-def]
+        raise AssertionError("never called")
+
+    monkeypatch.setattr(torch.utils.data._utils.worker, "_worker_loop", _worker_loop)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainer = fit(tmp_path / "a", [PerformanceProfilerCallback()], limit_val_batches=0)
+        fit(tmp_path / "b", [PerformanceProfilerCallback()], limit_val_batches=0)
+    (message,) = _ours(caught)
+    assert "torch.utils.data._utils.worker._worker_loop(collate_fn, init_fn, worker_id)" in message
+    assert "no parameter init_fn" in message
+    _assert_public_stream_only(tmp_path / "a", trainer)
+
+
+def test_seam_all_torch_seams_present_times_workers_without_a_word(
+    tmp_path: Path, unwarned: None
+) -> None:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainer = fit(tmp_path, [PerformanceProfilerCallback()], limit_val_batches=0)
+    assert _ours(caught) == []
+    (record,) = read_dicts(tmp_path / "perf" / "epochs.jsonl", EpochRecord)
+    assert record["worker_s"]["collate"] > 0
+    assert record["worker_s"]["fetch"] > 0
+    assert "process_dataloader" not in vars(trainer.strategy)  # restored after the fit

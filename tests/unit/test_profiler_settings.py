@@ -5,12 +5,14 @@ logic (which epochs open a window, how many steps one records, what a run never 
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from pathlib import Path
 from typing import Any
 
 import pytest
 from trainperf.errors import ConfigError
 from trainperf.lightning import ProfilerCallback, ProfileSchedule, TraceOptions
+from trainperf.lightning.profiler_settings import FLAT_SETTINGS
 
 
 def test_the_defaults_are_the_old_flat_defaults() -> None:
@@ -95,9 +97,23 @@ def test_a_bad_trace_option_is_one_line_naming_field_and_value(
     assert str(info.value).startswith(message)
 
 
-def test_the_callback_takes_the_objects_not_the_old_flat_keywords() -> None:
-    with pytest.raises(TypeError, match="profile_steps"):
-        ProfilerCallback(profile_steps=3)  # type: ignore[call-arg]
+def test_every_flat_setting_is_a_keyword_and_a_grouped_field() -> None:
+    """FLAT_SETTINGS, the callback's keywords and the settings' fields cannot drift apart."""
+    keywords = inspect.signature(ProfilerCallback).parameters
+    groups = {"schedule": ProfileSchedule, "trace": TraceOptions}
+    for setting in FLAT_SETTINGS:
+        assert keywords[setting.flat].kind is inspect.Parameter.KEYWORD_ONLY
+        assert keywords[setting.flat].default is None
+        assert setting.field in {f.name for f in dataclasses.fields(groups[setting.group])}
+
+
+def test_the_callback_takes_the_objects_or_the_seeds_flat_keywords() -> None:
+    flat = ProfilerCallback(profile_steps=3, warmup_steps=0, profile_epochs=[0], with_stack=True)
+    assert (flat.schedule.active, flat.schedule.warmup, flat.schedule.epochs) == (3, 0, {0})
+    assert flat.trace.with_stack is True
+    assert flat.schedule.stages == ProfileSchedule().stages  # the rest stays at its defaults
+    with pytest.raises(TypeError, match="profile_memory_steps"):
+        ProfilerCallback(profile_memory_steps=3)  # type: ignore[call-arg]
     with pytest.raises(ConfigError, match="schedule must be a ProfileSchedule, got dict"):
         ProfilerCallback(schedule={"active": 3})  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="trace must be a TraceOptions"):

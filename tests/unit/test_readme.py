@@ -1,12 +1,19 @@
 """The README is a user's guide: its first screen has the two commands and the toolkit on the
 plain Lightning script of ``examples/`` (copied from that file, which ``make toolkit-check`` runs),
 then the app; every document it links exists, and no line of prose is written twice (in the README,
-the toolkit distribution's README or the docs)."""
+the toolkit distribution's README or the docs). A CPU-only torch is installed before the toolkit,
+and every ``trainperf`` / ``ocr-perf`` command form the READMEs and ``docs/toolkit`` show parses
+with the real command line, its arguments of the right kind."""
 
 from __future__ import annotations
 
+import argparse
+import contextlib
+import io
 import re
+import shlex
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -45,6 +52,9 @@ def test_the_first_screen_has_the_two_commands_and_the_plain_script() -> None:
     for needle in ("make demo", "make test", "L.Trainer(", *MONITORS):
         assert needle in head
     assert 'pip install "./packages/trainperf[lightning,report]"' in head
+    for text in (head, TOOLKIT_README.read_text(encoding="utf-8")):
+        cpu_torch = text.index("pip install torch --index-url https://download.pytorch.org/whl/cpu")
+        assert cpu_torch < text.index('pip install "./packages/trainperf[lightning,report]"')
     assert "python examples/plain_lightning.py runs/plain" in head
     assert "trainperf report runs/plain" in head
     assert "ocr-perf" not in head  # the app's alias comes with the app
@@ -101,3 +111,124 @@ def test_no_line_is_written_twice() -> None:
 
 def test_the_readme_stays_a_guide() -> None:
     assert len(README.read_text(encoding="utf-8").splitlines()) <= 300
+
+
+# -- every command form the documents show parses with the real command line -------------------
+
+CLI_DOCS = (README, TOOLKIT_README, *sorted((ROOT / "docs" / "toolkit").glob("*.md")))
+PROGRAMS = ("trainperf", "ocr-perf")  # ocr-perf: the app's alias, the same entry point
+
+
+def _subcommands() -> list[str]:
+    from trainperf.cli.main import _parser
+
+    (action,) = [a for a in _parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    return list(action.choices)
+
+
+def _command_forms(text: str) -> list[str]:
+    """Command lines of code blocks (fenced or indented) and command spans with arguments
+    (``trainperf report RUN``; in a table also the short ``check FILE RUN``). A span naming a
+    command alone (``trainperf try``) is a mention, not a form."""
+    commands = _subcommands()
+    forms: list[str] = []
+    fenced = False
+    for line in text.splitlines():
+        if line.startswith("```"):
+            fenced = not fenced
+            continue
+        stripped = line.strip()
+        if (fenced or line.startswith("    ")) and stripped.startswith(PROGRAMS):
+            code = re.split(r"\s+#", stripped)[0]
+            forms += [part.strip() for part in code.split(";") if part.strip()]
+            continue
+        for span in re.findall(r"`([^`\n]+)`", line):
+            words = span.split()
+            if words[0] in PROGRAMS and (len(words) > 2 or words[1:] == ["--help"]):
+                forms.append(span)
+            elif stripped.startswith("|") and words[0] in commands and len(words) > 1:
+                forms.append(f"trainperf {span}")  # a table cell's short form
+    return forms
+
+
+def _argvs(form: str) -> list[list[str]]:
+    """The form's arguments, optional parts (``[...]``) included; ``COMMAND`` stands for each
+    command."""
+    words = [w.strip("[]") for w in shlex.split(form)[1:]]
+    words = [w for w in words if w and w != "..."]
+    if "COMMAND" in words:
+        return [[c if w == "COMMAND" else w for w in words] for c in _subcommands()]
+    return [words]
+
+
+def _is_run(arg: str) -> bool:
+    return bool(re.search(r"RUN|runs/|<run>", arg)) and "profiler_traces" not in arg
+
+
+def _is_json(arg: str) -> bool:
+    return arg.endswith(".json") or arg in ("FILE", "BASELINE")
+
+
+#: (command, argument) -> what it must be given: a run folder, a JSON file, or either.
+ARGUMENT_KINDS: dict[tuple[str, str], tuple[Callable[[str], bool], ...]] = {
+    ("report", "run_dir"): (_is_run,),
+    ("try", "run_dir"): (_is_run,),
+    ("watch", "run_dir"): (_is_run,),
+    ("baseline", "source"): (_is_run, _is_json),
+    ("baseline", "output"): (_is_json,),
+    ("check", "baseline"): (_is_json,),
+    ("check", "current"): (_is_run, _is_json),
+}
+
+
+def _parse(argv: list[str]) -> tuple[int, argparse.Namespace | None, str]:
+    from trainperf.cli.main import _parser
+
+    out = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(out), contextlib.redirect_stdout(io.StringIO()):
+            return 0, _parser().parse_args(argv), ""
+    except SystemExit as exc:  # --help / --version exit 0 after printing; an error exits 2
+        lines = out.getvalue().strip().splitlines()
+        return int(exc.code or 0), None, lines[-1] if lines else ""
+
+
+def _form_problems(form: str) -> list[str]:
+    problems = []
+    for argv in _argvs(form):
+        code, args, error = _parse(argv)
+        if code != 0:
+            problems.append(f"{form!r}: {error}")
+            continue
+        if args is None:
+            continue  # --help / --version
+        for (command, dest), kinds in ARGUMENT_KINDS.items():
+            value = getattr(args, dest, None)
+            wrong = value is not None and not any(kind(str(value)) for kind in kinds)
+            if args.command == command and wrong:
+                problems.append(f"{form!r}: {command}'s {dest} given {value}")
+    return problems
+
+
+def test_every_command_form_shown_parses_with_the_real_command_line() -> None:
+    found = {doc: _command_forms(doc.read_text(encoding="utf-8")) for doc in CLI_DOCS}
+    assert len(found[README]) >= 8  # the first screen's two and the command table
+    assert len(found[TOOLKIT_README]) >= 4
+    problems = [p for doc, forms in found.items() for form in forms for p in _form_problems(form)]
+    assert problems == []
+
+
+def test_a_wrong_form_fails_the_check() -> None:
+    """The forms the README showed before (a missing ``-o``, an option ``check`` lacks, the two
+    arguments of ``check`` swapped) each fail; their fixed forms pass."""
+    table = "| `trainperf baseline RUN` / `check RUN --baseline FILE` | ... |"
+    forms = _command_forms(table)
+    assert forms == ["trainperf baseline RUN", "trainperf check RUN --baseline FILE"]
+    assert "the following arguments are required: -o/--output" in _form_problems(forms[0])[0]
+    assert "unrecognized arguments: --baseline" in _form_problems(forms[1])[0]
+    assert _form_problems("trainperf check RUN B.json") == [
+        "'trainperf check RUN B.json': check's baseline given RUN"
+    ]
+    assert _form_problems("trainperf baseline RUN -o FILE") == []
+    assert _form_problems("trainperf check FILE RUN") == []
+    assert _form_problems("ocr-perf COMMAND --help") == []

@@ -49,7 +49,7 @@ def test_every_entry_has_a_unit_and_a_reason_where_live_differs() -> None:
     # the input-bound cause: one post-hoc pair, a stricter live value and its reason
     assert threshold("input_warn_pct") == 10.0
     assert threshold("input_warn_pct", live=True) == 30.0
-    assert threshold("input_critical_pct", live=True) == 30.0  # no live value: the post-hoc one
+    assert threshold("input_critical_pct", live=True) == 20.0  # no live value: the post-hoc one
 
 
 @pytest.mark.parametrize("pct", [5.0, 12.0, 29.0, 31.0, 70.0])

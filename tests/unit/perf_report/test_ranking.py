@@ -1,7 +1,8 @@
-"""The verdict ranks by what a change could recover, not by the share of time a cause costs
-(issue 31): a critical, fixable cause with a bound outranks compute-bound of unknown headroom; a
-speed-up ``trainperf try`` measured outranks a bound; findings never contradict each other (a
-saturated CPU does not say more workers cannot help beside a finding that proposes them)."""
+"""The verdict ranks by what a change could recover, not by the share of time a cause costs: a
+critical, fixable cause with a bound outranks compute-bound of unknown headroom; a speed-up
+``trainperf try`` measured counts by its size; findings never contradict each other (a saturated
+CPU does not say more workers cannot help beside a finding that proposes them). The planted-size
+ranking rule itself: ``test_ranking_rule.py``."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from trainperf.core.findings import Finding, rank, rank_key
+from trainperf.core.findings import Finding, grade, rank
 from trainperf.present.report import build_report
 from trainperf.present.report.findings_section import headline
 from trainperf.records.files import RecordWriter
@@ -24,7 +25,7 @@ def _finding(fid: str, severity: str, score: float, pct: float | None, source: s
     )
 
 
-def test_rank_key_tiers() -> None:
+def test_rank_key_orders_by_severity_then_size() -> None:
     compute = _finding("compute_bound", "info", 54.0, None, "unknown")
     inputs = _finding("input_bound", "critical", 44.0, 44.0, "bound")
     small = _finding("callback_overhead", "warning", 3.0, 3.0, "bound")
@@ -32,22 +33,16 @@ def test_rank_key_tiers() -> None:
     nan_loss = _finding("alert:nan_loss", "critical", 100.0, 100.0, "risk")
     nothing = _finding("cpu_saturated", "info", 0.0, 0.0, "bound")
     shuffled = [nothing, compute, small, inputs, measured, nan_loss]
-    order = [f.id for f in rank(shuffled)]
-    assert order == [
-        "alert:nan_loss",  # the run may die
-        "slow_postprocess",  # measured, however small, over any bound
-        "input_bound",  # critical and fixable: compute-bound's 54 % of unknown headroom below it
-        "compute_bound",  # over a smaller warning's bound
-        "callback_overhead",
-        "cpu_saturated",  # nothing to recover
+    graded = grade(shuffled)
+    assert [(f.id, f.severity) for f in graded] == [
+        ("alert:nan_loss", "critical"),  # the run may die
+        ("input_bound", "critical"),  # 44 % of the run: critical
+        ("compute_bound", "info"),  # unknown headroom: ranks as the deadband, before smaller
+        ("slow_postprocess", "info"),  # a measured 4 %: inside the deadband
+        ("callback_overhead", "info"),  # a 3 % bound
+        ("cpu_saturated", "info"),  # nothing to recover
     ]
-    # without a critical bound, the unknown headroom ranks by its share among the bounds
-    warning = _finding("input_bound", "warning", 44.0, 44.0, "bound")
-    assert [f.id for f in rank([warning, compute])] == ["compute_bound", "input_bound"]
-    assert [f.id for f in sorted([warning, compute], key=rank_key)] == [
-        "compute_bound",
-        "input_bound",
-    ]
+    assert rank(graded) == graded  # the order is a fixed point
 
 
 # A plain script's CPU run: 44 % data wait with num_workers=0 (10 ms of numpy per sample in the
@@ -107,6 +102,7 @@ def test_a_critical_fixable_cause_outranks_compute_bound_of_unknown_headroom(
     assert sentence.startswith("input-bound: 44 % of training wall time is data wait")
     assert "num_workers" in sentence
     assert "could recover up to 44 %" in sentence
+    assert len(sentence.split()) <= 40
 
 
 def test_a_saturated_cpu_never_says_more_workers_cannot_help_beside_a_finding_proposing_them(
@@ -128,7 +124,7 @@ def test_a_saturated_cpu_never_says_more_workers_cannot_help_beside_a_finding_pr
     assert "cannot add speed" in saturated.suggestion
 
 
-def test_a_measured_speed_up_outranks_a_bound(tmp_path: Path) -> None:
+def test_a_measured_speed_up_counts_by_its_size_not_above_a_larger_bound(tmp_path: Path) -> None:
     run = cpu_run(tmp_path)
     compute = next(f for f in build_report(run).findings if f.id == "compute_bound")
     knob = next(c.knob for c in compute.candidates if c.knob is not None)
@@ -152,8 +148,13 @@ def test_a_measured_speed_up_outranks_a_bound(tmp_path: Path) -> None:
     writer.close()
     report = build_report(run)
     first = report.findings[0]
-    assert first.id == "compute_bound"  # 1.10x measured beats the input-bound's 44 % bound
-    assert first.recoverable_from == "measured"
-    assert first.recoverable_pct == pytest.approx(100 * (1 - 1 / 1.10), abs=0.1)
-    assert first.evidence["measured_change"] == knob.text
-    assert "measured: it recovers 9 % of the run's time (1.10x)" in headline(report)
+    assert first.id == "input_bound"  # a 44 % bound over a measured 9 % of the run
+    compute = next(f for f in report.findings if f.id == "compute_bound")
+    assert compute.recoverable_from == "measured"
+    assert compute.recoverable_pct == pytest.approx(100 * (1 - 1 / 1.10), abs=0.1)
+    assert compute.severity == "warning"  # a measured 9 %: outside the 5 % deadband
+    assert compute.evidence["measured_change"] == knob.text
+    # the verdict names the largest cause and, separately, the best measured change
+    sentence = headline(report)
+    assert sentence.startswith("input-bound")
+    assert f"best measured change: {knob.text} 1.10x, 9 % of the run" in sentence

@@ -15,10 +15,15 @@ import yaml
 from matplotlib.ticker import MaxNLocator
 from rich.console import Console
 from trainperf.analysis.stages import training_rates
-from trainperf.core.findings import rank, threshold
+from trainperf.core.findings import SEVERITY_ORDER, rank, threshold
 from trainperf.present.report import build_report, print_summary, to_html, to_markdown
 from trainperf.present.report.document import OPEN_ROWS
-from trainperf.present.report.findings_section import ranked, recoverable_text
+from trainperf.present.report.findings_section import (
+    HEADLINE_WORDS,
+    ranked,
+    recoverable_text,
+    short_title,
+)
 from trainperf.present.report.plots import (
     MAX_LINE_POINTS,
     resources_figure,
@@ -126,6 +131,8 @@ def test_findings_appear_in_ranking_order_whatever_order_they_come_in(tmp_path: 
     kinds = {f.recoverable_from for f in report.findings}
     assert kinds == {"bound", "unknown"}, kinds
     expected = [recoverable_text(f) for f in rank(report.findings)]
+    severities = [f.severity for f in rank(report.findings)]
+    assert severities == sorted(severities, key=SEVERITY_ORDER.__getitem__)  # critical first
     random.Random(0).shuffle(report.findings)  # a producer that does not sort
     md = to_markdown(report)
     assert _recoverable_in_markdown(md) == expected
@@ -137,9 +144,11 @@ def test_findings_appear_in_ranking_order_whatever_order_they_come_in(tmp_path: 
     for f in critical:  # compute-bound never outranks a critical, fixable cause
         assert all(rank(report.findings).index(f) < i for i in unknown)
     top = ranked(report)[0]
-    # the verdict opens with one sentence: the top finding without its parenthesised figures
+    # the verdict opens with one sentence: the top finding's first clause without its
+    # parenthesised figures
     first = md.split("## Verdict\n\n", 1)[1].split("\n", 1)[0]
-    assert first.startswith(re.sub(r"\s*\([^()]*\)$", "", top.title))
+    assert first.startswith(short_title(top.title))
+    assert len(first.split()) <= HEADLINE_WORDS
     assert first.endswith(".")
     assert "Change:" not in first
 
@@ -152,11 +161,12 @@ def test_severity_legend_explains_each_severity_and_the_score(tmp_path: Path) ->
         assert re.search(rf"<dt[^>]*>{term}</dt><dd>[^<]+</dd>", legend), term
     assert "share (%) of the run's recorded wall time" in legend
     assert "score 100 when critical, 10 as a warning" in legend
-    critical = threshold("input_critical_pct")
-    assert f"data wait >= {critical:g} % of a stage" in legend  # the verdict's own thresholds
+    critical = threshold("severity_critical_pct")
+    # the verdict's own thresholds, on what a change could recover of the whole run
+    assert f"the change could recover {critical:g} % of the run or more" in legend
     assert '<dt class="sev-critical">critical</dt>' in legend
     md = to_markdown(report)
-    assert "then changes trainperf try measured, then bounds" in legend  # the ranking
+    assert "critical, then warning, then info; within each, by what the" in legend  # the ranking
     block = md[md.index("**Order, severity and score**") : md.index("## Run")]
     assert [line.split(":")[0] for line in block.splitlines() if line.startswith("- ")] == [
         "- Order",

@@ -286,7 +286,7 @@ def _read_files(data: RunData) -> None:
             if p.is_file() and p.name.endswith(_TRACE_SUFFIXES)
         )
     if not data.trace_files:
-        data.notes.append("profiler_traces/: no trace (attach ProfilerCallback for top ops)")
+        data.notes.append(f"{TRACE_DIRNAME}/: {_no_trace_note(data)}")
 
 
 # Rows kept from the trace analysis for the report (the rest is in `trainperf analyze`).
@@ -302,8 +302,19 @@ def _relative(text: str, root: Path) -> str:
 
 
 def _no_trace_note(run: RunData) -> str:
-    """How to get a trace, naming the run's own switch when its config has one (the default
-    callbacks carry a disabled ``profiler`` entry); otherwise the callback itself."""
+    """Why the run has no trace to analyse, in terms that agree with its profiler windows: the
+    files a recorded window lists but the folder lacks (a copy without its traces), a window
+    that wrote no file, or how to get a trace, naming the run's own switch when its config has
+    one (the default callbacks carry a disabled ``profiler`` entry); else the callback."""
+    listed = sorted({t for w in run.profiler_windows for t in w.traces})
+    if listed:
+        shown = ", ".join(listed[:3]) + (f" and {len(listed) - 3} more" if len(listed) > 3 else "")
+        return (
+            f"the profiler window(s) recorded {shown}, not in this folder (copied without its "
+            "traces?): put the file(s) back for the top ops and the memory timeline"
+        )
+    if run.profiler_windows:
+        return "the profiler window(s) below wrote no trace file (their export was off or failed)"
     if isinstance(config_value(run.config, "callbacks.profiler.enabled"), bool):
         how = "rerun with callbacks.profiler.enabled=true"
     else:

@@ -4,10 +4,18 @@ trace rules (:mod:`trainperf.analysis.trace.trace_rules`) and the verdict
 (:mod:`trainperf.analysis.verdict`)
 read their numbers from.
 
-Severity says what to do about a finding: ``critical``: act before the next run, the run may die
-or produce garbage (NaN loss, a full disk, an imminent OOM) or one cause costs most of its time
-(input-bound above ``input_critical_pct``); ``warning``: one cause costs a material share of the
-time and there is a change to try; ``info``: worth knowing, no single change is known to help.
+Severity says what to do about a finding, and in a verdict it follows one number: what the
+finding's change could recover of the **whole run** (its ``recoverable_pct``, below), set in one
+place (:func:`severity_for`) after every rule has spoken: ``critical`` from
+``severity_critical_pct`` (20 %), ``warning`` from ``severity_warning_pct`` (10 %), ``info``
+below; between ``severity_deadband_pct`` (5 %) and 10 % a change that ``trainperf try``
+measured is a ``warning`` (its gain is outside the noise) and a bound stays ``info`` (an upper
+bound there may recover nothing); below 5 % (the deadband) everything is ``info``. A cause of
+unknown headroom (compute-bound) is ``info``. The exception: a risk to the run itself (NaN loss,
+a disk or memory running out, creep that will OOM) keeps the severity its rule gave it, and a
+critical risk is critical whatever its size. So "critical first" and "largest first" agree
+(:func:`rank_key`). A rule's own severity stands where no verdict ranks its findings
+(``trainperf analyze``: the trace rules judge the profiled steps).
 Confidence (:data:`CONFIDENCES`) is about the finding's *cause*, not its advice, which stays a
 hypothesis until ``trainperf try`` measures it.
 
@@ -25,7 +33,8 @@ with idle cores, the optimizer's host loop with the GPU idle, a blocked wait, th
 a ``risk`` (the run may die: its risk score), or ``unknown`` (a cause that costs time but no
 figure says how much of it a change recovers: compute-bound with unknown headroom). The verdict
 ranks by it (:func:`rank_key`), not by the score: the first finding names the cause whose fix
-could recover the most time.
+could recover the most time. A measured gain counts by its measured size and a bound by its bound;
+a measured regression, or a gain inside the noise (not recommended), never counts as a gain.
 
 Thresholds. Each entry of :data:`THRESHOLDS` has a post-hoc ``value`` (the verdict and the trace
 rules judge a whole stage or a profiled window after the fact) and, where a live alert needs a
@@ -38,7 +47,7 @@ on the side of firing less. Entries used by one side only leave the other ``None
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import msgspec
@@ -58,7 +67,10 @@ CONFIDENCES: dict[str, str] = {
 #: Where a finding's ``recoverable_pct`` comes from (see the module doc), in ranking order.
 RECOVERABLE: dict[str, str] = {
     "risk": "the run may die or give garbage: a critical risk could lose all of its time",
-    "measured": "trainperf try measured the change's speed-up on this run",
+    "measured": (
+        "trainperf try measured the change's speed-up on this run (a gain it recommended; a "
+        "measured regression or a gain inside the noise recovers 0)"
+    ),
     "bound": (
         "the most the change could save: the time that overlapping or removing the cause "
         "frees (an upper bound, not a promise)"
@@ -98,7 +110,10 @@ THRESHOLDS: dict[str, Threshold] = {
         why=_LIVE_WINDOW,
     ),
     "input_critical_pct": Threshold(
-        30.0, "%", "data wait share from which input-bound is critical"
+        20.0,
+        "%",
+        "data wait share from which input-bound is critical (the verdict's "
+        "severity_critical_pct: a trace and a one-stage run's verdict agree)",
     ),
     "input_clear_pct": Threshold(
         None, "%", "data wait share below which the starvation alert resolves", live=15.0
@@ -233,6 +248,19 @@ THRESHOLDS: dict[str, Threshold] = {
     ),
     "copy_on_read_min_r": Threshold(
         0.9, "x", "correlation of a worker's USS with the distinct samples it fetched"
+    ),
+    # -- the verdict's severity from what a change recovers of the whole run (severity_for) ------
+    "severity_deadband_pct": Threshold(
+        5.0,
+        "%",
+        "recoverable share of the run below which a finding is info whatever its source (within "
+        "run-to-run noise); from here to severity_warning_pct a measured gain is a warning",
+    ),
+    "severity_warning_pct": Threshold(
+        10.0, "%", "recoverable share of the run from which a finding is a warning"
+    ),
+    "severity_critical_pct": Threshold(
+        20.0, "%", "recoverable share of the run from which a finding is critical"
     ),
     "risk_critical_score": Threshold(
         100.0, "%", "score of a critical risk: a run that may die loses all of its wall time"
@@ -404,39 +432,66 @@ class Finding:
         return found
 
 
-def rank_key(f: Finding, ceiling: float | None = None) -> tuple[int, float, int, str, str]:
-    """Sort key of the verdict (first = the change that could recover the most): a critical
-    risk, then measured gains, then bounds and causes of unknown headroom together by size (a
-    bound's figure; an unknown's score, all it could recover, kept below ``ceiling``); a finding
-    with nothing to recover (0) last. Within a tier the larger figure first, then severity, then
-    id. :func:`rank` sets ``ceiling`` so that a cause of unknown headroom (compute-bound) never
-    outranks a critical, fixable one."""
-    value = f.recoverable_pct
-    if f.recoverable_from == "risk" and f.severity == "critical":
-        tier, size = 0, value or f.score
-    elif f.recoverable_from == "unknown" or value is None:
-        tier, size = 2, f.score if ceiling is None else min(f.score, ceiling)
-    elif value <= 0:
-        tier, size = 4, f.score
-    elif f.recoverable_from == "measured":
-        tier, size = 1, value
-    else:  # bound, risk warning
-        tier, size = 2, value
-    unknown_last = 1 if f.recoverable_from == "unknown" or value is None else 0
-    return tier, -size, unknown_last * 10 + SEVERITY_ORDER.get(f.severity, 3), f.id, f.stage or ""
+def is_risk(f: Finding) -> bool:
+    """Whether ``f`` is about the run itself (it may die or give garbage), not its speed."""
+    return f.recoverable_from == "risk"
+
+
+def ranked_size(f: Finding) -> float:
+    """The figure the verdict ranks ``f`` by, % of the run: a critical risk the whole run
+    (``risk_critical_score``: a run that dies loses all of it, however small its symptom), another
+    risk its score, a measured gain or a bound its ``recoverable_pct``; a cause of unknown
+    headroom ranks as if it could recover the deadband (``severity_deadband_pct``): after every
+    figure above it, before the smaller ones."""
+    if is_risk(f):
+        if f.severity == "critical":
+            return threshold("risk_critical_score")
+        return f.recoverable_pct if f.recoverable_pct is not None else f.score
+    if f.recoverable_from == "unknown" or f.recoverable_pct is None:
+        return threshold("severity_deadband_pct") if f.recoverable_from == "unknown" else 0.0
+    return max(f.recoverable_pct, 0.0)
+
+
+def severity_for(f: Finding) -> str:
+    """The severity of ``f`` in a verdict (see the module doc): a risk's own; else from what its
+    change could recover of the run."""
+    if is_risk(f):
+        return f.severity
+    pct = f.recoverable_pct
+    if f.recoverable_from == "unknown" or pct is None:
+        return "info"
+    if pct >= threshold("severity_critical_pct"):
+        return "critical"
+    if pct >= threshold("severity_warning_pct"):
+        return "warning"
+    if pct >= threshold("severity_deadband_pct") and f.recoverable_from == "measured":
+        return "warning"
+    return "info"
+
+
+def rank_key(f: Finding) -> tuple[int, float, int, float, str, str]:
+    """Sort key of the verdict (first = the change that could recover the most): by severity
+    (:func:`severity_for`: critical, warning, info), then by :func:`ranked_size` (a critical
+    risk scores 100, so it leads), a cause of unknown headroom after a figure of the same size,
+    then the larger score, then id and stage. Severity and size never disagree: severity is a
+    function of the size, but for the measured-gain warnings of 5-10 % and the risks."""
+    unknown = 1 if f.recoverable_from == "unknown" or f.recoverable_pct is None else 0
+    return (
+        SEVERITY_ORDER.get(f.severity, 3),
+        -ranked_size(f),
+        unknown,
+        -f.score,
+        f.id,
+        f.stage or "",
+    )
 
 
 def rank(findings: Iterable[Finding]) -> list[Finding]:
-    """``findings`` in the verdict's order (:func:`rank_key`), causes of unknown headroom below
-    every critical cause with a bound."""
-    found = list(findings)
-    critical = [
-        f.recoverable_pct
-        for f in found
-        if f.severity == "critical"
-        and f.recoverable_from == "bound"
-        and f.recoverable_pct is not None
-        and f.recoverable_pct > 0
-    ]
-    ceiling = min(critical) if critical else None
-    return sorted(found, key=lambda f: rank_key(f, ceiling))
+    """``findings`` in the verdict's order (:func:`rank_key`), their severities as they are."""
+    return sorted(findings, key=rank_key)
+
+
+def grade(findings: Iterable[Finding]) -> list[Finding]:
+    """``findings`` (their recoverable figures filled) with the verdict's severities
+    (:func:`severity_for`), in the verdict's order: the one place a verdict's severity is set."""
+    return rank(replace(f, severity=severity_for(f)) for f in findings)

@@ -9,9 +9,11 @@ callback hook runs (``_FitLoop.setup_data`` calls ``iter()`` right after
 ``strategy.process_dataloader(loader)``): so we wrap ``Strategy.process_dataloader`` on the
 strategy instance for the run.
 
-What we rely on is pinned by ``tests/integration/test_interpose_seams.py`` and accepted only in
-the tested version range below; outside it the callbacks warn once and measure only what the
-public action stream gives (no worker-side parts).
+What we rely on in Lightning is pinned by ``tests/integration/test_interpose_seams.py`` and
+accepted only in the tested Lightning range below. What we rely on in torch is checked at run time,
+each private attribute or signature once (:mod:`trainperf.probe.loader_seams`), whatever torch's
+version. Either way short, the callbacks warn once naming why and measure only what the public
+action stream gives (no worker-side parts).
 """
 
 from __future__ import annotations
@@ -21,32 +23,32 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 import lightning as L
-import torch
 from lightning.fabric.utilities.data import _auto_add_worker_init_fn
 from lightning.pytorch.callbacks import ProgressBar, RichProgressBar, TQDMProgressBar
 from packaging.version import Version
 from torch.utils.data import DataLoader
 
 from trainperf.core.clock import PhaseClock
+from trainperf.probe import loader_seams
 from trainperf.probe.worker import InstrumentedLoader, WorkerTiming
 
-#: Package -> [lowest, first untested) release, tested with the seam tests: torch 2.13 here,
-#: 2.11.0+cu130 on an H200 (32 seam tests passed, ``docs/performance/gpu.md``, 2026-11-26).
+#: Package -> [lowest, first untested) release, tested with the seam tests: Lightning 2.6 here
+#: and on an H200 (``docs/performance/gpu.md``, 2026-11-26). torch has no range: its seams are
+#: checked at run time (:func:`worker_timing_off`).
 TESTED_VERSIONS: dict[str, tuple[str, str]] = {
     "lightning": ("2.6.0", "2.7.0"),
-    "torch": ("2.11.0", "2.14.0"),
 }
 
 
 def check_versions(versions: dict[str, str] | None = None) -> str | None:
-    """None when Lightning and torch are in :data:`TESTED_VERSIONS`, else why not (one line).
-    ``versions`` overrides the installed versions (tests)."""
-    found = versions or {"lightning": L.__version__, "torch": torch.__version__}
+    """None when Lightning is in :data:`TESTED_VERSIONS`, else why not (one line). ``versions``
+    overrides the installed versions (tests)."""
+    found = versions or {"lightning": L.__version__}
     for package, (low, high) in TESTED_VERSIONS.items():
         raw = found.get(package)
         if raw is None:
             continue
-        version = Version(Version(raw).base_version)  # 2.13.0+cpu -> 2.13.0
+        version = Version(Version(raw).base_version)  # 2.6.0rc1 -> 2.6.0
         if not Version(low) <= version < Version(high):
             return (
                 f"{package} {raw} is outside the range the DataLoader instrumentation was tested "
@@ -54,6 +56,17 @@ def check_versions(versions: dict[str, str] | None = None) -> str | None:
                 "parts) is off, phases, callbacks and hooks are still measured"
             )
     return None
+
+
+def worker_timing_off() -> str | None:
+    """None when DataLoader worker timing can be installed: Lightning in the tested range and
+    every torch seam of :mod:`trainperf.probe.loader_seams` present (checked once per process);
+    else why not, in one line naming what is missing."""
+    reason = check_versions()
+    if reason is not None:
+        return reason
+    missing = loader_seams.missing()
+    return loader_seams.describe(missing) if missing else None
 
 
 def syncs_before_train_batch(world_size: int) -> bool:

@@ -20,7 +20,7 @@ import shutil
 import socket
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -34,9 +34,15 @@ from trainperf.errors import ConfigError, PerfCallbackWarning, warn_off
 from trainperf.lightning.action_stream import remove_listener
 from trainperf.lightning.batch_hooks import BatchEndHooks
 from trainperf.lightning.epoch_report import int_at_least
-from trainperf.lightning.profiler_settings import ACTIVITIES, ProfileSchedule, TraceOptions
-from trainperf.lightning.profiler_summary import summarise_window
+from trainperf.lightning.profiler_settings import (
+    ACTIVITIES,
+    ProfileSchedule,
+    TraceOptions,
+    apply_flat,
+)
+from trainperf.lightning.profiler_summary import seed_analysis, summarise_window
 from trainperf.lightning.profiler_window import Window
+from trainperf.lightning.trial_fit import output_path, perf_root
 from trainperf.probe.sync_debug import SyncDetector
 from trainperf.records.files import RecordWriter
 from trainperf.records.kinds import ProfilerWindow
@@ -85,6 +91,14 @@ class ProfilerCallback(BatchEndHooks):
             default: its defaults, CPU and CUDA with shapes and memory, to
             ``profiler_traces/``).
         log_top_k_ops: rows in the printed top-k operator tables; default 10.
+        profile_epochs, profile_steps, warmup_steps, activities, record_shapes, with_stack,
+            output_dir, export_chrome_trace: the original project's flat arguments (keyword
+            only; None: not given), each one grouped setting with its unit and meaning
+            (:data:`~trainperf.lightning.profiler_settings.FLAT_SETTINGS`): ``profile_epochs`` =
+            ``schedule.epochs`` (0-based epochs), ``profile_steps`` = ``schedule.active`` (steps
+            recorded per window), ``warmup_steps`` = ``schedule.warmup``, the others
+            ``trace.<same name>``. A grouped setting left at its default yields to its flat
+            twin; given otherwise and contradicted, it is one ``ConfigError`` naming both.
 
     On-demand windows are named ``ondemand_e{E}_s{S}`` (training; ``S`` = ``global_step`` at the
     trigger) or ``{val,test}_ondemand_e{E}_b{B}`` (``B`` = batch index); a trigger seen while a
@@ -112,21 +126,41 @@ class ProfilerCallback(BatchEndHooks):
         schedule: ProfileSchedule | None = None,
         trace: TraceOptions | None = None,
         log_top_k_ops: int = 10,
+        *,
+        profile_epochs: Collection[int] | None = None,
+        profile_steps: int | None = None,
+        warmup_steps: int | None = None,
+        activities: Collection[str] | None = None,
+        record_shapes: bool | None = None,
+        with_stack: bool | None = None,
+        output_dir: str | os.PathLike[str] | None = None,
+        export_chrome_trace: bool | None = None,
     ) -> None:
         super().__init__()
         owner = type(self).__name__
         self.enabled = bool(enabled)
-        self.schedule = ProfileSchedule() if schedule is None else schedule
-        self.trace = TraceOptions() if trace is None else trace
+        schedule = ProfileSchedule() if schedule is None else schedule
+        trace = TraceOptions() if trace is None else trace
         for name, value, kind in (
-            ("schedule", self.schedule, ProfileSchedule),
-            ("trace", self.trace, TraceOptions),
+            ("schedule", schedule, ProfileSchedule),
+            ("trace", trace, TraceOptions),
         ):
             if not isinstance(value, kind):
                 raise ConfigError(
                     f"{owner}: {name} must be a {kind.__name__}, got {type(value).__name__} "
                     f"{value!r}"
                 )
+        flat = {
+            "profile_epochs": profile_epochs,
+            "profile_steps": profile_steps,
+            "warmup_steps": warmup_steps,
+            "activities": activities,
+            "record_shapes": record_shapes,
+            "with_stack": with_stack,
+            "output_dir": output_dir,
+            "export_chrome_trace": export_chrome_trace,
+        }
+        self.schedule, self.trace = apply_flat(owner, schedule, trace, flat)
         self.log_top_k_ops = int_at_least(owner, "log_top_k_ops", log_top_k_ops, 1)
 
         self._active = False  # enabled and not failed, for the current run
@@ -153,6 +187,11 @@ class ProfilerCallback(BatchEndHooks):
         self.trace_paths: list[Path] = []
         #: The profiler.jsonl record of each closed window of this run (on every rank).
         self.windows: list[ProfilerWindow] = []
+
+    #: ``ProfilerCallback.analyze_trace(trace_path)`` (also on an instance): a Chrome trace or a
+    #: folder of them analysed, in the original project's documented shape
+    #: (:func:`~trainperf.lightning.profiler_summary.seed_analysis`).
+    analyze_trace = staticmethod(seed_analysis)
 
     def _resolve_activities(self) -> list[ProfilerActivity]:
         supported = torch.profiler.supported_activities()
@@ -187,9 +226,9 @@ class ProfilerCallback(BatchEndHooks):
             return
         self._warn_never_profiled(trainer, stage)
         try:
-            run_dir = Path(trainer.default_root_dir)
+            run_dir = perf_root(trainer)  # a `trainperf try` trial: the trial's own folder
             self._run_dir = run_dir
-            self._dir = run_dir / self.trace.output_dir  # an absolute output_dir stays as it is
+            self._dir = output_path(trainer, Path(self.trace.output_dir))
             self._world_size = trainer.world_size
             self._is_zero = trainer.is_global_zero
             self._rank_suffix = f"_rank{trainer.global_rank}" if trainer.world_size > 1 else ""

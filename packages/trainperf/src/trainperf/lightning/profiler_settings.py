@@ -6,9 +6,10 @@ bad value with one ``ConfigError`` naming the field and the value; Hydra builds 
 from __future__ import annotations
 
 import os
-from collections.abc import Collection
-from dataclasses import dataclass
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from torch.profiler import ProfilerActivity
 
@@ -130,8 +131,9 @@ class TraceOptions:
             CUDA (:mod:`trainperf.probe.sync_debug`) in a ``host_sync_lines`` finding (each sync
             then costs a warning and a stack walk, which the window's timings include). A
             CPU-only run says once that syncs do not apply. Default False.
-        output_dir: trace directory; a relative path is under ``trainer.default_root_dir``;
-            default ``profiler_traces``.
+        output_dir: trace directory; a relative path is under ``trainer.default_root_dir``
+            (in a ``trainperf try`` trial, this one and an absolute one by its last name are
+            under the trial's folder); default ``profiler_traces``.
         export_chrome_trace: keep the Chrome trace ``epoch_{N}.json[.gz]``; ``False`` still
             writes it for the analysis, then deletes it. Default True.
         gzip: write ``.json.gz`` traces; default False.
@@ -184,3 +186,92 @@ class TraceOptions:
         if not str(self.output_dir).strip():
             raise ConfigError(f"{owner}: output_dir is an empty path")
         object.__setattr__(self, "output_dir", Path(self.output_dir))
+
+
+@dataclass(frozen=True)
+class FlatSetting:
+    """One flat ``ProfilerCallback`` argument of the original project (``flat``) and the grouped
+    setting it is: field ``field`` of the ``group`` (``"schedule"`` or ``"trace"``) object."""
+
+    flat: str
+    group: str
+    field: str
+
+    @property
+    def grouped(self) -> str:
+        """The grouped key, e.g. ``schedule.active``."""
+        return f"{self.group}.{self.field}"
+
+    def applied(self, settings: ProfileSchedule | TraceOptions, value: object) -> Any:
+        """``settings`` with this field set to ``value``, validated as the group validates it."""
+        changes: dict[str, Any] = {self.field: value}
+        return replace(settings, **changes)
+
+    def read(self, value: object) -> object:
+        """``value`` as the grouped setting holds it (``[2, 1]`` -> ``frozenset({1, 2})``)."""
+        default = ProfileSchedule() if self.group == "schedule" else TraceOptions()
+        return getattr(self.applied(default, value), self.field)
+
+
+#: The original project's flat ``ProfilerCallback`` arguments (its ``ocr.callbacks.profiler``
+#: and ``configs/callbacks/profiler.yaml``) and the grouped setting each one is, unit and meaning
+#: unchanged: ``profile_epochs`` the 0-based epochs (``trainer.current_epoch``) to profile,
+#: ``profile_steps`` the steps recorded per window, ``warmup_steps`` the steps traced and
+#: discarded before them, the rest as named.
+FLAT_SETTINGS: tuple[FlatSetting, ...] = (
+    FlatSetting("profile_epochs", "schedule", "epochs"),
+    FlatSetting("profile_steps", "schedule", "active"),
+    FlatSetting("warmup_steps", "schedule", "warmup"),
+    FlatSetting("activities", "trace", "activities"),
+    FlatSetting("record_shapes", "trace", "record_shapes"),
+    FlatSetting("with_stack", "trace", "with_stack"),
+    FlatSetting("output_dir", "trace", "output_dir"),
+    FlatSetting("export_chrome_trace", "trace", "export_chrome_trace"),
+)
+
+
+def apply_flat(
+    owner: str, schedule: ProfileSchedule, trace: TraceOptions, flat: Mapping[str, object]
+) -> tuple[ProfileSchedule, TraceOptions]:
+    """``schedule`` and ``trace`` with the flat arguments ``flat`` (name -> value; ``None``: not
+    given) applied (:data:`FLAT_SETTINGS`). A grouped field left at its default yields to its flat
+    twin; one set to another value that the flat twin contradicts is a ``ConfigError`` naming
+    both keys and values (whichever was meant, the other would be silently ignored)."""
+    groups: dict[str, ProfileSchedule | TraceOptions] = {"schedule": schedule, "trace": trace}
+    defaults: dict[str, ProfileSchedule | TraceOptions] = {
+        "schedule": ProfileSchedule(),
+        "trace": TraceOptions(),
+    }
+    for setting in FLAT_SETTINGS:
+        value = flat.get(setting.flat)
+        if value is None:
+            continue
+        current = groups[setting.group]
+        try:
+            updated = setting.applied(current, value)
+        except ConfigError as exc:
+            raise ConfigError(f"{owner}: {setting.flat}={value!r}: {exc}") from None
+        given = getattr(current, setting.field)
+        wanted = getattr(updated, setting.field)
+        if given != wanted and given != getattr(defaults[setting.group], setting.field):
+            raise ConfigError(
+                f"{owner}: {setting.flat}={_shown(value)} and {setting.grouped}="
+                f"{_shown(given)} disagree ({setting.flat} is the flat name of "
+                f"{setting.grouped}); give only one of them"
+            )
+        groups[setting.group] = updated
+    new_schedule, new_trace = groups["schedule"], groups["trace"]
+    assert isinstance(new_schedule, ProfileSchedule)
+    assert isinstance(new_trace, TraceOptions)
+    return new_schedule, new_trace
+
+
+def _shown(value: object) -> str:
+    """A setting's value as a command line gives it (``[1, 2]``, ``50``, ``cpu``)."""
+    if isinstance(value, frozenset | set):
+        return str(sorted(value))
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, tuple):
+        return str(list(value))
+    return repr(value) if isinstance(value, str) else str(value)

@@ -6,11 +6,13 @@ findings printed (rank zero), a few scalars sent to every logger, and the window
 from __future__ import annotations
 
 import logging
+import os
 import time
+from typing import Any
 
 import lightning as L
 
-from trainperf.analysis.trace import analyze_table, load_traces
+from trainperf.analysis.trace import analyze_path, analyze_table, load_traces
 from trainperf.analysis.trace.clock_windows import compare_with_clock
 from trainperf.core.stage import Stage
 from trainperf.lightning.epoch_report import log_to_loggers
@@ -93,3 +95,25 @@ def summarise_window(
         len(report.findings),
     )
     return record
+
+
+def seed_analysis(trace_path: str | os.PathLike[str]) -> dict[str, Any]:
+    """``ProfilerCallback.analyze_trace(trace_path)``: :func:`trainperf.analyze_trace`'s dict
+    with the four keys the original project documents in its shape (``003_…`` of its documents):
+    ``top_cpu_ops`` as ``(op_name, self time in µs)`` pairs, ``top_cuda_ops`` as ``(op_name,
+    device time in µs)``, ``memory_peaks`` as ``(time in µs into the trace, peak allocated
+    bytes)``, ``dataloader_time_pct`` (%). The full rows stay under ``top_cpu_op_rows``,
+    ``top_cuda_op_rows`` and ``memory_peak_rows``."""
+    report = analyze_path(os.fspath(trace_path))
+    view = report.as_dict()
+    return {
+        **view,
+        "top_cpu_ops": [(r.name, round(r.self_ms * 1e3, 3)) for r in report.top_cpu_ops],
+        "top_cuda_ops": [(r.name, round(r.total_ms * 1e3, 3)) for r in report.top_cuda_ops],
+        "memory_peaks": [
+            (round(p.at_ms * 1e3, 3), p.peak_allocated_bytes) for p in report.memory_peaks
+        ],
+        "top_cpu_op_rows": view["top_cpu_ops"],
+        "top_cuda_op_rows": view["top_cuda_ops"],
+        "memory_peak_rows": view["memory_peaks"],
+    }

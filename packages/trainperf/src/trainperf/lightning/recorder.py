@@ -50,7 +50,7 @@ from trainperf.lightning.attribution import ActionAttribution
 from trainperf.lightning.cross_rank import RankExchange
 from trainperf.lightning.cuda_events import EventClock, device_clock
 from trainperf.lightning.epoch_report import Subscriber
-from trainperf.lightning.interpose import LoaderInterposer, check_versions
+from trainperf.lightning.interpose import LoaderInterposer, worker_timing_off
 from trainperf.lightning.interruption import Interruption
 from trainperf.lightning.recorder_output import RecorderOutput
 from trainperf.lightning.run_files import RunFiles
@@ -70,6 +70,10 @@ from trainperf.lightning.window_events import (
 from trainperf.probe.device_memory import MemorySampler
 from trainperf.probe.worker import WorkerTiming
 from trainperf.records.kinds import EpochRecord, LoaderSettings
+
+#: Why worker timing was off, each said once per process (a sweep or a notebook fits again and
+#: again with the same torch).
+WORKER_TIMING_WARNED: set[str] = set()
 
 
 class StageRecorder:
@@ -176,10 +180,11 @@ class StageRecorder:
         if any(s.write_run_files for s in self.subscribers):
             self.output.open_files(trainer, self.world_size)
             self.output.start_lifecycle(trainer, self.world_size)
-        reason = check_versions()
+        reason = worker_timing_off()
         if reason is None:
             self._interposer = LoaderInterposer(trainer, self._route_loader, self._fail)
-        else:
+        elif reason not in WORKER_TIMING_WARNED:
+            WORKER_TIMING_WARNED.add(reason)
             warnings.warn(f"performance callbacks: {reason}", PerfCallbackWarning, stacklevel=4)
         action_stream.add_listener(trainer, self.attribution)
         self._listening = True

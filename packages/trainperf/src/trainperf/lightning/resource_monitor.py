@@ -30,6 +30,7 @@ from trainperf.errors import ConfigError, warn_off
 from trainperf.lightning.batch_hooks import BatchEndHooks
 from trainperf.lightning.epoch_report import log_to_loggers
 from trainperf.lightning.recorder import StageRecorder
+from trainperf.lightning.trial_fit import perf_root
 from trainperf.probe.resources import (
     ResourceMonitor,
     ResourceMonitorWarning,
@@ -206,7 +207,7 @@ class ResourceMonitorCallback(BatchEndHooks):
         return True
 
     def _start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        perf_dir = Path(trainer.default_root_dir) / PERF_DIRNAME
+        perf_dir = perf_root(trainer) / PERF_DIRNAME  # a `trainperf try` trial: its own folder
         ckpt = getattr(trainer.checkpoint_callback, "dirpath", None)
         self._ckpt_dir = Path(self.checkpoint_dir or ckpt or trainer.default_root_dir)
         uuids, cuda_index = _device_selection(trainer)

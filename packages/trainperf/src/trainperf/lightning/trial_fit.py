@@ -48,11 +48,38 @@ def trial_window_of(trainer: L.Trainer) -> TrialWindow | None:
     return window if isinstance(window, TrialWindow) else None
 
 
-def perf_root(trainer: L.Trainer) -> Path:
-    """Where the run's ``perf/`` files go: the trial's folder inside a window, else
-    ``trainer.default_root_dir``."""
+def trial_root(trainer: L.Trainer) -> Path | None:
+    """The folder of the ``trainperf try`` trial ``trainer`` runs in, ``None`` outside one.
+
+    A trial is a fit under ``TRAINPERF_TRY_WINDOW``; the variable is read here too, not only
+    through the window the first performance callback opens, so a callback that sets up before
+    that one (or a script with no window-opening callback at all) still knows it is in a trial.
+    A malformed variable raises :class:`~trainperf.core.trial_window.TryWindowError`."""
     window = trial_window_of(trainer)
-    return window.window.perf_dir if window is not None else Path(trainer.default_root_dir)
+    if window is not None:
+        return window.window.perf_dir
+    if trainer.state.fn != TrainerFn.FITTING:
+        return None
+    env = TryWindow.from_env()
+    return env.perf_dir if env is not None else None
+
+
+def perf_root(trainer: L.Trainer) -> Path:
+    """Where every file our callbacks write goes (``perf/`` records, profiler traces, resource
+    samples, alerts, knob results, the profiler's trigger file): the trial's own folder in a
+    ``trainperf try`` trial (never the run it measures), else ``trainer.default_root_dir``."""
+    root = trial_root(trainer)
+    return root if root is not None else Path(trainer.default_root_dir)
+
+
+def output_path(trainer: L.Trainer, path: Path) -> Path:
+    """A folder of ours named by the user (a trace directory): relative, under
+    :func:`perf_root`; absolute, as it is, except in a trial, where it goes under the trial's
+    folder by its last name (an absolute path may lie in the measured run's folder)."""
+    root = trial_root(trainer)
+    if root is not None and path.is_absolute():
+        return root / path.name
+    return perf_root(trainer) / path
 
 
 def open_trial_window(trainer: L.Trainer, owner: object) -> TrialWindow | None:

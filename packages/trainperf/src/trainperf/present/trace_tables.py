@@ -17,6 +17,7 @@ from trainperf.analysis.trace.steps import GPU_PARTS, PHASES
 from trainperf.core.findings import Finding
 from trainperf.core.significance import OUTCOME_STYLE
 from trainperf.present.console import fit_table
+from trainperf.present.evidence import evidence_text
 
 __all__ = ["print_analysis", "print_comparison", "to_markdown"]
 
@@ -173,7 +174,7 @@ def print_analysis(report: TraceAnalysis, console: Console | None = None) -> Non
             style = _SEVERITY_STYLE.get(f.severity, "bold")
             # figures hold brackets ("[cudaStreamSynchronize]", "[Callback]X"): never markup
             con.print(f"[{style}]{f.severity.upper()}[/{style}] {escape(f.title)}")
-            ev, th = escape(_pairs(f.evidence)), escape(_pairs(f.threshold))
+            ev, th = escape(evidence_text(f.evidence)), escape(_pairs(f.threshold))
             con.print(f"    evidence: {ev}\n    threshold: {th}\n    → {escape(f.suggestion)}")
     else:
         con.print("[green]No findings above the thresholds.[/green]")
@@ -253,7 +254,7 @@ def print_comparison(result: TraceComparison, console: Console | None = None) ->
 
 def _finding_line(f: Finding) -> str:
     return (
-        f"- **{f.severity}** {f.title}. Evidence: {_pairs(f.evidence)}. "
+        f"- **{f.severity}** {f.title}. Evidence: {evidence_text(f.evidence)}. "
         f"Threshold: {_pairs(f.threshold)}. Suggestion: {f.suggestion}"
     )
 

@@ -5,7 +5,9 @@ Work done in DataLoader workers overlaps the training step, so the training loop
 (``dataset[i]``: read, decode, augment), how long the collate function took, and any finer parts
 user code reported with :func:`report_part`, measured in the process that did the work.
 
-How, for any map-style dataset and any collate function (checked against torch 2.13):
+How, for any map-style dataset and any collate function (the private parts of torch this relies
+on are checked at run time by :mod:`trainperf.probe.loader_seams`; :class:`InstrumentedLoader`
+refuses a torch that lacks one):
 
 * ``loader.collate_fn`` is replaced by a picklable wrapper that times the collate call, drains
   this process's accumulator (fetch time and parts since the previous batch) and returns
@@ -44,9 +46,14 @@ from typing import Any, NamedTuple
 
 from torch import Tensor
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
-from torch.utils.data.dataloader import _BaseDataLoaderIter
 
 from trainperf.core.clock import PhaseClock
+from trainperf.probe import loader_seams
+
+try:
+    from torch.utils.data.dataloader import _BaseDataLoaderIter
+except ImportError:  # a torch without it still imports us; loader_seams names it, nothing is timed
+    _BaseDataLoaderIter = object  # type: ignore[misc,assignment]
 
 _now = time.perf_counter_ns
 
@@ -412,6 +419,10 @@ class InstrumentedLoader:
         on_error: if given, an exception raised by ``on_batch`` is passed to it and ``on_batch``
             is not called again (the loader keeps serving batches); if None the exception
             propagates to the consumer of the loader.
+
+    Raises:
+        RuntimeError: this torch lacks a private part the timing relies on (the message names it,
+            :func:`trainperf.probe.loader_seams.missing`); the loader is left untouched.
     """
 
     def __init__(
@@ -434,6 +445,9 @@ class InstrumentedLoader:
             )
         if not callable(on_batch):
             raise TypeError(f"on_batch must be callable, got {type(on_batch).__name__}")
+        missing = loader_seams.missing()
+        if missing:
+            raise RuntimeError(loader_seams.describe(missing))
         self._loader: DataLoader | None = loader
         self._on_batch = on_batch
         self._clock = clock

@@ -74,14 +74,17 @@ class RecordedCommand:
         """The command line of a trial writing into ``output_dir`` with ``changes`` (Hydra
         overrides; an earlier override of the same key is replaced). ``drop_keys``: overrides
         of these keys (or their sub-keys) are left out. ``launcher``: another entry point of the
-        same app (its evaluation). A plain script: its own command line, unchanged (``changes``
-        and ``launcher`` are refused: it has no overrides)."""
+        same app (its evaluation). Each argument that names the run folder (``RUN``,
+        ``--out=RUN``, ``key=RUN``; relative to the run's working folder) names ``output_dir``
+        instead (:meth:`redirected`): a trial never writes into the run it measures. A plain
+        script: its own command line so redirected; ``changes`` and ``launcher`` are refused:
+        it has no overrides."""
         if not self.hydra:
             if changes or launcher is not None:
                 raise TryInputError(
                     f"{self.run_dir}: not a Hydra app; its arguments cannot be changed"
                 )
-            return [self.executable, *self.launcher, *self.overrides]
+            return [self.executable, *self.launcher, *self.redirected(output_dir)]
         replaced = {override_key(c) for c in changes}
         dropped = (*_DROPPED_KEYS, *drop_keys)
 
@@ -91,7 +94,7 @@ class RecordedCommand:
                 return False
             return not any(key == k or key.startswith(k + ".") for k in dropped)
 
-        kept = [o for o in self.overrides if keeps(o)]
+        kept = [o for o in self.redirected(output_dir) if keeps(o)]
         return [
             self.executable,
             *(self.launcher if launcher is None else launcher),
@@ -100,6 +103,23 @@ class RecordedCommand:
             f"hydra.run.dir={output_dir}",
             *changes,
         ]
+
+    def redirected(self, output_dir: Path) -> list[str]:
+        """The run's arguments (a plain script's, a Hydra app's overrides) with those naming
+        the run folder naming ``output_dir``: a whole argument (``runs/plain``) or the value of
+        ``--opt=`` / ``key=`` (``trainer.default_root_dir=...``), when it resolves (from the
+        run's working folder) to the run folder itself. Paths inside the run folder are left
+        alone (a checkpoint to resume from is an input)."""
+        run = self.run_dir.resolve()
+        if output_dir.resolve() == run:
+            return list(self.overrides)
+        out: list[str] = []
+        for arg in self.overrides:
+            head, sep, value = arg.rpartition("=") if "=" in arg else ("", "", arg)
+            if value and (self.cwd / value).resolve() == run:
+                arg = f"{head}{sep}{output_dir}"
+            out.append(arg)
+        return out
 
 
 def _read_overrides(path: Path) -> list[str] | None:

@@ -1,9 +1,13 @@
 """What each finding's change could recover (:mod:`trainperf.core.findings`: ``recoverable_pct`` and
-``recoverable_from``), filled in one place after every rule has spoken, and the ranking by it.
+``recoverable_from``), filled in one place after every rule has spoken; the severity set from it
+and the ranking by it (:func:`trainperf.core.findings.grade`: critical from 20 % of the run,
+warning from 10 %, info below, a critical risk first whatever its size).
 
 - **measured**: ``trainperf try`` recommended one of the finding's candidates in the run's latest
   session (``perf/try.jsonl``): the time it saves, ``1 - 1 / speed-up`` of the finding's stage, as
-  a share of the run; when every candidate was measured and none helped, 0 (measured).
+  a share of the run, counted by that size (a 0.6 % gain is 0.6 %, below any larger bound); when
+  every candidate was measured and none helped (a regression, no change), 0 (measured); a gain
+  inside the noise (inconclusive) leaves the finding its bound.
 - **bound**, set by the rule that knows it (the GPU rules: a wait no longer than the GPU's idle
   time; the optimizer's own host time), else the finding's score: the share of time its cause
   costs, which removing or overlapping the cause saves at most (data wait, a slow phase, a
@@ -22,7 +26,7 @@ from trainperf.analysis.run import RunData
 from trainperf.analysis.stages import StageSummary
 from trainperf.analysis.tryouts import quality_drop
 from trainperf.analysis.verdict.context import score
-from trainperf.core.findings import Finding, rank, share_of_run
+from trainperf.core.findings import Finding, grade, share_of_run
 from trainperf.core.significance import Outcome
 from trainperf.core.stage import Stage
 from trainperf.records.kinds import TryRecord
@@ -78,8 +82,8 @@ def assess(
     stages: dict[Stage, StageSummary],
     total_s: float,
 ) -> list[Finding]:
-    """``findings`` with their recoverable figure filled (see the module doc), ranked by
-    :func:`~trainperf.core.findings.rank_key`."""
+    """``findings`` with their recoverable figure filled (see the module doc), their severity
+    set from it and ranked (:func:`~trainperf.core.findings.grade`)."""
     records = _records(run)
     out = []
     for f in findings:
@@ -105,4 +109,4 @@ def assess(
         else:
             f = replace(f, recoverable_pct=f.score, recoverable_from="bound")
         out.append(f)
-    return rank(out)
+    return grade(out)

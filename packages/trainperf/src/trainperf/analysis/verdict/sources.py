@@ -204,9 +204,9 @@ def _older_sync_count(f: Finding, steps: int) -> Finding:
         severity="info",
         score=0.0,
         title=(
-            f"{n} blocking sync call(s) in {steps} profiled steps ({names}); the window's "
-            f"summary also counted {reads} scalar reads (aten::item) as syncs, a rule since "
-            "corrected: reads of CPU tensors (AdamW's step counters) wait for nothing"
+            f"{n} blocking sync call(s) in {steps} profiled steps ({names}); the {reads} "
+            "scalar reads (aten::item) in the window's summary are not syncs: reads of CPU "
+            "tensors (AdamW's step counters) wait for nothing"
         ),
         # the per-step figures of the older rule counted the scalar reads: left out
         evidence={"calls": calls, "blocking_calls": n, "scalar_reads": reads, "steps": steps},

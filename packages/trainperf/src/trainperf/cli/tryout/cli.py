@@ -1,7 +1,9 @@
 """``trainperf try RUN_DIR [--candidate CHANGE ...] [--budget 10m] [--pairs N]``: the parser
 (its description and epilog say what it does and its exit codes) and the command.
 
-Results go to ``RUN_DIR/perf/try.jsonl`` and the report's "Measured changes" section.
+Results go to ``RUN_DIR/perf/try.jsonl`` and the report's "Measured changes" section; that is the
+only thing the session adds to the run folder (the trials run in folders of their own,
+:mod:`trainperf.cli.tryout.run_guard`).
 """
 
 from __future__ import annotations
@@ -10,7 +12,6 @@ import argparse
 import dataclasses
 import re
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -139,6 +140,13 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="measure only the --candidate changes, not the findings' candidates",
     )
     p.add_argument(
+        "--trial-dir",
+        type=Path,
+        metavar="DIR",
+        help="keep the trials' folders (their perf/ files and logs) in a new folder under DIR, "
+        "outside the run folder (default: a temporary folder, removed at the end)",
+    )
+    p.add_argument(
         "--json",
         type=Path,
         metavar="OUT",
@@ -201,12 +209,13 @@ def evaluation_from(
 def run(args: argparse.Namespace) -> int:
     """Run a ``try`` session for parsed ``args``."""
     from trainperf.analysis.contention import trials_contention_note
-    from trainperf.analysis.tryouts import code_lines, paste_line
+    from trainperf.analysis.tryouts import TrialEvent, code_lines, paste_line
     from trainperf.cli.tryout.candidate_options import (
         candidates_from_findings,
         parse_candidate,
         unique_candidates,
     )
+    from trainperf.cli.tryout.run_guard import RunSnapshot, trial_work_dir
     from trainperf.cli.tryout.session import TryOptions, TrySession, write_records
     from trainperf.cli.tryout.trial import quality_pattern
     from trainperf.present.console import widen_for_logs
@@ -219,6 +228,7 @@ def run(args: argparse.Namespace) -> int:
         trial_progress,
     )
     from trainperf.records.command import TryInputError, recorded_command
+    from trainperf.records.kinds import TryRecord
 
     if str(args.json) == "-":  # the JSON alone on stdout: the tables go to stderr
         import rich
@@ -245,10 +255,21 @@ def run(args: argparse.Namespace) -> int:
         if not args.checkpoint.is_file():
             raise TryInputError(f"--checkpoint {args.checkpoint}: no such file")
         checkpoint = args.checkpoint.resolve()
-    scratch = Path(tempfile.mkdtemp(prefix="trainperf-try-"))
+    scratch = trial_work_dir(run_dir, args.trial_dir)
+    kept = args.trial_dir is not None
     print_line(start_line(len(candidates), args.pairs, args.budget))
+    print_line(
+        f"Trials run in {scratch / 'trials'} ({'kept' if kept else 'removed at the end'}); "
+        f"the run folder gets only {TryRecord.path(run_dir)}"
+    )
+    snapshot = RunSnapshot.take(run_dir)
     try:
-        with trial_progress(len(candidates) * args.pairs * 2) as on_trial:
+        with trial_progress(len(candidates) * args.pairs * 2) as progress:
+
+            def on_trial(event: TrialEvent) -> None:
+                snapshot.check(f"{event.done} ({event.label})")  # stops the session if touched
+                progress(event)
+
             session = TrySession(
                 command,
                 candidates,
@@ -261,7 +282,8 @@ def run(args: argparse.Namespace) -> int:
             records = session.run()
             contention = trials_contention_note(scratch / "trials")  # before they are removed
     finally:
-        shutil.rmtree(scratch, ignore_errors=True)  # the trials' folders are ours, made above
+        if not kept:
+            shutil.rmtree(scratch, ignore_errors=True)  # the trials' folders, made above
     path = write_records(run_dir, records)
     print_results(records, session.budget_note, paste_line(records), path, code_lines(records))
     if contention is not None:

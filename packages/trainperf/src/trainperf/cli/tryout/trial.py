@@ -18,7 +18,7 @@ from trainperf.records.command import RecordedCommand
 from trainperf.records.files import read_records
 from trainperf.records.kinds import EpochRecord, EvalCommand, KnobRecord, RunDirError
 
-__all__ = ["TrialResult", "run_eval_trial", "run_training_trial", "stage_speed"]
+__all__ = ["TrialResult", "run_eval_trial", "run_training_trial", "stage_speed", "trial_env"]
 
 # What a failed trial shows of its output.
 _TAIL_LINES = 6
@@ -26,6 +26,19 @@ _TAIL_LINES = 6
 CHECKPOINT_FIELD = "{checkpoint}"
 # Lightning's Trainer reads defaults of its arguments from PL_TRAINER_<ARG>: no default logger.
 _NO_DEFAULT_LOGGER = ("PL_TRAINER_LOGGER", "False")
+# ... and the trial's folder as the default root (a script that names none wrote into its
+# working folder: the trial must not).
+_DEFAULT_ROOT = "PL_TRAINER_DEFAULT_ROOT_DIR"
+
+
+def trial_env(folder: Path, window: TryWindow | None = None) -> dict[str, str]:
+    """The environment of a trial writing into ``folder``: this process's, with Lightning's
+    default root folder set to ``folder`` (a ``Trainer`` given ``default_root_dir`` keeps it)
+    and, for a training trial, its ``window`` (which tells our callbacks the folder too)."""
+    env = {**os.environ, _DEFAULT_ROOT: str(folder)}
+    if window is not None:
+        env[ENV_VAR] = window.to_env()
+    return env
 
 
 @dataclass(frozen=True)
@@ -108,12 +121,15 @@ def run_training_trial(
 ) -> TrialResult:
     """The run's own command with ``changes`` (Hydra overrides on its command line, runtime knobs
     ``knob:...`` in the window) in a short training window (``trainperf.core.trial_window``) writing
-    into ``folder`` (must not exist yet; made here)."""
+    into ``folder`` (must not exist yet; made here): our callbacks write there (the window
+    names it), a plain script's argument naming the run folder names it instead
+    (:meth:`~trainperf.records.command.RecordedCommand.argv`), and Lightning's default root
+    folder is it (``PL_TRAINER_DEFAULT_ROOT_DIR``)."""
     folder.mkdir(parents=True)
     knobs = knobs_of(changes)
     overrides = tuple(c for c in changes if not is_knob(c))
     window = TryWindow(warmup, batches, folder, keep, owner=os.getpid(), knobs=knobs)
-    env = {**os.environ, ENV_VAR: window.to_env()}
+    env = trial_env(folder, window)
     if "loggers" not in keep:
         # Lightning creates its loggers' experiments (a TensorBoard event file in the script's
         # own folder) before any callback hook; a logger the script passes still wins.
@@ -173,7 +189,7 @@ def run_eval_trial(
     )
     log = folder.with_suffix(".log")
     started = time.perf_counter()
-    error = _run(argv, command.cwd, log, dict(os.environ), timeout)
+    error = _run(argv, command.cwd, log, trial_env(folder), timeout)
     seconds = time.perf_counter() - started
     if error is not None:
         return TrialResult(seconds, None, error)

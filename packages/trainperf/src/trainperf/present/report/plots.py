@@ -82,7 +82,8 @@ def phase_plot(run: RunData) -> str | None:
                 ax.bar(x, values, bottom=bottom, color=PHASE_COLORS[phase], label=phase, width=0.7)
                 bottom = [b + v for b, v in zip(bottom, values, strict=True)]
             ticks = [str(i if r.epoch is None else r.epoch) for i, r in enumerate(records)]
-            ax.set_xticks(x, ticks)
+            every = thinned_ticks(len(x))
+            ax.set_xticks(x[::every], ticks[::every])
             ax.set_xlabel("epoch")
             ax.set_title(stage.label)
         axes[0].set_ylabel("seconds")
@@ -92,8 +93,36 @@ def phase_plot(run: RunData) -> str | None:
         return svg(fig)
 
 
+#: Tick labels on one categorical axis at most (24 epochs' labels ran together).
+MAX_TICKS = 8
+
+#: The batch-time histogram's axis ends at Tukey's far fence, the third quartile plus this many
+#: interquartile ranges; slower batches share one overflow bar at its right (one 1.6 s batch
+#: among 70 ms ones put every other bar at the left edge).
+FENCE_IQR = 3.0
+
+
+def thinned_ticks(n: int, most: int = MAX_TICKS) -> int:
+    """Label every how-many-th of ``n`` ticks so that at most ``most`` are labelled."""
+    return max(1, math.ceil(n / most))
+
+
+def clip_edge(ms: list[float]) -> float | None:
+    """Where the histogram's axis ends: the slowest of ``ms`` (sorted) within the far fence
+    (:data:`FENCE_IQR`), or ``None`` when none lies beyond it (or there are too few batches to
+    call any an outlier)."""
+    if len(ms) < 20:
+        return None
+    q1, q3 = ms[len(ms) // 4], ms[(3 * len(ms)) // 4]
+    fence = q3 + FENCE_IQR * max(q3 - q1, 1e-9)
+    inside = [t for t in ms if t <= fence]
+    return inside[-1] if len(inside) < len(ms) and inside[-1] > ms[0] else None
+
+
 def batch_times_plot(run: RunData) -> str | None:
-    """Histogram of batch times (ms) per stage with median and p95 marked."""
+    """Histogram of batch times (ms) per stage with median and p95 marked; outliers beyond the
+    far fence (:func:`clip_edge`) counted in one overflow bar at the right, so the body of the
+    distribution keeps the axis."""
     stages = {s: times for s, r in _by_stage(run).items() if (times := batch_times(r))}
     if not stages:
         return None
@@ -102,7 +131,20 @@ def batch_times_plot(run: RunData) -> str | None:
         axes = fig.subplots(1, len(stages), squeeze=False)[0]
         for ax, (stage, times) in zip(axes, stages.items(), strict=True):
             ms = sorted(1000.0 * t for _, _, t in times)
-            ax.hist(ms, bins=min(40, max(5, len(ms) // 3)), color=_STAGE_COLORS[stage])
+            bins = min(40, max(5, len(ms) // 3))
+            edge = clip_edge(ms)
+            body = ms if edge is None else [t for t in ms if t <= edge]
+            _, edges, _ = ax.hist(body, bins=bins, color=_STAGE_COLORS[stage])
+            if edge is not None:
+                over = len(ms) - len(body)
+                width = float(edges[1] - edges[0])
+                ax.bar(
+                    edge + 1.5 * width,
+                    over,
+                    width=width,
+                    color="#7f7f7f",
+                    label=f"> {edge:.0f} ms: {over} (max {ms[-1]:,.0f})",
+                )
             median = ms[len(ms) // 2]
             p95 = ms[min(len(ms) - 1, math.ceil(0.95 * len(ms)) - 1)]
             ax.axvline(median, color="black", linewidth=1, label=f"median {median:.0f} ms")
