@@ -168,6 +168,23 @@ def _tfevents_logged(path: Path) -> bool:
         return False
 
 
+def check_ran_here(run_dir: str | os.PathLike[str]) -> None:
+    """:class:`ReportInputError` for a run folder where no run happened: no record of the
+    performance callbacks, no profiler trace, and nothing a finished run without them leaves (a
+    checkpoint, a logged metric), e.g. ``ocr-train`` stopped by a missing dataset (Hydra's
+    config and ``perf/run.json`` only), where advice to attach the callbacks would send the user
+    after the wrong cause. A folder that is not a run folder at all is left to :func:`load_run`."""
+    root = Path(run_dir)
+    if not root.is_dir() or not any((root / marker).is_file() for marker in _RUN_MARKERS):
+        return
+    if not _ran_here(root):
+        raise ReportInputError(
+            f"{root}: no recorded run here (no perf/*.jsonl record, profiler trace, checkpoint or "
+            "logged metric): the command that made this folder stopped before training; see its "
+            "log, fix what it names and run it again"
+        )
+
+
 def _ran_here(root: Path) -> bool:
     """Whether a run happened in ``root``: a record of the performance callbacks, a profiler
     trace, or what a finished run without them leaves (a checkpoint, a logged metric)."""
@@ -189,8 +206,7 @@ def _ran_here(root: Path) -> bool:
 def load_run(
     run_dir: str | os.PathLike[str], baseline: str | os.PathLike[str] | None = None
 ) -> RunData:
-    """Read every performance file of ``run_dir`` (none at all, or a folder where no run
-    happened: :class:`ReportInputError`),
+    """Read every performance file of ``run_dir`` (none at all: :class:`ReportInputError`),
     analyse its profiler traces and compare it with ``baseline`` (a baseline JSON, bench JSON or
     run dir; a missing or unusable baseline file is a :class:`ReportInputError`)."""
     root = Path(run_dir)
@@ -202,14 +218,6 @@ def load_run(
         raise ReportInputError(
             f"{root}: not a run directory (no perf/*.jsonl, perf/run.json or .hydra/config.yaml; "
             "give the folder of an ocr-train run, e.g. trainperf report outputs/train/<date>)"
-        )
-    if not _ran_here(root):
-        # e.g. ocr-train stopped by a missing dataset: Hydra's config and perf/run.json only;
-        # "attach the performance callbacks" would send the user after the wrong cause
-        raise ReportInputError(
-            f"{root}: no recorded run here (no perf/*.jsonl record, profiler trace, checkpoint or "
-            "logged metric): the command that made this folder stopped before training; see its "
-            "log, fix what it names and run it again"
         )
     data = RunData(run_dir=root, folder=root.resolve().name or str(root))
     _read_files(data)
