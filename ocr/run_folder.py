@@ -15,16 +15,28 @@ checkpoint_path=<run>/checkpoints/last.ckpt``) would read the old run.
 
 Hydra itself has written ``.hydra/`` and the job log into the folder before any of this runs;
 those are Hydra's, not a run's, and are not looked at.
+
+A command that stops on bad input before training (exit 2: a missing dataset, a bad value) leaves
+no run folder behind: :class:`RunFolderGuard` notes what the folder held (or that it and which of
+its parents did not exist) before Hydra wrote into it, and :func:`discard_unused_run_folder`
+removes what this command created when that holds nothing of value (only Hydra's ``.hydra/`` and
+job log, ``perf/run.json``, empty files and TensorBoard files with only their header): the folder
+it made, or in a folder that existed, only the new files. When anything new is of value (a
+checkpoint, a record, a logged metric, a file we do not know), everything is kept.
 """
 
 from __future__ import annotations
 
 import csv
 import io
+import logging
 import os
+import shutil
 import struct
+import sys
 import warnings
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,9 +47,17 @@ from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 from omegaconf import DictConfig
 
 from ocr.checkpoint_path import hydra_writes_nothing
+from ocr.cli_errors import EXIT_BAD_INPUT
 from ocr.errors import InputError
 
-__all__ = ["RUN_ENTRIES", "RunFolder", "RunFolderInUseError", "claim_run_folder"]
+__all__ = [
+    "RUN_ENTRIES",
+    "RunFolder",
+    "RunFolderInUseError",
+    "claim_run_folder",
+    "discard_unused_run_folder",
+    "note_new_run_folder",
+]
 
 #: Entries of a run folder that belong to a training run (written by Lightning, the loggers,
 #: the checkpoint callbacks and the performance callbacks).
@@ -201,6 +221,7 @@ class RunFolderGuard(HydraCallback):
         hydra_cfg = config.get("hydra")
         if hydra_cfg is None:
             return
+        note_new_run_folder(hydra_cfg.run.dir)  # before Hydra makes it
         try:
             claim_run_folder(hydra_cfg.run.dir, config.get("ckpt_path"))
         except RunFolderInUseError:
@@ -227,3 +248,127 @@ def _keep_csv_rows(loggers: Iterable[Any]) -> None:
             path.write_bytes(saved)
         if hasattr(writer, "metrics_keys"):
             writer.metrics_keys = list(header)
+
+
+# -- a command that stopped on bad input leaves no run folder -----------------------------------
+
+
+@dataclass(frozen=True)
+class _Before:
+    """A run folder as this process saw it before Hydra wrote into it: ``top``, the topmost
+    folder made for it (the run folder or a parent, e.g. ``outputs/`` on a first run; ``None``
+    when the run folder existed); ``entries``, what an existing one held (relative paths)."""
+
+    top: Path | None
+    entries: frozenset[Path] = frozenset()
+
+
+#: Run folders this process saw before Hydra wrote into them.
+_seen_before: dict[Path, _Before] = {}
+
+#: Files Hydra and the run's start write before training, worth nothing without a run.
+_SCAFFOLD_FILES = frozenset({"perf/run.json"})
+
+
+def note_new_run_folder(run_dir: str | os.PathLike[str]) -> None:
+    """Note what ``run_dir`` holds before Hydra writes into it (call from ``on_run_start``):
+    nothing yet, with the topmost of its parents that does not exist either, or its entries."""
+    folder = Path(run_dir).resolve()
+    if folder.is_dir():
+        entries = frozenset(p.relative_to(folder) for p in folder.rglob("*"))
+        _seen_before[folder] = _Before(None, entries)
+        return
+    if folder.exists():
+        _seen_before.pop(folder, None)
+        return
+    top = folder
+    while not top.parent.exists() and top.parent != top:
+        top = top.parent
+    _seen_before[folder] = _Before(top)
+
+
+def _of_value(path: Path, folder: Path) -> bool:
+    """Whether ``path`` (a file in ``folder``) holds something a user may want back."""
+    relative = path.relative_to(folder)
+    if relative.parts[0] == ".hydra" or (len(relative.parts) == 1 and path.suffix == ".log"):
+        return False  # Hydra's config and the job log of the command that failed
+    if relative.as_posix() in _SCAFFOLD_FILES:
+        return False
+    return path.is_symlink() or _holds_data(path)
+
+
+def _close_logs_in(folder: Path) -> None:
+    """Close and detach the logging file handlers writing into ``folder`` (Hydra's job log)."""
+    loggers = [logging.getLogger(), *logging.Logger.manager.loggerDict.values()]
+    for logger in loggers:
+        if not isinstance(logger, logging.Logger):
+            continue
+        for handler in list(logger.handlers):
+            name = getattr(handler, "baseFilename", None)
+            if isinstance(handler, logging.FileHandler) and name and _inside(Path(name), folder):
+                logger.removeHandler(handler)
+                handler.close()
+
+
+def remove_unused_run_folder(run_dir: str | os.PathLike[str]) -> bool:
+    """Remove what this command wrote into ``run_dir`` when it holds nothing of value: the
+    folder itself with the parents made for it that are empty then, when this process saw it
+    missing (:func:`note_new_run_folder`); in a folder that existed, only the files and folders
+    that were not there before. Whether anything was removed. Only the launching process of
+    rank zero, and only for a folder noted before."""
+    folder = Path(run_dir).resolve()
+    before = _seen_before.get(folder)
+    if before is None or not folder.is_dir() or not _launching_rank_zero():
+        return False
+    new = sorted(
+        (p for p in folder.rglob("*") if p.relative_to(folder) not in before.entries),
+        key=lambda p: len(p.parts),
+        reverse=True,  # deepest first: a folder after what is in it
+    )
+    if any(_of_value(p, folder) for p in new if p.is_file() or p.is_symlink()):
+        return False
+    _close_logs_in(folder)
+    _seen_before.pop(folder, None)
+    if before.top is None:  # an existing folder: only what is new in it
+        for path in new:
+            if path.is_dir() and not path.is_symlink():
+                if not any(path.iterdir()):
+                    path.rmdir()
+            else:
+                path.unlink()
+        return bool(new)
+    shutil.rmtree(folder)
+    parent = folder.parent
+    while folder != before.top and parent.is_dir() and not any(parent.iterdir()):
+        parent.rmdir()
+        folder, parent = parent, parent.parent
+    return True
+
+
+def _bad_input(exc: BaseException) -> bool:
+    return isinstance(exc, InputError) or (
+        isinstance(exc, SystemExit) and exc.code == EXIT_BAD_INPUT
+    )
+
+
+@contextmanager
+def discard_unused_run_folder(run_dir: str | os.PathLike[str] | None) -> Iterator[None]:
+    """Around a command's work: when it stops on bad input (an ``InputError``, or the exit 2
+    that :func:`ocr.cli_errors.expected_errors` makes of one), remove the run folder it made if
+    nothing of value is in it (:func:`remove_unused_run_folder`), and say so on stderr."""
+    try:
+        yield
+    except BaseException as exc:
+        if run_dir is not None and _bad_input(exc):
+            try:
+                removed = remove_unused_run_folder(run_dir)
+            except OSError:
+                removed = False  # the folder stays; the error that stopped the run matters
+            if removed:
+                print(
+                    f"(removed what this command wrote into {run_dir}: the run stopped before "
+                    "training, nothing was recorded)",
+                    file=sys.stderr,
+                    flush=True,
+                )
+        raise

@@ -24,7 +24,7 @@ from ocr.checkpoint_path import check_checkpoint_path
 from ocr.cli_errors import expected_errors
 from ocr.config_errors import composed, config_errors
 from ocr.hparams import TensorBoardHparams, record_config_as_hparams
-from ocr.run_folder import claim_run_folder
+from ocr.run_folder import claim_run_folder, discard_unused_run_folder
 from ocr.runtime import (
     apply_torch_threads,
     build_trainer,
@@ -86,7 +86,12 @@ def _hydra_main(cfg: DictConfig) -> None:
     composed()  # errors from here on: Hydra's report, or ours below
     # bad input: one line on stderr and exit 2 (HYDRA_FULL_ERROR=1: the traceback)
     widen_for_logs()  # a log's tables and model summary keep their rows whole
-    with expected_errors("ocr-train"), interruption_exit_codes():  # SIGTERM: 143, SIGINT: 130
+    # a run folder this command made is removed when bad input stops it before training
+    with (
+        discard_unused_run_folder(cfg.trainer.get("default_root_dir")),
+        expected_errors("ocr-train"),
+        interruption_exit_codes(),  # SIGTERM: 143, SIGINT: 130
+    ):
         run_train(cfg)
     end_distributed()  # after success only (see its docstring)
 

@@ -34,6 +34,7 @@ SCRIPT = textwrap.dedent(
     import torch
     from torch.utils.data import DataLoader, TensorDataset
 
+    from lightning.pytorch.callbacks import ModelCheckpoint
     from trainperf.lightning import InterruptCheckpoint, PerformanceProfilerCallback
 
     ROOT, CKPT = Path(sys.argv[1]), (sys.argv[2] if len(sys.argv) > 2 else None)
@@ -85,7 +86,10 @@ SCRIPT = textwrap.dedent(
             num_sanity_val_steps=0,
             callbacks=[
                 PerformanceProfilerCallback(),
-                InterruptCheckpoint(dirpath=ROOT / "checkpoints", filename="last", monitor=None),
+                # TEST_PLAIN: a plain script's own ModelCheckpoint (Lightning's naming)
+                ModelCheckpoint(dirpath=ROOT / "checkpoints", save_on_exception=True)
+                if os.environ.get("TEST_PLAIN")
+                else InterruptCheckpoint(dirpath=ROOT / "checkpoints", filename="last"),
             ],
         )
         trainer.fit(Stalls(), DataLoader(data, 2), ckpt_path=CKPT)
@@ -95,15 +99,22 @@ SCRIPT = textwrap.dedent(
 )
 
 
-def _env(devices: int, stall_batch: int = 1) -> dict[str, str]:
+def _env(devices: int, stall_batch: int = 1, plain: bool = False) -> dict[str, str]:
     env = dict(os.environ, WANDB_MODE="offline", PYTHONUNBUFFERED="1", TEST_DEVICES=str(devices))
     env["TEST_STALL_BATCH"] = str(stall_batch)
+    env.pop("TEST_PLAIN", None)
+    if plain:
+        env["TEST_PLAIN"] = "1"
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
     return env
 
 
 def _interrupt(
-    tmp_path: Path, signum: signal.Signals, devices: int = 1, stall_batch: int = 1
+    tmp_path: Path,
+    signum: signal.Signals,
+    devices: int = 1,
+    stall_batch: int = 1,
+    plain: bool = False,
 ) -> tuple[Path, subprocess.CompletedProcess[str]]:
     """Run the script until every rank stalls in epoch 1, send ``signum`` to the launching
     process, and wait for it to end."""
@@ -113,7 +124,7 @@ def _interrupt(
     proc = subprocess.Popen(
         [sys.executable, str(script), str(run)],
         cwd=tmp_path,
-        env=_env(devices, stall_batch),
+        env=_env(devices, stall_batch, plain),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -226,3 +237,23 @@ def test_sigterm_in_the_last_batch_keeps_the_ended_epochs_record(tmp_path: Path)
     assert (end.status, end.signal, end.epoch, end.batch) == ("interrupted", "SIGTERM", 2, 0)
     epochs = read_records(EpochRecord.path(run), EpochRecord)
     assert [(r.epoch, r.num_batches) for r in epochs] == [(0, 4), (1, 4)]
+
+
+def test_sigterm_on_a_plain_script_says_so_and_watch_names_its_checkpoint(tmp_path: Path) -> None:
+    """A plain script's own ModelCheckpoint (save_on_exception, Lightning's file names, no
+    last.ckpt): the log says what happened in our words, and the resume advice names the
+    checkpoint the stop saved."""
+    run, proc = _interrupt(tmp_path, signal.SIGTERM, plain=True)
+    assert proc.returncode == 128 + signal.SIGTERM, proc.stdout[-3000:]
+    ckpt = run / "checkpoints" / "epoch=1-step=6.ckpt"  # 4 batches of epoch 0, 2 of epoch 1
+    assert ckpt.is_file(), sorted(p.name for p in (run / "checkpoints").iterdir())
+    assert not (run / "checkpoints" / "last.ckpt").exists()
+    assert "SIGTERM received at epoch 1, after batch 2: the run stops there (exit code 143)" in (
+        proc.stdout
+    ), proc.stdout[-3000:]
+    assert f"SIGTERM: saved checkpoint {ckpt}" in proc.stdout, proc.stdout[-3000:]
+    assert "was raised with message" not in proc.stdout
+    watched = _watch(run)
+    [resume] = [line for line in watched.stdout.splitlines() if "resume: " in line]
+    assert f"ckpt_path={str(ckpt)!r}" in resume, watched.stdout
+    assert "no last.ckpt" not in watched.stdout

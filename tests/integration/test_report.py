@@ -8,11 +8,13 @@ so that the planted cause dominates with a wide margin even on 2 busy cores.
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -229,8 +231,29 @@ CHROMIUM = Path("/usr/bin/chromium")
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.skipif(not CHROMIUM.exists(), reason="/usr/bin/chromium absent (apt install chromium)")
+def require_browser(chromium: Path, env: Mapping[str, str]) -> None:
+    """Skip the browser check without ``chromium`` on a developer's machine; under ``CI=true``
+    fail instead (``.ci/run`` installs Debian's chromium), so CI cannot pass it by skipping."""
+    if chromium.exists():
+        return
+    if env.get("CI", "").strip().lower() in ("true", "1", "yes"):
+        pytest.fail(
+            f"{chromium} absent under CI=true: .ci/run installs it (apt-get install chromium)"
+        )
+    pytest.skip(f"{chromium} absent (apt-get install chromium)")
+
+
+def test_the_browser_check_fails_under_ci_without_a_browser(tmp_path: Path) -> None:
+    missing = tmp_path / "no-chromium"
+    with pytest.raises(pytest.fail.Exception, match="absent under CI=true"):
+        require_browser(missing, {"CI": "true"})
+    with pytest.raises(pytest.skip.Exception, match="absent"):
+        require_browser(missing, {})
+    require_browser(Path(sys.executable), {"CI": "true"})  # present: it runs
+
+
 def test_page_renders_in_headless_chromium_without_console_errors(tmp_path: Path) -> None:
+    require_browser(CHROMIUM, os.environ)
     run = _run(tmp_path / "run", Module(metric_delay=0.05), _loader(), _loader(), batches=3)
     assert perf_main(["report", str(run)]) == 0
     page = run / "perf" / "report.html"

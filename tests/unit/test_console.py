@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import re
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import lightning as L
@@ -215,6 +216,53 @@ def test_plain_progress_bar_prints_lines_per_interval_and_per_epoch(
         line.startswith("test 1/") for line in lines
     )
     assert all("\r" not in line and "\x1b" not in line for line in lines)
+
+
+class _Ticks:
+    """A fake monotonic clock that starts where a long-running machine's would (1:14:39) and
+    moves 1 s per read."""
+
+    def __init__(self, start: float = 4479.0) -> None:
+        self.now = start
+
+    def __call__(self) -> float:
+        self.now += 1.0
+        return self.now
+
+
+def test_plain_progress_bar_times_a_resumed_epoch_from_the_resume(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A fit resumed from a mid-epoch checkpoint gets no on_train_epoch_start for that epoch:
+    its "done in" counts from the resume, not from the monotonic clock's zero."""
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    def fit(callbacks: list[L.Callback], ckpt_path: str | None) -> None:
+        trainer = L.Trainer(
+            max_epochs=2,
+            limit_train_batches=4,
+            limit_val_batches=0,
+            num_sanity_val_steps=0,
+            logger=False,
+            enable_model_summary=False,
+            accelerator="cpu",
+            default_root_dir=tmp_path,
+            callbacks=callbacks,
+        )
+        trainer.fit(BoringModel(), ckpt_path=ckpt_path)
+
+    saver = ModelCheckpoint(dirpath=tmp_path / "ckpt", every_n_train_steps=6, save_top_k=-1)
+    fit([PlainProgressBar(interval_s=1e9), saver], None)
+    [ckpt] = list((tmp_path / "ckpt").glob("*.ckpt"))  # epoch 1, after its batch 2
+    assert ckpt.name == "epoch=1-step=6.ckpt"
+    capsys.readouterr()
+    fit([PlainProgressBar(interval_s=1.5, clock=_Ticks())], str(ckpt))
+    lines = capsys.readouterr().out.splitlines()
+    [done] = [line for line in lines if " done in " in line]
+    assert done.startswith("Epoch 1/1 done in 0:00:0"), done  # a few fake seconds, not 1:14:..
+    [progress] = [line for line in lines if line.startswith("Epoch 1/1 train ")]
+    # at batch 4 of 4: the 2 batches run since the resume, over the 3 fake seconds since it
+    assert progress.startswith("Epoch 1/1 train 4/4 (100%) 0.67 it/s elapsed 0:00:03"), progress
 
 
 def test_plain_progress_bar_rejects_a_bad_interval() -> None:

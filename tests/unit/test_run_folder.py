@@ -3,13 +3,21 @@
 from __future__ import annotations
 
 import csv
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers import CSVLogger
 
-from ocr.run_folder import RunFolderInUseError, claim_run_folder
+from ocr.cli_errors import EXIT_BAD_INPUT
+from ocr.run_folder import (
+    RunFolderInUseError,
+    claim_run_folder,
+    discard_unused_run_folder,
+    note_new_run_folder,
+    remove_unused_run_folder,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -112,3 +120,77 @@ def test_empty_files_left_by_a_run_that_failed_at_start_do_not_count(tmp_path: P
     writer.close()
     with pytest.raises(RunFolderInUseError, match=r"tensorboard/events\.out\.tfevents"):
         claim_run_folder(run, None)
+
+
+# -- a command stopped by bad input before training leaves nothing behind -----------------------
+
+
+def _scaffold(run: Path) -> None:
+    """What Hydra and the run's start write before a missing dataset stops ocr-train."""
+    (run / ".hydra").mkdir(parents=True, exist_ok=True)
+    (run / ".hydra" / "config.yaml").write_text("seed: 1\n")
+    (run / "train.log").write_text("[INFO] Seed set to 42\n")
+    (run / "perf").mkdir(exist_ok=True)
+    (run / "perf" / "run.json").write_text('{"argv": ["ocr-train"]}\n')
+    (run / "tensorboard").mkdir(exist_ok=True)
+    (run / "tensorboard" / "events.out.tfevents.1.host.1.0").write_bytes(b"")
+
+
+def _command(run: Path, writes: Callable[[Path], None], stop: BaseException) -> None:
+    """A command that writes into ``run`` and then stops with ``stop``."""
+    with discard_unused_run_folder(run):
+        writes(run)
+        raise stop
+
+
+def _stopped_by_bad_input(run: Path, writes: Callable[[Path], None] = _scaffold) -> None:
+    note_new_run_folder(run)  # what RunFolderGuard does before Hydra makes the folder
+    with pytest.raises(SystemExit):
+        _command(run, writes, SystemExit(EXIT_BAD_INPUT))
+
+
+def test_a_folder_made_for_a_run_stopped_by_bad_input_is_removed_with_its_new_parents(
+    tmp_path: Path,
+) -> None:
+    run = tmp_path / "outputs" / "train" / "2026-11-28_02-21-15"
+    _stopped_by_bad_input(run)
+    assert not (tmp_path / "outputs").exists()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_in_an_existing_folder_only_what_the_command_wrote_is_removed(tmp_path: Path) -> None:
+    run = tmp_path / "mine"
+    run.mkdir()
+    (run / "notes.txt").write_text("the user's own")
+    (run / "perf").mkdir()
+    _stopped_by_bad_input(run)
+    assert sorted(p.relative_to(run).as_posix() for p in run.rglob("*")) == ["notes.txt", "perf"]
+    # and the same command into it again is not refused (nothing of a run is left there)
+    assert claim_run_folder(run, None).previous == ()
+
+
+@pytest.mark.parametrize(
+    "valuable", ["checkpoints/last.ckpt", "perf/epochs.jsonl", "csv/metrics.csv", "mine.txt"]
+)
+def test_a_folder_holding_something_of_value_is_kept(tmp_path: Path, valuable: str) -> None:
+    def writes(run: Path) -> None:
+        _scaffold(run)
+        (run / valuable).parent.mkdir(parents=True, exist_ok=True)
+        (run / valuable).write_text("x")
+
+    run = tmp_path / "run"
+    _stopped_by_bad_input(run, writes)
+    assert (run / valuable).is_file()
+    assert (run / "perf" / "run.json").is_file()
+
+
+def test_other_failures_and_folders_not_seen_before_are_kept(tmp_path: Path) -> None:
+    run = tmp_path / "crashed"
+    note_new_run_folder(run)
+    with pytest.raises(RuntimeError):
+        _command(run, _scaffold, RuntimeError("a bug keeps its folder and log"))
+    assert (run / "train.log").is_file()
+    unseen = tmp_path / "unseen"  # made without the guard's note
+    _scaffold(unseen)
+    assert not remove_unused_run_folder(unseen)
+    assert unseen.is_dir()

@@ -3,12 +3,15 @@ and the command that resumes it (``trainperf watch`` and ``trainperf report`` pr
 
 An interrupted rank's end record names the signal, the epoch and the training batches of it
 processed (``LifecycleRecord``). The resume command is the run's recorded command
-(``perf/run.json``, ``.hydra/overrides.yaml``) with ``ckpt_path=<its last.ckpt>`` into the same
-run folder; for a plain script, its command and where to pass the checkpoint.
+(``perf/run.json``, ``.hydra/overrides.yaml``) with ``ckpt_path=<its checkpoint>`` into the same
+run folder; for a plain script, its command and where to pass the checkpoint. The checkpoint is
+the run's ``last.ckpt`` when it has one, else its newest ``*.ckpt`` (any ``ModelCheckpoint``
+naming).
 """
 
 from __future__ import annotations
 
+import re
 import shlex
 from collections.abc import Iterable
 from pathlib import Path
@@ -17,6 +20,9 @@ from trainperf.records.command import TryInputError, recorded_command
 from trainperf.records.kinds import LifecycleRecord
 
 __all__ = ["interrupted_at", "interruption_sentence", "last_checkpoint", "resume_command"]
+
+_LAST_NAME = re.compile(r"last(-v\d+)?\.ckpt")
+_NAME_NUMBER = re.compile(r"(epoch|step)=(\d+)")
 
 
 def interrupted_at(ends: Iterable[LifecycleRecord]) -> str | None:
@@ -40,21 +46,39 @@ def interrupted_at(ends: Iterable[LifecycleRecord]) -> str | None:
     return "interrupted at " + "; ".join(f"rank {r.rank}: {words(r)}" for r in stopped)
 
 
+def _is_last(path: Path) -> bool:
+    """``last.ckpt`` or a versioned ``last-v1.ckpt`` (``ModelCheckpoint(save_last=True)``)."""
+    return _LAST_NAME.fullmatch(path.name) is not None
+
+
+def _age_key(path: Path) -> tuple[int, int, int, str]:
+    """Newest last: modification time, then the ``epoch=`` and ``step=`` of the name (files
+    written within one clock tick), then the name."""
+    numbers = {key: int(value) for key, value in _NAME_NUMBER.findall(path.name)}
+    return (path.stat().st_mtime_ns, numbers.get("epoch", -1), numbers.get("step", -1), path.name)
+
+
 def last_checkpoint(run_dir: Path) -> Path | None:
-    """The run's ``last.ckpt``: ``<run>/checkpoints/last.ckpt`` (``ocr-train``) or the newest
-    ``last.ckpt`` below the run folder (a plain script's ``ModelCheckpoint``)."""
+    """The checkpoint a resume of the run in ``run_dir`` starts from, or ``None``:
+    ``<run>/checkpoints/last.ckpt`` (``ocr-train``), else the newest ``last.ckpt`` below the
+    folder, else the newest ``*.ckpt`` below it, whatever a ``ModelCheckpoint`` named it
+    (``lightning_logs/version_0/checkpoints/epoch=1-step=40.ckpt``)."""
     usual = run_dir / "checkpoints" / "last.ckpt"
     if usual.is_file():
         return usual
-    found = [p for p in run_dir.rglob("last.ckpt") if p.is_file()]
-    return max(found, key=lambda p: p.stat().st_mtime) if found else None
+    found = [p for p in run_dir.rglob("*.ckpt") if p.is_file()]
+    pool = [p for p in found if _is_last(p)] or found
+    return max(pool, key=_age_key) if pool else None
 
 
 def resume_command(run_dir: Path) -> str:
-    """What resumes the run in ``run_dir`` from its ``last.ckpt`` (one line)."""
+    """What resumes the run in ``run_dir`` from its latest checkpoint (one line)."""
     ckpt = last_checkpoint(run_dir)
     if ckpt is None:
-        return f"no last.ckpt under {run_dir}: resume from your latest checkpoint (ckpt_path=...)"
+        return (
+            f"no checkpoint (*.ckpt) under {run_dir}: it cannot be resumed from this folder; "
+            "pass ckpt_path=... if a checkpoint was saved elsewhere"
+        )
     try:
         command = recorded_command(run_dir)
     except TryInputError:

@@ -157,6 +157,52 @@ _KINDS = (RunRecord, EpochRecord, IntervalRecord, ResourceSample, AlertEvent, Pr
 _RUN_MARKERS = (*(f"{PERF_DIRNAME}/{kind.FILE}" for kind in _KINDS), ".hydra/config.yaml")
 
 
+def _tfevents_logged(path: Path) -> bool:
+    """A TensorBoard event file with more than its version header (TFRecord: uint64 length,
+    uint32 crc, data, uint32 crc); a logger opened at setup writes only the header."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(8)
+        return len(head) == 8 and path.stat().st_size > 16 + int.from_bytes(head, "little")
+    except OSError:
+        return False
+
+
+def check_ran_here(run_dir: str | os.PathLike[str]) -> None:
+    """:class:`ReportInputError` for a run folder where no run happened: no record of the
+    performance callbacks, no profiler trace, and nothing a finished run without them leaves (a
+    checkpoint, a logged metric), e.g. ``ocr-train`` stopped by a missing dataset (Hydra's
+    config and ``perf/run.json`` only), where advice to attach the callbacks would send the user
+    after the wrong cause. A folder that is not a run folder at all is left to :func:`load_run`."""
+    root = Path(run_dir)
+    if not root.is_dir() or not any((root / marker).is_file() for marker in _RUN_MARKERS):
+        return
+    if not _ran_here(root):
+        raise ReportInputError(
+            f"{root}: no recorded run here (no perf/*.jsonl record, profiler trace, checkpoint or "
+            "logged metric): the command that made this folder stopped before training; see its "
+            "log, fix what it names and run it again"
+        )
+
+
+def _ran_here(root: Path) -> bool:
+    """Whether a run happened in ``root``: a record of the performance callbacks, a profiler
+    trace, or what a finished run without them leaves (a checkpoint, a logged metric)."""
+    if any((root / PERF_DIRNAME).glob("*.jsonl")):
+        return True
+    if any(p.name.endswith(_TRACE_SUFFIXES) for p in (root / TRACE_DIRNAME).rglob("*")):
+        return True
+    for path in root.rglob("*"):
+        name = path.name
+        if name.endswith(".ckpt"):
+            return True
+        if name == "metrics.csv" and path.is_file() and path.stat().st_size > 0:
+            return True
+        if name.startswith("events.out.tfevents.") and _tfevents_logged(path):
+            return True
+    return False
+
+
 def load_run(
     run_dir: str | os.PathLike[str], baseline: str | os.PathLike[str] | None = None
 ) -> RunData:

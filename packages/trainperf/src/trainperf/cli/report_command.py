@@ -53,12 +53,13 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> int:
     """Build and write the report for parsed ``args``; print a terminal summary and the path."""
     # Imported here so that `trainperf --help` stays instant (matplotlib, numpy).
-    from trainperf.analysis.run import ReportInputError, load_run
+    from trainperf.analysis.run import ReportInputError, check_ran_here, load_run
     from trainperf.present.console import make_console, write_json
     from trainperf.present.report import build_report, print_summary, to_markdown, write_html
     from trainperf.present.report.writers import to_json
 
     try:  # the run folder is read here, once; what follows renders what was read
+        check_ran_here(args.run_dir)  # a folder where no run happened: say so, no report
         run_data = load_run(args.run_dir, baseline=args.baseline)
     except ReportInputError as exc:
         report_error("trainperf", exc)

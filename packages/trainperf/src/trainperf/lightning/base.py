@@ -21,7 +21,8 @@ from trainperf.lightning.epoch_report import (
     int_at_least,
     normalize_stages,
 )
-from trainperf.lightning.interruption import interruption_of, set_exit_code
+from trainperf.lightning.interruption import announce, interruption_of, set_exit_code
+from trainperf.lightning.live_line import PipedPhaseLine
 from trainperf.lightning.recorder import StageRecorder
 from trainperf.lightning.trial_fit import TrialWindow, open_trial_window
 from trainperf.probe.model_layers import model_layers
@@ -70,6 +71,9 @@ class RecorderCallback(BatchEndHooks):
         self._enabled_run = False  # enabled and not failed, for the current run
         self._warned = False
         self._trial: TrialWindow | None = None  # a `trainperf try` window on this run
+        # the phase split as a plain line every 30 s when stdout is not a terminal (monitors
+        # that show the split set it at setup: trainperf.lightning.progress_choice)
+        self._piped: PipedPhaseLine | None = None
 
     def _on_report(self, trainer: L.Trainer, report: EpochRecord) -> None:
         """Present a finished stage epoch (log, print)."""
@@ -115,6 +119,7 @@ class RecorderCallback(BatchEndHooks):
     def _fail(self, exc: BaseException) -> None:
         """This callback's own error: one warning, then it is off for the run."""
         self._enabled_run = False
+        self._piped = None
         if not self._warned:
             self._warned = True
             warn_off(type(self).__name__, exc)
@@ -148,6 +153,7 @@ class RecorderCallback(BatchEndHooks):
         recorder, self._recorder = self._recorder, None
         self._enabled_run = False
         self._trial = None
+        self._piped = None
         if recorder is not None:
             try:
                 recorder.detach(self)
@@ -159,11 +165,13 @@ class RecorderCallback(BatchEndHooks):
     ) -> None:
         recorder, self._recorder = self._recorder, None
         self._enabled_run = False
+        self._piped = None
         # SIGTERM / SIGINT: an interruption (from what happened, not from an entry point), with
         # the exit code 128 + signal also for a plain script that has only these callbacks
         interruption = interruption_of(trainer, exception)
         if interruption is not None:
             set_exit_code(exception, interruption)
+            announce(trainer, exception, interruption)  # one line: what happened, where
         if recorder is not None:
             try:
                 # no gather: the ranks may be out of step
@@ -198,3 +206,6 @@ class RecorderCallback(BatchEndHooks):
         window = self._trial
         if window is not None and stage == "train":
             window.batch_done(trainer, self)
+        piped = self._piped
+        if piped is not None:
+            piped.tick(trainer, stage, batch_idx)

@@ -18,6 +18,13 @@ Here (all through public Lightning API):
   interruption at such a safe point writes its checkpoint (``<run dir>/checkpoints/last.ckpt``):
   ``ckpt_path=<run dir>/checkpoints/last.ckpt`` resumes there.
   A crash writes no checkpoint and stays a failure with its traceback.
+- :func:`announce` says what happened in one line of our own (``SIGTERM received at epoch 1,
+  after batch 2: the run stops there (exit code 143)``; ``InterruptCheckpoint`` adds ``SIGTERM:
+  saved checkpoint PATH``). Lightning's ``ModelCheckpoint`` logs ``An SIGTERMException was raised
+  with message: , saved checkpoint to PATH`` (the exception has no message); while an
+  interruption is handled that line is reworded (``SIGTERM: saved checkpoint PATH``), or left out
+  where ours names the same save. Nothing relies on Lightning's wording: if it changes, its line
+  passes as it is and ours still says what happened.
 
 Under DDP the ranks must stop at the same batch: send SIGTERM to the launching process (rank 0),
 which Lightning forwards to the other ranks and broadcasts; a terminal's Ctrl+C reaches every
@@ -27,9 +34,13 @@ rank of the foreground process group.
 from __future__ import annotations
 
 import logging
+import os
+import re
 import signal
 import threading
 import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from types import FrameType
 from typing import Any
@@ -40,7 +51,14 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 log = logging.getLogger(__name__)
 
-__all__ = ["InterruptCheckpoint", "Interruption", "interruption_of", "set_exit_code"]
+__all__ = [
+    "InterruptCheckpoint",
+    "Interruption",
+    "announce",
+    "interruption_of",
+    "interruption_words",
+    "set_exit_code",
+]
 
 #: Trainers whose run a first SIGINT asked to stop at the next batch end (see InterruptCheckpoint).
 _sigint_requested: weakref.WeakSet[L.Trainer] = weakref.WeakSet()
@@ -100,6 +118,95 @@ def set_exit_code(exception: BaseException, interruption: Interruption) -> None:
     code 128 + signal, so the process exits with it (idempotent; other exceptions untouched)."""
     if isinstance(exception, SystemExit) and exception.code in (None, 0):
         exception.code = interruption.exit_code
+
+
+def interruption_words(interruption: Interruption) -> str:
+    """``SIGTERM received at epoch 1, after batch 2: the run stops there (exit code 143)``."""
+    if interruption.between_epochs:
+        where = f"between epochs {interruption.epoch - 1} and {interruption.epoch}"
+    elif interruption.safe:
+        where = f"at epoch {interruption.epoch}, after batch {interruption.batch}"
+    else:
+        where = f"at epoch {interruption.epoch}, in batch {interruption.batch + 1}"
+    return (
+        f"{interruption.signal} received {where}: the run stops there "
+        f"(exit code {interruption.exit_code})"
+    )
+
+
+#: Lightning's ModelCheckpoint.on_exception line: "An SIGTERMException was raised with message:
+#: <the exception's text, empty for SIGTERM>, saved checkpoint to <path>".
+_LIGHTNING_SAVE_LINE = re.compile(
+    r"An? (?:SIGTERMException|KeyboardInterrupt) was raised with message:\s*(?P<text>.*?), "
+    r"saved checkpoint to (?P<path>.+)",
+    re.DOTALL,
+)
+
+
+class _SaveLineWords(logging.Filter):
+    """Rewords Lightning's checkpoint-on-exception line while an interruption is handled
+    (``signal`` set): ``SIGTERM: saved checkpoint PATH``; while ``muted`` (our own line names the
+    save) it is left out. Other records pass untouched."""
+
+    def __init__(self) -> None:
+        super().__init__("trainperf.interruption")
+        self.signal: str | None = None
+        self.muted = False
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if self.signal is None:
+            return True
+        try:
+            match = _LIGHTNING_SAVE_LINE.fullmatch(record.getMessage().strip())
+        except Exception:
+            return True
+        if match is None:
+            return True
+        if self.muted:
+            return False
+        record.msg, record.args = f"{self.signal}: saved checkpoint {match['path'].strip()}", ()
+        return True
+
+
+_save_line = _SaveLineWords()
+
+
+def _lightning_info_log() -> logging.Logger | None:
+    """The logger Lightning's ``rank_zero_info`` writes to (it is set by Lightning at import)."""
+    try:
+        from lightning_utilities.core import rank_zero
+    except ImportError:
+        return None
+    logger = getattr(rank_zero, "log", None)
+    return logger if isinstance(logger, logging.Logger) else None
+
+
+#: Trainers whose interruption was announced, with the exception's id (one line per run).
+_announced: weakref.WeakKeyDictionary[L.Trainer, int] = weakref.WeakKeyDictionary()
+
+
+def announce(trainer: L.Trainer, exception: BaseException, interruption: Interruption) -> None:
+    """Say once per interruption (rank zero, a warning: it shows without logging set up) what
+    happened, and reword Lightning's checkpoint line that follows (module doc)."""
+    _save_line.signal = interruption.signal
+    logger = _lightning_info_log()
+    if logger is not None and _save_line not in logger.filters:
+        logger.addFilter(_save_line)
+    if _announced.get(trainer) == id(exception):
+        return
+    _announced[trainer] = id(exception)
+    if trainer.is_global_zero:
+        log.warning(interruption_words(interruption))
+
+
+@contextmanager
+def _own_save_line() -> Iterator[None]:
+    """Leave Lightning's checkpoint line out inside: the caller says the save itself."""
+    _save_line.muted = True
+    try:
+        yield
+    finally:
+        _save_line.muted = False
 
 
 class InterruptCheckpoint(ModelCheckpoint):
@@ -175,5 +282,20 @@ class InterruptCheckpoint(ModelCheckpoint):
         if interruption is None:
             return  # a failure: no checkpoint, its traceback goes on
         set_exit_code(exception, interruption)
+        announce(trainer, exception, interruption)
         if interruption.safe and trainer.state.fn == "fit":
-            super().on_exception(trainer, pl_module, exception)  # saves (not in sanity check)
+            before = self._latest_save()
+            with _own_save_line():
+                super().on_exception(trainer, pl_module, exception)  # saves (not in sanity check)
+            saved = self._latest_save()
+            if saved is not None and saved != before and trainer.is_global_zero:
+                log.warning("%s: saved checkpoint %s", interruption.signal, saved[0])
+
+    def _latest_save(self) -> tuple[str, int] | None:
+        """The file of this callback's latest save and its modification time (a save to the
+        same ``last.ckpt`` changes the time), or ``None``."""
+        path = str(getattr(self, "_last_checkpoint_saved", "") or self.last_model_path or "")
+        try:
+            return (path, os.stat(path).st_mtime_ns) if path else None
+        except OSError:
+            return None

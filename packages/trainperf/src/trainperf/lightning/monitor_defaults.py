@@ -1,6 +1,7 @@
 """What the performance monitors give a plain script at their defaults, beyond their own figures:
 the epoch scan (memory creep named by attribute, ``torch.compile`` recompiles) run from their own
-hooks, and the live phase split in Lightning's own progress bar.
+hooks, and the live phase split in Lightning's own progress bar (and, when stdout is not a
+terminal, as one plain line every 30 s whatever the bar).
 
 Both cost nothing per step. The scan runs at training epoch ends only (and at setup, teardown and
 the start of training); it installs no per-batch hook unless asked to count batch shapes. The
@@ -26,6 +27,7 @@ from trainperf.lightning.base import RecorderCallback
 from trainperf.lightning.epoch_scan import EpochScanCallback
 from trainperf.lightning.interpose import show_phase_split
 from trainperf.lightning.live_line import LiveLine
+from trainperf.lightning.progress_choice import piped_phase_line
 
 #: Hooks forwarded to a nested scan whatever its settings (its own setup and teardown).
 _LIFECYCLE = ("setup", "teardown")
@@ -122,6 +124,7 @@ class MonitorDefaults(RecorderCallback):
         super().setup(trainer, pl_module, stage)
         if self._enabled_run:
             show_phase_split(trainer, LiveLine)
+            self._piped = piped_phase_line(trainer)  # output not a terminal: a line every 30 s
         self._scan_runs = self.epoch_scan is not None and scan_runner(trainer) is self
         self._run_scan("setup", trainer, pl_module, stage)
 

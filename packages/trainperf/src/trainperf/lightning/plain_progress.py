@@ -62,9 +62,12 @@ class PlainProgressBar(BatchEndHooks, ProgressBar):
         self.interval_s = float(interval_s)
         self.clock = clock
         self._enabled = True
+        # set when a loop starts: a training epoch, validation, test, and the start of a fit (a
+        # run resumed mid-epoch gets no on_train_epoch_start for the epoch it resumes)
         self._loop_start = 0.0
         self._last_line = 0.0
         self._epoch_start = 0.0
+        self._loop_batches = 0  # batches of the current loop seen by this bar
 
     def disable(self) -> None:
         self._enabled = False
@@ -88,8 +91,10 @@ class PlainProgressBar(BatchEndHooks, ProgressBar):
         return " ".join(f"{k}={_value(v)}" for k, v in items.items() if k != "v_num")
 
     def _progress_line(self, stage: str, done: int, total: int | float) -> str:
+        """``done`` of ``total`` batches; the rate counts the batches this loop ran since it
+        started here (a resumed epoch starts at its saved batch, not at 0)."""
         elapsed = self.clock() - self._loop_start
-        rate = done / elapsed if elapsed > 0 else 0.0
+        rate = self._loop_batches / elapsed if elapsed > 0 else 0.0
         parts = [f"{stage} {done}"]
         if isinstance(total, int) or (isinstance(total, float) and math.isfinite(total)):
             total = int(total)
@@ -114,6 +119,14 @@ class PlainProgressBar(BatchEndHooks, ProgressBar):
 
     def _start_loop(self) -> None:
         self._loop_start = self._last_line = self.clock()
+        self._loop_batches = 0
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        # Lightning calls on_train_epoch_start only for an epoch that starts from its first
+        # batch: a fit resumed mid-epoch runs the rest of that epoch without it, so the epoch's
+        # clock starts here (else "done in" would count from the monotonic clock's zero).
+        self._start_loop()
+        self._epoch_start = self._loop_start
 
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._start_loop()
@@ -133,6 +146,7 @@ class PlainProgressBar(BatchEndHooks, ProgressBar):
     def _batch_end(
         self, trainer: L.Trainer, stage: str, outputs: Any, batch: Any, batch_idx: int, loader: int
     ) -> None:
+        self._loop_batches += 1
         if (stage == "val" and trainer.sanity_checking) or not self._due():
             return  # nothing is read (no metrics: no .item(), no sync) for a line not printed
         if stage == "train":
