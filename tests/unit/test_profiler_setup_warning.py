@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from trainperf.lightning import PerfCallbackWarning, ProfilerCallback
-from trainperf.lightning.profiler_settings import ProfileSchedule, TraceOptions
+from trainperf.recording.profiler_settings import ProfileSchedule, TraceOptions
 
 
 def _trainer(tmp_path: Path, max_epochs: int | None) -> Any:
