@@ -1,11 +1,12 @@
 """Forward, backward and optimizer of a plain loop, seen without editing it: forward through the
 root module's ``register_forward_pre_hook`` / ``register_forward_hook``, the optimizer step
-through ``Optimizer.register_step_pre_hook`` / ``register_step_post_hook``, and backward as what
-lies between forward's end and the optimizer's pre-hook in a training epoch (no
-``register_full_backward_hook``: it wraps the module's inputs and outputs and breaks some
-in-place operations). Under ``DistributedDataParallel`` the wrapper is hooked (its forward runs
-the module's once), and the wait for the other ranks inside backward (after the last gradient
-bucket was handed to the all-reduce) is ``sync_wait``.
+through torch's global step hooks (``register_optimizer_step_pre_hook`` / ``_post_hook``,
+filtered to the Monitor's optimizer), and backward as what lies between forward's end and the
+optimizer's pre-hook in a training epoch (no ``register_full_backward_hook``: it wraps the
+module's inputs and outputs and breaks some in-place operations). Under
+``DistributedDataParallel`` the wrapper is hooked (its forward runs the module's once), and the
+wait for the other ranks inside backward (after the last gradient bucket was handed to the
+all-reduce) is ``sync_wait``.
 
 Each hook is a few attribute reads and one clock switch; outside an open window (the clock not
 running) a switch does nothing. An error inside a hook turns recording off (one warning) and
@@ -66,13 +67,16 @@ class StepHooks:
         self._before_forward = ""  # the phase forward interrupted
         self._backward_start_ns = 0
         self.comm: CommTimer | None = None  # the DDP all-reduce timer, when hooked
+        self._optimizer: torch.optim.Optimizer | None = None
         self.precision: str | None = None  # seen at the first forward
         self.active = True
 
     # -- the model -------------------------------------------------------------------------
 
     def hook_model(self, model: torch.nn.Module) -> None:
-        self._handles.append(model.register_forward_pre_hook(self._forward_pre))
+        """Ours first before forward and last after it: the user's own forward hooks are
+        forward's work."""
+        self._handles.append(model.register_forward_pre_hook(self._forward_pre, prepend=True))
         self._handles.append(model.register_forward_hook(self._forward_post))
 
     def _forward_pre(self, module: torch.nn.Module, args: Any) -> None:
@@ -103,11 +107,20 @@ class StepHooks:
     # -- the optimizer ---------------------------------------------------------------------
 
     def hook_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
-        self._handles.append(optimizer.register_step_pre_hook(self._step_pre))
-        self._handles.append(optimizer.register_step_post_hook(self._step_post))
+        """Through torch's global step hooks, filtered to ``optimizer``: they run before every
+        optimizer's own pre-hooks and after its post-hooks, so the user's step hooks (a
+        gradient clipper, a logger) are the optimizer's work."""
+        from torch.optim.optimizer import (
+            register_optimizer_step_post_hook,
+            register_optimizer_step_pre_hook,
+        )
+
+        self._optimizer = optimizer
+        self._handles.append(register_optimizer_step_pre_hook(self._step_pre))
+        self._handles.append(register_optimizer_step_post_hook(self._step_post))
 
     def _step_pre(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
-        if not self.active:
+        if optimizer is not self._optimizer or not self.active:
             return
         try:
             clock = self.clock
@@ -123,7 +136,7 @@ class StepHooks:
             self._error(exc)
 
     def _step_post(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
-        if not self.active:
+        if optimizer is not self._optimizer or not self.active:
             return
         try:
             self.clock.switch("unattributed")

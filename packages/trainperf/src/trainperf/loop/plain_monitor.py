@@ -23,6 +23,7 @@ import os
 import sys
 import time
 import warnings
+import weakref
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -120,6 +121,8 @@ class Monitor:
         self._loader_knobs: tuple[Knob, ...] = ()
         self._rebuilt: dict[int, tuple[object, Iterable[Any]]] = {}  # id -> (given, rebuilt)
         self._batch = 0  # training batches of the open training epoch
+        # the epochs' generators not yet finished: close() ends them (a loop that broke out)
+        self._running: weakref.WeakSet[Iterator[Any]] = weakref.WeakSet()
         self._setup = PlainLoopSetup()
         self._setup_written = False
         self.hooks = StepHooks(rec.clock, lambda: self._stage == "train", rec._fail)
@@ -150,13 +153,13 @@ class Monitor:
     ) -> None:
         missing = []
         if model is None:
-            missing.append("without model=, forward and backward are not told apart from the rest")
+            missing.append("without model=, forward and backward stay in unattributed")
         if optimizer is None:
-            what = "backward" if model is not None else "the rest"
+            what = "backward" if model is not None else "unattributed"
             missing.append(f"without optimizer=, the optimizer step is counted in {what}")
         if missing:
             warnings.warn(
-                f"trainperf.loop.Monitor: {'; '.join(missing)} (they stay unattributed)",
+                f"trainperf.loop.Monitor: {'; '.join(missing)}",
                 PerfCallbackWarning,
                 stacklevel=3,
             )
@@ -213,7 +216,9 @@ class Monitor:
                 loader = self._trial_loader(loader)
             elif "val" not in window.keep:
                 return iter(())
-        return self._batches(stage, loader)
+        batches = self._batches(stage, loader)
+        self._running.add(batches)
+        return batches
 
     def _batches(self, stage: str, loader: Iterable[T]) -> Iterator[T]:
         rec = self.recorder
@@ -343,6 +348,8 @@ class Monitor:
 
     def close(self, status: str = "finished", interruption: Interruption | None = None) -> None:
         """End the run's recording (idempotent): hooks off, files closed, this rank's end."""
+        for batches in list(self._running):
+            batches.close()  # type: ignore[attr-defined]  # generators: their epoch closes
         self.hooks.remove()
         if self.resources is not None:
             self.resources.close()

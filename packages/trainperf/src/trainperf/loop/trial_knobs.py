@@ -111,8 +111,9 @@ def apply_process_knobs(
     if refused:
         raise log.refuse(
             refused,
-            "trainperf.loop.Monitor applies only dataloader.*, torch.*, cudnn.benchmark and "
-            "optimizer.fused knobs; make this change in the script itself",
+            "on a plain loop trainperf.loop.Monitor applies only dataloader.*, torch.*, "
+            "cudnn.benchmark and optimizer.fused knobs (it does not build the model or choose "
+            "its precision); make this change in the script itself",
         )
     for knob in knobs:
         try:
