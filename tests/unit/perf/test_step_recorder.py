@@ -119,3 +119,39 @@ def test_rebuild_refuses_what_it_cannot_read_back() -> None:
         rebuild_loader(custom, [_knob("dataloader.batch_size=4")])
     new, _ = rebuild_loader(custom, [_knob("dataloader.num_workers=1")])
     assert new.batch_sampler is custom.batch_sampler  # the user's own object
+
+
+def test_the_epoch_exchange_runs_over_the_group_it_is_given(tmp_path: Path) -> None:
+    import torch.distributed as dist
+    from trainperf.recording.cross_rank import gather_ranks
+
+    rec = StepRecorder(tmp_path, track_memory=False)
+    rec.open_epoch("train", 0)
+    rec.batch_end("train", samples=3)
+    local = rec.windows.close_window(
+        "train", timed=True, owner_groups={}, sync_wait_measured="gather", global_step=1
+    )
+    rec.close()
+    assert local is not None
+    store = dist.HashStore()
+    dist.init_process_group("gloo", rank=0, world_size=1, store=store)
+    try:
+        group = dist.new_group([0])
+        seen: list[object] = []
+        real = dist.all_gather_object
+
+        def spy(rows: list[object], mine: object, group: object = None) -> None:
+            seen.append(group)
+            real(rows, mine, group=group)
+
+        dist.all_gather_object = spy  # type: ignore[assignment]
+        try:
+            merged, off = gather_ranks(local, 1, group)
+        finally:
+            dist.all_gather_object = real
+    finally:
+        dist.destroy_process_group()
+    assert off is None
+    assert merged is not None
+    assert seen == [group]
+    assert (merged.world_size, merged.global_samples) == (1, 3)

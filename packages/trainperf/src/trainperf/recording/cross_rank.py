@@ -137,7 +137,10 @@ def gather_ranks(
     except Exception as exc:  # the other ranks wait in the collective: join it, flag down
         error = f" ({type(exc).__name__}: {exc})"
     gathered: list[RankEpoch | None] = [None] * world_size
-    torch.distributed.all_gather_object(gathered, mine, group=group)
+    if group is None:
+        torch.distributed.all_gather_object(gathered, mine)
+    else:
+        torch.distributed.all_gather_object(gathered, mine, group=group)
     rows = [row if isinstance(row, RankEpoch) else RankEpoch(ok=False) for row in gathered]
     failed = [r for r, row in enumerate(rows) if not row.ok]
     if failed:
