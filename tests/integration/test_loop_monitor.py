@@ -251,3 +251,30 @@ def test_a_loop_that_breaks_early_still_records_its_epoch(tmp_path: Path) -> Non
                 break
     (record,) = epochs(tmp_path / "run")
     assert record["num_batches"] == 2  # the batch the loop broke out of never ended
+
+
+def test_profiler_windows_and_resources_as_options(tmp_path: Path) -> None:
+    from trainperf import analyze_trace
+    from trainperf.lightning import ProfileSchedule, TraceOptions  # the old import path holds
+
+    net = Net()
+    opt = torch.optim.SGD(net.parameters(), lr=0.01)
+    loader = DataLoader(Timed(40), batch_size=4)
+    schedule = ProfileSchedule(epochs=[1], active=3, warmup=1)
+    trace = TraceOptions(activities=["cpu"], profile_memory=False, record_shapes=False)
+    run = tmp_path / "run"
+    with Monitor(run, net, opt, live=False, resources=True, profile=schedule, trace=trace) as mon:
+        for _ in range(2):
+            for x, y in mon.train(loader):
+                loss = nn.functional.mse_loss(net(x), y)
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+            time.sleep(1.1)  # the sampler's first tick
+    traces = sorted((run / "profiler_traces").iterdir())
+    assert [p.name for p in traces] == ["epoch_1.json"]  # epoch 0 is not profiled
+    analysis = analyze_trace(traces[0])
+    assert analysis["top_cpu_ops"]
+    samples = (run / "perf" / "resources.jsonl").read_text().splitlines()
+    assert samples
+    assert json.loads(samples[0])["rank"] == 0
