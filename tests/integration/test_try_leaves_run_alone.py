@@ -32,8 +32,8 @@ from trainperf.lightning import (
     ResourceMonitorCallback,
     ThroughputMonitorCallback,
 )
-from trainperf.lightning.profiler_settings import ProfileSchedule, TraceOptions
 from trainperf.probe.resources.monitor import THREAD_NAME
+from trainperf.recording.profiler_settings import ProfileSchedule, TraceOptions
 from trainperf.records.files import read_records
 from trainperf.records.kinds import LifecycleRecord, ResourceSample
 
