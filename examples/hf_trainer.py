@@ -18,7 +18,8 @@ class RandomTokens(Dataset):
 
     def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
         g = torch.Generator().manual_seed(i)
-        return {"input_ids": torch.randint(0, 512, (32,), generator=g), "labels": torch.tensor(i % 2)}
+        tokens = torch.randint(0, 512, (32,), generator=g)
+        return {"input_ids": tokens, "labels": torch.tensor(i % 2)}
 
 
 config = BertConfig(
