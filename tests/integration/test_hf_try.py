@@ -16,7 +16,7 @@ import pytest
 from trainperf.core.knobs import Knob
 from trainperf.core.trial_window import ENV_VAR, TryWindow
 from trainperf.hf import PerfCallback
-from trainperf.hf.trial import KnobNotApplicable
+from trainperf.hf.trial_arguments import KnobNotApplicable
 from trainperf.records.files import read_records
 from trainperf.records.kinds import EpochRecord, KnobRecord
 from transformers import Trainer

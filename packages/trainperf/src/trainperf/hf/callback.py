@@ -49,7 +49,7 @@ from transformers import TrainerCallback, TrainerControl, TrainerState, Training
 
 from trainperf.core.trial_window import TryWindow
 from trainperf.errors import PerfCallbackWarning
-from trainperf.hf.trial import apply_knobs, refuse
+from trainperf.hf.trial_arguments import apply_knobs, refuse
 from trainperf.hf.versions import check_versions
 from trainperf.recording.step_recorder import StepRecorder, batch_size_of
 from trainperf.records.kinds import HfTrainerSetup
