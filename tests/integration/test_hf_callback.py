@@ -48,7 +48,7 @@ class Tokens(Dataset[dict[str, torch.Tensor]]):
 class SlowBackward(torch.autograd.Function):
     """Identity forward; backward sleeps ``SLEEP_S`` (counted in ``slept_s``)."""
 
-    SLEEP_S = 0.1
+    SLEEP_S = 0.15
     slept_s = 0.0
 
     @staticmethod
@@ -221,7 +221,7 @@ def test_phases_sum_accumulation_counts_steps_and_evaluation_is_its_own(tmp_path
     assert setup["per_device_train_batch_size"] == 4
     assert setup["dataloader_num_workers"] == 0
     assert setup["optim"] == str(getattr(trainer.args.optim, "value", trainer.args.optim))
-    assert setup["transformers_version"] == transformers.__version__
+    assert setup["version"] == transformers.__version__
     lifecycle = (run / "perf" / "lifecycle.jsonl").read_text().splitlines()
     events = [(json.loads(line)["event"], json.loads(line)["run"]) for line in lifecycle]
     assert events == [("start", "fit"), ("end", "fit"), ("start", "validate"), ("end", "validate")]

@@ -95,7 +95,7 @@ def _setup(args: TrainingArguments) -> HfTrainerSetup:
         torch_compile=args.torch_compile,
         gradient_accumulation_steps=args.gradient_accumulation_steps,
         per_device_train_batch_size=args.per_device_train_batch_size,
-        transformers_version=str(transformers.__version__),
+        version=str(transformers.__version__),
     )
 
 

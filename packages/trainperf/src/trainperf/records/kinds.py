@@ -119,8 +119,8 @@ class PlainLoopSetup(msgspec.Struct, kw_only=True, frozen=True):
 
 
 class HfTrainerSetup(msgspec.Struct, kw_only=True, frozen=True):
-    """The ``TrainingArguments`` of a Hugging Face ``Trainer`` run that advice can name, as
-    ``trainperf.hf.PerfCallback`` read them at training start (``None``: not set there)."""
+    """The arguments of a Hugging Face run that advice can name, by the names the Hugging Face
+    adapter (``trainperf.hf``) read them under at training start (``None``: not set there)."""
 
     dataloader_num_workers: int | None = None
     dataloader_pin_memory: bool | None = None
@@ -132,7 +132,7 @@ class HfTrainerSetup(msgspec.Struct, kw_only=True, frozen=True):
     torch_compile: bool | None = None
     gradient_accumulation_steps: int | None = None
     per_device_train_batch_size: int | None = None
-    transformers_version: str | None = None
+    version: str | None = None  # the library's
 
 
 class HydraApp(msgspec.Struct, kw_only=True, frozen=True):
@@ -283,7 +283,7 @@ class RunRecord(Record, tag="trainperf/run", kw_only=True, frozen=True):
     framework: str | None = None
     # what a plain loop showed trainperf.loop.Monitor (framework "loop")
     plain_loop: PlainLoopSetup | None = None
-    # the TrainingArguments of a Hugging Face Trainer run (framework "hf")
+    # the arguments a Hugging Face run was started with (framework "hf")
     hf_trainer: HfTrainerSetup | None = None
 
 
