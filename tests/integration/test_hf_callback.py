@@ -244,3 +244,38 @@ def test_a_worker_loader_is_timed_in_its_workers(tmp_path: Path) -> None:
     (record,) = epochs(tmp_path / "run")
     assert record["num_workers"] == 2
     assert record["worker_s"]["fetch"] >= 16 * 0.01 * 0.9  # timed in the two workers
+
+
+def test_outside_the_tested_versions_the_callback_says_so_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import trainperf.hf.callback as callback_module
+    from trainperf.errors import PerfCallbackWarning
+
+    monkeypatch.setattr(callback_module, "_version_said", False)
+    monkeypatch.setattr(callback_module, "check_versions", lambda: "transformers 9.0.0 is outside")
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        for name in ("a", "b"):
+            train(tmp_path / name, Tokens(8))
+    said = [str(w.message) for w in seen if issubclass(w.category, PerfCallbackWarning)]
+    assert said == ["trainperf.hf.PerfCallback: transformers 9.0.0 is outside"]
+    assert len(epochs(tmp_path / "b")) == 1  # it still records
+
+
+def test_an_error_inside_the_callback_never_reaches_training(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from trainperf.errors import PerfCallbackWarning
+
+    def broken(self: PerfCallback, *args: Any) -> None:
+        raise RuntimeError("planted")
+
+    monkeypatch.setattr(PerfCallback, "_next", broken)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        trainer = train(tmp_path / "run", Tokens(16))
+    assert trainer.state.global_step == 4  # training went on to its end
+    said = [str(w.message) for w in seen if issubclass(w.category, PerfCallbackWarning)]
+    assert len(said) == 1, said
+    assert "RuntimeError: planted" in said[0]

@@ -37,11 +37,13 @@ the gathered records (the exchange runs over ``torch.distributed``'s default gro
 from __future__ import annotations
 
 import atexit
+import functools
 import os
 import warnings
 import weakref
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 import torch
@@ -49,7 +51,7 @@ from transformers import TrainerCallback, TrainerControl, TrainerState, Training
 
 from trainperf.core.trial_window import TryWindow
 from trainperf.errors import PerfCallbackWarning
-from trainperf.hf.trial_arguments import apply_knobs, refuse
+from trainperf.hf.trial_arguments import KnobNotApplicable, apply_knobs, refuse
 from trainperf.hf.versions import check_versions
 from trainperf.recording.step_recorder import StepRecorder, batch_size_of
 from trainperf.records.kinds import HfTrainerSetup
@@ -70,6 +72,25 @@ def _say_version_once() -> None:
     reason = check_versions()
     if reason is not None:
         warnings.warn(f"{_WHO}: {reason}", PerfCallbackWarning, stacklevel=3)
+
+
+E = TypeVar("E", bound=Callable[..., None])
+
+
+def _guarded(event: E) -> E:
+    """An event that never raises into the Trainer: an internal error turns recording off (one
+    warning); only a trial's refused knob ends the run, on purpose."""
+
+    @functools.wraps(event)
+    def run(self: PerfCallback, *args: Any, **kwargs: Any) -> None:
+        try:
+            event(self, *args, **kwargs)
+        except KnobNotApplicable:
+            raise
+        except Exception as exc:
+            self._fail(exc)
+
+    return run  # type: ignore[return-value]
 
 
 def _precision(args: TrainingArguments) -> str:
@@ -138,6 +159,7 @@ class PerfCallback(TrainerCallback):
 
     # -- set-up ----------------------------------------------------------------------------
 
+    @_guarded
     def on_init_end(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kw: Any
     ) -> None:
@@ -254,9 +276,17 @@ class PerfCallback(TrainerCallback):
         self._args = None  # no later evaluation opens a recording either
         if self.recorder is not None:
             self.recorder._fail(exc)
+        else:
+            warnings.warn(
+                f"{_WHO}: performance recording failed and is off for the rest of this run "
+                f"({type(exc).__name__}: {exc})",
+                PerfCallbackWarning,
+                stacklevel=3,
+            )
 
     # -- training --------------------------------------------------------------------------
 
+    @_guarded
     def on_train_begin(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kw: Any
     ) -> None:
@@ -268,6 +298,7 @@ class PerfCallback(TrainerCallback):
         base = getattr(loader, "base_dataloader", loader)  # accelerate's DataLoaderShard wraps it
         rec.instrument(base, "train")
 
+    @_guarded
     def on_epoch_begin(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kw: Any
     ) -> None:
@@ -281,12 +312,14 @@ class PerfCallback(TrainerCallback):
         self._stage = "train"
         rec.switch("data_wait")
 
+    @_guarded
     def on_step_begin(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kw: Any
     ) -> None:
         if self.recorder is not None:
             self.recorder.switch("transfer")
 
+    @_guarded
     def on_substep_end(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kw: Any
     ) -> None:
@@ -294,12 +327,14 @@ class PerfCallback(TrainerCallback):
             self._train_batch(state, control)
             self.recorder.switch("transfer")  # the next batch of the step, fetched already
 
+    @_guarded
     def on_pre_optimizer_step(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kw: Any
     ) -> None:
         if self.recorder is not None:
             self.recorder.switch("optimizer")
 
+    @_guarded
     def on_step_end(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kw: Any
     ) -> None:
@@ -351,6 +386,7 @@ class PerfCallback(TrainerCallback):
         else:
             rec.switch("data_wait")
 
+    @_guarded
     def on_log(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kw: Any
     ) -> None:
@@ -362,12 +398,14 @@ class PerfCallback(TrainerCallback):
         self._last_logged = int(state.global_step)
         self._next(state, control)
 
+    @_guarded
     def on_save(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kw: Any
     ) -> None:
         if self.recorder is not None:
             self._next(state, control)
 
+    @_guarded
     def on_epoch_end(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kw: Any
     ) -> None:
@@ -375,6 +413,7 @@ class PerfCallback(TrainerCallback):
             self._trial_control(control)
             self._next(state, control)
 
+    @_guarded
     def on_train_end(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kw: Any
     ) -> None:
@@ -393,6 +432,7 @@ class PerfCallback(TrainerCallback):
         self._stage = "val"
         rec.switch("data_wait")  # the evaluation's set-up and first batch
 
+    @_guarded
     def on_prediction_step(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kw: Any
     ) -> None:
@@ -409,11 +449,13 @@ class PerfCallback(TrainerCallback):
             last = False
         rec.switch("metric" if last else "data_wait")
 
+    @_guarded
     def on_evaluate(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kw: Any
     ) -> None:
         self._end_eval(state, control)
 
+    @_guarded
     def on_predict(
         self,
         args: TrainingArguments,
@@ -458,7 +500,9 @@ class PerfCallback(TrainerCallback):
 
 
 def _close_at_exit(ref: weakref.ref[PerfCallback]) -> None:
-    """A training that raised never reaches ``on_train_end``: its recording ends as failed."""
+    """A training that raised never reaches ``on_train_end``: its recording ends as failed. An
+    evaluation-only recording still open (a forward in eval mode outside ``Trainer.evaluate``
+    opened it) ends as finished."""
     callback = ref()
     if callback is not None and callback.recorder is not None:
-        callback._finish("failed")
+        callback._finish("finished" if callback._eval_only else "failed")
