@@ -21,11 +21,13 @@ $(STAMP): pyproject.toml packages/trainperf/pyproject.toml constraints.txt
 	touch $@
 
 # The toolkit alone, as a user installs it: a fresh venv with CPU torch and only the built
-# trainperf distribution with its lightning and report extras (no app, no Hydra, no OpenCV), the
-# plain Lightning script of examples/ run in it, then `trainperf report / baseline / check`
-# (scripts/toolkit_check.py says what it checks). The installs use .venv's pip and skip bytecode
-# (the check's first imports write it); each step is stamped, so a rerun with nothing changed is
-# free and a change to the toolkit's source reinstalls only trainperf.
+# trainperf distribution with its report and hf extras (no app, no Hydra, no OpenCV, no
+# Lightning): the plain-loop and Hugging Face examples run in it and `trainperf report` reads
+# their folders; then the lightning extra is added and the plain Lightning script runs, with
+# `trainperf report / baseline / check` (scripts/toolkit_check.py says what each stage checks).
+# The installs use .venv's pip and skip bytecode (the check's first imports write it); each step
+# is stamped, so a rerun with nothing changed is free and a change to the toolkit's source
+# reinstalls only trainperf (Lightning is taken out first, so the first stage runs without it).
 TOOLKIT_VENV := .venv-toolkit
 TOOLKIT_PIP  := $(BIN)/python -m pip --python $(TOOLKIT_VENV)/bin/python
 TOOLKIT_SRC  := $(shell find packages/trainperf/src/trainperf -name '*.py')
@@ -41,11 +43,22 @@ $(TOOLKIT_VENV)/.torch: constraints.txt | $(STAMP)
 # build/ is removed first: setuptools would carry a deleted module's stale copy into the wheel.
 $(TOOLKIT_VENV)/.installed: $(TOOLKIT_VENV)/.torch packages/trainperf/pyproject.toml $(TOOLKIT_SRC)
 	rm -rf packages/trainperf/build
-	$(TOOLKIT_PIP) install -q --no-compile -c constraints.txt "./packages/trainperf[lightning,report]"
+	$(TOOLKIT_PIP) uninstall -q -y lightning pytorch-lightning
+	$(TOOLKIT_PIP) install -q --no-compile -c constraints.txt "./packages/trainperf[report,hf]"
 	touch $@
 
-$(TOOLKIT_VENV)/.checked: $(TOOLKIT_VENV)/.installed examples/plain_lightning.py scripts/toolkit_check.py
-	$(TOOLKIT_VENV)/bin/python scripts/toolkit_check.py
+$(TOOLKIT_VENV)/.checked-alone: $(TOOLKIT_VENV)/.installed examples/plain_loop.py \
+		examples/hf_trainer.py scripts/toolkit_check.py
+	$(TOOLKIT_VENV)/bin/python scripts/toolkit_check.py --stage without-lightning
+	touch $@
+
+$(TOOLKIT_VENV)/.lightning: $(TOOLKIT_VENV)/.checked-alone
+	rm -rf packages/trainperf/build
+	$(TOOLKIT_PIP) install -q --no-compile -c constraints.txt "./packages/trainperf[lightning,report,hf]"
+	touch $@
+
+$(TOOLKIT_VENV)/.checked: $(TOOLKIT_VENV)/.lightning examples/plain_lightning.py scripts/toolkit_check.py
+	$(TOOLKIT_VENV)/bin/python scripts/toolkit_check.py --stage with-lightning
 	touch $@
 
 demo: setup

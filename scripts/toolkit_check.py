@@ -1,24 +1,30 @@
-"""The toolkit alone (issue 34): ``trainperf`` as a user gets it, checked in a virtualenv that holds
-CPU torch and only ``pip install ./packages/trainperf[lightning,report]`` (``make toolkit-check``
-builds it as ``.venv-toolkit``, then runs this script with its interpreter).
+"""The toolkit alone (issues 34, 39): ``trainperf`` as a user gets it, checked in a virtualenv that
+holds CPU torch and only ``pip install ./packages/trainperf[report,hf]`` (no Lightning), then the
+same venv with the ``lightning`` extra added (``make toolkit-check`` builds it as
+``.venv-toolkit`` and runs this script with its interpreter twice: ``--stage without-lightning``,
+then ``--stage with-lightning``).
 
-Checks, each printed as one ``ok`` / ``FAIL`` line:
+Checks, each printed as one ``ok`` / ``FAIL`` line (the stage that runs each in brackets):
 
-1. ``isolation``: the app's dependencies are absent (``import cv2``, ``hydra``, ``omegaconf``,
-   ``shapely``, ``ocr`` fail);
+1. ``isolation`` [without]: the app's dependencies are absent (``import cv2``, ``hydra``,
+   ``omegaconf``, ``shapely``, ``ocr`` fail); ``no lightning`` [without]: nor is Lightning;
 2. ``distribution``: ``trainperf`` is imported from the interpreter's site-packages, not from a
    source tree, with every module of ``packages/trainperf/src/trainperf`` in it, and the
    ``trainperf`` command is installed beside the interpreter;
 3. ``lazy import``: ``import trainperf`` leaves ``lightning``, ``rich`` and ``matplotlib`` out of
    ``sys.modules``;
-4. ``modules import``: every module of the installed ``trainperf`` imports with only these
+4. ``modules import`` [with]: every module of the installed ``trainperf`` imports with only these
    extras (a module that needs something outside them is named with its error);
-5. ``plain script``: ``examples/plain_lightning.py`` (a plain Lightning script with the four
+5. ``plain script`` [with]: ``examples/plain_lightning.py`` (a plain Lightning script with the four
    monitors) trains 2 epochs into a run folder;
 6. ``report``, ``baseline``, ``check``: ``trainperf report RUN -o ...``, ``trainperf baseline RUN
    -o B.json --skip-epochs 0`` and ``trainperf check B.json RUN --skip-epochs 0`` exit 0;
-7. ``plain loop``: ``examples/plain_loop.py`` (a plain PyTorch loop with ``trainperf.loop.Monitor``)
-   trains 2 epochs without importing Lightning, and ``trainperf report`` on its folder exits 0.
+7. ``plain loop`` [without]: ``examples/plain_loop.py`` (a plain PyTorch loop with
+   ``trainperf.loop.Monitor``) trains 2 epochs without importing Lightning, and ``trainperf report``
+   on its folder exits 0;
+8. ``hf trainer`` [without]: ``examples/hf_trainer.py`` (a Hugging Face ``Trainer`` with
+   ``trainperf.hf.PerfCallback``, a tiny BERT from its config) trains 2 epochs with an evaluation
+   each without importing Lightning, and ``trainperf report`` on its folder exits 0.
 
 Everything runs in a temporary folder (removed at the end) with ``PYTHONPATH`` unset, so nothing
 of the checkout can stand in for the installed package. Exit 0 when every check holds, 1 otherwise.
@@ -48,6 +54,9 @@ REPO = Path(__file__).resolve().parents[1]
 SOURCE = REPO / "packages" / "trainperf" / "src" / "trainperf"
 EXAMPLE = REPO / "examples" / "plain_lightning.py"
 LOOP_EXAMPLE = REPO / "examples" / "plain_loop.py"
+HF_EXAMPLE = REPO / "examples" / "hf_trainer.py"
+#: Which checks a run makes: all (the development venv), or the toolkit venv's two stages.
+STAGES = ("all", "without-lightning", "with-lightning")
 #: Runs a script as ``__main__`` with ``sys.argv[1:]`` and then fails if it imported Lightning.
 _NO_LIGHTNING = (
     "import runpy, sys; script = sys.argv[1]; sys.argv = sys.argv[1:]; "
@@ -134,6 +143,16 @@ def check_isolation(env: Env) -> list[str]:
         return _failed(proc, "the isolation probe")
     found = json.loads(proc.stdout)
     return [f"`import {m}` works here: the venv is not the toolkit alone" for m in found]
+
+
+def check_no_lightning(env: Env) -> list[str]:
+    """Lightning is not installed (the stage that runs the plain loop and Hugging Face alone)."""
+    proc = _python(env, "import importlib.util; print(importlib.util.find_spec('lightning'))")
+    if proc.returncode != 0:
+        return _failed(proc, "the Lightning probe")
+    if proc.stdout.strip() != "None":
+        return ["`import lightning` works here: this stage must run without Lightning"]
+    return []
 
 
 def check_distribution(env: Env, source: Path = SOURCE) -> list[str]:
@@ -269,28 +288,60 @@ def check_plain_loop(env: Env, script: Path = LOOP_EXAMPLE) -> list[str]:
     )
 
 
+def check_hf_trainer(env: Env, script: Path = HF_EXAMPLE) -> list[str]:
+    """The Hugging Face example trains :data:`EPOCHS` epochs, each with an evaluation, without
+    Lightning, and its folder reports."""
+    run_dir = env.work / "hf_run"
+    argv = [str(env.python), "-c", _NO_LIGHTNING, str(script), str(run_dir)]
+    problems = _failed(run(env, argv), script.name)
+    if problems:
+        return problems
+    lines = (run_dir / "perf" / "epochs.jsonl").read_text(encoding="utf-8").splitlines()
+    records = [json.loads(line) for line in lines if line.strip()]
+    stages = sorted((r.get("stage"), r.get("epoch")) for r in records)
+    wanted = sorted([*(("train", e) for e in range(EPOCHS)), *(("val", e) for e in range(EPOCHS))])
+    if stages != wanted:
+        return [f"{run_dir}/perf/epochs.jsonl: (stage, epoch) {stages}, expected {wanted}"]
+    html = env.work / "out" / "hf_report.html"
+    return _failed(
+        run(env, [*env.trainperf(), "report", str(run_dir), "-o", str(html)]),
+        "trainperf report (Hugging Face)",
+    )
+
+
 Check = Callable[[Env], list[str]]
 
 
-def plan(env: Env, script: Path) -> tuple[list[tuple[str, Check]], list[tuple[str, Check]]]:
-    """(independent checks, the chain from the plain script on: each needs the one before)."""
-    alone: list[tuple[str, Check]] = [
-        ("lazy import", check_lazy_import),
-        ("plain loop", check_plain_loop),
-    ]
-    if env.isolated:  # the development venv has the app, an editable install and every extra
+def plan(
+    env: Env, script: Path, stage: str = "all"
+) -> tuple[list[tuple[str, Check]], list[tuple[str, Check]]]:
+    """(independent checks, the chain from the plain script on: each needs the one before) of
+    ``stage`` (:data:`STAGES`)."""
+    alone: list[tuple[str, Check]] = []
+    if stage != "with-lightning":
         alone = [
-            ("isolation", check_isolation),
-            ("distribution", check_distribution),
-            *alone,
-            ("modules import", check_modules_import),
+            ("lazy import", check_lazy_import),
+            ("plain loop", check_plain_loop),
+            ("hf trainer", check_hf_trainer),
         ]
-    chain: list[tuple[str, Check]] = [
-        ("plain script", lambda e: check_plain_script(e, script)),
-        ("report", check_report),
-        ("baseline", check_baseline),
-        ("check", check_gate),
-    ]
+        if env.isolated:  # the development venv has the app, an editable install and every extra
+            alone = [
+                ("isolation", check_isolation),
+                ("distribution", check_distribution),
+                *alone,
+            ]
+            if stage == "without-lightning":
+                alone.insert(1, ("no lightning", check_no_lightning))
+    if env.isolated and stage != "without-lightning":
+        alone.append(("modules import", check_modules_import))
+    chain: list[tuple[str, Check]] = []
+    if stage != "without-lightning":
+        chain = [
+            ("plain script", lambda e: check_plain_script(e, script)),
+            ("report", check_report),
+            ("baseline", check_baseline),
+            ("check", check_gate),
+        ]
     return alone, chain
 
 
@@ -305,8 +356,8 @@ def _timed(name: str, check: Check, env: Env) -> Outcome:
     return outcome
 
 
-def run_checks(env: Env, script: Path = EXAMPLE) -> list[Outcome]:
-    alone, chain = plan(env, script)
+def run_checks(env: Env, script: Path = EXAMPLE, stage: str = "all") -> list[Outcome]:
+    alone, chain = plan(env, script, stage)
     outcomes = [_timed(name, check, env) for name, check in alone]
     for name, check in chain:
         outcomes.append(_timed(name, check, env))
@@ -332,6 +383,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="the development venv: skip the isolation and distribution checks",
     )
     parser.add_argument("--script", type=Path, default=EXAMPLE, help="the plain script to run")
+    parser.add_argument(
+        "--stage",
+        choices=STAGES,
+        default="all",
+        help="the checks of the toolkit venv without Lightning (the plain loop and Hugging Face "
+        "examples), of it with the lightning extra added, or all (default)",
+    )
     parser.add_argument("--keep", type=Path, help="work here and keep the files (default: a temp)")
     args = parser.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="toolkit-check-")) if args.keep is None else args.keep
@@ -342,7 +400,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     where = "the toolkit's venv" if env.isolated else "the development venv"
     print(f"toolkit check in {where}: {env.python}", flush=True)
     try:
-        outcomes = run_checks(env, args.script.resolve())
+        outcomes = run_checks(env, args.script.resolve(), args.stage)
     finally:
         if args.keep is None:
             shutil.rmtree(work, ignore_errors=True)

@@ -38,12 +38,21 @@ def test_the_plain_example_trains_reports_and_passes_its_gate(tmp_path: Path) ->
     )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-4000:]
-    names = ("lazy import", "plain loop", "plain script", "report", "baseline", "check")
+    names = (
+        "lazy import",
+        "plain loop",
+        "hf trainer",
+        "plain script",
+        "report",
+        "baseline",
+        "check",
+    )
     for name in names:
         assert f"ok   {name} " in out, out[-4000:]
-    for name in ("isolation", "distribution", "modules import"):  # the toolkit's venv only
+    for name in ("isolation", "no lightning", "distribution", "modules import"):  # toolkit venv
         assert name not in out
-    assert "toolkit check passed: 6 checks" in out
+    assert "toolkit check passed: 7 checks" in out
+    assert (tmp_path / "out" / "hf_report.html").stat().st_size > 0
     assert (tmp_path / "out" / "loop_report.html").stat().st_size > 0
     assert (tmp_path / "out" / "report.html").stat().st_size > 0
     baseline = json.loads((tmp_path / "out" / "baseline.json").read_text(encoding="utf-8"))
@@ -145,7 +154,7 @@ def test_a_failed_step_stops_the_steps_that_need_it(
     monkeypatch.setattr(
         toolkit_check,
         "plan",
-        lambda env, script: (
+        lambda env, script, stage: (
             [("alone", check("alone", ["broken alone"])), ("fine", check("fine", []))],
             [("first", check("first", ["broken"])), ("second", check("second", []))],
         ),
@@ -172,3 +181,44 @@ def test_the_plain_loop_example_runs_without_lightning(tmp_path: Path) -> None:
     problems = check_plain_loop(env, script)
     assert problems
     assert "it imported ['lightning'" in "\n".join(problems)
+
+
+def test_the_hf_example_runs_without_lightning_and_reports(tmp_path: Path) -> None:
+    from scripts.toolkit_check import check_hf_trainer
+
+    env = _dev(tmp_path, isolated=False)
+    assert check_hf_trainer(env) == []
+    info = json.loads((tmp_path / "hf_run" / "perf" / "run.json").read_text(encoding="utf-8"))
+    assert info["framework"] == "hf"
+    assert (tmp_path / "out" / "hf_report.html").stat().st_size > 0
+
+
+def test_the_toolkit_venv_runs_in_two_stages(tmp_path: Path) -> None:
+    env = _dev(tmp_path)  # as in the toolkit's venv
+    names = {
+        stage: [
+            name
+            for part in toolkit_check.plan(env, toolkit_check.EXAMPLE, stage)
+            for name, _ in part
+        ]
+        for stage in toolkit_check.STAGES
+    }
+    assert names["without-lightning"] == [
+        "isolation",
+        "no lightning",
+        "distribution",
+        "lazy import",
+        "plain loop",
+        "hf trainer",
+    ]
+    assert names["with-lightning"] == [
+        "modules import",
+        "plain script",
+        "report",
+        "baseline",
+        "check",
+    ]
+    # the development venv has Lightning: the stage without it says so
+    assert toolkit_check.check_no_lightning(env) == [
+        "`import lightning` works here: this stage must run without Lightning"
+    ]

@@ -118,6 +118,23 @@ class PlainLoopSetup(msgspec.Struct, kw_only=True, frozen=True):
     precision: str | None = None
 
 
+class HfTrainerSetup(msgspec.Struct, kw_only=True, frozen=True):
+    """The arguments of a Hugging Face run that advice can name, by the names the Hugging Face
+    adapter (``trainperf.hf``) read them under at training start (``None``: not set there)."""
+
+    dataloader_num_workers: int | None = None
+    dataloader_pin_memory: bool | None = None
+    dataloader_persistent_workers: bool | None = None
+    dataloader_prefetch_factor: int | None = None
+    bf16: bool | None = None
+    fp16: bool | None = None
+    optim: str | None = None  # e.g. "adamw_torch_fused"
+    torch_compile: bool | None = None
+    gradient_accumulation_steps: int | None = None
+    per_device_train_batch_size: int | None = None
+    version: str | None = None  # the library's
+
+
 class HydraApp(msgspec.Struct, kw_only=True, frozen=True):
     """The Hydra app a run was started as (``trainperf try`` re-runs it with overrides).
     ``overrides_file`` is relative to ``output_dir``; ``None`` when it saves no ``.hydra/``."""
@@ -266,6 +283,8 @@ class RunRecord(Record, tag="trainperf/run", kw_only=True, frozen=True):
     framework: str | None = None
     # what a plain loop showed trainperf.loop.Monitor (framework "loop")
     plain_loop: PlainLoopSetup | None = None
+    # the arguments a Hugging Face run was started with (framework "hf")
+    hf_trainer: HfTrainerSetup | None = None
 
 
 class LoaderSettings(msgspec.Struct, kw_only=True, frozen=True):

@@ -1,0 +1,90 @@
+"""A ``trainperf try`` trial on a Hugging Face ``Trainer``: the window of ``TRAINPERF_TRY_WINDOW``
+(:mod:`trainperf.core.trial_window`) and its knobs (:mod:`trainperf.core.knobs`), applied by
+:class:`~trainperf.hf.callback.PerfCallback`.
+
+- ``dataloader.num_workers`` / ``pin_memory`` / ``persistent_workers`` / ``prefetch_factor``:
+  set on the ``TrainingArguments`` in ``on_init_end``, before the Trainer builds its training
+  DataLoader from them (``Trainer.train`` reads them then). A callback added later
+  (``trainer.add_callback``) never sees ``on_init_end``: the knobs are refused with why.
+- every other knob: refused with why (the Trainer fixes its batch size, precision, optimizer
+  and compilation from the arguments when it is built, or builds the model itself); the trial
+  then ends at once rather than measuring the unchanged run.
+
+Each knob's fate goes to the trial's ``perf/knobs.jsonl`` (rank zero).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from trainperf.core.knobs import Knob
+from trainperf.errors import InputError
+from trainperf.records.files import RecordWriter
+from trainperf.records.kinds import KnobRecord
+
+__all__ = ["ARGUMENTS", "KnobNotApplicable", "apply_knobs", "refuse"]
+
+#: ``dataloader.*`` knob -> the ``TrainingArguments`` field the Trainer builds its loader from.
+ARGUMENTS = {
+    "dataloader.num_workers": "dataloader_num_workers",
+    "dataloader.pin_memory": "dataloader_pin_memory",
+    "dataloader.persistent_workers": "dataloader_persistent_workers",
+    "dataloader.prefetch_factor": "dataloader_prefetch_factor",
+}
+
+_WHY = {
+    "dataloader.batch_size": "the Trainer fixes its batch size when it is built; change "
+    "TrainingArguments(per_device_train_batch_size=...) in the script",
+    "optimizer.fused": 'the Trainer builds its optimizer from TrainingArguments.optim; set optim="'
+    'adamw_torch_fused" in the script',
+}
+_OTHER = (
+    "on a Hugging Face Trainer trainperf.hf.PerfCallback applies only the dataloader.* knobs "
+    "(num_workers, pin_memory, persistent_workers, prefetch_factor) through TrainingArguments; "
+    "the Trainer fixes precision, compilation and the model when it is built: make this change "
+    "in the script"
+)
+
+
+class KnobNotApplicable(InputError, ValueError):
+    """A knob a Hugging Face Trainer run cannot take; the message names the knob and why."""
+
+
+def _log(perf_dir: Path, knob: Knob, status: str, note: str) -> None:
+    writer = RecordWriter(KnobRecord.path(perf_dir))
+    try:
+        writer.write(KnobRecord(knob=knob.setting, status=status, note=note))
+    finally:
+        writer.close()
+
+
+def refuse(
+    perf_dir: Path, knobs: Sequence[Knob], reason: str | None, write: bool
+) -> KnobNotApplicable:
+    """Write each of ``knobs`` as not applicable (``reason``, else its own) and return the
+    error that ends the trial."""
+    for knob in knobs:
+        if write:
+            _log(perf_dir, knob, "not applicable", reason or _WHY.get(knob.name, _OTHER))
+    names = ", ".join(k.setting for k in knobs)
+    why = reason or _WHY.get(knobs[0].name, _OTHER) if knobs else ""
+    return KnobNotApplicable(f"knob {names}: not applicable to this Hugging Face Trainer: {why}")
+
+
+def apply_knobs(perf_dir: Path, knobs: Sequence[Knob], args: Any, write: bool) -> None:
+    """Set the ``dataloader.*`` ``knobs`` on ``args`` (``TrainingArguments``); raise
+    :class:`KnobNotApplicable` (after writing why) for any other knob, before changing any."""
+    refused = [k for k in knobs if k.name not in ARGUMENTS]
+    if refused:
+        raise refuse(perf_dir, refused, None, write)
+    for knob in knobs:
+        field = ARGUMENTS[knob.name]
+        before = getattr(args, field, None)
+        setattr(args, field, knob.value)
+        if field == "dataloader_num_workers" and not knob.value:
+            args.dataloader_prefetch_factor = None  # these two need workers
+            args.dataloader_persistent_workers = False
+        if write:
+            _log(perf_dir, knob, "applied", f"TrainingArguments.{field} {before} -> {knob.value}")
