@@ -1,0 +1,27 @@
+"""Framework knowledge as data for the neutral layers (no framework is imported here).
+
+The layers below the adapters (``core`` ... ``present``) know no framework by name: a framework's
+words reach them as data registered here. :func:`register_known` registers every framework
+grammar the toolkit ships (Lightning's profiler action names, :mod:`.lightning_grammar`) and the
+config libraries whose frames are never the user's code; ``import trainperf`` calls it, so the
+live clock, ``trainperf analyze`` and :func:`trainperf.analyze_trace` read a Lightning trace
+without importing Lightning. This package is adapter territory: it may name frameworks, and it
+imports only :mod:`trainperf.core`.
+"""
+
+from __future__ import annotations
+
+from trainperf.core.actions import register_grammar, register_packages
+
+__all__ = ["CONFIG_PACKAGES", "register_known"]
+
+#: Config libraries apps run their training under (their frames are not the user's code).
+CONFIG_PACKAGES = ("hydra", "omegaconf")
+
+
+def register_known() -> None:
+    """Register the shipped framework grammars and library packages (idempotent)."""
+    from trainperf.frameworks.lightning_grammar import GRAMMAR
+
+    register_grammar(GRAMMAR)
+    register_packages(CONFIG_PACKAGES)
