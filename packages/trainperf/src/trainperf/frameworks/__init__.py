@@ -1,17 +1,19 @@
 """Framework knowledge as data for the neutral layers (no framework is imported here).
 
 The layers below the adapters (``core`` ... ``present``) know no framework by name: a framework's
-words reach them as data registered here. :func:`register_known` registers every framework
-grammar the toolkit ships (Lightning's profiler action names, :mod:`.lightning_grammar`) and the
-config libraries whose frames are never the user's code; ``import trainperf`` calls it, so the
-live clock, ``trainperf analyze`` and :func:`trainperf.analyze_trace` read a Lightning trace
-without importing Lightning. This package is adapter territory: it may name frameworks, and it
-imports only :mod:`trainperf.core`.
+words reach them as data registered here. :func:`register_known` registers every framework grammar
+the toolkit ships (Lightning's profiler action names, :mod:`.lightning_grammar`), the config
+libraries whose frames are never the user's code and the Hydra app's launch facts for ``run.json``
+(:mod:`.hydra_app`: ``trainperf try`` re-runs the app); ``import trainperf`` calls it, so the live
+clock, ``trainperf analyze`` and :func:`trainperf.analyze_trace` read a Lightning trace without
+importing Lightning. This package is adapter territory: it may name frameworks, and it imports only
+the layers below it.
 """
 
 from __future__ import annotations
 
 from trainperf.core.actions import register_grammar, register_packages
+from trainperf.records.kinds import JsonValue
 
 __all__ = ["CONFIG_PACKAGES", "register_known"]
 
@@ -19,9 +21,18 @@ __all__ = ["CONFIG_PACKAGES", "register_known"]
 CONFIG_PACKAGES = ("hydra", "omegaconf")
 
 
+def _hydra_launch() -> dict[str, JsonValue]:
+    from trainperf.frameworks.hydra_app import launch_facts
+
+    return launch_facts()
+
+
 def register_known() -> None:
-    """Register the shipped framework grammars and library packages (idempotent)."""
+    """Register the shipped framework grammars, library packages and the Hydra app's launch
+    facts for every ``run.json`` (idempotent)."""
     from trainperf.frameworks.lightning_grammar import GRAMMAR
+    from trainperf.records.run_info import register_facts
 
     register_grammar(GRAMMAR)
     register_packages(CONFIG_PACKAGES)
+    register_facts(_hydra_launch)
