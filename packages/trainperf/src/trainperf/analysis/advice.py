@@ -183,22 +183,13 @@ def _override_value(value: Any) -> str:
     return str(value)
 
 
-def _python_value(value: Any) -> str:
-    """``value`` as Python source (``True``, ``"bf16-mixed"``, ``4``)."""
-    return f'"{value}"' if isinstance(value, str) else repr(value)
-
-
 def spelled(f: RunFacts, family: str, value: Any) -> str | None:
     """The change of ``family`` to ``value`` in the words of the run's app, else of its
     framework (their recorded settings), or ``None`` when neither recorded a spelling."""
     for info in (f.app, f.framework):
-        setting = info.setting(family) if info is not None else None
-        if info is None or setting is None:
-            continue
-        if str(value) in setting.values:
-            return setting.values[str(value)]
-        shown = _override_value(value) if info.literals == "override" else _python_value(value)
-        return setting.change.replace("{value}", shown)
+        words = info.spell(family, value) if info is not None else None
+        if words is not None:
+            return words
     return None
 
 

@@ -1,12 +1,12 @@
 """Run folders recorded before ``perf/run.json`` carried the framework and the app (compatibility).
 
 Older folders kept the app's configuration only in Hydra's output folder (``.hydra/config.yaml``,
-``overrides.yaml``, ``hydra.yaml``) and the framework only as ``run.json``'s
-``lightning_version`` (every such folder was recorded by the Lightning callbacks: the only
-adapter there was). This module alone reads that layout, into the same
-:class:`~trainperf.records.kinds.FrameworkInfo` records a new folder carries (without spellings:
-advice for such a folder keeps its former wording; with the hints the report gave then). Nothing else in the layers below the adapters
-names that layout; a new folder never needs this module.
+``overrides.yaml``, ``hydra.yaml``) and the framework only as ``run.json``'s ``lightning_version``
+(every such folder was recorded by the Lightning callbacks: the only adapter there was). This
+module alone reads that layout, into the same :class:`~trainperf.records.kinds.FrameworkInfo`
+records a new folder carries (without spellings: advice for such a folder keeps its former wording;
+with the hints the report gave then). Nothing else in the layers below the adapters names that
+layout; a new folder never needs this module.
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ _SECTION = "hydra"
 _PROFILER_SWITCH = ("callbacks", "profiler", "enabled")
 #: What the report told an older folder's user (the Lightning callbacks were the only recorder).
 _HINTS = {
-    "record": "attach PerformanceProfilerCallback or ThroughputMonitorCallback",
+    "record": "attach the performance callbacks (PerformanceProfilerCallback or "
+    "ThroughputMonitorCallback)",
     "profile": "attach trainperf.lightning.ProfilerCallback",
 }
 

@@ -257,7 +257,7 @@ def _read_app(data: RunData) -> None:
     """The run's framework and app (``run.json``, else an older folder's layout) and the app's
     configuration, less the config library's own sections."""
     info = data.run_info
-    data.framework = info.framework if info is not None else None
+    data.framework = info.framework_info if info is not None else None
     data.app = info.app if info is not None else None
     if data.framework is None:
         data.framework = legacy_framework(info)

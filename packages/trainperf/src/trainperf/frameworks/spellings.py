@@ -50,7 +50,8 @@ LIGHTNING = FrameworkInfo(
         Setting(family="compile", change="model = torch.compile(model) before trainer.fit"),
     ],
     hints={
-        "record": "attach trainperf.lightning's PerformanceProfilerCallback to the Trainer",
+        "record": "attach the performance callbacks (trainperf.lightning's "
+        "PerformanceProfilerCallback) to the Trainer",
         "profile": "attach trainperf.lightning.ProfilerCallback",
     },
 )
@@ -104,7 +105,11 @@ HF = FrameworkInfo(
             family="fused_optimizer",
             change='TrainingArguments(optim="adamw_torch_fused")',
         ),
-        Setting(family="compile", change="TrainingArguments(torch_compile=True)"),
+        Setting(
+            family="compile",
+            change="TrainingArguments(torch_compile=True, torch_compile_backend={value})",
+            values={"True": "TrainingArguments(torch_compile=True)"},
+        ),
         Setting(family="cudnn_benchmark", change="torch.backends.cudnn.benchmark = {value}"),
     ],
     cannot_try={

@@ -179,8 +179,8 @@ def recorded_command(run_dir: str | os.PathLike[str]) -> RecordedCommand:
         info = read_run_record(root)
     except FileNotFoundError:
         raise TryInputError(
-            f"{root}: no perf/run.json, so no command to re-run (record the run with the "
-            "performance callbacks, e.g. ocr-train callbacks=monitoring)"
+            f"{root}: no perf/run.json, so no command to re-run (record the run with "
+            "trainperf's performance monitor for its framework)"
         ) from None
     except RunDirError as exc:
         raise TryInputError(str(exc)) from exc

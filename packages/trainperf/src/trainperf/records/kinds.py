@@ -178,6 +178,23 @@ class FrameworkInfo(msgspec.Struct, kw_only=True, frozen=True):
         """The setting of candidate family ``family``, if recorded."""
         return next((s for s in self.settings if s.family == family), None)
 
+    def spell(self, family: str, value: Any) -> str | None:
+        """The change of ``family`` to ``value`` in this framework's words, or ``None`` when it
+        recorded no spelling for ``family``."""
+        setting = self.setting(family)
+        if setting is None:
+            return None
+        if str(value) in setting.values:
+            return setting.values[str(value)]
+        if self.literals == "override":  # a config override's syntax: true, null, bf16-mixed
+            if isinstance(value, bool):
+                shown = "true" if value else "false"
+            else:
+                shown = "null" if value is None else str(value)
+        else:
+            shown = f'"{value}"' if isinstance(value, str) else repr(value)
+        return setting.change.replace("{value}", shown)
+
 
 class FlopsInfo(msgspec.Struct, kw_only=True, frozen=True):
     """``run.json``'s ``"flops"`` object (``ThroughputMonitorCallback``): ``per_sample`` is
@@ -311,9 +328,16 @@ class RunRecord(Record, tag="trainperf/run", kw_only=True, frozen=True):
     dataset_containers: list[DatasetContainer] = []
     # how the app evaluates a checkpoint (trainperf try's eval-time changes); None: it said not
     eval: EvalCommand | None = None
-    # the framework adapter that recorded the run and the app above it (None in older folders)
-    framework: FrameworkInfo | None = None
+    # the framework adapter that recorded the run (its name alone, or its FrameworkInfo) and the
+    # app above it; None in older folders (they were all Lightning's)
+    framework: str | FrameworkInfo | None = None
     app: FrameworkInfo | None = None
+
+    @property
+    def framework_info(self) -> FrameworkInfo | None:
+        """``framework`` as a :class:`FrameworkInfo` (a name alone: one without settings)."""
+        fw = self.framework
+        return FrameworkInfo(name=fw) if isinstance(fw, str) else fw
 
 
 class LoaderSettings(msgspec.Struct, kw_only=True, frozen=True):

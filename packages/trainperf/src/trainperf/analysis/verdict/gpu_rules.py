@@ -153,7 +153,7 @@ _WAIT_ADVICE = {
         "on_step=False"
     ),
     "module_hooks": (
-        "the LightningModule's hook reads a device tensor every step (.item(), .cpu(), print, "
+        "the model module's hook reads a device tensor every step (.item(), .cpu(), print, "
         "a data-dependent branch): accumulate on the device and read it every N steps"
     ),
     "optimizer": (
