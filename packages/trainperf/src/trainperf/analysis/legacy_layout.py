@@ -30,6 +30,7 @@ _HINTS = {
     "record": "attach the performance callbacks (PerformanceProfilerCallback or "
     "ThroughputMonitorCallback)",
     "profile": "attach trainperf.lightning.ProfilerCallback",
+    "resume": "trainer.fit(..., ckpt_path={checkpoint})",
 }
 
 

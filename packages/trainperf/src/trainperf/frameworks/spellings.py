@@ -53,6 +53,7 @@ LIGHTNING = FrameworkInfo(
         "record": "attach the performance callbacks (trainperf.lightning's "
         "PerformanceProfilerCallback) to the Trainer",
         "profile": "attach trainperf.lightning.ProfilerCallback",
+        "resume": "trainer.fit(..., ckpt_path={checkpoint})",
     },
 )
 

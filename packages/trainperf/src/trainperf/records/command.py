@@ -64,6 +64,11 @@ class RecordedCommand:
     lightning_module: str | None = None
     evaluation: EvalCommand | None = None
 
+    @property
+    def takes_overrides(self) -> bool:
+        """The app takes config overrides on its command line (a change can be one)."""
+        return self.hydra
+
     def argv(
         self,
         output_dir: Path,
