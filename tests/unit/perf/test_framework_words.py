@@ -109,7 +109,8 @@ def test_an_app_run_is_advised_in_its_own_config_keys(tmp_path: Path) -> None:
     report = build_report(root)
     overrides = {c.override for f in report.findings for c in f.candidates}
     assert {"trainer.precision=bf16-mixed", "+model.optimizer.fused=true"} <= overrides
-    assert report.run.config is not None and "hydra" not in report.run.config  # config_skip
+    assert report.run.config is not None
+    assert "hydra" not in report.run.config  # the config library's own section (config_skip)
     assert report.name.source == "the app's job name"
     assert changes  # the same run without the app: the framework's words
     workers = _input_changes(tmp_path / "input", None, config=CONFIG)
@@ -121,7 +122,8 @@ def test_an_older_folder_keeps_todays_wording(tmp_path: Path) -> None:
     assert _has(changes, "the Trainer's precision bf16-mixed")
     assert _has(changes, "fused=True in configure_optimizers")
     run = load_run(tmp_path)
-    assert run.framework is not None and run.framework.name == "lightning"  # all were
+    assert run.framework is not None
+    assert run.framework.name == "lightning"  # every older folder was the callbacks'
     assert not run.framework.settings
 
 
