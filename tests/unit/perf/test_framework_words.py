@@ -18,7 +18,7 @@ from trainperf.cli.tryout.candidate_options import applicable, parse_candidate
 from trainperf.frameworks.spellings import HF, LIGHTNING, LOOP, framework_info
 from trainperf.present.report import build_report
 from trainperf.records.files import read_run_record
-from trainperf.records.kinds import FrameworkInfo, Setting
+from trainperf.records.framework_info import FrameworkInfo, Setting
 
 from tests.unit.perf_report.runs import epoch_record, make_run
 from tests.unit.perf_report.test_gpu_verdict import CONFIG, GPU, HOST, _samples

@@ -9,7 +9,8 @@ in our app, ``dataloader.num_workers`` or ``loader.workers`` in another. No matc
 config at all, e.g. a model trained from a plain script) gives a change with ``override=None``,
 never a key the run does not have, written as the run's framework writes it when the run
 recorded that (``run.json``'s ``framework``: ``DataLoader(num_workers=4)``,
-``TrainingArguments(dataloader_num_workers=4)``; :func:`spelled`), else in plain words.
+``TrainingArguments(dataloader_num_workers=4)``; :mod:`~trainperf.analysis.spelled`), else in
+plain words.
 
 Values come from the run's evidence: workers from the worker seconds per batch against the main
 loop's (capped at the host's cores), compute threads from the host's cores, precision from
@@ -28,10 +29,11 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from trainperf.analysis.spelled import in_framework_words
 from trainperf.core.candidates import Candidate
 from trainperf.core.findings import threshold
 from trainperf.core.knobs import family_knob
-from trainperf.records.kinds import FrameworkInfo
+from trainperf.records.framework_info import FrameworkInfo
 
 # Parents under which a loader setting most likely configures the DataLoader.
 _LOADER_PARENTS = ("loader", "dataloader", "data", "datamodule", "dataset")
@@ -183,52 +185,10 @@ def _override_value(value: Any) -> str:
     return str(value)
 
 
-def spelled(f: RunFacts, family: str, value: Any) -> str | None:
-    """The change of ``family`` to ``value`` in the words of the run's app, else of its
-    framework (their recorded settings), or ``None`` when neither recorded a spelling."""
-    for info in (f.app, f.framework):
-        words = info.spell(family, value) if info is not None else None
-        if words is not None:
-            return words
-    return None
-
-
-def _recorded_now(f: RunFacts, family: str) -> Any:
-    """The value of ``family``'s setting in the run, as its framework recorded it."""
-    for info in (f.app, f.framework):
-        setting = info.setting(family) if info is not None else None
-        if setting is not None and setting.value is not None:
-            return setting.value
-    return None
-
-
-#: What each family's change does, before its spelling (``{value}``: the new value).
-_WHAT = {
-    "workers": "run {value} DataLoader worker processes",
-    "prefetch": "keep {value} batches per worker in flight",
-    "persistent_workers": "keep workers alive between epochs",
-    "pin_memory": "copy batches from pinned memory",
-    "threads": "compute threads on every core",
-    "channels_last": "convolutions in channels-last layout",
-    "compile": "compile the model (the first steps are slower)",
-    "batch_size": "a larger batch if memory allows (changes the optimisation: scale the learning "
-    "rate)",
-    "precision": "mixed precision {value} (numerics change: check the metric)",
-    "cudnn_benchmark": "let cuDNN pick the fastest convolution algorithms (fixed input shapes)",
-    "fused_optimizer": "a fused optimizer step (one kernel for all parameters, no "
-    "per-parameter host loop)",
-}
-
-
 def _framework_words(f: RunFacts, family: str, value: Any, what: str | None = None) -> str | None:
-    """``what the change does: `its spelling` (now X)`` in the run's framework's words, or
-    ``None`` when the run recorded no spelling for ``family``."""
-    change = spelled(f, family, value)
-    if change is None:
-        return None
-    head = (what or _WHAT.get(family, family)).replace("{value}", str(value))
-    now = _recorded_now(f, family)
-    return f"{head}: `{change}`" + (f" (now {now})" if now is not None else "")
+    """The change in the run's app's or framework's words (:func:`~trainperf.analysis.spelled.
+    in_framework_words`), or ``None`` when neither recorded a spelling for ``family``."""
+    return in_framework_words((f.app, f.framework), family, value, what)
 
 
 def _now(key: ConfigKey) -> str:

@@ -15,7 +15,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from trainperf.records.kinds import FrameworkInfo, RunRecord
+from trainperf.records.framework_info import FrameworkInfo
+from trainperf.records.kinds import RunRecord
 
 __all__ = ["LEGACY_CONFIG", "legacy_app", "legacy_framework"]
 

@@ -30,11 +30,11 @@ from trainperf.analysis.tryouts import last_session
 from trainperf.core.stage import STAGE_ORDER, Stage
 from trainperf.errors import InputError
 from trainperf.records.files import read_records, read_run_record
+from trainperf.records.framework_info import FrameworkInfo
 from trainperf.records.kinds import (
     PERF_DIRNAME,
     AlertEvent,
     EpochRecord,
-    FrameworkInfo,
     GrowthRecord,
     IntervalRecord,
     LifecycleRecord,

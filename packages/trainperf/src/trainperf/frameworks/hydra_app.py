@@ -18,7 +18,8 @@ from typing import Any
 
 import msgspec
 
-from trainperf.records.kinds import FrameworkInfo, HydraApp, JsonValue
+from trainperf.records.framework_info import FrameworkInfo
+from trainperf.records.kinds import HydraApp, JsonValue
 
 __all__ = ["CONFIG_SECTION", "app_info", "hydra_app", "launch_facts"]
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from trainperf.records.kinds import FrameworkInfo, JsonValue, Setting
+from trainperf.records.framework_info import FrameworkInfo, Setting
+from trainperf.records.kinds import JsonValue
 
 __all__ = ["HF", "LIGHTNING", "LOOP", "framework_info"]
 

@@ -20,7 +20,7 @@ from trainperf.core.candidates import Candidate
 from trainperf.core.findings import Finding, rank
 from trainperf.core.knobs import Knob, is_knob
 from trainperf.records.command import TryInputError, override_key
-from trainperf.records.kinds import FrameworkInfo
+from trainperf.records.framework_info import FrameworkInfo
 
 __all__ = [
     "TOP_FINDINGS",
