@@ -85,9 +85,9 @@ def test_how_to_apply_winners_in_ones_own_code() -> None:
     assert apply_lines([Knob.parse("knob:model.compile=true")]) == [
         "model = torch.compile(model)  # before training"
     ]
-    # a Lightning run's record spells them in Lightning's words, one call's arguments together
+    # a Lightning run's record spells them in Lightning's words (the DataLoader's its own)
     assert apply_lines(knobs, LIGHTNING.spell)[:2] == [
-        "DataLoader(num_workers=4, persistent_workers=True)",
+        "DataLoader(..., num_workers=4, persistent_workers=True)  # the training loader",
         'Trainer(precision="bf16-mixed")',
     ]
     # a Hugging Face run's in TrainingArguments

@@ -347,25 +347,25 @@ def _merged_calls(lines: Sequence[str]) -> list[str]:
 def apply_lines(
     knobs: Iterable[Knob], spell: Callable[[str, KnobValue], str | None] | None = None
 ) -> list[str]:
-    """How to make ``knobs`` in one's own code, one line per place: each change in the run's
-    framework's words where ``spell`` (candidate family, value -> its spelling) has them, the
-    DataLoader's other keyword arguments together (``DataLoader(..., num_workers=4,
-    persistent_workers=True)``), then each other change in neutral words."""
+    """How to make ``knobs`` in one's own code, one line per place: the training DataLoader's
+    keyword arguments together (``DataLoader(..., num_workers=4, persistent_workers=True)``),
+    each other change in the run's framework's words where ``spell`` (candidate family, value
+    -> its spelling) has them (one call's arguments together), then the rest in neutral words.
+    A loader knob the framework spells as something other than the DataLoader's own argument
+    (``TrainingArguments(dataloader_num_workers=4)``) is written its way."""
     spelled: list[str] = []
     loader: list[str] = []
     other: list[str] = []
     for knob in knobs:
         words = spell(knob.spec.family, knob.value) if spell is not None else None
-        if words is not None:
-            spelled.append(words)
-        elif knob.spec.target == "loader":
+        if knob.spec.target == "loader" and (words is None or words.startswith("DataLoader(")):
             loader.append(knob.code())
+        elif words is not None:
+            spelled.append(words)
         else:
             other.append(knob.code())
-    out = _merged_calls(spelled)
-    if loader:
-        out.append(f"DataLoader(..., {', '.join(loader)})  # the training loader")
-    return out + other
+    out = [f"DataLoader(..., {', '.join(loader)})  # the training loader"] if loader else []
+    return out + _merged_calls(spelled) + other
 
 
 def knobs_of(changes: Sequence[str]) -> tuple[Knob, ...]:
