@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 import torch
+from lightning.pytorch.trainer.states import TrainerFn
 from torch.profiler import ProfilerActivity
 from trainperf.errors import PerfCallbackWarning
 from trainperf.lightning import ProfilerCallback
@@ -59,6 +60,7 @@ def _trainer(root: Path) -> Any:
         global_rank=0,
         max_epochs=3,
         current_epoch=1,
+        state=SimpleNamespace(fn=TrainerFn.FITTING),  # what trial_fit reads
     )
 
 

@@ -24,6 +24,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 from trainperf.cli.main import main as perf_main
+from trainperf.cli.tryout.session import WARM_UP
 from trainperf.core.trial_window import ENV_VAR, TryWindow
 from trainperf.lightning import (
     PerformanceProfilerCallback,
@@ -170,7 +171,7 @@ def test_try_on_a_plain_script_leaves_its_run_alone(
     trials = _try_leaves_the_run_alone(
         run, tmp_path, capsys, "knob:cudnn.benchmark=true", "--warmup", "2", "--batches", "8"
     )
-    assert len(trials) == 2
+    assert len(trials) == 3  # the uncounted warm-up run, then the pair
     for trial in trials:  # what the trials wrote went to their own folders
         assert (trial / "profiler_traces" / "epoch_1.json").is_file()
         assert (trial / "perf" / "profiler.jsonl").is_file()
@@ -189,7 +190,8 @@ def test_a_script_writing_into_its_run_by_a_fixed_path_stops_the_session(
     code = perf_main([*argv, "--pairs", "1", "--warmup", "1", "--batches", "2"])
     err = capsys.readouterr().err
     assert code == 2
-    assert "trial 1 (knob:cudnn.benchmark=true) changed the run folder it measures" in err
+    # the session's first trial, the uncounted warm-up run, is checked like any other
+    assert f"trial 1 ({WARM_UP}) changed the run folder it measures" in err
     assert "new: lightning_logs/version_1" in err
     after = _hashes(run)
     assert "perf/try.jsonl" not in after  # nothing recorded
@@ -226,7 +228,15 @@ def test_try_on_the_app_leaves_its_run_alone(
     _run([*argv, f"hydra.run.dir={run}"], run)
     assert (run / "checkpoints" / "last.ckpt").is_file()
     trials = _try_leaves_the_run_alone(
-        run, tmp_path, capsys, "trainer.benchmark=true", "--warmup", "0", "--batches", "2"
+        run,
+        tmp_path,
+        capsys,
+        "trainer.benchmark=true",
+        "--warmup",
+        "0",
+        "--batches",
+        "2",
+        "--no-warm-up",  # one pair of the app is enough here (the plain script runs the warm-up)
     )
     assert [(t / "perf" / "epochs.jsonl").is_file() for t in trials] == [True, True]
 

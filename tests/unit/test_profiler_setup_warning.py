@@ -8,6 +8,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from lightning.pytorch.trainer.states import TrainerFn
 from trainperf.lightning import PerfCallbackWarning, ProfilerCallback
 from trainperf.lightning.profiler_settings import ProfileSchedule, TraceOptions
 
@@ -19,6 +20,7 @@ def _trainer(tmp_path: Path, max_epochs: int | None) -> Any:
         world_size=1,
         global_rank=0,
         is_global_zero=True,
+        state=SimpleNamespace(fn=TrainerFn.FITTING),  # what trial_fit reads
     )
 
 
