@@ -69,6 +69,7 @@ def test_a_plain_lightning_run_is_advised_in_lightnings_words(tmp_path: Path) ->
     assert _has(changes, "`torch.optim.AdamW(..., fused=True) in configure_optimizers")
     workers = _input_changes(tmp_path / "input", lightning)
     assert _has(workers, "DataLoader worker processes: `DataLoader(num_workers=")
+    assert _has(workers, "` (now 0)")  # the workers the run showed (its epochs' records)
     assert not _has(workers | changes, "TrainingArguments")
 
 

@@ -187,8 +187,18 @@ def _override_value(value: Any) -> str:
 
 def _framework_words(f: RunFacts, family: str, value: Any, what: str | None = None) -> str | None:
     """The change in the run's app's or framework's words (:func:`~trainperf.analysis.spelled.
-    in_framework_words`), or ``None`` when neither recorded a spelling for ``family``."""
-    return in_framework_words((f.app, f.framework), family, value, what)
+    in_framework_words`; its current value as recorded, else as the run showed it), or ``None``
+    when neither recorded a spelling for ``family``."""
+    shown = {
+        "workers": f.num_workers,
+        "prefetch": f.prefetch_factor,
+        "persistent_workers": f.persistent_workers,
+        "pin_memory": f.pin_memory,
+        "threads": f.torch_threads,
+        "precision": f.precision,
+        "batch_size": f.batch_size,
+    }.get(family)
+    return in_framework_words((f.app, f.framework), family, value, what, now=shown)
 
 
 def _now(key: ConfigKey) -> str:

@@ -50,13 +50,20 @@ def recorded_now(infos: Sequence[FrameworkInfo | None], family: str) -> Any:
 
 
 def in_framework_words(
-    infos: Sequence[FrameworkInfo | None], family: str, value: Any, what: str | None = None
+    infos: Sequence[FrameworkInfo | None],
+    family: str,
+    value: Any,
+    what: str | None = None,
+    *,
+    now: Any = None,
 ) -> str | None:
     """``what the change does: `its spelling` (now X)`` (``what``: the first part, else
-    :data:`WHAT`'s), or ``None`` when none of ``infos`` recorded a spelling for ``family``."""
+    :data:`WHAT`'s; X as recorded, else ``now``), or ``None`` when none of ``infos`` recorded a
+    spelling for ``family``."""
     change = spelled(infos, family, value)
     if change is None:
         return None
     head = (what or WHAT.get(family, family)).replace("{value}", str(value))
-    now = recorded_now(infos, family)
+    recorded = recorded_now(infos, family)
+    now = recorded if recorded is not None else now
     return f"{head}: `{change}`" + (f" (now {now})" if now is not None else "")
