@@ -53,12 +53,14 @@ ALLOWED: dict[tuple[str, str], str] = {
         "run-folder format; filled by trainperf.frameworks.hydra_app"
     ),
     ("records/kinds.py", "lightning"): (
-        "run.json's 'lightning_version' and 'lightning_module' fields of older folders (read "
-        "through analysis/legacy_layout)"
+        "run.json's field names 'lightning_module' (the model class, written by the Lightning "
+        "adapter) and 'lightning_version' (older folders, read through analysis/legacy_layout)"
     ),
     ("records/command.py", "hydra"): (
-        "the re-run of a config app from run.json's 'hydra' entry (its run-folder argument, the "
-        "sweep keys a trial drops): the launch record's meaning since before the adapters"
+        "not yet data: the re-run of a config app from run.json's 'hydra' entry (the trial's "
+        "output-folder override, the sweep keys it drops), as before the adapters; its launch "
+        "facts are recorded by trainperf.frameworks.hydra_app (issue 39 follow-up: record "
+        "those two as data in the entry too)"
     ),
     ("records/command.py", "lightning"): "run.json's 'lightning_module' field, read",
     ("analysis/legacy_layout.py", "hydra"): (
