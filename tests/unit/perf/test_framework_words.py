@@ -85,6 +85,16 @@ def test_a_plain_loop_is_advised_in_torchs_words(tmp_path: Path) -> None:
     assert _has(workers, "(now 0)")
 
 
+def test_a_run_that_names_only_its_framework_reads_as_that_framework(tmp_path: Path) -> None:
+    """An adapter may record ``"framework": "loop"`` alone: the registered spellings apply."""
+    epochs = [epoch_record("train", e, INPUT_BOUND, num_workers=0) for e in range(3)]
+    make_run(tmp_path, epochs, run_info={"cpu_count": 8, "framework": "loop"})
+    assert read_run_record(tmp_path).framework_info == LOOP
+    changes = {c.description for f in build_report(tmp_path).findings for c in f.candidates}
+    assert _has(changes, "`DataLoader(num_workers=")
+    assert load_run(tmp_path).framework == LOOP
+
+
 def test_a_hugging_face_run_is_advised_in_training_arguments(tmp_path: Path) -> None:
     changes = _gpu_changes(tmp_path / "gpu", framework_info(HF))
     assert _has(changes, "`TrainingArguments(bf16=True)`")

@@ -31,8 +31,12 @@ def register_known() -> None:
     """Register the shipped framework grammars, library packages and the Hydra app's launch
     facts for every ``run.json`` (idempotent)."""
     from trainperf.frameworks.lightning_grammar import GRAMMAR
+    from trainperf.frameworks.spellings import HF, LIGHTNING, LOOP
+    from trainperf.records.framework_info import register_framework
     from trainperf.records.run_info import register_facts
 
+    for known in (LIGHTNING, LOOP, HF):  # a run.json naming only its framework reads as these
+        register_framework(known)
     register_grammar(GRAMMAR)
     register_packages(CONFIG_PACKAGES)
     register_facts(_hydra_launch)

@@ -80,6 +80,8 @@ LOOP = FrameworkInfo(
     ],
     cannot_try={
         "precision": "autocast is in the loop's own code; trainperf cannot switch it from outside",
+        "channels_last": "the Monitor does not build the model: convert it in the script",
+        "compile": "the Monitor does not build the model: compile it in the script",
     },
     hints={
         "record": "wrap the loop in trainperf.loop.Monitor(run_dir, model=..., optimizer=...)",

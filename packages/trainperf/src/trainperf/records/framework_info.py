@@ -10,7 +10,7 @@ from typing import Any
 
 import msgspec
 
-__all__ = ["FrameworkInfo", "Setting"]
+__all__ = ["FrameworkInfo", "Setting", "known_framework", "register_framework"]
 
 
 class Setting(msgspec.Struct, kw_only=True, frozen=True):
@@ -95,3 +95,19 @@ class FrameworkInfo(msgspec.Struct, kw_only=True, frozen=True):
         else:
             shown = f'"{value}"' if isinstance(value, str) else repr(value)
         return setting.change.replace("{value}", shown)
+
+
+#: What an adapter's framework is known to be, by name (registered from above:
+#: :func:`trainperf.frameworks.register_known`), for a run that recorded only the name.
+_KNOWN: dict[str, FrameworkInfo] = {}
+
+
+def register_framework(info: FrameworkInfo) -> None:
+    """Make ``info`` (its spellings, what ``try`` cannot apply, its hints) what a run that
+    recorded only the framework's name (``"framework": "loop"``) is read as."""
+    _KNOWN[info.name] = info
+
+
+def known_framework(name: str) -> FrameworkInfo:
+    """The registered :class:`FrameworkInfo` named ``name``, else one with the name alone."""
+    return _KNOWN.get(name) or FrameworkInfo(name=name)

@@ -42,7 +42,7 @@ from trainperf.core.findings import threshold
 from trainperf.core.ranks import Straggler
 from trainperf.core.stage import Stage
 from trainperf.errors import InputError
-from trainperf.records.framework_info import FrameworkInfo
+from trainperf.records.framework_info import FrameworkInfo, known_framework
 
 PERF_DIRNAME = "perf"
 
@@ -252,9 +252,10 @@ class RunRecord(Record, tag="trainperf/run", kw_only=True, frozen=True):
 
     @property
     def framework_info(self) -> FrameworkInfo | None:
-        """``framework`` as a :class:`FrameworkInfo` (a name alone: one without settings)."""
+        """``framework`` as a :class:`FrameworkInfo` (a name alone: the framework registered
+        under it, :func:`~trainperf.records.framework_info.known_framework`)."""
         fw = self.framework
-        return FrameworkInfo(name=fw) if isinstance(fw, str) else fw
+        return known_framework(fw) if isinstance(fw, str) else fw
 
 
 class LoaderSettings(msgspec.Struct, kw_only=True, frozen=True):
