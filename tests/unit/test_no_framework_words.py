@@ -50,19 +50,13 @@ ALLOWED: dict[tuple[str, str], str] = {
     ),
     ("records/kinds.py", "hydra"): (
         "run.json's 'hydra' entry (HydraApp: how try re-runs a config app), a field name of the "
-        "run-folder format; filled by trainperf.frameworks.hydra_app"
+        "run-folder format, filled by trainperf.frameworks.hydra_app; and what an older entry, "
+        "recorded before its output override and dropped keys were data, meant (LEGACY_*)"
     ),
     ("records/kinds.py", "lightning"): (
         "run.json's field names 'lightning_module' (the model class, written by the Lightning "
         "adapter) and 'lightning_version' (older folders, read through analysis/legacy_layout)"
     ),
-    ("records/command.py", "hydra"): (
-        "not yet data: the re-run of a config app from run.json's 'hydra' entry (the trial's "
-        "output-folder override, the sweep keys it drops), as before the adapters; its launch "
-        "facts are recorded by trainperf.frameworks.hydra_app (issue 39 follow-up: record "
-        "those two as data in the entry too)"
-    ),
-    ("records/command.py", "lightning"): "run.json's 'lightning_module' field, read",
     ("analysis/legacy_layout.py", "hydra"): (
         "the one compatibility module: older folders kept the app's config only in .hydra/"
     ),

@@ -189,3 +189,21 @@ def test_a_recorded_setting_spells_a_value_in_its_frameworks_literals() -> None:
     assert LOOP.spell("pin_memory", True) == "DataLoader(pin_memory=True)"
     assert HF.spell("precision", "16-mixed") == "TrainingArguments(fp16=True)"
     assert LIGHTNING.spell("precision", "bf16-mixed") == 'Trainer(precision="bf16-mixed")'
+
+
+def test_a_config_apps_trial_command_comes_from_its_launch_record(tmp_path: Path) -> None:
+    """How a trial's output is redirected and what it leaves out are data of run.json's launch
+    entry (``hydra``); an older entry without them means what it always did."""
+    from trainperf.records.command import recorded_command
+
+    launch = {"cwd": str(tmp_path), "overrides": ["a=1", "out.dir=x", "sweep.n=2"]}
+    base = {"executable": "python", "orig_argv": ["python", "app.py"], "argv": ["app.py"]}
+    (tmp_path / "app.py").write_text("")
+    new = {**launch, "output_override": "out.dir={dir}", "drop_keys": ["out.dir", "sweep"]}
+    make_run(tmp_path / "new", run_info={**base, "hydra": new})
+    argv = recorded_command(tmp_path / "new").argv(tmp_path / "t", changes=("b=2",))
+    assert argv == ["python", "app.py", "a=1", f"out.dir={tmp_path / 't'}", "b=2"]
+    make_run(tmp_path / "old", run_info={**base, "hydra": launch})
+    argv = recorded_command(tmp_path / "old").argv(tmp_path / "t")
+    assert argv[-1] == f"hydra.run.dir={tmp_path / 't'}"  # what an older entry meant
+    assert "out.dir=x" in argv

@@ -66,6 +66,10 @@ def hydra_app() -> HydraApp | None:
             config_name=cfg.job.config_name,
             overrides_file=f"{subdir}/overrides.yaml" if subdir else None,
             overrides=list(cfg.overrides.task),
+            # how a trial's command is made: its output folder, what it leaves out
+            output_override="hydra.run.dir={dir}",
+            drop_keys=["hydra.run.dir", "hydra.sweep.dir", "hydra.sweep.subdir"],
+            multirun_flags=["-m", "--multirun"],
         )
     except Exception:  # a Hydra whose runtime config lacks a field: no re-run, nothing worse
         return None

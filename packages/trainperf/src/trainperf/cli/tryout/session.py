@@ -204,7 +204,7 @@ class TrySession:
 
     def _change(self, c: Candidate) -> str | None:
         """What the trial applies: the override on a Hydra app, else the knob."""
-        if c.override is not None and (self.command.hydra or c.knob is None):
+        if c.override is not None and (self.command.takes_overrides or c.knob is None):
             return c.override
         return c.knob.text if c.knob is not None else None
 
@@ -220,7 +220,7 @@ class TrySession:
                 "a plain-language change: no config key or runtime knob makes it; make it by "
                 "hand and compare"
             )
-        if c.override is not None and not self.command.hydra and c.knob is None:
+        if c.override is not None and not self.command.takes_overrides and c.knob is None:
             value = c.override.partition("=")[2]  # the knob of the family makes it with this
             knob = family_knob(c.family, value) if value else None
             instead = (
