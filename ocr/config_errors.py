@@ -34,7 +34,7 @@ from trainperf.errors import ConfigError
 from ocr.cli_errors import EXIT_BAD_INPUT, full_error_requested, report_error  # registers Hydra's
 
 if TYPE_CHECKING:
-    from trainperf.lightning.profiler_settings import FlatSetting
+    from trainperf.recording.profiler_settings import FlatSetting
 
 __all__ = ["composed", "config_errors", "describe", "flat_twin_conflict", "moved_to"]
 
@@ -102,7 +102,7 @@ def moved_to(key: str, valid: list[str]) -> str:
     parent is not a node of the config (a misspelling on the way) or when more than two keys
     share the name. A spelling distance would rather suggest a different setting with a
     similar name."""
-    from trainperf.lightning.profiler_settings import FLAT_SETTINGS
+    from trainperf.recording.profiler_settings import FLAT_SETTINGS
 
     parts = key.split(".")
     parent = ".".join(parts[:-1])
@@ -135,7 +135,7 @@ def flat_twin_conflict(argv: list[str]) -> ConfigError | None:
     does not. Values are compared as the callback reads them (``[2,1]`` = ``[1,2]``). Twins set
     apart in config files are refused by the callback itself (:func:`~trainperf.lightning.
     profiler_settings.apply_flat`)."""
-    from trainperf.lightning.profiler_settings import FLAT_SETTINGS
+    from trainperf.recording.profiler_settings import FLAT_SETTINGS
 
     given = {}
     for arg in argv:

@@ -16,7 +16,9 @@ Checks, each printed as one ``ok`` / ``FAIL`` line:
 5. ``plain script``: ``examples/plain_lightning.py`` (a plain Lightning script with the four
    monitors) trains 2 epochs into a run folder;
 6. ``report``, ``baseline``, ``check``: ``trainperf report RUN -o ...``, ``trainperf baseline RUN
-   -o B.json --skip-epochs 0`` and ``trainperf check B.json RUN --skip-epochs 0`` exit 0.
+   -o B.json --skip-epochs 0`` and ``trainperf check B.json RUN --skip-epochs 0`` exit 0;
+7. ``plain loop``: ``examples/plain_loop.py`` (a plain PyTorch loop with ``trainperf.loop.Monitor``)
+   trains 2 epochs without importing Lightning, and ``trainperf report`` on its folder exits 0.
 
 Everything runs in a temporary folder (removed at the end) with ``PYTHONPATH`` unset, so nothing
 of the checkout can stand in for the installed package. Exit 0 when every check holds, 1 otherwise.
@@ -45,6 +47,15 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 SOURCE = REPO / "packages" / "trainperf" / "src" / "trainperf"
 EXAMPLE = REPO / "examples" / "plain_lightning.py"
+LOOP_EXAMPLE = REPO / "examples" / "plain_loop.py"
+#: Runs a script as ``__main__`` with ``sys.argv[1:]`` and then fails if it imported Lightning.
+_NO_LIGHTNING = (
+    "import runpy, sys; script = sys.argv[1]; sys.argv = sys.argv[1:]; "
+    "runpy.run_path(script, run_name='__main__'); "
+    "loaded = sorted(m for m in sys.modules if m.split('.')[0] in "
+    "('lightning', 'pytorch_lightning', 'lightning_fabric')); "
+    "sys.exit(f'it imported {loaded[:3]}') if loaded else None"
+)
 #: The app's imports, none of which the toolkit's distribution may bring in.
 APP_ONLY = ("cv2", "hydra", "omegaconf", "shapely", "ocr")
 #: Heavy imports ``import trainperf`` must not make (each name is loaded on first use).
@@ -238,12 +249,35 @@ def check_gate(env: Env) -> list[str]:
     return _failed(run(env, [*env.trainperf(), *argv]), "trainperf check")
 
 
+def check_plain_loop(env: Env, script: Path = LOOP_EXAMPLE) -> list[str]:
+    """The plain-loop example trains :data:`EPOCHS` epochs without Lightning and its folder
+    reports."""
+    run_dir = env.work / "loop_run"
+    argv = [str(env.python), "-c", _NO_LIGHTNING, str(script), str(run_dir)]
+    problems = _failed(run(env, argv), script.name)
+    if problems:
+        return problems
+    lines = (run_dir / "perf" / "epochs.jsonl").read_text(encoding="utf-8").splitlines()
+    records = [json.loads(line) for line in lines if line.strip()]
+    epochs = sorted(r["epoch"] for r in records if r.get("stage") == "train")
+    if len(epochs) != EPOCHS:
+        return [f"{run_dir}/perf/epochs.jsonl: train epochs {epochs}, expected {EPOCHS}"]
+    html = env.work / "out" / "loop_report.html"
+    return _failed(
+        run(env, [*env.trainperf(), "report", str(run_dir), "-o", str(html)]),
+        "trainperf report (plain loop)",
+    )
+
+
 Check = Callable[[Env], list[str]]
 
 
 def plan(env: Env, script: Path) -> tuple[list[tuple[str, Check]], list[tuple[str, Check]]]:
     """(independent checks, the chain from the plain script on: each needs the one before)."""
-    alone: list[tuple[str, Check]] = [("lazy import", check_lazy_import)]
+    alone: list[tuple[str, Check]] = [
+        ("lazy import", check_lazy_import),
+        ("plain loop", check_plain_loop),
+    ]
     if env.isolated:  # the development venv has the app, an editable install and every extra
         alone = [
             ("isolation", check_isolation),

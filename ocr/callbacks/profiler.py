@@ -8,7 +8,7 @@ re-exported. It takes the seed's flat arguments as written::
 
 and ``ProfilerCallback.analyze_trace(trace_path)`` returns the seed's keys (``top_cpu_ops`` as
 ``(op_name, time_us)`` pairs, ...). Where each flat argument lands in the grouped settings:
-:data:`trainperf.lightning.profiler_settings.FLAT_SETTINGS`."""
+:data:`trainperf.recording.profiler_settings.FLAT_SETTINGS`."""
 
 from trainperf.lightning import ProfilerCallback
 

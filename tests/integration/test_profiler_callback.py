@@ -19,7 +19,7 @@ from lightning.pytorch.loggers import Logger
 from torch.utils.data import DataLoader, TensorDataset
 from trainperf.analysis.trace import analyze_trace
 from trainperf.lightning import PerfCallbackWarning, ProfilerCallback
-from trainperf.lightning.profiler_settings import ProfileSchedule, TraceOptions
+from trainperf.recording.profiler_settings import ProfileSchedule, TraceOptions
 
 from tests.memory_logger import MemoryLogger
 

@@ -18,7 +18,7 @@ from lightning.pytorch.callbacks import Callback
 from trainperf.analysis.trace import analyze_trace
 from trainperf.core import triggers
 from trainperf.lightning import PerfCallbackWarning, ProfilerCallback
-from trainperf.lightning.profiler_settings import ProfileSchedule
+from trainperf.recording.profiler_settings import ProfileSchedule
 from trainperf.records.kinds import ProfilerWindow
 
 from tests.integration.test_profiler_callback import _fit, _profiler_off

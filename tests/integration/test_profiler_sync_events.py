@@ -16,7 +16,7 @@ from torch.profiler import ProfilerActivity
 from trainperf.errors import PerfCallbackWarning
 from trainperf.lightning import ProfilerCallback
 from trainperf.lightning.profiler_callback import cuda_sync_config
-from trainperf.lightning.profiler_settings import ProfileSchedule, TraceOptions
+from trainperf.recording.profiler_settings import ProfileSchedule, TraceOptions
 
 
 class _RecordedConfig:

@@ -14,8 +14,8 @@ import lightning as L
 import pytest
 import torch
 from trainperf.lightning import PerfCallbackWarning, ProfilerCallback
-from trainperf.lightning.profiler_settings import ProfileSchedule, TraceOptions
 from trainperf.probe.sync_debug import SYNC_WARNING, SyncDetector
+from trainperf.recording.profiler_settings import ProfileSchedule, TraceOptions
 
 from tests.integration.test_profiler_callback import TinyModule, _loader
 

@@ -38,12 +38,13 @@ def test_the_plain_example_trains_reports_and_passes_its_gate(tmp_path: Path) ->
     )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-4000:]
-    names = ("lazy import", "plain script", "report", "baseline", "check")
+    names = ("lazy import", "plain loop", "plain script", "report", "baseline", "check")
     for name in names:
         assert f"ok   {name} " in out, out[-4000:]
     for name in ("isolation", "distribution", "modules import"):  # the toolkit's venv only
         assert name not in out
-    assert "toolkit check passed: 5 checks" in out
+    assert "toolkit check passed: 6 checks" in out
+    assert (tmp_path / "out" / "loop_report.html").stat().st_size > 0
     assert (tmp_path / "out" / "report.html").stat().st_size > 0
     baseline = json.loads((tmp_path / "out" / "baseline.json").read_text(encoding="utf-8"))
     assert baseline  # the figures the check compared with
@@ -158,3 +159,16 @@ def test_a_failed_step_stops_the_steps_that_need_it(
     assert "ok   fine" in out
     assert "not run (they need first): second" in out
     assert "toolkit check FAILED (alone, first)" in out
+
+
+def test_the_plain_loop_example_runs_without_lightning(tmp_path: Path) -> None:
+    from scripts.toolkit_check import check_plain_loop
+
+    env = _dev(tmp_path, isolated=False)
+    assert check_plain_loop(env) == []
+    assert (tmp_path / "loop_run" / "perf" / "run.json").is_file()
+    script = tmp_path / "with_lightning.py"
+    script.write_text("import lightning\n", encoding="utf-8")
+    problems = check_plain_loop(env, script)
+    assert problems
+    assert "it imported ['lightning'" in "\n".join(problems)

@@ -28,7 +28,7 @@ from torch.utils.data import DataLoader, Dataset
 from trainperf.analysis.trace import analyze_trace
 from trainperf.lightning.action_stream import ActionStream
 from trainperf.lightning.profiler_callback import ProfilerCallback
-from trainperf.lightning.profiler_settings import ProfileSchedule, TraceOptions
+from trainperf.recording.profiler_settings import ProfileSchedule, TraceOptions
 
 # distinct lengths, so a sleep counted in the wrong phase cannot pass for the right one
 DATA_S = 0.006  # per sample; batches of 2

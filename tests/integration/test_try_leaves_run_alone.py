@@ -1,5 +1,5 @@
 """``trainperf try`` never touches the run it measures (issue 38, point 1): after a session on a
-plain Lightning script written here (a callback sleeping 20 ms a step planted as its top cause,
+plain Lightning script written here (a callback sleeping 80 ms a step planted as its top cause,
 all four monitors, Lightning's default logger and checkpoints, its folder from argv) and on the
 app (``ocr-train`` run from inside its own run folder), every file that was in the run folder
 is byte-identical, the only new path is ``perf/try.jsonl``, and the report's top cause is the
@@ -32,8 +32,8 @@ from trainperf.lightning import (
     ResourceMonitorCallback,
     ThroughputMonitorCallback,
 )
-from trainperf.lightning.profiler_settings import ProfileSchedule, TraceOptions
 from trainperf.probe.resources.monitor import THREAD_NAME
+from trainperf.recording.profiler_settings import ProfileSchedule, TraceOptions
 from trainperf.records.files import read_records
 from trainperf.records.kinds import LifecycleRecord, ResourceSample
 
@@ -60,7 +60,7 @@ SCRIPT = textwrap.dedent(
 
     class SleepyLogger(L.Callback):
         def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-            time.sleep(0.02)  # the planted cause: 20 ms a step in a callback
+            time.sleep(0.08)  # the planted cause: 80 ms a step in a callback
 
 
     class Regressor(L.LightningModule):

@@ -12,7 +12,7 @@ import torch
 import torch.distributed as dist
 from trainperf.core.clock import PHASES
 from trainperf.core.stage import Stage
-from trainperf.lightning.cross_rank import RankEpoch, gather_ranks, merge_ranks
+from trainperf.recording.cross_rank import RankEpoch, gather_ranks, merge_ranks
 from trainperf.records.kinds import EpochRecord
 
 
@@ -125,7 +125,7 @@ def test_the_timing_hook_holds_no_default_group_and_still_all_reduces() -> None:
     destroy_process_group(): finished 2-rank runs then aborted at exit (3 in 12, 0 in 12
     without the reference). The hook looks the group up when it runs instead."""
     from torch.nn.parallel import DistributedDataParallel
-    from trainperf.lightning.cross_rank import hook_ddp
+    from trainperf.recording.cross_rank import hook_ddp
 
     model = DistributedDataParallel(torch.nn.Linear(4, 1))
     timer = hook_ddp(model)

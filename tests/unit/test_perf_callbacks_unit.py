@@ -14,19 +14,17 @@ from trainperf.core.ranks import rank_spread
 from trainperf.core.stage import Stage
 from trainperf.core.stats import StreamingStats
 from trainperf.lightning import PerformanceProfilerCallback, ThroughputMonitorCallback
-from trainperf.lightning.cuda_events import CudaPhaseEvents
-from trainperf.lightning.cuda_events import EventClock as _EventClock
-from trainperf.lightning.epoch_report import (
-    log_to_loggers,
-    normalize_stages,
-)
+from trainperf.lightning.loggers import log_to_loggers
 from trainperf.lightning.performance_profiler import (
     performance_metrics,
     render_table,
 )
-from trainperf.lightning.stage_state import EpochWindow
-from trainperf.lightning.stage_windows import BATCH_TIMES_CHUNK
 from trainperf.lightning.throughput_monitor import throughput_metrics
+from trainperf.recording.cuda_events import CudaPhaseEvents
+from trainperf.recording.cuda_events import EventClock as _EventClock
+from trainperf.recording.epoch_report import normalize_stages
+from trainperf.recording.stage_state import EpochWindow
+from trainperf.recording.stage_windows import BATCH_TIMES_CHUNK
 from trainperf.records.kinds import EpochRecord
 
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from trainperf.errors import ConfigError
 from trainperf.lightning import ProfilerCallback, ProfileSchedule, TraceOptions
-from trainperf.lightning.profiler_settings import FLAT_SETTINGS
+from trainperf.recording.profiler_settings import FLAT_SETTINGS
 
 
 def test_the_defaults_are_the_old_flat_defaults() -> None:

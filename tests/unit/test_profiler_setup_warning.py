@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from lightning.pytorch.trainer.states import TrainerFn
 from trainperf.lightning import PerfCallbackWarning, ProfilerCallback
-from trainperf.lightning.profiler_settings import ProfileSchedule, TraceOptions
+from trainperf.recording.profiler_settings import ProfileSchedule, TraceOptions
 
 
 def _trainer(tmp_path: Path, max_epochs: int | None) -> Any:

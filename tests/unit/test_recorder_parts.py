@@ -15,18 +15,18 @@ from trainperf.core.clock import PhaseClock, active_clock
 from trainperf.core.stage import Stage
 from trainperf.lightning import attribution as attribution_module
 from trainperf.lightning.attribution import ActionAttribution
-from trainperf.lightning.cross_rank import CommTimer, RankExchange
-from trainperf.lightning.cuda_events import device_clock
-from trainperf.lightning.epoch_report import IntervalProgress
 from trainperf.lightning.recorder_output import RecorderOutput
-from trainperf.lightning.stage_windows import StageWindows
-from trainperf.lightning.window_events import (
+from trainperf.probe.device_memory import MemorySampler
+from trainperf.probe.worker import WorkerTiming
+from trainperf.recording.cross_rank import CommTimer, RankExchange
+from trainperf.recording.cuda_events import device_clock
+from trainperf.recording.epoch_report import IntervalProgress
+from trainperf.recording.stage_windows import StageWindows
+from trainperf.recording.window_events import (
     EV_TRAIN_BATCH_END,
     EV_TRAIN_EPOCH_START,
     EV_TRAIN_FETCH,
 )
-from trainperf.probe.device_memory import MemorySampler
-from trainperf.probe.worker import WorkerTiming
 from trainperf.records.kinds import EpochRecord
 
 MS = 1_000_000

@@ -1,7 +1,8 @@
 """``scripts/structure_counts.py``'s line accounting (issue 20): the kinds of a file's lines, and
 the table of modules later issues created (which must name files that exist), and the git blame
-that credits later issues' commits; the toolkit's layout (issue 34): at most ten entries at its
-top, no two modules with the same base name beyond ``__init__``, ``cli`` and ``errors``."""
+that credits later issues' commits; the toolkit's layout (issue 34): at most ``MAX_TOP_ENTRIES``
+entries at its top, no two modules with the same base name beyond ``__init__``, ``cli`` and
+``errors``."""
 
 from __future__ import annotations
 
@@ -50,7 +51,7 @@ def test_every_module_credited_to_a_later_issue_exists() -> None:
     assert missing == []
 
 
-def test_the_toolkit_has_at_most_ten_entries_at_its_top() -> None:
+def test_the_toolkit_has_at_most_max_top_entries_at_its_top() -> None:
     top = top_entries(KIT)
     assert "__pycache__" not in top
     assert len(top) <= MAX_TOP_ENTRIES, top

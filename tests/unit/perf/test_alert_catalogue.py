@@ -16,8 +16,8 @@ from trainperf.alerts.engine import Setting
 from trainperf.core import triggers
 from trainperf.core.findings import threshold
 from trainperf.lightning import ProfilerCallback
-from trainperf.lightning.profiler_settings import ProfileSchedule
 from trainperf.present.report import build_report
+from trainperf.recording.profiler_settings import ProfileSchedule
 
 import ocr.configs
 from tests.unit.perf_report.runs import T0, epoch_record, make_run

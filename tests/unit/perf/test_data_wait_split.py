@@ -19,8 +19,8 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset, get_worker_info
 from trainperf.core.stage import Stage
-from trainperf.lightning.stage_state import StageState
 from trainperf.probe.worker import InstrumentedLoader, WorkerTiming, tensor_bytes
+from trainperf.recording.stage_state import StageState
 from trainperf.records.files import read_records
 from trainperf.records.kinds import EpochRecord
 

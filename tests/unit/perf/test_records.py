@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from trainperf.core.ranks import Straggler
 from trainperf.core.stage import Stage
-from trainperf.lightning.run_files import epoch_record
+from trainperf.recording.run_files import epoch_record
 from trainperf.records.files import RecordWriter, epoch_runs, read_records, read_run_record
 from trainperf.records.kinds import (
     LEGACY_SCHEMA_PREFIX,

@@ -7,9 +7,9 @@ from trainperf.lightning.live_line import PhaseRichProgressBar
 from trainperf.lightning.performance_profiler import PerformanceProfilerCallback
 from trainperf.lightning.plain_progress import PlainProgressBar
 from trainperf.lightning.profiler_callback import ProfilerCallback
-from trainperf.lightning.profiler_settings import ProfileSchedule, TraceOptions
 from trainperf.lightning.resource_monitor import ResourceMonitorCallback
 from trainperf.lightning.throughput_monitor import ThroughputMonitorCallback
+from trainperf.recording.profiler_settings import ProfileSchedule, TraceOptions
 
 __all__ = [
     "EpochScanCallback",

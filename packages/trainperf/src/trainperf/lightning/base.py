@@ -16,16 +16,16 @@ import msgspec
 
 from trainperf.errors import warn_off
 from trainperf.lightning.batch_hooks import BatchEndHooks
-from trainperf.lightning.epoch_report import (
-    IntervalProgress,
-    int_at_least,
-    normalize_stages,
-)
 from trainperf.lightning.interruption import announce, interruption_of, set_exit_code
 from trainperf.lightning.live_line import PipedPhaseLine
 from trainperf.lightning.recorder import StageRecorder
 from trainperf.lightning.trial_fit import TrialWindow, open_trial_window
 from trainperf.probe.model_layers import model_layers
+from trainperf.recording.epoch_report import (
+    IntervalProgress,
+    int_at_least,
+    normalize_stages,
+)
 from trainperf.records.kinds import EpochRecord, JsonValue
 from trainperf.records.run_info import to_jsonable
 

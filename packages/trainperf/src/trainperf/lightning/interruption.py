@@ -41,13 +41,14 @@ import threading
 import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from types import FrameType
 from typing import Any
 
 import lightning as L
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+from trainperf.recording.run_files import Interruption
 
 log = logging.getLogger(__name__)
 
@@ -62,27 +63,6 @@ __all__ = [
 
 #: Trainers whose run a first SIGINT asked to stop at the next batch end (see InterruptCheckpoint).
 _sigint_requested: weakref.WeakSet[L.Trainer] = weakref.WeakSet()
-
-
-@dataclass(frozen=True)
-class Interruption:
-    """A run stopped by a signal: ``signal`` (``SIGTERM``, ``SIGINT``), the ``epoch`` it was in
-    and the training ``batch`` count of that epoch processed so far (resuming starts after it);
-    ``safe``: it stopped at the end of a batch (Lightning's SIGTERM path, a first SIGINT with
-    :class:`InterruptCheckpoint`), not inside one (a ``KeyboardInterrupt``);
-    ``between_epochs``: epoch ``epoch - 1`` had ended (its end hooks ran) and ``epoch`` had not
-    started."""
-
-    signal: str
-    epoch: int
-    batch: int
-    safe: bool
-    between_epochs: bool = False
-
-    @property
-    def exit_code(self) -> int:
-        """The shell's convention: 128 + the signal number."""
-        return 128 + int(signal.Signals[self.signal])
 
 
 def _position(trainer: L.Trainer) -> tuple[int, int, bool]:

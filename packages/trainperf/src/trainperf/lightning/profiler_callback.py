@@ -33,17 +33,17 @@ from trainperf.core import triggers
 from trainperf.errors import ConfigError, PerfCallbackWarning, warn_off
 from trainperf.lightning.action_stream import remove_listener
 from trainperf.lightning.batch_hooks import BatchEndHooks
-from trainperf.lightning.epoch_report import int_at_least
-from trainperf.lightning.profiler_settings import (
+from trainperf.lightning.profiler_summary import seed_analysis, summarise_window
+from trainperf.lightning.profiler_window import Window
+from trainperf.lightning.trial_fit import output_path, perf_root
+from trainperf.probe.sync_debug import SyncDetector
+from trainperf.recording.epoch_report import int_at_least
+from trainperf.recording.profiler_settings import (
     ACTIVITIES,
     ProfileSchedule,
     TraceOptions,
     apply_flat,
 )
-from trainperf.lightning.profiler_summary import seed_analysis, summarise_window
-from trainperf.lightning.profiler_window import Window
-from trainperf.lightning.trial_fit import output_path, perf_root
-from trainperf.probe.sync_debug import SyncDetector
 from trainperf.records.files import RecordWriter
 from trainperf.records.kinds import ProfilerWindow
 
@@ -94,7 +94,7 @@ class ProfilerCallback(BatchEndHooks):
         profile_epochs, profile_steps, warmup_steps, activities, record_shapes, with_stack,
             output_dir, export_chrome_trace: the original project's flat arguments (keyword
             only; None: not given), each one grouped setting with its unit and meaning
-            (:data:`~trainperf.lightning.profiler_settings.FLAT_SETTINGS`): ``profile_epochs`` =
+            (:data:`~trainperf.recording.profiler_settings.FLAT_SETTINGS`): ``profile_epochs`` =
             ``schedule.epochs`` (0-based epochs), ``profile_steps`` = ``schedule.active`` (steps
             recorded per window), ``warmup_steps`` = ``schedule.warmup``, the others
             ``trace.<same name>``. A grouped setting left at its default yields to its flat

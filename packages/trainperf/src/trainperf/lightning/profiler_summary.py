@@ -15,7 +15,7 @@ import lightning as L
 from trainperf.analysis.trace import analyze_path, analyze_table, load_traces
 from trainperf.analysis.trace.clock_windows import compare_with_clock
 from trainperf.core.stage import Stage
-from trainperf.lightning.epoch_report import log_to_loggers
+from trainperf.lightning.loggers import log_to_loggers
 from trainperf.lightning.profiler_window import Window
 from trainperf.present.trace_tables import print_analysis
 from trainperf.probe.sync_debug import sync_lines_finding

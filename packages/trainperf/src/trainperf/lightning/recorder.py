@@ -47,16 +47,18 @@ from trainperf.core.stage import Stage
 from trainperf.errors import PerfCallbackWarning
 from trainperf.lightning import action_stream
 from trainperf.lightning.attribution import ActionAttribution
-from trainperf.lightning.cross_rank import RankExchange
-from trainperf.lightning.cuda_events import EventClock, device_clock
-from trainperf.lightning.epoch_report import Subscriber
 from trainperf.lightning.interpose import LoaderInterposer, worker_timing_off
 from trainperf.lightning.interruption import Interruption
 from trainperf.lightning.recorder_output import RecorderOutput
-from trainperf.lightning.run_files import RunFiles
-from trainperf.lightning.stage_state import EpochWindow
-from trainperf.lightning.stage_windows import StageWindows
-from trainperf.lightning.window_events import (
+from trainperf.probe.device_memory import MemorySampler
+from trainperf.probe.worker import WorkerTiming
+from trainperf.recording.cross_rank import RankExchange
+from trainperf.recording.cuda_events import EventClock, device_clock
+from trainperf.recording.epoch_report import Subscriber
+from trainperf.recording.run_files import RunFiles
+from trainperf.recording.stage_state import EpochWindow
+from trainperf.recording.stage_windows import StageWindows
+from trainperf.recording.window_events import (
     BATCH_END_STAGE,
     EV_FIT_START,
     EV_TEST_END,
@@ -67,8 +69,6 @@ from trainperf.lightning.window_events import (
     EV_VAL_END,
     EV_VAL_START,
 )
-from trainperf.probe.device_memory import MemorySampler
-from trainperf.probe.worker import WorkerTiming
 from trainperf.records.kinds import EpochRecord, LoaderSettings
 
 #: Why worker timing was off, each said once per process (a sweep or a notebook fits again and

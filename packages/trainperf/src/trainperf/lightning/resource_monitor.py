@@ -28,7 +28,7 @@ from trainperf.alerts import (
 from trainperf.core.stage import Stage
 from trainperf.errors import ConfigError, warn_off
 from trainperf.lightning.batch_hooks import BatchEndHooks
-from trainperf.lightning.epoch_report import log_to_loggers
+from trainperf.lightning.loggers import log_to_loggers
 from trainperf.lightning.recorder import StageRecorder
 from trainperf.lightning.trial_fit import perf_root
 from trainperf.probe.resources import (

@@ -12,13 +12,10 @@ import lightning as L
 from lightning.fabric.utilities.apply_func import move_data_to_device
 
 from trainperf.errors import PerfCallbackWarning
-from trainperf.lightning.epoch_report import (
-    IntervalProgress,
-    log_to_loggers,
-    per_second,
-)
 from trainperf.lightning.epoch_scan import EpochScanCallback
+from trainperf.lightning.loggers import log_to_loggers
 from trainperf.lightning.monitor_defaults import MonitorDefaults
+from trainperf.recording.epoch_report import IntervalProgress, per_second
 from trainperf.records.kinds import EpochRecord
 
 

@@ -110,6 +110,23 @@ LEGACY_DROP_KEYS = ("hydra.run.dir", "hydra.sweep.dir", "hydra.sweep.subdir")
 LEGACY_MULTIRUN_FLAGS = ("-m", "--multirun")
 
 
+class PlainLoopSetup(msgspec.Struct, kw_only=True, frozen=True):
+    """What a plain PyTorch loop showed ``trainperf.loop.Monitor``: its training DataLoader's
+    arguments (``None``: not seen, e.g. an iterable that is not a DataLoader), its optimizer and
+    the precision its forward ran in (Lightning's words: ``32-true``, ``bf16-mixed``,
+    ``16-mixed``, ``bf16-true``, ``16-true``)."""
+
+    num_workers: int | None = None
+    pin_memory: bool | None = None
+    persistent_workers: bool | None = None
+    prefetch_factor: int | None = None
+    batch_size: int | None = None
+    optimizer: str | None = None  # the class name, e.g. "AdamW"
+    fused: bool | None = None
+    foreach: bool | None = None
+    precision: str | None = None
+
+
 class HydraApp(msgspec.Struct, kw_only=True, frozen=True):
     """``run.json``'s ``hydra`` entry: the config app a run was started as (``trainperf try``
     re-runs it with overrides). ``overrides_file`` is relative to ``output_dir``; ``None`` when
@@ -275,10 +292,12 @@ class RunRecord(Record, tag="trainperf/run", kw_only=True, frozen=True):
     dataset_containers: list[DatasetContainer] = []
     # how the app evaluates a checkpoint (trainperf try's eval-time changes); None: it said not
     eval: EvalCommand | None = None
-    # the framework adapter that recorded the run (its name alone, or its FrameworkInfo) and the
-    # app above it; None in older folders (they were all Lightning's)
+    # the framework adapter that recorded the run ("lightning", "loop", "hf": its name alone, or
+    # its FrameworkInfo) and the app above it; None in older folders (they were all Lightning's)
     framework: str | FrameworkInfo | None = None
     app: FrameworkInfo | None = None
+    # what a plain loop showed trainperf.loop.Monitor (framework "loop")
+    plain_loop: PlainLoopSetup | None = None
 
     @property
     def framework_info(self) -> FrameworkInfo | None:

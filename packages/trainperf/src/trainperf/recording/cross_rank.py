@@ -1,4 +1,5 @@
-"""What crosses DDP ranks: the epoch-close exchange and the gradient all-reduce timer.
+"""What crosses ranks (any ``torch.distributed`` process group): the epoch-close exchange and
+the gradient all-reduce timer.
 
 At each stage epoch's close every rank sends one :class:`RankEpoch` in one
 ``torch.distributed.all_gather_object``, which pads every rank's bytes itself: the same
@@ -20,7 +21,7 @@ import torch
 
 from trainperf.core.clock import PHASES
 from trainperf.core.ranks import Straggler, find_straggler, rank_spread
-from trainperf.lightning.epoch_report import per_second
+from trainperf.recording.epoch_report import per_second
 from trainperf.records.kinds import EpochRecord
 
 # Figures whose spread over ranks is reported. Durations first: their largest value names a
@@ -115,12 +116,15 @@ def merge_ranks(report: EpochRecord, rows: Sequence[RankEpoch]) -> EpochRecord:
 
 
 def gather_ranks(
-    local: EpochRecord | None, world_size: int
+    local: EpochRecord | None,
+    world_size: int,
+    group: torch.distributed.ProcessGroup | None = None,
 ) -> tuple[EpochRecord | None, str | None]:
     """This rank's ``local`` report (None: its recording failed) with every rank's figures
     merged in, and None; or None and why recording must go off, the same on every rank (a rank
     failed, the ranks closed different epochs, or there is no process group to exchange
-    through). Every rank calls it at the same epoch closes."""
+    through). Every rank of ``group`` (default: the default process group, whoever set it up:
+    Lightning, ``torchrun``, ``accelerate``) calls it at the same epoch closes."""
     if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
         return (
             None,
@@ -133,7 +137,10 @@ def gather_ranks(
     except Exception as exc:  # the other ranks wait in the collective: join it, flag down
         error = f" ({type(exc).__name__}: {exc})"
     gathered: list[RankEpoch | None] = [None] * world_size
-    torch.distributed.all_gather_object(gathered, mine)
+    if group is None:
+        torch.distributed.all_gather_object(gathered, mine)
+    else:
+        torch.distributed.all_gather_object(gathered, mine, group=group)
     rows = [row if isinstance(row, RankEpoch) else RankEpoch(ok=False) for row in gathered]
     failed = [r for r, row in enumerate(rows) if not row.ok]
     if failed:
@@ -220,10 +227,15 @@ class RankExchange:
 
     Args:
         world_size: ranks of the run; on one process :meth:`gather` is the identity.
+        group: the ``torch.distributed`` process group the ranks exchange through (None: the
+            default group).
     """
 
-    def __init__(self, world_size: int) -> None:
+    def __init__(
+        self, world_size: int, group: torch.distributed.ProcessGroup | None = None
+    ) -> None:
         self.world_size = world_size
+        self.group = group
         self.comm: CommTimer | None = None
         #: How this rank's ``sync_wait`` is measured: ``none`` (one process), ``gather`` (our
         #: epoch exchange only) or ``ddp_comm_hook`` (the gradient all-reduce too).
@@ -247,7 +259,7 @@ class RankExchange:
         :func:`gather_ranks`). On one process: ``local`` itself."""
         if self.world_size <= 1:
             return local, None
-        report, off = gather_ranks(local, self.world_size)
+        report, off = gather_ranks(local, self.world_size, self.group)
         if report is not None:
             self.straggler = report.straggler
         return report, off

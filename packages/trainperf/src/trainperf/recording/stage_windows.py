@@ -13,9 +13,9 @@ from collections.abc import Callable, Mapping
 
 from trainperf.core.clock import PhaseClock, PhaseTotals, set_active_clock
 from trainperf.core.stage import Stage
-from trainperf.lightning.cuda_events import CudaPhaseEvents
-from trainperf.lightning.stage_state import EpochWindow, StageState, named_seconds
 from trainperf.probe.device_memory import MemorySampler
+from trainperf.recording.cuda_events import CudaPhaseEvents
+from trainperf.recording.stage_state import EpochWindow, StageState, named_seconds
 from trainperf.records.kinds import EpochRecord
 
 # Batch times are folded into the epoch's StreamingStats in chunks of this many.

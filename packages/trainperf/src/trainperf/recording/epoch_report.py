@@ -1,13 +1,12 @@
 """What the recorder hands to its subscribers besides each epoch's ``EpochRecord``, and the small
-helpers that present them."""
+helpers that present them (framework-neutral; the Lightning loggers' part is
+``trainperf.lightning.loggers``)."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple, Protocol
-
-import lightning as L
 
 from trainperf.core.stage import Stage
 from trainperf.errors import ConfigError
@@ -40,24 +39,6 @@ def int_at_least(owner: str, name: str, value: Any, minimum: int = 0) -> int:
 def per_second(count: float, seconds: float) -> float:
     """``count / seconds``; nan for an empty (zero-length) window."""
     return count / seconds if seconds > 0 else math.nan
-
-
-def log_to_loggers(
-    trainer: L.Trainer, metrics: Mapping[str, float | None], step: int | None = None
-) -> None:
-    """Log ``metrics`` through every logger of ``trainer`` at ``step`` (default
-    ``trainer.global_step``), from rank zero only; non-finite and None values (an empty
-    stage's statistics) are left out."""
-    loggers = trainer.loggers
-    if not loggers or not trainer.is_global_zero:
-        return
-    clean = {k: float(v) for k, v in metrics.items() if v is not None and math.isfinite(v)}
-    if not clean:
-        return
-    if step is None:
-        step = trainer.global_step
-    for logger in loggers:
-        logger.log_metrics(clean, step=step)
 
 
 class IntervalProgress(NamedTuple):

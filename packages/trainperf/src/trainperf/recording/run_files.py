@@ -1,24 +1,49 @@
 """The recorder's part of the run directory: ``perf/run.json``, ``perf/epochs.jsonl``,
-``perf/intervals.jsonl`` and ``perf/lifecycle.jsonl`` (records in ``trainperf.records.kinds``)."""
+``perf/intervals.jsonl`` and ``perf/lifecycle.jsonl`` (records in ``trainperf.records.kinds``), and
+the :class:`Interruption` a lifecycle's end records (telling an interruption from a failure is the
+adapter's: ``trainperf.lightning.interruption``)."""
 
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import time
 import warnings
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 import msgspec
 
 from trainperf.core.stage import Stage
 from trainperf.errors import PerfCallbackWarning
-from trainperf.lightning.epoch_report import IntervalProgress, per_second
-from trainperf.lightning.interruption import Interruption
+from trainperf.recording.epoch_report import IntervalProgress, per_second
 from trainperf.records.files import RecordWriter
 from trainperf.records.kinds import EpochRecord, IntervalRecord, JsonValue, LifecycleRecord
 from trainperf.records.run_info import write_run_info
+
+
+@dataclass(frozen=True)
+class Interruption:
+    """A run stopped by a signal: ``signal`` (``SIGTERM``, ``SIGINT``), the ``epoch`` it was in
+    and the training ``batch`` count of that epoch processed so far (resuming starts after it);
+    ``safe``: it stopped at the end of a batch (Lightning's SIGTERM path, a first SIGINT with
+    :class:`InterruptCheckpoint`), not inside one (a ``KeyboardInterrupt``);
+    ``between_epochs``: epoch ``epoch - 1`` had ended (its end hooks ran) and ``epoch`` had not
+    started."""
+
+    signal: str
+    epoch: int
+    batch: int
+    safe: bool
+    between_epochs: bool = False
+
+    @property
+    def exit_code(self) -> int:
+        """The shell's convention: 128 + the signal number."""
+        return 128 + int(signal.Signals[self.signal])
+
 
 #: Seconds between two writes of pending interval records while an epoch runs.
 LIVE_WRITE_S = 10.0
