@@ -175,7 +175,7 @@ def test_trainperf_try_says_plainly_what_it_cannot_apply(
     assert code == 2  # nothing left to try: no trial ran
     err = capsys.readouterr().err
     assert "cannot try knob:trainer.precision=bf16-mixed on this loop run" in err
-    assert "autocast is in the loop's own code" in err
+    assert "autocast is in its own code" in err
 
 
 def test_a_recorded_setting_spells_a_value_in_its_frameworks_literals() -> None:
@@ -207,3 +207,37 @@ def test_a_config_apps_trial_command_comes_from_its_launch_record(tmp_path: Path
     argv = recorded_command(tmp_path / "old").argv(tmp_path / "t")
     assert argv[-1] == f"hydra.run.dir={tmp_path / 't'}"  # what an older entry meant
     assert "out.dir=x" in argv
+
+
+def test_a_refused_candidate_is_recorded_not_applicable_with_why_and_never_tried(
+    tmp_path: Path,
+) -> None:
+    """The session records what the framework refused, with the adapter's reason, and runs no
+    trial for it (a fake clock: nothing is run)."""
+    from trainperf.cli.tryout.session import TryOptions, TrySession
+    from trainperf.records.command import RecordedCommand
+
+    command = RecordedCommand(
+        run_dir=tmp_path / "run",
+        executable="python",
+        launcher=("train.py",),
+        flags=(),
+        overrides=(),
+        cwd=tmp_path,
+        takes_overrides=False,
+    )
+    channels = parse_candidate("knob:model.channels_last=true")
+    _, refused = applicable([channels], framework_info(LOOP))
+    session = TrySession(
+        command,
+        [channels],
+        TryOptions(100, 3),
+        tmp_path / "trials",
+        refused={r.candidate: r.reason for r in refused},
+    )
+    (record,) = session.run()
+    assert record.status == "not applicable"
+    assert record.override == "knob:model.channels_last=true"
+    assert "plain loop" in record.note
+    assert record.pairs == 0
+    assert not any((tmp_path / "trials").iterdir())  # no trial folder: nothing ran

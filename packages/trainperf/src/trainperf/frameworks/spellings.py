@@ -79,9 +79,11 @@ LOOP = FrameworkInfo(
         Setting(family="compile", change="model = torch.compile(model) before the loop"),
     ],
     cannot_try={
-        "precision": "autocast is in the loop's own code; trainperf cannot switch it from outside",
-        "channels_last": "the Monitor does not build the model: convert it in the script",
-        "compile": "the Monitor does not build the model: compile it in the script",
+        "precision": "a plain loop's autocast is in its own code: trainperf cannot switch it "
+        "from outside; change it in the script",
+        "channels_last": "on a plain loop the Monitor does not build the model: convert it to "
+        "channels_last in the script",
+        "compile": "on a plain loop the Monitor does not build the model: compile it in the script",
     },
     hints={
         "record": "wrap the loop in trainperf.loop.Monitor(run_dir, model=..., optimizer=...)",

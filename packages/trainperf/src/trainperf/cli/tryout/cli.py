@@ -262,10 +262,10 @@ def run(args: argparse.Namespace) -> int:
     found = [] if args.no_findings else candidates_from_findings(build_report(run_dir).findings)
     candidates = unique_candidates([*explicit, *found])
     framework = read_run_record(run_dir).framework_info
-    candidates, refused = applicable(candidates, framework)
-    for r in refused:  # said plainly, before any trial
+    applied, refused = applicable(candidates, framework)
+    for r in refused:  # said plainly, before any trial; recorded "not applicable" with why
         print_line(r.line)
-    if not candidates:
+    if not applied:
         why = "; ".join(r.line for r in refused)
         raise TryInputError(
             f"{run_dir}: nothing to try: "
@@ -301,6 +301,7 @@ def run(args: argparse.Namespace) -> int:
                 checkpoint=checkpoint,
                 on_trial=on_trial,
                 on_plan=print_plan,
+                refused={r.candidate: r.reason for r in refused},
             )
             records = session.run()
             contention = trials_contention_note(scratch / "trials")  # before they are removed
