@@ -212,6 +212,8 @@ def summarize_stages(
 
 #: The phase-table line that holds the profiler's own cost (not a phase of the live clock).
 PROFILER_PHASE = "profiler"
+#: The profiler callback's display name in windows recorded before ``ProfilerWindow.callback``.
+DEFAULT_PROFILER_CALLBACK = "ProfilerCallback"
 
 
 def profiled_batches(windows: Sequence[ProfilerWindow]) -> set[tuple[Stage, int, int]]:
@@ -232,11 +234,13 @@ def move_profiler_overhead(
     than ``callbacks`` holds: the clock may not have run during a window; a window in a warm-up
     epoch left out of the summary moves nothing)."""
     overhead: dict[Stage, float] = {}  # trace export and analysis, summed over the windows
+    owners: dict[Stage, set[str]] = {}  # the callbacks whose hooks hold that cost
     for w in windows:
         summary = stages.get(w.stage)
         if summary is not None and w.epoch is not None and w.epoch not in summary.epoch_numbers:
             continue  # a warm-up epoch's window: its cost is not in the summary's callbacks
         overhead[w.stage] = overhead.get(w.stage, 0.0) + sum(w.overhead_s.values())
+        owners.setdefault(w.stage, set()).add(w.callback or DEFAULT_PROFILER_CALLBACK)
     for stage, secs in overhead.items():
         summary = stages.get(stage)
         if summary is None or secs <= 0:
@@ -246,6 +250,26 @@ def move_profiler_overhead(
             continue
         summary.phases_s["callbacks"] = summary.phases_s.get("callbacks", 0.0) - take
         summary.phases_s[PROFILER_PHASE] = summary.phases_s.get(PROFILER_PHASE, 0.0) + take
+        _take_from_owners(summary, owners.get(stage, set()), take)
+
+
+def _take_from_owners(summary: StageSummary, owners: set[str], secs: float) -> None:
+    """Take ``secs`` moved to the profiler line off the owning callbacks' per-callback and
+    per-hook seconds too (largest hook first), so the callbacks finding never names a callback
+    with more time than the callbacks phase still holds."""
+    for table, prefix in ((summary.callbacks_s, False), (summary.callback_hooks_s, True)):
+        left = secs
+        keys = [
+            k
+            for k in table
+            if (k.split(".", 1)[0] if prefix else k) in owners  # "Callback.hook" / "Callback"
+        ]
+        for k in sorted(keys, key=lambda k: -table[k]):
+            if left <= 0:
+                break
+            cut = min(left, table[k])
+            table[k] -= cut
+            left -= cut
 
 
 def batch_times(records: Sequence[EpochRecord]) -> list[tuple[int | None, int, float]]:

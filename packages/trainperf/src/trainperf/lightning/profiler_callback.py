@@ -513,7 +513,9 @@ class ProfilerCallback(BatchEndHooks):
         try:
             keep = self.trace.export_chrome_trace
             traces = [self._relative(p) for p in window.traces] if keep else []
-            record = summarise_window(trainer, window, self.log_top_k_ops, traces)
+            record = summarise_window(
+                trainer, window, self.log_top_k_ops, traces, type(self).__name__
+            )
             self.windows.append(record)
             self._write_record(record)
             if not self.trace.export_chrome_trace:

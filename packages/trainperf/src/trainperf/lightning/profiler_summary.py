@@ -25,10 +25,11 @@ log = logging.getLogger("trainperf.lightning.profiler_callback")
 
 
 def summarise_window(
-    trainer: L.Trainer, window: Window, top_k: int, traces: list[str]
+    trainer: L.Trainer, window: Window, top_k: int, traces: list[str], callback: str
 ) -> ProfilerWindow:
     """Analyse ``window``'s traces (``top_k`` rows per operator table), print and log the
-    summary, and return its ``profiler.jsonl`` record (``traces``: the files it names)."""
+    summary, and return its ``profiler.jsonl`` record (``traces``: the files it names;
+    ``callback``: the display name of the callback that ran the window)."""
     stage = window.stage
     t0 = time.perf_counter()
     # every cycle of the window in one table: the summary covers all of them
@@ -71,6 +72,7 @@ def summarise_window(
         else (window.first_batch, window.last_batch),
         # the profiler's own cost; the phase clock books it under the callbacks phase
         overhead_s={"export": round(window.export_s, 6), "analysis": round(analysis_s, 6)},
+        callback=callback,
         summary={
             "top_cpu_ops": view["top_cpu_ops"],
             "findings": view["findings"],

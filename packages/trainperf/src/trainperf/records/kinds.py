@@ -547,6 +547,8 @@ class ProfilerWindow(Record, tag="trainperf/profiler-window", kw_only=True, froz
         traces: trace files, relative to the run directory.
         batches: ``[first, last]`` batch index it covered (whose time the profiler inflated).
         overhead_s: the profiler's own cost: ``export`` and ``analysis`` seconds.
+        callback: the display name of the callback whose hooks ran the window (they hold that
+            cost on the phase clock); None in records written before it was recorded.
         summary: the analysis's summary (``top_cpu_ops``, ``findings``, ``dataloader_time_pct``,
             ``step_time_ms``, ``phases_ms_per_step``), as ``analyze_trace``'s documented keys.
         clock_agreement: the live clock's figures beside the trace's (``trainperf.analysis.trace``).
@@ -563,6 +565,7 @@ class ProfilerWindow(Record, tag="trainperf/profiler-window", kw_only=True, froz
     traces: list[str] = []
     batches: tuple[int, int] | None = None
     overhead_s: dict[str, float] = {}
+    callback: str | None = None
     # analyze_trace's documented keys and the agreement's dict view (trainperf.analysis.trace)
     summary: dict[str, Any] = {}
     clock_agreement: dict[str, Any] | None = None
