@@ -113,7 +113,7 @@ def command(root: Path) -> RecordedCommand:
         flags=(),
         overrides=(),
         cwd=root,
-        hydra=True,
+        takes_overrides=True,
     )
 
 

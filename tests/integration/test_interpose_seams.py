@@ -27,7 +27,7 @@ import torch
 from lightning.pytorch.loops.training_epoch_loop import _TrainingEpochLoop
 from lightning.pytorch.profilers import Profiler
 from torch.utils.data import DataLoader, TensorDataset
-from trainperf.core.actions import classify_action
+from trainperf.frameworks.lightning_grammar import classify_action
 from trainperf.lightning import (
     PerfCallbackWarning,
     PerformanceProfilerCallback,

@@ -59,7 +59,7 @@ def test_every_record_of_the_old_folder_is_read(legacy_run: Path) -> None:
     assert len(read_records(RecompilesRecord.path(legacy_run), RecompilesRecord)) == 4
     assert read_records(ResourceSample.path(legacy_run), ResourceSample)
     info = read_run_record(legacy_run)
-    assert info.lightning_module == "OCRLightningModule"
+    assert info.module_class == "OCRLightningModule"
     assert info.eval is None  # recorded before the app recorded its evaluation command
     figures = load_source(legacy_run).figures
     assert figures["polygon_cache_hit_rate"].values == (1.0, 1.0, 1.0)

@@ -83,13 +83,13 @@ def test_find_key_by_leaf_prefers_a_loader_parent_and_the_stage() -> None:
         "model": {"num_workers": 5},
         "data": {"train": {"num_workers": 1}, "val": {"num_workers": 2}},
     }
-    key = find_key(config, ("num_workers",), stage="val")
+    key = find_key(config, ("num_workers",), stage="val", skip=("hydra",))
     assert key is not None
     assert key.path == "data.val.num_workers"
     assert key.value == 2
     assert key.note is not None
     assert "data.train.num_workers" in key.note
-    assert "hydra" not in key.note  # Hydra's own section is never advice
+    assert "hydra" not in key.note  # the config library's own section (config_skip): no advice
     # an alias counts only under a loader-like parent, and only when no leaf matches
     key = find_key(
         {"synthetic": {"workers": 3}, "loader": {"workers": 1}},

@@ -18,7 +18,7 @@ from trainperf.core.stage import STAGE_ORDER, Stage
 )
 def test_every_spelling_parses(name: str, stage: Stage) -> None:
     assert Stage.parse(name) is stage
-    assert Stage.of_lightning(name) is stage
+    assert Stage.of_running(name) is stage
 
 
 def test_unknown_names_are_refused_or_not_measured() -> None:
@@ -26,9 +26,9 @@ def test_unknown_names_are_refused_or_not_measured() -> None:
         Stage.parse("predict")
     with pytest.raises(ValueError, match="unknown stage 'training'"):
         Stage.parse("training")
-    assert Stage.of_lightning("sanity_check") is Stage.VAL  # validation batches before a fit
-    assert Stage.of_lightning("predict") is None
-    assert Stage.of_lightning(None) is None
+    assert Stage.of_running("sanity_check") is Stage.VAL  # validation batches before a fit
+    assert Stage.of_running("predict") is None
+    assert Stage.of_running(None) is None
 
 
 def test_values_labels_and_trace_names_stay_as_the_files_and_keys_spell_them() -> None:

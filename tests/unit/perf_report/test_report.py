@@ -52,7 +52,7 @@ def test_empty_run_dir_reports_every_section_as_not_recorded(tmp_path: Path) -> 
     assert "perf/resources.jsonl is absent" in md
     assert "no profiler trace recorded" in md
     assert "no baseline given" in md
-    assert "Not recorded (no .hydra/config.yaml" in md
+    assert "Not recorded (no app configuration" in md
     assert "<svg" not in to_html(report)  # nothing to plot
 
 

@@ -85,7 +85,7 @@ def test_title_of_a_foreign_hydra_app_is_its_job_name(tmp_path: Path) -> None:
     )
     report = build_report(run)
     assert report.name.name == "my_train_script"
-    assert report.name.source == "Hydra job name (.hydra/hydra.yaml)"
+    assert report.name.source == "the app's job name"
     assert "<h1>Performance report: my_train_script (0)</h1>" in to_html(report)
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from trainperf.analysis.trace import analyze_trace
-from trainperf.analysis.trace.stacks import LOOP_HOOK
+from trainperf.frameworks.lightning_grammar import LOOP_PLACE as LOOP_HOOK
 
 TRACE = (
     Path(__file__).resolve().parents[2]

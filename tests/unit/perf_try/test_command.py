@@ -32,7 +32,7 @@ def test_module_launch_with_hydra_overrides(tmp_path: Path) -> None:
     }
     cmd = recorded_command(_run_dir(tmp_path, info, overrides))
     assert cmd.launcher == ("-m", "ocr.train")
-    assert cmd.hydra
+    assert cmd.takes_overrides
     argv = cmd.argv(tmp_path / "t1", ("data.num_workers=4",))
     assert argv == [
         "/venv/bin/python",
@@ -77,11 +77,11 @@ def test_plain_script_is_re_run_as_it_was(tmp_path: Path) -> None:
         "cwd": str(tmp_path),
     }
     cmd = recorded_command(_run_dir(tmp_path, info, None))
-    assert not cmd.hydra
+    assert not cmd.takes_overrides
     assert cmd.cwd == tmp_path
     # interpreter, its flags, the script and its arguments: nothing added (changes are knobs)
     assert cmd.argv(tmp_path / "t") == ["/usr/bin/python3", "-u", "train.py", "--lr", "0.1"]
-    with pytest.raises(TryInputError, match="not a Hydra app"):
+    with pytest.raises(TryInputError, match="takes no config overrides"):
         cmd.argv(tmp_path / "t", ("lr=0.2",))
 
 

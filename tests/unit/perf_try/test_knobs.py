@@ -10,6 +10,7 @@ from hydra.errors import OverrideParseException
 from trainperf.cli.tryout.candidate_options import parse_candidate
 from trainperf.core.knobs import KNOBS, Knob, KnobError, apply_lines, family_knob, is_knob
 from trainperf.core.trial_window import TryWindow, TryWindowError
+from trainperf.frameworks.spellings import HF, LIGHTNING
 
 
 @pytest.mark.parametrize(
@@ -74,14 +75,25 @@ def test_how_to_apply_winners_in_ones_own_code() -> None:
         Knob.parse("knob:model.channels_last=true"),
         Knob.parse("knob:model.compile=eager"),
     ]
+    # no framework recorded: neutral words (the framework's own come from its record)
     assert apply_lines(knobs) == [
         "DataLoader(..., num_workers=4, persistent_workers=True)  # the training loader",
-        'Trainer(..., precision="bf16-mixed")',
-        "model = model.to(memory_format=torch.channels_last)  # before trainer.fit",
-        'model = torch.compile(model, backend="eager")  # before trainer.fit',
+        'mixed precision "bf16-mixed", as the run\'s framework sets it',
+        "model = model.to(memory_format=torch.channels_last)  # before training",
+        'model = torch.compile(model, backend="eager")  # before training',
     ]
     assert apply_lines([Knob.parse("knob:model.compile=true")]) == [
-        "model = torch.compile(model)  # before trainer.fit"
+        "model = torch.compile(model)  # before training"
+    ]
+    # a Lightning run's record spells them in Lightning's words (the DataLoader's its own)
+    assert apply_lines(knobs, LIGHTNING.spell)[:2] == [
+        "DataLoader(..., num_workers=4, persistent_workers=True)  # the training loader",
+        'Trainer(precision="bf16-mixed")',
+    ]
+    # a Hugging Face run's in TrainingArguments
+    assert apply_lines(knobs, HF.spell)[:1] == [
+        "TrainingArguments(dataloader_num_workers=4, bf16=True, dataloader_persistent_workers="
+        'True, torch_compile=True, torch_compile_backend="eager")'
     ]
 
 

@@ -54,8 +54,8 @@ def _command(
         flags=(),
         overrides=("x=1",),
         cwd=tmp_path,
-        hydra=hydra,
-        lightning_module=module,
+        takes_overrides=hydra,
+        module_class=module,
         evaluation=evaluation,
     )
 

@@ -27,7 +27,7 @@ def _plain(tmp_path: Path, args: tuple[str, ...], run_dir: Path) -> RecordedComm
         flags=(),
         overrides=args,
         cwd=tmp_path,
-        hydra=False,
+        takes_overrides=False,
     )
 
 
@@ -72,7 +72,7 @@ def test_a_hydra_override_naming_the_run_folder_names_the_trials(tmp_path: Path)
         flags=(),
         overrides=(f"hydra.run.dir={run}", f"trainer.default_root_dir={run}", f"ckpt={run}/a.ckpt"),
         cwd=tmp_path,
-        hydra=True,
+        takes_overrides=True,
     )
     trial = tmp_path / "work" / "002-B"
     assert cmd.argv(trial, ("data.num_workers=2",))[3:] == [

@@ -3,6 +3,7 @@
 Layers, each a package that imports only the ones below it (checked by import-linter in CI)::
 
     cli | lightning    commands; the callbacks and progress bars (the only users of Lightning)
+    frameworks         framework knowledge as data (Lightning's action names; no import of it)
     present            console output, the report document and its writers, tables
     analysis | probe   files in -> typed results out | in-process measurement
     alerts             rules and engine
@@ -29,6 +30,11 @@ from typing import TYPE_CHECKING
 
 from trainperf.core.clock import perf_phase
 from trainperf.core.lazy import lazy_getattr
+from trainperf.frameworks import register_known
+
+# Framework words reach the neutral layers as data (Lightning's action names for the live clock
+# and ``analyze``), registered once here, so no entry point can miss them.
+register_known()
 
 _LAZY = {
     "report_part": "trainperf.probe.worker",

@@ -233,7 +233,7 @@ class HostMemoryLeak(Rule):
             },
             suggestion=(
                 "Look for state that grows per sample in the Dataset, collate function or "
-                "LightningModule (lists of outputs, unbounded caches: bound them, e.g. "
+                "model's module (lists of outputs, unbounded caches: bound them, e.g. "
                 "a max_bytes limit); workers_uss_gb vs process_rss_gb shows which process grows."
             ),
         )

@@ -1,12 +1,16 @@
-"""Candidate changes for a cause, for one run: Hydra overrides only for keys its config has.
+"""Candidate changes for a cause, for one run, in its own framework's words: config overrides
+only for keys its config has.
 
 A finding's cause (input-bound, compute-bound, slow postprocessing, ...) maps to families of
 changes (:class:`~trainperf.core.candidates.Candidate`). Each family is one setting that many apps
-name differently, so the setting is looked up by its *leaf name* in the run's recorded configuration
-(``<run>/.hydra/config.yaml``; :func:`find_key`): ``num_workers`` is ``data.num_workers`` in our
-app, ``dataloader.num_workers`` or ``loader.workers`` in another. No match (or no Hydra config at
-all, e.g. a LightningModule trained from a plain script) gives a plain-language change with
-``override=None``: never a key the run does not have.
+name differently, so the setting is looked up by its *leaf name* in the configuration the run's
+app recorded (``run.json``'s ``app``; :func:`find_key`): ``num_workers`` is ``data.num_workers``
+in our app, ``dataloader.num_workers`` or ``loader.workers`` in another. No match (or no app
+config at all, e.g. a model trained from a plain script) gives a change with ``override=None``,
+never a key the run does not have, written as the run's framework writes it when the run
+recorded that (``run.json``'s ``framework``: ``DataLoader(num_workers=4)``,
+``TrainingArguments(dataloader_num_workers=4)``; :mod:`~trainperf.analysis.spelled`), else in
+plain words.
 
 Values come from the run's evidence: workers from the worker seconds per batch against the main
 loop's (capped at the host's cores), compute threads from the host's cores, precision from
@@ -14,9 +18,9 @@ the device (``bf16-mixed`` on a GPU with bf16, else ``16-mixed``; ``bf16-mixed``
 ``perf/run.json`` records that the CPU supports bf16).
 
 One change adds a key rather than setting one: a fused optimizer step. ``fused`` is an argument
-of ``torch.optim.Adam`` / ``AdamW`` / ``SGD`` that Hydra configs rarely spell out, so on a config
+of ``torch.optim.Adam`` / ``AdamW`` / ``SGD`` that configs rarely spell out, so on a config
 whose optimizer node has ``_target_: torch.optim.AdamW`` (and no ``fused``) the override is
-``+model.optimizer.fused=true``: Hydra's ``+`` adds a key to a node the config has.
+``+model.optimizer.fused=true``: ``+`` adds a key to a node the config has.
 """
 
 from __future__ import annotations
@@ -25,12 +29,17 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from trainperf.analysis.spelled import in_framework_words
 from trainperf.core.candidates import Candidate
 from trainperf.core.findings import threshold
 from trainperf.core.knobs import family_knob
+from trainperf.records.framework_info import FrameworkInfo
 
 # Parents under which a loader setting most likely configures the DataLoader.
 _LOADER_PARENTS = ("loader", "dataloader", "data", "datamodule", "dataset")
+#: Config sections that most likely hold the training run's own settings (precision, cuDNN's
+#: benchmark), by the name configs commonly give them.
+RUNNER_SECTIONS = ("trainer", "training", "runner")
 # Stage names as config sections use them.
 _STAGE_WORDS = {
     "train": ("train", "training"),
@@ -41,7 +50,7 @@ _STAGE_WORDS = {
 
 @dataclass(frozen=True)
 class ConfigKey:
-    """A setting found in a run's configuration: ``path`` is dotted (a Hydra override key),
+    """A setting found in a run's configuration: ``path`` is dotted (an override's key),
     ``value`` as recorded (maybe an interpolation string), ``note`` why this key was chosen
     when several matched."""
 
@@ -55,8 +64,10 @@ class RunFacts:
     """What the generator needs to know about one run (and one stage of it).
 
     Args:
-        config: the run's resolved Hydra config (``.hydra/config.yaml``), ``None`` when the run
-            was not configured by a Hydra app.
+        config: the configuration the run's app recorded (its own sections only), ``None``
+            when no app configured the run.
+        framework, app: what the run recorded of its framework and app (the spellings of
+            changes, their values in the run), ``None`` unknown (an older folder).
         suggested_workers: workers that would keep input up with the main loop (from worker
             seconds per batch / main-loop seconds per batch), if measurable.
         compute_headroom: ``True`` when the compute phases run well below the measured peak,
@@ -92,6 +103,8 @@ class RunFacts:
     precision: str | None = None
     cuda_bf16: bool | None = None
     convolutional: bool | None = None
+    framework: FrameworkInfo | None = None
+    app: FrameworkInfo | None = None
 
 
 def workers_wait(busy: float | None) -> bool:
@@ -127,12 +140,14 @@ def find_key(
     stage: str | None = None,
     prefer: Sequence[str] = _LOADER_PARENTS,
     aliases: Sequence[str] = (),
+    skip: Sequence[str] = (),
 ) -> ConfigKey | None:
     """The key of ``config`` whose last component is one of ``leaves`` (and whose parent is
     ``parent`` when given), or, when none is, one of ``aliases`` under a ``prefer``-like parent
-    (``loader.workers``: a bare ``workers`` elsewhere may mean something else). Hydra's own
-    section (``hydra``) is skipped. Several matches: ordered by :func:`_rank`, the note names
-    the others (the candidate's description says which key was chosen over which)."""
+    (``loader.workers``: a bare ``workers`` elsewhere may mean something else); the top-level
+    sections ``skip`` (a config library's own, ``FrameworkInfo.config_skip``) hold none. Several
+    matches: ordered by :func:`_rank`, the note names the others (the candidate's description
+    says which key was chosen over which)."""
     if not config:
         return None
 
@@ -140,7 +155,7 @@ def find_key(
         found = []
         for path, value in _walk(config):
             # a section is not a setting; a list is (``widths: [16, 32]`` takes an override)
-            if path[0] == "hydra" or path[-1] not in names or isinstance(value, Mapping):
+            if path[0] in skip or path[-1] not in names or isinstance(value, Mapping):
                 continue
             if parent is not None and (len(path) < 2 or path[-2] != parent):
                 continue
@@ -161,8 +176,8 @@ def find_key(
     return ConfigKey(".".join(path), value, note)
 
 
-def _hydra_value(value: Any) -> str:
-    """``value`` in Hydra's override syntax."""
+def _override_value(value: Any) -> str:
+    """``value`` in a config override's syntax (``true``, ``null``, ``bf16-mixed``)."""
     if isinstance(value, bool):
         return "true" if value else "false"
     if value is None:
@@ -170,12 +185,28 @@ def _hydra_value(value: Any) -> str:
     return str(value)
 
 
+def _framework_words(f: RunFacts, family: str, value: Any, what: str | None = None) -> str | None:
+    """The change in the run's app's or framework's words (:func:`~trainperf.analysis.spelled.
+    in_framework_words`; its current value as recorded, else as the run showed it), or ``None``
+    when neither recorded a spelling for ``family``."""
+    shown = {
+        "workers": f.num_workers,
+        "prefetch": f.prefetch_factor,
+        "persistent_workers": f.persistent_workers,
+        "pin_memory": f.pin_memory,
+        "threads": f.torch_threads,
+        "precision": f.precision,
+        "batch_size": f.batch_size,
+    }.get(family)
+    return in_framework_words((f.app, f.framework), family, value, what, now=shown)
+
+
 def _now(key: ConfigKey) -> str:
     value = key.value
     if isinstance(value, str) and value.startswith("${"):
         # The recorded config keeps interpolations; the value was decided at run time.
         return f" (now decided at run time by `{value}`)"
-    return f" (now {_hydra_value(value)})"
+    return f" (now {_override_value(value)})"
 
 
 def _candidate(
@@ -187,25 +218,37 @@ def _candidate(
     *,
     alters: bool = False,
     eval_time: bool = False,
+    facts: RunFacts | None = None,
+    what: str | None = None,
 ) -> Candidate:
-    """``described`` names the setting by its key (when found), ``plain`` without one; without
-    a key, the runtime knob that makes the change, if any (``trainperf try`` applies it)."""
+    """``described`` names the setting by its key (when found); without one, the change in the
+    run's framework's words (``facts``' recorded spellings, ``what`` it does before them) or,
+    when it recorded none, ``plain``; and the runtime knob that makes the change, if any
+    (``trainperf try`` applies it)."""
     if key is None:
-        return Candidate(family, plain, None, alters, eval_time, family_knob(family, value))
+        words = _framework_words(facts, family, value, what) if facts is not None else None
+        text = words or plain
+        return Candidate(family, text, None, alters, eval_time, family_knob(family, value))
     text = described.format(key=f"`{key.path}`", now=_now(key))
     if key.note:
         text += f" ({key.note})"
-    return Candidate(family, text, f"{key.path}={_hydra_value(value)}", alters, eval_time)
+    return Candidate(family, text, f"{key.path}={_override_value(value)}", alters, eval_time)
 
 
 def _switch_on(
-    family: str, key: ConfigKey | None, described: str, plain: str, live: bool | None = None
+    family: str,
+    key: ConfigKey | None,
+    described: str,
+    plain: str,
+    live: bool | None = None,
+    *,
+    facts: RunFacts | None = None,
 ) -> Candidate | None:
     """A setting to turn on (see :func:`_candidate`); ``None`` when the config or the live
     object (``live``) has it on."""
     if live is True or (key is not None and key.value is True):
         return None
-    return _candidate(family, key, True, described, plain)
+    return _candidate(family, key, True, described, plain, facts=facts)
 
 
 def _as_int(value: Any) -> int | None:
@@ -246,6 +289,7 @@ def _workers(f: RunFacts) -> Candidate | None:
         want,
         f"set {{key}}{{now}} to {want} DataLoader workers",
         f"run {want} DataLoader worker processes (the DataLoader's num_workers{was})",
+        facts=f,
     )
 
 
@@ -277,6 +321,7 @@ def _prefetch(f: RunFacts) -> Candidate | None:
         f"keep {want} batches per worker in flight: {{key}}{{now}} -> {want}",
         f"keep {want} batches per worker in flight (the DataLoader's prefetch_factor"
         + (f", now {now})" if now else ")"),
+        facts=f,
     )
     return _with_workers(found, f)
 
@@ -290,6 +335,7 @@ def _persistent(f: RunFacts, planned: bool) -> Candidate | None:
         "keep workers alive between epochs: {key}{now} -> true",
         "keep workers alive between epochs (the DataLoader's persistent_workers=True)",
         f.persistent_workers,
+        facts=f,
     )
     return _with_workers(found, f)
 
@@ -303,6 +349,7 @@ def _pin_memory(f: RunFacts) -> Candidate | None:
         "copy batches from pinned memory: {key}{now} -> true",
         "copy batches from pinned memory (the DataLoader's pin_memory=True)",
         f.pin_memory,
+        facts=f,
     )
 
 
@@ -314,9 +361,7 @@ def find_cache_key(
     counters) when given, else a node whose name ends in ``cache`` (``data.target_cache``)."""
     if cache is not None:
         return find_key(config, (leaf,), parent=cache)
-    nodes = sorted(
-        {p[-2] for p, _ in _walk(config) if len(p) >= 2 and p[-1] == leaf and p[0] != "hydra"}
-    )
+    nodes = sorted({p[-2] for p, _ in _walk(config) if len(p) >= 2 and p[-1] == leaf})
     for node in (n for n in nodes if n.lower().endswith("cache")):
         return find_key(config, (leaf,), parent=node)
     return None
@@ -329,6 +374,7 @@ def _target_cache(f: RunFacts) -> Candidate | None:
         "compute the per-sample targets once and read them back: {key}{now} -> true",
         "compute the per-sample targets once and read them back (a cache keyed by the "
         "un-augmented sample) instead of every epoch",
+        facts=f,
     )
 
 
@@ -347,6 +393,7 @@ def _threads(f: RunFacts) -> Candidate | None:
         f"compute threads on every core: {{key}}{{now}} -> {want}",
         f"compute threads on every core: torch.set_num_threads({want}) at start-up "
         f"({f.cpu_count} cores{was})",
+        facts=f,
     )
 
 
@@ -359,6 +406,7 @@ def _channels_last(f: RunFacts) -> Candidate | None:
         "convolutions in channels-last layout: {key}{now} -> true",
         "convolutions in channels-last layout: model.to(memory_format=torch.channels_last) and "
         "the same for each input batch",
+        facts=f,
     )
 
 
@@ -368,6 +416,7 @@ def _compile(f: RunFacts) -> Candidate | None:
         find_key(f.config, ("compile", "torch_compile"), prefer=()),
         "compile the model: {key}{now} -> true",
         "compile the model: torch.compile(model) before fitting (the first steps are slower)",
+        facts=f,
     )
 
 
@@ -387,6 +436,7 @@ def _batch_size(f: RunFacts) -> Candidate | None:
         f"a larger batch if memory allows ({now} -> {want}; changes the optimisation: scale the "
         "learning rate)",
         alters=True,
+        facts=f,
     )
 
 
@@ -397,7 +447,7 @@ def _precision(f: RunFacts) -> Candidate | None:
         want = "bf16-mixed"
     else:
         return None  # CPUs without native bf16 run it slower than float32
-    key = find_key(f.config, ("precision",), prefer=("trainer",))
+    key = find_key(f.config, ("precision",), prefer=RUNNER_SECTIONS)
     if f.precision == want or (key is not None and str(key.value) == want):
         return None  # the run already computed in it (the Trainer's own precision, recorded)
     return _candidate(
@@ -407,6 +457,7 @@ def _precision(f: RunFacts) -> Candidate | None:
         f"mixed precision: {{key}}{{now}} -> {want} (numerics change: check the metric)",
         f"mixed precision: the Trainer's precision {want} (numerics change: check the metric)",
         alters=True,
+        facts=f,
     )
 
 
@@ -414,7 +465,7 @@ def _bf16(f: RunFacts) -> Candidate | None:
     """16-mixed's GradScaler syncs every step; bf16-mixed needs no scaler (GPUs with bf16)."""
     if f.device != "cuda" or f.cuda_bf16 is False:
         return None
-    key = find_key(f.config, ("precision",), prefer=("trainer",))
+    key = find_key(f.config, ("precision",), prefer=RUNNER_SECTIONS)
     if f.precision == "bf16-mixed" or (key is not None and str(key.value) == "bf16-mixed"):
         return None
     return _candidate(
@@ -426,6 +477,9 @@ def _bf16(f: RunFacts) -> Candidate | None:
         "bf16-mixed instead of float16 with a GradScaler (no per-step inf check): the Trainer's "
         "precision bf16-mixed (numerics change: check the metric)",
         alters=True,
+        facts=f,
+        what="bf16-mixed instead of float16 with a GradScaler (no per-step inf check; numerics "
+        "change: check the metric)",
     )
 
 
@@ -446,10 +500,10 @@ class OptimizerNode:
 
 def optimizer_node(config: Mapping[str, object] | None) -> OptimizerNode | None:
     """The node whose ``_target_`` is a ``torch.optim`` optimizer class (the shortest path when
-    several are), or ``None``; Hydra's own section is skipped."""
+    several are), or ``None``."""
     found: list[tuple[int, str, str, Mapping[str, Any]]] = []
     for path, value in _walk(config or {}):
-        if path[0] == "hydra" or not isinstance(value, Mapping):
+        if not isinstance(value, Mapping):
             continue
         target = value.get("_target_")
         if (
@@ -469,12 +523,13 @@ def _fused(f: RunFacts) -> Candidate | None:
     (and, with a GradScaler, the inf check stays on the device)."""
     node = optimizer_node(f.config)
     if node is None:
-        # no config node (a plain script): the runtime knob rebuilds what configure_optimizers
-        # returns, when it is Adam, AdamW or SGD
+        # no config node (a plain script): the runtime knob rebuilds the optimizer the run
+        # built, when it is Adam, AdamW or SGD
         return Candidate(
             "fused_optimizer",
-            "a fused optimizer step (Adam / AdamW / SGD with fused=True in configure_optimizers: "
-            "one kernel for all parameters, no per-parameter host loop)",
+            _framework_words(f, "fused_optimizer", True)
+            or "a fused optimizer step (Adam / AdamW / SGD with fused=True in "
+            "configure_optimizers: one kernel for all parameters, no per-parameter host loop)",
             None,
             knob=family_knob("fused_optimizer", True),
         )
@@ -498,10 +553,11 @@ def _cudnn_benchmark(f: RunFacts) -> Candidate | None:
         return None
     return _switch_on(
         "cudnn_benchmark",
-        find_key(f.config, ("benchmark", "cudnn_benchmark"), prefer=("trainer",)),
+        find_key(f.config, ("benchmark", "cudnn_benchmark"), prefer=RUNNER_SECTIONS),
         "let cuDNN pick the fastest convolution algorithms: {key}{now} -> true",
         "let cuDNN pick the fastest convolution algorithms (the Trainer's benchmark=True; "
         "fixed input shapes)",
+        facts=f,
     )
 
 
@@ -521,6 +577,7 @@ def _postprocess(f: RunFacts) -> list[Candidate]:
                 "keep fewer candidate contours per image (the postprocessor's cap)",
                 alters=True,
                 eval_time=True,
+                facts=f,
             )
         )
     thresh = find_key(f.config, ("box_thresh",), prefer=("postprocess",))
@@ -536,6 +593,7 @@ def _postprocess(f: RunFacts) -> list[Candidate]:
                 "drop low-score boxes earlier (raise the postprocessor's box score threshold)",
                 alters=True,
                 eval_time=True,
+                facts=f,
             )
         )
     return out

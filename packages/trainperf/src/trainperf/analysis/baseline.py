@@ -376,8 +376,8 @@ def load_source(
         return _from_run(epochs, stage, skip_epochs)
     if p.is_dir():
         raise BaselineError(
-            f"{p}: not a run directory (no {PERF_DIRNAME}/epochs.jsonl; were the performance "
-            "callbacks attached, e.g. callbacks=monitoring?)"
+            f"{p}: not a run directory (no {PERF_DIRNAME}/epochs.jsonl; was the run recorded "
+            "with trainperf's performance monitor?)"
         )
     try:
         doc = json.loads(p.read_text(encoding="utf-8"))
@@ -437,12 +437,12 @@ def too_little_data(side: str, source: Baseline) -> str | None:
             f"the {side} has {epochs} {source.stage} epoch(s) after skipping "
             f"{source.skip_epochs}; the gate needs at least {MIN_EPOCHS_TO_JUDGE} (one epoch has "
             "no epoch-to-epoch spread, which is not evidence of no noise): run more epochs "
-            "(trainer.max_epochs) and record again"
+            "(the run's epoch count) and record again"
         )
     if batches < MIN_BATCHES:
         return (
             f"the {side} has {batches} {source.stage} batch(es) in its {epochs} kept epochs; the "
             f"gate needs at least {MIN_BATCHES} to test the batch times: run more epochs or "
-            "batches (trainer.max_epochs, trainer.limit_val_batches / limit_train_batches)"
+            "batches (the run's epoch count, or the batches it runs per epoch)"
         )
     return None

@@ -16,8 +16,10 @@ import shlex
 from collections.abc import Iterable
 from pathlib import Path
 
+from trainperf.analysis.legacy_layout import legacy_framework
 from trainperf.records.command import TryInputError, recorded_command
-from trainperf.records.kinds import LifecycleRecord
+from trainperf.records.files import RunDirError, read_run_record
+from trainperf.records.kinds import LifecycleRecord, RunRecord
 
 __all__ = ["interrupted_at", "interruption_sentence", "last_checkpoint", "resume_command"]
 
@@ -60,7 +62,7 @@ def _age_key(path: Path) -> tuple[int, int, int, str]:
 
 def last_checkpoint(run_dir: Path) -> Path | None:
     """The checkpoint a resume of the run in ``run_dir`` starts from, or ``None``:
-    ``<run>/checkpoints/last.ckpt`` (``ocr-train``), else the newest ``last.ckpt`` below the
+    ``<run>/checkpoints/last.ckpt`` (an app's usual place), else the newest ``last.ckpt`` below the
     folder, else the newest ``*.ckpt`` below it, whatever a ``ModelCheckpoint`` named it
     (``lightning_logs/version_0/checkpoints/epoch=1-step=40.ckpt``)."""
     usual = run_dir / "checkpoints" / "last.ckpt"
@@ -79,14 +81,26 @@ def resume_command(run_dir: Path) -> str:
             f"no checkpoint (*.ckpt) under {run_dir}: it cannot be resumed from this folder; "
             "pass ckpt_path=... if a checkpoint was saved elsewhere"
         )
+    in_code = _resume_words(run_dir).replace("{checkpoint}", repr(str(ckpt)))
     try:
         command = recorded_command(run_dir)
     except TryInputError:
-        return f"trainer.fit(..., ckpt_path={str(ckpt)!r})"
-    if not command.hydra:
+        return in_code
+    if not command.takes_overrides:
         argv = shlex.join(command.argv(run_dir))
-        return f"{argv}  (with trainer.fit(..., ckpt_path={str(ckpt)!r}))"
+        return f"{argv}  (with {in_code})"
     return shlex.join(command.argv(run_dir, changes=(f"ckpt_path={ckpt}",)))
+
+
+def _resume_words(run_dir: Path) -> str:
+    """How the run's framework resumes from a checkpoint in one's code (its ``resume`` hint,
+    ``{checkpoint}`` the path); an older folder's is the Lightning callbacks' (legacy)."""
+    try:
+        info: RunRecord | None = read_run_record(run_dir)
+    except (OSError, RunDirError, UnicodeDecodeError):
+        info = None
+    framework = (info.framework_info if info is not None else None) or legacy_framework(info)
+    return framework.hints.get("resume", "resume from the checkpoint {checkpoint}")
 
 
 def interruption_sentence(run_dir: Path, records: Iterable[LifecycleRecord]) -> str | None:

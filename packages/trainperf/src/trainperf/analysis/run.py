@@ -1,10 +1,11 @@
 """Read a run directory (records: :mod:`trainperf.records.kinds`) into one typed structure.
 
 :func:`load_run` is the one place that reads the run folder for a report: every record file, the
-Hydra config, the epoch scans and recompiles, the latest ``trainperf try`` session, how the run
-ended (with the command that resumes it), the profiler traces (analysed) and the comparison with a
-baseline. What is built from the :class:`RunData` afterwards (the verdict, the report, its
-writers) reads no file.
+app's configuration (``run.json``'s ``app``; an older folder's through
+:mod:`~trainperf.analysis.legacy_layout`), the epoch scans and recompiles, the latest ``trainperf
+try`` session, how the run ended (with the command that resumes it), the profiler traces (analysed)
+and the comparison with a baseline. What is built from the :class:`RunData` afterwards (the
+verdict, the report, its writers) reads no file.
 
 Everything is optional: an absent file is "not recorded" (``None`` or an empty list plus a note),
 never an error. A malformed or newer-format file is an error naming the file (and line where the
@@ -23,11 +24,13 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from trainperf.analysis.legacy_layout import LEGACY_CONFIG, legacy_app, legacy_framework
 from trainperf.analysis.lifecycle import interruption_sentence
 from trainperf.analysis.tryouts import last_session
 from trainperf.core.stage import STAGE_ORDER, Stage
 from trainperf.errors import InputError
 from trainperf.records.files import read_records, read_run_record
+from trainperf.records.framework_info import FrameworkInfo
 from trainperf.records.kinds import (
     PERF_DIRNAME,
     AlertEvent,
@@ -77,8 +80,11 @@ class RunData:
     run_info: RunRecord | None = None
     config: dict[str, Any] | None = None
     config_text: str | None = None
+    config_label: str | None = None
     overrides: list[str] = field(default_factory=list)
-    hydra_job_name: str | None = None
+    job_name: str | None = None
+    framework: FrameworkInfo | None = None
+    app: FrameworkInfo | None = None
     epochs: list[EpochRecord] = field(default_factory=list)
     intervals: list[IntervalRecord] = field(default_factory=list)
     resources: list[ResourceSample] = field(default_factory=list)
@@ -152,9 +158,10 @@ def _yaml(path: Path) -> tuple[str, Any]:
         raise ReportInputError(f"{path}: not readable YAML: {exc}") from exc
 
 
-#: Files of which one marks a run directory (what the callbacks and Hydra write).
+#: Files of which one marks a run directory (what the monitors write; an older folder's app
+#: config).
 _KINDS = (RunRecord, EpochRecord, IntervalRecord, ResourceSample, AlertEvent, ProfilerWindow)
-_RUN_MARKERS = (*(f"{PERF_DIRNAME}/{kind.FILE}" for kind in _KINDS), ".hydra/config.yaml")
+_RUN_MARKERS = (*(f"{PERF_DIRNAME}/{kind.FILE}" for kind in _KINDS), LEGACY_CONFIG)
 
 
 def _tfevents_logged(path: Path) -> bool:
@@ -216,8 +223,8 @@ def load_run(
         # refused before anything is written: `trainperf report ocr` must not drop a report.html
         # into a source folder (which has a perf/ package, but none of the files below)
         raise ReportInputError(
-            f"{root}: not a run directory (no perf/*.jsonl, perf/run.json or .hydra/config.yaml; "
-            "give the folder of an ocr-train run, e.g. trainperf report outputs/train/<date>)"
+            f"{root}: not a run directory (no perf/*.jsonl or perf/run.json; give the folder "
+            "a monitored run wrote its perf/ into)"
         )
     data = RunData(run_dir=root, folder=root.resolve().name or str(root))
     _read_files(data)
@@ -230,6 +237,46 @@ def load_run(
     return data
 
 
+#: What to do, by topic, when the run's framework and app recorded no hint of their own.
+_HINTS = {
+    "record": "record the run with trainperf's performance monitor for its framework",
+    "profile": "record a profiler window with trainperf's profiler for its framework",
+}
+
+
+def hint(run: RunData, topic: str) -> str:
+    """How to do ``topic`` (``record``, ``profile``) in the run's own app or framework, in its
+    words (``FrameworkInfo.hints``), else in general words."""
+    for info in (run.app, run.framework):
+        if info is not None and topic in info.hints:
+            return info.hints[topic]
+    return _HINTS[topic]
+
+
+def _read_app(data: RunData) -> None:
+    """The run's framework and app (``run.json``, else an older folder's layout) and the app's
+    configuration, less the config library's own sections."""
+    info = data.run_info
+    data.framework = info.framework_info if info is not None else None
+    data.app = info.app if info is not None else None
+    if data.framework is None:
+        data.framework = legacy_framework(info)
+    if data.app is None:
+        try:
+            data.app = legacy_app(data.run_dir, _yaml)
+        except ValueError as exc:
+            raise ReportInputError(str(exc)) from exc
+    app = data.app
+    if app is None or app.config is None:
+        data.notes.append("the app's configuration: not recorded (advice names generic settings)")
+        return
+    data.config = {k: v for k, v in app.config.items() if k not in app.config_skip}
+    data.config_text = app.config_text
+    data.config_label = app.config_label
+    data.overrides = list(app.overrides)
+    data.job_name = app.job_name
+
+
 def _read_files(data: RunData) -> None:
     """Fill ``data`` from the files of its run directory."""
     root = data.run_dir
@@ -240,30 +287,10 @@ def _read_files(data: RunData) -> None:
     except RunDirError as exc:
         raise ReportInputError(str(exc)) from exc
 
-    hydra = root / ".hydra"
-    config_path = hydra / "config.yaml"
-    if config_path.is_file():
-        data.config_text, loaded = _yaml(config_path)
-        if loaded is not None and not isinstance(loaded, dict):
-            raise ReportInputError(f"{config_path}: expected a mapping at the top level")
-        data.config = loaded or {}
-        overrides_path = hydra / "overrides.yaml"
-        if overrides_path.is_file():
-            overrides = _yaml(overrides_path)[1]
-            if isinstance(overrides, list):
-                data.overrides = [str(o) for o in overrides]
-        if (hydra / "hydra.yaml").is_file():
-            name = config_value(_yaml(hydra / "hydra.yaml")[1], "hydra.job.name")
-            data.hydra_job_name = name if isinstance(name, str) and name.strip() else None
-    else:
-        data.notes.append(".hydra/config.yaml: not recorded (advice names generic settings)")
-
+    _read_app(data)
     data.epochs = _in_epoch_order(_read(EpochRecord.path(root), EpochRecord))
     if not data.epochs:
-        data.notes.append(
-            "perf/epochs.jsonl: not recorded (attach PerformanceProfilerCallback or "
-            "ThroughputMonitorCallback, e.g. callbacks=monitoring)"
-        )
+        data.notes.append(f"perf/epochs.jsonl: not recorded ({hint(data, 'record')})")
     data.intervals = _read(IntervalRecord.path(root), IntervalRecord)
     data.resources = _read(ResourceSample.path(root), ResourceSample)
     summaries = _read(ResourceSummary.path(root), ResourceSummary)
@@ -323,11 +350,7 @@ def _no_trace_note(run: RunData) -> str:
         )
     if run.profiler_windows:
         return "the profiler window(s) below wrote no trace file (their export was off or failed)"
-    if isinstance(config_value(run.config, "callbacks.profiler.enabled"), bool):
-        how = "rerun with callbacks.profiler.enabled=true"
-    else:
-        how = "attach trainperf.lightning.ProfilerCallback"
-    return f"no profiler trace recorded ({how})"
+    return f"no profiler trace recorded ({hint(run, 'profile')})"
 
 
 def _analyze_traces(run: RunData) -> tuple[TraceAnalysis | None, str | None]:

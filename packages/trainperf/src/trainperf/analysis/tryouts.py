@@ -1,6 +1,6 @@
 """What a ``trainperf try`` session found, read back: the last session's records of the run's
 ``perf/try.jsonl``, how a measured change is decided (:func:`measure`, :func:`status`), and the
-change to make (:func:`paste_line`: the Hydra overrides; :func:`code_lines`: runtime knobs as
+change to make (:func:`paste_line`: the config overrides; :func:`code_lines`: runtime knobs as
 changes to one's own code). The session that runs the trials is
 :mod:`trainperf.cli.tryout.session`.
 
@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from trainperf.core.knobs import KNOB_PREFIX, apply_lines, knobs_of
 from trainperf.core.significance import ALPHA, Outcome, PairedRatios, paired_ratios, ratio_outcome
 from trainperf.records.files import read_records
+from trainperf.records.framework_info import FrameworkInfo
 from trainperf.records.kinds import TryRecord
 
 __all__ = [
@@ -91,14 +92,16 @@ def _tokens(records: Sequence[TryRecord]) -> list[str]:
 
 
 def paste_line(records: Sequence[TryRecord]) -> str | None:
-    """The Hydra overrides to paste (of :func:`_winners`), or ``None``."""
+    """The config overrides to paste (of :func:`_winners`), or ``None``."""
     overrides = [t for t in _tokens(_winners(records)) if not t.startswith(KNOB_PREFIX)]
     return " ".join(overrides) or None
 
 
-def code_lines(records: Sequence[TryRecord]) -> list[str]:
-    """The recommended runtime knobs (of :func:`_winners`) as changes to one's own code."""
-    return apply_lines(knobs_of(_tokens(_winners(records))))
+def code_lines(records: Sequence[TryRecord], framework: FrameworkInfo | None = None) -> list[str]:
+    """The recommended runtime knobs (of :func:`_winners`) as changes to one's own code, in
+    the words of the run's ``framework`` where it recorded them."""
+    spell = framework.spell if framework is not None else None
+    return apply_lines(knobs_of(_tokens(_winners(records))), spell)
 
 
 def last_session(records: Sequence[TryRecord]) -> list[TryRecord]:

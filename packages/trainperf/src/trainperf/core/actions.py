@@ -1,40 +1,27 @@
-"""What a Lightning profiler action is: the phase its time belongs to and who spent it.
+"""What a framework's named unit of work is: the phase its time belongs to and who spent it.
 
-Lightning names every unit of work it runs through its profiler interface
-(``trainer.profiler.start(name)`` / ``stop(name)``, and the same names appear as spans in traces
-recorded by ``PyTorchProfiler``, prefixed ``[pl][profile]``). Both the live phase clock and the
-trace analyzer classify those names here, so the two can never disagree on what a name means.
+A training framework names the work it runs (hooks, callbacks, data fetches, strategy calls), live
+through a profiler interface and in traces as labelled spans. This module holds the neutral
+vocabulary for that meaning (:class:`Action`, its kinds, the phases a trace can tell apart) and a
+registry of :class:`SpanGrammar` objects: the data with which a framework adapter teaches the
+neutral layers its names. No framework's grammar lives here: each is supplied as data from above
+(:mod:`trainperf.frameworks`), so the live phase clock and the trace analyzer read the same names
+through the same classifier and can never disagree on what a name means.
 
-Names seen in Lightning 2.6 (see ``tests/integration/test_interpose_seams.py``):
-
-- ``[Callback]{state_key}.{hook}`` -> ``callbacks`` (owner: the callback's class name);
-  checkpoint hooks (``on_save_checkpoint``, ``state_dict``...) -> ``checkpoint``.
-- ``[LightningModule]{Class}.{hook}`` and ``[LightningDataModule]{Class}.{hook}`` ->
-  ``module_hooks`` (owner ``Class.hook``), except the hooks of ``_MODULE_HOOK_PHASES``.
-- ``[Strategy]{Class}.{hook}``: the hooks of ``_STRATEGY_HOOK_PHASES`` (``training_step`` ->
-  ``forward``, ...).
-- ``[_TrainingEpochLoop].train_dataloader_next``, ``[_EvaluationLoop].val_next`` /
-  ``test_next`` -> ``data_wait``.
-- ``optimizer_step`` (manual optimization) -> ``optimizer``; ``save_checkpoint`` ->
-  ``checkpoint``.
-- ``run_training_epoch``, ``run_training_batch``, the strategy's other hooks and names we do not
-  know are transparent: their time stays with the enclosing action.
-
-Nested actions: the innermost one that is not transparent owns the time (Lightning runs
-``training_step`` and ``backward`` inside ``optimizer_step``'s closure: they are forward and
-backward, not optimizer).
+Nested actions: the innermost one that is not transparent (``phase == ""``) owns the time.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from functools import lru_cache
 
 from trainperf.core.clock import PHASES
 
 # The clock's phases (``trainperf.core.clock.PHASES``) are the only phase names, in traces too. A
-# trace
-# cannot tell three of them apart from the work around them (nothing in it marks ``perf_phase``
+# trace cannot
+# tell three of them apart from the work around them (nothing in it marks ``perf_phase``
 # blocks or a DDP wait); this mapping is the only place that says where their time goes.
 
 #: Clock phase -> the trace phase whose time includes it: postprocess and metric run inside the
@@ -61,39 +48,14 @@ DATAMODULE = "datamodule"
 STRATEGY = "strategy"
 LOOP = "loop"
 OTHER = "other"
-
-_CHECKPOINT_HOOKS = ("on_save_checkpoint", "on_load_checkpoint", "state_dict", "load_state_dict")
-# LightningModule / LightningDataModule hooks whose work is not the module's "own hook" work but
-# one of the step's phases; any other hook is "module_hooks".
-_MODULE_HOOK_PHASES = {
-    "on_before_batch_transfer": "transfer",
-    "transfer_batch_to_device": "transfer",
-    "on_after_batch_transfer": "transfer",
-    "optimizer_step": "optimizer",
-    "optimizer_zero_grad": "optimizer",
-    "configure_gradient_clipping": "optimizer",
-    "lr_scheduler_step": "optimizer",
-    **dict.fromkeys(_CHECKPOINT_HOOKS, "checkpoint"),
-}
-# The strategy's hooks that run the user's work; its others are Lightning's own bookkeeping.
-_STRATEGY_HOOK_PHASES = {
-    **dict.fromkeys(("training_step", "validation_step", "test_step", "predict_step"), "forward"),
-    "batch_to_device": "transfer",
-    "backward": "backward",
-    "optimizer_step": "optimizer",
-}
-_PREFIXES = (
-    ("[Callback]", CALLBACK),
-    ("[LightningModule]", MODULE),
-    ("[LightningDataModule]", DATAMODULE),
-    ("[Strategy]", STRATEGY),
-)
-_TRACE_PREFIX = "[pl][profile]"
+#: Kinds of action that are the user's code running inside a framework's hook (not the
+#: framework's own bookkeeping): the per-callback and per-hook split names their owners.
+HOOK_KINDS = (CALLBACK, MODULE, DATAMODULE, STRATEGY)
 
 
 @dataclass(frozen=True, slots=True)
 class Action:
-    """The meaning of one action name (as Lightning formats it).
+    """The meaning of one action name (as its framework's grammar reads it).
 
     Args:
         phase: the phase (``trainperf.core.clock.PHASES``) its own time belongs to; ``""`` for a
@@ -101,8 +63,8 @@ class Action:
         kind: ``"callback"``, ``"module"``, ``"datamodule"``, ``"strategy"``, ``"loop"`` (data
             fetch) or ``"other"``.
         owner: who spent it, for the per-callback and per-hook split: the callback's class name
-            for callbacks (:func:`callback_class_name`), ``Class.hook`` for LightningModule and
-            DataModule hooks, ``""`` otherwise.
+            for callbacks (:func:`callback_class_name`), ``Class.hook`` for the model's and the
+            data module's hooks, ``""`` otherwise.
         target: the text between the prefix and the hook: a callback's full ``state_key``
             (two instances of one class differ here when their state keys do), the module's or
             strategy's class name; ``""`` for unprefixed names.
@@ -123,27 +85,106 @@ def callback_class_name(state_key: str) -> str:
     return base.rsplit(".", 1)[-1]
 
 
+@dataclass(frozen=True)
+class SpanGrammar:
+    """How one framework names its work, as data for the neutral layers (registered with
+    :func:`register_grammar` by whoever knows the framework; see :mod:`trainperf.frameworks`).
+
+    Args:
+        framework: its name (``lightning``, ...), for messages.
+        classify: an action name, as the framework passes it to its profiler interface ->
+            :class:`Action` (pure; the same name gives the same action).
+        action_prefix: the prefix of a trace span that is one of its actions (the rest of the name
+            is what :attr:`classify` reads).
+        label_prefix: the prefix of every span the framework labels in a trace (its actions and
+            its other labels): such a span is a label, not an operator; embedded ``{...}`` state
+            in such names is dropped on reading.
+        module_prefix: the prefix of a span wrapping the model's forward call (all of it
+            ``forward``); ``""`` when it records none.
+        loop_place: how a report names the place of work the framework's own loop does outside
+            every hook (a sync point there); ``""``: a trace of it names no such place.
+        sync_advice: the change that removes a per-step sync point, by where it is: an action
+            kind (:data:`HOOK_KINDS`) or ``"loop"`` (:attr:`loop_place`); ``{hook}`` in the text
+            is the hook's name.
+        packages: its top-level Python packages (their frames are never the user's code).
+    """
+
+    framework: str
+    classify: Callable[[str], Action]
+    action_prefix: str
+    label_prefix: str
+    module_prefix: str = ""
+    loop_place: str = ""
+    sync_advice: Mapping[str, str] = field(default_factory=dict)
+    packages: tuple[str, ...] = ()
+
+
+_GRAMMARS: dict[str, SpanGrammar] = {}
+_PACKAGES: set[str] = set()
+_NO_ACTION = Action("", OTHER, "", "")
+
+
+def register_grammar(grammar: SpanGrammar) -> None:
+    """Teach the clock and the trace analysis a framework's names (a second registration of the
+    same framework replaces the first)."""
+    _GRAMMARS[grammar.framework] = grammar
+    _PACKAGES.update(grammar.packages)
+    span_action.cache_clear()
+
+
+def register_packages(names: Iterable[str]) -> None:
+    """Top-level packages (a config library an app runs under, ...) whose frames are not the
+    user's code, beside those of the registered grammars."""
+    _PACKAGES.update(names)
+
+
+def grammars() -> tuple[SpanGrammar, ...]:
+    """The registered grammars, in registration order."""
+    return tuple(_GRAMMARS.values())
+
+
+def library_packages() -> frozenset[str]:
+    """The registered packages whose frames are never the user's code."""
+    return frozenset(_PACKAGES)
+
+
+def label_prefixes() -> tuple[str, ...]:
+    """Every registered framework's label prefix (see :attr:`SpanGrammar.label_prefix`)."""
+    return tuple(g.label_prefix for g in _GRAMMARS.values() if g.label_prefix)
+
+
 @lru_cache(maxsize=4096)
-def classify_action(name: str) -> Action:
-    """Classify one action name, plain or as a ``PyTorchProfiler`` trace records it (see the
-    module docstring). Pure; cached, because the same few hundred names recur at every step."""
-    name = name.removeprefix(_TRACE_PREFIX)
-    for prefix, kind in _PREFIXES:
-        if not name.startswith(prefix):
-            continue
-        # ``{owner}.{hook}``: a callback's owner may hold a dict repr with dots in it
-        # (``ModelCheckpoint{'dirpath': '/a/b.c'}``); the hook never has one.
-        owner, dot, hook = name[len(prefix) :].rpartition(".")
-        if not dot:
-            owner, hook = hook, ""
-        if kind == CALLBACK:
-            phase = "checkpoint" if hook in _CHECKPOINT_HOOKS else "callbacks"
-            return Action(phase, kind, callback_class_name(owner), hook, owner)
-        if kind == STRATEGY:
-            return Action(_STRATEGY_HOOK_PHASES.get(hook, ""), kind, "", hook, owner)
-        phase = _MODULE_HOOK_PHASES.get(hook, "module_hooks")
-        return Action(phase, kind, f"{owner}.{hook}", hook, owner)
-    if name.startswith("[") and name.endswith("_next"):
-        return Action("data_wait", LOOP, "", name.rpartition(".")[2])
-    phase = {"optimizer_step": "optimizer", "save_checkpoint": "checkpoint"}.get(name, "")
-    return Action(phase, OTHER, "", name)
+def span_action(name: str) -> Action | None:
+    """The action a trace span names (a registered framework's action prefix, then its action
+    name), or ``None`` for a span no registered framework claims as an action. Cached: the
+    same few hundred names recur at every step."""
+    for g in _GRAMMARS.values():
+        if g.action_prefix and name.startswith(g.action_prefix):
+            return g.classify(name[len(g.action_prefix) :])
+    return None
+
+
+def is_module_span(name: str) -> bool:
+    """The span wraps the model's forward call (a registered framework's module prefix)."""
+    return any(g.module_prefix and name.startswith(g.module_prefix) for g in _GRAMMARS.values())
+
+
+def hook_kind(hook: str) -> str:
+    """The kind of a hook named without its trace prefix (as :func:`span_action` gives it in
+    ``Action.target`` / the sync report): the first registered grammar that knows it, else
+    :data:`OTHER`."""
+    for g in _GRAMMARS.values():
+        kind = g.classify(hook).kind
+        if kind != OTHER:
+            return kind
+    return OTHER
+
+
+def grammar_of(names: Iterable[str]) -> SpanGrammar | None:
+    """The registered grammar whose actions appear among ``names`` (a trace's span names)."""
+    found = [g for g in _GRAMMARS.values() if g.action_prefix]
+    for n in names:
+        for g in found:
+            if n.startswith(g.action_prefix):
+                return g
+    return None

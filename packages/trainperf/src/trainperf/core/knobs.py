@@ -1,22 +1,23 @@
 """Runtime knobs: changes ``trainperf try`` can make to a run it did not configure.
 
-A Hydra app's candidate is an override of its own config key; a plain script has no such key, and
-even a Hydra app may lack one (``torch.compile``). A *knob* is a change our performance callbacks
-apply themselves at ``setup`` inside a trial window (``TRAINPERF_TRY_WINDOW``, set only by
-``trainperf try``), through public APIs. The Lightning side is
-:mod:`trainperf.lightning.knobs_apply`; this module (no Lightning) holds the table of
-knobs (:data:`KNOBS`), their parsing and how to make each change in one's own code.
+A config app's candidate is an override of its own config key; a plain script has no such key,
+and even a config app may lack one (``torch.compile``). A *knob* is a change a framework adapter
+applies itself at the start of a trial (inside ``TRAINPERF_TRY_WINDOW``, set only by ``trainperf
+try``), through public APIs. This module (no framework) holds the table of knobs (:data:`KNOBS`),
+their parsing and, in neutral words, how to make each change in one's own code; the run's own
+framework's words for it come from what its adapter recorded (:func:`apply_lines`' ``spell``).
 
-Namespace: ``knob:NAME=VALUE`` (``--candidate knob:dataloader.num_workers=4``). Hydra's override
-grammar refuses a ``:`` in a key, so a knob can never be read as an override, nor an override as
-a knob.
+Namespace: ``knob:NAME=VALUE`` (``--candidate knob:dataloader.num_workers=4``). A config
+override's grammar refuses a ``:`` in a key, so a knob can never be read as an override, nor an
+override as a knob. Knob names are a command-line surface: ``trainer.precision`` keeps its name
+(the run's mixed-precision setting, whatever its framework calls it).
 """
 
 from __future__ import annotations
 
 import contextlib
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from trainperf.errors import InputError
@@ -34,7 +35,7 @@ __all__ = [
     "knobs_of",
 ]
 
-#: How a knob is written where a Hydra override could be (``--candidate``).
+#: How a knob is written where a config override could be (``--candidate``).
 KNOB_PREFIX = "knob:"
 
 KnobValue = int | bool | str
@@ -57,9 +58,9 @@ class KnobSpec:
         kind: ``int``, ``bool``, ``choice`` (one of ``choices``) or ``compile`` (``true``, or a
             ``torch.compile`` backend name).
         family: the candidate family it belongs to (:class:`trainperf.core.candidates.Candidate`).
-        target: what it changes: ``torch`` (process-wide settings), ``model`` (the
-            LightningModule), ``optimizer`` (what its ``configure_optimizers`` returns),
-            ``loader`` (the training DataLoader) or ``trainer``.
+        target: what it changes: ``torch`` (process-wide settings), ``model`` (the model
+            module), ``optimizer`` (the optimizer the run built), ``loader`` (the training
+            DataLoader) or ``trainer`` (the framework's run settings).
         meaning: what it does, for ``--help`` and the README.
         code: the change in one's own code, ``{value}`` being the value as a Python literal;
             for ``loader`` knobs the keyword argument of ``DataLoader(...)``.
@@ -155,33 +156,34 @@ KNOBS: dict[str, KnobSpec] = {
             "cudnn_benchmark",
             "torch",
             "cuDNN's autotuner picks the fastest convolution algorithms (fixed input shapes)",
-            "Trainer(..., benchmark={value})",
+            "torch.backends.cudnn.benchmark = {value}  # at start-up",
         ),
         KnobSpec(
             "model.channels_last",
             "bool",
             "channels_last",
             "model",
-            "the LightningModule's 4-D parameters in channels-last memory format",
-            "model = model.to(memory_format=torch.channels_last)  # before trainer.fit",
+            "the model module's 4-D parameters in channels-last memory format",
+            "model = model.to(memory_format=torch.channels_last)  # before training",
         ),
         KnobSpec(
             "model.compile",
             "compile",
             "compile",
             "model",
-            "torch.compile the LightningModule's forward (true: torch's default backend, or a "
+            "torch.compile the model module's forward (true: torch's default backend, or a "
             "backend name); only calls through self(...) / forward are compiled",
-            "model = torch.compile(model{backend})  # before trainer.fit",
+            "model = torch.compile(model{backend})  # before training",
         ),
         KnobSpec(
             "optimizer.fused",
             "bool",
             "fused_optimizer",
             "optimizer",
-            "the Adam / AdamW / SGD that configure_optimizers returns steps fused (one kernel for "
-            "all parameters, no per-parameter host loop; torch >= 2.4, CUDA or CPU)",
-            "torch.optim.AdamW(..., fused={value})  # in configure_optimizers (Adam, SGD alike)",
+            "the run's Adam / AdamW / SGD steps fused (one kernel for all parameters, no "
+            "per-parameter host loop; torch >= 2.4, CUDA or CPU)",
+            "torch.optim.AdamW(..., fused={value})  # where the optimizer is built (Adam, SGD "
+            "alike)",
         ),
         KnobSpec(
             "dataloader.num_workers",
@@ -232,9 +234,9 @@ KNOBS: dict[str, KnobSpec] = {
             "choice",
             "precision",
             "trainer",
-            "the Trainer's precision (its plugin swapped at setup, before the strategy "
-            "connects it; the default plugins of single-device and DDP strategies only)",
-            "Trainer(..., precision={value})",
+            "the run's mixed precision (swapped at the start where the framework's adapter "
+            "can; see its documentation)",
+            "mixed precision {value}, as the run's framework sets it",
             choices=("32-true", "16-mixed", "bf16-mixed"),
             alters_computation=True,
         ),
@@ -320,27 +322,50 @@ def family_knob(family: str, value: KnobValue) -> Knob | None:
         return None
 
 
-def apply_lines(knobs: Iterable[Knob]) -> list[str]:
-    """How to make ``knobs`` in one's own code, one line per place: the DataLoader's keyword
-    arguments together (``DataLoader(..., num_workers=4, persistent_workers=True)``), the
-    Trainer's together, then each other change."""
+_CALL = re.compile(r"^([\w.]+)\((.+)\)$")
+
+
+def _merged_calls(lines: Sequence[str]) -> list[str]:
+    """Spelled changes with those that are keyword arguments of one call merged:
+    ``Trainer(precision="bf16-mixed")`` and ``Trainer(benchmark=True)`` ->
+    ``Trainer(precision="bf16-mixed", benchmark=True)``; others as they are, once each."""
+    out: list[str] = []
+    calls: dict[str, int] = {}
+    for line in dict.fromkeys(lines):
+        m = _CALL.match(line)
+        if m is None or "=" not in m.group(2):
+            out.append(line)
+        elif m.group(1) in calls:
+            i = calls[m.group(1)]
+            out[i] = f"{out[i][:-1]}, {m.group(2)})"
+        else:
+            calls[m.group(1)] = len(out)
+            out.append(line)
+    return out
+
+
+def apply_lines(
+    knobs: Iterable[Knob], spell: Callable[[str, KnobValue], str | None] | None = None
+) -> list[str]:
+    """How to make ``knobs`` in one's own code, one line per place: the training DataLoader's
+    keyword arguments together (``DataLoader(..., num_workers=4, persistent_workers=True)``),
+    each other change in the run's framework's words where ``spell`` (candidate family, value
+    -> its spelling) has them (one call's arguments together), then the rest in neutral words.
+    A loader knob the framework spells as something other than the DataLoader's own argument
+    (``TrainingArguments(dataloader_num_workers=4)``) is written its way."""
+    spelled: list[str] = []
     loader: list[str] = []
-    trainer: list[str] = []
     other: list[str] = []
     for knob in knobs:
-        code = knob.code()
-        if knob.spec.target == "loader":
-            loader.append(code)
-        elif code.startswith("Trainer(..., "):
-            trainer.append(code[len("Trainer(..., ") : -1])
+        words = spell(knob.spec.family, knob.value) if spell is not None else None
+        if knob.spec.target == "loader" and (words is None or words.startswith("DataLoader(")):
+            loader.append(knob.code())
+        elif words is not None:
+            spelled.append(words)
         else:
-            other.append(code)
-    out: list[str] = []
-    if loader:
-        out.append(f"DataLoader(..., {', '.join(loader)})  # the training loader")
-    if trainer:
-        out.append(f"Trainer(..., {', '.join(trainer)})")
-    return out + other
+            other.append(knob.code())
+    out = [f"DataLoader(..., {', '.join(loader)})  # the training loader"] if loader else []
+    return out + _merged_calls(spelled) + other
 
 
 def knobs_of(changes: Sequence[str]) -> tuple[Knob, ...]:

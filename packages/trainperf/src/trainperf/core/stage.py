@@ -1,6 +1,6 @@
 """The one stage vocabulary: :class:`Stage` (``train``, ``val``, ``test``), the names used in
 metric keys, run-directory records and reports, and :meth:`Stage.parse` for every other spelling
-(Lightning's ``RunningStage`` values, ``validation``, the trace analyzer's names)."""
+(a framework's running-stage names, ``validation``, the trace analyzer's names)."""
 
 from __future__ import annotations
 
@@ -28,10 +28,10 @@ class Stage(StrEnum):
         return cls(value)
 
     @classmethod
-    def of_lightning(cls, name: str | None) -> Stage | None:
-        """The stage of a Lightning ``RunningStage`` value (``sanity_check``, the validation
-        batches before a fit, is ``val``); ``None`` for ``predict``, ``None`` and anything else
-        we do not measure."""
+    def of_running(cls, name: str | None) -> Stage | None:
+        """The stage of a running-stage name as frameworks give it (``sanity_check``, the
+        validation batches before a fit, is ``val``); ``None`` for ``predict``, ``None`` and
+        anything else we do not measure."""
         value = "val" if name == "sanity_check" else _SPELLINGS.get(str(name))
         return cls(value) if value is not None else None
 

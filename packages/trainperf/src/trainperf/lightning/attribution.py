@@ -24,8 +24,9 @@ from collections.abc import Callable, Mapping
 
 import lightning as L
 
-from trainperf.core.actions import CALLBACK, DATAMODULE, MODULE, classify_action
+from trainperf.core.actions import CALLBACK, DATAMODULE, MODULE
 from trainperf.core.clock import PhaseClock, set_active_clock
+from trainperf.frameworks.lightning_grammar import classify_action
 from trainperf.lightning.interpose import syncs_before_train_batch
 from trainperf.lightning.untimed import lightning_own_hook, untimed_hook
 from trainperf.recording.cross_rank import CommTimer

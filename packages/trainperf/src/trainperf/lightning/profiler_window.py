@@ -11,7 +11,7 @@ from pathlib import Path
 import lightning as L
 import torch
 
-from trainperf.core.actions import classify_action
+from trainperf.frameworks.lightning_grammar import classify_action
 from trainperf.lightning.action_stream import add_listener
 from trainperf.lightning.untimed import untimed_hook
 from trainperf.probe.clock_snapshots import ClockSnapshots

@@ -196,7 +196,7 @@ class StageRecorder:
         if trainer is None or not self.measuring:
             return None
         running = trainer.state.stage
-        stage = Stage.of_lightning(running.value if running is not None else None)
+        stage = Stage.of_running(running.value if running is not None else None)
         if stage is None or stage not in self.stages:
             return None
         state = self.windows.states[stage]

@@ -10,13 +10,14 @@ from collections.abc import Sequence
 import lightning as L
 
 from trainperf.core.clock import PhaseClock
+from trainperf.lightning.framework_record import framework_entries
 from trainperf.lightning.interruption import Interruption
 from trainperf.lightning.loggers import log_to_loggers
 from trainperf.lightning.trial_fit import perf_root
 from trainperf.recording.epoch_report import IntervalProgress, Subscriber
 from trainperf.recording.run_files import Lifecycle, RunFiles
 from trainperf.recording.stage_state import EpochWindow
-from trainperf.records.kinds import EpochRecord
+from trainperf.records.kinds import EpochRecord, JsonValue
 
 
 class RecorderOutput:
@@ -34,7 +35,12 @@ class RecorderOutput:
             return
         self.files = RunFiles(perf_root(trainer))  # a try trial's own folder inside a window
         device, precision = str(trainer.strategy.root_device), str(trainer.precision)
-        self.files.run_info({"world_size": world_size, "device": device, "precision": precision})
+        facts: dict[str, JsonValue] = {
+            "world_size": world_size,
+            "device": device,
+            "precision": precision,
+        }
+        self.files.run_info({**facts, **framework_entries(trainer)})
 
     def close_files(self) -> None:
         if self.files is not None:

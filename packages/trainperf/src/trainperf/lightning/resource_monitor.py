@@ -104,7 +104,7 @@ class ResourceMonitorCallback(BatchEndHooks):
     README's section; metric names in ``trainperf.probe.resources.METRIC_DOCS``, rules and their
     defaults in ``trainperf.alerts.rules``).
 
-    The sampler thread (daemon, ``ocr-resource-monitor``) starts at ``on_fit_start`` and is
+    The sampler thread (daemon, ``trainperf-resource-monitor``) starts at ``on_fit_start`` and is
     joined at the end of fit, on an exception (also ``KeyboardInterrupt``) and at ``teardown``.
     The training hooks only stamp ``perf_counter_ns`` and counters; sampling, the rules and file
     writes run on the thread. Metrics reach ``trainer.loggers`` (rank zero) from the training

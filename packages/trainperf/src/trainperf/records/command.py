@@ -19,13 +19,14 @@ from pathlib import Path
 
 from trainperf.errors import InputError
 from trainperf.records.files import read_run_record
-from trainperf.records.kinds import EvalCommand, RunDirError
+from trainperf.records.kinds import (
+    LEGACY_DROP_KEYS,
+    LEGACY_OUTPUT_OVERRIDE,
+    EvalCommand,
+    RunDirError,
+)
 
 __all__ = ["RecordedCommand", "TryInputError", "override_key", "recorded_command"]
-
-# Hydra arguments that would send a trial's output elsewhere or start several jobs.
-_DROPPED_KEYS = ("hydra.run.dir", "hydra.sweep.dir", "hydra.sweep.subdir")
-_MULTIRUN_FLAGS = ("-m", "--multirun")
 
 
 class TryInputError(InputError, ValueError):
@@ -47,10 +48,12 @@ class RecordedCommand:
         launcher: the interpreter's arguments before the app's own: ``["-m", "ocr.train"]``,
             a console script's path, or a script's path.
         flags: the app's own arguments that are not overrides (``--config-name x``), in order.
-        overrides: the app's Hydra overrides (``.hydra/overrides.yaml`` when saved), or its plain
-            arguments for a non-Hydra script.
-        hydra: the app is a Hydra app (overrides can be applied).
-        lightning_module: the LightningModule's class name, when recorded.
+        overrides: the app's config overrides (its saved overrides file when it has one), or
+            its plain arguments for a script that takes none.
+        takes_overrides: the app takes config overrides (a change can be one).
+        module_class: the model module's class name, when recorded.
+        output_override: the override that sends a trial's output to ``{dir}``.
+        drop_keys: keys whose overrides (and sub-keys') a trial's command leaves out.
         evaluation: how the app evaluates a checkpoint (eval-time changes), when it recorded it.
     """
 
@@ -60,9 +63,11 @@ class RecordedCommand:
     flags: tuple[str, ...]
     overrides: tuple[str, ...]
     cwd: Path
-    hydra: bool
-    lightning_module: str | None = None
+    takes_overrides: bool
+    module_class: str | None = None
     evaluation: EvalCommand | None = None
+    output_override: str = LEGACY_OUTPUT_OVERRIDE
+    drop_keys: tuple[str, ...] = LEGACY_DROP_KEYS
 
     def argv(
         self,
@@ -79,14 +84,15 @@ class RecordedCommand:
         instead (:meth:`redirected`): a trial never writes into the run it measures. A plain
         script: its own command line so redirected; ``changes`` and ``launcher`` are refused:
         it has no overrides."""
-        if not self.hydra:
+        if not self.takes_overrides:
             if changes or launcher is not None:
                 raise TryInputError(
-                    f"{self.run_dir}: not a Hydra app; its arguments cannot be changed"
+                    f"{self.run_dir}: its command takes no config overrides; its arguments "
+                    "cannot be changed"
                 )
             return [self.executable, *self.launcher, *self.redirected(output_dir)]
         replaced = {override_key(c) for c in changes}
-        dropped = (*_DROPPED_KEYS, *drop_keys)
+        dropped = (*self.drop_keys, *drop_keys)
 
         def keeps(override: str) -> bool:
             key = override_key(override)
@@ -100,7 +106,7 @@ class RecordedCommand:
             *(self.launcher if launcher is None else launcher),
             *self.flags,
             *kept,
-            f"hydra.run.dir={output_dir}",
+            self.output_override.replace("{dir}", str(output_dir)),
             *changes,
         ]
 
@@ -179,8 +185,8 @@ def recorded_command(run_dir: str | os.PathLike[str]) -> RecordedCommand:
         info = read_run_record(root)
     except FileNotFoundError:
         raise TryInputError(
-            f"{root}: no perf/run.json, so no command to re-run (record the run with the "
-            "performance callbacks, e.g. ocr-train callbacks=monitoring)"
+            f"{root}: no perf/run.json, so no command to re-run (record the run with "
+            "trainperf's performance monitor for its framework)"
         ) from None
     except RunDirError as exc:
         raise TryInputError(str(exc)) from exc
@@ -193,21 +199,21 @@ def recorded_command(run_dir: str | os.PathLike[str]) -> RecordedCommand:
     app_args = [str(a) for a in argv[1:]]
     # orig_argv = [python, *launcher, *app_args]
     launcher = [str(a) for a in orig[1 : len(orig) - len(app_args)]]
-    hydra_info = info.hydra
-    launch_cwd = hydra_info.cwd if hydra_info is not None else None
+    launch = info.launch
+    launch_cwd = launch.cwd if launch is not None else None
     cwd = Path(str(launch_cwd or info.cwd or root))
     if not cwd.is_dir():
         raise TryInputError(f"{root}: the run's working folder {cwd} no longer exists")
-    if hydra_info is None:
+    if launch is None:
         _check_rerunnable(root, [str(a) for a in orig], str(argv[0]), launcher, cwd)
         overrides, flags = app_args, []  # a plain script's arguments, re-run as they were
     else:
-        saved = hydra_info.overrides_file
+        saved = launch.overrides_file
         read = _read_overrides(root / saved) if saved else None
-        overrides = read if read is not None else list(hydra_info.overrides)
+        overrides = read if read is not None else list(launch.overrides)
         # the app's own arguments that are not overrides (``--config-name x``), multirun left out
         flags = [
-            a for a in app_args if a not in _MULTIRUN_FLAGS and (a.startswith("-") or "=" not in a)
+            a for a in app_args if a not in launch.multirun and (a.startswith("-") or "=" not in a)
         ]
     return RecordedCommand(
         run_dir=root,
@@ -216,7 +222,9 @@ def recorded_command(run_dir: str | os.PathLike[str]) -> RecordedCommand:
         flags=tuple(flags),
         overrides=tuple(overrides),
         cwd=cwd,
-        hydra=hydra_info is not None,
-        lightning_module=info.lightning_module,
+        takes_overrides=launch is not None,
+        module_class=info.module_class,
         evaluation=info.eval,
+        output_override=launch.output_argument if launch is not None else LEGACY_OUTPUT_OVERRIDE,
+        drop_keys=launch.dropped if launch is not None else LEGACY_DROP_KEYS,
     )

@@ -42,6 +42,7 @@ from trainperf.core.findings import threshold
 from trainperf.core.ranks import Straggler
 from trainperf.core.stage import Stage
 from trainperf.errors import InputError
+from trainperf.records.framework_info import FrameworkInfo, known_framework
 
 PERF_DIRNAME = "perf"
 
@@ -101,6 +102,14 @@ class Record(msgspec.Struct, kw_only=True, frozen=True, tag_field="schema"):
 # -- record kinds ----------------------------------------------------------------------------
 
 
+#: What a launch record from before ``output_override`` / ``drop_keys`` were recorded meant: the
+#: config app was Hydra (the only one there was), its trial output set by this override, and
+#: these keys (a trial's output elsewhere, several jobs) left out of a trial's command.
+LEGACY_OUTPUT_OVERRIDE = "hydra.run.dir={dir}"
+LEGACY_DROP_KEYS = ("hydra.run.dir", "hydra.sweep.dir", "hydra.sweep.subdir")
+LEGACY_MULTIRUN_FLAGS = ("-m", "--multirun")
+
+
 class PlainLoopSetup(msgspec.Struct, kw_only=True, frozen=True):
     """What a plain PyTorch loop showed ``trainperf.loop.Monitor``: its training DataLoader's
     arguments (``None``: not seen, e.g. an iterable that is not a DataLoader), its optimizer and
@@ -136,14 +145,36 @@ class HfTrainerSetup(msgspec.Struct, kw_only=True, frozen=True):
 
 
 class HydraApp(msgspec.Struct, kw_only=True, frozen=True):
-    """The Hydra app a run was started as (``trainperf try`` re-runs it with overrides).
-    ``overrides_file`` is relative to ``output_dir``; ``None`` when it saves no ``.hydra/``."""
+    """``run.json``'s ``hydra`` entry: the config app a run was started as (``trainperf try``
+    re-runs it with overrides). ``overrides_file`` is relative to ``output_dir``; ``None`` when
+    it saves none. ``output_override`` sends a trial's output to ``{dir}``; ``drop_keys`` and
+    ``multirun_flags`` are left out of a trial's command (absent in older records: the
+    ``LEGACY_*`` values, what they meant)."""
 
     output_dir: str | None = None
     cwd: str | None = None
     config_name: str | None = None
     overrides_file: str | None = None
     overrides: list[str] = []
+    output_override: str | None = None
+    drop_keys: list[str] | None = None
+    multirun_flags: list[str] | None = None
+
+    @property
+    def output_argument(self) -> str:
+        """The override that sends a trial's output to ``{dir}``."""
+        return self.output_override or LEGACY_OUTPUT_OVERRIDE
+
+    @property
+    def dropped(self) -> tuple[str, ...]:
+        """Keys whose overrides (and sub-keys') a trial's command leaves out."""
+        return tuple(self.drop_keys) if self.drop_keys is not None else LEGACY_DROP_KEYS
+
+    @property
+    def multirun(self) -> tuple[str, ...]:
+        """The app's flags that start several jobs (left out of a trial's command)."""
+        flags = self.multirun_flags
+        return tuple(flags) if flags is not None else LEGACY_MULTIRUN_FLAGS
 
 
 class FlopsInfo(msgspec.Struct, kw_only=True, frozen=True):
@@ -256,7 +287,7 @@ class RunRecord(Record, tag="trainperf/run", kw_only=True, frozen=True):
     executable: str | None = None
     orig_argv: list[str] = []
     cwd: str | None = None
-    hydra: HydraApp | None = None
+    launch: HydraApp | None = msgspec.field(default=None, name="hydra")
     torch_version: str | None = None
     lightning_version: str | None = None
     numpy_version: str | None = None
@@ -267,7 +298,7 @@ class RunRecord(Record, tag="trainperf/run", kw_only=True, frozen=True):
     world_size: int | None = None
     device: str | None = None
     precision: str | None = None  # the Trainer's, as it ran (e.g. "bf16-mixed")
-    lightning_module: str | None = None
+    module_class: str | None = msgspec.field(default=None, name="lightning_module")
     hparams: dict[str, Any] = {}  # JSON values
     flops: FlopsInfo | None = None
     # the module's layers (convolutions: whether channels_last applies); None in older folders
@@ -278,13 +309,21 @@ class RunRecord(Record, tag="trainperf/run", kw_only=True, frozen=True):
     dataset_containers: list[DatasetContainer] = []
     # how the app evaluates a checkpoint (trainperf try's eval-time changes); None: it said not
     eval: EvalCommand | None = None
-    # which adapter recorded the run: "lightning", "loop" (trainperf.loop), "hf"; None in older
-    # folders (they were all Lightning's)
-    framework: str | None = None
+    # the framework adapter that recorded the run ("lightning", "loop", "hf": its name alone, or
+    # its FrameworkInfo) and the app above it; None in older folders (they were all Lightning's)
+    framework: str | FrameworkInfo | None = None
+    app: FrameworkInfo | None = None
     # what a plain loop showed trainperf.loop.Monitor (framework "loop")
     plain_loop: PlainLoopSetup | None = None
     # the arguments a Hugging Face run was started with (framework "hf")
     hf_trainer: HfTrainerSetup | None = None
+
+    @property
+    def framework_info(self) -> FrameworkInfo | None:
+        """``framework`` as a :class:`FrameworkInfo` (a name alone: the framework registered
+        under it, :func:`~trainperf.records.framework_info.known_framework`)."""
+        fw = self.framework
+        return known_framework(fw) if isinstance(fw, str) else fw
 
 
 class LoaderSettings(msgspec.Struct, kw_only=True, frozen=True):

@@ -1,5 +1,5 @@
 """What a run directory records about the process that ran: :func:`run_info` (machine, software,
-the command line and Hydra app, as a :class:`~trainperf.records.kinds.RunRecord`) and
+the command line, as a :class:`~trainperf.records.kinds.RunRecord`) and
 :func:`write_run_info` (merged into ``perf/run.json``). The file formats themselves live in
 :mod:`trainperf.records.kinds`."""
 
@@ -11,13 +11,13 @@ import platform
 import socket
 import sys
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
 import msgspec
 
 from trainperf.records.files import enc_hook, write_run_record
-from trainperf.records.kinds import HydraApp, JsonValue, RunRecord
+from trainperf.records.kinds import JsonValue, RunRecord
 
 #: Worker counters of a cache named X (``trainperf.probe.worker.report_count``): ``X_hits`` and
 #: ``X_misses`` give its hit rate; ``X_corrupt`` (entries read back unusable) and
@@ -84,29 +84,26 @@ def cpu_bf16() -> bool | None:
     return None
 
 
-def _hydra_app() -> HydraApp | None:
-    """The Hydra app this process runs (``trainperf try`` re-runs it with overrides), if any.
-    Hydra is read where the process has loaded it, never imported: the toolkit does not depend
-    on it."""
-    hydra_config = sys.modules.get("hydra.core.hydra_config")
-    if hydra_config is None:
-        return None
-    try:
-        HydraConfig = hydra_config.HydraConfig
-        if not HydraConfig.initialized():
-            return None
-        cfg = HydraConfig.get()
-        subdir = cfg.output_subdir
-        return HydraApp(
-            output_dir=str(cfg.runtime.output_dir),
-            # where the command was started: os.getcwd() is the output dir under job.chdir
-            cwd=str(cfg.runtime.cwd),
-            config_name=cfg.job.config_name,
-            overrides_file=f"{subdir}/overrides.yaml" if subdir else None,
-            overrides=list(cfg.overrides.task),
-        )
-    except Exception:  # an app half-initialising Hydra: no re-run, nothing worse
-        return None
+#: Providers of facts about this process that only something above knows (a config library the
+#: process runs under, :func:`register_facts`); their entries are merged into every run.json.
+_FACTS: list[Callable[[], Mapping[str, JsonValue]]] = []
+
+
+def register_facts(provider: Callable[[], Mapping[str, JsonValue]]) -> None:
+    """Add a provider of ``run.json`` entries (:class:`~trainperf.records.kinds.RunRecord`
+    fields) that :func:`write_run_info` merges in (once per provider)."""
+    if provider not in _FACTS:
+        _FACTS.append(provider)
+
+
+def _provided() -> dict[str, JsonValue]:
+    out: dict[str, JsonValue] = {}
+    for provider in _FACTS:
+        try:
+            out.update(provider())
+        except Exception:  # a provider's failure loses its facts, never the run's file
+            continue
+    return out
 
 
 def run_info() -> RunRecord:
@@ -131,7 +128,6 @@ def run_info() -> RunRecord:
         executable=sys.executable,
         orig_argv=list(sys.orig_argv),
         cwd=os.getcwd(),
-        hydra=_hydra_app(),
         torch_threads=torch.get_num_threads() if torch is not None else None,
         cuda_devices=[torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
         if cuda and torch is not None
@@ -143,7 +139,6 @@ def run_info() -> RunRecord:
         if cuda and torch is not None
         else [],
         torch_version=version("torch"),
-        lightning_version=version("lightning"),
         numpy_version=version("numpy"),
     )
 
@@ -159,4 +154,5 @@ def write_run_info(
     facts: dict[str, JsonValue] = {
         k: v for k, v in msgspec.to_builtins(run_info()).items() if v is not None and v != {}
     }
+    facts.update(_provided())
     return write_run_record(run_dir, {**facts, **(extra or {})})

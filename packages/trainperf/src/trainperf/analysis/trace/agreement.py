@@ -1,9 +1,9 @@
 """One truth: the trace's step breakdown set beside the live phase clock over the same steps.
 
-The live phase clock (``trainperf.core.clock``) and the trace analyzer classify Lightning's action
-names with the same function (``trainperf.core.actions.classify_action``), so over the same steps
-they must agree. :func:`compare_phases` sets the two per-phase ms/step side by side: the live
-clock's are recorded at every ``ProfilerStep`` boundary by
+The live phase clock (``trainperf.core.clock``) and the trace analyzer classify a framework's
+action names with the same classifier (its grammar, :mod:`trainperf.core.actions`), so over the
+same steps they must agree. :func:`compare_phases` sets the two per-phase ms/step side by side:
+the live clock's are recorded at every ``ProfilerStep`` boundary by
 :class:`trainperf.probe.clock_snapshots.ClockSnapshots` and averaged over the trace's steps by
 :func:`trainperf.analysis.trace.clock_windows.compare_with_clock`. A disagreement beyond the
 tolerance is a finding about the measurement itself (one of the two is wrong about
@@ -109,8 +109,8 @@ class Agreement(msgspec.Struct, kw_only=True):
             },
             suggestion=(
                 "One of the two measurements misplaces time: time outside any labelled span "
-                "(code between Lightning hooks, threads the clock does not see) or a label one "
-                "side lacks. Trust neither figure for this phase until they agree; the trace's "
+                "(code between the framework's hooks, threads the clock does not see) or a label "
+                "one side lacks. Trust neither figure for this phase until they agree; the trace's "
                 "per-op detail shows what runs there."
             ),
         )

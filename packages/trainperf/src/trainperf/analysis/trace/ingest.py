@@ -28,10 +28,12 @@ from trainperf.analysis.trace.table import (
     TraceSource,
     category_kind,
 )
+from trainperf.core.actions import label_prefixes
 
 __all__ = ["find_trace_files", "load_or_spill", "load_traces", "table_of"]
 
-# Lightning embeds the callback's state dict in span names: "ModelCheckpoint{'monitor': ...}.on_x".
+# A framework may embed a callback's state dict in its span names ("ModelCheckpoint{'monitor':
+# ...}.on_x"): dropped from the names of a registered grammar's labels.
 _EMBEDDED_DICT = re.compile(r"\{.*\}")
 
 
@@ -55,7 +57,7 @@ def find_trace_files(path: str | Path) -> list[Path]:
 
 def _normalise_name(raw: Any) -> str:
     name = raw if isinstance(raw, str) else ("" if raw is None else str(raw))
-    if "{" in name and name.startswith("[pl]"):
+    if "{" in name and name.startswith(label_prefixes()):
         name = _EMBEDDED_DICT.sub("", name)
     return name
 

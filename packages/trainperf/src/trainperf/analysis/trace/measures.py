@@ -26,6 +26,7 @@ from trainperf.analysis.trace.steps import (
 from trainperf.analysis.trace.syncs import SyncPoints
 from trainperf.analysis.trace.table import EventTable, Kind, TraceSource
 from trainperf.analysis.trace.trace_rules import TraceMetrics
+from trainperf.core.actions import label_prefixes
 from trainperf.core.findings import threshold
 
 __all__ = [
@@ -295,11 +296,10 @@ def _optimizer_sums(
     table: EventTable, steps: StepTable, out: MeasureSums, oidx: np.ndarray, ophase: np.ndarray
 ) -> None:
     """The optimizer's own work: outermost ops in the optimizer phase (the forward and backward
-    Lightning runs inside ``Optimizer.step``'s closure are their own phases), per optimizer step
+    a framework runs inside ``Optimizer.step``'s closure are their own phases), per optimizer step
     and per parameter (parameters = gradients accumulated by one backward pass)."""
-    is_label = table.name_ids(
-        lambda s: s.startswith(("Optimizer.", "[pl]", "ProfilerStep#")) or classify_phase(s) >= 0
-    )
+    labels = ("Optimizer.", "ProfilerStep#", *label_prefixes())
+    is_label = table.name_ids(lambda s: s.startswith(labels) or classify_phase(s) >= 0)
     in_opt = oidx[(ophase == _P_OPT) & ~is_label[table.name[oidx]]]
     # outermost: the parent is not itself an op (aten::add_ inside aten::lerp_ is one step)
     par = table.parent[in_opt]

@@ -54,7 +54,7 @@ from trainperf.analysis.trace.steps_view import per_rank, phase_summaries, step_
 from trainperf.analysis.trace.syncs import sync_points
 from trainperf.analysis.trace.table import EventTable, Kind, TraceSource
 from trainperf.analysis.trace.trace_rules import evaluate
-from trainperf.core.actions import CALLBACK, DATAMODULE, MODULE, classify_action
+from trainperf.core.actions import CALLBACK, DATAMODULE, MODULE, Action, span_action
 from trainperf.core.findings import post_hoc_thresholds
 
 __all__ = ["Named", "TablePartial", "finish", "merge", "partial_of"]
@@ -217,7 +217,8 @@ def finish(
 
 def named(part: TablePartial) -> Named:
     """Time per callback and per module hook in the steps (ms per step of the stage), from
-    Lightning's action spans (``[pl][profile][Callback]...``), as the live clock names them."""
+    a framework's action spans (callbacks, module and data-module hooks; see
+    :func:`trainperf.core.actions.span_action`), as the live clock names them."""
     counts = Counter(part.steps.stage)
     out: Named = {}
     for (stage, group, owner), ns in part.named_ns.items():
@@ -226,19 +227,21 @@ def named(part: TablePartial) -> Named:
     return out
 
 
+def _named_kind(action: Action | None) -> bool:
+    return action is not None and action.kind in (CALLBACK, MODULE, DATAMODULE)
+
+
 def _named_ns(table: EventTable, steps: StepTable) -> Counter[tuple[str, str, str]]:
-    is_action = table.name_ids(
-        lambda n: n.startswith(("[pl][profile][Callback]", "[pl][profile][Light"))
-    )
+    is_action = table.name_ids(lambda n: _named_kind(span_action(n)))
     idx = np.flatnonzero(is_action[table.name] & np.isin(table.kind, Kind.HOST) & (table.dur > 0))
     step_of, _ = locate(steps, table, idx)
     out: Counter[tuple[str, str, str]] = Counter()
     for i, st in zip(idx.tolist(), step_of.tolist(), strict=True):
         if st < 0:
             continue
-        action = classify_action(table.names[int(table.name[i])])
-        group = _GROUP_OF_KIND.get(action.kind)
-        if group is None or not action.owner:
+        action = span_action(table.names[int(table.name[i])])
+        group = _GROUP_OF_KIND.get(action.kind) if action is not None else None
+        if action is None or group is None or not action.owner:
             continue
         out[(steps.stage[st], group, action.owner)] += int(table.dur[i])
     return out

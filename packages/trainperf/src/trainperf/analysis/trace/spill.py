@@ -148,7 +148,7 @@ class _SpillColumns(_Columns):
 
     def _write(self) -> None:
         if self.directory is None:
-            self.directory = Path(tempfile.mkdtemp(prefix="ocr-trace-", dir=self.tmp_dir))
+            self.directory = Path(tempfile.mkdtemp(prefix="trainperf-trace-", dir=self.tmp_dir))
         self.n_spilled += sum(p.size for p in self.key)
         self.n_mem_spilled += sum(p.size for p in self.mem["ts"])
         self.min_ts = min([self.min_ts, *(float(np.nanmin(p)) for p in self.ts if p.size)])

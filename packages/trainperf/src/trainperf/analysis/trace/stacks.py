@@ -1,11 +1,11 @@
-"""Where each host-device sync point of a trace is: its outermost operator, the Lightning hook
+"""Where each host-device sync point of a trace is: its outermost operator, the framework hook
 around it and, in a trace recorded with ``with_stack=True``, the user's Python line behind it.
 
-The hook is the innermost Lightning action span (``[pl][profile]...``, as Lightning's
-``PyTorchProfiler`` and our ``ProfilerCallback`` record them) that holds the call and is a hook
-(a callback, LightningModule, DataModule or strategy call); a call of a Lightning run outside
-every hook is Lightning's own loop (:data:`LOOP_HOOK`); a plain torch trace names torch's labels
-(``Optimizer.step#AdamW.step``).
+The hook is the innermost action span of a registered framework grammar
+(:func:`trainperf.core.actions.span_action`) that holds the call and is a hook (a callback, the
+model's or data module's hook, a strategy call); a call of such a framework's run outside every
+hook is the framework's own loop (its grammar's ``loop_place``); a plain torch trace names
+torch's labels (``Optimizer.step#AdamW.step``).
 
 ``torch.profiler.profile(with_stack=True)`` writes ``python_function`` events (one per Python or
 built-in call, named ``path(line): function`` or ``<built-in method item of Tensor object at
@@ -19,7 +19,8 @@ the line of the call inside it: a trace names the function; the live
 
 :func:`sync_sites` walks up from each sync call to the innermost frame of the user's code (a frame
 that is not a built-in, not the standard library and not a framework package such as torch or
-Lightning) and counts the calls per site and per step. Traces without Python events give no sites.
+a registered framework's) and counts the calls per site and per step. Traces without Python
+events give no sites.
 """
 
 from __future__ import annotations
@@ -31,11 +32,16 @@ from dataclasses import dataclass
 import numpy as np
 
 from trainperf.analysis.trace.table import EventTable, Kind
-from trainperf.core.actions import CALLBACK, DATAMODULE, MODULE, STRATEGY, classify_action
+from trainperf.core.actions import (
+    HOOK_KINDS,
+    grammar_of,
+    label_prefixes,
+    library_packages,
+    span_action,
+)
 
 __all__ = [
     "FRAMEWORK_PACKAGES",
-    "LOOP_HOOK",
     "SyncCall",
     "SyncSite",
     "is_user_frame",
@@ -50,13 +56,7 @@ FRAMEWORK_PACKAGES = frozenset(
         "torch",
         "torchvision",
         "torchmetrics",
-        "lightning",
-        "pytorch_lightning",
-        "lightning_fabric",
-        "lightning_utilities",
         "numpy",
-        "hydra",
-        "omegaconf",
         "wandb",
         "_pytest",
         "pytest",
@@ -70,21 +70,20 @@ _FRAME = re.compile(r"^(?P<file>.+)\((?P<line>\d+)\): (?P<func>.+)$")
 _BUILTIN = re.compile(
     r"^<built-in (?:method (?P<meth>\w+) of (?P<cls>\w+) object|function (?P<fn>\w+))"
 )
-#: Deepest Python stack walked above a sync call (Lightning's loops are ~60 frames deep).
+#: Deepest Python stack walked above a sync call (a framework's loops run ~60 frames deep).
 _MAX_DEPTH = 400
-_HOOK_KINDS = (CALLBACK, MODULE, DATAMODULE, STRATEGY)
 
 
 @dataclass(frozen=True)
 class SyncSite:
-    """The sync points of one place: one Lightning hook, one outermost operator and, in a trace
+    """The sync points of one place: one framework hook, one outermost operator and, in a trace
     recorded with ``with_stack=True``, one function of the user's code.
 
     Args:
-        hook: the innermost Lightning action around the calls
-            (``[LightningModule]OCRLightningModule.optimizer_step``,
-            ``[Callback]PlainProgressBar.on_train_batch_end``), :data:`LOOP_HOOK` for calls of
-            Lightning's loop outside every hook, else the innermost torch label
+        hook: the innermost framework action around the calls, without its trace prefix
+            (``[Callback]PlainProgressBar.on_train_batch_end``), the grammar's ``loop_place``
+            for calls of the framework's loop outside every hook, else the innermost torch
+            label
             (``Optimizer.step#AdamW.step``); ``None`` where nothing names one.
         op: the outermost operator above the blocking call (``aten::item``), or the call's own
             name where no operator holds it.
@@ -166,7 +165,7 @@ def is_user_frame(name: str) -> bool:
         return False
     head = path.split("/", 1)[0]
     top = head[:-3] if head.endswith(".py") else head
-    return top not in FRAMEWORK_PACKAGES and top not in _STDLIB
+    return top not in FRAMEWORK_PACKAGES and top not in _STDLIB and top not in library_packages()
 
 
 def _via(name: str) -> str:
@@ -181,20 +180,17 @@ def _via(name: str) -> str:
     return name
 
 
-#: The hook of a sync point that Lightning's loop makes outside every hook (its logger
-#: connector converting ``prog_bar`` metrics with ``.item()`` after the batch-end hooks).
-LOOP_HOOK = "Lightning loop (outside hooks)"
-_PL = "[pl][profile]"
-#: Labels that are no operator (the outermost operator is looked for below them).
-_LABEL_PREFIXES = ("[pl]", "ProfilerStep#", "Optimizer.", "enumerate(DataLoader)#", "##")
-#: torch's own labels that name a place where no Lightning hook does.
+#: torch's labels that are no operator (the outermost operator is looked for below them; a
+#: registered framework's labels are none either).
+_LABEL_PREFIXES = ("ProfilerStep#", "Optimizer.", "enumerate(DataLoader)#", "##")
+#: torch's own labels that name a place where no framework hook does.
 _TORCH_LABELS = ("Optimizer.step#", "Optimizer.zero_grad#", "enumerate(DataLoader)#")
 
 
 @dataclass(frozen=True)
 class SyncCall:
     """One sync point and where it is: the blocking call's name (``call``), its outermost
-    operator (``op``), its Lightning hook (``hook``, see :class:`SyncSite`), the user's frame
+    operator (``op``), its framework hook (``hook``, see :class:`SyncSite`), the user's frame
     (its event name) and the Python frame just below it (``via``) where the trace has stacks,
     the ns blocked and whether it waited for device work."""
 
@@ -208,11 +204,13 @@ class SyncCall:
 
 
 def _hook_name(name: str) -> str | None:
-    """The hook a label names: a Lightning action that is a hook (callback, module, datamodule
+    """The hook a label names: a framework action that is a hook (callback, module, datamodule
     or strategy call; not a transparent loop action), or a torch label; else ``None``."""
-    if name.startswith(_PL):
-        action = classify_action(name)
-        return name.removeprefix(_PL) if action.kind in _HOOK_KINDS else None
+    action = span_action(name)
+    if action is not None:
+        grammar = grammar_of((name,))
+        prefix = grammar.action_prefix if grammar is not None else ""
+        return name.removeprefix(prefix) if action.kind in HOOK_KINDS else None
     return name if name.startswith(_TORCH_LABELS) else None
 
 
@@ -220,8 +218,10 @@ def _places(table: EventTable, idx: np.ndarray) -> tuple[list[str], list[str | N
     """The outermost operator and the innermost hook of each event ``idx`` (walking up its
     parents, see :class:`SyncSite`)."""
     names = table.names
-    is_label = table.name_ids(lambda s: s.startswith(_LABEL_PREFIXES))
-    lightning = any(n.startswith(_PL) for n in names)
+    labels = (*_LABEL_PREFIXES, *label_prefixes())
+    is_label = table.name_ids(lambda s: s.startswith(labels))
+    grammar = grammar_of(names)
+    loop_place = grammar.loop_place if grammar is not None else ""
     hook_of = [_hook_name(n) for n in names]
     ops: list[str] = []
     hooks: list[str | None] = []
@@ -241,8 +241,8 @@ def _places(table: EventTable, idx: np.ndarray) -> tuple[list[str], list[str | N
             if hook is None and table.kind[a] == Kind.CPU_OP and not is_label[code]:
                 op = names[code]  # outermost so far, below the hook
             a = int(table.parent[a])
-        if hook is None and lightning and table.kind[i] != Kind.SYNC:
-            hook = LOOP_HOOK
+        if hook is None and loop_place and table.kind[i] != Kind.SYNC:
+            hook = loop_place
         ops.append(op)
         hooks.append(hook)
     return ops, hooks
@@ -252,7 +252,7 @@ def sync_calls(
     table: EventTable, sync_idx: np.ndarray, waited: np.ndarray | None = None
 ) -> list[SyncCall]:
     """Each sync point ``sync_idx`` (event indexes of blocking calls, usually those inside the
-    steps) with its place: outermost operator, Lightning hook and, in a trace with Python
+    steps) with its place: outermost operator, framework hook and, in a trace with Python
     stacks, the user's function behind it (the innermost frame of the user's code above it;
     ``None`` where there is none). ``waited``: per call, whether it waited for device work
     (default: all did)."""

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from trainperf.analysis.trace.table import EventTable, Kind
-from trainperf.core.actions import TRACE_PHASES, classify_action, trace_phase
+from trainperf.core.actions import TRACE_PHASES, is_module_span, span_action, trace_phase
 
 __all__ = [
     "GPU_PARTS",
@@ -59,11 +59,10 @@ def classify_phase(name: str) -> int:
     not a label (an op, a loop container).
 
     Covers torch's own annotations (``enumerate(DataLoader)#...``, ``Optimizer.step#...``),
-    ``## forward ##``-style user annotations, Lightning's module spans (``[pl][module]``) and
-    Lightning action names, as Lightning's ``PyTorchProfiler`` and our ``ProfilerCallback`` record
-    them (``[pl][profile]{action}``): those are classified by :func:`trainperf.core.actions.
-    classify_action`, exactly as the live phase clock classifies them. Transparent actions
-    (``run_training_batch``...) are not labels: their time stays with the enclosing label.
+    ``## forward ##``-style user annotations, and the spans of a registered framework's grammar
+    (:mod:`trainperf.core.actions`): its module spans (forward) and its actions, classified by
+    :func:`trainperf.core.actions.span_action` with the classifier the live phase clock uses.
+    Transparent actions are not labels: their time stays with the enclosing label.
     """
     if name.startswith("enumerate(DataLoader)#"):
         return _P_DATA
@@ -75,14 +74,12 @@ def classify_phase(name: str) -> int:
         if word.startswith("data"):
             return _P_DATA
         return {"forward": _P_FWD, "backward": _P_BWD, "optimizer": _P_OPT}[word]
-    if name.startswith("[pl][module]"):
+    if is_module_span(name):
         return _P_FWD
-    if not name.startswith("[pl][profile]"):
+    action = span_action(name)
+    if action is None or not action.phase:
         return -1
-    phase = classify_action(name).phase
-    if not phase:
-        return -1
-    return _CODE[trace_phase(phase)]
+    return _CODE[trace_phase(action.phase)]
 
 
 def _stage_of(name: str) -> str | None:

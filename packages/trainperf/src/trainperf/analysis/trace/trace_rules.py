@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trainperf.analysis.trace.names import short_name
-from trainperf.analysis.trace.stacks import LOOP_HOOK, SyncSite
+from trainperf.analysis.trace.stacks import SyncSite
+from trainperf.core.actions import LOOP, OTHER, grammars
 from trainperf.core.findings import (
     SEVERITY_ORDER,
     Finding,
@@ -318,31 +319,22 @@ _GENERIC_SYNC_CHANGE = (
 
 
 def _site_change(site: SyncSite, m: TraceMetrics) -> str:
-    """The change that removes the sync points of one site, by where they are."""
+    """The change that removes the sync points of one site, by where they are (the framework's
+    own words come from its registered grammar's ``sync_advice``)."""
     hook = site.hook or ""
-    if hook.startswith("[Callback]"):
-        return (
-            f"{hook} reads a device tensor every step (a progress bar or logger reading the "
-            "trainer's metrics, which Lightning converts with .item()): read them only for a "
-            "line it prints or every N steps, raise the progress bar's refresh_rate, or log "
-            "with self.log(..., on_step=False)"
-        )
-    if hook == LOOP_HOOK:
-        return (
-            "Lightning's loop converts every prog_bar=True metric with .item() after each batch "
-            "(Lightning issues 21232, 20995): log per-step tensors with prog_bar=False or "
-            "self.log(..., on_step=False)"
-        )
     if hook.endswith(".optimizer_step") and m.amp_scaler_ops:
         return (
             f"{hook} holds GradScaler's inf check (found_inf.item(), 16-mixed): bf16-mixed "
             "needs no scaler (see fp16_scaler); a fused optimizer keeps found_inf on the device"
         )
-    if hook.startswith(("[LightningModule]", "[Strategy]")):
-        return (
-            f"{hook} reads a device tensor every step: accumulate on the device and read it "
-            "once per N steps, self.log(..., on_step=False)"
-        )
+    for grammar in grammars():
+        if hook and hook == grammar.loop_place:
+            advice = grammar.sync_advice.get(LOOP)
+        else:
+            kind = grammar.classify(hook).kind if hook else OTHER
+            advice = grammar.sync_advice.get(kind) if kind != OTHER else None
+        if advice:
+            return advice.format(hook=hook)
     return f"{site.where}: {_GENERIC_SYNC_CHANGE}"
 
 

@@ -23,7 +23,7 @@ from trainperf.alerts import alert_findings
 from trainperf.analysis.creep import growth_findings_of
 from trainperf.analysis.gpu_wait import gpu_waits
 from trainperf.analysis.recompile_rules import recompile_findings_of
-from trainperf.analysis.run import RunData
+from trainperf.analysis.run import RunData, hint
 from trainperf.analysis.stages import StageSummary, split_warmup
 from trainperf.analysis.verdict import gpu_rules, sources
 from trainperf.analysis.verdict import stage_rules as rules
@@ -84,11 +84,7 @@ def judge(run: RunData, stages: dict[Stage, StageSummary]) -> list[Finding]:
                 title="no step-time attribution was recorded for this run",
                 evidence={},
                 threshold={},
-                suggestion=(
-                    "attach the performance callbacks (PerformanceProfilerCallback; with "
-                    "ocr-train: callbacks=monitoring) so each epoch's time is attributed to "
-                    "phases."
-                ),
+                suggestion=(f"{hint(run, 'record')} so each epoch's time is attributed to phases."),
                 source="step-time",
             )
         )

@@ -38,6 +38,8 @@ class Settings:
 
     def __init__(self, run: RunData, trace: TraceAnalysis | None = None) -> None:
         self.config = run.config
+        self.framework = run.framework
+        self.app = run.app
         self.device = run.device
         info = run.run_info
         self.cpu_count = info.cpu_count if info is not None else None
@@ -100,6 +102,8 @@ class Settings:
             precision=self.precision,
             cuda_bf16=self.cuda_bf16,
             convolutional=self.convolutional,
+            framework=self.framework,
+            app=self.app,
         )
 
 

@@ -33,9 +33,15 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
-from trainperf.analysis.advice import FUSED_OPTIMIZERS, candidates_for, optimizer_node
+from trainperf.analysis.advice import (
+    FUSED_OPTIMIZERS,
+    RUNNER_SECTIONS,
+    candidates_for,
+    find_key,
+    optimizer_node,
+)
 from trainperf.analysis.gpu_wait import PhaseWait, StageWait
-from trainperf.analysis.run import RunData, config_value
+from trainperf.analysis.run import RunData
 from trainperf.analysis.stages import StageSummary
 from trainperf.analysis.verdict.context import (
     GpuBusy,
@@ -116,11 +122,16 @@ def gpu_busy(run: RunData, trace: TraceAnalysis | None) -> GpuBusy | None:
 
 
 def precision_of(run: RunData, adv: Settings) -> str | None:
-    """The Trainer's precision as the run used it (``run.json``), else as configured."""
+    """The run's precision as it ran (``run.json``), else as its framework recorded it, else as
+    its app's config sets it."""
     if adv.precision:
         return adv.precision
-    value = config_value(run.config, "trainer.precision")
-    return str(value) if value is not None else None
+    for info in (run.framework, run.app):
+        setting = info.setting("precision") if info is not None else None
+        if setting is not None and setting.value is not None:
+            return str(setting.value)
+    key = find_key(run.config, ("precision",), prefer=RUNNER_SECTIONS)
+    return str(key.value) if key is not None and key.value is not None else None
 
 
 def _place(s: StageSummary, phase: str) -> str:
@@ -142,7 +153,7 @@ _WAIT_ADVICE = {
         "on_step=False"
     ),
     "module_hooks": (
-        "the LightningModule's hook reads a device tensor every step (.item(), .cpu(), print, "
+        "the model module's hook reads a device tensor every step (.item(), .cpu(), print, "
         "a data-dependent branch): accumulate on the device and read it every N steps"
     ),
     "optimizer": (

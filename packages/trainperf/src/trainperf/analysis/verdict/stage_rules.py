@@ -327,9 +327,9 @@ def overheads(s: StageSummary, adv: Settings, total_s: float) -> list[Finding]:
         )
     if (pct := phase_share(s, "module_hooks", "callbacks")) is not None:
         top = _top_named(s.module_hooks_s)
-        name = top[0] if top else "the LightningModule's hooks"
+        name = top[0] if top else "the model module's hooks"
         title = (
-            f"{pct:.0f} % of {s.label} wall time is spent in the LightningModule's own hooks, "
+            f"{pct:.0f} % of {s.label} wall time is spent in the model module's own hooks, "
             f"most in {name}"
         )
         advice = (
@@ -470,7 +470,7 @@ _STRAGGLER_ADVICE = {
     "backward": "its backward computes more or its device or host is slower.",
     "optimizer": "its optimizer step is slower (host contention).",
     "callbacks": "a callback does more work on that rank: make it rank-zero-only or cheaper.",
-    "module_hooks": "a LightningModule hook does more work on that rank.",
+    "module_hooks": "a hook of the model module does more work on that rank.",
     "checkpoint": "it writes checkpoints while the others wait: save from rank zero only.",
     "transfer": "its host-to-device copies are slower (pin memory, check its PCIe link).",
 }

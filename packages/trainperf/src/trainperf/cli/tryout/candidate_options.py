@@ -6,19 +6,30 @@ that is all a command-line override says: ``batch_size``, ``precision``, a canva
 ``postprocess.*`` alter what is computed; ``postprocess.*`` is evaluation-time (checked on the
 checkpoint, not timed in training). Unknown keys are family ``other``, not altering computation.
 A ``knob:NAME=VALUE`` value is a runtime knob (:mod:`trainperf.core.knobs`): its family and labels
-come from the knob table.
+come from the knob table. A knob the run's framework cannot apply (``FrameworkInfo.cannot_try``,
+recorded by its adapter) is refused before any trial, with the adapter's reason
+(:func:`applicable`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 from trainperf.core.candidates import Candidate
 from trainperf.core.findings import Finding, rank
 from trainperf.core.knobs import Knob, is_knob
 from trainperf.records.command import TryInputError, override_key
+from trainperf.records.framework_info import FrameworkInfo
 
-__all__ = ["TOP_FINDINGS", "candidates_from_findings", "parse_candidate", "unique_candidates"]
+__all__ = [
+    "TOP_FINDINGS",
+    "Refused",
+    "applicable",
+    "candidates_from_findings",
+    "parse_candidate",
+    "unique_candidates",
+]
 
 # leaf name of the key -> family
 _FAMILIES: dict[str, str] = {
@@ -95,3 +106,42 @@ def unique_candidates(candidates: Sequence[Candidate]) -> list[Candidate]:
     for c in candidates:
         first.setdefault(c.change or f"text:{c.description}", c)
     return list(first.values())
+
+
+@dataclass(frozen=True)
+class Refused:
+    """A candidate ``trainperf try`` cannot apply to the run's framework, and why (its
+    adapter's words)."""
+
+    candidate: Candidate
+    framework: str
+    reason: str
+
+    @property
+    def line(self) -> str:
+        """``cannot try knob:... on this hf run (what it changes): why``."""
+        what = self.candidate.change or self.candidate.description
+        return (
+            f"cannot try {what} on this {self.framework} run "
+            f"({self.candidate.description}): {self.reason}"
+        )
+
+
+def applicable(
+    candidates: Sequence[Candidate], framework: FrameworkInfo | None
+) -> tuple[list[Candidate], list[Refused]]:
+    """``candidates`` split into those ``try`` can apply to a run of ``framework`` and those it
+    cannot: a runtime knob (no config override) whose family the framework's adapter refuses
+    (``cannot_try``). An override is the app's own config key and applies wherever the command
+    re-runs; an unknown framework (an older folder: Lightning's) refuses nothing."""
+    if framework is None or not framework.cannot_try:
+        return list(candidates), []
+    kept: list[Candidate] = []
+    refused: list[Refused] = []
+    for c in candidates:
+        reason = framework.cannot_try.get(c.family) if c.override is None else None
+        if reason is not None and c.knob is not None:
+            refused.append(Refused(c, framework.name, reason))
+        else:
+            kept.append(c)
+    return kept, refused

@@ -226,6 +226,7 @@ def run(args: argparse.Namespace) -> int:
     from trainperf.analysis.contention import trials_contention_note
     from trainperf.analysis.tryouts import TrialEvent, code_lines, paste_line
     from trainperf.cli.tryout.candidate_options import (
+        applicable,
         candidates_from_findings,
         parse_candidate,
         unique_candidates,
@@ -243,6 +244,7 @@ def run(args: argparse.Namespace) -> int:
         trial_progress,
     )
     from trainperf.records.command import TryInputError, recorded_command
+    from trainperf.records.files import read_run_record
     from trainperf.records.kinds import TryRecord
 
     if str(args.json) == "-":  # the JSON alone on stdout: the tables go to stderr
@@ -259,10 +261,16 @@ def run(args: argparse.Namespace) -> int:
     explicit = [parse_candidate(text) for text in args.candidate]
     found = [] if args.no_findings else candidates_from_findings(build_report(run_dir).findings)
     candidates = unique_candidates([*explicit, *found])
-    if not candidates:
+    framework = read_run_record(run_dir).framework_info
+    applied, refused = applicable(candidates, framework)
+    for r in refused:  # said plainly, before any trial; recorded "not applicable" with why
+        print_line(r.line)
+    if not applied:
+        why = "; ".join(r.line for r in refused)
         raise TryInputError(
-            f"{run_dir}: nothing to try: the run's findings propose no change; name one with "
-            "--candidate KEY=VALUE"
+            f"{run_dir}: nothing to try: "
+            + (why if refused else "the run's findings propose no change")
+            + "; name one with --candidate KEY=VALUE"
         )
     options = TryOptions(args.budget, args.pairs, args.warmup, args.batches, args.warm_up)
     checkpoint = _checkpoint(run_dir)
@@ -293,6 +301,7 @@ def run(args: argparse.Namespace) -> int:
                 checkpoint=checkpoint,
                 on_trial=on_trial,
                 on_plan=print_plan,
+                refused={r.candidate: r.reason for r in refused},
             )
             records = session.run()
             contention = trials_contention_note(scratch / "trials")  # before they are removed
@@ -300,7 +309,8 @@ def run(args: argparse.Namespace) -> int:
         if not kept:
             shutil.rmtree(scratch, ignore_errors=True)  # the trials' folders, made above
     path = write_records(run_dir, records)
-    print_results(records, session.budget_note, paste_line(records), path, code_lines(records))
+    code = code_lines(records, framework)
+    print_results(records, session.budget_note, paste_line(records), path, code)
     if contention is not None:
         print(f"Note: {contention}")
     if args.json is not None:

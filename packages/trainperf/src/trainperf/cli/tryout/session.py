@@ -32,7 +32,7 @@ from __future__ import annotations
 import os
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -166,6 +166,9 @@ class TrySession:
         clock: seconds, monotonic (tests pass a fake).
         on_plan: called with the budget's plan once the first trial has run, and again when a
             revised plan measures other changes (progress output).
+        refused: candidate -> why the run's framework cannot take it
+            (:func:`~trainperf.cli.tryout.candidate_options.applicable`): recorded "not
+            applicable" with that reason, never tried.
     """
 
     def __init__(
@@ -178,8 +181,10 @@ class TrySession:
         on_trial: Callable[[TrialEvent], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
         on_plan: Callable[[BudgetPlan], None] | None = None,
+        refused: Mapping[Candidate, str] | None = None,
     ) -> None:
         self.command = command
+        self.refused = dict(refused or {})
         self.candidates = list(candidates)
         self.options = options
         self.work_dir = work_dir
@@ -204,11 +209,13 @@ class TrySession:
 
     def _change(self, c: Candidate) -> str | None:
         """What the trial applies: the override on a Hydra app, else the knob."""
-        if c.override is not None and (self.command.hydra or c.knob is None):
+        if c.override is not None and (self.command.takes_overrides or c.knob is None):
             return c.override
         return c.knob.text if c.knob is not None else None
 
     def _not_applicable(self, c: Candidate) -> str | None:
+        if c in self.refused:
+            return self.refused[c]
         if c.override is None and c.knob is None:
             if has_knob(c.family):
                 return (
@@ -220,7 +227,7 @@ class TrySession:
                 "a plain-language change: no config key or runtime knob makes it; make it by "
                 "hand and compare"
             )
-        if c.override is not None and not self.command.hydra and c.knob is None:
+        if c.override is not None and not self.command.takes_overrides and c.knob is None:
             value = c.override.partition("=")[2]  # the knob of the family makes it with this
             knob = family_knob(c.family, value) if value else None
             instead = (
@@ -560,8 +567,8 @@ class TrySession:
         for c in self.candidates:
             why = self._not_applicable(c)
             if why is not None:
-                slots.append(
-                    self._base_record(c, "not applicable", why, c.override, "candidate", "")
+                slots.append(  # a knob the framework refused keeps its text (c.change)
+                    self._base_record(c, "not applicable", why, c.change, "candidate", "")
                 )
                 continue
             change = self._change(c)

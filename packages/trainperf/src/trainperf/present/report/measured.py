@@ -50,7 +50,7 @@ def measured_changes_section(report: Report) -> Section:
     paste = paste_line(records)
     if paste:
         sec.paragraphs.append(f"To apply: {paste}")
-    code = code_lines(records)
+    code = code_lines(records, report.run.framework)
     if code:
         sec.paragraphs.append("In your code: " + "; ".join(f"`{line}`" for line in code))
     return sec

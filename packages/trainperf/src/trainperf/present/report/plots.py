@@ -39,7 +39,7 @@ PHASE_COLORS = {
 }
 _STAGE_COLORS = {"train": "#1f77b4", "val": "#ff7f0e", "test": "#2ca02c"}
 _RC: dict[RcKeyType, Any] = {
-    "svg.hashsalt": "receipt-ocr-report",
+    "svg.hashsalt": "trainperf-report",
     "svg.fonttype": "path",
     "font.size": 9,
     "axes.spines.top": False,

@@ -2,16 +2,16 @@
 
 Sources, first found wins (each is how one kind of run names itself):
 
-1. ``task_name`` in ``.hydra/config.yaml``, followed by ``-<experiment_tag>`` when the config
-   sets one: the name ``ocr.runtime.make_wandb_logger`` gives the WandB run, so the report and
-   the WandB dashboard agree (WandB keeps its own run name in a binary file, not read here).
-2. ``task_name`` (and ``experiment_tag``) in ``perf/run.json``, which ``ocr.runtime`` records
-   when a tag is set: a run whose ``.hydra/`` folder was not kept.
-3. ``hydra.job.name`` in ``.hydra/hydra.yaml``: any Hydra app (the script's name unless
-   overridden with ``hydra.job.name=``).
+1. ``task_name`` in the app's recorded configuration (``RunData.config``), followed by
+   ``-<experiment_tag>`` when the config sets one: the name the app gives its logger's run, so
+   the report and the dashboard agree.
+2. ``task_name`` (and ``experiment_tag``) in ``perf/run.json``, which an app records when a tag
+   is set: a run whose configuration was not kept.
+3. The app's job name (``FrameworkInfo.job_name``: the script's name unless the app was told
+   otherwise).
 4. The run folder's name: a foreign run that recorded no configuration.
 
-The folder's name is kept beside the name: Hydra's folders are the start time
+The folder's name is kept beside the name: an app's folders are often the start time
 (``outputs/train/2026-01-31_12-00-00``), which tells two runs of one task apart.
 """
 
@@ -42,7 +42,7 @@ def _text(value: Any) -> str | None:
     """A usable name part: a non-empty scalar, as text (``None``, ``""``, lists, maps: no)."""
     if isinstance(value, str | int | float) and not isinstance(value, bool):
         text = str(value).strip()
-        # an interpolation Hydra saved unresolved (``${oc.env:USER}``) is not a name
+        # an interpolation the config kept unresolved (``${oc.env:USER}``) is not a name
         return text if text and "${" not in text else None
     return None
 
@@ -58,11 +58,12 @@ def run_name(run: RunData) -> RunName:
     task = _text(config_value(run.config, "task_name"))
     if task is not None:
         tag = config_value(run.config, "experiment_tag")
-        return RunName(_tagged(task, tag), "task_name in .hydra/config.yaml", folder)
+        where = run.config_label or "the app's configuration"
+        return RunName(_tagged(task, tag), f"task_name in {where}", folder)
     info = run.run_info
     task = _text(info.task_name) if info is not None else None
     if info is not None and task is not None:
         return RunName(_tagged(task, info.experiment_tag), "perf/run.json", folder)
-    if run.hydra_job_name is not None:
-        return RunName(run.hydra_job_name, "Hydra job name (.hydra/hydra.yaml)", folder)
+    if run.job_name is not None:
+        return RunName(run.job_name, "the app's job name", folder)
     return RunName(folder, "run folder name", folder)

@@ -9,6 +9,7 @@ import math
 from datetime import UTC, datetime
 from typing import Any
 
+from trainperf.analysis.run import RunData
 from trainperf.present.gate_table import BAND_NOTE, COLUMNS, row_cells, verdict_line
 from trainperf.present.report import plots
 from trainperf.present.report.build import Report
@@ -34,10 +35,12 @@ def run_section(report: Report) -> Section:
         ("world_size", "world size"),
         ("python", "Python"),
         ("torch_version", "torch"),
-        ("lightning_version", "Lightning"),
+        ("framework", "framework"),
         ("argv", "command"),
     ):
         value = getattr(info, key) if info is not None else None
+        if key == "framework":
+            value = _framework(report.run)
         if value is not None:
             value = _utc(value) if key == "started_at" else value
             if key == "cuda_devices" and not value:
@@ -155,6 +158,15 @@ def baseline_section(report: Report) -> Section:
     return sec
 
 
+def _framework(run: RunData) -> str | None:
+    """``lightning 2.6.0`` (the framework that recorded the run, and the app above it)."""
+    fw = run.framework
+    if fw is None:
+        return None
+    text = f"{fw.name} {fw.version}" if fw.version else fw.name
+    return f"{text} (app: {run.app.name})" if run.app is not None else text
+
+
 def config_section(report: Report) -> Section:
     run = report.run
     sec = Section(id="config", title="Configuration")
@@ -162,14 +174,15 @@ def config_section(report: Report) -> Section:
         sec.paragraphs.append("Overrides: " + " ".join(run.overrides))
     if run.config_text is not None:
         sec.pre = run.config_text
-        sec.pre_label = f".hydra/config.yaml ({len(run.config_text.splitlines())} lines)"
+        where = run.config_label or "the app's configuration"
+        sec.pre_label = f"{where} ({len(run.config_text.splitlines())} lines)"
     elif run.run_info and run.run_info.hparams:
         sec.pre = json.dumps(run.run_info.hparams, indent=2, sort_keys=True, default=str)
         sec.pre_label = (
-            f"The LightningModule's hparams, from perf/run.json ({len(sec.pre.splitlines())} lines)"
+            f"The model's hparams, from perf/run.json ({len(sec.pre.splitlines())} lines)"
         )
     else:
-        sec.paragraphs.append("Not recorded (no .hydra/config.yaml, no hparams in perf/run.json).")
+        sec.paragraphs.append("Not recorded (no app configuration, no hparams in perf/run.json).")
     if run.notes:
         sec.tables.append(
             Table(["not recorded"], [[n] for n in run.notes], "What this run did not record")

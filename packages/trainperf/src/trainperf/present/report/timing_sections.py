@@ -76,7 +76,7 @@ def phases_section(report: Report) -> Section:
         Table(
             ["callback or hook", "kind"] + [s.label for s in stages],
             _named_rows(stages),
-            f"Time by callback hook and LightningModule hook, all epochs (the {_NAMED_ROWS} "
+            f"Time by callback hook and model module hook, all epochs (the {_NAMED_ROWS} "
             "largest; part of the callbacks, module_hooks and other phases above)",
         )
     )
@@ -266,7 +266,7 @@ def _ceiling_line(report: Report) -> str | None:
         return None
     parts = []
     for name, per_sample in sorted(flops.per_sample.items()):
-        stage = Stage.of_lightning(name)
+        stage = Stage.of_running(name)
         use = None if stage is None else stage_utilisation(info, report.run.epochs, stage)
         if stage is None or use is None:
             continue

@@ -18,7 +18,7 @@ from trainperf.probe.resources.signals import StepSignals, is_nonfinite
 from trainperf.records.files import RecordWriter
 from trainperf.records.kinds import ResourceSample, ResourceSummary
 
-THREAD_NAME = "ocr-resource-monitor"
+THREAD_NAME = "trainperf-resource-monitor"
 
 # Metric-name suffixes averaged over a logging interval; other names (memory gauges, counters,
 # cumulative totals) report their last value.
