@@ -87,8 +87,10 @@ lint: setup
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
+# Two pytest workers (pytest-xdist) on CI's two cores: much of the suite waits on subprocesses,
+# DataLoader workers and planted sleeps, so the second worker fills that time.
 test: setup lint toolkit-check
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n 2
 
 clean:
 	rm -rf $(VENV) $(TOOLKIT_VENV) runs outputs .pytest_cache .mypy_cache .ruff_cache
