@@ -20,11 +20,11 @@ Checks, each printed as one ``ok`` / ``FAIL`` line (the stage that runs each in 
 6. ``report``, ``baseline``, ``check``: ``trainperf report RUN -o ...``, ``trainperf baseline RUN
    -o B.json --skip-epochs 0`` and ``trainperf check B.json RUN --skip-epochs 0`` exit 0;
 7. ``plain loop`` [without]: ``examples/plain_loop.py`` (a plain PyTorch loop with
-   ``trainperf.loop.Monitor``) trains 2 epochs without importing Lightning, and ``trainperf report``
-   on its folder exits 0;
+   ``trainperf.loop.Monitor``) trains 2 epochs without importing Lightning, and ``trainperf
+   report``, ``watch``, ``baseline`` and ``check`` on its folder exit 0;
 8. ``hf trainer`` [without]: ``examples/hf_trainer.py`` (a Hugging Face ``Trainer`` with
    ``trainperf.hf.PerfCallback``, a tiny BERT from its config) trains 2 epochs with an evaluation
-   each without importing Lightning, and ``trainperf report`` on its folder exits 0.
+   each without importing Lightning, and the same four commands on its folder exit 0.
 
 Everything runs in a temporary folder (removed at the end) with ``PYTHONPATH`` unset, so nothing
 of the checkout can stand in for the installed package. Exit 0 when every check holds, 1 otherwise.
@@ -281,11 +281,7 @@ def check_plain_loop(env: Env, script: Path = LOOP_EXAMPLE) -> list[str]:
     epochs = sorted(r["epoch"] for r in records if r.get("stage") == "train")
     if len(epochs) != EPOCHS:
         return [f"{run_dir}/perf/epochs.jsonl: train epochs {epochs}, expected {EPOCHS}"]
-    html = env.work / "out" / "loop_report.html"
-    return _failed(
-        run(env, [*env.trainperf(), "report", str(run_dir), "-o", str(html)]),
-        "trainperf report (plain loop)",
-    )
+    return downstream(env, run_dir, "plain loop")
 
 
 def check_hf_trainer(env: Env, script: Path = HF_EXAMPLE) -> list[str]:
@@ -302,11 +298,26 @@ def check_hf_trainer(env: Env, script: Path = HF_EXAMPLE) -> list[str]:
     wanted = sorted([*(("train", e) for e in range(EPOCHS)), *(("val", e) for e in range(EPOCHS))])
     if stages != wanted:
         return [f"{run_dir}/perf/epochs.jsonl: (stage, epoch) {stages}, expected {wanted}"]
-    html = env.work / "out" / "hf_report.html"
-    return _failed(
-        run(env, [*env.trainperf(), "report", str(run_dir), "-o", str(html)]),
-        "trainperf report (Hugging Face)",
-    )
+    return downstream(env, run_dir, "Hugging Face")
+
+
+def downstream(env: Env, run_dir: Path, label: str) -> list[str]:
+    """The commands that read a run folder, on ``run_dir`` (a folder an adapter other than
+    Lightning's wrote): ``report``, ``watch`` (the run has ended: it exits 0), ``baseline`` and
+    ``check`` of the run against its own baseline; each must exit 0."""
+    out = env.work / "out" / run_dir.name
+    out.mkdir(parents=True, exist_ok=True)
+    baseline = out / "baseline.json"
+    commands = [
+        ("report", ["report", str(run_dir), "-o", str(out / "report.html")]),
+        ("watch", ["watch", str(run_dir), "--json", "--stale-after", "5"]),
+        ("baseline", ["baseline", str(run_dir), "-o", str(baseline), "--skip-epochs", "0"]),
+        ("check", ["check", str(baseline), str(run_dir), "--skip-epochs", "0"]),
+    ]
+    problems: list[str] = []
+    for name, argv in commands:
+        problems += _failed(run(env, [*env.trainperf(), *argv]), f"trainperf {name} ({label})")
+    return problems
 
 
 Check = Callable[[Env], list[str]]

@@ -26,8 +26,13 @@ def _writable_copy(src: Path, dst: Path) -> Path:
 
 
 def test_h200_run_is_sync_bound_with_the_gpu_idle_not_compute_bound(
-    h200_train_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    h200_train_run: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    # wide enough that the phase table's cells do not wrap, whatever COLUMNS the runner set
+    monkeypatch.setenv("COLUMNS", "200")
     run = _writable_copy(h200_train_run, tmp_path / "train")
     assert perf_main(["report", str(run), "-o", str(tmp_path / "report.html")]) == 0
     printed = capsys.readouterr().out

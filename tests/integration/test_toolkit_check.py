@@ -52,8 +52,8 @@ def test_the_plain_example_trains_reports_and_passes_its_gate(tmp_path: Path) ->
     for name in ("isolation", "no lightning", "distribution", "modules import"):  # toolkit venv
         assert name not in out
     assert "toolkit check passed: 7 checks" in out
-    assert (tmp_path / "out" / "hf_report.html").stat().st_size > 0
-    assert (tmp_path / "out" / "loop_report.html").stat().st_size > 0
+    assert (tmp_path / "out" / "hf_run" / "report.html").stat().st_size > 0
+    assert (tmp_path / "out" / "loop_run" / "report.html").stat().st_size > 0
     assert (tmp_path / "out" / "report.html").stat().st_size > 0
     baseline = json.loads((tmp_path / "out" / "baseline.json").read_text(encoding="utf-8"))
     assert baseline  # the figures the check compared with
@@ -190,7 +190,19 @@ def test_the_hf_example_runs_without_lightning_and_reports(tmp_path: Path) -> No
     assert check_hf_trainer(env) == []
     info = json.loads((tmp_path / "hf_run" / "perf" / "run.json").read_text(encoding="utf-8"))
     assert info["framework"] == "hf"
-    assert (tmp_path / "out" / "hf_report.html").stat().st_size > 0
+    assert (tmp_path / "out" / "hf_run" / "report.html").stat().st_size > 0
+    # its own baseline, recorded and then checked: the gate reads an HF folder too
+    assert (tmp_path / "out" / "hf_run" / "baseline.json").stat().st_size > 0
+
+
+def test_downstream_names_each_command_that_fails_on_a_folder(tmp_path: Path) -> None:
+    from scripts.toolkit_check import downstream
+
+    empty = tmp_path / "no_run"
+    empty.mkdir()
+    problems = "\n".join(downstream(_dev(tmp_path, isolated=False), empty, "empty"))
+    for name in ("report", "baseline"):  # nothing recorded there: both refuse it
+        assert f"trainperf {name} (empty)" in problems
 
 
 def test_the_toolkit_venv_runs_in_two_stages(tmp_path: Path) -> None:
