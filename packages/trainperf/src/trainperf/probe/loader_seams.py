@@ -84,7 +84,14 @@ def _late_collate() -> str | None:
         seen.append(items)
         return "collated"
 
-    loader: DataLoader[Any] = DataLoader([0, 1], batch_size=2)  # type: ignore[arg-type]
+    # A private generator: a new iterator draws its base seed from the loader's generator, and
+    # from torch's global one without it, which would shift every random number the user's
+    # training draws afterwards (its augmentations, dropout, worker seeds).
+    loader: DataLoader[Any] = DataLoader(
+        [0, 1],  # type: ignore[arg-type]
+        batch_size=2,
+        generator=torch.Generator(),
+    )
     try:
         loader.collate_fn = collate
         loader.worker_init_fn = None
