@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from trainperf.core.knobs import Knob
-from trainperf.errors import InputError
+from trainperf.recording.knob_effects import KnobNotApplicable
 from trainperf.records.files import RecordWriter
 from trainperf.records.kinds import KnobRecord
 
@@ -46,10 +46,6 @@ _OTHER = (
     "the Trainer fixes precision, compilation and the model when it is built: make this change "
     "in the script"
 )
-
-
-class KnobNotApplicable(InputError, ValueError):
-    """A knob a Hugging Face Trainer run cannot take; the message names the knob and why."""
 
 
 def _log(perf_dir: Path, knob: Knob, status: str, note: str) -> None:

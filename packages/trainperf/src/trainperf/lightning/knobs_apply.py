@@ -41,57 +41,16 @@ import torch
 from torch.utils.data import BatchSampler, DataLoader
 
 from trainperf.core.knobs import Knob
-from trainperf.errors import InputError
 from trainperf.lightning.interpose import check_versions
-from trainperf.records.files import RecordWriter
-from trainperf.records.kinds import KnobRecord
+from trainperf.recording.knob_effects import (
+    KnobLog,
+    KnobNotApplicable,
+    KnobRefused,
+    apply_torch_knob,
+    fuse_optimizer,
+)
 
 __all__ = ["KnobNotApplicable", "apply_knobs", "recreate_loader"]
-
-
-class KnobNotApplicable(InputError, ValueError):
-    """A knob this run cannot take; the message names the knob and why."""
-
-
-class _Refused(Exception):
-    """A knob cannot be applied: the reason (internal, becomes :class:`KnobNotApplicable`)."""
-
-
-class _Log:
-    """Writes the knobs' fates (rank zero only: every rank applies the same knobs)."""
-
-    def __init__(self, perf_dir: Path, enabled: bool) -> None:
-        self.path = KnobRecord.path(perf_dir)
-        self.enabled = enabled
-
-    def write(self, knob: Knob, status: str, note: str) -> None:
-        if not self.enabled:
-            return
-        writer = RecordWriter(self.path)
-        try:
-            writer.write(KnobRecord(knob=knob.setting, status=status, note=note))
-        finally:
-            writer.close()
-
-    def refuse(self, knobs: Sequence[Knob], reason: str) -> KnobNotApplicable:
-        for knob in knobs:
-            self.write(knob, "not applicable", reason)
-        names = ", ".join(k.setting for k in knobs)
-        return KnobNotApplicable(f"knob {names}: not applicable to this run: {reason}")
-
-
-def _torch_knob(knob: Knob) -> str:
-    if knob.name == "torch.threads":
-        before = torch.get_num_threads()
-        torch.set_num_threads(int(knob.value))
-        return f"torch threads {before} -> {torch.get_num_threads()}"
-    if knob.name == "torch.matmul_precision":
-        before_p = torch.get_float32_matmul_precision()
-        torch.set_float32_matmul_precision(str(knob.value))
-        return f"float32 matmul precision {before_p} -> {knob.value}"
-    before_b = torch.backends.cudnn.benchmark
-    torch.backends.cudnn.benchmark = bool(knob.value)
-    return f"cudnn.benchmark {before_b} -> {knob.value}"
 
 
 def _model_knob(module: L.LightningModule, knob: Knob) -> str:
@@ -107,46 +66,11 @@ def _model_knob(module: L.LightningModule, knob: Knob) -> str:
     backend = "inductor" if knob.value is True else str(knob.value)
     known = torch.compiler.list_backends(exclude_tags=())
     if backend not in known:
-        raise _Refused(f"torch.compile has no backend {backend!r} here (it has {', '.join(known)})")
+        have = ", ".join(known)
+        raise KnobRefused(f"torch.compile has no backend {backend!r} here (it has {have})")
     # an instance attribute: nn.Module keeps plain callables in __dict__, and self(...) calls it
     module.forward = torch.compile(module.forward, backend=backend)  # type: ignore[method-assign]
     return f"{type(module).__name__}.forward compiled (backend {backend})"
-
-
-def _fuse(optimizer: torch.optim.Optimizer) -> str:
-    """Make ``optimizer`` (Adam, AdamW or SGD, not stepped yet) step fused, as its constructor
-    does for ``fused=True``; :class:`_Refused` with why it cannot be."""
-    try:  # torch's own list (private; CUDA and CPU have fused kernels since torch 2.4)
-        from torch.optim.optimizer import _get_fused_kernels_supported_devices
-
-        devices = set(_get_fused_kernels_supported_devices())
-    except ImportError:
-        devices = {"cuda", "cpu"}
-    name = type(optimizer).__name__
-    if type(optimizer) not in (torch.optim.Adam, torch.optim.AdamW, torch.optim.SGD):
-        raise _Refused(f"configure_optimizers returned {name}: only Adam, AdamW and SGD fuse")
-    if optimizer.state:
-        raise _Refused(f"{name} has stepped already; fused must be set before its first step")
-    for group in optimizer.param_groups:
-        if group.get("differentiable"):
-            raise _Refused(f"{name} is differentiable=True, which fused does not support")
-        for p in group["params"]:
-            if p.device.type not in devices or not torch.is_floating_point(p):
-                raise _Refused(
-                    f"{name} has a {p.dtype} parameter on {p.device}; fused kernels take "
-                    f"floating-point parameters on {', '.join(sorted(devices))}"
-                )
-    if all(group.get("fused") for group in optimizer.param_groups):
-        return f"{name} (already fused)"
-    for group in [*optimizer.param_groups, optimizer.defaults]:
-        group["fused"] = True
-        group["foreach"] = False  # fused and foreach exclude each other
-    # what the constructor sets for fused=True: GradScaler hands it the scale and found_inf
-    # instead of reading found_inf on the host; SGD checks devices at its first step
-    optimizer._step_supports_amp_scaling = True  # type: ignore[attr-defined]
-    if isinstance(optimizer, torch.optim.SGD):
-        optimizer._need_device_dtype_check_for_fused = True
-    return f"{name} fused ({len(optimizer.param_groups)} parameter groups)"
 
 
 def _optimizers_in(returned: object) -> list[torch.optim.Optimizer]:
@@ -161,7 +85,7 @@ def _optimizers_in(returned: object) -> list[torch.optim.Optimizer]:
     return []
 
 
-def _optimizer_knob(module: L.LightningModule, knob: Knob, log: _Log) -> None:
+def _optimizer_knob(module: L.LightningModule, knob: Knob, log: KnobLog) -> None:
     """Wrap ``module.configure_optimizers`` so that its optimizers step fused (``knob.value``
     true); the fate is logged when Lightning calls it."""
     if knob.value is not True:
@@ -175,8 +99,8 @@ def _optimizer_knob(module: L.LightningModule, knob: Knob, log: _Log) -> None:
         if not found:
             raise log.refuse([knob], "configure_optimizers returned no optimizer")
         try:
-            notes = [_fuse(o) for o in found]
-        except _Refused as exc:
+            notes = [fuse_optimizer(o) for o in found]
+        except KnobRefused as exc:
             raise log.refuse([knob], str(exc)) from exc
         log.write(knob, "applied", "; ".join(notes))
         return returned
@@ -192,7 +116,7 @@ def _precision_knob(trainer: L.Trainer, knob: Knob) -> str:
     strategy = trainer.strategy
     current = strategy.precision_plugin
     if type(current) not in (Precision, MixedPrecision):
-        raise _Refused(
+        raise KnobRefused(
             f"the run's precision plugin is {type(current).__name__} (its strategy "
             f"{type(strategy).__name__} brings its own), which cannot be swapped after the "
             f"Trainer is built; set Trainer(precision={str(knob.value)!r}) by hand and compare"
@@ -203,12 +127,12 @@ def _precision_knob(trainer: L.Trainer, knob: Knob) -> str:
     elif isinstance(accelerator, CPUAccelerator):
         device = "cpu"
     else:
-        raise _Refused(
+        raise KnobRefused(
             f"precision is swapped only on CPU and CUDA, not on {type(accelerator).__name__}"
         )
     value = str(knob.value)
     if value == "16-mixed" and device == "cpu":
-        raise _Refused(
+        raise KnobRefused(
             "Lightning does not run 16-mixed on CPU (AMP with float16 is not supported there; "
             "bf16-mixed is the CPU's mixed precision)"
         )
@@ -220,8 +144,8 @@ def _precision_knob(trainer: L.Trainer, knob: Knob) -> str:
 
 def recreate_loader(loader: DataLoader[Any], knobs: Sequence[Knob]) -> tuple[DataLoader[Any], str]:
     """``loader`` re-created with the loader ``knobs``' arguments (same dataset, sampler, batch
-    sampler and other arguments), and a note of what changed; :class:`_Refused` with why when it
-    cannot be."""
+    sampler and other arguments), and a note of what changed;
+    :class:`~trainperf.recording.knob_effects.KnobRefused` with why when it cannot be."""
     from lightning.fabric.utilities.data import _reinstantiate_wrapped_cls
     from lightning.fabric.utilities.exceptions import MisconfigurationException
     from lightning.pytorch.utilities.data import _get_dataloader_init_args_and_kwargs
@@ -232,7 +156,7 @@ def recreate_loader(loader: DataLoader[Any], knobs: Sequence[Knob]) -> tuple[Dat
     try:
         args, kwargs = _get_dataloader_init_args_and_kwargs(loader, loader.sampler)
     except (TypeError, ValueError, MisconfigurationException) as exc:
-        raise _Refused(f"Lightning cannot re-create the training {name}: {exc}") from exc
+        raise KnobRefused(f"Lightning cannot re-create the training {name}: {exc}") from exc
     if custom_batches:
         kwargs["batch_sampler"] = batch_sampler  # the user's own object, not a copy
     arg_names: tuple[str, ...] = tuple(getattr(loader, "__pl_saved_arg_names", ()))
@@ -243,7 +167,7 @@ def recreate_loader(loader: DataLoader[Any], knobs: Sequence[Knob]) -> tuple[Dat
             who = (
                 type(batch_sampler).__name__ if custom_batches else "the dataset (batch_size=None)"
             )
-            raise _Refused(f"the training {name}'s batches are made by {who}, not by batch_size")
+            raise KnobRefused(f"the training {name}'s batches are made by {who}, not by batch_size")
         notes.append(f"{field} {getattr(loader, field, None)} -> {knob.value}")
         if field in arg_names:
             i = arg_names.index(field)
@@ -253,11 +177,11 @@ def recreate_loader(loader: DataLoader[Any], knobs: Sequence[Knob]) -> tuple[Dat
     try:
         new = _reinstantiate_wrapped_cls(loader, *args, **kwargs)
     except (TypeError, ValueError, MisconfigurationException) as exc:
-        raise _Refused(f"the training {name} does not take {', '.join(notes)}: {exc}") from exc
+        raise KnobRefused(f"the training {name} does not take {', '.join(notes)}: {exc}") from exc
     return new, f"training {name}: " + ", ".join(notes)
 
 
-def _recreate_training_loaders(trainer: L.Trainer, knobs: Sequence[Knob], log: _Log) -> None:
+def _recreate_training_loaders(trainer: L.Trainer, knobs: Sequence[Knob], log: KnobLog) -> None:
     """Re-create each training DataLoader the strategy processes with the loader knobs."""
     from lightning.pytorch.trainer.states import RunningStage
 
@@ -270,7 +194,7 @@ def _recreate_training_loaders(trainer: L.Trainer, knobs: Sequence[Knob], log: _
             return out
         try:
             new, note = recreate_loader(out, knobs)
-        except _Refused as exc:
+        except KnobRefused as exc:
             raise log.refuse(knobs, str(exc)) from exc
         for knob in knobs:
             log.write(knob, "applied", note)
@@ -284,12 +208,12 @@ def apply_knobs(trainer: L.Trainer, knobs: Sequence[Knob], perf_dir: Path) -> No
     recorder wraps ``process_dataloader``, so it instruments the re-created loader); record each
     in ``perf_dir``'s ``perf/knobs.jsonl``. :class:`KnobNotApplicable` for one the run cannot
     take."""
-    log = _Log(perf_dir, trainer.is_global_zero)
+    log = KnobLog(perf_dir, trainer.is_global_zero)
     loader = [k for k in knobs if k.spec.target == "loader"]
     for knob in knobs:
         try:
             if knob.spec.target == "torch":
-                note = _torch_knob(knob)
+                note = apply_torch_knob(knob)
             elif knob.spec.target == "model":
                 note = _model_knob(trainer.lightning_module, knob)
             elif knob.spec.target == "trainer":
@@ -299,7 +223,7 @@ def apply_knobs(trainer: L.Trainer, knobs: Sequence[Knob], perf_dir: Path) -> No
                 continue  # logged when Lightning builds the optimizers
             else:
                 continue
-        except _Refused as exc:
+        except KnobRefused as exc:
             raise log.refuse([knob], str(exc)) from exc
         log.write(knob, "applied", note)
     if loader:

@@ -170,7 +170,7 @@ class Monitor:
             return
         if self.recorder.rank == 0 and not window.opened_by_ocr_perf_try():
             warnings.warn(window.announcement(), UserWarning, stacklevel=3)
-        log = KnobLog(window.perf_dir, self.recorder.rank == 0)
+        log = KnobLog(window.perf_dir, self.recorder.rank == 0, "this plain loop")
         apply_process_knobs(window.knobs, optimizer, log)
         self._loader_knobs = tuple(k for k in window.knobs if k.spec.target == "loader")
         self._knob_log = log

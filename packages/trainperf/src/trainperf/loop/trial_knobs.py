@@ -19,87 +19,23 @@ yields no more), validation and test yield nothing unless the window keeps ``val
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import torch
 from torch.utils.data import BatchSampler, DataLoader
 
 from trainperf.core.knobs import Knob
-from trainperf.errors import InputError
-from trainperf.records.files import RecordWriter
-from trainperf.records.kinds import KnobRecord
+from trainperf.recording.knob_effects import (
+    KnobLog,
+    KnobNotApplicable,
+    apply_torch_knob,
+    fuse_optimizer,
+)
 
 __all__ = ["KnobLog", "KnobNotApplicable", "apply_process_knobs", "rebuild_loader"]
 
 #: The knob targets a plain loop's Monitor applies.
 APPLICABLE_TARGETS = frozenset({"loader", "torch", "optimizer"})
-
-
-class KnobNotApplicable(InputError, ValueError):
-    """A knob a plain loop cannot take; the message names the knob and why."""
-
-
-class KnobLog:
-    """The knobs' fates in the trial's ``perf/knobs.jsonl`` (rank zero only)."""
-
-    def __init__(self, perf_dir: Path, enabled: bool) -> None:
-        self.path = KnobRecord.path(perf_dir)
-        self.enabled = enabled
-
-    def write(self, knob: Knob, status: str, note: str) -> None:
-        if not self.enabled:
-            return
-        writer = RecordWriter(self.path)
-        try:
-            writer.write(KnobRecord(knob=knob.setting, status=status, note=note))
-        finally:
-            writer.close()
-
-    def refuse(self, knobs: Sequence[Knob], reason: str) -> KnobNotApplicable:
-        for knob in knobs:
-            self.write(knob, "not applicable", reason)
-        names = ", ".join(k.setting for k in knobs)
-        return KnobNotApplicable(f"knob {names}: not applicable to this plain loop: {reason}")
-
-
-def _torch_knob(knob: Knob) -> str:
-    if knob.name == "torch.threads":
-        before = torch.get_num_threads()
-        torch.set_num_threads(int(knob.value))
-        return f"torch threads {before} -> {torch.get_num_threads()}"
-    if knob.name == "torch.matmul_precision":
-        before_p = torch.get_float32_matmul_precision()
-        torch.set_float32_matmul_precision(str(knob.value))
-        return f"float32 matmul precision {before_p} -> {knob.value}"
-    before_b = torch.backends.cudnn.benchmark
-    torch.backends.cudnn.benchmark = bool(knob.value)
-    return f"cudnn.benchmark {before_b} -> {knob.value}"
-
-
-def _fuse(optimizer: torch.optim.Optimizer | None) -> str:
-    """``optimizer`` (Adam, AdamW or SGD, not stepped yet) set to step fused, as its constructor
-    does for ``fused=True``; ``ValueError`` with why it cannot be."""
-    if optimizer is None:
-        raise ValueError("the Monitor was given no optimizer")
-    name = type(optimizer).__name__
-    if type(optimizer) not in (torch.optim.Adam, torch.optim.AdamW, torch.optim.SGD):
-        raise ValueError(f"the optimizer is {name}: only Adam, AdamW and SGD fuse")
-    if optimizer.state:
-        raise ValueError(f"{name} has stepped already; fused must be set before its first step")
-    for group in optimizer.param_groups:
-        if group.get("differentiable"):
-            raise ValueError(f"{name} is differentiable=True, which fused does not support")
-        for p in group["params"]:
-            if not torch.is_floating_point(p):
-                raise ValueError(f"{name} has a {p.dtype} parameter; fused takes floating point")
-    for group in [*optimizer.param_groups, optimizer.defaults]:
-        group["fused"] = True
-        group["foreach"] = False  # fused and foreach exclude each other
-    optimizer._step_supports_amp_scaling = True  # type: ignore[attr-defined]
-    if isinstance(optimizer, torch.optim.SGD):
-        optimizer._need_device_dtype_check_for_fused = True
-    return f"{name} fused ({len(optimizer.param_groups)} parameter groups)"
 
 
 def apply_process_knobs(
@@ -118,9 +54,14 @@ def apply_process_knobs(
     for knob in knobs:
         try:
             if knob.spec.target == "torch":
-                note = _torch_knob(knob)
+                note = apply_torch_knob(knob)
             elif knob.spec.target == "optimizer":
-                note = _fuse(optimizer) if knob.value else "optimizer left as it is"
+                if not knob.value:
+                    note = "optimizer left as it is"
+                elif optimizer is None:
+                    raise ValueError("the Monitor was given no optimizer")
+                else:
+                    note = fuse_optimizer(optimizer)
             else:
                 continue
         except ValueError as exc:
