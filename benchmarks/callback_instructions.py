@@ -131,15 +131,15 @@ def native_step_us(steps: int, width: int, repeats: int) -> float:
     return best
 
 
-def count(args: list[str]) -> int:
-    """Total instructions of ``python this_script.py ARGS`` under callgrind."""
+def count(args: list[str], script: Path | None = None) -> int:
+    """Total instructions of ``python SCRIPT ARGS`` under callgrind (``script``: this one)."""
     env = dict(os.environ, PYTHONHASHSEED="0", WANDB_MODE="offline")
     cmd = [
         "valgrind",
         "--tool=callgrind",
         "--callgrind-out-file=/dev/null",
         sys.executable,
-        str(Path(__file__).resolve()),
+        str(script or Path(__file__).resolve()),
         *args,
     ]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=3600)

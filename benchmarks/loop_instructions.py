@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -67,19 +66,9 @@ def worker_loop(monitored: bool, steps: int, width: int) -> None:
 def count(args: list[str]) -> int:
     """Total instructions of ``python this_script.py ARGS`` under callgrind."""
     sys.path.insert(0, str(HERE))
-    from callback_instructions import _IREFS
+    from callback_instructions import count as count_script
 
-    env = dict(os.environ, PYTHONHASHSEED="0", WANDB_MODE="offline")
-    script = Path(__file__).resolve()
-    cmd = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable]
-    proc = subprocess.run(
-        [*cmd, str(script), *args], capture_output=True, text=True, env=env, timeout=3600
-    )
-    found = _IREFS.findall(proc.stderr)
-    if proc.returncode != 0 or not found:
-        tail = proc.stderr.strip().splitlines()[-3:]
-        raise RuntimeError(f"valgrind run {args} failed (exit {proc.returncode}): {tail}")
-    return int(found[-1].replace(",", ""))
+    return count_script(args, Path(__file__).resolve())
 
 
 def main() -> None:

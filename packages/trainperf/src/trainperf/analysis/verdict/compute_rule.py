@@ -150,17 +150,29 @@ def compute_bound(s: StageSummary, run: RunData, adv: Settings, total_s: float) 
         return None
     rate = compute_rate(s, run, secs)
     ops = op_sizes(adv, s.stage)
+    c = _Compute(phases, secs, pct, 1000.0 * secs / max(s.num_batches, 1))
     if rate is not None and rate.mfu_pct < threshold("overhead_mfu_pct"):
         # per-op costs explain it where a batch holds little math or the trace's ops are tiny
         tiny_math = rate.math_ms_per_batch < threshold("overhead_math_ms")
         if tiny_math or (ops is not None and ops.mostly_tiny):
-            return _overhead_bound(s, run, adv, total_s, phases, rate, ops)
-        return _slow_kernels(s, run, adv, total_s, phases, rate)
+            return _overhead_bound(s, run, adv, total_s, c, rate, ops)
+        return _slow_kernels(s, run, adv, total_s, c, rate)
     # without FLOPs the trace decides alone on CPU; on a GPU busy with kernels (checked above)
     # tiny kernels are the GPU's work, not the host's launch overhead
     if rate is None and ops is not None and ops.many_tiny and ops.what == "CPU ops":
-        return _overhead_bound(s, run, adv, total_s, phases, rate, ops)
-    return _compute_bound(s, run, adv, total_s, phases, rate, busy)
+        return _overhead_bound(s, run, adv, total_s, c, rate, ops)
+    return _compute_bound(s, run, adv, total_s, c, rate, busy)
+
+
+@dataclass(frozen=True)
+class _Compute:
+    """The compute phases of one stage, summed once for the three verdicts: their names,
+    seconds, share of the stage's wall time (%) and milliseconds per batch."""
+
+    phases: tuple[str, ...]
+    secs: float
+    pct: float
+    ms_per_batch: float
 
 
 def _overhead_bound(
@@ -168,14 +180,12 @@ def _overhead_bound(
     run: RunData,
     adv: Settings,
     total_s: float,
-    phases: tuple[str, ...],
+    c: _Compute,
     rate: ComputeRate | None,
     ops: OpSizes | None,
 ) -> Finding:
     """The compute phases pay per-op costs, not arithmetic (see the module doc)."""
-    secs = sum(s.phases_s.get(p, 0.0) for p in phases)
-    pct = 100.0 * secs / s.wall_s
-    ms_per_batch = 1000.0 * secs / max(s.num_batches, 1)
+    phases, secs, pct, ms_per_batch = c.phases, c.secs, c.pct, c.ms_per_batch
     evidence: dict[str, Any] = {
         "compute_pct": rounded(pct),
         "compute_s": rounded(secs, 3),
@@ -262,14 +272,12 @@ def _slow_kernels(
     run: RunData,
     adv: Settings,
     total_s: float,
-    phases: tuple[str, ...],
+    c: _Compute,
     rate: ComputeRate,
 ) -> Finding:
     """Far below the peak with too much math per batch for per-op costs to explain: the ops
     themselves run slowly (memory-bound, a slow layout or algorithm, contended cores)."""
-    secs = sum(s.phases_s.get(p, 0.0) for p in phases)
-    pct = 100.0 * secs / s.wall_s
-    ms_per_batch = 1000.0 * secs / max(s.num_batches, 1)
+    phases, secs, pct, ms_per_batch = c.phases, c.secs, c.pct, c.ms_per_batch
     cpu_count = run.run_info.cpu_count if run.run_info is not None else None
     contended = summarize(run.resources, cpu_count)
     busy_host = contended is not None and contended.present
@@ -356,13 +364,11 @@ def _compute_bound(
     run: RunData,
     adv: Settings,
     total_s: float,
-    phases: tuple[str, ...],
+    c: _Compute,
     rate: ComputeRate | None,
     busy: GpuBusy | None,
 ) -> Finding:
-    secs = sum(s.phases_s.get(p, 0.0) for p in phases)
-    pct = 100.0 * secs / s.wall_s
-    ms_per_batch = 1000.0 * secs / max(s.num_batches, 1)
+    phases, secs, pct, ms_per_batch = c.phases, c.secs, c.pct, c.ms_per_batch
     speed = s.samples_per_sec
     canvas = adv.name(adv.key("canvas_size"), "input")
     widths = adv.key("widths", parent="backbone")
