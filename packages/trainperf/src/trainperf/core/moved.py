@@ -1,0 +1,53 @@
+"""Old import paths kept working for one release: a module that moved (or a name that was
+renamed) leaves a shim whose attributes warn with a ``DeprecationWarning`` naming the new path.
+
+A shim module is three lines::
+
+    \"\"\"Moved to :mod:`trainperf.analysis.trials` (this path works until 0.3).\"\"\"
+    from trainperf.core.moved import moved_module
+    __getattr__ = moved_module(__name__, "trainperf.analysis.trials")
+
+and a renamed name inside a module that stays is ``renamed={"old": "new"}``. The package's own
+code and tests import only the new paths (a test imports every shim and checks the warning).
+"""
+
+from __future__ import annotations
+
+import importlib
+import warnings
+from collections.abc import Callable, Mapping
+from typing import Any
+
+#: The release from which the old paths stop working.
+REMOVED_IN = "0.3"
+
+#: Every shim made so far, old module -> new module (the test walks it).
+SHIMS: dict[str, str] = {}
+
+
+def moved_module(
+    old: str, new: str, renamed: Mapping[str, str] | None = None
+) -> Callable[[str], Any]:
+    """A module ``__getattr__`` for ``old`` that returns ``new``'s attribute of the same name (or
+    of the name ``renamed`` maps it to) with a ``DeprecationWarning``."""
+    SHIMS[old] = new
+    names = dict(renamed or {})
+
+    def __getattr__(name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        target = importlib.import_module(new)
+        new_name = names.get(name, name)
+        try:
+            value = getattr(target, new_name)
+        except AttributeError:
+            raise AttributeError(f"module {old!r} has no attribute {name!r}") from None
+        warnings.warn(
+            f"{old}.{name} moved to {new}.{new_name}; the old path stops working in "
+            f"trainperf {REMOVED_IN}",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return value
+
+    return __getattr__
