@@ -23,6 +23,7 @@ import msgspec
 
 from trainperf.analysis.trace.steps import PHASES
 from trainperf.core.actions import trace_phase
+from trainperf.core.finding_ids import TraceFindingId
 from trainperf.core.findings import Finding
 
 __all__ = [
@@ -89,7 +90,7 @@ class Agreement(msgspec.Struct, kw_only=True):
             f"{p.phase} trace {p.trace_ms:.3f} vs clock {p.clock_ms:.3f} ms/step" for p in bad
         )
         return Finding(
-            id="measurement_disagreement",
+            id=TraceFindingId.MEASUREMENT_DISAGREEMENT,
             severity="warning",
             score=0.0,
             source="trace",

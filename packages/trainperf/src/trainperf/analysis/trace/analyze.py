@@ -20,6 +20,7 @@ from trainperf.analysis.trace.result import Timing, TraceAnalysis
 from trainperf.analysis.trace.spill import Spilled
 from trainperf.analysis.trace.steps import compute_steps
 from trainperf.analysis.trace.table import EventTable, Kind
+from trainperf.analysis.trace.trace_rules import TraceRule
 from trainperf.analysis.trace.windowed import analyze_spilled
 
 __all__ = ["analyze_path", "analyze_table", "analyze_trace"]
@@ -38,15 +39,22 @@ def analyze_trace(path: str | Path, top_k: int | None = 20) -> dict[str, Any]:
     return analyze_path(path, top_k).as_dict()
 
 
-def analyze_path(path: str | Path, top_k: int | None = 20) -> TraceAnalysis:
+def analyze_path(
+    path: str | Path, top_k: int | None = 20, *, rules: Sequence[TraceRule] | None = None
+) -> TraceAnalysis:
     """The typed analysis of a trace file or directory (see :func:`analyze_trace`), with its
-    ``timing`` and ``input``."""
-    analysis, _ = timed_analysis(path, str(path), top_k)
+    ``timing`` and ``input``; its findings are those of ``rules`` (default:
+    ``TRACE_RULES.default()``, :mod:`~trainperf.analysis.trace.trace_rules`)."""
+    analysis, _ = timed_analysis(path, str(path), top_k, rules=rules)
     return analysis
 
 
 def timed_analysis(
-    source: str | Path | Sequence[Path], label: str, top_k: int | None = 20
+    source: str | Path | Sequence[Path],
+    label: str,
+    top_k: int | None = 20,
+    *,
+    rules: Sequence[TraceRule] | None = None,
 ) -> tuple[TraceAnalysis, Named]:
     """Load ``source`` (a file, a directory or files of one rank), analyse it and set the
     analysis's ``timing`` and ``input`` (``label``); with its time per callback and hook in the
@@ -57,10 +65,10 @@ def timed_analysis(
     t_load = time.perf_counter() - t0
     if isinstance(loaded, Spilled):
         parse_s = loaded.source.parse_s
-        analysis, by_hook = analyze_spilled(loaded, top_k)
+        analysis, by_hook = analyze_spilled(loaded, top_k, rules)
     else:
         parse_s = sum(s.parse_s for s in loaded.sources)
-        analysis, part = _analyze(loaded, top_k)
+        analysis, part = _analyze(loaded, top_k, rules)
         by_hook = named(part)
     analysis.timing = Timing(
         load_s=round(t_load, 4),
@@ -71,12 +79,17 @@ def timed_analysis(
     return analysis, by_hook
 
 
-def analyze_table(table: EventTable, top_k: int | None = 20) -> TraceAnalysis:
-    """The analysis of an already loaded table (see :func:`analyze_trace`)."""
-    return _analyze(table, top_k)[0]
+def analyze_table(
+    table: EventTable, top_k: int | None = 20, *, rules: Sequence[TraceRule] | None = None
+) -> TraceAnalysis:
+    """The analysis of an already loaded table (see :func:`analyze_trace`), with the findings
+    of ``rules`` (default: ``TRACE_RULES.default()``)."""
+    return _analyze(table, top_k, rules)[0]
 
 
-def _analyze(table: EventTable, top_k: int | None) -> tuple[TraceAnalysis, TablePartial]:
+def _analyze(
+    table: EventTable, top_k: int | None, rules: Sequence[TraceRule] | None = None
+) -> tuple[TraceAnalysis, TablePartial]:
     """The analysis of a whole table (one window of itself) and its partial."""
     steps = compute_steps(table)
     has_gpu = bool(np.isin(table.kind, Kind.DEVICE).any())
@@ -84,6 +97,13 @@ def _analyze(table: EventTable, top_k: int | None) -> tuple[TraceAnalysis, Table
     memory = MemoryPeaks(device_ranges(table.memory))
     memory.add(table.memory, steps)
     analysis = finish(
-        part, table.sources, table.names, table.origin_ns, memory, list(table.warnings), top_k
+        part,
+        table.sources,
+        table.names,
+        table.origin_ns,
+        memory,
+        list(table.warnings),
+        top_k,
+        rules,
     )
     return analysis, part

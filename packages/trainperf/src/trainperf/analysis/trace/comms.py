@@ -38,7 +38,7 @@ from trainperf.analysis.trace.steps import (
     union_in_windows,
 )
 from trainperf.analysis.trace.table import EventTable, Kind
-from trainperf.analysis.trace.trace_rules import TraceMetrics
+from trainperf.analysis.trace.trace_metrics import TraceMetrics
 
 #: Host spans of collectives: the process-group backends' record_functions and the c10d ops.
 HOST_COMM_PREFIXES = ("gloo:", "nccl:", "mpi:", "ucc:", "c10d::", "record_param_comms")

@@ -32,6 +32,7 @@ import numpy as np
 from trainperf.analysis.trace.additive import Additive, later
 from trainperf.analysis.trace.steps import StepTable, launch_calls, locate
 from trainperf.analysis.trace.table import EventTable, Kind, TraceSource
+from trainperf.core.finding_ids import TraceFindingId
 
 #: Host self time outside every step, % of all host self time, from which it is a problem.
 OUTSIDE_STEPS_PCT = 1.0
@@ -218,7 +219,7 @@ def _outside_steps(
     return _problem(
         sources,
         src,
-        id="events_outside_steps",
+        id=TraceFindingId.EVENTS_OUTSIDE_STEPS,
         message=f"{n} host events ({share:.1f}% of host time) lie outside every step",
         affects=["top_cpu_ops", "top_annotations", "top_cuda_ops"],
         count=n,
@@ -239,7 +240,7 @@ def _unlinked_device(
     return _problem(
         sources,
         src,
-        id="unlinked_device_events",
+        id=TraceFindingId.UNLINKED_DEVICE_EVENTS,
         message=(
             f"{n} device events ({share:.1f}% of device time) have no launching call in the "
             "trace (dropped correlation)"
@@ -298,7 +299,7 @@ def _cut(
     return _problem(
         sources,
         src,
-        id="cut_steps",
+        id=TraceFindingId.CUT_STEPS,
         message=(
             f"{', '.join(steps.label[i] for i in cut)} cut by the window's edge (spans closed "
             "with the step or kernels it launched missing)"
@@ -318,7 +319,7 @@ def _mixed_processes(
     return _problem(
         sources,
         src,
-        id="mixed_processes",
+        id=TraceFindingId.MIXED_PROCESSES,
         message=(
             f"host events of {len(pids)} processes in one file "
             f"(pids {', '.join(pids[:4])}{'...' if len(pids) > 4 else ''}; "
@@ -345,7 +346,7 @@ def _invalid_durations(
     return _problem(
         sources,
         src,
-        id="invalid_durations",
+        id=TraceFindingId.INVALID_DURATIONS,
         message=f"event durations {' and '.join(parts)}",
         affects=["top_cpu_ops", "top_cuda_ops", "steps", "summary.span_ms"],
         count=invalid + implausible,
@@ -365,7 +366,7 @@ def _no_device_timeline(
     return _problem(
         sources,
         src,
-        id="no_device_timeline",
+        id=TraceFindingId.NO_DEVICE_TIMELINE,
         message=f"a GPU run ({why}) without device events (CUDA activity not recorded)",
         affects=["top_cuda_ops", "metrics.gpu_busy_pct", "communication", "memory_peaks"],
         count=n_launch,
@@ -408,7 +409,7 @@ def clock_skew(
         return None
     worst = max(skewed, key=lambda r: abs(skewed[r]))
     return IntegrityProblem(
-        id="clock_skew",
+        id=TraceFindingId.CLOCK_SKEW,
         message=(
             f"ranks' clocks disagree: rank {worst}'s steps end {skewed[worst] / 1e6:+.1f} ms from "
             f"rank {ranks[0]}'s (median over common steps; DDP ends them together)"

@@ -1,5 +1,5 @@
 """The figures the trace's finding rules judge
-(:class:`~trainperf.analysis.trace.trace_rules.TraceMetrics`),
+(:class:`~trainperf.analysis.trace.trace_metrics.TraceMetrics`),
 measured over one :class:`~trainperf.analysis.trace.table.EventTable` and its steps: data wait
 share, GPU busy share, memory peak, sync points (:mod:`~trainperf.analysis.trace.syncs`), kernel and
 op sizes, the optimizer's own work (host, device work it launched, time blocked), the AMP grad
@@ -25,7 +25,7 @@ from trainperf.analysis.trace.steps import (
 )
 from trainperf.analysis.trace.syncs import SyncPoints
 from trainperf.analysis.trace.table import EventTable, Kind, TraceSource
-from trainperf.analysis.trace.trace_rules import TraceMetrics
+from trainperf.analysis.trace.trace_metrics import TraceMetrics
 from trainperf.core.actions import label_prefixes
 from trainperf.core.findings import threshold
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import functools
 import operator
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -53,7 +53,7 @@ from trainperf.analysis.trace.steps import PHASES, StepTable, concat_steps, loca
 from trainperf.analysis.trace.steps_view import per_rank, phase_summaries, step_rows
 from trainperf.analysis.trace.syncs import sync_points
 from trainperf.analysis.trace.table import EventTable, Kind, TraceSource
-from trainperf.analysis.trace.trace_rules import evaluate
+from trainperf.analysis.trace.trace_rules import TraceRule, evaluate
 from trainperf.core.actions import CALLBACK, DATAMODULE, MODULE, Action, span_action
 from trainperf.core.findings import post_hoc_thresholds
 
@@ -166,9 +166,11 @@ def finish(
     memory: MemoryPeaks,
     warnings: list[str],
     top_k: int | None = 20,
+    rules: Sequence[TraceRule] | None = None,
 ) -> TraceAnalysis:
     """The analysis of a table or file from its partial, its ``sources`` and (interned)
-    ``names``, the gathered ``memory`` peaks and the loader's ``warnings``."""
+    ``names``, the gathered ``memory`` peaks and the loader's ``warnings``; its findings are
+    those of ``rules`` (default: ``TRACE_RULES.default()``)."""
     steps = part.steps
     n_steps = len(steps)
     wall = steps.wall
@@ -207,7 +209,7 @@ def finish(
         step_stats=step_stats,
         per_rank=per_rank(steps, sources),
         metrics=metrics,
-        findings=evaluate(metrics),
+        findings=evaluate(metrics, rules),
         thresholds=post_hoc_thresholds(),
         warnings=[*warnings, *steps.warnings()],
         integrity=check_integrity(part.integrity, steps, sources),

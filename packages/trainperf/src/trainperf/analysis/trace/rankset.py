@@ -39,7 +39,8 @@ from trainperf.analysis.trace.integrity import Integrity, IntegrityProblem, cloc
 from trainperf.analysis.trace.partial import Named
 from trainperf.analysis.trace.result import TraceAnalysis, _Part
 from trainperf.analysis.trace.table import TraceError
-from trainperf.analysis.trace.trace_rules import COMM_ONE_RANK_HINT
+from trainperf.analysis.trace.trace_metrics import COMM_ONE_RANK_HINT
+from trainperf.core.finding_ids import TraceFindingId
 from trainperf.core.findings import Finding
 from trainperf.core.ranks import STRAGGLER_MIN_S, STRAGGLER_MIN_SHARE, find_straggler
 from trainperf.records.files import read_records
@@ -310,7 +311,7 @@ def summarise_ranks(
     for r, a in analyses.items():
         for f in a.findings:
             findings.append(_for_rank(f, r, stragglers))
-    findings.sort(key=lambda f: (f.id != "straggler", -f.score))
+    findings.sort(key=lambda f: (f.id != TraceFindingId.STRAGGLER, -f.score))
     add_live_sync_wait(findings, live_sync_wait([f for files in groups.values() for f in files]))
     problems: list[IntegrityProblem] = [p for a in analyses.values() for p in a.integrity.problems]
     walls = [r.median_step_ms for r in rows if r.stage == "train"]
@@ -365,7 +366,7 @@ def add_live_sync_wait(findings: Sequence[Finding], live: dict[str, float] | Non
     if live is None:
         return
     for f in findings:
-        if f.id in ("communication_bound", "straggler"):
+        if f.id in (TraceFindingId.COMMUNICATION_BOUND, TraceFindingId.STRAGGLER):
             f.evidence["live_sync_wait"] = live
 
 
@@ -435,7 +436,7 @@ def _straggler_finding(s: StragglerView) -> Finding | None:
     if s.rank is None:
         return None
     return Finding(
-        id="straggler",
+        id=TraceFindingId.STRAGGLER,
         severity="warning",
         score=s.share_pct or 0.0,
         source="trace",
@@ -470,7 +471,7 @@ def _for_rank(f: Finding, rank: int, stragglers: list[StragglerView]) -> Finding
     on a rank that is not the straggler names the rank it waits for."""
     suggestion = f.suggestion.replace(COMM_ONE_RANK_HINT, "")
     waits_for = next((s for s in stragglers if s.rank is not None and s.rank != rank), None)
-    if f.id == "communication_bound" and waits_for is not None:
+    if f.id == TraceFindingId.COMMUNICATION_BOUND and waits_for is not None:
         suggestion = (
             f"rank {rank} mostly waits for rank {waits_for.rank} ({waits_for.cause}): fix the "
             "straggler first. " + suggestion

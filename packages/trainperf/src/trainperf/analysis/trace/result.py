@@ -17,7 +17,7 @@ import msgspec
 
 from trainperf.analysis.trace.agreement import Agreement
 from trainperf.analysis.trace.integrity import Integrity
-from trainperf.analysis.trace.trace_rules import TraceMetrics
+from trainperf.analysis.trace.trace_metrics import TraceMetrics
 from trainperf.core.findings import Finding
 
 __all__ = [

@@ -17,7 +17,7 @@ kernel launches' correlation ids (16 bytes each, GPU traces) and the straddling 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -31,6 +31,7 @@ from trainperf.analysis.trace.result import TraceAnalysis
 from trainperf.analysis.trace.spill import Spilled
 from trainperf.analysis.trace.steps import STEP_NAME, compute_steps
 from trainperf.analysis.trace.table import EventTable, Kind, MemoryTable, category_kind
+from trainperf.analysis.trace.trace_rules import TraceRule
 
 __all__ = ["WINDOW_EVENTS", "analyze_spilled"]
 
@@ -68,9 +69,11 @@ class _Plan:
         return lo, int(self.cuts[w]) if w < self.cuts.size else _NO_END
 
 
-def analyze_spilled(sp: Spilled, top_k: int | None) -> tuple[TraceAnalysis, Named]:
-    """The analysis of a spilled file (see the module doc) and its time per callback and hook;
-    the spill is removed afterwards."""
+def analyze_spilled(
+    sp: Spilled, top_k: int | None, rules: Sequence[TraceRule] | None = None
+) -> tuple[TraceAnalysis, Named]:
+    """The analysis of a spilled file (see the module doc) and its time per callback and hook,
+    with the findings of ``rules`` (default: the registry's); the spill is removed afterwards."""
     try:
         plan = _plan(sp, WINDOW_EVENTS)
         self_ns = _straddler_self(sp, plan)
@@ -99,7 +102,9 @@ def analyze_spilled(sp: Spilled, top_k: int | None) -> tuple[TraceAnalysis, Name
             del table, steps
             release_free_heap()
         part = merge(parts)
-        analysis = finish(part, [sp.source], names, plan.origin, memory, list(sp.warnings), top_k)
+        analysis = finish(
+            part, [sp.source], names, plan.origin, memory, list(sp.warnings), top_k, rules
+        )
         return analysis, named(part)
     finally:
         sp.close()
