@@ -18,7 +18,7 @@ import lightning as L
 import pytest
 import torch
 from torch.utils.data import DataLoader, TensorDataset
-from trainperf.alerts.rules import RULES
+from trainperf.alerts.catalogue import RULES
 from trainperf.analysis.contention import run_contention
 from trainperf.lightning import PerformanceProfilerCallback, ResourceMonitorCallback
 from trainperf.present.report import build_report

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from trainperf.alerts import alert_findings
 from trainperf.alerts.engine import RuleContext
-from trainperf.alerts.rules import ThroughputDrop
+from trainperf.alerts.run_rules import ThroughputDrop
 from trainperf.analysis.contention import (
     contention_note,
     summarize,

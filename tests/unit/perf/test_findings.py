@@ -9,7 +9,7 @@ from pathlib import Path
 import msgspec
 import pytest
 from trainperf.alerts import AlertEvent, alert_finding, build_rules
-from trainperf.alerts.rules import GpuStarvation
+from trainperf.alerts.resource_rules import GpuStarvation
 from trainperf.analysis.trace import analyze_trace
 from trainperf.analysis.trace.trace_rules import TraceMetrics, evaluate
 from trainperf.core import findings as vocab

@@ -1,29 +1,52 @@
-"""Alert rules that fire once, with evidence, and resolve; state kept client-side (works offline).
-Modules: ``engine`` (state machine, ``Rule`` base, engine), ``rules`` (the catalogue), ``sinks``
-(log, ``alerts.jsonl``, wandb) and ``findings`` (events -> verdict findings per rank and rule).
+"""Live alert rules that fire once, with evidence, and resolve; state kept client-side (works
+offline).
+
+Modules: ``engine`` (the ``Rule`` base, each rule's state machine, the engine), ``catalogue``
+(the registry ``ALERT_RULES``, ``build_rules``; its old path ``trainperf.alerts.rules`` works
+until 0.3 with a ``DeprecationWarning``), ``resource_rules`` and ``run_rules``
+(the built-in rules), ``sinks`` (log, ``alerts.jsonl``, wandb) and ``as_findings`` (events ->
+verdict findings per rank and rule).
 """
 
 from __future__ import annotations
 
+import sys
+import types
+
 from trainperf.alerts.as_findings import alert_finding, alert_findings
+from trainperf.alerts.catalogue import ALERT_RULES, RULES, AlertRegistry, build_rules
 from trainperf.alerts.engine import (
     AlertEngine,
+    AlertWindow,
     Check,
     Rule,
     RuleContext,
     RuleState,
     StragglerSignal,
 )
-from trainperf.alerts.rules import RULES, build_rules
 from trainperf.alerts.sinks import AlertSink, AlertWarning, JsonlSink, LogSink, WandbSink
+from trainperf.core.moved import moved_module
 from trainperf.records.kinds import AlertEvent
 
+# The catalogue was ``trainperf.alerts.rules`` (a name ``trainperf.core.rules`` now has): that
+# path stays importable for one release as a module made here, not a file of the same base name.
+_OLD_CATALOGUE = types.ModuleType(
+    f"{__name__}.rules", "Moved to :mod:`trainperf.alerts.catalogue` (this path works until 0.3)."
+)
+_OLD_CATALOGUE.__getattr__ = moved_module(  # type: ignore[method-assign]
+    _OLD_CATALOGUE.__name__, "trainperf.alerts.catalogue"
+)
+sys.modules.setdefault(_OLD_CATALOGUE.__name__, _OLD_CATALOGUE)
+
 __all__ = [
+    "ALERT_RULES",
     "RULES",
     "AlertEngine",
     "AlertEvent",
+    "AlertRegistry",
     "AlertSink",
     "AlertWarning",
+    "AlertWindow",
     "Check",
     "JsonlSink",
     "LogSink",

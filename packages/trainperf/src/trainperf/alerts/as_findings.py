@@ -1,5 +1,5 @@
-"""Alert events as verdict findings, one per (rank, rule), with the rule's metadata from the
-catalogue.
+"""Alert events as verdict findings: one ``alert:<rule>`` finding per (rank, rule), with the
+rule's metadata (risk, corroboration) from the catalogue.
 
 Under DDP every rank appends to the same ``perf/alerts.jsonl``: a rule's events are kept apart
 by the rank that saw them, so "still active at the end" and "fired 3x" describe one rank, and
@@ -12,7 +12,8 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import replace
 
-from trainperf.alerts.rules import RULES
+from trainperf.alerts.catalogue import ALERT_RULES
+from trainperf.core.finding_ids import alert_finding_id
 from trainperf.core.findings import Finding, risk_score
 from trainperf.records.kinds import AlertEvent
 
@@ -46,7 +47,7 @@ def alert_finding(events: Sequence[AlertEvent], rank: int | None = None) -> Find
         evidence["rank"] = rank
         title = f"rank {rank}: alert {last.rule} {_when(events)}: {message}"
     return Finding(
-        id=f"alert:{last.rule}",
+        id=alert_finding_id(last.rule),
         severity="critical" if any(e.severity == "critical" for e in fired) else "warning",
         score=0.0,
         title=title,
@@ -78,7 +79,7 @@ def alert_findings(
         finding = alert_finding(group, rank if named else None)
         if finding is None:
             continue
-        meta = RULES.get(rule)
+        meta = ALERT_RULES.get(rule)
         related = next((f for f in findings if meta and f.id == meta.corroborates), None)
         if related is not None:
             fired = [e for e in group if e.event == "fired"]

@@ -1,584 +1,146 @@
-"""The alert rule catalogue: every default rule, its metadata and its settings, in one place.
+"""The alert rule catalogue: the registry :data:`ALERT_RULES` of every default rule (name ->
+class), the engine's rules built from it with their settings, and the settings' defaults (the
+module was ``trainperf.alerts.rules``; that path works until 0.3).
 
-Adding a rule means adding its class here (and its test): :data:`RULES` is what the engine
-builds (:func:`build_rules`), what the Hydra config offers (``callbacks.resource_monitor.rules``,
-from :func:`rule_defaults`), what the profiler labels an alert-triggered window by and what the
-verdict reads a rule's risk and corroboration from: never a copy. A rule's thresholds come from
-the one table ``trainperf.core.findings.THRESHOLDS`` through its ``FROM_TABLE``; every setting can
-be overridden per rule, and every rule switched off with ``enabled: false``.
+:data:`ALERT_RULES` is what the engine builds (:func:`build_rules`), what the Hydra config offers
+(``callbacks.resource_monitor.rules``, from :func:`rule_defaults`), what the profiler labels an
+alert-triggered window by and what the verdict reads a rule's risk and corroboration from: never a
+copy. The built-in rules live in :mod:`~trainperf.alerts.resource_rules` and
+:mod:`~trainperf.alerts.run_rules`; a rule of your own (a subclass of
+:class:`~trainperf.alerts.engine.Rule`) joins with ``ALERT_RULES.register(MyRule)`` (then
+``build_rules``, ``ResourceMonitorCallback(rules={...})`` and the verdict know it), or runs in one
+engine only (``AlertEngine([*build_rules(), MyRule()])``). A rule's thresholds come from the one
+table ``trainperf.core.findings.THRESHOLDS`` through its ``FROM_TABLE``; every setting can be
+overridden per rule, and every rule switched off with ``enabled: false``.
 """
 
 from __future__ import annotations
 
-import math
-import os
-import re
-import statistics
-from collections import deque
-from collections.abc import Mapping
-from dataclasses import asdict
-from typing import ClassVar
+from collections.abc import Iterator, Mapping, MutableMapping
 
-from trainperf.alerts.engine import Check, Rule, RuleContext, Setting
-from trainperf.core.cpu_shares import cpu_shares
+from trainperf.alerts.engine import Rule, Setting
+from trainperf.alerts.resource_rules import (
+    DiskSpace,
+    GpuMemoryNearOom,
+    GpuStarvation,
+    HostMemoryLeak,
+    ThermalThrottle,
+)
+from trainperf.alerts.run_rules import Hang, MemoryCreep, NanLoss, StragglerRank, ThroughputDrop
+from trainperf.core.finding_ids import BUILT_IN_IDS, AlertName
 from trainperf.errors import ConfigError
 
-_GB = float(1 << 30)
-_MB = float(1 << 20)
-_GPU_KEY = re.compile(r"^resources/gpu(\d+)_(\w+)$")
+__all__ = [
+    "ALERT_RULES",
+    "RULES",
+    "AlertRegistry",
+    "DiskSpace",
+    "GpuMemoryNearOom",
+    "GpuStarvation",
+    "Hang",
+    "HostMemoryLeak",
+    "MemoryCreep",
+    "NanLoss",
+    "StragglerRank",
+    "ThermalThrottle",
+    "ThroughputDrop",
+    "build_rules",
+    "rule_defaults",
+]
 
 
-def _gpu_values(values: Mapping[str, float], field_name: str) -> dict[int, float]:
-    matches = ((_GPU_KEY.match(key), value) for key, value in values.items())
-    return {int(m[1]): v for m, v in matches if m and m[2] == field_name and math.isfinite(v)}
+class AlertRegistry(MutableMapping[str, type[Rule]]):
+    """The alert rules by name (a mapping name -> rule class, in catalogue order): the built-in
+    ones and those registered. A rule is a class (each run builds its own instance with its
+    settings: the instance keeps the rule's state). Registering refuses a name already taken and
+    a built-in rule's name or finding id."""
+
+    def __init__(self) -> None:
+        self._rules: dict[str, type[Rule]] = {}
+
+    def add_builtin(self, *rules: type[Rule]) -> None:
+        """The package's own rules, in their default order."""
+        for cls in rules:
+            self._rules[cls.name] = cls
+
+    def register(self, cls: type[Rule]) -> type[Rule]:
+        """Add the rule class ``cls`` for every later :func:`build_rules` (returns it, so it can
+        decorate the class)."""
+        if not (isinstance(cls, type) and issubclass(cls, Rule)):
+            raise ConfigError(f"alert rules: {cls!r} is not a subclass of trainperf.alerts.Rule")
+        if cls.name in set(AlertName) or cls.finding_id() in BUILT_IN_IDS:
+            raise ConfigError(
+                f"alert rule {cls.__name__} is named {cls.name!r}, a built-in rule's name "
+                f"(its finding would be {cls.finding_id()!r}): give it a name of its own"
+            )
+        if cls.name in self._rules:
+            raise ConfigError(f"an alert rule named {cls.name!r} is already registered")
+        self._rules[cls.name] = cls
+        return cls
+
+    def unregister(self, name: str) -> None:
+        """Take the rule named ``name`` out of the catalogue."""
+        if name not in self._rules:
+            raise ConfigError(f"no alert rule named {name!r}: {', '.join(self._rules)}")
+        del self._rules[name]
+
+    def default(self) -> list[type[Rule]]:
+        """The rule classes, built-in first, then those registered."""
+        return list(self._rules.values())
+
+    def names(self) -> list[str]:
+        return list(self._rules)
+
+    def __getitem__(self, name: str) -> type[Rule]:
+        return self._rules[name]
+
+    def __setitem__(self, name: str, cls: type[Rule]) -> None:
+        if cls.name != name:
+            raise ConfigError(f"alert rule {cls.__name__} is named {cls.name!r}, not {name!r}")
+        self.register(cls)
+
+    def __delitem__(self, name: str) -> None:
+        self.unregister(name)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._rules)
+
+    def __len__(self) -> int:
+        return len(self._rules)
 
 
-def _duration(seconds: float) -> str:
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.1f} h"
+#: Every alert rule, name -> class: the built-in catalogue and the rules registered.
+ALERT_RULES = AlertRegistry()
+ALERT_RULES.add_builtin(
+    GpuStarvation,
+    GpuMemoryNearOom,
+    HostMemoryLeak,
+    ThroughputDrop,
+    NanLoss,
+    DiskSpace,
+    ThermalThrottle,
+    StragglerRank,
+    Hang,
+    MemoryCreep,
+)
 
-
-class GpuStarvation(Rule):
-    """The training loop waits for data: data-wait share above ``data_wait_share`` (CPU or
-    GPU), or mean GPU utilisation of this process's devices below ``gpu_util_percent``, during
-    training. Resolves when the share is below ``data_wait_clear`` and utilisation above
-    ``gpu_util_clear``."""
-
-    name = "gpu_starvation"
-    per_rank = True
-    corroborates = "input_bound"
-    DEFAULTS: ClassVar[dict[str, Setting]] = {"hold_s": 60.0, "cooldown_s": 1800.0}
-    FROM_TABLE: ClassVar[dict[str, tuple[str, float]]] = {
-        "data_wait_share": ("input_warn_pct", 100.0),
-        "data_wait_clear": ("input_clear_pct", 100.0),
-        "gpu_util_percent": ("gpu_busy_low_pct", 1.0),
-        "gpu_util_clear": ("gpu_busy_clear_pct", 1.0),
-    }
-
-    def check(self, t: float, values: Mapping[str, float], ctx: RuleContext) -> Check | None:
-        if ctx.phase != "train":
-            return None
-        s = self.settings
-        share = values.get("resources/data_wait_share")
-        utils = _gpu_values(values, "util_percent")
-        util = statistics.fmean(utils.values()) if utils else None
-        if share is None and util is None:
-            return None
-        share_bad = share is not None and share > s["data_wait_share"]
-        util_bad = util is not None and util < s["gpu_util_percent"]
-        clear = (share is None or share < s["data_wait_clear"]) and (
-            util is None or util > s["gpu_util_clear"]
-        )
-        evidence: dict[str, float | str] = {}
-        parts = []
-        if share is not None:
-            evidence["data_wait_share"] = share
-            parts.append(f"the training loop waited for data {share:.0%} of the time")
-        if util is not None:
-            evidence["gpu_util_percent"] = util
-            parts.append(f"GPU utilisation is {util:.0f} %")
-        if "resources/workers_count" in values:
-            evidence["workers_count"] = values["resources/workers_count"]
-            evidence["workers_cpu_percent"] = values.get("resources/workers_cpu_percent", math.nan)
-        figures = " and ".join(parts)
-        return Check(
-            breach=share_bad or util_bad,
-            clear=clear,
-            message=(
-                f"GPU starved: {figures} (thresholds: data wait > "
-                f"{s['data_wait_share']:.0%}, GPU utilisation < {s['gpu_util_percent']:.0f} %)."
-            ),
-            resolve=f"Data supply keeps up again: {figures}.",
-            evidence=evidence,
-            suggestion=(
-                "Raise the DataLoader's num_workers (with persistent_workers=true and "
-                "pin_memory=true on GPU), move decoding/augmentation/target generation into the "
-                "workers or cache it (a disk cache shared by the workers), and check "
-                "workers_cpu_percent: workers at 100 % each need more workers or cheaper "
-                "transforms."
-            ),
-        )
-
-
-class GpuMemoryNearOom(Rule):
-    """GPU memory near its limit: used / total above ``used_fraction`` (NVML, all processes on
-    the device; else the torch allocator's reserved / total), or the allocator's retry count
-    rising by ``alloc_retries`` or more between two samples (0: ignore retries). Resolves below
-    ``clear_fraction`` without new retries."""
-
-    name = "gpu_memory_near_oom"
-    severity = "critical"
-    per_rank = True
-    risk = True
-    DEFAULTS: ClassVar[dict[str, Setting]] = {"hold_s": 10.0, "cooldown_s": 1800.0}
-    FROM_TABLE: ClassVar[dict[str, tuple[str, float]]] = {
-        "used_fraction": ("gpu_memory_high_pct", 100.0),
-        "clear_fraction": ("gpu_memory_clear_pct", 100.0),
-        "alloc_retries": ("gpu_alloc_retries", 1.0),
-    }
-
-    def __init__(self, **settings: object) -> None:
-        super().__init__(**settings)
-        self._retries: float | None = None
-
-    def check(self, t: float, values: Mapping[str, float], ctx: RuleContext) -> Check | None:
-        s = self.settings
-        used = _gpu_values(values, "memory_used_gb")
-        total = _gpu_values(values, "memory_total_gb")
-        fractions = {i: used[i] / total[i] for i in used if total.get(i)}
-        source = "NVML"
-        if not fractions and values.get("resources/cuda_total_gb"):
-            reserved = values.get("resources/cuda_reserved_gb", 0.0)
-            fractions = {0: reserved / values["resources/cuda_total_gb"]}
-            source = "torch reserved"
-        retries = values.get("resources/cuda_alloc_retries")
-        rise = 0.0
-        if retries is not None:
-            rise = 0.0 if self._retries is None else max(retries - self._retries, 0.0)
-            self._retries = retries
-        if not fractions and retries is None:
-            return None
-        device, fraction = max(fractions.items(), key=lambda kv: kv[1], default=(0, 0.0))
-        retry_bad = s["alloc_retries"] > 0 and rise >= s["alloc_retries"]
-        evidence: dict[str, float | str] = {
-            "gpu": float(device),
-            "memory_used_fraction": fraction,
-            "source": source,
-            "alloc_retries_rise": rise,
-        }
-        if device in used:
-            evidence["memory_used_gb"] = used[device]
-            evidence["memory_total_gb"] = total[device]
-        return Check(
-            breach=fraction > s["used_fraction"] or retry_bad,
-            clear=fraction < s["clear_fraction"] and rise == 0,
-            message=(
-                f"GPU {device} memory at {fraction:.0%} of its capacity ({source}), allocator "
-                f"retries +{rise:.0f} since the last sample: close to out-of-memory."
-            ),
-            resolve=f"GPU {device} memory back to {fraction:.0%} of capacity.",
-            evidence=evidence,
-            suggestion=(
-                "Lower the batch size or canvas size, enable mixed precision (the Trainer's "
-                "precision 16-mixed / bf16-mixed), or set "
-                "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True against fragmentation."
-            ),
-        )
-
-
-class HostMemoryLeak(Rule):
-    """Host memory of the run (main RSS + workers' USS) grows steadily: the least-squares slope
-    over the last ``window_s`` seconds exceeds ``min_growth_mb_per_min`` and, at that rate, the
-    memory still available runs out within ``horizon_h`` hours. Needs at least half a window of
-    samples. Resolves when growth falls below half the minimum or the projection exceeds twice
-    the horizon."""
-
-    name = "host_memory_leak"
-    per_rank = True
-    risk = True
-    DEFAULTS: ClassVar[dict[str, Setting]] = {
-        "hold_s": 120.0,
-        "cooldown_s": 3600.0,
-        "window_s": 600.0,
-    }
-    FROM_TABLE: ClassVar[dict[str, tuple[str, float]]] = {
-        "min_growth_mb_per_min": ("host_memory_growth_mb_per_min", 1.0),
-        "horizon_h": ("host_memory_horizon_h", 1.0),
-    }
-
-    def __init__(self, **settings: object) -> None:
-        super().__init__(**settings)
-        self._points: deque[tuple[float, float]] = deque()
-
-    def check(self, t: float, values: Mapping[str, float], ctx: RuleContext) -> Check | None:
-        s = self.settings
-        memory = values.get("resources/process_tree_memory_gb")
-        if memory is None:
-            return None
-        points = self._points
-        points.append((t, memory))
-        while points and points[0][0] < t - s["window_s"]:
-            points.popleft()
-        span = points[-1][0] - points[0][0]
-        if len(points) < 3 or span < s["window_s"] / 2:
-            return None
-        times, sizes = zip(*points, strict=True)
-        # least-squares slope (span > 0: the times are not all equal)
-        slope_gb_s = statistics.linear_regression(times, sizes).slope if span else 0.0
-        growth = slope_gb_s * 60 * _GB / _MB  # MiB per minute
-        available = values.get("resources/memory_available_gb", math.inf)
-        to_limit = available / slope_gb_s if slope_gb_s > 0 else math.inf
-        horizon = s["horizon_h"] * 3600
-        return Check(
-            breach=growth > s["min_growth_mb_per_min"] and to_limit < horizon,
-            clear=growth < s["min_growth_mb_per_min"] / 2 or to_limit > 2 * horizon,
-            message=(
-                f"Host memory of the run grows {growth:.0f} MiB/min ({points[0][1]:.2f} -> "
-                f"{points[-1][1]:.2f} GiB over {_duration(span)}); the {available:.1f} GiB still "
-                f"available run out in about {_duration(to_limit)} at this rate."
-            ),
-            resolve=f"Host memory growth stopped ({growth:.1f} MiB/min over {_duration(span)}).",
-            evidence={
-                "growth_mb_per_min": growth,
-                "memory_gb": points[-1][1],
-                "memory_gb_window_start": points[0][1],
-                "window_s": span,
-                "available_gb": available,
-                "time_to_limit_s": to_limit,
-                "process_rss_gb": values.get("resources/process_rss_gb", math.nan),
-                "workers_uss_gb": values.get("resources/workers_uss_gb", math.nan),
-            },
-            suggestion=(
-                "Look for state that grows per sample in the Dataset, collate function or "
-                "model's module (lists of outputs, unbounded caches: bound them, e.g. "
-                "a max_bytes limit); workers_uss_gb vs process_rss_gb shows which process grows."
-            ),
-        )
-
-
-class ThroughputDrop(Rule):
-    """Training steps/s fall ``drop`` (fraction) below the baseline: the median rate over
-    ``baseline_s`` seconds of training after ``warmup_s`` seconds of warm-up. Resolves when the
-    drop is below ``clear_drop``. When the engine is configured to, a firing requests a
-    profiler window (``trainperf.core.triggers.request_profile``)."""
-
-    name = "throughput_drop"
-    requests_profile = True
-    corroborates = "cpu_contention"  # the report attaches it to that finding when present
-    DEFAULTS: ClassVar[dict[str, Setting]] = {
-        "hold_s": 60.0,
-        "cooldown_s": 1800.0,
-        "warmup_s": 60.0,
-        "baseline_s": 60.0,
-    }
-    FROM_TABLE: ClassVar[dict[str, tuple[str, float]]] = {
-        "drop": ("throughput_drop_pct", 100.0),
-        "clear_drop": ("throughput_clear_pct", 100.0),
-    }
-
-    def __init__(self, **settings: object) -> None:
-        super().__init__(**settings)
-        self._train_s = 0.0
-        self._last_t: float | None = None
-        self._rates: list[float] = []
-        self.baseline: float | None = None
-
-    def check(self, t: float, values: Mapping[str, float], ctx: RuleContext) -> Check | None:
-        s = self.settings
-        rate = values.get("resources/train_steps_per_s")
-        if ctx.phase != "train" or rate is None:
-            self._last_t = None  # training time counts only between training samples
-            return None
-        if self._last_t is not None:
-            self._train_s += t - self._last_t
-        self._last_t = t
-        if self.baseline is None:
-            if self._train_s >= s["warmup_s"]:
-                self._rates.append(rate)
-            if self._train_s >= s["warmup_s"] + s["baseline_s"] and self._rates:
-                self.baseline = statistics.median(self._rates)
-                self._rates = []
-            return None
-        if self.baseline <= 0:
-            return None
-        drop = 1.0 - rate / self.baseline
-        shares = cpu_shares(values, os.cpu_count() or 0, _local_ranks())
-        contended = shares is not None and shares.contended
-        return Check(
-            breach=drop > s["drop"],
-            clear=drop < s["clear_drop"],
-            message=(
-                f"Training throughput dropped {drop:.0%}: {rate:.2f} steps/s against a "
-                f"baseline of {self.baseline:.2f} steps/s measured after warm-up."
-                + (
-                    f" Other processes hold {shares.others_pct:.0f} % of the host's CPUs "
-                    "(cpu_contention): the drop is likely theirs, not the run's."
-                    if contended and shares is not None
-                    else ""
-                )
-            ),
-            resolve=f"Training throughput recovered: {rate:.2f} steps/s "
-            f"(baseline {self.baseline:.2f}).",
-            evidence={
-                "steps_per_s": rate,
-                "baseline_steps_per_s": self.baseline,
-                "drop": drop,
-                "data_wait_share": values.get("resources/data_wait_share", math.nan),
-                "others_cpu_pct": shares.others_pct if shares is not None else math.nan,
-            },
-            suggestion=(
-                "Compare data_wait_share and GPU utilisation/clocks with the baseline period; "
-                "a profiler window (ProfilerCallback in on-demand mode) shows where the step "
-                "time went."
-            ),
-        )
-
-
-def _local_ranks() -> int:
-    """Processes of this run on this host (``LOCAL_WORLD_SIZE``, set by torchrun; 1 without)."""
-    try:
-        return max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
-    except ValueError:
-        return 1
-
-
-class NanLoss(Rule):
-    """The latest training loss is NaN or Inf. Resolves when it is finite again."""
-
-    name = "nan_loss"
-    severity = "critical"
-    risk = True
-    DEFAULTS: ClassVar[dict[str, Setting]] = {"hold_s": 0.0, "cooldown_s": 1800.0}
-
-    def check(self, t: float, values: Mapping[str, float], ctx: RuleContext) -> Check | None:
-        flag = values.get("resources/loss_nonfinite")
-        if flag is None:
-            return None
-        return Check(
-            breach=flag >= 1,
-            clear=flag < 1,
-            message=f"The training loss is NaN or Inf (step {ctx.step}, epoch {ctx.epoch}).",
-            resolve=f"The training loss is finite again (step {ctx.step}).",
-            evidence={"step": float(ctx.step), "epoch": float(ctx.epoch)},
-            threshold={"nonfinite": 1.0},
-            suggestion=(
-                "Lower the learning rate or add gradient clipping (the Trainer's "
-                "gradient_clip_val, e.g. 1.0); with fp16 use bf16 or a loss scaler; "
-                "check inputs and targets for NaN (torch.autograd.set_detect_anomaly)."
-            ),
-        )
-
-
-class DiskSpace(Rule):
-    """Free space where checkpoints go is below ``min_free_gb`` plus ``checkpoints_ahead``
-    times the estimated checkpoint size. Resolves when free space exceeds ``clear_margin`` times
-    that need."""
-
-    name = "disk_space"
-    severity = "critical"
-    risk = True
-    DEFAULTS: ClassVar[dict[str, Setting]] = {"hold_s": 0.0, "cooldown_s": 3600.0}
-    FROM_TABLE: ClassVar[dict[str, tuple[str, float]]] = {
-        "min_free_gb": ("disk_min_free_gb", 1.0),
-        "checkpoints_ahead": ("disk_checkpoints_ahead", 1.0),
-        "clear_margin": ("disk_clear_margin", 1.0),
-    }
-
-    def check(self, t: float, values: Mapping[str, float], ctx: RuleContext) -> Check | None:
-        s = self.settings
-        free = values.get("resources/checkpoint_dir_free_gb")
-        if free is None:
-            return None
-        ckpt_gb = ctx.checkpoint_bytes / _GB
-        need = s["min_free_gb"] + s["checkpoints_ahead"] * ckpt_gb
-        return Check(
-            breach=free < need,
-            clear=free > need * max(s["clear_margin"], 1.0),
-            message=(
-                f"Only {free:.2f} GiB free where checkpoints go; the next "
-                f"{s['checkpoints_ahead']:.0f} checkpoint(s) of ~{ckpt_gb:.2f} GiB plus a "
-                f"{s['min_free_gb']:.2f} GiB reserve need {need:.2f} GiB."
-            ),
-            resolve=f"Free space where checkpoints go is {free:.2f} GiB again "
-            f"(need {need:.2f} GiB).",
-            evidence={"free_gb": free, "checkpoint_gb": ckpt_gb, "needed_gb": need},
-            suggestion=(
-                "Free space or point the checkpoint dirpath elsewhere; keep fewer checkpoints "
-                "(ModelCheckpoint save_top_k) or save weights only (save_weights_only=true)."
-            ),
-        )
-
-
-class ThermalThrottle(Rule):
-    """A GPU of this process cuts its clocks for heat (HW slowdown, SW/HW thermal) or a power
-    brake; with ``include_power_cap`` also for running at its software power cap (usual under
-    full load, so off by default)."""
-
-    name = "thermal_throttle"
-    per_rank = True
-    risk = True
-    DEFAULTS: ClassVar[dict[str, Setting]] = {
-        "hold_s": 30.0,
-        "cooldown_s": 3600.0,
-        "include_power_cap": False,
-    }
-    _THERMAL = 0x8 | 0x20 | 0x40 | 0x80  # HW slowdown, SW thermal, HW thermal, HW power brake
-    _POWER_CAP = 0x4
-
-    def check(self, t: float, values: Mapping[str, float], ctx: RuleContext) -> Check | None:
-        masks = _gpu_values(values, "throttle_reasons")
-        if not masks:
-            return None
-        bad = self._THERMAL | (self._POWER_CAP if self.settings["include_power_cap"] else 0)
-        hit = {i: int(m) & bad for i, m in masks.items() if int(m) & bad}
-        device = min(hit) if hit else min(masks)
-        mask = int(masks[device])
-        figures = {
-            k: _gpu_values(values, k).get(device, math.nan)
-            for k in ("temperature_c", "sm_clock_mhz", "power_w")
-        }
-        evidence: dict[str, float | str] = {"gpu": float(device), "reasons_mask": float(mask)}
-        evidence.update({k: v for k, v in figures.items() if math.isfinite(v)})
-        return Check(
-            breach=bool(hit),
-            clear=not hit,
-            message=(
-                f"GPU {device} is throttling (clock-event reasons 0x{mask:x}) at "
-                f"{figures['temperature_c']:.0f} C, SM clock {figures['sm_clock_mhz']:.0f} MHz."
-            ),
-            resolve=f"GPU {device} no longer throttles.",
-            evidence=evidence,
-            threshold={"reasons_mask": float(bad)},
-            suggestion=(
-                "Check the machine's cooling and airflow, the GPU's power limit "
-                "(nvidia-smi -q -d PERFORMANCE) and other jobs on the same GPU."
-            ),
-        )
-
-
-class StragglerRank(Rule):
-    """One rank works (epoch wall time minus its own ``sync_wait``) at least ``share`` of the
-    epoch longer than the median rank, from the epoch-end gather of the phases
-    (``trainperf.core.ranks.find_straggler``). Never from epoch times: synchronised ranks end
-    their epochs together. Resolves below ``clear_share``."""
-
-    name = "straggler_rank"
-    corroborates = "straggler"
-    DEFAULTS: ClassVar[dict[str, Setting]] = {"hold_s": 0.0, "cooldown_s": 0.0}
-    FROM_TABLE: ClassVar[dict[str, tuple[str, float]]] = {
-        "share": ("straggler_work_pct", 100.0),
-        "clear_share": ("straggler_clear_pct", 100.0),
-    }
-
-    def check(self, t: float, values: Mapping[str, float], ctx: RuleContext) -> Check | None:
-        info = ctx.straggler
-        if info is None:
-            return None
-        s = self.settings
-        share, rank, cause = info.share, info.rank, info.cause
-        return Check(
-            breach=rank >= 0 and share >= s["share"],
-            clear=share < s["clear_share"],
-            message=(
-                f"Rank {rank} is a straggler in epoch {info.epoch}: "
-                f"{info.excess_s:.3f} s more work than the median rank "
-                f"({100 * share:.0f} % of the epoch), mostly in {cause}; the other ranks wait "
-                f"{info.others_wait_s:.3f} s for it."
-            ),
-            resolve=f"Ranks are in step again (largest excess {100 * share:.0f} % of the epoch).",
-            evidence={k: v if isinstance(v, str) else float(v) for k, v in asdict(info).items()},
-            suggestion=(
-                f"Look at {cause or 'what differs'} on rank {rank}: its host (CPU contention, "
-                "disk, thermal throttling), its data shard, or work done only on that rank."
-            ),
-        )
-
-
-class Hang(Rule):
-    """No batch has completed for ``factor`` times the median step time (at least ``min_s``
-    seconds) while training, validating or testing. Resolves at the next completed batch."""
-
-    name = "hang"
-    severity = "critical"
-    risk = True
-    DEFAULTS: ClassVar[dict[str, Setting]] = {"hold_s": 0.0, "cooldown_s": 600.0}
-    FROM_TABLE: ClassVar[dict[str, tuple[str, float]]] = {
-        "factor": ("hang_factor", 1.0),
-        "min_s": ("hang_min_s", 1.0),
-    }
-
-    def check(self, t: float, values: Mapping[str, float], ctx: RuleContext) -> Check | None:
-        if ctx.phase not in ("train", "val", "test"):
-            return None
-        age = values.get("resources/last_step_age_s")
-        median = values.get("resources/step_time_median_s")
-        if age is None or median is None:
-            return None
-        s = self.settings
-        limit = max(s["factor"] * median, s["min_s"])
-        evidence: dict[str, float | str] = {
-            "seconds_since_last_batch": age,
-            "median_step_s": median,
-            "phase": ctx.phase,
-        }
-        if ctx.where is not None:
-            evidence["where"] = ctx.where
-        where = f" The training thread is at {ctx.where}." if ctx.where is not None else ""
-        return Check(
-            breach=age > limit,
-            clear=age < limit,
-            message=(
-                f"No batch completed for {_duration(age)} during {ctx.phase} (median step "
-                f"{median * 1e3:.1f} ms, limit {_duration(limit)}).{where}"
-            ),
-            resolve=f"Batches complete again ({ctx.phase}).",
-            evidence=evidence,
-            suggestion=(
-                "Dump all stacks (py-spy dump --pid PID) to see where it waits: a DataLoader "
-                "worker that died or deadlocked (try num_workers=0), a collective that one rank "
-                "never entered, or a full disk during checkpointing."
-            ),
-        )
-
-
-class MemoryCreep(Rule):
-    """An attribute of the LightningModule, the DataModule or a callback grows epoch after epoch
-    (``EpochScanCallback``'s scan at each training epoch's end, :mod:`trainperf.probe.growth`):
-    named with its growth per epoch and whether it holds autograd graphs, live, epochs before the
-    process runs out of memory. Resolves when a later scan finds nothing growing."""
-
-    name = "memory_creep"
-    risk = True
-    corroborates = "memory_creep"
-    DEFAULTS: ClassVar[dict[str, Setting]] = {"hold_s": 0.0, "cooldown_s": 0.0}
-
-    def check(self, t: float, values: Mapping[str, float], ctx: RuleContext) -> Check | None:
-        info = ctx.growth
-        if info is None:
-            return None
-        more = f" (and {len(info.paths) - 1} more)" if len(info.paths) > 1 else ""
-        return Check(
-            breach=bool(info.paths),
-            clear=not info.paths,
-            message=f"Memory creep at epoch {info.epoch}: {info.message}{more}",
-            resolve=f"Nothing grows any more (epoch {info.epoch} scan).",
-            evidence={"epoch": float(info.epoch), "attributes": ", ".join(info.paths)},
-            suggestion=info.advice or "see the message.",
-        )
-
-
-RULES: dict[str, type[Rule]] = {
-    cls.name: cls
-    for cls in (
-        GpuStarvation,
-        GpuMemoryNearOom,
-        HostMemoryLeak,
-        ThroughputDrop,
-        NanLoss,
-        DiskSpace,
-        ThermalThrottle,
-        StragglerRank,
-        Hang,
-        MemoryCreep,
-    )
-}
+#: The same registry under its earlier name (a mapping name -> rule class, as before).
+RULES = ALERT_RULES
 
 
 def build_rules(settings: Mapping[str, Mapping[str, object] | None] | None = None) -> list[Rule]:
-    """The default rules with ``settings`` (rule name -> its overrides) applied; rules with
-    ``enabled: false`` are left out. An unknown rule or setting is a ``ValueError`` naming it."""
+    """The rules of :data:`ALERT_RULES` with ``settings`` (rule name -> its overrides) applied;
+    rules with ``enabled: false`` are left out. An unknown rule or setting is a ``ConfigError``
+    naming it."""
     settings = dict(settings or {})
-    unknown = sorted(set(settings) - set(RULES))
+    unknown = sorted(set(settings) - set(ALERT_RULES))
     if unknown:
         raise ConfigError(
             f"alert rules: unknown rule(s) {', '.join(unknown)}; expected some of "
-            f"{', '.join(RULES)}"
+            f"{', '.join(ALERT_RULES)}"
         )
     rules = []
-    for name, cls in RULES.items():
+    for name, cls in ALERT_RULES.items():
         overrides = settings.get(name) or {}
         if not isinstance(overrides, Mapping):
             raise ConfigError(f"alert rule {name!r}: settings must be a mapping, got {overrides!r}")
@@ -591,4 +153,4 @@ def build_rules(settings: Mapping[str, Mapping[str, object] | None] | None = Non
 def rule_defaults() -> dict[str, dict[str, Setting]]:
     """Every rule of the catalogue with every setting and its default (rule name -> settings):
     the Hydra config's ``rules`` node is made from it, so the YAML repeats none of them."""
-    return {name: cls.defaults() for name, cls in RULES.items()}
+    return {name: cls.defaults() for name, cls in ALERT_RULES.items()}

@@ -1,4 +1,5 @@
-"""The alert engine: each rule's state machine, and the engine that runs rules over samples.
+"""The alert engine: the alert rule's base, each rule's state machine, and the engine that runs
+rules over samples.
 
 Each :class:`Rule` turns one sample (flat ``resources/...`` values plus a :class:`RuleContext`)
 into a :class:`Check`: is the condition breached, is it cleared (hysteresis: the clear threshold
@@ -11,7 +12,11 @@ lies on the safe side of the firing threshold), and the figures that explain it.
 - a sample without the rule's inputs (``Check`` is ``None``: another phase, no GPU) changes
   nothing but restarts a pending hold.
 
-The rules themselves are the catalogue, :mod:`trainperf.alerts.rules`.
+An alert rule is also a rule of the one shape (:class:`trainperf.core.rules.Rule`): it
+``emits`` ``alert:<name>``, ``reads`` the finding it ``corroborates``, and
+``evaluate(window)`` returns its breach on one :class:`AlertWindow` as a finding, through the
+same hold / clear / cool-down state the engine uses. The rules themselves are the catalogue,
+:mod:`trainperf.alerts.catalogue`.
 """
 
 from __future__ import annotations
@@ -26,7 +31,8 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from trainperf.alerts.sinks import AlertSink, AlertWarning
-from trainperf.core.findings import threshold
+from trainperf.core.finding_ids import alert_finding_id
+from trainperf.core.findings import Finding, threshold
 from trainperf.core.triggers import request_profile
 from trainperf.errors import ConfigError
 from trainperf.records.kinds import AlertEvent
@@ -130,6 +136,17 @@ class Check:
     threshold: dict[str, float] | None = None
 
 
+@dataclass(frozen=True)
+class AlertWindow:
+    """The context an alert rule evaluates (:meth:`Rule.evaluate`): one sample taken at ``t``
+    (monotonic seconds), its flat ``resources/...`` ``values`` and the engine's
+    :class:`RuleContext`."""
+
+    t: float
+    values: Mapping[str, float]
+    ctx: RuleContext = RuleContext()
+
+
 #: A rule setting: a number (seconds, a threshold) or a switch.
 Setting = float | bool
 
@@ -168,6 +185,8 @@ class Rule:
     risk: ClassVar[bool] = False
     corroborates: ClassVar[str | None] = None
     requests_profile: ClassVar[bool] = False
+    #: Finding ids an alert of this rule replaces (the one rule shape's ``supersedes``).
+    supersedes: ClassVar[frozenset[str]] = frozenset()
     #: Every rule's settings besides its own (``hold_s``, ``cooldown_s``: :class:`RuleState`).
     COMMON: ClassVar[dict[str, Setting]] = {"enabled": True, "hold_s": 0.0, "cooldown_s": 600.0}
     DEFAULTS: ClassVar[dict[str, Setting]] = {}
@@ -210,6 +229,56 @@ class Rule:
         """Evaluate one sample; ``None`` when the rule's inputs are absent."""
         raise NotImplementedError
 
+    # -- the one rule shape (trainperf.core.rules.Rule) ------------------------------------------
+
+    @classmethod
+    def finding_id(cls) -> str:
+        """The id of the finding this rule's alerts become: ``alert:<name>``."""
+        return alert_finding_id(cls.name)
+
+    @property
+    def emits(self) -> frozenset[str]:
+        return frozenset({self.finding_id()})
+
+    @property
+    def reads(self) -> frozenset[str]:
+        """The finding it corroborates (the verdict attaches the alert to it when present)."""
+        return frozenset({self.corroborates}) if self.corroborates else frozenset()
+
+    def observe(self, window: AlertWindow) -> tuple[Check | None, str | None]:
+        """:meth:`check` one sample and advance the hold / clear / cool-down state: the check
+        and the event it makes (``"fired"``, ``"resolved"`` or ``None``)."""
+        check = self.check(window.t, window.values, window.ctx)
+        if check is None:
+            self.state.update(window.t, None)
+            return None, None
+        return check, self.state.update(window.t, check.breach, check.clear)
+
+    def evaluate(self, window: AlertWindow, /) -> list[Finding]:
+        """The rule on one sample as findings: its ``alert:<name>`` finding while the alert is
+        firing (its condition has held ``hold_s``, outside the cool-down, and not yet cleared),
+        else none. Advances the same state the engine does, so a rule instance is fed either by
+        an :class:`AlertEngine` or by ``evaluate``, not both."""
+        check, _ = self.observe(window)
+        if check is None or not self.state.firing:
+            return []
+        return [self.as_finding(check)]
+
+    def as_finding(self, check: Check) -> Finding:
+        """A breached ``check`` as this rule's finding (score 0: the verdict ranks alerts by
+        risk, see :func:`trainperf.alerts.as_findings.alert_findings`)."""
+        return Finding(
+            id=self.finding_id(),
+            severity=self.severity,
+            score=0.0,
+            title=f"alert {self.name}: {check.message}",
+            evidence=dict(check.evidence),
+            threshold=self.thresholds() if check.threshold is None else dict(check.threshold),
+            suggestion=check.suggestion,
+            source="alerts",
+            confidence="likely",
+        )
+
 
 class AlertEngine:
     """Runs rules over samples and sends their events to sinks.
@@ -244,13 +313,10 @@ class AlertEngine:
         with the context the rules read; send and return the events."""
         t = time.monotonic() if t is None else t
         events = []
+        window = AlertWindow(t, values, ctx)
         for rule in self.rules:
-            check = rule.check(t, values, ctx)
-            if check is None:
-                rule.state.update(t, None)
-                continue
-            kind = rule.state.update(t, check.breach, check.clear)
-            if kind is None:
+            check, kind = rule.observe(window)
+            if check is None or kind is None:
                 continue
             event = AlertEvent(
                 t=time.time(),

@@ -1,5 +1,7 @@
-"""Where alert events go: the log, ``perf/alerts.jsonl`` and ``wandb.alert``. A sink that
-raises is turned off by the engine with one :class:`AlertWarning`; the others go on."""
+"""Where alert events go: the log, ``perf/alerts.jsonl`` and ``wandb.alert``.
+
+A sink that raises is turned off by the engine with one :class:`AlertWarning`; the others go on.
+"""
 
 from __future__ import annotations
 

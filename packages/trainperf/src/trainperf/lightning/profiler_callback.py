@@ -28,7 +28,7 @@ import lightning as L
 import torch
 from torch.profiler import ProfilerActivity
 
-from trainperf.alerts.rules import RULES
+from trainperf.alerts.catalogue import RULES
 from trainperf.core import triggers
 from trainperf.errors import ConfigError, PerfCallbackWarning, warn_off
 from trainperf.lightning.action_stream import remove_listener

@@ -102,7 +102,7 @@ class ResourceMonitorCallback(BatchEndHooks):
     """Samples host, DataLoader-worker, disk, network and GPU resources on a background thread
     during ``fit``, logs them, and raises alerts that fire once with evidence and resolve (the
     README's section; metric names in ``trainperf.probe.resources.METRIC_DOCS``, rules and their
-    defaults in ``trainperf.alerts.rules``).
+    defaults in ``trainperf.alerts.catalogue``).
 
     The sampler thread (daemon, ``trainperf-resource-monitor``) starts at ``on_fit_start`` and is
     joined at the end of fit, on an exception (also ``KeyboardInterrupt``) and at ``teardown``.
@@ -130,7 +130,7 @@ class ResourceMonitorCallback(BatchEndHooks):
         worker_refresh_s: seconds between scans for DataLoader worker processes.
         memory_detail_s: seconds between USS/PSS reads (~3 ms per process); ``0``: RSS only.
         rules: per-rule settings, rule name -> {setting: value} (``enabled``, ``hold_s``,
-            ``cooldown_s`` and each rule's thresholds; see ``trainperf.alerts.rules``); the
+            ``cooldown_s`` and each rule's thresholds; see ``trainperf.alerts.catalogue``); the
             rules' defaults where not given.
         wandb_alerts: also send events with ``wandb.alert`` when a wandb run is active.
         profile_on_throughput_drop: a firing of a rule that asks for one (``requests_profile``:
