@@ -25,6 +25,7 @@ from trainperf.alerts.engine import Setting
 from trainperf.core import rules as core_rules
 from trainperf.core.finding_ids import AlertName, FindingId
 from trainperf.errors import ConfigError
+from trainperf.lightning import ResourceMonitorCallback
 from trainperf.present.report import build_report
 from trainperf.records.kinds import PERF_DIRNAME
 
@@ -81,7 +82,7 @@ def test_a_custom_alert_rule_fires_through_the_engine_and_reaches_the_verdict(
 
 
 def test_an_alert_rule_is_a_rule_of_the_one_shape_with_its_hysteresis() -> None:
-    rule = QueueBacklog()
+    rule: core_rules.Rule[AlertWindow] = QueueBacklog()  # mypy checks the shape statically
     assert isinstance(rule, core_rules.Rule)
     assert rule.emits == {"alert:myteam_queue_backlog"}
     assert rule.reads == {FindingId.INPUT_BOUND}
@@ -105,6 +106,10 @@ def test_a_registered_alert_rule_is_built_and_configured_like_a_built_in_one() -
         assert [(e.rule, e.event) for e in events] == [(QueueBacklog.name, "fired")]
         with pytest.raises(ConfigError, match="already registered"):
             ALERT_RULES.register(QueueBacklog)
+        # the Lightning callback's per-rule settings reach it (validated when it is made)
+        ResourceMonitorCallback(rules={QueueBacklog.name: {"limit": 5.0}})
+        with pytest.raises(ConfigError, match="unknown setting"):
+            ResourceMonitorCallback(rules={QueueBacklog.name: {"depth": 5.0}})
     finally:
         ALERT_RULES.unregister(QueueBacklog.name)
     assert QueueBacklog.name not in RULES
