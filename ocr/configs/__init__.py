@@ -8,8 +8,9 @@ choices on top of it. Importing this package registers the node (idempotent): th
 it through :func:`ocr.runtime.register_resolvers`, and ``initialize_config_module("ocr.configs")``
 does it by importing the package.
 
-``alert_rules/default`` holds every alert rule of the catalogue (``trainperf.alerts.catalogue``) with
-every setting and its default, so ``callbacks/resource_monitor.yaml`` repeats none of them while
+``alert_rules/default`` holds every alert rule of the catalogue
+(``trainperf.alerts.catalogue``) with every setting and its default, so
+``callbacks/resource_monitor.yaml`` repeats none of them while
 ``callbacks.resource_monitor.rules.hang.enabled=false`` still composes and a misspelled rule or
 setting is still refused.
 """

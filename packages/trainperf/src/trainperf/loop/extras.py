@@ -13,8 +13,8 @@ from typing import Any
 
 import torch
 
-from trainperf.alerts.engine import AlertEngine
 from trainperf.alerts.catalogue import build_rules
+from trainperf.alerts.engine import AlertEngine
 from trainperf.alerts.sinks import AlertSink, JsonlSink, LogSink
 from trainperf.errors import PerfCallbackWarning
 from trainperf.probe.resources import ResourceMonitor, ResourceSampler, StepSignals
