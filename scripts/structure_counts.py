@@ -3,9 +3,9 @@
     python scripts/structure_counts.py [--root ocr] [--toolkit packages/trainperf/src/trainperf]
                                        [--json] [--list] [--blame] [--before REV]
 
-- **Layout** of the toolkit (issue 34): the entries at its top (``__pycache__`` aside; at most
-  :data:`MAX_TOP_ENTRIES`) and the base names two of its modules share (a package counts by its
-  folder's name; :data:`SHARED_BASE_NAMES` may repeat).
+- **Layout** of the toolkit (issue 34): the entries at its top (``__pycache__`` and the
+  ``py.typed`` marker aside; at most :data:`MAX_TOP_ENTRIES`) and the base names two of its
+  modules share (a package counts by its folder's name; :data:`SHARED_BASE_NAMES` may repeat).
 - **Any-dict slots**: function parameters and return annotations in the toolkit typed as a
   string-keyed dict / mapping whose values are ``Any`` (``dict[str, Any]``, ``Mapping[str, Any]``,
   ``MutableMapping[str, Any]``, also inside ``| None``, ``list[...]`` and the like).
@@ -220,9 +220,13 @@ def _imports(tree: ast.Module, module: str, is_package: bool, modules: set[str])
     return out
 
 
+#: Entries at the toolkit's top that are not code: the bytecode cache, the PEP 561 typing marker.
+NOT_CODE = frozenset({"__pycache__", "py.typed"})
+
+
 def top_entries(root: Path) -> list[str]:
-    """The names at the top of package folder ``root`` (``__pycache__`` left out), sorted."""
-    return sorted(p.name for p in root.iterdir() if p.name != "__pycache__")
+    """The names at the top of package folder ``root`` (:data:`NOT_CODE` left out), sorted."""
+    return sorted(p.name for p in root.iterdir() if p.name not in NOT_CODE)
 
 
 def shared_base_names(root: Path) -> dict[str, list[str]]:

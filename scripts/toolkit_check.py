@@ -24,7 +24,12 @@ Checks, each printed as one ``ok`` / ``FAIL`` line (the stage that runs each in 
    report``, ``watch``, ``baseline`` and ``check`` on its folder exit 0;
 8. ``hf trainer`` [without]: ``examples/hf_trainer.py`` (a Hugging Face ``Trainer`` with
    ``trainperf.hf.PerfCallback``, a tiny BERT from its config) trains 2 epochs with an evaluation
-   each without importing Lightning, and the same four commands on its folder exit 0.
+   each without importing Lightning, and the same four commands on its folder exit 0;
+9. ``typed api`` [without]: ``python -c "import trainperf; print(trainperf.__version__)"`` prints
+   the installed distribution's version and the package holds ``py.typed``;
+   ``examples/typed_api.py`` (the public API from ``import trainperf`` alone) runs on the plain
+   loop's folder, and ``mypy --strict`` (the development venv's mypy, pointed at this venv's
+   interpreter, so it reads the installed package) passes on it.
 
 Everything runs in a temporary folder (removed at the end) with ``PYTHONPATH`` unset, so nothing
 of the checkout can stand in for the installed package. Exit 0 when every check holds, 1 otherwise.
@@ -55,6 +60,9 @@ SOURCE = REPO / "packages" / "trainperf" / "src" / "trainperf"
 EXAMPLE = REPO / "examples" / "plain_lightning.py"
 LOOP_EXAMPLE = REPO / "examples" / "plain_loop.py"
 HF_EXAMPLE = REPO / "examples" / "hf_trainer.py"
+TYPED_EXAMPLE = REPO / "examples" / "typed_api.py"
+#: The type checker for ``typed api``: the development venv's (the toolkit's venv has none).
+DEV_MYPY = REPO / ".venv" / "bin" / "mypy"
 #: Which checks a run makes: all (the development venv), or the toolkit venv's two stages.
 STAGES = ("all", "without-lightning", "with-lightning")
 #: Runs a script as ``__main__`` with ``sys.argv[1:]`` and then fails if it imported Lightning.
@@ -301,6 +309,42 @@ def check_hf_trainer(env: Env, script: Path = HF_EXAMPLE) -> list[str]:
     return downstream(env, run_dir, "Hugging Face")
 
 
+def check_typed_api(env: Env, script: Path = TYPED_EXAMPLE) -> list[str]:
+    """``__version__`` is the distribution's and ``py.typed`` is installed; the typed example
+    runs on the plain loop's folder and passes ``mypy --strict`` against the installed package."""
+    proc = _python(env, "import trainperf; print(trainperf.__version__)")
+    if proc.returncode != 0:
+        return _failed(proc, "`import trainperf; print(trainperf.__version__)`")
+    version = proc.stdout.strip()
+    probe = _python(
+        env,
+        """
+        import importlib.metadata, importlib.resources, json
+        typed = importlib.resources.files("trainperf").joinpath("py.typed").is_file()
+        print(json.dumps([importlib.metadata.version("trainperf"), typed]))
+        """,
+    )
+    if probe.returncode != 0:
+        return _failed(probe, "the version probe")
+    dist, typed = json.loads(probe.stdout)
+    problems = [] if typed else ["the installed trainperf has no py.typed"]
+    if env.isolated and version != dist:  # an editable install's metadata is of its last install
+        problems.append(f"trainperf.__version__ is {version!r}, the distribution says {dist!r}")
+    run_dir = env.work / "loop_run"
+    if not (run_dir / "perf").is_dir():
+        return [*problems, f"{run_dir} is absent: this check needs the plain loop's folder"]
+    ran = run(env, [str(env.python), str(script), str(run_dir)])
+    problems += _failed(ran, script.name)
+    if not ran.returncode and not ran.stdout.startswith(f"trainperf {version}\n"):
+        problems.append(f"{script.name} printed {ran.stdout[:80]!r}, not 'trainperf {version}'")
+    mypy = str(DEV_MYPY) if DEV_MYPY.exists() else shutil.which("mypy")
+    if mypy is None:
+        return [*problems, f"no mypy to check {script.name} with ({DEV_MYPY} is absent)"]
+    cache = str(env.work / ".mypy_cache")
+    argv = [mypy, "--strict", "--python-executable", str(env.python), "--cache-dir", cache]
+    return problems + _failed(run(env, [*argv, str(script)]), f"mypy --strict {script.name}")
+
+
 def downstream(env: Env, run_dir: Path, label: str) -> list[str]:
     """The commands that read a run folder, on ``run_dir`` (a folder an adapter other than
     Lightning's wrote): ``report``, ``watch`` (the run has ended: it exits 0), ``baseline`` and
@@ -333,6 +377,7 @@ def plan(
         alone = [
             ("lazy import", check_lazy_import),
             ("plain loop", check_plain_loop),
+            ("typed api", check_typed_api),  # on the plain loop's folder
             ("hf trainer", check_hf_trainer),
         ]
         if env.isolated:  # the development venv has the app, an editable install and every extra

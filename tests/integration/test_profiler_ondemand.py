@@ -147,7 +147,7 @@ def test_repeat_cycles_are_summarised_together(tmp_path: Path) -> None:
     ]
     top = record["summary"]["top_cpu_ops"][0]
     calls = [
-        next(r["calls"] for r in analyze_trace(tmp_path / name, top_k=None)["top_cpu_ops"]
+        next(r["calls"] for r in analyze_trace(tmp_path / name, top_k=None)["top_cpu_op_rows"]
              if r["name"] == top["name"])
         for name in record["traces"]
     ]  # fmt: skip

@@ -41,6 +41,7 @@ def test_the_plain_example_trains_reports_and_passes_its_gate(tmp_path: Path) ->
     names = (
         "lazy import",
         "plain loop",
+        "typed api",
         "hf trainer",
         "plain script",
         "report",
@@ -51,7 +52,7 @@ def test_the_plain_example_trains_reports_and_passes_its_gate(tmp_path: Path) ->
         assert f"ok   {name} " in out, out[-4000:]
     for name in ("isolation", "no lightning", "distribution", "modules import"):  # toolkit venv
         assert name not in out
-    assert "toolkit check passed: 7 checks" in out
+    assert "toolkit check passed: 8 checks" in out
     assert (tmp_path / "out" / "hf_run" / "report.html").stat().st_size > 0
     assert (tmp_path / "out" / "loop_run" / "report.html").stat().st_size > 0
     assert (tmp_path / "out" / "report.html").stat().st_size > 0
@@ -195,6 +196,27 @@ def test_the_hf_example_runs_without_lightning_and_reports(tmp_path: Path) -> No
     assert (tmp_path / "out" / "hf_run" / "baseline.json").stat().st_size > 0
 
 
+def test_typed_api_needs_the_loop_folder_and_fails_on_a_type_error(tmp_path: Path) -> None:
+    from scripts.toolkit_check import check_typed_api
+
+    env = _dev(tmp_path, isolated=False)
+    script = _script(
+        tmp_path,
+        """
+        import trainperf
+        print(f"trainperf {trainperf.__version__}")
+        wrong: int = trainperf.__version__
+        """,
+    )
+    assert check_typed_api(env, script) == [
+        f"{tmp_path / 'loop_run'} is absent: this check needs the plain loop's folder"
+    ]
+    (tmp_path / "loop_run" / "perf").mkdir(parents=True)
+    problems = check_typed_api(env, script)  # it runs; mypy reads the str and refuses it
+    assert problems[0] == "mypy --strict script.py exited 1; its last lines:", problems
+    assert any('expression has type "str", variable has type "int"' in p for p in problems)
+
+
 def test_downstream_names_each_command_that_fails_on_a_folder(tmp_path: Path) -> None:
     from scripts.toolkit_check import downstream
 
@@ -221,6 +243,7 @@ def test_the_toolkit_venv_runs_in_two_stages(tmp_path: Path) -> None:
         "distribution",
         "lazy import",
         "plain loop",
+        "typed api",
         "hf trainer",
     ]
     assert names["with-lightning"] == [

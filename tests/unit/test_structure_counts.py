@@ -72,6 +72,7 @@ def test_shared_base_names_count_packages_by_their_folder(tmp_path: Path) -> Non
         (root / f"{name}.py").write_text("")
     (root / "a" / "data").mkdir()  # not a package: its name is no module's
     (root / "b" / "data.py").write_text("")
+    (root / "py.typed").write_text("")  # the typing marker is not a top entry
     assert shared_base_names(root) == {
         "load": ["a/load.py", "b/load.py"],
         "report": ["a/report", "b/report.py"],

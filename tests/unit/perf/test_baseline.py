@@ -261,6 +261,34 @@ def test_bad_run_directories(tmp_path: Path) -> None:
         load_source(run)
 
 
+def test_the_gate_loads_its_own_sides(run: Path, tmp_path: Path) -> None:
+    """``trainperf.check_baseline`` with public names only: a baseline file or run folder and the
+    current run as a folder or a loaded run; ``stage`` / ``skip_epochs`` reach the loading."""
+    import trainperf
+
+    out = tmp_path / "baselines" / "demo.json"
+    assert main(["baseline", str(run), "-o", str(out)]) == 0
+    slow = make_run(tmp_path / "slow", [epoch_record(e, scale=2.0) for e in range(4)])
+    outcome = trainperf.check_baseline(out, slow)
+    assert isinstance(outcome, trainperf.GateOutcome)
+    assert outcome.verdict == "regression"
+    assert trainperf.check_baseline(str(out), run).verdict == "pass"
+    assert trainperf.check_baseline(run, trainperf.load_run(slow)).verdict == "regression"
+    # the same loading as load_source's: the options apply to both run folders
+    assert trainperf.check_baseline(run, slow, skip_epochs=0) == check_baseline(
+        load_source(run, skip_epochs=0), load_source(slow, skip_epochs=0)
+    )
+    train = trainperf.check_baseline(run, run, stage="train")
+    assert {r.status for r in train.rows} == {"no significant change"}
+    assert train.rows[0].baseline == load_source(run, stage="train").figures["epoch_wall_s"].median
+    with pytest.raises(trainperf.InputError, match="nowhere: no such file"):
+        trainperf.check_baseline(tmp_path / "nowhere", run)
+    with pytest.raises(BaselineError, match="not a run directory"):
+        trainperf.check_baseline(out, tmp_path / "baselines")
+    with pytest.raises(TypeError, match="got int"):
+        trainperf.check_baseline(out, 3)  # type: ignore[arg-type]
+
+
 def test_cli_exit_codes(run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "baselines" / "demo.json"
     assert main(["baseline", str(run), "-o", str(out)]) == 0

@@ -63,18 +63,31 @@ def test_resnet_2021_is_dominated_by_data_loading(resnet_2021: dict) -> None:
 
 def test_resnet_2021_kernels_and_memory(resnet_2021: dict) -> None:
     r = resnet_2021
-    kinds = {row["kind"] for row in r["top_cuda_ops"]}
+    kinds = {row["kind"] for row in r["top_cuda_op_rows"]}
     assert "kernel" in kinds
-    top = r["top_cuda_ops"][0]
+    top = r["top_cuda_op_rows"][0]
     assert "cudnn" in top["name"]
     assert top["launched_by"].startswith("aten::cudnn_convolution_backward")
     gpu = r["phase_summary"]["train"]["gpu"]
     assert gpu["kernel"]["pct"] > 40
     assert gpu["memcpy"]["mean_ms"] > 0
-    peaks = {p["device"]: p for p in r["memory_peaks"]}
+    peaks = {p["device"]: p for p in r["memory_peak_rows"]}
     assert peaks["cuda:0"]["estimated"]  # 2021 has only per-event Bytes
     assert peaks["cuda:0"]["capacity_bytes"] == 34084028416
     assert 0 < peaks["cuda:0"]["pct_of_capacity"] < 90
+
+
+def test_resnet_2021_documented_pairs(resnet_2021: dict) -> None:
+    """The original project's shape on a real GPU trace: ``top_cuda_ops`` as ``(op_name,
+    time_us)`` pairs of the device rows' total time, ``memory_peaks`` as ``(time, bytes)``."""
+    r = resnet_2021
+    rows = r["top_cuda_op_rows"]
+    assert r["top_cuda_ops"] == [(row["name"], round(row["total_ms"] * 1e3, 3)) for row in rows]
+    assert "cudnn" in r["top_cuda_ops"][0][0]
+    assert r["memory_peaks"]
+    for (at_us, peak), row in zip(r["memory_peaks"], r["memory_peak_rows"], strict=True):
+        assert (at_us, peak) == (round(row["at_ms"] * 1e3, 3), row["peak_allocated_bytes"])
+    assert all(isinstance(b, int) and b > 0 for _, b in r["memory_peaks"])
 
 
 def test_2024_trace_uses_explicit_markers_and_keeps_gpu_busy(trace_2024: dict) -> None:
@@ -89,7 +102,7 @@ def test_2024_trace_uses_explicit_markers_and_keeps_gpu_busy(trace_2024: dict) -
     assert "low_gpu_utilisation" not in ids
     assert "optimizer_not_multi_tensor" not in ids  # its SGD uses _foreach_ ops
     assert r["metrics"]["gpu_busy_pct"] > 90
-    assert r["top_cuda_ops"][0]["kind"] == "kernel"
+    assert r["top_cuda_op_rows"][0]["kind"] == "kernel"
     # warm-up steps #101/#102 are much shorter than the rest
     assert {o["step"] for o in r["step_stats"]["train"]["outliers"]} == {
         "ProfilerStep#101",

@@ -76,7 +76,7 @@ def test_events_outside_steps(cpu_doc: dict[str, Any], tmp_path: Path) -> None:
     # the copies hold half the ops' self time; the annotations' (steps, optimizer, loader) is all
     # inside the steps, and grows with the machine's load: the share is judged against both
     full = analyze_trace(tmp_path / "broken.json", top_k=None)
-    ops = sum(r["self_ms"] for r in full["top_cpu_ops"])
+    ops = sum(r["self_ms"] for r in full["top_cpu_op_rows"])
     labels = sum(r["self_ms"] for r in full["top_annotations"])
     expected = 100.0 * (ops / 2) / (ops + labels)
     assert problem["share_pct"] == pytest.approx(expected, rel=0.1)

@@ -23,8 +23,8 @@ def test_a_list_keeps_its_order_and_sums_the_files(tmp_path: Path) -> None:
     assert report.summary.n_steps == 5
     one, two = analyze_trace(a, top_k=None), analyze_trace(b, top_k=None)
     calls = {r.name: r.calls for r in report.top_cpu_ops}
-    for row in one["top_cpu_ops"]:
-        other = next((r["calls"] for r in two["top_cpu_ops"] if r["name"] == row["name"]), 0)
+    for row in one["top_cpu_op_rows"]:
+        other = next((r["calls"] for r in two["top_cpu_op_rows"] if r["name"] == row["name"]), 0)
         assert calls[row["name"]] == row["calls"] + other
 
 

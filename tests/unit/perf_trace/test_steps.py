@@ -21,7 +21,7 @@ def test_self_time_matches_key_averages_within_1_percent(
 ) -> None:
     path, averages = recorded_cpu_trace
     report = analyze_trace(path, top_k=None)
-    ours = {r["name"]: r for r in report["top_cpu_ops"] + report["top_annotations"]}
+    ours = {r["name"]: r for r in report["top_cpu_op_rows"] + report["top_annotations"]}
     checked = 0
     for key, (count, self_us) in averages.items():
         if self_us < 1.0:  # sub-µs totals: the trace's ns rounding dominates
@@ -45,7 +45,7 @@ def test_recorded_cpu_trace_breakdown(recorded_cpu_trace: tuple[Path, dict[str, 
         assert step["phases_ms"]["optimizer"] > 0
         assert step["phases_ms"]["data_wait"] > 0
         assert "gpu_ms" not in step
-    peak = report["memory_peaks"][0]
+    peak = report["memory_peak_rows"][0]
     assert peak["device"] == "cpu"
     assert not peak["estimated"]
     assert peak["peak_allocated_bytes"] > 0

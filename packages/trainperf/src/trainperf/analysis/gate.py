@@ -1,7 +1,9 @@
 """The regression gate (``trainperf check``): a run's figures against a baseline's.
 
-:func:`check_baseline` compares two :class:`~trainperf.analysis.baseline.Baseline` s figure by
-figure and answers a :class:`GateOutcome`; each :class:`GateRow` lists the rules that decided its
+:func:`check_baseline` loads what it is given (a baseline JSON, bench JSON or run folder; the
+current run as a folder or a loaded :class:`~trainperf.analysis.run.RunData`), compares the two
+:class:`~trainperf.analysis.baseline.Baseline` s figure by figure and answers a
+:class:`GateOutcome`; each :class:`GateRow` lists the rules that decided its
 status, in the units they were applied in. Noise-aware, because wall-clock figures on a shared
 machine move by tens of percent between identical epochs:
 
@@ -45,17 +47,39 @@ anyway, with a warning); another host of the same class is a note.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from trainperf.analysis.baseline import MIN_BATCHES, Baseline, Figure, too_little_data
+from trainperf.analysis.baseline import (
+    MIN_BATCHES,
+    Baseline,
+    Figure,
+    load_source,
+    too_little_data,
+)
 from trainperf.core.significance import ALPHA, Outcome, mann_whitney_greater
 from trainperf.errors import ConfigError
 from trainperf.records.kinds import JsonValue
 from trainperf.records.run_info import to_jsonable
+
+#: What the gate compares: a loaded baseline, or a path to one (a baseline or bench JSON, a run
+#: folder); the current side may also be a loaded run (:class:`LoadedRun`).
+BaselineLike = Baseline | str | os.PathLike[str]
+
+
+@runtime_checkable
+class LoadedRun(Protocol):
+    """A loaded run (:class:`~trainperf.analysis.run.RunData`, which imports this module): the
+    gate reads its folder."""
+
+    @property
+    def run_dir(self) -> Path: ...
+
 
 #: Relative tolerance of time / rate figures when none is given, in percent.
 DEFAULT_TOLERANCE_PCT = 10.0
@@ -309,20 +333,29 @@ def _batch_row(baseline: Baseline, current: Baseline, tolerance: float) -> GateR
 
 
 def check_baseline(
-    baseline: Baseline,
-    current: Baseline,
+    baseline: BaselineLike,
+    current: BaselineLike | LoadedRun,
     tolerance_pct: float | None = None,
     *,
     allow_other_machine: bool = False,
+    stage: str | None = None,
+    skip_epochs: int = 1,
 ) -> GateOutcome:
-    """Compare ``current`` with ``baseline`` (both as
-    :func:`~trainperf.analysis.baseline.load_source`
-    returns them) by the rules of the module docstring. ``tolerance_pct``: the smallest change
-    that counts, in percent (points for fractions; ``None``: the defaults above);
-    ``allow_other_machine``: compare across machine classes (a warning note) instead of
-    answering ``"not comparable"``."""
+    """Compare ``current`` with ``baseline`` by the rules of the module docstring.
+
+    ``baseline``: a baseline JSON (``trainperf baseline``), a bench JSON or a run folder, or one
+    already loaded (:class:`~trainperf.analysis.baseline.Baseline`); ``current``: the same, or
+    a loaded run (:func:`~trainperf.analysis.run.load_run`). A side given as a path is loaded
+    with :func:`~trainperf.analysis.baseline.load_source`: ``stage`` (``None``: ``val`` if
+    present, else ``train``, else ``test``) and ``skip_epochs`` apply to run folders; an
+    unreadable or unusable one is a :class:`~trainperf.analysis.baseline.BaselineError` naming
+    it. ``tolerance_pct``: the smallest change that counts, in percent (points for fractions;
+    ``None``: the defaults above); ``allow_other_machine``: compare across machine classes (a
+    warning note) instead of answering ``"not comparable"``."""
     if tolerance_pct is not None and not tolerance_pct >= 0:
         raise ConfigError(f"tolerance_pct must be >= 0, got {tolerance_pct!r}")
+    baseline = _loaded(baseline, stage, skip_epochs)
+    current = _loaded(current, stage, skip_epochs)
     comparable, notes = _comparability(baseline, current, allow_other_machine)
     notes.extend(_contention_notes(baseline, current))
     wall_figure = baseline.figures.get(EPOCH_ROW)
@@ -372,6 +405,19 @@ def check_baseline(
     else:
         verdict = "pass"
     return GateOutcome(verdict, rows, notes, insufficient)
+
+
+def _loaded(side: BaselineLike | LoadedRun, stage: str | None, skip_epochs: int) -> Baseline:
+    """``side`` as a :class:`Baseline`: itself, or its file or folder (a run's folder) loaded."""
+    if isinstance(side, Baseline):
+        return side
+    if isinstance(side, str | os.PathLike):
+        return load_source(side, stage=stage, skip_epochs=skip_epochs)
+    if isinstance(side, LoadedRun):
+        return load_source(side.run_dir, stage=stage, skip_epochs=skip_epochs)
+    raise TypeError(
+        "check_baseline: expected a Baseline, a RunData or a path, got " + type(side).__name__
+    )
 
 
 def _phase_floor(epoch_wall_s: float) -> tuple[float, str]:

@@ -44,9 +44,7 @@ def _non_negative(text: str) -> float:
 
 
 def _parser() -> argparse.ArgumentParser:
-    from importlib.metadata import version
-
-    __version__ = version("trainperf")
+    from trainperf import __version__
 
     p = argparse.ArgumentParser(
         prog="trainperf",
@@ -294,7 +292,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _baseline_main(args: argparse.Namespace) -> int:
-    from trainperf.analysis.baseline import load_source, make_baseline, write_baseline
+    from trainperf.analysis.baseline import make_baseline, write_baseline
     from trainperf.analysis.gate import check_baseline
     from trainperf.present.console import write_json
     from trainperf.present.gate_table import print_baseline, print_check
@@ -309,10 +307,11 @@ def _baseline_main(args: argparse.Namespace) -> int:
             console.print(f"baseline written to {path}")
             return EXIT_OK
         result = check_baseline(
-            load_source(args.baseline, **options),
-            load_source(args.current, **options),
+            args.baseline,
+            args.current,
             args.tolerance,
             allow_other_machine=args.allow_other_machine,
+            **options,
         )
         print_check(result, console)
         if args.json:

@@ -12,7 +12,7 @@ from typing import Any
 
 import lightning as L
 
-from trainperf.analysis.trace import analyze_path, analyze_table, load_traces
+from trainperf.analysis.trace import analyze_table, analyze_trace, load_traces
 from trainperf.analysis.trace.clock_windows import compare_with_clock
 from trainperf.core.stage import Stage
 from trainperf.lightning.loggers import log_to_loggers
@@ -100,22 +100,10 @@ def summarise_window(
 
 
 def seed_analysis(trace_path: str | os.PathLike[str]) -> dict[str, Any]:
-    """``ProfilerCallback.analyze_trace(trace_path)``: :func:`trainperf.analyze_trace`'s dict
-    with the four keys the original project documents in its shape (``003_…`` of its documents):
-    ``top_cpu_ops`` as ``(op_name, self time in µs)`` pairs, ``top_cuda_ops`` as ``(op_name,
-    device time in µs)``, ``memory_peaks`` as ``(time in µs into the trace, peak allocated
-    bytes)``, ``dataloader_time_pct`` (%). The full rows stay under ``top_cpu_op_rows``,
-    ``top_cuda_op_rows`` and ``memory_peak_rows``."""
-    report = analyze_path(os.fspath(trace_path))
-    view = report.as_dict()
-    return {
-        **view,
-        "top_cpu_ops": [(r.name, round(r.self_ms * 1e3, 3)) for r in report.top_cpu_ops],
-        "top_cuda_ops": [(r.name, round(r.total_ms * 1e3, 3)) for r in report.top_cuda_ops],
-        "memory_peaks": [
-            (round(p.at_ms * 1e3, 3), p.peak_allocated_bytes) for p in report.memory_peaks
-        ],
-        "top_cpu_op_rows": view["top_cpu_ops"],
-        "top_cuda_op_rows": view["top_cuda_ops"],
-        "memory_peak_rows": view["memory_peaks"],
-    }
+    """``ProfilerCallback.analyze_trace(trace_path)``: :func:`trainperf.analyze_trace` itself
+    (the dict of the original project's ``003_…`` document, made in the analysis layer:
+    :mod:`trainperf.analysis.trace.documented`): ``top_cpu_ops`` as ``(op_name, self time in
+    µs)`` pairs, ``top_cuda_ops`` as ``(op_name, device time in µs)``, ``memory_peaks`` as
+    ``(time in µs into the trace, peak allocated bytes)``, ``dataloader_time_pct`` (%), the full
+    rows under ``top_cpu_op_rows``, ``top_cuda_op_rows`` and ``memory_peak_rows``."""
+    return analyze_trace(os.fspath(trace_path))

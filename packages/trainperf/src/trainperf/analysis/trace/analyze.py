@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from trainperf.analysis.trace.documented import documented_dict
 from trainperf.analysis.trace.ingest import load_or_spill
 from trainperf.analysis.trace.integrity import implausible_limits
 from trainperf.analysis.trace.memory_timeline import MemoryPeaks, device_ranges
@@ -23,20 +24,35 @@ from trainperf.analysis.trace.table import EventTable, Kind
 from trainperf.analysis.trace.trace_rules import TraceRule
 from trainperf.analysis.trace.windowed import analyze_spilled
 
-__all__ = ["analyze_path", "analyze_table", "analyze_trace"]
+__all__ = ["analyze_path", "analyze_table", "analyze_trace", "trace_analysis"]
 
 
 def analyze_trace(path: str | Path, top_k: int | None = 20) -> dict[str, Any]:
     """Analyse a torch.profiler Chrome trace (``.json``/``.json.gz``) or a directory of them.
 
-    Returns the JSON-ready dict form of :func:`analyze_path`'s result, with (among others)
-    ``top_cpu_ops``, ``top_cuda_ops``, ``memory_peaks``, ``dataloader_time_pct``, ``steps``
-    (per-step breakdown whose phases sum to the step's wall time), ``phase_summary``,
-    ``step_stats`` (per stage, with outlier steps), ``findings`` and ``sources``. ``top_k=None``
-    keeps every op. Raises :class:`~trainperf.analysis.trace.table.TraceError` for unreadable or
-    malformed input.
+    Returns the dict the original project documents
+    (:func:`~trainperf.analysis.trace.documented.documented_dict`): ``top_cpu_ops`` and
+    ``top_cuda_ops`` as ``(op_name, time_us)`` pairs, ``memory_peaks`` as ``(time_us, bytes)``,
+    ``dataloader_time_pct``; and the rest of the analysis: ``steps`` (per-step breakdown whose
+    phases sum to the step's wall time), ``phase_summary``, ``step_stats`` (per stage, with
+    outlier steps), ``findings``, ``sources``, the full op rows under ``top_cpu_op_rows`` /
+    ``top_cuda_op_rows`` / ``memory_peak_rows``. ``top_k`` ops per table (``None``: every op).
+    The typed analysis: :func:`trace_analysis`. Raises
+    :class:`~trainperf.analysis.trace.table.TraceError` for unreadable or malformed input.
     """
-    return analyze_path(path, top_k).as_dict()
+    return documented_dict(analyze_path(path, top_k))
+
+
+def trace_analysis(
+    path: str | Path, top_k: int | None = 20, *, rules: Sequence[TraceRule] | None = None
+) -> TraceAnalysis:
+    """The typed analysis of a torch.profiler Chrome trace (``.json``/``.json.gz``) or a
+    directory of them: ``top_k`` ops per table (``None``: every op), attributes as
+    :func:`analyze_trace`'s keys (``analysis.top_cpu_ops[0].self_ms``, ``analysis.findings``...),
+    ``as_dict()`` the JSON view ``trainperf analyze --json`` writes. Raises
+    :class:`~trainperf.analysis.trace.table.TraceError` for unreadable or malformed input.
+    ``rules`` replaces the trace rules (default ``TRACE_RULES.default()``)."""
+    return analyze_path(path, top_k, rules=rules)
 
 
 def analyze_path(
