@@ -50,7 +50,7 @@ from trainperf.records.kinds import (
 
 if TYPE_CHECKING:
     from trainperf.analysis.gate import GateOutcome
-    from trainperf.analysis.trace.result import TraceAnalysis
+    from trainperf.analysis.trace.trace_analysis import TraceAnalysis
 
 TRACE_DIRNAME = "profiler_traces"
 _TRACE_SUFFIXES = (".json", ".json.gz")

@@ -11,7 +11,7 @@ from rich.table import Table
 
 from trainperf.analysis.trace.integrity import Integrity
 from trainperf.analysis.trace.rankset import RankSetAnalysis, RankSummary, StragglerView
-from trainperf.analysis.trace.result import CommSummary
+from trainperf.analysis.trace.trace_analysis import CommSummary
 from trainperf.present.trace_tables import _SEVERITY_STYLE, _fmt
 
 

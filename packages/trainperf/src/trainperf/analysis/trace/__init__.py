@@ -7,16 +7,17 @@ the live clock's phase names), aggregates (:mod:`~trainperf.analysis.trace.aggre
 figures (:mod:`~trainperf.analysis.trace.measures`), finding rules
 (:mod:`~trainperf.analysis.trace.trace_rules`) and the
 comparison (:mod:`~trainperf.analysis.trace.compare`) are vectorised numpy over that table. The
-result is typed (:class:`~trainperf.analysis.trace.result.TraceAnalysis`); ``analyze_trace`` returns
-its dict form.
+result is typed
+(:class:`~trainperf.analysis.trace.trace_analysis.TraceAnalysis`); ``analyze_trace`` returns its
+dict form.
 No Lightning.
 """
 
 from trainperf.analysis.trace.analyze import analyze_path, analyze_table, analyze_trace
 from trainperf.analysis.trace.compare import compare_reports
 from trainperf.analysis.trace.ingest import load_traces
-from trainperf.analysis.trace.result import TraceAnalysis
 from trainperf.analysis.trace.table import TraceError
+from trainperf.analysis.trace.trace_analysis import TraceAnalysis
 
 __all__ = [
     "TraceAnalysis",

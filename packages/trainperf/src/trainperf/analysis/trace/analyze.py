@@ -1,6 +1,6 @@
 """``analyze_table`` / ``analyze_path``: one loaded trace in, one typed
-:class:`~trainperf.analysis.trace.result.TraceAnalysis` out; ``analyze_trace``: its dict form, the
-public API (documented keys ``top_cpu_ops``, ``top_cuda_ops``, ``memory_peaks``,
+:class:`~trainperf.analysis.trace.trace_analysis.TraceAnalysis` out; ``analyze_trace``: its dict
+form, the public API (documented keys ``top_cpu_ops``, ``top_cuda_ops``, ``memory_peaks``,
 ``dataloader_time_pct``...)."""
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ import numpy as np
 from trainperf.analysis.trace.ingest import load_or_spill
 from trainperf.analysis.trace.integrity import implausible_limits
 from trainperf.analysis.trace.memory_timeline import MemoryPeaks, device_ranges
-from trainperf.analysis.trace.partial import Named, TablePartial, finish, named, partial_of
-from trainperf.analysis.trace.result import Timing, TraceAnalysis
 from trainperf.analysis.trace.spill import Spilled
 from trainperf.analysis.trace.steps import compute_steps
 from trainperf.analysis.trace.table import EventTable, Kind
+from trainperf.analysis.trace.trace_analysis import Timing, TraceAnalysis
+from trainperf.analysis.trace.window_sums import HookTimes, WindowSums, finish, hook_times, sums_of
 from trainperf.analysis.trace.windowed import analyze_spilled
 
 __all__ = ["analyze_path", "analyze_table", "analyze_trace"]
@@ -47,7 +47,7 @@ def analyze_path(path: str | Path, top_k: int | None = 20) -> TraceAnalysis:
 
 def timed_analysis(
     source: str | Path | Sequence[Path], label: str, top_k: int | None = 20
-) -> tuple[TraceAnalysis, Named]:
+) -> tuple[TraceAnalysis, HookTimes]:
     """Load ``source`` (a file, a directory or files of one rank), analyse it and set the
     analysis's ``timing`` and ``input`` (``label``); with its time per callback and hook in the
     steps (the rank view). A single file too large for one table is analysed in time windows
@@ -61,7 +61,7 @@ def timed_analysis(
     else:
         parse_s = sum(s.parse_s for s in loaded.sources)
         analysis, part = _analyze(loaded, top_k)
-        by_hook = named(part)
+        by_hook = hook_times(part)
     analysis.timing = Timing(
         load_s=round(t_load, 4),
         parse_s=round(parse_s, 4),
@@ -76,11 +76,11 @@ def analyze_table(table: EventTable, top_k: int | None = 20) -> TraceAnalysis:
     return _analyze(table, top_k)[0]
 
 
-def _analyze(table: EventTable, top_k: int | None) -> tuple[TraceAnalysis, TablePartial]:
-    """The analysis of a whole table (one window of itself) and its partial."""
+def _analyze(table: EventTable, top_k: int | None) -> tuple[TraceAnalysis, WindowSums]:
+    """The analysis of a whole table (one window of itself) and its window sums."""
     steps = compute_steps(table)
     has_gpu = bool(np.isin(table.kind, Kind.DEVICE).any())
-    part = partial_of(table, steps, has_gpu, implausible_limits(table))
+    part = sums_of(table, steps, has_gpu, implausible_limits(table))
     memory = MemoryPeaks(device_ranges(table.memory))
     memory.add(table.memory, steps)
     analysis = finish(

@@ -27,7 +27,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from trainperf.analysis.trace.result import CommSummary
 from trainperf.analysis.trace.steps import (
     PHASES,
     StepTable,
@@ -38,6 +37,7 @@ from trainperf.analysis.trace.steps import (
     union_in_windows,
 )
 from trainperf.analysis.trace.table import EventTable, Kind
+from trainperf.analysis.trace.trace_analysis import CommSummary
 from trainperf.analysis.trace.trace_rules import TraceMetrics
 
 #: Host spans of collectives: the process-group backends' record_functions and the c10d ops.
@@ -290,9 +290,8 @@ def _ms(ns: float) -> float:
 
 
 def summarise(comm: CommTable, steps: StepTable, ranks: Sequence[int | None]) -> list[CommSummary]:
-    """One :class:`~trainperf.analysis.trace.result.CommSummary` per (source with collectives,
-    stage);
-    ``ranks`` per source index."""
+    """One :class:`~trainperf.analysis.trace.trace_analysis.CommSummary` per (source with
+    collectives, stage); ``ranks`` per source index."""
     out = []
     stage_of = np.asarray(steps.stage, dtype=object)
     for src, method in sorted(comm.method.items()):

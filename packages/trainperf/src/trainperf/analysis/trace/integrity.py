@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 import msgspec
 import numpy as np
 
-from trainperf.analysis.trace.additive import Additive, later
+from trainperf.analysis.trace.field_sums import FieldSums, later
 from trainperf.analysis.trace.steps import StepTable, launch_calls, locate
 from trainperf.analysis.trace.table import EventTable, Kind, TraceSource
 
@@ -90,7 +90,7 @@ class Integrity(msgspec.Struct, kw_only=True):
 
 
 @dataclass
-class IntegritySums(Additive):
+class IntegritySums(FieldSums):
     """What the per-file checks need, per source index, as sums over the time windows of one
     file (a table is one window): host self time (ops and annotations) and of it outside every
     step, device time and of it without a launching call, the processes of host events, events

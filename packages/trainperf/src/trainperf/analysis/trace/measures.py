@@ -13,8 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from trainperf.analysis.trace.additive import Additive
-from trainperf.analysis.trace.result import MemoryPeak
+from trainperf.analysis.trace.field_sums import FieldSums
 from trainperf.analysis.trace.stacks import SyncCall, sync_sites
 from trainperf.analysis.trace.steps import (
     PHASES,
@@ -25,6 +24,7 @@ from trainperf.analysis.trace.steps import (
 )
 from trainperf.analysis.trace.syncs import SyncPoints
 from trainperf.analysis.trace.table import EventTable, Kind, TraceSource
+from trainperf.analysis.trace.trace_analysis import MemoryPeak
 from trainperf.analysis.trace.trace_rules import TraceMetrics
 from trainperf.core.actions import label_prefixes
 from trainperf.core.findings import threshold
@@ -95,7 +95,7 @@ def data_share_without_steps(table: EventTable) -> float:
 
 
 @dataclass
-class MeasureSums(Additive):
+class MeasureSums(FieldSums):
     """What :func:`measure` needs of the events in steps, as sums that add over the time
     windows of one file: counts, ns, and each duration's count where a median is asked for."""
 

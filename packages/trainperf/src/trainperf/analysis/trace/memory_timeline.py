@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from trainperf.analysis.trace.aggregates import ms
-from trainperf.analysis.trace.result import MemoryPeak
 from trainperf.analysis.trace.steps import PHASES, StepTable
 from trainperf.analysis.trace.table import MemoryTable, TraceSource
+from trainperf.analysis.trace.trace_analysis import MemoryPeak
 
 __all__ = ["DeviceRange", "MemoryPeaks", "device_key", "device_ranges"]
 

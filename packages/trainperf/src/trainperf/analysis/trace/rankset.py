@@ -36,10 +36,10 @@ from trainperf.analysis.trace.clock_windows import run_dir
 from trainperf.analysis.trace.decode import _RANK_IN_NAME
 from trainperf.analysis.trace.ingest import find_trace_files
 from trainperf.analysis.trace.integrity import Integrity, IntegrityProblem, clock_skew
-from trainperf.analysis.trace.partial import Named
-from trainperf.analysis.trace.result import TraceAnalysis, _Part
 from trainperf.analysis.trace.table import TraceError
+from trainperf.analysis.trace.trace_analysis import TraceAnalysis, _Part
 from trainperf.analysis.trace.trace_rules import COMM_ONE_RANK_HINT
+from trainperf.analysis.trace.window_sums import HookTimes
 from trainperf.core.findings import Finding
 from trainperf.core.ranks import STRAGGLER_MIN_S, STRAGGLER_MIN_SHARE, find_straggler
 from trainperf.records.files import read_records
@@ -226,7 +226,7 @@ class RankSetAnalysis(_Part):
 
 def _analyze_rank(
     files: list[Path], top_k: int | None
-) -> tuple[TraceAnalysis, Named] | tuple[str, str]:
+) -> tuple[TraceAnalysis, HookTimes] | tuple[str, str]:
     """One rank's files in one table (runs in a worker process); bad input comes back as
     ``(path, reason)`` (a :class:`TraceError` does not survive pickling: its constructor takes
     two arguments) and is raised again by the caller."""
@@ -236,14 +236,14 @@ def _analyze_rank(
         return exc.path, exc.reason
 
 
-def _analyze_files(files: list[Path], top_k: int | None) -> tuple[TraceAnalysis, Named]:
+def _analyze_files(files: list[Path], top_k: int | None) -> tuple[TraceAnalysis, HookTimes]:
     label = str(files[0]) if len(files) == 1 else str(files[0].parent)
     return timed_analysis(files, label, top_k)
 
 
 def analyze_ranks(
     groups: dict[int, list[Path]], jobs: int, top_k: int | None
-) -> dict[int, tuple[TraceAnalysis, Named]]:
+) -> dict[int, tuple[TraceAnalysis, HookTimes]]:
     """Each rank's analysis (and its time per callback and hook), ``jobs`` ranks at a time."""
     if jobs <= 1:
         return {r: _analyze_files(files, top_k) for r, files in groups.items()}
@@ -288,7 +288,7 @@ def summarise_ranks(
     where: str,
     groups: dict[int, list[Path]],
     analyses: dict[int, TraceAnalysis],
-    named: dict[int, Named],
+    named: dict[int, HookTimes],
     jobs: int,
     total_s: float,
 ) -> RankSetAnalysis:

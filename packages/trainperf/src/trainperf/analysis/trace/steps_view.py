@@ -6,9 +6,15 @@ from __future__ import annotations
 import numpy as np
 
 from trainperf.analysis.trace.aggregates import ms, step_statistics
-from trainperf.analysis.trace.result import PhaseShare, PhaseSummary, RankRow, StepRow, StepStats
 from trainperf.analysis.trace.steps import GPU_PARTS, PHASES, StepTable
 from trainperf.analysis.trace.table import TraceSource
+from trainperf.analysis.trace.trace_analysis import (
+    PhaseShare,
+    PhaseSummary,
+    RankRow,
+    StepRow,
+    StepStats,
+)
 
 __all__ = ["per_rank", "phase_summaries", "step_rows"]
 

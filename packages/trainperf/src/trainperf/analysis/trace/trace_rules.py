@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from trainperf.analysis.trace.names import short_name
+from trainperf.analysis.trace.short_names import short_name
 from trainperf.analysis.trace.stacks import SyncSite
 from trainperf.core.actions import LOOP, OTHER, grammars
 from trainperf.core.findings import (

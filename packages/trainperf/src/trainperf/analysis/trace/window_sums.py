@@ -1,10 +1,10 @@
-"""What one table contributes to an analysis, as sums that add up over the time windows of one
-large file (:class:`TablePartial`), and the typed
-:class:`~trainperf.analysis.trace.result.TraceAnalysis`
+"""The sums one table (or one time window of a large file) contributes to an analysis
+(:class:`WindowSums`, adding up over the windows), and the typed
+:class:`~trainperf.analysis.trace.trace_analysis.TraceAnalysis`
 made from them (:func:`finish`).
 
 A table loaded whole is one window: :func:`~trainperf.analysis.trace.analyze.analyze_table` is
-``finish(partial_of(table))``, so a file analysed in windows
+``finish(sums_of(table))``, so a file analysed in windows
 (:mod:`~trainperf.analysis.trace.windowed`)
 and the same file analysed whole go through the same arithmetic. Only a window's *counted*
 events (:meth:`~trainperf.analysis.trace.table.EventTable.members`) enter its sums; figures placed
@@ -48,26 +48,26 @@ from trainperf.analysis.trace.measures import (
     measure_sums,
 )
 from trainperf.analysis.trace.memory_timeline import MemoryPeaks
-from trainperf.analysis.trace.result import DeviceInfo, SourceInfo, Summary, TraceAnalysis
 from trainperf.analysis.trace.steps import PHASES, StepTable, concat_steps, locate
 from trainperf.analysis.trace.steps_view import per_rank, phase_summaries, step_rows
 from trainperf.analysis.trace.syncs import sync_points
 from trainperf.analysis.trace.table import EventTable, Kind, TraceSource
+from trainperf.analysis.trace.trace_analysis import DeviceInfo, SourceInfo, Summary, TraceAnalysis
 from trainperf.analysis.trace.trace_rules import evaluate
 from trainperf.core.actions import CALLBACK, DATAMODULE, MODULE, Action, span_action
 from trainperf.core.findings import post_hoc_thresholds
 
-__all__ = ["Named", "TablePartial", "finish", "merge", "partial_of"]
+__all__ = ["HookTimes", "WindowSums", "finish", "merge", "sums_of"]
 
 #: Time per callback and per module hook in the steps: ``stage -> group -> owner -> ms per step``.
-Named = dict[str, dict[str, dict[str, float]]]
+HookTimes = dict[str, dict[str, dict[str, float]]]
 
 _P_DATA = PHASES.index("data_wait")
 _GROUP_OF_KIND = {CALLBACK: "callbacks", MODULE: "module_hooks", DATAMODULE: "module_hooks"}
 
 
 @dataclass
-class TablePartial:
+class WindowSums:
     """One window's (or a whole table's) part of an analysis.
 
     Args:
@@ -78,7 +78,7 @@ class TablePartial:
             counted host events.
         device: sums of device events.
         measured: what the metrics need; ``integrity``: what the checks need.
-        named_ns: ns of Lightning's hook and callback spans in steps per (stage, group, owner).
+        hook_ns: ns of Lightning's hook and callback spans in steps per (stage, group, owner).
         no_steps_data_pct: the data share of a table without steps.
     """
 
@@ -94,19 +94,19 @@ class TablePartial:
     device: DeviceSums
     measured: MeasureSums
     integrity: IntegritySums
-    named_ns: Counter[tuple[str, str, str]] = field(default_factory=Counter)
+    hook_ns: Counter[tuple[str, str, str]] = field(default_factory=Counter)
     no_steps_data_pct: float = 0.0
 
 
-def partial_of(
+def sums_of(
     table: EventTable,
     steps: StepTable,
     has_gpu: bool,
     limits: Mapping[int, int],
     cut: bool = True,
     step_offset: int = 0,
-) -> TablePartial:
-    """The :class:`TablePartial` of ``table`` with its ``steps``; ``has_gpu``: whether the file
+) -> WindowSums:
+    """The :class:`WindowSums` of ``table`` with its ``steps``; ``has_gpu``: whether the file
     has device events; ``limits``: implausible durations per source; ``cut``: look for steps cut
     by the window's edge (the table holds the file's last steps, indexed from
     ``step_offset``). Sets ``steps.blocked``: the host time blocked in the steps' sync points,
@@ -115,7 +115,7 @@ def partial_of(
     counted = np.flatnonzero(member)
     syncs = sync_points(table, steps)
     steps.blocked = syncs.blocked
-    return TablePartial(
+    return WindowSums(
         steps=steps,
         comm=communication(table, steps),
         events=int(counted.size),
@@ -128,20 +128,20 @@ def partial_of(
         device=device_sums(table),
         measured=measure_sums(table, steps, has_gpu, syncs),
         integrity=integrity_sums(table, steps, limits, cut=cut, step_offset=step_offset),
-        named_ns=_named_ns(table, steps),
+        hook_ns=_hook_ns(table, steps),
         no_steps_data_pct=0.0 if len(steps) else data_share_without_steps(table),
     )
 
 
-def merge(parts: list[TablePartial]) -> TablePartial:
-    """The partial of consecutive time windows of one file, in time order."""
+def merge(parts: list[WindowSums]) -> WindowSums:
+    """The sums of consecutive time windows of one file, in time order."""
     if len(parts) == 1:
         return parts[0]
 
     def added(name: str) -> Any:
         return functools.reduce(operator.add, (getattr(p, name) for p in parts))
 
-    return TablePartial(
+    return WindowSums(
         steps=concat_steps([p.steps for p in parts]),
         comm=concat_comm([p.comm for p in parts]),
         events=added("events"),
@@ -154,12 +154,12 @@ def merge(parts: list[TablePartial]) -> TablePartial:
         device=added("device"),
         measured=added("measured"),
         integrity=added("integrity"),
-        named_ns=added("named_ns"),
+        hook_ns=added("hook_ns"),
     )
 
 
 def finish(
-    part: TablePartial,
+    part: WindowSums,
     sources: list[TraceSource],
     names: list[str],
     origin_ns: int,
@@ -167,7 +167,7 @@ def finish(
     warnings: list[str],
     top_k: int | None = 20,
 ) -> TraceAnalysis:
-    """The analysis of a table or file from its partial, its ``sources`` and (interned)
+    """The analysis of a table or file from its window sums, its ``sources`` and (interned)
     ``names``, the gathered ``memory`` peaks and the loader's ``warnings``."""
     steps = part.steps
     n_steps = len(steps)
@@ -215,24 +215,24 @@ def finish(
     )
 
 
-def named(part: TablePartial) -> Named:
+def hook_times(part: WindowSums) -> HookTimes:
     """Time per callback and per module hook in the steps (ms per step of the stage), from
     a framework's action spans (callbacks, module and data-module hooks; see
     :func:`trainperf.core.actions.span_action`), as the live clock names them."""
     counts = Counter(part.steps.stage)
-    out: Named = {}
-    for (stage, group, owner), ns in part.named_ns.items():
+    out: HookTimes = {}
+    for (stage, group, owner), ns in part.hook_ns.items():
         per = out.setdefault(stage, {}).setdefault(group, {})
         per[owner] = ns / 1e6 / counts[stage]
     return out
 
 
-def _named_kind(action: Action | None) -> bool:
+def _is_hook(action: Action | None) -> bool:
     return action is not None and action.kind in (CALLBACK, MODULE, DATAMODULE)
 
 
-def _named_ns(table: EventTable, steps: StepTable) -> Counter[tuple[str, str, str]]:
-    is_action = table.name_ids(lambda n: _named_kind(span_action(n)))
+def _hook_ns(table: EventTable, steps: StepTable) -> Counter[tuple[str, str, str]]:
+    is_action = table.name_ids(lambda n: _is_hook(span_action(n)))
     idx = np.flatnonzero(is_action[table.name] & np.isin(table.kind, Kind.HOST) & (table.dur > 0))
     step_of, _ = locate(steps, table, idx)
     out: Counter[tuple[str, str, str]] = Counter()

@@ -9,7 +9,7 @@ event that overlaps its time range (the spans around its steps, kernels still ru
 window before), so that nesting, phases, device busy time and communication overlap see what
 the whole file would show there. A host span that crosses a cut gets its self time from all the
 windows it spans (a first pass over the windows sums the time of its children in each).
-Per-window :class:`~trainperf.analysis.trace.partial.TablePartial` sums are merged in time order and
+Per-window :class:`~trainperf.analysis.trace.window_sums.WindowSums` are merged in time order and
 finished as one table's would be. Memory: one window's table at a time, plus the step spans, the
 kernel launches' correlation ids (16 bytes each, GPU traces) and the straddling spans.
 """
@@ -26,11 +26,18 @@ from trainperf.analysis.trace.decode import _MEM_FIELDS, Parsed, release_free_he
 from trainperf.analysis.trace.ingest import _normalise_name, table_of
 from trainperf.analysis.trace.integrity import implausible_limit
 from trainperf.analysis.trace.memory_timeline import DeviceRange, MemoryPeaks, device_ranges
-from trainperf.analysis.trace.partial import Named, TablePartial, finish, merge, named, partial_of
-from trainperf.analysis.trace.result import TraceAnalysis
 from trainperf.analysis.trace.spill import Spilled
 from trainperf.analysis.trace.steps import STEP_NAME, compute_steps
 from trainperf.analysis.trace.table import EventTable, Kind, MemoryTable, category_kind
+from trainperf.analysis.trace.trace_analysis import TraceAnalysis
+from trainperf.analysis.trace.window_sums import (
+    HookTimes,
+    WindowSums,
+    finish,
+    hook_times,
+    merge,
+    sums_of,
+)
 
 __all__ = ["WINDOW_EVENTS", "analyze_spilled"]
 
@@ -68,13 +75,13 @@ class _Plan:
         return lo, int(self.cuts[w]) if w < self.cuts.size else _NO_END
 
 
-def analyze_spilled(sp: Spilled, top_k: int | None) -> tuple[TraceAnalysis, Named]:
+def analyze_spilled(sp: Spilled, top_k: int | None) -> tuple[TraceAnalysis, HookTimes]:
     """The analysis of a spilled file (see the module doc) and its time per callback and hook;
     the spill is removed afterwards."""
     try:
         plan = _plan(sp, WINDOW_EVENTS)
         self_ns = _straddler_self(sp, plan)
-        parts: list[TablePartial] = []
+        parts: list[WindowSums] = []
         memory = MemoryPeaks(plan.memory)
         names: list[str] = []
         offset = 0
@@ -84,7 +91,7 @@ def analyze_spilled(sp: Spilled, top_k: int | None) -> tuple[TraceAnalysis, Name
                 table.self_ns[fix] = [self_ns[g] for g in gid[fix].tolist()]
             steps = compute_steps(table)
             parts.append(
-                partial_of(
+                sums_of(
                     table,
                     steps,
                     plan.has_gpu,
@@ -100,7 +107,7 @@ def analyze_spilled(sp: Spilled, top_k: int | None) -> tuple[TraceAnalysis, Name
             release_free_heap()
         part = merge(parts)
         analysis = finish(part, [sp.source], names, plan.origin, memory, list(sp.warnings), top_k)
-        return analysis, named(part)
+        return analysis, hook_times(part)
     finally:
         sp.close()
 

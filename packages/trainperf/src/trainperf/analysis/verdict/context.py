@@ -16,7 +16,7 @@ from trainperf.analysis.stages import StageSummary
 from trainperf.records.kinds import ResourceSample, RunRecord
 
 if TYPE_CHECKING:
-    from trainperf.analysis.trace.result import TraceAnalysis
+    from trainperf.analysis.trace.trace_analysis import TraceAnalysis
 
 
 @dataclass(frozen=True)

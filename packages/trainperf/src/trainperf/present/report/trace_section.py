@@ -7,13 +7,13 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from trainperf.analysis.run import TRACE_DIRNAME
-from trainperf.analysis.trace.names import short_names
+from trainperf.analysis.trace.short_names import short_names
 from trainperf.present.report import plots
 from trainperf.present.report.build import Report
 from trainperf.present.report.document import Section, Table, cell
 
 if TYPE_CHECKING:
-    from trainperf.analysis.trace.result import DeviceOpRow, OpRow
+    from trainperf.analysis.trace.trace_analysis import DeviceOpRow, OpRow
 
 
 # ProfilerWindow fields shown as they are, each under its own name
