@@ -19,7 +19,7 @@ from trainperf.alerts.sinks import AlertSink, JsonlSink, LogSink
 from trainperf.errors import PerfCallbackWarning
 from trainperf.probe.resources import ResourceMonitor, ResourceSampler, StepSignals
 from trainperf.recording.profiler_settings import ProfileSchedule, TraceOptions
-from trainperf.recording.step_recorder import StepRecorder
+from trainperf.recording.run_recorder import RunRecorder
 from trainperf.records.files import RecordWriter
 from trainperf.records.kinds import ResourceSample
 
@@ -28,7 +28,7 @@ class ResourceSampling:
     """Host, DataLoader-worker, disk and GPU resources every second on a daemon thread, into
     ``run_dir/perf/resources.jsonl`` (rank zero) with the alert rules."""
 
-    def __init__(self, run_dir: Path, recorder: StepRecorder) -> None:
+    def __init__(self, run_dir: Path, recorder: RunRecorder) -> None:
         self.signals = StepSignals()
         self.monitor: ResourceMonitor | None = None
         cuda = recorder.device.index if recorder.device.type == "cuda" else None

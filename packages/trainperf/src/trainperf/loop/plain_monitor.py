@@ -41,7 +41,7 @@ from trainperf.loop.trial_knobs import KnobLog, apply_process_knobs, rebuild_loa
 from trainperf.present.live import live_line, live_verdict
 from trainperf.recording.profiler_settings import ProfileSchedule, TraceOptions
 from trainperf.recording.run_files import Interruption
-from trainperf.recording.step_recorder import StepRecorder, batch_size_of
+from trainperf.recording.run_recorder import RunRecorder, batch_size_of
 from trainperf.records.kinds import PlainLoopSetup
 
 __all__ = ["Monitor"]
@@ -106,7 +106,7 @@ class Monitor:
             device = param.device if param is not None else None
         self.model = model
         self.optimizer = optimizer
-        self.recorder = StepRecorder(
+        self.recorder = RunRecorder(
             root, device=device, group=group, track_memory=track_memory, sync_cuda=sync_cuda,
             who="trainperf.loop.Monitor",
         )  # fmt: skip

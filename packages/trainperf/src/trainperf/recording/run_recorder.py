@@ -1,4 +1,4 @@
-"""The neutral step API any training loop can drive: :class:`StepRecorder`.
+"""One run's recording that any training loop can drive (no framework): :class:`RunRecorder`.
 
 A framework adapter (``trainperf.loop`` for a plain PyTorch loop; ``trainperf.hf``) tells it
 when a stage epoch opens and closes, when a batch ends and with how many samples, and which
@@ -11,7 +11,7 @@ Lightning recorder does:
 - the windows (:class:`~trainperf.recording.stage_windows.StageWindows`): each stage's epoch and
   its :class:`~trainperf.records.kinds.EpochRecord`, validation inside training pausing it;
 - DataLoader worker timing (:class:`~trainperf.probe.worker.InstrumentedLoader`,
-  :meth:`StepRecorder.instrument`);
+  :meth:`RunRecorder.instrument`);
 - memory peaks (:class:`~trainperf.probe.device_memory.MemorySampler`);
 - the cross-rank exchange at each epoch close over any ``torch.distributed`` process group
   (:class:`~trainperf.recording.cross_rank.RankExchange`: every rank the same collectives with
@@ -50,7 +50,7 @@ from trainperf.recording.stage_state import EpochWindow
 from trainperf.recording.stage_windows import StageWindows
 from trainperf.records.kinds import EpochRecord, JsonValue, LoaderSettings
 
-__all__ = ["StepRecorder", "batch_size_of", "distributed_layout"]
+__all__ = ["RunRecorder", "batch_size_of", "distributed_layout"]
 
 
 def distributed_layout(
@@ -84,7 +84,7 @@ def batch_size_of(batch: Any, depth: int = 0) -> int:
     return 0
 
 
-class StepRecorder:
+class RunRecorder:
     """One run's recording on this process (module docstring).
 
     Args:
@@ -111,7 +111,7 @@ class StepRecorder:
         sync_cuda: bool = False,
         write_run_files: bool = True,
         run: str = "fit",
-        who: str = "StepRecorder",
+        who: str = "RunRecorder",
     ) -> None:
         self.run_dir = Path(run_dir)
         self.device = torch.device(device) if device is not None else torch.device("cpu")

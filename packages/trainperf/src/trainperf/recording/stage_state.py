@@ -1,4 +1,5 @@
-"""What the ``StageRecorder`` keeps per stage and per open epoch window."""
+"""What a recorder's stage windows keep per stage (:class:`StageState`) and per open epoch window
+(:class:`EpochWindow`)."""
 
 from __future__ import annotations
 

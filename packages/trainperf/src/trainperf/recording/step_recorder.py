@@ -1,0 +1,7 @@
+"""Moved to :mod:`trainperf.recording.run_recorder` (this path works until 0.3)."""
+
+from trainperf.core.moved import moved_module
+
+__getattr__ = moved_module(
+    __name__, "trainperf.recording.run_recorder", renamed={"StepRecorder": "RunRecorder"}
+)
