@@ -13,7 +13,7 @@ from trainperf.analysis.trace.steps import PHASES
 from trainperf.analysis.trace.trace_analysis import StepRow, TraceAnalysis
 from trainperf.core.clock import PhaseClock, set_active_clock
 from trainperf.probe.clock_snapshots import ClockSnapshots
-from trainperf.records.kinds import ProfilerWindow
+from trainperf.records.monitoring import ProfilerWindow
 
 from tests.run_lines import write_lines
 from tests.unit.perf_trace.synth import make_trace, write

@@ -16,7 +16,7 @@ from trainperf.alerts.engine import (
 )
 from trainperf.alerts.rules import RULES, build_rules
 from trainperf.alerts.sinks import AlertSink, AlertWarning, JsonlSink, LogSink, WandbSink
-from trainperf.records.kinds import AlertEvent
+from trainperf.records.monitoring import AlertEvent
 
 __all__ = [
     "RULES",

@@ -14,7 +14,7 @@ from dataclasses import replace
 
 from trainperf.alerts.rules import RULES
 from trainperf.core.findings import Finding, risk_score
-from trainperf.records.kinds import AlertEvent
+from trainperf.records.monitoring import AlertEvent
 
 
 def _when(events: Sequence[AlertEvent]) -> str:

@@ -29,7 +29,7 @@ from trainperf.alerts.sinks import AlertSink, AlertWarning
 from trainperf.core.findings import threshold
 from trainperf.core.triggers import request_profile
 from trainperf.errors import ConfigError
-from trainperf.records.kinds import AlertEvent
+from trainperf.records.monitoring import AlertEvent
 
 # -- the state machine of one rule --------------------------------------------------------------
 

@@ -54,8 +54,8 @@ import numpy as np
 from trainperf.analysis.baseline import MIN_BATCHES, Baseline, Figure, too_little_data
 from trainperf.core.significance import ALPHA, Outcome, mann_whitney_greater
 from trainperf.errors import ConfigError
-from trainperf.records.kinds import JsonValue
 from trainperf.records.run_info import to_jsonable
+from trainperf.records.schema import JsonValue
 
 #: Relative tolerance of time / rate figures when none is given, in percent.
 DEFAULT_TOLERANCE_PCT = 10.0

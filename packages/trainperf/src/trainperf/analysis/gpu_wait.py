@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 from trainperf.core.findings import threshold
 from trainperf.core.stage import STAGE_ORDER, Stage
-from trainperf.records.kinds import EpochRecord
+from trainperf.records.epochs import EpochRecord
 
 __all__ = ["PhaseWait", "StageWait", "gpu_waits"]
 

@@ -19,7 +19,8 @@ from pathlib import Path
 from trainperf.analysis.legacy_layout import legacy_framework
 from trainperf.records.command import TryInputError, recorded_command
 from trainperf.records.files import RunDirError, read_run_record
-from trainperf.records.kinds import LifecycleRecord, RunRecord
+from trainperf.records.monitoring import LifecycleRecord
+from trainperf.records.run_record import RunRecord
 
 __all__ = ["interrupted_at", "interruption_sentence", "last_checkpoint", "resume_command"]
 

@@ -4,7 +4,7 @@
 
 Plain arithmetic on recorded figures, importing neither torch nor Lightning, so the report and
 the CLI read it cheaply. The figures come from ``perf/run.json``'s ``"flops"`` object
-(:class:`~trainperf.records.kinds.FlopsInfo`), written by ``ThroughputMonitorCallback``.
+(:class:`~trainperf.records.run_record.FlopsInfo`), written by ``ThroughputMonitorCallback``.
 """
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from trainperf.core.stage import Stage
-from trainperf.records.kinds import EpochRecord, RunRecord
+from trainperf.records.epochs import EpochRecord
+from trainperf.records.run_record import RunRecord
 
 
 @dataclass(frozen=True)

@@ -14,13 +14,9 @@ from typing import Any
 from trainperf.core.clock import PHASES
 from trainperf.core.ranks import Straggler
 from trainperf.core.stage import STAGE_ORDER, Stage
-from trainperf.records.kinds import (
-    EpochRecord,
-    IntervalRecord,
-    LoaderSettings,
-    ProfilerWindow,
-    RecompilesRecord,
-)
+from trainperf.records.epoch_scans import RecompilesRecord
+from trainperf.records.epochs import EpochRecord, IntervalRecord, LoaderSettings
+from trainperf.records.monitoring import ProfilerWindow
 
 #: A training epoch in which Dynamo's compiles took at least this share of its wall time is a
 #: warm-up epoch (it compiled more than it trained).

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import importlib
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 #: The release from which the old paths stop working.
@@ -49,5 +49,25 @@ def moved_module(
             stacklevel=2,
         )
         return value
+
+    return __getattr__
+
+
+#: Every split module so far, old module -> the modules its names went to (the test walks it).
+SPLITS: dict[str, tuple[str, ...]] = {}
+
+
+def split_module(old: str, news: Sequence[str]) -> Callable[[str], Any]:
+    """A module ``__getattr__`` for ``old``, split into the modules ``news``: a name resolves to
+    the first of them whose ``__all__`` holds it, with a ``DeprecationWarning`` naming it."""
+    SPLITS[old] = tuple(news)
+
+    def __getattr__(name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        for new in news:
+            if name in getattr(importlib.import_module(new), "__all__", ()):
+                return moved_module(old, new)(name)
+        raise AttributeError(f"module {old!r} has no attribute {name!r}")
 
     return __getattr__

@@ -54,7 +54,7 @@ from trainperf.errors import PerfCallbackWarning
 from trainperf.hf.trial_arguments import KnobNotApplicable, apply_knobs, refuse
 from trainperf.hf.versions import check_versions
 from trainperf.recording.run_recorder import RunRecorder, batch_size_of
-from trainperf.records.kinds import HfTrainerSetup
+from trainperf.records.run_record import HfTrainerSetup
 
 __all__ = ["PerfCallback"]
 

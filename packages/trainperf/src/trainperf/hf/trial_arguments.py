@@ -22,7 +22,7 @@ from typing import Any
 from trainperf.core.knobs import Knob
 from trainperf.recording.knob_effects import KnobNotApplicable
 from trainperf.records.files import RecordWriter
-from trainperf.records.kinds import KnobRecord
+from trainperf.records.try_record import KnobRecord
 
 __all__ = ["ARGUMENTS", "KnobNotApplicable", "apply_knobs", "refuse"]
 

@@ -24,9 +24,11 @@ from trainperf.errors import PerfCallbackWarning, warn_off
 from trainperf.lightning.trial_fit import perf_root
 from trainperf.probe.growth import MAX_ITEMS, scan
 from trainperf.probe.recompiles import CompileWatch, ShapeCounter
+from trainperf.records.epoch_scans import GrowthRecord, RecompilesRecord
 from trainperf.records.files import RecordWriter
-from trainperf.records.kinds import GrowthRecord, RecompilesRecord, Record, RunRecord
 from trainperf.records.run_info import write_run_info
+from trainperf.records.run_record import RunRecord
+from trainperf.records.schema import Record
 
 log = logging.getLogger(__name__)
 

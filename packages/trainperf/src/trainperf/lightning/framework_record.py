@@ -12,7 +12,7 @@ import torch
 
 from trainperf.frameworks.hydra_app import app_info
 from trainperf.frameworks.spellings import LIGHTNING, framework_info
-from trainperf.records.kinds import JsonValue
+from trainperf.records.schema import JsonValue
 
 
 def framework_entries(trainer: L.Trainer) -> dict[str, JsonValue]:

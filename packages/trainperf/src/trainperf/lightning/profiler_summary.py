@@ -19,7 +19,7 @@ from trainperf.lightning.loggers import log_to_loggers
 from trainperf.lightning.profiler_window import Window
 from trainperf.present.trace_tables import print_analysis
 from trainperf.probe.sync_debug import sync_lines_finding
-from trainperf.records.kinds import ProfilerWindow
+from trainperf.records.monitoring import ProfilerWindow
 
 log = logging.getLogger("trainperf.lightning.profiler_callback")
 

@@ -17,7 +17,8 @@ from trainperf.lightning.trial_fit import perf_root
 from trainperf.recording.epoch_report import IntervalProgress, Subscriber
 from trainperf.recording.run_files import Lifecycle, RunFiles
 from trainperf.recording.stage_state import EpochWindow
-from trainperf.records.kinds import EpochRecord, JsonValue
+from trainperf.records.epochs import EpochRecord
+from trainperf.records.schema import JsonValue
 
 
 class RecorderOutput:

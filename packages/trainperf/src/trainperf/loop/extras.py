@@ -21,7 +21,7 @@ from trainperf.probe.resources import ResourceMonitor, ResourceSampler, StepSign
 from trainperf.recording.profiler_settings import ProfileSchedule, TraceOptions
 from trainperf.recording.run_recorder import RunRecorder
 from trainperf.records.files import RecordWriter
-from trainperf.records.kinds import ResourceSample
+from trainperf.records.monitoring import ResourceSample
 
 
 class ResourceSampling:

@@ -42,7 +42,7 @@ from trainperf.present.live import live_line, live_verdict
 from trainperf.recording.profiler_settings import ProfileSchedule, TraceOptions
 from trainperf.recording.run_files import Interruption
 from trainperf.recording.run_recorder import RunRecorder, batch_size_of
-from trainperf.records.kinds import PlainLoopSetup
+from trainperf.records.run_record import PlainLoopSetup
 
 __all__ = ["Monitor"]
 

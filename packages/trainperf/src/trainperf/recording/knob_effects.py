@@ -14,7 +14,7 @@ import torch
 from trainperf.core.knobs import Knob
 from trainperf.errors import InputError
 from trainperf.records.files import RecordWriter
-from trainperf.records.kinds import KnobRecord
+from trainperf.records.try_record import KnobRecord
 
 __all__ = ["KnobLog", "KnobNotApplicable", "KnobRefused", "apply_torch_knob", "fuse_optimizer"]
 

@@ -9,7 +9,7 @@ Lightning recorder does:
   events at each phase switch give GPU time per phase, read without blocking; no per-step host
   read of a device tensor), active for ``perf_phase`` blocks while a window is open;
 - the windows (:class:`~trainperf.recording.stage_windows.StageWindows`): each stage's epoch and
-  its :class:`~trainperf.records.kinds.EpochRecord`, validation inside training pausing it;
+  its :class:`~trainperf.records.epochs.EpochRecord`, validation inside training pausing it;
 - DataLoader worker timing (:class:`~trainperf.probe.worker.InstrumentedLoader`,
   :meth:`RunRecorder.instrument`);
 - memory peaks (:class:`~trainperf.probe.device_memory.MemorySampler`);
@@ -48,7 +48,8 @@ from trainperf.recording.epoch_report import IntervalProgress
 from trainperf.recording.run_files import Interruption, Lifecycle, RunFiles
 from trainperf.recording.stage_state import EpochWindow
 from trainperf.recording.stage_windows import StageWindows
-from trainperf.records.kinds import EpochRecord, JsonValue, LoaderSettings
+from trainperf.records.epochs import EpochRecord, LoaderSettings
+from trainperf.records.schema import JsonValue
 
 __all__ = ["RunRecorder", "batch_size_of", "distributed_layout"]
 

@@ -16,7 +16,7 @@ from trainperf.core.stage import Stage
 from trainperf.probe.device_memory import MemorySampler
 from trainperf.recording.cuda_events import CudaPhaseEvents
 from trainperf.recording.stage_state import EpochWindow, StageState, named_seconds
-from trainperf.records.kinds import EpochRecord
+from trainperf.records.epochs import EpochRecord
 
 # Batch times are folded into the epoch's StreamingStats in chunks of this many.
 BATCH_TIMES_CHUNK = 1024

@@ -19,12 +19,8 @@ from pathlib import Path
 
 from trainperf.errors import InputError
 from trainperf.records.files import read_run_record
-from trainperf.records.kinds import (
-    LEGACY_DROP_KEYS,
-    LEGACY_OUTPUT_OVERRIDE,
-    EvalCommand,
-    RunDirError,
-)
+from trainperf.records.run_record import LEGACY_DROP_KEYS, LEGACY_OUTPUT_OVERRIDE, EvalCommand
+from trainperf.records.schema import RunDirError
 
 __all__ = ["RecordedCommand", "TryInputError", "override_key", "recorded_command"]
 

@@ -19,7 +19,8 @@ from trainperf.analysis.trace.agreement import Agreement, compare_phases
 from trainperf.analysis.trace.steps import PHASES
 from trainperf.analysis.trace.trace_analysis import TraceAnalysis
 from trainperf.records.files import read_records
-from trainperf.records.kinds import ProfilerWindow, Record, RunDirError
+from trainperf.records.monitoring import ProfilerWindow
+from trainperf.records.schema import Record, RunDirError
 
 __all__ = ["attach_clock_agreement", "compare_with_clock", "run_dir"]
 

@@ -42,8 +42,9 @@ from trainperf.analysis.trace.trace_rules import COMM_ONE_RANK_HINT
 from trainperf.analysis.trace.window_sums import HookTimes
 from trainperf.core.findings import Finding
 from trainperf.core.ranks import STRAGGLER_MIN_S, STRAGGLER_MIN_SHARE, find_straggler
+from trainperf.records.epochs import EpochRecord
 from trainperf.records.files import read_records
-from trainperf.records.kinds import EpochRecord, RunDirError
+from trainperf.records.schema import RunDirError
 
 #: Bytes of a file's (decompressed) head searched for ``distributedInfo``.
 HEAD_BYTES = 1 << 20

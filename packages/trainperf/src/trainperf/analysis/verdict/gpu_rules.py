@@ -52,7 +52,7 @@ from trainperf.analysis.verdict.context import (
 )
 from trainperf.core.candidates import Candidate
 from trainperf.core.findings import Finding, share_of_run, threshold
-from trainperf.records.kinds import RunRecord
+from trainperf.records.run_record import RunRecord
 
 if TYPE_CHECKING:
     from trainperf.analysis.trace.trace_analysis import TraceAnalysis

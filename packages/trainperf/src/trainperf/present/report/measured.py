@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from trainperf.analysis.tryouts import QUALITY_TOLERANCE, RECOMMEND_ABOVE, code_lines, paste_line
 from trainperf.present.report.document import Section, Table, cell
 from trainperf.present.try_table import labels
-from trainperf.records.kinds import TryRecord
+from trainperf.records.try_record import TryRecord
 
 if TYPE_CHECKING:
     from trainperf.present.report.build import Report

@@ -16,7 +16,7 @@ from trainperf.alerts import AlertEngine, RuleContext
 from trainperf.probe.resources.sampler import ResourceMonitorWarning, ResourceSampler
 from trainperf.probe.resources.signals import StepSignals, is_nonfinite
 from trainperf.records.files import RecordWriter
-from trainperf.records.kinds import ResourceSample, ResourceSummary
+from trainperf.records.monitoring import ResourceSample, ResourceSummary
 
 THREAD_NAME = "trainperf-resource-monitor"
 
