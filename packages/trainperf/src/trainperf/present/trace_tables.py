@@ -12,7 +12,7 @@ from rich.table import Table
 from trainperf.analysis.trace.agreement import PhaseAgreement
 from trainperf.analysis.trace.compare import TraceComparison
 from trainperf.analysis.trace.short_names import short_name, short_names
-from trainperf.analysis.trace.steps import GPU_PARTS, PHASES
+from trainperf.analysis.trace.step_phases import GPU_PARTS, PHASES
 from trainperf.analysis.trace.trace_analysis import DeviceOpRow, OpRow, TraceAnalysis
 from trainperf.core.findings import Finding
 from trainperf.core.significance import OUTCOME_STYLE

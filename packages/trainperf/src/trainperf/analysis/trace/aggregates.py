@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from trainperf.analysis.trace.field_sums import FieldSums
-from trainperf.analysis.trace.steps import STEP_NAME, launch_calls
+from trainperf.analysis.trace.step_phases import STEP_NAME, launch_calls
 from trainperf.analysis.trace.table import EventTable, Kind
 from trainperf.analysis.trace.trace_analysis import DeviceOpRow, OpRow, Outlier, StepStats
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from trainperf.analysis.trace.agreement import Agreement, compare_phases
-from trainperf.analysis.trace.steps import PHASES
+from trainperf.analysis.trace.step_phases import PHASES
 from trainperf.analysis.trace.trace_analysis import TraceAnalysis
 from trainperf.records.files import read_records
 from trainperf.records.monitoring import ProfilerWindow

@@ -27,15 +27,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from trainperf.analysis.trace.steps import (
+from trainperf.analysis.trace.step_phases import (
     PHASES,
-    StepTable,
     launch_calls,
-    locate,
     merge_intervals,
-    process_key,
     union_in_windows,
 )
+from trainperf.analysis.trace.steps import StepTable, locate, process_key
 from trainperf.analysis.trace.table import EventTable, Kind
 from trainperf.analysis.trace.trace_analysis import CommSummary
 from trainperf.analysis.trace.trace_rules import TraceMetrics

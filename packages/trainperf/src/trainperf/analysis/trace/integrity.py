@@ -30,7 +30,8 @@ import msgspec
 import numpy as np
 
 from trainperf.analysis.trace.field_sums import FieldSums, later
-from trainperf.analysis.trace.steps import StepTable, launch_calls, locate
+from trainperf.analysis.trace.step_phases import launch_calls
+from trainperf.analysis.trace.steps import StepTable, locate
 from trainperf.analysis.trace.table import EventTable, Kind, TraceSource
 
 #: Host self time outside every step, % of all host self time, from which it is a problem.

@@ -15,13 +15,8 @@ import numpy as np
 
 from trainperf.analysis.trace.field_sums import FieldSums
 from trainperf.analysis.trace.stacks import SyncCall, sync_sites
-from trainperf.analysis.trace.steps import (
-    PHASES,
-    StepTable,
-    classify_phase,
-    locate,
-    union_in_windows,
-)
+from trainperf.analysis.trace.step_phases import PHASES, classify_phase, union_in_windows
+from trainperf.analysis.trace.steps import StepTable, locate
 from trainperf.analysis.trace.syncs import SyncPoints
 from trainperf.analysis.trace.table import EventTable, Kind, TraceSource
 from trainperf.analysis.trace.trace_analysis import MemoryPeak

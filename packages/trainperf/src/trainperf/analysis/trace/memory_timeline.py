@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from trainperf.analysis.trace.aggregates import ms
-from trainperf.analysis.trace.steps import PHASES, StepTable
+from trainperf.analysis.trace.step_phases import PHASES
+from trainperf.analysis.trace.steps import StepTable
 from trainperf.analysis.trace.table import MemoryTable, TraceSource
 from trainperf.analysis.trace.trace_analysis import MemoryPeak
 

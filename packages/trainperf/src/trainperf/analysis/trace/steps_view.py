@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 
 from trainperf.analysis.trace.aggregates import ms, step_statistics
-from trainperf.analysis.trace.steps import GPU_PARTS, PHASES, StepTable
+from trainperf.analysis.trace.step_phases import GPU_PARTS, PHASES
+from trainperf.analysis.trace.steps import StepTable
 from trainperf.analysis.trace.table import TraceSource
 from trainperf.analysis.trace.trace_analysis import (
     PhaseShare,

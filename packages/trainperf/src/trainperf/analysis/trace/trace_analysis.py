@@ -6,7 +6,7 @@ report``) reads its attributes. The dict form exists only at the public edge:
 :meth:`TraceAnalysis.as_dict` is what ``analyze_trace(path)`` returns and ``trainperf analyze
 --json`` writes (the documented keys ``top_cpu_ops``, ``top_cuda_ops``, ``memory_peaks``,
 ``dataloader_time_pct``...). Phase names are the live clock's
-(:data:`trainperf.analysis.trace.steps.PHASES`). Times are ms unless a name says otherwise.
+(:data:`trainperf.analysis.trace.step_phases.PHASES`). Times are ms unless a name says otherwise.
 """
 
 from __future__ import annotations
@@ -132,9 +132,9 @@ class MemoryPeak(_Part):
 
 class StepRow(_Part):
     """One step: its wall time and the phases that partition it; with device events, the GPU's
-    view of it (``gpu_ms`` by :data:`~trainperf.analysis.trace.steps.GPU_PARTS`, device time by
-    launching phase) and the host time blocked in sync points by phase (``blocked_ms``: part of each
-    phase's time, the host waiting for the device)."""
+    view of it (``gpu_ms`` by :data:`~trainperf.analysis.trace.step_phases.GPU_PARTS`, device
+    time by launching phase) and the host time blocked in sync points by phase (``blocked_ms``:
+    part of each phase's time, the host waiting for the device)."""
 
     step: str
     number: int

@@ -48,7 +48,8 @@ from trainperf.analysis.trace.measures import (
     measure_sums,
 )
 from trainperf.analysis.trace.memory_timeline import MemoryPeaks
-from trainperf.analysis.trace.steps import PHASES, StepTable, concat_steps, locate
+from trainperf.analysis.trace.step_phases import PHASES
+from trainperf.analysis.trace.steps import StepTable, concat_steps, locate
 from trainperf.analysis.trace.steps_view import per_rank, phase_summaries, step_rows
 from trainperf.analysis.trace.syncs import sync_points
 from trainperf.analysis.trace.table import EventTable, Kind, TraceSource

@@ -27,7 +27,8 @@ from trainperf.analysis.trace.ingest import _normalise_name, table_of
 from trainperf.analysis.trace.integrity import implausible_limit
 from trainperf.analysis.trace.memory_timeline import DeviceRange, MemoryPeaks, device_ranges
 from trainperf.analysis.trace.spill import Spilled
-from trainperf.analysis.trace.steps import STEP_NAME, compute_steps
+from trainperf.analysis.trace.step_phases import STEP_NAME
+from trainperf.analysis.trace.steps import compute_steps
 from trainperf.analysis.trace.table import EventTable, Kind, MemoryTable, category_kind
 from trainperf.analysis.trace.trace_analysis import TraceAnalysis
 from trainperf.analysis.trace.window_sums import (
