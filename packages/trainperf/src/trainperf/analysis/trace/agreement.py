@@ -42,8 +42,7 @@ ABSOLUTE_FLOOR_PCT_OF_STEP = 1.0
 
 def clock_to_trace_phases(clock_ms: Mapping[str, float]) -> dict[str, float]:
     """Clock phases pooled into the trace's :data:`~trainperf.analysis.trace.step_phases.PHASES`
-    (see
-    :func:`trainperf.core.actions.trace_phase`)."""
+    (see :func:`trainperf.core.actions.trace_phase`)."""
     out = dict.fromkeys(PHASES, 0.0)
     for phase, ms in clock_ms.items():
         out[trace_phase(phase)] += float(ms)
