@@ -1,4 +1,6 @@
-"""How a run ended, in words, from ``perf/lifecycle.jsonl``: where an interrupted run stopped
+"""How a run ended, in words, from ``perf/lifecycle.jsonl``.
+
+How a run ended, in words, from ``perf/lifecycle.jsonl``: where an interrupted run stopped
 and the command that resumes it (``trainperf watch`` and ``trainperf report`` print these).
 
 An interrupted rank's end record names the signal, the epoch and the training batches of it

@@ -1,4 +1,6 @@
-"""Model FLOPs utilisation (MFU): achieved FLOP/s of a stage window (FLOPs per sample from
+"""Model FLOPs utilisation (MFU) of a stage window against the measured peak.
+
+Model FLOPs utilisation (MFU): achieved FLOP/s of a stage window (FLOPs per sample from
 ``trainperf.probe.flops`` x samples / wall time) against the measured peak
 (``trainperf.probe.peak_flops``).
 

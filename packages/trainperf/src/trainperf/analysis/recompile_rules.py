@@ -1,4 +1,6 @@
-"""``torch.compile`` recompiles judged: the finding when recompiles recur after a run's first
+"""The verdict's finding on ``torch.compile`` recompiles that recur or churn.
+
+``torch.compile`` recompiles judged: the finding when recompiles recur after a run's first
 epoch or reach :data:`RECOMPILE_CHURN` in one (``perf/recompiles.jsonl``, written by
 ``EpochScanCallback`` from :class:`trainperf.probe.recompiles.CompileWatch`)."""
 

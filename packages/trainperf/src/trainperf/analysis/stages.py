@@ -1,4 +1,6 @@
-"""Per-stage figures of a run: totals over its steady epochs (``perf/epochs.jsonl``; warm-up epochs
+"""Per-stage figures of a run from its epoch, profiler and interval records.
+
+Per-stage figures of a run: totals over its steady epochs (``perf/epochs.jsonl``; warm-up epochs
 are left out of the shares and named, :func:`split_warmup`), the profiler's own cost moved out of
 the training's phases (``perf/profiler.jsonl``), outlier batches and the training rate between
 interval records (``perf/intervals.jsonl``)."""

@@ -1,4 +1,6 @@
-"""Old import paths kept working for one release: a module that moved (or a name that was
+"""Old import paths kept working for one release, with a deprecation warning.
+
+Old import paths kept working for one release: a module that moved (or a name that was
 renamed) leaves a shim whose attributes warn with a ``DeprecationWarning`` naming the new path.
 
 A shim module is three lines::

@@ -1,4 +1,6 @@
-"""The Hugging Face ``transformers.Trainer`` adapter: :class:`PerfCallback`
+"""The Hugging Face ``transformers.Trainer`` adapter.
+
+The Hugging Face ``transformers.Trainer`` adapter: :class:`PerfCallback`
 (``trainperf.hf.callback``), one callback passed to the Trainer. The only part of trainperf that
 imports ``transformers``; install it with ``pip install trainperf[hf]``."""
 

@@ -1,4 +1,6 @@
-"""``trainperf.hf.PerfCallback``: the performance monitors for a Hugging Face ``Trainer``::
+"""``trainperf.hf.PerfCallback``: the performance monitors for a Hugging Face ``Trainer``.
+
+One callback passed to the Trainer::
 
     from trainperf.hf import PerfCallback
     trainer = Trainer(model=model, args=args, train_dataset=..., callbacks=[PerfCallback()])

@@ -1,4 +1,6 @@
-"""A ``trainperf try`` trial on a Hugging Face ``Trainer``: the window of ``TRAINPERF_TRY_WINDOW``
+"""A ``trainperf try`` trial's window and knobs on a Hugging Face ``Trainer``.
+
+A ``trainperf try`` trial on a Hugging Face ``Trainer``: the window of ``TRAINPERF_TRY_WINDOW``
 (:mod:`trainperf.core.trial_window`) and its knobs (:mod:`trainperf.core.knobs`), applied by
 :class:`~trainperf.hf.callback.PerfCallback`.
 

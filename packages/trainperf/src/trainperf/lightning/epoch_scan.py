@@ -1,4 +1,6 @@
-"""At each training epoch's end: memory creep named by attribute (``trainperf.probe.growth``) and
+"""The scans at each training epoch's end: memory creep and recompiles.
+
+At each training epoch's end: memory creep named by attribute (``trainperf.probe.growth``) and
 ``torch.compile`` recompiles with their reason (``trainperf.probe.recompiles``). Nothing per
 step."""
 

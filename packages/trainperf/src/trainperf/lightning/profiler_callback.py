@@ -1,4 +1,6 @@
-"""``ProfilerCallback``: torch.profiler windows over chosen epochs or on demand, analysed as soon
+"""``ProfilerCallback``: torch.profiler windows, analysed as they close.
+
+``ProfilerCallback``: torch.profiler windows over chosen epochs or on demand, analysed as soon
 as they close.
 
 A window is a ``torch.profiler.profile`` started at the stage's epoch start (or, on demand, at a

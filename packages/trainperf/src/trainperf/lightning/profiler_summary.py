@@ -1,4 +1,6 @@
-"""A closed ``ProfilerCallback`` window summarised: all its cycles analysed as one trace table,
+"""A closed ``ProfilerCallback`` window summarised, printed and recorded.
+
+A closed ``ProfilerCallback`` window summarised: all its cycles analysed as one trace table,
 the trace's phases set beside the live phase clock's over the same steps, the tables and
 findings printed (rank zero), a few scalars sent to every logger, and the window's
 ``profiler.jsonl`` record."""

@@ -1,4 +1,6 @@
-"""Where the recorder's figures go: the run files (rank zero: ``perf/run.json``,
+"""Where the Lightning recorder's figures go: run files, monitors, loggers.
+
+Where the recorder's figures go: the run files (rank zero: ``perf/run.json``,
 ``perf/epochs.jsonl``, ``perf/intervals.jsonl``), this rank's lines in ``perf/lifecycle.jsonl``,
 the subscribed monitors, and the loggers (one ``log_metrics`` call per interval for all of
 them)."""

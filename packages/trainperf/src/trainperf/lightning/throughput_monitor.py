@@ -1,4 +1,6 @@
-"""Samples and batches per second for train / validation / test, from the first epoch, and the
+"""Samples and batches per second per stage, and MFU.
+
+Samples and batches per second for train / validation / test, from the first epoch, and the
 model's achieved FLOP/s against this machine's measured peak (MFU)."""
 
 from __future__ import annotations

@@ -1,4 +1,6 @@
-"""The Monitor's options beyond the phases: resource sampling on a thread
+"""The plain loop Monitor's resource sampling and profiler windows.
+
+The Monitor's options beyond the phases: resource sampling on a thread
 (``trainperf.probe.resources``, the alert rules with their log and ``alerts.jsonl`` sinks) and
 ``torch.profiler`` windows over the epochs a :class:`ProfileSchedule` names, with the traces
 where :class:`TraceOptions` puts them (``profiler_traces/epoch_{N}.json``; ``trainperf analyze``

@@ -1,4 +1,6 @@
-"""``trainperf.loop.Monitor``: the performance monitors for a plain PyTorch loop, three lines
+"""``trainperf.loop.Monitor``: the performance monitors for a plain PyTorch loop.
+
+``trainperf.loop.Monitor``: the performance monitors for a plain PyTorch loop, three lines
 added to it::
 
     from trainperf.loop import Monitor

@@ -1,4 +1,6 @@
-"""What ``trainperf baseline`` and ``trainperf check`` print: a baseline's figures, and the gate's
+"""What ``trainperf baseline`` and ``trainperf check`` print.
+
+What ``trainperf baseline`` and ``trainperf check`` print: a baseline's figures, and the gate's
 rows with the band and the rules that decided each status (:func:`row_cells`, also the report's
 table), then its verdict as plain words."""
 

@@ -1,4 +1,6 @@
-"""Console rendering of a rank set (per-rank side by side, stragglers, findings), of an
+"""Console tables of a rank set, communication and trace integrity.
+
+Console rendering of a rank set (per-rank side by side, stragglers, findings), of an
 analysis's communication and of its integrity section (one line per problem, nothing when
 clean)."""
 

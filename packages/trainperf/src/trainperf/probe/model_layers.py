@@ -1,4 +1,6 @@
-"""What a model is made of, counted once (no forward, no device read): its parameters and those of
+"""What a model is made of, counted once: its parameters and convolutions.
+
+What a model is made of, counted once (no forward, no device read): its parameters and those of
 its convolutions, so advice that only fits convolutional models (channels_last) is given only to
 them. Recorded in ``run.json``'s ``"model"``
 (:class:`~trainperf.records.run_record.ModelLayers`)."""

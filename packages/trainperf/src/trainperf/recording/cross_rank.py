@@ -1,4 +1,6 @@
-"""What crosses ranks (any ``torch.distributed`` process group): the epoch-close exchange and
+"""What crosses ranks: the epoch-close exchange and the all-reduce timer.
+
+What crosses ranks (any ``torch.distributed`` process group): the epoch-close exchange and
 the gradient all-reduce timer.
 
 At each stage epoch's close every rank sends one :class:`RankEpoch` in one

@@ -1,4 +1,6 @@
-"""What a ``trainperf try`` trial's runtime knobs (:mod:`trainperf.core.knobs`) do, whichever
+"""What a ``trainperf try`` trial's runtime knobs do, for every adapter.
+
+What a ``trainperf try`` trial's runtime knobs (:mod:`trainperf.core.knobs`) do, whichever
 adapter applies them: the knobs' log (``perf/knobs.jsonl``), the error that ends a trial whose
 knob the run cannot take, the process-wide ``torch`` knobs and a fused optimizer step. The
 adapters (``trainperf.lightning``, ``trainperf.loop``, ``trainperf.hf``) decide when and to what

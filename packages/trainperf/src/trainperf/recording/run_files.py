@@ -1,4 +1,6 @@
-"""The recorder's part of the run directory: ``perf/run.json``, ``perf/epochs.jsonl``,
+"""The recorder's part of the run directory.
+
+The recorder's part of the run directory: ``perf/run.json``, ``perf/epochs.jsonl``,
 ``perf/intervals.jsonl`` and ``perf/lifecycle.jsonl`` (records in ``trainperf.records``), and
 the :class:`Interruption` a lifecycle's end records (telling an interruption from a failure is the
 adapter's: ``trainperf.lightning.interruption``)."""

@@ -1,4 +1,6 @@
-"""The recorder's windows: each stage's open epoch window on the shared clock, with validation
+"""The recorder's windows: each stage's open epoch window on the shared clock.
+
+The recorder's windows: each stage's open epoch window on the shared clock, with validation
 inside ``fit`` pausing the train window, and the window's ``EpochRecord`` at its close.
 
 :class:`StageWindows` knows neither Lightning's actions nor the ranks: the recorder tells it when

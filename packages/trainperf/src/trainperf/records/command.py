@@ -1,4 +1,6 @@
-"""The command a run was started with, as ``perf/run.json`` recorded it, and a trial's command
+"""The command a run was started with, and a trial's command line from it.
+
+The command a run was started with, as ``perf/run.json`` recorded it, and a trial's command
 line built from it (the same interpreter, script and arguments, in the same working folder, with
 the trial's output folder and one change).
 

@@ -1,4 +1,6 @@
-"""What the scans at an epoch's end record: attribute growth (:class:`GrowthRecord`,
+"""What the scans at an epoch's end record: attribute growth, recompiles.
+
+What the scans at an epoch's end record: attribute growth (:class:`GrowthRecord`,
 ``perf/growth.jsonl``) and Dynamo recompiles (:class:`RecompilesRecord`,
 ``perf/recompiles.jsonl``)."""
 

@@ -1,4 +1,6 @@
-"""The timing records of a stage epoch: :class:`EpochRecord` (``perf/epochs.jsonl``), the open
+"""The timing records of a stage epoch and of an open epoch's progress.
+
+The timing records of a stage epoch: :class:`EpochRecord` (``perf/epochs.jsonl``), the open
 epoch's progress :class:`IntervalRecord` (``perf/intervals.jsonl``) and the DataLoader's
 :class:`LoaderSettings`."""
 

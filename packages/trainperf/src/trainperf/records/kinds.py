@@ -1,4 +1,6 @@
-"""Split by record family (this path works until 0.3): the record base in
+"""Moved: split by record family (this path works until 0.3).
+
+Split by record family (this path works until 0.3): the record base in
 :mod:`trainperf.records.schema`, ``run.json``'s record in :mod:`~trainperf.records.run_record`,
 epoch and interval records in :mod:`~trainperf.records.epochs`, the monitors' in
 :mod:`~trainperf.records.monitoring`, ``trainperf try``'s in :mod:`~trainperf.records.try_record`

@@ -1,4 +1,6 @@
-"""The monitors' records: each rank's run start and end (:class:`LifecycleRecord`), resource
+"""The monitors' records: lifecycle, resources, alerts, profiler windows.
+
+The monitors' records: each rank's run start and end (:class:`LifecycleRecord`), resource
 samples and summary, alert events and torch.profiler windows."""
 
 # The records are msgspec Structs (through the imported Record base, which ruff cannot see):

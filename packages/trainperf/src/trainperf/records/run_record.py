@@ -1,4 +1,6 @@
-"""``perf/run.json``'s record (:class:`RunRecord`) and its parts: how the run was launched (a Hydra
+"""``perf/run.json``'s record (:class:`RunRecord`) and its parts.
+
+``perf/run.json``'s record (:class:`RunRecord`) and its parts: how the run was launched (a Hydra
 app, a plain loop, a Hugging Face Trainer), its FLOPs, the model's layers, the dataset's
 containers and the app's eval command."""
 

@@ -1,4 +1,6 @@
-"""The run folder's record base (:class:`Record`: schema name, format version, file), the schema
+"""The run folder's record base, schema prefixes and run-folder error.
+
+The run folder's record base (:class:`Record`: schema name, format version, file), the schema
 prefixes and the run-folder error; the record kinds are in :mod:`~trainperf.records.run_record`,
 :mod:`~trainperf.records.epochs`, :mod:`~trainperf.records.monitoring`,
 :mod:`~trainperf.records.try_record` and :mod:`~trainperf.records.epoch_scans`.

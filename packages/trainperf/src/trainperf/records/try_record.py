@@ -1,4 +1,6 @@
-"""What ``trainperf try`` records: one :class:`TryRecord` per change it measured
+"""What ``trainperf try`` records: measured changes and trial knobs.
+
+What ``trainperf try`` records: one :class:`TryRecord` per change it measured
 (``perf/try.jsonl``) and a :class:`KnobRecord` per runtime knob of a trial."""
 
 from __future__ import annotations

@@ -1,4 +1,6 @@
-"""Aggregates over an :class:`~trainperf.analysis.trace.table.EventTable`: per-op totals (host and
+"""Per-op totals, memory peaks and step-time statistics over an event table.
+
+Aggregates over an :class:`~trainperf.analysis.trace.table.EventTable`: per-op totals (host and
 device), memory peaks with their timeline, and step-time statistics.
 
 Pure and vectorised, like :mod:`~trainperf.analysis.trace.steps`; results are the typed rows of

@@ -1,4 +1,6 @@
-"""``analyze_table`` / ``analyze_path``: one loaded trace in, one typed
+"""The trace analyzer's entry points: one loaded trace in, one typed analysis out.
+
+``analyze_table`` / ``analyze_path``: one loaded trace in, one typed
 :class:`~trainperf.analysis.trace.trace_analysis.TraceAnalysis` out; ``analyze_trace``: its dict
 form, the public API (documented keys ``top_cpu_ops``, ``top_cuda_ops``, ``memory_peaks``,
 ``dataloader_time_pct``...)."""

@@ -1,4 +1,6 @@
-"""Communication in a trace: time in collectives per step, the share of it overlapped with
+"""Communication in a trace: time in collectives per step, overlapped and exposed.
+
+Communication in a trace: time in collectives per step, the share of it overlapped with
 compute, and the share exposed (the rank waits on it).
 
 Two views, picked per source file:

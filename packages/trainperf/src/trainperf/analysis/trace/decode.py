@@ -1,4 +1,6 @@
-"""Reading one torch.profiler / Kineto Chrome trace file: streamed in pieces
+"""Reading and decoding one Chrome trace file into compact columns.
+
+Reading one torch.profiler / Kineto Chrome trace file: streamed in pieces
 (:mod:`~trainperf.analysis.trace.scan`, plain or gzip) or, for a malformed file, whole; a typed
 msgspec decoder that materialises only the fields the table uses (the types in
 :mod:`~trainperf.analysis.trace.event_structs`); each piece reduced to compact

@@ -1,4 +1,6 @@
-"""Field-wise sum of two records of per-window sums (:class:`FieldSums`), for the time windows
+"""Field-wise sum of per-window sum records (:class:`FieldSums`).
+
+Field-wise sum of two records of per-window sums (:class:`FieldSums`), for the time windows
 of one trace (:mod:`~trainperf.analysis.trace.windowed`): numbers, counters and lists add, mappings
 of sets unite, and a field whose metadata names a ``merge`` function (``max``, "the later
 window's") is merged by it."""

@@ -1,4 +1,6 @@
-"""The figures the trace's finding rules judge
+"""The figures the trace's finding rules judge, measured over one event table.
+
+The figures the trace's finding rules judge
 (:class:`~trainperf.analysis.trace.trace_rules.TraceMetrics`),
 measured over one :class:`~trainperf.analysis.trace.table.EventTable` and its steps: data wait
 share, GPU busy share, memory peak, sync points (:mod:`~trainperf.analysis.trace.syncs`), kernel and

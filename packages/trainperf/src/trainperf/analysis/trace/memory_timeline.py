@@ -1,4 +1,6 @@
-"""Memory peaks per (source, device) and their downsampled timeline, from the ``[memory]`` events
+"""Memory peaks per source and device and their downsampled timeline.
+
+Memory peaks per (source, device) and their downsampled timeline, from the ``[memory]`` events
 of one table or of the time windows of a large file, in time order (:class:`MemoryPeaks`).
 
 Uses ``Total Allocated`` / ``Total Reserved`` where the trace writes them; older traces only have

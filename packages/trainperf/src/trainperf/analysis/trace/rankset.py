@@ -1,4 +1,6 @@
-"""A set of rank traces (``trainperf analyze DIR`` with one file per rank, or several windows per
+"""A set of rank traces analysed each on its own, then summarised side by side.
+
+A set of rank traces (``trainperf analyze DIR`` with one file per rank, or several windows per
 rank): each rank's files analysed on their own, in parallel, then summarised side by side with the
 straggler named by the live clock's rule (:func:`trainperf.core.ranks.find_straggler`).
 

@@ -1,4 +1,6 @@
-"""How a step's wall time is split into phases: the labelled spans (:func:`classify_phase`: torch's,
+"""How a step's wall time is split into phases: labelled and inferred regions.
+
+How a step's wall time is split into phases: the labelled spans (:func:`classify_phase`: torch's,
 user ``## forward ##`` markers, a registered framework's actions), the host ops that copy a batch
 to the device, and the forward and backward regions inferred where a trace lacks those labels;
 the interval arithmetic and the launch join the step breakdown uses. Pure numpy over an

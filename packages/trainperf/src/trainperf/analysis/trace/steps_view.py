@@ -1,4 +1,6 @@
-"""Rows and summaries of a :class:`~trainperf.analysis.trace.steps.StepTable`: one typed row per
+"""Typed rows and per-stage summaries of a trace's step table.
+
+Rows and summaries of a :class:`~trainperf.analysis.trace.steps.StepTable`: one typed row per
 step, the phase summary and step statistics per stage, and steps per source file."""
 
 from __future__ import annotations

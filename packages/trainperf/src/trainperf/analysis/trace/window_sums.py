@@ -1,4 +1,6 @@
-"""The sums one table (or one time window of a large file) contributes to an analysis
+"""The sums one table or time window contributes to a trace analysis.
+
+The sums one table (or one time window of a large file) contributes to an analysis
 (:class:`WindowSums`, adding up over the windows), and the typed
 :class:`~trainperf.analysis.trace.trace_analysis.TraceAnalysis`
 made from them (:func:`finish`).

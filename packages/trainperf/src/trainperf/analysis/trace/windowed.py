@@ -1,4 +1,6 @@
-"""A file too large for one table (:class:`~trainperf.analysis.trace.spill.Spilled`), analysed in
+"""A trace file too large for one table, analysed in time windows.
+
+A file too large for one table (:class:`~trainperf.analysis.trace.spill.Spilled`), analysed in
 time windows with the same results as the whole.
 
 The windows are cut at step starts where no step of any thread is open, each holding about

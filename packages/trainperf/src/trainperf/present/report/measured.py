@@ -1,4 +1,6 @@
-"""The report's "Measured changes" section: the latest ``trainperf try`` session of the run
+"""The report's "Measured changes" section from the latest try session.
+
+The report's "Measured changes" section: the latest ``trainperf try`` session of the run
 (``perf/try.jsonl``), one row per change with its speed-up interval and outcome."""
 
 from __future__ import annotations

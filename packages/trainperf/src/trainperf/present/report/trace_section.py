@@ -1,4 +1,6 @@
-"""The profiler section: the windows the profiler recorded, how its trace agrees with the phase
+"""The report's profiler section: windows, agreement, memory and top ops.
+
+The profiler section: the windows the profiler recorded, how its trace agrees with the phase
 clock, and the trace's memory peaks and top ops."""
 
 from __future__ import annotations

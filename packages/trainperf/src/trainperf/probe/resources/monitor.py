@@ -1,4 +1,6 @@
-"""The resource monitor: the sampler on a daemon thread, the training signals, the alert engine,
+"""The resource monitor: the sampler on a thread, alerts, records, summary.
+
+The resource monitor: the sampler on a daemon thread, the training signals, the alert engine,
 the logging intervals, the ``resources.jsonl`` records and the run summary."""
 
 from __future__ import annotations
