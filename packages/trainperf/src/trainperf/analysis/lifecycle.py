@@ -1,7 +1,7 @@
 """How a run ended, in words, from ``perf/lifecycle.jsonl``.
 
-How a run ended, in words, from ``perf/lifecycle.jsonl``: where an interrupted run stopped
-and the command that resumes it (``trainperf watch`` and ``trainperf report`` print these).
+Where an interrupted run stopped and the command that resumes it (``trainperf watch`` and
+``trainperf report`` print these).
 
 An interrupted rank's end record names the signal, the epoch and the training batches of it
 processed (``LifecycleRecord``). The resume command is the run's recorded command

@@ -1,7 +1,6 @@
 """``trainperf.loop.Monitor``: the performance monitors for a plain PyTorch loop.
 
-``trainperf.loop.Monitor``: the performance monitors for a plain PyTorch loop, three lines
-added to it::
+Three lines added to it::
 
     from trainperf.loop import Monitor
     with Monitor("runs/plain", model=model, optimizer=optimizer) as mon:

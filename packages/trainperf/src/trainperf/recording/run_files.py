@@ -1,9 +1,8 @@
 """The recorder's part of the run directory.
 
-The recorder's part of the run directory: ``perf/run.json``, ``perf/epochs.jsonl``,
-``perf/intervals.jsonl`` and ``perf/lifecycle.jsonl`` (records in ``trainperf.records``), and
-the :class:`Interruption` a lifecycle's end records (telling an interruption from a failure is the
-adapter's: ``trainperf.lightning.interruption``)."""
+``perf/run.json``, ``perf/epochs.jsonl``, ``perf/intervals.jsonl`` and ``perf/lifecycle.jsonl``
+(records in ``trainperf.records``), and the :class:`Interruption` a lifecycle's end records (telling
+an interruption from a failure is the adapter's: ``trainperf.lightning.interruption``)."""
 
 from __future__ import annotations
 

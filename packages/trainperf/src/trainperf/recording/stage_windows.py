@@ -1,7 +1,7 @@
 """The recorder's windows: each stage's open epoch window on the shared clock.
 
-The recorder's windows: each stage's open epoch window on the shared clock, with validation
-inside ``fit`` pausing the train window, and the window's ``EpochRecord`` at its close.
+With validation inside ``fit`` pausing the train window, and the window's ``EpochRecord`` at its
+close.
 
 :class:`StageWindows` knows neither Lightning's actions nor the ranks: the recorder tells it when
 a stage's window opens and closes and when a batch ends; it keeps the figures (phases folded

@@ -1,10 +1,9 @@
 """Writing and reading the record files of :mod:`trainperf.records`.
 
-Writing and reading the record files of :mod:`trainperf.records`: :class:`RecordWriter`
-appends one line per record and flushes it; :func:`read_records` / :func:`read_run_record` read
-them back (the rules in :mod:`trainperf.records.schema`' docstring: other schemas skipped, unknown
-keys ignored, a higher version refused naming file and line, a cut final line a warning).
-"""
+:class:`RecordWriter` appends one line per record and flushes it; :func:`read_records` /
+:func:`read_run_record` read them back (the rules in :mod:`trainperf.records.schema`' docstring:
+other schemas skipped, unknown keys ignored, a higher version refused naming file and line, a cut
+final line a warning)."""
 
 from __future__ import annotations
 

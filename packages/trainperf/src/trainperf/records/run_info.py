@@ -1,9 +1,8 @@
 """What a run directory records about the process that ran.
 
-What a run directory records about the process that ran: :func:`run_info` (machine, software,
-the command line, as a :class:`~trainperf.records.run_record.RunRecord`) and
-:func:`write_run_info` (merged into ``perf/run.json``). The file formats themselves live in
-:mod:`trainperf.records`."""
+:func:`run_info` (machine, software, the command line, as a
+:class:`~trainperf.records.run_record.RunRecord`) and :func:`write_run_info` (merged into
+``perf/run.json``). The file formats themselves live in :mod:`trainperf.records`."""
 
 from __future__ import annotations
 

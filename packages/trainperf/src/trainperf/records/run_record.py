@@ -1,8 +1,7 @@
 """``perf/run.json``'s record (:class:`RunRecord`) and its parts.
 
-``perf/run.json``'s record (:class:`RunRecord`) and its parts: how the run was launched (a Hydra
-app, a plain loop, a Hugging Face Trainer), its FLOPs, the model's layers, the dataset's
-containers and the app's eval command."""
+How the run was launched (a Hydra app, a plain loop, a Hugging Face Trainer), its FLOPs, the model's
+layers, the dataset's containers and the app's eval command."""
 
 # The records are msgspec Structs (through the imported Record base, which ruff cannot see):
 # their mutable defaults are copied per instance.

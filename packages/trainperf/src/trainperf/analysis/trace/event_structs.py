@@ -1,11 +1,9 @@
 """The msgspec types one Chrome trace file decodes into.
 
-The msgspec types one Chrome trace file decodes into: only the keys the event table reads,
-typed ``Any`` where real traces disagree (a ``ts`` as int, float or string), a tagged union on
-the event phase ``ph`` for the fast path (:data:`Tagged`: complete and instant events built,
-every other phase an empty struct) and a generic :class:`Event` for the rest. Used by
-:mod:`~trainperf.analysis.trace.decode`.
-"""
+Only the keys the event table reads, typed ``Any`` where real traces disagree (a ``ts`` as int,
+float or string), a tagged union on the event phase ``ph`` for the fast path (:data:`Tagged`:
+complete and instant events built, every other phase an empty struct) and a generic :class:`Event`
+for the rest. Used by :mod:`~trainperf.analysis.trace.decode`."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
 """Whether a trace can be trusted: the problems found in what it holds.
 
-Whether a trace can be trusted: the problems found in what it holds, each with the figures it
-makes less certain.
+Each with the figures it makes less certain.
 
 One check per problem, each returning at most one :class:`IntegrityProblem` per source file:
 
