@@ -46,8 +46,8 @@ from trainperf.analysis.baseline import (  # noqa: E402
 from trainperf.analysis.gate import check_baseline  # noqa: E402
 from trainperf.core.clock import PHASES  # noqa: E402
 from trainperf.core.significance import Outcome  # noqa: E402
+from trainperf.records.epochs import EpochRecord  # noqa: E402
 from trainperf.records.files import read_records  # noqa: E402
-from trainperf.records.kinds import EpochRecord  # noqa: E402
 
 COMMAND = "python benchmarks/baseline_doc.py"
 

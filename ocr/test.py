@@ -22,7 +22,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from rich.table import Table
 from trainperf.present.console import print_renderable, widen_for_logs
-from trainperf.records.kinds import EvalCommand
+from trainperf.records.run_record import EvalCommand
 
 from ocr.cli_errors import expected_errors
 from ocr.config_errors import composed, config_errors

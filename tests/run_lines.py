@@ -12,8 +12,8 @@ from typing import Any
 
 import msgspec
 from trainperf.records.files import read_records, read_run_record
-from trainperf.records.kinds import Record
 from trainperf.records.run_info import to_jsonable
+from trainperf.records.schema import Record
 
 
 def write_lines(

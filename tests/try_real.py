@@ -14,7 +14,7 @@ from pathlib import Path
 
 from trainperf.analysis.tryouts import latest_session
 from trainperf.cli.main import main as perf_main
-from trainperf.records.kinds import TryRecord
+from trainperf.records.try_record import TryRecord
 
 #: The change that changes nothing: the script's loader already has ``num_workers=0``.
 SAME_VALUE = "knob:dataloader.num_workers=0"

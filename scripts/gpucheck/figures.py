@@ -13,7 +13,8 @@ from trainperf.analysis.run import load_run
 from trainperf.analysis.trace.agreement import ABSOLUTE_FLOOR_PCT_OF_STEP, AGREEMENT_TOLERANCE_PCT
 from trainperf.core.clock import PHASES
 from trainperf.core.stage import Stage
-from trainperf.records.kinds import EpochRecord, RunRecord
+from trainperf.records.epochs import EpochRecord
+from trainperf.records.run_record import RunRecord
 
 
 def kept_epochs(

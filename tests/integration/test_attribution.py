@@ -22,7 +22,7 @@ from lightning.pytorch.profilers import SimpleProfiler
 from torch.utils.data import DataLoader, TensorDataset
 from trainperf.core.clock import PHASES
 from trainperf.lightning import PerformanceProfilerCallback, ThroughputMonitorCallback
-from trainperf.records.kinds import EpochRecord
+from trainperf.records.epochs import EpochRecord
 
 from tests.memory_logger import MemoryLogger
 from tests.run_lines import read_dicts

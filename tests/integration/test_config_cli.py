@@ -11,8 +11,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from trainperf.records.epoch_scans import GrowthRecord, RecompilesRecord
+from trainperf.records.epochs import EpochRecord
 from trainperf.records.files import read_records
-from trainperf.records.kinds import EpochRecord, GrowthRecord, RecompilesRecord
 
 from ocr.data.synth import generate_dataset
 

@@ -23,7 +23,7 @@ from trainperf.analysis.contention import run_contention
 from trainperf.lightning import PerformanceProfilerCallback, ResourceMonitorCallback
 from trainperf.present.report import build_report
 from trainperf.records.files import read_records
-from trainperf.records.kinds import AlertEvent
+from trainperf.records.monitoring import AlertEvent
 
 pytestmark = pytest.mark.slow
 

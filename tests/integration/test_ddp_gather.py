@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from trainperf.records.kinds import EpochRecord
+from trainperf.records.epochs import EpochRecord
 
 from tests.run_lines import read_dicts
 

@@ -31,8 +31,10 @@ from trainperf.lightning import (
     ThroughputMonitorCallback,
 )
 from trainperf.present.report import build_report, to_markdown
+from trainperf.records.epoch_scans import GrowthRecord, RecompilesRecord
+from trainperf.records.epochs import EpochRecord
 from trainperf.records.files import read_records, read_run_record
-from trainperf.records.kinds import AlertEvent, EpochRecord, GrowthRecord, RecompilesRecord
+from trainperf.records.monitoring import AlertEvent
 
 SIZES = (8, 10, 12, 14, 16, 18)
 

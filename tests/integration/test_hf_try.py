@@ -17,8 +17,9 @@ from trainperf.core.knobs import Knob
 from trainperf.core.trial_window import ENV_VAR, TryWindow
 from trainperf.hf import PerfCallback
 from trainperf.hf.trial_arguments import KnobNotApplicable
+from trainperf.records.epochs import EpochRecord
 from trainperf.records.files import read_records
-from trainperf.records.kinds import EpochRecord, KnobRecord
+from trainperf.records.try_record import KnobRecord
 from transformers import Trainer
 
 from tests.integration.test_hf_callback import Tokens, arguments, tiny_bert

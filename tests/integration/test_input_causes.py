@@ -21,8 +21,8 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 from trainperf.lightning import PerformanceProfilerCallback
 from trainperf.present.report import build_report
+from trainperf.records.epochs import EpochRecord
 from trainperf.records.files import read_records
-from trainperf.records.kinds import EpochRecord
 
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore:.*does not have many workers")]
 

@@ -36,7 +36,7 @@ from trainperf.lightning import (
 )
 from trainperf.lightning.action_stream import add_listener, remove_listener
 from trainperf.probe import loader_seams
-from trainperf.records.kinds import EpochRecord
+from trainperf.records.epochs import EpochRecord
 
 from tests.run_lines import read_dicts
 

@@ -18,8 +18,9 @@ import time
 from pathlib import Path
 
 import pytest
+from trainperf.records.epochs import EpochRecord
 from trainperf.records.files import read_records
-from trainperf.records.kinds import EpochRecord, LifecycleRecord
+from trainperf.records.monitoring import LifecycleRecord
 
 pytestmark = pytest.mark.slow
 

@@ -20,14 +20,11 @@ import pytest
 from trainperf.analysis.baseline import load_source
 from trainperf.cli.main import main as perf_main
 from trainperf.present.report import build_report
+from trainperf.records.epoch_scans import GrowthRecord, RecompilesRecord
+from trainperf.records.epochs import EpochRecord
 from trainperf.records.files import read_records, read_run_record
-from trainperf.records.kinds import (
-    LEGACY_SCHEMA_PREFIX,
-    EpochRecord,
-    GrowthRecord,
-    RecompilesRecord,
-    ResourceSample,
-)
+from trainperf.records.monitoring import ResourceSample
+from trainperf.records.schema import LEGACY_SCHEMA_PREFIX
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURE = REPO / "tests" / "fixtures" / "legacy_run_b376b2e"

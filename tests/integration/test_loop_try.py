@@ -111,8 +111,9 @@ def test_try_measures_a_dataloader_knob_on_a_plain_loop(
 def test_a_trial_window_rebuilds_the_loader_and_stops_after_its_batches(tmp_path: Path) -> None:
     from trainperf.core.knobs import Knob
     from trainperf.core.trial_window import ENV_VAR, TryWindow
+    from trainperf.records.epochs import EpochRecord
     from trainperf.records.files import read_records
-    from trainperf.records.kinds import EpochRecord, KnobRecord
+    from trainperf.records.try_record import KnobRecord
 
     (tmp_path / "train.py").write_text(SCRIPT.replace("range(1)", "range(3)"), encoding="utf-8")
     window = TryWindow(

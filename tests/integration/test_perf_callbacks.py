@@ -41,8 +41,8 @@ from trainperf.lightning.action_stream import ActionStream
 from trainperf.lightning.recorder import StageRecorder
 from trainperf.probe import device_memory
 from trainperf.probe.worker import report_count
+from trainperf.records.epochs import EpochRecord, IntervalRecord
 from trainperf.records.files import read_records
-from trainperf.records.kinds import EpochRecord, IntervalRecord
 
 from ocr.data.synth import generate_dataset
 from tests.memory_logger import MemoryLogger

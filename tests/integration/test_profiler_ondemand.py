@@ -19,7 +19,7 @@ from trainperf.analysis.trace import analyze_trace
 from trainperf.core import triggers
 from trainperf.lightning import PerfCallbackWarning, ProfilerCallback
 from trainperf.recording.profiler_settings import ProfileSchedule
-from trainperf.records.kinds import ProfilerWindow
+from trainperf.records.monitoring import ProfilerWindow
 
 from tests.integration.test_profiler_callback import _fit, _profiler_off
 from tests.run_lines import read_dicts

@@ -34,7 +34,7 @@ from trainperf.lightning import (
 from trainperf.present.report import build_report, to_html, to_markdown, write_html
 from trainperf.present.report.findings_section import recoverable_text
 from trainperf.present.report.plots import resources_figure, throughput_figure
-from trainperf.records.kinds import ResourceSample, ResourceSummary
+from trainperf.records.monitoring import ResourceSample, ResourceSummary
 
 from tests.run_lines import read_dicts
 

@@ -18,7 +18,7 @@ import pytest
 from trainperf.present.report import build_report, to_markdown
 from trainperf.present.report.findings_section import short_title
 from trainperf.records.files import RecordWriter
-from trainperf.records.kinds import TryRecord
+from trainperf.records.try_record import TryRecord
 
 from tests.unit.perf_report.consistency import check_consistent
 

@@ -20,7 +20,7 @@ from trainperf.alerts import RULES
 from trainperf.lightning import ResourceMonitorCallback
 from trainperf.present.report import build_report, to_markdown
 from trainperf.probe.resources.monitor import THREAD_NAME
-from trainperf.records.kinds import AlertEvent, ResourceSample, ResourceSummary
+from trainperf.records.monitoring import AlertEvent, ResourceSample, ResourceSummary
 
 from tests.memory_logger import MemoryLogger
 from tests.run_lines import read_dicts

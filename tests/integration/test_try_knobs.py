@@ -21,7 +21,7 @@ from trainperf.core.trial_window import ENV_VAR, TryWindow
 from trainperf.lightning import ThroughputMonitorCallback
 from trainperf.lightning.knobs_apply import KnobNotApplicable
 from trainperf.records.files import read_records
-from trainperf.records.kinds import KnobRecord
+from trainperf.records.try_record import KnobRecord
 
 # the window is set here, not by `trainperf try`: its announcement is expected
 pytestmark = pytest.mark.filterwarnings("ignore:TRAINPERF_TRY_WINDOW is set")

@@ -35,7 +35,7 @@ from trainperf.lightning import (
 from trainperf.probe.resources.monitor import THREAD_NAME
 from trainperf.recording.profiler_settings import ProfileSchedule, TraceOptions
 from trainperf.records.files import read_records
-from trainperf.records.kinds import LifecycleRecord, ResourceSample
+from trainperf.records.monitoring import LifecycleRecord, ResourceSample
 
 from ocr.data.synth import generate_dataset
 

@@ -17,8 +17,8 @@ from torch.utils.data import DataLoader, TensorDataset
 from trainperf.cli.tryout.trial import stage_speed
 from trainperf.core.trial_window import ENV_VAR, TryWindow
 from trainperf.lightning import ThroughputMonitorCallback
+from trainperf.records.epochs import EpochRecord
 from trainperf.records.files import read_records
-from trainperf.records.kinds import EpochRecord
 
 
 class Counting(L.LightningModule):

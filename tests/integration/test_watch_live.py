@@ -18,8 +18,9 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 from trainperf.lightning import PerformanceProfilerCallback, PlainProgressBar
+from trainperf.records.epochs import IntervalRecord
 from trainperf.records.files import read_records
-from trainperf.records.kinds import IntervalRecord, LifecycleRecord
+from trainperf.records.monitoring import LifecycleRecord
 
 pytestmark = pytest.mark.slow
 

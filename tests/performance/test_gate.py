@@ -22,7 +22,7 @@ from trainperf.analysis.baseline import (
 from trainperf.analysis.gate import GateRow, check_baseline
 from trainperf.cli.main import main
 from trainperf.present.gate_table import COLUMNS, row_cells
-from trainperf.records.kinds import current_schema
+from trainperf.records.schema import current_schema
 
 from tests.unit.perf.test_baseline import epoch_record, make_run
 

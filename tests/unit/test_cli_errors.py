@@ -81,7 +81,7 @@ def test_the_error_classes_of_the_project_are_input_errors() -> None:
     from trainperf.analysis.trace.table import TraceError
     from trainperf.core.trial_window import TryWindowError
     from trainperf.records.command import TryInputError
-    from trainperf.records.kinds import RunDirError
+    from trainperf.records.schema import RunDirError
 
     from ocr.data.synth import OutputFolderError
     from ocr.data.transforms import ImageLoadError

@@ -13,7 +13,7 @@ import torch.distributed as dist
 from trainperf.core.clock import PHASES
 from trainperf.core.stage import Stage
 from trainperf.recording.cross_rank import RankEpoch, gather_ranks, merge_ranks
-from trainperf.records.kinds import EpochRecord
+from trainperf.records.epochs import EpochRecord
 
 
 def report(

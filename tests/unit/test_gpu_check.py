@@ -15,7 +15,7 @@ import pytest
 from packaging.requirements import Requirement
 from trainperf.core.stage import Stage
 from trainperf.probe.resources import ResourceSampler
-from trainperf.records.kinds import EpochRecord
+from trainperf.records.epochs import EpochRecord
 
 from scripts import gpu_check
 from scripts.gpucheck import doc, figures, nvml, preflight, runs, seams, trace

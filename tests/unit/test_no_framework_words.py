@@ -44,16 +44,16 @@ _CASED = {"trainer.": re.compile(r"\btrainer\.")}
 #: format or the command line has carried since before the adapters existed: renaming it would
 #: make old run folders or users' command lines unreadable.
 ALLOWED: dict[tuple[str, str], str] = {
-    ("records/kinds.py", "receipt-ocr"): (
+    ("records/schema.py", "receipt-ocr"): (
         "LEGACY_SCHEMA_PREFIX: the schema name of records written before the toolkit was its "
         "own package; read as today's (old run folders)"
     ),
-    ("records/kinds.py", "hydra"): (
+    ("records/run_record.py", "hydra"): (
         "run.json's 'hydra' entry (HydraApp: how try re-runs a config app), a field name of the "
         "run-folder format, filled by trainperf.frameworks.hydra_app; and what an older entry, "
         "recorded before its output override and dropped keys were data, meant (LEGACY_*)"
     ),
-    ("records/kinds.py", "lightning"): (
+    ("records/run_record.py", "lightning"): (
         "run.json's field names 'lightning_module' (the model class, written by the Lightning "
         "adapter) and 'lightning_version' (older folders, read through analysis/legacy_layout)"
     ),

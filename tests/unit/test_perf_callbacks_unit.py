@@ -25,7 +25,7 @@ from trainperf.recording.cuda_events import EventClock as _EventClock
 from trainperf.recording.epoch_report import normalize_stages
 from trainperf.recording.stage_state import EpochWindow
 from trainperf.recording.stage_windows import BATCH_TIMES_CHUNK
-from trainperf.records.kinds import EpochRecord
+from trainperf.records.epochs import EpochRecord
 
 
 def report(stage: str = "val", **overrides: Any) -> EpochRecord:

@@ -27,7 +27,7 @@ from trainperf.recording.window_events import (
     EV_TRAIN_EPOCH_START,
     EV_TRAIN_FETCH,
 )
-from trainperf.records.kinds import EpochRecord
+from trainperf.records.epochs import EpochRecord
 
 MS = 1_000_000
 

@@ -27,7 +27,7 @@ from trainperf.core.finding_ids import AlertName, FindingId
 from trainperf.errors import ConfigError
 from trainperf.lightning import ResourceMonitorCallback
 from trainperf.present.report import build_report
-from trainperf.records.kinds import PERF_DIRNAME
+from trainperf.records.schema import PERF_DIRNAME
 
 from tests.unit.perf_report.runs import epoch_record, make_run
 

@@ -20,7 +20,7 @@ from trainperf.analysis.baseline import (
 )
 from trainperf.analysis.gate import check_baseline
 from trainperf.cli.main import main
-from trainperf.records.kinds import EpochRecord
+from trainperf.records.epochs import EpochRecord
 from trainperf.records.run_info import write_run_info
 
 from tests.run_lines import write_lines

@@ -16,7 +16,7 @@ from trainperf.analysis.advice import RunFacts, candidates_for, find_cache_key
 from trainperf.analysis.baseline import load_source
 from trainperf.lightning.performance_profiler import cache_metrics, render_table
 from trainperf.present.report import build_report, to_markdown
-from trainperf.records.kinds import EpochRecord
+from trainperf.records.epochs import EpochRecord
 
 from tests.unit.perf_report.runs import epoch_record, make_run
 

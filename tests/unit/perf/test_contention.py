@@ -18,7 +18,8 @@ from trainperf.analysis.run import RunData
 from trainperf.analysis.verdict.contention_rule import contention_finding
 from trainperf.core.cpu_shares import cpu_shares
 from trainperf.records.files import RecordWriter, write_run_record
-from trainperf.records.kinds import AlertEvent, ResourceSample, RunRecord
+from trainperf.records.monitoring import AlertEvent, ResourceSample
+from trainperf.records.run_record import RunRecord
 
 
 def _metrics(system: float, process: float, workers: float = 0.0) -> dict[str, float]:

@@ -21,8 +21,8 @@ from torch.utils.data import DataLoader, Dataset, get_worker_info
 from trainperf.core.stage import Stage
 from trainperf.probe.worker import InstrumentedLoader, WorkerTiming, tensor_bytes
 from trainperf.recording.stage_state import StageState
+from trainperf.records.epochs import EpochRecord
 from trainperf.records.files import read_records
-from trainperf.records.kinds import EpochRecord
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*pin_memory.*:UserWarning")
 

@@ -18,7 +18,8 @@ from trainperf.core.stage import Stage
 from trainperf.probe import peak_flops as peak_module
 from trainperf.probe.flops import batch_size_of, count_flops
 from trainperf.probe.peak_flops import dtype_for_precision, measured_peak, spec_peak
-from trainperf.records.kinds import EpochRecord, FlopsInfo, RunRecord
+from trainperf.records.epochs import EpochRecord
+from trainperf.records.run_record import FlopsInfo, RunRecord
 
 from ocr.models.dbnet import DBNet
 

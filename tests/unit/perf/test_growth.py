@@ -10,8 +10,8 @@ import torch
 from trainperf.analysis.creep import GROWTH_EPOCHS, growing, growth_finding, growth_findings
 from trainperf.probe import growth
 from trainperf.probe.growth import scan
+from trainperf.records.epoch_scans import GrowthRecord
 from trainperf.records.files import RecordWriter
-from trainperf.records.kinds import GrowthRecord
 
 
 class Holder(torch.nn.Module):
@@ -126,7 +126,7 @@ def test_records_round_trip_and_verdict_findings(tmp_path: Path) -> None:
 
 def test_malformed_record_names_the_file(tmp_path: Path) -> None:
     import pytest
-    from trainperf.records.kinds import RunDirError
+    from trainperf.records.schema import RunDirError
 
     line = '{"schema":"receipt-ocr/growth","v":1,"epoch":0,'
     line += '"nodes":[{"path":"M.x","kind":"list","length":"many"}]}\n'

@@ -11,7 +11,7 @@ from pathlib import Path
 from trainperf.analysis.lifecycle import interrupted_at, last_checkpoint, resume_command
 from trainperf.cli.watch import WatchState, summary_lines
 from trainperf.records.files import write_run_record
-from trainperf.records.kinds import LifecycleRecord
+from trainperf.records.monitoring import LifecycleRecord
 
 
 def _end(rank: int, status: str = "interrupted", epoch: int | None = 1, batch: int = 2):

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import pytest
 from trainperf.analysis.process_growth import process_growth, process_growth_finding
-from trainperf.records.kinds import ResourceSample
+from trainperf.records.monitoring import ResourceSample
 
 
 def _samples(mb: Sequence[float], epoch_of: list[int], dt: float = 10.0) -> list[ResourceSample]:

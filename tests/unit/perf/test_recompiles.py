@@ -15,8 +15,8 @@ from trainperf.analysis.recompile_rules import (
     recompile_findings,
 )
 from trainperf.probe.recompiles import CompileWatch, ShapeCounter, normalize_reason, torch_tested
+from trainperf.records.epoch_scans import RecompileReason, RecompilesRecord
 from trainperf.records.files import RecordWriter
-from trainperf.records.kinds import RecompileReason, RecompilesRecord
 
 SIZES = (8, 10, 12, 14, 16, 18)
 

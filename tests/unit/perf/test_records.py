@@ -14,23 +14,19 @@ import pytest
 from trainperf.core.ranks import Straggler
 from trainperf.core.stage import Stage
 from trainperf.recording.run_files import epoch_record
+from trainperf.records.epoch_scans import RecompilesRecord
+from trainperf.records.epochs import EpochRecord, IntervalRecord
 from trainperf.records.files import RecordWriter, epoch_runs, read_records, read_run_record
-from trainperf.records.kinds import (
+from trainperf.records.monitoring import AlertEvent, ProfilerWindow, ResourceSample, ResourceSummary
+from trainperf.records.run_info import run_info, write_run_info
+from trainperf.records.run_record import RunRecord
+from trainperf.records.schema import (
     LEGACY_SCHEMA_PREFIX,
     SCHEMA_PREFIX,
-    AlertEvent,
-    EpochRecord,
-    IntervalRecord,
-    ProfilerWindow,
-    RecompilesRecord,
-    ResourceSample,
-    ResourceSummary,
     RunDirError,
-    RunRecord,
-    TryRecord,
     current_schema,
 )
-from trainperf.records.run_info import run_info, write_run_info
+from trainperf.records.try_record import TryRecord
 
 from scripts.structure_counts import schema_spellings
 from tests.run_lines import write_lines

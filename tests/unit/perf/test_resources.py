@@ -29,7 +29,7 @@ from trainperf.probe.resources.host import memory_limit
 from trainperf.probe.resources.monitor import THREAD_NAME
 from trainperf.probe.resources.nvml import normalize_uuid
 from trainperf.records.files import RecordWriter
-from trainperf.records.kinds import ResourceSample, ResourceSummary
+from trainperf.records.monitoring import ResourceSample, ResourceSummary
 
 from tests.run_lines import read_dicts
 

@@ -1,5 +1,6 @@
-"""The neutral step API (``trainperf.recording.StepRecorder``) driven by hand, as any loop may,
-and the plain loop's DataLoader rebuild for ``trainperf try`` (``trainperf.loop.trial_knobs``)."""
+"""The neutral run recorder (``trainperf.recording.run_recorder.RunRecorder``) driven by hand, as
+any loop may, and the plain loop's DataLoader rebuild for ``trainperf try``
+(``trainperf.loop.trial_knobs``)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from trainperf import perf_phase
 from trainperf.core.knobs import Knob
 from trainperf.errors import PerfCallbackWarning
 from trainperf.loop.trial_knobs import rebuild_loader
-from trainperf.recording.step_recorder import StepRecorder, batch_size_of
+from trainperf.recording.run_recorder import RunRecorder, batch_size_of
 
 
 def _records(run: Path) -> list[dict[str, Any]]:
@@ -26,7 +27,7 @@ def _records(run: Path) -> list[dict[str, Any]]:
 
 
 def test_a_loop_driving_the_step_api_gets_epoch_records(tmp_path: Path) -> None:
-    rec = StepRecorder(tmp_path, track_memory=False)
+    rec = RunRecorder(tmp_path, track_memory=False)
     rec.open_epoch("train", 0)
     for _ in range(3):
         rec.switch("forward")
@@ -59,7 +60,7 @@ def test_a_loop_driving_the_step_api_gets_epoch_records(tmp_path: Path) -> None:
 
 
 def test_a_failing_worker_timing_is_one_warning_and_recording_goes_off(tmp_path: Path) -> None:
-    rec = StepRecorder(tmp_path, track_memory=False)
+    rec = RunRecorder(tmp_path, track_memory=False)
     loader = DataLoader(TensorDataset(torch.randn(8, 2)), batch_size=2)
     assert rec.instrument(loader, "train")
     rec.windows.states["train"].add_timing = None  # type: ignore[assignment,method-assign]
@@ -125,7 +126,7 @@ def test_the_epoch_exchange_runs_over_the_group_it_is_given(tmp_path: Path) -> N
     import torch.distributed as dist
     from trainperf.recording.cross_rank import gather_ranks
 
-    rec = StepRecorder(tmp_path, track_memory=False)
+    rec = RunRecorder(tmp_path, track_memory=False)
     rec.open_epoch("train", 0)
     rec.batch_end("train", samples=3)
     local = rec.windows.close_window(

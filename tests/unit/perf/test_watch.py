@@ -16,15 +16,10 @@ from trainperf.cli.main import main as perf_main
 from trainperf.cli.watch import EXIT_ENDED, EXIT_LOST, RunTail, Watch
 from trainperf.core.stage import Stage
 from trainperf.present.live import live_line, phase_split
+from trainperf.records.epochs import EpochRecord, IntervalRecord
 from trainperf.records.files import RecordWriter
-from trainperf.records.kinds import (
-    AlertEvent,
-    EpochRecord,
-    IntervalRecord,
-    LifecycleRecord,
-    Record,
-    RunDirError,
-)
+from trainperf.records.monitoring import AlertEvent, LifecycleRecord
+from trainperf.records.schema import Record, RunDirError
 
 HOST = socket.gethostname()
 

@@ -19,7 +19,8 @@ from trainperf.analysis.worker_memory import (
     python_containers,
     worker_memory_finding,
 )
-from trainperf.records.kinds import DatasetContainer, ResourceSample
+from trainperf.records.monitoring import ResourceSample
+from trainperf.records.run_record import DatasetContainer
 
 ITEMS = 40
 ROWS = 1_800_000  # tuples of two floats: ~112 bytes each with the list's slot, ~200 MB

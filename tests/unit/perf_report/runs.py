@@ -1,5 +1,5 @@
 """Hand-made run directories in the run-dir contract's formats (lines of the real record
-schemas, ``trainperf.records.kinds``), for the report's unit tests."""
+schemas, ``trainperf.records``), for the report's unit tests."""
 
 from __future__ import annotations
 
@@ -8,15 +8,10 @@ from typing import Any
 
 import yaml
 from trainperf.core.clock import PHASES
-from trainperf.records.kinds import (
-    PERF_DIRNAME,
-    AlertEvent,
-    EpochRecord,
-    IntervalRecord,
-    Record,
-    ResourceSample,
-)
+from trainperf.records.epochs import EpochRecord, IntervalRecord
+from trainperf.records.monitoring import AlertEvent, ResourceSample
 from trainperf.records.run_info import write_run_info
+from trainperf.records.schema import PERF_DIRNAME, Record
 
 from tests.run_lines import write_lines
 

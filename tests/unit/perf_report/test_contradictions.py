@@ -10,7 +10,8 @@ from pathlib import Path
 from trainperf.core.stage import Stage
 from trainperf.present.report import build_report, to_markdown
 from trainperf.records.files import RecordWriter
-from trainperf.records.kinds import ProfilerWindow, TryRecord
+from trainperf.records.monitoring import ProfilerWindow
+from trainperf.records.try_record import TryRecord
 
 from tests.unit.perf_report.consistency import check_consistent, renderings
 from tests.unit.perf_report.runs import CONFIG, epoch_record, make_run

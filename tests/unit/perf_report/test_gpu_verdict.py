@@ -16,7 +16,8 @@ from trainperf.analysis.verdict.sources import merge_same_cause
 from trainperf.core.findings import Finding
 from trainperf.present.report import build_report
 from trainperf.present.report.findings_section import headline
-from trainperf.records.kinds import EpochRecord, RunRecord
+from trainperf.records.epochs import EpochRecord
+from trainperf.records.run_record import RunRecord
 
 from tests.unit.perf_report.runs import T0, epoch_record, make_run
 

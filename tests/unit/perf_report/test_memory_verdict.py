@@ -12,7 +12,7 @@ from trainperf.analysis.stages import summarize_stages
 from trainperf.analysis.verdict import judge
 from trainperf.core.findings import Finding
 from trainperf.records.files import RecordWriter, write_run_record
-from trainperf.records.kinds import ResourceSample
+from trainperf.records.monitoring import ResourceSample
 
 MB = float(1 << 20)
 

@@ -9,7 +9,7 @@ from typing import Any
 from trainperf.analysis.stages import PROFILER_PHASE, profiled_batches
 from trainperf.present.report import build_report
 from trainperf.present.report.writers import to_markdown
-from trainperf.records.kinds import ProfilerWindow
+from trainperf.records.monitoring import ProfilerWindow
 
 from tests.run_lines import write_lines
 from tests.unit.perf_report.runs import epoch_record, make_run

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from trainperf.analysis.stages import PROFILER_PHASE, StageSummary, move_profiler_overhead
 from trainperf.core.stage import Stage
-from trainperf.records.kinds import ProfilerWindow
+from trainperf.records.monitoring import ProfilerWindow
 
 
 def _summary() -> StageSummary:

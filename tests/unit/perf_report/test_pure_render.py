@@ -21,7 +21,9 @@ from trainperf.analysis.run import RunData, load_run
 from trainperf.cli.tryout.session import write_records
 from trainperf.present.report import build_report, print_summary, to_html, to_markdown
 from trainperf.present.report.writers import to_json
-from trainperf.records.kinds import PERF_DIRNAME, LifecycleRecord, TryRecord
+from trainperf.records.monitoring import LifecycleRecord
+from trainperf.records.schema import PERF_DIRNAME
+from trainperf.records.try_record import TryRecord
 
 from tests.run_lines import write_lines
 from tests.unit.perf_report.runs import CONFIG, T0, epoch_record, make_run

@@ -14,7 +14,7 @@ from trainperf.core.findings import Finding, grade, rank
 from trainperf.present.report import build_report
 from trainperf.present.report.findings_section import headline
 from trainperf.records.files import RecordWriter
-from trainperf.records.kinds import TryRecord
+from trainperf.records.try_record import TryRecord
 
 from tests.unit.perf_report.runs import T0, epoch_record, make_run
 

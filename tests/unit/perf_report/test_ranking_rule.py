@@ -17,7 +17,7 @@ from trainperf.core.findings import Finding, ranked_size, severity_for
 from trainperf.present.report import Report
 from trainperf.present.report.findings_section import headline
 from trainperf.present.report.run_name import run_name
-from trainperf.records.kinds import TryRecord
+from trainperf.records.try_record import TryRecord
 
 SESSION = "2026-11-28T00:00:00+00:00"
 

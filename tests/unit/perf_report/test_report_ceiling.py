@@ -14,8 +14,9 @@ import msgspec
 from rich.console import Console
 from trainperf.present.report import build_report, print_summary, to_markdown
 from trainperf.present.report.findings_section import headline
+from trainperf.records.epochs import EpochRecord
 from trainperf.records.files import RecordWriter
-from trainperf.records.kinds import EpochRecord, TryRecord
+from trainperf.records.try_record import TryRecord
 
 from tests.unit.perf_report.runs import CONFIG, epoch_record, make_run
 

@@ -30,7 +30,7 @@ from trainperf.present.report.plots import (
     thin,
     throughput_figure,
 )
-from trainperf.records.kinds import ResourceSummary
+from trainperf.records.monitoring import ResourceSummary
 
 from tests.run_lines import write_lines
 from tests.unit.perf_report.runs import CONFIG, T0, epoch_record, make_run

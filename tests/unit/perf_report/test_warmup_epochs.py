@@ -10,7 +10,8 @@ import msgspec
 from trainperf.analysis.stages import split_warmup, summarize_stages
 from trainperf.core.stage import Stage
 from trainperf.present.report import build_report, to_markdown
-from trainperf.records.kinds import EpochRecord, RecompilesRecord
+from trainperf.records.epoch_scans import RecompilesRecord
+from trainperf.records.epochs import EpochRecord
 
 from tests.unit.perf_report.runs import CONFIG, epoch_record, make_run
 

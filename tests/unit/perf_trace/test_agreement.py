@@ -9,11 +9,11 @@ import pytest
 from trainperf.analysis.trace import analyze_path
 from trainperf.analysis.trace.agreement import clock_to_trace_phases, compare_phases
 from trainperf.analysis.trace.clock_windows import attach_clock_agreement, compare_with_clock
-from trainperf.analysis.trace.result import StepRow, TraceAnalysis
-from trainperf.analysis.trace.steps import PHASES
+from trainperf.analysis.trace.step_phases import PHASES
+from trainperf.analysis.trace.trace_analysis import StepRow, TraceAnalysis
 from trainperf.core.clock import PhaseClock, set_active_clock
 from trainperf.probe.clock_snapshots import ClockSnapshots
-from trainperf.records.kinds import ProfilerWindow
+from trainperf.records.monitoring import ProfilerWindow
 
 from tests.run_lines import write_lines
 from tests.unit.perf_trace.synth import make_trace, write

@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 from trainperf.analysis.trace import analyze_trace, load_traces
 from trainperf.analysis.trace.comms import communication, subtract
-from trainperf.analysis.trace.steps import PHASES, compute_steps
+from trainperf.analysis.trace.step_phases import PHASES
+from trainperf.analysis.trace.steps import compute_steps
 from trainperf.analysis.trace.table import EventTable, Kind
 
 NCCL = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*, unsigned long, ncclWork*)"

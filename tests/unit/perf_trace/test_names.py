@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 from trainperf.analysis.trace import analyze_path
-from trainperf.analysis.trace.names import short_name, short_names
+from trainperf.analysis.trace.short_names import short_name, short_names
 from trainperf.present.report.document import Table
 from trainperf.present.report.trace_section import _numbered
 from trainperf.present.report.writers import _html_table

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from trainperf.analysis.trace import analyze_trace
 from trainperf.analysis.trace.aggregates import step_statistics
-from trainperf.analysis.trace.steps import PHASES, classify_phase, union_in_windows
+from trainperf.analysis.trace.step_phases import PHASES, classify_phase, union_in_windows
 
 from tests.unit.perf_trace.synth import make_trace, write
 

@@ -12,7 +12,8 @@ import pytest
 from trainperf.cli.tryout.cli import evaluation_from
 from trainperf.cli.tryout.trial import run_eval_trial
 from trainperf.records.command import TryInputError, recorded_command
-from trainperf.records.kinds import EpochRecord, EvalCommand, RunRecord
+from trainperf.records.epochs import EpochRecord
+from trainperf.records.run_record import EvalCommand, RunRecord
 
 from ocr.test import EVAL_COMMAND, HMEAN_LINE
 

@@ -5,7 +5,7 @@ from pathlib import Path
 from trainperf.analysis.tryouts import latest_session
 from trainperf.cli.tryout.session import write_records
 from trainperf.present.report import build_report, to_html, to_markdown
-from trainperf.records.kinds import TryRecord
+from trainperf.records.try_record import TryRecord
 
 from tests.unit.perf_report.runs import epoch_record, make_run
 

@@ -14,7 +14,7 @@ from trainperf.cli.tryout.trial import TrialResult
 from trainperf.core.candidates import Candidate
 from trainperf.core.knobs import Knob
 from trainperf.records.command import RecordedCommand
-from trainperf.records.kinds import EvalCommand
+from trainperf.records.run_record import EvalCommand
 
 WORKERS = Candidate("workers", "more workers", "data.num_workers=4")
 PREFETCH = Candidate("prefetch", "deeper prefetch", "data.prefetch_factor=4")

@@ -8,7 +8,7 @@ from pathlib import Path
 import msgspec
 import pytest
 from trainperf.present.try_table import print_results
-from trainperf.records.kinds import TryRecord
+from trainperf.records.try_record import TryRecord
 
 
 def _record(override: str, status: str, pairs: int = 0, note: str = "") -> TryRecord:

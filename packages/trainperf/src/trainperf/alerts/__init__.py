@@ -26,7 +26,7 @@ from trainperf.alerts.engine import (
 )
 from trainperf.alerts.sinks import AlertSink, AlertWarning, JsonlSink, LogSink, WandbSink
 from trainperf.core.moved import moved_module
-from trainperf.records.kinds import AlertEvent
+from trainperf.records.monitoring import AlertEvent
 
 # The catalogue was ``trainperf.alerts.rules`` (a name ``trainperf.core.rules`` now has): that
 # path stays importable for one release as a module made here, not a file of the same base name.

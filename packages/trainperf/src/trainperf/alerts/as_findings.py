@@ -15,7 +15,7 @@ from dataclasses import replace
 from trainperf.alerts.catalogue import ALERT_RULES
 from trainperf.core.finding_ids import alert_finding_id
 from trainperf.core.findings import Finding, risk_score
-from trainperf.records.kinds import AlertEvent
+from trainperf.records.monitoring import AlertEvent
 
 
 def _when(events: Sequence[AlertEvent]) -> str:

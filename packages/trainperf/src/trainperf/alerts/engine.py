@@ -35,7 +35,7 @@ from trainperf.core.finding_ids import alert_finding_id
 from trainperf.core.findings import Finding, threshold
 from trainperf.core.triggers import request_profile
 from trainperf.errors import ConfigError
-from trainperf.records.kinds import AlertEvent
+from trainperf.records.monitoring import AlertEvent
 
 # -- the state machine of one rule --------------------------------------------------------------
 

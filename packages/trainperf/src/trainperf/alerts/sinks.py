@@ -10,7 +10,7 @@ import os
 import sys
 
 from trainperf.records.files import RecordWriter
-from trainperf.records.kinds import AlertEvent
+from trainperf.records.monitoring import AlertEvent
 
 
 class AlertWarning(UserWarning):

@@ -11,7 +11,7 @@ and which direction is better. Sources (:func:`load_source`):
 * a bench JSON (schema ``"trainperf/bench"`` v1, the ``--json`` output of ``benchmarks/``);
 
 Files written before the toolkit left the app that grew it carry these schemas under the legacy
-prefix (:data:`~trainperf.records.kinds.LEGACY_SCHEMA_PREFIX`); they are read the same.
+prefix (:data:`~trainperf.records.schema.LEGACY_SCHEMA_PREFIX`); they are read the same.
 * a baseline JSON (read back, after validation).
 
 Figures of a run's stage, per kept epoch: ``epoch_wall_s``, ``phase_<phase>_s`` (the phases of
@@ -43,15 +43,10 @@ import numpy as np
 
 from trainperf.core.significance import noise_allowance
 from trainperf.errors import InputError
+from trainperf.records.epochs import EpochRecord
 from trainperf.records.files import read_records, read_run_record
-from trainperf.records.kinds import (
-    PERF_DIRNAME,
-    EpochRecord,
-    JsonValue,
-    RunDirError,
-    current_schema,
-)
 from trainperf.records.run_info import hit_rates, to_jsonable
+from trainperf.records.schema import PERF_DIRNAME, JsonValue, RunDirError, current_schema
 
 BASELINE_SCHEMA = "trainperf/perf-baseline"
 BASELINE_VERSION = 1

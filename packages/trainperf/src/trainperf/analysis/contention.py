@@ -23,7 +23,8 @@ from pathlib import Path
 
 from trainperf.core.cpu_shares import CpuShares, cpu_shares
 from trainperf.records.files import read_records, read_run_record
-from trainperf.records.kinds import ResourceSample, RunDirError
+from trainperf.records.monitoring import ResourceSample
+from trainperf.records.schema import RunDirError
 
 __all__ = [
     "Contention",

@@ -10,8 +10,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 from trainperf.core.findings import Finding, risk_score
+from trainperf.records.epoch_scans import GrowthRecord
 from trainperf.records.files import epoch_runs, read_records
-from trainperf.records.kinds import GrowthRecord
 
 #: An attribute is growing when it grew in each of this many successive epochs (so the first
 #: finding can come at the end of epoch ``GROWTH_EPOCHS``, the third epoch of a run with 2).

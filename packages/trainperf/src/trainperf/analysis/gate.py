@@ -64,8 +64,8 @@ from trainperf.analysis.baseline import (
 )
 from trainperf.core.significance import ALPHA, Outcome, mann_whitney_greater
 from trainperf.errors import ConfigError
-from trainperf.records.kinds import JsonValue
 from trainperf.records.run_info import to_jsonable
+from trainperf.records.schema import JsonValue
 
 #: What the gate compares: a loaded baseline, or a path to one (a baseline or bench JSON, a run
 #: folder); the current side may also be a loaded run (:class:`LoadedRun`).

@@ -1,4 +1,6 @@
-"""Waiting time goes to what it waits for: each phase's host time split, from the live clock's CUDA
+"""Each phase's host time split into its own work and waiting for the GPU.
+
+Waiting time goes to what it waits for: each phase's host time split, from the live clock's CUDA
 events (``gpu_phases_s`` of ``perf/epochs.jsonl``), into its own work and waiting for the GPU.
 
 At every phase switch the clock records a CUDA event on the stream, so a phase has two spans: the
@@ -23,7 +25,7 @@ from dataclasses import dataclass, field
 
 from trainperf.core.findings import threshold
 from trainperf.core.stage import STAGE_ORDER, Stage
-from trainperf.records.kinds import EpochRecord
+from trainperf.records.epochs import EpochRecord
 
 __all__ = ["PhaseWait", "StageWait", "gpu_waits"]
 

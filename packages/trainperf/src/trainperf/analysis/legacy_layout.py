@@ -3,9 +3,10 @@
 Older folders kept the app's configuration only in Hydra's output folder (``.hydra/config.yaml``,
 ``overrides.yaml``, ``hydra.yaml``) and the framework only as ``run.json``'s ``lightning_version``
 (every such folder was recorded by the Lightning callbacks: the only adapter there was). This
-module alone reads that layout, into the same :class:`~trainperf.records.kinds.FrameworkInfo`
-records a new folder carries (without spellings: advice for such a folder keeps its former wording;
-with the hints the report gave then). Nothing else in the layers below the adapters names that
+module alone reads that layout, into the same
+:class:`~trainperf.records.framework_info.FrameworkInfo` records a new folder carries (without
+spellings: advice for such a folder keeps its former wording; with the hints the report gave
+then). Nothing else in the layers below the adapters names that
 layout; a new folder never needs this module.
 """
 
@@ -16,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from trainperf.records.framework_info import FrameworkInfo
-from trainperf.records.kinds import RunRecord
+from trainperf.records.run_record import RunRecord
 
 __all__ = ["LEGACY_CONFIG", "legacy_app", "legacy_framework"]
 

@@ -1,5 +1,7 @@
-"""How a run ended, in words, from ``perf/lifecycle.jsonl``: where an interrupted run stopped
-and the command that resumes it (``trainperf watch`` and ``trainperf report`` print these).
+"""How a run ended, in words, from ``perf/lifecycle.jsonl``.
+
+Where an interrupted run stopped and the command that resumes it (``trainperf watch`` and
+``trainperf report`` print these).
 
 An interrupted rank's end record names the signal, the epoch and the training batches of it
 processed (``LifecycleRecord``). The resume command is the run's recorded command
@@ -19,7 +21,8 @@ from pathlib import Path
 from trainperf.analysis.legacy_layout import legacy_framework
 from trainperf.records.command import TryInputError, recorded_command
 from trainperf.records.files import RunDirError, read_run_record
-from trainperf.records.kinds import LifecycleRecord, RunRecord
+from trainperf.records.monitoring import LifecycleRecord
+from trainperf.records.run_record import RunRecord
 
 __all__ = ["interrupted_at", "interruption_sentence", "last_checkpoint", "resume_command"]
 

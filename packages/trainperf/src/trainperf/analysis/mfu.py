@@ -1,10 +1,12 @@
-"""Model FLOPs utilisation (MFU): achieved FLOP/s of a stage window (FLOPs per sample from
+"""Model FLOPs utilisation (MFU) of a stage window against the measured peak.
+
+Model FLOPs utilisation (MFU): achieved FLOP/s of a stage window (FLOPs per sample from
 ``trainperf.probe.flops`` x samples / wall time) against the measured peak
 (``trainperf.probe.peak_flops``).
 
 Plain arithmetic on recorded figures, importing neither torch nor Lightning, so the report and
 the CLI read it cheaply. The figures come from ``perf/run.json``'s ``"flops"`` object
-(:class:`~trainperf.records.kinds.FlopsInfo`), written by ``ThroughputMonitorCallback``.
+(:class:`~trainperf.records.run_record.FlopsInfo`), written by ``ThroughputMonitorCallback``.
 """
 
 from __future__ import annotations
@@ -13,7 +15,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from trainperf.core.stage import Stage
-from trainperf.records.kinds import EpochRecord, RunRecord
+from trainperf.records.epochs import EpochRecord
+from trainperf.records.run_record import RunRecord
 
 
 @dataclass(frozen=True)

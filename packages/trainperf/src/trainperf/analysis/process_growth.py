@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from trainperf.core.findings import Finding, risk_score, threshold
-from trainperf.records.kinds import ResourceSample
+from trainperf.records.monitoring import ResourceSample
 
 __all__ = ["ProcessGrowth", "process_growth", "process_growth_finding"]
 

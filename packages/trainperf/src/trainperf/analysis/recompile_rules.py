@@ -1,4 +1,6 @@
-"""``torch.compile`` recompiles judged: the finding when recompiles recur after a run's first
+"""The verdict's finding on ``torch.compile`` recompiles that recur or churn.
+
+``torch.compile`` recompiles judged: the finding when recompiles recur after a run's first
 epoch or reach :data:`RECOMPILE_CHURN` in one (``perf/recompiles.jsonl``, written by
 ``EpochScanCallback`` from :class:`trainperf.probe.recompiles.CompileWatch`)."""
 
@@ -10,8 +12,8 @@ from collections.abc import Sequence
 import msgspec
 
 from trainperf.core.findings import Finding
+from trainperf.records.epoch_scans import RecompilesRecord, merge_reasons
 from trainperf.records.files import epoch_runs, read_records
-from trainperf.records.kinds import RecompilesRecord, merge_reasons
 
 #: Recompiles in one epoch from which compiling is shape churn, even in the first epoch (one or
 #: two are normal: Dynamo's automatic dynamic shapes recompile once, then generalise).

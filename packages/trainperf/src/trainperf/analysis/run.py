@@ -1,4 +1,4 @@
-"""Read a run directory (records: :mod:`trainperf.records.kinds`) into one typed structure.
+"""Read a run directory (records: :mod:`trainperf.records`) into one typed structure.
 
 :func:`load_run` is the one place that reads the run folder for a report: every record file, the
 app's configuration (``run.json``'s ``app``; an older folder's through
@@ -29,28 +29,24 @@ from trainperf.analysis.lifecycle import interruption_sentence
 from trainperf.analysis.tryouts import last_session
 from trainperf.core.stage import STAGE_ORDER, Stage
 from trainperf.errors import InputError
+from trainperf.records.epoch_scans import GrowthRecord, RecompilesRecord
+from trainperf.records.epochs import EpochRecord, IntervalRecord
 from trainperf.records.files import read_records, read_run_record
 from trainperf.records.framework_info import FrameworkInfo
-from trainperf.records.kinds import (
-    PERF_DIRNAME,
+from trainperf.records.monitoring import (
     AlertEvent,
-    EpochRecord,
-    GrowthRecord,
-    IntervalRecord,
     LifecycleRecord,
     ProfilerWindow,
-    R,
-    RecompilesRecord,
     ResourceSample,
     ResourceSummary,
-    RunDirError,
-    RunRecord,
-    TryRecord,
 )
+from trainperf.records.run_record import RunRecord
+from trainperf.records.schema import PERF_DIRNAME, R, RunDirError
+from trainperf.records.try_record import TryRecord
 
 if TYPE_CHECKING:
     from trainperf.analysis.gate import GateOutcome
-    from trainperf.analysis.trace.result import TraceAnalysis
+    from trainperf.analysis.trace.trace_analysis import TraceAnalysis
 
 TRACE_DIRNAME = "profiler_traces"
 _TRACE_SUFFIXES = (".json", ".json.gz")

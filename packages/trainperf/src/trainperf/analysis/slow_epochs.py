@@ -28,12 +28,9 @@ from trainperf.analysis.contention import Contention, summarize
 from trainperf.analysis.stages import split_warmup
 from trainperf.core.findings import threshold
 from trainperf.core.stage import Stage
-from trainperf.records.kinds import (
-    EpochRecord,
-    ProfilerWindow,
-    RecompilesRecord,
-    ResourceSample,
-)
+from trainperf.records.epoch_scans import RecompilesRecord
+from trainperf.records.epochs import EpochRecord
+from trainperf.records.monitoring import ProfilerWindow, ResourceSample
 
 __all__ = ["NO_SAMPLES", "Check", "SlowEpoch", "slow_epochs"]
 

@@ -1,7 +1,9 @@
-"""A proposed change in the words of the run's own framework or app, from what it recorded in
-``perf/run.json`` (:class:`~trainperf.records.framework_info.FrameworkInfo`): ``what the change
-does: `its spelling` (now X)``. The app's words win over the framework's (its config keys are what
-its user edits); a run that recorded neither gets ``None`` (the caller keeps its plain words)."""
+"""A proposed change in the words of the run's own framework or app.
+
+Read from what the run recorded in ``perf/run.json``
+(:class:`~trainperf.records.framework_info.FrameworkInfo`): ``what the change does: `its spelling`
+(now X)``. The app's words win over the framework's (its config keys are what its user edits); a run
+that recorded neither gets ``None`` (the caller keeps its plain words)."""
 
 from __future__ import annotations
 

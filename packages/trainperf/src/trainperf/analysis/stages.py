@@ -1,4 +1,6 @@
-"""Per-stage figures of a run: totals over its steady epochs (``perf/epochs.jsonl``; warm-up epochs
+"""Per-stage figures of a run from its epoch, profiler and interval records.
+
+Per-stage figures of a run: totals over its steady epochs (``perf/epochs.jsonl``; warm-up epochs
 are left out of the shares and named, :func:`split_warmup`), the profiler's own cost moved out of
 the training's phases (``perf/profiler.jsonl``), outlier batches and the training rate between
 interval records (``perf/intervals.jsonl``)."""
@@ -14,13 +16,9 @@ from typing import Any
 from trainperf.core.clock import PHASES
 from trainperf.core.ranks import Straggler
 from trainperf.core.stage import STAGE_ORDER, Stage
-from trainperf.records.kinds import (
-    EpochRecord,
-    IntervalRecord,
-    LoaderSettings,
-    ProfilerWindow,
-    RecompilesRecord,
-)
+from trainperf.records.epoch_scans import RecompilesRecord
+from trainperf.records.epochs import EpochRecord, IntervalRecord, LoaderSettings
+from trainperf.records.monitoring import ProfilerWindow
 
 #: A training epoch in which Dynamo's compiles took at least this share of its wall time is a
 #: warm-up epoch (it compiled more than it trained).

@@ -28,7 +28,7 @@ from trainperf.core.knobs import KNOB_PREFIX, apply_lines, knobs_of
 from trainperf.core.significance import ALPHA, Outcome, PairedRatios, paired_ratios, ratio_outcome
 from trainperf.records.files import read_records
 from trainperf.records.framework_info import FrameworkInfo
-from trainperf.records.kinds import TryRecord
+from trainperf.records.try_record import TryRecord
 
 __all__ = [
     "LOOK_AT",

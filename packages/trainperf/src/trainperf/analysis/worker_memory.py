@@ -36,7 +36,8 @@ from dataclasses import dataclass, fields
 import numpy as np
 
 from trainperf.core.findings import Finding, risk_score, threshold
-from trainperf.records.kinds import DatasetContainer, ResourceSample
+from trainperf.records.monitoring import ResourceSample
+from trainperf.records.run_record import DatasetContainer
 
 __all__ = [
     "KINDS",

@@ -1,4 +1,6 @@
-"""``trainperf``: analyse and compare torch.profiler traces; record baselines and check against
+"""The ``trainperf`` command line: its subcommands and exit codes.
+
+``trainperf``: analyse and compare torch.profiler traces; record baselines and check against
 them; write a run's report (``trainperf report RUN_DIR``); measure candidate changes by re-running
 the run (``trainperf try RUN_DIR``); follow a run as it goes (``trainperf watch RUN_DIR``). Exit
 codes: the ``EXIT_*`` constants (and ``--help``).

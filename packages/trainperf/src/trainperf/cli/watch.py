@@ -30,18 +30,10 @@ from trainperf.analysis.lifecycle import interrupted_at, resume_command
 from trainperf.core.stage import STAGE_ORDER
 from trainperf.errors import MissingPathError
 from trainperf.present.live import live_line
+from trainperf.records.epochs import EpochRecord, IntervalRecord
 from trainperf.records.files import parse_record
-from trainperf.records.kinds import (
-    PERF_DIRNAME,
-    AlertEvent,
-    EpochRecord,
-    IntervalRecord,
-    LifecycleRecord,
-    Record,
-    ResourceSample,
-    RunDirError,
-    current_schema,
-)
+from trainperf.records.monitoring import AlertEvent, LifecycleRecord, ResourceSample
+from trainperf.records.schema import PERF_DIRNAME, Record, RunDirError, current_schema
 
 EXIT_ENDED = 0
 EXIT_LOST = 1

@@ -1,4 +1,6 @@
-"""A change that a finding proposes and ``trainperf try`` can measure (by re-running the run's own
+"""A change that a finding proposes and ``trainperf try`` can measure.
+
+A change that a finding proposes and ``trainperf try`` can measure (by re-running the run's own
 command with it)."""
 
 from __future__ import annotations

@@ -1,4 +1,6 @@
-"""One resource sample's CPU split: the host busy, this run's part, the others' (in % of all the
+"""One resource sample's CPU split and whether the moment was contended.
+
+One resource sample's CPU split: the host busy, this run's part, the others' (in % of all the
 host's cores), and whether the moment was contended. Read by the ``throughput_drop`` alert and
 by the contention analysis (:mod:`trainperf.analysis.contention`)."""
 

@@ -1,5 +1,6 @@
-"""The one vocabulary of finding ids: every id a built-in rule can emit, spelled here and nowhere
-else in the package (a test checks it).
+"""The one vocabulary of finding ids.
+
+Every id a built-in rule can emit, spelled here and nowhere else in the package (a test checks it).
 
 Three kinds of id, one enum each, every member a ``str`` (so ``f.id == FindingId.INPUT_BOUND``,
 JSON and ``--json`` output read the plain word):

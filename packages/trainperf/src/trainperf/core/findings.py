@@ -1,4 +1,6 @@
-"""The one vocabulary of diagnoses: :class:`Finding`, its severities and confidences, and the one
+"""The one vocabulary of diagnoses: :class:`Finding` and the thresholds table.
+
+The one vocabulary of diagnoses: :class:`Finding`, its severities and confidences, and the one
 thresholds table (:data:`THRESHOLDS`) that the live alert rules (:mod:`trainperf.alerts`), the
 trace rules (:mod:`trainperf.analysis.trace.trace_rules`) and the verdict
 (:mod:`trainperf.analysis.verdict`)

@@ -1,4 +1,6 @@
-"""Names a package offers without importing their modules until first use (PEP 562): the one
+"""Names a package offers without importing their modules until first use.
+
+Names a package offers without importing their modules until first use (PEP 562): the one
 ``__getattr__`` the public packages share (``import trainperf`` loads no Lightning, Rich or
 matplotlib; ``trainperf --help`` no matplotlib)."""
 

@@ -1,4 +1,6 @@
-"""Old import paths kept working for one release: a module that moved (or a name that was
+"""Old import paths kept working for one release, with a deprecation warning.
+
+Old import paths kept working for one release: a module that moved (or a name that was
 renamed) leaves a shim whose attributes warn with a ``DeprecationWarning`` naming the new path.
 
 A shim module is three lines::
@@ -15,7 +17,7 @@ from __future__ import annotations
 
 import importlib
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 #: The release from which the old paths stop working.
@@ -49,5 +51,25 @@ def moved_module(
             stacklevel=2,
         )
         return value
+
+    return __getattr__
+
+
+#: Every split module so far, old module -> the modules its names went to (the test walks it).
+SPLITS: dict[str, tuple[str, ...]] = {}
+
+
+def split_module(old: str, news: Sequence[str]) -> Callable[[str], Any]:
+    """A module ``__getattr__`` for ``old``, split into the modules ``news``: a name resolves to
+    the first of them whose ``__all__`` holds it, with a ``DeprecationWarning`` naming it."""
+    SPLITS[old] = tuple(news)
+
+    def __getattr__(name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        for new in news:
+            if name in getattr(importlib.import_module(new), "__all__", ()):
+                return moved_module(old, new)(name)
+        raise AttributeError(f"module {old!r} has no attribute {name!r}")
 
     return __getattr__

@@ -1,4 +1,6 @@
-"""Figures across DDP ranks (pure; the gather happens in the callbacks): the spread of one
+"""Figures across DDP ranks: the spread of one figure and the straggler.
+
+Figures across DDP ranks (pure; the gather happens in the callbacks): the spread of one
 figure, and the straggler with its cause.
 
 Why not epoch time: ranks synchronise in every backward (the gradient all-reduce), so they finish

@@ -1,4 +1,6 @@
-"""The one rule shape: a rule reads one typed context and returns findings; a registry keeps a
+"""The one rule shape, its registries and the ordered evaluation of a rule list.
+
+The one rule shape: a rule reads one typed context and returns findings; a registry keeps a
 domain's default rules, and :func:`evaluate` runs a list of them in the order their declared
 dependencies give.
 

@@ -1,6 +1,7 @@
-"""The one stage vocabulary: :class:`Stage` (``train``, ``val``, ``test``), the names used in
-metric keys, run-directory records and reports, and :meth:`Stage.parse` for every other spelling
-(a framework's running-stage names, ``validation``, the trace analyzer's names)."""
+"""The one stage vocabulary: :class:`Stage` (``train``, ``val``, ``test``).
+
+The names used in metric keys, run-directory records and reports, and :meth:`Stage.parse` for every
+other spelling (a framework's running-stage names, ``validation``, the trace analyzer's names)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""The short training window of a ``trainperf try`` trial, passed to the re-run command in one
+"""The short training window of a ``trainperf try`` trial, in one variable.
+
+The short training window of a ``trainperf try`` trial, passed to the re-run command in one
 environment variable (:data:`ENV_VAR`), so it works for any Lightning app that records with our
 performance callbacks, whatever its configuration keys are called. The callbacks
 (:mod:`trainperf.lightning.trial_fit`) read it at ``setup``, open the window through

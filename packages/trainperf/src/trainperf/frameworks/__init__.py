@@ -13,7 +13,7 @@ the layers below it.
 from __future__ import annotations
 
 from trainperf.core.actions import register_grammar, register_packages
-from trainperf.records.kinds import JsonValue
+from trainperf.records.schema import JsonValue
 
 __all__ = ["CONFIG_PACKAGES", "register_known"]
 

@@ -2,12 +2,12 @@
 
 Hydra is read where the process has loaded it (``sys.modules``), never imported: the toolkit does
 not depend on it. :func:`launch_facts` gives the ``hydra`` entry (``trainperf try`` re-runs the
-app with overrides; :class:`~trainperf.records.kinds.HydraApp`); ``import trainperf`` registers it
-with :func:`trainperf.records.run_info.register_facts`, so every writer of ``run.json`` records it
-as before. :func:`app_info` gives the ``app`` entry (:class:`~trainperf.records.kinds.
-FrameworkInfo`): the app's name, its resolved config and overrides, and how a change is written
-there (``key=value``), which the framework adapters record at the start of a run so that the
-report and advice need not read ``.hydra/`` themselves.
+app with overrides; :class:`~trainperf.records.run_record.HydraApp`); ``import trainperf``
+registers it with :func:`trainperf.records.run_info.register_facts`, so every writer of
+``run.json`` records it as before. :func:`app_info` gives the ``app`` entry
+(:class:`~trainperf.records.framework_info.FrameworkInfo`): the app's name, its resolved config
+and overrides, and how a change is written there (``key=value``), which the framework adapters
+record at the start of a run so that the report and advice need not read ``.hydra/`` themselves.
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ from typing import Any
 import msgspec
 
 from trainperf.records.framework_info import FrameworkInfo
-from trainperf.records.kinds import HydraApp, JsonValue
+from trainperf.records.run_record import HydraApp
+from trainperf.records.schema import JsonValue
 
 __all__ = ["CONFIG_SECTION", "app_info", "hydra_app", "launch_facts"]
 

@@ -1,6 +1,6 @@
 """How each framework writes the changes advice proposes, as data an adapter records.
 
-An adapter records its framework in ``perf/run.json`` (:class:`~trainperf.records.kinds.
+An adapter records its framework in ``perf/run.json`` (:class:`~trainperf.records.framework_info.
 FrameworkInfo`): these tables give the spelling of each change in that framework's own words
 (``{value}`` is the new value, written as the framework's ``literals`` say), and the changes
 ``trainperf try`` cannot apply there, with why. The adapter adds the values its run showed
@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from trainperf.records.framework_info import FrameworkInfo, Setting
-from trainperf.records.kinds import JsonValue
+from trainperf.records.schema import JsonValue
 
 __all__ = ["HF", "LIGHTNING", "LOOP", "framework_info"]
 

@@ -1,4 +1,6 @@
-"""``trainperf.hf.PerfCallback``: the performance monitors for a Hugging Face ``Trainer``::
+"""``trainperf.hf.PerfCallback``: the performance monitors for a Hugging Face ``Trainer``.
+
+One callback passed to the Trainer::
 
     from trainperf.hf import PerfCallback
     trainer = Trainer(model=model, args=args, train_dataset=..., callbacks=[PerfCallback()])
@@ -6,7 +8,7 @@
 
 It records the run folder the other adapters write (``perf/run.json``, ``perf/epochs.jsonl``,
 ...) under ``args.output_dir`` (or the folder it is given) on a
-:class:`~trainperf.recording.step_recorder.StepRecorder`: a ``train`` window per epoch, a ``val``
+:class:`~trainperf.recording.run_recorder.RunRecorder`: a ``train`` window per epoch, a ``val``
 window per evaluation (inside training it pauses the train window). Phases (the clock's names),
 summing to each window's wall time, from the ``TrainerCallback`` events in their order
 (``FIELD_NOTES.md``, "Other training loops") and hooks on the ``model`` the events carry:
@@ -53,8 +55,8 @@ from trainperf.core.trial_window import TryWindow
 from trainperf.errors import PerfCallbackWarning
 from trainperf.hf.trial_arguments import KnobNotApplicable, apply_knobs, refuse
 from trainperf.hf.versions import check_versions
-from trainperf.recording.step_recorder import StepRecorder, batch_size_of
-from trainperf.records.kinds import HfTrainerSetup
+from trainperf.recording.run_recorder import RunRecorder, batch_size_of
+from trainperf.records.run_record import HfTrainerSetup
 
 __all__ = ["PerfCallback"]
 
@@ -141,7 +143,7 @@ class PerfCallback(TrainerCallback):
         self.track_memory = track_memory
         self.sync_cuda = sync_cuda
         self.window = TryWindow.from_env()
-        self.recorder: StepRecorder | None = None
+        self.recorder: RunRecorder | None = None
         self._knobs_applied = False
         self._model: torch.nn.Module | None = None
         self._handles: list[Any] = []
@@ -184,7 +186,7 @@ class PerfCallback(TrainerCallback):
             return self.run_dir
         return Path(args.output_dir or "trainer_output")
 
-    def _open(self, args: TrainingArguments, model: Any, run: str) -> StepRecorder | None:
+    def _open(self, args: TrainingArguments, model: Any, run: str) -> RunRecorder | None:
         """The recorder, started now for ``run`` (``fit`` / ``validate``) when none runs."""
         if self.recorder is not None:
             return self.recorder
@@ -200,7 +202,7 @@ class PerfCallback(TrainerCallback):
                 rank0,
             )
         device = getattr(args, "device", None)
-        rec = StepRecorder(
+        rec = RunRecorder(
             self._folder(args),
             device=device,
             track_memory=self.track_memory,

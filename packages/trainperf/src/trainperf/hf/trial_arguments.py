@@ -1,4 +1,6 @@
-"""A ``trainperf try`` trial on a Hugging Face ``Trainer``: the window of ``TRAINPERF_TRY_WINDOW``
+"""A ``trainperf try`` trial's window and knobs on a Hugging Face ``Trainer``.
+
+A ``trainperf try`` trial on a Hugging Face ``Trainer``: the window of ``TRAINPERF_TRY_WINDOW``
 (:mod:`trainperf.core.trial_window`) and its knobs (:mod:`trainperf.core.knobs`), applied by
 :class:`~trainperf.hf.callback.PerfCallback`.
 
@@ -22,7 +24,7 @@ from typing import Any
 from trainperf.core.knobs import Knob
 from trainperf.recording.knob_effects import KnobNotApplicable
 from trainperf.records.files import RecordWriter
-from trainperf.records.kinds import KnobRecord
+from trainperf.records.try_record import KnobRecord
 
 __all__ = ["ARGUMENTS", "KnobNotApplicable", "apply_knobs", "refuse"]
 

@@ -1,4 +1,6 @@
-"""The ``transformers`` releases :class:`~trainperf.hf.callback.PerfCallback` was tested with: its
+"""The ``transformers`` releases the Trainer adapter was tested with.
+
+The ``transformers`` releases :class:`~trainperf.hf.callback.PerfCallback` was tested with: its
 phase split relies on the order of the ``TrainerCallback`` events inside ``Trainer.train`` (the
 batches of one optimizer step fetched before ``on_step_begin``, ``on_pre_optimizer_step`` /
 ``on_optimizer_step`` around ``optimizer.step()``, logging / evaluation / saving after

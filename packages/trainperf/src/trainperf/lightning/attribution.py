@@ -1,4 +1,6 @@
-"""Attribution: which phase and owner the recorder's clock charges, driven by Lightning's action
+"""Which phase and owner the recorder's clock charges, from Lightning's actions.
+
+Attribution: which phase and owner the recorder's clock charges, driven by Lightning's action
 stream (the hot path of the performance callbacks).
 
 :class:`ActionAttribution` is the ``ActionListener`` (``lightning/action_stream.py``) of a

@@ -26,8 +26,9 @@ from trainperf.recording.epoch_report import (
     int_at_least,
     normalize_stages,
 )
-from trainperf.records.kinds import EpochRecord, JsonValue
+from trainperf.records.epochs import EpochRecord
 from trainperf.records.run_info import to_jsonable
+from trainperf.records.schema import JsonValue
 
 
 def _json_safe_hparams(pl_module: L.LightningModule) -> JsonValue:

@@ -1,5 +1,6 @@
-"""Lightning's three batch-end hooks as one method with the stage, for callbacks that do the same
-thing at the end of a training, validation and test batch."""
+"""Lightning's three batch-end hooks as one method with the stage.
+
+For callbacks that do the same thing at the end of a training, validation and test batch."""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""At each training epoch's end: memory creep named by attribute (``trainperf.probe.growth``) and
+"""The scans at each training epoch's end: memory creep and recompiles.
+
+At each training epoch's end: memory creep named by attribute (``trainperf.probe.growth``) and
 ``torch.compile`` recompiles with their reason (``trainperf.probe.recompiles``). Nothing per
 step."""
 
@@ -24,9 +26,11 @@ from trainperf.errors import PerfCallbackWarning, warn_off
 from trainperf.lightning.trial_fit import perf_root
 from trainperf.probe.growth import MAX_ITEMS, scan
 from trainperf.probe.recompiles import CompileWatch, ShapeCounter
+from trainperf.records.epoch_scans import GrowthRecord, RecompilesRecord
 from trainperf.records.files import RecordWriter
-from trainperf.records.kinds import GrowthRecord, RecompilesRecord, Record, RunRecord
 from trainperf.records.run_info import write_run_info
+from trainperf.records.run_record import RunRecord
+from trainperf.records.schema import Record
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,6 @@
-"""What ``perf/run.json`` records of the framework a Lightning run used, and the app above it:
+"""What ``perf/run.json`` records of a Lightning run's framework and app.
+
+What ``perf/run.json`` records of the framework a Lightning run used, and the app above it:
 ``framework`` (Lightning, its version, the settings advice may name with their values in this
 run, each change in Lightning's words: :data:`trainperf.frameworks.spellings.LIGHTNING`) and
 ``app`` (a Hydra app's name, saved config and overrides: :func:`trainperf.frameworks.hydra_app.
@@ -12,7 +14,7 @@ import torch
 
 from trainperf.frameworks.hydra_app import app_info
 from trainperf.frameworks.spellings import LIGHTNING, framework_info
-from trainperf.records.kinds import JsonValue
+from trainperf.records.schema import JsonValue
 
 
 def framework_entries(trainer: L.Trainer) -> dict[str, JsonValue]:

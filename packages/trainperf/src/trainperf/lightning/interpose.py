@@ -1,4 +1,6 @@
-"""The one place where the performance callbacks interpose on Lightning and torch beyond their
+"""The one place the callbacks interpose on Lightning and torch internals.
+
+The one place where the performance callbacks interpose on Lightning and torch beyond their
 public interfaces: worker-side DataLoader timing, and the live phase split in Lightning's own
 progress bars (:func:`show_phase_split`, at the end).
 

@@ -1,4 +1,6 @@
-"""Apply a ``trainperf try`` trial's runtime knobs (:mod:`trainperf.core.knobs`) to a run we did not
+"""Apply a ``trainperf try`` trial's runtime knobs to a Lightning run.
+
+Apply a ``trainperf try`` trial's runtime knobs (:mod:`trainperf.core.knobs`) to a run we did not
 configure, at ``setup``, through public APIs:
 
 - ``torch``: ``torch.set_num_threads``, ``torch.set_float32_matmul_precision``,

@@ -1,4 +1,6 @@
-"""The live phase line in the progress bars: ``forward 52% backward 41% data_wait 3% · 17.0
+"""The live phase line in Lightning's progress bars.
+
+The live phase line in the progress bars: ``forward 52% backward 41% data_wait 3% · 17.0
 samples/s · compute-bound``, read from the performance monitors' recorder (its open window, the
 phase clock so far, the last gathered epoch's straggler) and worded by
 :mod:`trainperf.present.live`.

@@ -1,4 +1,6 @@
-"""Epoch reports through Lightning's loggers (the neutral parts of an epoch report live in
+"""Epoch reports through Lightning's loggers.
+
+Epoch reports through Lightning's loggers (the neutral parts of an epoch report live in
 ``trainperf.recording.epoch_report``)."""
 
 from __future__ import annotations

@@ -1,4 +1,6 @@
-"""What the performance monitors give a plain script at their defaults, beyond their own figures:
+"""What the performance monitors add at their defaults: epoch scan, live line.
+
+What the performance monitors give a plain script at their defaults, beyond their own figures:
 the epoch scan (memory creep named by attribute, ``torch.compile`` recompiles) run from their own
 hooks, and the live phase split in Lightning's own progress bar (and, when stdout is not a
 terminal, as one plain line every 30 s whatever the bar).

@@ -15,7 +15,7 @@ from trainperf.lightning.monitor_defaults import MonitorDefaults
 from trainperf.present.console import print_renderable
 from trainperf.recording.cross_rank import DURATION_FIGURES
 from trainperf.recording.epoch_report import IntervalProgress, per_second
-from trainperf.records.kinds import EpochRecord
+from trainperf.records.epochs import EpochRecord
 from trainperf.records.run_info import CORRUPT, EVICTIONS, HITS, MISSES, cache_names, hit_rate
 
 _BATCH_STATS = ("mean", "median", "p95", "p99", "std")
@@ -203,7 +203,7 @@ class PerformanceProfilerCallback(MonitorDefaults):
             phase comes from CUDA events read without blocking. No effect without CUDA.
         write_run_files: write the run directory's ``perf/epochs.jsonl``,
             ``perf/intervals.jsonl`` and ``perf/run.json`` (``trainer.default_root_dir``; format
-            in ``trainperf.records.kinds``), read by ``trainperf report`` and ``trainperf
+            in ``trainperf.records``), read by ``trainperf report`` and ``trainperf
             baseline``.
         epoch_scan: the epoch scan (memory creep named by attribute, ``torch.compile``
             recompiles; :class:`EpochScanCallback`) run from this callback's hooks, at training

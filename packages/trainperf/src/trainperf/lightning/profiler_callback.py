@@ -1,4 +1,6 @@
-"""``ProfilerCallback``: torch.profiler windows over chosen epochs or on demand, analysed as soon
+"""``ProfilerCallback``: torch.profiler windows, analysed as they close.
+
+``ProfilerCallback``: torch.profiler windows over chosen epochs or on demand, analysed as soon
 as they close.
 
 A window is a ``torch.profiler.profile`` started at the stage's epoch start (or, on demand, at a
@@ -45,7 +47,7 @@ from trainperf.recording.profiler_settings import (
     apply_flat,
 )
 from trainperf.records.files import RecordWriter
-from trainperf.records.kinds import ProfilerWindow
+from trainperf.records.monitoring import ProfilerWindow
 
 log = logging.getLogger(__name__)
 
@@ -79,8 +81,9 @@ class ProfilerCallback(BatchEndHooks):
     """torch.profiler over chosen epochs or on demand (see the module docstring).
 
     Traces go to ``<output_dir>/epoch_{N}.json[.gz]``. When a window closes, rank zero prints the
-    top-k tables and findings and appends one :class:`~trainperf.records.kinds.ProfilerWindow` to
-    ``<run>/perf/profiler.jsonl``; every logger gets a few scalars.
+    top-k tables and findings and appends one
+    :class:`~trainperf.records.monitoring.ProfilerWindow` to ``<run>/perf/profiler.jsonl``; every
+    logger gets a few scalars.
 
     Args:
         enabled: ``False`` makes every hook a no-op.

@@ -1,4 +1,6 @@
-"""A closed ``ProfilerCallback`` window summarised: all its cycles analysed as one trace table,
+"""A closed ``ProfilerCallback`` window summarised, printed and recorded.
+
+A closed ``ProfilerCallback`` window summarised: all its cycles analysed as one trace table,
 the trace's phases set beside the live phase clock's over the same steps, the tables and
 findings printed (rank zero), a few scalars sent to every logger, and the window's
 ``profiler.jsonl`` record."""
@@ -19,7 +21,7 @@ from trainperf.lightning.loggers import log_to_loggers
 from trainperf.lightning.profiler_window import Window
 from trainperf.present.trace_tables import print_analysis
 from trainperf.probe.sync_debug import sync_lines_finding
-from trainperf.records.kinds import ProfilerWindow
+from trainperf.records.monitoring import ProfilerWindow
 
 log = logging.getLogger("trainperf.lightning.profiler_callback")
 

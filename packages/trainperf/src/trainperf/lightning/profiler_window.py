@@ -1,4 +1,6 @@
-"""One window of ``ProfilerCallback``: the live ``torch.profiler`` object and the trace files of its
+"""One window of ``ProfilerCallback``: the live profiler and its trace files.
+
+One window of ``ProfilerCallback``: the live ``torch.profiler`` object and the trace files of its
 cycles, and the ranges that name every Lightning action in the trace while it records."""
 
 from __future__ import annotations

@@ -69,7 +69,7 @@ from trainperf.recording.window_events import (
     EV_VAL_END,
     EV_VAL_START,
 )
-from trainperf.records.kinds import EpochRecord, LoaderSettings
+from trainperf.records.epochs import EpochRecord, LoaderSettings
 
 #: Why worker timing was off, each said once per process (a sweep or a notebook fits again and
 #: again with the same torch).

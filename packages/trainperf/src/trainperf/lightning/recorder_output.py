@@ -1,4 +1,6 @@
-"""Where the recorder's figures go: the run files (rank zero: ``perf/run.json``,
+"""Where the Lightning recorder's figures go: run files, monitors, loggers.
+
+Where the recorder's figures go: the run files (rank zero: ``perf/run.json``,
 ``perf/epochs.jsonl``, ``perf/intervals.jsonl``), this rank's lines in ``perf/lifecycle.jsonl``,
 the subscribed monitors, and the loggers (one ``log_metrics`` call per interval for all of
 them)."""
@@ -17,7 +19,8 @@ from trainperf.lightning.trial_fit import perf_root
 from trainperf.recording.epoch_report import IntervalProgress, Subscriber
 from trainperf.recording.run_files import Lifecycle, RunFiles
 from trainperf.recording.stage_state import EpochWindow
-from trainperf.records.kinds import EpochRecord, JsonValue
+from trainperf.records.epochs import EpochRecord
+from trainperf.records.schema import JsonValue
 
 
 class RecorderOutput:

@@ -37,8 +37,10 @@ from trainperf.probe.resources import (
     ResourceSampler,
     StepSignals,
 )
+from trainperf.records.epochs import EpochRecord
 from trainperf.records.files import RecordWriter
-from trainperf.records.kinds import PERF_DIRNAME, EpochRecord, ResourceSample
+from trainperf.records.monitoring import ResourceSample
+from trainperf.records.schema import PERF_DIRNAME
 
 # trainer.validate / trainer.test: sampled like a fit of their own
 _STANDALONE = (TrainerFn.VALIDATING, TrainerFn.TESTING)

@@ -1,4 +1,6 @@
-"""Samples and batches per second for train / validation / test, from the first epoch, and the
+"""Samples and batches per second per stage, and MFU.
+
+Samples and batches per second for train / validation / test, from the first epoch, and the
 model's achieved FLOP/s against this machine's measured peak (MFU)."""
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from trainperf.lightning.epoch_scan import EpochScanCallback
 from trainperf.lightning.loggers import log_to_loggers
 from trainperf.lightning.monitor_defaults import MonitorDefaults
 from trainperf.recording.epoch_report import IntervalProgress, per_second
-from trainperf.records.kinds import EpochRecord
+from trainperf.records.epochs import EpochRecord
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,6 @@
-"""The Lightning side of a ``trainperf try`` trial window (format:
+"""The Lightning side of a ``trainperf try`` trial window.
+
+The Lightning side of a ``trainperf try`` trial window (format:
 :mod:`trainperf.core.trial_window`).
 
 When ``TRAINPERF_TRY_WINDOW`` is set, the first performance callback to set up in a fit opens the

@@ -1,4 +1,6 @@
-"""The Monitor's options beyond the phases: resource sampling on a thread
+"""The plain loop Monitor's resource sampling and profiler windows.
+
+The Monitor's options beyond the phases: resource sampling on a thread
 (``trainperf.probe.resources``, the alert rules with their log and ``alerts.jsonl`` sinks) and
 ``torch.profiler`` windows over the epochs a :class:`ProfileSchedule` names, with the traces
 where :class:`TraceOptions` puts them (``profiler_traces/epoch_{N}.json``; ``trainperf analyze``
@@ -19,16 +21,16 @@ from trainperf.alerts.sinks import AlertSink, JsonlSink, LogSink
 from trainperf.errors import PerfCallbackWarning
 from trainperf.probe.resources import ResourceMonitor, ResourceSampler, StepSignals
 from trainperf.recording.profiler_settings import ProfileSchedule, TraceOptions
-from trainperf.recording.step_recorder import StepRecorder
+from trainperf.recording.run_recorder import RunRecorder
 from trainperf.records.files import RecordWriter
-from trainperf.records.kinds import ResourceSample
+from trainperf.records.monitoring import ResourceSample
 
 
 class ResourceSampling:
     """Host, DataLoader-worker, disk and GPU resources every second on a daemon thread, into
     ``run_dir/perf/resources.jsonl`` (rank zero) with the alert rules."""
 
-    def __init__(self, run_dir: Path, recorder: StepRecorder) -> None:
+    def __init__(self, run_dir: Path, recorder: RunRecorder) -> None:
         self.signals = StepSignals()
         self.monitor: ResourceMonitor | None = None
         cuda = recorder.device.index if recorder.device.type == "cuda" else None

@@ -1,4 +1,6 @@
-"""Forward, backward and optimizer of a plain loop, seen without editing it: forward through the
+"""Forward, backward and optimizer of a plain loop, seen through torch hooks.
+
+Forward, backward and optimizer of a plain loop, seen without editing it: forward through the
 root module's ``register_forward_pre_hook`` / ``register_forward_hook``, the optimizer step
 through torch's global step hooks (``register_optimizer_step_pre_hook`` / ``_post_hook``,
 filtered to the Monitor's optimizer), and backward as what lies between forward's end and the

@@ -1,5 +1,6 @@
-"""``trainperf.loop.Monitor``: the performance monitors for a plain PyTorch loop, three lines
-added to it::
+"""``trainperf.loop.Monitor``: the performance monitors for a plain PyTorch loop.
+
+Three lines added to it::
 
     from trainperf.loop import Monitor
     with Monitor("runs/plain", model=model, optimizer=optimizer) as mon:
@@ -41,8 +42,8 @@ from trainperf.loop.trial_knobs import KnobLog, apply_process_knobs, rebuild_loa
 from trainperf.present.live import live_line, live_verdict
 from trainperf.recording.profiler_settings import ProfileSchedule, TraceOptions
 from trainperf.recording.run_files import Interruption
-from trainperf.recording.step_recorder import StepRecorder, batch_size_of
-from trainperf.records.kinds import PlainLoopSetup
+from trainperf.recording.run_recorder import RunRecorder, batch_size_of
+from trainperf.records.run_record import PlainLoopSetup
 
 __all__ = ["Monitor"]
 
@@ -106,7 +107,7 @@ class Monitor:
             device = param.device if param is not None else None
         self.model = model
         self.optimizer = optimizer
-        self.recorder = StepRecorder(
+        self.recorder = RunRecorder(
             root, device=device, group=group, track_memory=track_memory, sync_cuda=sync_cuda,
             who="trainperf.loop.Monitor",
         )  # fmt: skip

@@ -1,4 +1,6 @@
-"""A ``trainperf try`` trial on a plain loop: the window of ``TRAINPERF_TRY_WINDOW``
+"""A ``trainperf try`` trial's window and knobs on a plain loop.
+
+A ``trainperf try`` trial on a plain loop: the window of ``TRAINPERF_TRY_WINDOW``
 (:mod:`trainperf.core.trial_window`) and its runtime knobs (:mod:`trainperf.core.knobs`),
 applied by :class:`~trainperf.loop.plain_monitor.Monitor` through public torch API only.
 

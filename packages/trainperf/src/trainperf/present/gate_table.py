@@ -1,6 +1,7 @@
-"""What ``trainperf baseline`` and ``trainperf check`` print: a baseline's figures, and the gate's
-rows with the band and the rules that decided each status (:func:`row_cells`, also the report's
-table), then its verdict as plain words."""
+"""What ``trainperf baseline`` and ``trainperf check`` print.
+
+A baseline's figures, and the gate's rows with the band and the rules that decided each status
+(:func:`row_cells`, also the report's table), then its verdict as plain words."""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""Console rendering of a rank set (per-rank side by side, stragglers, findings), of an
+"""Console tables of a rank set, communication and trace integrity.
+
+Console rendering of a rank set (per-rank side by side, stragglers, findings), of an
 analysis's communication and of its integrity section (one line per problem, nothing when
 clean)."""
 
@@ -11,7 +13,7 @@ from rich.table import Table
 
 from trainperf.analysis.trace.integrity import Integrity
 from trainperf.analysis.trace.rankset import RankSetAnalysis, RankSummary, StragglerView
-from trainperf.analysis.trace.result import CommSummary
+from trainperf.analysis.trace.trace_analysis import CommSummary
 from trainperf.present.trace_tables import _SEVERITY_STYLE, _fmt
 
 

@@ -11,9 +11,9 @@ from rich.table import Table
 
 from trainperf.analysis.trace.agreement import PhaseAgreement
 from trainperf.analysis.trace.compare import TraceComparison
-from trainperf.analysis.trace.names import short_name, short_names
-from trainperf.analysis.trace.result import DeviceOpRow, OpRow, TraceAnalysis
-from trainperf.analysis.trace.steps import GPU_PARTS, PHASES
+from trainperf.analysis.trace.short_names import short_name, short_names
+from trainperf.analysis.trace.step_phases import GPU_PARTS, PHASES
+from trainperf.analysis.trace.trace_analysis import DeviceOpRow, OpRow, TraceAnalysis
 from trainperf.core.findings import Finding
 from trainperf.core.significance import OUTCOME_STYLE
 from trainperf.present.console import fit_table
@@ -66,7 +66,8 @@ def _op_cells(i: int, r: OpRow | DeviceOpRow, name: str) -> dict[str, str]:
 def _op_table(title: str, rows: Sequence[OpRow | DeviceOpRow], device: bool, width: int) -> Table:
     """Top ops. Numbers never wrap; op names are never cut (two long names cut to the same
     prefix read as one op): their template and argument lists are folded (``kernel<…>(…)``,
-    :func:`~trainperf.analysis.trace.names.short_names`, kept apart where two would read alike) and
+    :func:`~trainperf.analysis.trace.short_names.short_names`, kept apart where two would read
+    alike) and
     what remains folds onto more lines. When the terminal is too narrow even so, columns go in a
     fixed order: ``total ms`` (CPU), ``launched by`` (device), ``calls``."""
     columns: list[tuple[str, str]] = [("#", "num"), ("name", "text"), ("calls", "num")]

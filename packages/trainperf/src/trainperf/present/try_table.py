@@ -13,7 +13,7 @@ from rich.table import Table
 from trainperf.analysis.try_plan import BudgetPlan, duration
 from trainperf.analysis.tryouts import MIN_PAIRS, RECOMMEND_ABOVE, TrialEvent
 from trainperf.present.console import fit_table, print_renderable, stdout_is_live
-from trainperf.records.kinds import TryRecord
+from trainperf.records.try_record import TryRecord
 
 __all__ = [
     "format_trial",

@@ -1,4 +1,6 @@
-"""One cheap memory snapshot of this process, the host and the current CUDA device; a cheaper
+"""Memory snapshots of this process, the host and the CUDA device.
+
+One cheap memory snapshot of this process, the host and the current CUDA device; a cheaper
 sample of what a peak needs; and :class:`MemorySampler`, which paces in-epoch peak samples."""
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from types import FunctionType, MethodType, ModuleType
 from typing import TYPE_CHECKING, Any
 
-from trainperf.records.kinds import GrowthNode, GrowthRecord
+from trainperf.records.epoch_scans import GrowthNode, GrowthRecord
 
 if TYPE_CHECKING:
     import torch

@@ -1,4 +1,6 @@
-"""The private parts of torch that DataLoader worker timing (:mod:`trainperf.probe.worker`)
+"""The private torch parts DataLoader worker timing relies on, checked at run time.
+
+The private parts of torch that DataLoader worker timing (:mod:`trainperf.probe.worker`)
 relies on, checked at run time instead of trusting a version list.
 
 Each :class:`Seam` names one private attribute, signature or behaviour and checks it in this

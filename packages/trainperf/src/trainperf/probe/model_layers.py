@@ -1,12 +1,15 @@
-"""What a model is made of, counted once (no forward, no device read): its parameters and those of
+"""What a model is made of, counted once: its parameters and convolutions.
+
+What a model is made of, counted once (no forward, no device read): its parameters and those of
 its convolutions, so advice that only fits convolutional models (channels_last) is given only to
-them. Recorded in ``run.json``'s ``"model"`` (:class:`~trainperf.records.kinds.ModelLayers`)."""
+them. Recorded in ``run.json``'s ``"model"``
+(:class:`~trainperf.records.run_record.ModelLayers`)."""
 
 from __future__ import annotations
 
 from torch import nn
 
-from trainperf.records.kinds import ModelLayers
+from trainperf.records.run_record import ModelLayers
 
 __all__ = ["model_layers"]
 

@@ -1,4 +1,6 @@
-"""This host's peak FLOP/s, *measured*: a short matmul and convolution micro-benchmark per device
+"""This host's measured peak FLOP/s, per device and dtype, cached per host.
+
+This host's peak FLOP/s, *measured*: a short matmul and convolution micro-benchmark per device
 and dtype, cached per host, so "model FLOPs utilisation" (MFU) has a denominator that is true of
 the machine the run used (a shared 2-core VM and a 64-core server differ by 50x; a spec sheet
 says neither).

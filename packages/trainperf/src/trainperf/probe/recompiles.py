@@ -29,7 +29,7 @@ from collections import Counter
 from itertools import islice
 from typing import Any
 
-from trainperf.records.kinds import RecompileReason, RecompilesRecord, merge_reasons
+from trainperf.records.epoch_scans import RecompileReason, RecompilesRecord, merge_reasons
 
 #: torch versions (major, minor) whose compilation-metrics surface this module was checked on.
 TESTED_TORCH = ((2, 13),)

@@ -1,4 +1,6 @@
-"""Live host-device syncs named by their line: ``torch.cuda.set_sync_debug_mode("warn")`` over a
+"""Live host-device syncs named by the user's line that caused them.
+
+Live host-device syncs named by their line: ``torch.cuda.set_sync_debug_mode("warn")`` over a
 window of steps, each warning traced back to the innermost frame of the user's code.
 
 In ``warn`` mode every synchronizing CUDA call (``.item()``, ``.cpu()``, ``.tolist()``, a blocking

@@ -1,4 +1,6 @@
-"""What crosses ranks (any ``torch.distributed`` process group): the epoch-close exchange and
+"""What crosses ranks: the epoch-close exchange and the all-reduce timer.
+
+What crosses ranks (any ``torch.distributed`` process group): the epoch-close exchange and
 the gradient all-reduce timer.
 
 At each stage epoch's close every rank sends one :class:`RankEpoch` in one
@@ -22,7 +24,7 @@ import torch
 from trainperf.core.clock import PHASES
 from trainperf.core.ranks import Straggler, find_straggler, rank_spread
 from trainperf.recording.epoch_report import per_second
-from trainperf.records.kinds import EpochRecord
+from trainperf.records.epochs import EpochRecord
 
 # Figures whose spread over ranks is reported. Durations first: their largest value names a
 # slowest rank.

@@ -1,4 +1,6 @@
-"""GPU time per phase from CUDA events recorded at phase switches, read without blocking; and
+"""GPU time per phase from CUDA events, read without blocking.
+
+GPU time per phase from CUDA events recorded at phase switches, read without blocking; and
 :func:`device_clock`, the recorder's clock for its device."""
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ from typing import Any, NamedTuple, Protocol
 
 from trainperf.core.stage import Stage
 from trainperf.errors import ConfigError
-from trainperf.records.kinds import EpochRecord
+from trainperf.records.epochs import EpochRecord
 
 
 def normalize_stages(stages: Iterable[str], owner: str) -> frozenset[Stage]:

@@ -1,4 +1,6 @@
-"""What a ``trainperf try`` trial's runtime knobs (:mod:`trainperf.core.knobs`) do, whichever
+"""What a ``trainperf try`` trial's runtime knobs do, for every adapter.
+
+What a ``trainperf try`` trial's runtime knobs (:mod:`trainperf.core.knobs`) do, whichever
 adapter applies them: the knobs' log (``perf/knobs.jsonl``), the error that ends a trial whose
 knob the run cannot take, the process-wide ``torch`` knobs and a fused optimizer step. The
 adapters (``trainperf.lightning``, ``trainperf.loop``, ``trainperf.hf``) decide when and to what
@@ -14,7 +16,7 @@ import torch
 from trainperf.core.knobs import Knob
 from trainperf.errors import InputError
 from trainperf.records.files import RecordWriter
-from trainperf.records.kinds import KnobRecord
+from trainperf.records.try_record import KnobRecord
 
 __all__ = ["KnobLog", "KnobNotApplicable", "KnobRefused", "apply_torch_knob", "fuse_optimizer"]
 

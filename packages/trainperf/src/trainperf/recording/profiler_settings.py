@@ -1,4 +1,6 @@
-"""``ProfilerCallback``'s settings as two typed, validated objects: :class:`ProfileSchedule`
+"""``ProfilerCallback``'s settings: :class:`ProfileSchedule`, :class:`TraceOptions`.
+
+``ProfilerCallback``'s settings as two typed, validated objects: :class:`ProfileSchedule`
 (when to profile) and :class:`TraceOptions` (what a window records and keeps). Each rejects a
 bad value with one ``ConfigError`` naming the field and the value; Hydra builds them as nested
 ``_target_`` entries of the callback's config."""

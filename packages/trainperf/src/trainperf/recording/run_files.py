@@ -1,7 +1,8 @@
-"""The recorder's part of the run directory: ``perf/run.json``, ``perf/epochs.jsonl``,
-``perf/intervals.jsonl`` and ``perf/lifecycle.jsonl`` (records in ``trainperf.records.kinds``), and
-the :class:`Interruption` a lifecycle's end records (telling an interruption from a failure is the
-adapter's: ``trainperf.lightning.interruption``)."""
+"""The recorder's part of the run directory.
+
+``perf/run.json``, ``perf/epochs.jsonl``, ``perf/intervals.jsonl`` and ``perf/lifecycle.jsonl``
+(records in ``trainperf.records``), and the :class:`Interruption` a lifecycle's end records (telling
+an interruption from a failure is the adapter's: ``trainperf.lightning.interruption``)."""
 
 from __future__ import annotations
 
@@ -19,9 +20,11 @@ import msgspec
 from trainperf.core.stage import Stage
 from trainperf.errors import PerfCallbackWarning
 from trainperf.recording.epoch_report import IntervalProgress, per_second
+from trainperf.records.epochs import EpochRecord, IntervalRecord
 from trainperf.records.files import RecordWriter
-from trainperf.records.kinds import EpochRecord, IntervalRecord, JsonValue, LifecycleRecord
+from trainperf.records.monitoring import LifecycleRecord
 from trainperf.records.run_info import write_run_info
+from trainperf.records.schema import JsonValue
 
 
 @dataclass(frozen=True)

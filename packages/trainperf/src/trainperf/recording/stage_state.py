@@ -1,4 +1,7 @@
-"""What the ``StageRecorder`` keeps per stage and per open epoch window."""
+"""What a recorder's stage windows keep per stage and per open epoch window.
+
+What a recorder's stage windows keep per stage (:class:`StageState`) and per open epoch window
+(:class:`EpochWindow`)."""
 
 from __future__ import annotations
 
@@ -12,7 +15,7 @@ import numpy as np
 from trainperf.core.clock import PHASES, PhaseClock
 from trainperf.core.stats import StreamingStats
 from trainperf.probe.worker import WorkerTiming
-from trainperf.records.kinds import LoaderSettings
+from trainperf.records.epochs import LoaderSettings
 
 #: Batch times kept per epoch for the run directory's epochs.jsonl (every k-th beyond this).
 MAX_KEPT_BATCH_TIMES = 4096

@@ -1,5 +1,7 @@
-"""The recorder's windows: each stage's open epoch window on the shared clock, with validation
-inside ``fit`` pausing the train window, and the window's ``EpochRecord`` at its close.
+"""The recorder's windows: each stage's open epoch window on the shared clock.
+
+With validation inside ``fit`` pausing the train window, and the window's ``EpochRecord`` at its
+close.
 
 :class:`StageWindows` knows neither Lightning's actions nor the ranks: the recorder tells it when
 a stage's window opens and closes and when a batch ends; it keeps the figures (phases folded
@@ -16,7 +18,7 @@ from trainperf.core.stage import Stage
 from trainperf.probe.device_memory import MemorySampler
 from trainperf.recording.cuda_events import CudaPhaseEvents
 from trainperf.recording.stage_state import EpochWindow, StageState, named_seconds
-from trainperf.records.kinds import EpochRecord
+from trainperf.records.epochs import EpochRecord
 
 # Batch times are folded into the epoch's StreamingStats in chunks of this many.
 BATCH_TIMES_CHUNK = 1024

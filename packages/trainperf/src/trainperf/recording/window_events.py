@@ -1,4 +1,6 @@
-"""The moments of Lightning's action stream that open and close the recorder's windows,
+"""The moments of Lightning's action stream that open and close windows.
+
+The moments of Lightning's action stream that open and close the recorder's windows,
 recognised by hook name (independent of which callback or module dispatched it): one small
 integer per event, so the recorder's hot path compares integers."""
 

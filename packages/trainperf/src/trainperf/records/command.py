@@ -1,4 +1,6 @@
-"""The command a run was started with, as ``perf/run.json`` recorded it, and a trial's command
+"""The command a run was started with, and a trial's command line from it.
+
+The command a run was started with, as ``perf/run.json`` recorded it, and a trial's command
 line built from it (the same interpreter, script and arguments, in the same working folder, with
 the trial's output folder and one change).
 
@@ -19,12 +21,8 @@ from pathlib import Path
 
 from trainperf.errors import InputError
 from trainperf.records.files import read_run_record
-from trainperf.records.kinds import (
-    LEGACY_DROP_KEYS,
-    LEGACY_OUTPUT_OVERRIDE,
-    EvalCommand,
-    RunDirError,
-)
+from trainperf.records.run_record import LEGACY_DROP_KEYS, LEGACY_OUTPUT_OVERRIDE, EvalCommand
+from trainperf.records.schema import RunDirError
 
 __all__ = ["RecordedCommand", "TryInputError", "override_key", "recorded_command"]
 

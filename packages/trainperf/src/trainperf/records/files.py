@@ -1,8 +1,9 @@
-"""Writing and reading the record files of :mod:`trainperf.records.kinds`: :class:`RecordWriter`
-appends one line per record and flushes it; :func:`read_records` / :func:`read_run_record` read
-them back (the rules in :mod:`trainperf.records.kinds`' docstring: other schemas skipped, unknown
-keys ignored, a higher version refused naming file and line, a cut final line a warning).
-"""
+"""Writing and reading the record files of :mod:`trainperf.records`.
+
+:class:`RecordWriter` appends one line per record and flushes it; :func:`read_records` /
+:func:`read_run_record` read them back (the rules in :mod:`trainperf.records.schema`' docstring:
+other schemas skipped, unknown keys ignored, a higher version refused naming file and line, a cut
+final line a warning)."""
 
 from __future__ import annotations
 
@@ -16,16 +17,9 @@ from typing import IO, Any, TypeVar
 
 import msgspec
 
-from trainperf.records.kinds import (
-    GrowthRecord,
-    JsonValue,
-    R,
-    RecompilesRecord,
-    Record,
-    RunDirError,
-    RunRecord,
-    current_schema,
-)
+from trainperf.records.epoch_scans import GrowthRecord, RecompilesRecord
+from trainperf.records.run_record import RunRecord
+from trainperf.records.schema import JsonValue, R, Record, RunDirError, current_schema
 
 # -- writing -----------------------------------------------------------------------------------
 

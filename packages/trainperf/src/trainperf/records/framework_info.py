@@ -1,7 +1,9 @@
-"""``run.json``'s ``framework`` and ``app`` entries: who ran a run, with which configuration, and
+"""``run.json``'s ``framework`` and ``app`` entries (:class:`FrameworkInfo`).
+
+``run.json``'s ``framework`` and ``app`` entries: who ran a run, with which configuration, and
 how a change is written there (:class:`FrameworkInfo`, its :class:`Setting` list). An adapter or
 app writes them (:mod:`trainperf.frameworks.spellings`, :mod:`trainperf.frameworks.hydra_app`);
-advice, ``try`` and the report read them as data. Part of :class:`~trainperf.records.kinds.
+advice, ``try`` and the report read them as data. Part of :class:`~trainperf.records.run_record.
 RunRecord`."""
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
-"""What a run directory records about the process that ran: :func:`run_info` (machine, software,
-the command line, as a :class:`~trainperf.records.kinds.RunRecord`) and
-:func:`write_run_info` (merged into ``perf/run.json``). The file formats themselves live in
-:mod:`trainperf.records.kinds`."""
+"""What a run directory records about the process that ran.
+
+:func:`run_info` (machine, software, the command line, as a
+:class:`~trainperf.records.run_record.RunRecord`) and :func:`write_run_info` (merged into
+``perf/run.json``). The file formats themselves live in :mod:`trainperf.records`."""
 
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ from pathlib import Path
 import msgspec
 
 from trainperf.records.files import enc_hook, write_run_record
-from trainperf.records.kinds import JsonValue, RunRecord
+from trainperf.records.run_record import RunRecord
+from trainperf.records.schema import JsonValue
 
 #: Worker counters of a cache named X (``trainperf.probe.worker.report_count``): ``X_hits`` and
 #: ``X_misses`` give its hit rate; ``X_corrupt`` (entries read back unusable) and
@@ -90,7 +92,7 @@ _FACTS: list[Callable[[], Mapping[str, JsonValue]]] = []
 
 
 def register_facts(provider: Callable[[], Mapping[str, JsonValue]]) -> None:
-    """Add a provider of ``run.json`` entries (:class:`~trainperf.records.kinds.RunRecord`
+    """Add a provider of ``run.json`` entries (:class:`~trainperf.records.run_record.RunRecord`
     fields) that :func:`write_run_info` merges in (once per provider)."""
     if provider not in _FACTS:
         _FACTS.append(provider)
@@ -146,7 +148,7 @@ def run_info() -> RunRecord:
 def write_run_info(
     run_dir: str | os.PathLike[str], extra: Mapping[str, JsonValue] | None = None
 ) -> Path:
-    """Write :func:`run_info` and ``extra`` (more :class:`~trainperf.records.kinds.RunRecord`
+    """Write :func:`run_info` and ``extra`` (more :class:`~trainperf.records.run_record.RunRecord`
     fields)
     into ``<run_dir>/perf/run.json``, merged into an existing one (several callbacks may each add
     their part); returns its path. Raises ``OSError`` when unwritable."""

@@ -7,16 +7,17 @@ the live clock's phase names), aggregates (:mod:`~trainperf.analysis.trace.aggre
 figures (:mod:`~trainperf.analysis.trace.measures`), finding rules (the registry
 :data:`~trainperf.analysis.trace.trace_rules.TRACE_RULES`) and the
 comparison (:mod:`~trainperf.analysis.trace.compare`) are vectorised numpy over that table. The
-result is typed (:class:`~trainperf.analysis.trace.result.TraceAnalysis`); ``analyze_trace`` returns
-its dict form.
+result is typed
+(:class:`~trainperf.analysis.trace.trace_analysis.TraceAnalysis`); ``analyze_trace`` returns its
+dict form.
 No Lightning.
 """
 
 from trainperf.analysis.trace.analyze import analyze_path, analyze_table, analyze_trace
 from trainperf.analysis.trace.compare import compare_reports
 from trainperf.analysis.trace.ingest import load_traces
-from trainperf.analysis.trace.result import TraceAnalysis
 from trainperf.analysis.trace.table import TraceError
+from trainperf.analysis.trace.trace_analysis import TraceAnalysis
 from trainperf.analysis.trace.trace_metrics import TraceContext, TraceMetrics
 from trainperf.analysis.trace.trace_rules import TRACE_RULES, TraceRule
 

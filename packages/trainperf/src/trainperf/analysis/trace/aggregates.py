@@ -1,8 +1,10 @@
-"""Aggregates over an :class:`~trainperf.analysis.trace.table.EventTable`: per-op totals (host and
+"""Per-op totals, memory peaks and step-time statistics over an event table.
+
+Aggregates over an :class:`~trainperf.analysis.trace.table.EventTable`: per-op totals (host and
 device), memory peaks with their timeline, and step-time statistics.
 
 Pure and vectorised, like :mod:`~trainperf.analysis.trace.steps`; results are the typed rows of
-:mod:`~trainperf.analysis.trace.result` (ms, µs and bytes as their names say).
+:mod:`~trainperf.analysis.trace.trace_analysis` (ms, µs and bytes as their names say).
 """
 
 from __future__ import annotations
@@ -13,10 +15,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from trainperf.analysis.trace.additive import Additive
-from trainperf.analysis.trace.result import DeviceOpRow, OpRow, Outlier, StepStats
-from trainperf.analysis.trace.steps import STEP_NAME, launch_calls
+from trainperf.analysis.trace.field_sums import FieldSums
+from trainperf.analysis.trace.step_phases import STEP_NAME, launch_calls
 from trainperf.analysis.trace.table import EventTable, Kind
+from trainperf.analysis.trace.trace_analysis import DeviceOpRow, OpRow, Outlier, StepStats
 
 __all__ = [
     "DeviceSums",
@@ -37,7 +39,7 @@ def ms(ns: float) -> float:
 
 
 @dataclass
-class OpSums(Additive):
+class OpSums(FieldSums):
     """Per-name sums of host events (name codes of the table, plus one pooled
     ``ProfilerStep*`` code at the end): calls, self and total (outermost same-name calls) ns."""
 
@@ -101,7 +103,7 @@ def _first_kind(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 @dataclass
-class DeviceSums(Additive):
+class DeviceSums(FieldSums):
     """Per-name sums of device events: calls, ns, the kind of each name (first seen, -1 for
     none) and launches per ``(device name, launching op name)`` code pair."""
 

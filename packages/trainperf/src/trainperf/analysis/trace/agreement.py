@@ -21,7 +21,7 @@ from collections.abc import Mapping
 
 import msgspec
 
-from trainperf.analysis.trace.steps import PHASES
+from trainperf.analysis.trace.step_phases import PHASES
 from trainperf.core.actions import trace_phase
 from trainperf.core.finding_ids import TraceFindingId
 from trainperf.core.findings import Finding
@@ -42,8 +42,8 @@ ABSOLUTE_FLOOR_PCT_OF_STEP = 1.0
 
 
 def clock_to_trace_phases(clock_ms: Mapping[str, float]) -> dict[str, float]:
-    """Clock phases pooled into the trace's :data:`~trainperf.analysis.trace.steps.PHASES` (see
-    :func:`trainperf.core.actions.trace_phase`)."""
+    """Clock phases pooled into the trace's :data:`~trainperf.analysis.trace.step_phases.PHASES`
+    (see :func:`trainperf.core.actions.trace_phase`)."""
     out = dict.fromkeys(PHASES, 0.0)
     for phase, ms in clock_ms.items():
         out[trace_phase(phase)] += float(ms)

@@ -1,6 +1,8 @@
-"""``analyze_table`` / ``analyze_path``: one loaded trace in, one typed
-:class:`~trainperf.analysis.trace.result.TraceAnalysis` out; ``analyze_trace``: its dict form, the
-public API (documented keys ``top_cpu_ops``, ``top_cuda_ops``, ``memory_peaks``,
+"""The trace analyzer's entry points: one loaded trace in, one typed analysis out.
+
+``analyze_table`` / ``analyze_path``: one loaded trace in, one typed
+:class:`~trainperf.analysis.trace.trace_analysis.TraceAnalysis` out; ``analyze_trace``: its dict
+form, the public API (documented keys ``top_cpu_ops``, ``top_cuda_ops``, ``memory_peaks``,
 ``dataloader_time_pct``...)."""
 
 from __future__ import annotations
@@ -16,12 +18,12 @@ from trainperf.analysis.trace.documented import documented_dict
 from trainperf.analysis.trace.ingest import load_or_spill
 from trainperf.analysis.trace.integrity import implausible_limits
 from trainperf.analysis.trace.memory_timeline import MemoryPeaks, device_ranges
-from trainperf.analysis.trace.partial import Named, TablePartial, finish, named, partial_of
-from trainperf.analysis.trace.result import Timing, TraceAnalysis
 from trainperf.analysis.trace.spill import Spilled
 from trainperf.analysis.trace.steps import compute_steps
 from trainperf.analysis.trace.table import EventTable, Kind
+from trainperf.analysis.trace.trace_analysis import Timing, TraceAnalysis
 from trainperf.analysis.trace.trace_rules import TraceRule
+from trainperf.analysis.trace.window_sums import HookTimes, WindowSums, finish, hook_times, sums_of
 from trainperf.analysis.trace.windowed import analyze_spilled
 
 __all__ = ["analyze_path", "analyze_table", "analyze_trace", "trace_analysis"]
@@ -71,7 +73,7 @@ def timed_analysis(
     top_k: int | None = 20,
     *,
     rules: Sequence[TraceRule] | None = None,
-) -> tuple[TraceAnalysis, Named]:
+) -> tuple[TraceAnalysis, HookTimes]:
     """Load ``source`` (a file, a directory or files of one rank), analyse it and set the
     analysis's ``timing`` and ``input`` (``label``); with its time per callback and hook in the
     steps (the rank view). A single file too large for one table is analysed in time windows
@@ -85,7 +87,7 @@ def timed_analysis(
     else:
         parse_s = sum(s.parse_s for s in loaded.sources)
         analysis, part = _analyze(loaded, top_k, rules)
-        by_hook = named(part)
+        by_hook = hook_times(part)
     analysis.timing = Timing(
         load_s=round(t_load, 4),
         parse_s=round(parse_s, 4),
@@ -105,11 +107,11 @@ def analyze_table(
 
 def _analyze(
     table: EventTable, top_k: int | None, rules: Sequence[TraceRule] | None = None
-) -> tuple[TraceAnalysis, TablePartial]:
-    """The analysis of a whole table (one window of itself) and its partial."""
+) -> tuple[TraceAnalysis, WindowSums]:
+    """The analysis of a whole table (one window of itself) and its window sums."""
     steps = compute_steps(table)
     has_gpu = bool(np.isin(table.kind, Kind.DEVICE).any())
-    part = partial_of(table, steps, has_gpu, implausible_limits(table))
+    part = sums_of(table, steps, has_gpu, implausible_limits(table))
     memory = MemoryPeaks(device_ranges(table.memory))
     memory.add(table.memory, steps)
     analysis = finish(

@@ -16,10 +16,11 @@ from pathlib import Path
 from typing import Any
 
 from trainperf.analysis.trace.agreement import Agreement, compare_phases
-from trainperf.analysis.trace.result import TraceAnalysis
-from trainperf.analysis.trace.steps import PHASES
+from trainperf.analysis.trace.step_phases import PHASES
+from trainperf.analysis.trace.trace_analysis import TraceAnalysis
 from trainperf.records.files import read_records
-from trainperf.records.kinds import ProfilerWindow, Record, RunDirError
+from trainperf.records.monitoring import ProfilerWindow
+from trainperf.records.schema import Record, RunDirError
 
 __all__ = ["attach_clock_agreement", "compare_with_clock", "run_dir"]
 

@@ -1,4 +1,6 @@
-"""Communication in a trace: time in collectives per step, the share of it overlapped with
+"""Communication in a trace: time in collectives per step, overlapped and exposed.
+
+Communication in a trace: time in collectives per step, the share of it overlapped with
 compute, and the share exposed (the rank waits on it).
 
 Two views, picked per source file:
@@ -27,17 +29,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from trainperf.analysis.trace.result import CommSummary
-from trainperf.analysis.trace.steps import (
+from trainperf.analysis.trace.step_phases import (
     PHASES,
-    StepTable,
     launch_calls,
-    locate,
     merge_intervals,
-    process_key,
     union_in_windows,
 )
+from trainperf.analysis.trace.steps import StepTable, locate, process_key
 from trainperf.analysis.trace.table import EventTable, Kind
+from trainperf.analysis.trace.trace_analysis import CommSummary
 from trainperf.analysis.trace.trace_metrics import TraceMetrics
 
 #: Host spans of collectives: the process-group backends' record_functions and the c10d ops.
@@ -290,9 +290,8 @@ def _ms(ns: float) -> float:
 
 
 def summarise(comm: CommTable, steps: StepTable, ranks: Sequence[int | None]) -> list[CommSummary]:
-    """One :class:`~trainperf.analysis.trace.result.CommSummary` per (source with collectives,
-    stage);
-    ``ranks`` per source index."""
+    """One :class:`~trainperf.analysis.trace.trace_analysis.CommSummary` per (source with
+    collectives, stage); ``ranks`` per source index."""
     out = []
     stage_of = np.asarray(steps.stage, dtype=object)
     for src, method in sorted(comm.method.items()):

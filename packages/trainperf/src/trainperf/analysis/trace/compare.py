@@ -18,8 +18,8 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from trainperf.analysis.trace.result import PhaseShare, TraceAnalysis, _Part
-from trainperf.analysis.trace.steps import GPU_PARTS, PHASES
+from trainperf.analysis.trace.step_phases import GPU_PARTS, PHASES
+from trainperf.analysis.trace.trace_analysis import PhaseShare, TraceAnalysis, _Part
 from trainperf.core.significance import (
     ALPHA,
     Outcome,

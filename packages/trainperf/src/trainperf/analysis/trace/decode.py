@@ -1,6 +1,9 @@
-"""Reading one torch.profiler / Kineto Chrome trace file: streamed in pieces
+"""Reading and decoding one Chrome trace file into compact columns.
+
+Reading one torch.profiler / Kineto Chrome trace file: streamed in pieces
 (:mod:`~trainperf.analysis.trace.scan`, plain or gzip) or, for a malformed file, whole; a typed
-msgspec decoder that materialises only the fields the table uses; each piece reduced to compact
+msgspec decoder that materialises only the fields the table uses (the types in
+:mod:`~trainperf.analysis.trace.event_structs`); each piece reduced to compact
 columns before the next; errors that name the file and the byte where it went wrong.
 :mod:`~trainperf.analysis.trace.ingest` turns the parsed files into one
 :class:`~trainperf.analysis.trace.table.EventTable`.
@@ -24,11 +27,24 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO, Union, cast
+from typing import Any, BinaryIO, cast
 
 import msgspec
 import numpy as np
 
+from trainperf.analysis.trace.event_structs import (
+    NO_ARGS,
+    Args,
+    Complete,
+    Correlation,
+    Document,
+    Entry,
+    Event,
+    Instant,
+    Scalar,
+    Tagged,
+    TopLevel,
+)
 from trainperf.analysis.trace.scan import Fallback, TraceStream
 from trainperf.analysis.trace.table import TraceError, TraceSource
 
@@ -43,117 +59,13 @@ _BLOCK = 1 << 20
 _RANK_IN_NAME = re.compile(r"rank[_\-]?(\d+)", re.IGNORECASE)
 
 
-_Scalar = str | int | float | bool | None
-
-
-class _Correlation(msgspec.Struct, gc=False):
-    """The ``args`` key of a complete event that the table reads."""
-
-    correlation: Any = -1
-
-
-class _Args(_Correlation, gc=False):
-    """The ``args`` keys the table reads, with the defaults used where a key is absent:
-    ``correlation`` of complete events and the allocator figures of ``[memory]`` events."""
-
-    nbytes: Any = msgspec.field(name="Bytes", default=0)
-    total_allocated: Any = msgspec.field(name="Total Allocated", default=-1)
-    total_reserved: Any = msgspec.field(name="Total Reserved", default=-1)
-    device_type: Any = msgspec.field(name="Device Type", default=0)
-    device_id: Any = msgspec.field(name="Device Id", default=-1)
-
-
-_NO_ARGS = _Args()
-
-
-# Fast path: the event's phase ``ph`` picks its struct (a msgspec tagged union), so a complete
-# event materialises only what the columns use and the many flow / counter / async events are
-# skipped without building anything. About a third faster than decoding every entry generically.
-
-
-class _Timed(msgspec.Struct, gc=False):
-    """The keys of an event that the columns read besides ``args``; absent keys read ``None``.
-    Typed ``Any`` on purpose: real traces carry ``ts`` as int, float or string, tids as int or
-    ``"stream 7"``, and the columns must see exactly the values ``json.loads`` would give."""
-
-    cat: Any = None
-    name: Any = None
-    pid: Any = None
-    tid: Any = None
-    ts: Any = None
-    dur: Any = None
-
-
-class _Complete(_Timed, gc=False, tag_field="ph", tag="X"):
-    args: _Correlation | list[Any] | _Scalar = None
-
-
-class _Instant(msgspec.Struct, gc=False, tag_field="ph", tag="i"):
-    name: Any = None
-    ts: Any = None
-    args: _Args | list[Any] | _Scalar = None
-
-
-class _InstantOld(_Instant, tag="I"):
-    """The deprecated spelling of an instant event."""
-
-
-# every other phase of the Chrome trace event format (the deprecated async S/T/p/F and metadata
-# included): decoded to an empty struct
-_SKIPPED_PHASES = "BEbensftSTpFCPONDRcvVM()"
-_Skipped = tuple(
-    msgspec.defstruct(f"_Skipped{i}", [], gc=False, tag_field="ph", tag=ph)
-    for i, ph in enumerate(_SKIPPED_PHASES)
-)
-if TYPE_CHECKING:  # a union built at run time is no static type
-    _Tagged = Any
-else:
-    _Tagged = Union[(_Complete, _Instant, _InstantOld, *_Skipped)]
-
-
-class _Event(_Timed, gc=False):
-    """Fallback path: one ``traceEvents`` entry that is a JSON object, whatever its ``ph`` (an
-    unknown phase, a missing or non-string ``ph``). ``args`` that is not an object (``null``, a
-    list: seen in hand-edited traces) stays as decoded."""
-
-    ph: Any = None
-    args: _Args | list[Any] | _Scalar = None
-
-
-# a trace entry that is not an object is counted and skipped, so it must still decode
-_Entry = _Event | list[Any] | _Scalar
-
-
-class _TopLevel(msgspec.Struct, gc=False):
-    """The top-level keys of a trace object that :func:`_source_meta` reads; ``UNSET`` where
-    the key is absent (and all of them for a file that is a bare list of events)."""
-
-    distributedInfo: Any = msgspec.UNSET
-    deviceProperties: Any = msgspec.UNSET
-    baseTimeNanoseconds: Any = msgspec.UNSET
-    Framework: Any = msgspec.UNSET
-
-
-class _Document(_TopLevel, gc=False):
-    """A trace object: its events and its other top-level keys."""
-
-    traceEvents: list[_Entry] | dict[str, Any] | _Scalar | msgspec.UnsetType = msgspec.UNSET
-
-    def metadata(self) -> _TopLevel:
-        """The keys other than ``traceEvents``, without the events, so that dropping the event
-        list frees them."""
-        return _TopLevel(
-            self.distributedInfo, self.deviceProperties, self.baseTimeNanoseconds, self.Framework
-        )
-
-
 # a bare array document is the event list itself; a scalar document is JSON but no trace
-_DECODER = msgspec.json.Decoder(_Document | list[_Entry] | _Scalar)
+_DECODER = msgspec.json.Decoder(Document | list[Entry] | Scalar)
 _UTF8_CHUNK = 1 << 20
 # one piece of the event list (the stream hands out complete JSON arrays)
-_FAST_PIECE = msgspec.json.Decoder(list[_Tagged])
-_GENERIC_PIECE = msgspec.json.Decoder(list[_Entry])
-_TOP_KEYS = frozenset(_TopLevel.__struct_fields__)
+_FAST_PIECE = msgspec.json.Decoder(list[Tagged])
+_GENERIC_PIECE = msgspec.json.Decoder(list[Entry])
+_TOP_KEYS = frozenset(TopLevel.__struct_fields__)
 # [memory] columns and the value that stands for an absent or non-numeric one
 _MEM_FIELDS: dict[str, float] = {
     "ts": np.nan,
@@ -255,7 +167,7 @@ def _as_int(value: Any) -> int | None:
 
 
 def _source_meta(
-    path: Path, doc: _TopLevel, n_events: int, parse_s: float, invalid_durations: int
+    path: Path, doc: TopLevel, n_events: int, parse_s: float, invalid_durations: int
 ) -> TraceSource:
     dist = doc.distributedInfo
     rank: int | None = None
@@ -331,16 +243,16 @@ class Parsed:
     warnings: list[str]
 
 
-def _decode_whole(path: Path, data: memoryview) -> tuple[_TopLevel, list[Any]] | None:
+def _decode_whole(path: Path, data: memoryview) -> tuple[TopLevel, list[Any]] | None:
     """The top-level keys and the entries of a whole file, every object entry decoded to
-    :class:`_Event`; ``None`` for JSON that is no trace."""
+    :class:`Event`; ``None`` for JSON that is no trace."""
     try:
         doc = _DECODER.decode(data)
     except msgspec.MsgspecError as exc:
         raise _decode_error(path, data, exc) from exc
     if isinstance(doc, list):
-        return _TopLevel(), doc
-    if isinstance(doc, _Document) and doc.traceEvents is not msgspec.UNSET:
+        return TopLevel(), doc
+    if isinstance(doc, Document) and doc.traceEvents is not msgspec.UNSET:
         if not isinstance(doc.traceEvents, list):
             got = type(doc.traceEvents).__name__
             raise TraceError(path, f"'traceEvents' must be a list, got {got}")
@@ -352,13 +264,13 @@ def _split(entries: list[Any], generic: bool) -> tuple[int, int, list[Any], list
     """Entries decoded by the fast or the generic decoder as (number of entries, entries that
     are no object, complete events, ``[memory]`` events)."""
     if generic:
-        events: list[Any] = [e for e in entries if type(e) is _Event]
+        events: list[Any] = [e for e in entries if type(e) is Event]
         complete = [e for e in events if e.ph == "X"]
         memory = [e for e in events if (e.ph == "i" or e.ph == "I") and e.name == "[memory]"]
         return len(entries), len(entries) - len(events), complete, memory
-    complete = [e for e in entries if type(e) is _Complete]
+    complete = [e for e in entries if type(e) is Complete]
     # filter() with the C-level type check: 2.5x faster than isinstance in a comprehension
-    memory = [e for e in filter(_Instant.__instancecheck__, entries) if e.name == "[memory]"]
+    memory = [e for e in filter(Instant.__instancecheck__, entries) if e.name == "[memory]"]
     return len(entries), 0, complete, memory
 
 
@@ -433,7 +345,7 @@ def _parse_stream(path: Path, fh: BinaryIO, chunk: int, t0: float, cols: _Column
             cols.add(entries, generic)
     if not has_events:
         raise Fallback("no traceEvents")  # the whole-file path decides: not a trace, or why
-    return cols.finish(path, _TopLevel(**top), time.perf_counter() - t0)
+    return cols.finish(path, TopLevel(**top), time.perf_counter() - t0)
 
 
 def _parse_whole(path: Path, t0: float, cols: _Columns, content: bytes) -> Parsed | None:
@@ -503,7 +415,7 @@ class _Columns:
         ts = _numeric([e.ts for e in complete])
         dur = _numeric([e.dur for e in complete])
         corr = _numeric(
-            [a.correlation if isinstance(a := e.args, _Correlation) else -1 for e in complete]
+            [a.correlation if isinstance(a := e.args, Correlation) else -1 for e in complete]
         )
         keep = np.isfinite(ts)
         if not keep.all():
@@ -521,7 +433,7 @@ class _Columns:
     def _memory(self, memory: list[Any]) -> None:
         if not memory:
             return
-        args = [a if type(a := e.args) is _Args else _NO_ARGS for e in memory]
+        args = [a if type(a := e.args) is Args else NO_ARGS for e in memory]
         ts = _numeric([e.ts for e in memory])
         ok = np.isfinite(ts)
         self.mem["ts"].append(ts[ok])
@@ -530,7 +442,7 @@ class _Columns:
                 arr = _numeric([getattr(a, name) for a in args])
                 self.mem[name].append(np.where(np.isfinite(arr), arr, default).astype(np.int64)[ok])
 
-    def finish(self, path: Path, top: _TopLevel, parse_s: float) -> Parsed:
+    def finish(self, path: Path, top: TopLevel, parse_s: float) -> Parsed:
         """The file's :class:`Parsed` (the gathered arrays joined, times in absolute ns)."""
         warnings: list[str] = []
         if self.n_bad:

@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from trainperf.analysis.trace.result import TraceAnalysis
+    from trainperf.analysis.trace.trace_analysis import TraceAnalysis
 
 __all__ = ["DOCUMENTED_KEYS", "documented_dict"]
 

@@ -1,4 +1,6 @@
-"""Trace files (each read by :mod:`~trainperf.analysis.trace.decode`) into one columnar
+"""Trace files into one columnar event table with its call tree.
+
+Trace files (each read by :mod:`~trainperf.analysis.trace.decode`) into one columnar
 :class:`EventTable` with its call tree. Times are integer nanoseconds relative to
 :attr:`EventTable.origin_ns` so that parent/child comparisons never suffer float rounding.
 

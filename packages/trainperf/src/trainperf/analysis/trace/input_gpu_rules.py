@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from trainperf.analysis.trace.names import short_name
+from trainperf.analysis.trace.short_names import short_name
 from trainperf.analysis.trace.trace_metrics import (
     COMM_ONE_RANK_HINT,
     TraceMetrics,

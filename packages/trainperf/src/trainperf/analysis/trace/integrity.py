@@ -1,5 +1,6 @@
-"""Whether a trace can be trusted: the problems found in what it holds, each with the figures it
-makes less certain.
+"""Whether a trace can be trusted: the problems found in what it holds.
+
+Each with the figures it makes less certain.
 
 One check per problem, each returning at most one :class:`IntegrityProblem` per source file:
 
@@ -29,8 +30,9 @@ from dataclasses import dataclass, field
 import msgspec
 import numpy as np
 
-from trainperf.analysis.trace.additive import Additive, later
-from trainperf.analysis.trace.steps import StepTable, launch_calls, locate
+from trainperf.analysis.trace.field_sums import FieldSums, later
+from trainperf.analysis.trace.step_phases import launch_calls
+from trainperf.analysis.trace.steps import StepTable, locate
 from trainperf.analysis.trace.table import EventTable, Kind, TraceSource
 from trainperf.core.finding_ids import TraceFindingId
 
@@ -91,7 +93,7 @@ class Integrity(msgspec.Struct, kw_only=True):
 
 
 @dataclass
-class IntegritySums(Additive):
+class IntegritySums(FieldSums):
     """What the per-file checks need, per source index, as sums over the time windows of one
     file (a table is one window): host self time (ops and annotations) and of it outside every
     step, device time and of it without a launching call, the processes of host events, events

@@ -1,4 +1,6 @@
-"""The figures the trace's finding rules judge
+"""The figures the trace's finding rules judge, measured over one event table.
+
+The figures the trace's finding rules judge
 (:class:`~trainperf.analysis.trace.trace_metrics.TraceMetrics`),
 measured over one :class:`~trainperf.analysis.trace.table.EventTable` and its steps: data wait
 share, GPU busy share, memory peak, sync points (:mod:`~trainperf.analysis.trace.syncs`), kernel and
@@ -13,18 +15,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from trainperf.analysis.trace.additive import Additive
-from trainperf.analysis.trace.result import MemoryPeak
+from trainperf.analysis.trace.field_sums import FieldSums
 from trainperf.analysis.trace.stacks import SyncCall, sync_sites
-from trainperf.analysis.trace.steps import (
-    PHASES,
-    StepTable,
-    classify_phase,
-    locate,
-    union_in_windows,
-)
+from trainperf.analysis.trace.step_phases import PHASES, classify_phase, union_in_windows
+from trainperf.analysis.trace.steps import StepTable, locate
 from trainperf.analysis.trace.syncs import SyncPoints
 from trainperf.analysis.trace.table import EventTable, Kind, TraceSource
+from trainperf.analysis.trace.trace_analysis import MemoryPeak
 from trainperf.analysis.trace.trace_metrics import TraceMetrics
 from trainperf.core.actions import label_prefixes
 from trainperf.core.findings import threshold
@@ -95,7 +92,7 @@ def data_share_without_steps(table: EventTable) -> float:
 
 
 @dataclass
-class MeasureSums(Additive):
+class MeasureSums(FieldSums):
     """What :func:`measure` needs of the events in steps, as sums that add over the time
     windows of one file: counts, ns, and each duration's count where a median is asked for."""
 

@@ -1,4 +1,6 @@
-"""Memory peaks per (source, device) and their downsampled timeline, from the ``[memory]`` events
+"""Memory peaks per source and device and their downsampled timeline.
+
+Memory peaks per (source, device) and their downsampled timeline, from the ``[memory]`` events
 of one table or of the time windows of a large file, in time order (:class:`MemoryPeaks`).
 
 Uses ``Total Allocated`` / ``Total Reserved`` where the trace writes them; older traces only have
@@ -12,9 +14,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from trainperf.analysis.trace.aggregates import ms
-from trainperf.analysis.trace.result import MemoryPeak
-from trainperf.analysis.trace.steps import PHASES, StepTable
+from trainperf.analysis.trace.step_phases import PHASES
+from trainperf.analysis.trace.steps import StepTable
 from trainperf.analysis.trace.table import MemoryTable, TraceSource
+from trainperf.analysis.trace.trace_analysis import MemoryPeak
 
 __all__ = ["DeviceRange", "MemoryPeaks", "device_key", "device_ranges"]
 

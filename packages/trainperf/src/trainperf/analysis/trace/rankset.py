@@ -1,4 +1,6 @@
-"""A set of rank traces (``trainperf analyze DIR`` with one file per rank, or several windows per
+"""A set of rank traces analysed each on its own, then summarised side by side.
+
+A set of rank traces (``trainperf analyze DIR`` with one file per rank, or several windows per
 rank): each rank's files analysed on their own, in parallel, then summarised side by side with the
 straggler named by the live clock's rule (:func:`trainperf.core.ranks.find_straggler`).
 
@@ -36,15 +38,16 @@ from trainperf.analysis.trace.clock_windows import run_dir
 from trainperf.analysis.trace.decode import _RANK_IN_NAME
 from trainperf.analysis.trace.ingest import find_trace_files
 from trainperf.analysis.trace.integrity import Integrity, IntegrityProblem, clock_skew
-from trainperf.analysis.trace.partial import Named
-from trainperf.analysis.trace.result import TraceAnalysis, _Part
 from trainperf.analysis.trace.table import TraceError
+from trainperf.analysis.trace.trace_analysis import TraceAnalysis, _Part
 from trainperf.analysis.trace.trace_metrics import COMM_ONE_RANK_HINT
+from trainperf.analysis.trace.window_sums import HookTimes
 from trainperf.core.finding_ids import TraceFindingId
 from trainperf.core.findings import Finding
 from trainperf.core.ranks import STRAGGLER_MIN_S, STRAGGLER_MIN_SHARE, find_straggler
+from trainperf.records.epochs import EpochRecord
 from trainperf.records.files import read_records
-from trainperf.records.kinds import EpochRecord, RunDirError
+from trainperf.records.schema import RunDirError
 
 #: Bytes of a file's (decompressed) head searched for ``distributedInfo``.
 HEAD_BYTES = 1 << 20
@@ -227,7 +230,7 @@ class RankSetAnalysis(_Part):
 
 def _analyze_rank(
     files: list[Path], top_k: int | None
-) -> tuple[TraceAnalysis, Named] | tuple[str, str]:
+) -> tuple[TraceAnalysis, HookTimes] | tuple[str, str]:
     """One rank's files in one table (runs in a worker process); bad input comes back as
     ``(path, reason)`` (a :class:`TraceError` does not survive pickling: its constructor takes
     two arguments) and is raised again by the caller."""
@@ -237,14 +240,14 @@ def _analyze_rank(
         return exc.path, exc.reason
 
 
-def _analyze_files(files: list[Path], top_k: int | None) -> tuple[TraceAnalysis, Named]:
+def _analyze_files(files: list[Path], top_k: int | None) -> tuple[TraceAnalysis, HookTimes]:
     label = str(files[0]) if len(files) == 1 else str(files[0].parent)
     return timed_analysis(files, label, top_k)
 
 
 def analyze_ranks(
     groups: dict[int, list[Path]], jobs: int, top_k: int | None
-) -> dict[int, tuple[TraceAnalysis, Named]]:
+) -> dict[int, tuple[TraceAnalysis, HookTimes]]:
     """Each rank's analysis (and its time per callback and hook), ``jobs`` ranks at a time."""
     if jobs <= 1:
         return {r: _analyze_files(files, top_k) for r, files in groups.items()}
@@ -289,7 +292,7 @@ def summarise_ranks(
     where: str,
     groups: dict[int, list[Path]],
     analyses: dict[int, TraceAnalysis],
-    named: dict[int, Named],
+    named: dict[int, HookTimes],
     jobs: int,
     total_s: float,
 ) -> RankSetAnalysis:

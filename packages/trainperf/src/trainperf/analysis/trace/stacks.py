@@ -1,4 +1,6 @@
-"""Where each host-device sync point of a trace is: its outermost operator, the framework hook
+"""Where each host-device sync point of a trace is: operator, hook, user line.
+
+Where each host-device sync point of a trace is: its outermost operator, the framework hook
 around it and, in a trace recorded with ``with_stack=True``, the user's Python line behind it.
 
 The hook is the innermost action span of a registered framework grammar

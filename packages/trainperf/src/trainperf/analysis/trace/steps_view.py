@@ -1,4 +1,6 @@
-"""Rows and summaries of a :class:`~trainperf.analysis.trace.steps.StepTable`: one typed row per
+"""Typed rows and per-stage summaries of a trace's step table.
+
+Rows and summaries of a :class:`~trainperf.analysis.trace.steps.StepTable`: one typed row per
 step, the phase summary and step statistics per stage, and steps per source file."""
 
 from __future__ import annotations
@@ -6,9 +8,16 @@ from __future__ import annotations
 import numpy as np
 
 from trainperf.analysis.trace.aggregates import ms, step_statistics
-from trainperf.analysis.trace.result import PhaseShare, PhaseSummary, RankRow, StepRow, StepStats
-from trainperf.analysis.trace.steps import GPU_PARTS, PHASES, StepTable
+from trainperf.analysis.trace.step_phases import GPU_PARTS, PHASES
+from trainperf.analysis.trace.steps import StepTable
 from trainperf.analysis.trace.table import TraceSource
+from trainperf.analysis.trace.trace_analysis import (
+    PhaseShare,
+    PhaseSummary,
+    RankRow,
+    StepRow,
+    StepStats,
+)
 
 __all__ = ["per_rank", "phase_summaries", "step_rows"]
 

@@ -31,7 +31,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from trainperf.analysis.trace.stacks import SyncCall, sync_calls
-from trainperf.analysis.trace.steps import PHASES, StepTable, launch_calls, locate
+from trainperf.analysis.trace.step_phases import PHASES, launch_calls
+from trainperf.analysis.trace.steps import StepTable, locate
 from trainperf.analysis.trace.table import EventTable, Kind
 from trainperf.core.findings import threshold
 

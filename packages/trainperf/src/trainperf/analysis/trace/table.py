@@ -1,4 +1,6 @@
-"""The columnar event table that every trace analysis reads (:class:`EventTable`, built by
+"""The columnar event table every trace analysis reads, and its error.
+
+The columnar event table that every trace analysis reads (:class:`EventTable`, built by
 :mod:`~trainperf.analysis.trace.ingest`), its parts, and :class:`TraceError` for bad input."""
 
 from __future__ import annotations

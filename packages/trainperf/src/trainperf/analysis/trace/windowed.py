@@ -1,4 +1,6 @@
-"""A file too large for one table (:class:`~trainperf.analysis.trace.spill.Spilled`), analysed in
+"""A trace file too large for one table, analysed in time windows.
+
+A file too large for one table (:class:`~trainperf.analysis.trace.spill.Spilled`), analysed in
 time windows with the same results as the whole.
 
 The windows are cut at step starts where no step of any thread is open, each holding about
@@ -9,7 +11,7 @@ event that overlaps its time range (the spans around its steps, kernels still ru
 window before), so that nesting, phases, device busy time and communication overlap see what
 the whole file would show there. A host span that crosses a cut gets its self time from all the
 windows it spans (a first pass over the windows sums the time of its children in each).
-Per-window :class:`~trainperf.analysis.trace.partial.TablePartial` sums are merged in time order and
+Per-window :class:`~trainperf.analysis.trace.window_sums.WindowSums` are merged in time order and
 finished as one table's would be. Memory: one window's table at a time, plus the step spans, the
 kernel launches' correlation ids (16 bytes each, GPU traces) and the straddling spans.
 """
@@ -26,12 +28,20 @@ from trainperf.analysis.trace.decode import _MEM_FIELDS, Parsed, release_free_he
 from trainperf.analysis.trace.ingest import _normalise_name, table_of
 from trainperf.analysis.trace.integrity import implausible_limit
 from trainperf.analysis.trace.memory_timeline import DeviceRange, MemoryPeaks, device_ranges
-from trainperf.analysis.trace.partial import Named, TablePartial, finish, merge, named, partial_of
-from trainperf.analysis.trace.result import TraceAnalysis
 from trainperf.analysis.trace.spill import Spilled
-from trainperf.analysis.trace.steps import STEP_NAME, compute_steps
+from trainperf.analysis.trace.step_phases import STEP_NAME
+from trainperf.analysis.trace.steps import compute_steps
 from trainperf.analysis.trace.table import EventTable, Kind, MemoryTable, category_kind
+from trainperf.analysis.trace.trace_analysis import TraceAnalysis
 from trainperf.analysis.trace.trace_rules import TraceRule
+from trainperf.analysis.trace.window_sums import (
+    HookTimes,
+    WindowSums,
+    finish,
+    hook_times,
+    merge,
+    sums_of,
+)
 
 __all__ = ["WINDOW_EVENTS", "analyze_spilled"]
 
@@ -71,13 +81,13 @@ class _Plan:
 
 def analyze_spilled(
     sp: Spilled, top_k: int | None, rules: Sequence[TraceRule] | None = None
-) -> tuple[TraceAnalysis, Named]:
+) -> tuple[TraceAnalysis, HookTimes]:
     """The analysis of a spilled file (see the module doc) and its time per callback and hook,
     with the findings of ``rules`` (default: the registry's); the spill is removed afterwards."""
     try:
         plan = _plan(sp, WINDOW_EVENTS)
         self_ns = _straddler_self(sp, plan)
-        parts: list[TablePartial] = []
+        parts: list[WindowSums] = []
         memory = MemoryPeaks(plan.memory)
         names: list[str] = []
         offset = 0
@@ -87,7 +97,7 @@ def analyze_spilled(
                 table.self_ns[fix] = [self_ns[g] for g in gid[fix].tolist()]
             steps = compute_steps(table)
             parts.append(
-                partial_of(
+                sums_of(
                     table,
                     steps,
                     plan.has_gpu,
@@ -105,7 +115,7 @@ def analyze_spilled(
         analysis = finish(
             part, [sp.source], names, plan.origin, memory, list(sp.warnings), top_k, rules
         )
-        return analysis, named(part)
+        return analysis, hook_times(part)
     finally:
         sp.close()
 

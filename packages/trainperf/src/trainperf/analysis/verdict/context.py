@@ -13,10 +13,11 @@ from typing import TYPE_CHECKING, Any
 from trainperf.analysis.advice import ConfigKey, RunFacts, find_key, workers_wait
 from trainperf.analysis.run import RunData
 from trainperf.analysis.stages import StageSummary
-from trainperf.records.kinds import ResourceSample, RunRecord
+from trainperf.records.monitoring import ResourceSample
+from trainperf.records.run_record import RunRecord
 
 if TYPE_CHECKING:
-    from trainperf.analysis.trace.result import TraceAnalysis
+    from trainperf.analysis.trace.trace_analysis import TraceAnalysis
 
 
 @dataclass(frozen=True)

@@ -52,10 +52,10 @@ from trainperf.analysis.verdict.context import (
 )
 from trainperf.core.candidates import Candidate
 from trainperf.core.findings import Finding, share_of_run, threshold
-from trainperf.records.kinds import RunRecord
+from trainperf.records.run_record import RunRecord
 
 if TYPE_CHECKING:
-    from trainperf.analysis.trace.result import TraceAnalysis
+    from trainperf.analysis.trace.trace_analysis import TraceAnalysis
 
 #: Device-name families with native bf16 (compute capability >= 8.0: Ampere, Ada, Hopper,
 #: Blackwell), for runs recorded before ``cuda_capability``: data-centre A100 / A800 / A10(G) /

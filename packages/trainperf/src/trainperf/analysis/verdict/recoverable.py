@@ -29,7 +29,7 @@ from trainperf.analysis.verdict.context import score
 from trainperf.core.findings import Finding, grade, share_of_run
 from trainperf.core.significance import Outcome
 from trainperf.core.stage import Stage
-from trainperf.records.kinds import TryRecord
+from trainperf.records.try_record import TryRecord
 
 #: Findings about a run that may die or give garbage: ranked by their risk score.
 RISK_IDS = frozenset(

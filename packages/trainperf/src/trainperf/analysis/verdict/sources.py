@@ -22,7 +22,7 @@ from trainperf.core.stage import Stage
 
 if TYPE_CHECKING:
     from trainperf.analysis.gate import GateOutcome
-    from trainperf.analysis.trace.result import TraceAnalysis
+    from trainperf.analysis.trace.trace_analysis import TraceAnalysis
 
 _RUNNING = ("train", "val", "test")
 _resource_finding = partial(Finding, source="resources", confidence="likely")

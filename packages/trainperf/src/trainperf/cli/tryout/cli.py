@@ -15,7 +15,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from trainperf.records.kinds import EvalCommand
+from trainperf.records.run_record import EvalCommand
 
 __all__ = ["add_parser", "evaluation_from", "parse_budget", "run"]
 
@@ -245,7 +245,7 @@ def run(args: argparse.Namespace) -> int:
     )
     from trainperf.records.command import TryInputError, recorded_command
     from trainperf.records.files import read_run_record
-    from trainperf.records.kinds import TryRecord
+    from trainperf.records.try_record import TryRecord
 
     if str(args.json) == "-":  # the JSON alone on stdout: the tables go to stderr
         import rich

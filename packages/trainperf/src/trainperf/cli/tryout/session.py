@@ -56,7 +56,7 @@ from trainperf.core.knobs import apply_lines, family_knob, has_knob, is_knob, kn
 from trainperf.core.significance import PairedRatios
 from trainperf.records.command import RecordedCommand, override_key
 from trainperf.records.files import RecordWriter
-from trainperf.records.kinds import TryRecord
+from trainperf.records.try_record import TryRecord
 
 __all__ = [
     "MIN_PAIRS",

@@ -15,8 +15,11 @@ from trainperf.core.knobs import is_knob, knobs_of
 from trainperf.core.stage import Stage
 from trainperf.core.trial_window import ENV_VAR, TryWindow
 from trainperf.records.command import RecordedCommand
+from trainperf.records.epochs import EpochRecord
 from trainperf.records.files import read_records
-from trainperf.records.kinds import EpochRecord, EvalCommand, KnobRecord, RunDirError
+from trainperf.records.run_record import EvalCommand
+from trainperf.records.schema import RunDirError
+from trainperf.records.try_record import KnobRecord
 
 __all__ = ["TrialResult", "run_eval_trial", "run_training_trial", "stage_speed", "trial_env"]
 

@@ -1,6 +1,6 @@
 """``trainperf report``: one page that tells where a run's time went.
 
-Shows what the performance callbacks wrote into a run directory (:mod:`trainperf.records.kinds`),
+Shows what the performance callbacks wrote into a run directory (:mod:`trainperf.records`),
 read once by :func:`trainperf.analysis.run.load_run`: ranks the bottlenecks into a verdict with
 evidence and a concrete change, and renders a self-contained HTML page, Markdown and a terminal
 summary. Building and rendering read no file. No Lightning; every input file is optional.

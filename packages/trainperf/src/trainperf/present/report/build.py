@@ -1,4 +1,6 @@
-"""``build_report``: a loaded run (:func:`trainperf.analysis.run.load_run`) in, one :class:`Report`
+"""``build_report``: a loaded run in, one :class:`Report` out.
+
+``build_report``: a loaded run (:func:`trainperf.analysis.run.load_run`) in, one :class:`Report`
 out. Pure: the run folder was read when the run was loaded; building and writing the report read
 no file."""
 

@@ -1,4 +1,6 @@
-"""The verdict section: the findings ranked by what their change could recover, their evidence
+"""The report's verdict section: ranked findings and their legend.
+
+The verdict section: the findings ranked by what their change could recover, their evidence
 and candidate changes, and the legend of what the severities, the score and the recoverable
 figure mean."""
 

@@ -1,4 +1,6 @@
-"""The report's "Measured changes" section: the latest ``trainperf try`` session of the run
+"""The report's "Measured changes" section from the latest try session.
+
+The report's "Measured changes" section: the latest ``trainperf try`` session of the run
 (``perf/try.jsonl``), one row per change with its speed-up interval and outcome."""
 
 from __future__ import annotations
@@ -8,7 +10,7 @@ from typing import TYPE_CHECKING
 from trainperf.analysis.tryouts import QUALITY_TOLERANCE, RECOMMEND_ABOVE, code_lines, paste_line
 from trainperf.present.report.document import Section, Table, cell
 from trainperf.present.try_table import labels
-from trainperf.records.kinds import TryRecord
+from trainperf.records.try_record import TryRecord
 
 if TYPE_CHECKING:
     from trainperf.present.report.build import Report

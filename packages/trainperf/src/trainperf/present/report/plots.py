@@ -21,7 +21,7 @@ from trainperf.analysis.run import RunData
 from trainperf.analysis.stages import batch_times, num, training_rates
 from trainperf.core.clock import PHASES
 from trainperf.core.stage import STAGE_ORDER, Stage
-from trainperf.records.kinds import EpochRecord
+from trainperf.records.epochs import EpochRecord
 
 PHASE_COLORS = {
     "data_wait": "#d62728",

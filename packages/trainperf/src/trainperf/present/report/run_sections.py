@@ -1,4 +1,6 @@
-"""The sections about the run around its timing: its identity, resources and alerts, cache
+"""The report's sections about the run around its timing.
+
+The sections about the run around its timing: its identity, resources and alerts, cache
 counters, the comparison with a baseline and its configuration. Times are the run's own (shown
 in UTC)."""
 

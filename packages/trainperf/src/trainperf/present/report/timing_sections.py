@@ -1,4 +1,6 @@
-"""Where the time went: the phase breakdown per epoch (with the DataLoader workers, the named
+"""The report's timing sections: where the time went.
+
+Where the time went: the phase breakdown per epoch (with the DataLoader workers, the named
 hooks and DDP stragglers), the batch-time distribution and outliers, and the throughput with
 the machine's ceiling."""
 

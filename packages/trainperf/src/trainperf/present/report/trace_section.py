@@ -1,4 +1,6 @@
-"""The profiler section: the windows the profiler recorded, how its trace agrees with the phase
+"""The report's profiler section: windows, agreement, memory and top ops.
+
+The profiler section: the windows the profiler recorded, how its trace agrees with the phase
 clock, and the trace's memory peaks and top ops."""
 
 from __future__ import annotations
@@ -7,13 +9,13 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from trainperf.analysis.run import TRACE_DIRNAME
-from trainperf.analysis.trace.names import short_names
+from trainperf.analysis.trace.short_names import short_names
 from trainperf.present.report import plots
 from trainperf.present.report.build import Report
 from trainperf.present.report.document import Section, Table, cell
 
 if TYPE_CHECKING:
-    from trainperf.analysis.trace.result import DeviceOpRow, OpRow
+    from trainperf.analysis.trace.trace_analysis import DeviceOpRow, OpRow
 
 
 # ProfilerWindow fields shown as they are, each under its own name

@@ -1,4 +1,6 @@
-"""Resource sampling off the training thread (no Lightning): ``sampler`` reads every source once
+"""Resource sampling off the training thread.
+
+Resource sampling off the training thread (no Lightning): ``sampler`` reads every source once
 per call (names in ``metrics``, process handles in ``host``, GPUs in ``nvml``); ``monitor`` runs
 it on a daemon thread with the hooks' stamps (``signals``), the alert engine and the records.
 """

@@ -1,4 +1,6 @@
-"""Host-side sources: cgroup-aware memory limit, and CPU / I/O / USS-PSS of one process from a
+"""Host-side resource sources: memory limit and one process's CPU, I/O, USS.
+
+Host-side sources: cgroup-aware memory limit, and CPU / I/O / USS-PSS of one process from a
 kept ``psutil`` handle (a fresh handle reads 0 % CPU on its first call)."""
 
 from __future__ import annotations

@@ -1,4 +1,6 @@
-"""The resource monitor's metric names and their meanings (stable: the loggers, the JSON-lines
+"""The resource monitor's metric names and their meanings.
+
+The resource monitor's metric names and their meanings (stable: the loggers, the JSON-lines
 file and the report use these names), and the NVML throttle-reason bits they decode."""
 
 from __future__ import annotations

@@ -1,4 +1,6 @@
-"""The resource monitor: the sampler on a daemon thread, the training signals, the alert engine,
+"""The resource monitor: the sampler on a thread, alerts, records, summary.
+
+The resource monitor: the sampler on a daemon thread, the training signals, the alert engine,
 the logging intervals, the ``resources.jsonl`` records and the run summary."""
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from trainperf.alerts import AlertEngine, RuleContext
 from trainperf.probe.resources.sampler import ResourceMonitorWarning, ResourceSampler
 from trainperf.probe.resources.signals import StepSignals, is_nonfinite
 from trainperf.records.files import RecordWriter
-from trainperf.records.kinds import ResourceSample, ResourceSummary
+from trainperf.records.monitoring import ResourceSample, ResourceSummary
 
 THREAD_NAME = "trainperf-resource-monitor"
 

@@ -1,4 +1,6 @@
-"""This process's GPUs through NVML (``nvidia-ml-py``), matched to its CUDA devices by UUID (NVML
+"""This process's GPUs through NVML, matched to its CUDA devices.
+
+This process's GPUs through NVML (``nvidia-ml-py``), matched to its CUDA devices by UUID (NVML
 indices ignore ``CUDA_VISIBLE_DEVICES``): utilisation, memory, power, temperature, clocks and
 throttle reasons. Without NVML, :attr:`NvmlGpus.status` says why and nothing is sampled.
 

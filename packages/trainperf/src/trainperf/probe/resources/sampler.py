@@ -1,4 +1,6 @@
-"""``ResourceSampler``: host, process, DataLoader workers, I/O, disk, network and GPU figures read
+"""``ResourceSampler``: every resource figure read once per call into one dict.
+
+``ResourceSampler``: host, process, DataLoader workers, I/O, disk, network and GPU figures read
 once per call into one flat ``{"resources/<name>": float}`` dict (names in
 :data:`~trainperf.probe.resources.metric_names.METRIC_DOCS`).
 

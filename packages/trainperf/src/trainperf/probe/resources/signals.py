@@ -1,4 +1,6 @@
-"""Training signals stamped by the callback's hooks on the training thread and read by the
+"""Training signals stamped on the training thread for the sampler thread.
+
+Training signals stamped by the callback's hooks on the training thread and read by the
 sampler thread: data wait, step counts, the latest loss, the last straggler."""
 
 from __future__ import annotations

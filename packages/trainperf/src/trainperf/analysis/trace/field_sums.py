@@ -1,4 +1,6 @@
-"""Field-wise sum of two records of per-window sums (:class:`Additive`), for the time windows
+"""Field-wise sum of per-window sum records (:class:`FieldSums`).
+
+Field-wise sum of two records of per-window sums (:class:`FieldSums`), for the time windows
 of one trace (:mod:`~trainperf.analysis.trace.windowed`): numbers, counters and lists add, mappings
 of sets unite, and a field whose metadata names a ``merge`` function (``max``, "the later
 window's") is merged by it."""
@@ -9,7 +11,7 @@ import dataclasses
 from collections import Counter
 from typing import Any, Self
 
-__all__ = ["Additive", "later"]
+__all__ = ["FieldSums", "later"]
 
 
 def later(a: Any, b: Any) -> Any:
@@ -26,7 +28,7 @@ def _merge(a: Any, b: Any) -> Any:
     return a + b
 
 
-class Additive:
+class FieldSums:
     """Mixin for a dataclass of sums: ``a + b`` merges it field by field (see the module doc)."""
 
     def __add__(self, other: Self) -> Self:
