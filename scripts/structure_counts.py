@@ -76,12 +76,12 @@ LATER_FEATURES: dict[int, tuple[str, tuple[str, ...]]] = {
     22: (
         "silent slowdowns named with their cause",
         (
-            "probe/growth.py",
-            "analysis/creep.py",
+            "probe/growth_scan.py",
+            "analysis/memory_growth/attributes.py",
             "probe/recompiles.py",
             "analysis/recompile_rules.py",
-            "analysis/process_growth.py",
-            "analysis/worker_memory.py",
+            "analysis/memory_growth/process.py",
+            "analysis/memory_growth/workers.py",
             "probe/sync_debug.py",
             "analysis/trace/stacks.py",
             "lightning/epoch_scan.py",

@@ -141,7 +141,7 @@ def _parser() -> argparse.ArgumentParser:
     from trainperf.cli.report_command import add_parser as add_report_parser  # argparse only: cheap
 
     add_report_parser(sub)
-    from trainperf.cli.tryout.cli import add_parser as add_try_parser  # argparse only: cheap
+    from trainperf.cli.trial.cli import add_parser as add_try_parser  # argparse only: cheap
 
     add_try_parser(sub)
     w = sub.add_parser(

@@ -10,8 +10,8 @@ from pathlib import Path
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from trainperf.analysis.try_plan import BudgetPlan, duration
-from trainperf.analysis.tryouts import MIN_PAIRS, RECOMMEND_ABOVE, TrialEvent
+from trainperf.analysis.trial_plan import BudgetPlan, duration
+from trainperf.analysis.trials import MIN_PAIRS, RECOMMEND_ABOVE, TrialEvent
 from trainperf.present.console import fit_table, print_renderable, stdout_is_live
 from trainperf.records.kinds import TryRecord
 

@@ -14,7 +14,7 @@ walk is bounded (the constants below); its cost is recorded with every scan (``s
 ``items``); it runs at epoch ends only, never per step.
 
 ``EpochScanCallback`` writes one scan per training epoch to ``perf/growth.jsonl``;
-:func:`trainperf.analysis.creep.growing` compares them.
+:func:`trainperf.analysis.memory_growth.attributes.growing` compares them.
 """
 
 from __future__ import annotations

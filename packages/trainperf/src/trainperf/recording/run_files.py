@@ -18,7 +18,7 @@ import msgspec
 
 from trainperf.core.stage import Stage
 from trainperf.errors import PerfCallbackWarning
-from trainperf.recording.epoch_report import IntervalProgress, per_second
+from trainperf.recording.subscribers import IntervalProgress, per_second
 from trainperf.records.files import RecordWriter
 from trainperf.records.kinds import EpochRecord, IntervalRecord, JsonValue, LifecycleRecord
 from trainperf.records.run_info import write_run_info
