@@ -69,7 +69,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
 from trainperf.analysis.trace.agreement import AGREEMENT_TOLERANCE_PCT  # noqa: E402
-from trainperf.cli.tryout.cli import parse_budget  # noqa: E402
+from trainperf.cli.trial.cli import parse_budget  # noqa: E402
 
 from benchmarks.baseline_doc import train  # noqa: E402
 from scripts.gpucheck.arms import arm_overrides, arms_for, run_arms  # noqa: E402

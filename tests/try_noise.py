@@ -13,7 +13,7 @@ measured batches. The noise, each part of it seen on a shared machine:
 * per session: the first trial is slower (``warmup``): cold page cache, first compile.
 
 The change multiplies the changed trials' speed by ``effect`` (1.0: the A/A test). The trials
-go through the real :class:`~trainperf.cli.tryout.session.TrySession` (its pair loop, plan,
+go through the real :class:`~trainperf.cli.trial.session.TrySession` (its pair loop, plan,
 looks and decision); only ``run_training_trial`` is replaced.
 """
 
@@ -26,9 +26,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from trainperf.cli.tryout import session as session_mod
-from trainperf.cli.tryout.session import TryOptions, TrySession
-from trainperf.cli.tryout.trial import TrialResult
+from trainperf.cli.trial import session as session_mod
+from trainperf.cli.trial.session import TryOptions, TrySession
+from trainperf.cli.trial.trial_process import TrialResult
 from trainperf.core.candidates import Candidate
 from trainperf.records.command import RecordedCommand
 

@@ -12,7 +12,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from trainperf.analysis.tryouts import latest_session
+from trainperf.analysis.trials import latest_session
 from trainperf.cli.main import main as perf_main
 from trainperf.records.try_record import TryRecord
 

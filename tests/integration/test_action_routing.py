@@ -14,7 +14,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from trainperf.core.clock import PHASES, PhaseClock
 from trainperf.lightning.action_stream import ActionStream
 from trainperf.lightning.attribution import ActionAttribution
-from trainperf.lightning.untimed import does_nothing as _does_nothing
+from trainperf.lightning.untimed_hooks import does_nothing as _does_nothing
 
 
 class Picky:

@@ -172,7 +172,8 @@ def test_compiled_module_fixed_size_no_finding(tmp_path: Path) -> None:
 def test_reading_the_records_imports_no_torch() -> None:
     code = (
         "import sys\n"
-        "import trainperf.probe.growth, trainperf.probe.recompiles, trainperf.analysis.verdict\n"
+        "import trainperf.probe.growth_scan, trainperf.probe.recompiles\n"
+        "import trainperf.analysis.verdict\n"
         "print('torch' in sys.modules)"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -183,7 +184,7 @@ def test_no_per_step_hook_at_the_defaults() -> None:
     """At the defaults every per-batch hook is Lightning's inherited no-op (which the clock
     leaves out); batch_shapes=True installs the one counting hook."""
     from lightning.pytorch.callbacks import Callback
-    from trainperf.lightning.untimed import does_nothing
+    from trainperf.lightning.untimed_hooks import does_nothing
 
     default = EpochScanCallback()
     for hook in ("on_train_batch_start", "on_train_batch_end", "on_before_backward"):
@@ -335,7 +336,7 @@ def test_nested_scan_adds_no_per_step_hook_at_its_defaults() -> None:
     reaches the same inherited no-ops as without it); batch_shapes=True installs one, which the
     clock leaves to the scan's own action."""
     from lightning.pytorch.callbacks import Callback
-    from trainperf.lightning.untimed import does_nothing
+    from trainperf.lightning.untimed_hooks import does_nothing
 
     plain = PerformanceProfilerCallback(epoch_scan=None)
     nested = PerformanceProfilerCallback(epoch_scan=EpochScanCallback())

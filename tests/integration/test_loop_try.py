@@ -13,7 +13,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from trainperf.analysis.tryouts import latest_session
+from trainperf.analysis.trials import latest_session
 from trainperf.cli.main import main as perf_main
 
 pytestmark = pytest.mark.slow

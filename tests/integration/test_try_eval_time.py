@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from trainperf.analysis.tryouts import latest_session
+from trainperf.analysis.trials import latest_session
 from trainperf.cli.main import main as perf_main
 from trainperf.records.files import read_run_record
 

@@ -24,7 +24,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 from trainperf.cli.main import main as perf_main
-from trainperf.cli.tryout.session import WARM_UP
+from trainperf.cli.trial.session import WARM_UP
 from trainperf.core.trial_window import ENV_VAR, TryWindow
 from trainperf.lightning import (
     PerformanceProfilerCallback,

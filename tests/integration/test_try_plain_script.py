@@ -19,7 +19,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from trainperf.analysis.tryouts import latest_session
+from trainperf.analysis.trials import latest_session
 from trainperf.cli.main import main as perf_main
 
 pytestmark = pytest.mark.slow
@@ -92,7 +92,7 @@ def plain_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_the_findings_changes_are_knobs_for_a_plain_script(plain_run: Path) -> None:
-    from trainperf.cli.tryout.candidate_options import candidates_from_findings
+    from trainperf.cli.trial.candidate_options import candidates_from_findings
     from trainperf.present.report import build_report
 
     info = json.loads((plain_run / "perf" / "run.json").read_text())

@@ -14,7 +14,7 @@ import torch
 from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
 from lightning.pytorch.loggers import CSVLogger
 from torch.utils.data import DataLoader, TensorDataset
-from trainperf.cli.tryout.trial import stage_speed
+from trainperf.cli.trial.trial_process import stage_speed
 from trainperf.core.trial_window import ENV_VAR, TryWindow
 from trainperf.lightning import ThroughputMonitorCallback
 from trainperf.records.epochs import EpochRecord

@@ -22,7 +22,7 @@ from trainperf.lightning.performance_profiler import (
 from trainperf.lightning.throughput_monitor import throughput_metrics
 from trainperf.recording.cuda_events import CudaPhaseEvents
 from trainperf.recording.cuda_events import EventClock as _EventClock
-from trainperf.recording.epoch_report import normalize_stages
+from trainperf.recording.setting_checks import normalize_stages
 from trainperf.recording.stage_state import EpochWindow
 from trainperf.recording.stage_windows import BATCH_TIMES_CHUNK
 from trainperf.records.epochs import EpochRecord

@@ -20,8 +20,8 @@ from trainperf.probe.device_memory import MemorySampler
 from trainperf.probe.worker import WorkerTiming
 from trainperf.recording.cross_rank import CommTimer, RankExchange
 from trainperf.recording.cuda_events import device_clock
-from trainperf.recording.epoch_report import IntervalProgress
 from trainperf.recording.stage_windows import StageWindows
+from trainperf.recording.subscribers import IntervalProgress
 from trainperf.recording.window_events import (
     EV_TRAIN_BATCH_END,
     EV_TRAIN_EPOCH_START,

@@ -19,6 +19,7 @@ from scripts.structure_counts import (
     MAX_TOP_ENTRIES,
     TOOLKIT,
     blamed_later_lines,
+    is_shim,
     line_kinds,
     shared_base_names,
     toolkit_lines_at,
@@ -78,6 +79,30 @@ def test_shared_base_names_count_packages_by_their_folder(tmp_path: Path) -> Non
         "report": ["a/report", "b/report.py"],
     }
     assert top_entries(root) == ["__init__.py", "a", "b"]
+
+
+_SHIM = (
+    '"""Moved to :mod:`kit.a.load`."""\n\n'
+    "from trainperf.core.moved import moved_module\n\n"
+    '__getattr__ = moved_module(__name__, "kit.a.load")\n'
+)
+
+
+def test_a_shim_keeps_its_old_base_name_without_counting(tmp_path: Path) -> None:
+    # an old path kept for one release (trainperf.core.moved) beside the module it moved to
+    root = tmp_path / "kit"
+    for folder in ("a", "b", "old"):
+        (root / folder).mkdir(parents=True)
+        (root / folder / "__init__.py").write_text("")
+    (root / "a" / "load.py").write_text('"""Loads."""\n\ndef load() -> None: ...\n')
+    (root / "b" / "load.py").write_text(_SHIM)
+    (root / "old" / "__init__.py").write_text(_SHIM.replace("kit.a.load", "kit.a"))
+    (root / "a" / "old.py").write_text('"""Not a shim: it does more."""\n\nX = 1\n' + _SHIM)
+    assert is_shim(root / "b" / "load.py")
+    assert not is_shim(root / "a" / "old.py")
+    assert shared_base_names(root) == {}
+    (root / "b" / "load.py").write_text(_SHIM + "\nEXTRA = 1\n")  # no longer only a shim
+    assert shared_base_names(root) == {"load": ["a/load.py", "b/load.py"]}
 
 
 def _git(folder: Path, *args: str) -> str:

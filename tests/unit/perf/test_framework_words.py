@@ -14,7 +14,7 @@ import msgspec
 import pytest
 from trainperf.analysis.run import load_run
 from trainperf.cli.main import main as perf_main
-from trainperf.cli.tryout.candidate_options import applicable, parse_candidate
+from trainperf.cli.trial.candidate_options import applicable, parse_candidate
 from trainperf.frameworks.spellings import HF, LIGHTNING, LOOP, framework_info
 from trainperf.present.report import build_report
 from trainperf.records.files import read_run_record
@@ -214,7 +214,7 @@ def test_a_refused_candidate_is_recorded_not_applicable_with_why_and_never_tried
 ) -> None:
     """The session records what the framework refused, with the adapter's reason, and runs no
     trial for it (a fake clock: nothing is run)."""
-    from trainperf.cli.tryout.session import TryOptions, TrySession
+    from trainperf.cli.trial.session import TryOptions, TrySession
     from trainperf.records.command import RecordedCommand
 
     command = RecordedCommand(

@@ -1,5 +1,5 @@
-"""trainperf.probe.growth: the scan measures what attributes hold, growth over the last epochs names
-the attribute, and the records round-trip through the run directory."""
+"""trainperf.probe.growth_scan: the scan measures what attributes hold, growth over the last
+epochs names the attribute, and the records round-trip through the run directory."""
 
 from __future__ import annotations
 
@@ -7,9 +7,14 @@ from collections import deque
 from pathlib import Path
 
 import torch
-from trainperf.analysis.creep import GROWTH_EPOCHS, growing, growth_finding, growth_findings
-from trainperf.probe import growth
-from trainperf.probe.growth import scan
+from trainperf.analysis.memory_growth.attributes import (
+    GROWTH_EPOCHS,
+    growing,
+    growth_finding,
+    growth_findings,
+)
+from trainperf.probe import growth_scan as growth
+from trainperf.probe.growth_scan import scan
 from trainperf.records.epoch_scans import GrowthRecord
 from trainperf.records.files import RecordWriter
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import pytest
-from trainperf.analysis.process_growth import process_growth, process_growth_finding
+from trainperf.analysis.memory_growth.process import process_growth, process_growth_finding
 from trainperf.records.monitoring import ResourceSample
 
 

@@ -12,7 +12,7 @@ import numpy as np
 import psutil
 import pytest
 from torch.utils.data import DataLoader, Dataset
-from trainperf.analysis.worker_memory import (
+from trainperf.analysis.memory_growth.workers import (
     WorkerMemoryPoint,
     classify,
     classify_samples,

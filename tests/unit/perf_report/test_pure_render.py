@@ -18,7 +18,7 @@ from typing import Any, NoReturn
 import pytest
 from rich.console import Console
 from trainperf.analysis.run import RunData, load_run
-from trainperf.cli.tryout.session import write_records
+from trainperf.cli.trial.session import write_records
 from trainperf.present.report import build_report, print_summary, to_html, to_markdown
 from trainperf.present.report.writers import to_json
 from trainperf.records.monitoring import LifecycleRecord

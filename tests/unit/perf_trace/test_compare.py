@@ -66,7 +66,7 @@ def test_a_saved_report_from_before_the_transfer_phase_still_compares(tmp_path: 
 
     from trainperf.analysis.trace import analyze_path
     from trainperf.analysis.trace.compare import compare_reports
-    from trainperf.present.trace_tables import to_markdown
+    from trainperf.present.trace_tables import trace_markdown
 
     new = analyze_path(write(make_trace(n_steps=6), tmp_path / "a.json"), top_k=None)
     old = copy.deepcopy(new)
@@ -76,4 +76,4 @@ def test_a_saved_report_from_before_the_transfer_phase_still_compares(tmp_path: 
     phases = result.stages["train"].phases_ms
     assert "transfer" not in phases
     assert "forward" in phases
-    assert "| transfer |" not in to_markdown(old)
+    assert "| transfer |" not in trace_markdown(old)

@@ -15,7 +15,7 @@ from trainperf.analysis.trace.short_names import short_name, short_names
 from trainperf.present.report.document import Table
 from trainperf.present.report.trace_section import _numbered
 from trainperf.present.report.writers import _html_table
-from trainperf.present.trace_tables import print_analysis, to_markdown
+from trainperf.present.trace_tables import print_analysis, trace_markdown
 
 # the kernel of the issue: 40 template arguments
 _TBE = (
@@ -95,7 +95,7 @@ def test_tables_fold_names_and_json_keeps_them_whole(traces_dir: Path) -> None:
     assert "<…>" in text
     assert all(n not in text for n in long_names)
     # Markdown: folded too
-    assert "<…>" in to_markdown(report)
+    assert "<…>" in trace_markdown(report)
 
 
 def test_the_html_trace_table_shows_the_full_name_on_hover(traces_dir: Path) -> None:

@@ -15,11 +15,11 @@ from typing import Any
 
 import pytest
 import yaml
-from trainperf.analysis.try_plan import BudgetPlan, allocate, duration
+from trainperf.analysis.trial_plan import BudgetPlan, allocate, duration
 from trainperf.cli.main import main as perf_main
-from trainperf.cli.tryout import session as session_mod
-from trainperf.cli.tryout.session import TryOptions, TrySession
-from trainperf.cli.tryout.trial import TrialResult
+from trainperf.cli.trial import session as session_mod
+from trainperf.cli.trial.session import TryOptions, TrySession
+from trainperf.cli.trial.trial_process import TrialResult
 from trainperf.core.candidates import Candidate
 
 from tests.unit.perf_try.test_session import FakeClock, _command

@@ -15,8 +15,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from trainperf.analysis.tryouts import TrialEvent, look_confidence, looks, measure, status
-from trainperf.cli.tryout.session import WARM_UP, TryOptions, TrySession
+from trainperf.analysis.trials import TrialEvent, look_confidence, looks, measure, status
+from trainperf.cli.trial.session import WARM_UP, TryOptions, TrySession
 from trainperf.core.candidates import Candidate
 from trainperf.core.knobs import Knob
 from trainperf.core.significance import ALPHA

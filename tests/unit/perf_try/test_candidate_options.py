@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import pytest
-from trainperf.cli.tryout.candidate_options import (
+from trainperf.cli.trial.candidate_options import (
     TOP_FINDINGS,
     candidates_from_findings,
     parse_candidate,

@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from trainperf.cli.tryout.cli import evaluation_from
-from trainperf.cli.tryout.trial import run_eval_trial
+from trainperf.cli.trial.cli import evaluation_from
+from trainperf.cli.trial.trial_process import run_eval_trial
 from trainperf.records.command import TryInputError, recorded_command
 from trainperf.records.epochs import EpochRecord
 from trainperf.records.run_record import EvalCommand, RunRecord

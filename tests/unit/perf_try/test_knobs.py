@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import OverrideParseException
-from trainperf.cli.tryout.candidate_options import parse_candidate
+from trainperf.cli.trial.candidate_options import parse_candidate
 from trainperf.core.knobs import KNOBS, Knob, KnobError, apply_lines, family_knob, is_knob
 from trainperf.core.trial_window import TryWindow, TryWindowError
 from trainperf.frameworks.spellings import HF, LIGHTNING

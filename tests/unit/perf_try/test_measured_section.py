@@ -2,8 +2,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from trainperf.analysis.tryouts import latest_session
-from trainperf.cli.tryout.session import write_records
+from trainperf.analysis.trials import latest_session
+from trainperf.cli.trial.session import write_records
 from trainperf.present.report import build_report, to_html, to_markdown
 from trainperf.records.try_record import TryRecord
 

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import pytest
-from trainperf.analysis.tryouts import MIN_PAIRS, status
+from trainperf.analysis.trials import MIN_PAIRS, status
 from trainperf.core.significance import Outcome, paired_ratios
 
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from trainperf.analysis.try_plan import BudgetPlan
-from trainperf.analysis.tryouts import QUALITY_TOLERANCE, code_lines, paste_line
-from trainperf.cli.tryout import session as session_mod
-from trainperf.cli.tryout.session import TryOptions, TrySession
-from trainperf.cli.tryout.trial import TrialResult
+from trainperf.analysis.trial_plan import BudgetPlan
+from trainperf.analysis.trials import QUALITY_TOLERANCE, code_lines, paste_line
+from trainperf.cli.trial import session as session_mod
+from trainperf.cli.trial.session import TryOptions, TrySession
+from trainperf.cli.trial.trial_process import TrialResult
 from trainperf.core.candidates import Candidate
 from trainperf.core.knobs import Knob
 from trainperf.records.command import RecordedCommand

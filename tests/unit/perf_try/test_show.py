@@ -7,7 +7,7 @@ from pathlib import Path
 
 import msgspec
 import pytest
-from trainperf.present.try_table import print_results
+from trainperf.present.trial_table import print_results
 from trainperf.records.try_record import TryRecord
 
 

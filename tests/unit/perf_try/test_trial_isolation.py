@@ -12,8 +12,8 @@ from pathlib import Path
 import lightning as L
 import pytest
 from lightning.pytorch.trainer.states import TrainerFn
-from trainperf.cli.tryout.run_guard import RunSnapshot, TrialTouchedRunError, trial_work_dir
-from trainperf.cli.tryout.trial import trial_env
+from trainperf.cli.trial.run_guard import RunSnapshot, TrialTouchedRunError, trial_work_dir
+from trainperf.cli.trial.trial_process import trial_env
 from trainperf.core.trial_window import ENV_VAR, TryWindow
 from trainperf.lightning.trial_fit import output_path, perf_root, trial_root
 from trainperf.records.command import RecordedCommand, TryInputError

@@ -26,7 +26,7 @@ import yaml
 
 from trainperf.analysis.legacy_layout import LEGACY_CONFIG, legacy_app, legacy_framework
 from trainperf.analysis.lifecycle import interruption_sentence
-from trainperf.analysis.tryouts import last_session
+from trainperf.analysis.trials import last_session
 from trainperf.core.stage import STAGE_ORDER, Stage
 from trainperf.errors import InputError
 from trainperf.records.epoch_scans import GrowthRecord, RecompilesRecord

@@ -141,7 +141,7 @@ def _parser() -> argparse.ArgumentParser:
     from trainperf.cli.report_command import add_parser as add_report_parser  # argparse only: cheap
 
     add_report_parser(sub)
-    from trainperf.cli.tryout.cli import add_parser as add_try_parser  # argparse only: cheap
+    from trainperf.cli.trial.cli import add_parser as add_try_parser  # argparse only: cheap
 
     add_try_parser(sub)
     w = sub.add_parser(
@@ -246,7 +246,7 @@ def _run(args: argparse.Namespace) -> int:
         print_rank_set,
         rank_set_markdown,
     )
-    from trainperf.present.trace_tables import print_analysis, print_comparison, to_markdown
+    from trainperf.present.trace_tables import print_analysis, print_comparison, trace_markdown
 
     console = _console(args)
     try:
@@ -270,7 +270,7 @@ def _run(args: argparse.Namespace) -> int:
             if args.json:
                 write_json(args.json, report.as_dict())
             if args.markdown:
-                _write(args.markdown, to_markdown(report) + integrity_markdown(report.integrity))
+                _write(args.markdown, trace_markdown(report) + integrity_markdown(report.integrity))
             return EXIT_OK
         threshold = 5.0 if args.fail_on_regression is None else args.fail_on_regression
         result = compare_reports(

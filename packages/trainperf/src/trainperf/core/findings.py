@@ -255,14 +255,14 @@ THRESHOLDS: dict[str, Threshold] = {
     "cache_hit_min_pct": Threshold(
         50.0, "%", "a worker cache's hit rate (X_hits / X_misses) after the first epoch"
     ),
-    # -- main-process growth from the resource samples (trainperf.analysis.process_growth)
+    # -- main-process growth from the resource samples (trainperf.analysis.memory_growth.process)
     # ---------------
     "process_growth_mb_per_min": Threshold(
         5.0, "MB/min", "main-process memory slope (post hoc, any run length) worth reporting"
     ),
     "process_growth_min_r2": Threshold(0.8, "x", "R² of that slope: steady growth, not noise"),
     "process_growth_min_s": Threshold(60.0, "s", "and fitted over at least this long"),
-    # -- DataLoader workers' memory (trainperf.analysis.worker_memory)
+    # -- DataLoader workers' memory (trainperf.analysis.memory_growth.workers)
     # -----------------------------------
     "worker_memory_growth_mb": Threshold(64.0, "MB", "a worker's USS growth worth classifying"),
     "worker_memory_tail_pct": Threshold(

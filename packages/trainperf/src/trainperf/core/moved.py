@@ -25,6 +25,8 @@ REMOVED_IN = "0.3"
 
 #: Every shim made so far, old module -> new module (the test walks it).
 SHIMS: dict[str, str] = {}
+#: The names each shim renames, old module -> {old name: new name} (empty: same names).
+RENAMED: dict[str, dict[str, str]] = {}
 
 
 def moved_module(
@@ -34,10 +36,15 @@ def moved_module(
     of the name ``renamed`` maps it to) with a ``DeprecationWarning``."""
     SHIMS[old] = new
     names = dict(renamed or {})
+    RENAMED[old] = names
 
     def __getattr__(name: str) -> Any:
         if name.startswith("__"):
             raise AttributeError(name)
+        if new == old and name not in names:
+            # a name renamed in a module that stays: any other missing name is simply missing
+            # (looking it up again would call this function without end)
+            raise AttributeError(f"module {old!r} has no attribute {name!r}")
         target = importlib.import_module(new)
         new_name = names.get(name, name)
         try:

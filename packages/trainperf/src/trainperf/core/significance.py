@@ -2,7 +2,7 @@
 
 Used by ``trainperf compare`` (step times of two traces, :mod:`trainperf.analysis.trace.compare`),
 ``trainperf check`` (a run against a baseline, :mod:`trainperf.analysis.gate`) and ``trainperf try``
-(paired speed ratios, :mod:`trainperf.analysis.tryouts`): the :class:`Outcome` words, a one-sided
+(paired speed ratios, :mod:`trainperf.analysis.trials`): the :class:`Outcome` words, a one-sided
 Mann-Whitney U test, one seeded percentile bootstrap of a ratio of medians (a rerun on the same
 figures gives the same interval), Student's t interval of paired ratios (few pairs) and a robust
 noise allowance. Only the words are shared, not one

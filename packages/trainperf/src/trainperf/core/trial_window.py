@@ -6,8 +6,8 @@ performance callbacks, whatever its configuration keys are called. The callbacks
 (:mod:`trainperf.lightning.trial_fit`) read it at ``setup``, open the window through
 Lightning's public Trainer attributes and apply the trial's runtime knobs
 (:mod:`trainperf.core.knobs`);
-the speed is then read from the trial's ``perf/epochs.jsonl`` (``trainperf.cli.tryout.trial``),
-skipping the warm-up batches.
+the speed is then read from the trial's ``perf/epochs.jsonl``
+(``trainperf.cli.trial.trial_process``), skipping the warm-up batches.
 
 Format: ``warmup=5;batches=20;perf_dir=/tmp/x;keep=val,checkpoint;owner=1234;knobs=a.b=4,c=true``
 (keys in any order; ``keep``, ``owner`` and ``knobs`` optional). A window whose ``owner`` is not an

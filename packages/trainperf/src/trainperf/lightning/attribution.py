@@ -30,7 +30,7 @@ from trainperf.core.actions import CALLBACK, DATAMODULE, MODULE
 from trainperf.core.clock import PhaseClock, set_active_clock
 from trainperf.frameworks.lightning_grammar import classify_action
 from trainperf.lightning.interpose import syncs_before_train_batch
-from trainperf.lightning.untimed import lightning_own_hook, untimed_hook
+from trainperf.lightning.untimed_hooks import lightning_own_hook, untimed_hook
 from trainperf.recording.cross_rank import CommTimer
 from trainperf.recording.window_events import (
     EV_AFTER_BACKWARD,

@@ -1,7 +1,7 @@
 """The scans at each training epoch's end: memory creep and recompiles.
 
-At each training epoch's end: memory creep named by attribute (``trainperf.probe.growth``) and
-``torch.compile`` recompiles with their reason (``trainperf.probe.recompiles``). Nothing per
+At each training epoch's end: memory creep named by attribute (``trainperf.probe.growth_scan``)
+and ``torch.compile`` recompiles with their reason (``trainperf.probe.recompiles``). Nothing per
 step."""
 
 from __future__ import annotations
@@ -19,12 +19,12 @@ from lightning.pytorch.callbacks import Callback
 from torch.utils.data import DataLoader
 
 from trainperf.alerts.engine import GrowthSignal
-from trainperf.analysis.creep import GROWTH_EPOCHS, growing
+from trainperf.analysis.memory_growth.attributes import GROWTH_EPOCHS, growing
+from trainperf.analysis.memory_growth.workers import python_containers
 from trainperf.analysis.recompile_rules import recompile_finding
-from trainperf.analysis.worker_memory import python_containers
 from trainperf.errors import PerfCallbackWarning, warn_off
 from trainperf.lightning.trial_fit import perf_root
-from trainperf.probe.growth import MAX_ITEMS, scan
+from trainperf.probe.growth_scan import MAX_ITEMS, scan
 from trainperf.probe.recompiles import CompileWatch, ShapeCounter
 from trainperf.records.epoch_scans import GrowthRecord, RecompilesRecord
 from trainperf.records.files import RecordWriter
@@ -46,7 +46,7 @@ def _base_names() -> frozenset[str]:
 
 class EpochScanCallback(Callback):
     """Finds what no phase shows, at each training epoch's end on rank zero (no collectives):
-    memory that creeps, named by attribute (:func:`trainperf.probe.growth.scan` over the
+    memory that creeps, named by attribute (:func:`trainperf.probe.growth_scan.scan` over the
     LightningModule's, the DataModule's and the other callbacks' attributes), and
     ``torch.compile`` recompiles with the guard that failed
     (:class:`trainperf.probe.recompiles.CompileWatch`). Each is a log warning and a verdict finding;
@@ -141,8 +141,8 @@ class EpochScanCallback(Callback):
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         # The training dataset's large Python containers, once: what forked DataLoader workers
-        # copy as they read it (trainperf.analysis.worker_memory; the verdict's worker_memory
-        # finding).
+        # copy as they read it (trainperf.analysis.memory_growth.workers; the verdict's
+        # worker_memory finding).
         if not (self._on and self.memory_growth and self.write_run_files):
             return
         try:

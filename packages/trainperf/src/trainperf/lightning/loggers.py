@@ -1,7 +1,7 @@
 """Epoch reports through Lightning's loggers.
 
 Epoch reports through Lightning's loggers (the neutral parts of an epoch report live in
-``trainperf.recording.epoch_report``)."""
+``trainperf.recording.subscribers``)."""
 
 from __future__ import annotations
 

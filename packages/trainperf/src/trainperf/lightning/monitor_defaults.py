@@ -25,11 +25,11 @@ from typing import Any
 import lightning as L
 
 from trainperf.errors import ConfigError
-from trainperf.lightning.base import RecorderCallback
 from trainperf.lightning.epoch_scan import EpochScanCallback
 from trainperf.lightning.interpose import show_phase_split
 from trainperf.lightning.live_line import LiveLine
 from trainperf.lightning.progress_choice import piped_phase_line
+from trainperf.lightning.recorder_callback import RecorderCallback
 
 #: Hooks forwarded to a nested scan whatever its settings (its own setup and teardown).
 _LIFECYCLE = ("setup", "teardown")
@@ -80,7 +80,7 @@ class MonitorDefaults(RecorderCallback):
             callback's own part of each hook, as a callback listed just after this one would,
             each inside its own action ``[Callback]EpochScanCallback.<hook>`` (the clock names
             its time after the scan, not after this callback).
-        **kwargs: :class:`~trainperf.lightning.base.RecorderCallback`'s.
+        **kwargs: :class:`~trainperf.lightning.recorder_callback.RecorderCallback`'s.
     """
 
     def __init__(self, *, epoch_scan: object = True, **kwargs: Any) -> None:

@@ -14,7 +14,7 @@ from trainperf.lightning.loggers import log_to_loggers
 from trainperf.lightning.monitor_defaults import MonitorDefaults
 from trainperf.present.console import print_renderable
 from trainperf.recording.cross_rank import DURATION_FIGURES
-from trainperf.recording.epoch_report import IntervalProgress, per_second
+from trainperf.recording.subscribers import IntervalProgress, per_second
 from trainperf.records.epochs import EpochRecord
 from trainperf.records.run_info import CORRUPT, EVICTIONS, HITS, MISSES, cache_names, hit_rate
 

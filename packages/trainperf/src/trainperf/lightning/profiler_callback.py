@@ -39,13 +39,13 @@ from trainperf.lightning.profiler_summary import seed_analysis, summarise_window
 from trainperf.lightning.profiler_window import Window
 from trainperf.lightning.trial_fit import output_path, perf_root
 from trainperf.probe.sync_debug import SyncDetector
-from trainperf.recording.epoch_report import int_at_least
 from trainperf.recording.profiler_settings import (
     ACTIVITIES,
     ProfileSchedule,
     TraceOptions,
     apply_flat,
 )
+from trainperf.recording.setting_checks import int_at_least
 from trainperf.records.files import RecordWriter
 from trainperf.records.monitoring import ProfilerWindow
 

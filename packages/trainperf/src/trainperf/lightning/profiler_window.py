@@ -15,7 +15,7 @@ import torch
 
 from trainperf.frameworks.lightning_grammar import classify_action
 from trainperf.lightning.action_stream import add_listener
-from trainperf.lightning.untimed import untimed_hook
+from trainperf.lightning.untimed_hooks import untimed_hook
 from trainperf.probe.clock_snapshots import ClockSnapshots
 from trainperf.probe.sync_debug import SyncDetector, SyncLine
 
@@ -37,8 +37,9 @@ class ActionRanges:
         add_listener(trainer, self)
 
     def wants(self, name: str) -> bool:
-        """Every action but those whose hook does nothing (``callbacks.untimed``): the clock
-        leaves the same ones out, so trace and clock agree on the hooks' time."""
+        """Every action but those whose hook does nothing
+        (:mod:`trainperf.lightning.untimed_hooks`): the clock leaves the same ones out, so trace
+        and clock agree on the hooks' time."""
         trainer = self._trainer() if self._trainer is not None else None
         if trainer is None:
             return True

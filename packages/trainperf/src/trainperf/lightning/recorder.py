@@ -54,10 +54,10 @@ from trainperf.probe.device_memory import MemorySampler
 from trainperf.probe.worker import WorkerTiming
 from trainperf.recording.cross_rank import RankExchange
 from trainperf.recording.cuda_events import EventClock, device_clock
-from trainperf.recording.epoch_report import Subscriber
 from trainperf.recording.run_files import RunFiles
 from trainperf.recording.stage_state import EpochWindow
 from trainperf.recording.stage_windows import StageWindows
+from trainperf.recording.subscribers import Subscriber
 from trainperf.recording.window_events import (
     BATCH_END_STAGE,
     EV_FIT_START,

@@ -16,9 +16,9 @@ from trainperf.lightning.framework_record import framework_entries
 from trainperf.lightning.interruption import Interruption
 from trainperf.lightning.loggers import log_to_loggers
 from trainperf.lightning.trial_fit import perf_root
-from trainperf.recording.epoch_report import IntervalProgress, Subscriber
 from trainperf.recording.run_files import Lifecycle, RunFiles
 from trainperf.recording.stage_state import EpochWindow
+from trainperf.recording.subscribers import IntervalProgress, Subscriber
 from trainperf.records.epochs import EpochRecord
 from trainperf.records.schema import JsonValue
 

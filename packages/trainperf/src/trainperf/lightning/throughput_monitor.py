@@ -17,7 +17,7 @@ from trainperf.errors import PerfCallbackWarning
 from trainperf.lightning.epoch_scan import EpochScanCallback
 from trainperf.lightning.loggers import log_to_loggers
 from trainperf.lightning.monitor_defaults import MonitorDefaults
-from trainperf.recording.epoch_report import IntervalProgress, per_second
+from trainperf.recording.subscribers import IntervalProgress, per_second
 from trainperf.records.epochs import EpochRecord
 
 

@@ -1,4 +1,5 @@
-"""Console (rich) and Markdown rendering of analysis and comparison reports."""
+"""Console (rich) and Markdown rendering of trace analysis and comparison reports (``trainperf
+analyze`` / ``trainperf compare``); the run report's writers are :mod:`trainperf.present.report`."""
 
 from __future__ import annotations
 
@@ -15,11 +16,15 @@ from trainperf.analysis.trace.short_names import short_name, short_names
 from trainperf.analysis.trace.step_phases import GPU_PARTS, PHASES
 from trainperf.analysis.trace.trace_analysis import DeviceOpRow, OpRow, TraceAnalysis
 from trainperf.core.findings import Finding
+from trainperf.core.moved import moved_module
 from trainperf.core.significance import OUTCOME_STYLE
 from trainperf.present.console import fit_table
 from trainperf.present.evidence import evidence_text
 
-__all__ = ["print_analysis", "print_comparison", "to_markdown"]
+__all__ = ["print_analysis", "print_comparison", "trace_markdown"]
+
+# The old name of trace_markdown, until 0.3 (the run report's writer is the one to_markdown).
+__getattr__ = moved_module(__name__, __name__, renamed={"to_markdown": "trace_markdown"})
 
 _SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
 
@@ -260,7 +265,7 @@ def _finding_line(f: Finding) -> str:
     )
 
 
-def to_markdown(report: TraceAnalysis) -> str:
+def trace_markdown(report: TraceAnalysis) -> str:
     """The analysis as Markdown (tables for ops and phases, a list of findings)."""
     out = ["# Trace analysis", ""]
     s = report.summary

@@ -23,7 +23,7 @@ import torch
 
 from trainperf.core.clock import PHASES
 from trainperf.core.ranks import Straggler, find_straggler, rank_spread
-from trainperf.recording.epoch_report import per_second
+from trainperf.recording.subscribers import per_second
 from trainperf.records.epochs import EpochRecord
 
 # Figures whose spread over ranks is reported. Durations first: their largest value names a

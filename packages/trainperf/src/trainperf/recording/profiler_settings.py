@@ -16,7 +16,7 @@ from typing import Any
 from torch.profiler import ProfilerActivity
 
 from trainperf.errors import ConfigError
-from trainperf.recording.epoch_report import int_at_least, normalize_stages
+from trainperf.recording.setting_checks import int_at_least, normalize_stages
 
 #: Activity names (``"cpu"``, ``"cuda"``, ...) -> torch's ``ProfilerActivity``.
 ACTIVITIES = {name.lower(): act for name, act in ProfilerActivity.__members__.items()}

@@ -19,7 +19,7 @@ import msgspec
 
 from trainperf.core.stage import Stage
 from trainperf.errors import PerfCallbackWarning
-from trainperf.recording.epoch_report import IntervalProgress, per_second
+from trainperf.recording.subscribers import IntervalProgress, per_second
 from trainperf.records.epochs import EpochRecord, IntervalRecord
 from trainperf.records.files import RecordWriter
 from trainperf.records.monitoring import LifecycleRecord

@@ -44,10 +44,10 @@ from trainperf.probe.device_memory import MemorySampler
 from trainperf.probe.worker import InstrumentedLoader, WorkerTiming
 from trainperf.recording.cross_rank import CommTimer, RankExchange
 from trainperf.recording.cuda_events import EventClock, device_clock
-from trainperf.recording.epoch_report import IntervalProgress
 from trainperf.recording.run_files import Interruption, Lifecycle, RunFiles
 from trainperf.recording.stage_state import EpochWindow
 from trainperf.recording.stage_windows import StageWindows
+from trainperf.recording.subscribers import IntervalProgress
 from trainperf.records.epochs import EpochRecord, LoaderSettings
 from trainperf.records.schema import JsonValue
 

@@ -20,8 +20,8 @@ overhead-bound), :mod:`.slow_epoch_rule` (an epoch far slower than the others) a
 from __future__ import annotations
 
 from trainperf.alerts import alert_findings
-from trainperf.analysis.creep import growth_findings_of
 from trainperf.analysis.gpu_wait import gpu_waits
+from trainperf.analysis.memory_growth.attributes import growth_findings_of
 from trainperf.analysis.recompile_rules import recompile_findings_of
 from trainperf.analysis.run import RunData, hint
 from trainperf.analysis.stages import StageSummary, split_warmup

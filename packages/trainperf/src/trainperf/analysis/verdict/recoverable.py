@@ -24,7 +24,7 @@ from dataclasses import replace
 
 from trainperf.analysis.run import RunData
 from trainperf.analysis.stages import StageSummary
-from trainperf.analysis.tryouts import quality_drop
+from trainperf.analysis.trials import quality_drop
 from trainperf.analysis.verdict.context import score
 from trainperf.core.findings import Finding, grade, share_of_run
 from trainperf.core.significance import Outcome

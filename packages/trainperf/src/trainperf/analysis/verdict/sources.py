@@ -9,13 +9,13 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from trainperf.analysis.advice import candidates_for
-from trainperf.analysis.process_growth import process_growth, process_growth_finding
+from trainperf.analysis.memory_growth.process import process_growth, process_growth_finding
+from trainperf.analysis.memory_growth.workers import classify_samples, worker_memory_finding
 from trainperf.analysis.run import ReportInputError, RunData
 from trainperf.analysis.stages import StageSummary
 from trainperf.analysis.trace.trace_rules import TRACE_RISKS
 from trainperf.analysis.verdict.contention_rule import contention_finding
 from trainperf.analysis.verdict.context import Settings, resource_stat, rounded, score
-from trainperf.analysis.worker_memory import classify_samples, worker_memory_finding
 from trainperf.core.findings import Finding, share_of_run, threshold
 from trainperf.core.significance import Outcome
 from trainperf.core.stage import Stage

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from trainperf.analysis.tryouts import QUALITY_TOLERANCE, RECOMMEND_ABOVE, code_lines, paste_line
+from trainperf.analysis.trials import QUALITY_TOLERANCE, RECOMMEND_ABOVE, code_lines, paste_line
 from trainperf.present.report.document import Section, Table, cell
-from trainperf.present.try_table import labels
+from trainperf.present.trial_table import labels
 from trainperf.records.try_record import TryRecord
 
 if TYPE_CHECKING:

@@ -172,7 +172,8 @@ class ResourceMonitor:
             step=step,
             rank=self.rank,
             metrics={k: v for k, v in metrics.items() if math.isfinite(v)},
-            workers_uss=self.sampler.worker_uss(),  # per worker: trainperf.analysis.worker_memory
+            # per worker: trainperf.analysis.memory_growth.workers
+            workers_uss=self.sampler.worker_uss(),
         )
 
     def _where(self, values: Mapping[str, float]) -> str | None:

@@ -152,7 +152,7 @@ class ResourceSampler:
 
     def worker_uss(self) -> dict[str, float]:
         """Each DataLoader worker's USS in bytes at its last read, by pid (empty when USS is
-        not read): the per-worker series ``trainperf.analysis.worker_memory`` classifies."""
+        not read): the per-worker series ``trainperf.analysis.memory_growth.workers`` classifies."""
         return {str(pid): w.uss for pid, w in self._workers.items() if w.uss is not None}
 
     def _full_memory(self, proc: ProcHandle, due: bool) -> tuple[float, float] | None:

@@ -2,7 +2,7 @@
 ``perf/try.jsonl``, how a measured change is decided (:func:`measure`, :func:`status`), and the
 change to make (:func:`paste_line`: the config overrides; :func:`code_lines`: runtime knobs as
 changes to one's own code). The session that runs the trials is
-:mod:`trainperf.cli.tryout.session`.
+:mod:`trainperf.cli.trial.session`.
 
 How a change is decided: a pair (the unchanged command and the changed one, back to back) is
 the unit of evidence; its ratio ``speed(changed) / speed(unchanged)`` is one value, however many

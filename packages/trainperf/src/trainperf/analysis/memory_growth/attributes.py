@@ -1,6 +1,6 @@
 """Memory creep named by attribute, judged: the paths that grew in each of the last
 :data:`GROWTH_EPOCHS` epochs of the epoch scans (``perf/growth.jsonl``, written by
-``EpochScanCallback`` from :func:`trainperf.probe.growth.scan`), and the verdict's finding."""
+``EpochScanCallback`` from :func:`trainperf.probe.growth_scan.scan`), and the verdict's finding."""
 
 from __future__ import annotations
 

@@ -10,20 +10,20 @@ from pathlib import Path
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from trainperf.analysis.try_plan import BudgetPlan, duration
-from trainperf.analysis.tryouts import MIN_PAIRS, RECOMMEND_ABOVE, TrialEvent
+from trainperf.analysis.trial_plan import BudgetPlan, duration
+from trainperf.analysis.trials import MIN_PAIRS, RECOMMEND_ABOVE, TrialEvent
 from trainperf.present.console import fit_table, print_renderable, stdout_is_live
 from trainperf.records.try_record import TryRecord
 
 __all__ = [
     "format_trial",
     "labels",
+    "nothing_recommended_line",
     "print_line",
     "print_plan",
     "print_results",
     "start_line",
     "trial_progress",
-    "verdict_line",
 ]
 
 
@@ -133,7 +133,7 @@ def outcome_line(r: TryRecord) -> str:
     return f"{r.override or r.description}: {figures} {r.status}"
 
 
-def verdict_line(records: Sequence[TryRecord], recommended: bool) -> str | None:
+def nothing_recommended_line(records: Sequence[TryRecord], recommended: bool) -> str | None:
     """What the session says when it recommends nothing: whether anything was measured at all
     (a measured "no" and "nothing could be tried" read differently); ``None`` when it
     recommends something."""
@@ -179,7 +179,7 @@ def print_results(
     if paste:
         lines.append(f"Paste: {paste}")
     lines += [f"In your code: {line}" for line in code]
-    verdict = verdict_line(records, bool(paste or code))
+    verdict = nothing_recommended_line(records, bool(paste or code))
     if verdict:
         lines.append(verdict)
     lines += [outcome_line(r) for r in records]

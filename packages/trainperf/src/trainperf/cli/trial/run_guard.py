@@ -1,9 +1,9 @@
 """What keeps ``trainperf try`` out of the run it measures: where the trials' folders go, and a
 check after every trial that nothing in the run folder changed.
 
-Each trial writes into a folder of its own (``trainperf.cli.tryout.trial``): our callbacks read
-it from the trial window, a plain script's argument naming the run folder names the trial's, and
-Lightning's default root folder is the trial's. A script can still write into the run folder by
+Each trial writes into a folder of its own (``trainperf.cli.trial.trial_process``): our callbacks
+read it from the trial window, a plain script's argument naming the run folder names the trial's,
+and Lightning's default root folder is the trial's. A script can still write into the run folder by
 a path no trial can redirect (a ``default_root_dir`` or a logger's ``save_dir`` written into the
 script, a file it saves itself). :class:`RunSnapshot` notices: the run folder's every path, with
 each file's size and modification time, taken before the first trial and compared after each;

@@ -8,9 +8,9 @@ ran, after the first epoch when later epochs exist (start-up allocations are not
 :func:`process_growth_finding` reports it when the slope is at least ``process_growth_mb_per_min``
 and steady (R² >= ``process_growth_min_r2``) over at least ``process_growth_min_s`` seconds.
 
-What grows is named by :mod:`trainperf.probe.growth` when it is an attribute of the module, the data
-module or a callback (the ``memory_creep`` finding); this finding is for growth that no attribute
-explains, and says so.
+What grows is named by :mod:`trainperf.probe.growth_scan` when it is an attribute of the module,
+the data module or a callback (the ``memory_creep`` finding); this finding is for growth that no
+attribute explains, and says so.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 
 Results go to ``RUN_DIR/perf/try.jsonl`` and the report's "Measured changes" section; that is the
 only thing the session adds to the run folder (the trials run in folders of their own,
-:mod:`trainperf.cli.tryout.run_guard`).
+:mod:`trainperf.cli.trial.run_guard`).
 """
 
 from __future__ import annotations
@@ -191,7 +191,7 @@ def evaluation_from(
 
     from msgspec.structs import replace
 
-    from trainperf.cli.tryout.trial import quality_pattern
+    from trainperf.cli.trial.trial_process import quality_pattern
     from trainperf.records.command import TryInputError
 
     if command is None and quality is None:
@@ -224,19 +224,19 @@ def evaluation_from(
 def run(args: argparse.Namespace) -> int:
     """Run a ``try`` session for parsed ``args``."""
     from trainperf.analysis.contention import trials_contention_note
-    from trainperf.analysis.tryouts import TrialEvent, code_lines, paste_line
-    from trainperf.cli.tryout.candidate_options import (
+    from trainperf.analysis.trials import TrialEvent, code_lines, paste_line
+    from trainperf.cli.trial.candidate_options import (
         applicable,
         candidates_from_findings,
         parse_candidate,
         unique_candidates,
     )
-    from trainperf.cli.tryout.run_guard import RunSnapshot, trial_work_dir
-    from trainperf.cli.tryout.session import TryOptions, TrySession, write_records
-    from trainperf.cli.tryout.trial import quality_pattern
+    from trainperf.cli.trial.run_guard import RunSnapshot, trial_work_dir
+    from trainperf.cli.trial.session import TryOptions, TrySession, write_records
+    from trainperf.cli.trial.trial_process import quality_pattern
     from trainperf.present.console import widen_for_logs
     from trainperf.present.report import build_report
-    from trainperf.present.try_table import (
+    from trainperf.present.trial_table import (
         print_line,
         print_plan,
         print_results,

@@ -5,12 +5,12 @@ the winners together); sessions append, readers show the latest.
 
 The session starts with one run of the unchanged command that is not counted (the warm-up: the
 first run meets cold caches and would bias its pair). The budget is planned
-(:mod:`trainperf.analysis.try_plan`) once the first trial has run and the cost of one is known:
+(:mod:`trainperf.analysis.trial_plan`) once the first trial has run and the cost of one is known:
 changes in order get the :data:`MIN_PAIRS` pairs a verdict needs while the budget holds them,
 what is left goes one pair at a time up to ``--pairs``, and a change the budget cannot measure
 is left out and named (the plan is said at the start, through ``on_plan``). Rounds go over the
 planned changes (round 1: a pair for each, round 2: another pair for each, ...); after each
-round a change at one of its :func:`~trainperf.analysis.tryouts.looks` (3, 5, 8, ... pairs) that
+round a change at one of its :func:`~trainperf.analysis.trials.looks` (3, 5, 8, ... pairs) that
 is decided (recommended, a regression, no significant change) or whose interval lies below
 :data:`RECOMMEND_ABOVE` (it cannot be recommended) stops early, and the budget is planned again
 from the measured pair costs: its pairs go to the changes still undecided, or the session ends
@@ -20,7 +20,7 @@ Within a pair the order alternates (A B, then B A, ...; A the unchanged command)
 drift of the machine cancels; a runtime knob's pairs start with B, since a knob the run cannot
 take ends its trial at setup and the change is then "not applicable" with the trial's reason.
 The speed-up is the geometric mean of the pairs' ratios ``speed(B) / speed(A)`` with its t
-interval at the looks' confidence (:func:`trainperf.analysis.tryouts.measure`); :func:`status` is
+interval at the looks' confidence (:func:`trainperf.analysis.trials.measure`); :func:`status` is
 the rule that decides a change. Before each pair the session checks that the longest pair of
 that kind so far still fits in what is left of the budget (and, in the first pair of a kind,
 that its second trial does), and stops cleanly when it does not, naming what it measured and
@@ -30,31 +30,26 @@ what it left out. A trial may not run past the budget's end (it is stopped there
 from __future__ import annotations
 
 import os
-import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from msgspec.structs import replace
-
-from trainperf.analysis.try_plan import BudgetPlan, allocate, duration
-from trainperf.analysis.tryouts import (
+from trainperf.analysis.trial_plan import BudgetPlan, allocate, duration
+from trainperf.analysis.trials import (
     MIN_PAIRS,
-    QUALITY_DROP_SUFFIX,
     QUALITY_TOLERANCE,
     RECOMMEND_ABOVE,
     TrialEvent,
     looks,
-    measure,
     status,
 )
-from trainperf.cli.tryout.trial import TrialResult, run_eval_trial, run_training_trial
+from trainperf.cli.trial.arms import Arm, arm_record, base_record, keep_for
+from trainperf.cli.trial.trial_process import TrialResult, run_eval_trial, run_training_trial
 from trainperf.core.candidates import Candidate
-from trainperf.core.knobs import apply_lines, family_knob, has_knob, is_knob, knobs_of
-from trainperf.core.significance import PairedRatios
-from trainperf.records.command import RecordedCommand, override_key
+from trainperf.core.knobs import family_knob, has_knob, is_knob
+from trainperf.records.command import RecordedCommand
 from trainperf.records.files import RecordWriter
 from trainperf.records.try_record import TryRecord
 
@@ -91,68 +86,6 @@ class TryOptions:
     warm_up: bool = True
 
 
-@dataclass
-class _Arm:
-    """A change under measurement: its pairs so far."""
-
-    candidate: Candidate
-    changes: tuple[str, ...]
-    kind: str  # "train" or "eval"
-    keep: frozenset[str] = frozenset()
-    base: list[TrialResult] = field(default_factory=list)
-    changed: list[TrialResult] = field(default_factory=list)
-    failed: str | None = None
-    refused: bool = False  # the run cannot take a knob of the change (failed says why)
-    target: int = 0  # pairs planned in all
-    stopped: str | None = None  # why it stopped early (decided, or it cannot be recommended)
-    decided: str = ""  # what stopped it early, in a word: its outcome, or "cannot be recommended"
-
-    @property
-    def pairs(self) -> int:
-        return len(self.changed)
-
-    @property
-    def open(self) -> bool:
-        """Still takes pairs: neither failed nor stopped."""
-        return self.failed is None and self.stopped is None
-
-    @property
-    def label(self) -> str:
-        return " ".join(self.changes)
-
-    def ratios(self, most: int) -> PairedRatios:
-        """The speed-up so far, its interval at the looks' confidence for ``most`` pairs."""
-        return measure(
-            [
-                b.speed / a.speed
-                for a, b in zip(self.base, self.changed, strict=True)
-                if a.speed is not None and b.speed is not None
-            ],
-            most,
-        )
-
-
-def _keep_for(changes: Sequence[str]) -> frozenset[str]:
-    """What the window must leave on because a change concerns it."""
-    keep: set[str] = set()
-    for change in changes:
-        if is_knob(change):
-            continue  # knobs change no validation, checkpoint or logger
-        key = override_key(change).lower()
-        if "val" in key.split(".")[-1] or "sanity" in key:
-            keep.add("val")
-        if "checkpoint" in key:
-            keep.add("checkpoint")
-        if "log" in key:
-            keep.add("loggers")
-    return frozenset(keep)
-
-
-def _median(values: Sequence[float | None]) -> float | None:
-    clean = [v for v in values if v is not None]
-    return statistics.median(clean) if clean else None
-
-
 class TrySession:
     """Measure ``candidates`` on the run of ``command`` (see the module docstring).
 
@@ -167,7 +100,7 @@ class TrySession:
         on_plan: called with the budget's plan once the first trial has run, and again when a
             revised plan measures other changes (progress output).
         refused: candidate -> why the run's framework cannot take it
-            (:func:`~trainperf.cli.tryout.candidate_options.applicable`): recorded "not
+            (:func:`~trainperf.cli.trial.candidate_options.applicable`): recorded "not
             applicable" with that reason, never tried.
     """
 
@@ -195,7 +128,7 @@ class TrySession:
         self.session = datetime.now(UTC).isoformat(timespec="seconds")
         #: the budget's latest plan (``None`` before a trial has run)
         self.plan: BudgetPlan | None = None
-        self._arms: list[_Arm] = []
+        self._arms: list[Arm] = []
         self._started = 0.0
         self._deadline = 0.0
         self._pair_cost: dict[str, float] = {}
@@ -253,7 +186,7 @@ class TrySession:
     # -- running ---------------------------------------------------------------------------
 
     def _trial(
-        self, arm: _Arm, changes: tuple[str, ...], label: str, pair: int | None = None
+        self, arm: Arm, changes: tuple[str, ...], label: str, pair: int | None = None
     ) -> TrialResult:
         """Run one trial of ``arm`` with ``changes``; ``pair`` for progress (its next pair's
         number when ``None``, 0 for the warm-up)."""
@@ -299,7 +232,7 @@ class TrySession:
             self.on_trial(event)
         return result
 
-    def _pair(self, arm: _Arm, index: int) -> bool:
+    def _pair(self, arm: Arm, index: int) -> bool:
         """Run one pair of ``arm`` (order by ``index``); False when it did not fit or failed."""
         cost = self._pair_cost.get(arm.kind)
         if cost is not None and self.clock() + cost > self._deadline:
@@ -332,7 +265,7 @@ class TrySession:
         self._pair_cost[arm.kind] = max(self._pair_cost.get(arm.kind, 0.0), self.clock() - started)
         return True
 
-    def _measure(self, arms: list[_Arm]) -> list[_Arm]:
+    def _measure(self, arms: list[Arm]) -> list[Arm]:
         """Rounds of pairs over ``arms`` until each has its planned pairs (``options.pairs``
         before a plan) or the budget ends; returns the arms short of their plan when the budget
         ended. When the unchanged command itself fails, every arm of its kind fails with that
@@ -360,7 +293,7 @@ class TrySession:
             if self.plan is not None:
                 self._plan()
 
-    def _warm_up(self, arms: list[_Arm]) -> None:
+    def _warm_up(self, arms: list[Arm]) -> None:
         """One run of the unchanged command for each kind of the arms, before the first pair and
         not counted (:data:`WARM_UP`): the session's first run is the slow one (cold page cache,
         first compile), and in a pair it would make the unchanged side (or, for a knob, the
@@ -378,7 +311,7 @@ class TrySession:
         if self._trial_cost:
             self._plan()
 
-    def _stop_decided(self, arms: list[_Arm]) -> None:
+    def _stop_decided(self, arms: list[Arm]) -> None:
         """Stop each arm, short of its plan, at one of its looks, that is decided (recommended,
         a regression, no significant change) or whose interval lies below
         :data:`RECOMMEND_ABOVE` (more pairs cannot make it recommended)."""
@@ -398,7 +331,7 @@ class TrySession:
                 f"{arm.decided}"
             )
 
-    def _pair_s(self, arm: _Arm) -> float:
+    def _pair_s(self, arm: Arm) -> float:
         """Expected seconds of one more pair of ``arm``: its kind's longest pair so far, else
         twice its kind's (else any kind's) longest trial."""
         if arm.kind in self._pair_cost:
@@ -406,9 +339,9 @@ class TrySession:
         trial = self._trial_cost.get(arm.kind) or max(self._trial_cost.values(), default=0.0)
         return 2.0 * trial
 
-    def _plan(self, in_flight: _Arm | None = None, rest: int = 0) -> None:
-        """Plan the budget over the current arms (:func:`~trainperf.analysis.try_plan.allocate`) and
-        set their targets; ``in_flight`` has a pair under way with ``rest`` trials to go (it is
+    def _plan(self, in_flight: Arm | None = None, rest: int = 0) -> None:
+        """Plan the budget over the current arms (:func:`~trainperf.analysis.trial_plan.allocate`)
+        and set their targets; ``in_flight`` has a pair under way with ``rest`` trials to go (it is
         counted as done and its rest as spent, when the rest fits). Says the plan when it is the
         first, or when it measures other changes than the last one said."""
         arms = self._arms
@@ -459,7 +392,7 @@ class TrySession:
         if changed and self.on_plan is not None:
             self.on_plan(plan)
 
-    def _budget_note(self, arms: list[_Arm]) -> str:
+    def _budget_note(self, arms: list[Arm]) -> str:
         """What the budget covered: changes measured, pairs, time; what it left out or short."""
         if not arms:
             return ""
@@ -485,76 +418,10 @@ class TrySession:
             parts.append("stopped early, decided: " + ", ".join(stopped))
         return "; ".join(parts)
 
-    def _base_record(
-        self, c: Candidate, status: str, note: str, override: str | None, kind: str, apply: str
-    ) -> TryRecord:
-        """``c``'s record without figures (:meth:`_record` adds them)."""
-        return TryRecord(
-            session=self.session,
-            kind=kind,
-            override=override,
-            description=c.description,
-            family=c.family,
-            alters_computation=c.alters_computation,
-            eval_time=c.eval_time,
-            status=status,
-            note=note,
-            apply=apply,
-        )
-
-    def _record(self, arm: _Arm, kind: str = "candidate") -> TryRecord:
-        c = arm.candidate
-        apply = "; ".join(apply_lines(knobs_of(arm.changes)))
-        override = " ".join(arm.changes) or c.override
-        if arm.refused:
-            note = f"the run cannot take it: {arm.failed}"
-            return self._base_record(c, "not applicable", note, override, kind, apply)
-        if arm.pairs == 0:
-            word = "failed" if arm.failed else "untried"
-            note = arm.failed or "the budget ran out before its first pair"
-            if not arm.failed and self.plan is not None and arm.label in self.plan.left_out:
-                note += (
-                    f": the plan left it out, the budget could not hold the {MIN_PAIRS} pairs a "
-                    f"verdict needs after the changes before it (one run of the command takes "
-                    f"~{self.plan.trial_s:.1f} s)"
-                )
-            return self._base_record(c, word, note, override, kind, apply)
-        s = arm.ratios(self.options.pairs)
-        word = status(s)
-        notes: list[str] = []
+    def _record(self, arm: Arm, kind: str = "candidate") -> TryRecord:
+        """``arm``'s record (:func:`~trainperf.cli.trial.arms.arm_record`) in this session."""
         evaluation = self.command.evaluation if arm.kind == "eval" else None
-        base = _median([r.quality for r in arm.base]) if evaluation else None
-        changed = _median([r.quality for r in arm.changed]) if evaluation else None
-        if evaluation is not None and base is not None and changed is not None:
-            drop = base - changed
-            if drop > QUALITY_TOLERANCE:
-                name = evaluation.quality_name
-                word = name + QUALITY_DROP_SUFFIX
-                notes.append(
-                    f"{name} {base:.4f} -> {changed:.4f} on the checkpoint "
-                    f"(drop {drop:.4f} > {QUALITY_TOLERANCE}): not recommended"
-                )
-        if arm.failed:
-            notes.append(f"stopped after {arm.pairs} pairs: {arm.failed}")
-        elif arm.stopped:
-            notes.append(arm.stopped)
-        elif arm.pairs < self.options.pairs:
-            notes.append(f"{arm.pairs} of {self.options.pairs} pairs (budget)")
-        if evaluation is not None:
-            notes.append(f"speed of evaluation ({evaluation.label} on the checkpoint)")
-        return replace(
-            self._base_record(c, word, "; ".join(notes), override, kind, apply),
-            pairs=s.pairs,
-            ratios=s.ratios,
-            median=s.estimate,
-            low=s.low,
-            high=s.high,
-            base_samples_per_sec=_median([r.speed for r in arm.base]),
-            changed_samples_per_sec=_median([r.speed for r in arm.changed]),
-            quality_base=base,
-            quality_changed=changed,
-            quality_name=evaluation.quality_name if evaluation else None,
-        )
+        return arm_record(arm, self.session, evaluation, self.options.pairs, self.plan, kind)
 
     def run(self) -> list[TryRecord]:
         """Measure every candidate, then the recommended training changes together; the
@@ -562,19 +429,19 @@ class TrySession:
         self._started = self.clock()
         self._deadline = self._started + self.options.budget_s
         self.work_dir.mkdir(parents=True)
-        slots: list[TryRecord | _Arm] = []
-        arms: list[_Arm] = []
+        slots: list[TryRecord | Arm] = []
+        arms: list[Arm] = []
         for c in self.candidates:
             why = self._not_applicable(c)
             if why is not None:
                 slots.append(  # a knob the framework refused keeps its text (c.change)
-                    self._base_record(c, "not applicable", why, c.change, "candidate", "")
+                    base_record(self.session, c, "not applicable", why, c.change, "candidate", "")
                 )
                 continue
             change = self._change(c)
             assert change is not None
             kind = "eval" if c.eval_time else "train"
-            arms.append(_Arm(c, (change,), kind, _keep_for((change,))))
+            arms.append(Arm(c, (change,), kind, keep_for((change,))))
             slots.append(arms[-1])
         self._planned = 2 * len(arms) * self.options.pairs
         if self.options.warm_up:
@@ -588,7 +455,7 @@ class TrySession:
             result.append(self._together(winners))
         return result
 
-    def _together(self, winners: list[_Arm]) -> TryRecord:
+    def _together(self, winners: list[Arm]) -> TryRecord:
         changes = tuple(c for a in winners for c in a.changes)
         together = Candidate(
             "combined",
@@ -597,7 +464,7 @@ class TrySession:
             any(a.candidate.alters_computation for a in winners),
             False,
         )
-        arm = _Arm(together, changes, "train", _keep_for(changes))
+        arm = Arm(together, changes, "train", keep_for(changes))
         self._planned = self._done + 2 * self.options.pairs
         left = self._measure([arm])
         if left:

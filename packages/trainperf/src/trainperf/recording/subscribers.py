@@ -1,39 +1,16 @@
-"""What the recorder hands to its subscribers besides each epoch's ``EpochRecord``, and the small
-helpers that present them (framework-neutral; the Lightning loggers' part is
-``trainperf.lightning.loggers``)."""
+"""What the recorder hands to its subscribers: the :class:`Subscriber` protocol a monitor
+implements, each open epoch's :class:`IntervalProgress` besides its ``EpochRecord``, and
+:func:`per_second`, the rate every subscriber derives from them (framework-neutral; the Lightning
+loggers' part is ``trainperf.lightning.loggers``)."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
-from typing import Any, NamedTuple, Protocol
+from collections.abc import Mapping
+from typing import NamedTuple, Protocol
 
 from trainperf.core.stage import Stage
-from trainperf.errors import ConfigError
 from trainperf.records.epochs import EpochRecord
-
-
-def normalize_stages(stages: Iterable[str], owner: str) -> frozenset[Stage]:
-    """The :class:`~trainperf.core.stage.Stage` of each user stage name (``"train"``, ``"validate"``
-    or ``"val"``, ``"test"``); anything else is a ``ConfigError`` naming ``owner`` and it."""
-    if isinstance(stages, str):
-        raise ConfigError(
-            f"{owner}: stages must be a list of stage names, got the string {stages!r}"
-        )
-    out = set()
-    for name in stages:
-        try:
-            out.add(Stage.parse(name))
-        except ValueError as exc:
-            raise ConfigError(f"{owner}: {exc} in stages") from None
-    return frozenset(out)
-
-
-def int_at_least(owner: str, name: str, value: Any, minimum: int = 0) -> int:
-    """``value`` when it is an integer (not a bool) >= ``minimum``, else a ``ConfigError``."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ConfigError(f"{owner}: {name} must be an integer >= {minimum}, got {value!r}")
-    return value
 
 
 def per_second(count: float, seconds: float) -> float:

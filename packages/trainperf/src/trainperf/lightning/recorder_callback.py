@@ -21,11 +21,8 @@ from trainperf.lightning.live_line import PipedPhaseLine
 from trainperf.lightning.recorder import StageRecorder
 from trainperf.lightning.trial_fit import TrialWindow, open_trial_window
 from trainperf.probe.model_layers import model_layers
-from trainperf.recording.epoch_report import (
-    IntervalProgress,
-    int_at_least,
-    normalize_stages,
-)
+from trainperf.recording.setting_checks import int_at_least, normalize_stages
+from trainperf.recording.subscribers import IntervalProgress
 from trainperf.records.epochs import EpochRecord
 from trainperf.records.run_info import to_jsonable
 from trainperf.records.schema import JsonValue

@@ -1,5 +1,6 @@
-"""Memory creep named by attribute: what grows, epoch after epoch, in the objects a training run
-keeps (the LightningModule, the DataModule, the callbacks). Lightning-free.
+"""The epoch-end scan of what a training run keeps, so that memory growth is named by attribute:
+what grows, epoch after epoch, in the LightningModule, the DataModule, the callbacks (the
+``memory_creep`` finding). Lightning-free.
 
 Users collect step outputs themselves (Lightning 2 has no ``*_epoch_end(outputs)``), and
 ``self.losses.append(loss)`` without ``.detach()`` / ``.item()`` keeps every step's autograd graph
@@ -14,7 +15,7 @@ walk is bounded (the constants below); its cost is recorded with every scan (``s
 ``items``); it runs at epoch ends only, never per step.
 
 ``EpochScanCallback`` writes one scan per training epoch to ``perf/growth.jsonl``;
-:func:`trainperf.analysis.creep.growing` compares them.
+:func:`trainperf.analysis.memory_growth.attributes.growing` compares them.
 """
 
 from __future__ import annotations

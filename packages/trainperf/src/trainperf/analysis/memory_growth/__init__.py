@@ -1,0 +1,4 @@
+"""Memory growth, judged: the attributes a run keeps that grow epoch after epoch
+(:mod:`.attributes`, from the epoch scans of :mod:`trainperf.probe.growth_scan`), the main
+process's growth no attribute explains (:mod:`.process`) and the DataLoader workers' memory
+(:mod:`.workers`), each with its verdict finding."""
