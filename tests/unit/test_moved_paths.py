@@ -105,6 +105,7 @@ def _defined(module: types.ModuleType) -> list[str]:
 
 def test_every_shim_file_is_registered_and_points_at_a_module_that_exists() -> None:
     files = _shim_files()
+    assert files, "no shim found: the walk over the package's files is broken"
     shims = _shims()
     for path in files:
         assert _module_name(path) in shims, path
