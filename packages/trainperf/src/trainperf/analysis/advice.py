@@ -31,6 +31,7 @@ from typing import Any
 
 from trainperf.analysis.spelled import in_framework_words
 from trainperf.core.candidates import Candidate
+from trainperf.core.finding_ids import FindingId, TraceFindingId
 from trainperf.core.findings import threshold
 from trainperf.core.knobs import family_knob
 from trainperf.records.framework_info import FrameworkInfo
@@ -609,7 +610,7 @@ def candidates_for(cause: str, facts: RunFacts, *, part: str | None = None) -> l
     Compute changes come only when ``facts.compute_headroom`` is not ``False``."""
     found: list[Candidate | None] = []
     compute_ok = facts.compute_headroom is not False
-    if cause in ("input_bound", "data_loading"):
+    if cause in (FindingId.INPUT_BOUND, TraceFindingId.DATA_LOADING):
         if part == "targets":
             found.append(_target_cache(facts))
         found += [
@@ -618,30 +619,30 @@ def candidates_for(cause: str, facts: RunFacts, *, part: str | None = None) -> l
             _prefetch(facts),
             _pin_memory(facts),
         ]
-    elif cause == "compute_bound" and compute_ok:
+    elif cause == FindingId.COMPUTE_BOUND and compute_ok:
         if facts.device == "cuda":
             families = [_precision, _cudnn_benchmark, _channels_last, _compile, _batch_size]
         else:
             families = [_threads, _channels_last, _compile, _precision]
         found += [family(facts) for family in families]
-    elif cause == "slow_postprocess":
+    elif cause == FindingId.SLOW_POSTPROCESS:
         found += _postprocess(facts)
-    elif cause in ("unattributed", "worker_memory"):
+    elif cause in (FindingId.UNATTRIBUTED, FindingId.WORKER_MEMORY):
         # worker_memory: non-persistent workers copy the dataset again every epoch
         found.append(_persistent(facts, planned=False))
-    elif cause == "gpu_underused":
+    elif cause == FindingId.GPU_UNDERUSED:
         found += [_workers(facts), _pin_memory(facts), _batch_size(facts)]
-    elif cause == "fp16_scaler":
+    elif cause == TraceFindingId.FP16_SCALER:
         # bf16 drops the scaler; a fused optimizer keeps the inf check on the device
         found += [_bf16(facts), _fused(facts)]
-    elif cause == "overhead_bound":
+    elif cause == FindingId.OVERHEAD_BOUND:
         # the per-op cost is paid per step: more samples per step, fewer and fused ops
         found += [_batch_size(facts), _compile(facts), _fused(facts)]
-    elif cause == "optimizer_host_bound":
+    elif cause == FindingId.OPTIMIZER_HOST_BOUND:
         found.append(_fused(facts))
-    elif cause == "layout_conversion":
+    elif cause == FindingId.LAYOUT_CONVERSION:
         found.append(_channels_last(facts))
-    elif cause in ("launch_overhead", "dispatch_overhead") and compute_ok:
+    elif cause in (TraceFindingId.LAUNCH_OVERHEAD, TraceFindingId.DISPATCH_OVERHEAD) and compute_ok:
         found += [_compile(facts), _channels_last(facts)]
         if facts.device == "cpu":
             found.append(_threads(facts))
