@@ -6,7 +6,7 @@ On a GPU the training stage is classed by the GPU's busy share (:mod:`.gpu_rules
 
 Advice names the run's own settings and their current values when ``.hydra/config.yaml`` was
 recorded (``data.num_workers`` now 2), found by leaf name
-(:func:`trainperf.analysis.advice.find_key`), so
+(:func:`trainperf.analysis.config_keys.find_key`), so
 it never names a key the run does not have; without a key it says the change in words. It is
 phrased for the device the run used: CPU runs get CPU advice (cores shared by DataLoader workers
 and compute threads, no AMP / pinned memory). Each finding also carries candidate changes

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from trainperf.analysis.advice import find_cache_key
+from trainperf.analysis.config_keys import find_cache_key
 from trainperf.analysis.run import RunData
 from trainperf.analysis.stages import StageSummary
 from trainperf.analysis.verdict.context import AdviceNames, VerdictContext, rounded, score

@@ -12,7 +12,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from trainperf.analysis.advice import ConfigKey, RunFacts, find_key, workers_wait
+from trainperf.analysis.advice import RunFacts, workers_wait
+from trainperf.analysis.config_keys import ConfigKey, find_key
 from trainperf.analysis.run import RunData
 from trainperf.analysis.stages import StageSummary
 from trainperf.core.findings import Finding

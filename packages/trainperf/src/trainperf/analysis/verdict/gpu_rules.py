@@ -33,10 +33,10 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
-from trainperf.analysis.advice import (
+from trainperf.analysis.advice import candidates_for
+from trainperf.analysis.config_keys import (
     FUSED_OPTIMIZERS,
     RUNNER_SECTIONS,
-    candidates_for,
     find_key,
     optimizer_node,
 )

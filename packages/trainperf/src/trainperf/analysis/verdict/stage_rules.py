@@ -9,7 +9,8 @@ import math
 from collections import Counter
 from typing import Any
 
-from trainperf.analysis.advice import candidates_for, find_cache_key, workers_wait
+from trainperf.analysis.advice import candidates_for, workers_wait
+from trainperf.analysis.config_keys import find_cache_key
 from trainperf.analysis.run import RunData, hint
 from trainperf.analysis.stages import StageSummary
 from trainperf.analysis.verdict.context import (
