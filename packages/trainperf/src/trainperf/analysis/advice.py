@@ -5,7 +5,8 @@ A finding's cause (input-bound, compute-bound, slow postprocessing, ...) maps to
 changes (:class:`~trainperf.core.candidates.Candidate`). Each family is one setting that many apps
 name differently, so the setting is looked up by its *leaf name* in the configuration the run's
 app recorded (``run.json``'s ``app``; :func:`find_key`): ``num_workers`` is ``data.num_workers``
-in our app, ``dataloader.num_workers`` or ``loader.workers`` in another. No match (or no app
+in our app, ``dataloader.num_workers`` or ``loader.workers`` in another
+(:mod:`trainperf.analysis.config_keys`). No match (or no app
 config at all, e.g. a model trained from a plain script) gives a change with ``override=None``,
 never a key the run does not have, written as the run's framework writes it when the run
 recorded that (``run.json``'s ``framework``: ``DataLoader(num_workers=4)``,
@@ -25,38 +26,39 @@ whose optimizer node has ``_target_: torch.optim.AdamW`` (and no ``fused``) the 
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from trainperf.analysis.config_keys import (
+    FUSED_OPTIMIZERS,
+    RUNNER_SECTIONS,
+    ConfigKey,
+    OptimizerNode,
+    find_cache_key,
+    find_key,
+    optimizer_node,
+)
 from trainperf.analysis.spelled import in_framework_words
 from trainperf.core.candidates import Candidate
+from trainperf.core.finding_ids import FindingId, TraceFindingId
 from trainperf.core.findings import threshold
 from trainperf.core.knobs import family_knob
 from trainperf.records.framework_info import FrameworkInfo
 
-# Parents under which a loader setting most likely configures the DataLoader.
-_LOADER_PARENTS = ("loader", "dataloader", "data", "datamodule", "dataset")
-#: Config sections that most likely hold the training run's own settings (precision, cuDNN's
-#: benchmark), by the name configs commonly give them.
-RUNNER_SECTIONS = ("trainer", "training", "runner")
-# Stage names as config sections use them.
-_STAGE_WORDS = {
-    "train": ("train", "training"),
-    "val": ("val", "valid", "validation"),
-    "test": ("test", "testing"),
-}
-
-
-@dataclass(frozen=True)
-class ConfigKey:
-    """A setting found in a run's configuration: ``path`` is dotted (an override's key),
-    ``value`` as recorded (maybe an interpolation string), ``note`` why this key was chosen
-    when several matched."""
-
-    path: str
-    value: Any
-    note: str | None = None
+#: The candidates, and (from :mod:`~trainperf.analysis.config_keys`, where they live) the key
+#: lookup they are written with.
+__all__ = [
+    "FUSED_OPTIMIZERS",
+    "RUNNER_SECTIONS",
+    "ConfigKey",
+    "OptimizerNode",
+    "RunFacts",
+    "candidates_for",
+    "find_cache_key",
+    "find_key",
+    "optimizer_node",
+    "workers_wait",
+]
 
 
 @dataclass(frozen=True)
@@ -111,69 +113,6 @@ def workers_wait(busy: float | None) -> bool:
     """Whether DataLoader workers with a median CPU share ``busy`` (fraction of one core) mostly
     wait (measured): then their count is not bounded by the cores."""
     return busy is not None and busy * 100.0 < threshold("workers_waiting_pct")
-
-
-def _walk(node: Any, prefix: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], Any]]:
-    if not isinstance(node, Mapping):
-        return
-    for key, value in node.items():
-        path = (*prefix, str(key))
-        yield path, value
-        yield from _walk(value, path)
-
-
-def _rank(path: tuple[str, ...], stage: str | None, parents: Sequence[str]) -> tuple[int, ...]:
-    """Sort key: a preferred parent first, then the finding's stage, then the shortest path."""
-    above = [p.lower() for p in path[:-1]]
-    preferred = any(any(word in p for word in parents) for p in above)
-    words = _STAGE_WORDS.get(stage or "", ())
-    other_stage = any(p in w for s, w in _STAGE_WORDS.items() if s != stage for p in above)
-    this_stage = any(p in words for p in above)
-    return (0 if preferred else 1, 0 if this_stage else (2 if other_stage else 1), len(path))
-
-
-def find_key(
-    config: Mapping[str, object] | None,
-    leaves: Sequence[str],
-    *,
-    parent: str | None = None,
-    stage: str | None = None,
-    prefer: Sequence[str] = _LOADER_PARENTS,
-    aliases: Sequence[str] = (),
-    skip: Sequence[str] = (),
-) -> ConfigKey | None:
-    """The key of ``config`` whose last component is one of ``leaves`` (and whose parent is
-    ``parent`` when given), or, when none is, one of ``aliases`` under a ``prefer``-like parent
-    (``loader.workers``: a bare ``workers`` elsewhere may mean something else); the top-level
-    sections ``skip`` (a config library's own, ``FrameworkInfo.config_skip``) hold none. Several
-    matches: ordered by :func:`_rank`, the note names the others (the candidate's description
-    says which key was chosen over which)."""
-    if not config:
-        return None
-
-    def matches(names: Sequence[str], need_prefer: bool) -> list[tuple[tuple[str, ...], object]]:
-        found = []
-        for path, value in _walk(config):
-            # a section is not a setting; a list is (``widths: [16, 32]`` takes an override)
-            if path[0] in skip or path[-1] not in names or isinstance(value, Mapping):
-                continue
-            if parent is not None and (len(path) < 2 or path[-2] != parent):
-                continue
-            if need_prefer and not any(w in p.lower() for p in path[:-1] for w in prefer):
-                continue
-            found.append((path, value))
-        return found
-
-    found = matches(leaves, False) or matches(aliases, True)
-    if not found:
-        return None
-    found.sort(key=lambda pv: _rank(pv[0], stage, prefer))
-    path, value = found[0]
-    note = None
-    if len(found) > 1:
-        others = ", ".join(".".join(p) for p, _ in found[1:4])
-        note = f"several keys match; chose `{'.'.join(path)}` over {others}"
-    return ConfigKey(".".join(path), value, note)
 
 
 def _override_value(value: Any) -> str:
@@ -353,20 +292,6 @@ def _pin_memory(f: RunFacts) -> Candidate | None:
     )
 
 
-def find_cache_key(
-    config: Mapping[str, object] | None, leaf: str, cache: str | None = None
-) -> ConfigKey | None:
-    """The ``leaf`` setting (``enabled``, ``max_bytes``) of a cache's config node, by
-    convention: the node named ``cache`` (X of the run's ``X_hits`` / ``X_misses`` worker
-    counters) when given, else a node whose name ends in ``cache`` (``data.target_cache``)."""
-    if cache is not None:
-        return find_key(config, (leaf,), parent=cache)
-    nodes = sorted({p[-2] for p, _ in _walk(config) if len(p) >= 2 and p[-1] == leaf})
-    for node in (n for n in nodes if n.lower().endswith("cache")):
-        return find_key(config, (leaf,), parent=node)
-    return None
-
-
 def _target_cache(f: RunFacts) -> Candidate | None:
     return _switch_on(
         "cache",
@@ -483,41 +408,6 @@ def _bf16(f: RunFacts) -> Candidate | None:
     )
 
 
-#: Optimizers whose constructor takes ``fused=True`` (torch >= 2.4 on CUDA and CPU).
-FUSED_OPTIMIZERS = ("Adam", "AdamW", "SGD")
-
-
-@dataclass(frozen=True)
-class OptimizerNode:
-    """The config node that builds the optimizer: its dotted ``path``, the class name of its
-    ``_target_`` and its ``fused`` value (``None`` when the key is absent)."""
-
-    path: str
-    name: str
-    fused: Any
-    has_fused_key: bool
-
-
-def optimizer_node(config: Mapping[str, object] | None) -> OptimizerNode | None:
-    """The node whose ``_target_`` is a ``torch.optim`` optimizer class (the shortest path when
-    several are), or ``None``."""
-    found: list[tuple[int, str, str, Mapping[str, Any]]] = []
-    for path, value in _walk(config or {}):
-        if not isinstance(value, Mapping):
-            continue
-        target = value.get("_target_")
-        if (
-            isinstance(target, str)
-            and target.startswith("torch.optim.")
-            and "lr_scheduler" not in target
-        ):
-            found.append((len(path), ".".join(path), target.rsplit(".", 1)[-1], value))
-    if not found:
-        return None
-    _, dotted, name, node = min(found, key=lambda t: (t[0], t[1]))
-    return OptimizerNode(dotted, name, node.get("fused"), "fused" in node)
-
-
 def _fused(f: RunFacts) -> Candidate | None:
     """A fused optimizer step: one kernel for all parameters instead of a host loop over them
     (and, with a GradScaler, the inf check stays on the device)."""
@@ -609,7 +499,7 @@ def candidates_for(cause: str, facts: RunFacts, *, part: str | None = None) -> l
     Compute changes come only when ``facts.compute_headroom`` is not ``False``."""
     found: list[Candidate | None] = []
     compute_ok = facts.compute_headroom is not False
-    if cause in ("input_bound", "data_loading"):
+    if cause in (FindingId.INPUT_BOUND, TraceFindingId.DATA_LOADING):
         if part == "targets":
             found.append(_target_cache(facts))
         found += [
@@ -618,30 +508,30 @@ def candidates_for(cause: str, facts: RunFacts, *, part: str | None = None) -> l
             _prefetch(facts),
             _pin_memory(facts),
         ]
-    elif cause == "compute_bound" and compute_ok:
+    elif cause == FindingId.COMPUTE_BOUND and compute_ok:
         if facts.device == "cuda":
             families = [_precision, _cudnn_benchmark, _channels_last, _compile, _batch_size]
         else:
             families = [_threads, _channels_last, _compile, _precision]
         found += [family(facts) for family in families]
-    elif cause == "slow_postprocess":
+    elif cause == FindingId.SLOW_POSTPROCESS:
         found += _postprocess(facts)
-    elif cause in ("unattributed", "worker_memory"):
+    elif cause in (FindingId.UNATTRIBUTED, FindingId.WORKER_MEMORY):
         # worker_memory: non-persistent workers copy the dataset again every epoch
         found.append(_persistent(facts, planned=False))
-    elif cause == "gpu_underused":
+    elif cause == FindingId.GPU_UNDERUSED:
         found += [_workers(facts), _pin_memory(facts), _batch_size(facts)]
-    elif cause == "fp16_scaler":
+    elif cause == TraceFindingId.FP16_SCALER:
         # bf16 drops the scaler; a fused optimizer keeps the inf check on the device
         found += [_bf16(facts), _fused(facts)]
-    elif cause == "overhead_bound":
+    elif cause == FindingId.OVERHEAD_BOUND:
         # the per-op cost is paid per step: more samples per step, fewer and fused ops
         found += [_batch_size(facts), _compile(facts), _fused(facts)]
-    elif cause == "optimizer_host_bound":
+    elif cause == FindingId.OPTIMIZER_HOST_BOUND:
         found.append(_fused(facts))
-    elif cause == "layout_conversion":
+    elif cause == FindingId.LAYOUT_CONVERSION:
         found.append(_channels_last(facts))
-    elif cause in ("launch_overhead", "dispatch_overhead") and compute_ok:
+    elif cause in (TraceFindingId.LAUNCH_OVERHEAD, TraceFindingId.DISPATCH_OVERHEAD) and compute_ok:
         found += [_compile(facts), _channels_last(facts)]
         if facts.device == "cpu":
             found.append(_threads(facts))

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 import msgspec
 
+from trainperf.core.finding_ids import FindingId
 from trainperf.core.findings import Finding
 from trainperf.records.epoch_scans import RecompilesRecord, merge_reasons
 from trainperf.records.files import epoch_runs, read_records
@@ -77,7 +78,7 @@ def recompile_finding(epochs: Sequence[RecompilesRecord], total_s: float = 0.0) 
         "raising torch._dynamo.config.recompile_limit only postpones it",
     ]
     return Finding(
-        id="recompiles",
+        id=FindingId.RECOMPILES,
         severity="warning",
         score=round(min(100.0, 100.0 * compile_s / total_s), 1) if total_s > 0 else 0.0,
         title=title,

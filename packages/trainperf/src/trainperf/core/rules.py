@@ -139,7 +139,9 @@ def function_rule(
     domain's context makes it a rule."""
 
     def wrap(fn: Callable[[Ctx], Finding | Sequence[Finding] | None]) -> FunctionRule[Ctx]:
-        return FunctionRule(name, fn, frozenset(emits), frozenset(reads), frozenset(supersedes))
+        return FunctionRule(
+            str(name), fn, frozenset(emits), frozenset(reads), frozenset(supersedes)
+        )
 
     return wrap
 
@@ -175,14 +177,17 @@ def evaluate(rules: Sequence[Rule[Ctx]], context: Ctx, earlier: Earlier) -> list
     """Run ``rules`` (:func:`ordered`) on ``context``; ``earlier`` is the context's view of the
     findings so far (the context holds it, so a rule reads them through its context). A finding
     whose rule supersedes ids drops the earlier findings with those ids and names them in its
-    corroboration. Returns every finding, in the order found."""
+    corroboration (their titles, unless a line of its corroboration already quotes one: the
+    rule worded it). Returns every finding, in the order found."""
     for rule in ordered(rules):
         earlier._enter(rule.name, rule.reads | rule.supersedes)
         found = list(rule.evaluate(context))
         if found and rule.supersedes:
             gone = [f for f in earlier.all if f.id in rule.supersedes]
-            for f in found:
-                f.corroboration += [g.title for g in gone if g.title not in f.corroboration]
+            for f in found:  # unless the rule named them itself, in its own words
+                f.corroboration += [
+                    g.title for g in gone if not any(g.title in c for c in f.corroboration)
+                ]
             earlier._replace([f for f in earlier.all if f not in gone])
         earlier._add(found)
     return earlier.all

@@ -28,6 +28,7 @@ from typing import Any
 
 import torch
 
+from trainperf.core.finding_ids import FindingId
 from trainperf.core.findings import Finding, threshold
 
 __all__ = ["SYNC_WARNING", "SyncDetector", "SyncLine", "sync_lines_finding"]
@@ -167,7 +168,7 @@ def sync_lines_finding(lines: list[SyncLine], steps: int, stage: str | None) -> 
         return None
     top = lines[0]
     return Finding(
-        id="host_sync_lines",
+        id=FindingId.HOST_SYNC_LINES,
         severity="warning",
         score=0.0,  # counted live, not timed: the trace's host_sync finding has the time share
         title=(

@@ -146,7 +146,7 @@ class ModelLayers(msgspec.Struct, kw_only=True, frozen=True):
 class DatasetContainer(msgspec.Struct, kw_only=True, frozen=True):
     """A Python container a training dataset holds, with the bytes of the objects in it (what
     each forked DataLoader worker that reads them gets a copy of;
-    ``trainperf.analysis.worker_memory``).
+    ``trainperf.analysis.memory_growth.workers``).
 
     Args:
         attribute: ``Class.attr`` (``Class.attr.inner`` one level down).

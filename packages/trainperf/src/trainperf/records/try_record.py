@@ -30,7 +30,7 @@ class TryRecord(Record, tag="trainperf/try", kw_only=True, frozen=True):
         ratios: ``speed(changed) / speed(unchanged)`` per pair.
         median, low, high: the speed-up (the geometric mean of ``ratios``) and the t interval
             its decision used, 95 % over the looks that could decide it (None without pairs;
-            :mod:`trainperf.analysis.tryouts`).
+            :mod:`trainperf.analysis.trials`).
         quality_base, quality_changed: eval-time only: the quality figure on the checkpoint;
             quality_name: its name (e.g. ``H-mean``).
         note: why (not applicable, failed, untried, the quality drop), or "".

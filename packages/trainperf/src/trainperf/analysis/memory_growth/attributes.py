@@ -9,6 +9,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
+from trainperf.core.finding_ids import FindingId
 from trainperf.core.findings import Finding, risk_score
 from trainperf.records.epoch_scans import GrowthRecord
 from trainperf.records.files import epoch_runs, read_records
@@ -124,7 +125,7 @@ def growth_finding(found: Sequence[Growth]) -> Finding | None:
     if len(found) > 1:
         title += f" (and {len(found) - 1} more growing attribute(s))"
     return Finding(
-        id="memory_creep",
+        id=FindingId.MEMORY_CREEP,
         severity="critical" if graph else "warning",
         score=risk_score("critical" if graph else "warning"),
         title=title,

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from trainperf.core.finding_ids import FindingId
 from trainperf.core.findings import Finding, risk_score, threshold
 from trainperf.records.monitoring import ResourceSample
 
@@ -94,7 +95,7 @@ def process_growth_finding(growth: ProcessGrowth | None, explained: bool) -> Fin
         return None
     what = "USS" if growth.metric.endswith("uss_gb") else "RSS"
     return Finding(
-        id="process_memory_growth",
+        id=FindingId.PROCESS_MEMORY_GROWTH,
         severity="warning",
         score=risk_score("warning"),
         title=(

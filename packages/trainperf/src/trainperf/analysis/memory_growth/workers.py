@@ -35,6 +35,7 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
+from trainperf.core.finding_ids import FindingId
 from trainperf.core.findings import Finding, risk_score, threshold
 from trainperf.records.monitoring import ResourceSample
 from trainperf.records.run_record import DatasetContainer
@@ -288,7 +289,7 @@ def worker_memory_finding(
             "sampled": cont.sampled,
         }
     return Finding(
-        id="worker_memory",
+        id=FindingId.WORKER_MEMORY,
         severity=severity,
         score=risk_score(severity) if severity == "warning" else 0.0,
         title=title,

@@ -28,13 +28,28 @@ from trainperf.analysis.contention import summarize
 from trainperf.analysis.mfu import stage_flops_per_sample, stage_utilisation
 from trainperf.analysis.run import RunData
 from trainperf.analysis.stages import StageSummary, split_warmup
-from trainperf.analysis.verdict.context import GpuBusy, Settings, rounded, score, world_size
+from trainperf.analysis.verdict.context import (
+    AdviceNames,
+    GpuBusy,
+    per_stage_rule,
+    rounded,
+    score,
+    world_size,
+)
 from trainperf.analysis.verdict.gpu_rules import top_kernels
 from trainperf.core.candidates import Candidate
+from trainperf.core.finding_ids import FindingId
 from trainperf.core.findings import Finding, threshold
 from trainperf.core.stage import Stage
 
-__all__ = ["ComputeRate", "OpSizes", "compute_bound", "compute_rate", "op_sizes"]
+__all__ = [
+    "ComputeRate",
+    "OpSizes",
+    "compute_bound",
+    "compute_rate",
+    "compute_rule",
+    "op_sizes",
+]
 
 
 @dataclass(frozen=True)
@@ -94,14 +109,14 @@ def compute_rate(s: StageSummary, run: RunData, compute_s: float) -> ComputeRate
     )
 
 
-def op_sizes(adv: Settings, stage: Stage) -> OpSizes | None:
+def op_sizes(names: AdviceNames, stage: Stage) -> OpSizes | None:
     """The trace's op sizes of the training steps: kernels on CUDA, CPU ops on CPU (``None``:
     no trace, another stage, a trace of the other device, or no ops counted)."""
-    trace = adv.trace
+    trace = names.trace
     if trace is None or stage != Stage.TRAIN:
         return None
     m = trace.metrics
-    if m.has_gpu != (adv.device == "cuda"):
+    if m.has_gpu != (names.device == "cuda"):
         return None
     if m.has_gpu and m.kernels_per_step is not None and m.tiny_kernel_pct is not None:
         many = m.tiny_kernel_pct >= threshold("tiny_kernel_share_pct") and (
@@ -130,7 +145,9 @@ def op_sizes(adv: Settings, stage: Stage) -> OpSizes | None:
     return None
 
 
-def compute_bound(s: StageSummary, run: RunData, adv: Settings, total_s: float) -> Finding | None:
+def compute_bound(
+    s: StageSummary, run: RunData, names: AdviceNames, total_s: float
+) -> Finding | None:
     """Compute phases >= ``compute_pct`` of the stage. Below ``overhead_mfu_pct`` of the
     measured peak: ``overhead_bound`` where a batch holds under ``overhead_math_ms`` of math at
     the peak or the trace's ops are mostly tiny, else ``slow_kernels``; without FLOPs,
@@ -145,23 +162,23 @@ def compute_bound(s: StageSummary, run: RunData, adv: Settings, total_s: float) 
     pct = 100.0 * secs / s.wall_s if s.wall_s > 0 else 0.0
     if pct < threshold("compute_pct"):
         return None
-    busy = adv.gpu_busy if run.device == "cuda" and s.stage == "train" else None
+    busy = names.gpu_busy if run.device == "cuda" and s.stage == "train" else None
     if busy is not None and busy.pct < threshold("gpu_compute_busy_pct"):
         return None
     rate = compute_rate(s, run, secs)
-    ops = op_sizes(adv, s.stage)
+    ops = op_sizes(names, s.stage)
     c = _Compute(phases, secs, pct, 1000.0 * secs / max(s.num_batches, 1))
     if rate is not None and rate.mfu_pct < threshold("overhead_mfu_pct"):
         # per-op costs explain it where a batch holds little math or the trace's ops are tiny
         tiny_math = rate.math_ms_per_batch < threshold("overhead_math_ms")
         if tiny_math or (ops is not None and ops.mostly_tiny):
-            return _overhead_bound(s, run, adv, total_s, c, rate, ops)
-        return _slow_kernels(s, run, adv, total_s, c, rate)
+            return _overhead_bound(s, run, names, total_s, c, rate, ops)
+        return _slow_kernels(s, run, names, total_s, c, rate)
     # without FLOPs the trace decides alone on CPU; on a GPU busy with kernels (checked above)
     # tiny kernels are the GPU's work, not the host's launch overhead
     if rate is None and ops is not None and ops.many_tiny and ops.what == "CPU ops":
-        return _overhead_bound(s, run, adv, total_s, c, rate, ops)
-    return _compute_bound(s, run, adv, total_s, c, rate, busy)
+        return _overhead_bound(s, run, names, total_s, c, rate, ops)
+    return _compute_bound(s, run, names, total_s, c, rate, busy)
 
 
 @dataclass(frozen=True)
@@ -178,7 +195,7 @@ class _Compute:
 def _overhead_bound(
     s: StageSummary,
     run: RunData,
-    adv: Settings,
+    names: AdviceNames,
     total_s: float,
     c: _Compute,
     rate: ComputeRate | None,
@@ -231,7 +248,7 @@ def _overhead_bound(
         how_sure = "likely: from the FLOP rate; the trace's ops are not mostly tiny"
     else:
         how_sure = "likely: from the FLOP rate alone; a profiler window counts the ops"
-    batch = adv.name(adv.key("batch_size", stage=s.stage), "the batch size", s.batch_size)
+    batch = names.name(names.key("batch_size", stage=s.stage), "the batch size", s.batch_size)
     compile_words = "torch.compile (fuses small ops into fewer kernels" + (
         "; mode='reduce-overhead' adds CUDA graphs, one launch per step)"
         if run.device == "cuda"
@@ -252,7 +269,7 @@ def _overhead_bound(
     # what cutting the overhead could save at most: the compute time beyond the math at peak
     bound = cost * (1.0 - rate.mfu_pct / 100.0) if rate is not None else cost
     return Finding(
-        id="overhead_bound",
+        id=FindingId.OVERHEAD_BOUND,
         severity="warning",
         score=cost,
         title=title,
@@ -261,7 +278,7 @@ def _overhead_bound(
         suggestion=suggestion,
         stage=s.stage,
         confidence="measured" if measured else "likely",
-        candidates=candidates_for("overhead_bound", adv.facts(s)),
+        candidates=candidates_for(FindingId.OVERHEAD_BOUND, names.facts(s)),
         recoverable_pct=round(bound, 1),
         recoverable_from="bound",
     )
@@ -270,7 +287,7 @@ def _overhead_bound(
 def _slow_kernels(
     s: StageSummary,
     run: RunData,
-    adv: Settings,
+    names: AdviceNames,
     total_s: float,
     c: _Compute,
     rate: ComputeRate,
@@ -281,8 +298,8 @@ def _slow_kernels(
     cpu_count = run.run_info.cpu_count if run.run_info is not None else None
     contended = summarize(run.resources, cpu_count)
     busy_host = contended is not None and contended.present
-    candidates = candidates_for("compute_bound", adv.facts(s, True))
-    changes = _kernel_changes(s, run, adv, candidates)
+    candidates = candidates_for(FindingId.COMPUTE_BOUND, names.facts(s, True))
+    changes = _kernel_changes(s, run, names, candidates)
     title = (
         f"not compute-bound: {' / '.join(phases)} {_take(phases)} {pct:.0f} % of {s.label} "
         f"wall time at {_pct(rate.mfu_pct)} % of this host's measured peak "
@@ -304,7 +321,7 @@ def _slow_kernels(
         + "."
     )
     return Finding(
-        id="slow_kernels",
+        id=FindingId.SLOW_KERNELS,
         severity="warning",
         score=score(secs, total_s),
         title=title,
@@ -331,13 +348,13 @@ def _slow_kernels(
 
 
 def _kernel_changes(
-    s: StageSummary, run: RunData, adv: Settings, candidates: list[Candidate]
+    s: StageSummary, run: RunData, names: AdviceNames, candidates: list[Candidate]
 ) -> str:
     """The kernel-level candidates in words (``torch.compile and channels_last``), or ``""``."""
     words = {
-        "threads": f"{adv.cpu_count} cores here" if adv.cpu_count else "the physical cores",
-        "batch": adv.name(adv.key("batch_size", stage=s.stage), "the batch size", s.batch_size),
-        "precision": adv.name(adv.key("precision", prefer=("trainer",)), "the precision"),
+        "threads": f"{names.cpu_count} cores here" if names.cpu_count else "the physical cores",
+        "batch": names.name(names.key("batch_size", stage=s.stage), "the batch size", s.batch_size),
+        "precision": names.name(names.key("precision", prefer=("trainer",)), "the precision"),
         "mixed": "bf16-mixed" if run.device == "cpu" else "16-mixed or bf16-mixed",
     }
     proposed = [
@@ -362,7 +379,7 @@ def _key(ops: OpSizes) -> str:
 def _compute_bound(
     s: StageSummary,
     run: RunData,
-    adv: Settings,
+    names: AdviceNames,
     total_s: float,
     c: _Compute,
     rate: ComputeRate | None,
@@ -370,9 +387,11 @@ def _compute_bound(
 ) -> Finding:
     phases, secs, pct, ms_per_batch = c.phases, c.secs, c.pct, c.ms_per_batch
     speed = s.samples_per_sec
-    canvas = adv.name(adv.key("canvas_size"), "input")
-    widths = adv.key("widths", parent="backbone")
-    smaller_model = f"a narrower backbone ({adv.name(widths, '')})" if widths else "a smaller model"
+    canvas = names.name(names.key("canvas_size"), "input")
+    widths = names.key("widths", parent="backbone")
+    smaller_model = (
+        f"a narrower backbone ({names.name(widths, '')})" if widths else "a smaller model"
+    )
     evidence: dict[str, Any] = {
         "compute_pct": rounded(pct),
         "compute_s": rounded(secs, 3),
@@ -386,7 +405,7 @@ def _compute_bound(
         kind = "GPU-compute-bound"
         limits["gpu_compute_busy_pct"] = threshold("gpu_compute_busy_pct")
         evidence.update(gpu_busy_pct=rounded(busy.pct), busy_source=busy.source)
-        named = top_kernels(adv.trace)
+        named = top_kernels(names.trace)
         if named:
             evidence["top_kernels"] = named
     suggestion: str | None = None
@@ -419,9 +438,9 @@ def _compute_bound(
         has_room = None
     candidates: list[Candidate] = []
     if suggestion is None:  # room for faster kernels, or unknown
-        candidates = candidates_for("compute_bound", adv.facts(s, has_room))
+        candidates = candidates_for(FindingId.COMPUTE_BOUND, names.facts(s, has_room))
         # only the kernel changes the run does not already make (its candidates)
-        changes = _kernel_changes(s, run, adv, candidates)
+        changes = _kernel_changes(s, run, names, candidates)
         kernels = f"; try {changes}" if changes else ""
         where = (
             "the model's own compute dominates on CPU"
@@ -446,7 +465,7 @@ def _compute_bound(
             + suggestion
         )
     return Finding(
-        id="compute_bound",
+        id=FindingId.COMPUTE_BOUND,
         severity="info",
         score=score(secs, total_s),
         title=(
@@ -477,3 +496,12 @@ _KERNEL_WORDS = {
 
 def _joined(words: list[str]) -> str:
     return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
+
+
+compute_rule = per_stage_rule(
+    "compute",
+    compute_bound,
+    FindingId.COMPUTE_BOUND,
+    FindingId.OVERHEAD_BOUND,
+    FindingId.SLOW_KERNELS,
+)

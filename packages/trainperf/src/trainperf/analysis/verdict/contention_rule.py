@@ -6,9 +6,11 @@ from __future__ import annotations
 
 from trainperf.analysis.contention import summarize
 from trainperf.analysis.run import RunData
-from trainperf.analysis.verdict.context import rounded
+from trainperf.analysis.verdict.context import VerdictContext, rounded
 from trainperf.core.cpu_shares import OTHERS_PCT, SYSTEM_BUSY_PCT
+from trainperf.core.finding_ids import FindingId
 from trainperf.core.findings import Finding
+from trainperf.core.rules import function_rule
 
 
 def contention_finding(run: RunData) -> Finding | None:
@@ -19,7 +21,7 @@ def contention_finding(run: RunData) -> Finding | None:
     if found is None or not found.present:
         return None
     return Finding(
-        id="cpu_contention",
+        id=FindingId.CPU_CONTENTION,
         severity="warning",
         score=rounded(found.share * found.others_median_pct) or 0.0,
         title=f"CPU contention: {found.sentence()}",
@@ -40,3 +42,9 @@ def contention_finding(run: RunData) -> Finding | None:
         source="resources",
         confidence="likely",
     )
+
+
+@function_rule(FindingId.CPU_CONTENTION, emits={FindingId.CPU_CONTENTION})
+def contention_rule(ctx: VerdictContext) -> Finding | None:
+    """Other processes held the host's CPUs (:func:`contention_finding`)."""
+    return contention_finding(ctx.run)

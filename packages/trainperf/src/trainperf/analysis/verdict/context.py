@@ -1,18 +1,24 @@
-"""What every verdict rule reads about the run: how advice names its settings (:class:`Settings`),
-what the candidate generator (:func:`trainperf.analysis.advice.candidates_for`) needs to know, and
-the figures of a finding (evidence rounding, a score from seconds, the world size)."""
+"""What every verdict rule reads: the one typed context of a verdict (:class:`VerdictContext`: the
+run, its stage summaries, its recorded wall time, how advice names its settings and the earlier
+findings a rule declared it reads), what the candidate generator
+(:func:`trainperf.analysis.advice.candidates_for`) needs to know, and the figures of a finding
+(evidence rounding, a score from seconds, the world size)."""
 
 from __future__ import annotations
 
 import math
 import statistics
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from trainperf.analysis.advice import ConfigKey, RunFacts, find_key, workers_wait
+from trainperf.analysis.advice import RunFacts, workers_wait
+from trainperf.analysis.config_keys import ConfigKey, find_key
 from trainperf.analysis.run import RunData
 from trainperf.analysis.stages import StageSummary
+from trainperf.core.findings import Finding
+from trainperf.core.rules import Earlier, FunctionRule
+from trainperf.core.stage import Stage
 from trainperf.records.monitoring import ResourceSample
 from trainperf.records.run_record import RunRecord
 
@@ -31,11 +37,12 @@ class GpuBusy:
     idle_ms_per_step: float | None = None
 
 
-class Settings:
-    """Names settings for advice (the run's own key, else words: see :mod:`..verdict`), and
-    what the GPU rules share: whether the GPU has bf16 (``cuda_bf16``, how it is known in
-    ``cuda_bf16_how``), the training step's GPU busy share (``gpu_busy``) and the trace
-    analysis, when one was read (all set by the verdict)."""
+class AdviceNames:
+    """How advice names the run's settings (the run's own key, else words: see
+    :mod:`..verdict`), and what the GPU rules share: whether the GPU has bf16 (``cuda_bf16``,
+    how it is known in ``cuda_bf16_how``), the training step's GPU busy share (``gpu_busy``)
+    and the trace analysis, when one was read (all set by
+    :func:`trainperf.analysis.verdict.context_of`)."""
 
     def __init__(self, run: RunData, trace: TraceAnalysis | None = None) -> None:
         self.config = run.config
@@ -106,6 +113,40 @@ class Settings:
             framework=self.framework,
             app=self.app,
         )
+
+
+@dataclass
+class VerdictContext:
+    """What a verdict rule (:class:`trainperf.core.rules.Rule` over this context) reads: the
+    loaded ``run``, its per-stage summaries (``stages``: warm-up left out, the profiler's cost
+    moved to a line of its own), ``total_s`` (their wall time, the base of every score), how
+    advice names the run's settings (``names``) and, through ``earlier``, the findings of the
+    rules before it whose ids it declared in ``reads`` or ``supersedes``."""
+
+    run: RunData
+    stages: dict[Stage, StageSummary]
+    total_s: float
+    names: AdviceNames
+    earlier: Earlier = field(default_factory=Earlier)
+
+    @property
+    def train(self) -> StageSummary | None:
+        """The training stage's summary, when the run trained."""
+        return self.stages.get(Stage.TRAIN)
+
+
+#: A rule of one stage: ``(stage, run, names, total_s) -> finding or None``.
+StageRule = Callable[[StageSummary, RunData, AdviceNames, float], "Finding | None"]
+
+
+def per_stage_rule(name: str, fn: StageRule, *emits: str) -> FunctionRule[VerdictContext]:
+    """A verdict rule named ``name`` that runs ``fn`` on each stage (in the stages' order) and
+    keeps the findings it makes."""
+
+    def evaluate(ctx: VerdictContext) -> list[Finding]:
+        return [f for s in ctx.stages.values() if (f := fn(s, ctx.run, ctx.names, ctx.total_s))]
+
+    return FunctionRule(str(name), evaluate, emits=frozenset(emits))
 
 
 def convolutional(info: RunRecord | None, trace: TraceAnalysis | None) -> bool | None:

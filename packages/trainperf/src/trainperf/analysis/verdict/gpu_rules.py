@@ -33,25 +33,30 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
-from trainperf.analysis.advice import (
+from trainperf.analysis.advice import candidates_for
+from trainperf.analysis.config_keys import (
     FUSED_OPTIMIZERS,
     RUNNER_SECTIONS,
-    candidates_for,
     find_key,
     optimizer_node,
 )
-from trainperf.analysis.gpu_wait import PhaseWait, StageWait
+from trainperf.analysis.gpu_wait import PhaseWait, StageWait, gpu_waits
 from trainperf.analysis.run import RunData
-from trainperf.analysis.stages import StageSummary
+from trainperf.analysis.stages import StageSummary, split_warmup
 from trainperf.analysis.verdict.context import (
+    AdviceNames,
     GpuBusy,
-    Settings,
+    VerdictContext,
     resource_stat,
     rounded,
     score,
 )
+from trainperf.analysis.verdict.sources import merged
 from trainperf.core.candidates import Candidate
+from trainperf.core.finding_ids import TRACE_PREFIX, FindingId, TraceFindingId, in_verdict
 from trainperf.core.findings import Finding, share_of_run, threshold
+from trainperf.core.rules import function_rule
+from trainperf.core.stage import Stage
 from trainperf.records.run_record import RunRecord
 
 if TYPE_CHECKING:
@@ -121,11 +126,11 @@ def gpu_busy(run: RunData, trace: TraceAnalysis | None) -> GpuBusy | None:
     return None
 
 
-def precision_of(run: RunData, adv: Settings) -> str | None:
+def precision_of(run: RunData, names: AdviceNames) -> str | None:
     """The run's precision as it ran (``run.json``), else as its framework recorded it, else as
     its app's config sets it."""
-    if adv.precision:
-        return adv.precision
+    if names.precision:
+        return names.precision
     for info in (run.framework, run.app):
         setting = info.setting("precision") if info is not None else None
         if setting is not None and setting.value is not None:
@@ -182,7 +187,7 @@ def wait_findings(
     s: StageSummary,
     w: StageWait,
     run: RunData,
-    adv: Settings,
+    names: AdviceNames,
     total_s: float,
     idle_run_pct: float | None,
 ) -> list[Finding]:
@@ -193,8 +198,8 @@ def wait_findings(
     GPU's own work shorter)."""
     out: list[Finding] = []
     stage_share = score(s.wall_s, total_s)
-    precision = precision_of(run, adv)
-    bf16, how = adv.cuda_bf16, adv.cuda_bf16_how
+    precision = precision_of(run, names)
+    bf16, how = names.cuda_bf16, names.cuda_bf16_how
     for p in sorted(w.phases.values(), key=lambda p: -p.waiting_s):
         pct = w.pct(p.waiting_s)
         if pct < threshold("gpu_wait_warn_pct") or p.phase == "data_wait":
@@ -217,15 +222,15 @@ def wait_findings(
                 f"{head}: 16-mixed's GradScaler reads found_inf on the host every step, on the "
                 f"{device}, which has bf16 ({how})"
             )
-            key = adv.key("precision", prefer=("trainer",))
+            key = names.key("precision", prefer=("trainer",))
             suggestion = (
                 f"bf16-mixed needs no GradScaler, so no per-step sync "
-                f"({adv.name(key, 'the Trainer precision')} -> bf16-mixed; numerics change: "
+                f"({names.name(key, 'the Trainer precision')} -> bf16-mixed; numerics change: "
                 "check the metric); or a fused optimizer (fused=True), whose step takes "
                 "found_inf on the device" + _BOUND_NOTE + "."
             )
-            finding_id = "fp16_scaler"
-            cands = candidates_for("fp16_scaler", adv.facts(s))
+            finding_id = TraceFindingId.FP16_SCALER
+            cands = candidates_for(TraceFindingId.FP16_SCALER, names.facts(s))
         else:
             title = head + (
                 ": 16-mixed's GradScaler inf check (found_inf.item())" if scaler else ""
@@ -236,8 +241,8 @@ def wait_findings(
                 "bool) waits for the GPU's backlog",
             )
             suggestion = what + _BOUND_NOTE + "."
-            finding_id = "host_sync"
-            cands = candidates_for("fp16_scaler", adv.facts(s)) if scaler else []
+            finding_id = TraceFindingId.HOST_SYNC
+            cands = candidates_for(TraceFindingId.FP16_SCALER, names.facts(s)) if scaler else []
         out.append(
             Finding(
                 id=finding_id,
@@ -261,7 +266,7 @@ def optimizer_loop(
     s: StageSummary,
     w: StageWait,
     run: RunData,
-    adv: Settings,
+    names: AdviceNames,
     total_s: float,
     idle_run_pct: float | None,
 ) -> Finding | None:
@@ -294,7 +299,7 @@ def optimizer_loop(
         "own host time bounds what fusing saves."
     )
     return Finding(
-        id="optimizer_host_bound",
+        id=FindingId.OPTIMIZER_HOST_BOUND,
         severity="warning",
         score=cost,
         title=title,
@@ -310,24 +315,24 @@ def optimizer_loop(
         suggestion=suggestion,
         stage=s.stage,
         confidence="likely",
-        candidates=candidates_for("optimizer_host_bound", adv.facts(s)),
+        candidates=candidates_for(FindingId.OPTIMIZER_HOST_BOUND, names.facts(s)),
         recoverable_pct=min(cost, idle_run_pct) if idle_run_pct is not None else cost,
         recoverable_from="bound",
     )
 
 
-def layout(s: StageSummary, run: RunData, adv: Settings) -> Finding | None:
+def layout(s: StageSummary, run: RunData, names: AdviceNames) -> Finding | None:
     """``layout_conversion`` from the config: ``channels_last`` false in mixed precision on CUDA
     (cuDNN's tensor-core convolutions want NHWC and convert NCHW tensors around each one; a
     trace measures it). Nothing recovered is known without the trace."""
-    key = adv.key("channels_last", prefer=())
-    precision = precision_of(run, adv) or ""
+    key = names.key("channels_last", prefer=())
+    precision = precision_of(run, names) or ""
     if key is None or key.value is not False or "mixed" not in precision:
         return None
-    if adv.convolutional is False:
+    if names.convolutional is False:
         return None  # no convolutions (recorded layers, or the trace): no layout to convert
     return Finding(
-        id="layout_conversion",
+        id=FindingId.LAYOUT_CONVERSION,
         severity="info",
         score=0.0,
         title=(
@@ -342,33 +347,33 @@ def layout(s: StageSummary, run: RunData, adv: Settings) -> Finding | None:
         ),
         stage=s.stage,
         confidence="likely",
-        candidates=candidates_for("layout_conversion", adv.facts(s)),
+        candidates=candidates_for(FindingId.LAYOUT_CONVERSION, names.facts(s)),
     )
 
 
 #: Finding id -> the kind of cause that keeps a GPU idle (``gpu_class``).
-CAUSE_KINDS = {
-    "input_bound": "input-bound",
-    "trace:data_loading": "input-bound",
-    "fp16_scaler": "sync-bound",
-    "trace:fp16_scaler": "sync-bound",
-    "host_sync": "sync-bound",
-    "trace:host_sync": "sync-bound",
-    "optimizer_host_bound": "host-bound",
-    "trace:optimizer_host_bound": "host-bound",
-    "trace:launch_overhead": "host-bound",
-    "trace:dispatch_overhead": "host-bound",
+CAUSE_KINDS: dict[str, str] = {
+    FindingId.INPUT_BOUND: "input-bound",
+    in_verdict(TraceFindingId.DATA_LOADING): "input-bound",
+    TraceFindingId.FP16_SCALER: "sync-bound",
+    in_verdict(TraceFindingId.FP16_SCALER): "sync-bound",
+    TraceFindingId.HOST_SYNC: "sync-bound",
+    in_verdict(TraceFindingId.HOST_SYNC): "sync-bound",
+    FindingId.OPTIMIZER_HOST_BOUND: "host-bound",
+    in_verdict(TraceFindingId.OPTIMIZER_HOST_BOUND): "host-bound",
+    in_verdict(TraceFindingId.LAUNCH_OVERHEAD): "host-bound",
+    in_verdict(TraceFindingId.DISPATCH_OVERHEAD): "host-bound",
 }
 
 
-_CAUSE_WORDS = {
-    "input_bound": "input loading",
-    "data_loading": "input loading",
-    "fp16_scaler": "the GradScaler's per-step sync",
-    "host_sync": "the host's per-step sync",
-    "optimizer_host_bound": "the optimizer's host loop",
-    "launch_overhead": "kernel launches",
-    "dispatch_overhead": "op dispatch",
+_CAUSE_WORDS: dict[str, str] = {
+    FindingId.INPUT_BOUND: "input loading",
+    TraceFindingId.DATA_LOADING: "input loading",
+    TraceFindingId.FP16_SCALER: "the GradScaler's per-step sync",
+    TraceFindingId.HOST_SYNC: "the host's per-step sync",
+    FindingId.OPTIMIZER_HOST_BOUND: "the optimizer's host loop",
+    TraceFindingId.LAUNCH_OVERHEAD: "kernel launches",
+    TraceFindingId.DISPATCH_OVERHEAD: "op dispatch",
 }
 
 
@@ -379,7 +384,7 @@ def _size(f: Finding) -> float:
 def gpu_class(
     s: StageSummary,
     busy: GpuBusy,
-    adv: Settings,
+    names: AdviceNames,
     total_s: float,
     findings: list[Finding],
 ) -> Finding | None:
@@ -407,7 +412,7 @@ def gpu_class(
         top = causes[0]
         kind = CAUSE_KINDS[top.id]
         title = f"{kind}: {head}; " + re.sub(rf"^{kind}:\s*", "", top.title)
-        named = dict.fromkeys(_CAUSE_WORDS[f.id.removeprefix("trace:")] for f in causes)
+        named = dict.fromkeys(_CAUSE_WORDS[f.id.removeprefix(TRACE_PREFIX)] for f in causes)
         suggestion = (
             "the GPU waits on the host: remove what keeps it idle, largest first ("
             + ", ".join(named)
@@ -425,10 +430,10 @@ def gpu_class(
             "keep the GPU fed: remove per-step host syncs, queue work faster (larger batches, "
             "fewer small kernels: torch.compile, CUDA graphs), and check input loading."
         )
-        candidates = candidates_for("gpu_underused", adv.facts(s))
+        candidates = candidates_for(FindingId.GPU_UNDERUSED, names.facts(s))
     critical = busy.pct < threshold("gpu_busy_critical_pct")
     return Finding(
-        id="gpu_underused",
+        id=FindingId.GPU_UNDERUSED,
         severity="critical"
         if critical
         else "warning"
@@ -466,3 +471,63 @@ def top_kernels(trace: TraceAnalysis | None, n: int = 3) -> str | None:
     if not rows:
         return None
     return ", ".join(f"{r.name[:60]} {r.share_pct:.0f} %" for r in rows)
+
+
+@function_rule(
+    "gpu_waits",
+    emits={
+        TraceFindingId.FP16_SCALER,
+        TraceFindingId.HOST_SYNC,
+        FindingId.OPTIMIZER_HOST_BOUND,
+        FindingId.LAYOUT_CONVERSION,
+    },
+)
+def gpu_waits_rule(ctx: VerdictContext) -> list[Finding]:
+    """On CUDA, the training stage's waits for the GPU, the optimizer's host loop (both from the
+    live clock's CUDA events) and the layout from the config."""
+    train, run, names = ctx.train, ctx.run, ctx.names
+    if run.device != "cuda" or train is None:
+        return []
+    out: list[Finding] = []
+    busy = names.gpu_busy
+    idle_run = (
+        share_of_run(100.0 - busy.pct, score(train.wall_s, ctx.total_s))
+        if busy is not None
+        else None
+    )
+    wait = gpu_waits(split_warmup(run.epochs, run.recompiles)[0]).get(Stage.TRAIN)
+    if wait is not None:
+        out += wait_findings(train, wait, run, names, ctx.total_s, idle_run)
+        loop = optimizer_loop(train, wait, run, names, ctx.total_s, idle_run)
+        if loop is not None:
+            out.append(loop)
+    if (found := layout(train, run, names)) is not None:
+        out.append(found)
+    return out
+
+
+#: What the GPU class reads: the causes, and the overhead-bound finding that takes the trace's
+#: dispatch / launch overhead in (:func:`.sources.merge_same_cause`).
+_CLASS_READS = frozenset(CAUSE_KINDS) | {FindingId.OVERHEAD_BOUND}
+_LOW_UTILISATION = in_verdict(TraceFindingId.LOW_GPU_UTILISATION)
+
+
+@function_rule(
+    "gpu_class",
+    emits={FindingId.GPU_UNDERUSED},
+    reads=_CLASS_READS,
+    supersedes={_LOW_UTILISATION},
+)
+def gpu_class_rule(ctx: VerdictContext) -> Finding | None:
+    """The training stage classed by the GPU's busy share (:func:`gpu_class`), over its causes
+    as they stand once each cause is one finding (:func:`.sources.merged`); the trace's
+    low-utilisation finding is the same fact from one source: this finding takes its place."""
+    train, busy = ctx.train, ctx.names.gpu_busy
+    if train is None or busy is None:
+        return None
+    causes = merged(ctx.earlier.of(*_CLASS_READS))
+    classed = gpu_class(train, busy, ctx.names, ctx.total_s, causes)
+    if classed is not None:
+        same = ctx.earlier.of(_LOW_UTILISATION)
+        classed.corroboration += [f"profiler trace: {f.title}" for f in same]
+    return classed

@@ -15,7 +15,7 @@ from typing import Any
 
 from trainperf.analysis.run import RunData
 from trainperf.analysis.stages import StageSummary
-from trainperf.analysis.verdict.context import Settings, rounded
+from trainperf.analysis.verdict.context import AdviceNames, rounded
 from trainperf.core.candidates import Candidate
 
 #: The hand-over is the ceiling when it is at least this share of the measured wait.
@@ -87,7 +87,7 @@ class WaitCauses:
         }
 
 
-def wait_causes(run: RunData, s: StageSummary, adv: Settings) -> WaitCauses | None:
+def wait_causes(run: RunData, s: StageSummary, names: AdviceNames) -> WaitCauses | None:
     """The stage's :class:`WaitCauses`; None when its epochs recorded none (older folders, a
     loader that could not be instrumented)."""
     epochs = [e for e in run.epochs if e.stage == s.stage and e.data_wait_causes_s]
@@ -111,14 +111,14 @@ def wait_causes(run: RunData, s: StageSummary, adv: Settings) -> WaitCauses | No
         batches=sum(e.num_batches for e in epochs),
         batch_bytes=byte_sum / byte_batches if byte_batches else None,
         batch_tensors=tensors,
-        workers_busy=_workers_busy(s, adv),
+        workers_busy=_workers_busy(s, names),
     )
 
 
-def _workers_busy(s: StageSummary, adv: Settings) -> float | None:
+def _workers_busy(s: StageSummary, names: AdviceNames) -> float | None:
     """A worker's busy share: its CPU share of a core from the resource samples, else its own
     timed work (fetch + collate) over the stage's wall time, per worker."""
-    busy = adv.workers_busy(s)
+    busy = names.workers_busy(s)
     if busy is not None:
         return busy
     if not s.num_workers or s.wall_s <= 0:
@@ -128,7 +128,7 @@ def _workers_busy(s: StageSummary, adv: Settings) -> float | None:
 
 
 def receive_bound_parts(
-    s: StageSummary, causes: WaitCauses, pct: float, adv: Settings
+    s: StageSummary, causes: WaitCauses, pct: float, names: AdviceNames
 ) -> tuple[str, str, dict[str, Any], list[Candidate]]:
     """Title, suggestion, evidence and candidates of an input-bound finding whose ceiling is the
     main process's receive / pin (``causes.receive_bound``)."""
@@ -148,7 +148,7 @@ def receive_bound_parts(
     if causes.batch_bytes:
         size = f" (now {causes.batch_bytes / 1e6:.0f} MB"
         size += f" in {causes.batch_tensors} tensors)" if causes.batch_tensors else ")"
-    compact = adv.key("compact_batches")
+    compact = names.key("compact_batches")
     if compact is not None and compact.value is False:
         advice.append(f"send compact batches: `{compact.path}=true` (now false){size}")
         candidates.append(

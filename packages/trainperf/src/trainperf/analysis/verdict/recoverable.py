@@ -26,6 +26,7 @@ from trainperf.analysis.run import RunData
 from trainperf.analysis.stages import StageSummary
 from trainperf.analysis.trials import quality_drop
 from trainperf.analysis.verdict.context import score
+from trainperf.core.finding_ids import ALERT_PREFIX, FindingId, TraceFindingId, in_verdict
 from trainperf.core.findings import Finding, grade, share_of_run
 from trainperf.core.significance import Outcome
 from trainperf.core.stage import Stage
@@ -34,20 +35,22 @@ from trainperf.records.try_record import TryRecord
 #: Findings about a run that may die or give garbage: ranked by their risk score.
 RISK_IDS = frozenset(
     {
-        "memory_creep",
-        "process_memory_growth",
-        "worker_memory",
-        "host_memory_high",
-        "trace:memory_near_capacity",
+        FindingId.MEMORY_CREEP,
+        FindingId.PROCESS_MEMORY_GROWTH,
+        FindingId.WORKER_MEMORY,
+        FindingId.HOST_MEMORY_HIGH,
+        in_verdict(TraceFindingId.MEMORY_NEAR_CAPACITY),
     }
 )
 
 #: Findings whose cause costs time but whose change has no bound here.
-UNKNOWN_HEADROOM = frozenset({"compute_bound", "slow_kernels", "layout_conversion"})
+UNKNOWN_HEADROOM = frozenset(
+    {FindingId.COMPUTE_BOUND, FindingId.SLOW_KERNELS, FindingId.LAYOUT_CONVERSION}
+)
 
 #: Findings about how the run was measured, not about a change to it: nothing to recover (the
 #: verdict's sentence carries them as a caveat instead).
-CAVEAT_IDS = frozenset({"cpu_contention"})
+CAVEAT_IDS = frozenset({FindingId.CPU_CONTENTION})
 
 #: Outcomes of a measured change that say it did not help.
 _NO_GAIN = frozenset({str(Outcome.NO_CHANGE), str(Outcome.REGRESSION)})  # and a quality drop
@@ -104,7 +107,7 @@ def assess(
             f = replace(f, recoverable_pct=0.0, recoverable_from="bound")
         elif f.id in UNKNOWN_HEADROOM:
             f = replace(f, recoverable_from="unknown")
-        elif f.id in RISK_IDS or f.id.startswith("alert:"):
+        elif f.id in RISK_IDS or f.id.startswith(ALERT_PREFIX):
             f = replace(f, recoverable_pct=f.score, recoverable_from="risk")
         else:
             f = replace(f, recoverable_pct=f.score, recoverable_from="bound")

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 from trainperf.analysis.run import RunData
 from trainperf.analysis.slow_epochs import NO_SAMPLES, SlowEpoch, slow_epochs
-from trainperf.analysis.verdict.context import rounded, score
+from trainperf.analysis.verdict.context import VerdictContext, rounded, score
+from trainperf.core.finding_ids import FindingId
 from trainperf.core.findings import Finding, threshold
+from trainperf.core.rules import function_rule
 
-__all__ = ["slow_epoch_findings"]
+__all__ = ["slow_epoch_findings", "slow_epoch_rule"]
 
 #: Causes that are the measurement's, not the run's: nothing to recover by changing the run.
 _NOT_THE_RUNS = frozenset({"CPU contention", "host CPU saturated", "profiler window"})
@@ -86,7 +88,7 @@ def _finding(e: SlowEpoch, more: list[SlowEpoch], total_s: float) -> Finding:
     cost = score(excess, total_s)
     theirs = bool(causes) and all(n in _NOT_THE_RUNS for n in names)
     return Finding(
-        id="slow_epoch",
+        id=FindingId.SLOW_EPOCH,
         severity="info" if theirs else "warning",
         score=cost,
         title=title,
@@ -112,3 +114,9 @@ def _finding(e: SlowEpoch, more: list[SlowEpoch], total_s: float) -> Finding:
         recoverable_pct=0.0 if theirs else cost,
         recoverable_from="bound",
     )
+
+
+@function_rule(FindingId.SLOW_EPOCH, emits={FindingId.SLOW_EPOCH})
+def slow_epoch_rule(ctx: VerdictContext) -> list[Finding]:
+    """An epoch far slower than the others of its stage (:func:`slow_epoch_findings`)."""
+    return slow_epoch_findings(ctx.run, ctx.total_s)

@@ -1,9 +1,12 @@
-"""Findings from the other evidence sources, ranked with the stage rules': the resource samples
-(CPU saturated, I/O wait, GPU underused, host memory high), the profiler trace and its windows'
-summaries, and the baseline comparison (a regression, or too little data to judge)."""
+"""Verdict rules over the other evidence sources, ranked with the stage rules': the resource
+samples (CPU saturated, I/O wait, host memory high; the workers' and the main process's memory),
+the profiler trace and its windows' summaries, and the baseline comparison (a regression, or too
+little data to judge); with :func:`merge_same_cause`, the fixed step after the rules that keeps
+one finding per cause."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 from functools import partial
 from typing import TYPE_CHECKING
@@ -14,9 +17,16 @@ from trainperf.analysis.memory_growth.workers import classify_samples, worker_me
 from trainperf.analysis.run import ReportInputError, RunData
 from trainperf.analysis.stages import StageSummary
 from trainperf.analysis.trace.trace_rules import TRACE_RISKS
-from trainperf.analysis.verdict.contention_rule import contention_finding
-from trainperf.analysis.verdict.context import Settings, resource_stat, rounded, score
+from trainperf.analysis.verdict.context import (
+    AdviceNames,
+    VerdictContext,
+    resource_stat,
+    rounded,
+    score,
+)
+from trainperf.core.finding_ids import FindingId, TraceFindingId, in_verdict
 from trainperf.core.findings import Finding, share_of_run, threshold
+from trainperf.core.rules import function_rule
 from trainperf.core.significance import Outcome
 from trainperf.core.stage import Stage
 
@@ -31,25 +41,25 @@ _resource_finding = partial(Finding, source="resources", confidence="likely")
 def resource_findings(
     run: RunData,
     stages: dict[Stage, StageSummary],
-    adv: Settings,
-    total_s: float,
-    findings: list[Finding] | None = None,
+    names: AdviceNames,
+    findings: Sequence[Finding] = (),
+    contended: bool = False,
 ) -> list[Finding]:
     """CPU saturated, I/O wait and host memory from the resource samples. (The GPU's
     utilisation is a source of the GPU rules' busy share: :mod:`.gpu_rules`.) ``findings``: the
-    stage rules' so far: the saturation finding never contradicts one that proposes workers."""
+    stage rules' so far: the saturation finding never contradicts one that proposes workers;
+    ``contended``: other processes held the cores (:mod:`.contention_rule`), which is that
+    finding's to say, not saturation advice."""
     out: list[Finding] = []
     samples = run.resources
     cpu = resource_stat(samples, "resources/system_cpu_percent", _RUNNING)
-    contended = contention_finding(run)
-    # busy cores that other processes hold are the contention finding's, not saturation advice
-    if contended is None and cpu is not None and cpu >= threshold("cpu_saturated_pct"):
-        out.append(_cpu_saturated(cpu, run, stages, adv, findings or []))
+    if not contended and cpu is not None and cpu >= threshold("cpu_saturated_pct"):
+        out.append(_cpu_saturated(cpu, run, stages, names, list(findings)))
     iowait = resource_stat(samples, "resources/iowait_percent", _RUNNING)
     if iowait is not None and iowait >= threshold("iowait_pct"):
         out.append(
             _resource_finding(
-                id="io_wait",
+                id=FindingId.IO_WAIT,
                 severity="warning",
                 score=rounded(iowait) or 0.0,
                 title=f"I/O wait: the CPUs stall on disk {iowait:.0f} % of the time (median)",
@@ -61,13 +71,11 @@ def resource_findings(
                 ),
             )
         )
-    if contended is not None:
-        out.append(contended)
     memory = resource_stat(samples, "resources/system_memory_percent", stat=max)
     if memory is not None and memory >= threshold("host_memory_pct"):
         out.append(
             _resource_finding(
-                id="host_memory_high",
+                id=FindingId.HOST_MEMORY_HIGH,
                 severity="warning",
                 score=threshold("risk_warning_score"),
                 title=f"host memory reached {memory:.0f} %",
@@ -86,7 +94,7 @@ def _cpu_saturated(
     cpu: float,
     run: RunData,
     stages: dict[Stage, StageSummary],
-    adv: Settings,
+    names: AdviceNames,
     findings: list[Finding],
 ) -> Finding:
     """Every core busy. "More workers or threads cannot add speed" holds only where the run has
@@ -99,10 +107,10 @@ def _cpu_saturated(
     train = stages.get(Stage.TRAIN)
     no_workers = train is not None and not train.num_workers
     proposed = [f for f in findings if any(c.family == "workers" for c in f.candidates)]
-    cores = f" of {adv.cpu_count} cores" if adv.cpu_count else ""
+    cores = f" of {names.cpu_count} cores" if names.cpu_count else ""
     if no_workers or proposed:
         mine = (own or 0.0) + (workers_cpu or 0.0)  # % of one core
-        used = cpu * (adv.cpu_count or 0)
+        used = cpu * (names.cpu_count or 0)
         if own is not None and used and mine < 0.5 * used:
             who = (
                 f"other processes use most of it (this run: {mine:.0f} % of a core{cores}), "
@@ -133,7 +141,7 @@ def _cpu_saturated(
             "make the work cheaper or use a bigger machine."
         )
     return _resource_finding(
-        id="cpu_saturated",
+        id=FindingId.CPU_SATURATED,
         severity="info",
         score=0.0,
         title=f"CPU saturated: median system CPU {cpu:.0f} % while running",
@@ -148,39 +156,44 @@ def _cpu_saturated(
     )
 
 
-def memory_findings(
-    run: RunData, stages: dict[Stage, StageSummary], adv: Settings, explained: bool
+def worker_memory_findings(
+    run: RunData, stages: dict[Stage, StageSummary], names: AdviceNames
 ) -> list[Finding]:
     """Each DataLoader worker's USS series (the resource samples) classified, with the
-    training dataset's Python containers (``run.json``) for copy-on-read; and main-process growth
-    (``explained``: a ``memory_creep`` finding already names what grows)."""
-    out: list[Finding] = []
+    training dataset's Python containers (``run.json``) for copy-on-read."""
     if not run.resources:
-        return out
+        return []
     info = run.run_info
     containers = info.dataset_containers if info is not None else []
-    key = adv.key("persistent_workers", stage="train")
+    key = names.key("persistent_workers", stage="train")
     persistent = key.value if key is not None and isinstance(key.value, bool) else None
     workers = worker_memory_finding(classify_samples(run.resources, containers), persistent)
-    if workers is not None:
-        workers.candidates = candidates_for("worker_memory", adv.facts(stages.get(Stage.TRAIN)))
-        out.append(workers)
+    if workers is None:
+        return []
+    train = stages.get(Stage.TRAIN)
+    workers.candidates = candidates_for(FindingId.WORKER_MEMORY, names.facts(train))
+    return [workers]
+
+
+def main_memory_findings(run: RunData, explained: bool) -> list[Finding]:
+    """The main process's growth in the resource samples (``explained``: a ``memory_creep``
+    finding already names what grows)."""
+    if not run.resources:
+        return []
     main = process_growth_finding(process_growth(run.resources), explained)
-    if main is not None:
-        out.append(main)
-    return out
+    return [main] if main is not None else []
 
 
 # trace finding -> the cause whose candidates it gets (host_sync: none; its change is in the
 # code that reads the tensor, in the finding's words)
-_TRACE_CAUSES = {
-    "data_loading": "data_loading",
-    "low_gpu_utilisation": "gpu_underused",
-    "launch_overhead": "launch_overhead",
-    "dispatch_overhead": "dispatch_overhead",
-    "optimizer_host_bound": "optimizer_host_bound",
-    "fp16_scaler": "fp16_scaler",
-    "layout_conversion": "layout_conversion",
+_TRACE_CAUSES: dict[str, str] = {
+    TraceFindingId.DATA_LOADING: TraceFindingId.DATA_LOADING,
+    TraceFindingId.LOW_GPU_UTILISATION: FindingId.GPU_UNDERUSED,
+    TraceFindingId.LAUNCH_OVERHEAD: TraceFindingId.LAUNCH_OVERHEAD,
+    TraceFindingId.DISPATCH_OVERHEAD: TraceFindingId.DISPATCH_OVERHEAD,
+    FindingId.OPTIMIZER_HOST_BOUND: FindingId.OPTIMIZER_HOST_BOUND,
+    TraceFindingId.FP16_SCALER: TraceFindingId.FP16_SCALER,
+    FindingId.LAYOUT_CONVERSION: FindingId.LAYOUT_CONVERSION,
 }
 
 #: Ops that the trace rules counted as syncs before issue 31: reads of a scalar, which sync only
@@ -222,8 +235,8 @@ def _older_sync_count(f: Finding, steps: int) -> Finding:
 def trace_findings(
     trace: TraceAnalysis | None,
     run: RunData,
-    adv: Settings,
-    findings: list[Finding],
+    names: AdviceNames,
+    findings: Sequence[Finding],
     total_s: float,
     stages: dict[Stage, StageSummary],
 ) -> list[Finding]:
@@ -236,13 +249,13 @@ def trace_findings(
     path = run.run_dir / "perf" / "profiler.jsonl"
     for i, w in enumerate(run.profiler_windows, start=1):
         for j, f in enumerate(w.summary.get("findings") or [], start=1):
-            if trace is not None and f.get("id") != "measurement_disagreement":
+            if trace is not None and f.get("id") != TraceFindingId.MEASUREMENT_DISAGREEMENT:
                 continue  # the analysis of the same traces has its own
             try:
                 finding = Finding.from_dict(f, f"{path}: record {i}: finding {j}")
             except ValueError as exc:
                 raise ReportInputError(str(exc)) from exc
-            if finding.id == "host_sync":
+            if finding.id == TraceFindingId.HOST_SYNC:
                 finding = _older_sync_count(finding, w.steps)
             found.append(finding)
     first: dict[str, Finding] = {}  # one finding per rule: the first
@@ -252,8 +265,8 @@ def trace_findings(
     train = stages.get(Stage.TRAIN)
     train_share = score(train.wall_s, total_s) if train is not None else 100.0
     for f in first.values():
-        bound = next((x for x in findings if x.id == "input_bound"), None)
-        if f.id == "data_loading" and bound is not None:
+        bound = next((x for x in findings if x.id == FindingId.INPUT_BOUND), None)
+        if f.id == TraceFindingId.DATA_LOADING and bound is not None:
             bound.corroboration.append(f"profiler trace: {f.title}")
             continue
         # a trace rule scores a share of the profiled (train) steps: as a share of the run, the
@@ -265,11 +278,11 @@ def trace_findings(
         out.append(
             replace(
                 f,
-                id=f"trace:{f.id}",
+                id=in_verdict(f.id),
                 score=share,
                 source="trace",
                 candidates=(
-                    candidates_for(cause, adv.facts(train)) if cause else list(f.candidates)
+                    candidates_for(cause, names.facts(train)) if cause else list(f.candidates)
                 ),
             )
         )
@@ -277,7 +290,12 @@ def trace_findings(
 
 
 #: Causes both the live clock (run folder) and a trace may name: the trace's finding stays.
-SHARED_CAUSES = ("fp16_scaler", "optimizer_host_bound", "layout_conversion", "host_sync")
+SHARED_CAUSES = (
+    TraceFindingId.FP16_SCALER,
+    FindingId.OPTIMIZER_HOST_BOUND,
+    FindingId.LAYOUT_CONVERSION,
+    TraceFindingId.HOST_SYNC,
+)
 
 
 def merge_same_cause(findings: list[Finding]) -> list[Finding]:
@@ -288,7 +306,7 @@ def merge_same_cause(findings: list[Finding]) -> list[Finding]:
     by_id = {f.id: f for f in findings}
     drop: set[int] = set()
     for cause in SHARED_CAUSES:
-        traced = by_id.get(f"trace:{cause}")
+        traced = by_id.get(in_verdict(cause))
         if traced is None:
             continue
         for f in findings:
@@ -298,23 +316,36 @@ def merge_same_cause(findings: list[Finding]) -> list[Finding]:
                     traced.candidates = list(f.candidates)
                 drop.add(id(f))
     # the live rule's overhead-bound finding holds the trace's tiny ops in its evidence
-    overhead = by_id.get("overhead_bound")
+    overhead = by_id.get(FindingId.OVERHEAD_BOUND)
     if overhead is not None and overhead.confidence == "measured":
         for f in findings:
-            if f.id in ("trace:dispatch_overhead", "trace:launch_overhead"):
+            if f.id in (
+                in_verdict(TraceFindingId.DISPATCH_OVERHEAD),
+                in_verdict(TraceFindingId.LAUNCH_OVERHEAD),
+            ):
                 overhead.corroboration.append(f"profiler trace: {f.title}")
                 drop.add(id(f))
     return [f for f in findings if id(f) not in drop]
 
 
-def baseline_findings(outcome: GateOutcome | None, adv: Settings) -> list[Finding]:
-    epochs = adv.name(adv.key("max_epochs", prefer=("trainer",)), "the Trainer's max_epochs")
+def merged(findings: Sequence[Finding]) -> list[Finding]:
+    """What :func:`merge_same_cause` will leave of ``findings``, on copies (the findings
+    themselves untouched): for a rule that reads the causes as they will stand."""
+    copies = [
+        replace(f, corroboration=list(f.corroboration), candidates=list(f.candidates))
+        for f in findings
+    ]
+    return merge_same_cause(copies)
+
+
+def baseline_findings(outcome: GateOutcome | None, names: AdviceNames) -> list[Finding]:
+    epochs = names.name(names.key("max_epochs", prefer=("trainer",)), "the Trainer's max_epochs")
     if outcome is not None and outcome.verdict == "insufficient data":
         # Too few epochs or batches on a side: rows that moved are noise of unknown size, so
         # this is an info line (score 0), never a ranked regression.
         return [
             Finding(
-                id="baseline_insufficient_data",
+                id=FindingId.BASELINE_INSUFFICIENT_DATA,
                 severity="info",
                 score=0.0,
                 title=(
@@ -341,7 +372,7 @@ def baseline_findings(outcome: GateOutcome | None, adv: Settings) -> list[Findin
     ratio = worst.ratio if worst.ratio is not None else 1.0
     return [
         Finding(
-            id="baseline_regression",
+            id=FindingId.BASELINE_REGRESSION,
             severity="warning",
             score=round(min(100.0, abs(ratio - 1.0) * 100.0), 1),
             title=(
@@ -360,3 +391,54 @@ def baseline_findings(outcome: GateOutcome | None, adv: Settings) -> list[Findin
             source="baseline",
         )
     ]
+
+
+@function_rule(
+    "resources",
+    emits={FindingId.CPU_SATURATED, FindingId.IO_WAIT, FindingId.HOST_MEMORY_HIGH},
+    reads={FindingId.INPUT_BOUND, FindingId.CPU_CONTENTION},
+)
+def resources_rule(ctx: VerdictContext) -> list[Finding]:
+    """CPU saturated, I/O wait and host memory (:func:`resource_findings`); saturation reads the
+    input-bound findings (their workers change) and the contention finding."""
+    contended = ctx.earlier.has(FindingId.CPU_CONTENTION)
+    proposing = ctx.earlier.of(FindingId.INPUT_BOUND)
+    return resource_findings(ctx.run, ctx.stages, ctx.names, proposing, contended)
+
+
+@function_rule(FindingId.WORKER_MEMORY, emits={FindingId.WORKER_MEMORY})
+def worker_memory_rule(ctx: VerdictContext) -> list[Finding]:
+    """The DataLoader workers' memory classified (:func:`worker_memory_findings`)."""
+    return worker_memory_findings(ctx.run, ctx.stages, ctx.names)
+
+
+@function_rule(
+    FindingId.PROCESS_MEMORY_GROWTH,
+    emits={FindingId.PROCESS_MEMORY_GROWTH},
+    reads={FindingId.MEMORY_CREEP},
+)
+def process_memory_growth_rule(ctx: VerdictContext) -> list[Finding]:
+    """The main process's growth, said as explained where a ``memory_creep`` finding names what
+    grows (:func:`main_memory_findings`)."""
+    return main_memory_findings(ctx.run, ctx.earlier.has(FindingId.MEMORY_CREEP))
+
+
+@function_rule(
+    "trace",
+    emits={in_verdict(i) for i in TraceFindingId},
+    reads={FindingId.INPUT_BOUND},
+)
+def trace_rule(ctx: VerdictContext) -> list[Finding]:
+    """The trace analysis's findings (or the profiler windows' summaries), as shares of the run
+    (:func:`trace_findings`); data loading corroborates an input-bound finding."""
+    bound = ctx.earlier.of(FindingId.INPUT_BOUND)
+    return trace_findings(ctx.run.trace, ctx.run, ctx.names, bound, ctx.total_s, ctx.stages)
+
+
+@function_rule(
+    "baseline",
+    emits={FindingId.BASELINE_REGRESSION, FindingId.BASELINE_INSUFFICIENT_DATA},
+)
+def baseline_rule(ctx: VerdictContext) -> list[Finding]:
+    """The baseline comparison's regression, or too little data to judge."""
+    return baseline_findings(ctx.run.baseline, ctx.names)

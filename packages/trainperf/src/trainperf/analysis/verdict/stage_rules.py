@@ -1,6 +1,7 @@
-"""The rules on a run's stages: input-bound, a phase's material share of a stage (one finding
-shape, :func:`phase_finding`), compute- or overhead-bound (:mod:`.compute_rule`), worker caches
-(``X_hits`` / ``X_misses`` counters) and the DDP rank the others wait for (straggler)."""
+"""The rules on each of a run's stages: input-bound, a phase's material share of a stage (one
+finding shape, :func:`phase_finding`: slow metric, slow postprocessing, callbacks, the module's
+hooks, checkpoints, unattributed time) and the DDP rank the others wait for (straggler); each is a
+:class:`~trainperf.core.rules.Rule` over the :class:`.context.VerdictContext` (at the end)."""
 
 from __future__ import annotations
 
@@ -8,22 +9,24 @@ import math
 from collections import Counter
 from typing import Any
 
-from trainperf.analysis.advice import candidates_for, find_cache_key, workers_wait
-from trainperf.analysis.run import RunData
+from trainperf.analysis.advice import candidates_for, workers_wait
+from trainperf.analysis.config_keys import find_cache_key
+from trainperf.analysis.run import RunData, hint
 from trainperf.analysis.stages import StageSummary
-from trainperf.analysis.verdict.compute_rule import compute_bound
 from trainperf.analysis.verdict.context import (
-    Settings,
+    AdviceNames,
+    VerdictContext,
+    per_stage_rule,
     rounded,
     score,
     suggested_workers,
 )
 from trainperf.analysis.verdict.input_causes import receive_bound_parts, wait_causes
 from trainperf.core.candidates import Candidate
+from trainperf.core.finding_ids import FindingId
 from trainperf.core.findings import THRESHOLDS, Finding, input_bound_severity, threshold
 from trainperf.core.ranks import STRAGGLER_MIN_S, STRAGGLER_MIN_SHARE
-from trainperf.core.stage import Stage
-from trainperf.records.run_info import CORRUPT, EVICTIONS, HITS, MISSES, cache_names, counter
+from trainperf.core.rules import function_rule
 
 # Worker parts: finer parts inside fetch (dataset) and collate.
 _FETCH_PARTS = ("decode", "transform")
@@ -112,16 +115,18 @@ def _worker_bottleneck(s: StageSummary) -> tuple[str | None, dict[str, Any]]:
     return part, evidence
 
 
-def input_bound(s: StageSummary, run: RunData, adv: Settings, total_s: float) -> Finding | None:
+def input_bound(
+    s: StageSummary, run: RunData, names: AdviceNames, total_s: float
+) -> Finding | None:
     if (pct := phase_share(s, "data_wait", "input")) is None:
         return None
-    causes = wait_causes(run, s, adv)  # which part of the wait: the workers or the receive
+    causes = wait_causes(run, s, names)  # which part of the wait: the workers or the receive
     if causes is not None and causes.receive_bound:
-        title, text, extra, found = receive_bound_parts(s, causes, pct, adv)
+        title, text, extra, found = receive_bound_parts(s, causes, pct, names)
         return phase_finding(
             s,
             "data_wait",
-            "input_bound",
+            FindingId.INPUT_BOUND,
             total_s,
             title,
             text,
@@ -145,13 +150,13 @@ def input_bound(s: StageSummary, run: RunData, adv: Settings, total_s: float) ->
             where = "worker-side " if s.num_workers else ""
             ms = 1000.0 * secs / max(s.samples, 1)
             title += f"; {where}{_PART_WORDS[part]} takes {ms:.0f} ms/sample"
-    workers_key = adv.key("num_workers", stage=s.stage, aliases=("workers",))
-    workers = adv.name(workers_key, "the DataLoader's num_workers", s.num_workers)
+    workers_key = names.key("num_workers", stage=s.stage, aliases=("workers",))
+    workers = names.name(workers_key, "the DataLoader's num_workers", s.num_workers)
     advice: list[str] = []
-    busy = adv.workers_busy(s)  # a worker's CPU share: waiting workers are not cores in use
-    want = suggested_workers(s, adv.cpu_count, busy)
+    busy = names.workers_busy(s)  # a worker's CPU share: waiting workers are not cores in use
+    want = suggested_workers(s, names.cpu_count, busy)
     if part == "targets":
-        cache = find_cache_key(adv.config, "enabled")
+        cache = find_cache_key(names.config, "enabled")
         if cache is None:
             advice.append(
                 "compute the per-sample targets once and read them back (cache them keyed by "
@@ -179,22 +184,22 @@ def input_bound(s: StageSummary, run: RunData, adv: Settings, total_s: float) ->
             "__getitem__"
         )
     if not s.num_workers:
-        n = max(2, min(want or 2, adv.cpu_count or 4))
+        n = max(2, min(want or 2, names.cpu_count or 4))
         advice.append(f"load in parallel: set {workers} to {n}")
     elif want is not None and want > s.num_workers:
-        beyond = busy is not None and adv.cpu_count is not None and want > adv.cpu_count
+        beyond = busy is not None and names.cpu_count is not None and want > names.cpu_count
         advice.append(
             f"raise {workers} to {want}"
             + (
                 f" (its workers wait, at {100.0 * busy:.0f} % of a core each, so more workers "
-                f"than the {adv.cpu_count} cores still help)"
+                f"than the {names.cpu_count} cores still help)"
                 if beyond and busy is not None
                 else ""
             )
         )
-    elif adv.cpu_count and s.num_workers >= adv.cpu_count and not workers_wait(busy):
+    elif names.cpu_count and s.num_workers >= names.cpu_count and not workers_wait(busy):
         advice.append(
-            f"{workers} already uses all {adv.cpu_count} cores"
+            f"{workers} already uses all {names.cpu_count} cores"
             + (
                 f" (its workers compute, at {100.0 * busy:.0f} % of a core each): more workers "
                 "will not help"
@@ -207,14 +212,14 @@ def input_bound(s: StageSummary, run: RunData, adv: Settings, total_s: float) ->
     if run.device == "cpu":
         advice.append(
             "on CPU the workers share cores with the compute threads"
-            + (f" ({adv.cpu_count} cores here)" if adv.cpu_count else "")
+            + (f" ({names.cpu_count} cores here)" if names.cpu_count else "")
             + ", so balance workers against torch.set_num_threads"
         )
     else:
-        pin = adv.key("pin_memory", stage=s.stage)
+        pin = names.key("pin_memory", stage=s.stage)
         pinned = (pin is not None and pin.value is True) or (s.loader and s.loader.pin_memory)
         if not pinned:
-            advice.append(f"use pinned memory ({adv.name(pin, 'pin_memory')})")
+            advice.append(f"use pinned memory ({names.name(pin, 'pin_memory')})")
     evidence = {
         "stage_wall_s": rounded(s.wall_s, 3),
         "worker_bottleneck": part,
@@ -226,18 +231,20 @@ def input_bound(s: StageSummary, run: RunData, adv: Settings, total_s: float) ->
     return phase_finding(
         s,
         "data_wait",
-        "input_bound",
+        FindingId.INPUT_BOUND,
         total_s,
         title,
         "; ".join(advice) + ".",
         "input",
         severity=input_bound_severity(pct),
         evidence=evidence,
-        candidates=candidates_for("input_bound", adv.facts(s), part=part),
+        candidates=candidates_for(FindingId.INPUT_BOUND, names.facts(s), part=part),
     )
 
 
-def slow_metric(s: StageSummary, run: RunData, adv: Settings, total_s: float) -> Finding | None:
+def slow_metric(
+    s: StageSummary, run: RunData, names: AdviceNames, total_s: float
+) -> Finding | None:
     if (pct := phase_share(s, "metric", "metric")) is None:
         return None
     secs = s.phases_s.get("metric", 0.0)
@@ -248,12 +255,12 @@ def slow_metric(s: StageSummary, run: RunData, adv: Settings, total_s: float) ->
     ]
     if s.stage == "val":
         trainer = ("trainer",)
-        every = adv.name(
-            adv.key("check_val_every_n_epoch", prefer=trainer),
+        every = names.name(
+            names.key("check_val_every_n_epoch", prefer=trainer),
             "the Trainer's check_val_every_n_epoch",
         )
-        fewer = adv.name(
-            adv.key("limit_val_batches", prefer=trainer), "the Trainer's limit_val_batches"
+        fewer = names.name(
+            names.key("limit_val_batches", prefer=trainer), "the Trainer's limit_val_batches"
         )
         advice.append(f"validate less often ({every}) or on fewer batches ({fewer})")
     if run.device == "cpu":
@@ -271,23 +278,25 @@ def slow_metric(s: StageSummary, run: RunData, adv: Settings, total_s: float) ->
     }
     advised = "; ".join(advice) + "."
     return phase_finding(
-        s, "metric", "slow_metric", total_s, title, advised, "metric", evidence=evidence
+        s, "metric", FindingId.SLOW_METRIC, total_s, title, advised, "metric", evidence=evidence
     )
 
 
 def slow_postprocess(
-    s: StageSummary, run: RunData, adv: Settings, total_s: float
+    s: StageSummary, run: RunData, names: AdviceNames, total_s: float
 ) -> Finding | None:
     if (pct := phase_share(s, "postprocess", "postprocess")) is None:
         return None
     ms_per_sample = 1000.0 * s.phases_s.get("postprocess", 0.0) / max(s.samples, 1)
     post = ("postprocess",)
-    cands = adv.name(adv.key("max_candidates", prefer=post), "the postprocessor's candidate cap")
-    box = adv.name(adv.key("box_thresh", prefer=post), "its box score threshold")
+    cands = names.name(
+        names.key("max_candidates", prefer=post), "the postprocessor's candidate cap"
+    )
+    box = names.name(names.key("box_thresh", prefer=post), "its box score threshold")
     return phase_finding(
         s,
         "postprocess",
-        "slow_postprocess",
+        FindingId.SLOW_POSTPROCESS,
         total_s,
         f"slow postprocessing: {pct:.0f} % of {s.label} wall time turns maps into boxes "
         f"({ms_per_sample:.1f} ms/sample)",
@@ -295,11 +304,11 @@ def slow_postprocess(
         "an untrained model yields many candidates, so early epochs are slowest.",
         "postprocess",
         evidence={"postprocess_ms_per_sample": rounded(ms_per_sample, 2)},
-        candidates=candidates_for("slow_postprocess", adv.facts(s)),
+        candidates=candidates_for(FindingId.SLOW_POSTPROCESS, names.facts(s)),
     )
 
 
-def overheads(s: StageSummary, adv: Settings, total_s: float) -> list[Finding]:
+def overheads(s: StageSummary, names: AdviceNames, total_s: float) -> list[Finding]:
     """Callbacks, the LightningModule's own hooks, checkpoints and unattributed time."""
     out: list[Finding] = []
     if (pct := phase_share(s, "callbacks", "callbacks")) is not None:
@@ -315,14 +324,22 @@ def overheads(s: StageSummary, adv: Settings, total_s: float) -> list[Finding]:
                 "rank zero, or remove it."
             )
         else:  # a run recorded before callbacks were named
-            every = adv.name(
-                adv.key("log_every_n_steps", prefer=("trainer",)), "the Trainer's log_every_n_steps"
+            every = names.name(
+                names.key("log_every_n_steps", prefer=("trainer",)),
+                "the Trainer's log_every_n_steps",
             )
             title = f"{pct:.0f} % of {s.label} wall time is spent in callbacks and logging"
             advice = f"log less often ({every}) and look for a slow callback in a profiler trace."
         out.append(
             phase_finding(
-                s, "callbacks", "callback_overhead", total_s, title, advice, "callbacks", top
+                s,
+                "callbacks",
+                FindingId.CALLBACK_OVERHEAD,
+                total_s,
+                title,
+                advice,
+                "callbacks",
+                top,
             )
         )
     if (pct := phase_share(s, "module_hooks", "callbacks")) is not None:
@@ -339,7 +356,14 @@ def overheads(s: StageSummary, adv: Settings, total_s: float) -> list[Finding]:
         )
         out.append(
             phase_finding(
-                s, "module_hooks", "module_hook_overhead", total_s, title, advice, "callbacks", top
+                s,
+                "module_hooks",
+                FindingId.MODULE_HOOK_OVERHEAD,
+                total_s,
+                title,
+                advice,
+                "callbacks",
+                top,
             )
         )
     if (pct := phase_share(s, "checkpoint", "callbacks")) is not None:
@@ -350,26 +374,26 @@ def overheads(s: StageSummary, adv: Settings, total_s: float) -> list[Finding]:
         )
         out.append(
             phase_finding(
-                s, "checkpoint", "checkpoint_overhead", total_s, title, advice, "callbacks"
+                s, "checkpoint", FindingId.CHECKPOINT_OVERHEAD, total_s, title, advice, "callbacks"
             )
         )
     if (pct := phase_share(s, "unattributed", "unattributed")) is not None:
-        key = adv.key("persistent_workers", stage=s.stage)
+        key = names.key("persistent_workers", stage=s.stage)
         live = s.loader.persistent_workers if s.loader is not None else None
         persistent = key.value if key is not None else live
         advice = "worker start-up and epoch-start hooks land here"
         config_off = key is not None and key.value is False
         if persistent is not True and (config_off or s.num_workers):
-            setting = adv.name(key, "the DataLoader's persistent_workers")
+            setting = names.name(key, "the DataLoader's persistent_workers")
             advice += f"; keep workers alive between epochs ({setting} -> true)"
         title = f"{pct:.0f} % of {s.label} wall time is not attributed to any phase"
         advice += "; a profiler window on an early epoch shows what it is."
-        candidates = candidates_for("unattributed", adv.facts(s))
+        candidates = candidates_for(FindingId.UNATTRIBUTED, names.facts(s))
         out.append(
             phase_finding(
                 s,
                 "unattributed",
-                "unattributed",
+                FindingId.UNATTRIBUTED,
                 total_s,
                 title,
                 advice,
@@ -384,84 +408,6 @@ def _top_named(seconds: dict[str, float]) -> tuple[str, float] | None:
     """The callback or hook with the most time, or None when nothing was named."""
     name = max(sorted(seconds), key=lambda k: seconds[k], default=None)
     return (name, seconds[name]) if name is not None and seconds[name] > 0 else None
-
-
-def cache(
-    run: RunData, stages: dict[Stage, StageSummary], adv: Settings, total_s: float
-) -> list[Finding]:
-    """Each worker cache X's hit rate after the first epoch (the first fills it) and its corrupt
-    entries, from the ``X_hits`` / ``X_misses`` (``X_evictions``, ``X_corrupt``) counters."""
-    out: list[Finding] = []
-    for name in cache_names({k for e in run.epochs for k in e.worker_counts}):
-        out += _cache_findings(name, run, stages, adv, total_s)
-    return out
-
-
-def _cache_findings(
-    name: str, run: RunData, stages: dict[Stage, StageSummary], adv: Settings, total_s: float
-) -> list[Finding]:
-    out: list[Finding] = []
-    hits, misses = Counter[str](), Counter[str]()
-    evictions = corrupt = 0
-    words = name.replace("_", " ")
-    for e in run.epochs:
-        counts = e.worker_counts
-        corrupt += int(counter(counts, name + CORRUPT))
-        evictions += int(counter(counts, name + EVICTIONS))
-        if (e.epoch or 0) >= 1:
-            hits[e.stage] += int(counter(counts, name + HITS))
-            misses[e.stage] += int(counter(counts, name + MISSES))
-    for stage, s in stages.items():
-        lookups = hits[stage] + misses[stage]
-        if lookups == 0:
-            continue
-        rate = 100.0 * hits[stage] / lookups
-        if rate >= threshold("cache_hit_min_pct"):
-            continue
-        targets_s = s.worker_s.get("targets", 0.0)
-        advice = "keys must not depend on augmentation, and all workers must share one cache"
-        if evictions:
-            advice = (
-                f"{evictions} evictions: raise "
-                f"{adv.name(find_cache_key(adv.config, 'max_bytes', name), 'its size limit')}"
-                "; " + advice
-            )
-        out.append(
-            Finding(
-                id="cache_misses",
-                severity="warning",
-                score=round(score(targets_s, total_s) * (1 - rate / 100.0), 1),
-                title=(
-                    f"{words} hits only {rate:.0f} % of {s.label} lookups after the first epoch"
-                ),
-                evidence={
-                    "cache": name,
-                    "hit_rate_pct": rounded(rate),
-                    "hits": hits[stage],
-                    "misses": misses[stage],
-                    "evictions": evictions,
-                    "worker_targets_s": rounded(targets_s, 3),
-                },
-                threshold={"min_hit_rate_pct": threshold("cache_hit_min_pct")},
-                suggestion=advice + ".",
-                stage=stage,
-            )
-        )
-    if corrupt:
-        out.append(
-            Finding(
-                id="cache_corrupt",
-                severity="warning",
-                score=0.0,
-                title=f"{corrupt} corrupt {words} entries were read (and recomputed)",
-                evidence={"cache": name, "corrupt": corrupt},
-                threshold={"corrupt": 0.0},
-                suggestion=(
-                    "check the cache directory's disk; delete the cache folder if it persists."
-                ),
-            )
-        )
-    return out
 
 
 _STRAGGLER_ADVICE = {
@@ -493,7 +439,7 @@ def straggler(s: StageSummary, total_s: float) -> Finding | None:
     cause_s = sum(x.cause_excess_s for x in mine if x.cause == cause)
     wait = sum(x.others_wait_s for x in mine)
     return Finding(
-        id="straggler",
+        id=FindingId.STRAGGLER,
         severity="warning",
         score=score(excess, total_s),
         title=(
@@ -521,5 +467,45 @@ def straggler(s: StageSummary, total_s: float) -> Finding | None:
     )
 
 
-#: The rules that make at most one finding per stage, in the order they are judged.
-ONE_FINDING_RULES = (input_bound, slow_metric, slow_postprocess, compute_bound)
+input_bound_rule = per_stage_rule(FindingId.INPUT_BOUND, input_bound, FindingId.INPUT_BOUND)
+slow_metric_rule = per_stage_rule(FindingId.SLOW_METRIC, slow_metric, FindingId.SLOW_METRIC)
+slow_postprocess_rule = per_stage_rule(
+    FindingId.SLOW_POSTPROCESS, slow_postprocess, FindingId.SLOW_POSTPROCESS
+)
+
+
+@function_rule(
+    "phase_overheads",
+    emits={
+        FindingId.CALLBACK_OVERHEAD,
+        FindingId.MODULE_HOOK_OVERHEAD,
+        FindingId.CHECKPOINT_OVERHEAD,
+        FindingId.UNATTRIBUTED,
+    },
+)
+def phase_overheads_rule(ctx: VerdictContext) -> list[Finding]:
+    """Callbacks, the module's own hooks, checkpoints and unattributed time, per stage."""
+    return [f for s in ctx.stages.values() for f in overheads(s, ctx.names, ctx.total_s)]
+
+
+@function_rule(FindingId.STRAGGLER, emits={FindingId.STRAGGLER})
+def straggler_rule(ctx: VerdictContext) -> list[Finding]:
+    """The DDP rank the others wait for, per stage."""
+    return [f for s in ctx.stages.values() if (f := straggler(s, ctx.total_s)) is not None]
+
+
+@function_rule(FindingId.NOT_RECORDED, emits={FindingId.NOT_RECORDED})
+def not_recorded_rule(ctx: VerdictContext) -> Finding | None:
+    """An info line when the run recorded no step-time attribution at all."""
+    if ctx.stages:
+        return None
+    return Finding(
+        id=FindingId.NOT_RECORDED,
+        severity="info",
+        score=0.0,
+        title="no step-time attribution was recorded for this run",
+        evidence={},
+        threshold={},
+        suggestion=f"{hint(ctx.run, 'record')} so each epoch's time is attributed to phases.",
+        source="step-time",
+    )

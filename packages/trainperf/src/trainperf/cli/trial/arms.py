@@ -24,7 +24,8 @@ from trainperf.core.candidates import Candidate
 from trainperf.core.knobs import apply_lines, is_knob, knobs_of
 from trainperf.core.significance import PairedRatios
 from trainperf.records.command import override_key
-from trainperf.records.kinds import EvalCommand, TryRecord
+from trainperf.records.run_record import EvalCommand
+from trainperf.records.try_record import TryRecord
 
 
 @dataclass

@@ -7,18 +7,15 @@ no file."""
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from trainperf.analysis.gpu_wait import StageWait, gpu_waits
 from trainperf.analysis.run import RunData, load_run
-from trainperf.analysis.stages import (
-    StageSummary,
-    move_profiler_overhead,
-    split_warmup,
-    summarize_stages,
-)
-from trainperf.analysis.verdict import judge
+from trainperf.analysis.stages import StageSummary, split_warmup
+from trainperf.analysis.verdict import VerdictContext, judge, stages_of
 from trainperf.core.findings import Finding
+from trainperf.core.rules import Rule
 from trainperf.core.stage import Stage
 from trainperf.present.report.run_name import RunName, run_name
 
@@ -41,20 +38,25 @@ class Report:
     gpu_waits: dict[Stage, StageWait] = field(default_factory=dict)
 
 
-def build_report(run: RunData | str | os.PathLike[str]) -> Report:
-    """The report of a loaded ``run``: its stages summarised and judged (no file read). A path
+def build_report(
+    run: RunData | str | os.PathLike[str],
+    *,
+    rules: Sequence[Rule[VerdictContext]] | None = None,
+) -> Report:
+    """The report of a loaded ``run``: its stages summarised and judged by ``rules`` (the
+    verdict's default list when ``None``: :data:`trainperf.analysis.verdict.VERDICT_RULES`; no
+    file read). A path
     is loaded first (:func:`~trainperf.analysis.run.load_run` without a baseline: to compare with
     one, load the run with it), which raises
     :class:`~trainperf.analysis.run.ReportInputError` for a missing run directory or a malformed
     file."""
     if not isinstance(run, RunData):
         run = load_run(run)
-    stages = summarize_stages(run.epochs, run.recompiles)  # warm-up epochs left out
-    move_profiler_overhead(stages, run.profiler_windows)
+    stages = stages_of(run)  # warm-up epochs left out, the profiler's cost on its own line
     return Report(
         run=run,
         name=run_name(run),
         stages=stages,
-        findings=judge(run, stages),
+        findings=judge(run, stages, rules=rules),
         gpu_waits=gpu_waits(split_warmup(run.epochs, run.recompiles)[0]),
     )

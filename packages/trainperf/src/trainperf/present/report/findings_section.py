@@ -10,6 +10,7 @@ import re
 from typing import Any
 
 from trainperf.core.candidates import Candidate
+from trainperf.core.finding_ids import FindingId
 from trainperf.core.findings import CONFIDENCES, RECOVERABLE, Finding, rank, threshold
 from trainperf.present.evidence import evidence_text as evidence_line
 from trainperf.present.report.build import Report
@@ -184,7 +185,7 @@ def headline(report: Report) -> str:
         tail.append(gain)
     if (measured := measured_clause(report)) is not None:
         tail.append(measured)
-    contended = next((f for f in findings if f.id == "cpu_contention"), None)
+    contended = next((f for f in findings if f.id == FindingId.CPU_CONTENTION), None)
     if contended is not None and contended is not first:
         tail.append("measured under CPU contention")
     # over the limit: the caveat goes first, then the cause's words shrink (never the change)
