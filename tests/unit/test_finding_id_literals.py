@@ -4,7 +4,7 @@ a built-in finding id (or its ``trace:`` / ``alert:`` form), and no f-string bui
 
 A few words are also another vocabulary's (:data:`OTHER_CONCEPTS`: the phase ``unattributed``,
 the epoch-scan record kind ``recompiles``, the step signals' ``straggler`` field, the metric key
-suffix ``straggler_rank``): those are flagged only where they stand for a finding id (``id=``,
+suffix ``straggler_rank``, the trace's old phase name ``data_loading``): those are flagged only where they stand for a finding id (``id=``,
 a comparison with ``.id``, a call's id argument), so the phase or the record keeps its word."""
 
 from __future__ import annotations
@@ -38,7 +38,10 @@ IDS = frozenset(
 
 
 #: Ids that are also the words of another concept (see the module doc).
-OTHER_CONCEPTS = (frozenset(PHASES) | {"recompiles", "straggler", "straggler_rank"}) & IDS
+# ``data_loading``: also the trace's phase name before it took the clock's (old records read)
+OTHER_CONCEPTS = (
+    frozenset(PHASES) | {"recompiles", "straggler", "straggler_rank", "data_loading"}
+) & IDS
 
 #: The head of an f-string that builds a prefixed id (``f"trace:{rule}"``); a title that starts
 #: with the word (``f"trace: {n} ops"``) is prose.
