@@ -21,6 +21,32 @@ def by_id(findings: list[trainperf.Finding]) -> dict[str, trainperf.Finding]:
     return out
 
 
+class FewEpochs:
+    """A rule of our own: the run recorded fewer than three training epochs, so its verdict rests
+    on little evidence (it reads only the context: no earlier finding)."""
+
+    name = "myteam:few_epochs"
+    emits = frozenset({"myteam:few_epochs"})
+    reads: frozenset[str] = frozenset()
+    supersedes: frozenset[str] = frozenset()
+
+    def evaluate(self, ctx: trainperf.VerdictContext) -> list[trainperf.Finding]:
+        train = ctx.train
+        if train is None or train.epochs >= 3:
+            return []
+        return [
+            trainperf.Finding(
+                id="myteam:few_epochs",
+                severity="info",
+                score=0.0,
+                title=f"only {train.epochs} training epoch(s) were judged",
+                evidence={"epochs": train.epochs},
+                threshold={"epochs": 3},
+                suggestion="record three or more epochs before trusting the ranking",
+            )
+        ]
+
+
 def show_trace(analysis: trainperf.TraceAnalysis) -> None:
     """The trace's slowest host op and data-loading share, from the typed analysis."""
     share = analysis.dataloader_time_pct
@@ -37,10 +63,17 @@ def main(run_dir: Path, baseline: Path) -> int:
     print(f"trainperf {trainperf.__version__}")
     run: trainperf.RunData = trainperf.load_run(run_dir)
     report: trainperf.Report = trainperf.build_report(run)
-    verdict: list[trainperf.Finding] = trainperf.judge(run, report.stages)
+    verdict: list[trainperf.Finding] = trainperf.judge(run)
     print(f"{len(verdict)} finding(s), the report ranks the same {len(report.findings)}")
     for fid, finding in by_id(verdict).items():
         print(f"  {fid}: {finding.severity}, {finding.title}")
+    rules: list[trainperf.Rule[trainperf.VerdictContext]] = [
+        *trainperf.VERDICT_RULES.default(),
+        FewEpochs(),
+    ]
+    own = by_id(trainperf.judge(run, rules=rules)).get("myteam:few_epochs")
+    if own is not None:
+        print(f"our own rule: {own.title}")
     input_bound = by_id(verdict).get(trainperf.FindingId.INPUT_BOUND)
     if input_bound is not None:
         print(f"input-bound: {input_bound.suggestion}")

@@ -24,8 +24,10 @@ script that uses it), version :data:`__version__`:
 * the verdict: :func:`judge` -> a ranked list of :class:`Finding`, whose ``id`` is one of
   :class:`FindingId`, :class:`TraceFindingId` (``trace:``-prefixed in a verdict) or an alert's
   ``alert:`` + :class:`AlertName`;
-* rules: :class:`Rule` (the one rule shape) and :func:`function_rule` (a plain function as a
-  rule);
+* rules: :class:`Rule` (the one rule shape), :func:`function_rule` (a plain function as a
+  rule), the registries with the default rules :data:`VERDICT_RULES`, :data:`TRACE_RULES`,
+  :data:`ALERT_RULES` and the context each domain's rules read (:class:`VerdictContext`,
+  :class:`TraceContext`, :class:`AlertWindow`): docs/toolkit/rules.md;
 * traces: :func:`trace_analysis` -> the typed :class:`TraceAnalysis`; :func:`analyze_trace` -> the
   dict the original project documents (``top_cpu_ops`` as ``(op_name, time_us)`` pairs, ...);
 * the regression gate: :func:`check_baseline` (a baseline file or run folder, and the current run)
@@ -74,10 +76,21 @@ _LAZY = {
     "AlertName": "trainperf.core.finding_ids",
     "Rule": "trainperf.core.rules",
     "function_rule": "trainperf.core.rules",
+    # the registries with the default rules, and the context each domain's rules read
+    "VERDICT_RULES": "trainperf.analysis.verdict",
+    "VerdictContext": "trainperf.analysis.verdict",
+    "TRACE_RULES": "trainperf.analysis.trace",
+    "TraceContext": "trainperf.analysis.trace",
+    "ALERT_RULES": "trainperf.alerts",
+    "AlertWindow": "trainperf.alerts",
 }
 
 __all__ = [
+    "ALERT_RULES",
+    "TRACE_RULES",
+    "VERDICT_RULES",
     "AlertName",
+    "AlertWindow",
     "Finding",
     "FindingId",
     "GateOutcome",
@@ -86,7 +99,9 @@ __all__ = [
     "Rule",
     "RunData",
     "TraceAnalysis",
+    "TraceContext",
     "TraceFindingId",
+    "VerdictContext",
     "__version__",
     "analyze_trace",
     "build_report",
@@ -104,11 +119,12 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
+    from trainperf.alerts import ALERT_RULES, AlertWindow
     from trainperf.analysis.gate import GateOutcome, check_baseline
     from trainperf.analysis.run import RunData, load_run
-    from trainperf.analysis.trace import TraceAnalysis
+    from trainperf.analysis.trace import TRACE_RULES, TraceAnalysis, TraceContext
     from trainperf.analysis.trace.analyze import analyze_trace, trace_analysis
-    from trainperf.analysis.verdict import judge
+    from trainperf.analysis.verdict import VERDICT_RULES, VerdictContext, judge
     from trainperf.core.finding_ids import AlertName, FindingId, TraceFindingId
     from trainperf.core.findings import Finding
     from trainperf.core.rules import Rule, function_rule
