@@ -1,5 +1,6 @@
-"""Live alert rules that fire once, with evidence, and resolve; state kept client-side (works
-offline).
+"""Live alert rules that fire once, with evidence, and resolve.
+
+Their state is kept client-side, so they work offline.
 
 Modules: ``engine`` (the ``Rule`` base, each rule's state machine, the engine), ``catalogue``
 (the registry ``ALERT_RULES``, ``build_rules``; its old path ``trainperf.alerts.rules`` works

@@ -1,5 +1,6 @@
-"""Alert events as verdict findings: one ``alert:<rule>`` finding per (rank, rule), with the
-rule's metadata (risk, corroboration) from the catalogue.
+"""Alert events as verdict findings: one ``alert:<rule>`` finding per (rank, rule).
+
+Each finding carries the rule's metadata (risk, corroboration) from the catalogue.
 
 Under DDP every rank appends to the same ``perf/alerts.jsonl``: a rule's events are kept apart
 by the rank that saw them, so "still active at the end" and "fired 3x" describe one rank, and

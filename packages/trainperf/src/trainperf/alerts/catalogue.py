@@ -1,6 +1,8 @@
-"""The alert rule catalogue: the registry :data:`ALERT_RULES` of every default rule (name ->
-class), the engine's rules built from it with their settings, and the settings' defaults (the
-module was ``trainperf.alerts.rules``; that path works until 0.3).
+"""The alert rule catalogue: the registry :data:`ALERT_RULES` of every default rule.
+
+It maps each rule's name to its class; the engine's rules are built from it with their settings, and
+the settings' defaults come from it too (the module was ``trainperf.alerts.rules``; that path works
+until 0.3).
 
 :data:`ALERT_RULES` is what the engine builds (:func:`build_rules`), what the Hydra config offers
 (``callbacks.resource_monitor.rules``, from :func:`rule_defaults`), what the profiler labels an

@@ -1,5 +1,6 @@
-"""The alert engine: the alert rule's base, each rule's state machine, and the engine that runs
-rules over samples.
+"""The alert engine: the alert rule's base, each rule's state machine, and the engine.
+
+The engine runs the rules over samples.
 
 Each :class:`Rule` turns one sample (flat ``resources/...`` values plus a :class:`RuleContext`)
 into a :class:`Check`: is the condition breached, is it cleared (hysteresis: the clear threshold

@@ -1,6 +1,7 @@
-"""The alert rules on the machine's resources: GPU starvation, GPU memory near OOM, a host
-memory leak, disk space for checkpoints and thermal throttling (their catalogue is
-:mod:`trainperf.alerts.catalogue`)."""
+"""The alert rules on the machine's resources.
+
+GPU starvation, GPU memory near OOM, a host memory leak, disk space for checkpoints and thermal
+throttling; their catalogue is :mod:`trainperf.alerts.catalogue`."""
 
 from __future__ import annotations
 

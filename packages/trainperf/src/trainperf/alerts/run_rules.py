@@ -1,5 +1,7 @@
-"""The alert rules on the run itself: a throughput drop, a NaN loss, a straggler rank, a hang
-and memory creep (their catalogue is :mod:`trainperf.alerts.catalogue`)."""
+"""The alert rules on the run itself.
+
+A throughput drop, a NaN loss, a straggler rank, a hang and memory creep; their catalogue is
+:mod:`trainperf.alerts.catalogue`."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""Candidate changes for a cause, for one run, in its own framework's words: config overrides
-only for keys its config has.
+"""Candidate changes for a cause, for one run, in its own framework's words.
+
+Config overrides are given only for keys the run's config has.
 
 A finding's cause (input-bound, compute-bound, slow postprocessing, ...) maps to families of
 changes (:class:`~trainperf.core.candidates.Candidate`). Each family is one setting that many apps

@@ -1,8 +1,9 @@
-"""Finding a setting in the configuration a run's app recorded, by its leaf name: the key
-(:func:`find_key`: ``num_workers`` is ``data.num_workers`` in one app, ``loader.workers`` in
-another), a cache's node (:func:`find_cache_key`) and the optimizer's node
-(:func:`optimizer_node`). Advice (:mod:`trainperf.analysis.advice`) and the verdict name the
-run's own keys through it, so they never name a key the run does not have."""
+"""Finding a setting in the configuration a run's app recorded, by its leaf name.
+
+It finds the key (:func:`find_key`: ``num_workers`` is ``data.num_workers`` in one app,
+``loader.workers`` in another), a cache's node (:func:`find_cache_key`) and the optimizer's node
+(:func:`optimizer_node`). Advice (:mod:`trainperf.analysis.advice`) and the verdict name the run's
+own keys through it, so they never name a key the run does not have."""
 
 from __future__ import annotations
 

@@ -1,8 +1,9 @@
-"""What a ``trainperf try`` session found, read back: the last session's records of the run's
-``perf/try.jsonl``, how a measured change is decided (:func:`measure`, :func:`status`), and the
-change to make (:func:`paste_line`: the config overrides; :func:`code_lines`: runtime knobs as
-changes to one's own code). The session that runs the trials is
-:mod:`trainperf.cli.trial.session`.
+"""What a ``trainperf try`` session found, read back, and how a measured change is decided.
+
+It reads the last session's records of the run's ``perf/try.jsonl``, decides each change
+(:func:`measure`, :func:`status`) and says the change to make (:func:`paste_line`: the config
+overrides; :func:`code_lines`: runtime knobs as changes to one's own code). The session that runs
+the trials is :mod:`trainperf.cli.trial.session`.
 
 How a change is decided: a pair (the unchanged command and the changed one, back to back) is
 the unit of evidence; its ratio ``speed(changed) / speed(unchanged)`` is one value, however many

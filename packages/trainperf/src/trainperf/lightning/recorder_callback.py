@@ -1,5 +1,6 @@
-"""Base of the performance callbacks: subscribe to the trainer's shared ``StageRecorder`` and
-turn its reports into logs.
+"""Base of the performance callbacks: subscribe to the trainer's shared ``StageRecorder``.
+
+Each callback turns the recorder's reports into logs.
 
 The hooks are thin on purpose: Lightning's action stream drives the recorder, not these hooks.
 They only join and leave it, and hand batch sizes over when the batch did not come from an

@@ -1,5 +1,7 @@
-"""Console (rich) and Markdown rendering of trace analysis and comparison reports (``trainperf
-analyze`` / ``trainperf compare``); the run report's writers are :mod:`trainperf.present.report`."""
+"""Console (rich) and Markdown rendering of the trace analysis and comparison reports.
+
+They are what ``trainperf analyze`` and ``trainperf compare`` show; the run report's writers are
+:mod:`trainperf.present.report`."""
 
 from __future__ import annotations
 

@@ -1,5 +1,7 @@
-"""What ``trainperf try`` prints: a live progress bar in a terminal (one plain line per trial
-otherwise), then a table of the measured changes and the override line to paste."""
+"""What ``trainperf try`` prints: its progress, then the measured changes.
+
+Progress is a live bar in a terminal (one plain line per trial otherwise); the results are a table
+of the measured changes and the override line to paste."""
 
 from __future__ import annotations
 

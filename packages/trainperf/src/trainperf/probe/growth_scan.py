@@ -1,6 +1,7 @@
-"""The epoch-end scan of what a training run keeps, so that memory growth is named by attribute:
-what grows, epoch after epoch, in the LightningModule, the DataModule, the callbacks (the
-``memory_creep`` finding). Lightning-free.
+"""The epoch-end scan of what a training run keeps, so that memory growth is named by attribute.
+
+It shows what grows, epoch after epoch, in the LightningModule, the DataModule and the callbacks
+(the ``memory_creep`` finding). Lightning-free.
 
 Users collect step outputs themselves (Lightning 2 has no ``*_epoch_end(outputs)``), and
 ``self.losses.append(loss)`` without ``.detach()`` / ``.item()`` keeps every step's autograd graph

@@ -1,5 +1,6 @@
-"""A monitor's settings checked where they are given: stage names and integer bounds, each bad
-value a ``ConfigError`` naming the monitor and the setting (framework-neutral)."""
+"""A monitor's settings checked where they are given: stage names and integer bounds.
+
+Each bad value is a ``ConfigError`` naming the monitor and the setting (framework-neutral)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
-"""What the recorder hands to its subscribers: the :class:`Subscriber` protocol a monitor
-implements, each open epoch's :class:`IntervalProgress` besides its ``EpochRecord``, and
-:func:`per_second`, the rate every subscriber derives from them (framework-neutral; the Lightning
-loggers' part is ``trainperf.lightning.loggers``)."""
+"""What the recorder hands to its subscribers, and the protocol they implement.
+
+The :class:`Subscriber` protocol a monitor implements, each open epoch's :class:`IntervalProgress`
+besides its ``EpochRecord``, and :func:`per_second`, the rate every subscriber derives from them
+(framework-neutral; the Lightning loggers' part is ``trainperf.lightning.loggers``)."""
 
 from __future__ import annotations
 

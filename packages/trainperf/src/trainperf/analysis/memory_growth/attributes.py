@@ -1,6 +1,8 @@
-"""Memory creep named by attribute, judged: the paths that grew in each of the last
-:data:`GROWTH_EPOCHS` epochs of the epoch scans (``perf/growth.jsonl``, written by
-``EpochScanCallback`` from :func:`trainperf.probe.growth_scan.scan`), and the verdict's finding."""
+"""Memory creep named by attribute, judged: the paths that grew, and the verdict's finding.
+
+A path counts when it grew in each of the last :data:`GROWTH_EPOCHS` epochs of the epoch scans
+(``perf/growth.jsonl``, written by ``EpochScanCallback`` from
+:func:`trainperf.probe.growth_scan.scan`)."""
 
 from __future__ import annotations
 

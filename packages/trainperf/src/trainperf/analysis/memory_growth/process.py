@@ -1,4 +1,5 @@
 """The main process's memory growth from the resource samples, on runs of any length.
+
 Lightning-free.
 
 The live ``host_memory_leak`` alert needs a ten-minute window; a short run whose memory climbs

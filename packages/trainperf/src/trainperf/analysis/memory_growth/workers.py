@@ -1,5 +1,7 @@
-"""DataLoader workers' memory classified: stable, a plateau, growth that continues, or
-copy-on-read of the dataset's Python containers. Lightning-free.
+"""DataLoader workers' memory classified: stable, plateau, growing or copy-on-read.
+
+Copy-on-read is the dataset's Python containers copied into every worker that reads them.
+Lightning-free.
 
 Why per worker and by USS: a forked worker shares the main process's pages until it writes them.
 Reading a Python object writes it (its reference count), so a dataset that holds a big ``list`` /

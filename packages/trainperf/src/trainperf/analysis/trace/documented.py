@@ -1,6 +1,8 @@
-"""The dict ``analyze_trace`` returns: a typed trace analysis in the shape the original project
-documents (its task 3.2, a contract: ``trainperf.analyze_trace(path)`` and
-``ProfilerCallback.analyze_trace(trace_path)`` both return it).
+"""The dict ``analyze_trace`` returns: a typed trace analysis in the documented shape.
+
+The shape is the one the original project documents (its task 3.2, a contract:
+``trainperf.analyze_trace(path)`` and ``ProfilerCallback.analyze_trace(trace_path)`` both return
+it).
 
 Documented keys, in the documented shape:
 

@@ -1,8 +1,9 @@
-"""The trace rules about the host: sync points that block it, the fp16 scaler's inf check, an
-optimizer's host loop and per-parameter steps, and CPU dispatch overhead; each reads a trace's
-figures (:class:`~trainperf.analysis.trace.trace_metrics.TraceMetrics`) and returns at most one
-finding. ``optimizer_host_bound`` supersedes ``optimizer_not_multi_tensor``: they are one cause of
-one optimizer, and only the first is kept.
+"""The trace rules about the host, each giving at most one finding from a trace's figures.
+
+They cover sync points that block the host, the fp16 scaler's inf check, an optimizer's host loop
+and per-parameter steps, and CPU dispatch overhead; the figures are a
+:class:`~trainperf.analysis.trace.trace_metrics.TraceMetrics`. ``optimizer_host_bound`` supersedes
+``optimizer_not_multi_tensor``: they are one cause of one optimizer, and only the first is kept.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
-"""The trace rules about input, the GPU's use and its memory, kernel launches, the layout and
-communication: each reads a trace's figures (:class:`~trainperf.analysis.trace.trace_metrics.
-TraceMetrics`) and returns at most one finding with its evidence, threshold and advice.
+"""The trace rules about input, the GPU's use and memory, launches, layout and communication.
+
+Each reads a trace's figures (:class:`~trainperf.analysis.trace.trace_metrics.TraceMetrics`) and
+returns at most one finding with its evidence, threshold and advice.
 
 CUDA-specific rules stay silent on CPU-only traces. Scores are in the one unit of
 :mod:`trainperf.core.findings`: the share of the profiled steps' wall time (%) the cause costs; the

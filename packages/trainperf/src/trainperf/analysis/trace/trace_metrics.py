@@ -1,6 +1,7 @@
-"""The trace rules' context: the measured figures of a trace (:class:`TraceMetrics`), the
-:class:`TraceContext` a trace rule reads (those figures and the earlier findings), and the
-helpers the rules share.
+"""The trace rules' context: a trace's measured figures, what a rule reads, and shared helpers.
+
+:class:`TraceMetrics` holds the figures, :class:`TraceContext` is what a trace rule reads (those
+figures and the earlier findings), and the functions below are the helpers the rules share.
 
 The figures come from :mod:`trainperf.analysis.trace.measures`; the rules are in
 :mod:`~trainperf.analysis.trace.input_gpu_rules` and :mod:`~trainperf.analysis.trace.host_rules`,

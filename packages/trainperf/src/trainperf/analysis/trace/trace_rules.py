@@ -1,5 +1,7 @@
-"""The trace rules' registry: :data:`TRACE_RULES` (the default list, in the order their findings
-are reported among equals) and :func:`evaluate`, which runs a list of them on a trace's figures.
+"""The trace rules' registry, :data:`TRACE_RULES`, and :func:`evaluate`, which runs them.
+
+:data:`TRACE_RULES` holds the default list, in the order their findings are reported among equals;
+:func:`evaluate` runs a list of rules on a trace's figures.
 
 A trace rule is a :class:`~trainperf.core.rules.Rule` over
 :class:`~trainperf.analysis.trace.trace_metrics.TraceContext` (the figures, and the earlier

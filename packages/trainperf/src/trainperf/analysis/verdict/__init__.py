@@ -1,8 +1,10 @@
-"""The verdict: one ranked list of findings from the step-time attribution, the live clock's CUDA
-events, the resource samples, the alerts, any profiler trace and the baseline comparison, ranked
-by what each finding's change could recover (:mod:`.recoverable`: measured by ``trainperf try``,
-else a bound, else unknown; a critical risk first), not by the share of time its cause costs.
-On a GPU the training stage is classed by the GPU's busy share (:mod:`.gpu_rules`).
+"""The verdict: one ranked list of findings from all of a run's evidence.
+
+The evidence is the step-time attribution, the live clock's CUDA events, the resource samples, the
+alerts, any profiler trace and the baseline comparison; findings rank by what each one's change
+could recover (:mod:`.recoverable`: measured by ``trainperf try``, else a bound, else unknown; a
+critical risk first), not by the share of time its cause costs. On a GPU the training stage is
+classed by the GPU's busy share (:mod:`.gpu_rules`).
 
 Advice names the run's own settings and their current values when ``.hydra/config.yaml`` was
 recorded (``data.num_workers`` now 2), found by leaf name

@@ -1,6 +1,7 @@
-"""Worker caches in the verdict: each cache X's hit rate after the first epoch and its corrupt
-entries, from the DataLoader workers' ``X_hits`` / ``X_misses`` (``X_evictions``, ``X_corrupt``)
-counters of the epoch records (:data:`cache_rule`)."""
+"""Worker caches in the verdict: each cache's hit rate after the first epoch, its corrupt entries.
+
+For a cache X they come from the DataLoader workers' ``X_hits`` / ``X_misses`` (``X_evictions``,
+``X_corrupt``) counters of the epoch records (:data:`cache_rule`)."""
 
 from __future__ import annotations
 

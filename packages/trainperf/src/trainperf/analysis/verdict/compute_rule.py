@@ -1,6 +1,7 @@
-"""Compute-bound, overhead-bound or slow kernels: whether the compute phases (forward / backward /
-optimizer) that dominate a stage are bound by arithmetic, by the cost of each op, or by ops that
-run slowly for their arithmetic.
+"""Compute-bound, overhead-bound or slow kernels: what bounds a stage's compute phases.
+
+The compute phases (forward / backward / optimizer) that dominate a stage are bound by arithmetic,
+by the cost of each op, or by ops that run slowly for their arithmetic.
 
 Compute is the bound only where the evidence says the arithmetic is what takes the time: the
 achieved FLOP rate while computing (FLOPs per sample x samples / compute seconds, when the run

@@ -1,6 +1,7 @@
-"""The ``cpu_contention`` finding: other processes held the host's CPUs while the run did not
-(:mod:`trainperf.analysis.contention` judges the resource samples). A ``throughput_drop`` alert of
-the same run is attached to it (the rule corroborates it), rather than standing alone."""
+"""The ``cpu_contention`` finding: other processes held the host's CPUs while the run did not.
+
+:mod:`trainperf.analysis.contention` judges the resource samples. A ``throughput_drop`` alert of the
+same run is attached to the finding (the rule corroborates it), rather than standing alone."""
 
 from __future__ import annotations
 

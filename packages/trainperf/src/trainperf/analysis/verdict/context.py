@@ -1,6 +1,7 @@
-"""What every verdict rule reads: the one typed context of a verdict (:class:`VerdictContext`: the
-run, its stage summaries, its recorded wall time, how advice names its settings and the earlier
-findings a rule declared it reads), what the candidate generator
+"""What every verdict rule reads: :class:`VerdictContext`, the one typed context of a verdict.
+
+It holds the run, its stage summaries, its recorded wall time, how advice names its settings and the
+earlier findings a rule declared it reads. The module also has what the candidate generator
 (:func:`trainperf.analysis.advice.candidates_for`) needs to know, and the figures of a finding
 (evidence rounding, a score from seconds, the world size)."""
 

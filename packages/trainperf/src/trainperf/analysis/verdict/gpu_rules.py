@@ -1,5 +1,6 @@
-"""The verdict on a GPU: how busy the GPU was, what kept it idle, and the GPU findings a run folder
-supports without a trace file (issue 31).
+"""The verdict on a GPU: how busy it was, what kept it idle, and findings without a trace.
+
+The findings without a trace are those a run folder supports on its own (issue 31).
 
 **Busy share** (:func:`gpu_busy`): the trace's ``gpu_busy_pct`` where a trace was analysed; else
 a profiler window's summary (``perf/profiler.jsonl``: the figure, or the evidence of its

@@ -1,6 +1,8 @@
-"""Which part of an input-bound stage's data wait is the ceiling: the DataLoader workers (the
-batch was not ready), or handing the batch over (the worker's send, the main process's receive
-and ``pin_memory``: bytes and tensors), from ``data_wait_causes_s`` in ``perf/epochs.jsonl``.
+"""Which part of an input-bound stage's data wait is the ceiling: workers or hand-over.
+
+Either the DataLoader workers (the batch was not ready), or handing the batch over (the worker's
+send, the main process's receive and ``pin_memory``: bytes and tensors); the split comes from
+``data_wait_causes_s`` in ``perf/epochs.jsonl``.
 
 When the hand-over is most of the wait and the workers sit idle (their CPU share far below one
 core each, or their own timed work far below their wall time), more workers cannot help: the

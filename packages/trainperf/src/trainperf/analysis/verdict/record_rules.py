@@ -1,7 +1,8 @@
-"""Verdict rules over the run's other records: memory growth named by attribute
-(``perf/growth.jsonl``), recompiles (``perf/recompiles.jsonl``; both from ``EpochScanCallback``)
-and the live alerts (``perf/alerts.jsonl``), each a :class:`~trainperf.core.rules.Rule` over the
-:class:`.context.VerdictContext`."""
+"""Verdict rules over the run's other records: growth scans, recompiles and live alerts.
+
+Memory growth named by attribute (``perf/growth.jsonl``), recompiles (``perf/recompiles.jsonl``;
+both from ``EpochScanCallback``) and the live alerts (``perf/alerts.jsonl``), each a
+:class:`~trainperf.core.rules.Rule` over the :class:`.context.VerdictContext`."""
 
 from __future__ import annotations
 

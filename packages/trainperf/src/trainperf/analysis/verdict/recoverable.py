@@ -1,7 +1,9 @@
-"""What each finding's change could recover (:mod:`trainperf.core.findings`: ``recoverable_pct`` and
-``recoverable_from``), filled in one place after every rule has spoken; the severity set from it
-and the ranking by it (:func:`trainperf.core.findings.grade`: critical from 20 % of the run,
-warning from 10 %, info below, a critical risk first whatever its size).
+"""What each finding's change could recover, filled in one place after every rule has spoken.
+
+The figures are :mod:`trainperf.core.findings`' ``recoverable_pct`` and ``recoverable_from``; the
+severity is set from them and the ranking made by them (:func:`trainperf.core.findings.grade`:
+critical from 20 % of the run, warning from 10 %, info below, a critical risk first whatever its
+size).
 
 - **measured**: ``trainperf try`` recommended one of the finding's candidates in the run's latest
   session (``perf/try.jsonl``): the time it saves, ``1 - 1 / speed-up`` of the finding's stage, as

@@ -1,7 +1,8 @@
-"""The verdict's default rules, in the order :func:`trainperf.analysis.verdict.judge` runs them
-(:data:`VERDICT_RULES`): each rule's module defines it, this list orders them; a rule added from
-outside (``VERDICT_RULES.register(rule)``) runs after the built-ins, and after any rule emitting
-an id it declares it reads or supersedes."""
+"""The verdict's default rules, :data:`VERDICT_RULES`, in the order the verdict runs them.
+
+That is the order of :func:`trainperf.analysis.verdict.judge`: each rule's module defines it, this
+list orders them; a rule added from outside (``VERDICT_RULES.register(rule)``) runs after the
+built-ins, and after any rule emitting an id it declares it reads or supersedes."""
 
 from __future__ import annotations
 

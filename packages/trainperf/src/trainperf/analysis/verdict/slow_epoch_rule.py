@@ -1,5 +1,6 @@
-"""The ``slow_epoch`` finding: an epoch far slower than the others of its stage, with its cause
-from the run's records or an explicit "unexplained" naming what was checked
+"""The ``slow_epoch`` finding: an epoch far slower than the others of its stage, with its cause.
+
+The cause comes from the run's records, or an explicit "unexplained" names what was checked
 (:mod:`trainperf.analysis.slow_epochs`). One finding per stage: its slowest epoch, the others
 counted.
 

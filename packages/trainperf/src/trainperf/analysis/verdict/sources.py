@@ -1,8 +1,9 @@
-"""Verdict rules over the other evidence sources, ranked with the stage rules': the resource
-samples (CPU saturated, I/O wait, host memory high; the workers' and the main process's memory),
-the profiler trace and its windows' summaries, and the baseline comparison (a regression, or too
-little data to judge); with :func:`merge_same_cause`, the fixed step after the rules that keeps
-one finding per cause."""
+"""Verdict rules over the other evidence: resources, memory, the trace and the baseline.
+
+Their findings rank with the stage rules'. The sources are the resource samples (CPU saturated, I/O
+wait, host memory high; the workers' and the main process's memory), the profiler trace and its
+windows' summaries, and the baseline comparison (a regression, or too little data to judge).
+:func:`merge_same_cause` is the fixed step after the rules that keeps one finding per cause."""
 
 from __future__ import annotations
 

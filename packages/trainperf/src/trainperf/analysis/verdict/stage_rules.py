@@ -1,7 +1,9 @@
-"""The rules on each of a run's stages: input-bound, a phase's material share of a stage (one
-finding shape, :func:`phase_finding`: slow metric, slow postprocessing, callbacks, the module's
-hooks, checkpoints, unattributed time) and the DDP rank the others wait for (straggler); each is a
-:class:`~trainperf.core.rules.Rule` over the :class:`.context.VerdictContext` (at the end)."""
+"""The rules on each of a run's stages: input-bound, a phase's material share, a straggler.
+
+A phase's share has one finding shape (:func:`phase_finding`: slow metric, slow postprocessing,
+callbacks, the module's hooks, checkpoints, unattributed time); the straggler is the DDP rank the
+others wait for. Each is a :class:`~trainperf.core.rules.Rule` over the
+:class:`.context.VerdictContext` (at the end of the module)."""
 
 from __future__ import annotations
 

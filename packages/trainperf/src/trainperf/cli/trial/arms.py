@@ -1,6 +1,8 @@
-"""A change under measurement in a ``trainperf try`` session (an :class:`Arm`: its pairs of
-trials so far) and the :class:`~trainperf.records.kinds.TryRecord` it ends as: its speed-up
-decided, a quality drop on the checkpoint, why it was left out or stopped.
+"""A change under measurement in a ``trainperf try`` session, and the record it ends as.
+
+An :class:`Arm` holds its pairs of trials so far; it ends as a
+:class:`~trainperf.records.try_record.TryRecord`: its speed-up decided, a quality drop on the
+checkpoint, why it was left out or stopped.
 """
 
 from __future__ import annotations

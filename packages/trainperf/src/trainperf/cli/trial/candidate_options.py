@@ -1,5 +1,7 @@
-"""Candidates for ``trainperf try``: from ``--candidate KEY=VALUE`` options and from the verdict's
-findings (the candidates of the highest-scoring ones, :data:`TOP_FINDINGS`).
+"""Candidates for ``trainperf try``, from ``--candidate`` options and the verdict's findings.
+
+An option is ``--candidate KEY=VALUE``; from the findings come the candidates of the highest-scoring
+ones (:data:`TOP_FINDINGS`).
 
 The family and the labels of an explicit override are inferred from the key's leaf name, since
 that is all a command-line override says: ``batch_size``, ``precision``, a canvas / image size and

@@ -1,5 +1,7 @@
-"""``trainperf try RUN_DIR [--candidate CHANGE ...] [--budget 10m] [--pairs N]``: the parser
-(its description and epilog say what it does and its exit codes) and the command.
+"""The ``trainperf try`` command: its parser and what it runs.
+
+``trainperf try RUN_DIR [--candidate CHANGE ...] [--budget 10m] [--pairs N]``; the parser's
+description and epilog say what it does and its exit codes.
 
 Results go to ``RUN_DIR/perf/try.jsonl`` and the report's "Measured changes" section; that is the
 only thing the session adds to the run folder (the trials run in folders of their own,

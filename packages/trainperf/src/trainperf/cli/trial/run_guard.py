@@ -1,5 +1,7 @@
-"""What keeps ``trainperf try`` out of the run it measures: where the trials' folders go, and a
-check after every trial that nothing in the run folder changed.
+"""What keeps ``trainperf try`` out of the run it measures.
+
+It says where the trials' folders go, and checks after every trial that nothing in the run folder
+changed.
 
 Each trial writes into a folder of its own (``trainperf.cli.trial.trial_process``): our callbacks
 read it from the trial window, a plain script's argument naming the run folder names the trial's,

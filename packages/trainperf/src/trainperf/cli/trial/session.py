@@ -1,7 +1,9 @@
-"""One ``trainperf try`` session: pairs of trials per candidate, interleaved with the unchanged
-command, within a time budget; then the recommended changes together. Its records go to
-``<run>/perf/try.jsonl`` (one :class:`~trainperf.records.kinds.TryRecord` per candidate, and one for
-the winners together); sessions append, readers show the latest.
+"""One ``trainperf try`` session: pairs of trials per candidate, within a time budget.
+
+Each candidate's trials interleave with the unchanged command; then the recommended changes are
+measured together. Its records go to ``<run>/perf/try.jsonl`` (one
+:class:`~trainperf.records.try_record.TryRecord` per candidate, and one for the winners together);
+sessions append, readers show the latest.
 
 The session starts with one run of the unchanged command that is not counted (the warm-up: the
 first run meets cold caches and would bias its pair). The budget is planned

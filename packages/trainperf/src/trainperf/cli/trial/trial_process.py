@@ -1,6 +1,8 @@
-"""One trial: the run's command (or the app's evaluation command on its checkpoint,
-:class:`~trainperf.records.kinds.EvalCommand`) with a change, in a fresh folder, as a
-subprocess; its speed read back from the perf files it wrote (``perf/epochs.jsonl``)."""
+"""One trial: the run's command (or its evaluation command) with a change, as a subprocess.
+
+The evaluation command is the app's, on the run's checkpoint
+(:class:`~trainperf.records.run_record.EvalCommand`); the trial runs in a fresh folder, and its
+speed is read back from the perf files it wrote (``perf/epochs.jsonl``)."""
 
 from __future__ import annotations
 
