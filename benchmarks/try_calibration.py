@@ -40,12 +40,13 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+# the toolkit's test helpers (packages/trainperf/tests/trainperf_testing) are not installed
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "packages" / "trainperf" / "tests"))
 
 from trainperf.core.candidates import Candidate
 from trainperf.core.knobs import Knob
 
-from tests.try_noise import (
+from trainperf_testing.try_noise import (
     NOTHING,
     NOTHINGS,
     Noise,
@@ -132,7 +133,7 @@ def real_aa(sessions: int) -> None:
     import contextlib
     import io
 
-    from tests.try_real import aa_session, record_run
+    from trainperf_testing.try_real import aa_session, record_run
 
     counts: Counter[str] = Counter()
     with tempfile.TemporaryDirectory() as tmp:

@@ -45,8 +45,8 @@ from trainperf.records.files import read_records
 from trainperf.records.kinds import EpochRecord, IntervalRecord
 
 from ocr.data.synth import generate_dataset
-from tests.memory_logger import MemoryLogger
-from tests.run_lines import read_dicts, read_run_dict
+from trainperf_testing.memory_logger import MemoryLogger
+from trainperf_testing.run_lines import read_dicts, read_run_dict
 
 pytestmark = pytest.mark.slow
 

@@ -21,7 +21,7 @@ from trainperf.analysis.trace import analyze_trace
 from trainperf.lightning import PerfCallbackWarning, ProfilerCallback
 from trainperf.recording.profiler_settings import ProfileSchedule, TraceOptions
 
-from tests.memory_logger import MemoryLogger
+from trainperf_testing.memory_logger import MemoryLogger
 
 pytestmark = pytest.mark.slow
 

@@ -22,7 +22,7 @@ from trainperf.recording.profiler_settings import ProfileSchedule
 from trainperf.records.kinds import ProfilerWindow
 
 from tests.integration.test_profiler_callback import _fit, _profiler_off
-from tests.run_lines import read_dicts
+from trainperf_testing.run_lines import read_dicts
 
 pytestmark = pytest.mark.slow
 

@@ -33,7 +33,7 @@ from trainperf.records.kinds import (
 from trainperf.records.run_info import run_info, write_run_info
 
 from scripts.structure_counts import schema_spellings
-from tests.run_lines import write_lines
+from trainperf_testing.run_lines import write_lines
 
 ROOT = Path(__file__).resolve().parents[3]
 TOOLKIT_SRC = ROOT / "packages" / "trainperf" / "src"
