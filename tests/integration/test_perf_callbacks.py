@@ -713,7 +713,8 @@ def test_no_logger_prints_the_table(
 
     # Through trainperf.present.console.print_renderable: the console a live Rich progress bar draws
     # on, so
-    # the bar does not erase the table (tests/unit/test_console.py shows it with a live bar).
+    # the bar does not erase the table (packages/trainperf/tests/unit/test_console.py shows it with
+    # a live bar).
     monkeypatch.setattr(performance_profiler, "print_renderable", spy)
     t = trainer(tmp_path, [PerformanceProfilerCallback(verbose=True)], logger=False)
     t.fit(TinyModule(), loader(8), loader(4))

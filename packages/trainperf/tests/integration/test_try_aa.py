@@ -1,6 +1,6 @@
-"""A real A/A test of ``trainperf try`` (``tests/try_real.py``): on a tiny plain Lightning script,
-a knob set to the value the script already has changes nothing, and ``try`` says so: never
-``recommended``, never ``regression``. One session here (seconds a trial);
+"""A real A/A test of ``trainperf try`` (``trainperf_testing/try_real.py``): on a tiny plain
+Lightning script, a knob set to the value the script already has changes nothing, and ``try``
+says so: never ``recommended``, never ``regression``. One session here (seconds a trial);
 ``benchmarks/try_calibration.py --real N`` repeats it and counts the outcomes."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """``trainperf try`` is calibrated: a change that changes nothing, under realistic noise on a fake
-clock (``tests/try_noise.py``: jittery and outlying batches, a drifting machine, trials sharing
-the machine with another job, a slow first run), comes out ``recommended`` or ``regression`` in
-at most 5 % of seeded sessions, through the real session (its warm-up, plan, looks and
+clock (``trainperf_testing/try_noise.py``: jittery and outlying batches, a drifting machine, trials
+sharing the machine with another job, a slow first run), comes out ``recommended`` or
+``regression`` in at most 5 % of seeded sessions, through the real session (its warm-up, plan, looks and
 decision); a real +25 % is recommended in most. ``benchmarks/try_calibration.py`` prints the
 figures for the old rule and this one side by side (1000 sessions a scenario).
 
