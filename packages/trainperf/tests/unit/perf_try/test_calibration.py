@@ -1,9 +1,9 @@
 """``trainperf try`` is calibrated: a change that changes nothing, under realistic noise on a fake
 clock (``trainperf_testing/try_noise.py``: jittery and outlying batches, a drifting machine, trials
 sharing the machine with another job, a slow first run), comes out ``recommended`` or
-``regression`` in at most 5 % of seeded sessions, through the real session (its warm-up, plan, looks and
-decision); a real +25 % is recommended in most. ``benchmarks/try_calibration.py`` prints the
-figures for the old rule and this one side by side (1000 sessions a scenario).
+``regression`` in at most 5 % of seeded sessions, through the real session (its warm-up, plan,
+looks and decision); a real +25 % is recommended in most. ``benchmarks/try_calibration.py`` prints
+the figures for the old rule and this one side by side (1000 sessions a scenario).
 
 The user's flip: the same channels_last on the same tiny model, three pairs each, came out
 "regression 0.957" and "recommended 1.177 [1.049, 1.267]": the 95 % bootstrap interval of three
