@@ -100,7 +100,7 @@ def test_sync_site_names_this_file_and_function(cpu_trace: Path) -> None:
     sites = sync_sites(sync_calls(table, idx), STEPS)
     assert len(sites) == 1
     site = sites[0]
-    assert site.file.endswith("tests/unit/perf_trace/test_stacks.py")
+    assert site.file.endswith("unit/perf_trace/test_stacks.py")  # shortened by its sys.path entry
     assert site.function == "read_loss_each_step"
     assert site.line == _LINE
     assert site.per_step == ITEMS_PER_STEP
@@ -130,7 +130,7 @@ def test_host_sync_finding_names_the_line(cpu_trace: Path, tmp_path: Path) -> No
     sync = [f for f in analysis.findings if f.id == "host_sync"]
     assert len(sync) == 1, [f.id for f in analysis.findings]
     f = sync[0]
-    where = f"tests/unit/perf_trace/test_stacks.py:{_LINE} read_loss_each_step"
+    where = f"unit/perf_trace/test_stacks.py:{_LINE} read_loss_each_step"
     assert where in f.title
     assert f"{ITEMS_PER_STEP:.1f}/step" in f.title
     site = f.evidence["sites"][0]
