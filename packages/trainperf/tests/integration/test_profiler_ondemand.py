@@ -21,15 +21,14 @@ from trainperf.lightning import PerfCallbackWarning, ProfilerCallback
 from trainperf.recording.profiler_settings import ProfileSchedule
 from trainperf.records.kinds import ProfilerWindow
 
-from tests.integration.test_profiler_callback import _fit, _profiler_off
+from trainperf_testing.paths import child_pythonpath
+from trainperf_testing.profiled_fit import _fit, _profiler_off
 from trainperf_testing.run_lines import read_dicts
 
 pytestmark = pytest.mark.slow
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-# This tree first, the toolkit's src too: subprocesses run this checkout's code, not an
-# editable install of another one.
-_PYTHONPATH = os.pathsep.join([str(REPO_ROOT), str(REPO_ROOT / "packages" / "trainperf" / "src")])
+# subprocesses import the trainperf under test, not an editable install of another checkout
+_PYTHONPATH = child_pythonpath()
 
 
 class AtStep(Callback):

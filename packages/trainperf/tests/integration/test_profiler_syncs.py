@@ -17,7 +17,7 @@ from trainperf.lightning import PerfCallbackWarning, ProfilerCallback
 from trainperf.probe.sync_debug import SYNC_WARNING, SyncDetector
 from trainperf.recording.profiler_settings import ProfileSchedule, TraceOptions
 
-from tests.integration.test_profiler_callback import TinyModule, _loader
+from trainperf_testing.profiled_fit import TinyModule, _loader
 
 pytestmark = pytest.mark.slow
 

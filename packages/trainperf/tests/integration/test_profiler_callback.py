@@ -1,5 +1,6 @@
 """ProfilerCallback on tiny CPU Trainers: the right epochs traced, nothing left attached after a
-window, failures reduced to one warning, gzip, disabled, and the Hydra config."""
+window, failures reduced to one warning, gzip, disabled (the app's Hydra config of it:
+tests/integration/test_profiler_callback_config.py)."""
 
 from __future__ import annotations
 
@@ -7,86 +8,17 @@ import gzip
 import json
 import warnings
 from pathlib import Path
-from typing import Any
 
-import lightning as L
 import pytest
 import torch
-from hydra import compose, initialize_config_module
-from hydra.utils import instantiate
-from lightning.pytorch.callbacks import Callback
-from lightning.pytorch.loggers import Logger
-from torch.utils.data import DataLoader, TensorDataset
 from trainperf.analysis.trace import analyze_trace
 from trainperf.lightning import PerfCallbackWarning, ProfilerCallback
 from trainperf.recording.profiler_settings import ProfileSchedule, TraceOptions
 
 from trainperf_testing.memory_logger import MemoryLogger
+from trainperf_testing.profiled_fit import _fit, _profiler_off
 
 pytestmark = pytest.mark.slow
-
-
-class TinyModule(L.LightningModule):
-    """Linear regression; records whether a profiler was running at each training step."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.net = torch.nn.Linear(4, 1)
-        self.profiled_steps: list[tuple[int, bool]] = []
-
-    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
-        self.profiled_steps.append(
-            (self.current_epoch, torch.autograd.profiler._is_profiler_enabled)
-        )
-        x, y = batch
-        return torch.nn.functional.mse_loss(self.net(x), y)
-
-    def validation_step(self, batch: Any, batch_idx: int) -> None:
-        x, y = batch
-        self.log("val_loss", torch.nn.functional.mse_loss(self.net(x), y))
-
-    def configure_optimizers(self) -> torch.optim.Optimizer:
-        return torch.optim.SGD(self.parameters(), lr=0.01)
-
-
-def _loader(n: int = 32) -> DataLoader[tuple[torch.Tensor, ...]]:
-    g = torch.Generator().manual_seed(0)
-    return DataLoader(
-        TensorDataset(torch.randn(n, 4, generator=g), torch.randn(n, 1)), batch_size=4
-    )
-
-
-def _fit(
-    root: Path,
-    *callbacks: Callback,
-    epochs: int = 4,
-    logger: Logger | None = None,
-    validate: bool = True,
-) -> TinyModule:
-    """Train TinyModule for ``epochs`` (8 batches each; 2 validation batches when ``validate``)."""
-    module = TinyModule()
-    trainer = L.Trainer(
-        default_root_dir=root,
-        max_epochs=epochs,
-        accelerator="cpu",
-        devices=1,
-        callbacks=list(callbacks),
-        logger=logger if logger is not None else False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        limit_val_batches=2 if validate else 0,
-        num_sanity_val_steps=0,
-    )
-    trainer.fit(module, _loader(), _loader(8) if validate else None)
-    assert trainer.current_epoch == epochs  # training completed
-    return module
-
-
-def _profiler_off() -> bool:
-    return not torch.autograd.profiler._is_profiler_enabled and not (
-        torch._C._autograd._profiler_enabled()
-    )
 
 
 def test_profiles_exactly_the_chosen_epochs(tmp_path: Path) -> None:
@@ -201,45 +133,3 @@ def test_disabled_does_nothing(tmp_path: Path) -> None:
     assert not (tmp_path / "profiler_traces").exists()
     assert not any(enabled for _, enabled in module.profiled_steps)
     assert cb.trace_paths == []
-
-
-def test_hydra_config_composes(tmp_path: Path) -> None:
-    with initialize_config_module(version_base="1.3", config_module="ocr.configs"):
-        cfg = compose(config_name="train", overrides=["callbacks=profiler"])
-    node = cfg.callbacks.profiler
-    assert node.enabled is False
-    assert "model_checkpoint" in cfg.callbacks  # the defaults are kept
-    cb = instantiate(node)
-    assert isinstance(cb, ProfilerCallback)
-    assert cb.enabled is False
-    # the nested schedule and trace options are built as their own objects, with the defaults
-    assert isinstance(cb.schedule, ProfileSchedule)
-    assert cb.schedule.epochs == frozenset({1})
-    assert (cb.schedule.active, cb.schedule.warmup, cb.schedule.repeat) == (5, 1, 1)
-    assert cb.schedule.stages == frozenset({"train"})
-    assert cb.schedule.trigger_file == Path("PROFILE_NOW")
-    assert cb.schedule.on_request is True
-    assert isinstance(cb.trace, TraceOptions)
-    assert cb.trace.activities == ("cpu", "cuda")
-    assert cb.trace.output_dir == Path("profiler_traces")
-
-
-def test_hydra_overrides_reach_the_nested_schedule() -> None:
-    overrides = [
-        "callbacks.profiler.enabled=true",
-        "callbacks.profiler.schedule.epochs=[0,2]",
-        "callbacks.profiler.schedule.active=7",
-        "callbacks.profiler.schedule.stages=[validate]",
-        "callbacks.profiler.trace.gzip=true",
-    ]
-    with initialize_config_module(version_base="1.3", config_module="ocr.configs"):
-        cfg = compose(config_name="train", overrides=overrides)
-    cb = instantiate(cfg.callbacks.profiler)
-    assert cb.schedule == ProfileSchedule(
-        epochs=[0, 2],
-        active=7,
-        stages=["val"],
-        trigger_file="PROFILE_NOW",
-        on_request=True,
-    )
-    assert cb.trace.gzip is True
