@@ -24,7 +24,7 @@ from trainperf.present.report import (
     write_html,
 )
 
-from trainperf_testing.paths import SHARED_FIXTURES
+from trainperf_testing.paths import shared
 from trainperf_testing.runs import CONFIG, T0, epoch_record, make_run
 
 INPUT_VAL = {"data_wait": 6.0, "forward": 1.0, "metric": 0.5, "callbacks": 0.1}
@@ -261,13 +261,8 @@ def test_unreadable_trace_leaves_a_note(tmp_path: Path) -> None:
     assert str(tmp_path) not in report.run.trace_note  # relative: copies give the same report
 
 
-REAL_TRACE = SHARED_FIXTURES / "traces"
-
-
 def test_real_gpu_trace_gives_top_ops_and_memory(tmp_path: Path) -> None:
-    source = REAL_TRACE / "gpu_ns_resolution_2024.pt.trace.json.gz"
-    if not source.is_file():
-        pytest.skip(f"{source} absent (real trace fixtures live outside the repo)")
+    source = shared("traces/gpu_ns_resolution_2024.pt.trace.json.gz")
     input_bound_run(tmp_path)
     (tmp_path / "profiler_traces").mkdir()
     (tmp_path / "profiler_traces" / "epoch_0.json.gz").symlink_to(source)
@@ -288,9 +283,7 @@ def test_the_trace_integrity_is_one_line_per_problem_and_nothing_when_clean(
 ) -> None:
     import gzip
 
-    source = REAL_TRACE / "gpu_ns_resolution_2024.pt.trace.json.gz"
-    if not source.is_file():
-        pytest.skip(f"{source} absent (real trace fixtures live outside the repo)")
+    source = shared("traces/gpu_ns_resolution_2024.pt.trace.json.gz")
     with gzip.open(source, "rt") as f:
         doc = json.load(f)
     pages = {}
@@ -318,9 +311,7 @@ def test_trace_findings_reach_the_verdict_as_objects_in_the_one_score_unit(
     trip), and their scores stay in the one unit: the share of the profiled (train) steps'
     time a cause costs, scaled to the run by the train stage's share, never a fixed 20 / 5 / 1
     by severity."""
-    source = REAL_TRACE / "gpu_resnet50_2021.pt.trace.json.gz"
-    if not source.is_file():
-        pytest.skip(f"{source} absent (real trace fixtures live outside the repo)")
+    source = shared("traces/gpu_resnet50_2021.pt.trace.json.gz")
     input_bound_run(tmp_path)
     (tmp_path / "profiler_traces").mkdir()
     (tmp_path / "profiler_traces" / "epoch_0.json.gz").symlink_to(source)
