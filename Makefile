@@ -24,15 +24,20 @@ $(STAMP): pyproject.toml packages/trainperf/pyproject.toml constraints.txt
 # trainperf distribution with its report and hf extras (no app, no Hydra, no OpenCV, no
 # Lightning): the plain-loop and Hugging Face examples run in it and `trainperf report` reads
 # their folders; then the lightning extra is added and the plain Lightning script runs, with
-# `trainperf report / baseline / check` (scripts/toolkit_check.py says what each stage checks).
+# `trainperf report / baseline / check` (scripts/toolkit_check.py says what each stage checks);
+# last the test extra joins and the toolkit's own tests (packages/trainperf/tests) run against
+# the installed distribution (no source tree on sys.path; the session header names the trainperf
+# under test and TRAINPERF_TESTS_INSTALLED=1 makes a source-tree import an error).
 # The installs use .venv's pip and skip bytecode (the check's first imports write it); each step
 # is stamped, so a rerun with nothing changed is free and a change to the toolkit's source
-# reinstalls only trainperf (Lightning is taken out first, so the first stage runs without it).
-TOOLKIT_VENV := .venv-toolkit
-TOOLKIT_PIP  := $(BIN)/python -m pip --python $(TOOLKIT_VENV)/bin/python
-TOOLKIT_SRC  := $(shell find packages/trainperf/src/trainperf -name '*.py')
+# reinstalls only trainperf (Lightning and the test extra's Hydra are taken out first, so the
+# first stage runs without them).
+TOOLKIT_VENV  := .venv-toolkit
+TOOLKIT_PIP   := $(BIN)/python -m pip --python $(TOOLKIT_VENV)/bin/python
+TOOLKIT_SRC   := $(shell find packages/trainperf/src/trainperf -name '*.py')
+TOOLKIT_TESTS := $(shell find packages/trainperf/tests -type f -not -path '*/__pycache__/*')
 
-toolkit-check: $(TOOLKIT_VENV)/.checked
+toolkit-check: $(TOOLKIT_VENV)/.tested
 
 $(TOOLKIT_VENV)/.torch: constraints.txt | $(STAMP)
 	rm -rf $(TOOLKIT_VENV)
@@ -43,7 +48,7 @@ $(TOOLKIT_VENV)/.torch: constraints.txt | $(STAMP)
 # build/ is removed first: setuptools would carry a deleted module's stale copy into the wheel.
 $(TOOLKIT_VENV)/.installed: $(TOOLKIT_VENV)/.torch packages/trainperf/pyproject.toml $(TOOLKIT_SRC)
 	rm -rf packages/trainperf/build
-	$(TOOLKIT_PIP) uninstall -q -y lightning pytorch-lightning
+	$(TOOLKIT_PIP) uninstall -q -y lightning pytorch-lightning hydra-core omegaconf
 	$(TOOLKIT_PIP) install -q --no-compile -c constraints.txt "./packages/trainperf[report,hf]"
 	touch $@
 
@@ -59,6 +64,13 @@ $(TOOLKIT_VENV)/.lightning: $(TOOLKIT_VENV)/.checked-alone
 
 $(TOOLKIT_VENV)/.checked: $(TOOLKIT_VENV)/.lightning examples/plain_lightning.py scripts/toolkit_check.py
 	$(TOOLKIT_VENV)/bin/python scripts/toolkit_check.py --stage with-lightning
+	touch $@
+
+$(TOOLKIT_VENV)/.tested: $(TOOLKIT_VENV)/.checked $(TOOLKIT_TESTS)
+	rm -rf packages/trainperf/build
+	$(TOOLKIT_PIP) install -q --no-compile -c constraints.txt "./packages/trainperf[lightning,nvml,report,hf,test]"
+	env -u PYTHONPATH TRAINPERF_TESTS_INSTALLED=1 $(TOOLKIT_VENV)/bin/pytest -q -n 2 \
+		--rootdir packages/trainperf -c packages/trainperf/pyproject.toml packages/trainperf/tests
 	touch $@
 
 demo: setup
@@ -88,7 +100,8 @@ lint: setup
 	$(BIN)/lint-imports
 
 # Two pytest workers (pytest-xdist) on CI's two cores: much of the suite waits on subprocesses,
-# DataLoader workers and planted sleeps, so the second worker fills that time.
+# DataLoader workers and planted sleeps, so the second worker fills that time. The app's tests
+# (tests/, pyproject's testpaths); the toolkit's own ran in toolkit-check, in the toolkit's venv.
 test: setup lint toolkit-check
 	$(BIN)/pytest -q -n 2
 

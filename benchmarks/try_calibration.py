@@ -1,8 +1,8 @@
 """Is ``trainperf try`` calibrated? The old rule and the new one on a fake clock, side by side.
 
-Sessions of ``trainperf try`` on a fake clock (``tests/try_noise.py``: lognormal batch jitter,
-outlier batches, a drifting machine load, trials that share the machine with another job, a slow
-first trial), seeded, each scenario ``--sessions`` times:
+Sessions of ``trainperf try`` on a fake clock (``trainperf_testing/try_noise.py``: lognormal
+batch jitter, outlier batches, a drifting machine load, trials that share the machine with
+another job, a slow first trial), seeded, each scenario ``--sessions`` times:
 
 * ``A/A``: one change that changes nothing (a Hydra override: pairs start with the unchanged
   command, so the slow first trial falls on it);
@@ -20,8 +20,8 @@ seeds give the same trials). Printed per scenario and rule: the share of session
 outcome, the false-decision rate (``recommended`` or ``regression`` when nothing changed) with its
 95 % Clopper-Pearson upper bound, and the mean number of pairs. Prints figures only.
 
-With ``--real N`` it also runs the real A/A N times (``tests/try_real.py``: a tiny plain
-Lightning script on the CPU, ``trainperf try`` with a knob set to the value the script has; a
+With ``--real N`` it also runs the real A/A N times (``trainperf_testing/try_real.py``: a tiny
+plain Lightning script on the CPU, ``trainperf try`` with a knob set to the value the script has; a
 trial is a few seconds) and prints each session's outcome and the counts.
 
     python benchmarks/try_calibration.py [--sessions 1000] [--pairs 8] [--old-pairs 5] [--real N]
@@ -40,12 +40,13 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+# the toolkit's test helpers (packages/trainperf/tests/trainperf_testing) are not installed
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "packages" / "trainperf" / "tests"))
 
 from trainperf.core.candidates import Candidate
 from trainperf.core.knobs import Knob
 
-from tests.try_noise import (
+from trainperf_testing.try_noise import (
     NOTHING,
     NOTHINGS,
     Noise,
@@ -132,7 +133,7 @@ def real_aa(sessions: int) -> None:
     import contextlib
     import io
 
-    from tests.try_real import aa_session, record_run
+    from trainperf_testing.try_real import aa_session, record_run
 
     counts: Counter[str] = Counter()
     with tempfile.TemporaryDirectory() as tmp:

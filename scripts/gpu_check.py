@@ -119,7 +119,7 @@ from scripts.gpucheck.seams import SEAM_TESTS, seam_tests  # noqa: E402
 from scripts.gpucheck.trace import FIXTURE_CONFIGS, save_fixture, trace_summary  # noqa: E402
 
 DEFAULT_OUT = REPO_ROOT / "docs" / "performance"
-DEFAULT_FIXTURES = REPO_ROOT / "tests" / "fixtures" / "traces"
+DEFAULT_FIXTURES = REPO_ROOT / "packages" / "trainperf" / "tests" / "fixtures" / "traces"
 
 #: Parts that need CUDA: why a CPU machine skips them, and what a GPU run adds.
 GPU_ONLY: dict[str, tuple[str, str]] = {

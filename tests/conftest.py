@@ -12,39 +12,16 @@ from pathlib import Path
 
 import pytest
 
+from trainperf_testing.fixtures import h200_train_run, traces_dir
+from trainperf_testing.paths import shared
+
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("WANDB_SILENT", "true")
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-SHARED_FIXTURES = Path(
-    os.environ.get("OCR_SHARED_FIXTURES", REPO_ROOT.parent / "shared" / "fixtures")
-)
-
-
-def _shared(sub: str) -> Path:
-    path = SHARED_FIXTURES / sub
-    if not path.exists():
-        msg = f"shared fixtures not found at {path} (expected ../shared/fixtures beside the repo)"
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(msg + "; CI=true requires them")
-        pytest.skip(msg)
-    return path
+__all__ = ["h200_train_run", "traces_dir"]  # ../shared fixtures, shared with the toolkit's tests
 
 
 @pytest.fixture
 def receipts_dir() -> Path:
     """``../shared/fixtures/receipts`` (annotations.json + images/)."""
-    return _shared("receipts")
-
-
-@pytest.fixture
-def traces_dir() -> Path:
-    """``../shared/fixtures/traces`` (real GPU profiler traces)."""
-    return _shared("traces")
-
-
-@pytest.fixture
-def h200_train_run() -> Path:
-    """``../shared/gpu/h200-2026-11-26/runs/train``: the run folder of the first real GPU run
-    (``perf/*.jsonl``, ``.hydra/``; no trace file). Read-only: copy it before writing into it."""
-    return _shared("../gpu/h200-2026-11-26/runs/train")
+    return shared("receipts")

@@ -11,10 +11,10 @@ from typing import Any
 from scripts.gpucheck.runs import run_logged
 
 SEAM_TESTS = (
-    "tests/integration/test_interpose_seams.py",
-    "tests/integration/test_action_routing.py",
-    "tests/integration/test_lightning_profiler_traces.py",
-    "tests/integration/test_trace_phases.py",
+    "packages/trainperf/tests/integration/test_interpose_seams.py",
+    "packages/trainperf/tests/integration/test_action_routing.py",
+    "packages/trainperf/tests/integration/test_lightning_profiler_traces.py",
+    "packages/trainperf/tests/integration/test_trace_phases.py",
     "tests/integration/test_trace_clock_agreement.py",
 )
 
@@ -36,7 +36,17 @@ def junit_counts(path: Path) -> dict[str, Any]:
 def seam_tests(mode: str, work: Path) -> dict[str, Any]:
     """``run``: the seam tests on this machine's torch and Lightning (JUnit counts); ``list``:
     only collect them (how many, no run)."""
-    pytest_argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *SEAM_TESTS]
+    # importlib mode: the toolkit's tests and the app's share one session without their module
+    # names meeting (packages/trainperf/tests has no `tests` package to shadow the app's)
+    pytest_argv = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-p",
+        "no:cacheprovider",
+        "--import-mode=importlib",
+    ]
+    pytest_argv += SEAM_TESTS
     log = work / f"seams-{mode}.log"
     if mode == "list":
         rc = run_logged([*pytest_argv, "--collect-only", "-q"], log)

@@ -25,7 +25,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from trainperf.errors import ConfigError
 
 from tests.contract.seeds import REPO_ROOT, USAGES, Usage
-from tests.memory_logger import MemoryLogger
+from trainperf_testing.memory_logger import MemoryLogger
 
 VAL_KEYS = {  # 000 "View Metrics in WandB" and 001's on_validation_epoch_end
     "performance/val_epoch_time",

@@ -22,8 +22,8 @@ from trainperf.present.report import build_report, to_markdown
 from trainperf.probe import peak_flops as peak_module
 
 from ocr.data.synth import generate_dataset
-from tests.memory_logger import MemoryLogger
-from tests.run_lines import read_run_dict
+from trainperf_testing.memory_logger import MemoryLogger
+from trainperf_testing.run_lines import read_run_dict
 
 pytestmark = pytest.mark.slow
 

@@ -57,7 +57,7 @@ def test_analyze_keeps_names_and_findings_whole_and_json_parses(traces_dir: Path
 
 
 def test_report_json_states_the_headline_and_the_stages(tmp_path: Path) -> None:
-    from tests.unit.perf_report.runs import CONFIG, epoch_record, make_run
+    from trainperf_testing.runs import CONFIG, epoch_record, make_run
 
     phases = {"data_wait": 3.0, "forward": 1.0, "metric": 0.1}
     run = make_run(

@@ -45,8 +45,8 @@ from trainperf.records.epochs import EpochRecord, IntervalRecord
 from trainperf.records.files import read_records
 
 from ocr.data.synth import generate_dataset
-from tests.memory_logger import MemoryLogger
-from tests.run_lines import read_dicts, read_run_dict
+from trainperf_testing.memory_logger import MemoryLogger
+from trainperf_testing.run_lines import read_dicts, read_run_dict
 
 pytestmark = pytest.mark.slow
 
@@ -713,7 +713,8 @@ def test_no_logger_prints_the_table(
 
     # Through trainperf.present.console.print_renderable: the console a live Rich progress bar draws
     # on, so
-    # the bar does not erase the table (tests/unit/test_console.py shows it with a live bar).
+    # the bar does not erase the table (packages/trainperf/tests/unit/test_console.py shows it with
+    # a live bar).
     monkeypatch.setattr(performance_profiler, "print_renderable", spy)
     t = trainer(tmp_path, [PerformanceProfilerCallback(verbose=True)], logger=False)
     t.fit(TinyModule(), loader(8), loader(4))

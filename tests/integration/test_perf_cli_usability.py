@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.unit.perf_trace.synth import make_trace, write
+from trainperf_testing.synth import make_trace, write
 
 REPO = Path(__file__).resolve().parents[2]
 BASELINE = REPO / "tests" / "performance" / "baselines" / "synthetic_debug_val.json"

@@ -36,7 +36,7 @@ from trainperf.present.report.findings_section import recoverable_text
 from trainperf.present.report.plots import resources_figure, throughput_figure
 from trainperf.records.monitoring import ResourceSample, ResourceSummary
 
-from tests.run_lines import read_dicts
+from trainperf_testing.run_lines import read_dicts
 
 pytestmark = pytest.mark.slow
 

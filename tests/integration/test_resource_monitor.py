@@ -22,8 +22,8 @@ from trainperf.present.report import build_report, to_markdown
 from trainperf.probe.resources.monitor import THREAD_NAME
 from trainperf.records.monitoring import AlertEvent, ResourceSample, ResourceSummary
 
-from tests.memory_logger import MemoryLogger
-from tests.run_lines import read_dicts
+from trainperf_testing.memory_logger import MemoryLogger
+from trainperf_testing.run_lines import read_dicts
 
 pytestmark = pytest.mark.slow
 

@@ -2,7 +2,7 @@
 (``ocr-test`` and its H-mean line) in ``perf/run.json``; ``trainperf try`` runs it on the run's
 checkpoint (unchanged, then with the change), reads each run's evaluation speed from its perf files
 and its H-mean, and does not recommend the change. (A tiny checkpoint scores H-mean 0, so the drop
-rule itself is covered by tests/unit/perf_try/test_session.py.)"""
+rule itself is covered by packages/trainperf/tests/unit/perf_try/test_session.py.)"""
 
 from __future__ import annotations
 

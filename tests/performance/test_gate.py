@@ -24,7 +24,7 @@ from trainperf.cli.main import main
 from trainperf.present.gate_table import COLUMNS, row_cells
 from trainperf.records.schema import current_schema
 
-from tests.unit.perf.test_baseline import epoch_record, make_run
+from trainperf_testing.baseline_runs import epoch_record, make_run
 
 BASELINE = Path(__file__).parent / "baselines" / "synthetic_debug_val.json"
 

@@ -19,7 +19,7 @@ from trainperf.records.epochs import EpochRecord
 
 from scripts import gpu_check
 from scripts.gpucheck import doc, figures, nvml, preflight, runs, seams, trace
-from tests.unit.perf.test_resources import device, fake_nvml
+from trainperf_testing.fake_nvml import device, fake_nvml
 
 UUID = "3b0f6d7e-9c1a-4d0e-8f3b-2a1c5e7d9f10"  # torch's spelling: no "GPU-"
 # nvidia-smi --query-gpu=<SMI_FIELDS> --format=csv,noheader,nounits on an H100 while it trains,

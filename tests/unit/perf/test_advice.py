@@ -20,8 +20,8 @@ from trainperf.present.report import build_report, print_summary, to_html, to_ma
 from trainperf.records.run_info import run_info
 
 from ocr.runtime import register_resolvers
-from tests.advice_keys import absent_keys, has_key, parse_override
-from tests.unit.perf_report.runs import epoch_record, make_run
+from trainperf_testing.advice_keys import absent_keys, has_key, parse_override
+from trainperf_testing.runs import epoch_record, make_run
 
 # A stage whose workers take 4x the main loop per batch, with no workers: input-bound.
 SLOW_INPUT = {"data_wait": 8.0, "forward": 1.0, "backward": 0.5, "optimizer": 0.5}

@@ -20,7 +20,7 @@ from trainperf.present.report import build_report
 from trainperf.recording.profiler_settings import ProfileSchedule
 
 import ocr.configs
-from tests.unit.perf_report.runs import T0, epoch_record, make_run
+from trainperf_testing.runs import T0, epoch_record, make_run
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 

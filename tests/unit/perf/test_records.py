@@ -29,7 +29,7 @@ from trainperf.records.schema import (
 from trainperf.records.try_record import TryRecord
 
 from scripts.structure_counts import schema_spellings
-from tests.run_lines import write_lines
+from trainperf_testing.run_lines import write_lines
 
 ROOT = Path(__file__).resolve().parents[3]
 TOOLKIT_SRC = ROOT / "packages" / "trainperf" / "src"
