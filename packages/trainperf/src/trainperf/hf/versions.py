@@ -13,7 +13,8 @@ from packaging.version import InvalidVersion, Version
 
 __all__ = ["TESTED_VERSIONS", "check_versions"]
 
-#: Package -> [lowest, first untested) release, tested with ``packages/trainperf/tests/integration/test_hf_*``:
+#: Package -> [lowest, first untested) release, tested with
+#: ``packages/trainperf/tests/integration/test_hf_*``:
 #: transformers 5.24.0 with accelerate 1.15.0 and torch 2.13 (CPU), 2026-11-28.
 TESTED_VERSIONS: dict[str, tuple[str, str]] = {
     "transformers": ("5.24.0", "5.25.0"),

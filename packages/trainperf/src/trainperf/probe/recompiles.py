@@ -6,7 +6,8 @@ recompile limit, then runs that function eagerly: slower than eager while every 
 that failed: ``tensor 'x' size mismatch at index 2``), how long compiling took and whether the
 limit was hit.
 
-The one seam into torch (version-gated, tested in ``packages/trainperf/tests/unit/perf/test_recompiles.py``):
+The one seam into torch (version-gated, tested in
+``packages/trainperf/tests/unit/perf/test_recompiles.py``):
 ``torch._dynamo.utils.get_compilation_metrics()``, the bounded list (64 by default) of
 ``CompilationMetrics`` Dynamo appends one entry to per frame compile (the recompile limit shows as
 ``fail_type`` ``Unsupported`` with "recompile limit exceeded"), and
