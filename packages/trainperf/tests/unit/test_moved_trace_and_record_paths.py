@@ -63,3 +63,13 @@ def test_every_name_of_the_split_record_modules_resolves_through_kinds() -> None
         for name in target.__all__:
             with pytest.warns(DeprecationWarning, match=rf"{re.escape(new)}\.{name}\b"):
                 assert getattr(kinds, name) is getattr(target, name)
+
+
+def test_a_lookup_through_a_split_warns_at_the_callers_line_and_registers_nothing() -> None:
+    from trainperf.core.moved import SHIMS
+
+    kinds = importlib.import_module("trainperf.records.kinds")
+    with pytest.warns(DeprecationWarning, match=r"records\.epochs\.EpochRecord") as caught:
+        kinds.EpochRecord  # noqa: B018 - the attribute lookup is the test
+    assert caught[0].filename == __file__
+    assert "trainperf.records.kinds" not in SHIMS

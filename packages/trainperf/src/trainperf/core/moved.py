@@ -45,19 +45,7 @@ def moved_module(
             # a name renamed in a module that stays: any other missing name is simply missing
             # (looking it up again would call this function without end)
             raise AttributeError(f"module {old!r} has no attribute {name!r}")
-        target = importlib.import_module(new)
-        new_name = names.get(name, name)
-        try:
-            value = getattr(target, new_name)
-        except AttributeError:
-            raise AttributeError(f"module {old!r} has no attribute {name!r}") from None
-        warnings.warn(
-            f"{old}.{name} moved to {new}.{new_name}; the old path stops working in "
-            f"trainperf {REMOVED_IN}",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return value
+        return _served(old, new, name, names.get(name, name))
 
     return __getattr__
 
@@ -76,7 +64,24 @@ def split_module(old: str, news: Sequence[str]) -> Callable[[str], Any]:
             raise AttributeError(name)
         for new in news:
             if name in getattr(importlib.import_module(new), "__all__", ()):
-                return moved_module(old, new)(name)
+                return _served(old, new, name, name)
         raise AttributeError(f"module {old!r} has no attribute {name!r}")
 
     return __getattr__
+
+
+def _served(old: str, new: str, name: str, new_name: str) -> Any:
+    """``new.new_name``, served for the old path ``old.name`` with a ``DeprecationWarning`` (an
+    ``AttributeError`` naming the old path when ``new`` lacks it). Registers nothing: a lookup
+    never changes :data:`SHIMS` or :data:`SPLITS`."""
+    try:
+        value = getattr(importlib.import_module(new), new_name)
+    except AttributeError:
+        raise AttributeError(f"module {old!r} has no attribute {name!r}") from None
+    warnings.warn(
+        f"{old}.{name} moved to {new}.{new_name}; the old path stops working in "
+        f"trainperf {REMOVED_IN}",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+    return value
