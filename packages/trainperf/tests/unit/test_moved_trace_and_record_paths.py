@@ -32,6 +32,8 @@ MOVED = [
         "analysis.trace.trace_metrics",
         "COMM_ONE_RANK_HINT",
     ),
+    ("analysis.trace.steps", "classify_phase", "analysis.trace.step_phases", "classify_phase"),
+    ("analysis.trace.steps", "PHASES", "analysis.trace.step_phases", "PHASES"),
     ("recording.step_recorder", "StepRecorder", "recording.run_recorder", "RunRecorder"),
     ("recording.step_recorder", "batch_size_of", "recording.run_recorder", "batch_size_of"),
     ("records.kinds", "Record", "records.schema", "Record"),
@@ -62,6 +64,7 @@ def test_an_old_path_gives_the_new_object_with_a_warning(
         "analysis.trace.partial",
         "records.kinds",
         "analysis.trace.trace_rules",
+        "analysis.trace.steps",
     ],
 )
 def test_an_unknown_name_is_an_attribute_error(old: str) -> None:
