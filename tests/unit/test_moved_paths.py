@@ -78,6 +78,9 @@ def _served(old: str, new: str) -> Iterator[tuple[str, str]]:
     """(old name, new name) for each name the shim ``old`` serves from ``new``."""
     renamed = moved.RENAMED[old]
     yield from renamed.items()
+    if old in moved.MOVED_NAMES:  # a module that stays, some names moved away: only those
+        yield from ((name, name) for name in sorted(moved.MOVED_NAMES[old]))
+        return
     if old == new:
         return  # a name renamed in a module that stays: only the renamed names
     target = importlib.import_module(new)
@@ -152,6 +155,31 @@ def test_a_shim_serves_what_moved_and_a_rename_in_place_stops_at_its_names() -> 
             moved.RENAMED.pop(old, None)
 
 
+def test_names_moved_out_of_a_module_that_stays_are_the_only_ones_it_serves(
+    tmp_path: Path,
+) -> None:
+    partly = moved.moved_module("trainperf_test_stays", "trainperf.core.moved", only={"SHIMS"})
+    try:
+        with pytest.warns(DeprecationWarning, match="trainperf.core.moved.SHIMS"):
+            assert partly("SHIMS") is moved.SHIMS
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            with pytest.raises(AttributeError):
+                partly("REMOVED_IN")  # the new module has it, but it did not move from here
+        source = tmp_path / "user.py"
+        source.write_text(
+            "from trainperf_test_stays import SHIMS\nfrom trainperf_test_stays import other\n"
+        )
+        found = _old_path_imports(
+            source, {"trainperf_test_stays": "trainperf.core.moved"}, tmp_path
+        )
+        assert found == ["user.py:1 imports trainperf_test_stays.SHIMS (now trainperf.core.moved)"]
+    finally:
+        moved.SHIMS.pop("trainperf_test_stays", None)
+        moved.RENAMED.pop("trainperf_test_stays", None)
+        moved.MOVED_NAMES.pop("trainperf_test_stays", None)
+
+
 def _imports(tree: ast.AST) -> Iterator[tuple[int, str, str | None]]:
     """(line, module, imported name or ``None``) of each absolute import in ``tree``."""
     for node in ast.walk(tree):
@@ -171,7 +199,9 @@ def _old_path_imports(path: Path, shims: dict[str, str], root: Path = REPO) -> l
     for line, module, name in _imports(tree):
         full = f"{module}.{name}" if name else module
         for old, new in shims.items():
-            if old == new:
+            if old in moved.MOVED_NAMES:  # a name moved out of a module that stays
+                hit = module == old and name in moved.MOVED_NAMES[old]
+            elif old == new:
                 hit = module == old and name in moved.RENAMED[old]  # a renamed name
             else:
                 hit = old in (module, full) or module.startswith(old + ".")

@@ -24,6 +24,16 @@ MOVED = [
     ("analysis.trace.partial", "partial_of", "analysis.trace.window_sums", "sums_of"),
     ("analysis.trace.partial", "Named", "analysis.trace.window_sums", "HookTimes"),
     ("analysis.trace.partial", "finish", "analysis.trace.window_sums", "finish"),
+    ("analysis.trace.trace_rules", "TraceMetrics", "analysis.trace.trace_metrics", "TraceMetrics"),
+    ("analysis.trace.trace_rules", "TRACE_RISKS", "analysis.trace.trace_metrics", "TRACE_RISKS"),
+    (
+        "analysis.trace.trace_rules",
+        "COMM_ONE_RANK_HINT",
+        "analysis.trace.trace_metrics",
+        "COMM_ONE_RANK_HINT",
+    ),
+    ("analysis.trace.steps", "classify_phase", "analysis.trace.step_phases", "classify_phase"),
+    ("analysis.trace.steps", "PHASES", "analysis.trace.step_phases", "PHASES"),
     ("recording.step_recorder", "StepRecorder", "recording.run_recorder", "RunRecorder"),
     ("recording.step_recorder", "batch_size_of", "recording.run_recorder", "batch_size_of"),
     ("records.kinds", "Record", "records.schema", "Record"),
@@ -48,7 +58,14 @@ def test_an_old_path_gives_the_new_object_with_a_warning(
 
 
 @pytest.mark.parametrize(
-    "old", ["analysis.trace.result", "analysis.trace.partial", "records.kinds"]
+    "old",
+    [
+        "analysis.trace.result",
+        "analysis.trace.partial",
+        "records.kinds",
+        "analysis.trace.trace_rules",
+        "analysis.trace.steps",
+    ],
 )
 def test_an_unknown_name_is_an_attribute_error(old: str) -> None:
     module = importlib.import_module(f"trainperf.{old}")

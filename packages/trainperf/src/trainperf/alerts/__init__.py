@@ -11,9 +11,6 @@ verdict findings per rank and rule).
 
 from __future__ import annotations
 
-import sys
-import types
-
 from trainperf.alerts.as_findings import alert_finding, alert_findings
 from trainperf.alerts.catalogue import ALERT_RULES, RULES, AlertRegistry, build_rules
 from trainperf.alerts.engine import (
@@ -26,18 +23,7 @@ from trainperf.alerts.engine import (
     StragglerSignal,
 )
 from trainperf.alerts.sinks import AlertSink, AlertWarning, JsonlSink, LogSink, WandbSink
-from trainperf.core.moved import moved_module
 from trainperf.records.monitoring import AlertEvent
-
-# The catalogue was ``trainperf.alerts.rules`` (a name ``trainperf.core.rules`` now has): that
-# path stays importable for one release as a module made here, not a file of the same base name.
-_OLD_CATALOGUE = types.ModuleType(
-    f"{__name__}.rules", "Moved to :mod:`trainperf.alerts.catalogue` (this path works until 0.3)."
-)
-_OLD_CATALOGUE.__getattr__ = moved_module(  # type: ignore[method-assign]
-    _OLD_CATALOGUE.__name__, "trainperf.alerts.catalogue"
-)
-sys.modules.setdefault(_OLD_CATALOGUE.__name__, _OLD_CATALOGUE)
 
 __all__ = [
     "ALERT_RULES",

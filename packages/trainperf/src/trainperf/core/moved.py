@@ -9,15 +9,17 @@ A shim module is three lines::
     from trainperf.core.moved import moved_module
     __getattr__ = moved_module(__name__, "trainperf.analysis.trials")
 
-and a renamed name inside a module that stays is ``renamed={"old": "new"}``. The package's own
-code and tests import only the new paths (a test imports every shim and checks the warning).
+a renamed name inside a module that stays is ``renamed={"old": "new"}``, and names that moved out
+of a module that stays to another are ``only={"Name", ...}`` (the stayed module's ``__getattr__``:
+it binds none of them itself). The package's own code and tests import only the new paths (a test
+imports every shim and checks the warning).
 """
 
 from __future__ import annotations
 
 import importlib
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 #: The release from which the old paths stop working.
@@ -27,22 +29,31 @@ REMOVED_IN = "0.3"
 SHIMS: dict[str, str] = {}
 #: The names each shim renames, old module -> {old name: new name} (empty: same names).
 RENAMED: dict[str, dict[str, str]] = {}
+#: Modules that stay with some of their names moved away, old module -> those names.
+MOVED_NAMES: dict[str, frozenset[str]] = {}
 
 
 def moved_module(
-    old: str, new: str, renamed: Mapping[str, str] | None = None
+    old: str,
+    new: str,
+    renamed: Mapping[str, str] | None = None,
+    *,
+    only: Collection[str] | None = None,
 ) -> Callable[[str], Any]:
     """A module ``__getattr__`` for ``old`` that returns ``new``'s attribute of the same name (or
-    of the name ``renamed`` maps it to) with a ``DeprecationWarning``."""
+    of the name ``renamed`` maps it to) with a ``DeprecationWarning``; with ``only``, ``old``
+    stays and just those names moved to ``new``."""
     SHIMS[old] = new
     names = dict(renamed or {})
     RENAMED[old] = names
+    if only is not None:
+        MOVED_NAMES[old] = frozenset(only)
 
     def __getattr__(name: str) -> Any:
         if name.startswith("__"):
             raise AttributeError(name)
-        if new == old and name not in names:
-            # a name renamed in a module that stays: any other missing name is simply missing
+        if (new == old and name not in names) or (only is not None and name not in only):
+            # a module that stays: a name it neither has nor renamed or moved is simply missing
             # (looking it up again would call this function without end)
             raise AttributeError(f"module {old!r} has no attribute {name!r}")
         return _served(old, new, name, names.get(name, name))

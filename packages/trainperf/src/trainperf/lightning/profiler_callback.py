@@ -31,11 +31,12 @@ import torch
 from torch.profiler import ProfilerActivity
 
 from trainperf.alerts.catalogue import RULES
+from trainperf.analysis.trace import analyze_trace
 from trainperf.core import triggers
 from trainperf.errors import ConfigError, PerfCallbackWarning, warn_off
 from trainperf.lightning.action_stream import remove_listener
 from trainperf.lightning.batch_hooks import BatchEndHooks
-from trainperf.lightning.profiler_summary import seed_analysis, summarise_window
+from trainperf.lightning.profiler_summary import summarise_window
 from trainperf.lightning.profiler_window import Window
 from trainperf.lightning.trial_fit import output_path, perf_root
 from trainperf.probe.sync_debug import SyncDetector
@@ -193,8 +194,8 @@ class ProfilerCallback(BatchEndHooks):
 
     #: ``ProfilerCallback.analyze_trace(trace_path)`` (also on an instance): a Chrome trace or a
     #: folder of them analysed, in the original project's documented shape
-    #: (:func:`~trainperf.lightning.profiler_summary.seed_analysis`).
-    analyze_trace = staticmethod(seed_analysis)
+    #: (:func:`trainperf.analysis.trace.analyze_trace` itself).
+    analyze_trace = staticmethod(analyze_trace)
 
     def _resolve_activities(self) -> list[ProfilerActivity]:
         supported = torch.profiler.supported_activities()

@@ -8,13 +8,11 @@ findings printed (rank zero), a few scalars sent to every logger, and the window
 from __future__ import annotations
 
 import logging
-import os
 import time
-from typing import Any
 
 import lightning as L
 
-from trainperf.analysis.trace import analyze_table, analyze_trace, load_traces
+from trainperf.analysis.trace import analyze_table, load_traces
 from trainperf.analysis.trace.clock_windows import compare_with_clock
 from trainperf.core.stage import Stage
 from trainperf.lightning.loggers import log_to_loggers
@@ -99,13 +97,3 @@ def summarise_window(
         len(report.findings),
     )
     return record
-
-
-def seed_analysis(trace_path: str | os.PathLike[str]) -> dict[str, Any]:
-    """``ProfilerCallback.analyze_trace(trace_path)``: :func:`trainperf.analyze_trace` itself
-    (the dict of the original project's ``003_…`` document, made in the analysis layer:
-    :mod:`trainperf.analysis.trace.documented`): ``top_cpu_ops`` as ``(op_name, self time in
-    µs)`` pairs, ``top_cuda_ops`` as ``(op_name, device time in µs)``, ``memory_peaks`` as
-    ``(time in µs into the trace, peak allocated bytes)``, ``dataloader_time_pct`` (%), the full
-    rows under ``top_cpu_op_rows``, ``top_cuda_op_rows`` and ``memory_peak_rows``."""
-    return analyze_trace(os.fspath(trace_path))

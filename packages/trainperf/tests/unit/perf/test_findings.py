@@ -11,7 +11,8 @@ import pytest
 from trainperf.alerts import AlertEvent, alert_finding, build_rules
 from trainperf.alerts.resource_rules import GpuStarvation
 from trainperf.analysis.trace import analyze_trace
-from trainperf.analysis.trace.trace_rules import TraceMetrics, evaluate
+from trainperf.analysis.trace.trace_metrics import TraceMetrics
+from trainperf.analysis.trace.trace_rules import evaluate
 from trainperf.core import findings as vocab
 from trainperf.core.candidates import Candidate
 from trainperf.core.findings import THRESHOLDS, Finding, input_bound_severity, threshold

@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 import torch
 from trainperf.analysis.trace import analyze_trace
-from trainperf.analysis.trace.trace_rules import TraceMetrics, evaluate
+from trainperf.analysis.trace.trace_metrics import TraceMetrics
+from trainperf.analysis.trace.trace_rules import evaluate
 from trainperf.core.findings import threshold
 
 

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 from trainperf.analysis.trace import TRACE_RULES, TraceContext, analyze_path
-from trainperf.analysis.trace.trace_rules import TraceMetrics, evaluate
+from trainperf.analysis.trace.trace_metrics import TraceMetrics
+from trainperf.analysis.trace.trace_rules import evaluate
 from trainperf.core.finding_ids import TraceFindingId
 from trainperf.core.findings import Finding
 from trainperf.core.rules import FunctionRule, RuleOrderError, function_rule

@@ -8,8 +8,8 @@ figures (:mod:`~trainperf.analysis.trace.measures`), finding rules (the registry
 :data:`~trainperf.analysis.trace.trace_rules.TRACE_RULES`) and the
 comparison (:mod:`~trainperf.analysis.trace.compare`) are vectorised numpy over that table. The
 result is typed
-(:class:`~trainperf.analysis.trace.trace_analysis.TraceAnalysis`); ``analyze_trace`` returns its
-dict form.
+(:class:`~trainperf.analysis.trace.trace_analysis.TraceAnalysis`); ``analyze_trace`` returns it
+as the documented dict (:mod:`~trainperf.analysis.trace.documented`).
 No Lightning.
 """
 

@@ -45,26 +45,22 @@ def analyze_trace(path: str | Path, top_k: int | None = 20) -> dict[str, Any]:
     return documented_dict(analyze_path(path, top_k))
 
 
-def trace_analysis(
+def analyze_path(
     path: str | Path, top_k: int | None = 20, *, rules: Sequence[TraceRule] | None = None
 ) -> TraceAnalysis:
     """The typed analysis of a torch.profiler Chrome trace (``.json``/``.json.gz``) or a
     directory of them: ``top_k`` ops per table (``None``: every op), attributes as
     :func:`analyze_trace`'s keys (``analysis.top_cpu_ops[0].self_ms``, ``analysis.findings``...),
-    ``as_dict()`` the JSON view ``trainperf analyze --json`` writes. Raises
-    :class:`~trainperf.analysis.trace.table.TraceError` for unreadable or malformed input.
-    ``rules`` replaces the trace rules (default ``TRACE_RULES.default()``)."""
-    return analyze_path(path, top_k, rules=rules)
-
-
-def analyze_path(
-    path: str | Path, top_k: int | None = 20, *, rules: Sequence[TraceRule] | None = None
-) -> TraceAnalysis:
-    """The typed analysis of a trace file or directory (see :func:`analyze_trace`), with its
-    ``timing`` and ``input``; its findings are those of ``rules`` (default:
-    ``TRACE_RULES.default()``, :mod:`~trainperf.analysis.trace.trace_rules`)."""
+    its ``timing`` and ``input`` set, ``as_dict()`` the JSON view ``trainperf analyze --json``
+    writes. Raises :class:`~trainperf.analysis.trace.table.TraceError` for unreadable or
+    malformed input. ``rules`` replaces the trace rules (default ``TRACE_RULES.default()``,
+    :mod:`~trainperf.analysis.trace.trace_rules`)."""
     analysis, _ = timed_analysis(path, str(path), top_k, rules=rules)
     return analysis
+
+
+#: :func:`analyze_path` under the name the package exports (``trainperf.trace_analysis``).
+trace_analysis = analyze_path
 
 
 def timed_analysis(

@@ -25,10 +25,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from trainperf.analysis.trace.trace_analysis import TraceAnalysis
 
-__all__ = ["DOCUMENTED_KEYS", "documented_dict"]
-
-#: The keys the original project documents, in its order.
-DOCUMENTED_KEYS = ("top_cpu_ops", "top_cuda_ops", "memory_peaks", "dataloader_time_pct")
+__all__ = ["documented_dict"]
 
 
 def documented_dict(analysis: TraceAnalysis) -> dict[str, Any]:

@@ -16,23 +16,34 @@ from typing import Any
 
 import numpy as np
 
+from trainperf.analysis.trace import step_phases as _phases
 from trainperf.analysis.trace.step_phases import (
     BACKWARD_OP,
-    GPU_PARTS,
     PHASE_CODE,
-    PHASES,
-    STEP_NAME,
     backward_clusters,
     infer_regions,
-    launch_calls,
     marker_arrays,
-    merge_intervals,
     stage_of,
-    union_in_windows,
 )
 from trainperf.analysis.trace.table import EventTable, Kind
+from trainperf.core.moved import moved_module
 
 __all__ = ["StepTable", "compute_steps", "concat_steps", "locate", "process_key"]
+
+# These names lived here until the phase split moved to step_phases (works until 0.3).
+__getattr__ = moved_module(
+    __name__,
+    "trainperf.analysis.trace.step_phases",
+    only={
+        "GPU_PARTS",
+        "PHASES",
+        "STEP_NAME",
+        "classify_phase",
+        "launch_calls",
+        "merge_intervals",
+        "union_in_windows",
+    },
+)
 
 _P_XFER = PHASE_CODE["transfer"]
 _P_OTHER = PHASE_CODE["unattributed"]
@@ -116,7 +127,7 @@ def process_key(table: EventTable) -> np.ndarray:
 def _find_steps(table: EventTable) -> tuple[list[int], int]:
     """Event indices of the step spans after dropping exact duplicates and nested repeats, and
     the number dropped."""
-    is_step_name = table.name_ids(lambda n: STEP_NAME.match(n) is not None)
+    is_step_name = table.name_ids(lambda n: _phases.STEP_NAME.match(n) is not None)
     host = np.isin(table.kind, Kind.HOST)
     idx = np.flatnonzero(is_step_name[table.name] & host & (table.dur > 0))
     if idx.size == 0:
@@ -172,7 +183,9 @@ def concat_steps(parts: list[StepTable]) -> StepTable:
     if any(p.blocked is not None for p in parts):
         blocked = np.concatenate(
             [
-                p.blocked if p.blocked is not None else np.zeros((len(p), len(PHASES)), np.int64)
+                p.blocked
+                if p.blocked is not None
+                else np.zeros((len(p), len(_phases.PHASES)), np.int64)
                 for p in parts
             ]
         )
@@ -182,7 +195,9 @@ def concat_steps(parts: list[StepTable]) -> StepTable:
             [
                 p.gpu
                 if p.gpu is not None
-                else np.column_stack([np.zeros((len(p), len(GPU_PARTS) - 1), np.int64), p.wall])
+                else np.column_stack(
+                    [np.zeros((len(p), len(_phases.GPU_PARTS) - 1), np.int64), p.wall]
+                )
                 for p in parts
             ]
         )
@@ -190,7 +205,7 @@ def concat_steps(parts: list[StepTable]) -> StepTable:
             [
                 p.gpu_phases
                 if p.gpu_phases is not None
-                else np.zeros((len(p), len(PHASES)), np.int64)
+                else np.zeros((len(p), len(_phases.PHASES)), np.int64)
                 for p in parts
             ]
         )
@@ -218,7 +233,7 @@ def concat_steps(parts: list[StepTable]) -> StepTable:
 
 def _empty_steps() -> StepTable:
     e = np.zeros(0, np.int64)
-    no_phases = np.zeros((0, len(PHASES)), np.int64)
+    no_phases = np.zeros((0, len(_phases.PHASES)), np.int64)
     return StepTable([], e, e, e, e, e, [], no_phases, None, None, e, e, e, e, e, e)
 
 
@@ -246,7 +261,7 @@ def compute_steps(table: EventTable) -> StepTable:
     st_src = table.src[sidx]
     numbers = np.fromiter(
         (
-            int(STEP_NAME.match(table.names[table.name[i]]).group(1))  # type: ignore[union-attr]
+            int(_phases.STEP_NAME.match(table.names[table.name[i]]).group(1))  # type: ignore[union-attr]
             for i in steps
         ),
         np.int64,
@@ -268,7 +283,7 @@ def compute_steps(table: EventTable) -> StepTable:
     bwd_start = table.start[bwd]
     bwd_end = bwd_start + table.dur[bwd]
     # ops that separate two backward passes: any other op of the step's thread
-    is_step_name = table.name_ids(lambda x: STEP_NAME.match(x) is not None)
+    is_step_name = table.name_ids(lambda x: _phases.STEP_NAME.match(x) is not None)
     brk = np.flatnonzero(
         (table.kind == Kind.CPU_OP)
         & ~is_bwd_name[table.name]
@@ -282,7 +297,7 @@ def compute_steps(table: EventTable) -> StepTable:
         code: stg for code, nm in enumerate(table.names) if (stg := stage_of(nm)) is not None
     }
 
-    phases = np.zeros((n, len(PHASES)), np.int64)
+    phases = np.zeros((n, len(_phases.PHASES)), np.int64)
     stages: list[str] = []
     seg_key, seg_s, seg_e, seg_p, seg_step = [], [], [], [], []
     for i in range(n):
@@ -304,7 +319,7 @@ def compute_steps(table: EventTable) -> StepTable:
                 break
         pk = int(pkey_of_thread[t])
         bsel = (bwd_pkey == pk) & (bwd_start < e) & (bwd_end > s)
-        us, ue = merge_intervals(bwd_start[bsel], bwd_end[bsel])
+        us, ue = _phases.merge_intervals(bwd_start[bsel], bwd_end[bsel])
         blo = np.searchsorted(brk_thread, t, side="left")
         bhi = np.searchsorted(brk_thread, t, side="right")
         passes = backward_clusters(us, ue, brk_start[blo:bhi])
@@ -328,7 +343,9 @@ def compute_steps(table: EventTable) -> StepTable:
             best = scored.argmax(axis=1)
             got = scored.max(axis=1) >= 0
             phase = np.where(got, all_p[best], _P_OTHER)
-        phases[i] = np.bincount(phase, weights=right - left, minlength=len(PHASES)).astype(np.int64)
+        phases[i] = np.bincount(phase, weights=right - left, minlength=len(_phases.PHASES)).astype(
+            np.int64
+        )
         stages.append(stage)
         seg_key.append(np.full(left.size, pk, np.int64))
         seg_s.append(left)
@@ -365,7 +382,7 @@ def _device_view(table: EventTable, steps: StepTable, pkey_of_thread: np.ndarray
     n = len(steps)
     dev = np.isin(table.kind, Kind.DEVICE)
     if dev.any():
-        gpu = np.zeros((n, len(GPU_PARTS)), np.int64)
+        gpu = np.zeros((n, len(_phases.GPU_PARTS)), np.int64)
         ends = table.start + table.dur
         for src in np.unique(steps.src).tolist():
             rows = np.flatnonzero(steps.src == src)
@@ -373,7 +390,7 @@ def _device_view(table: EventTable, steps: StepTable, pkey_of_thread: np.ndarray
             in_src = dev & (table.src == src)
             # priority kernel > memcpy > memset where streams overlap: nested unions
             busy = [
-                union_in_windows(table.start[m], ends[m], ws, we)
+                _phases.union_in_windows(table.start[m], ends[m], ws, we)
                 for m in (
                     in_src & (table.kind == Kind.KERNEL),
                     in_src & np.isin(table.kind, (Kind.KERNEL, Kind.MEMCPY)),
@@ -384,11 +401,11 @@ def _device_view(table: EventTable, steps: StepTable, pkey_of_thread: np.ndarray
             gpu[rows] = np.stack([k_only, kc - k_only, kcs - kc, (we - ws) - kcs], axis=1)
         steps.gpu = gpu
         didx = np.flatnonzero(dev)
-        rt = launch_calls(table, didx)
+        rt = _phases.launch_calls(table, didx)
         known = rt >= 0
         step_of, phase_of = locate(steps, table, rt[known])
         ok = step_of >= 0
-        gp = np.zeros((n, len(PHASES)), np.int64)
+        gp = np.zeros((n, len(_phases.PHASES)), np.int64)
         np.add.at(gp, (step_of[ok], phase_of[ok]), table.dur[didx[known][ok]])
         steps.gpu_phases = gp
 

@@ -2,10 +2,11 @@
 
 :func:`~trainperf.analysis.trace.analyze.analyze_table` builds one; every reader (the console and
 Markdown rendering, the comparison, the clock agreement, the profiler callback, ``trainperf
-report``) reads its attributes. The dict form exists only at the public edge:
-:meth:`TraceAnalysis.as_dict` is what ``analyze_trace(path)`` returns and ``trainperf analyze
---json`` writes (the documented keys ``top_cpu_ops``, ``top_cuda_ops``, ``memory_peaks``,
-``dataloader_time_pct``...). Phase names are the live clock's
+report``) reads its attributes. The dict forms exist only at the public edge:
+:meth:`TraceAnalysis.as_dict` is what ``trainperf analyze --json`` writes, and
+``analyze_trace(path)`` returns it in the original project's documented shape
+(:mod:`~trainperf.analysis.trace.documented`: ``top_cpu_ops``, ``top_cuda_ops`` and
+``memory_peaks`` as pairs, ``dataloader_time_pct``...). Phase names are the live clock's
 (:data:`trainperf.analysis.trace.step_phases.PHASES`). Times are ms unless a name says otherwise.
 """
 
@@ -309,6 +310,7 @@ class TraceAnalysis(_Part):
             self.findings.append(finding)
 
     def as_dict(self) -> dict[str, Any]:
-        """The JSON-ready dict form (``analyze_trace``'s result, ``trainperf analyze --json``):
-        the same keys as the attributes; ``version`` always present."""
+        """The JSON-ready dict form (``trainperf analyze --json``; ``analyze_trace`` reshapes
+        it, :mod:`~trainperf.analysis.trace.documented`): the same keys as the attributes;
+        ``version`` always present."""
         return {"version": self.version, **msgspec.to_builtins(self)}

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from trainperf.analysis.trace.stacks import SyncSite
 from trainperf.core.finding_ids import TraceFindingId
 from trainperf.core.findings import Finding, threshold
-from trainperf.core.rules import Earlier, FunctionRule
+from trainperf.core.rules import Earlier, FunctionRule, function_rule
 
 __all__ = [
     "COMM_ONE_RANK_HINT",
@@ -190,19 +190,17 @@ def metrics_rule(
     finding_id: str, *, supersedes: Iterable[str] = ()
 ) -> Callable[[Callable[[TraceMetrics], Finding | None]], FunctionRule[TraceContext]]:
     """Decorator: a function of the figures alone (``TraceMetrics -> Finding | None``) as a trace
-    rule named and emitting ``finding_id``, superseding ``supersedes``."""
+    rule named and emitting ``finding_id``, superseding ``supersedes``
+    (:func:`~trainperf.core.rules.function_rule` over the context's ``metrics``)."""
+    name = str(finding_id)
+    as_rule = function_rule(name, emits={name}, supersedes={str(s) for s in supersedes})
 
     def wrap(fn: Callable[[TraceMetrics], Finding | None]) -> FunctionRule[TraceContext]:
         @functools.wraps(fn)
         def on_context(context: TraceContext) -> Finding | None:
             return fn(context.metrics)
 
-        return FunctionRule(
-            str(finding_id),
-            on_context,
-            emits=frozenset({str(finding_id)}),
-            supersedes=frozenset(str(s) for s in supersedes),
-        )
+        return as_rule(on_context)
 
     return wrap
 

@@ -14,28 +14,27 @@ or in the registry for every later analysis (``TRACE_RULES.register(mine)``).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from trainperf.analysis.trace import host_rules as _host
 from trainperf.analysis.trace import input_gpu_rules as _input_gpu
-from trainperf.analysis.trace.trace_metrics import (
-    COMM_ONE_RANK_HINT,
-    TRACE_RISKS,
-    TraceContext,
-    TraceMetrics,
-)
+from trainperf.analysis.trace.trace_metrics import TraceContext
 from trainperf.core.findings import SEVERITY_ORDER, Finding
+from trainperf.core.moved import moved_module
 from trainperf.core.rules import Registry, Rule
 from trainperf.core.rules import evaluate as run_rules
 
-__all__ = [
-    "COMM_ONE_RANK_HINT",
-    "TRACE_RISKS",
-    "TRACE_RULES",
-    "TraceContext",
-    "TraceMetrics",
-    "TraceRule",
-    "evaluate",
-]
+if TYPE_CHECKING:  # bound at run time only through the old path below, which warns
+    from trainperf.analysis.trace.trace_metrics import TraceMetrics
+
+__all__ = ["TRACE_RULES", "TraceRule", "evaluate"]
+
+# These names lived here until the rules' figures moved to trace_metrics (works until 0.3).
+__getattr__ = moved_module(
+    __name__,
+    "trainperf.analysis.trace.trace_metrics",
+    only={"COMM_ONE_RANK_HINT", "TRACE_RISKS", "TraceMetrics"},
+)
 
 #: A trace rule: reads a :class:`TraceContext`, returns findings.
 TraceRule = Rule[TraceContext]

@@ -17,7 +17,7 @@ from trainperf.analysis.memory_growth.process import process_growth, process_gro
 from trainperf.analysis.memory_growth.workers import classify_samples, worker_memory_finding
 from trainperf.analysis.run import ReportInputError, RunData
 from trainperf.analysis.stages import StageSummary
-from trainperf.analysis.trace.trace_rules import TRACE_RISKS
+from trainperf.analysis.trace.trace_metrics import TRACE_RISKS
 from trainperf.analysis.verdict.context import (
     AdviceNames,
     VerdictContext,
