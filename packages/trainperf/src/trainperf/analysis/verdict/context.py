@@ -18,7 +18,7 @@ from trainperf.analysis.config_keys import ConfigKey, find_key
 from trainperf.analysis.run import RunData
 from trainperf.analysis.stages import StageSummary
 from trainperf.core.findings import Finding
-from trainperf.core.rules import Earlier, FunctionRule
+from trainperf.core.rules import Earlier, FunctionRule, function_rule
 from trainperf.core.stage import Stage
 from trainperf.records.monitoring import ResourceSample
 from trainperf.records.run_record import RunRecord
@@ -144,10 +144,11 @@ def per_stage_rule(name: str, fn: StageRule, *emits: str) -> FunctionRule[Verdic
     """A verdict rule named ``name`` that runs ``fn`` on each stage (in the stages' order) and
     keeps the findings it makes."""
 
+    @function_rule(name, emits=emits)
     def evaluate(ctx: VerdictContext) -> list[Finding]:
         return [f for s in ctx.stages.values() if (f := fn(s, ctx.run, ctx.names, ctx.total_s))]
 
-    return FunctionRule(str(name), evaluate, emits=frozenset(emits))
+    return evaluate
 
 
 def convolutional(info: RunRecord | None, trace: TraceAnalysis | None) -> bool | None:
