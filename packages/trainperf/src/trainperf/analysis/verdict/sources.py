@@ -299,44 +299,44 @@ SHARED_CAUSES = (
 )
 
 
-def merge_same_cause(findings: list[Finding]) -> list[Finding]:
+def merge_same_cause(findings: Sequence[Finding]) -> list[Finding]:
     """One finding per cause: where a trace rule (``trace:ID``) found a cause the run folder's
     rules also found (``ID``), the trace's finding keeps it (it names the kernels or the sync
     site) with the other as corroboration; an ``overhead_bound`` stage whose trace counted the
-    tiny ops takes the trace's ``dispatch_overhead`` / ``launch_overhead`` the same way."""
-    by_id = {f.id: f for f in findings}
+    tiny ops takes the trace's ``dispatch_overhead`` / ``launch_overhead`` the same way. Pure:
+    a finding that gains corroboration is a copy, so a rule may ask how the causes will stand
+    (the GPU class) before this step runs on the verdict's list."""
+    out = list(findings)
+    where = {f.id: i for i, f in enumerate(out)}
     drop: set[int] = set()
+
+    def absorb(keeper: int, source: str, gone: list[int], *, candidates: bool = False) -> None:
+        """``out[keeper]`` (a copy) names ``gone`` as corroboration from ``source`` and, with
+        ``candidates`` and none of its own, takes the first of theirs that has some."""
+        kept = out[keeper]
+        mine = list(kept.candidates)
+        if candidates and not mine:
+            mine = next((list(out[i].candidates) for i in gone if out[i].candidates), [])
+        lines = [f"{source}: {out[i].title}" for i in gone]
+        out[keeper] = replace(kept, corroboration=[*kept.corroboration, *lines], candidates=mine)
+        drop.update(gone)
+
     for cause in SHARED_CAUSES:
-        traced = by_id.get(in_verdict(cause))
-        if traced is None:
-            continue
-        for f in findings:
-            if f.id == cause:
-                traced.corroboration.append(f"live clock: {f.title}")
-                if not traced.candidates:
-                    traced.candidates = list(f.candidates)
-                drop.add(id(f))
+        traced = where.get(in_verdict(cause))
+        live = [i for i, f in enumerate(out) if f.id == cause]
+        if traced is not None and live:
+            absorb(traced, "live clock", live, candidates=True)
     # the live rule's overhead-bound finding holds the trace's tiny ops in its evidence
-    overhead = by_id.get(FindingId.OVERHEAD_BOUND)
-    if overhead is not None and overhead.confidence == "measured":
-        for f in findings:
-            if f.id in (
-                in_verdict(TraceFindingId.DISPATCH_OVERHEAD),
-                in_verdict(TraceFindingId.LAUNCH_OVERHEAD),
-            ):
-                overhead.corroboration.append(f"profiler trace: {f.title}")
-                drop.add(id(f))
-    return [f for f in findings if id(f) not in drop]
-
-
-def merged(findings: Sequence[Finding]) -> list[Finding]:
-    """What :func:`merge_same_cause` will leave of ``findings``, on copies (the findings
-    themselves untouched): for a rule that reads the causes as they will stand."""
-    copies = [
-        replace(f, corroboration=list(f.corroboration), candidates=list(f.candidates))
-        for f in findings
-    ]
-    return merge_same_cause(copies)
+    overhead = where.get(FindingId.OVERHEAD_BOUND)
+    if overhead is not None and out[overhead].confidence == "measured":
+        tiny = (
+            in_verdict(TraceFindingId.DISPATCH_OVERHEAD),
+            in_verdict(TraceFindingId.LAUNCH_OVERHEAD),
+        )
+        ops = [i for i, f in enumerate(out) if f.id in tiny]
+        if ops:
+            absorb(overhead, "profiler trace", ops)
+    return [f for i, f in enumerate(out) if i not in drop]
 
 
 def baseline_findings(outcome: GateOutcome | None, names: AdviceNames) -> list[Finding]:
