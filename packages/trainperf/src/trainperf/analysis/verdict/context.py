@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from trainperf.analysis.advice import RunFacts, workers_wait
 from trainperf.analysis.config_keys import ConfigKey, find_key
+from trainperf.analysis.gpu_wait import StageWait
 from trainperf.analysis.run import RunData
 from trainperf.analysis.stages import StageSummary
 from trainperf.core.findings import Finding
@@ -121,13 +122,16 @@ class VerdictContext:
     """What a verdict rule (:class:`trainperf.core.rules.Rule` over this context) reads: the
     loaded ``run``, its per-stage summaries (``stages``: warm-up left out, the profiler's cost
     moved to a line of its own), ``total_s`` (their wall time, the base of every score), how
-    advice names the run's settings (``names``) and, through ``earlier``, the findings of the
-    rules before it whose ids it declared in ``reads`` or ``supersedes``."""
+    advice names the run's settings (``names``), the steady epochs' waits for the GPU per CUDA
+    stage (``waits``: the live clock's CUDA events, :mod:`trainperf.analysis.gpu_wait`; the
+    report shows the same) and, through ``earlier``, the findings of the rules before it whose
+    ids it declared in ``reads`` or ``supersedes``."""
 
     run: RunData
     stages: dict[Stage, StageSummary]
     total_s: float
     names: AdviceNames
+    waits: dict[Stage, StageWait] = field(default_factory=dict)
     earlier: Earlier = field(default_factory=Earlier)
 
     @property

@@ -41,9 +41,9 @@ from trainperf.analysis.config_keys import (
     find_key,
     optimizer_node,
 )
-from trainperf.analysis.gpu_wait import PhaseWait, StageWait, gpu_waits
+from trainperf.analysis.gpu_wait import PhaseWait, StageWait
 from trainperf.analysis.run import RunData
-from trainperf.analysis.stages import StageSummary, split_warmup
+from trainperf.analysis.stages import StageSummary
 from trainperf.analysis.verdict.context import (
     AdviceNames,
     GpuBusy,
@@ -496,7 +496,7 @@ def gpu_waits_rule(ctx: VerdictContext) -> list[Finding]:
         if busy is not None
         else None
     )
-    wait = gpu_waits(split_warmup(run.epochs, run.recompiles)[0]).get(Stage.TRAIN)
+    wait = ctx.waits.get(Stage.TRAIN)
     if wait is not None:
         out += wait_findings(train, wait, run, names, ctx.total_s, idle_run)
         loop = optimizer_loop(train, wait, run, names, ctx.total_s, idle_run)
