@@ -32,7 +32,7 @@ from trainperf.analysis.verdict.context import score
 from trainperf.core.finding_ids import ALERT_PREFIX, FindingId, in_verdict
 from trainperf.core.findings import Finding, grade, share_of_run
 from trainperf.core.significance import Outcome
-from trainperf.core.stage import Stage
+from trainperf.core.stage import STAGE_ORDER, Stage
 from trainperf.records.try_record import TryRecord
 
 #: Findings about a run that may die or give garbage: ranked by their risk score.
@@ -94,7 +94,7 @@ def assess(
     records = _records(run)
     out = []
     for f in findings:
-        stage = stages.get(Stage(f.stage)) if f.stage in ("train", "val", "test") else None
+        stage = stages.get(Stage(f.stage)) if f.stage in STAGE_ORDER else None
         stage = stage or stages.get(Stage.TRAIN)
         share = score(stage.wall_s, total_s) if stage is not None else 100.0
         measured = _measured(f, records, share) if records else None

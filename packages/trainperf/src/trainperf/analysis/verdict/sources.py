@@ -29,13 +29,12 @@ from trainperf.core.finding_ids import FindingId, TraceFindingId, in_verdict
 from trainperf.core.findings import Finding, share_of_run, threshold
 from trainperf.core.rules import function_rule
 from trainperf.core.significance import Outcome
-from trainperf.core.stage import Stage
+from trainperf.core.stage import STAGE_ORDER, Stage
 
 if TYPE_CHECKING:
     from trainperf.analysis.gate import GateOutcome
     from trainperf.analysis.trace.trace_analysis import TraceAnalysis
 
-_RUNNING = ("train", "val", "test")
 _resource_finding = partial(Finding, source="resources", confidence="likely")
 
 
@@ -53,10 +52,10 @@ def resource_findings(
     finding's to say, not saturation advice."""
     out: list[Finding] = []
     samples = run.resources
-    cpu = resource_stat(samples, "resources/system_cpu_percent", _RUNNING)
+    cpu = resource_stat(samples, "resources/system_cpu_percent", STAGE_ORDER)
     if not contended and cpu is not None and cpu >= threshold("cpu_saturated_pct"):
         out.append(_cpu_saturated(cpu, run, stages, names, list(findings)))
-    iowait = resource_stat(samples, "resources/iowait_percent", _RUNNING)
+    iowait = resource_stat(samples, "resources/iowait_percent", STAGE_ORDER)
     if iowait is not None and iowait >= threshold("iowait_pct"):
         out.append(
             _resource_finding(
@@ -103,8 +102,8 @@ def _cpu_saturated(
     loaded by the training process itself between its steps, and workers would load it in
     parallel on the cores its compute threads leave idle meanwhile (they spin, so the CPU reads
     busy), which is what an input-bound finding's workers change measures."""
-    own = resource_stat(run.resources, "resources/process_cpu_percent", _RUNNING)
-    workers_cpu = resource_stat(run.resources, "resources/workers_cpu_percent", _RUNNING)
+    own = resource_stat(run.resources, "resources/process_cpu_percent", STAGE_ORDER)
+    workers_cpu = resource_stat(run.resources, "resources/workers_cpu_percent", STAGE_ORDER)
     train = stages.get(Stage.TRAIN)
     no_workers = train is not None and not train.num_workers
     proposed = [f for f in findings if any(c.family == "workers" for c in f.candidates)]
