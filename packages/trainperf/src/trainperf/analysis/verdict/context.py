@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from trainperf.analysis.advice import RunFacts, workers_wait
 from trainperf.analysis.config_keys import ConfigKey, find_key
+from trainperf.analysis.contention import Contention, summarize
 from trainperf.analysis.gpu_wait import StageWait
 from trainperf.analysis.run import RunData
 from trainperf.analysis.stages import StageSummary
@@ -44,7 +45,8 @@ class AdviceNames:
     :mod:`..verdict`), and what the GPU rules share: whether the GPU has bf16 (``cuda_bf16``,
     how it is known in ``cuda_bf16_how``), the training step's GPU busy share (``gpu_busy``)
     and the trace analysis, when one was read (all set by
-    :func:`trainperf.analysis.verdict.context_of`)."""
+    :func:`trainperf.analysis.verdict.context_of`); whether other processes held the host's
+    CPUs (``contention``: the resource samples judged once, for every rule that asks)."""
 
     def __init__(self, run: RunData, trace: TraceAnalysis | None = None) -> None:
         self.config = run.config
@@ -55,6 +57,7 @@ class AdviceNames:
         self.cpu_count = info.cpu_count if info is not None else None
         self.cpu_bf16 = info.cpu_bf16 if info is not None else None
         self.torch_threads = _torch_threads(info)
+        self.contention: Contention | None = summarize(run.resources, self.cpu_count)
         self.precision = info.precision if info is not None else None
         self.cuda_bf16: bool | None = None
         self.cuda_bf16_how = ""
