@@ -65,11 +65,16 @@ class AdviceNames:
         self.gpu_busy: GpuBusy | None = None  # the training step's, on CUDA
         self.convolutional = convolutional(info, trace)
         self._resources = run.resources
+        self._workers_cpu: dict[Stage, float | None] = {}
 
     def workers_busy(self, s: StageSummary) -> float | None:
         """A DataLoader worker's median CPU share during ``s`` (fraction of one core): the
         resource samples' workers' CPU over the workers; ``None`` without samples or workers."""
-        median = resource_stat(self._resources, "resources/workers_cpu_percent", (s.stage,))
+        if s.stage not in self._workers_cpu:  # every finding's facts ask: one pass a stage
+            self._workers_cpu[s.stage] = resource_stat(
+                self._resources, "resources/workers_cpu_percent", (s.stage,)
+            )
+        median = self._workers_cpu[s.stage]
         if median is None or not s.num_workers:
             return None
         return median / s.num_workers / 100.0
