@@ -264,8 +264,8 @@ def trace_findings(
     out: list[Finding] = []
     train = stages.get(Stage.TRAIN)
     train_share = score(train.wall_s, total_s) if train is not None else 100.0
+    bound = next((x for x in findings if x.id == FindingId.INPUT_BOUND), None)
     for f in first.values():
-        bound = next((x for x in findings if x.id == FindingId.INPUT_BOUND), None)
         if f.id == TraceFindingId.DATA_LOADING and bound is not None:
             bound.corroboration.append(f"profiler trace: {f.title}")
             continue
