@@ -13,7 +13,8 @@ import torch
 from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 from rich.console import Console
-from trainperf.analysis.advice import RunFacts, candidates_for, find_key
+from trainperf.analysis.advice import RunFacts, candidates_for
+from trainperf.analysis.config_keys import find_key
 from trainperf.core.candidates import Candidate
 from trainperf.core.findings import Finding
 from trainperf.present.report import build_report, print_summary, to_html, to_markdown

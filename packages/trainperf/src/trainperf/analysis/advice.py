@@ -34,7 +34,6 @@ from trainperf.analysis.config_keys import (
     FUSED_OPTIMIZERS,
     RUNNER_SECTIONS,
     ConfigKey,
-    OptimizerNode,
     find_cache_key,
     find_key,
     optimizer_node,
@@ -46,20 +45,7 @@ from trainperf.core.findings import threshold
 from trainperf.core.knobs import family_knob
 from trainperf.records.framework_info import FrameworkInfo
 
-#: The candidates, and (from :mod:`~trainperf.analysis.config_keys`, where they live) the key
-#: lookup they are written with.
-__all__ = [
-    "FUSED_OPTIMIZERS",
-    "RUNNER_SECTIONS",
-    "ConfigKey",
-    "OptimizerNode",
-    "RunFacts",
-    "candidates_for",
-    "find_cache_key",
-    "find_key",
-    "optimizer_node",
-    "workers_wait",
-]
+__all__ = ["RunFacts", "candidates_for", "workers_wait"]
 
 
 @dataclass(frozen=True)

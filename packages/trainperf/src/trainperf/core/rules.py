@@ -188,7 +188,7 @@ def evaluate(rules: Sequence[Rule[Ctx]], context: Ctx, earlier: Earlier) -> list
                 f.corroboration += [
                     g.title for g in gone if not any(g.title in c for c in f.corroboration)
                 ]
-            earlier._replace([f for f in earlier.all if f not in gone])
+            earlier._replace([f for f in earlier.all if f.id not in rule.supersedes])
         earlier._add(found)
     return earlier.all
 

@@ -12,8 +12,9 @@ from typing import Any
 import msgspec
 import pytest
 from rich.console import Console
-from trainperf.analysis.advice import RunFacts, candidates_for, find_cache_key
+from trainperf.analysis.advice import RunFacts, candidates_for
 from trainperf.analysis.baseline import load_source
+from trainperf.analysis.config_keys import find_cache_key
 from trainperf.lightning.performance_profiler import cache_metrics, render_table
 from trainperf.present.report import build_report, to_markdown
 from trainperf.records.epochs import EpochRecord

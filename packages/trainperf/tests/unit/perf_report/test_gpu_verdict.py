@@ -135,7 +135,8 @@ def test_a_trace_finding_of_the_same_cause_takes_the_live_clocks_place() -> None
     other = finding("input_bound", "input")
     merged = merge_same_cause([live, other, traced])
     assert [f.id for f in merged] == ["input_bound", "trace:fp16_scaler"]
-    assert traced.corroboration == ["live clock: live wait"]
+    assert merged[1].corroboration == ["live clock: live wait"]
+    assert traced.corroboration == []  # a copy gains it: the GPU class previews the merge
 
 
 def test_compute_bound_on_cuda_without_a_busy_share_says_it_reads_the_host_clock(

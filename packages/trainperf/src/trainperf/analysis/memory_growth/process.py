@@ -23,11 +23,11 @@ import numpy as np
 
 from trainperf.core.finding_ids import FindingId
 from trainperf.core.findings import Finding, risk_score, threshold
+from trainperf.core.stage import STAGE_ORDER
 from trainperf.records.monitoring import ResourceSample
 
 __all__ = ["ProcessGrowth", "process_growth", "process_growth_finding"]
 
-_RUNNING = frozenset({"train", "val", "test"})
 _METRICS = ("resources/process_uss_gb", "resources/process_rss_gb")
 _MIN_POINTS = 6
 
@@ -51,7 +51,7 @@ class ProcessGrowth:
 def process_growth(samples: Sequence[ResourceSample]) -> ProcessGrowth | None:
     """The fitted line of rank 0's samples (see the module doc); ``None`` with fewer than six
     samples or no memory metric."""
-    mine = [s for s in samples if s.rank == 0 and s.phase in _RUNNING]
+    mine = [s for s in samples if s.rank == 0 and s.phase in STAGE_ORDER]
     metric = next((m for m in _METRICS if any(m in s.metrics for s in mine)), None)
     if metric is None:
         return None

@@ -31,8 +31,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from trainperf.analysis.gpu_wait import gpu_waits
 from trainperf.analysis.run import RunData
-from trainperf.analysis.stages import StageSummary, move_profiler_overhead, summarize_stages
+from trainperf.analysis.stages import (
+    StageSummary,
+    move_profiler_overhead,
+    split_warmup,
+    summarize_stages,
+)
 from trainperf.analysis.verdict import gpu_rules
 from trainperf.analysis.verdict.context import AdviceNames, VerdictContext
 from trainperf.analysis.verdict.recoverable import assess
@@ -42,7 +48,7 @@ from trainperf.core.findings import Finding
 from trainperf.core.rules import Rule, evaluate
 from trainperf.core.stage import Stage
 
-__all__ = ["VERDICT_RULES", "VerdictContext", "context_of", "judge", "stages_of"]
+__all__ = ["VERDICT_RULES", "VerdictContext", "context_of", "judge", "stages_of", "verdict_of"]
 
 
 def stages_of(run: RunData) -> dict[Stage, StageSummary]:
@@ -55,11 +61,13 @@ def stages_of(run: RunData) -> dict[Stage, StageSummary]:
 
 def context_of(run: RunData, stages: dict[Stage, StageSummary]) -> VerdictContext:
     """The verdict's context for ``run`` and its ``stages``: how advice names its settings, the
-    GPU's bf16 and the training step's busy share worked out once (:mod:`.gpu_rules`)."""
+    GPU's bf16 and the training step's busy share (:mod:`.gpu_rules`) and the steady epochs' waits
+    for the GPU, worked out once (the report shows the same waits)."""
     names = AdviceNames(run, run.trace)
     names.cuda_bf16, names.cuda_bf16_how = gpu_rules.cuda_bf16(run.run_info)
     names.gpu_busy = gpu_rules.gpu_busy(run, run.trace)
-    return VerdictContext(run, stages, sum(s.wall_s for s in stages.values()), names)
+    waits = gpu_waits(split_warmup(run.epochs, run.recompiles)[0])
+    return VerdictContext(run, stages, sum(s.wall_s for s in stages.values()), names, waits)
 
 
 def judge(
@@ -74,9 +82,15 @@ def judge(
     (:func:`~trainperf.analysis.run.load_run`). ``stages``: its summaries, worked out as the
     report does when not given (:func:`stages_of`); ``rules``: the rules to run, else
     ``VERDICT_RULES.default()``."""
-    if stages is None:
-        stages = stages_of(run)
-    ctx = context_of(run, stages)
+    return verdict_of(context_of(run, stages_of(run) if stages is None else stages), rules)
+
+
+def verdict_of(
+    ctx: VerdictContext, rules: Sequence[Rule[VerdictContext]] | None = None
+) -> list[Finding]:
+    """The ranked verdict of a fresh context (:func:`context_of`; :func:`judge` makes one):
+    ``rules`` (else ``VERDICT_RULES.default()``) run on it, then one finding per cause and the
+    ranking."""
     chosen = VERDICT_RULES.default() if rules is None else list(rules)
     found = evaluate(chosen, ctx, ctx.earlier)
-    return assess(merge_same_cause(found), run, stages, ctx.total_s)
+    return assess(merge_same_cause(found), ctx.run, ctx.stages, ctx.total_s)

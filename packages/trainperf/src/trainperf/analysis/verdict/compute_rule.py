@@ -25,7 +25,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from trainperf.analysis.advice import candidates_for
-from trainperf.analysis.contention import summarize
 from trainperf.analysis.mfu import stage_flops_per_sample, stage_utilisation
 from trainperf.analysis.run import RunData
 from trainperf.analysis.stages import StageSummary, split_warmup
@@ -296,8 +295,7 @@ def _slow_kernels(
     """Far below the peak with too much math per batch for per-op costs to explain: the ops
     themselves run slowly (memory-bound, a slow layout or algorithm, contended cores)."""
     phases, secs, pct, ms_per_batch = c.phases, c.secs, c.pct, c.ms_per_batch
-    cpu_count = run.run_info.cpu_count if run.run_info is not None else None
-    contended = summarize(run.resources, cpu_count)
+    contended = names.contention
     busy_host = contended is not None and contended.present
     candidates = candidates_for(FindingId.COMPUTE_BOUND, names.facts(s, True))
     changes = _kernel_changes(s, run, names, candidates)

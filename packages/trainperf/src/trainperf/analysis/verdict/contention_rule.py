@@ -5,7 +5,7 @@ same run is attached to the finding (the rule corroborates it), rather than stan
 
 from __future__ import annotations
 
-from trainperf.analysis.contention import summarize
+from trainperf.analysis.contention import Contention, summarize
 from trainperf.analysis.run import RunData
 from trainperf.analysis.verdict.context import VerdictContext, rounded
 from trainperf.core.cpu_shares import OTHERS_PCT, SYSTEM_BUSY_PCT
@@ -18,7 +18,12 @@ def contention_finding(run: RunData) -> Finding | None:
     """``cpu_contention`` when at least a quarter of the running samples were contended; scored
     as that share times the others' median CPU (%): the part of the run's CPU they took."""
     cpu_count = run.run_info.cpu_count if run.run_info is not None else None
-    found = summarize(run.resources, cpu_count)
+    return _finding(summarize(run.resources, cpu_count), cpu_count)
+
+
+def _finding(found: Contention | None, cpu_count: int | None) -> Finding | None:
+    """The finding of the samples as :func:`~trainperf.analysis.contention.summarize` judged
+    them (:func:`contention_finding`)."""
     if found is None or not found.present:
         return None
     return Finding(
@@ -47,5 +52,6 @@ def contention_finding(run: RunData) -> Finding | None:
 
 @function_rule(FindingId.CPU_CONTENTION, emits={FindingId.CPU_CONTENTION})
 def contention_rule(ctx: VerdictContext) -> Finding | None:
-    """Other processes held the host's CPUs (:func:`contention_finding`)."""
-    return contention_finding(ctx.run)
+    """Other processes held the host's CPUs (:func:`contention_finding`, over the samples the
+    context judged once)."""
+    return _finding(ctx.names.contention, ctx.names.cpu_count)

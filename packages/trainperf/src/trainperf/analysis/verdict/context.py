@@ -15,10 +15,12 @@ from typing import TYPE_CHECKING, Any
 
 from trainperf.analysis.advice import RunFacts, workers_wait
 from trainperf.analysis.config_keys import ConfigKey, find_key
+from trainperf.analysis.contention import Contention, summarize
+from trainperf.analysis.gpu_wait import StageWait
 from trainperf.analysis.run import RunData
 from trainperf.analysis.stages import StageSummary
 from trainperf.core.findings import Finding
-from trainperf.core.rules import Earlier, FunctionRule
+from trainperf.core.rules import Earlier, FunctionRule, function_rule
 from trainperf.core.stage import Stage
 from trainperf.records.monitoring import ResourceSample
 from trainperf.records.run_record import RunRecord
@@ -43,7 +45,8 @@ class AdviceNames:
     :mod:`..verdict`), and what the GPU rules share: whether the GPU has bf16 (``cuda_bf16``,
     how it is known in ``cuda_bf16_how``), the training step's GPU busy share (``gpu_busy``)
     and the trace analysis, when one was read (all set by
-    :func:`trainperf.analysis.verdict.context_of`)."""
+    :func:`trainperf.analysis.verdict.context_of`); whether other processes held the host's
+    CPUs (``contention``: the resource samples judged once, for every rule that asks)."""
 
     def __init__(self, run: RunData, trace: TraceAnalysis | None = None) -> None:
         self.config = run.config
@@ -54,6 +57,7 @@ class AdviceNames:
         self.cpu_count = info.cpu_count if info is not None else None
         self.cpu_bf16 = info.cpu_bf16 if info is not None else None
         self.torch_threads = _torch_threads(info)
+        self.contention: Contention | None = summarize(run.resources, self.cpu_count)
         self.precision = info.precision if info is not None else None
         self.cuda_bf16: bool | None = None
         self.cuda_bf16_how = ""
@@ -61,11 +65,16 @@ class AdviceNames:
         self.gpu_busy: GpuBusy | None = None  # the training step's, on CUDA
         self.convolutional = convolutional(info, trace)
         self._resources = run.resources
+        self._workers_cpu: dict[Stage, float | None] = {}
 
     def workers_busy(self, s: StageSummary) -> float | None:
         """A DataLoader worker's median CPU share during ``s`` (fraction of one core): the
         resource samples' workers' CPU over the workers; ``None`` without samples or workers."""
-        median = resource_stat(self._resources, "resources/workers_cpu_percent", (s.stage,))
+        if s.stage not in self._workers_cpu:  # every finding's facts ask: one pass a stage
+            self._workers_cpu[s.stage] = resource_stat(
+                self._resources, "resources/workers_cpu_percent", (s.stage,)
+            )
+        median = self._workers_cpu[s.stage]
         if median is None or not s.num_workers:
             return None
         return median / s.num_workers / 100.0
@@ -121,13 +130,16 @@ class VerdictContext:
     """What a verdict rule (:class:`trainperf.core.rules.Rule` over this context) reads: the
     loaded ``run``, its per-stage summaries (``stages``: warm-up left out, the profiler's cost
     moved to a line of its own), ``total_s`` (their wall time, the base of every score), how
-    advice names the run's settings (``names``) and, through ``earlier``, the findings of the
-    rules before it whose ids it declared in ``reads`` or ``supersedes``."""
+    advice names the run's settings (``names``), the steady epochs' waits for the GPU per CUDA
+    stage (``waits``: the live clock's CUDA events, :mod:`trainperf.analysis.gpu_wait`; the
+    report shows the same) and, through ``earlier``, the findings of the rules before it whose
+    ids it declared in ``reads`` or ``supersedes``."""
 
     run: RunData
     stages: dict[Stage, StageSummary]
     total_s: float
     names: AdviceNames
+    waits: dict[Stage, StageWait] = field(default_factory=dict)
     earlier: Earlier = field(default_factory=Earlier)
 
     @property
@@ -144,10 +156,11 @@ def per_stage_rule(name: str, fn: StageRule, *emits: str) -> FunctionRule[Verdic
     """A verdict rule named ``name`` that runs ``fn`` on each stage (in the stages' order) and
     keeps the findings it makes."""
 
+    @function_rule(name, emits=emits)
     def evaluate(ctx: VerdictContext) -> list[Finding]:
         return [f for s in ctx.stages.values() if (f := fn(s, ctx.run, ctx.names, ctx.total_s))]
 
-    return FunctionRule(str(name), evaluate, emits=frozenset(emits))
+    return evaluate
 
 
 def convolutional(info: RunRecord | None, trace: TraceAnalysis | None) -> bool | None:

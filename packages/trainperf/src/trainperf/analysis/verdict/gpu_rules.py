@@ -41,9 +41,9 @@ from trainperf.analysis.config_keys import (
     find_key,
     optimizer_node,
 )
-from trainperf.analysis.gpu_wait import PhaseWait, StageWait, gpu_waits
+from trainperf.analysis.gpu_wait import PhaseWait, StageWait
 from trainperf.analysis.run import RunData
-from trainperf.analysis.stages import StageSummary, split_warmup
+from trainperf.analysis.stages import StageSummary
 from trainperf.analysis.verdict.context import (
     AdviceNames,
     GpuBusy,
@@ -52,7 +52,7 @@ from trainperf.analysis.verdict.context import (
     rounded,
     score,
 )
-from trainperf.analysis.verdict.sources import merged
+from trainperf.analysis.verdict.sources import merge_same_cause
 from trainperf.core.candidates import Candidate
 from trainperf.core.finding_ids import TRACE_PREFIX, FindingId, TraceFindingId, in_verdict
 from trainperf.core.findings import Finding, share_of_run, threshold
@@ -496,7 +496,7 @@ def gpu_waits_rule(ctx: VerdictContext) -> list[Finding]:
         if busy is not None
         else None
     )
-    wait = gpu_waits(split_warmup(run.epochs, run.recompiles)[0]).get(Stage.TRAIN)
+    wait = ctx.waits.get(Stage.TRAIN)
     if wait is not None:
         out += wait_findings(train, wait, run, names, ctx.total_s, idle_run)
         loop = optimizer_loop(train, wait, run, names, ctx.total_s, idle_run)
@@ -521,12 +521,12 @@ _LOW_UTILISATION = in_verdict(TraceFindingId.LOW_GPU_UTILISATION)
 )
 def gpu_class_rule(ctx: VerdictContext) -> Finding | None:
     """The training stage classed by the GPU's busy share (:func:`gpu_class`), over its causes
-    as they stand once each cause is one finding (:func:`.sources.merged`); the trace's
+    as they stand once each cause is one finding (:func:`.sources.merge_same_cause`); the trace's
     low-utilisation finding is the same fact from one source: this finding takes its place."""
     train, busy = ctx.train, ctx.names.gpu_busy
     if train is None or busy is None:
         return None
-    causes = merged(ctx.earlier.of(*_CLASS_READS))
+    causes = merge_same_cause(ctx.earlier.of(*_CLASS_READS))
     classed = gpu_class(train, busy, ctx.names, ctx.total_s, causes)
     if classed is not None:
         same = ctx.earlier.of(_LOW_UTILISATION)

@@ -26,23 +26,25 @@ from dataclasses import replace
 
 from trainperf.analysis.run import RunData
 from trainperf.analysis.stages import StageSummary
+from trainperf.analysis.trace.trace_rules import TRACE_RISKS
 from trainperf.analysis.trials import quality_drop
 from trainperf.analysis.verdict.context import score
-from trainperf.core.finding_ids import ALERT_PREFIX, FindingId, TraceFindingId, in_verdict
+from trainperf.core.finding_ids import ALERT_PREFIX, FindingId, in_verdict
 from trainperf.core.findings import Finding, grade, share_of_run
 from trainperf.core.significance import Outcome
-from trainperf.core.stage import Stage
+from trainperf.core.stage import STAGE_ORDER, Stage
 from trainperf.records.try_record import TryRecord
 
 #: Findings about a run that may die or give garbage: ranked by their risk score.
+#: The trace's own risks are its rules' (:data:`~trainperf.analysis.trace.trace_rules.TRACE_RISKS`).
 RISK_IDS = frozenset(
     {
         FindingId.MEMORY_CREEP,
         FindingId.PROCESS_MEMORY_GROWTH,
         FindingId.WORKER_MEMORY,
         FindingId.HOST_MEMORY_HIGH,
-        in_verdict(TraceFindingId.MEMORY_NEAR_CAPACITY),
     }
+    | {in_verdict(i) for i in TRACE_RISKS}
 )
 
 #: Findings whose cause costs time but whose change has no bound here.
@@ -92,7 +94,7 @@ def assess(
     records = _records(run)
     out = []
     for f in findings:
-        stage = stages.get(Stage(f.stage)) if f.stage in ("train", "val", "test") else None
+        stage = stages.get(Stage(f.stage)) if f.stage in STAGE_ORDER else None
         stage = stage or stages.get(Stage.TRAIN)
         share = score(stage.wall_s, total_s) if stage is not None else 100.0
         measured = _measured(f, records, share) if records else None

@@ -29,13 +29,12 @@ from trainperf.core.finding_ids import FindingId, TraceFindingId, in_verdict
 from trainperf.core.findings import Finding, share_of_run, threshold
 from trainperf.core.rules import function_rule
 from trainperf.core.significance import Outcome
-from trainperf.core.stage import Stage
+from trainperf.core.stage import STAGE_ORDER, Stage
 
 if TYPE_CHECKING:
     from trainperf.analysis.gate import GateOutcome
     from trainperf.analysis.trace.trace_analysis import TraceAnalysis
 
-_RUNNING = ("train", "val", "test")
 _resource_finding = partial(Finding, source="resources", confidence="likely")
 
 
@@ -53,10 +52,10 @@ def resource_findings(
     finding's to say, not saturation advice."""
     out: list[Finding] = []
     samples = run.resources
-    cpu = resource_stat(samples, "resources/system_cpu_percent", _RUNNING)
+    cpu = resource_stat(samples, "resources/system_cpu_percent", STAGE_ORDER)
     if not contended and cpu is not None and cpu >= threshold("cpu_saturated_pct"):
         out.append(_cpu_saturated(cpu, run, stages, names, list(findings)))
-    iowait = resource_stat(samples, "resources/iowait_percent", _RUNNING)
+    iowait = resource_stat(samples, "resources/iowait_percent", STAGE_ORDER)
     if iowait is not None and iowait >= threshold("iowait_pct"):
         out.append(
             _resource_finding(
@@ -103,8 +102,8 @@ def _cpu_saturated(
     loaded by the training process itself between its steps, and workers would load it in
     parallel on the cores its compute threads leave idle meanwhile (they spin, so the CPU reads
     busy), which is what an input-bound finding's workers change measures."""
-    own = resource_stat(run.resources, "resources/process_cpu_percent", _RUNNING)
-    workers_cpu = resource_stat(run.resources, "resources/workers_cpu_percent", _RUNNING)
+    own = resource_stat(run.resources, "resources/process_cpu_percent", STAGE_ORDER)
+    workers_cpu = resource_stat(run.resources, "resources/workers_cpu_percent", STAGE_ORDER)
     train = stages.get(Stage.TRAIN)
     no_workers = train is not None and not train.num_workers
     proposed = [f for f in findings if any(c.family == "workers" for c in f.candidates)]
@@ -265,8 +264,8 @@ def trace_findings(
     out: list[Finding] = []
     train = stages.get(Stage.TRAIN)
     train_share = score(train.wall_s, total_s) if train is not None else 100.0
+    bound = next((x for x in findings if x.id == FindingId.INPUT_BOUND), None)
     for f in first.values():
-        bound = next((x for x in findings if x.id == FindingId.INPUT_BOUND), None)
         if f.id == TraceFindingId.DATA_LOADING and bound is not None:
             bound.corroboration.append(f"profiler trace: {f.title}")
             continue
@@ -299,44 +298,44 @@ SHARED_CAUSES = (
 )
 
 
-def merge_same_cause(findings: list[Finding]) -> list[Finding]:
+def merge_same_cause(findings: Sequence[Finding]) -> list[Finding]:
     """One finding per cause: where a trace rule (``trace:ID``) found a cause the run folder's
     rules also found (``ID``), the trace's finding keeps it (it names the kernels or the sync
     site) with the other as corroboration; an ``overhead_bound`` stage whose trace counted the
-    tiny ops takes the trace's ``dispatch_overhead`` / ``launch_overhead`` the same way."""
-    by_id = {f.id: f for f in findings}
+    tiny ops takes the trace's ``dispatch_overhead`` / ``launch_overhead`` the same way. Pure:
+    a finding that gains corroboration is a copy, so a rule may ask how the causes will stand
+    (the GPU class) before this step runs on the verdict's list."""
+    out = list(findings)
+    where = {f.id: i for i, f in enumerate(out)}
     drop: set[int] = set()
+
+    def absorb(keeper: int, source: str, gone: list[int], *, candidates: bool = False) -> None:
+        """``out[keeper]`` (a copy) names ``gone`` as corroboration from ``source`` and, with
+        ``candidates`` and none of its own, takes the first of theirs that has some."""
+        kept = out[keeper]
+        mine = list(kept.candidates)
+        if candidates and not mine:
+            mine = next((list(out[i].candidates) for i in gone if out[i].candidates), [])
+        lines = [f"{source}: {out[i].title}" for i in gone]
+        out[keeper] = replace(kept, corroboration=[*kept.corroboration, *lines], candidates=mine)
+        drop.update(gone)
+
     for cause in SHARED_CAUSES:
-        traced = by_id.get(in_verdict(cause))
-        if traced is None:
-            continue
-        for f in findings:
-            if f.id == cause:
-                traced.corroboration.append(f"live clock: {f.title}")
-                if not traced.candidates:
-                    traced.candidates = list(f.candidates)
-                drop.add(id(f))
+        traced = where.get(in_verdict(cause))
+        live = [i for i, f in enumerate(out) if f.id == cause]
+        if traced is not None and live:
+            absorb(traced, "live clock", live, candidates=True)
     # the live rule's overhead-bound finding holds the trace's tiny ops in its evidence
-    overhead = by_id.get(FindingId.OVERHEAD_BOUND)
-    if overhead is not None and overhead.confidence == "measured":
-        for f in findings:
-            if f.id in (
-                in_verdict(TraceFindingId.DISPATCH_OVERHEAD),
-                in_verdict(TraceFindingId.LAUNCH_OVERHEAD),
-            ):
-                overhead.corroboration.append(f"profiler trace: {f.title}")
-                drop.add(id(f))
-    return [f for f in findings if id(f) not in drop]
-
-
-def merged(findings: Sequence[Finding]) -> list[Finding]:
-    """What :func:`merge_same_cause` will leave of ``findings``, on copies (the findings
-    themselves untouched): for a rule that reads the causes as they will stand."""
-    copies = [
-        replace(f, corroboration=list(f.corroboration), candidates=list(f.candidates))
-        for f in findings
-    ]
-    return merge_same_cause(copies)
+    overhead = where.get(FindingId.OVERHEAD_BOUND)
+    if overhead is not None and out[overhead].confidence == "measured":
+        tiny = (
+            in_verdict(TraceFindingId.DISPATCH_OVERHEAD),
+            in_verdict(TraceFindingId.LAUNCH_OVERHEAD),
+        )
+        ops = [i for i, f in enumerate(out) if f.id in tiny]
+        if ops:
+            absorb(overhead, "profiler trace", ops)
+    return [f for i, f in enumerate(out) if i not in drop]
 
 
 def baseline_findings(outcome: GateOutcome | None, names: AdviceNames) -> list[Finding]:

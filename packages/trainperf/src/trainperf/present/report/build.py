@@ -10,10 +10,10 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from trainperf.analysis.gpu_wait import StageWait, gpu_waits
+from trainperf.analysis.gpu_wait import StageWait
 from trainperf.analysis.run import RunData, load_run
-from trainperf.analysis.stages import StageSummary, split_warmup
-from trainperf.analysis.verdict import VerdictContext, judge, stages_of
+from trainperf.analysis.stages import StageSummary
+from trainperf.analysis.verdict import VerdictContext, context_of, stages_of, verdict_of
 from trainperf.core.findings import Finding
 from trainperf.core.rules import Rule
 from trainperf.core.stage import Stage
@@ -52,11 +52,12 @@ def build_report(
     file."""
     if not isinstance(run, RunData):
         run = load_run(run)
-    stages = stages_of(run)  # warm-up epochs left out, the profiler's cost on its own line
+    # warm-up epochs left out, the profiler's cost on its own line; the waits the verdict read
+    ctx = context_of(run, stages_of(run))
     return Report(
         run=run,
         name=run_name(run),
-        stages=stages,
-        findings=judge(run, stages, rules=rules),
-        gpu_waits=gpu_waits(split_warmup(run.epochs, run.recompiles)[0]),
+        stages=ctx.stages,
+        findings=verdict_of(ctx, rules),
+        gpu_waits=ctx.waits,
     )
