@@ -248,8 +248,8 @@ class ActionAttribution:
         if self._in_backward:
             self._in_backward = False
             comm = self.comm
-            if comm is not None and comm.ready_ns > self._backward_start_ns:
-                self.clock.switch_since("sync_wait", comm.ready_ns)
+            if comm is not None:
+                comm.charge_wait(self.clock, self._backward_start_ns)
 
     def batch_gap(self) -> None:
         """A training batch ended under DDP: until the next action starts, the rank waits for

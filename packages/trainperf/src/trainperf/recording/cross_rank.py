@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import msgspec
 import torch
 
-from trainperf.core.clock import PHASES
+from trainperf.core.clock import PHASES, PhaseClock
 from trainperf.core.ranks import Straggler, find_straggler, rank_spread
 from trainperf.recording.subscribers import per_second
 from trainperf.records.epochs import EpochRecord
@@ -168,6 +168,12 @@ class CommTimer:
 
     process_group: torch.distributed.ProcessGroup | None
     ready_ns: int = 0
+
+    def charge_wait(self, clock: PhaseClock, since_ns: int) -> None:
+        """Backward (started at ``since_ns``) has returned: what followed the last gradient
+        bucket's hand-over was the wait for the other ranks, charged to ``sync_wait``."""
+        if self.ready_ns > since_ns:
+            clock.switch_since("sync_wait", self.ready_ns)
 
 
 def _default_group() -> torch.distributed.ProcessGroup:

@@ -171,13 +171,6 @@ class RunRecorder:
         window is open."""
         return self.clock.switch(phase, owner)
 
-    def charge_ddp_wait(self, comm: CommTimer | None, since_ns: int) -> None:
-        """Backward has returned: the time since the last gradient bucket was handed to the
-        all-reduce (after ``since_ns``, backward's start) was the wait for the other ranks,
-        ``sync_wait``."""
-        if comm is not None and comm.ready_ns > since_ns and self.clock.running:
-            self.clock.switch_since("sync_wait", comm.ready_ns)
-
     # -- windows ---------------------------------------------------------------------------
 
     def open_epoch(self, stage: str, epoch: int) -> None:
