@@ -60,8 +60,6 @@ from trainperf.records.run_record import HfTrainerSetup
 
 __all__ = ["PerfCallback"]
 
-#: Training batches between two progress records (``perf/intervals.jsonl``).
-INTERVAL_BATCHES = 50
 _WHO = "trainperf.hf.PerfCallback"
 _version_said = False
 
@@ -350,10 +348,7 @@ class PerfCallback(TrainerCallback):
         rec = self.recorder
         assert rec is not None
         samples, self._samples = self._samples, None
-        win = rec.batch_end("train", samples)
-        rec.global_step = int(state.global_step)  # optimizer steps, not batches
-        if win is not None and win.num_batches % INTERVAL_BATCHES == 0:
-            rec.interval(win)
+        rec.batch_end("train", samples, int(state.global_step))  # optimizer steps, not batches
         window = self.window
         if window is not None:
             self._trial_batches += 1

@@ -49,10 +49,6 @@ __all__ = ["Monitor"]
 
 T = TypeVar("T")
 
-#: Training batches between two progress records (``perf/intervals.jsonl``, written at most
-#: every 10 s): ``trainperf watch`` follows them.
-INTERVAL_BATCHES = 50
-
 
 class Monitor:
     """Records a plain loop's epochs into ``run_dir`` (module docstring).
@@ -257,8 +253,6 @@ class Monitor:
                 if win is not None:
                     if stage == "train":
                         self._batch = win.num_batches
-                    if stage == "train" and win.num_batches % INTERVAL_BATCHES == 0:
-                        rec.interval(win)
                     if self.live and time.monotonic() - self._last_live >= self.live_interval_s:
                         self._live_line(stage, epoch, win.num_batches)
                 if trial:

@@ -51,7 +51,11 @@ from trainperf.recording.subscribers import IntervalProgress
 from trainperf.records.epochs import EpochRecord, LoaderSettings
 from trainperf.records.schema import JsonValue
 
-__all__ = ["RunRecorder", "batch_size_of", "distributed_layout"]
+__all__ = ["INTERVAL_BATCHES", "RunRecorder", "batch_size_of", "distributed_layout"]
+
+#: Training batches between two progress records (``perf/intervals.jsonl``, written at most
+#: every 10 s): ``trainperf watch`` follows them.
+INTERVAL_BATCHES = 50
 
 
 def distributed_layout(
@@ -183,9 +187,13 @@ class RunRecorder:
         except Exception as exc:
             self._fail(exc)
 
-    def batch_end(self, stage: str, samples: int | None = None) -> EpochWindow | None:
+    def batch_end(
+        self, stage: str, samples: int | None = None, global_step: int | None = None
+    ) -> EpochWindow | None:
         """A batch of ``stage`` ended; ``samples`` its size when no instrumented DataLoader
-        reported one. The open window, or None."""
+        reported one; ``global_step`` the loop's optimizer steps so far (None: one per training
+        batch). Every :data:`INTERVAL_BATCHES` training batches the progress goes to
+        ``perf/intervals.jsonl``. The open window, or None."""
         if not self.measuring:
             return None
         try:
@@ -194,19 +202,19 @@ class RunRecorder:
                 state.noted_samples = samples
             window = self.windows.count_batch(stage)
             if window is not None and stage == "train":
-                self.global_step += 1
+                self.global_step = self.global_step + 1 if global_step is None else global_step
+                if window.num_batches % INTERVAL_BATCHES == 0:
+                    self._interval(window)
             return window
         except Exception as exc:
             self._fail(exc)
             return None
 
-    def interval(self, window: EpochWindow) -> None:
+    def _interval(self, window: EpochWindow) -> None:
         """The open training window's progress so far to ``perf/intervals.jsonl`` (written at
         most every 10 s; ``trainperf watch`` follows it)."""
         files = self.files
-        if files is None or not self.measuring:
-            return
-        try:
+        if files is not None:
             files.interval(
                 IntervalProgress(
                     window.stage,
@@ -219,8 +227,6 @@ class RunRecorder:
                     window.phases_s(self.clock),
                 )
             )
-        except Exception as exc:
-            self._fail(exc)
 
     def close_epoch(self, stage: str) -> EpochRecord | None:
         """Close ``stage``'s open window, exchange across ranks (every rank calls this at the
