@@ -246,7 +246,7 @@ class RunRecorder:
         except Exception as exc:
             self._fail(exc)
         try:
-            report, off = self.exchange.gather(local if self.measuring else None)
+            report, off = self._gather(local if self.measuring else None)
             if off is not None:
                 if self.measuring:
                     warnings.warn(
@@ -262,6 +262,18 @@ class RunRecorder:
         except Exception as exc:
             self._fail(exc)
             return None
+
+    def _gather(self, local: EpochRecord | None) -> tuple[EpochRecord | None, str | None]:
+        """The exchange, charged to ``sync_wait`` in the window open by then (validation's close
+        inside a training epoch): the wait for the other ranks, as ``sync_wait_measured`` says."""
+        if self.world_size <= 1:
+            return self.exchange.gather(local)
+        previous = self.clock.switch("sync_wait")
+        try:
+            return self.exchange.gather(local)
+        finally:
+            if previous:
+                self.clock.switch(previous)
 
     # -- DataLoaders and DDP ---------------------------------------------------------------
 

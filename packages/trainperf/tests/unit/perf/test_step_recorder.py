@@ -181,3 +181,32 @@ def test_the_epoch_exchange_runs_over_the_group_it_is_given(tmp_path: Path) -> N
     assert merged is not None
     assert seen == [group]
     assert (merged.world_size, merged.global_samples) == (1, 3)
+
+
+def test_a_validation_close_inside_training_charges_the_exchange_to_sync_wait(
+    tmp_path: Path,
+) -> None:
+    """Under several ranks the exchange at validation's close waits for the others: the train
+    window it pauses no longer shows that wait as ``unattributed``."""
+    rec = RunRecorder(tmp_path, track_memory=False)
+    rec.world_size = 2  # one process standing in for a rank of two
+
+    class SlowExchange:
+        sync_wait_measured = "gather"
+
+        def gather(self, local: Any) -> tuple[Any, None]:
+            time.sleep(0.03)
+            return local, None
+
+    rec.exchange = SlowExchange()  # type: ignore[assignment]
+    rec.open_epoch("train", 0)
+    rec.batch_end("train", samples=2)
+    rec.open_epoch("val", 0)
+    rec.batch_end("val", samples=2)
+    rec.close_epoch("val")
+    assert rec.clock.current == "unattributed"  # the phase the gather interrupted, back
+    train = rec.close_epoch("train")
+    rec.close()
+    assert train is not None
+    assert train.phases_s["sync_wait"] >= 0.025
+    assert train.phases_s["unattributed"] < 0.025
