@@ -1,12 +1,9 @@
 """What crosses ranks: the epoch-close exchange and the all-reduce timer.
 
-What crosses ranks (any ``torch.distributed`` process group): the epoch-close exchange and
-the gradient all-reduce timer.
-
-At each stage epoch's close every rank sends one :class:`RankEpoch` in one
-``torch.distributed.all_gather_object``, which pads every rank's bytes itself: the same
-collectives with the same shapes on every rank whatever its callbacks, hooks or phases (a
-callback built on one rank only is a name in that rank's row). :func:`hook_ddp` times the
+Over any ``torch.distributed`` process group. At each stage epoch's close every rank sends one
+:class:`RankEpoch` in one ``torch.distributed.all_gather_object``, which pads every rank's bytes
+itself: the same collectives with the same shapes on every rank whatever its callbacks, hooks or
+phases (a callback built on one rank only is a name in that rank's row). :func:`hook_ddp` times the
 gradient all-reduce, so the recorder can charge the wait for the other ranks to ``sync_wait``.
 :class:`RankExchange` is the recorder's side of both.
 """
