@@ -208,3 +208,39 @@ def test_an_error_inside_the_callback_never_reaches_training(
     said = [str(w.message) for w in seen if issubclass(w.category, PerfCallbackWarning)]
     assert len(said) == 1, said
     assert "RuntimeError: planted" in said[0]
+
+
+def test_a_recording_left_open_at_exit_under_several_ranks_joins_no_exchange(
+    tmp_path: Path,
+) -> None:
+    """At interpreter exit the ranks may be out of step (one raised; one ran a forward of its
+    own): the open windows are dropped, not gathered, and the rank's end says failed."""
+    import weakref
+
+    from trainperf.hf.callback import _close_at_exit
+    from trainperf.recording.run_recorder import RunRecorder
+    from trainperf.records.files import read_records
+    from trainperf.records.monitoring import LifecycleRecord
+
+    exchanged: list[object] = []
+
+    class NoExchange:
+        sync_wait_measured = "gather"
+
+        def gather(self, local: Any) -> Any:
+            exchanged.append(local)  # in a real run: waits for ranks that never come
+            return local, None
+
+    callback = PerfCallback(tmp_path)
+    rec = RunRecorder(tmp_path, track_memory=False, run="fit")
+    rec.world_size = 2  # one process standing in for a rank of two
+    rec.exchange = NoExchange()  # type: ignore[assignment]
+    callback.recorder = rec
+    rec.open_epoch("train", 0)
+    rec.batch_end("train", 4)
+    _close_at_exit(weakref.ref(callback))
+    assert exchanged == []
+    assert callback.recorder is None
+    assert rec.finished
+    events = read_records(LifecycleRecord.path(tmp_path), LifecycleRecord)
+    assert [e.status for e in events if e.event == "end"] == ["failed"]

@@ -113,3 +113,23 @@ def test_a_callback_added_after_the_trainer_was_built_refuses_its_knobs(
     (knob,) = read_records(KnobRecord.path(tmp_path / "trial"), KnobRecord)
     assert knob.status == "not applicable"
     assert "trainer.add_callback" in knob.note
+
+
+def test_refused_knobs_are_each_written_with_their_own_reason(tmp_path: Path) -> None:
+    from trainperf.hf.trial_arguments import refuse
+
+    knobs = [Knob.parse_setting(t) for t in ("dataloader.batch_size=8", "optimizer.fused=true")]
+    error = refuse(tmp_path, knobs, None, write=True)
+    rows = read_records(KnobRecord.path(tmp_path), KnobRecord)
+    assert [(r.knob, r.status) for r in rows] == [
+        ("dataloader.batch_size=8", "not applicable"),
+        ("optimizer.fused=true", "not applicable"),
+    ]
+    assert "per_device_train_batch_size" in rows[0].note
+    assert "adamw_torch_fused" in rows[1].note
+    assert str(error).startswith("knob dataloader.batch_size=8, optimizer.fused=true: ")
+    assert "this Hugging Face Trainer: " in str(error)
+    assert "per_device_train_batch_size" in str(error)
+    quiet = refuse(tmp_path / "quiet", knobs, "one reason", write=False)  # not rank zero
+    assert str(quiet).endswith("this Hugging Face Trainer: one reason")
+    assert not (tmp_path / "quiet").exists()

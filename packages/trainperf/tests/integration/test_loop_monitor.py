@@ -253,6 +253,69 @@ def test_a_loop_that_breaks_early_still_records_its_epoch(tmp_path: Path) -> Non
     assert record["num_batches"] == 2  # the batch the loop broke out of never ended
 
 
+class CountingExchange:
+    """An exchange of one process standing in for a rank of several: it counts the gathers
+    (in a real run each waits for the other ranks)."""
+
+    sync_wait_measured = "gather"
+
+    def __init__(self) -> None:
+        self.gathered: list[str] = []
+
+    def gather(self, local: Any) -> Any:
+        self.gathered.append(local.stage)
+        return local, None
+
+
+def _as_rank_of_two(mon: Monitor) -> CountingExchange:
+    exchange = CountingExchange()
+    mon.recorder.world_size = 2
+    mon.recorder.exchange = exchange  # type: ignore[assignment]
+    return exchange
+
+
+def test_an_exception_under_several_ranks_ends_the_epoch_without_an_exchange(
+    tmp_path: Path,
+) -> None:
+    net = Net()
+    opt = torch.optim.SGD(net.parameters(), lr=0.01)
+    mon = Monitor(tmp_path / "run", net, opt, live=False)
+    exchange = _as_rank_of_two(mon)
+
+    def raising_loop() -> None:
+        with mon:
+            for x, _y in mon.train(DataLoader(Timed(16), batch_size=4)):
+                net(x)
+                raise RuntimeError("planted")
+
+    with pytest.raises(RuntimeError, match="planted"):
+        raising_loop()
+    assert exchange.gathered == []
+    assert mon.recorder.finished
+
+
+def test_epochs_broken_out_of_under_several_ranks_are_still_exchanged(tmp_path: Path) -> None:
+    net = Net()
+    opt = torch.optim.SGD(net.parameters(), lr=0.01)
+    with Monitor(tmp_path / "run", net, opt, live=False) as mon:
+        exchange = _as_rank_of_two(mon)
+        for i, (x, _y) in enumerate(mon.train(DataLoader(Timed(16), batch_size=4))):
+            net(x)
+            if i == 1:
+                for j, (v, _w) in enumerate(mon.validate(DataLoader(Timed(16), batch_size=4))):
+                    net(v)
+                    if j == 1:
+                        break  # closed at the training loop's next step, exchanged
+                assert exchange.gathered == []
+            if i == 2:
+                assert exchange.gathered == ["val"]
+                break
+        for _ in mon.validate(DataLoader(Timed(4), batch_size=4)):  # the next epoch closes it
+            pass
+    assert exchange.gathered == ["val", "train", "val"]
+    assert [r["stage"] for r in epochs(tmp_path / "run")] == ["val", "train", "val"]
+
+
 def test_profiler_windows_and_resources_as_options(tmp_path: Path) -> None:
     from trainperf import analyze_trace
     from trainperf.lightning import ProfileSchedule, TraceOptions  # the old import path holds

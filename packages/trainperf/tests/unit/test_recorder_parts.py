@@ -16,17 +16,17 @@ from trainperf.core.stage import Stage
 from trainperf.lightning import attribution as attribution_module
 from trainperf.lightning.attribution import ActionAttribution
 from trainperf.lightning.recorder_output import RecorderOutput
+from trainperf.lightning.window_events import (
+    EV_TRAIN_BATCH_END,
+    EV_TRAIN_EPOCH_START,
+    EV_TRAIN_FETCH,
+)
 from trainperf.probe.device_memory import MemorySampler
 from trainperf.probe.worker import WorkerTiming
 from trainperf.recording.cross_rank import CommTimer, RankExchange
 from trainperf.recording.cuda_events import device_clock
 from trainperf.recording.stage_windows import StageWindows
 from trainperf.recording.subscribers import IntervalProgress
-from trainperf.recording.window_events import (
-    EV_TRAIN_BATCH_END,
-    EV_TRAIN_EPOCH_START,
-    EV_TRAIN_FETCH,
-)
 from trainperf.records.epochs import EpochRecord
 
 MS = 1_000_000

@@ -60,8 +60,6 @@ from trainperf.records.run_record import HfTrainerSetup
 
 __all__ = ["PerfCallback"]
 
-#: Training batches between two progress records (``perf/intervals.jsonl``).
-INTERVAL_BATCHES = 50
 _WHO = "trainperf.hf.PerfCallback"
 _version_said = False
 
@@ -350,10 +348,7 @@ class PerfCallback(TrainerCallback):
         rec = self.recorder
         assert rec is not None
         samples, self._samples = self._samples, None
-        win = rec.batch_end("train", samples)
-        rec.global_step = int(state.global_step)  # optimizer steps, not batches
-        if win is not None and win.num_batches % INTERVAL_BATCHES == 0:
-            rec.interval(win)
+        rec.batch_end("train", samples, int(state.global_step))  # optimizer steps, not batches
         window = self.window
         if window is not None:
             self._trial_batches += 1
@@ -491,12 +486,15 @@ class PerfCallback(TrainerCallback):
 
     # -- the end ---------------------------------------------------------------------------
 
-    def _finish(self, status: str) -> None:
+    def _finish(self, status: str, in_step: bool = True) -> None:
+        """End the recording; its open windows are closed (and exchanged across ranks) only
+        when the ranks are ``in_step`` or there is one."""
         rec = self.recorder
         if rec is None:
             return
-        self._close_stage("val")
-        self._close_stage("train")
+        if in_step or rec.world_size <= 1:
+            self._close_stage("val")
+            self._close_stage("train")
         self.recorder = None
         rec.close(status)
 
@@ -504,7 +502,8 @@ class PerfCallback(TrainerCallback):
 def _close_at_exit(ref: weakref.ref[PerfCallback]) -> None:
     """A training that raised never reaches ``on_train_end``: its recording ends as failed. An
     evaluation-only recording still open (a forward in eval mode outside ``Trainer.evaluate``
-    opened it) ends as finished."""
+    opened it) ends as finished. Under several ranks no exchange at exit: the ranks may be out
+    of step (one raised, or only one ran that forward), and the gather would never return."""
     callback = ref()
     if callback is not None and callback.recorder is not None:
-        callback._finish("finished" if callback._eval_only else "failed")
+        callback._finish("finished" if callback._eval_only else "failed", in_step=False)

@@ -22,9 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from trainperf.core.knobs import Knob
-from trainperf.recording.knob_effects import KnobNotApplicable
-from trainperf.records.files import RecordWriter
-from trainperf.records.try_record import KnobRecord
+from trainperf.recording.knob_effects import KnobLog, KnobNotApplicable
 
 __all__ = ["ARGUMENTS", "KnobNotApplicable", "apply_knobs", "refuse"]
 
@@ -50,12 +48,12 @@ _OTHER = (
 )
 
 
-def _log(perf_dir: Path, knob: Knob, status: str, note: str) -> None:
-    writer = RecordWriter(KnobRecord.path(perf_dir))
-    try:
-        writer.write(KnobRecord(knob=knob.setting, status=status, note=note))
-    finally:
-        writer.close()
+def _why(knob: Knob) -> str:
+    return _WHY.get(knob.name, _OTHER)
+
+
+def _log(perf_dir: Path, write: bool) -> KnobLog:
+    return KnobLog(perf_dir, write, "this Hugging Face Trainer")
 
 
 def refuse(
@@ -63,12 +61,10 @@ def refuse(
 ) -> KnobNotApplicable:
     """Write each of ``knobs`` as not applicable (``reason``, else its own) and return the
     error that ends the trial."""
-    for knob in knobs:
-        if write:
-            _log(perf_dir, knob, "not applicable", reason or _WHY.get(knob.name, _OTHER))
-    names = ", ".join(k.setting for k in knobs)
-    why = reason or _WHY.get(knobs[0].name, _OTHER) if knobs else ""
-    return KnobNotApplicable(f"knob {names}: not applicable to this Hugging Face Trainer: {why}")
+    log = _log(perf_dir, write)
+    if reason is not None:
+        return log.refuse(knobs, reason)
+    return log.refuse(knobs, _why(knobs[0]) if knobs else "", _why)
 
 
 def apply_knobs(perf_dir: Path, knobs: Sequence[Knob], args: Any, write: bool) -> None:
@@ -77,6 +73,7 @@ def apply_knobs(perf_dir: Path, knobs: Sequence[Knob], args: Any, write: bool) -
     refused = [k for k in knobs if k.name not in ARGUMENTS]
     if refused:
         raise refuse(perf_dir, refused, None, write)
+    log = _log(perf_dir, write)
     for knob in knobs:
         field = ARGUMENTS[knob.name]
         before = getattr(args, field, None)
@@ -84,5 +81,4 @@ def apply_knobs(perf_dir: Path, knobs: Sequence[Knob], args: Any, write: bool) -
         if field == "dataloader_num_workers" and not knob.value:
             args.dataloader_prefetch_factor = None  # these two need workers
             args.dataloader_persistent_workers = False
-        if write:
-            _log(perf_dir, knob, "applied", f"TrainingArguments.{field} {before} -> {knob.value}")
+        log.write(knob, "applied", f"TrainingArguments.{field} {before} -> {knob.value}")

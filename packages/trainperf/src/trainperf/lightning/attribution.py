@@ -31,12 +31,12 @@ from trainperf.core.clock import PhaseClock, set_active_clock
 from trainperf.frameworks.lightning_grammar import classify_action
 from trainperf.lightning.interpose import syncs_before_train_batch
 from trainperf.lightning.untimed_hooks import lightning_own_hook, untimed_hook
-from trainperf.recording.cross_rank import CommTimer
-from trainperf.recording.window_events import (
+from trainperf.lightning.window_events import (
     EV_AFTER_BACKWARD,
     EV_BEFORE_BACKWARD_DONE,
     window_event,
 )
+from trainperf.recording.cross_rank import CommTimer
 
 # An action running now: (action, phase, owner, event); a transparent one has phase "" in
 # ``_info`` and carries the enclosing action's phase and owner on the stack.
@@ -248,8 +248,8 @@ class ActionAttribution:
         if self._in_backward:
             self._in_backward = False
             comm = self.comm
-            if comm is not None and comm.ready_ns > self._backward_start_ns:
-                self.clock.switch_since("sync_wait", comm.ready_ns)
+            if comm is not None:
+                comm.charge_wait(self.clock, self._backward_start_ns)
 
     def batch_gap(self) -> None:
         """A training batch ended under DDP: until the next action starts, the rank waits for

@@ -50,15 +50,7 @@ from trainperf.lightning.attribution import ActionAttribution
 from trainperf.lightning.interpose import LoaderInterposer, worker_timing_off
 from trainperf.lightning.interruption import Interruption
 from trainperf.lightning.recorder_output import RecorderOutput
-from trainperf.probe.device_memory import MemorySampler
-from trainperf.probe.worker import WorkerTiming
-from trainperf.recording.cross_rank import RankExchange
-from trainperf.recording.cuda_events import EventClock, device_clock
-from trainperf.recording.run_files import RunFiles
-from trainperf.recording.stage_state import EpochWindow
-from trainperf.recording.stage_windows import StageWindows
-from trainperf.recording.subscribers import Subscriber
-from trainperf.recording.window_events import (
+from trainperf.lightning.window_events import (
     BATCH_END_STAGE,
     EV_FIT_START,
     EV_TEST_END,
@@ -69,6 +61,14 @@ from trainperf.recording.window_events import (
     EV_VAL_END,
     EV_VAL_START,
 )
+from trainperf.probe.device_memory import MemorySampler
+from trainperf.probe.worker import WorkerTiming
+from trainperf.recording.cross_rank import RankExchange
+from trainperf.recording.cuda_events import EventClock, device_clock
+from trainperf.recording.run_files import RunFiles
+from trainperf.recording.stage_state import EpochWindow
+from trainperf.recording.stage_windows import StageWindows
+from trainperf.recording.subscribers import Subscriber
 from trainperf.records.epochs import EpochRecord, LoaderSettings
 
 #: Why worker timing was off, each said once per process (a sweep or a notebook fits again and

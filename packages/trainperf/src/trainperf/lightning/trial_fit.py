@@ -1,14 +1,12 @@
 """The Lightning side of a ``trainperf try`` trial window.
 
-The Lightning side of a ``trainperf try`` trial window (format:
-:mod:`trainperf.core.trial_window`).
-
-When ``TRAINPERF_TRY_WINDOW`` is set, the first performance callback to set up in a fit opens the
-window on its trainer, only through attributes Lightning documents on the Trainer and the fit
-loop's ``min_epochs`` / ``min_steps`` (which would hold ``should_stop`` off), so any Lightning app
-that records with our callbacks gets the same short window, whatever its config keys are called.
-A window set outside ``trainperf try`` (a stray variable) still opens, with one warning. The
-trial's runtime knobs are applied here too (:mod:`~trainperf.lightning.knobs_apply`).
+The window's format is :mod:`trainperf.core.trial_window`. When ``TRAINPERF_TRY_WINDOW`` is set, the
+first performance callback to set up in a fit opens the window on its trainer, only through
+attributes Lightning documents on the Trainer and the fit loop's ``min_epochs`` / ``min_steps``
+(which would hold ``should_stop`` off), so any Lightning app that records with our callbacks gets
+the same short window, whatever its config keys are called. A window set outside ``trainperf try``
+(a stray variable) still opens, with one warning. The trial's runtime knobs are applied here too
+(:mod:`~trainperf.lightning.knobs_apply`).
 """
 
 from __future__ import annotations

@@ -129,10 +129,8 @@ class StepHooks:
             if not clock.running:
                 return
             comm = self.comm
-            if comm is not None and comm.ready_ns > self._backward_start_ns:
-                # backward has returned: since the last bucket's hand-over it waited for the
-                # other ranks
-                clock.switch_since("sync_wait", comm.ready_ns)
+            if comm is not None:  # backward has returned
+                comm.charge_wait(clock, self._backward_start_ns)
             clock.switch("optimizer")
         except Exception as exc:
             self._error(exc)

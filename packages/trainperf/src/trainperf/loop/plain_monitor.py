@@ -49,10 +49,6 @@ __all__ = ["Monitor"]
 
 T = TypeVar("T")
 
-#: Training batches between two progress records (``perf/intervals.jsonl``, written at most
-#: every 10 s): ``trainperf watch`` follows them.
-INTERVAL_BATCHES = 50
-
 
 class Monitor:
     """Records a plain loop's epochs into ``run_dir`` (module docstring).
@@ -124,6 +120,9 @@ class Monitor:
         self._batch = 0  # training batches of the open training epoch
         # the epochs' generators not yet finished: close() ends them (a loop that broke out)
         self._running: weakref.WeakSet[Iterator[Any]] = weakref.WeakSet()
+        # epochs the loop left (break or exception) under several ranks: closed, with their
+        # exchange, at the next step of the loop or a clean close; dropped after an exception
+        self._left: list[str] = []
         self._setup = PlainLoopSetup()
         self._setup_written = False
         self.hooks = StepHooks(rec.clock, lambda: self._stage == "train", rec._fail)
@@ -223,6 +222,7 @@ class Monitor:
 
     def _batches(self, stage: str, loader: Iterable[T]) -> Iterator[T]:
         rec = self.recorder
+        self._close_left()
         if stage == "train":
             epoch = self._train_epochs
             self._train_epochs += 1
@@ -238,6 +238,7 @@ class Monitor:
         clock = rec.clock
         trial = self.window is not None and stage == "train"
         signals = self.resources.signals if self.resources is not None else None
+        left = False
         try:
             clock.switch("data_wait")
             it = iter(loader)
@@ -248,7 +249,13 @@ class Monitor:
                 except StopIteration:
                     break
                 clock.switch("unattributed")
-                yield batch
+                try:
+                    yield batch
+                except GeneratorExit:
+                    left = True
+                    raise
+                if self._left:
+                    self._close_left()  # an inner epoch the loop broke out of
                 win = rec.batch_end(stage, None if timed else batch_size_of(batch))
                 if signals is not None and stage == "train":
                     signals.train_batch_end(None)
@@ -257,8 +264,6 @@ class Monitor:
                 if win is not None:
                     if stage == "train":
                         self._batch = win.num_batches
-                    if stage == "train" and win.num_batches % INTERVAL_BATCHES == 0:
-                        rec.interval(win)
                     if self.live and time.monotonic() - self._last_live >= self.live_interval_s:
                         self._live_line(stage, epoch, win.num_batches)
                 if trial:
@@ -269,9 +274,20 @@ class Monitor:
             if profiler is not None:
                 self.profiler.close(profiler)
             self._stage = outer
-            rec.close_epoch(stage)
+            if left and rec.world_size > 1:
+                # the loop broke out, or raised: only the next step or close tells which, and
+                # after an exception the ranks are out of step (an exchange would wait forever)
+                self._left.append(stage)
+            else:
+                rec.close_epoch(stage)
             if stage == "train" and not self._setup_written:
                 self._write_setup()
+
+    def _close_left(self) -> None:
+        """Close the epochs the loop left: it went on, so the ranks are in step."""
+        left, self._left = self._left, []
+        for stage in reversed(left):  # innermost first
+            self.recorder.close_epoch(stage)
 
     # -- helpers for the loop --------------------------------------------------------------
 
@@ -348,9 +364,13 @@ class Monitor:
     # -- the end ---------------------------------------------------------------------------
 
     def close(self, status: str = "finished", interruption: Interruption | None = None) -> None:
-        """End the run's recording (idempotent): hooks off, files closed, this rank's end."""
+        """End the run's recording (idempotent): hooks off, files closed, this rank's end.
+        Under several ranks an epoch the loop left by an exception ends without its exchange."""
         for batches in list(self._running):
             batches.close()  # type: ignore[attr-defined]  # generators: their epoch closes
+        if status == "finished":
+            self._close_left()
+        self._left = []  # after an exception: dropped, no exchange (recorder.close)
         self.hooks.remove()
         if self.resources is not None:
             self.resources.close()

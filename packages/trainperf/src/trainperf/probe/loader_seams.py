@@ -1,7 +1,6 @@
 """The private torch parts DataLoader worker timing relies on, checked at run time.
 
-The private parts of torch that DataLoader worker timing (:mod:`trainperf.probe.worker`)
-relies on, checked at run time instead of trusting a version list.
+Checked instead of trusting a version list (the timing: :mod:`trainperf.probe.worker`).
 
 Each :class:`Seam` names one private attribute, signature or behaviour and checks it in this
 process, once (the first :func:`missing` call; :func:`recheck` runs them again). All present:

@@ -1,12 +1,9 @@
 """What crosses ranks: the epoch-close exchange and the all-reduce timer.
 
-What crosses ranks (any ``torch.distributed`` process group): the epoch-close exchange and
-the gradient all-reduce timer.
-
-At each stage epoch's close every rank sends one :class:`RankEpoch` in one
-``torch.distributed.all_gather_object``, which pads every rank's bytes itself: the same
-collectives with the same shapes on every rank whatever its callbacks, hooks or phases (a
-callback built on one rank only is a name in that rank's row). :func:`hook_ddp` times the
+Over any ``torch.distributed`` process group. At each stage epoch's close every rank sends one
+:class:`RankEpoch` in one ``torch.distributed.all_gather_object``, which pads every rank's bytes
+itself: the same collectives with the same shapes on every rank whatever its callbacks, hooks or
+phases (a callback built on one rank only is a name in that rank's row). :func:`hook_ddp` times the
 gradient all-reduce, so the recorder can charge the wait for the other ranks to ``sync_wait``.
 :class:`RankExchange` is the recorder's side of both.
 """
@@ -21,7 +18,7 @@ from dataclasses import dataclass, field
 import msgspec
 import torch
 
-from trainperf.core.clock import PHASES
+from trainperf.core.clock import PHASES, PhaseClock
 from trainperf.core.ranks import Straggler, find_straggler, rank_spread
 from trainperf.recording.subscribers import per_second
 from trainperf.records.epochs import EpochRecord
@@ -168,6 +165,12 @@ class CommTimer:
 
     process_group: torch.distributed.ProcessGroup | None
     ready_ns: int = 0
+
+    def charge_wait(self, clock: PhaseClock, since_ns: int) -> None:
+        """Backward (started at ``since_ns``) has returned: what followed the last gradient
+        bucket's hand-over was the wait for the other ranks, charged to ``sync_wait``."""
+        if self.ready_ns > since_ns:
+            clock.switch_since("sync_wait", self.ready_ns)
 
 
 def _default_group() -> torch.distributed.ProcessGroup:

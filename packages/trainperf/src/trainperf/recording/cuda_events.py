@@ -1,7 +1,7 @@
 """GPU time per phase from CUDA events, read without blocking.
 
-GPU time per phase from CUDA events recorded at phase switches, read without blocking; and
-:func:`device_clock`, the recorder's clock for its device."""
+The events are recorded at phase switches; :func:`device_clock` is the recorder's clock for its
+device."""
 
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ they apply them; this module is the one copy of how."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import torch
@@ -49,11 +49,13 @@ class KnobLog:
         finally:
             writer.close()
 
-    def refuse(self, knobs: Sequence[Knob], reason: str) -> KnobNotApplicable:
-        """Write each of ``knobs`` as not applicable (``reason``) and return the error that ends
-        the trial."""
+    def refuse(
+        self, knobs: Sequence[Knob], reason: str, why: Callable[[Knob], str] | None = None
+    ) -> KnobNotApplicable:
+        """Write each of ``knobs`` as not applicable (``why(knob)`` when given, else ``reason``)
+        and return the error that ends the trial, which says ``reason``."""
         for knob in knobs:
-            self.write(knob, "not applicable", reason)
+            self.write(knob, "not applicable", why(knob) if why is not None else reason)
         names = ", ".join(k.setting for k in knobs)
         return KnobNotApplicable(f"knob {names}: not applicable to {self.where}: {reason}")
 

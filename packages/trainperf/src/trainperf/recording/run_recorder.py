@@ -51,7 +51,11 @@ from trainperf.recording.subscribers import IntervalProgress
 from trainperf.records.epochs import EpochRecord, LoaderSettings
 from trainperf.records.schema import JsonValue
 
-__all__ = ["RunRecorder", "batch_size_of", "distributed_layout"]
+__all__ = ["INTERVAL_BATCHES", "RunRecorder", "batch_size_of", "distributed_layout"]
+
+#: Training batches between two progress records (``perf/intervals.jsonl``, written at most
+#: every 10 s): ``trainperf watch`` follows them.
+INTERVAL_BATCHES = 50
 
 
 def distributed_layout(
@@ -171,13 +175,6 @@ class RunRecorder:
         window is open."""
         return self.clock.switch(phase, owner)
 
-    def charge_ddp_wait(self, comm: CommTimer | None, since_ns: int) -> None:
-        """Backward has returned: the time since the last gradient bucket was handed to the
-        all-reduce (after ``since_ns``, backward's start) was the wait for the other ranks,
-        ``sync_wait``."""
-        if comm is not None and comm.ready_ns > since_ns and self.clock.running:
-            self.clock.switch_since("sync_wait", comm.ready_ns)
-
     # -- windows ---------------------------------------------------------------------------
 
     def open_epoch(self, stage: str, epoch: int) -> None:
@@ -190,9 +187,13 @@ class RunRecorder:
         except Exception as exc:
             self._fail(exc)
 
-    def batch_end(self, stage: str, samples: int | None = None) -> EpochWindow | None:
+    def batch_end(
+        self, stage: str, samples: int | None = None, global_step: int | None = None
+    ) -> EpochWindow | None:
         """A batch of ``stage`` ended; ``samples`` its size when no instrumented DataLoader
-        reported one. The open window, or None."""
+        reported one; ``global_step`` the loop's optimizer steps so far (None: one per training
+        batch). Every :data:`INTERVAL_BATCHES` training batches the progress goes to
+        ``perf/intervals.jsonl``. The open window, or None."""
         if not self.measuring:
             return None
         try:
@@ -201,19 +202,19 @@ class RunRecorder:
                 state.noted_samples = samples
             window = self.windows.count_batch(stage)
             if window is not None and stage == "train":
-                self.global_step += 1
+                self.global_step = self.global_step + 1 if global_step is None else global_step
+                if window.num_batches % INTERVAL_BATCHES == 0:
+                    self._interval(window)
             return window
         except Exception as exc:
             self._fail(exc)
             return None
 
-    def interval(self, window: EpochWindow) -> None:
+    def _interval(self, window: EpochWindow) -> None:
         """The open training window's progress so far to ``perf/intervals.jsonl`` (written at
         most every 10 s; ``trainperf watch`` follows it)."""
         files = self.files
-        if files is None or not self.measuring:
-            return
-        try:
+        if files is not None:
             files.interval(
                 IntervalProgress(
                     window.stage,
@@ -226,8 +227,6 @@ class RunRecorder:
                     window.phases_s(self.clock),
                 )
             )
-        except Exception as exc:
-            self._fail(exc)
 
     def close_epoch(self, stage: str) -> EpochRecord | None:
         """Close ``stage``'s open window, exchange across ranks (every rank calls this at the
@@ -247,7 +246,7 @@ class RunRecorder:
         except Exception as exc:
             self._fail(exc)
         try:
-            report, off = self.exchange.gather(local if self.measuring else None)
+            report, off = self._gather(local if self.measuring else None)
             if off is not None:
                 if self.measuring:
                     warnings.warn(
@@ -263,6 +262,18 @@ class RunRecorder:
         except Exception as exc:
             self._fail(exc)
             return None
+
+    def _gather(self, local: EpochRecord | None) -> tuple[EpochRecord | None, str | None]:
+        """The exchange, charged to ``sync_wait`` in the window open by then (validation's close
+        inside a training epoch): the wait for the other ranks, as ``sync_wait_measured`` says."""
+        if self.world_size <= 1:
+            return self.exchange.gather(local)
+        previous = self.clock.switch("sync_wait")
+        try:
+            return self.exchange.gather(local)
+        finally:
+            if previous:
+                self.clock.switch(previous)
 
     # -- DataLoaders and DDP ---------------------------------------------------------------
 

@@ -1,7 +1,6 @@
 """What a recorder's stage windows keep per stage and per open epoch window.
 
-What a recorder's stage windows keep per stage (:class:`StageState`) and per open epoch window
-(:class:`EpochWindow`)."""
+Per stage :class:`StageState`; per open epoch window :class:`EpochWindow`."""
 
 from __future__ import annotations
 

@@ -18,7 +18,9 @@ from trainperf import perf_phase
 from trainperf.core.knobs import Knob
 from trainperf.errors import PerfCallbackWarning
 from trainperf.loop.trial_knobs import rebuild_loader
-from trainperf.recording.run_recorder import RunRecorder, batch_size_of
+from trainperf.recording.run_recorder import INTERVAL_BATCHES, RunRecorder, batch_size_of
+from trainperf.records.epochs import IntervalRecord
+from trainperf.records.files import read_records
 
 
 def _records(run: Path) -> list[dict[str, Any]]:
@@ -57,6 +59,29 @@ def test_a_loop_driving_the_step_api_gets_epoch_records(tmp_path: Path) -> None:
     assert run["device"] == "cpu"
     life = [json.loads(x) for x in (tmp_path / "perf" / "lifecycle.jsonl").read_text().splitlines()]
     assert [(x["event"], x["status"]) for x in life] == [("start", None), ("end", "finished")]
+
+
+def test_the_recorder_writes_a_progress_record_every_interval_of_training_batches(
+    tmp_path: Path,
+) -> None:
+    """Every adapter gets the same cadence from the recorder; ``global_step`` is the loop's
+    (optimizer steps) when it gives one, else one per training batch."""
+    rec = RunRecorder(tmp_path, track_memory=False)
+    rec.open_epoch("train", 0)
+    for n in range(2 * INTERVAL_BATCHES + 1):
+        rec.switch("forward")
+        rec.batch_end("train", samples=2, global_step=n // 2)
+    rec.close_epoch("train")
+    rec.open_epoch("train", 1)
+    for _ in range(INTERVAL_BATCHES):
+        rec.batch_end("train", samples=2)
+    rec.close("finished")
+    rows = read_records(IntervalRecord.path(tmp_path), IntervalRecord)
+    assert [(r.epoch, r.num_batches, r.step) for r in rows] == [
+        (0, INTERVAL_BATCHES, (INTERVAL_BATCHES - 1) // 2),
+        (0, 2 * INTERVAL_BATCHES, (2 * INTERVAL_BATCHES - 1) // 2),
+        (1, INTERVAL_BATCHES, INTERVAL_BATCHES + INTERVAL_BATCHES),
+    ]
 
 
 def test_a_failing_worker_timing_is_one_warning_and_recording_goes_off(tmp_path: Path) -> None:
@@ -156,3 +181,32 @@ def test_the_epoch_exchange_runs_over_the_group_it_is_given(tmp_path: Path) -> N
     assert merged is not None
     assert seen == [group]
     assert (merged.world_size, merged.global_samples) == (1, 3)
+
+
+def test_a_validation_close_inside_training_charges_the_exchange_to_sync_wait(
+    tmp_path: Path,
+) -> None:
+    """Under several ranks the exchange at validation's close waits for the others: the train
+    window it pauses no longer shows that wait as ``unattributed``."""
+    rec = RunRecorder(tmp_path, track_memory=False)
+    rec.world_size = 2  # one process standing in for a rank of two
+
+    class SlowExchange:
+        sync_wait_measured = "gather"
+
+        def gather(self, local: Any) -> tuple[Any, None]:
+            time.sleep(0.03)
+            return local, None
+
+    rec.exchange = SlowExchange()  # type: ignore[assignment]
+    rec.open_epoch("train", 0)
+    rec.batch_end("train", samples=2)
+    rec.open_epoch("val", 0)
+    rec.batch_end("val", samples=2)
+    rec.close_epoch("val")
+    assert rec.clock.current == "unattributed"  # the phase the gather interrupted, back
+    train = rec.close_epoch("train")
+    rec.close()
+    assert train is not None
+    assert train.phases_s["sync_wait"] >= 0.025
+    assert train.phases_s["unattributed"] < 0.025

@@ -1,8 +1,8 @@
-"""The moments of Lightning's action stream that open and close windows.
+"""The moments of Lightning's action stream that open and close the recorder's windows.
 
-The moments of Lightning's action stream that open and close the recorder's windows,
-recognised by hook name (independent of which callback or module dispatched it): one small
-integer per event, so the recorder's hot path compares integers."""
+Lightning's hook names (the adapter's words, so they stay in the adapter), recognised by name
+(independent of which callback or module dispatched it): one small integer per event, so the
+recorder's hot path compares integers."""
 
 from __future__ import annotations
 
