@@ -26,7 +26,7 @@ from dataclasses import replace
 
 from trainperf.analysis.run import RunData
 from trainperf.analysis.stages import StageSummary
-from trainperf.analysis.trace.trace_rules import TRACE_RISKS
+from trainperf.analysis.trace.trace_metrics import TRACE_RISKS
 from trainperf.analysis.trials import quality_drop
 from trainperf.analysis.verdict.context import score
 from trainperf.core.finding_ids import ALERT_PREFIX, FindingId, in_verdict
